@@ -1,0 +1,415 @@
+//! IOCTL codes, built as `CTL_CODE(DeviceType, Function, Method, Access)`
+//! builds them: `(DeviceType << 16) | (Access << 14) | (Function << 2) | Method`.
+//!
+//! All codes use device type [`FILE_DEVICE_INFINIBAND`], functions from 0x800
+//! (the vendor range) and `METHOD_BUFFERED`. The required access is stated per
+//! code: queries need read access, everything that creates, changes or
+//! destroys an object needs read and write access. The I/O manager (the host
+//! platform, in host mode) checks it against the access the file was opened
+//! with before the driver sees the request.
+//!
+//! The same codes are accepted as `IRP_MJ_DEVICE_CONTROL` (user and kernel
+//! callers) and `IRP_MJ_INTERNAL_DEVICE_CONTROL` (kernel callers only).
+
+#[allow(clippy::wildcard_imports)]
+use crate::types::*;
+
+/// `FILE_DEVICE_INFINIBAND` from `devioctl.h`.
+pub const FILE_DEVICE_INFINIBAND: u32 = 0x0000_003B;
+/// `METHOD_BUFFERED`: the I/O manager copies input and output through a system buffer.
+pub const METHOD_BUFFERED: u32 = 0;
+/// `FILE_ANY_ACCESS`.
+pub const FILE_ANY_ACCESS: u32 = 0;
+/// `FILE_READ_ACCESS`.
+pub const FILE_READ_ACCESS: u32 = 1;
+/// `FILE_WRITE_ACCESS`.
+pub const FILE_WRITE_ACCESS: u32 = 2;
+
+/// `CTL_CODE` as a const fn, for tools and tests.
+#[must_use]
+pub const fn ctl_code(device_type: u32, function: u32, method: u32, access: u32) -> u32 {
+    (device_type << 16) | (access << 14) | (function << 2) | method
+}
+
+/// The device type field of an IOCTL code.
+#[must_use]
+pub const fn ioctl_device_type(code: u32) -> u32 {
+    code >> 16
+}
+
+/// The required-access field of an IOCTL code.
+#[must_use]
+pub const fn ioctl_access(code: u32) -> u32 {
+    (code >> 14) & 3
+}
+
+/// The function field of an IOCTL code.
+#[must_use]
+pub const fn ioctl_function(code: u32) -> u32 {
+    (code >> 2) & 0xFFF
+}
+
+/// The transfer method field of an IOCTL code.
+#[must_use]
+pub const fn ioctl_method(code: u32) -> u32 {
+    code & 3
+}
+
+/// Report the ABI version and driver version. In: none. Out: [`IvGetVersionOut`].
+pub const IOCTL_IV_GET_VERSION: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_ANY_ACCESS) << 14) | (0x800 << 2) | METHOD_BUFFERED;
+
+/// Query device attributes and limits. In: none. Out: [`IvQueryDeviceOut`].
+pub const IOCTL_IV_QUERY_DEVICE: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS) << 14) | (0x801 << 2) | METHOD_BUFFERED;
+
+/// Query one port (a command to the HCA). In: [`IvQueryPortIn`]. Out: [`IvQueryPortOut`].
+pub const IOCTL_IV_QUERY_PORT: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS) << 14) | (0x802 << 2) | METHOD_BUFFERED;
+
+/// Read one GID table entry. In: [`IvQueryGidIn`]. Out: [`IvQueryGidOut`].
+pub const IOCTL_IV_QUERY_GID: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS) << 14) | (0x803 << 2) | METHOD_BUFFERED;
+
+/// Allocate a protection domain. In: [`IvAllocPdIn`]. Out: [`IvAllocPdOut`].
+pub const IOCTL_IV_ALLOC_PD: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x810 << 2)
+    | METHOD_BUFFERED;
+
+/// Free a PD; busy while MRs, QPs, SRQs or AHs use it. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DEALLOC_PD: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x811 << 2)
+    | METHOD_BUFFERED;
+
+/// Register a virtual memory region. In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
+pub const IOCTL_IV_REG_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x818 << 2)
+    | METHOD_BUFFERED;
+
+/// Deregister an MR. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DEREG_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x819 << 2)
+    | METHOD_BUFFERED;
+
+/// Register a physical (bus) address range. Kernel callers only. In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
+pub const IOCTL_IV_REG_PHYS_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x81A << 2)
+    | METHOD_BUFFERED;
+
+/// Create a completion queue. In: [`IvCreateCqIn`]. Out: [`IvCreateCqOut`].
+pub const IOCTL_IV_CREATE_CQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x820 << 2)
+    | METHOD_BUFFERED;
+
+/// Resize a CQ. In: [`IvResizeCqIn`]. Out: [`IvResizeCqOut`].
+pub const IOCTL_IV_RESIZE_CQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x821 << 2)
+    | METHOD_BUFFERED;
+
+/// Destroy a CQ; busy while a QP uses it. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_CQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x822 << 2)
+    | METHOD_BUFFERED;
+
+/// Create a queue pair (RC, UC, UD). In: [`IvCreateQpIn`]. Out: [`IvCreateQpOut`].
+pub const IOCTL_IV_CREATE_QP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x828 << 2)
+    | METHOD_BUFFERED;
+
+/// Move a QP through the IBTA state machine. In: [`IvModifyQpIn`]. Out: none.
+pub const IOCTL_IV_MODIFY_QP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x829 << 2)
+    | METHOD_BUFFERED;
+
+/// Query a QP's state and attributes (a command to the HCA). In: [`IvHandleIn`]. Out: [`IvQueryQpOut`].
+pub const IOCTL_IV_QUERY_QP: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS) << 14) | (0x82A << 2) | METHOD_BUFFERED;
+
+/// Destroy a QP. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_QP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x82B << 2)
+    | METHOD_BUFFERED;
+
+/// Create a shared receive queue. In: [`IvCreateSrqIn`]. Out: [`IvCreateSrqOut`].
+pub const IOCTL_IV_CREATE_SRQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x830 << 2)
+    | METHOD_BUFFERED;
+
+/// Resize an SRQ or set its limit. In: [`IvModifySrqIn`]. Out: none.
+pub const IOCTL_IV_MODIFY_SRQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x831 << 2)
+    | METHOD_BUFFERED;
+
+/// Query an SRQ. In: [`IvHandleIn`]. Out: [`IvQuerySrqOut`].
+pub const IOCTL_IV_QUERY_SRQ: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS) << 14) | (0x832 << 2) | METHOD_BUFFERED;
+
+/// Destroy an SRQ; busy while a QP uses it. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_SRQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x833 << 2)
+    | METHOD_BUFFERED;
+
+/// Create an address handle. In: [`IvCreateAhIn`]. Out: [`IvCreateAhOut`].
+pub const IOCTL_IV_CREATE_AH: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x838 << 2)
+    | METHOD_BUFFERED;
+
+/// Destroy an AH. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_AH: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x839 << 2)
+    | METHOD_BUFFERED;
+
+/// What the driver knows of one IOCTL: its name, code, exact input size,
+/// minimum output size, and whether user-mode callers are refused.
+///
+/// cbindgen:ignore
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoctlInfo {
+    /// Symbolic name without the `IOCTL_IV_` prefix.
+    pub name: &'static str,
+    /// The IOCTL code.
+    pub code: u32,
+    /// Exact input buffer length the request takes.
+    pub input_len: usize,
+    /// Minimum output buffer length (the response struct's size).
+    pub output_len: usize,
+    /// Kernel callers only; a user-mode caller gets `STATUS_ACCESS_DENIED`.
+    pub kernel_only: bool,
+}
+
+/// Every IOCTL this ABI version defines.
+///
+/// cbindgen:ignore
+pub const IOCTLS: &[IoctlInfo] = &[
+    IoctlInfo {
+        name: "GET_VERSION",
+        code: IOCTL_IV_GET_VERSION,
+        input_len: core::mem::size_of::<()>(),
+        output_len: core::mem::size_of::<IvGetVersionOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "QUERY_DEVICE",
+        code: IOCTL_IV_QUERY_DEVICE,
+        input_len: core::mem::size_of::<()>(),
+        output_len: core::mem::size_of::<IvQueryDeviceOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "QUERY_PORT",
+        code: IOCTL_IV_QUERY_PORT,
+        input_len: core::mem::size_of::<IvQueryPortIn>(),
+        output_len: core::mem::size_of::<IvQueryPortOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "QUERY_GID",
+        code: IOCTL_IV_QUERY_GID,
+        input_len: core::mem::size_of::<IvQueryGidIn>(),
+        output_len: core::mem::size_of::<IvQueryGidOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "ALLOC_PD",
+        code: IOCTL_IV_ALLOC_PD,
+        input_len: core::mem::size_of::<IvAllocPdIn>(),
+        output_len: core::mem::size_of::<IvAllocPdOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DEALLOC_PD",
+        code: IOCTL_IV_DEALLOC_PD,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "REG_MR",
+        code: IOCTL_IV_REG_MR,
+        input_len: core::mem::size_of::<IvRegMrIn>(),
+        output_len: core::mem::size_of::<IvRegMrOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DEREG_MR",
+        code: IOCTL_IV_DEREG_MR,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "REG_PHYS_MR",
+        code: IOCTL_IV_REG_PHYS_MR,
+        input_len: core::mem::size_of::<IvRegMrIn>(),
+        output_len: core::mem::size_of::<IvRegMrOut>(),
+        kernel_only: true,
+    },
+    IoctlInfo {
+        name: "CREATE_CQ",
+        code: IOCTL_IV_CREATE_CQ,
+        input_len: core::mem::size_of::<IvCreateCqIn>(),
+        output_len: core::mem::size_of::<IvCreateCqOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "RESIZE_CQ",
+        code: IOCTL_IV_RESIZE_CQ,
+        input_len: core::mem::size_of::<IvResizeCqIn>(),
+        output_len: core::mem::size_of::<IvResizeCqOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_CQ",
+        code: IOCTL_IV_DESTROY_CQ,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_QP",
+        code: IOCTL_IV_CREATE_QP,
+        input_len: core::mem::size_of::<IvCreateQpIn>(),
+        output_len: core::mem::size_of::<IvCreateQpOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "MODIFY_QP",
+        code: IOCTL_IV_MODIFY_QP,
+        input_len: core::mem::size_of::<IvModifyQpIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "QUERY_QP",
+        code: IOCTL_IV_QUERY_QP,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvQueryQpOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_QP",
+        code: IOCTL_IV_DESTROY_QP,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_SRQ",
+        code: IOCTL_IV_CREATE_SRQ,
+        input_len: core::mem::size_of::<IvCreateSrqIn>(),
+        output_len: core::mem::size_of::<IvCreateSrqOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "MODIFY_SRQ",
+        code: IOCTL_IV_MODIFY_SRQ,
+        input_len: core::mem::size_of::<IvModifySrqIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "QUERY_SRQ",
+        code: IOCTL_IV_QUERY_SRQ,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvQuerySrqOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_SRQ",
+        code: IOCTL_IV_DESTROY_SRQ,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_AH",
+        code: IOCTL_IV_CREATE_AH,
+        input_len: core::mem::size_of::<IvCreateAhIn>(),
+        output_len: core::mem::size_of::<IvCreateAhOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_AH",
+        code: IOCTL_IV_DESTROY_AH,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+];
+
+/// Looks up an IOCTL by code.
+#[must_use]
+pub fn ioctl_info(code: u32) -> Option<&'static IoctlInfo> {
+    IOCTLS.iter().find(|i| i.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_ctl_codes_of_the_infiniband_device_type() {
+        for info in IOCTLS {
+            assert_eq!(
+                ioctl_device_type(info.code),
+                FILE_DEVICE_INFINIBAND,
+                "{}",
+                info.name
+            );
+            assert_eq!(ioctl_method(info.code), METHOD_BUFFERED, "{}", info.name);
+            assert!(ioctl_function(info.code) >= 0x800, "{}", info.name);
+            let rebuilt = ctl_code(
+                FILE_DEVICE_INFINIBAND,
+                ioctl_function(info.code),
+                METHOD_BUFFERED,
+                ioctl_access(info.code),
+            );
+            assert_eq!(rebuilt, info.code, "{}", info.name);
+        }
+    }
+
+    #[test]
+    fn codes_are_unique_and_access_matches_the_verb() {
+        for (i, a) in IOCTLS.iter().enumerate() {
+            for b in &IOCTLS[i + 1..] {
+                assert_ne!(a.code, b.code, "{} and {}", a.name, b.name);
+            }
+            let writes = !(a.name.starts_with("QUERY") || a.name == "GET_VERSION");
+            let want = if a.name == "GET_VERSION" {
+                FILE_ANY_ACCESS
+            } else if writes {
+                FILE_READ_ACCESS | FILE_WRITE_ACCESS
+            } else {
+                FILE_READ_ACCESS
+            };
+            assert_eq!(ioctl_access(a.code), want, "{}", a.name);
+        }
+    }
+
+    #[test]
+    fn known_code_value() {
+        // CTL_CODE(0x3B, 0x810, METHOD_BUFFERED, FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        assert_eq!(IOCTL_IV_ALLOC_PD, 0x003B_E040);
+        assert_eq!(
+            ioctl_info(IOCTL_IV_ALLOC_PD).map(|i| i.name),
+            Some("ALLOC_PD")
+        );
+        assert!(ioctl_info(0x0022_0000).is_none());
+    }
+}

@@ -1,0 +1,293 @@
+//! What hardware gives the framework: the [`Hca`] trait a mini-driver
+//! implements.
+//!
+//! Modelled on real HCAs: the driver posts a [`Command`] with a token to the
+//! command interface and never waits; the HCA executes it and writes a
+//! [`Event::CommandDone`] carrying the token to its event queue, then raises
+//! an interrupt; the interrupt's DPC calls [`crate::Device::dpc`], which drains
+//! the event queue with [`Hca::poll_event`] and completes the pending request
+//! the token names. Completion events (armed CQs) and async events (QP fatal,
+//! port changes, ...) arrive on the same event queue.
+//!
+//! Object numbers (PDN, CQN, QPN, SRQN, keys) are assigned by the HCA and
+//! returned in the command's output, as modern HCAs do.
+
+use irpverbs_abi::{
+    IvAhAttr, IvQpAttr, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
+    NtStatus,
+};
+
+/// A command to the HCA's command interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Read a port's attributes.
+    QueryPort {
+        /// Port number, from 1.
+        port: u8,
+    },
+    /// Read a GID table entry.
+    QueryGid {
+        /// Port number, from 1.
+        port: u8,
+        /// Table index.
+        index: u32,
+    },
+    /// Allocate a protection domain.
+    AllocPd,
+    /// Free a protection domain.
+    DeallocPd {
+        /// PD number.
+        pdn: u32,
+    },
+    /// Register a memory region.
+    RegMr {
+        /// PD number.
+        pdn: u32,
+        /// Start address.
+        addr: u64,
+        /// Length in bytes.
+        length: u64,
+        /// `IV_ACCESS_*`.
+        access: u32,
+        /// The address is physical (kernel callers only).
+        physical: bool,
+    },
+    /// Deregister a memory region.
+    DeregMr {
+        /// Its lkey.
+        lkey: u32,
+    },
+    /// Create a CQ.
+    CreateCq {
+        /// Minimum entries.
+        cqe: u32,
+        /// Completion vector (event queue).
+        comp_vector: u32,
+    },
+    /// Resize a CQ.
+    ResizeCq {
+        /// CQ number.
+        cqn: u32,
+        /// New minimum entries.
+        cqe: u32,
+    },
+    /// Destroy a CQ.
+    DestroyCq {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// Create an SRQ.
+    CreateSrq {
+        /// PD number.
+        pdn: u32,
+        /// Depth.
+        max_wr: u32,
+        /// SGEs per WR.
+        max_sge: u32,
+        /// Limit.
+        srq_limit: u32,
+    },
+    /// Modify an SRQ.
+    ModifySrq {
+        /// SRQ number.
+        srqn: u32,
+        /// `IV_SRQ_*`.
+        mask: u32,
+        /// New depth.
+        max_wr: u32,
+        /// New limit.
+        srq_limit: u32,
+    },
+    /// Query an SRQ.
+    QuerySrq {
+        /// SRQ number.
+        srqn: u32,
+    },
+    /// Destroy an SRQ.
+    DestroySrq {
+        /// SRQ number.
+        srqn: u32,
+    },
+    /// Create a QP in RESET.
+    CreateQp {
+        /// PD number.
+        pdn: u32,
+        /// `IV_QPT_*`.
+        qp_type: u32,
+        /// Send CQ number.
+        send_cqn: u32,
+        /// Receive CQ number.
+        recv_cqn: u32,
+        /// SRQ number, if any.
+        srqn: Option<u32>,
+        /// Every send WR signaled.
+        sq_sig_all: bool,
+        /// Requested sizes.
+        cap: IvQpCap,
+    },
+    /// Modify a QP. The HCA checks that the QP is in `cur_state` and fails
+    /// with `STATUS_INVALID_DEVICE_STATE` if it moved (e.g. to ERR) meanwhile.
+    ModifyQp {
+        /// QP number.
+        qpn: u32,
+        /// The state the driver validated the transition from.
+        cur_state: u32,
+        /// `IV_QP_*` mask, already validated against the state machine.
+        mask: u32,
+        /// Attributes.
+        attr: IvQpAttr,
+    },
+    /// Query a QP.
+    QueryQp {
+        /// QP number.
+        qpn: u32,
+    },
+    /// Destroy a QP.
+    DestroyQp {
+        /// QP number.
+        qpn: u32,
+    },
+    /// Create an address handle.
+    CreateAh {
+        /// PD number.
+        pdn: u32,
+        /// Address vector.
+        attr: IvAhAttr,
+    },
+    /// Destroy an address handle.
+    DestroyAh {
+        /// AH number.
+        ahn: u32,
+    },
+}
+
+/// What a successful command returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandOut {
+    /// Nothing (destroys, modifies).
+    None,
+    /// [`Command::QueryPort`].
+    Port(IvQueryPortOut),
+    /// [`Command::QueryGid`].
+    Gid([u8; 16]),
+    /// [`Command::AllocPd`].
+    Pd {
+        /// PD number.
+        pdn: u32,
+    },
+    /// [`Command::RegMr`].
+    Mr {
+        /// Local key.
+        lkey: u32,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// [`Command::CreateCq`], [`Command::ResizeCq`].
+    Cq {
+        /// CQ number.
+        cqn: u32,
+        /// Actual entries.
+        cqe: u32,
+    },
+    /// [`Command::CreateSrq`].
+    Srq {
+        /// SRQ number.
+        srqn: u32,
+        /// Actual depth.
+        max_wr: u32,
+        /// Actual SGEs.
+        max_sge: u32,
+    },
+    /// [`Command::QuerySrq`].
+    SrqAttr(IvQuerySrqOut),
+    /// [`Command::CreateQp`].
+    Qp {
+        /// QP number.
+        qpn: u32,
+        /// Actual sizes.
+        cap: IvQpCap,
+    },
+    /// [`Command::QueryQp`].
+    QpAttr(IvQueryQpOut),
+    /// [`Command::CreateAh`].
+    Ah {
+        /// AH number.
+        ahn: u32,
+    },
+}
+
+/// An asynchronous event the HCA reports (IBTA 11.6.3), with the number of
+/// the object it concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A QP hit a fatal error and is in ERR.
+    QpFatal(u32),
+    /// Invalid request on a QP (responder).
+    QpRequestError(u32),
+    /// Access violation on a QP (responder).
+    QpAccessError(u32),
+    /// First packet received on a QP in RTR.
+    CommEstablished(u32),
+    /// The SQ of a QP in SQD is drained.
+    SqDrained(u32),
+    /// Last WQE reached on a QP with an SRQ.
+    LastWqeReached(u32),
+    /// An SRQ dropped below its limit.
+    SrqLimitReached(u32),
+    /// An SRQ hit a fatal error.
+    SrqError(u32),
+    /// A CQ overran or hit a fatal error.
+    CqError(u32),
+    /// A port became active.
+    PortActive(u8),
+    /// A port went down.
+    PortError(u8),
+    /// The whole device failed.
+    DeviceFatal,
+}
+
+/// An event-queue entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A command finished.
+    CommandDone {
+        /// The token it was posted with.
+        token: u64,
+        /// `STATUS_SUCCESS` or why it failed (the object is unchanged).
+        status: NtStatus,
+        /// Output on success.
+        out: CommandOut,
+    },
+    /// An armed CQ got a completion.
+    Completion {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// An asynchronous event.
+    Async(AsyncEvent),
+}
+
+/// The hardware interface of an HCA.
+///
+/// Every method is callable at IRQL <= DISPATCH_LEVEL and never blocks.
+pub trait Hca: Send + Sync + 'static {
+    /// Device attributes and limits, read at initialization. The driver
+    /// reports them and enforces them before it posts a command; the HCA
+    /// enforces them again.
+    fn caps(&self) -> &IvQueryDeviceOut;
+
+    /// Posts a command. Its completion arrives on the event queue as
+    /// [`Event::CommandDone`] with `token`.
+    ///
+    /// # Errors
+    /// Gives the command back when the command queue is full; the driver
+    /// keeps it and posts it again after a completion frees a slot.
+    fn post_command(&self, token: u64, command: Command) -> Result<(), Command>;
+
+    /// Takes the next event-queue entry, if any.
+    fn poll_event(&self) -> Option<Event>;
+
+    /// Re-arms the event queue's interrupt after the driver drained it. If
+    /// entries arrived meanwhile the HCA interrupts again at once.
+    fn arm_event_queue(&self);
+}

@@ -1,0 +1,39 @@
+//! # irpverbs core
+//!
+//! The driver proper, generic over the OS ([`Platform`]) and the hardware
+//! ([`Hca`]): object model, per-file handle tables, IOCTL dispatch, busy
+//! rules, the QP state machine and the command-completion path.
+//!
+//! Every control verb arrives as an IOCTL at DISPATCH_LEVEL, is validated,
+//! becomes a command to the HCA and returns pending; the request completes
+//! from the DPC that drains the HCA's event queue. Nothing blocks, and no
+//! passive-level thread exists.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+pub mod hca;
+pub mod platform;
+
+pub use hca::{AsyncEvent, Command, CommandOut, Event, Hca};
+pub use platform::{
+    DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform, PoolCharge,
+    PoolTag, Request, RequestorMode, SpinLock, pool_tag,
+};
+
+impl<T: Hca> Hca for alloc::sync::Arc<T> {
+    fn caps(&self) -> &irpverbs_abi::IvQueryDeviceOut {
+        (**self).caps()
+    }
+    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
+        (**self).post_command(token, command)
+    }
+    fn poll_event(&self) -> Option<Event> {
+        (**self).poll_event()
+    }
+    fn arm_event_queue(&self) {
+        (**self).arm_event_queue();
+    }
+}
