@@ -14,8 +14,25 @@
 
 extern crate alloc;
 
+mod ah;
+mod cq;
+pub mod device;
+mod handle;
 pub mod hca;
+mod mr;
+pub mod object;
 pub mod platform;
+mod pd;
+mod port;
+mod qp;
+pub mod qp_state;
+mod srq;
+
+pub use device::{DRIVER_VERSION, Device, DeviceSnapshot, DeviceStats};
+pub use handle::MAX_OBJECTS_PER_FILE;
+pub use mr::USER_ADDRESS_LIMIT;
+pub use object::Kind;
+pub use qp::CONTROLLED_QKEY;
 
 pub use hca::{AsyncEvent, Command, CommandOut, Event, Hca};
 pub use platform::{

@@ -1,0 +1,59 @@
+//! Address handles, and the address vector checks QPs share.
+
+use irpverbs_abi::*;
+
+use crate::device::{Device, Op, State};
+use crate::object::{Ah, Body, Kind};
+use crate::{Command, FileKey, Hca, Platform};
+
+/// Checks an address vector: reserved bytes zero, a GRH (RoCE needs one),
+/// a valid port, SL and flow label in range.
+pub(crate) fn check_ah_attr(a: &IvAhAttr, caps: &IvQueryDeviceOut) -> Result<(), NtStatus> {
+    if a.reserved != [0; 2] {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    if a.is_global != 1 || a.sl > 15 || a.flow_label > 0xF_FFFF || a.hop_limit == 0 {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    crate::port::check_port(u32::from(a.port_num), caps)
+}
+
+/// `IOCTL_IV_CREATE_AH`.
+pub(crate) fn start_create_ah<P: Platform, H: Hca>(
+    d: &Device<P, H>,
+    s: &mut State<P::Request>,
+    file: FileKey,
+    i: &IvCreateAhIn,
+) -> Result<(Op, Command), NtStatus> {
+    let caps = d.hca.caps();
+    check_ah_attr(&i.attr, caps)?;
+    let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
+    let pdn = crate::pd::pdn(s, file, pd);
+    let idx = d.reserve(s, file, Body::Ah(Ah { pd, ahn: 0, attr: i.attr }), caps.max_ah)?;
+    Ok((Op::Create(idx), Command::CreateAh { pdn, attr: i.attr }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps() -> IvQueryDeviceOut {
+        IvQueryDeviceOut { phys_port_cnt: 1, ..Default::default() }
+    }
+
+    #[test]
+    fn av_checks() {
+        let good = IvAhAttr { is_global: 1, port_num: 1, hop_limit: 64, ..Default::default() };
+        assert_eq!(check_ah_attr(&good, &caps()), Ok(()));
+        for bad in [
+            IvAhAttr { is_global: 0, ..good },
+            IvAhAttr { port_num: 2, ..good },
+            IvAhAttr { sl: 16, ..good },
+            IvAhAttr { flow_label: 1 << 20, ..good },
+            IvAhAttr { reserved: [0, 1], ..good },
+            IvAhAttr { hop_limit: 0, ..good },
+        ] {
+            assert_eq!(check_ah_attr(&bad, &caps()), Err(STATUS_INVALID_PARAMETER), "{bad:?}");
+        }
+    }
+}

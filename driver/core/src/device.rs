@@ -1,0 +1,858 @@
+//! The device: files, the IOCTL dispatcher, pending commands and the DPC
+//! that completes them.
+//!
+//! # Execution model
+//! - [`Device::dispatch_ioctl`] is the I/O queue callback; it runs at
+//!   DISPATCH_LEVEL, validates the request, posts a command to the HCA and
+//!   returns with the request pending (or completes it at once when it fails
+//!   validation, or needs no command).
+//! - [`Device::dpc`] is the HCA interrupt's DPC; it drains the HCA's event
+//!   queue, applies each command's result and completes its request.
+//! - [`Device::create_file`], [`Device::cleanup_file`] and
+//!   [`Device::close_file`] are the file object callbacks (PASSIVE_LEVEL, but
+//!   they neither block nor wait: cleanup starts an asynchronous rundown).
+//!
+//! One spin lock (rank [`crate::platform::DEVICE_LOCK`]) guards all control
+//! state. Requests are completed outside it.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use irpverbs_abi::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::handle::HandleTable;
+use crate::hca::{Command, CommandOut, Event, Hca};
+use crate::object::{Body, Kind, Life, Object};
+use crate::platform::{
+    DEVICE_LOCK, FileKey, MajorFunction, Platform, PoolCharge, Request, RequestorMode, SpinLock,
+    pool_tag,
+};
+
+/// Driver version reported by `IOCTL_IV_GET_VERSION` (major.minor).
+pub const DRIVER_VERSION: u32 = 0x0001_0000;
+
+/// A response struct, written to the output buffer at completion.
+#[derive(Debug)]
+pub(crate) enum Response {
+    None,
+    Version(IvGetVersionOut),
+    Device(IvQueryDeviceOut),
+    Port(IvQueryPortOut),
+    Gid(IvQueryGidOut),
+    Pd(IvAllocPdOut),
+    Mr(IvRegMrOut),
+    Cq(IvCreateCqOut),
+    CqResize(IvResizeCqOut),
+    Qp(IvCreateQpOut),
+    QpAttr(IvQueryQpOut),
+    Srq(IvCreateSrqOut),
+    SrqAttr(IvQuerySrqOut),
+    Ah(IvCreateAhOut),
+}
+
+impl Response {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Response::None => &[],
+            Response::Version(v) => v.as_bytes(),
+            Response::Device(v) => v.as_bytes(),
+            Response::Port(v) => v.as_bytes(),
+            Response::Gid(v) => v.as_bytes(),
+            Response::Pd(v) => v.as_bytes(),
+            Response::Mr(v) => v.as_bytes(),
+            Response::Cq(v) => v.as_bytes(),
+            Response::CqResize(v) => v.as_bytes(),
+            Response::Qp(v) => v.as_bytes(),
+            Response::QpAttr(v) => v.as_bytes(),
+            Response::Srq(v) => v.as_bytes(),
+            Response::SrqAttr(v) => v.as_bytes(),
+            Response::Ah(v) => v.as_bytes(),
+        }
+    }
+}
+
+/// What a pending command will do when it completes.
+#[derive(Debug)]
+pub(crate) enum Op {
+    QueryPort,
+    QueryGid,
+    Create(u32),
+    Destroy(u32),
+    /// A destroy issued by file cleanup: no request waits for it.
+    Rundown(u32),
+    ModifyQp { qp: u32, next: u32, mask: u32, attr: IvQpAttr },
+    QueryQp(u32),
+    ResizeCq(u32),
+    ModifySrq { srq: u32, mask: u32, max_wr: u32 },
+    QuerySrq(u32),
+}
+
+pub(crate) struct Pending<R> {
+    pub file: FileKey,
+    pub request: Option<R>,
+    pub op: Op,
+}
+
+pub(crate) struct FileState {
+    pub objects: HandleTable,
+    pub cleaning_up: bool,
+    pub closed: bool,
+    /// Commands in flight on this file's objects.
+    pub inflight: usize,
+    pub charge: Option<PoolCharge>,
+}
+
+/// Counters for tools and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Commands posted to the HCA.
+    pub commands_posted: u64,
+    /// Commands that had to wait because the HCA's command queue was full.
+    pub commands_backlogged: u64,
+    /// Events with a token that names no pending command (ignored).
+    pub stray_events: u64,
+    /// Rundown destroys the HCA refused (the object was dropped anyway).
+    pub rundown_failures: u64,
+    /// Requests completed.
+    pub requests_completed: u64,
+}
+
+/// A snapshot of what the device holds, for tests and the leak check.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceSnapshot {
+    /// Open (or not yet run down) files.
+    pub files: usize,
+    /// Live objects of each kind, indexed by `Kind as usize - 1`.
+    pub objects: [u32; 6],
+    /// Commands in flight or backlogged.
+    pub pending_commands: usize,
+}
+
+pub(crate) struct State<R> {
+    pub files: BTreeMap<FileKey, FileState>,
+    pending: Vec<(u32, Option<Pending<R>>)>,
+    pending_free: Vec<u32>,
+    pending_len: usize,
+    backlog: VecDeque<(u64, Command)>,
+    next_generation: u32,
+    pub counts: [u32; 6],
+    pub removed: bool,
+    pub stats: DeviceStats,
+}
+
+impl<R> State<R> {
+    pub(crate) fn generation(&mut self) -> u32 {
+        self.next_generation = self.next_generation.wrapping_add(1);
+        if self.next_generation == 0 {
+            self.next_generation = 1;
+        }
+        self.next_generation
+    }
+
+    fn add_pending(&mut self, p: Pending<R>) -> u64 {
+        let idx = if let Some(i) = self.pending_free.pop() {
+            i
+        } else {
+            self.pending.push((0, None));
+            (self.pending.len() - 1) as u32
+        };
+        let slot = &mut self.pending[idx as usize];
+        slot.0 = slot.0.wrapping_add(1);
+        slot.1 = Some(p);
+        self.pending_len += 1;
+        (u64::from(slot.0) << 32) | u64::from(idx)
+    }
+
+    fn take_pending(&mut self, token: u64) -> Option<Pending<R>> {
+        let idx = (token & 0xFFFF_FFFF) as usize;
+        let seq = (token >> 32) as u32;
+        let slot = self.pending.get_mut(idx)?;
+        if slot.0 != seq {
+            return None;
+        }
+        let p = slot.1.take()?;
+        self.pending_free.push(idx as u32);
+        self.pending_len -= 1;
+        Some(p)
+    }
+
+    pub(crate) fn file(&mut self, file: FileKey) -> Result<&mut FileState, NtStatus> {
+        match self.files.get_mut(&file) {
+            Some(f) if f.cleaning_up => Err(STATUS_DELETE_PENDING),
+            Some(f) => Ok(f),
+            None => Err(STATUS_INVALID_HANDLE),
+        }
+    }
+}
+
+/// A parsed, length-checked request.
+#[derive(Debug)]
+pub(crate) enum Verb {
+    QueryPort(IvQueryPortIn),
+    QueryGid(IvQueryGidIn),
+    AllocPd(IvAllocPdIn),
+    RegMr(IvRegMrIn, bool),
+    CreateCq(IvCreateCqIn),
+    ResizeCq(IvResizeCqIn),
+    CreateQp(IvCreateQpIn),
+    ModifyQp(IvModifyQpIn),
+    QueryQp(IvHandleIn),
+    CreateSrq(IvCreateSrqIn),
+    ModifySrq(IvModifySrqIn),
+    QuerySrq(IvHandleIn),
+    CreateAh(IvCreateAhIn),
+    Destroy(IvHandleIn, Kind),
+}
+
+/// A verb that ends without a command: refused, with its status.
+pub(crate) enum Started {
+    /// Complete the request with this status and response.
+    Done(NtStatus, Response),
+}
+
+/// The irpverbs device, generic over the OS and the hardware.
+pub struct Device<P: Platform, H: Hca> {
+    pub(crate) platform: Arc<P>,
+    pub(crate) hca: H,
+    pub(crate) state: P::Lock<State<P::Request>>,
+}
+
+impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Device").finish_non_exhaustive()
+    }
+}
+
+const FILE_TAG: u32 = pool_tag(b"IvFl");
+
+impl<P: Platform, H: Hca> Device<P, H> {
+    /// Creates the device over `hca` (EvtDriverDeviceAdd / D0Entry).
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn new(platform: Arc<P>, hca: H) -> Self {
+        let state = platform.new_lock(
+            &DEVICE_LOCK,
+            State {
+                files: BTreeMap::new(),
+                pending: Vec::new(),
+                pending_free: Vec::new(),
+                pending_len: 0,
+                backlog: VecDeque::new(),
+                next_generation: 0,
+                counts: [0; 6],
+                removed: false,
+                stats: DeviceStats::default(),
+            },
+        );
+        hca.arm_event_queue();
+        Self { platform, hca, state }
+    }
+
+    /// The HCA.
+    pub fn hca(&self) -> &H {
+        &self.hca
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &Arc<P> {
+        &self.platform
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.state.lock(|s| s.stats)
+    }
+
+    /// What the device holds now.
+    pub fn snapshot(&self) -> DeviceSnapshot {
+        self.state.lock(|s| DeviceSnapshot {
+            files: s.files.len(),
+            objects: s.counts,
+            pending_commands: s.pending_len + s.backlog.len(),
+        })
+    }
+
+    // ------------------------------------------------------------- files
+
+    /// A file was opened (EvtDeviceFileCreate).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_DEVICE_REMOVED` after removal; `STATUS_INSUFFICIENT_RESOURCES`
+    /// when pool is refused; `STATUS_INVALID_PARAMETER` for a key in use.
+    pub fn create_file(&self, file: FileKey) -> Result<(), NtStatus> {
+        let charge = self.platform.pool_charge(FILE_TAG, size_of::<FileState>())?;
+        let refused = self.state.lock(|s| {
+            if s.removed {
+                return Some((charge, STATUS_DEVICE_REMOVED));
+            }
+            if s.files.contains_key(&file) {
+                return Some((charge, STATUS_INVALID_PARAMETER));
+            }
+            s.files.insert(
+                file,
+                FileState {
+                    objects: HandleTable::new(),
+                    cleaning_up: false,
+                    closed: false,
+                    inflight: 0,
+                    charge: Some(charge),
+                },
+            );
+            None
+        });
+        match refused {
+            Some((charge, status)) => {
+                self.platform.pool_release(charge);
+                Err(status)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The last handle to a file was closed (EvtFileCleanup): no new verbs
+    /// are accepted on it (`STATUS_DELETE_PENDING`), and its objects are
+    /// destroyed children first, asynchronously. Requests already pending
+    /// complete as their commands do.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. Never blocks.
+    pub fn cleanup_file(&self, file: FileKey) {
+        let charge = self.state.lock(|s| {
+            let f = s.files.get_mut(&file)?;
+            f.cleaning_up = true;
+            self.advance_rundown(s, file)
+        });
+        if let Some(c) = charge {
+            self.platform.pool_release(c);
+        }
+    }
+
+    /// The file object is going away (EvtFileClose). Its state is freed as
+    /// soon as its rundown finishes.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn close_file(&self, file: FileKey) {
+        let charge = self.state.lock(|s| {
+            let f = s.files.get_mut(&file)?;
+            f.cleaning_up = true;
+            f.closed = true;
+            self.advance_rundown(s, file)
+        });
+        if let Some(c) = charge {
+            self.platform.pool_release(c);
+        }
+    }
+
+    /// True once a cleaned-up file has no objects and no commands in flight.
+    pub fn file_rundown_complete(&self, file: FileKey) -> bool {
+        self.state.lock(|s| {
+            s.files.get(&file).is_none_or(|f| f.cleaning_up && f.objects.len() == 0 && f.inflight == 0)
+        })
+    }
+
+    /// Destroys what can be destroyed now on a cleaned-up file (objects with
+    /// no dependents and nothing in flight), and frees the file when it is
+    /// empty and closed. Returns the file's pool charge when it was freed.
+    fn advance_rundown(&self, s: &mut State<P::Request>, file: FileKey) -> Option<PoolCharge> {
+        loop {
+            let f = s.files.get_mut(&file)?;
+            if !f.cleaning_up {
+                return None;
+            }
+            let ready: Vec<u32> = f
+                .objects
+                .indices()
+                .filter(|&i| {
+                    let o = f.objects.get(i);
+                    o.life == Life::Live && !o.busy && o.dependents == 0
+                })
+                .collect();
+            if ready.is_empty() {
+                break;
+            }
+            for idx in ready {
+                if s.removed {
+                    self.free_object(s, file, idx);
+                } else {
+                    let f = s.files.get_mut(&file)?;
+                    let o = f.objects.get_mut(idx);
+                    o.life = Life::Destroying;
+                    let cmd = o.destroy_command();
+                    self.post(s, file, None, Op::Rundown(idx), cmd);
+                }
+            }
+            if !s.removed {
+                break;
+            }
+        }
+        let f = s.files.get(&file)?;
+        if f.closed && f.objects.len() == 0 && f.inflight == 0 {
+            return s.files.remove(&file).and_then(|f| f.charge);
+        }
+        None
+    }
+
+    /// Removes an object, releases its pool and its parents' dependent counts.
+    pub(crate) fn free_object(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let Some(f) = s.files.get_mut(&file) else { return };
+        let o = f.objects.remove(idx);
+        for p in o.parents().into_iter().flatten() {
+            let parent = f.objects.get_mut(p);
+            parent.dependents = parent.dependents.saturating_sub(1);
+        }
+        let kind = o.kind();
+        s.counts[kind.index()] = s.counts[kind.index()].saturating_sub(1);
+        if let Some(c) = o.charge {
+            self.platform.pool_release(c);
+        }
+    }
+
+    // ------------------------------------------------------------- dispatch
+
+    /// The I/O queue callback for `IRP_MJ_DEVICE_CONTROL` and
+    /// `IRP_MJ_INTERNAL_DEVICE_CONTROL`.
+    ///
+    /// IRQL: DISPATCH_LEVEL (a dispatch-level queue). Never blocks. The
+    /// request is either completed before this returns (validation failure,
+    /// or a verb that needs no command) or left pending until the command's
+    /// completion reaches [`Device::dpc`].
+    pub fn dispatch_ioctl(&self, mut request: P::Request) {
+        let min_out = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
+        if request.output().len() < min_out {
+            return self.complete(request, STATUS_BUFFER_TOO_SMALL, &Response::None);
+        }
+        let verb = match self.parse(&request) {
+            Ok(Ok(v)) => v,
+            Ok(Err(response)) => return self.complete(request, STATUS_SUCCESS, &response),
+            Err(status) => return self.complete(request, status, &Response::None),
+        };
+        let file = request.file();
+        let mode = request.requestor_mode();
+        let outcome = self.state.lock(|s| {
+            if s.removed {
+                if let Verb::Destroy(h, kind) = &verb {
+                    return match self.destroy_removed(s, file, h.handle, *kind) {
+                        Ok(()) => Err((request, STATUS_SUCCESS, Response::None)),
+                        Err(st) => Err((request, st, Response::None)),
+                    };
+                }
+                return Err((request, STATUS_DEVICE_REMOVED, Response::None));
+            }
+            match self.start(s, file, mode, verb) {
+                Ok((op, cmd)) => {
+                    self.post(s, file, Some(request), op, cmd);
+                    Ok(())
+                }
+                Err(Started::Done(st, r)) => Err((request, st, r)),
+            }
+        });
+        if let Err((req, status, response)) = outcome {
+            self.complete(req, status, &response);
+        }
+    }
+
+    /// Checks the code, caller, lengths and alignment, and parses the input.
+    /// `Ok(Err(response))`: the verb is answered without a command.
+    fn parse(&self, request: &P::Request) -> Result<Result<Verb, Response>, NtStatus> {
+        let code = request.ioctl_code();
+        let info = ioctl_info(code).ok_or(STATUS_INVALID_DEVICE_REQUEST)?;
+        let mode = request.requestor_mode();
+        if mode == RequestorMode::User
+            && (info.kernel_only || request.major_function() == MajorFunction::InternalDeviceControl)
+        {
+            return Err(STATUS_ACCESS_DENIED);
+        }
+        let input = request.input();
+        if input.len() != info.input_len {
+            return Err(STATUS_INFO_LENGTH_MISMATCH);
+        }
+        if !input.is_empty() && (input.as_ptr() as usize) % 8 != 0 {
+            return Err(STATUS_DATATYPE_MISALIGNMENT_ERROR);
+        }
+        fn read<T: FromBytes>(input: &[u8]) -> Result<T, NtStatus> {
+            T::read_from_bytes(input).map_err(|_| STATUS_INFO_LENGTH_MISMATCH)
+        }
+        let v = match code {
+            IOCTL_IV_GET_VERSION => {
+                return Ok(Err(Response::Version(IvGetVersionOut {
+                    abi_version: IV_ABI_VERSION,
+                    driver_version: DRIVER_VERSION,
+                })));
+            }
+            IOCTL_IV_QUERY_DEVICE => {
+                let mut caps = *self.hca.caps();
+                caps.abi_version = IV_ABI_VERSION;
+                return Ok(Err(Response::Device(caps)));
+            }
+            IOCTL_IV_QUERY_PORT => Verb::QueryPort(read(input)?),
+            IOCTL_IV_QUERY_GID => Verb::QueryGid(read(input)?),
+            IOCTL_IV_ALLOC_PD => Verb::AllocPd(read(input)?),
+            IOCTL_IV_DEALLOC_PD => Verb::Destroy(read(input)?, Kind::Pd),
+            IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false),
+            IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true),
+            IOCTL_IV_DEREG_MR => Verb::Destroy(read(input)?, Kind::Mr),
+            IOCTL_IV_CREATE_CQ => Verb::CreateCq(read(input)?),
+            IOCTL_IV_RESIZE_CQ => Verb::ResizeCq(read(input)?),
+            IOCTL_IV_DESTROY_CQ => Verb::Destroy(read(input)?, Kind::Cq),
+            IOCTL_IV_CREATE_QP => Verb::CreateQp(read(input)?),
+            IOCTL_IV_MODIFY_QP => Verb::ModifyQp(read(input)?),
+            IOCTL_IV_QUERY_QP => Verb::QueryQp(read(input)?),
+            IOCTL_IV_DESTROY_QP => Verb::Destroy(read(input)?, Kind::Qp),
+            IOCTL_IV_CREATE_SRQ => Verb::CreateSrq(read(input)?),
+            IOCTL_IV_MODIFY_SRQ => Verb::ModifySrq(read(input)?),
+            IOCTL_IV_QUERY_SRQ => Verb::QuerySrq(read(input)?),
+            IOCTL_IV_DESTROY_SRQ => Verb::Destroy(read(input)?, Kind::Srq),
+            IOCTL_IV_CREATE_AH => Verb::CreateAh(read(input)?),
+            IOCTL_IV_DESTROY_AH => Verb::Destroy(read(input)?, Kind::Ah),
+            _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
+        };
+        Ok(Ok(v))
+    }
+
+    /// Validates a verb against the file's objects and builds its command.
+    fn start(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        mode: RequestorMode,
+        verb: Verb,
+    ) -> Result<(Op, Command), Started> {
+        let fail = |st| Started::Done(st, Response::None);
+        s.file(file).map_err(fail)?;
+        let caps = self.hca.caps();
+        match verb {
+            Verb::QueryPort(i) => {
+                crate::port::check_query_port(&i, caps).map_err(fail)?;
+                Ok((Op::QueryPort, Command::QueryPort { port: i.port_num as u8 }))
+            }
+            Verb::QueryGid(i) => {
+                crate::port::check_query_gid(&i, caps).map_err(fail)?;
+                Ok((Op::QueryGid, Command::QueryGid { port: i.port_num as u8, index: i.index }))
+            }
+            Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
+            Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),
+            Verb::RegMr(i, physical) => {
+                crate::mr::start_reg_mr(self, s, file, mode, &i, physical).map_err(fail)
+            }
+            Verb::CreateCq(i) => crate::cq::start_create_cq(self, s, file, &i).map_err(fail),
+            Verb::ResizeCq(i) => crate::cq::start_resize_cq(self, s, file, &i).map_err(fail),
+            Verb::CreateQp(i) => crate::qp::start_create_qp(self, s, file, &i).map_err(fail),
+            Verb::ModifyQp(i) => crate::qp::start_modify_qp(self, s, file, mode, &i).map_err(fail),
+            Verb::QueryQp(i) => crate::qp::start_query_qp(s, file, &i).map_err(fail),
+            Verb::CreateSrq(i) => crate::srq::start_create_srq(self, s, file, &i).map_err(fail),
+            Verb::ModifySrq(i) => crate::srq::start_modify_srq(self, s, file, &i).map_err(fail),
+            Verb::QuerySrq(i) => crate::srq::start_query_srq(s, file, &i).map_err(fail),
+            Verb::CreateAh(i) => crate::ah::start_create_ah(self, s, file, &i).map_err(fail),
+        }
+    }
+
+    /// Reserves a slot for an object whose create command is about to be
+    /// posted: checks the device limit, charges pool, counts the parents'
+    /// new dependent.
+    pub(crate) fn reserve(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        body: Body,
+        limit: u32,
+    ) -> Result<u32, NtStatus> {
+        let probe = Object { life: Life::Creating, busy: false, dependents: 0, charge: None, body };
+        let kind = probe.kind();
+        if s.counts[kind.index()] >= limit {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        let charge = self.platform.pool_charge(kind.tag(), size_of::<Object>())?;
+        let generation = s.generation();
+        let f = s.file(file)?;
+        let parents = probe.parents();
+        let idx = match f.objects.insert(generation, Object { charge: Some(charge), ..probe }) {
+            Ok(i) => i,
+            Err(rejected) => {
+                if let Some(c) = rejected.charge {
+                    self.platform.pool_release(c);
+                }
+                return Err(STATUS_INSUFFICIENT_RESOURCES);
+            }
+        };
+        for p in parents.into_iter().flatten() {
+            f.objects.get_mut(p).dependents += 1;
+        }
+        s.counts[kind.index()] += 1;
+        Ok(idx)
+    }
+
+    fn start_destroy(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        handle: IvHandle,
+        kind: Kind,
+    ) -> Result<(Op, Command), NtStatus> {
+        let f = s.file(file)?;
+        let idx = f.objects.lookup(handle, kind)?;
+        let o = f.objects.get_mut(idx);
+        if o.dependents != 0 || o.busy {
+            return Err(STATUS_DEVICE_BUSY);
+        }
+        o.life = Life::Destroying;
+        Ok((Op::Destroy(idx), o.destroy_command()))
+    }
+
+    /// Destroy on a removed device: the hardware is gone, so the object is
+    /// simply freed (busy rules still apply).
+    fn destroy_removed(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        handle: IvHandle,
+        kind: Kind,
+    ) -> Result<(), NtStatus> {
+        let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
+        let idx = f.objects.lookup(handle, kind)?;
+        let o = f.objects.get(idx);
+        if o.dependents != 0 || o.busy {
+            return Err(STATUS_DEVICE_BUSY);
+        }
+        self.free_object(s, file, idx);
+        Ok(())
+    }
+
+    /// Posts a command (or backlogs it behind earlier ones).
+    fn post(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        request: Option<P::Request>,
+        op: Op,
+        cmd: Command,
+    ) {
+        if let Some(f) = s.files.get_mut(&file) {
+            f.inflight += 1;
+        }
+        let token = s.add_pending(Pending { file, request, op });
+        s.stats.commands_posted += 1;
+        if !s.backlog.is_empty() {
+            s.backlog.push_back((token, cmd));
+            s.stats.commands_backlogged += 1;
+            return;
+        }
+        if let Err(cmd) = self.hca.post_command(token, cmd) {
+            s.backlog.push_back((token, cmd));
+            s.stats.commands_backlogged += 1;
+        }
+    }
+
+    fn flush_backlog(&self, s: &mut State<P::Request>) {
+        while let Some((token, cmd)) = s.backlog.pop_front() {
+            if let Err(cmd) = self.hca.post_command(token, cmd) {
+                s.backlog.push_front((token, cmd));
+                break;
+            }
+        }
+    }
+
+    /// Writes the response and completes the request.
+    pub(crate) fn complete(&self, mut request: P::Request, status: NtStatus, response: &Response) {
+        let bytes = response.bytes();
+        let info = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
+        let (status, written) = if nt_success(status) {
+            let out = request.output();
+            if out.len() < info.max(bytes.len()) {
+                (STATUS_BUFFER_TOO_SMALL, 0)
+            } else if let Some(dst) = out.get_mut(..bytes.len()) {
+                dst.copy_from_slice(bytes);
+                (status, bytes.len())
+            } else {
+                (STATUS_BUFFER_TOO_SMALL, 0)
+            }
+        } else {
+            (status, 0)
+        };
+        request.complete(status, written);
+    }
+
+    // ------------------------------------------------------------- DPC
+
+    /// The HCA interrupt's DPC: drains the event queue, applies every
+    /// command result, completes requests, posts backlogged commands, and
+    /// re-arms the event queue.
+    ///
+    /// IRQL: DISPATCH_LEVEL.
+    pub fn dpc(&self) {
+        while let Some(event) = self.hca.poll_event() {
+            let done = self.state.lock(|s| {
+                let r = self.handle_event(s, event);
+                self.flush_backlog(s);
+                r
+            });
+            if let Some((req, status, response)) = done {
+                self.complete(req, status, &response);
+            }
+        }
+        self.hca.arm_event_queue();
+    }
+
+    fn handle_event(
+        &self,
+        s: &mut State<P::Request>,
+        event: Event,
+    ) -> Option<(P::Request, NtStatus, Response)> {
+        let Event::CommandDone { token, status, out } = event else {
+            // Completion and async events are delivered by the data-path
+            // layer; with nobody waiting they are dropped here.
+            return None;
+        };
+        let Some(p) = s.take_pending(token) else {
+            s.stats.stray_events += 1;
+            return None;
+        };
+        s.stats.requests_completed += u64::from(p.request.is_some());
+        if let Some(f) = s.files.get_mut(&p.file) {
+            f.inflight = f.inflight.saturating_sub(1);
+        }
+        let (status, response) = self.apply(s, p.file, p.op, status, out);
+        let charge = self.advance_rundown(s, p.file);
+        if let Some(c) = charge {
+            self.platform.pool_release(c);
+        }
+        p.request.map(|r| (r, status, response))
+    }
+
+    /// Applies a command's result to the driver's objects.
+    fn apply(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        op: Op,
+        status: NtStatus,
+        out: CommandOut,
+    ) -> (NtStatus, Response) {
+        let ok = nt_success(status);
+        match op {
+            Op::QueryPort => match out {
+                CommandOut::Port(p) if ok => (status, Response::Port(p)),
+                _ => (fail_status(status), Response::None),
+            },
+            Op::QueryGid => match out {
+                CommandOut::Gid(gid) if ok => (status, Response::Gid(IvQueryGidOut { gid })),
+                _ => (fail_status(status), Response::None),
+            },
+            Op::Create(idx) => {
+                let Some(f) = s.files.get_mut(&file) else { return (status, Response::None) };
+                let handle = f.objects.handle_of(idx);
+                let o = f.objects.get_mut(idx);
+                match crate::object::apply_created(o, handle, ok, out) {
+                    Some(response) => {
+                        o.life = Life::Live;
+                        (status, response)
+                    }
+                    None => {
+                        self.free_object(s, file, idx);
+                        (fail_status(status), Response::None)
+                    }
+                }
+            }
+            Op::Destroy(idx) => {
+                if ok {
+                    self.free_object(s, file, idx);
+                } else if let Some(f) = s.files.get_mut(&file) {
+                    f.objects.get_mut(idx).life = Life::Live;
+                }
+                (status, Response::None)
+            }
+            Op::Rundown(idx) => {
+                if !ok {
+                    s.stats.rundown_failures += 1;
+                }
+                self.free_object(s, file, idx);
+                (status, Response::None)
+            }
+            Op::ModifyQp { qp, next, mask, attr } => {
+                crate::qp::finish_modify_qp(s, file, qp, next, mask, &attr, ok);
+                (status, Response::None)
+            }
+            Op::QueryQp(qp) => crate::qp::finish_query_qp(s, file, qp, status, out),
+            Op::ResizeCq(cq) => crate::cq::finish_resize_cq(s, file, cq, status, out),
+            Op::ModifySrq { srq, mask, max_wr } => {
+                crate::srq::finish_modify_srq(s, file, srq, mask, max_wr, ok);
+                (status, Response::None)
+            }
+            Op::QuerySrq(srq) => crate::srq::finish_query_srq(s, file, srq, status, out),
+        }
+    }
+
+    // ------------------------------------------------------------- removal
+
+    /// The device is being removed (surprise or orderly): every pending
+    /// request completes (`STATUS_DEVICE_REMOVED`, destroys succeed), new
+    /// verbs fail with `STATUS_DEVICE_REMOVED`, destroys still succeed.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn remove(&self) {
+        let mut done = Vec::new();
+        let mut charges = Vec::new();
+        self.state.lock(|s| {
+            s.removed = true;
+            s.backlog.clear();
+            for i in 0..s.pending.len() {
+                let Some(p) = s.pending[i].1.take() else { continue };
+                s.pending_free.push(i as u32);
+                s.pending_len -= 1;
+                if let Some(f) = s.files.get_mut(&p.file) {
+                    f.inflight = f.inflight.saturating_sub(1);
+                }
+                let status = match p.op {
+                    Op::Destroy(idx) | Op::Rundown(idx) => {
+                        self.free_object(s, p.file, idx);
+                        STATUS_SUCCESS
+                    }
+                    Op::Create(idx) => {
+                        self.free_object(s, p.file, idx);
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::ModifyQp { qp: idx, .. }
+                    | Op::QueryQp(idx)
+                    | Op::ResizeCq(idx)
+                    | Op::ModifySrq { srq: idx, .. }
+                    | Op::QuerySrq(idx) => {
+                        if let Some(f) = s.files.get_mut(&p.file) {
+                            f.objects.get_mut(idx).busy = false;
+                        }
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::QueryPort | Op::QueryGid => STATUS_DEVICE_REMOVED,
+                };
+                if let Some(r) = p.request {
+                    s.stats.requests_completed += 1;
+                    done.push((r, status));
+                }
+            }
+            let keys: Vec<FileKey> = s.files.keys().copied().collect();
+            for k in keys {
+                if let Some(c) = self.advance_rundown(s, k) {
+                    charges.push(c);
+                }
+            }
+        });
+        for c in charges {
+            self.platform.pool_release(c);
+        }
+        for (r, status) in done {
+            self.complete(r, status, &Response::None);
+        }
+    }
+
+    /// True after [`Device::remove`].
+    pub fn is_removed(&self) -> bool {
+        self.state.lock(|s| s.removed)
+    }
+}
+
+/// A failed command with a success status and no output is a firmware bug:
+/// report it as a hardware error rather than success.
+fn fail_status(status: NtStatus) -> NtStatus {
+    if nt_success(status) { STATUS_DEVICE_HARDWARE_ERROR } else { status }
+}

@@ -1,0 +1,214 @@
+//! The driver's objects and what they have in common: a life state, an
+//! operation-in-flight flag, a count of dependents, and a pool charge.
+
+use irpverbs_abi::{IvAhAttr, IvQpAttr, IvQpCap};
+
+use crate::platform::{PoolCharge, PoolTag, pool_tag};
+
+/// Object kinds; the value is stored in the handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Kind {
+    /// Protection domain.
+    Pd = 1,
+    /// Memory region.
+    Mr = 2,
+    /// Completion queue.
+    Cq = 3,
+    /// Queue pair.
+    Qp = 4,
+    /// Shared receive queue.
+    Srq = 5,
+    /// Address handle.
+    Ah = 6,
+}
+
+impl Kind {
+    /// All kinds, for statistics.
+    pub const ALL: [Kind; 6] = [Kind::Pd, Kind::Mr, Kind::Cq, Kind::Qp, Kind::Srq, Kind::Ah];
+
+    pub(crate) const fn tag(self) -> PoolTag {
+        match self {
+            Kind::Pd => pool_tag(b"IvPd"),
+            Kind::Mr => pool_tag(b"IvMr"),
+            Kind::Cq => pool_tag(b"IvCq"),
+            Kind::Qp => pool_tag(b"IvQp"),
+            Kind::Srq => pool_tag(b"IvSr"),
+            Kind::Ah => pool_tag(b"IvAh"),
+        }
+    }
+
+    pub(crate) const fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
+/// Where an object is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Life {
+    /// Its create command is in flight; the handle is not usable yet.
+    Creating,
+    /// Usable.
+    Live,
+    /// Its destroy command is in flight; the handle is no longer usable.
+    Destroying,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pd {
+    pub pdn: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Mr {
+    pub pd: u32,
+    pub lkey: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cq {
+    pub cqn: u32,
+    pub cqe: u32,
+    #[allow(dead_code)]
+    pub user_context: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub qpn: u32,
+    pub qp_type: u32,
+    pub cap: IvQpCap,
+    /// The state as of the last completed modify; the HCA may have moved
+    /// the QP to ERR or SQE since (the modify command then fails).
+    pub state: u32,
+    #[allow(dead_code)]
+    pub user_context: u64,
+    #[allow(dead_code)]
+    pub attr: IvQpAttr,
+}
+
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: u32,
+    pub srqn: u32,
+    pub max_wr: u32,
+    #[allow(dead_code)]
+    pub user_context: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ah {
+    pub pd: u32,
+    pub ahn: u32,
+    #[allow(dead_code)]
+    pub attr: IvAhAttr,
+}
+
+#[derive(Debug)]
+pub(crate) enum Body {
+    Pd(Pd),
+    Mr(Mr),
+    Cq(Cq),
+    Qp(Qp),
+    Srq(Srq),
+    Ah(Ah),
+}
+
+#[derive(Debug)]
+pub(crate) struct Object {
+    pub life: Life,
+    /// A modify, resize or query command is in flight.
+    pub busy: bool,
+    /// Objects that reference this one (QPs on a CQ, MRs on a PD, ...).
+    pub dependents: u32,
+    pub charge: Option<PoolCharge>,
+    pub body: Body,
+}
+
+impl Object {
+    pub(crate) fn kind(&self) -> Kind {
+        match self.body {
+            Body::Pd(_) => Kind::Pd,
+            Body::Mr(_) => Kind::Mr,
+            Body::Cq(_) => Kind::Cq,
+            Body::Qp(_) => Kind::Qp,
+            Body::Srq(_) => Kind::Srq,
+            Body::Ah(_) => Kind::Ah,
+        }
+    }
+
+    /// Indices (in the same file's table) of the objects this one depends on.
+    pub(crate) fn parents(&self) -> [Option<u32>; 4] {
+        match &self.body {
+            Body::Pd(_) | Body::Cq(_) => [None; 4],
+            Body::Mr(m) => [Some(m.pd), None, None, None],
+            Body::Srq(s) => [Some(s.pd), None, None, None],
+            Body::Ah(a) => [Some(a.pd), None, None, None],
+            Body::Qp(q) => [Some(q.pd), Some(q.send_cq), Some(q.recv_cq), q.srq],
+        }
+    }
+
+    /// The command that destroys this object in the HCA.
+    pub(crate) fn destroy_command(&self) -> crate::Command {
+        use crate::Command;
+        match &self.body {
+            Body::Pd(p) => Command::DeallocPd { pdn: p.pdn },
+            Body::Mr(m) => Command::DeregMr { lkey: m.lkey },
+            Body::Cq(c) => Command::DestroyCq { cqn: c.cqn },
+            Body::Qp(q) => Command::DestroyQp { qpn: q.qpn },
+            Body::Srq(s) => Command::DestroySrq { srqn: s.srqn },
+            Body::Ah(a) => Command::DestroyAh { ahn: a.ahn },
+        }
+    }
+}
+
+/// Fills in what the HCA assigned to a newly created object and builds the
+/// create response. `None` when the command failed (or returned output of
+/// the wrong shape, a firmware bug treated as failure).
+pub(crate) fn apply_created(
+    o: &mut Object,
+    handle: irpverbs_abi::IvHandle,
+    ok: bool,
+    out: crate::CommandOut,
+) -> Option<crate::device::Response> {
+    use crate::CommandOut as C;
+    use crate::device::Response as R;
+    use irpverbs_abi::*;
+    if !ok {
+        return None;
+    }
+    match (&mut o.body, out) {
+        (Body::Pd(p), C::Pd { pdn }) => {
+            p.pdn = pdn;
+            Some(R::Pd(IvAllocPdOut { pd: handle, pdn, reserved: 0 }))
+        }
+        (Body::Mr(m), C::Mr { lkey, rkey }) => {
+            m.lkey = lkey;
+            Some(R::Mr(IvRegMrOut { mr: handle, lkey, rkey }))
+        }
+        (Body::Cq(c), C::Cq { cqn, cqe }) => {
+            c.cqn = cqn;
+            c.cqe = cqe;
+            Some(R::Cq(IvCreateCqOut { cq: handle, cqn, cqe }))
+        }
+        (Body::Qp(q), C::Qp { qpn, cap }) => {
+            q.qpn = qpn;
+            q.cap = cap;
+            Some(R::Qp(IvCreateQpOut { qp: handle, qpn, reserved: 0, cap }))
+        }
+        (Body::Srq(s), C::Srq { srqn, max_wr, max_sge }) => {
+            s.srqn = srqn;
+            s.max_wr = max_wr;
+            Some(R::Srq(IvCreateSrqOut { srq: handle, srqn, max_wr, max_sge, reserved: 0 }))
+        }
+        (Body::Ah(a), C::Ah { ahn }) => {
+            a.ahn = ahn;
+            Some(R::Ah(IvCreateAhOut { ah: handle }))
+        }
+        _ => None,
+    }
+}
