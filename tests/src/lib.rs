@@ -1,1 +1,42 @@
+//! # irpverbs conformance suite
+//!
+//! Black-box tests that talk to an irpverbs device only through IOCTLs,
+//! behind the small [`Dut`] trait, so the same suite runs against the host
+//! device (the driver in-process over the soft HCA) and, on Windows, against
+//! the installed `irpverbs.sys` through `DeviceIoControl`.
+//!
+//! Every test takes a `&dyn Dut`, returns `Result<(), String>` with a message
+//! that names what differed, and leaves nothing open. [`SUITE`] lists them.
+#![forbid(unsafe_code)]
 
+mod client;
+mod suite;
+
+pub use client::{Client, IoctlResult};
+pub use suite::SUITE;
+
+use irpverbs_abi::NtStatus;
+
+/// One open of the device under test (a file handle).
+pub trait DutFile: Send + Sync {
+    /// Issues an IOCTL and waits for its completion: the completion status
+    /// and the output bytes the driver reported (`information` long).
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>);
+}
+
+/// The device under test.
+pub trait Dut: Send + Sync {
+    /// Opens the device (`CreateFile`).
+    ///
+    /// # Errors
+    /// The status the open failed with.
+    fn open(&self) -> Result<Box<dyn DutFile>, NtStatus>;
+
+    /// Called after a test closed all its files: `Err` if the device still
+    /// holds anything of theirs (objects, pool, pending requests). A device
+    /// that cannot tell (the real driver) returns `Ok`.
+    ///
+    /// # Errors
+    /// What leaked.
+    fn check_quiescent(&self) -> Result<(), String>;
+}

@@ -29,7 +29,16 @@ pub(crate) fn start_create_ah<P: Platform, H: Hca>(
     check_ah_attr(&i.attr, caps)?;
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let pdn = crate::pd::pdn(s, file, pd);
-    let idx = d.reserve(s, file, Body::Ah(Ah { pd, ahn: 0, attr: i.attr }), caps.max_ah)?;
+    let idx = d.reserve(
+        s,
+        file,
+        Body::Ah(Ah {
+            pd,
+            ahn: 0,
+            attr: i.attr,
+        }),
+        caps.max_ah,
+    )?;
     Ok((Op::Create(idx), Command::CreateAh { pdn, attr: i.attr }))
 }
 
@@ -38,22 +47,49 @@ mod tests {
     use super::*;
 
     fn caps() -> IvQueryDeviceOut {
-        IvQueryDeviceOut { phys_port_cnt: 1, ..Default::default() }
+        IvQueryDeviceOut {
+            phys_port_cnt: 1,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn av_checks() {
-        let good = IvAhAttr { is_global: 1, port_num: 1, hop_limit: 64, ..Default::default() };
+        let good = IvAhAttr {
+            is_global: 1,
+            port_num: 1,
+            hop_limit: 64,
+            ..Default::default()
+        };
         assert_eq!(check_ah_attr(&good, &caps()), Ok(()));
         for bad in [
-            IvAhAttr { is_global: 0, ..good },
-            IvAhAttr { port_num: 2, ..good },
+            IvAhAttr {
+                is_global: 0,
+                ..good
+            },
+            IvAhAttr {
+                port_num: 2,
+                ..good
+            },
             IvAhAttr { sl: 16, ..good },
-            IvAhAttr { flow_label: 1 << 20, ..good },
-            IvAhAttr { reserved: [0, 1], ..good },
-            IvAhAttr { hop_limit: 0, ..good },
+            IvAhAttr {
+                flow_label: 1 << 20,
+                ..good
+            },
+            IvAhAttr {
+                reserved: [0, 1],
+                ..good
+            },
+            IvAhAttr {
+                hop_limit: 0,
+                ..good
+            },
         ] {
-            assert_eq!(check_ah_attr(&bad, &caps()), Err(STATUS_INVALID_PARAMETER), "{bad:?}");
+            assert_eq!(
+                check_ah_attr(&bad, &caps()),
+                Err(STATUS_INVALID_PARAMETER),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -30,9 +30,19 @@ pub(crate) fn start_create_cq<P: Platform, H: Hca>(
         // not a channel handle.
         return Err(STATUS_INVALID_HANDLE);
     }
-    let body = Body::Cq(Cq { cqn: 0, cqe: 0, user_context: i.user_context });
+    let body = Body::Cq(Cq {
+        cqn: 0,
+        cqe: 0,
+        user_context: i.user_context,
+    });
     let idx = d.reserve(s, file, body, caps.max_cq)?;
-    Ok((Op::Create(idx), Command::CreateCq { cqe: i.cqe, comp_vector: i.comp_vector }))
+    Ok((
+        Op::Create(idx),
+        Command::CreateCq {
+            cqe: i.cqe,
+            comp_vector: i.comp_vector,
+        },
+    ))
 }
 
 /// `IOCTL_IV_RESIZE_CQ`.
@@ -52,7 +62,9 @@ pub(crate) fn start_resize_cq<P: Platform, H: Hca>(
     if o.busy {
         return Err(STATUS_DEVICE_BUSY);
     }
-    let Body::Cq(c) = &o.body else { return Err(STATUS_INVALID_HANDLE) };
+    let Body::Cq(c) = &o.body else {
+        return Err(STATUS_INVALID_HANDLE);
+    };
     let cqn = c.cqn;
     o.busy = true;
     Ok((Op::ResizeCq(idx), Command::ResizeCq { cqn, cqe: i.cqe }))
@@ -65,13 +77,18 @@ pub(crate) fn finish_resize_cq<R>(
     status: NtStatus,
     out: CommandOut,
 ) -> (NtStatus, Response) {
-    let Some(f) = s.files.get_mut(&file) else { return (status, Response::None) };
+    let Some(f) = s.files.get_mut(&file) else {
+        return (status, Response::None);
+    };
     let o = f.objects.get_mut(idx);
     o.busy = false;
     match (&mut o.body, out) {
         (Body::Cq(c), CommandOut::Cq { cqe, .. }) if nt_success(status) => {
             c.cqe = cqe;
-            (status, Response::CqResize(IvResizeCqOut { cqe, reserved: 0 }))
+            (
+                status,
+                Response::CqResize(IvResizeCqOut { cqe, reserved: 0 }),
+            )
         }
         _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
         _ => (status, Response::None),

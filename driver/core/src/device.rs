@@ -82,10 +82,19 @@ pub(crate) enum Op {
     Destroy(u32),
     /// A destroy issued by file cleanup: no request waits for it.
     Rundown(u32),
-    ModifyQp { qp: u32, next: u32, mask: u32, attr: IvQpAttr },
+    ModifyQp {
+        qp: u32,
+        next: u32,
+        mask: u32,
+        attr: IvQpAttr,
+    },
     QueryQp(u32),
     ResizeCq(u32),
-    ModifySrq { srq: u32, mask: u32, max_wr: u32 },
+    ModifySrq {
+        srq: u32,
+        mask: u32,
+        max_wr: u32,
+    },
     QuerySrq(u32),
 }
 
@@ -247,7 +256,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
             },
         );
         hca.arm_event_queue();
-        Self { platform, hca, state }
+        Self {
+            platform,
+            hca,
+            state,
+        }
     }
 
     /// The HCA.
@@ -284,7 +297,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// `STATUS_DEVICE_REMOVED` after removal; `STATUS_INSUFFICIENT_RESOURCES`
     /// when pool is refused; `STATUS_INVALID_PARAMETER` for a key in use.
     pub fn create_file(&self, file: FileKey) -> Result<(), NtStatus> {
-        let charge = self.platform.pool_charge(FILE_TAG, size_of::<FileState>())?;
+        let charge = self
+            .platform
+            .pool_charge(FILE_TAG, size_of::<FileState>())?;
         let refused = self.state.lock(|s| {
             if s.removed {
                 return Some((charge, STATUS_DEVICE_REMOVED));
@@ -349,7 +364,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// True once a cleaned-up file has no objects and no commands in flight.
     pub fn file_rundown_complete(&self, file: FileKey) -> bool {
         self.state.lock(|s| {
-            s.files.get(&file).is_none_or(|f| f.cleaning_up && f.objects.len() == 0 && f.inflight == 0)
+            s.files
+                .get(&file)
+                .is_none_or(|f| f.cleaning_up && f.objects.len() == 0 && f.inflight == 0)
         })
     }
 
@@ -397,7 +414,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     /// Removes an object, releases its pool and its parents' dependent counts.
     pub(crate) fn free_object(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
-        let Some(f) = s.files.get_mut(&file) else { return };
+        let Some(f) = s.files.get_mut(&file) else {
+            return;
+        };
         let o = f.objects.remove(idx);
         for p in o.parents().into_iter().flatten() {
             let parent = f.objects.get_mut(p);
@@ -461,7 +480,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let info = ioctl_info(code).ok_or(STATUS_INVALID_DEVICE_REQUEST)?;
         let mode = request.requestor_mode();
         if mode == RequestorMode::User
-            && (info.kernel_only || request.major_function() == MajorFunction::InternalDeviceControl)
+            && (info.kernel_only
+                || request.major_function() == MajorFunction::InternalDeviceControl)
         {
             return Err(STATUS_ACCESS_DENIED);
         }
@@ -526,11 +546,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
         match verb {
             Verb::QueryPort(i) => {
                 crate::port::check_query_port(&i, caps).map_err(fail)?;
-                Ok((Op::QueryPort, Command::QueryPort { port: i.port_num as u8 }))
+                Ok((
+                    Op::QueryPort,
+                    Command::QueryPort {
+                        port: i.port_num as u8,
+                    },
+                ))
             }
             Verb::QueryGid(i) => {
                 crate::port::check_query_gid(&i, caps).map_err(fail)?;
-                Ok((Op::QueryGid, Command::QueryGid { port: i.port_num as u8, index: i.index }))
+                Ok((
+                    Op::QueryGid,
+                    Command::QueryGid {
+                        port: i.port_num as u8,
+                        index: i.index,
+                    },
+                ))
             }
             Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
             Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),
@@ -559,7 +590,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
         body: Body,
         limit: u32,
     ) -> Result<u32, NtStatus> {
-        let probe = Object { life: Life::Creating, busy: false, dependents: 0, charge: None, body };
+        let probe = Object {
+            life: Life::Creating,
+            busy: false,
+            dependents: 0,
+            charge: None,
+            body,
+        };
         let kind = probe.kind();
         if s.counts[kind.index()] >= limit {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
@@ -568,7 +605,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let generation = s.generation();
         let f = s.file(file)?;
         let parents = probe.parents();
-        let idx = match f.objects.insert(generation, Object { charge: Some(charge), ..probe }) {
+        let idx = match f.objects.insert(
+            generation,
+            Object {
+                charge: Some(charge),
+                ..probe
+            },
+        ) {
             Ok(i) => i,
             Err(rejected) => {
                 if let Some(c) = rejected.charge {
@@ -741,7 +784,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 _ => (fail_status(status), Response::None),
             },
             Op::Create(idx) => {
-                let Some(f) = s.files.get_mut(&file) else { return (status, Response::None) };
+                let Some(f) = s.files.get_mut(&file) else {
+                    return (status, Response::None);
+                };
                 let handle = f.objects.handle_of(idx);
                 let o = f.objects.get_mut(idx);
                 match crate::object::apply_created(o, handle, ok, out) {
@@ -770,7 +815,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.free_object(s, file, idx);
                 (status, Response::None)
             }
-            Op::ModifyQp { qp, next, mask, attr } => {
+            Op::ModifyQp {
+                qp,
+                next,
+                mask,
+                attr,
+            } => {
                 crate::qp::finish_modify_qp(s, file, qp, next, mask, &attr, ok);
                 (status, Response::None)
             }
@@ -798,7 +848,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             s.removed = true;
             s.backlog.clear();
             for i in 0..s.pending.len() {
-                let Some(p) = s.pending[i].1.take() else { continue };
+                let Some(p) = s.pending[i].1.take() else {
+                    continue;
+                };
                 s.pending_free.push(i as u32);
                 s.pending_len -= 1;
                 if let Some(f) = s.files.get_mut(&p.file) {
@@ -854,5 +906,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
 /// A failed command with a success status and no output is a firmware bug:
 /// report it as a hardware error rather than success.
 fn fail_status(status: NtStatus) -> NtStatus {
-    if nt_success(status) { STATUS_DEVICE_HARDWARE_ERROR } else { status }
+    if nt_success(status) {
+        STATUS_DEVICE_HARDWARE_ERROR
+    } else {
+        status
+    }
 }

@@ -29,7 +29,11 @@ pub(crate) struct HandleTable {
 
 impl HandleTable {
     pub(crate) const fn new() -> Self {
-        Self { slots: Vec::new(), free: Vec::new(), len: 0 }
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
     }
 
     /// Number of objects (in any life state).
@@ -50,7 +54,10 @@ impl HandleTable {
             if self.slots.len() >= MAX_OBJECTS_PER_FILE {
                 return Err(object);
             }
-            self.slots.push(Slot { generation: 0, object: None });
+            self.slots.push(Slot {
+                generation: 0,
+                object: None,
+            });
             (self.slots.len() - 1) as u32
         };
         let slot = &mut self.slots[index as usize];
@@ -80,21 +87,26 @@ impl HandleTable {
             return Err(STATUS_INVALID_HANDLE);
         }
         match self.slots.get(index as usize) {
-            Some(Slot { generation: g, object: Some(o) })
-                if *g == generation && o.kind() == kind && o.life == Life::Live =>
-            {
-                Ok(index)
-            }
+            Some(Slot {
+                generation: g,
+                object: Some(o),
+            }) if *g == generation && o.kind() == kind && o.life == Life::Live => Ok(index),
             _ => Err(STATUS_INVALID_HANDLE),
         }
     }
 
     pub(crate) fn get(&self, index: u32) -> &Object {
-        self.slots[index as usize].object.as_ref().expect("index refers to a live slot")
+        self.slots[index as usize]
+            .object
+            .as_ref()
+            .expect("index refers to a live slot")
     }
 
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut Object {
-        self.slots[index as usize].object.as_mut().expect("index refers to a live slot")
+        self.slots[index as usize]
+            .object
+            .as_mut()
+            .expect("index refers to a live slot")
     }
 
     /// Removes the object at `index`; the handle becomes stale.

@@ -44,7 +44,10 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     if i.length == 0 || i.length > caps.max_mr_size {
         return Err(STATUS_INVALID_PARAMETER);
     }
-    let end = i.addr.checked_add(i.length).ok_or(STATUS_INVALID_PARAMETER)?;
+    let end = i
+        .addr
+        .checked_add(i.length)
+        .ok_or(STATUS_INVALID_PARAMETER)?;
     if mode == RequestorMode::User && end > USER_ADDRESS_LIMIT {
         return Err(STATUS_ACCESS_DENIED);
     }
@@ -53,7 +56,13 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     let idx = d.reserve(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr)?;
     Ok((
         Op::Create(idx),
-        Command::RegMr { pdn, addr: i.addr, length: i.length, access: i.access, physical },
+        Command::RegMr {
+            pdn,
+            addr: i.addr,
+            length: i.length,
+            access: i.access,
+            physical,
+        },
     ))
 }
 
@@ -63,8 +72,14 @@ mod tests {
 
     #[test]
     fn remote_write_needs_local_write() {
-        assert_eq!(check_access(IV_ACCESS_REMOTE_WRITE), Err(STATUS_INVALID_PARAMETER));
-        assert_eq!(check_access(IV_ACCESS_REMOTE_ATOMIC), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(
+            check_access(IV_ACCESS_REMOTE_WRITE),
+            Err(STATUS_INVALID_PARAMETER)
+        );
+        assert_eq!(
+            check_access(IV_ACCESS_REMOTE_ATOMIC),
+            Err(STATUS_INVALID_PARAMETER)
+        );
         assert_eq!(check_access(IV_ACCESS_REMOTE_READ), Ok(()));
         assert_eq!(check_access(IV_ACCESS_ALL), Ok(()));
         assert_eq!(check_access(1 << 7), Err(STATUS_INVALID_PARAMETER));

@@ -184,26 +184,56 @@ pub(crate) fn apply_created(
     match (&mut o.body, out) {
         (Body::Pd(p), C::Pd { pdn }) => {
             p.pdn = pdn;
-            Some(R::Pd(IvAllocPdOut { pd: handle, pdn, reserved: 0 }))
+            Some(R::Pd(IvAllocPdOut {
+                pd: handle,
+                pdn,
+                reserved: 0,
+            }))
         }
         (Body::Mr(m), C::Mr { lkey, rkey }) => {
             m.lkey = lkey;
-            Some(R::Mr(IvRegMrOut { mr: handle, lkey, rkey }))
+            Some(R::Mr(IvRegMrOut {
+                mr: handle,
+                lkey,
+                rkey,
+            }))
         }
         (Body::Cq(c), C::Cq { cqn, cqe }) => {
             c.cqn = cqn;
             c.cqe = cqe;
-            Some(R::Cq(IvCreateCqOut { cq: handle, cqn, cqe }))
+            Some(R::Cq(IvCreateCqOut {
+                cq: handle,
+                cqn,
+                cqe,
+            }))
         }
         (Body::Qp(q), C::Qp { qpn, cap }) => {
             q.qpn = qpn;
             q.cap = cap;
-            Some(R::Qp(IvCreateQpOut { qp: handle, qpn, reserved: 0, cap }))
+            Some(R::Qp(IvCreateQpOut {
+                qp: handle,
+                qpn,
+                reserved: 0,
+                cap,
+            }))
         }
-        (Body::Srq(s), C::Srq { srqn, max_wr, max_sge }) => {
+        (
+            Body::Srq(s),
+            C::Srq {
+                srqn,
+                max_wr,
+                max_sge,
+            },
+        ) => {
             s.srqn = srqn;
             s.max_wr = max_wr;
-            Some(R::Srq(IvCreateSrqOut { srq: handle, srqn, max_wr, max_sge, reserved: 0 }))
+            Some(R::Srq(IvCreateSrqOut {
+                srq: handle,
+                srqn,
+                max_wr,
+                max_sge,
+                reserved: 0,
+            }))
         }
         (Body::Ah(a), C::Ah { ahn }) => {
             a.ahn = ahn;

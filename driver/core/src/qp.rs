@@ -44,7 +44,11 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
     let pd = f.objects.lookup(i.pd, Kind::Pd)?;
     let send_cq = f.objects.lookup(i.send_cq, Kind::Cq)?;
     let recv_cq = f.objects.lookup(i.recv_cq, Kind::Cq)?;
-    let srq = if i.srq == 0 { None } else { Some(f.objects.lookup(i.srq, Kind::Srq)?) };
+    let srq = if i.srq == 0 {
+        None
+    } else {
+        Some(f.objects.lookup(i.srq, Kind::Srq)?)
+    };
     let number = |idx: u32| match &f.objects.get(idx).body {
         Body::Cq(c) => c.cqn,
         Body::Srq(s) => s.srqn,
@@ -116,8 +120,7 @@ pub(crate) fn check_attr_values(
         || (has(IV_QP_PORT) && (a.port_num == 0 || a.port_num > caps.phys_port_cnt))
         || (has(IV_QP_EN_SQD_ASYNC_NOTIFY) && a.en_sqd_async_notify > 1)
         || (has(IV_QP_MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > caps.max_qp_init_rd_atom)
-        || (has(IV_QP_MAX_DEST_RD_ATOMIC)
-            && u32::from(a.max_dest_rd_atomic) > caps.max_qp_rd_atom)
+        || (has(IV_QP_MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > caps.max_qp_rd_atom)
         || (has(IV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31)
         || (has(IV_QP_TIMEOUT) && a.timeout > 31)
         || (has(IV_QP_RETRY_CNT) && a.retry_cnt > 7)
@@ -152,14 +155,29 @@ pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
     if o.busy {
         return Err(STATUS_DEVICE_BUSY);
     }
-    let Body::Qp(qp) = &o.body else { return Err(STATUS_INVALID_HANDLE) };
+    let Body::Qp(qp) = &o.body else {
+        return Err(STATUS_INVALID_HANDLE);
+    };
     if i.attr_mask & IV_QP_CUR_STATE != 0 && i.attr.cur_qp_state != qp.state {
         return Err(STATUS_INVALID_DEVICE_STATE);
     }
     let next = check_modify(qp.qp_type, qp.state, i.attr_mask, &i.attr).map_err(|e| e.status())?;
-    let cmd = Command::ModifyQp { qpn: qp.qpn, cur_state: qp.state, mask: i.attr_mask, attr: i.attr };
+    let cmd = Command::ModifyQp {
+        qpn: qp.qpn,
+        cur_state: qp.state,
+        mask: i.attr_mask,
+        attr: i.attr,
+    };
     o.busy = true;
-    Ok((Op::ModifyQp { qp: idx, next, mask: i.attr_mask, attr: i.attr }, cmd))
+    Ok((
+        Op::ModifyQp {
+            qp: idx,
+            next,
+            mask: i.attr_mask,
+            attr: i.attr,
+        },
+        cmd,
+    ))
 }
 
 pub(crate) fn finish_modify_qp<R>(
@@ -171,7 +189,9 @@ pub(crate) fn finish_modify_qp<R>(
     attr: &IvQpAttr,
     ok: bool,
 ) {
-    let Some(f) = s.files.get_mut(&file) else { return };
+    let Some(f) = s.files.get_mut(&file) else {
+        return;
+    };
     let o = f.objects.get_mut(idx);
     o.busy = false;
     if let (true, Body::Qp(qp)) = (ok, &mut o.body) {
@@ -193,7 +213,9 @@ pub(crate) fn start_query_qp<R>(
     if o.busy {
         return Err(STATUS_DEVICE_BUSY);
     }
-    let Body::Qp(qp) = &o.body else { return Err(STATUS_INVALID_HANDLE) };
+    let Body::Qp(qp) = &o.body else {
+        return Err(STATUS_INVALID_HANDLE);
+    };
     let qpn = qp.qpn;
     o.busy = true;
     Ok((Op::QueryQp(idx), Command::QueryQp { qpn }))
@@ -206,7 +228,9 @@ pub(crate) fn finish_query_qp<R>(
     status: NtStatus,
     out: CommandOut,
 ) -> (NtStatus, Response) {
-    let Some(f) = s.files.get_mut(&file) else { return (status, Response::None) };
+    let Some(f) = s.files.get_mut(&file) else {
+        return (status, Response::None);
+    };
     let o = f.objects.get_mut(idx);
     o.busy = false;
     match (&mut o.body, out) {
@@ -237,36 +261,92 @@ mod tests {
     #[test]
     fn out_of_range_values_are_refused() {
         let c = caps();
-        let ok = IvQpAttr { path_mtu: IV_MTU_1024, port_num: 1, ..Default::default() };
+        let ok = IvQpAttr {
+            path_mtu: IV_MTU_1024,
+            port_num: 1,
+            ..Default::default()
+        };
         let k = RequestorMode::Kernel;
-        assert_eq!(check_attr_values(IV_QP_PATH_MTU | IV_QP_PORT, &ok, &c, k), Ok(()));
+        assert_eq!(
+            check_attr_values(IV_QP_PATH_MTU | IV_QP_PORT, &ok, &c, k),
+            Ok(())
+        );
         let cases: [(u32, IvQpAttr); 10] = [
             (IV_QP_PATH_MTU, IvQpAttr { path_mtu: 6, ..ok }),
             (IV_QP_PORT, IvQpAttr { port_num: 2, ..ok }),
-            (IV_QP_RQ_PSN, IvQpAttr { rq_psn: 1 << 24, ..ok }),
-            (IV_QP_SQ_PSN, IvQpAttr { sq_psn: 1 << 24, ..ok }),
-            (IV_QP_DEST_QPN, IvQpAttr { dest_qp_num: 1 << 24, ..ok }),
+            (
+                IV_QP_RQ_PSN,
+                IvQpAttr {
+                    rq_psn: 1 << 24,
+                    ..ok
+                },
+            ),
+            (
+                IV_QP_SQ_PSN,
+                IvQpAttr {
+                    sq_psn: 1 << 24,
+                    ..ok
+                },
+            ),
+            (
+                IV_QP_DEST_QPN,
+                IvQpAttr {
+                    dest_qp_num: 1 << 24,
+                    ..ok
+                },
+            ),
             (IV_QP_RETRY_CNT, IvQpAttr { retry_cnt: 8, ..ok }),
             (IV_QP_TIMEOUT, IvQpAttr { timeout: 32, ..ok }),
-            (IV_QP_MAX_DEST_RD_ATOMIC, IvQpAttr { max_dest_rd_atomic: 17, ..ok }),
-            (IV_QP_PKEY_INDEX, IvQpAttr { pkey_index: 1, ..ok }),
+            (
+                IV_QP_MAX_DEST_RD_ATOMIC,
+                IvQpAttr {
+                    max_dest_rd_atomic: 17,
+                    ..ok
+                },
+            ),
+            (
+                IV_QP_PKEY_INDEX,
+                IvQpAttr {
+                    pkey_index: 1,
+                    ..ok
+                },
+            ),
             (IV_QP_STATE, IvQpAttr { reserved1: 1, ..ok }),
         ];
         for (mask, a) in cases {
-            assert_eq!(check_attr_values(mask, &a, &c, k), Err(STATUS_INVALID_PARAMETER), "{mask:#x}");
+            assert_eq!(
+                check_attr_values(mask, &a, &c, k),
+                Err(STATUS_INVALID_PARAMETER),
+                "{mask:#x}"
+            );
         }
-        assert_eq!(check_attr_values(1 << 21, &ok, &c, k), Err(STATUS_INVALID_PARAMETER));
-        assert_eq!(check_attr_values(IV_QP_ALT_PATH, &ok, &c, k), Err(STATUS_NOT_SUPPORTED));
-        assert_eq!(check_attr_values(IV_QP_CAP, &ok, &c, k), Err(STATUS_INVALID_PARAMETER_MIX));
+        assert_eq!(
+            check_attr_values(1 << 21, &ok, &c, k),
+            Err(STATUS_INVALID_PARAMETER)
+        );
+        assert_eq!(
+            check_attr_values(IV_QP_ALT_PATH, &ok, &c, k),
+            Err(STATUS_NOT_SUPPORTED)
+        );
+        assert_eq!(
+            check_attr_values(IV_QP_CAP, &ok, &c, k),
+            Err(STATUS_INVALID_PARAMETER_MIX)
+        );
     }
 
     #[test]
     fn controlled_qkeys_are_kernel_only() {
-        let a = IvQpAttr { qkey: CONTROLLED_QKEY | 1, ..Default::default() };
+        let a = IvQpAttr {
+            qkey: CONTROLLED_QKEY | 1,
+            ..Default::default()
+        };
         assert_eq!(
             check_attr_values(IV_QP_QKEY, &a, &caps(), RequestorMode::User),
             Err(STATUS_ACCESS_DENIED)
         );
-        assert_eq!(check_attr_values(IV_QP_QKEY, &a, &caps(), RequestorMode::Kernel), Ok(()));
+        assert_eq!(
+            check_attr_values(IV_QP_QKEY, &a, &caps(), RequestorMode::Kernel),
+            Ok(())
+        );
     }
 }

@@ -150,7 +150,11 @@ pub fn transition_masks(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u32)>
         ),
         (IV_QPS_SQE, IV_QPS_RTS) => (
             0,
-            pick(IV_QP_CUR_STATE | IV_QP_QKEY, IV_QP_CUR_STATE | IV_QP_ACCESS_FLAGS, 0),
+            pick(
+                IV_QP_CUR_STATE | IV_QP_QKEY,
+                IV_QP_CUR_STATE | IV_QP_ACCESS_FLAGS,
+                0,
+            ),
         ),
         _ => return None,
     };
@@ -166,8 +170,17 @@ pub fn transition_masks(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u32)>
 ///
 /// # Errors
 /// See [`ModifyError`].
-pub fn check_modify(qp_type: u32, cur: u32, mask: u32, attr: &IvQpAttr) -> Result<u32, ModifyError> {
-    let next = if mask & IV_QP_STATE != 0 { attr.qp_state } else { cur };
+pub fn check_modify(
+    qp_type: u32,
+    cur: u32,
+    mask: u32,
+    attr: &IvQpAttr,
+) -> Result<u32, ModifyError> {
+    let next = if mask & IV_QP_STATE != 0 {
+        attr.qp_state
+    } else {
+        cur
+    };
     let (required, optional) =
         transition_masks(qp_type, cur, next).ok_or(ModifyError::InvalidTransition)?;
     let given = mask & !IV_QP_STATE;
@@ -189,7 +202,10 @@ mod tests {
     const TYPES: [u32; 3] = [IV_QPT_RC, IV_QPT_UC, IV_QPT_UD];
 
     fn attr(state: u32) -> IvQpAttr {
-        IvQpAttr { qp_state: state, ..IvQpAttr::default() }
+        IvQpAttr {
+            qp_state: state,
+            ..IvQpAttr::default()
+        }
     }
 
     #[test]
@@ -234,9 +250,17 @@ mod tests {
     #[test]
     fn reset_to_init_requires_exactly_its_attributes() {
         let rc = IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_ACCESS_FLAGS;
-        assert_eq!(check_modify(IV_QPT_RC, IV_QPS_RESET, rc, &attr(IV_QPS_INIT)), Ok(IV_QPS_INIT));
         assert_eq!(
-            check_modify(IV_QPT_RC, IV_QPS_RESET, rc & !IV_QP_PORT, &attr(IV_QPS_INIT)),
+            check_modify(IV_QPT_RC, IV_QPS_RESET, rc, &attr(IV_QPS_INIT)),
+            Ok(IV_QPS_INIT)
+        );
+        assert_eq!(
+            check_modify(
+                IV_QPT_RC,
+                IV_QPS_RESET,
+                rc & !IV_QP_PORT,
+                &attr(IV_QPS_INIT)
+            ),
             Err(ModifyError::MissingRequired(IV_QP_PORT))
         );
         assert_eq!(
@@ -244,7 +268,10 @@ mod tests {
             Err(ModifyError::NotAllowed(IV_QP_QKEY))
         );
         let ud = IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_QKEY;
-        assert_eq!(check_modify(IV_QPT_UD, IV_QPS_RESET, ud, &attr(IV_QPS_INIT)), Ok(IV_QPS_INIT));
+        assert_eq!(
+            check_modify(IV_QPT_UD, IV_QPS_RESET, ud, &attr(IV_QPS_INIT)),
+            Ok(IV_QPS_INIT)
+        );
         assert_eq!(
             check_modify(IV_QPT_UD, IV_QPS_RESET, rc, &attr(IV_QPS_INIT)),
             Err(ModifyError::MissingRequired(IV_QP_QKEY))
@@ -260,7 +287,10 @@ mod tests {
             | IV_QP_RQ_PSN
             | IV_QP_MAX_DEST_RD_ATOMIC
             | IV_QP_MIN_RNR_TIMER;
-        assert_eq!(check_modify(IV_QPT_RC, IV_QPS_INIT, rtr, &attr(IV_QPS_RTR)), Ok(IV_QPS_RTR));
+        assert_eq!(
+            check_modify(IV_QPT_RC, IV_QPS_INIT, rtr, &attr(IV_QPS_RTR)),
+            Ok(IV_QPS_RTR)
+        );
         assert!(matches!(
             check_modify(IV_QPT_RC, IV_QPS_INIT, rtr & !IV_QP_AV, &attr(IV_QPS_RTR)),
             Err(ModifyError::MissingRequired(IV_QP_AV))
@@ -281,9 +311,17 @@ mod tests {
             | IV_QP_RNR_RETRY
             | IV_QP_SQ_PSN
             | IV_QP_MAX_QP_RD_ATOMIC;
-        assert_eq!(check_modify(IV_QPT_RC, IV_QPS_RTR, rts, &attr(IV_QPS_RTS)), Ok(IV_QPS_RTS));
         assert_eq!(
-            check_modify(IV_QPT_UD, IV_QPS_RTR, IV_QP_STATE | IV_QP_SQ_PSN, &attr(IV_QPS_RTS)),
+            check_modify(IV_QPT_RC, IV_QPS_RTR, rts, &attr(IV_QPS_RTS)),
+            Ok(IV_QPS_RTS)
+        );
+        assert_eq!(
+            check_modify(
+                IV_QPT_UD,
+                IV_QPS_RTR,
+                IV_QP_STATE | IV_QP_SQ_PSN,
+                &attr(IV_QPS_RTS)
+            ),
             Ok(IV_QPS_RTS)
         );
     }
@@ -317,8 +355,17 @@ mod tests {
 
     #[test]
     fn errors_map_to_distinct_statuses() {
-        assert_eq!(ModifyError::InvalidTransition.status(), STATUS_INVALID_DEVICE_STATE);
-        assert_eq!(ModifyError::MissingRequired(1).status(), STATUS_INVALID_PARAMETER_MIX);
-        assert_eq!(ModifyError::NotAllowed(1).status(), STATUS_INVALID_PARAMETER_MIX);
+        assert_eq!(
+            ModifyError::InvalidTransition.status(),
+            STATUS_INVALID_DEVICE_STATE
+        );
+        assert_eq!(
+            ModifyError::MissingRequired(1).status(),
+            STATUS_INVALID_PARAMETER_MIX
+        );
+        assert_eq!(
+            ModifyError::NotAllowed(1).status(),
+            STATUS_INVALID_PARAMETER_MIX
+        );
     }
 }

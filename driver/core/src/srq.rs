@@ -25,11 +25,21 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
     }
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let pdn = crate::pd::pdn(s, file, pd);
-    let body = Body::Srq(Srq { pd, srqn: 0, max_wr: 0, user_context: i.user_context });
+    let body = Body::Srq(Srq {
+        pd,
+        srqn: 0,
+        max_wr: 0,
+        user_context: i.user_context,
+    });
     let idx = d.reserve(s, file, body, caps.max_srq)?;
     Ok((
         Op::Create(idx),
-        Command::CreateSrq { pdn, max_wr: i.max_wr, max_sge: i.max_sge, srq_limit: i.srq_limit },
+        Command::CreateSrq {
+            pdn,
+            max_wr: i.max_wr,
+            max_sge: i.max_sge,
+            srq_limit: i.srq_limit,
+        },
     ))
 }
 
@@ -60,16 +70,31 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
     if o.busy {
         return Err(STATUS_DEVICE_BUSY);
     }
-    let Body::Srq(srq) = &o.body else { return Err(STATUS_INVALID_HANDLE) };
-    let depth = if mask & IV_SRQ_MAX_WR != 0 { i.max_wr } else { srq.max_wr };
+    let Body::Srq(srq) = &o.body else {
+        return Err(STATUS_INVALID_HANDLE);
+    };
+    let depth = if mask & IV_SRQ_MAX_WR != 0 {
+        i.max_wr
+    } else {
+        srq.max_wr
+    };
     if mask & IV_SRQ_LIMIT != 0 && i.srq_limit > depth {
         return Err(STATUS_INVALID_PARAMETER);
     }
     let srqn = srq.srqn;
     o.busy = true;
     Ok((
-        Op::ModifySrq { srq: idx, mask, max_wr: i.max_wr },
-        Command::ModifySrq { srqn, mask, max_wr: i.max_wr, srq_limit: i.srq_limit },
+        Op::ModifySrq {
+            srq: idx,
+            mask,
+            max_wr: i.max_wr,
+        },
+        Command::ModifySrq {
+            srqn,
+            mask,
+            max_wr: i.max_wr,
+            srq_limit: i.srq_limit,
+        },
     ))
 }
 
@@ -81,7 +106,9 @@ pub(crate) fn finish_modify_srq<R>(
     max_wr: u32,
     ok: bool,
 ) {
-    let Some(f) = s.files.get_mut(&file) else { return };
+    let Some(f) = s.files.get_mut(&file) else {
+        return;
+    };
     let o = f.objects.get_mut(idx);
     o.busy = false;
     if let (true, Body::Srq(srq)) = (ok && mask & IV_SRQ_MAX_WR != 0, &mut o.body) {
@@ -101,7 +128,9 @@ pub(crate) fn start_query_srq<R>(
     if o.busy {
         return Err(STATUS_DEVICE_BUSY);
     }
-    let Body::Srq(srq) = &o.body else { return Err(STATUS_INVALID_HANDLE) };
+    let Body::Srq(srq) = &o.body else {
+        return Err(STATUS_INVALID_HANDLE);
+    };
     let srqn = srq.srqn;
     o.busy = true;
     Ok((Op::QuerySrq(idx), Command::QuerySrq { srqn }))

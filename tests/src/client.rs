@@ -1,0 +1,393 @@
+//! A typed client over [`DutFile`]: one method per verb.
+
+use irpverbs_abi::*;
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use crate::DutFile;
+
+/// A verb's outcome: the response struct, or the failure status.
+pub type IoctlResult<T> = Result<T, NtStatus>;
+
+/// Typed verbs over one open file.
+pub struct Client {
+    file: Box<dyn DutFile>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+fn call<I: IntoBytes + Immutable, O: FromBytes>(
+    file: &dyn DutFile,
+    code: u32,
+    input: &I,
+) -> IoctlResult<O> {
+    let (status, out) = file.ioctl(code, input.as_bytes(), size_of::<O>());
+    if !nt_success(status) {
+        return Err(status);
+    }
+    O::read_from_bytes(&out).map_err(|_| STATUS_BUFFER_TOO_SMALL)
+}
+
+fn call_none<I: IntoBytes + Immutable>(
+    file: &dyn DutFile,
+    code: u32,
+    input: &I,
+) -> IoctlResult<()> {
+    let (status, out) = file.ioctl(code, input.as_bytes(), 0);
+    if !nt_success(status) {
+        return Err(status);
+    }
+    if !out.is_empty() {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    Ok(())
+}
+
+impl Client {
+    /// Wraps an open file.
+    pub fn new(file: Box<dyn DutFile>) -> Self {
+        Self { file }
+    }
+
+    /// The raw file.
+    pub fn file(&self) -> &dyn DutFile {
+        &*self.file
+    }
+
+    /// Raw IOCTL.
+    pub fn raw(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        self.file.ioctl(code, input, output_len)
+    }
+
+    /// `IOCTL_IV_GET_VERSION`.
+    pub fn get_version(&self) -> IoctlResult<IvGetVersionOut> {
+        let (status, out) =
+            self.file
+                .ioctl(IOCTL_IV_GET_VERSION, &[], size_of::<IvGetVersionOut>());
+        if !nt_success(status) {
+            return Err(status);
+        }
+        IvGetVersionOut::read_from_bytes(&out).map_err(|_| STATUS_BUFFER_TOO_SMALL)
+    }
+
+    /// `IOCTL_IV_QUERY_DEVICE`.
+    pub fn query_device(&self) -> IoctlResult<IvQueryDeviceOut> {
+        let (status, out) =
+            self.file
+                .ioctl(IOCTL_IV_QUERY_DEVICE, &[], size_of::<IvQueryDeviceOut>());
+        if !nt_success(status) {
+            return Err(status);
+        }
+        IvQueryDeviceOut::read_from_bytes(&out).map_err(|_| STATUS_BUFFER_TOO_SMALL)
+    }
+
+    /// `IOCTL_IV_QUERY_PORT`.
+    pub fn query_port(&self, port_num: u32) -> IoctlResult<IvQueryPortOut> {
+        call(
+            &*self.file,
+            IOCTL_IV_QUERY_PORT,
+            &IvQueryPortIn {
+                port_num,
+                reserved: 0,
+            },
+        )
+    }
+
+    /// `IOCTL_IV_QUERY_GID`.
+    pub fn query_gid(&self, port_num: u32, index: u32) -> IoctlResult<[u8; 16]> {
+        call::<_, IvQueryGidOut>(
+            &*self.file,
+            IOCTL_IV_QUERY_GID,
+            &IvQueryGidIn { port_num, index },
+        )
+        .map(|g| g.gid)
+    }
+
+    /// `IOCTL_IV_ALLOC_PD`.
+    pub fn alloc_pd(&self) -> IoctlResult<IvAllocPdOut> {
+        call(&*self.file, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default())
+    }
+
+    /// `IOCTL_IV_DEALLOC_PD`.
+    pub fn dealloc_pd(&self, pd: IvHandle) -> IoctlResult<()> {
+        call_none(&*self.file, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: pd })
+    }
+
+    /// `IOCTL_IV_REG_MR`.
+    pub fn reg_mr(
+        &self,
+        pd: IvHandle,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> IoctlResult<IvRegMrOut> {
+        call(
+            &*self.file,
+            IOCTL_IV_REG_MR,
+            &IvRegMrIn {
+                pd,
+                addr,
+                length,
+                access,
+                reserved: 0,
+            },
+        )
+    }
+
+    /// `IOCTL_IV_DEREG_MR`.
+    pub fn dereg_mr(&self, mr: IvHandle) -> IoctlResult<()> {
+        call_none(&*self.file, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr })
+    }
+
+    /// `IOCTL_IV_CREATE_CQ`.
+    pub fn create_cq(&self, cqe: u32) -> IoctlResult<IvCreateCqOut> {
+        let i = IvCreateCqIn {
+            cqe,
+            comp_vector: 0,
+            channel: 0,
+            user_context: 0x5151,
+        };
+        call(&*self.file, IOCTL_IV_CREATE_CQ, &i)
+    }
+
+    /// `IOCTL_IV_RESIZE_CQ`.
+    pub fn resize_cq(&self, cq: IvHandle, cqe: u32) -> IoctlResult<IvResizeCqOut> {
+        call(
+            &*self.file,
+            IOCTL_IV_RESIZE_CQ,
+            &IvResizeCqIn {
+                cq,
+                cqe,
+                reserved: 0,
+            },
+        )
+    }
+
+    /// `IOCTL_IV_DESTROY_CQ`.
+    pub fn destroy_cq(&self, cq: IvHandle) -> IoctlResult<()> {
+        call_none(&*self.file, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq })
+    }
+
+    /// `IOCTL_IV_CREATE_QP` with the given request.
+    pub fn create_qp_with(&self, i: &IvCreateQpIn) -> IoctlResult<IvCreateQpOut> {
+        call(&*self.file, IOCTL_IV_CREATE_QP, i)
+    }
+
+    /// `IOCTL_IV_CREATE_QP`: a QP of `qp_type` with modest queues.
+    pub fn create_qp(
+        &self,
+        pd: IvHandle,
+        cq: IvHandle,
+        qp_type: u32,
+    ) -> IoctlResult<IvCreateQpOut> {
+        self.create_qp_with(&qp_request(pd, cq, 0, qp_type))
+    }
+
+    /// `IOCTL_IV_MODIFY_QP`.
+    pub fn modify_qp(&self, qp: IvHandle, attr_mask: u32, attr: &IvQpAttr) -> IoctlResult<()> {
+        call_none(
+            &*self.file,
+            IOCTL_IV_MODIFY_QP,
+            &IvModifyQpIn {
+                qp,
+                attr_mask,
+                reserved: 0,
+                attr: *attr,
+            },
+        )
+    }
+
+    /// `IOCTL_IV_QUERY_QP`.
+    pub fn query_qp(&self, qp: IvHandle) -> IoctlResult<IvQueryQpOut> {
+        call(&*self.file, IOCTL_IV_QUERY_QP, &IvHandleIn { handle: qp })
+    }
+
+    /// `IOCTL_IV_DESTROY_QP`.
+    pub fn destroy_qp(&self, qp: IvHandle) -> IoctlResult<()> {
+        call_none(&*self.file, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp })
+    }
+
+    /// `IOCTL_IV_CREATE_SRQ`.
+    pub fn create_srq(
+        &self,
+        pd: IvHandle,
+        max_wr: u32,
+        srq_limit: u32,
+    ) -> IoctlResult<IvCreateSrqOut> {
+        let i = IvCreateSrqIn {
+            pd,
+            user_context: 7,
+            max_wr,
+            max_sge: 1,
+            srq_limit,
+            reserved: 0,
+        };
+        call(&*self.file, IOCTL_IV_CREATE_SRQ, &i)
+    }
+
+    /// `IOCTL_IV_MODIFY_SRQ`.
+    pub fn modify_srq(
+        &self,
+        srq: IvHandle,
+        attr_mask: u32,
+        max_wr: u32,
+        srq_limit: u32,
+    ) -> IoctlResult<()> {
+        let i = IvModifySrqIn {
+            srq,
+            attr_mask,
+            max_wr,
+            srq_limit,
+            reserved: 0,
+        };
+        call_none(&*self.file, IOCTL_IV_MODIFY_SRQ, &i)
+    }
+
+    /// `IOCTL_IV_QUERY_SRQ`.
+    pub fn query_srq(&self, srq: IvHandle) -> IoctlResult<IvQuerySrqOut> {
+        call(&*self.file, IOCTL_IV_QUERY_SRQ, &IvHandleIn { handle: srq })
+    }
+
+    /// `IOCTL_IV_DESTROY_SRQ`.
+    pub fn destroy_srq(&self, srq: IvHandle) -> IoctlResult<()> {
+        call_none(
+            &*self.file,
+            IOCTL_IV_DESTROY_SRQ,
+            &IvHandleIn { handle: srq },
+        )
+    }
+
+    /// `IOCTL_IV_CREATE_AH`.
+    pub fn create_ah(&self, pd: IvHandle, attr: &IvAhAttr) -> IoctlResult<IvCreateAhOut> {
+        call(
+            &*self.file,
+            IOCTL_IV_CREATE_AH,
+            &IvCreateAhIn { pd, attr: *attr },
+        )
+    }
+
+    /// `IOCTL_IV_DESTROY_AH`.
+    pub fn destroy_ah(&self, ah: IvHandle) -> IoctlResult<()> {
+        call_none(&*self.file, IOCTL_IV_DESTROY_AH, &IvHandleIn { handle: ah })
+    }
+
+    /// Walks an RC or UC QP from RESET to RTS against `dest_qpn` (or a UD
+    /// QP, which needs no remote), with the attributes each transition
+    /// requires.
+    pub fn connect_qp(
+        &self,
+        qp: IvHandle,
+        qp_type: u32,
+        dest_qpn: u32,
+        gid: [u8; 16],
+    ) -> IoctlResult<()> {
+        for (mask, attr) in rts_steps(qp_type, dest_qpn, gid) {
+            self.modify_qp(qp, mask, &attr)?;
+        }
+        Ok(())
+    }
+}
+
+/// A create-QP request with modest queues.
+pub fn qp_request(pd: IvHandle, cq: IvHandle, srq: IvHandle, qp_type: u32) -> IvCreateQpIn {
+    IvCreateQpIn {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        user_context: 0xC0FFEE,
+        qp_type,
+        sq_sig_all: 0,
+        cap: IvQpCap {
+            max_send_wr: 16,
+            max_recv_wr: if srq == 0 { 16 } else { 0 },
+            max_send_sge: 1,
+            max_recv_sge: if srq == 0 { 1 } else { 0 },
+            max_inline_data: 0,
+            reserved: 0,
+        },
+    }
+}
+
+/// An address vector to `gid` on port 1.
+pub fn av(gid: [u8; 16]) -> IvAhAttr {
+    IvAhAttr {
+        dgid: gid,
+        is_global: 1,
+        port_num: 1,
+        hop_limit: 64,
+        ..IvAhAttr::default()
+    }
+}
+
+/// The (mask, attributes) of each modify from RESET to RTS, per the IBTA
+/// required-attribute table.
+pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAttr)> {
+    let init_mask = if qp_type == IV_QPT_UD {
+        IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_QKEY
+    } else {
+        IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_ACCESS_FLAGS
+    };
+    let init = IvQpAttr {
+        qp_state: IV_QPS_INIT,
+        port_num: 1,
+        qkey: 0x1111_1111,
+        qp_access_flags: if qp_type == IV_QPT_UD {
+            0
+        } else {
+            IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ
+        },
+        ..IvQpAttr::default()
+    };
+    let (rtr_mask, rtr) = match qp_type {
+        IV_QPT_UD => (
+            IV_QP_STATE,
+            IvQpAttr {
+                qp_state: IV_QPS_RTR,
+                ..IvQpAttr::default()
+            },
+        ),
+        t => {
+            let mut m = IV_QP_STATE | IV_QP_AV | IV_QP_PATH_MTU | IV_QP_DEST_QPN | IV_QP_RQ_PSN;
+            if t == IV_QPT_RC {
+                m |= IV_QP_MAX_DEST_RD_ATOMIC | IV_QP_MIN_RNR_TIMER;
+            }
+            (
+                m,
+                IvQpAttr {
+                    qp_state: IV_QPS_RTR,
+                    ah_attr: av(gid),
+                    path_mtu: IV_MTU_1024,
+                    dest_qp_num: dest_qpn,
+                    rq_psn: 0x1234,
+                    max_dest_rd_atomic: 4,
+                    min_rnr_timer: 12,
+                    ..IvQpAttr::default()
+                },
+            )
+        }
+    };
+    let rts_mask = if qp_type == IV_QPT_RC {
+        IV_QP_STATE
+            | IV_QP_TIMEOUT
+            | IV_QP_RETRY_CNT
+            | IV_QP_RNR_RETRY
+            | IV_QP_SQ_PSN
+            | IV_QP_MAX_QP_RD_ATOMIC
+    } else {
+        IV_QP_STATE | IV_QP_SQ_PSN
+    };
+    let rts = IvQpAttr {
+        qp_state: IV_QPS_RTS,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0x4321,
+        max_rd_atomic: 4,
+        ..IvQpAttr::default()
+    };
+    vec![(init_mask, init), (rtr_mask, rtr), (rts_mask, rts)]
+}
