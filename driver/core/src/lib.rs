@@ -27,6 +27,8 @@ mod port;
 mod qp;
 pub mod qp_state;
 mod srq;
+#[cfg(test)]
+mod tests;
 
 pub use device::{DRIVER_VERSION, Device, DeviceSnapshot, DeviceStats};
 pub use handle::MAX_OBJECTS_PER_FILE;

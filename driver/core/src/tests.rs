@@ -1,0 +1,472 @@
+//! Core tests over a fake platform and a fake HCA: the dispatch, pending,
+//! busy and rundown rules, independent of the soft HCA.
+
+extern crate std;
+
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use irpverbs_abi::*;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::*;
+
+#[derive(Default)]
+struct FakePlatform {
+    live_charges: AtomicU64,
+    next_id: AtomicU64,
+    fail_pool: AtomicU32,
+}
+
+struct FakeLock<T>(Mutex<T>);
+
+impl<T: Send> SpinLock<T> for FakeLock<T> {
+    fn lock<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.0.lock().unwrap())
+    }
+}
+
+type Outcome = Arc<Mutex<Option<(NtStatus, Vec<u8>)>>>;
+
+struct FakeRequest {
+    code: u32,
+    mode: RequestorMode,
+    file: FileKey,
+    input: Vec<u64>,
+    input_len: usize,
+    output: Vec<u8>,
+    outcome: Outcome,
+}
+
+impl Request for FakeRequest {
+    fn ioctl_code(&self) -> u32 {
+        self.code
+    }
+    fn major_function(&self) -> MajorFunction {
+        MajorFunction::DeviceControl
+    }
+    fn requestor_mode(&self) -> RequestorMode {
+        self.mode
+    }
+    fn file(&self) -> FileKey {
+        self.file
+    }
+    fn input(&self) -> &[u8] {
+        &self.input.as_bytes()[..self.input_len]
+    }
+    fn output(&mut self) -> &mut [u8] {
+        &mut self.output
+    }
+    fn complete(self, status: NtStatus, information: usize) {
+        let mut o = self.outcome.lock().unwrap();
+        assert!(o.is_none(), "completed twice");
+        *o = Some((status, self.output[..information].to_vec()));
+    }
+    fn mark_cancelable(&mut self, _: u64) -> Result<(), NtStatus> {
+        Ok(())
+    }
+    fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
+        Ok(())
+    }
+}
+
+impl Platform for FakePlatform {
+    type Request = FakeRequest;
+    type Lock<T: Send> = FakeLock<T>;
+    fn new_lock<T: Send>(&self, _: &'static LockClass, value: T) -> FakeLock<T> {
+        FakeLock(Mutex::new(value))
+    }
+    fn irql(&self) -> Irql {
+        DISPATCH_LEVEL
+    }
+    fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
+        if self.fail_pool.load(Ordering::SeqCst) > 0 {
+            self.fail_pool.fetch_sub(1, Ordering::SeqCst);
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        self.live_charges.fetch_add(1, Ordering::SeqCst);
+        Ok(PoolCharge {
+            tag,
+            bytes,
+            id: self.next_id.fetch_add(1, Ordering::SeqCst),
+        })
+    }
+    fn pool_release(&self, _: PoolCharge) {
+        self.live_charges.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An HCA that executes commands when the test says so, with a command
+/// queue of `depth` entries.
+struct FakeHca {
+    caps: IvQueryDeviceOut,
+    depth: usize,
+    queued: Mutex<VecDeque<(u64, Command)>>,
+    eq: Mutex<VecDeque<Event>>,
+    next: AtomicU32,
+}
+
+impl FakeHca {
+    fn new(depth: usize) -> Self {
+        Self {
+            caps: IvQueryDeviceOut {
+                max_pd: 4,
+                max_cq: 8,
+                max_cqe: 1024,
+                max_qp: 8,
+                max_qp_wr: 64,
+                max_sge: 4,
+                max_mr: 8,
+                max_mr_size: 1 << 20,
+                max_srq: 4,
+                max_srq_wr: 64,
+                max_srq_sge: 4,
+                max_ah: 4,
+                max_pkeys: 1,
+                phys_port_cnt: 1,
+                num_comp_vectors: 1,
+                max_qp_rd_atom: 4,
+                max_qp_init_rd_atom: 4,
+                ..Default::default()
+            },
+            depth,
+            queued: Mutex::new(VecDeque::new()),
+            eq: Mutex::new(VecDeque::new()),
+            next: AtomicU32::new(2),
+        }
+    }
+
+    /// Executes every queued command.
+    fn run(&self) {
+        let cmds: Vec<_> = self.queued.lock().unwrap().drain(..).collect();
+        for (token, cmd) in cmds {
+            let n = self.next.fetch_add(1, Ordering::SeqCst);
+            let out = match cmd {
+                Command::AllocPd => CommandOut::Pd { pdn: n },
+                Command::RegMr { .. } => CommandOut::Mr {
+                    lkey: n << 8,
+                    rkey: n << 8,
+                },
+                Command::CreateCq { cqe, .. } => CommandOut::Cq { cqn: n, cqe },
+                Command::ResizeCq { cqn, cqe } => CommandOut::Cq { cqn, cqe },
+                Command::CreateQp { cap, .. } => CommandOut::Qp { qpn: n, cap },
+                Command::CreateSrq {
+                    max_wr, max_sge, ..
+                } => CommandOut::Srq {
+                    srqn: n,
+                    max_wr,
+                    max_sge,
+                },
+                Command::CreateAh { .. } => CommandOut::Ah { ahn: n },
+                _ => CommandOut::None,
+            };
+            self.eq.lock().unwrap().push_back(Event::CommandDone {
+                token,
+                status: STATUS_SUCCESS,
+                out,
+            });
+        }
+    }
+}
+
+impl Hca for FakeHca {
+    fn caps(&self) -> &IvQueryDeviceOut {
+        &self.caps
+    }
+    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
+        let mut q = self.queued.lock().unwrap();
+        if q.len() >= self.depth {
+            return Err(command);
+        }
+        q.push_back((token, command));
+        Ok(())
+    }
+    fn poll_event(&self) -> Option<Event> {
+        self.eq.lock().unwrap().pop_front()
+    }
+    fn arm_event_queue(&self) {}
+}
+
+struct Rig {
+    dev: Device<FakePlatform, Arc<FakeHca>>,
+    hca: Arc<FakeHca>,
+    platform: Arc<FakePlatform>,
+}
+
+impl Rig {
+    fn new(depth: usize) -> Self {
+        let platform = Arc::new(FakePlatform::default());
+        let hca = Arc::new(FakeHca::new(depth));
+        let dev = Device::new(platform.clone(), hca.clone());
+        dev.create_file(1).unwrap();
+        dev.create_file(2).unwrap();
+        Self { dev, hca, platform }
+    }
+
+    fn issue<I: IntoBytes + zerocopy::Immutable>(
+        &self,
+        file: FileKey,
+        code: u32,
+        input: &I,
+        out: usize,
+    ) -> Outcome {
+        let bytes = input.as_bytes();
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        words.as_mut_bytes()[..bytes.len()].copy_from_slice(bytes);
+        let outcome: Outcome = Arc::default();
+        self.dev.dispatch_ioctl(FakeRequest {
+            code,
+            mode: RequestorMode::User,
+            file,
+            input: words,
+            input_len: bytes.len(),
+            output: vec![0; out],
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    /// Runs the HCA and the DPC until nothing is left.
+    fn settle(&self) {
+        loop {
+            self.hca.run();
+            self.dev.dpc();
+            if self.hca.queued.lock().unwrap().is_empty() && self.hca.eq.lock().unwrap().is_empty()
+            {
+                break;
+            }
+        }
+    }
+
+    fn call<I: IntoBytes + zerocopy::Immutable, O: FromBytes>(
+        &self,
+        file: FileKey,
+        code: u32,
+        input: &I,
+    ) -> Result<O, NtStatus> {
+        let o = self.issue(file, code, input, size_of::<O>().max(1));
+        self.settle();
+        let (status, bytes) = o.lock().unwrap().take().expect("request completed");
+        if nt_success(status) {
+            O::read_from_bytes(&bytes[..size_of::<O>()]).map_err(|_| -1)
+        } else {
+            Err(status)
+        }
+    }
+}
+
+fn pd(r: &Rig, file: FileKey) -> IvHandle {
+    r.call::<_, IvAllocPdOut>(file, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default())
+        .unwrap()
+        .pd
+}
+
+#[test]
+fn a_verb_stays_pending_until_the_dpc_completes_it() {
+    let r = Rig::new(16);
+    let o = r.issue(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), 16);
+    assert!(o.lock().unwrap().is_none(), "completed before the HCA ran");
+    r.hca.run();
+    assert!(o.lock().unwrap().is_none(), "completed before the DPC ran");
+    r.dev.dpc();
+    let (status, out) = o.lock().unwrap().take().unwrap();
+    assert_eq!(status, STATUS_SUCCESS);
+    assert_ne!(IvAllocPdOut::read_from_bytes(&out).unwrap().pd, 0);
+}
+
+#[test]
+fn a_full_command_queue_backlogs_in_order() {
+    let r = Rig::new(1);
+    let outs: Vec<_> = (0..4)
+        .map(|_| r.issue(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), 16))
+        .collect();
+    assert_eq!(r.dev.stats().commands_backlogged, 3);
+    r.settle();
+    let pdns: Vec<u32> = outs
+        .iter()
+        .map(|o| {
+            IvAllocPdOut::read_from_bytes(&o.lock().unwrap().take().unwrap().1)
+                .unwrap()
+                .pdn
+        })
+        .collect();
+    assert!(
+        pdns.windows(2).all(|w| w[0] < w[1]),
+        "out of order: {pdns:?}"
+    );
+    // Over the device's max_pd (4): refused at once, nothing posted.
+    let posted = r.dev.stats().commands_posted;
+    assert_eq!(
+        r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
+        Err(STATUS_INSUFFICIENT_RESOURCES)
+    );
+    assert_eq!(r.dev.stats().commands_posted, posted);
+}
+
+#[test]
+fn destroy_with_an_operation_in_flight_is_busy() {
+    let r = Rig::new(16);
+    let cq = r
+        .call::<_, IvCreateCqOut>(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .cq;
+    let resize = r.issue(
+        1,
+        IOCTL_IV_RESIZE_CQ,
+        &IvResizeCqIn {
+            cq,
+            cqe: 32,
+            reserved: 0,
+        },
+        8,
+    );
+    let destroy = r.issue(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq }, 0);
+    assert_eq!(
+        destroy.lock().unwrap().take().unwrap().0,
+        STATUS_DEVICE_BUSY
+    );
+    r.settle();
+    assert_eq!(resize.lock().unwrap().take().unwrap().0, STATUS_SUCCESS);
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq }),
+        Ok(())
+    );
+}
+
+#[test]
+fn cleanup_runs_down_children_first_and_frees_everything() {
+    let r = Rig::new(2);
+    let p = pd(&r, 1);
+    let cq = r
+        .call::<_, IvCreateCqOut>(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .cq;
+    let qp_in = IvCreateQpIn {
+        pd: p,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: IV_QPT_RC,
+        cap: IvQpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    r.call::<_, IvCreateQpOut>(1, IOCTL_IV_CREATE_QP, &qp_in)
+        .unwrap();
+    r.call::<_, IvRegMrOut>(
+        1,
+        IOCTL_IV_REG_MR,
+        &IvRegMrIn {
+            pd: p,
+            addr: 4096,
+            length: 4096,
+            access: 0,
+            reserved: 0,
+        },
+    )
+    .unwrap();
+    // One create still in flight when the file is cleaned up.
+    let late = r.issue(
+        1,
+        IOCTL_IV_CREATE_CQ,
+        &IvCreateCqIn {
+            cqe: 8,
+            ..Default::default()
+        },
+        16,
+    );
+    r.dev.cleanup_file(1);
+    assert_eq!(
+        r.issue(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), 16)
+            .lock()
+            .unwrap()
+            .take()
+            .unwrap()
+            .0,
+        STATUS_DELETE_PENDING
+    );
+    r.settle();
+    assert_eq!(late.lock().unwrap().take().unwrap().0, STATUS_SUCCESS);
+    assert!(r.dev.file_rundown_complete(1));
+    r.dev.close_file(1);
+    r.dev.cleanup_file(2);
+    r.dev.close_file(2);
+    assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
+    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn pool_failure_changes_nothing() {
+    let r = Rig::new(16);
+    r.platform.fail_pool.store(1, Ordering::SeqCst);
+    assert_eq!(
+        r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
+        Err(STATUS_INSUFFICIENT_RESOURCES)
+    );
+    assert_eq!(r.dev.snapshot().objects, [0; 6]);
+    pd(&r, 1);
+}
+
+#[test]
+fn removal_completes_pending_requests_and_destroys_still_succeed() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let pending = r.issue(
+        1,
+        IOCTL_IV_CREATE_CQ,
+        &IvCreateCqIn {
+            cqe: 8,
+            ..Default::default()
+        },
+        16,
+    );
+    r.dev.remove();
+    assert_eq!(
+        pending.lock().unwrap().take().unwrap().0,
+        STATUS_DEVICE_REMOVED
+    );
+    assert_eq!(
+        r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
+        Err(STATUS_DEVICE_REMOVED)
+    );
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: p }),
+        Ok(())
+    );
+    r.settle(); // the HCA's late answers name no pending command
+    r.dev.cleanup_file(1);
+    r.dev.close_file(1);
+    r.dev.close_file(2);
+    assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
+    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn short_output_changes_nothing() {
+    let r = Rig::new(16);
+    let o = r.issue(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), 15);
+    assert_eq!(o.lock().unwrap().take().unwrap().0, STATUS_BUFFER_TOO_SMALL);
+    assert_eq!(r.dev.stats().commands_posted, 0);
+}
