@@ -9,20 +9,16 @@
 //! that names what differed, and leaves nothing open. [`SUITE`] lists them.
 #![forbid(unsafe_code)]
 
-mod client;
 mod suite;
 
-pub use client::{Client, IoctlResult};
-pub use suite::SUITE;
+pub use irpverbs_verbs::{Client, IoctlResult, IoctlTransport};
+pub use suite::{SUITE, Test};
 
 use irpverbs_abi::NtStatus;
 
-/// One open of the device under test (a file handle).
-pub trait DutFile: Send + Sync {
-    /// Issues an IOCTL and waits for its completion: the completion status
-    /// and the output bytes the driver reported (`information` long).
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>);
-}
+/// One open of the device under test (a file handle): carries IOCTLs and
+/// closes the file when dropped.
+pub type DutFile = dyn IoctlTransport;
 
 /// The device under test.
 pub trait Dut: Send + Sync {
@@ -30,7 +26,7 @@ pub trait Dut: Send + Sync {
     ///
     /// # Errors
     /// The status the open failed with.
-    fn open(&self) -> Result<Box<dyn DutFile>, NtStatus>;
+    fn open(&self) -> Result<Box<DutFile>, NtStatus>;
 
     /// Called after a test closed all its files: `Err` if the device still
     /// holds anything of theirs (objects, pool, pending requests). A device

@@ -4,7 +4,7 @@ use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
 use crate::Dut;
-use crate::client::{Client, av, qp_request, rts_steps};
+use irpverbs_verbs::{Client, av, qp_request, rts_steps};
 
 /// A conformance test.
 pub type Test = fn(&dyn Dut) -> Result<(), String>;

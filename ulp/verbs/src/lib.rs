@@ -1,16 +1,33 @@
-//! A typed client over [`DutFile`]: one method per verb.
+//! # irpverbs verbs
+//!
+//! Typed verbs (`alloc_pd`, `create_qp`, `modify_qp`, ...) over any
+//! transport that carries an irpverbs IOCTL: `DeviceIoControl` on Windows,
+//! the in-process host device, or a test double. One method per IOCTL; each
+//! returns the response struct or the NTSTATUS the driver completed with.
+#![forbid(unsafe_code)]
 
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use crate::DutFile;
+/// Carries one IOCTL to the driver and waits for its completion.
+pub trait IoctlTransport: Send + Sync {
+    /// Issues `code` with `input`, an output buffer of `output_len` bytes,
+    /// and returns the completion status and the `information` output bytes.
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>);
+}
+
+impl<T: IoctlTransport + ?Sized> IoctlTransport for Box<T> {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        (**self).ioctl(code, input, output_len)
+    }
+}
 
 /// A verb's outcome: the response struct, or the failure status.
 pub type IoctlResult<T> = Result<T, NtStatus>;
 
 /// Typed verbs over one open file.
 pub struct Client {
-    file: Box<dyn DutFile>,
+    file: Box<dyn IoctlTransport>,
 }
 
 impl std::fmt::Debug for Client {
@@ -20,7 +37,7 @@ impl std::fmt::Debug for Client {
 }
 
 fn call<I: IntoBytes + Immutable, O: FromBytes>(
-    file: &dyn DutFile,
+    file: &dyn IoctlTransport,
     code: u32,
     input: &I,
 ) -> IoctlResult<O> {
@@ -32,7 +49,7 @@ fn call<I: IntoBytes + Immutable, O: FromBytes>(
 }
 
 fn call_none<I: IntoBytes + Immutable>(
-    file: &dyn DutFile,
+    file: &dyn IoctlTransport,
     code: u32,
     input: &I,
 ) -> IoctlResult<()> {
@@ -48,12 +65,12 @@ fn call_none<I: IntoBytes + Immutable>(
 
 impl Client {
     /// Wraps an open file.
-    pub fn new(file: Box<dyn DutFile>) -> Self {
+    pub fn new(file: Box<dyn IoctlTransport>) -> Self {
         Self { file }
     }
 
     /// The raw file.
-    pub fn file(&self) -> &dyn DutFile {
+    pub fn file(&self) -> &dyn IoctlTransport {
         &*self.file
     }
 
