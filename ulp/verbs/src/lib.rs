@@ -6,6 +6,8 @@
 //! returns the response struct or the NTSTATUS the driver completed with.
 #![forbid(unsafe_code)]
 
+pub mod devinfo;
+
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
