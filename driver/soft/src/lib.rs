@@ -297,7 +297,8 @@ impl<P: Platform> Hca for SoftHca<P> {
     }
 
     /// Queues `command`; in [`Execution::Inline`] mode executes it (and
-    /// anything queued before it) before returning, in
+    /// anything queued before it) before returning unless the event queue
+    /// is full (then the poll that makes room executes it), in
     /// [`Execution::Deferred`] mode rings the doorbell. Its
     /// [`Event::CommandDone`] carries `token`.
     ///
