@@ -1,1 +1,621 @@
+//! # irpverbs soft HCA
+//!
+//! A software HCA, like Linux rdma_rxe: everything the framework needs from
+//! hardware, without hardware. This stage is its command interface, the
+//! "firmware": [`SoftHca`] implements [`irpverbs_core::Hca`], keeps tables of
+//! PDs, MRs, CQs, SRQs, QPs and AHs, validates every command (it never
+//! trusts the driver) and reports completions on its event queue.
+//!
+//! ## Model
+//!
+//! The driver posts a [`Command`] with a token; it lands in a bounded command
+//! queue ([`SoftConfig::cmd_queue_depth`]). The firmware executes queued
+//! commands in order, each producing an [`Event::CommandDone`] on the event
+//! queue; an armed event queue then disarms and raises the interrupt through
+//! the [`SoftBus`]. The driver's DPC drains the queue with
+//! [`Hca::poll_event`] and re-arms it with [`Hca::arm_event_queue`].
+//!
+//! Where the firmware runs is [`SoftConfig::execution`]: [`Execution::Inline`]
+//! runs it inside `post_command` (deterministic), [`Execution::Deferred`]
+//! rings [`SoftBus::doorbell`] and leaves it to the host's "hardware" thread,
+//! which calls [`SoftHca::run_firmware`].
+//!
+//! No command completion is ever lost: a command only executes when the
+//! event queue has room for what it produces, so a full event queue holds
+//! commands in the command queue (and `post_command` eventually gives
+//! commands back) until the driver polls; that poll kicks the firmware again.
+//!
+//! ## Statuses
+//!
+//! A failed command changes nothing. Statuses, from `irpverbs_abi::status`:
+//! - `STATUS_INVALID_HANDLE`: an object number (PDN, CQN, SRQN, QPN, AHN,
+//!   MR key) names no live object.
+//! - `STATUS_INVALID_PARAMETER`: a value out of its range, a non-zero
+//!   reserved field, an inconsistent combination (SRQ of another PD, remote
+//!   write without local write, ...).
+//! - `STATUS_INSUFFICIENT_RESOURCES`: a device limit: object counts
+//!   (`max_qp`, ...) and sizes (`max_cqe`, `max_qp_wr`, `max_sge`,
+//!   `max_inline_data`, `max_mr_size`, ...).
+//! - `STATUS_DEVICE_BUSY`: destroying a PD, CQ or SRQ another object uses.
+//! - `STATUS_INVALID_DEVICE_STATE`: a QP not in the state the driver
+//!   believed, or a transition the state machine lacks.
+//! - `STATUS_NOT_SUPPORTED`: alternate paths and path migration.
+//!
+//! ## Locks
+//!
+//! Firmware state and command queue under one `HCA_LOCK` (rank 20), the
+//! event queue under `EQ_LOCK` (rank 30), taken in that order only. Every
+//! method may be called holding the driver's `DEVICE_LOCK` (rank 10). The
+//! [`SoftBus`] is only called with neither soft HCA lock held.
+//!
+//! ## Not yet
+//!
+//! The data path (work queues, CQ rings, doorbells, transport, wire) is a
+//! later stage. CQs, SRQs and QPs keep their sizes and a count of entries
+//! held (always 0 for now) where the rings will go.
 #![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+mod ah;
+mod config;
+mod cq;
+mod eq;
+mod firmware;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+mod srq;
+mod table;
+#[cfg(test)]
+mod testutil;
+
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+
+use irpverbs_abi::{IvQueryDeviceOut, NtStatus, nt_success};
+use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK};
+use irpverbs_core::{Command, Event, Hca, Platform, SpinLock};
+
+pub use ah::{MAX_FLOW_LABEL, MAX_SL};
+pub use config::{Execution, SoftConfig};
+pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
+pub use port::{
+    ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
+    PORT_CAP_CM_SUP, PORT_NUM,
+};
+pub use qp::{MAX_PSN, MAX_RETRY, MAX_TIMER};
+
+use config::EVENTS_PER_COMMAND;
+use eq::EventQueue;
+use firmware::{Executed, Firmware};
+
+/// What the host bus gives the device: its interrupt line and the command
+/// doorbell's signal.
+///
+/// The soft HCA calls these with none of its locks held, but possibly from
+/// inside a driver call that holds the driver's own locks (in
+/// [`Execution::Inline`] mode `post_command`, `poll_event` and
+/// `arm_event_queue` may all interrupt). So, like a real interrupt that only
+/// queues a DPC, an implementation must not call back into the driver
+/// synchronously.
+pub trait SoftBus: Send + Sync {
+    /// Raises the interrupt: the event queue has entries and was armed.
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn interrupt(&self);
+
+    /// The command doorbell was written: in [`Execution::Deferred`] mode the
+    /// host should call [`SoftHca::run_firmware`] soon.
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn doorbell(&self);
+}
+
+/// Counters for tools and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftStats {
+    /// Commands executed (successful or not).
+    pub commands_executed: u64,
+    /// Commands executed that failed.
+    pub commands_failed: u64,
+    /// `post_command` calls refused because the command queue was full.
+    pub commands_refused: u64,
+    /// Commands waiting in the command queue now.
+    pub commands_queued: usize,
+    /// Most event queue entries ever held at once.
+    pub eq_high_water: usize,
+}
+
+/// The firmware and its command queue, under `HCA_LOCK`.
+struct HcaState {
+    queue: VecDeque<(u64, Command)>,
+    depth: usize,
+    firmware: Firmware,
+    stats: SoftStats,
+}
+
+/// The software HCA's device: command interface, firmware, event queue.
+pub struct SoftHca<P: Platform> {
+    caps: IvQueryDeviceOut,
+    execution: Execution,
+    bus: Arc<dyn SoftBus>,
+    state: P::Lock<HcaState>,
+    eq: P::Lock<EventQueue>,
+}
+
+impl<P: Platform> core::fmt::Debug for SoftHca<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SoftHca")
+            .field("execution", &self.execution)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one firmware step did.
+enum Step {
+    /// Nothing queued.
+    Idle,
+    /// No room in the event queue.
+    Stalled,
+    /// Executed a command; raise the interrupt if true.
+    Ran(bool),
+}
+
+impl<P: Platform> SoftHca<P> {
+    /// A device described by `config`, attached to `bus`, with locks from
+    /// `platform`. Allocates its queues now.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` when [`SoftConfig::validate`] refuses
+    /// `config`.
+    pub fn new(platform: &P, config: SoftConfig, bus: Arc<dyn SoftBus>) -> Result<Self, NtStatus> {
+        config.validate()?;
+        let state = HcaState {
+            queue: VecDeque::with_capacity(config.cmd_queue_depth),
+            depth: config.cmd_queue_depth,
+            firmware: Firmware::new(&config),
+            stats: SoftStats::default(),
+        };
+        Ok(Self {
+            caps: firmware::device_caps(&config),
+            execution: config.execution,
+            bus,
+            state: platform.new_lock(&HCA_LOCK, state),
+            eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
+        })
+    }
+
+    /// Executes queued commands, in order, until the queue is empty or the
+    /// event queue has no room; returns how many ran. In
+    /// [`Execution::Deferred`] mode the host calls this from its "hardware"
+    /// thread after [`SoftBus::doorbell`]; in [`Execution::Inline`] mode the
+    /// device calls it itself (calling it too is harmless).
+    ///
+    /// Raises the interrupt when an armed event queue gets an entry.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn run_firmware(&self) -> usize {
+        let mut ran = 0;
+        loop {
+            match self.step() {
+                Step::Idle | Step::Stalled => return ran,
+                Step::Ran(raise) => {
+                    ran += 1;
+                    if raise {
+                        self.bus.interrupt();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Executes the oldest queued command if the event queue has room for
+    /// its events. The command is taken, executed and its events queued
+    /// under one hold of `HCA_LOCK`, so completions keep the commands'
+    /// order whoever runs the firmware.
+    fn step(&self) -> Step {
+        self.state.lock(|st| {
+            let Some((token, command)) = st.queue.pop_front() else {
+                return Step::Idle;
+            };
+            if !self.eq.lock(|eq| eq.try_reserve(EVENTS_PER_COMMAND)) {
+                st.queue.push_front((token, command));
+                return Step::Stalled;
+            }
+            let Executed { status, out, event } = st.firmware.execute(command);
+            st.stats.commands_executed += 1;
+            if !nt_success(status) {
+                st.stats.commands_failed += 1;
+            }
+            let raise = self.eq.lock(|eq| {
+                let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
+                let mut used = 1;
+                if let Some(event) = event {
+                    raise |= eq.push_reserved(Event::Async(event));
+                    used += 1;
+                }
+                eq.release(EVENTS_PER_COMMAND - used);
+                raise
+            });
+            Step::Ran(raise)
+        })
+    }
+
+    /// Gets queued commands executed: runs the firmware ([`Execution::Inline`])
+    /// or rings the doorbell ([`Execution::Deferred`]). No lock held.
+    fn kick(&self) {
+        match self.execution {
+            Execution::Inline => {
+                self.run_firmware();
+            }
+            Execution::Deferred => self.bus.doorbell(),
+        }
+    }
+
+    /// Counters.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn stats(&self) -> SoftStats {
+        let mut stats = self.state.lock(|st| SoftStats {
+            commands_queued: st.queue.len(),
+            ..st.stats
+        });
+        stats.eq_high_water = self.eq.lock(|eq| eq.high_water());
+        stats
+    }
+
+    /// PDs, MRs, CQs, SRQs, QPs and AHs alive in the firmware: 0 once the
+    /// driver destroyed everything, or something leaked.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn live_objects(&self) -> usize {
+        self.state.lock(|st| st.firmware.live_objects())
+    }
+
+    /// Runs `f` on the firmware state (tests only).
+    #[cfg(test)]
+    pub(crate) fn with_firmware<R>(&self, f: impl FnOnce(&mut Firmware) -> R) -> R {
+        self.state.lock(|st| f(&mut st.firmware))
+    }
+}
+
+impl<P: Platform> Hca for SoftHca<P> {
+    /// Device attributes from the [`SoftConfig`].
+    ///
+    /// IRQL: any.
+    fn caps(&self) -> &IvQueryDeviceOut {
+        &self.caps
+    }
+
+    /// Queues `command`; in [`Execution::Inline`] mode executes it (and
+    /// anything queued before it) before returning unless the event queue
+    /// is full (then the poll that makes room executes it), in
+    /// [`Execution::Deferred`] mode rings the doorbell. Its
+    /// [`Event::CommandDone`] carries `token`.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// Gives `command` back when `cmd_queue_depth` commands are queued.
+    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
+        let refused = self.state.lock(|st| {
+            if st.queue.len() >= st.depth {
+                st.stats.commands_refused += 1;
+                Some(command)
+            } else {
+                st.queue.push_back((token, command));
+                None
+            }
+        });
+        if let Some(command) = refused {
+            return Err(command);
+        }
+        self.kick();
+        Ok(())
+    }
+
+    /// Takes the oldest event. If the firmware had stalled for room, kicks
+    /// it again (so in [`Execution::Inline`] mode this may execute commands
+    /// and interrupt).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn poll_event(&self) -> Option<Event> {
+        let (event, kick) = self.eq.lock(EventQueue::pop);
+        if kick {
+            self.kick();
+        }
+        event
+    }
+
+    /// Arms the event queue: its next entry raises the interrupt. With
+    /// entries pending, interrupts at once instead (and stays disarmed).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn arm_event_queue(&self) {
+        if self.eq.lock(EventQueue::arm) {
+            self.bus.interrupt();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{CountingBus, Dev, TestPlatform};
+    use alloc::vec::Vec;
+    use irpverbs_abi::{STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER, STATUS_SUCCESS};
+    use irpverbs_core::CommandOut;
+    use irpverbs_core::platform::DEVICE_LOCK;
+
+    /// Drains the event queue: the tokens of the command completions, in
+    /// order.
+    fn drain(d: &Dev) -> Vec<u64> {
+        let mut tokens = Vec::new();
+        while let Some(e) = d.hca.poll_event() {
+            let Event::CommandDone { token, .. } = e else {
+                panic!("{e:?}")
+            };
+            tokens.push(token);
+        }
+        tokens
+    }
+
+    #[test]
+    fn invalid_config_is_refused() {
+        let config = SoftConfig {
+            max_cqe: 1000,
+            ..SoftConfig::default()
+        };
+        let bus = Arc::new(CountingBus::default());
+        assert_eq!(
+            SoftHca::new(&TestPlatform, config, bus).err(),
+            Some(STATUS_INVALID_PARAMETER)
+        );
+    }
+
+    #[test]
+    fn inline_executes_at_once_and_interrupts_only_when_armed() {
+        let d = Dev::inline();
+        d.hca.post_command(7, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 0, "not armed");
+        assert_eq!(d.bus.doorbells(), 0, "inline: no doorbell");
+        assert_eq!(
+            d.hca.poll_event(),
+            Some(Event::CommandDone {
+                token: 7,
+                status: STATUS_SUCCESS,
+                out: CommandOut::Pd { pdn: 1 }
+            })
+        );
+        assert_eq!(d.hca.poll_event(), None);
+
+        d.hca.arm_event_queue();
+        assert_eq!(d.bus.interrupts(), 0, "nothing pending");
+        d.hca.post_command(8, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 1, "armed: interrupts");
+        d.hca.post_command(9, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 1, "disarmed by the first");
+        assert_eq!(drain(&d), [8, 9]);
+        d.hca.arm_event_queue();
+        d.hca
+            .post_command(10, Command::DeallocPd { pdn: 99 })
+            .unwrap();
+        assert_eq!(d.bus.interrupts(), 2, "failures complete too");
+        assert_eq!(
+            d.hca.poll_event(),
+            Some(Event::CommandDone {
+                token: 10,
+                status: STATUS_INVALID_HANDLE,
+                out: CommandOut::None
+            })
+        );
+    }
+
+    #[test]
+    fn arming_with_entries_pending_interrupts_at_once() {
+        let d = Dev::inline();
+        d.hca.post_command(1, Command::AllocPd).unwrap();
+        d.hca.post_command(2, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 0);
+        d.hca.arm_event_queue();
+        assert_eq!(d.bus.interrupts(), 1);
+        d.hca.post_command(3, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 1, "that arm was consumed");
+        assert!(d.hca.poll_event().is_some());
+        d.hca.arm_event_queue();
+        assert_eq!(d.bus.interrupts(), 2, "still entries pending");
+        assert_eq!(drain(&d), [2, 3]);
+        d.hca.arm_event_queue();
+        assert_eq!(d.bus.interrupts(), 2);
+    }
+
+    #[test]
+    fn deferred_queue_full_gives_the_command_back() {
+        let d = Dev::with(|c| {
+            c.execution = Execution::Deferred;
+            c.cmd_queue_depth = 4;
+        });
+        for token in 1..=4 {
+            d.hca.post_command(token, Command::AllocPd).unwrap();
+        }
+        assert_eq!(d.bus.doorbells(), 4);
+        assert_eq!(d.hca.poll_event(), None, "deferred: nothing ran yet");
+        let cmd = Command::RegMr {
+            pdn: 1,
+            addr: 0,
+            length: 1,
+            access: 0,
+            physical: false,
+        };
+        assert_eq!(d.hca.post_command(5, cmd.clone()), Err(cmd.clone()));
+        assert_eq!(d.bus.doorbells(), 4, "no doorbell for a refused command");
+        let stats = d.hca.stats();
+        assert_eq!((stats.commands_refused, stats.commands_queued), (1, 4));
+        assert_eq!(d.hca.run_firmware(), 4);
+        assert_eq!(d.hca.run_firmware(), 0);
+        d.hca.post_command(5, cmd).unwrap();
+        assert_eq!(d.hca.run_firmware(), 1);
+        assert_eq!(drain(&d), [1, 2, 3, 4, 5]);
+        assert_eq!(d.hca.live_objects(), 5);
+        assert_eq!(d.bus.interrupts(), 0);
+    }
+
+    #[test]
+    fn deferred_interrupts_from_the_firmware_run() {
+        let d = Dev::deferred();
+        d.hca.arm_event_queue();
+        d.hca.post_command(1, Command::AllocPd).unwrap();
+        assert_eq!(d.bus.interrupts(), 0);
+        d.hca.run_firmware();
+        assert_eq!(d.bus.interrupts(), 1);
+        assert_eq!(drain(&d), [1]);
+    }
+
+    #[test]
+    fn a_full_event_queue_stalls_commands_and_loses_nothing_deferred() {
+        let d = Dev::with(|c| {
+            c.execution = Execution::Deferred;
+            c.cmd_queue_depth = 8;
+            c.eq_depth = 4;
+        });
+        for token in 1..=8 {
+            d.hca.post_command(token, Command::AllocPd).unwrap();
+        }
+        assert_eq!(d.hca.run_firmware(), 3, "room for 3 completions + 1 async");
+        assert_eq!(d.hca.run_firmware(), 0, "stalled");
+        let doorbells = d.bus.doorbells();
+        let mut tokens = Vec::new();
+        while tokens.len() < 8 {
+            let Some(Event::CommandDone { token, .. }) = d.hca.poll_event() else {
+                panic!("a completion was lost");
+            };
+            tokens.push(token);
+            d.hca.run_firmware();
+        }
+        assert_eq!(tokens, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(
+            d.bus.doorbells() > doorbells,
+            "a poll rings for the stalled firmware"
+        );
+        let stats = d.hca.stats();
+        assert_eq!(stats.commands_executed, 8);
+        assert_eq!(stats.eq_high_water, 3);
+        assert_eq!(stats.commands_queued, 0);
+    }
+
+    #[test]
+    fn a_full_event_queue_stalls_commands_and_loses_nothing_inline() {
+        let d = Dev::with(|c| {
+            c.cmd_queue_depth = 2;
+            c.eq_depth = 2;
+        });
+        d.hca.post_command(1, Command::AllocPd).unwrap();
+        d.hca.post_command(2, Command::AllocPd).unwrap();
+        d.hca.post_command(3, Command::AllocPd).unwrap();
+        assert_eq!(
+            d.hca.post_command(4, Command::AllocPd),
+            Err(Command::AllocPd),
+            "two waiting for room in the event queue"
+        );
+        d.hca.arm_event_queue();
+        assert_eq!(d.bus.interrupts(), 1);
+        assert_eq!(drain(&d), [1, 2, 3], "each poll ran the next command");
+        d.hca.post_command(4, Command::AllocPd).unwrap();
+        assert_eq!(drain(&d), [4]);
+        assert_eq!(d.hca.live_objects(), 4);
+    }
+
+    #[test]
+    fn stats_count_commands() {
+        let d = Dev::inline();
+        d.ok(Command::AllocPd);
+        d.fails(Command::DeallocPd { pdn: 5 }, STATUS_INVALID_HANDLE);
+        d.ok(Command::QueryPort { port: 1 });
+        let s = d.hca.stats();
+        assert_eq!(s.commands_executed, 3);
+        assert_eq!(s.commands_failed, 1);
+        assert_eq!(s.commands_refused, 0);
+        assert_eq!(s.eq_high_water, 1);
+        assert_eq!(s, d.hca.stats());
+        assert!(alloc::format!("{:?}", d.hca).contains("commands_executed: 3"));
+    }
+
+    #[test]
+    fn callable_under_the_device_lock() {
+        let d = Dev::inline();
+        let device = TestPlatform.new_lock(&DEVICE_LOCK, ());
+        d.hca.arm_event_queue();
+        device.lock(|()| {
+            d.hca.post_command(1, Command::AllocPd).unwrap();
+            assert!(d.hca.poll_event().is_some());
+            d.hca.arm_event_queue();
+        });
+        assert_eq!(d.bus.interrupts(), 1);
+    }
+
+    #[test]
+    fn concurrent_posters_and_a_hardware_thread() {
+        for execution in [Execution::Inline, Execution::Deferred] {
+            let d = Dev::with(|c| {
+                c.execution = execution;
+                c.cmd_queue_depth = 8;
+                c.eq_depth = 8;
+            });
+            let hca = d.hca.clone();
+            let threads = 4;
+            let per_thread = 200u64;
+            let stop = Arc::new(core::sync::atomic::AtomicBool::new(false));
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let hca = hca.clone();
+                    s.spawn(move || {
+                        for i in 0..per_thread {
+                            let token = t * 1000 + i;
+                            while hca.post_command(token, Command::AllocPd).is_err() {
+                                std::thread::yield_now();
+                            }
+                        }
+                    });
+                }
+                if execution == Execution::Deferred {
+                    let (hca, stop) = (hca.clone(), stop.clone());
+                    s.spawn(move || {
+                        while !stop.load(core::sync::atomic::Ordering::SeqCst) {
+                            if hca.run_firmware() == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    });
+                }
+                let mut seen = Vec::new();
+                while seen.len() < (threads * per_thread) as usize {
+                    match hca.poll_event() {
+                        Some(Event::CommandDone { token, status, .. }) => {
+                            assert_eq!(status, STATUS_SUCCESS);
+                            seen.push(token);
+                        }
+                        Some(e) => panic!("{e:?}"),
+                        None => std::thread::yield_now(),
+                    }
+                }
+                stop.store(true, core::sync::atomic::Ordering::SeqCst);
+                for t in 0..threads {
+                    let mine: Vec<u64> = seen.iter().copied().filter(|k| k / 1000 == t).collect();
+                    let expect: Vec<u64> = (0..per_thread).map(|i| t * 1000 + i).collect();
+                    assert_eq!(mine, expect, "each poster's commands complete in order");
+                }
+            });
+            assert_eq!(d.hca.live_objects(), (threads * per_thread) as usize);
+            assert!(d.hca.stats().eq_high_water <= 8);
+        }
+    }
+}

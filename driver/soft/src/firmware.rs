@@ -1,0 +1,293 @@
+//! The firmware: object tables and command execution.
+//!
+//! [`Firmware::execute`] runs one command against the tables. Every command
+//! is validated completely before anything changes, so a failed command
+//! leaves the firmware exactly as it was. The handlers live with their
+//! objects (pd.rs, mr.rs, cq.rs, srq.rs, qp.rs, ah.rs, port.rs).
+
+use irpverbs_abi::{
+    IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN,
+    IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus, STATUS_SUCCESS,
+};
+use irpverbs_core::{AsyncEvent, Command, CommandOut};
+
+use crate::ah::Ah;
+use crate::config::SoftConfig;
+use crate::cq::Cq;
+use crate::mr::Mr;
+use crate::pd::Pd;
+use crate::port::{PKEY_TBL_LEN, Port};
+use crate::qp::{QpInit, QpTable};
+use crate::srq::Srq;
+use crate::table::Table;
+
+/// Vendor id of the soft device: 0xFFFFFF, no IEEE OUI (as rdma_rxe).
+pub const SOFT_VENDOR_ID: u32 = 0x00FF_FFFF;
+/// Page sizes an MR may use: 4 KiB and every larger power of two up to 2 GiB.
+pub const SOFT_PAGE_SIZE_CAP: u64 = 0xFFFF_F000;
+/// Local CA ACK delay (IBTA encoding: 4.096 us * 2^15, about 134 ms).
+pub const SOFT_LOCAL_CA_ACK_DELAY: u8 = 15;
+
+const fn parse_version(s: &str) -> u64 {
+    let b = s.as_bytes();
+    let mut v = 0;
+    let mut i = 0;
+    while i < b.len() {
+        v = v * 10 + (b[i] - b'0') as u64;
+        i += 1;
+    }
+    v
+}
+
+/// Firmware version: this crate's version as major.minor.patch in 16.16.32
+/// bits.
+pub const SOFT_FW_VER: u64 = (parse_version(env!("CARGO_PKG_VERSION_MAJOR")) << 48)
+    | (parse_version(env!("CARGO_PKG_VERSION_MINOR")) << 32)
+    | parse_version(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// The device attributes `config` describes.
+pub(crate) fn device_caps(config: &SoftConfig) -> IvQueryDeviceOut {
+    IvQueryDeviceOut {
+        abi_version: IV_ABI_VERSION,
+        vendor_id: SOFT_VENDOR_ID,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        fw_ver: SOFT_FW_VER,
+        node_guid: config.node_guid,
+        sys_image_guid: config.node_guid,
+        max_mr_size: config.max_mr_size,
+        page_size_cap: SOFT_PAGE_SIZE_CAP,
+        device_cap_flags: IV_DEVICE_RESIZE_MAX_WR
+            | IV_DEVICE_PORT_ACTIVE_EVENT
+            | IV_DEVICE_RC_RNR_NAK_GEN
+            | IV_DEVICE_SRQ_RESIZE,
+        max_qp: config.max_qp,
+        max_qp_wr: config.max_qp_wr,
+        max_sge: config.max_sge,
+        max_sge_rd: config.max_sge_rd,
+        max_cq: config.max_cq,
+        max_cqe: config.max_cqe,
+        max_mr: config.max_mr,
+        max_pd: config.max_pd,
+        max_qp_rd_atom: config.max_qp_rd_atom,
+        max_qp_init_rd_atom: config.max_qp_init_rd_atom,
+        max_res_rd_atom: config.max_res_rd_atom,
+        atomic_cap: IV_ATOMIC_HCA,
+        max_srq: config.max_srq,
+        max_srq_wr: config.max_srq_wr,
+        max_srq_sge: config.max_srq_sge,
+        max_ah: config.max_ah,
+        max_inline_data: config.max_inline_data,
+        #[allow(clippy::cast_possible_truncation)]
+        max_pkeys: PKEY_TBL_LEN as u16,
+        local_ca_ack_delay: SOFT_LOCAL_CA_ACK_DELAY,
+        phys_port_cnt: 1,
+        num_comp_vectors: config.num_comp_vectors,
+        reserved: 0,
+    }
+}
+
+/// The firmware's state: the device's limits, its port and its object
+/// tables. Kept under `HCA_LOCK`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Firmware {
+    /// Limits.
+    pub(crate) config: SoftConfig,
+    /// The port.
+    pub(crate) port: Port,
+    /// Protection domains by PDN.
+    pub(crate) pds: Table<Pd>,
+    /// Memory regions by key index (key >> 8).
+    pub(crate) mrs: Table<Mr>,
+    /// Completion queues by CQN.
+    pub(crate) cqs: Table<Cq>,
+    /// Shared receive queues by SRQN.
+    pub(crate) srqs: Table<Srq>,
+    /// Queue pairs by QPN.
+    pub(crate) qps: QpTable,
+    /// Address handles by AHN.
+    pub(crate) ahs: Table<Ah>,
+    /// An async event the command being executed raised.
+    pub(crate) raised: Option<AsyncEvent>,
+}
+
+/// What executing a command produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Executed {
+    /// `STATUS_SUCCESS` or why it failed.
+    pub(crate) status: NtStatus,
+    /// Output on success, `CommandOut::None` on failure.
+    pub(crate) out: CommandOut,
+    /// An async event to report after the completion.
+    pub(crate) event: Option<AsyncEvent>,
+}
+
+impl Firmware {
+    /// Firmware with empty tables. `config` must be valid.
+    pub(crate) fn new(config: &SoftConfig) -> Self {
+        Self {
+            port: Port::new(config.ip),
+            pds: Table::new(config.max_pd),
+            mrs: Table::new(config.max_mr),
+            cqs: Table::new(config.max_cq),
+            srqs: Table::new(config.max_srq),
+            qps: QpTable::new(config.max_qp),
+            ahs: Table::new(config.max_ah),
+            raised: None,
+            config: config.clone(),
+        }
+    }
+
+    /// Objects alive in the tables.
+    pub(crate) fn live_objects(&self) -> usize {
+        self.pds.len()
+            + self.mrs.len()
+            + self.cqs.len()
+            + self.srqs.len()
+            + self.qps.len()
+            + self.ahs.len()
+    }
+
+    /// Executes one command. On failure nothing changed and no event was
+    /// raised.
+    pub(crate) fn execute(&mut self, command: Command) -> Executed {
+        self.raised = None;
+        let result = match command {
+            Command::QueryPort { port } => self.query_port(port),
+            Command::QueryGid { port, index } => self.query_gid(port, index),
+            Command::AllocPd => self.alloc_pd(),
+            Command::DeallocPd { pdn } => self.dealloc_pd(pdn),
+            Command::RegMr {
+                pdn,
+                addr,
+                length,
+                access,
+                physical,
+            } => self.reg_mr(pdn, addr, length, access, physical),
+            Command::DeregMr { lkey } => self.dereg_mr(lkey),
+            Command::CreateCq { cqe, comp_vector } => self.create_cq(cqe, comp_vector),
+            Command::ResizeCq { cqn, cqe } => self.resize_cq(cqn, cqe),
+            Command::DestroyCq { cqn } => self.destroy_cq(cqn),
+            Command::CreateSrq {
+                pdn,
+                max_wr,
+                max_sge,
+                srq_limit,
+            } => self.create_srq(pdn, max_wr, max_sge, srq_limit),
+            Command::ModifySrq {
+                srqn,
+                mask,
+                max_wr,
+                srq_limit,
+            } => self.modify_srq(srqn, mask, max_wr, srq_limit),
+            Command::QuerySrq { srqn } => self.query_srq(srqn),
+            Command::DestroySrq { srqn } => self.destroy_srq(srqn),
+            Command::CreateQp {
+                pdn,
+                qp_type,
+                send_cqn,
+                recv_cqn,
+                srqn,
+                sq_sig_all,
+                cap,
+            } => self.create_qp(&QpInit {
+                pdn,
+                qp_type,
+                send_cqn,
+                recv_cqn,
+                srqn,
+                sq_sig_all,
+                cap,
+            }),
+            Command::ModifyQp {
+                qpn,
+                cur_state,
+                mask,
+                attr,
+            } => self.modify_qp(qpn, cur_state, mask, &attr),
+            Command::QueryQp { qpn } => self.query_qp(qpn),
+            Command::DestroyQp { qpn } => self.destroy_qp(qpn),
+            Command::CreateAh { pdn, attr } => self.create_ah(pdn, &attr),
+            Command::DestroyAh { ahn } => self.destroy_ah(ahn),
+        };
+        match result {
+            Ok(out) => Executed {
+                status: STATUS_SUCCESS,
+                out,
+                event: self.raised.take(),
+            },
+            Err(status) => {
+                debug_assert!(self.raised.is_none());
+                self.raised = None;
+                Executed {
+                    status,
+                    out: CommandOut::None,
+                    event: None,
+                }
+            }
+        }
+    }
+}
+
+/// A reference count of dependents (QPs, MRs, SRQs, AHs on a PD; QPs on a
+/// CQ or SRQ). An object with dependents can't be destroyed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refs(u32);
+
+impl Refs {
+    /// One more dependent.
+    pub(crate) fn get(&mut self) {
+        self.0 += 1;
+    }
+
+    /// One dependent fewer.
+    pub(crate) fn put(&mut self) {
+        debug_assert!(self.0 > 0, "reference count underflow");
+        self.0 = self.0.saturating_sub(1);
+    }
+
+    /// Fails with `STATUS_DEVICE_BUSY` while there are dependents.
+    pub(crate) fn check_idle(self) -> Result<(), NtStatus> {
+        if self.0 == 0 {
+            Ok(())
+        } else {
+            Err(irpverbs_abi::STATUS_DEVICE_BUSY)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Dev;
+    use irpverbs_core::Hca;
+
+    #[test]
+    fn caps_come_from_the_config() {
+        let d = Dev::with(|c| {
+            c.max_qp = 77;
+            c.node_guid = 0x1122_3344_5566_7788;
+            c.num_comp_vectors = 3;
+        });
+        let caps = d.hca.caps();
+        assert_eq!(caps.abi_version, IV_ABI_VERSION);
+        assert_eq!(caps.vendor_id, 0xFF_FFFF);
+        assert_eq!(caps.max_qp, 77);
+        assert_eq!(caps.node_guid, 0x1122_3344_5566_7788);
+        assert_eq!(caps.sys_image_guid, 0x1122_3344_5566_7788);
+        assert_eq!(caps.phys_port_cnt, 1);
+        assert_eq!(caps.num_comp_vectors, 3);
+        assert_eq!(caps.atomic_cap, IV_ATOMIC_HCA);
+        assert_eq!(caps.max_pkeys, 1);
+        assert_eq!(caps.fw_ver, SOFT_FW_VER);
+        assert_eq!(parse_version("0"), 0);
+        assert_eq!(parse_version("12"), 12);
+        let def = SoftConfig::default();
+        let caps = device_caps(&def);
+        assert_eq!(caps.max_qp_wr, def.max_qp_wr);
+        assert_eq!(caps.max_cqe, def.max_cqe);
+        assert_eq!(caps.max_mr_size, def.max_mr_size);
+        assert_eq!(caps.max_inline_data, 400);
+        assert_eq!(caps.reserved, 0);
+    }
+}

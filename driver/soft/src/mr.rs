@@ -1,0 +1,214 @@
+//! Memory regions and their keys.
+//!
+//! A key is `(index << 8) | key`: the MR's slot index (24 bits, from 1) and
+//! an 8-bit key that changes every time the slot is reused, so a key kept
+//! after its MR was deregistered no longer matches. The rkey equals the lkey.
+
+use irpverbs_abi::{
+    IV_ACCESS_ALL, IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_WRITE,
+    NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER,
+};
+use irpverbs_core::CommandOut;
+
+use crate::firmware::Firmware;
+
+/// A registered memory region. The data path will translate through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Mr {
+    /// Its PD.
+    pub(crate) pdn: u32,
+    /// Start address.
+    pub(crate) addr: u64,
+    /// Length in bytes.
+    pub(crate) length: u64,
+    /// `IV_ACCESS_*`.
+    pub(crate) access: u32,
+    /// `addr` is physical.
+    pub(crate) physical: bool,
+}
+
+/// The key of slot `index` filled for the `generation`th time.
+pub(crate) const fn make_key(index: u32, generation: u8) -> u32 {
+    (index << 8) | generation as u32
+}
+
+/// Checks `IV_ACCESS_*` flags: only defined bits, and remote write or
+/// atomic only with local write (IBTA 10.6.3.1 / o10-33).
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER`.
+pub(crate) fn check_access(access: u32) -> Result<(), NtStatus> {
+    let needs_local_write = access & (IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_ATOMIC) != 0;
+    if access & !IV_ACCESS_ALL != 0 || (needs_local_write && access & IV_ACCESS_LOCAL_WRITE == 0) {
+        Err(STATUS_INVALID_PARAMETER)
+    } else {
+        Ok(())
+    }
+}
+
+impl Firmware {
+    /// `RegMr`: returns the lkey and rkey (equal).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` for an unknown PD; `STATUS_INVALID_PARAMETER`
+    /// for a zero length, a range that wraps past 2^64 or bad access flags;
+    /// `STATUS_INSUFFICIENT_RESOURCES` for a length above `max_mr_size` or
+    /// when `max_mr` MRs exist.
+    pub(crate) fn reg_mr(
+        &mut self,
+        pdn: u32,
+        addr: u64,
+        length: u64,
+        access: u32,
+        physical: bool,
+    ) -> Result<CommandOut, NtStatus> {
+        self.pds.get(pdn)?;
+        check_access(access)?;
+        if length == 0 || addr.checked_add(length).is_none() {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        if length > self.config.max_mr_size {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        let index = self.mrs.insert(Mr {
+            pdn,
+            addr,
+            length,
+            access,
+            physical,
+        })?;
+        let key = make_key(index, self.mrs.generation(index)?);
+        self.pds.get_mut(pdn)?.refs.get();
+        Ok(CommandOut::Mr {
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    /// `DeregMr`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` when `lkey` names no live MR (unknown index,
+    /// or a stale key of a reused index).
+    pub(crate) fn dereg_mr(&mut self, lkey: u32) -> Result<CommandOut, NtStatus> {
+        let index = lkey >> 8;
+        if make_key(index, self.mrs.generation(index)?) != lkey {
+            return Err(STATUS_INVALID_HANDLE);
+        }
+        let mr = self.mrs.remove(index)?;
+        self.pds.get_mut(mr.pdn)?.refs.put();
+        Ok(CommandOut::None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Dev;
+    use irpverbs_abi::IV_ACCESS_REMOTE_READ;
+    use irpverbs_core::Command;
+
+    fn reg(pdn: u32, addr: u64, length: u64, access: u32) -> Command {
+        Command::RegMr {
+            pdn,
+            addr,
+            length,
+            access,
+            physical: false,
+        }
+    }
+
+    #[test]
+    fn register_and_deregister() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let CommandOut::Mr { lkey, rkey } = d.ok(reg(pdn, 0x1000, 4096, IV_ACCESS_ALL)) else {
+            panic!()
+        };
+        assert_eq!(lkey, rkey);
+        assert_eq!(lkey >> 8, 1, "first index");
+        assert_eq!(d.snapshot().mrs.get(1).unwrap().length, 4096);
+        assert_eq!(d.hca.live_objects(), 2);
+        d.ok(Command::DeregMr { lkey });
+        assert_eq!(d.hca.live_objects(), 1);
+        d.fails(Command::DeregMr { lkey }, STATUS_INVALID_HANDLE);
+        d.ok(Command::RegMr {
+            pdn,
+            addr: 0x8000_0000,
+            length: 1,
+            access: 0,
+            physical: true,
+        });
+    }
+
+    #[test]
+    fn reuse_changes_the_key() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let (first, _) = d.mr(pdn);
+        let mut seen = alloc::vec![first];
+        let mut stale = first;
+        for _ in 0..300 {
+            d.ok(Command::DeregMr { lkey: stale });
+            let (key, _) = d.mr(pdn);
+            assert_eq!(key >> 8, first >> 8, "the index is reused");
+            assert_ne!(key, stale, "with another key");
+            d.fails(Command::DeregMr { lkey: stale }, STATUS_INVALID_HANDLE);
+            seen.push(key);
+            stale = key;
+        }
+        seen.truncate(256);
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            256,
+            "all 256 keys of the index are used in turn"
+        );
+    }
+
+    #[test]
+    fn bad_keys() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let (lkey, _) = d.mr(pdn);
+        for key in [0, lkey ^ 1, lkey + 0x100, u32::MAX] {
+            d.fails(Command::DeregMr { lkey: key }, STATUS_INVALID_HANDLE);
+        }
+    }
+
+    #[test]
+    fn validation() {
+        let d = Dev::with(|c| {
+            c.max_mr = 1;
+            c.max_mr_size = 1 << 20;
+        });
+        let pdn = d.pd();
+        d.fails(reg(pdn + 1, 0, 1, 0), STATUS_INVALID_HANDLE);
+        d.fails(reg(0, 0, 1, 0), STATUS_INVALID_HANDLE);
+        d.fails(reg(pdn, 0, 0, 0), STATUS_INVALID_PARAMETER);
+        d.fails(reg(pdn, u64::MAX, 1, 0), STATUS_INVALID_PARAMETER);
+        d.fails(reg(pdn, u64::MAX - 9, 10, 0), STATUS_INVALID_PARAMETER);
+        d.fails(reg(pdn, 0, (1 << 20) + 1, 0), STATUS_INSUFFICIENT_RESOURCES);
+        for access in [
+            IV_ACCESS_REMOTE_WRITE,
+            IV_ACCESS_REMOTE_ATOMIC,
+            IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_WRITE,
+            1 << 4,
+            u32::MAX,
+        ] {
+            d.fails(reg(pdn, 0, 1, access), STATUS_INVALID_PARAMETER);
+        }
+        d.ok(reg(pdn, u64::MAX - 9, 9, IV_ACCESS_REMOTE_READ));
+        d.fails(reg(pdn, 0, 1 << 20, 0), STATUS_INSUFFICIENT_RESOURCES);
+    }
+
+    #[test]
+    fn access_rule() {
+        for access in 0..=IV_ACCESS_ALL {
+            let remote_w_or_a = access & (IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_ATOMIC) != 0;
+            let local_w = access & IV_ACCESS_LOCAL_WRITE != 0;
+            assert_eq!(check_access(access).is_ok(), !remote_w_or_a || local_w);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The soft HCA's single RoCE port: attributes and GID table.
+
+use core::net::IpAddr;
+
+use irpverbs_abi::{
+    IV_LINK_LAYER_ETHERNET, IV_MTU_1024, IV_MTU_4096, IV_PORT_ACTIVE, IvQueryPortOut, NtStatus,
+    STATUS_INVALID_PARAMETER,
+};
+use irpverbs_core::CommandOut;
+
+use crate::firmware::Firmware;
+
+/// The only port's number.
+pub const PORT_NUM: u8 = 1;
+/// GID table entries; index 0 holds the port's address, the rest are zero.
+pub const GID_TBL_LEN: u32 = 16;
+/// P_Key table entries (just the default P_Key 0xFFFF).
+pub const PKEY_TBL_LEN: u32 = 1;
+/// Largest message, in bytes.
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+/// Physical state LinkUp (IBTA PortInfo PortPhysicalState).
+pub const PHYS_STATE_LINK_UP: u32 = 5;
+/// PortInfo CapabilityMask: IsConnectionManagementSupported (bit 16).
+pub const PORT_CAP_CM_SUP: u32 = 1 << 16;
+/// Active width 4x (IBTA encoding).
+pub const ACTIVE_WIDTH_4X: u8 = 2;
+/// Active speed EDR, 25.78125 Gb/s per lane (IBTA encoding): 4x EDR = 100 Gb/s.
+pub const ACTIVE_SPEED_EDR: u8 = 0x20;
+
+/// The port's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Port {
+    gids: [[u8; 16]; GID_TBL_LEN as usize],
+}
+
+impl Port {
+    /// A port whose GID 0 is `ip` (IPv4-mapped for IPv4).
+    pub(crate) fn new(ip: IpAddr) -> Self {
+        let mut gids = [[0; 16]; GID_TBL_LEN as usize];
+        gids[0] = match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        Self { gids }
+    }
+
+    /// GID table entry `index`, zero when unused.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` when `index` is past the table.
+    pub(crate) fn gid(&self, index: u32) -> Result<[u8; 16], NtStatus> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.gids.get(i))
+            .copied()
+            .ok_or(STATUS_INVALID_PARAMETER)
+    }
+
+    /// GID table entry `index` if it is in use (non-zero).
+    pub(crate) fn valid_gid(&self, index: u32) -> Option<[u8; 16]> {
+        self.gid(index).ok().filter(|g| *g != [0; 16])
+    }
+
+    /// The port's attributes.
+    pub(crate) fn attributes(&self) -> IvQueryPortOut {
+        IvQueryPortOut {
+            state: IV_PORT_ACTIVE,
+            phys_state: PHYS_STATE_LINK_UP,
+            max_mtu: IV_MTU_4096,
+            active_mtu: IV_MTU_1024,
+            gid_tbl_len: GID_TBL_LEN,
+            port_cap_flags: PORT_CAP_CM_SUP,
+            max_msg_sz: MAX_MSG_SZ,
+            pkey_tbl_len: PKEY_TBL_LEN,
+            lid: 0,
+            sm_lid: 0,
+            lmc: 0,
+            max_vl_num: 1,
+            active_width: ACTIVE_WIDTH_4X,
+            active_speed: ACTIVE_SPEED_EDR,
+            link_layer: IV_LINK_LAYER_ETHERNET,
+            reserved: [0; 7],
+            gid0: self.gids[0],
+        }
+    }
+
+    /// Largest path MTU (`IV_MTU_*`).
+    pub(crate) const fn max_mtu(&self) -> u32 {
+        IV_MTU_4096
+    }
+}
+
+/// Fails unless `port` is the soft HCA's port.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER`.
+pub(crate) fn check_port(port: u8) -> Result<(), NtStatus> {
+    if port == PORT_NUM {
+        Ok(())
+    } else {
+        Err(STATUS_INVALID_PARAMETER)
+    }
+}
+
+impl Firmware {
+    /// `QueryPort`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a port other than 1.
+    pub(crate) fn query_port(&self, port: u8) -> Result<CommandOut, NtStatus> {
+        check_port(port)?;
+        Ok(CommandOut::Port(self.port.attributes()))
+    }
+
+    /// `QueryGid`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a port other than 1 or an index past
+    /// the GID table.
+    pub(crate) fn query_gid(&self, port: u8, index: u32) -> Result<CommandOut, NtStatus> {
+        check_port(port)?;
+        Ok(CommandOut::Gid(self.port.gid(index)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{Dev, IP6};
+    use core::net::Ipv6Addr;
+    use irpverbs_core::Command;
+
+    #[test]
+    fn query_port() {
+        let d = Dev::inline();
+        let CommandOut::Port(p) = d.ok(Command::QueryPort { port: 1 }) else {
+            panic!()
+        };
+        assert_eq!(p.state, IV_PORT_ACTIVE);
+        assert_eq!(p.phys_state, 5);
+        assert_eq!(p.max_mtu, IV_MTU_4096);
+        assert_eq!(p.active_mtu, IV_MTU_1024);
+        assert_eq!(p.gid_tbl_len, 16);
+        assert_eq!(p.pkey_tbl_len, 1);
+        assert_eq!(p.max_msg_sz, 1 << 31);
+        assert_eq!(p.link_layer, IV_LINK_LAYER_ETHERNET);
+        assert_eq!(
+            p.gid0,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, 0, 0, 1]
+        );
+        for port in [0, 2, 255] {
+            d.fails(Command::QueryPort { port }, STATUS_INVALID_PARAMETER);
+        }
+    }
+
+    #[test]
+    fn query_gid() {
+        let d = Dev::inline();
+        let mapped = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, 0, 0, 1];
+        assert_eq!(
+            d.ok(Command::QueryGid { port: 1, index: 0 }),
+            CommandOut::Gid(mapped)
+        );
+        for index in 1..16 {
+            assert_eq!(
+                d.ok(Command::QueryGid { port: 1, index }),
+                CommandOut::Gid([0; 16])
+            );
+        }
+        for (port, index) in [(1, 16), (1, u32::MAX), (0, 0), (2, 0)] {
+            d.fails(Command::QueryGid { port, index }, STATUS_INVALID_PARAMETER);
+        }
+    }
+
+    #[test]
+    fn ipv6_gid() {
+        let d = Dev::with(|c| c.ip = IP6);
+        let expect = "fd00::7".parse::<Ipv6Addr>().unwrap().octets();
+        assert_eq!(
+            d.ok(Command::QueryGid { port: 1, index: 0 }),
+            CommandOut::Gid(expect)
+        );
+    }
+}

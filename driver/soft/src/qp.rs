@@ -1,0 +1,1210 @@
+//! Queue pairs: numbers, the IBTA state machine, attributes.
+//!
+//! QP numbers are 24 bits, handed out in increasing order from 2 (QP0 and
+//! QP1 are reserved), wrapping back to 2 and skipping numbers in use, so a
+//! number is not reused until the whole space went round: a late packet or
+//! event for a destroyed QP does not hit its successor.
+//!
+//! The firmware keeps each QP's state and attributes. `ModifyQp` checks the
+//! transition ([`transition_allowed`]) and the value of every attribute in
+//! the mask, and only then applies them; which attributes a transition
+//! requires or allows is the driver's check (the IBTA tables), not repeated
+//! here.
+
+use alloc::collections::BTreeMap;
+
+use irpverbs_abi::{
+    IV_ACCESS_ALL, IV_MIG_ARMED, IV_MIG_MIGRATED, IV_MIG_REARM, IV_QP_ACCESS_FLAGS, IV_QP_ALT_PATH,
+    IV_QP_ATTR_ALL, IV_QP_AV, IV_QP_CAP, IV_QP_CUR_STATE, IV_QP_DEST_QPN,
+    IV_QP_EN_SQD_ASYNC_NOTIFY, IV_QP_MAX_DEST_RD_ATOMIC, IV_QP_MAX_QP_RD_ATOMIC,
+    IV_QP_MIN_RNR_TIMER, IV_QP_PATH_MIG_STATE, IV_QP_PATH_MTU, IV_QP_PKEY_INDEX, IV_QP_PORT,
+    IV_QP_QKEY, IV_QP_RETRY_CNT, IV_QP_RNR_RETRY, IV_QP_RQ_PSN, IV_QP_SQ_PSN, IV_QP_STATE,
+    IV_QP_TIMEOUT, IV_QPS_ERR, IV_QPS_INIT, IV_QPS_RESET, IV_QPS_RTR, IV_QPS_RTS, IV_QPS_SQD,
+    IV_QPS_SQE, IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IvQpAttr, IvQpCap, IvQueryQpOut, NtStatus,
+    STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_HANDLE,
+    STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
+};
+use irpverbs_core::{AsyncEvent, CommandOut};
+
+use crate::config::{FIRST_QPN, MAX_QPN, ring_entries};
+use crate::firmware::Firmware;
+use crate::port::{PKEY_TBL_LEN, check_port};
+
+/// Largest PSN (24 bits).
+pub const MAX_PSN: u32 = 0xFF_FFFF;
+/// Largest `retry_cnt` and `rnr_retry`.
+pub const MAX_RETRY: u8 = 7;
+/// Largest `timeout` and `min_rnr_timer` (5-bit IBTA encodings).
+pub const MAX_TIMER: u8 = 31;
+
+/// A QP state (IBTA 10.3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Initialized: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained.
+    Sqd,
+    /// Send queue error (UC, UD).
+    Sqe,
+    /// Error.
+    Err,
+}
+
+impl QpState {
+    /// Every state, in `IV_QPS_*` order.
+    #[cfg(test)]
+    pub(crate) const ALL: [Self; 7] = [
+        Self::Reset,
+        Self::Init,
+        Self::Rtr,
+        Self::Rts,
+        Self::Sqd,
+        Self::Sqe,
+        Self::Err,
+    ];
+
+    /// The state an `IV_QPS_*` value names.
+    pub(crate) const fn from_abi(value: u32) -> Option<Self> {
+        Some(match value {
+            IV_QPS_RESET => Self::Reset,
+            IV_QPS_INIT => Self::Init,
+            IV_QPS_RTR => Self::Rtr,
+            IV_QPS_RTS => Self::Rts,
+            IV_QPS_SQD => Self::Sqd,
+            IV_QPS_SQE => Self::Sqe,
+            IV_QPS_ERR => Self::Err,
+            _ => return None,
+        })
+    }
+
+    /// Its `IV_QPS_*` value.
+    pub(crate) const fn to_abi(self) -> u32 {
+        match self {
+            Self::Reset => IV_QPS_RESET,
+            Self::Init => IV_QPS_INIT,
+            Self::Rtr => IV_QPS_RTR,
+            Self::Rts => IV_QPS_RTS,
+            Self::Sqd => IV_QPS_SQD,
+            Self::Sqe => IV_QPS_SQE,
+            Self::Err => IV_QPS_ERR,
+        }
+    }
+}
+
+/// Whether `ModifyQp` may move a QP from `from` to `to` (IBTA 10.3.1, the
+/// transitions a consumer can ask for): RESET->INIT, INIT->INIT, INIT->RTR,
+/// RTR->RTS, RTS->RTS, RTS->SQD, SQD->SQD, SQD->RTS, SQE->RTS, and from any
+/// state to RESET or ERR.
+pub(crate) const fn transition_allowed(from: QpState, to: QpState) -> bool {
+    use QpState::{Err, Init, Reset, Rtr, Rts, Sqd, Sqe};
+    matches!(
+        (from, to),
+        (_, Reset | Err)
+            | (Reset | Init, Init)
+            | (Init, Rtr)
+            | (Rtr | Rts | Sqd | Sqe, Rts)
+            | (Rts | Sqd, Sqd)
+    )
+}
+
+/// A queue pair. Its work queues belong to the data path (a later stage).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Qp {
+    /// Its PD.
+    pub(crate) pdn: u32,
+    /// `IV_QPT_*`.
+    pub(crate) qp_type: u32,
+    /// Send CQ.
+    pub(crate) send_cqn: u32,
+    /// Receive CQ.
+    pub(crate) recv_cqn: u32,
+    /// SRQ, if any.
+    pub(crate) srqn: Option<u32>,
+    /// Every send WR completes.
+    pub(crate) sq_sig_all: bool,
+    /// Current state.
+    pub(crate) state: QpState,
+    /// Actual work queue sizes.
+    pub(crate) cap: IvQpCap,
+    /// Attributes set by `ModifyQp` (its `qp_state`, `cur_qp_state`, `cap`
+    /// and `sq_draining` are not used: `state` and `cap` are authoritative).
+    pub(crate) attr: IvQpAttr,
+}
+
+/// What `CreateQp` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QpInit {
+    /// PD.
+    pub(crate) pdn: u32,
+    /// `IV_QPT_*`.
+    pub(crate) qp_type: u32,
+    /// Send CQ.
+    pub(crate) send_cqn: u32,
+    /// Receive CQ.
+    pub(crate) recv_cqn: u32,
+    /// SRQ, if any.
+    pub(crate) srqn: Option<u32>,
+    /// Every send WR completes.
+    pub(crate) sq_sig_all: bool,
+    /// Requested sizes.
+    pub(crate) cap: IvQpCap,
+}
+
+/// QPs by number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QpTable {
+    map: BTreeMap<u32, Qp>,
+    /// The next number to try.
+    pub(crate) next: u32,
+    max: u32,
+}
+
+impl QpTable {
+    /// An empty table of at most `max` QPs (`max` <= 0xFF_FFFE).
+    pub(crate) const fn new(max: u32) -> Self {
+        Self {
+            map: BTreeMap::new(),
+            next: FIRST_QPN,
+            max,
+        }
+    }
+
+    /// Live QPs.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// QP `qpn`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` when there is none.
+    pub(crate) fn get(&self, qpn: u32) -> Result<&Qp, NtStatus> {
+        self.map.get(&qpn).ok_or(STATUS_INVALID_HANDLE)
+    }
+
+    /// QP `qpn`, mutably.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` when there is none.
+    pub(crate) fn get_mut(&mut self, qpn: u32) -> Result<&mut Qp, NtStatus> {
+        self.map.get_mut(&qpn).ok_or(STATUS_INVALID_HANDLE)
+    }
+
+    /// Stores `qp` under the next free number.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when `max` QPs exist.
+    pub(crate) fn insert(&mut self, qp: Qp) -> Result<u32, NtStatus> {
+        if self.map.len() >= self.max as usize {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        // Fewer than max <= 0xFF_FFFE QPs exist, so a free number exists and
+        // this ends within one trip round the number space.
+        loop {
+            let qpn = self.next;
+            self.next = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+            if let alloc::collections::btree_map::Entry::Vacant(e) = self.map.entry(qpn) {
+                e.insert(qp);
+                return Ok(qpn);
+            }
+        }
+    }
+
+    /// Removes QP `qpn`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` when there is none.
+    pub(crate) fn remove(&mut self, qpn: u32) -> Result<Qp, NtStatus> {
+        self.map.remove(&qpn).ok_or(STATUS_INVALID_HANDLE)
+    }
+}
+
+impl Firmware {
+    /// The actual sizes of work queues asked as `cap`: WR counts rounded up
+    /// to 2^k - 1, SGEs and inline data as asked; with an SRQ the receive
+    /// sizes are ignored and reported 0.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a non-zero reserved field;
+    /// `STATUS_INSUFFICIENT_RESOURCES` for a size above the device's limit.
+    fn qp_cap(&self, cap: &IvQpCap, has_srq: bool) -> Result<IvQpCap, NtStatus> {
+        if cap.reserved != 0 {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let (recv_wr, recv_sge) = if has_srq {
+            (0, 0)
+        } else {
+            (cap.max_recv_wr, cap.max_recv_sge)
+        };
+        let c = &self.config;
+        if cap.max_send_wr > c.max_qp_wr
+            || recv_wr > c.max_qp_wr
+            || cap.max_send_sge > c.max_sge
+            || recv_sge > c.max_sge
+            || cap.max_inline_data > c.max_inline_data
+        {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        Ok(IvQpCap {
+            max_send_wr: ring_entries(cap.max_send_wr),
+            max_recv_wr: ring_entries(recv_wr),
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: recv_sge,
+            max_inline_data: cap.max_inline_data,
+            reserved: 0,
+        })
+    }
+
+    /// `CreateQp`: a QP in RESET; returns its number and actual sizes.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` for an unknown PD, CQ or SRQ;
+    /// `STATUS_INVALID_PARAMETER` for an SRQ of another PD, an unknown QP
+    /// type or a non-zero reserved field; `STATUS_INSUFFICIENT_RESOURCES` for
+    /// sizes above the device's limits or when `max_qp` QPs exist.
+    pub(crate) fn create_qp(&mut self, init: &QpInit) -> Result<CommandOut, NtStatus> {
+        self.pds.get(init.pdn)?;
+        self.cqs.get(init.send_cqn)?;
+        self.cqs.get(init.recv_cqn)?;
+        if let Some(srqn) = init.srqn {
+            if self.srqs.get(srqn)?.pdn != init.pdn {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+        }
+        if !matches!(init.qp_type, IV_QPT_RC | IV_QPT_UC | IV_QPT_UD) {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let cap = self.qp_cap(&init.cap, init.srqn.is_some())?;
+        let qpn = self.qps.insert(Qp {
+            pdn: init.pdn,
+            qp_type: init.qp_type,
+            send_cqn: init.send_cqn,
+            recv_cqn: init.recv_cqn,
+            srqn: init.srqn,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            cap,
+            attr: IvQpAttr::default(),
+        })?;
+        self.pds.get_mut(init.pdn)?.refs.get();
+        self.cqs.get_mut(init.send_cqn)?.refs.get();
+        self.cqs.get_mut(init.recv_cqn)?.refs.get();
+        if let Some(srqn) = init.srqn {
+            self.srqs.get_mut(srqn)?.refs.get();
+        }
+        Ok(CommandOut::Qp { qpn, cap })
+    }
+
+    /// Checks the value of every attribute in `mask`.
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` for alternate paths and path migration states
+    /// other than MIGRATED; `STATUS_INVALID_PARAMETER` for any other value
+    /// out of range (see [`Firmware::modify_qp`]).
+    fn check_qp_attr(&self, mask: u32, attr: &IvQpAttr) -> Result<(), NtStatus> {
+        let has = |bit: u32| mask & bit != 0;
+        if has(IV_QP_ALT_PATH) {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        if has(IV_QP_PATH_MIG_STATE) {
+            match attr.path_mig_state {
+                IV_MIG_MIGRATED => {}
+                IV_MIG_REARM | IV_MIG_ARMED => return Err(STATUS_NOT_SUPPORTED),
+                _ => return Err(STATUS_INVALID_PARAMETER),
+            }
+        }
+        if has(IV_QP_PORT) {
+            check_port(attr.port_num)?;
+        }
+        if has(IV_QP_AV) {
+            self.check_av(&attr.ah_attr)?;
+        }
+        let c = &self.config;
+        let bad = (has(IV_QP_EN_SQD_ASYNC_NOTIFY) && attr.en_sqd_async_notify > 1)
+            || (has(IV_QP_ACCESS_FLAGS) && attr.qp_access_flags & !IV_ACCESS_ALL != 0)
+            || (has(IV_QP_PKEY_INDEX) && u32::from(attr.pkey_index) >= PKEY_TBL_LEN)
+            || (has(IV_QP_PATH_MTU) && !(1..=self.port.max_mtu()).contains(&attr.path_mtu))
+            || (has(IV_QP_TIMEOUT) && attr.timeout > MAX_TIMER)
+            || (has(IV_QP_RETRY_CNT) && attr.retry_cnt > MAX_RETRY)
+            || (has(IV_QP_RNR_RETRY) && attr.rnr_retry > MAX_RETRY)
+            || (has(IV_QP_MIN_RNR_TIMER) && attr.min_rnr_timer > MAX_TIMER)
+            || (has(IV_QP_RQ_PSN) && attr.rq_psn > MAX_PSN)
+            || (has(IV_QP_SQ_PSN) && attr.sq_psn > MAX_PSN)
+            || (has(IV_QP_DEST_QPN) && attr.dest_qp_num > MAX_QPN)
+            || (has(IV_QP_MAX_QP_RD_ATOMIC)
+                && u32::from(attr.max_rd_atomic) > c.max_qp_init_rd_atom)
+            || (has(IV_QP_MAX_DEST_RD_ATOMIC)
+                && u32::from(attr.max_dest_rd_atomic) > c.max_qp_rd_atom);
+        if bad {
+            Err(STATUS_INVALID_PARAMETER)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `ModifyQp`: moves QP `qpn` from `cur_state` to `attr.qp_state` (or
+    /// stays in `cur_state` without `IV_QP_STATE` in `mask`) and applies the
+    /// attributes in `mask`. Moving to RESET clears every attribute but the
+    /// sizes. Moving from RTS to SQD with `en_sqd_async_notify` raises
+    /// [`AsyncEvent::SqDrained`] at once, the send queue being empty (no data
+    /// path yet).
+    ///
+    /// # Errors
+    /// - `STATUS_INVALID_HANDLE`: unknown QPN.
+    /// - `STATUS_INVALID_PARAMETER`: unknown mask bits, non-zero reserved
+    ///   fields, a state value that is no state, or an attribute value out
+    ///   of range: path MTU outside 1..=port max, port not 1, P_Key index
+    ///   past the table, PSN or destination QPN over 24 bits, `retry_cnt` or
+    ///   `rnr_retry` over 7, `timeout` or `min_rnr_timer` over 31,
+    ///   `max_rd_atomic` over `max_qp_init_rd_atom`, `max_dest_rd_atomic`
+    ///   over `max_qp_rd_atom`, unknown access flags,
+    ///   `en_sqd_async_notify` over 1, an address vector
+    ///   [`Firmware::check_av`] refuses.
+    /// - `STATUS_INSUFFICIENT_RESOURCES`: resized work queues over the
+    ///   device's limits.
+    /// - `STATUS_NOT_SUPPORTED`: alternate path, path migration state other
+    ///   than MIGRATED.
+    /// - `STATUS_INVALID_DEVICE_STATE`: the QP is not in `cur_state` (or in
+    ///   `attr.cur_qp_state` with `IV_QP_CUR_STATE`), or the state machine
+    ///   has no such transition.
+    pub(crate) fn modify_qp(
+        &mut self,
+        qpn: u32,
+        cur_state: u32,
+        mask: u32,
+        attr: &IvQpAttr,
+    ) -> Result<CommandOut, NtStatus> {
+        let qp = self.qps.get(qpn)?;
+        if mask & !IV_QP_ATTR_ALL != 0 || attr.reserved0 != 0 || attr.reserved1 != 0 {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let from = QpState::from_abi(cur_state).ok_or(STATUS_INVALID_PARAMETER)?;
+        let to = if mask & IV_QP_STATE != 0 {
+            QpState::from_abi(attr.qp_state).ok_or(STATUS_INVALID_PARAMETER)?
+        } else {
+            from
+        };
+        if mask & IV_QP_CUR_STATE != 0 {
+            QpState::from_abi(attr.cur_qp_state).ok_or(STATUS_INVALID_PARAMETER)?;
+        }
+        let believed_ok = mask & IV_QP_CUR_STATE == 0 || attr.cur_qp_state == qp.state.to_abi();
+        if qp.state != from || !believed_ok || !transition_allowed(from, to) {
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
+        self.check_qp_attr(mask, attr)?;
+        let cap = if mask & IV_QP_CAP != 0 {
+            Some(self.qp_cap(&attr.cap, qp.srqn.is_some())?)
+        } else {
+            None
+        };
+
+        let qp = self.qps.get_mut(qpn)?;
+        qp.state = to;
+        if let Some(cap) = cap {
+            qp.cap = cap;
+        }
+        if to == QpState::Reset {
+            qp.attr = IvQpAttr::default();
+            return Ok(CommandOut::None);
+        }
+        apply_attr(&mut qp.attr, mask, attr);
+        if from == QpState::Rts
+            && to == QpState::Sqd
+            && mask & IV_QP_EN_SQD_ASYNC_NOTIFY != 0
+            && attr.en_sqd_async_notify != 0
+        {
+            self.raised = Some(AsyncEvent::SqDrained(qpn));
+        }
+        Ok(CommandOut::None)
+    }
+
+    /// `QueryQp`: the QP's current state, sizes and attributes.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` for an unknown QPN.
+    pub(crate) fn query_qp(&self, qpn: u32) -> Result<CommandOut, NtStatus> {
+        let qp = self.qps.get(qpn)?;
+        let mut attr = qp.attr;
+        attr.qp_state = qp.state.to_abi();
+        attr.cur_qp_state = qp.state.to_abi();
+        attr.cap = qp.cap;
+        attr.sq_draining = 0;
+        Ok(CommandOut::QpAttr(IvQueryQpOut {
+            attr,
+            qp_type: qp.qp_type,
+            sq_sig_all: u32::from(qp.sq_sig_all),
+            qpn,
+            reserved: 0,
+        }))
+    }
+
+    /// `DestroyQp`, in any state.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` for an unknown QPN.
+    pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<CommandOut, NtStatus> {
+        let qp = self.qps.remove(qpn)?;
+        self.pds.get_mut(qp.pdn)?.refs.put();
+        self.cqs.get_mut(qp.send_cqn)?.refs.put();
+        self.cqs.get_mut(qp.recv_cqn)?.refs.put();
+        if let Some(srqn) = qp.srqn {
+            self.srqs.get_mut(srqn)?.refs.put();
+        }
+        Ok(CommandOut::None)
+    }
+}
+
+/// Copies the attributes in `mask` (but state and sizes) from `new` to `attr`.
+fn apply_attr(attr: &mut IvQpAttr, mask: u32, new: &IvQpAttr) {
+    let has = |bit: u32| mask & bit != 0;
+    if has(IV_QP_EN_SQD_ASYNC_NOTIFY) {
+        attr.en_sqd_async_notify = new.en_sqd_async_notify;
+    }
+    if has(IV_QP_ACCESS_FLAGS) {
+        attr.qp_access_flags = new.qp_access_flags;
+    }
+    if has(IV_QP_PKEY_INDEX) {
+        attr.pkey_index = new.pkey_index;
+    }
+    if has(IV_QP_PORT) {
+        attr.port_num = new.port_num;
+    }
+    if has(IV_QP_QKEY) {
+        attr.qkey = new.qkey;
+    }
+    if has(IV_QP_AV) {
+        attr.ah_attr = new.ah_attr;
+    }
+    if has(IV_QP_PATH_MTU) {
+        attr.path_mtu = new.path_mtu;
+    }
+    if has(IV_QP_TIMEOUT) {
+        attr.timeout = new.timeout;
+    }
+    if has(IV_QP_RETRY_CNT) {
+        attr.retry_cnt = new.retry_cnt;
+    }
+    if has(IV_QP_RNR_RETRY) {
+        attr.rnr_retry = new.rnr_retry;
+    }
+    if has(IV_QP_RQ_PSN) {
+        attr.rq_psn = new.rq_psn;
+    }
+    if has(IV_QP_MAX_QP_RD_ATOMIC) {
+        attr.max_rd_atomic = new.max_rd_atomic;
+    }
+    if has(IV_QP_MIN_RNR_TIMER) {
+        attr.min_rnr_timer = new.min_rnr_timer;
+    }
+    if has(IV_QP_SQ_PSN) {
+        attr.sq_psn = new.sq_psn;
+    }
+    if has(IV_QP_MAX_DEST_RD_ATOMIC) {
+        attr.max_dest_rd_atomic = new.max_dest_rd_atomic;
+    }
+    if has(IV_QP_PATH_MIG_STATE) {
+        attr.path_mig_state = new.path_mig_state;
+    }
+    if has(IV_QP_DEST_QPN) {
+        attr.dest_qp_num = new.dest_qp_num;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{Dev, av, bad_avs, cap};
+    use alloc::vec::Vec;
+    use irpverbs_abi::{
+        IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_MTU_4096, STATUS_DEVICE_BUSY,
+    };
+    use irpverbs_core::{Command, Event};
+
+    use QpState::{Err as E, Init as I, Reset as R, Rtr as Rr, Rts as Rs, Sqd as D, Sqe as Q};
+
+    fn modify(qpn: u32, from: QpState, mask: u32, attr: IvQpAttr) -> Command {
+        Command::ModifyQp {
+            qpn,
+            cur_state: from.to_abi(),
+            mask,
+            attr,
+        }
+    }
+
+    fn to(state: QpState) -> IvQpAttr {
+        IvQpAttr {
+            qp_state: state.to_abi(),
+            ..IvQpAttr::default()
+        }
+    }
+
+    fn query(d: &Dev, qpn: u32) -> IvQueryQpOut {
+        let CommandOut::QpAttr(q) = d.ok(Command::QueryQp { qpn }) else {
+            panic!()
+        };
+        q
+    }
+
+    fn force(d: &Dev, qpn: u32, state: QpState) {
+        d.hca
+            .with_firmware(|fw| fw.qps.get_mut(qpn).unwrap().state = state);
+    }
+
+    /// A device with a PD, a CQ and an RC QP in RESET.
+    fn setup() -> (Dev, u32, u32, u32) {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let cqn = d.cq(16);
+        let qpn = d.qp(pdn, cqn, None);
+        (d, pdn, cqn, qpn)
+    }
+
+    #[test]
+    fn state_values_round_trip() {
+        for (i, s) in QpState::ALL.iter().enumerate() {
+            assert_eq!(s.to_abi(), i as u32);
+            assert_eq!(QpState::from_abi(i as u32), Some(*s));
+        }
+        assert_eq!(QpState::from_abi(7), None);
+        assert_eq!(QpState::from_abi(u32::MAX), None);
+    }
+
+    #[test]
+    fn transition_table() {
+        // Rows: from; columns: to; in the order R I Rr Rs D Q E.
+        const T: bool = true;
+        const F: bool = false;
+        let table = [
+            (R, [T, T, F, F, F, F, T]),
+            (I, [T, T, T, F, F, F, T]),
+            (Rr, [T, F, F, T, F, F, T]),
+            (Rs, [T, F, F, T, T, F, T]),
+            (D, [T, F, F, T, T, F, T]),
+            (Q, [T, F, F, T, F, F, T]),
+            (E, [T, F, F, F, F, F, T]),
+        ];
+        for (from, row) in table {
+            for (to, allowed) in QpState::ALL.into_iter().zip(row) {
+                assert_eq!(transition_allowed(from, to), allowed, "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_transition_through_the_firmware() {
+        let (d, _, _, qpn) = setup();
+        let mut allowed = 0;
+        for from in QpState::ALL {
+            for target in QpState::ALL {
+                force(&d, qpn, from);
+                for believed in QpState::ALL.into_iter().filter(|&b| b != from) {
+                    d.fails(
+                        modify(qpn, believed, IV_QP_STATE, to(target)),
+                        STATUS_INVALID_DEVICE_STATE,
+                    );
+                }
+                let cmd = modify(qpn, from, IV_QP_STATE, to(target));
+                if transition_allowed(from, target) {
+                    allowed += 1;
+                    d.ok(cmd);
+                    assert_eq!(query(&d, qpn).attr.qp_state, target.to_abi());
+                } else {
+                    d.fails(cmd, STATUS_INVALID_DEVICE_STATE);
+                    assert_eq!(query(&d, qpn).attr.qp_state, from.to_abi());
+                }
+            }
+        }
+        assert_eq!(allowed, 23);
+    }
+
+    #[test]
+    fn modify_without_state_stays() {
+        let (d, _, _, qpn) = setup();
+        d.ok(modify(qpn, R, IV_QP_STATE, to(I)));
+        let attr = IvQpAttr {
+            qkey: 0x1234,
+            ..IvQpAttr::default()
+        };
+        d.ok(modify(qpn, I, IV_QP_QKEY, attr));
+        let q = query(&d, qpn);
+        assert_eq!((q.attr.qp_state, q.attr.qkey), (IV_QPS_INIT, 0x1234));
+        d.ok(modify(qpn, I, IV_QP_STATE, to(Rr)));
+        d.fails(
+            modify(qpn, Rr, IV_QP_QKEY, attr),
+            STATUS_INVALID_DEVICE_STATE,
+        );
+    }
+
+    #[test]
+    fn cur_state_attribute_must_match() {
+        let (d, _, _, qpn) = setup();
+        d.ok(modify(qpn, R, IV_QP_STATE, to(I)));
+        let mut attr = to(Rr);
+        attr.cur_qp_state = IV_QPS_RESET;
+        d.fails(
+            modify(qpn, I, IV_QP_STATE | IV_QP_CUR_STATE, attr),
+            STATUS_INVALID_DEVICE_STATE,
+        );
+        attr.cur_qp_state = 9;
+        d.fails(
+            modify(qpn, I, IV_QP_STATE | IV_QP_CUR_STATE, attr),
+            STATUS_INVALID_PARAMETER,
+        );
+        attr.cur_qp_state = IV_QPS_INIT;
+        d.ok(modify(qpn, I, IV_QP_STATE | IV_QP_CUR_STATE, attr));
+    }
+
+    #[test]
+    fn bad_state_values() {
+        let (d, _, _, qpn) = setup();
+        d.fails(
+            Command::ModifyQp {
+                qpn,
+                cur_state: 7,
+                mask: IV_QP_STATE,
+                attr: to(I),
+            },
+            STATUS_INVALID_PARAMETER,
+        );
+        let mut attr = to(I);
+        attr.qp_state = 7;
+        d.fails(modify(qpn, R, IV_QP_STATE, attr), STATUS_INVALID_PARAMETER);
+        d.fails(
+            modify(qpn + 1, R, IV_QP_STATE, to(I)),
+            STATUS_INVALID_HANDLE,
+        );
+        d.fails(modify(0, R, IV_QP_STATE, to(I)), STATUS_INVALID_HANDLE);
+    }
+
+    /// RESET -> INIT -> RTR -> RTS with every attribute an RC QP takes, at
+    /// the edges of their ranges.
+    fn connect(d: &Dev, qpn: u32) {
+        let mut a = to(I);
+        a.pkey_index = 0;
+        a.port_num = 1;
+        a.qp_access_flags = IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ;
+        d.ok(modify(
+            qpn,
+            R,
+            IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_ACCESS_FLAGS,
+            a,
+        ));
+        let mut a = to(Rr);
+        a.ah_attr = av();
+        a.path_mtu = IV_MTU_4096;
+        a.dest_qp_num = MAX_QPN;
+        a.rq_psn = MAX_PSN;
+        a.max_dest_rd_atomic = 128;
+        a.min_rnr_timer = 31;
+        d.ok(modify(
+            qpn,
+            I,
+            IV_QP_STATE
+                | IV_QP_AV
+                | IV_QP_PATH_MTU
+                | IV_QP_DEST_QPN
+                | IV_QP_RQ_PSN
+                | IV_QP_MAX_DEST_RD_ATOMIC
+                | IV_QP_MIN_RNR_TIMER,
+            a,
+        ));
+        let mut a = to(Rs);
+        a.timeout = 31;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = 0x12_3456;
+        a.max_rd_atomic = 128;
+        a.path_mig_state = IV_MIG_MIGRATED;
+        d.ok(modify(
+            qpn,
+            Rr,
+            IV_QP_STATE
+                | IV_QP_TIMEOUT
+                | IV_QP_RETRY_CNT
+                | IV_QP_RNR_RETRY
+                | IV_QP_SQ_PSN
+                | IV_QP_MAX_QP_RD_ATOMIC
+                | IV_QP_PATH_MIG_STATE,
+            a,
+        ));
+    }
+
+    #[test]
+    fn connect_and_query() {
+        let (d, _, _, qpn) = setup();
+        connect(&d, qpn);
+        let q = query(&d, qpn);
+        assert_eq!(q.qpn, qpn);
+        assert_eq!(q.qp_type, IV_QPT_RC);
+        assert_eq!(q.sq_sig_all, 0);
+        let a = q.attr;
+        assert_eq!((a.qp_state, a.cur_qp_state), (IV_QPS_RTS, IV_QPS_RTS));
+        assert_eq!(a.port_num, 1);
+        assert_eq!(
+            a.qp_access_flags,
+            IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ
+        );
+        assert_eq!(a.ah_attr, av());
+        assert_eq!(a.path_mtu, IV_MTU_4096);
+        assert_eq!(a.dest_qp_num, MAX_QPN);
+        assert_eq!(a.rq_psn, MAX_PSN);
+        assert_eq!(a.sq_psn, 0x12_3456);
+        assert_eq!((a.max_rd_atomic, a.max_dest_rd_atomic), (128, 128));
+        assert_eq!((a.timeout, a.retry_cnt, a.rnr_retry), (31, 7, 7));
+        assert_eq!(a.min_rnr_timer, 31);
+        assert_eq!(a.sq_draining, 0);
+        assert_eq!(
+            a.cap,
+            IvQpCap {
+                max_send_wr: 31,
+                max_recv_wr: 31,
+                ..cap()
+            }
+        );
+        assert!(d.take_events().is_empty());
+    }
+
+    #[test]
+    fn error_keeps_attributes_and_reset_clears_them() {
+        let (d, _, _, qpn) = setup();
+        connect(&d, qpn);
+        let connected = query(&d, qpn).attr;
+        d.ok(modify(qpn, Rs, IV_QP_STATE, to(E)));
+        let q = query(&d, qpn).attr;
+        assert_eq!(q.qp_state, IV_QPS_ERR);
+        assert_eq!(
+            IvQpAttr {
+                qp_state: connected.qp_state,
+                cur_qp_state: connected.cur_qp_state,
+                ..q
+            },
+            connected
+        );
+        d.ok(modify(qpn, E, IV_QP_STATE, to(R)));
+        let q = query(&d, qpn).attr;
+        assert_eq!(
+            q,
+            IvQpAttr {
+                cap: connected.cap,
+                ..to(R)
+            }
+        );
+        connect(&d, qpn);
+        assert_eq!(query(&d, qpn).attr, connected, "and it connects again");
+    }
+
+    #[test]
+    fn sq_drained_event() {
+        let (d, _, _, qpn) = setup();
+        connect(&d, qpn);
+        let mut a = to(D);
+        a.en_sqd_async_notify = 1;
+        d.ok(modify(qpn, Rs, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, a));
+        assert_eq!(
+            d.take_events(),
+            [Event::Async(AsyncEvent::SqDrained(qpn))],
+            "after the completion"
+        );
+        d.ok(modify(qpn, D, IV_QP_STATE, to(Rs)));
+        d.ok(modify(qpn, Rs, IV_QP_STATE, to(D)));
+        d.ok(modify(qpn, D, IV_QP_STATE, to(Rs)));
+        a.en_sqd_async_notify = 0;
+        d.ok(modify(qpn, Rs, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, a));
+        assert!(d.take_events().is_empty(), "only when asked");
+    }
+
+    #[test]
+    fn attribute_values_are_checked() {
+        let (d, _, _, qpn) = setup();
+        d.ok(modify(qpn, R, IV_QP_STATE, to(I)));
+        let mut cases: Vec<(u32, IvQpAttr, NtStatus)> = Vec::new();
+        let mut case = |mask: u32, f: &dyn Fn(&mut IvQpAttr), status: NtStatus| {
+            let mut a = to(I);
+            f(&mut a);
+            cases.push((mask, a, status));
+        };
+        let inval = STATUS_INVALID_PARAMETER;
+        case(IV_QP_PATH_MTU, &|a| a.path_mtu = 0, inval);
+        case(IV_QP_PATH_MTU, &|a| a.path_mtu = IV_MTU_4096 + 1, inval);
+        case(IV_QP_PORT, &|a| a.port_num = 0, inval);
+        case(IV_QP_PORT, &|a| a.port_num = 2, inval);
+        case(IV_QP_PKEY_INDEX, &|a| a.pkey_index = 1, inval);
+        case(IV_QP_RQ_PSN, &|a| a.rq_psn = MAX_PSN + 1, inval);
+        case(IV_QP_SQ_PSN, &|a| a.sq_psn = MAX_PSN + 1, inval);
+        case(IV_QP_DEST_QPN, &|a| a.dest_qp_num = MAX_QPN + 1, inval);
+        case(IV_QP_RETRY_CNT, &|a| a.retry_cnt = 8, inval);
+        case(IV_QP_RNR_RETRY, &|a| a.rnr_retry = 8, inval);
+        case(IV_QP_MIN_RNR_TIMER, &|a| a.min_rnr_timer = 32, inval);
+        case(IV_QP_TIMEOUT, &|a| a.timeout = 32, inval);
+        case(IV_QP_MAX_QP_RD_ATOMIC, &|a| a.max_rd_atomic = 129, inval);
+        case(
+            IV_QP_MAX_DEST_RD_ATOMIC,
+            &|a| a.max_dest_rd_atomic = 129,
+            inval,
+        );
+        case(IV_QP_ACCESS_FLAGS, &|a| a.qp_access_flags = 1 << 4, inval);
+        case(
+            IV_QP_EN_SQD_ASYNC_NOTIFY,
+            &|a| a.en_sqd_async_notify = 2,
+            inval,
+        );
+        case(IV_QP_PATH_MIG_STATE, &|a| a.path_mig_state = 3, inval);
+        case(
+            IV_QP_PATH_MIG_STATE,
+            &|a| a.path_mig_state = IV_MIG_REARM,
+            STATUS_NOT_SUPPORTED,
+        );
+        case(
+            IV_QP_PATH_MIG_STATE,
+            &|a| a.path_mig_state = IV_MIG_ARMED,
+            STATUS_NOT_SUPPORTED,
+        );
+        case(
+            IV_QP_ALT_PATH,
+            &|a| a.alt_ah_attr = av(),
+            STATUS_NOT_SUPPORTED,
+        );
+        case(1 << 21, &|_| {}, inval);
+        case(u32::MAX, &|_| {}, inval);
+        case(0, &|a| a.reserved0 = 1, inval);
+        case(0, &|a| a.reserved1 = 1, inval);
+        let insuff = STATUS_INSUFFICIENT_RESOURCES;
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    reserved: 1,
+                    ..cap()
+                }
+            },
+            inval,
+        );
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    max_send_wr: 0x4000,
+                    ..cap()
+                }
+            },
+            insuff,
+        );
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    max_recv_wr: 0x4000,
+                    ..cap()
+                }
+            },
+            insuff,
+        );
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    max_send_sge: 33,
+                    ..cap()
+                }
+            },
+            insuff,
+        );
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    max_recv_sge: 33,
+                    ..cap()
+                }
+            },
+            insuff,
+        );
+        case(
+            IV_QP_CAP,
+            &|a| {
+                a.cap = IvQpCap {
+                    max_inline_data: 401,
+                    ..cap()
+                }
+            },
+            insuff,
+        );
+        for bad in bad_avs() {
+            cases.push((
+                IV_QP_AV,
+                IvQpAttr {
+                    ah_attr: bad,
+                    ..to(I)
+                },
+                inval,
+            ));
+        }
+        for (mask, attr, status) in cases {
+            d.fails(modify(qpn, I, IV_QP_STATE | mask, attr), status);
+        }
+        let q = query(&d, qpn).attr;
+        assert_eq!(
+            q,
+            IvQpAttr {
+                cur_qp_state: IV_QPS_INIT,
+                cap: q.cap,
+                ..to(I)
+            },
+            "all of that changed nothing"
+        );
+    }
+
+    #[test]
+    fn resize_work_queues() {
+        let (d, pdn, cqn, qpn) = setup();
+        let mut a = to(I);
+        a.cap = IvQpCap {
+            max_send_wr: 100,
+            max_recv_wr: 0x3FFF,
+            max_send_sge: 32,
+            max_recv_sge: 0,
+            max_inline_data: 400,
+            reserved: 0,
+        };
+        d.ok(modify(qpn, R, IV_QP_STATE | IV_QP_CAP, a));
+        assert_eq!(
+            query(&d, qpn).attr.cap,
+            IvQpCap {
+                max_send_wr: 127,
+                ..a.cap
+            }
+        );
+        let srqn = d.srq(pdn);
+        let with_srq = d.qp(pdn, cqn, Some(srqn));
+        d.ok(modify(with_srq, R, IV_QP_STATE | IV_QP_CAP, a));
+        assert_eq!(
+            query(&d, with_srq).attr.cap,
+            IvQpCap {
+                max_send_wr: 127,
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..a.cap
+            },
+            "an SRQ's QP has no receive queue"
+        );
+    }
+
+    #[test]
+    fn create_outputs() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let srqn = d.srq(pdn);
+        let create = |qp_type, srqn, cap| Command::CreateQp {
+            pdn,
+            qp_type,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            srqn,
+            sq_sig_all: true,
+            cap,
+        };
+        let CommandOut::Qp { qpn, cap: got } = d.ok(create(IV_QPT_UD, None, cap())) else {
+            panic!()
+        };
+        assert_eq!(
+            got,
+            IvQpCap {
+                max_send_wr: 31,
+                max_recv_wr: 31,
+                ..cap()
+            }
+        );
+        let q = query(&d, qpn);
+        assert_eq!((q.qp_type, q.sq_sig_all), (IV_QPT_UD, 1));
+        assert_eq!(q.attr, IvQpAttr { cap: got, ..to(R) });
+        let CommandOut::Qp { cap: got, .. } = d.ok(create(IV_QPT_UC, Some(srqn), cap())) else {
+            panic!()
+        };
+        assert_eq!(
+            got,
+            IvQpCap {
+                max_send_wr: 31,
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..cap()
+            },
+            "receive sizes are ignored with an SRQ"
+        );
+        let zero = IvQpCap::default();
+        let CommandOut::Qp { cap: got, .. } = d.ok(create(IV_QPT_RC, None, zero)) else {
+            panic!()
+        };
+        assert_eq!(got, zero);
+        let max = IvQpCap {
+            max_send_wr: 0x3FFF,
+            max_recv_wr: 0x3FFF,
+            max_send_sge: 32,
+            max_recv_sge: 32,
+            max_inline_data: 400,
+            reserved: 0,
+        };
+        let CommandOut::Qp { cap: got, .. } = d.ok(create(IV_QPT_RC, None, max)) else {
+            panic!()
+        };
+        assert_eq!(got, max);
+        assert_eq!(d.hca.live_objects(), 3 + 4);
+    }
+
+    #[test]
+    fn create_validation() {
+        let d = Dev::with(|c| c.max_qp = 1);
+        let pdn = d.pd();
+        let other_pd = d.pd();
+        let cqn = d.cq(1);
+        let srqn = d.srq(pdn);
+        let foreign_srq = d.srq(other_pd);
+        let base = QpInit {
+            pdn,
+            qp_type: IV_QPT_RC,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            srqn: Some(srqn),
+            sq_sig_all: false,
+            cap: cap(),
+        };
+        let cmd = |i: QpInit| Command::CreateQp {
+            pdn: i.pdn,
+            qp_type: i.qp_type,
+            send_cqn: i.send_cqn,
+            recv_cqn: i.recv_cqn,
+            srqn: i.srqn,
+            sq_sig_all: i.sq_sig_all,
+            cap: i.cap,
+        };
+        let spoil = |f: fn(&mut QpInit, u32)| {
+            let mut i = base.clone();
+            f(&mut i, foreign_srq);
+            cmd(i)
+        };
+        let handle = STATUS_INVALID_HANDLE;
+        let inval = STATUS_INVALID_PARAMETER;
+        let insuff = STATUS_INSUFFICIENT_RESOURCES;
+        let cases = [
+            (spoil(|i, _| i.pdn = 0), handle),
+            (spoil(|i, _| i.pdn = 99), handle),
+            (spoil(|i, _| i.send_cqn = 99), handle),
+            (spoil(|i, _| i.recv_cqn = 0), handle),
+            (spoil(|i, _| i.srqn = Some(99)), handle),
+            (spoil(|i, foreign| i.srqn = Some(foreign)), inval),
+            (spoil(|i, _| i.qp_type = 0), inval),
+            (spoil(|i, _| i.qp_type = 1), inval),
+            (spoil(|i, _| i.qp_type = 5), inval),
+            (spoil(|i, _| i.cap.reserved = 1), inval),
+            (spoil(|i, _| i.cap.max_send_wr = 0x4000), insuff),
+            (spoil(|i, _| i.cap.max_send_sge = 33), insuff),
+            (spoil(|i, _| i.cap.max_inline_data = 401), insuff),
+            (
+                spoil(|i, _| {
+                    i.srqn = None;
+                    i.cap.max_recv_wr = 0x4000;
+                }),
+                insuff,
+            ),
+            (
+                spoil(|i, _| {
+                    i.srqn = None;
+                    i.cap.max_recv_sge = 33;
+                }),
+                insuff,
+            ),
+        ];
+        for (c, status) in cases {
+            d.fails(c, status);
+        }
+        d.ok(cmd(base.clone()));
+        d.fails(cmd(base), insuff);
+    }
+
+    #[test]
+    fn qpns_are_24_bit_never_0_or_1_and_not_reused_at_once() {
+        let (d, pdn, cqn, first) = setup();
+        assert!(first >= 2);
+        d.ok(Command::DestroyQp { qpn: first });
+        let second = d.qp(pdn, cqn, None);
+        assert_ne!(second, first, "not reused at once");
+        // Wrap round the 24-bit space: skips 0, 1 and numbers in use.
+        let kept = d.qp(pdn, cqn, None);
+        d.hca.with_firmware(|fw| fw.qps.next = MAX_QPN);
+        assert_eq!(d.qp(pdn, cqn, None), MAX_QPN);
+        let wrapped = d.qp(pdn, cqn, None);
+        assert_eq!(wrapped, FIRST_QPN, "wraps to 2: {first} was freed");
+        assert_eq!(first, FIRST_QPN);
+        let next = d.qp(pdn, cqn, None);
+        assert!(next != second && next != kept && next > FIRST_QPN);
+        assert_eq!(next, kept + 1, "skips {second} and {kept}, in use");
+    }
+
+    #[test]
+    fn qp_limit() {
+        let d = Dev::with(|c| c.max_qp = 3);
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let qpns: Vec<u32> = (0..3).map(|_| d.qp(pdn, cqn, None)).collect();
+        assert!(qpns.iter().all(|&q| (2..=MAX_QPN).contains(&q)));
+        d.fails(
+            Command::CreateQp {
+                pdn,
+                qp_type: IV_QPT_RC,
+                send_cqn: cqn,
+                recv_cqn: cqn,
+                srqn: None,
+                sq_sig_all: false,
+                cap: cap(),
+            },
+            STATUS_INSUFFICIENT_RESOURCES,
+        );
+        d.ok(Command::DestroyQp { qpn: qpns[1] });
+        d.qp(pdn, cqn, None);
+    }
+
+    #[test]
+    fn destroy_releases_everything() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let scq = d.cq(1);
+        let rcq = d.cq(1);
+        let srqn = d.srq(pdn);
+        let qpn = d.qp_with(pdn, scq, rcq, Some(srqn));
+        connect(&d, qpn);
+        for busy in [
+            Command::DeallocPd { pdn },
+            Command::DestroyCq { cqn: scq },
+            Command::DestroyCq { cqn: rcq },
+            Command::DestroySrq { srqn },
+        ] {
+            d.fails(busy, STATUS_DEVICE_BUSY);
+        }
+        d.ok(Command::DestroyQp { qpn });
+        d.fails(Command::DestroyQp { qpn }, STATUS_INVALID_HANDLE);
+        d.fails(Command::QueryQp { qpn }, STATUS_INVALID_HANDLE);
+        d.ok(Command::DestroySrq { srqn });
+        d.ok(Command::DestroyCq { cqn: scq });
+        d.ok(Command::DestroyCq { cqn: rcq });
+        d.ok(Command::DeallocPd { pdn });
+        assert_eq!(d.hca.live_objects(), 0);
+    }
+
+    #[test]
+    fn mtu_below_the_port_max() {
+        let (d, _, _, qpn) = setup();
+        d.ok(modify(qpn, R, IV_QP_STATE, to(I)));
+        for mtu in 1..=IV_MTU_4096 {
+            let mut a = to(I);
+            a.path_mtu = mtu;
+            d.ok(modify(qpn, I, IV_QP_STATE | IV_QP_PATH_MTU, a));
+        }
+        assert_eq!(query(&d, qpn).attr.path_mtu, IV_MTU_4096);
+    }
+}
