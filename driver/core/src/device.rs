@@ -126,6 +126,8 @@ pub struct DeviceStats {
     pub rundown_failures: u64,
     /// Requests completed.
     pub requests_completed: u64,
+    /// Cancel routine calls for requests that are not cancelable.
+    pub cancels_ignored: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -895,6 +897,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
         for (r, status) in done {
             self.complete(r, status, &Response::None);
         }
+    }
+
+    /// The cancel routine (EvtRequestCancel) for requests the driver marked
+    /// cancelable with `cancel_key`. Control verbs are never cancelable:
+    /// their commands cannot be recalled from the HCA and complete promptly;
+    /// a cancel of one is remembered by the platform and ignored here.
+    ///
+    /// IRQL: DISPATCH_LEVEL.
+    pub fn cancel(&self, cancel_key: u64) {
+        self.state.lock(|s| let _ = cancel_key;
+            s.stats.cancels_ignored += 1;);
     }
 
     /// True after [`Device::remove`].

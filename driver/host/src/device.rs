@@ -1,0 +1,477 @@
+//! The host device: the driver (`irpverbs-core`) over a soft HCA on the host
+//! platform, wired as PnP and the I/O manager wire it on Windows.
+//!
+//! - The soft HCA's interrupt line runs an ISR at DEVICE_LEVEL that queues
+//!   the device's DPC; the DPC runs [`Device::dpc`] when the processor (the
+//!   host thread) drops below DISPATCH_LEVEL.
+//! - [`Engine::Inline`]: the firmware executes a command when its doorbell
+//!   is written, on the posting thread (deterministic, fast).
+//!   [`Engine::Thread`]: the firmware runs on its own thread, like hardware,
+//!   and interrupts that thread's "processor".
+//! - [`HostFile::submit`] is `IoCallDriver` for a `DeviceIoControl`: access
+//!   check against the file's granted access, a request, the I/O queue
+//!   callback at DISPATCH_LEVEL, and "pended" if the driver did not complete
+//!   it inside the callback.
+//! - Dropping a [`HostFile`] is `CloseHandle`: cleanup, then close once the
+//!   driver has completed every request of the file (the verifier
+//!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use irpverbs_abi::*;
+use irpverbs_core::{
+    DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
+};
+use irpverbs_soft::{Execution, SoftBus, SoftConfig, SoftHca};
+
+use crate::platform::{
+    CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams,
+};
+
+/// The driver over the soft HCA on the host platform.
+pub type SoftDevice = Device<HostPlatform, Arc<SoftHca<HostPlatform>>>;
+
+/// How long a closing file waits for the driver to complete its requests
+/// before the verifier calls it a hang.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the soft HCA's firmware runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// On the thread that writes the doorbell.
+    #[default]
+    Inline,
+    /// On its own thread, like hardware.
+    Thread,
+}
+
+/// How to build a [`HostDevice`].
+#[derive(Clone, Debug, Default)]
+pub struct HostDeviceConfig {
+    /// The platform (verifier, clock).
+    pub platform: HostConfig,
+    /// Where the firmware runs.
+    pub engine: Engine,
+    /// The soft HCA.
+    pub soft: SoftConfig,
+}
+
+/// Access a file was opened with (`GENERIC_READ` / `GENERIC_WRITE`), as
+/// `FILE_READ_ACCESS | FILE_WRITE_ACCESS` bits.
+pub type GrantedAccess = u32;
+
+struct Bus {
+    platform: HostPlatform,
+    dpc: OnceLock<Dpc>,
+    doorbell: Arc<Doorbell>,
+}
+
+impl SoftBus for Bus {
+    fn interrupt(&self) {
+        self.platform.interrupt(|| {
+            if let Some(dpc) = self.dpc.get() {
+                dpc.insert();
+            }
+        });
+    }
+
+    fn doorbell(&self) {
+        self.doorbell.ring();
+    }
+}
+
+#[derive(Default)]
+struct Doorbell {
+    rung: Mutex<bool>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+impl Doorbell {
+    fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_one();
+    }
+
+    /// Waits for a ring (or stop); false when stopping.
+    fn wait(&self) -> bool {
+        let mut rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*rung && !self.stop.load(Ordering::Acquire) {
+            rung = self.cv.wait(rung).unwrap_or_else(PoisonError::into_inner);
+        }
+        *rung = false;
+        !self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// Wakes threads waiting for a completion.
+#[derive(Default)]
+struct Completions {
+    count: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Completions {
+    fn notify(&self) {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.cv.notify_all();
+    }
+
+    /// Waits until `done()` or the deadline; true if `done()`.
+    fn wait_until(&self, deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+        let mut g = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if done() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let step = (deadline - now).min(Duration::from_millis(50));
+            g = self.cv.wait_timeout(g, step).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// The driver in-process over a soft HCA.
+pub struct HostDevice {
+    platform: HostPlatform,
+    device: Arc<SoftDevice>,
+    soft: Arc<SoftHca<HostPlatform>>,
+    doorbell: Arc<Doorbell>,
+    engine: Mutex<Option<JoinHandle<()>>>,
+    next_file: AtomicU64,
+    cancel: CancelRoutine,
+    completions: Arc<Completions>,
+    unloaded: AtomicBool,
+}
+
+impl std::fmt::Debug for HostDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostDevice").field("platform", &self.platform).finish_non_exhaustive()
+    }
+}
+
+impl HostDevice {
+    /// Builds the platform, the soft HCA and the driver, and starts the
+    /// firmware thread in [`Engine::Thread`] mode.
+    ///
+    /// # Errors
+    /// The soft HCA's refusal of an inconsistent configuration.
+    pub fn new(config: HostDeviceConfig) -> Result<Arc<Self>, NtStatus> {
+        let platform = HostPlatform::new(config.platform);
+        let doorbell = Arc::new(Doorbell::default());
+        let bus = Arc::new(Bus {
+            platform: platform.clone(),
+            dpc: OnceLock::new(),
+            doorbell: Arc::clone(&doorbell),
+        });
+        let mut soft_config = config.soft;
+        soft_config.execution = match config.engine {
+            Engine::Inline => Execution::Inline,
+            Engine::Thread => Execution::Deferred,
+        };
+        let soft = Arc::new(SoftHca::new(&platform, soft_config, bus.clone())?);
+        let device = Arc::new(Device::new(Arc::new(platform.clone()), Arc::clone(&soft)));
+        let weak: Weak<SoftDevice> = Arc::downgrade(&device);
+        let dpc = platform.new_dpc(move || {
+            if let Some(d) = weak.upgrade() {
+                d.dpc();
+            }
+        });
+        let _ = bus.dpc.set(dpc);
+        let weak: Weak<SoftDevice> = Arc::downgrade(&device);
+        let cancel: CancelRoutine = Arc::new(move |key| {
+            if let Some(d) = weak.upgrade() {
+                d.cancel(key);
+            }
+        });
+        let this = Arc::new(Self {
+            platform,
+            device,
+            soft,
+            doorbell,
+            engine: Mutex::new(None),
+            next_file: AtomicU64::new(1),
+            cancel,
+            completions: Arc::default(),
+            unloaded: AtomicBool::new(false),
+        });
+        if config.engine == Engine::Thread {
+            let soft = Arc::clone(&this.soft);
+            let bell = Arc::clone(&this.doorbell);
+            let handle = std::thread::Builder::new()
+                .name("irpverbs-soft-hca".into())
+                .spawn(move || {
+                    while bell.wait() {
+                        while soft.run_firmware() > 0 {}
+                    }
+                })
+                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        }
+        Ok(this)
+    }
+
+    /// A device with the default configuration (verifier on, inline engine).
+    ///
+    /// # Panics
+    /// Never: the default configuration is consistent.
+    #[must_use]
+    pub fn with_defaults() -> Arc<Self> {
+        Self::new(HostDeviceConfig::default()).expect("the default configuration is valid")
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &HostPlatform {
+        &self.platform
+    }
+
+    /// The driver.
+    pub fn device(&self) -> &Arc<SoftDevice> {
+        &self.device
+    }
+
+    /// The soft HCA.
+    pub fn soft(&self) -> &Arc<SoftHca<HostPlatform>> {
+        &self.soft
+    }
+
+    /// Opens the device (`CreateFile`): a new file object, created in the
+    /// driver at PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// What the driver's file-create callback returned.
+    pub fn open(self: &Arc<Self>, access: GrantedAccess) -> Result<HostFile, NtStatus> {
+        let key: FileKey = self.next_file.fetch_add(1, Ordering::Relaxed);
+        self.device.create_file(key)?;
+        self.platform.file_opened(key);
+        Ok(HostFile {
+            dev: Arc::clone(self),
+            key,
+            access,
+            outstanding: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Waits (up to `timeout`) until the driver holds no file, object or
+    /// command and the soft HCA holds no object.
+    ///
+    /// # Errors
+    /// What is still held.
+    pub fn quiesce(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let idle = || self.device.snapshot() == DeviceSnapshot::default() && self.soft.live_objects() == 0;
+        if self.completions.wait_until(deadline, idle) {
+            return Ok(());
+        }
+        Err(format!(
+            "device not quiescent: {:?}, soft HCA objects {}",
+            self.device.snapshot(),
+            self.soft.live_objects()
+        ))
+    }
+
+    /// Unloads the driver: stops the firmware thread and runs the
+    /// verifier's unload checks (pool leaks, outstanding requests, armed
+    /// timers). Files must be closed first, as on Windows.
+    ///
+    /// # Panics
+    /// With a verifier bugcheck when something leaked.
+    pub fn unload(&self) {
+        if self.unloaded.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.doorbell.stop.store(true, Ordering::Release);
+        self.doorbell.ring();
+        if let Some(h) = self.engine.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = h.join();
+        }
+        self.platform.unload();
+    }
+}
+
+impl Drop for HostDevice {
+    fn drop(&mut self) {
+        self.doorbell.stop.store(true, Ordering::Release);
+        self.doorbell.ring();
+        if let Some(h) = self.engine.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One IOCTL to submit.
+#[derive(Clone, Copy, Debug)]
+pub struct Ioctl<'a> {
+    /// The code.
+    pub code: u32,
+    /// The input buffer.
+    pub input: &'a [u8],
+    /// The output buffer's length.
+    pub output_len: usize,
+    /// Who calls.
+    pub mode: RequestorMode,
+    /// The major function.
+    pub major: MajorFunction,
+}
+
+impl<'a> Ioctl<'a> {
+    /// A user-mode `DeviceIoControl`.
+    #[must_use]
+    pub fn user(code: u32, input: &'a [u8], output_len: usize) -> Self {
+        Self { code, input, output_len, mode: RequestorMode::User, major: MajorFunction::DeviceControl }
+    }
+
+    /// A kernel ULP's internal device control.
+    #[must_use]
+    pub fn kernel(code: u32, input: &'a [u8], output_len: usize) -> Self {
+        Self {
+            code,
+            input,
+            output_len,
+            mode: RequestorMode::Kernel,
+            major: MajorFunction::InternalDeviceControl,
+        }
+    }
+}
+
+/// What [`HostFile::submit`] did.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The driver returned with the request pending (`STATUS_PENDING`): a
+    /// Win32 caller sees `ERROR_IO_PENDING`. It may have completed since.
+    pub pended: bool,
+    /// The request, for cancel (`CancelIoEx`). `None` when the I/O manager
+    /// refused it before the driver saw it.
+    pub handle: Option<RequestHandle>,
+}
+
+/// An open of the device.
+pub struct HostFile {
+    dev: Arc<HostDevice>,
+    key: FileKey,
+    access: GrantedAccess,
+    outstanding: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for HostFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostFile").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+impl HostFile {
+    /// The file's key.
+    pub fn key(&self) -> FileKey {
+        self.key
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<HostDevice> {
+        &self.dev
+    }
+
+    /// Issues an IOCTL. `on_complete(status, information, output)` runs
+    /// exactly once, at completion (possibly before this returns, possibly
+    /// on another thread at DISPATCH_LEVEL).
+    ///
+    /// IRQL: PASSIVE_LEVEL (the caller's thread).
+    pub fn submit(
+        &self,
+        io: Ioctl<'_>,
+        on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
+    ) -> Submitted {
+        let required = ioctl_access(io.code);
+        if ioctl_device_type(io.code) == FILE_DEVICE_INFINIBAND && required & !self.access != 0 {
+            on_complete(STATUS_ACCESS_DENIED, 0, &[]);
+            return Submitted { pended: false, handle: None };
+        }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        let outstanding = Arc::clone(&self.outstanding);
+        let completions = Arc::clone(&self.dev.completions);
+        let params = RequestParams {
+            ioctl_code: io.code,
+            major_function: io.major,
+            requestor_mode: io.mode,
+            file: self.key,
+            input: io.input.to_vec(),
+            output_len: io.output_len,
+        };
+        let request = self.dev.platform.new_request(
+            params,
+            move |status, info, out| {
+                on_complete(status, info, out);
+                outstanding.fetch_sub(1, Ordering::AcqRel);
+                completions.notify();
+            },
+            Some(Arc::clone(&self.dev.cancel)),
+        );
+        let handle = request.handle();
+        let old = self.dev.platform.raise_irql(DISPATCH_LEVEL);
+        self.dev.device.dispatch_ioctl(request);
+        let pended = !handle.is_completed();
+        self.dev.platform.lower_irql(old);
+        Submitted { pended, handle: Some(handle) }
+    }
+
+    /// Issues an IOCTL and waits for its completion (a synchronous
+    /// `DeviceIoControl`): the status and the output bytes.
+    pub fn call(&self, io: Ioctl<'_>) -> (NtStatus, Vec<u8>) {
+        let slot: Arc<Mutex<Option<(NtStatus, Vec<u8>)>>> = Arc::default();
+        let s = Arc::clone(&slot);
+        self.submit(io, move |status, _, out| {
+            *s.lock().unwrap_or_else(PoisonError::into_inner) = Some((status, out.to_vec()));
+        });
+        let take = || slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(r) = take() {
+            return r;
+        }
+        let mut result = None;
+        self.dev.completions.wait_until(Instant::now() + Duration::from_secs(3600), || {
+            result = take();
+            result.is_some()
+        });
+        result.unwrap_or((STATUS_CANCELLED, Vec::new()))
+    }
+
+    /// A synchronous user-mode IOCTL.
+    pub fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        self.call(Ioctl::user(code, input, output_len))
+    }
+
+    /// Requests of this file not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
+    }
+}
+
+impl irpverbs_verbs::IoctlTransport for HostFile {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        HostFile::ioctl(self, code, input, output_len)
+    }
+}
+
+impl Drop for HostFile {
+    /// `CloseHandle`: cleanup at PASSIVE_LEVEL, then close once every
+    /// request of the file is complete.
+    fn drop(&mut self) {
+        let dev = &self.dev;
+        dev.device.cleanup_file(self.key);
+        let outstanding = Arc::clone(&self.outstanding);
+        dev.completions.wait_until(Instant::now() + CLOSE_TIMEOUT, || {
+            outstanding.load(Ordering::Acquire) == 0
+        });
+        dev.platform.file_closing(self.key);
+        dev.device.close_file(self.key);
+    }
+}
+
+/// Helper for tests and tools: the HCA's device attributes.
+pub fn caps(dev: &HostDevice) -> IvQueryDeviceOut {
+    *dev.soft.caps()
+}

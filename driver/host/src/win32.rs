@@ -1,0 +1,640 @@
+//! The Win32 subset a C ULP uses, over the host device, with Win32 types and
+//! semantics: `CreateFileA`, `DeviceIoControl` (synchronous and OVERLAPPED),
+//! `CreateIoCompletionPort`, `GetQueuedCompletionStatus`,
+//! `PostQueuedCompletionStatus`, `GetOverlappedResult`, `CancelIoEx`,
+//! `CloseHandle`, `GetLastError`, `SetLastError`. Declared for C in
+//! `include/irpverbs_host.h`; on Windows the same C code uses `<windows.h>`.
+//!
+//! Opening `\\.\irpverbs0` loads the driver in-process over a soft HCA (once
+//! per process). `IRPVERBS_ENGINE=thread` runs the soft HCA's firmware on
+//! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off.
+//!
+//! Semantics kept from Windows: a pended overlapped call returns FALSE with
+//! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
+//! `STATUS_PENDING` until completion, then the NTSTATUS, and `InternalHigh`
+//! the byte count; every completion of a file associated with a port is
+//! queued to the port (unless `hEvent`'s low bit is set); a synchronous
+//! call on a file opened without `FILE_FLAG_OVERLAPPED` waits.
+#![allow(unsafe_code)]
+#![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
+
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use irpverbs_abi::*;
+
+use crate::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
+use crate::platform::{HostConfig, RequestHandle, VerifierConfig};
+
+/// `HANDLE`.
+pub type HANDLE = *mut c_void;
+/// `BOOL`.
+pub type BOOL = i32;
+/// `DWORD`.
+pub type DWORD = u32;
+/// `ULONG_PTR`.
+pub type ULONG_PTR = usize;
+
+/// `OVERLAPPED` (x64 layout).
+#[repr(C)]
+#[derive(Debug)]
+pub struct OVERLAPPED {
+    /// The request's NTSTATUS (`STATUS_PENDING` while in flight).
+    pub Internal: ULONG_PTR,
+    /// Bytes transferred.
+    pub InternalHigh: ULONG_PTR,
+    /// File offset (unused for IOCTLs).
+    pub Offset: DWORD,
+    /// File offset high (unused for IOCTLs).
+    pub OffsetHigh: DWORD,
+    /// Event; its low bit set means "don't queue to the completion port".
+    pub hEvent: HANDLE,
+}
+
+const TRUE: BOOL = 1;
+const FALSE: BOOL = 0;
+const INVALID_HANDLE_VALUE: usize = usize::MAX;
+const INFINITE: DWORD = 0xFFFF_FFFF;
+const GENERIC_READ: DWORD = 0x8000_0000;
+const GENERIC_WRITE: DWORD = 0x4000_0000;
+const OPEN_EXISTING: DWORD = 3;
+const FILE_FLAG_OVERLAPPED: DWORD = 0x4000_0000;
+
+/// Win32 error codes used here.
+pub mod error {
+    /// ERROR_SUCCESS.
+    pub const SUCCESS: u32 = 0;
+    /// ERROR_INVALID_FUNCTION.
+    pub const INVALID_FUNCTION: u32 = 1;
+    /// ERROR_FILE_NOT_FOUND.
+    pub const FILE_NOT_FOUND: u32 = 2;
+    /// ERROR_ACCESS_DENIED.
+    pub const ACCESS_DENIED: u32 = 5;
+    /// ERROR_INVALID_HANDLE.
+    pub const INVALID_HANDLE: u32 = 6;
+    /// ERROR_NOT_ENOUGH_MEMORY.
+    pub const NOT_ENOUGH_MEMORY: u32 = 8;
+    /// ERROR_BAD_COMMAND.
+    pub const BAD_COMMAND: u32 = 22;
+    /// ERROR_BAD_LENGTH.
+    pub const BAD_LENGTH: u32 = 24;
+    /// ERROR_NOT_SUPPORTED.
+    pub const NOT_SUPPORTED: u32 = 50;
+    /// ERROR_DEV_NOT_EXIST.
+    pub const DEV_NOT_EXIST: u32 = 55;
+    /// ERROR_INVALID_PARAMETER.
+    pub const INVALID_PARAMETER: u32 = 87;
+    /// ERROR_INSUFFICIENT_BUFFER.
+    pub const INSUFFICIENT_BUFFER: u32 = 122;
+    /// ERROR_BUSY.
+    pub const BUSY: u32 = 170;
+    /// WAIT_TIMEOUT.
+    pub const WAIT_TIMEOUT: u32 = 258;
+    /// ERROR_ABANDONED_WAIT_0.
+    pub const ABANDONED_WAIT_0: u32 = 735;
+    /// ERROR_OPERATION_ABORTED.
+    pub const OPERATION_ABORTED: u32 = 995;
+    /// ERROR_IO_INCOMPLETE.
+    pub const IO_INCOMPLETE: u32 = 996;
+    /// ERROR_IO_PENDING.
+    pub const IO_PENDING: u32 = 997;
+    /// ERROR_NOACCESS.
+    pub const NOACCESS: u32 = 998;
+    /// ERROR_IO_DEVICE.
+    pub const IO_DEVICE: u32 = 1117;
+    /// ERROR_NOT_FOUND.
+    pub const NOT_FOUND: u32 = 1168;
+    /// ERROR_NO_SYSTEM_RESOURCES.
+    pub const NO_SYSTEM_RESOURCES: u32 = 1450;
+}
+
+/// `RtlNtStatusToDosError` for the statuses irpverbs completes with.
+#[must_use]
+pub fn nt_status_to_win32(status: NtStatus) -> u32 {
+    match status {
+        STATUS_SUCCESS => error::SUCCESS,
+        STATUS_PENDING => error::IO_PENDING,
+        STATUS_INVALID_HANDLE => error::INVALID_HANDLE,
+        STATUS_INVALID_PARAMETER | STATUS_INVALID_PARAMETER_MIX => error::INVALID_PARAMETER,
+        STATUS_INVALID_DEVICE_REQUEST => error::INVALID_FUNCTION,
+        STATUS_ACCESS_DENIED | STATUS_DELETE_PENDING => error::ACCESS_DENIED,
+        STATUS_BUFFER_TOO_SMALL => error::INSUFFICIENT_BUFFER,
+        STATUS_INFO_LENGTH_MISMATCH => error::BAD_LENGTH,
+        STATUS_DEVICE_BUSY => error::BUSY,
+        STATUS_INSUFFICIENT_RESOURCES => error::NO_SYSTEM_RESOURCES,
+        STATUS_NOT_SUPPORTED => error::NOT_SUPPORTED,
+        STATUS_CANCELLED => error::OPERATION_ABORTED,
+        STATUS_INVALID_DEVICE_STATE => error::BAD_COMMAND,
+        STATUS_DEVICE_REMOVED => error::DEV_NOT_EXIST,
+        STATUS_DATATYPE_MISALIGNMENT_ERROR => error::NOACCESS,
+        _ => error::IO_DEVICE,
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: Cell<u32> = const { Cell::new(0) };
+}
+
+fn fail<T>(err: u32, value: T) -> T {
+    LAST_ERROR.with(|e| e.set(err));
+    value
+}
+
+/// `GetLastError`.
+#[unsafe(no_mangle)]
+pub extern "C" fn GetLastError() -> DWORD {
+    LAST_ERROR.with(Cell::get)
+}
+
+/// `SetLastError`.
+#[unsafe(no_mangle)]
+pub extern "C" fn SetLastError(err: DWORD) {
+    LAST_ERROR.with(|e| e.set(err));
+}
+
+/// A raw address that crosses to the completion (which may run on another
+/// thread). The Win32 contract keeps the memory valid until completion.
+#[derive(Clone, Copy)]
+struct Addr(usize);
+
+struct Packet {
+    bytes: u32,
+    key: usize,
+    overlapped: usize,
+    status: NtStatus,
+}
+
+#[derive(Default)]
+struct Port {
+    queue: Mutex<VecDeque<Packet>>,
+    cv: Condvar,
+    closed: AtomicBool,
+}
+
+impl Port {
+    fn post(&self, p: Packet) {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push_back(p);
+        self.cv.notify_one();
+    }
+}
+
+type CancelCell = Arc<Mutex<Option<RequestHandle>>>;
+
+struct Win32File {
+    /// Taken out (and dropped: cleanup, close) by `CloseHandle`.
+    file: std::sync::RwLock<Option<HostFile>>,
+    overlapped: bool,
+    port: Mutex<Option<(Arc<Port>, usize)>>,
+    /// In-flight overlapped requests by OVERLAPPED address, for CancelIoEx.
+    inflight: Mutex<HashMap<usize, CancelCell>>,
+    done: Condvar,
+    done_lock: Mutex<()>,
+}
+
+enum Object {
+    File(Arc<Win32File>),
+    Port(Arc<Port>),
+}
+
+#[derive(Default)]
+struct Handles {
+    next: usize,
+    map: HashMap<usize, Object>,
+}
+
+fn handles() -> std::sync::MutexGuard<'static, Handles> {
+    static H: OnceLock<Mutex<Handles>> = OnceLock::new();
+    H.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn insert(o: Object) -> HANDLE {
+    let mut h = handles();
+    h.next += 4;
+    let v = 0x1000 + h.next;
+    h.map.insert(v, o);
+    v as HANDLE
+}
+
+fn file_of(h: HANDLE) -> Option<Arc<Win32File>> {
+    match handles().map.get(&(h as usize)) {
+        Some(Object::File(f)) => Some(Arc::clone(f)),
+        _ => None,
+    }
+}
+
+fn port_of(h: HANDLE) -> Option<Arc<Port>> {
+    match handles().map.get(&(h as usize)) {
+        Some(Object::Port(p)) => Some(Arc::clone(p)),
+        _ => None,
+    }
+}
+
+fn device() -> Result<Arc<HostDevice>, NtStatus> {
+    static DEV: OnceLock<Result<Arc<HostDevice>, NtStatus>> = OnceLock::new();
+    DEV.get_or_init(|| {
+        let engine = match std::env::var("IRPVERBS_ENGINE").as_deref() {
+            Ok("thread") => Engine::Thread,
+            _ => Engine::Inline,
+        };
+        let enabled = std::env::var("IRPVERBS_VERIFIER").map_or(true, |v| v != "0");
+        HostDevice::new(HostDeviceConfig {
+            platform: HostConfig {
+                verifier: VerifierConfig { enabled, fail_pool: None },
+                ..HostConfig::default()
+            },
+            engine,
+            ..HostDeviceConfig::default()
+        })
+    })
+    .clone()
+}
+
+/// The device name `CreateFileA` opens.
+pub const DEVICE_NAME: &str = r"\\.\irpverbs0";
+
+/// `CreateFileA` for `\\.\irpverbs0`.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn CreateFileA(
+    name: *const c_char,
+    access: DWORD,
+    _share: DWORD,
+    _security: *mut c_void,
+    disposition: DWORD,
+    flags: DWORD,
+    _template: HANDLE,
+) -> HANDLE {
+    let invalid = INVALID_HANDLE_VALUE as HANDLE;
+    if name.is_null() {
+        return fail(error::INVALID_PARAMETER, invalid);
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(name) };
+    if !name.to_bytes().eq_ignore_ascii_case(DEVICE_NAME.as_bytes()) {
+        return fail(error::FILE_NOT_FOUND, invalid);
+    }
+    if disposition != OPEN_EXISTING {
+        return fail(error::INVALID_PARAMETER, invalid);
+    }
+    let mut granted = 0;
+    if access & GENERIC_READ != 0 {
+        granted |= FILE_READ_ACCESS;
+    }
+    if access & GENERIC_WRITE != 0 {
+        granted |= FILE_WRITE_ACCESS;
+    }
+    let dev = match device() {
+        Ok(d) => d,
+        Err(s) => return fail(nt_status_to_win32(s), invalid),
+    };
+    match dev.open(granted) {
+        Ok(file) => insert(Object::File(Arc::new(Win32File {
+            file: std::sync::RwLock::new(Some(file)),
+            overlapped: flags & FILE_FLAG_OVERLAPPED != 0,
+            port: Mutex::new(None),
+            inflight: Mutex::new(HashMap::new()),
+            done: Condvar::new(),
+            done_lock: Mutex::new(()),
+        }))),
+        Err(s) => fail(nt_status_to_win32(s), invalid),
+    }
+}
+
+/// The `Internal` field as an atomic, so a waiter sees the completion.
+///
+/// # Safety
+/// `ov` points to a live, aligned OVERLAPPED.
+unsafe fn internal<'a>(ov: usize) -> &'a AtomicUsize {
+    // SAFETY: `Internal` is the first field of an aligned OVERLAPPED, a
+    // usize; AtomicUsize has the same size and alignment.
+    unsafe { &*(ov as *const AtomicUsize) }
+}
+
+/// `DeviceIoControl`.
+///
+/// # Safety
+/// Buffers are valid for their lengths; `overlapped` (if not NULL) and the
+/// output buffer stay valid until the request completes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn DeviceIoControl(
+    h: HANDLE,
+    code: DWORD,
+    in_buf: *const c_void,
+    in_len: DWORD,
+    out_buf: *mut c_void,
+    out_len: DWORD,
+    returned: *mut DWORD,
+    overlapped: *mut OVERLAPPED,
+) -> BOOL {
+    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    if (in_buf.is_null() && in_len != 0) || (out_buf.is_null() && out_len != 0) {
+        return fail(error::NOACCESS, FALSE);
+    }
+    let input: &[u8] = if in_len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's input buffer is valid for `in_len` bytes.
+        unsafe { std::slice::from_raw_parts(in_buf.cast::<u8>(), in_len as usize) }
+    };
+    let out = Addr(out_buf as usize);
+    let io = Ioctl::user(code, input, out_len as usize);
+    let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(file) = guard.as_ref() else { return fail(error::INVALID_HANDLE, FALSE) };
+    if !f.overlapped {
+        let (status, bytes) = file.call(io);
+        let n = bytes.len().min(out_len as usize);
+        if n > 0 {
+            // SAFETY: the output buffer is valid for `out_len` >= n bytes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.0 as *mut u8, n) };
+        }
+        if !returned.is_null() {
+            // SAFETY: `returned` is a valid DWORD pointer.
+            unsafe { returned.write(n as DWORD) };
+        }
+        if nt_success(status) {
+            SetLastError(error::SUCCESS);
+            return TRUE;
+        }
+        return fail(nt_status_to_win32(status), FALSE);
+    }
+    if overlapped.is_null() {
+        return fail(error::INVALID_PARAMETER, FALSE);
+    }
+    let ov = Addr(overlapped as usize);
+    // SAFETY: `overlapped` is valid until completion (Win32 contract).
+    unsafe { internal(ov.0) }.store(STATUS_PENDING as usize, Ordering::Release);
+    // SAFETY: as above.
+    unsafe { (*overlapped).InternalHigh = 0 };
+    // SAFETY: as above.
+    let event = unsafe { (*overlapped).hEvent } as usize;
+    let cell: CancelCell = Arc::default();
+    f.inflight.lock().unwrap_or_else(PoisonError::into_inner).insert(ov.0, Arc::clone(&cell));
+    let fc = Arc::clone(&f);
+    let cell2 = Arc::clone(&cell);
+    let submitted = file.submit(io, move |status, info, bytes| {
+        let n = bytes.len().min(info);
+        if n > 0 {
+            // SAFETY: the output buffer stays valid until completion and
+            // holds `out_len` >= n bytes (the driver never reports more).
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.0 as *mut u8, n) };
+        }
+        // SAFETY: the OVERLAPPED stays valid until completion.
+        unsafe { (*(ov.0 as *mut OVERLAPPED)).InternalHigh = n };
+        // SAFETY: as above; the status is published last.
+        unsafe { internal(ov.0) }.store(status as u32 as usize, Ordering::Release);
+        {
+            let mut inflight = fc.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+            if inflight.get(&ov.0).is_some_and(|c| Arc::ptr_eq(c, &cell2)) {
+                inflight.remove(&ov.0);
+            }
+        }
+        let port = fc.port.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some((port, key)) = port {
+            if event & 1 == 0 {
+                port.post(Packet { bytes: n as u32, key, overlapped: ov.0, status });
+            }
+        }
+        let _g = fc.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
+        fc.done.notify_all();
+    });
+    if let Some(handle) = submitted.handle {
+        *cell.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    }
+    if submitted.pended {
+        return fail(error::IO_PENDING, FALSE);
+    }
+    // Completed inside the dispatch routine: the completion already ran.
+    // SAFETY: the OVERLAPPED is valid (the caller still owns it).
+    let status = unsafe { internal(ov.0) }.load(Ordering::Acquire) as u32 as NtStatus;
+    if !returned.is_null() {
+        // SAFETY: `returned` is a valid DWORD pointer; the OVERLAPPED is valid.
+        unsafe { returned.write((*overlapped).InternalHigh as DWORD) };
+    }
+    if nt_success(status) {
+        SetLastError(error::SUCCESS);
+        TRUE
+    } else {
+        fail(nt_status_to_win32(status), FALSE)
+    }
+}
+
+/// `GetOverlappedResult`.
+///
+/// # Safety
+/// `overlapped` is the one passed to the I/O; `bytes` is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn GetOverlappedResult(
+    h: HANDLE,
+    overlapped: *mut OVERLAPPED,
+    bytes: *mut DWORD,
+    wait: BOOL,
+) -> BOOL {
+    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    if overlapped.is_null() {
+        return fail(error::INVALID_PARAMETER, FALSE);
+    }
+    let ov = overlapped as usize;
+    // SAFETY: the caller's OVERLAPPED is valid.
+    let pending = || unsafe { internal(ov) }.load(Ordering::Acquire) == STATUS_PENDING as usize;
+    if pending() {
+        if wait == FALSE {
+            return fail(error::IO_INCOMPLETE, FALSE);
+        }
+        let mut g = f.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while pending() {
+            g = f.done.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+    // SAFETY: as above.
+    let status = unsafe { internal(ov) }.load(Ordering::Acquire) as u32 as NtStatus;
+    if !bytes.is_null() {
+        // SAFETY: `bytes` is valid; the OVERLAPPED is valid.
+        unsafe { bytes.write((*overlapped).InternalHigh as DWORD) };
+    }
+    if nt_success(status) {
+        SetLastError(error::SUCCESS);
+        TRUE
+    } else {
+        fail(nt_status_to_win32(status), FALSE)
+    }
+}
+
+/// `CreateIoCompletionPort`: a new port (`file` = INVALID_HANDLE_VALUE,
+/// `existing` = NULL), or associates `file` with a port under `key`.
+#[unsafe(no_mangle)]
+pub extern "C" fn CreateIoCompletionPort(
+    file: HANDLE,
+    existing: HANDLE,
+    key: ULONG_PTR,
+    _threads: DWORD,
+) -> HANDLE {
+    let port_handle = if existing.is_null() {
+        insert(Object::Port(Arc::default()))
+    } else {
+        existing
+    };
+    let Some(port) = port_of(port_handle) else {
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    };
+    if file as usize == INVALID_HANDLE_VALUE {
+        return port_handle;
+    }
+    let Some(f) = file_of(file) else {
+        if existing.is_null() {
+            handles().map.remove(&(port_handle as usize));
+        }
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    };
+    let mut slot = f.port.lock().unwrap_or_else(PoisonError::into_inner);
+    if slot.is_some() {
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    }
+    *slot = Some((port, key));
+    port_handle
+}
+
+/// `GetQueuedCompletionStatus`.
+///
+/// # Safety
+/// The out pointers are valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn GetQueuedCompletionStatus(
+    port: HANDLE,
+    bytes: *mut DWORD,
+    key: *mut ULONG_PTR,
+    overlapped: *mut *mut OVERLAPPED,
+    millis: DWORD,
+) -> BOOL {
+    let Some(p) = port_of(port) else { return fail(error::INVALID_HANDLE, FALSE) };
+    let deadline = (millis != INFINITE).then(|| Instant::now() + Duration::from_millis(millis.into()));
+    let mut q = p.queue.lock().unwrap_or_else(PoisonError::into_inner);
+    let packet = loop {
+        if let Some(pk) = q.pop_front() {
+            break Some(pk);
+        }
+        if p.closed.load(Ordering::Acquire) {
+            break None;
+        }
+        let step = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    break None;
+                }
+                (d - now).min(Duration::from_millis(50))
+            }
+            None => Duration::from_millis(50),
+        };
+        q = p.cv.wait_timeout(q, step).unwrap_or_else(PoisonError::into_inner).0;
+    };
+    drop(q);
+    let Some(pk) = packet else {
+        if !overlapped.is_null() {
+            // SAFETY: valid out pointer.
+            unsafe { overlapped.write(std::ptr::null_mut()) };
+        }
+        let err = if p.closed.load(Ordering::Acquire) { error::ABANDONED_WAIT_0 } else { error::WAIT_TIMEOUT };
+        return fail(err, FALSE);
+    };
+    // SAFETY: valid out pointers (checked for NULL).
+    unsafe {
+        if !bytes.is_null() {
+            bytes.write(pk.bytes);
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        if !key.is_null() {
+            key.write(pk.key);
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        if !overlapped.is_null() {
+            overlapped.write(pk.overlapped as *mut OVERLAPPED);
+        }
+    }
+    if nt_success(pk.status) {
+        SetLastError(error::SUCCESS);
+        TRUE
+    } else {
+        fail(nt_status_to_win32(pk.status), FALSE)
+    }
+}
+
+/// `PostQueuedCompletionStatus`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PostQueuedCompletionStatus(
+    port: HANDLE,
+    bytes: DWORD,
+    key: ULONG_PTR,
+    overlapped: *mut OVERLAPPED,
+) -> BOOL {
+    let Some(p) = port_of(port) else { return fail(error::INVALID_HANDLE, FALSE) };
+    p.post(Packet { bytes, key, overlapped: overlapped as usize, status: STATUS_SUCCESS });
+    TRUE
+}
+
+/// `CancelIoEx`: cancels the request issued with `overlapped` on `h`, or
+/// every overlapped request of `h` when `overlapped` is NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn CancelIoEx(h: HANDLE, overlapped: *mut OVERLAPPED) -> BOOL {
+    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    let cells: Vec<CancelCell> = {
+        let inflight = f.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        if overlapped.is_null() {
+            inflight.values().cloned().collect()
+        } else {
+            inflight.get(&(overlapped as usize)).cloned().into_iter().collect()
+        }
+    };
+    let mut any = false;
+    for c in cells {
+        let handle = c.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(h) = handle {
+            if !h.is_completed() {
+                h.cancel();
+                any = true;
+            }
+        }
+    }
+    if any { TRUE } else { fail(error::NOT_FOUND, FALSE) }
+}
+
+/// `CloseHandle`: a file runs down (cleanup, then close once its requests
+/// completed); a port wakes its waiters with `ERROR_ABANDONED_WAIT_0`.
+#[unsafe(no_mangle)]
+pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
+    let removed = handles().map.remove(&(h as usize));
+    match removed {
+        Some(Object::File(f)) => {
+            let file = f.file.write().unwrap_or_else(PoisonError::into_inner).take();
+            drop(file);
+            TRUE
+        }
+        Some(Object::Port(p)) => {
+            p.closed.store(true, Ordering::Release);
+            p.cv.notify_all();
+            TRUE
+        }
+        None => fail(error::INVALID_HANDLE, FALSE),
+    }
+}
+
+/// Host-only: waits up to `millis` until the driver holds nothing (no file,
+/// object, command or pool) and returns TRUE, or FALSE with
+/// `ERROR_BUSY`. Lets a C test prove that closing its handles leaked nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn IrpverbsHostQuiesce(millis: DWORD) -> BOOL {
+    let Ok(dev) = device() else { return fail(error::DEV_NOT_EXIST, FALSE) };
+    match dev.quiesce(Duration::from_millis(millis.into())) {
+        Ok(()) if dev.platform().pool_stats().live_charges == 0 => TRUE,
+        _ => fail(error::BUSY, FALSE),
+    }
+}

@@ -1,0 +1,111 @@
+/*
+ * irpverbs_host.h - the Win32 subset irpverbs' host library provides on
+ * non-Windows hosts, so that a ULP written for Windows (CreateFile,
+ * DeviceIoControl with OVERLAPPED, I/O completion ports, CancelIoEx) builds
+ * and runs unchanged against the driver running in-process over a soft HCA.
+ *
+ * On Windows this header only includes <windows.h>. Elsewhere, link with
+ * libirpverbs_host (cargo builds it as a cdylib and a staticlib from
+ * driver/host). Opening "\\\\.\\irpverbs0" loads the driver in the process.
+ * Environment: IRPVERBS_ENGINE=thread runs the soft HCA's firmware on its own
+ * thread; IRPVERBS_VERIFIER=0 turns the verifier off.
+ */
+#ifndef IRPVERBS_HOST_H
+#define IRPVERBS_HOST_H
+
+#ifdef _WIN32
+#include <windows.h>
+#else
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *HANDLE;
+typedef int32_t BOOL;
+typedef uint32_t DWORD;
+typedef DWORD *LPDWORD;
+typedef uintptr_t ULONG_PTR;
+typedef ULONG_PTR *PULONG_PTR;
+typedef void *LPVOID;
+typedef const char *LPCSTR;
+typedef int32_t NTSTATUS;
+
+typedef struct _OVERLAPPED {
+    ULONG_PTR Internal;     /* NTSTATUS; STATUS_PENDING while in flight */
+    ULONG_PTR InternalHigh; /* bytes transferred */
+    DWORD Offset;
+    DWORD OffsetHigh;
+    HANDLE hEvent; /* low bit set: do not queue to the completion port */
+} OVERLAPPED, *LPOVERLAPPED;
+
+#define TRUE 1
+#define FALSE 0
+#define INVALID_HANDLE_VALUE ((HANDLE)(intptr_t)-1)
+#define INFINITE 0xFFFFFFFFu
+#define GENERIC_READ 0x80000000u
+#define GENERIC_WRITE 0x40000000u
+#define FILE_SHARE_READ 0x00000001u
+#define FILE_SHARE_WRITE 0x00000002u
+#define OPEN_EXISTING 3u
+#define FILE_ATTRIBUTE_NORMAL 0x00000080u
+#define FILE_FLAG_OVERLAPPED 0x40000000u
+
+#define ERROR_SUCCESS 0u
+#define ERROR_INVALID_FUNCTION 1u
+#define ERROR_FILE_NOT_FOUND 2u
+#define ERROR_ACCESS_DENIED 5u
+#define ERROR_INVALID_HANDLE 6u
+#define ERROR_BAD_COMMAND 22u
+#define ERROR_BAD_LENGTH 24u
+#define ERROR_NOT_SUPPORTED 50u
+#define ERROR_DEV_NOT_EXIST 55u
+#define ERROR_INVALID_PARAMETER 87u
+#define ERROR_INSUFFICIENT_BUFFER 122u
+#define ERROR_BUSY 170u
+#define WAIT_TIMEOUT 258u
+#define ERROR_ABANDONED_WAIT_0 735u
+#define ERROR_OPERATION_ABORTED 995u
+#define ERROR_IO_INCOMPLETE 996u
+#define ERROR_IO_PENDING 997u
+#define ERROR_NOACCESS 998u
+#define ERROR_IO_DEVICE 1117u
+#define ERROR_NOT_FOUND 1168u
+#define ERROR_NO_SYSTEM_RESOURCES 1450u
+
+#define HasOverlappedIoCompleted(lpOverlapped) \
+    (((DWORD)(lpOverlapped)->Internal) != 0x00000103u)
+
+HANDLE CreateFileA(LPCSTR lpFileName, DWORD dwDesiredAccess, DWORD dwShareMode,
+                   LPVOID lpSecurityAttributes, DWORD dwCreationDisposition,
+                   DWORD dwFlagsAndAttributes, HANDLE hTemplateFile);
+BOOL DeviceIoControl(HANDLE hDevice, DWORD dwIoControlCode, LPVOID lpInBuffer,
+                     DWORD nInBufferSize, LPVOID lpOutBuffer, DWORD nOutBufferSize,
+                     LPDWORD lpBytesReturned, LPOVERLAPPED lpOverlapped);
+BOOL GetOverlappedResult(HANDLE hFile, LPOVERLAPPED lpOverlapped,
+                         LPDWORD lpNumberOfBytesTransferred, BOOL bWait);
+HANDLE CreateIoCompletionPort(HANDLE FileHandle, HANDLE ExistingCompletionPort,
+                              ULONG_PTR CompletionKey, DWORD NumberOfConcurrentThreads);
+BOOL GetQueuedCompletionStatus(HANDLE CompletionPort, LPDWORD lpNumberOfBytesTransferred,
+                               PULONG_PTR lpCompletionKey, LPOVERLAPPED *lpOverlapped,
+                               DWORD dwMilliseconds);
+BOOL PostQueuedCompletionStatus(HANDLE CompletionPort, DWORD dwNumberOfBytesTransferred,
+                                ULONG_PTR dwCompletionKey, LPOVERLAPPED lpOverlapped);
+BOOL CancelIoEx(HANDLE hFile, LPOVERLAPPED lpOverlapped);
+BOOL CloseHandle(HANDLE hObject);
+DWORD GetLastError(void);
+void SetLastError(DWORD dwErrCode);
+
+/* Host only: waits up to dwMilliseconds until the driver holds nothing (no
+ * file, object, command or pool allocation). TRUE, or FALSE with ERROR_BUSY. */
+BOOL IrpverbsHostQuiesce(DWORD dwMilliseconds);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* _WIN32 */
+#endif /* IRPVERBS_HOST_H */
