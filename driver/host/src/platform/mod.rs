@@ -79,6 +79,9 @@ mod spinlock;
 mod timer;
 mod work;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
