@@ -1,0 +1,282 @@
+//! The emulated processor: each host thread is one processor with its own
+//! IRQL, DPC queue and list of spin locks held.
+//!
+//! Everything here is thread-local, so the hot paths (`current_irql`, the
+//! raise/lower inside a spin lock) are a `Cell` read or write.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use irpverbs_core::platform::{DISPATCH_LEVEL, Irql};
+
+use super::bugcheck::{codes, stop, verifier, wdf};
+
+/// HIGH_LEVEL on x64: the highest IRQL there is.
+pub const HIGH_LEVEL: Irql = 15;
+
+/// A spin lock this thread holds (tracked only for verifier-enabled locks).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held {
+    pub id: u64,
+    pub rank: u16,
+    pub name: &'static str,
+}
+
+/// One emulated processor.
+struct Cpu {
+    irql: Cell<Irql>,
+    /// DPCs queued on this processor, run when IRQL drops below DISPATCH.
+    dpcs: RefCell<VecDeque<Dpc>>,
+    /// How many DPC routines are running on this thread (nesting).
+    dpc_depth: Cell<u32>,
+    /// Verifier-tracked spin locks held, in acquisition order.
+    held: RefCell<Vec<Held>>,
+    /// A process-unique thread number (0 = not assigned yet).
+    token: Cell<u64>,
+}
+
+thread_local! {
+    static CPU: Cpu = const {
+        Cpu {
+            irql: Cell::new(0),
+            dpcs: RefCell::new(VecDeque::new()),
+            dpc_depth: Cell::new(0),
+            held: RefCell::new(Vec::new()),
+            token: Cell::new(0),
+        }
+    };
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// The calling thread's (processor's) IRQL.
+///
+/// IRQL: any.
+#[must_use]
+pub fn current_irql() -> Irql {
+    CPU.with(|c| c.irql.get())
+}
+
+/// Sets this thread's IRQL without any check and without running DPCs.
+pub(crate) fn set_irql(new: Irql) {
+    CPU.with(|c| c.irql.set(new));
+}
+
+/// Lowers (or sets) this thread's IRQL to `new`; if that is below
+/// DISPATCH_LEVEL, runs this processor's queued DPCs first, at
+/// DISPATCH_LEVEL. No checks.
+pub(crate) fn lower_to(new: Irql) {
+    if new < DISPATCH_LEVEL && CPU.with(|c| !c.dpcs.borrow().is_empty()) {
+        drain_dpcs();
+    }
+    set_irql(new);
+}
+
+/// True if a DPC routine is running on this thread.
+pub(crate) fn in_dpc() -> bool {
+    CPU.with(|c| c.dpc_depth.get() > 0)
+}
+
+/// This thread's token (for lock-owner checks).
+pub(crate) fn thread_token() -> u64 {
+    CPU.with(|c| {
+        let t = c.token.get();
+        if t != 0 {
+            return t;
+        }
+        let t = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        c.token.set(t);
+        t
+    })
+}
+
+/// Runs `f` with this thread's held-lock list.
+pub(crate) fn with_held<R>(f: impl FnOnce(&mut Vec<Held>) -> R) -> R {
+    CPU.with(|c| f(&mut c.held.borrow_mut()))
+}
+
+/// Runs every queued DPC at DISPATCH_LEVEL, including ones they queue.
+fn drain_dpcs() {
+    set_irql(DISPATCH_LEVEL);
+    loop {
+        let next = CPU.with(|c| c.dpcs.borrow_mut().pop_front());
+        let Some(dpc) = next else { break };
+        dpc.run_now();
+    }
+}
+
+/// What [`catch_bugcheck`](super::catch_bugcheck) puts back.
+pub(crate) struct SavedState {
+    irql: Irql,
+    held: usize,
+    dpc_depth: u32,
+}
+
+pub(crate) fn save_state() -> SavedState {
+    CPU.with(|c| SavedState {
+        irql: c.irql.get(),
+        held: c.held.borrow().len(),
+        dpc_depth: c.dpc_depth.get(),
+    })
+}
+
+pub(crate) fn restore_state(saved: SavedState) {
+    CPU.with(|c| {
+        c.irql.set(saved.irql);
+        c.held.borrow_mut().truncate(saved.held);
+        c.dpc_depth.set(saved.dpc_depth);
+    });
+}
+
+/// Checks a callback came back at the IRQL it was called at (KMDF's
+/// WDF_VIOLATION 0xE check).
+#[track_caller]
+pub(crate) fn check_returned_at(verify: bool, called_at: Irql, what: &str) {
+    if verify {
+        let now = current_irql();
+        if now != called_at {
+            stop(
+                codes::WDF_VIOLATION,
+                [wdf::VERIFIER_IRQL_MISMATCH, called_at.into(), now.into(), 0],
+                format!("{what} was called at IRQL {called_at} and returned at IRQL {now}"),
+            );
+        }
+    }
+}
+
+/// Checks a kernel API allowed at <= `max` IRQL (0xC4/0xE5 otherwise).
+#[track_caller]
+pub(crate) fn check_irql_at_most(verify: bool, max: Irql, api: &str) {
+    if verify {
+        let now = current_irql();
+        if now > max {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::API_AT_WRONG_IRQL, now.into(), 0, 0],
+                format!("{api} called at IRQL {now}; allowed at <= {max}"),
+            );
+        }
+    }
+}
+
+struct DpcInner {
+    id: u64,
+    queued: AtomicBool,
+    routine: Arc<dyn Fn() + Send + Sync>,
+    verify: bool,
+}
+
+/// A deferred procedure call (KDPC): a routine run once at DISPATCH_LEVEL
+/// each time it is queued.
+///
+/// Queued on the processor (thread) that inserts it; it runs when that
+/// thread's IRQL drops below DISPATCH_LEVEL, or at once if it already is
+/// below. Cloning gives another handle to the same DPC object.
+#[derive(Clone)]
+pub struct Dpc {
+    inner: Arc<DpcInner>,
+}
+
+impl std::fmt::Debug for Dpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dpc")
+            .field("id", &self.inner.id)
+            .field("queued", &self.is_queued())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dpc {
+    pub(crate) fn new(id: u64, routine: Arc<dyn Fn() + Send + Sync>, verify: bool) -> Self {
+        Self {
+            inner: Arc::new(DpcInner {
+                id,
+                queued: AtomicBool::new(false),
+                routine,
+                verify,
+            }),
+        }
+    }
+
+    /// Queues the DPC on the current processor (KeInsertQueueDpc).
+    ///
+    /// Returns `false` if it was already queued (it will run once). If the
+    /// caller is below DISPATCH_LEVEL it runs before `insert` returns
+    /// (raise, run, lower); otherwise when this thread's IRQL next drops
+    /// below DISPATCH_LEVEL.
+    ///
+    /// IRQL: any.
+    pub fn insert(&self) -> bool {
+        if self.inner.queued.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        CPU.with(|c| c.dpcs.borrow_mut().push_back(self.clone()));
+        let irql = current_irql();
+        if irql < DISPATCH_LEVEL {
+            lower_to(irql);
+        }
+        true
+    }
+
+    /// True while queued and not yet started.
+    #[must_use]
+    pub fn is_queued(&self) -> bool {
+        self.inner.queued.load(Ordering::Acquire)
+    }
+
+    /// Runs the routine now; the caller is at DISPATCH_LEVEL.
+    fn run_now(&self) {
+        self.inner.queued.store(false, Ordering::Release);
+        CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() + 1));
+        (self.inner.routine)();
+        CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() - 1));
+        check_returned_at(self.inner.verify, DISPATCH_LEVEL, "a DPC routine");
+        // A DPC that (with the verifier off) left IRQL elsewhere is put
+        // back at DISPATCH_LEVEL for the next one.
+        set_irql(DISPATCH_LEVEL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use irpverbs_core::platform::PASSIVE_LEVEL;
+    use std::sync::atomic::AtomicUsize;
+
+    fn counting_dpc(count: &Arc<AtomicUsize>) -> Dpc {
+        let c = Arc::clone(count);
+        Dpc::new(
+            1,
+            Arc::new(move || {
+                assert_eq!(current_irql(), DISPATCH_LEVEL);
+                c.fetch_add(1, Ordering::SeqCst);
+            }),
+            true,
+        )
+    }
+
+    #[test]
+    fn dpc_runs_at_once_below_dispatch() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let dpc = counting_dpc(&count);
+        assert!(dpc.insert());
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert_eq!(current_irql(), PASSIVE_LEVEL);
+    }
+
+    #[test]
+    fn dpc_waits_for_irql_to_drop_and_coalesces() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let dpc = counting_dpc(&count);
+        set_irql(DISPATCH_LEVEL);
+        assert!(dpc.insert());
+        assert!(!dpc.insert(), "already queued");
+        assert!(dpc.is_queued());
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+        lower_to(PASSIVE_LEVEL);
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert!(!dpc.is_queued());
+    }
+}

@@ -1,0 +1,674 @@
+//! The host platform: [`irpverbs_core::Platform`] over threads, emulating
+//! KMDF's execution model under a checking verifier.
+//!
+//! Each host thread is a processor with its own IRQL (thread-local), DPC
+//! queue and held spin locks. I/O queue callbacks run inside
+//! [`HostPlatform::run_at_dispatch`], interrupts inside
+//! [`HostPlatform::interrupt`]; DPCs run when a thread's IRQL drops below
+//! DISPATCH_LEVEL; timers fire on a timer thread (or inline, on a virtual
+//! clock); work items run at PASSIVE_LEVEL on a worker thread.
+//!
+//! # The verifier
+//!
+//! On by default ([`VerifierConfig::enabled`]). A broken rule is a
+//! *bugcheck*: a panic carrying a [`BugCheck`] with the Windows code and
+//! parameters, which [`catch_bugcheck`] turns back into a value. Object ids
+//! stand in for addresses in parameters. With the verifier off none of the
+//! checks run (and no tracking tables are touched); the emulation itself
+//! behaves the same.
+//!
+//! | Rule broken | Code | Param 1 | Other params |
+//! |---|---|---|---|
+//! | `raise_irql` to a lower IRQL (or > HIGH_LEVEL) | 0xC4 | 0x30 | IRQL, requested |
+//! | `lower_irql` to a higher IRQL; below DISPATCH inside a DPC | 0xC4 | 0x31 | IRQL, requested, 0 / 1 = in DPC |
+//! | spin lock acquired above DISPATCH_LEVEL | 0xC4 | 0x42 | IRQL, lock |
+//! | spin lock released at IRQL != DISPATCH_LEVEL | 0xC4 | 0x32 | IRQL, lock |
+//! | spin lock released to an IRQL above DISPATCH_LEVEL | 0xC4 | 0x31 | IRQL, requested |
+//! | spin lock acquired recursively (self-deadlock) | 0xC4 | 0x1000 | lock |
+//! | lock hierarchy: rank <= a held lock's rank | 0xC4 | 0x1001 | lock, held lock |
+//! | spin locks released out of order | 0xC4 | 0x1003 | lock, lock to release first |
+//! | spin lock released by a non-owner thread | 0xC4 | 0x1004 | lock, owner, thread |
+//! | spin lock released but not held | 0xC4 | 0x1007 | lock |
+//! | zero-byte pool charge | 0xC4 | 0x00 | IRQL, pool type |
+//! | pool charge above DISPATCH_LEVEL | 0xC4 | 0x02 | IRQL, pool type, bytes |
+//! | pool release above DISPATCH_LEVEL | 0xC4 | 0x12 | IRQL, pool type, charge |
+//! | release of a charge never made | 0xC4 | 0x10 | charge |
+//! | charge released twice | 0xC4 | 0x13 | 0, charge, tag |
+//! | charge released with other bytes | 0xC4 | 0x13F | charge, bytes, charged bytes |
+//! | charge released with another tag | 0xC2 | 0x0A | charge, tag, free tag |
+//! | pool charge with tag 0 | 0xC2 | 0x9B | pool type, bytes |
+//! | unload with pool still charged | 0xC4 | 0x62 | 0, bytes, count |
+//! | wait above DISPATCH_LEVEL | 0xC4 | 0x120 | IRQL, event, timeout |
+//! | wait at DISPATCH_LEVEL, no timeout | 0xC4 | 0x121 | IRQL, event, timeout |
+//! | wait at DISPATCH_LEVEL, non-zero timeout | 0xC4 | 0x122 | IRQL, event, timeout |
+//! | event set above DISPATCH_LEVEL | 0xC4 | 0x80 | IRQL, event |
+//! | an API above its IRQL (timer, work item, cancel, mark) | 0xC4 | 0xE5 | IRQL |
+//! | ISR returned at another IRQL | 0xC4 | 0x111 | 0, IRQL before, after |
+//! | `paged_code()` above APC_LEVEL | 0xD1 | 0 | IRQL, 8 (execute) |
+//! | request completed twice | 0x44 | request | |
+//! | request completed while still cancelable | 0xC9 | 0x07 | cancel routine, request |
+//! | request completed above DISPATCH_LEVEL | 0xC9 | 0x0E | IRQL, request |
+//! | success with information > output length | 0x10D | 0x6 | 0x4, request, information |
+//! | marked cancelable twice (host-defined) | 0x10D | 0x6 | 0x1001, request |
+//! | unmarked while not cancelable (host-defined) | 0x10D | 0x6 | 0x1002, request |
+//! | callback (DPC, cancel routine, I/O callback, work item) returned at another IRQL | 0x10D | 0xE | IRQL called, returned |
+//! | request still held when its file closes | 0xC4 | 0x135 | request, 0, file |
+//! | unload with a request outstanding | 0xCE | request | 0, 0, count |
+//! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
+//! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
+//! | panic on a host thread (timer, worker) | 0x7E | 0 | |
+//!
+//! Choices where Windows has no exact match: KMDF only traces and breaks
+//! into the debugger when a cancelable request is completed, so the host
+//! raises what the I/O verifier raises for the same misuse at the IRP level
+//! (0xC9/0x07, IoCompleteRequest with the cancel routine still set). A
+//! request still held at close would, on Windows, keep the file object
+//! alive after the I/O manager cancelled it at cleanup; the host reports it
+//! as Driver Verifier's "cancelled IRP not completed in time" (0xC4/0x135).
+//!
+//! The low-resources simulation ([`VerifierConfig::fail_pool`]) refuses
+//! pool charges pseudo-randomly (splitmix64 from a seed): the nth charge's
+//! fate depends only on the seed and n, so a single-threaded run replays.
+
+mod bugcheck;
+mod event;
+mod irql;
+mod pool;
+mod request;
+mod spinlock;
+mod timer;
+mod work;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use irpverbs_abi::NtStatus;
+use irpverbs_core::platform::{
+    APC_LEVEL, DEVICE_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, PASSIVE_LEVEL, Platform,
+    PoolCharge, PoolTag,
+};
+
+pub use bugcheck::{
+    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, iomanager, verifier, wdf,
+};
+pub use event::{EventKind, HostEvent};
+pub use irql::{Dpc, HIGH_LEVEL, current_irql};
+pub use pool::{NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
+pub use request::{CancelRoutine, CompletionRoutine, HostRequest, RequestHandle, RequestParams};
+pub use spinlock::{HostSpinLock, RawSpinLock};
+pub use timer::{HostTimer, TimerClock};
+pub use work::WorkItem;
+
+use bugcheck::stop;
+
+/// Driver Verifier's low-resources simulation: refuse about one pool charge
+/// in `one_in`, pseudo-randomly from `seed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultInjection {
+    /// The seed; the same seed refuses the same charges (by order).
+    pub seed: u64,
+    /// One charge in this many fails on average; 0 never fails, 1 always.
+    pub one_in: u32,
+}
+
+/// What the verifier checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifierConfig {
+    /// Run the checks (default on). Off, the emulation keeps working and
+    /// skips every check and tracking table: cheap, for benchmarks.
+    pub enabled: bool,
+    /// Fail pool charges on purpose (applies whether or not `enabled`).
+    pub fail_pool: Option<FaultInjection>,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            fail_pool: None,
+        }
+    }
+}
+
+/// How to build a [`HostPlatform`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostConfig {
+    /// The verifier.
+    pub verifier: VerifierConfig,
+    /// The clock driving timers.
+    pub clock: TimerClock,
+}
+
+#[derive(Default)]
+struct Files {
+    open: HashSet<FileKey>,
+    /// Outstanding (dispatched, not completed) requests by file.
+    outstanding: HashMap<FileKey, BTreeSet<u64>>,
+}
+
+/// State shared by the platform and the objects it creates.
+pub(crate) struct Shared {
+    verify: bool,
+    config: HostConfig,
+    next_id: AtomicU64,
+    pool: pool::Pool,
+    files: Mutex<Files>,
+    timers: Arc<timer::Timers>,
+    worker: Arc<work::Worker>,
+    background: Arc<Mutex<Option<BugCheck>>>,
+}
+
+impl Shared {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn files(&self) -> MutexGuard<'_, Files> {
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn track_request(&self, file: FileKey, id: u64) {
+        self.files().outstanding.entry(file).or_default().insert(id);
+    }
+
+    pub(crate) fn untrack_request(&self, file: FileKey, id: u64) {
+        let mut files = self.files();
+        if let Some(ids) = files.outstanding.get_mut(&file) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                files.outstanding.remove(&file);
+            }
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.timers.shutdown();
+        self.worker.shutdown();
+    }
+}
+
+/// The host platform. Cheap to clone (all clones are the same platform).
+#[derive(Clone)]
+pub struct HostPlatform {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HostPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPlatform")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HostPlatform {
+    /// Verifier on, real clock.
+    fn default() -> Self {
+        Self::new(HostConfig::default())
+    }
+}
+
+impl HostPlatform {
+    /// A platform with the given configuration. Threads (timer, worker) are
+    /// started when first needed and stopped at [`unload`](Self::unload) or
+    /// when the last clone is dropped.
+    #[must_use]
+    pub fn new(config: HostConfig) -> Self {
+        let verify = config.verifier.enabled;
+        let background = Arc::new(Mutex::new(None));
+        Self {
+            shared: Arc::new(Shared {
+                verify,
+                config,
+                next_id: AtomicU64::new(1),
+                pool: pool::Pool::new(verify, config.verifier.fail_pool),
+                files: Mutex::new(Files::default()),
+                timers: Arc::new(timer::Timers::new(
+                    config.clock,
+                    verify,
+                    Arc::clone(&background),
+                )),
+                worker: Arc::new(work::Worker::new(verify, Arc::clone(&background))),
+                background,
+            }),
+        }
+    }
+
+    /// The configuration it was built with.
+    #[must_use]
+    pub fn config(&self) -> HostConfig {
+        self.shared.config
+    }
+
+    /// Whether the verifier checks run.
+    #[must_use]
+    pub fn verifier_enabled(&self) -> bool {
+        self.shared.verify
+    }
+
+    // ---- IRQL --------------------------------------------------------
+
+    /// Raises this thread's IRQL to `new` (KeRaiseIrql); returns the old.
+    ///
+    /// IRQL: `new` >= current. The verifier bugchecks 0xC4/0x30 otherwise
+    /// (or if `new` > HIGH_LEVEL).
+    #[track_caller]
+    pub fn raise_irql(&self, new: Irql) -> Irql {
+        let old = current_irql();
+        if self.shared.verify && (new < old || new > HIGH_LEVEL) {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::RAISE_IRQL_INVALID, old.into(), new.into(), 0],
+                format!("KeRaiseIrql from {old} to {new}"),
+            );
+        }
+        irql::set_irql(new);
+        old
+    }
+
+    /// Lowers this thread's IRQL to `new` (KeLowerIrql); DPCs queued on this
+    /// thread run first if `new` is below DISPATCH_LEVEL.
+    ///
+    /// IRQL: `new` <= current. The verifier bugchecks 0xC4/0x31 otherwise
+    /// (param 4 = 0), or when lowering below DISPATCH_LEVEL inside a DPC
+    /// (param 4 = 1).
+    #[track_caller]
+    pub fn lower_irql(&self, new: Irql) {
+        let old = current_irql();
+        if self.shared.verify {
+            if new > old || new > HIGH_LEVEL {
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [verifier::LOWER_IRQL_INVALID, old.into(), new.into(), 0],
+                    format!("KeLowerIrql from {old} to {new}"),
+                );
+            }
+            if new < DISPATCH_LEVEL && irql::in_dpc() {
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [verifier::LOWER_IRQL_INVALID, old.into(), new.into(), 1],
+                    format!("KeLowerIrql to {new} inside a DPC"),
+                );
+            }
+        }
+        irql::lower_to(new);
+    }
+
+    /// Runs `f` at DISPATCH_LEVEL, as an I/O queue callback (or any
+    /// dispatch-level callback) is run, then lowers back, which runs the
+    /// DPCs `f` queued.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (0xC4/0x30 above). The verifier bugchecks
+    /// 0x10D/0xE if `f` returns at another IRQL.
+    #[track_caller]
+    pub fn run_at_dispatch<R>(&self, f: impl FnOnce() -> R) -> R {
+        let old = self.raise_irql(DISPATCH_LEVEL);
+        let result = f();
+        irql::check_returned_at(
+            self.shared.verify,
+            DISPATCH_LEVEL,
+            "a dispatch-level callback",
+        );
+        irql::lower_to(old);
+        result
+    }
+
+    /// Runs `isr` as an interrupt service routine at DEVICE_LEVEL, then
+    /// lowers back; DPCs the ISR queued run once IRQL drops below
+    /// DISPATCH_LEVEL (at once if the interrupted thread was below it).
+    ///
+    /// IRQL: <= DEVICE_LEVEL (0xC4/0x30 above). The verifier bugchecks
+    /// 0xC4/0x111 if the ISR returns at another IRQL.
+    #[track_caller]
+    pub fn interrupt<R>(&self, isr: impl FnOnce() -> R) -> R {
+        let old = self.raise_irql(DEVICE_LEVEL);
+        let result = isr();
+        let now = current_irql();
+        if self.shared.verify && now != DEVICE_LEVEL {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [
+                    verifier::ISR_CHANGED_IRQL,
+                    0,
+                    DEVICE_LEVEL.into(),
+                    now.into(),
+                ],
+                format!("an ISR returned at IRQL {now}"),
+            );
+        }
+        irql::lower_to(old);
+        result
+    }
+
+    /// PAGED_CODE(): marks code that may be paged out.
+    ///
+    /// IRQL: <= APC_LEVEL. Above, the verifier bugchecks as paged-out code
+    /// touched at raised IRQL does: 0xD1 (0, IRQL, 8 = execute, 0).
+    #[track_caller]
+    pub fn paged_code(&self) {
+        if self.shared.verify {
+            let now = current_irql();
+            if now > APC_LEVEL {
+                let at = std::panic::Location::caller();
+                stop(
+                    codes::DRIVER_IRQL_NOT_LESS_OR_EQUAL,
+                    [0, now.into(), 8, 0],
+                    format!("paged code at {at} run at IRQL {now}"),
+                );
+            }
+        }
+    }
+
+    // ---- objects -------------------------------------------------------
+
+    /// A DPC running `routine` at DISPATCH_LEVEL (KeInitializeDpc).
+    ///
+    /// IRQL: any.
+    pub fn new_dpc(&self, routine: impl Fn() + Send + Sync + 'static) -> Dpc {
+        Dpc::new(self.shared.next_id(), Arc::new(routine), self.shared.verify)
+    }
+
+    /// A kernel event (KeInitializeEvent).
+    ///
+    /// IRQL: any.
+    #[must_use]
+    pub fn new_event(&self, kind: EventKind, signaled: bool) -> HostEvent {
+        HostEvent::new(self.shared.next_id(), kind, signaled, self.shared.verify)
+    }
+
+    /// A spin lock without data, for the explicit acquire/release form.
+    ///
+    /// IRQL: any.
+    #[must_use]
+    pub fn new_raw_lock(&self, class: &'static LockClass) -> RawSpinLock {
+        RawSpinLock::new(self.shared.next_id(), class, self.shared.verify)
+    }
+
+    /// A timer whose DPC runs `routine` at DISPATCH_LEVEL when due.
+    ///
+    /// While armed, the platform holds `routine`: a routine that captures
+    /// the platform keeps it alive until the timer is cancelled, fires
+    /// (one-shot) or the driver unloads.
+    ///
+    /// IRQL: any.
+    pub fn new_timer(&self, routine: impl Fn() + Send + Sync + 'static) -> HostTimer {
+        let dpc = self.new_dpc(routine);
+        HostTimer::new(self.shared.next_id(), dpc, Arc::clone(&self.shared.timers))
+    }
+
+    /// The clock timers run on.
+    #[must_use]
+    pub fn clock(&self) -> TimerClock {
+        self.shared.timers.clock()
+    }
+
+    /// Time since the platform was created (real clock) or advanced so far
+    /// (virtual clock).
+    #[must_use]
+    pub fn now(&self) -> Duration {
+        self.shared.timers.now()
+    }
+
+    /// Virtual clock only: moves time forward by `by`, running every timer
+    /// that comes due on this thread, in deadline order, at DISPATCH_LEVEL
+    /// (deferred until this thread drops below DISPATCH_LEVEL if it is not
+    /// already below).
+    ///
+    /// # Panics
+    /// With [`TimerClock::Real`].
+    pub fn advance(&self, by: Duration) {
+        self.shared.timers.advance(by);
+    }
+
+    /// A work item running `routine` at PASSIVE_LEVEL on the worker thread.
+    ///
+    /// IRQL: any.
+    pub fn new_work_item(&self, routine: impl Fn() + Send + Sync + 'static) -> WorkItem {
+        WorkItem::new(
+            self.shared.next_id(),
+            Arc::new(routine),
+            Arc::clone(&self.shared.worker),
+        )
+    }
+
+    /// Queues a one-off closure to run at PASSIVE_LEVEL on the worker thread
+    /// (ExQueueWorkItem).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (else 0xC4/0xE5).
+    #[track_caller]
+    pub fn queue_work(&self, f: impl FnOnce() + Send + 'static) {
+        self.shared
+            .worker
+            .queue_once(self.shared.next_id(), Box::new(f));
+    }
+
+    /// Waits until no work item is queued or running.
+    ///
+    /// IRQL: PASSIVE_LEVEL (else 0xC4/0xE5).
+    ///
+    /// # Panics
+    /// When called from a work item (it would wait for itself).
+    #[track_caller]
+    pub fn flush_work(&self) {
+        irql::check_irql_at_most(self.shared.verify, PASSIVE_LEVEL, "flush_work");
+        self.shared.worker.flush();
+    }
+
+    // ---- requests and files ---------------------------------------------
+
+    /// Creates a request as the I/O manager dispatches it; it counts as
+    /// outstanding on its file until completed. `on_complete` runs once, at
+    /// completion; `cancel_routine` is what a cancel of the request calls
+    /// once it is marked cancelable (without one, a cancel is only
+    /// remembered).
+    pub fn new_request(
+        &self,
+        params: RequestParams,
+        on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
+        cancel_routine: Option<CancelRoutine>,
+    ) -> HostRequest {
+        let id = self.shared.next_id();
+        if self.shared.verify {
+            self.shared.track_request(params.file, id);
+        }
+        HostRequest::new(
+            id,
+            Arc::clone(&self.shared),
+            params,
+            Box::new(on_complete),
+            cancel_routine,
+        )
+    }
+
+    /// A file (open of the device) was created.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the host's create path; not checked).
+    pub fn file_opened(&self, file: FileKey) {
+        if self.shared.verify {
+            self.shared.files().open.insert(file);
+        }
+    }
+
+    /// The host is delivering the file's close: the driver must hold none
+    /// of its requests any more.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the host's close path; not checked).
+    ///
+    /// The verifier bugchecks 0xC4/0x135 (request, 0, file) if one is still
+    /// outstanding.
+    #[track_caller]
+    pub fn file_closing(&self, file: FileKey) {
+        if !self.shared.verify {
+            return;
+        }
+        let mut files = self.shared.files();
+        files.open.remove(&file);
+        let held = files
+            .outstanding
+            .get(&file)
+            .map(|ids| (ids.len(), ids.first().copied().unwrap_or(0)));
+        drop(files);
+        if let Some((count, first)) = held {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::CANCELLED_IRP_NOT_COMPLETED, first, 0, file],
+                format!("file {file} closed while the driver holds {count} of its requests"),
+            );
+        }
+    }
+
+    /// Requests of `file` dispatched and not completed (verifier on; 0 when
+    /// off).
+    #[must_use]
+    pub fn outstanding_requests(&self, file: FileKey) -> usize {
+        self.shared
+            .files()
+            .outstanding
+            .get(&file)
+            .map_or(0, BTreeSet::len)
+    }
+
+    /// Files opened and not yet closed (verifier on; 0 when off).
+    #[must_use]
+    pub fn open_files(&self) -> usize {
+        self.shared.files().open.len()
+    }
+
+    // ---- pool and lifetime ------------------------------------------------
+
+    /// The pool accounting so far.
+    #[must_use]
+    pub fn pool_stats(&self) -> PoolStats {
+        self.shared.pool.stats()
+    }
+
+    /// The first bugcheck raised on a host thread (timer, worker), if any.
+    #[must_use]
+    pub fn background_bugcheck(&self) -> Option<BugCheck> {
+        self.shared
+            .background
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The driver unloads: checks that it left nothing behind, then disarms
+    /// timers, drops queued work and stops the platform's threads. Nothing
+    /// should be used after it (timers would no longer fire, nor work items
+    /// run).
+    ///
+    /// IRQL: PASSIVE_LEVEL (else 0xC4/0xE5). The verifier first re-raises a
+    /// bugcheck a host thread hit, then bugchecks 0xCE for an outstanding
+    /// request, 0xC7/0x0 for an armed timer, 0xCE for a queued or running
+    /// work item, and 0xC4/0x62 for pool still charged.
+    #[track_caller]
+    pub fn unload(&self) {
+        let shared = &self.shared;
+        if shared.verify {
+            irql::check_irql_at_most(true, PASSIVE_LEVEL, "unload");
+            if let Some(check) = self.background_bugcheck() {
+                bugcheck(check);
+            }
+            let (count, first) = {
+                let files = shared.files();
+                let count: usize = files.outstanding.values().map(BTreeSet::len).sum();
+                let first = files
+                    .outstanding
+                    .values()
+                    .find_map(|ids| ids.first().copied())
+                    .unwrap_or(0);
+                (count, first)
+            };
+            if count > 0 {
+                stop(
+                    codes::DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS,
+                    [first, 0, 0, count as u64],
+                    format!("unload with {count} request(s) outstanding"),
+                );
+            }
+            let armed = shared.timers.armed();
+            if let Some(&first) = armed.first() {
+                stop(
+                    codes::TIMER_OR_DPC_INVALID,
+                    [0, first, 0, armed.len() as u64],
+                    format!("unload with {} timer(s) armed", armed.len()),
+                );
+            }
+            let (pending, first) = shared.worker.pending();
+            if pending > 0 {
+                stop(
+                    codes::DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS,
+                    [first, 0, 0, pending as u64],
+                    format!("unload with {pending} work item(s) queued or running"),
+                );
+            }
+            let stats = shared.pool.stats();
+            if stats.live > 0 {
+                let tags: Vec<String> = stats
+                    .by_tag
+                    .iter()
+                    .map(|(&tag, u)| format!("{} x{} ({} bytes)", tag_str(tag), u.count, u.bytes))
+                    .collect();
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [
+                        verifier::POOL_LEAK_AT_UNLOAD,
+                        0,
+                        stats.live_bytes as u64,
+                        stats.live as u64,
+                    ],
+                    format!(
+                        "unload with {} pool charge(s) live: {}",
+                        stats.live,
+                        tags.join(", ")
+                    ),
+                );
+            }
+        }
+        shared.timers.shutdown();
+        shared.worker.shutdown();
+    }
+}
+
+impl Platform for HostPlatform {
+    type Request = HostRequest;
+    type Lock<T: Send> = HostSpinLock<T>;
+
+    fn new_lock<T: Send>(&self, class: &'static LockClass, value: T) -> HostSpinLock<T> {
+        HostSpinLock::new(self.new_raw_lock(class), value)
+    }
+
+    fn irql(&self) -> Irql {
+        current_irql()
+    }
+
+    /// Charges tagged nonpaged pool.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. The verifier bugchecks 0xC4/0x02 above,
+    /// 0xC4/0x00 for zero bytes, 0xC2/0x9B for a zero tag.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the low-resources simulation
+    /// refuses it.
+    #[track_caller]
+    fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
+        self.shared.pool.charge(tag, bytes)
+    }
+
+    /// Gives a charge back.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. The verifier bugchecks 0xC4/0x12 above,
+    /// 0xC4/0x10 for a charge never made, 0xC4/0x13 for one already
+    /// released, 0xC4/0x13F for other bytes, 0xC2/0x0A for another tag.
+    #[track_caller]
+    fn pool_release(&self, charge: PoolCharge) {
+        self.shared.pool.release(charge);
+    }
+}

@@ -1,0 +1,467 @@
+//! I/O requests (WDFREQUEST) with exactly-once completion and KMDF's
+//! race-free cancel ownership.
+//!
+//! A request's state lives behind one mutex shared by the driver's
+//! [`HostRequest`] and any number of [`RequestHandle`]s, so a cancel racing
+//! a completion (or an unmark) resolves to exactly one owner:
+//!
+//! ```text
+//!            mark_cancelable            cancel()
+//!   Owned ───────────────────▶ Cancelable ───────▶ CancelOwned ──┐
+//!     ▲  ◀─────────────────────    │ (routine invoked)           │
+//!     │      unmark_cancelable     │                             │ complete
+//!     │                            │ complete: bugcheck 0xC9/0x7 ▼
+//!     └──────────── complete ───────────────────────────────▶ Completed
+//! ```
+//!
+//! A cancel while `Owned` is remembered: the next `mark_cancelable` fails
+//! with STATUS_CANCELLED and the driver completes the request itself.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use irpverbs_abi::{NtStatus, STATUS_CANCELLED, nt_success};
+use irpverbs_core::platform::{DISPATCH_LEVEL, FileKey, MajorFunction, Request, RequestorMode};
+
+use super::Shared;
+use super::bugcheck::{codes, iomanager, stop, wdf};
+use super::irql;
+
+/// Called once when the request completes, at the completer's IRQL, with
+/// the status, the information value and the first `information` bytes of
+/// the output buffer.
+pub type CompletionRoutine = Box<dyn FnOnce(NtStatus, usize, &[u8]) + Send>;
+
+/// The driver's cancel routine, called at DISPATCH_LEVEL with the key given
+/// to `mark_cancelable`; from then on it owns the request.
+pub type CancelRoutine = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// What a request carries when the host dispatches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestParams {
+    /// The IOCTL code.
+    pub ioctl_code: u32,
+    /// The major function it arrives on.
+    pub major_function: MajorFunction,
+    /// Kernel or user caller.
+    pub requestor_mode: RequestorMode,
+    /// The file (open) it was issued on.
+    pub file: FileKey,
+    /// The input buffer (copied into the system buffer).
+    pub input: Vec<u8>,
+    /// The output buffer's length.
+    pub output_len: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The driver owns it and it is not cancelable.
+    Owned,
+    /// Marked cancelable with this key.
+    Cancelable { key: u64 },
+    /// Cancelled while cancelable: the cancel routine owns it.
+    CancelOwned,
+    /// Completed.
+    Completed,
+}
+
+struct State {
+    phase: Phase,
+    /// A cancel was requested (CancelIoEx) at some point.
+    cancel_requested: bool,
+    on_complete: Option<CompletionRoutine>,
+}
+
+struct RequestShared {
+    id: u64,
+    file: FileKey,
+    output_len: usize,
+    platform: Arc<Shared>,
+    cancel_routine: Option<CancelRoutine>,
+    state: Mutex<State>,
+}
+
+impl RequestShared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn verify(&self) -> bool {
+        self.platform.verify
+    }
+
+    /// The cancel routine's "address" for bugcheck parameters.
+    fn cancel_routine_addr(&self) -> u64 {
+        self.cancel_routine
+            .as_ref()
+            .map_or(0, |r| Arc::as_ptr(r).cast::<()>() as usize as u64)
+    }
+
+    #[track_caller]
+    fn complete(&self, status: NtStatus, information: usize, output: Option<&[u8]>) {
+        let verify = self.verify();
+        if verify {
+            let now = irql::current_irql();
+            if now > DISPATCH_LEVEL {
+                stop(
+                    codes::DRIVER_VERIFIER_IOMANAGER_VIOLATION,
+                    [iomanager::COMPLETE_ABOVE_DISPATCH, now.into(), self.id, 0],
+                    format!("request {} completed at IRQL {now}", self.id),
+                );
+            }
+        }
+        let mut state = self.state();
+        match state.phase {
+            Phase::Completed => {
+                drop(state);
+                if verify {
+                    stop(
+                        codes::MULTIPLE_IRP_COMPLETE_REQUESTS,
+                        [self.id, 0, 0, 0],
+                        format!("request {} completed twice", self.id),
+                    );
+                }
+                return;
+            }
+            Phase::Cancelable { key } if verify => {
+                drop(state);
+                stop(
+                    codes::DRIVER_VERIFIER_IOMANAGER_VIOLATION,
+                    [
+                        iomanager::COMPLETE_WITH_CANCEL_ROUTINE,
+                        self.cancel_routine_addr(),
+                        self.id,
+                        0,
+                    ],
+                    format!(
+                        "request {} (cancel key {key}) completed while still marked \
+                         cancelable: unmark_cancelable first; if it fails, the cancel \
+                         routine owns the request",
+                        self.id
+                    ),
+                );
+            }
+            _ => {}
+        }
+        if verify && nt_success(status) && information > self.output_len {
+            drop(state);
+            stop(
+                codes::WDF_VIOLATION,
+                [
+                    wdf::REQUEST_FATAL_ERROR,
+                    wdf::INFORMATION_LENGTH_MISMATCH,
+                    self.id,
+                    information as u64,
+                ],
+                format!(
+                    "request {} completed with information {information} > output length {}",
+                    self.id, self.output_len
+                ),
+            );
+        }
+        state.phase = Phase::Completed;
+        let on_complete = state.on_complete.take();
+        drop(state);
+        if verify {
+            self.platform.untrack_request(self.file, self.id);
+        }
+        let information = information.min(self.output_len);
+        if let Some(on_complete) = on_complete {
+            match output {
+                Some(buffer) => on_complete(status, information, &buffer[..information]),
+                None => on_complete(status, information, &vec![0; information]),
+            }
+        }
+    }
+
+    /// CancelIoEx: see [`RequestHandle::cancel`].
+    fn cancel(&self) -> bool {
+        irql::check_irql_at_most(self.verify(), DISPATCH_LEVEL, "cancel");
+        let mut state = self.state();
+        if state.phase == Phase::Completed {
+            return false;
+        }
+        state.cancel_requested = true;
+        let Phase::Cancelable { key } = state.phase else {
+            return true;
+        };
+        let Some(routine) = self.cancel_routine.clone() else {
+            return true;
+        };
+        state.phase = Phase::CancelOwned;
+        drop(state);
+        let old = irql::current_irql();
+        if old < DISPATCH_LEVEL {
+            irql::set_irql(DISPATCH_LEVEL);
+        }
+        routine(key);
+        irql::check_returned_at(self.verify(), DISPATCH_LEVEL, "a cancel routine");
+        irql::lower_to(old);
+        true
+    }
+}
+
+/// A request the driver owns (the [`Request`] the core sees).
+///
+/// The system buffer is `max(input, output)` bytes (METHOD_BUFFERED):
+/// [`input`](Request::input) is its first `input.len()` bytes,
+/// [`output`](Request::output) its first `output_len` bytes.
+pub struct HostRequest {
+    shared: Arc<RequestShared>,
+    ioctl_code: u32,
+    major_function: MajorFunction,
+    requestor_mode: RequestorMode,
+    input_len: usize,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for HostRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRequest")
+            .field("id", &self.shared.id)
+            .field("ioctl_code", &format_args!("{:#x}", self.ioctl_code))
+            .field("file", &self.shared.file)
+            .field("input_len", &self.input_len)
+            .field("output_len", &self.shared.output_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostRequest {
+    pub(crate) fn new(
+        id: u64,
+        platform: Arc<Shared>,
+        params: RequestParams,
+        on_complete: CompletionRoutine,
+        cancel_routine: Option<CancelRoutine>,
+    ) -> Self {
+        let RequestParams {
+            ioctl_code,
+            major_function,
+            requestor_mode,
+            file,
+            mut input,
+            output_len,
+        } = params;
+        let input_len = input.len();
+        input.resize(input_len.max(output_len), 0);
+        Self {
+            shared: Arc::new(RequestShared {
+                id,
+                file,
+                output_len,
+                platform,
+                cancel_routine,
+                state: Mutex::new(State {
+                    phase: Phase::Owned,
+                    cancel_requested: false,
+                    on_complete: Some(on_complete),
+                }),
+            }),
+            ioctl_code,
+            major_function,
+            requestor_mode,
+            input_len,
+            buffer: input,
+        }
+    }
+
+    /// A handle to this request (like the WDFREQUEST handle value).
+    #[must_use]
+    pub fn handle(&self) -> RequestHandle {
+        RequestHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The request's id (what bugcheck parameters show as its address).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// Whether a cancel was requested (WdfRequestIsCanceled).
+    #[must_use]
+    pub fn is_cancel_requested(&self) -> bool {
+        self.shared.state().cancel_requested
+    }
+}
+
+impl Request for HostRequest {
+    fn ioctl_code(&self) -> u32 {
+        self.ioctl_code
+    }
+
+    fn major_function(&self) -> MajorFunction {
+        self.major_function
+    }
+
+    fn requestor_mode(&self) -> RequestorMode {
+        self.requestor_mode
+    }
+
+    fn file(&self) -> FileKey {
+        self.shared.file
+    }
+
+    fn input(&self) -> &[u8] {
+        &self.buffer[..self.input_len]
+    }
+
+    fn output(&mut self) -> &mut [u8] {
+        &mut self.buffer[..self.shared.output_len]
+    }
+
+    /// Completes the request: the completion routine runs now, on this
+    /// thread, at this IRQL.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (else 0xC9/0x0E). The verifier bugchecks
+    /// 0x44 if it was already completed (through a handle), 0xC9/0x07 if it
+    /// is still marked cancelable, and 0x10D/0x6/0x4 if a successful
+    /// completion reports more information bytes than the output buffer
+    /// has. With the verifier off those are ignored (a second completion
+    /// does nothing; information is clamped).
+    #[track_caller]
+    fn complete(self, status: NtStatus, information: usize) {
+        self.shared
+            .complete(status, information, Some(&self.buffer[..]));
+    }
+
+    /// Makes the request cancelable with `cancel_key`
+    /// (WdfRequestMarkCancelable).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (else 0xC4/0xE5).
+    ///
+    /// # Errors
+    /// `STATUS_CANCELLED` if a cancel was already requested (or the request
+    /// was completed behind the driver's back): the driver must complete it.
+    /// The verifier bugchecks 0x10D/0x6/0x1001 (host-defined) if it is
+    /// already cancelable or owned by its cancel routine.
+    #[track_caller]
+    fn mark_cancelable(&mut self, cancel_key: u64) -> Result<(), NtStatus> {
+        let shared = &self.shared;
+        irql::check_irql_at_most(shared.verify(), DISPATCH_LEVEL, "mark_cancelable");
+        let mut state = shared.state();
+        if state.cancel_requested || state.phase == Phase::Completed {
+            return Err(STATUS_CANCELLED);
+        }
+        if state.phase != Phase::Owned && shared.verify() {
+            drop(state);
+            stop(
+                codes::WDF_VIOLATION,
+                [
+                    wdf::REQUEST_FATAL_ERROR,
+                    wdf::HOST_MARK_CANCELABLE_TWICE,
+                    shared.id,
+                    0,
+                ],
+                format!(
+                    "request {} marked cancelable while already cancelable",
+                    shared.id
+                ),
+            );
+        }
+        state.phase = Phase::Cancelable { key: cancel_key };
+        Ok(())
+    }
+
+    /// Makes the request not cancelable (WdfRequestUnmarkCancelable).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (else 0xC4/0xE5).
+    ///
+    /// # Errors
+    /// `STATUS_CANCELLED` if the cancel routine has run or is running: it
+    /// owns the request and the caller must not complete it. The verifier
+    /// bugchecks 0x10D/0x6/0x1002 (host-defined) if it was not cancelable.
+    #[track_caller]
+    fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
+        let shared = &self.shared;
+        irql::check_irql_at_most(shared.verify(), DISPATCH_LEVEL, "unmark_cancelable");
+        let mut state = shared.state();
+        match state.phase {
+            Phase::Cancelable { .. } => {
+                state.phase = Phase::Owned;
+                Ok(())
+            }
+            Phase::CancelOwned | Phase::Completed => Err(STATUS_CANCELLED),
+            Phase::Owned => {
+                drop(state);
+                if shared.verify() {
+                    stop(
+                        codes::WDF_VIOLATION,
+                        [
+                            wdf::REQUEST_FATAL_ERROR,
+                            wdf::HOST_UNMARK_NOT_CANCELABLE,
+                            shared.id,
+                            0,
+                        ],
+                        format!("request {} unmarked but not cancelable", shared.id),
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A cloneable reference to a request, for the host side (the I/O manager)
+/// and tests: cancel it, or complete it behind the driver's back.
+#[derive(Clone)]
+pub struct RequestHandle {
+    shared: Arc<RequestShared>,
+}
+
+impl std::fmt::Debug for RequestHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHandle")
+            .field("id", &self.shared.id)
+            .field("phase", &self.shared.state().phase)
+            .finish()
+    }
+}
+
+impl RequestHandle {
+    /// The request's id.
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The file it was issued on.
+    #[must_use]
+    pub fn file(&self) -> FileKey {
+        self.shared.file
+    }
+
+    /// Requests cancellation (what CancelIoEx triggers). If the request is
+    /// marked cancelable, the cancel routine now owns it and is called at
+    /// DISPATCH_LEVEL on this thread before `cancel` returns; otherwise the
+    /// cancel is remembered (the next `mark_cancelable` fails). Returns
+    /// `false` if it was already completed.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn cancel(&self) -> bool {
+        self.shared.cancel()
+    }
+
+    /// Completes the request through the handle, with an all-zero output of
+    /// `information` bytes: how a test plays a second owner. Same checks
+    /// as [`Request::complete`].
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    #[track_caller]
+    pub fn complete(&self, status: NtStatus, information: usize) {
+        self.shared.complete(status, information, None);
+    }
+
+    /// Whether it has completed.
+    #[must_use]
+    pub fn is_completed(&self) -> bool {
+        self.shared.state().phase == Phase::Completed
+    }
+
+    /// Whether a cancel was requested.
+    #[must_use]
+    pub fn is_cancel_requested(&self) -> bool {
+        self.shared.state().cancel_requested
+    }
+}

@@ -1,0 +1,424 @@
+//! Spin locks (KSPIN_LOCK / WDFSPINLOCK) with Driver Verifier's IRQL and
+//! deadlock-detection checks.
+
+use std::hint;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+
+use irpverbs_core::platform::{DISPATCH_LEVEL, Irql, LockClass, SpinLock};
+
+use super::bugcheck::{codes, stop, verifier};
+use super::irql::{self, Held};
+
+/// Busy-wait iterations before a waiter starts yielding its (host) CPU: the
+/// holder may have been preempted, which a real processor at
+/// DISPATCH_LEVEL never is.
+const SPINS_BEFORE_YIELD: u32 = 64;
+
+/// A spin lock with no data: the explicit KeAcquireSpinLock /
+/// KeReleaseSpinLock interface.
+#[derive(Debug)]
+pub struct RawSpinLock {
+    locked: AtomicBool,
+    /// Owning thread's token while held (verifier only).
+    owner: AtomicU64,
+    id: u64,
+    class: &'static LockClass,
+    verify: bool,
+}
+
+impl RawSpinLock {
+    pub(crate) const fn new(id: u64, class: &'static LockClass, verify: bool) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            owner: AtomicU64::new(0),
+            id,
+            class,
+            verify,
+        }
+    }
+
+    /// The lock's id (what bugcheck parameters show as its address).
+    #[must_use]
+    pub const fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its class in the lock hierarchy.
+    #[must_use]
+    pub const fn class(&self) -> &'static LockClass {
+        self.class
+    }
+
+    /// Acquires the lock, raising to DISPATCH_LEVEL (KeAcquireSpinLock);
+    /// returns the IRQL to give back to [`release`](Self::release).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. The verifier bugchecks (0xC4) above
+    /// DISPATCH_LEVEL (0x42), on a recursive acquisition (0x1000) and on
+    /// one that breaks the lock hierarchy: a lock whose rank is not greater
+    /// than every rank this thread holds (0x1001).
+    #[track_caller]
+    pub fn acquire(&self) -> Irql {
+        let old = irql::current_irql();
+        if self.verify {
+            self.check_acquire(old);
+        }
+        if old < DISPATCH_LEVEL {
+            irql::set_irql(DISPATCH_LEVEL);
+        }
+        self.spin();
+        if self.verify {
+            self.owner.store(irql::thread_token(), Ordering::Relaxed);
+            irql::with_held(|held| {
+                held.push(Held {
+                    id: self.id,
+                    rank: self.class.rank,
+                    name: self.class.name,
+                });
+            });
+        }
+        old
+    }
+
+    /// Releases the lock and goes back to `old` (KeReleaseSpinLock); DPCs
+    /// queued meanwhile run if `old` is below DISPATCH_LEVEL.
+    ///
+    /// IRQL: DISPATCH_LEVEL. The verifier bugchecks (0xC4) when this thread
+    /// does not hold the lock (0x1007, or 0x1004 if another thread does),
+    /// when IRQL is not DISPATCH_LEVEL (0x32), when `old` is above
+    /// DISPATCH_LEVEL (0x31), when a lock acquired later is still held
+    /// (0x1003), and inside a DPC when `old` is below DISPATCH_LEVEL (0x31).
+    #[track_caller]
+    pub fn release(&self, old: Irql) {
+        if self.verify {
+            self.check_release(old);
+            self.owner.store(0, Ordering::Relaxed);
+            irql::with_held(|held| {
+                held.pop();
+            });
+        }
+        self.locked.store(false, Ordering::Release);
+        irql::lower_to(old);
+    }
+
+    /// Releases without checks and without running DPCs: used when a
+    /// bugcheck unwinds through a closure-form lock, so tests can go on.
+    fn force_release(&self, old: Irql) {
+        if self.verify {
+            irql::with_held(|held| {
+                if let Some(pos) = held.iter().rposition(|h| h.id == self.id) {
+                    held.remove(pos);
+                }
+            });
+            self.owner.store(0, Ordering::Relaxed);
+        }
+        self.locked.store(false, Ordering::Release);
+        irql::set_irql(old);
+    }
+
+    fn spin(&self) {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < SPINS_BEFORE_YIELD {
+                    spins += 1;
+                    hint::spin_loop();
+                } else {
+                    thread::yield_now();
+                }
+            }
+        }
+    }
+
+    #[track_caller]
+    fn check_acquire(&self, irql: Irql) {
+        if irql > DISPATCH_LEVEL {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [
+                    verifier::SPIN_LOCK_ACQUIRE_ABOVE_DISPATCH,
+                    irql.into(),
+                    self.id,
+                    0,
+                ],
+                format!("spin lock {} acquired at IRQL {irql}", self.class.name),
+            );
+        }
+        let (recursive, above) = irql::with_held(|held| {
+            (
+                held.iter().any(|h| h.id == self.id),
+                held.iter().find(|h| self.class.rank <= h.rank).copied(),
+            )
+        });
+        if recursive {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::DEADLOCK_SELF, self.id, 0, 0],
+                format!(
+                    "spin lock {} acquired recursively (self-deadlock)",
+                    self.class.name
+                ),
+            );
+        }
+        if let Some(h) = above {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::DEADLOCK_HIERARCHY, self.id, h.id, 0],
+                format!(
+                    "lock hierarchy violation: {} (rank {}) acquired while holding {} (rank {})",
+                    self.class.name, self.class.rank, h.name, h.rank
+                ),
+            );
+        }
+    }
+
+    #[track_caller]
+    fn check_release(&self, old: Irql) {
+        let now = irql::current_irql();
+        let (mine, last) =
+            irql::with_held(|held| (held.iter().any(|h| h.id == self.id), held.last().copied()));
+        if !mine {
+            let owner = self.owner.load(Ordering::Relaxed);
+            if self.locked.load(Ordering::Relaxed) && owner != 0 {
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [
+                        verifier::DEADLOCK_WRONG_THREAD,
+                        self.id,
+                        owner,
+                        irql::thread_token(),
+                    ],
+                    format!(
+                        "spin lock {} released by a thread that does not own it",
+                        self.class.name
+                    ),
+                );
+            }
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::DEADLOCK_UNACQUIRED, self.id, 0, 0],
+                format!("spin lock {} released but not held", self.class.name),
+            );
+        }
+        if now != DISPATCH_LEVEL {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [
+                    verifier::SPIN_LOCK_RELEASE_NOT_DISPATCH,
+                    now.into(),
+                    self.id,
+                    0,
+                ],
+                format!(
+                    "spin lock {} released at IRQL {now}, not DISPATCH_LEVEL",
+                    self.class.name
+                ),
+            );
+        }
+        if old > DISPATCH_LEVEL {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::LOWER_IRQL_INVALID, now.into(), old.into(), 0],
+                format!(
+                    "spin lock {} released to IRQL {old}, above DISPATCH_LEVEL",
+                    self.class.name
+                ),
+            );
+        }
+        if let Some(last) = last.filter(|h| h.id != self.id) {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::DEADLOCK_RELEASE_ORDER, self.id, last.id, 0],
+                format!(
+                    "spin lock {} released while {} (acquired after it) is still held",
+                    self.class.name, last.name
+                ),
+            );
+        }
+        if old < DISPATCH_LEVEL && irql::in_dpc() {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::LOWER_IRQL_INVALID, now.into(), old.into(), 1],
+                format!(
+                    "spin lock {} released to IRQL {old} inside a DPC",
+                    self.class.name
+                ),
+            );
+        }
+    }
+}
+
+/// A spin lock guarding a `T`: [`SpinLock::lock`] acquires at
+/// DISPATCH_LEVEL, runs the closure on the data and releases.
+///
+/// Built on [`RawSpinLock`] (use [`raw`](Self::raw) for the explicit
+/// acquire/release form); the data sits in an uncontended `std` mutex so
+/// no `unsafe` is needed.
+#[derive(Debug)]
+pub struct HostSpinLock<T> {
+    raw: RawSpinLock,
+    data: Mutex<T>,
+}
+
+impl<T> HostSpinLock<T> {
+    pub(crate) const fn new(raw: RawSpinLock, value: T) -> Self {
+        Self {
+            raw,
+            data: Mutex::new(value),
+        }
+    }
+
+    /// The lock without its data, for explicit acquire/release.
+    #[must_use]
+    pub const fn raw(&self) -> &RawSpinLock {
+        &self.raw
+    }
+
+    /// Takes the data out (the lock is being destroyed).
+    pub fn into_inner(self) -> T {
+        self.data
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Releases the raw lock if the closure unwinds (a bugcheck caught by a
+/// test), so the lock is usable afterwards.
+struct UnwindRelease<'a> {
+    raw: &'a RawSpinLock,
+    old: Irql,
+}
+
+impl Drop for UnwindRelease<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.raw.force_release(self.old);
+        }
+    }
+}
+
+impl<T: Send> SpinLock<T> for HostSpinLock<T> {
+    /// Acquires at DISPATCH_LEVEL, runs `f`, releases.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL; see [`RawSpinLock::acquire`] and
+    /// [`RawSpinLock::release`] for the verifier's checks.
+    #[track_caller]
+    fn lock<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let old = self.raw.acquire();
+        let guard = UnwindRelease {
+            raw: &self.raw,
+            old,
+        };
+        let result = {
+            let mut data = self.data.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut data)
+        };
+        self.raw.release(old);
+        std::mem::forget(guard);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::catch_bugcheck;
+    use irpverbs_core::platform::{DEVICE_LEVEL, DEVICE_LOCK, EQ_LOCK, HCA_LOCK, PASSIVE_LEVEL};
+    use std::sync::Arc;
+
+    fn lock(id: u64, class: &'static LockClass) -> HostSpinLock<u32> {
+        HostSpinLock::new(RawSpinLock::new(id, class, true), 0)
+    }
+
+    #[test]
+    fn lock_raises_and_restores() {
+        let l = lock(1, &DEVICE_LOCK);
+        l.lock(|v| {
+            assert_eq!(irql::current_irql(), DISPATCH_LEVEL);
+            *v += 1;
+        });
+        assert_eq!(irql::current_irql(), PASSIVE_LEVEL);
+        assert_eq!(l.into_inner(), 1);
+    }
+
+    #[test]
+    fn nested_in_rank_order_is_fine() {
+        let a = lock(1, &DEVICE_LOCK);
+        let b = lock(2, &HCA_LOCK);
+        let c = lock(3, &EQ_LOCK);
+        a.lock(|_| b.lock(|_| c.lock(|v| *v = 1)));
+        assert_eq!(irql::current_irql(), PASSIVE_LEVEL);
+    }
+
+    #[test]
+    fn contended_lock_excludes() {
+        let l = Arc::new(lock(1, &DEVICE_LOCK));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        l.lock(|v| *v += 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(l.lock(|v| *v), 40_000);
+    }
+
+    #[test]
+    fn lock_is_usable_after_a_caught_bugcheck_inside() {
+        let l = lock(1, &DEVICE_LOCK);
+        let b = catch_bugcheck(|| l.lock(|_| l.lock(|_| ()))).unwrap_err();
+        assert_eq!(b.param1(), verifier::DEADLOCK_SELF);
+        assert_eq!(irql::current_irql(), PASSIVE_LEVEL);
+        l.lock(|v| *v = 5);
+        assert_eq!(l.into_inner(), 5);
+    }
+
+    #[test]
+    fn release_order_violation() {
+        let a = lock(1, &DEVICE_LOCK);
+        let b = lock(2, &HCA_LOCK);
+        let b_check = catch_bugcheck(|| {
+            let old_a = a.raw().acquire();
+            let _old_b = b.raw().acquire();
+            a.raw().release(old_a);
+        })
+        .unwrap_err();
+        assert_eq!(b_check.params[..2], [verifier::DEADLOCK_RELEASE_ORDER, 1]);
+    }
+
+    #[test]
+    fn release_of_unheld_lock() {
+        let a = lock(9, &DEVICE_LOCK);
+        let b = catch_bugcheck(|| a.raw().release(PASSIVE_LEVEL)).unwrap_err();
+        assert_eq!(b.code, codes::DRIVER_VERIFIER_DETECTED_VIOLATION);
+        assert_eq!(b.params[..2], [verifier::DEADLOCK_UNACQUIRED, 9]);
+    }
+
+    #[test]
+    fn acquire_above_dispatch() {
+        let a = lock(1, &DEVICE_LOCK);
+        irql::set_irql(DEVICE_LEVEL);
+        let b = catch_bugcheck(|| a.lock(|_| ())).unwrap_err();
+        irql::set_irql(PASSIVE_LEVEL);
+        assert_eq!(
+            b.params,
+            [
+                verifier::SPIN_LOCK_ACQUIRE_ABOVE_DISPATCH,
+                DEVICE_LEVEL.into(),
+                1,
+                0
+            ]
+        );
+    }
+}
