@@ -906,8 +906,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// IRQL: DISPATCH_LEVEL.
     pub fn cancel(&self, cancel_key: u64) {
-        self.state.lock(|s| let _ = cancel_key;
-            s.stats.cancels_ignored += 1;);
+        let _ = cancel_key;
+        self.state.lock(|s| s.stats.cancels_ignored += 1);
     }
 
     /// True after [`Device::remove`].

@@ -1,11 +1,20 @@
 //! # irpverbs host
 //!
-//! Runs the irpverbs driver in user mode: [`platform::HostPlatform`]
-//! implements [`irpverbs_core::Platform`] over host threads, emulating
-//! KMDF's execution model (IRQL per thread, DPCs, spin locks, tagged pool,
-//! requests with cancel, timers, work items) under a verifier that
-//! bugchecks with the real Windows codes when a rule is broken.
-#![forbid(unsafe_code)]
+//! Runs the irpverbs driver in user mode on any OS:
+//! - [`platform::HostPlatform`] implements [`irpverbs_core::Platform`] over
+//!   host threads, emulating KMDF's execution model (IRQL per thread, DPCs,
+//!   spin locks, tagged pool, requests with cancel, timers, work items) under
+//!   a verifier that bugchecks with the real Windows codes when a rule is
+//!   broken;
+//! - [`device::HostDevice`] is the driver over a soft HCA, wired as PnP and
+//!   the I/O manager wire it on Windows;
+//! - [`win32`] is the Win32 subset a C ULP links against
+//!   (`include/irpverbs_host.h`), exported from the cdylib.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod device;
 pub mod platform;
+pub mod win32;
+
+pub use device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted};

@@ -634,7 +634,7 @@ pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
 pub extern "C" fn IrpverbsHostQuiesce(millis: DWORD) -> BOOL {
     let Ok(dev) = device() else { return fail(error::DEV_NOT_EXIST, FALSE) };
     match dev.quiesce(Duration::from_millis(millis.into())) {
-        Ok(()) if dev.platform().pool_stats().live_charges == 0 => TRUE,
+        Ok(()) if dev.platform().pool_stats().live == 0 => TRUE,
         _ => fail(error::BUSY, FALSE),
     }
 }
