@@ -2,6 +2,13 @@
 //!
 //! Values are the Windows ones (`ntstatus.h`); they are `i32` as `NTSTATUS` is
 //! (`LONG`). A request completes with exactly one of these.
+//!
+//! Error and warning values are written as negative literals, the `i32` value
+//! of the `ntstatus.h` hex spelling each one's documentation gives, rather
+//! than as `0xC000_0004_u32 as i32`: cbindgen renders that cast as
+//! `(int32_t)3221225476u`, an implementation-defined conversion that is not
+//! usable in `#if`, while a negative literal becomes a plain `int` constant.
+//! A test checks every value against its `ntstatus.h` spelling.
 
 /// An NTSTATUS value.
 pub type NtStatus = i32;
@@ -12,40 +19,56 @@ pub const STATUS_SUCCESS: NtStatus = 0x0000_0000;
 pub const STATUS_PENDING: NtStatus = 0x0000_0103;
 /// The object has dependents, an operation in flight or unacknowledged
 /// events; nothing was changed. Also: one request already outstanding.
-pub const STATUS_DEVICE_BUSY: NtStatus = 0x8000_0011_u32 as i32;
+/// `ntstatus.h`: `0x80000011`.
+pub const STATUS_DEVICE_BUSY: NtStatus = -0x7FFF_FFEF;
 /// Input buffer length does not match the request struct's size.
-pub const STATUS_INFO_LENGTH_MISMATCH: NtStatus = 0xC000_0004_u32 as i32;
+/// `ntstatus.h`: `0xC0000004`.
+pub const STATUS_INFO_LENGTH_MISMATCH: NtStatus = -0x3FFF_FFFC;
 /// A handle is stale, belongs to another file, or names an object of the
 /// wrong type.
-pub const STATUS_INVALID_HANDLE: NtStatus = 0xC000_0008_u32 as i32;
+/// `ntstatus.h`: `0xC0000008`.
+pub const STATUS_INVALID_HANDLE: NtStatus = -0x3FFF_FFF8;
 /// A field is out of range, or a reserved field is not zero.
-pub const STATUS_INVALID_PARAMETER: NtStatus = 0xC000_000D_u32 as i32;
+/// `ntstatus.h`: `0xC000000D`.
+pub const STATUS_INVALID_PARAMETER: NtStatus = -0x3FFF_FFF3;
 /// Unknown IOCTL code (or one sent through the wrong major function).
-pub const STATUS_INVALID_DEVICE_REQUEST: NtStatus = 0xC000_0010_u32 as i32;
+/// `ntstatus.h`: `0xC0000010`.
+pub const STATUS_INVALID_DEVICE_REQUEST: NtStatus = -0x3FFF_FFF0;
 /// A user-mode caller used a kernel-only IOCTL, or the handle lacks access.
-pub const STATUS_ACCESS_DENIED: NtStatus = 0xC000_0022_u32 as i32;
+/// `ntstatus.h`: `0xC0000022`.
+pub const STATUS_ACCESS_DENIED: NtStatus = -0x3FFF_FFDE;
 /// The output buffer is smaller than the response struct.
-pub const STATUS_BUFFER_TOO_SMALL: NtStatus = 0xC000_0023_u32 as i32;
+/// `ntstatus.h`: `0xC0000023`.
+pub const STATUS_BUFFER_TOO_SMALL: NtStatus = -0x3FFF_FFDD;
 /// A combination of attributes (an attribute mask) is not valid for the
 /// requested transition.
-pub const STATUS_INVALID_PARAMETER_MIX: NtStatus = 0xC000_0030_u32 as i32;
+/// `ntstatus.h`: `0xC0000030`.
+pub const STATUS_INVALID_PARAMETER_MIX: NtStatus = -0x3FFF_FFD0;
 /// The file is being cleaned up; no new verbs are accepted on it.
-pub const STATUS_DELETE_PENDING: NtStatus = 0xC000_0056_u32 as i32;
+/// `ntstatus.h`: `0xC0000056`.
+pub const STATUS_DELETE_PENDING: NtStatus = -0x3FFF_FFAA;
 /// A device limit (max QPs, CQEs, ...) or a pool allocation failed.
-pub const STATUS_INSUFFICIENT_RESOURCES: NtStatus = 0xC000_009A_u32 as i32;
+/// `ntstatus.h`: `0xC000009A`.
+pub const STATUS_INSUFFICIENT_RESOURCES: NtStatus = -0x3FFF_FF66;
 /// The device does not support this feature (e.g. alternate paths).
-pub const STATUS_NOT_SUPPORTED: NtStatus = 0xC000_00BB_u32 as i32;
+/// `ntstatus.h`: `0xC00000BB`.
+pub const STATUS_NOT_SUPPORTED: NtStatus = -0x3FFF_FF45;
 /// The request was cancelled.
-pub const STATUS_CANCELLED: NtStatus = 0xC000_0120_u32 as i32;
+/// `ntstatus.h`: `0xC0000120`.
+pub const STATUS_CANCELLED: NtStatus = -0x3FFF_FEE0;
 /// The object is not in a state that allows this operation (e.g. a QP state
 /// transition the IBTA state machine does not have).
-pub const STATUS_INVALID_DEVICE_STATE: NtStatus = 0xC000_0184_u32 as i32;
+/// `ntstatus.h`: `0xC0000184`.
+pub const STATUS_INVALID_DEVICE_STATE: NtStatus = -0x3FFF_FE7C;
 /// The device is gone (surprise or orderly removal).
-pub const STATUS_DEVICE_REMOVED: NtStatus = 0xC000_02B6_u32 as i32;
+/// `ntstatus.h`: `0xC00002B6`.
+pub const STATUS_DEVICE_REMOVED: NtStatus = -0x3FFF_FD4A;
 /// A buffer is not aligned as the request struct requires (8 bytes).
-pub const STATUS_DATATYPE_MISALIGNMENT_ERROR: NtStatus = 0xC000_02C5_u32 as i32;
+/// `ntstatus.h`: `0xC00002C5`.
+pub const STATUS_DATATYPE_MISALIGNMENT_ERROR: NtStatus = -0x3FFF_FD3B;
 /// The hardware reported an internal error executing a command.
-pub const STATUS_DEVICE_HARDWARE_ERROR: NtStatus = 0xC000_0483_u32 as i32;
+/// `ntstatus.h`: `0xC0000483`.
+pub const STATUS_DEVICE_HARDWARE_ERROR: NtStatus = -0x3FFF_FB7D;
 
 /// True for success and informational values (NT_SUCCESS).
 #[must_use]
@@ -76,5 +99,46 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_DATATYPE_MISALIGNMENT_ERROR => "STATUS_DATATYPE_MISALIGNMENT_ERROR",
         STATUS_DEVICE_HARDWARE_ERROR => "STATUS_DEVICE_HARDWARE_ERROR",
         _ => "STATUS_<unknown>",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each status with its `ntstatus.h` spelling.
+    const NTSTATUS_H: &[(NtStatus, u32)] = &[
+        (STATUS_SUCCESS, 0x0000_0000),
+        (STATUS_PENDING, 0x0000_0103),
+        (STATUS_DEVICE_BUSY, 0x8000_0011),
+        (STATUS_INFO_LENGTH_MISMATCH, 0xC000_0004),
+        (STATUS_INVALID_HANDLE, 0xC000_0008),
+        (STATUS_INVALID_PARAMETER, 0xC000_000D),
+        (STATUS_INVALID_DEVICE_REQUEST, 0xC000_0010),
+        (STATUS_ACCESS_DENIED, 0xC000_0022),
+        (STATUS_BUFFER_TOO_SMALL, 0xC000_0023),
+        (STATUS_INVALID_PARAMETER_MIX, 0xC000_0030),
+        (STATUS_DELETE_PENDING, 0xC000_0056),
+        (STATUS_INSUFFICIENT_RESOURCES, 0xC000_009A),
+        (STATUS_NOT_SUPPORTED, 0xC000_00BB),
+        (STATUS_CANCELLED, 0xC000_0120),
+        (STATUS_INVALID_DEVICE_STATE, 0xC000_0184),
+        (STATUS_DEVICE_REMOVED, 0xC000_02B6),
+        (STATUS_DATATYPE_MISALIGNMENT_ERROR, 0xC000_02C5),
+        (STATUS_DEVICE_HARDWARE_ERROR, 0xC000_0483),
+    ];
+
+    #[test]
+    fn values_are_the_ntstatus_h_ones() {
+        for &(status, hex) in NTSTATUS_H {
+            let name = status_name(status);
+            assert_ne!(name, "STATUS_<unknown>", "{hex:#010X}");
+            assert_eq!(
+                u32::from_ne_bytes(status.to_ne_bytes()),
+                hex,
+                "{name} is {status:#010X} (as i32: {status})"
+            );
+            assert_eq!(nt_success(status), hex < 0x8000_0000, "{name}");
+        }
     }
 }
