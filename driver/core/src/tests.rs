@@ -470,3 +470,30 @@ fn short_output_changes_nothing() {
     assert_eq!(o.lock().unwrap().take().unwrap().0, STATUS_BUFFER_TOO_SMALL);
     assert_eq!(r.dev.stats().commands_posted, 0);
 }
+
+#[test]
+fn the_driver_itself_refuses_destroying_a_pd_with_dependents() {
+    // The fake HCA would destroy anything: the busy answer must come from
+    // the driver, before any command is posted.
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    r.call::<_, IvRegMrOut>(
+        1,
+        IOCTL_IV_REG_MR,
+        &IvRegMrIn {
+            pd: p,
+            addr: 4096,
+            length: 64,
+            access: 0,
+            reserved: 0,
+        },
+    )
+    .unwrap();
+    let posted = r.dev.stats().commands_posted;
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: p }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    assert_eq!(r.dev.stats().commands_posted, posted);
+    assert_eq!(r.dev.snapshot().objects[Kind::Pd.index()], 1);
+}

@@ -27,9 +27,7 @@ use irpverbs_core::{
 };
 use irpverbs_soft::{Execution, SoftBus, SoftConfig, SoftHca};
 
-use crate::platform::{
-    CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams,
-};
+use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
 
 /// The driver over the soft HCA on the host platform.
 pub type SoftDevice = Device<HostPlatform, Arc<SoftHca<HostPlatform>>>;
@@ -132,7 +130,11 @@ impl Completions {
                 return false;
             }
             let step = (deadline - now).min(Duration::from_millis(50));
-            g = self.cv.wait_timeout(g, step).unwrap_or_else(PoisonError::into_inner).0;
+            g = self
+                .cv
+                .wait_timeout(g, step)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 }
@@ -152,7 +154,9 @@ pub struct HostDevice {
 
 impl std::fmt::Debug for HostDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostDevice").field("platform", &self.platform).finish_non_exhaustive()
+        f.debug_struct("HostDevice")
+            .field("platform", &self.platform)
+            .finish_non_exhaustive()
     }
 }
 
@@ -265,7 +269,8 @@ impl HostDevice {
     /// What is still held.
     pub fn quiesce(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        let idle = || self.device.snapshot() == DeviceSnapshot::default() && self.soft.live_objects() == 0;
+        let idle =
+            || self.device.snapshot() == DeviceSnapshot::default() && self.soft.live_objects() == 0;
         if self.completions.wait_until(deadline, idle) {
             return Ok(());
         }
@@ -288,7 +293,12 @@ impl HostDevice {
         }
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
-        if let Some(h) = self.engine.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(h) = self
+            .engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = h.join();
         }
         self.platform.unload();
@@ -299,7 +309,12 @@ impl Drop for HostDevice {
     fn drop(&mut self) {
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
-        if let Some(h) = self.engine.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(h) = self
+            .engine
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = h.join();
         }
     }
@@ -324,7 +339,13 @@ impl<'a> Ioctl<'a> {
     /// A user-mode `DeviceIoControl`.
     #[must_use]
     pub fn user(code: u32, input: &'a [u8], output_len: usize) -> Self {
-        Self { code, input, output_len, mode: RequestorMode::User, major: MajorFunction::DeviceControl }
+        Self {
+            code,
+            input,
+            output_len,
+            mode: RequestorMode::User,
+            major: MajorFunction::DeviceControl,
+        }
     }
 
     /// A kernel ULP's internal device control.
@@ -361,7 +382,9 @@ pub struct HostFile {
 
 impl std::fmt::Debug for HostFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostFile").field("key", &self.key).finish_non_exhaustive()
+        f.debug_struct("HostFile")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -389,7 +412,10 @@ impl HostFile {
         let required = ioctl_access(io.code);
         if ioctl_device_type(io.code) == FILE_DEVICE_INFINIBAND && required & !self.access != 0 {
             on_complete(STATUS_ACCESS_DENIED, 0, &[]);
-            return Submitted { pended: false, handle: None };
+            return Submitted {
+                pended: false,
+                handle: None,
+            };
         }
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         let outstanding = Arc::clone(&self.outstanding);
@@ -416,7 +442,10 @@ impl HostFile {
         self.dev.device.dispatch_ioctl(request);
         let pended = !handle.is_completed();
         self.dev.platform.lower_irql(old);
-        Submitted { pended, handle: Some(handle) }
+        Submitted {
+            pended,
+            handle: Some(handle),
+        }
     }
 
     /// Issues an IOCTL and waits for its completion (a synchronous
@@ -432,10 +461,12 @@ impl HostFile {
             return r;
         }
         let mut result = None;
-        self.dev.completions.wait_until(Instant::now() + Duration::from_secs(3600), || {
-            result = take();
-            result.is_some()
-        });
+        self.dev
+            .completions
+            .wait_until(Instant::now() + Duration::from_secs(3600), || {
+                result = take();
+                result.is_some()
+            });
         result.unwrap_or((STATUS_CANCELLED, Vec::new()))
     }
 
@@ -463,9 +494,10 @@ impl Drop for HostFile {
         let dev = &self.dev;
         dev.device.cleanup_file(self.key);
         let outstanding = Arc::clone(&self.outstanding);
-        dev.completions.wait_until(Instant::now() + CLOSE_TIMEOUT, || {
-            outstanding.load(Ordering::Acquire) == 0
-        });
+        dev.completions
+            .wait_until(Instant::now() + CLOSE_TIMEOUT, || {
+                outstanding.load(Ordering::Acquire) == 0
+            });
         dev.platform.file_closing(self.key);
         dev.device.close_file(self.key);
     }

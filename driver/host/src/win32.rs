@@ -177,7 +177,10 @@ struct Port {
 
 impl Port {
     fn post(&self, p: Packet) {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push_back(p);
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(p);
         self.cv.notify_one();
     }
 }
@@ -208,7 +211,9 @@ struct Handles {
 
 fn handles() -> std::sync::MutexGuard<'static, Handles> {
     static H: OnceLock<Mutex<Handles>> = OnceLock::new();
-    H.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
+    H.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 fn insert(o: Object) -> HANDLE {
@@ -243,7 +248,10 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
         let enabled = std::env::var("IRPVERBS_VERIFIER").map_or(true, |v| v != "0");
         HostDevice::new(HostDeviceConfig {
             platform: HostConfig {
-                verifier: VerifierConfig { enabled, fail_pool: None },
+                verifier: VerifierConfig {
+                    enabled,
+                    fail_pool: None,
+                },
                 ..HostConfig::default()
             },
             engine,
@@ -332,7 +340,9 @@ pub unsafe extern "C" fn DeviceIoControl(
     returned: *mut DWORD,
     overlapped: *mut OVERLAPPED,
 ) -> BOOL {
-    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    let Some(f) = file_of(h) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
     if (in_buf.is_null() && in_len != 0) || (out_buf.is_null() && out_len != 0) {
         return fail(error::NOACCESS, FALSE);
     }
@@ -345,7 +355,9 @@ pub unsafe extern "C" fn DeviceIoControl(
     let out = Addr(out_buf as usize);
     let io = Ioctl::user(code, input, out_len as usize);
     let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
-    let Some(file) = guard.as_ref() else { return fail(error::INVALID_HANDLE, FALSE) };
+    let Some(file) = guard.as_ref() else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
     if !f.overlapped {
         let (status, bytes) = file.call(io);
         let n = bytes.len().min(out_len as usize);
@@ -374,7 +386,10 @@ pub unsafe extern "C" fn DeviceIoControl(
     // SAFETY: as above.
     let event = unsafe { (*overlapped).hEvent } as usize;
     let cell: CancelCell = Arc::default();
-    f.inflight.lock().unwrap_or_else(PoisonError::into_inner).insert(ov.0, Arc::clone(&cell));
+    f.inflight
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(ov.0, Arc::clone(&cell));
     let fc = Arc::clone(&f);
     let cell2 = Arc::clone(&cell);
     let submitted = file.submit(io, move |status, info, bytes| {
@@ -394,10 +409,19 @@ pub unsafe extern "C" fn DeviceIoControl(
                 inflight.remove(&ov.0);
             }
         }
-        let port = fc.port.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let port = fc
+            .port
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if let Some((port, key)) = port {
             if event & 1 == 0 {
-                port.post(Packet { bytes: n as u32, key, overlapped: ov.0, status });
+                port.post(Packet {
+                    bytes: n as u32,
+                    key,
+                    overlapped: ov.0,
+                    status,
+                });
             }
         }
         let _g = fc.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -435,7 +459,9 @@ pub unsafe extern "C" fn GetOverlappedResult(
     bytes: *mut DWORD,
     wait: BOOL,
 ) -> BOOL {
-    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    let Some(f) = file_of(h) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
     if overlapped.is_null() {
         return fail(error::INVALID_PARAMETER, FALSE);
     }
@@ -448,7 +474,11 @@ pub unsafe extern "C" fn GetOverlappedResult(
         }
         let mut g = f.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
         while pending() {
-            g = f.done.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(PoisonError::into_inner).0;
+            g = f
+                .done
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
     // SAFETY: as above.
@@ -511,8 +541,11 @@ pub unsafe extern "C" fn GetQueuedCompletionStatus(
     overlapped: *mut *mut OVERLAPPED,
     millis: DWORD,
 ) -> BOOL {
-    let Some(p) = port_of(port) else { return fail(error::INVALID_HANDLE, FALSE) };
-    let deadline = (millis != INFINITE).then(|| Instant::now() + Duration::from_millis(millis.into()));
+    let Some(p) = port_of(port) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
+    let deadline =
+        (millis != INFINITE).then(|| Instant::now() + Duration::from_millis(millis.into()));
     let mut q = p.queue.lock().unwrap_or_else(PoisonError::into_inner);
     let packet = loop {
         if let Some(pk) = q.pop_front() {
@@ -531,7 +564,10 @@ pub unsafe extern "C" fn GetQueuedCompletionStatus(
             }
             None => Duration::from_millis(50),
         };
-        q = p.cv.wait_timeout(q, step).unwrap_or_else(PoisonError::into_inner).0;
+        q =
+            p.cv.wait_timeout(q, step)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
     };
     drop(q);
     let Some(pk) = packet else {
@@ -539,7 +575,11 @@ pub unsafe extern "C" fn GetQueuedCompletionStatus(
             // SAFETY: valid out pointer.
             unsafe { overlapped.write(std::ptr::null_mut()) };
         }
-        let err = if p.closed.load(Ordering::Acquire) { error::ABANDONED_WAIT_0 } else { error::WAIT_TIMEOUT };
+        let err = if p.closed.load(Ordering::Acquire) {
+            error::ABANDONED_WAIT_0
+        } else {
+            error::WAIT_TIMEOUT
+        };
         return fail(err, FALSE);
     };
     // SAFETY: valid out pointers (checked for NULL).
@@ -576,8 +616,15 @@ pub extern "C" fn PostQueuedCompletionStatus(
     key: ULONG_PTR,
     overlapped: *mut OVERLAPPED,
 ) -> BOOL {
-    let Some(p) = port_of(port) else { return fail(error::INVALID_HANDLE, FALSE) };
-    p.post(Packet { bytes, key, overlapped: overlapped as usize, status: STATUS_SUCCESS });
+    let Some(p) = port_of(port) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
+    p.post(Packet {
+        bytes,
+        key,
+        overlapped: overlapped as usize,
+        status: STATUS_SUCCESS,
+    });
     TRUE
 }
 
@@ -585,13 +632,19 @@ pub extern "C" fn PostQueuedCompletionStatus(
 /// every overlapped request of `h` when `overlapped` is NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn CancelIoEx(h: HANDLE, overlapped: *mut OVERLAPPED) -> BOOL {
-    let Some(f) = file_of(h) else { return fail(error::INVALID_HANDLE, FALSE) };
+    let Some(f) = file_of(h) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
     let cells: Vec<CancelCell> = {
         let inflight = f.inflight.lock().unwrap_or_else(PoisonError::into_inner);
         if overlapped.is_null() {
             inflight.values().cloned().collect()
         } else {
-            inflight.get(&(overlapped as usize)).cloned().into_iter().collect()
+            inflight
+                .get(&(overlapped as usize))
+                .cloned()
+                .into_iter()
+                .collect()
         }
     };
     let mut any = false;
@@ -604,7 +657,11 @@ pub extern "C" fn CancelIoEx(h: HANDLE, overlapped: *mut OVERLAPPED) -> BOOL {
             }
         }
     }
-    if any { TRUE } else { fail(error::NOT_FOUND, FALSE) }
+    if any {
+        TRUE
+    } else {
+        fail(error::NOT_FOUND, FALSE)
+    }
 }
 
 /// `CloseHandle`: a file runs down (cleanup, then close once its requests
@@ -614,7 +671,11 @@ pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
     let removed = handles().map.remove(&(h as usize));
     match removed {
         Some(Object::File(f)) => {
-            let file = f.file.write().unwrap_or_else(PoisonError::into_inner).take();
+            let file = f
+                .file
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             drop(file);
             TRUE
         }
@@ -632,7 +693,9 @@ pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
 /// `ERROR_BUSY`. Lets a C test prove that closing its handles leaked nothing.
 #[unsafe(no_mangle)]
 pub extern "C" fn IrpverbsHostQuiesce(millis: DWORD) -> BOOL {
-    let Ok(dev) = device() else { return fail(error::DEV_NOT_EXIST, FALSE) };
+    let Ok(dev) = device() else {
+        return fail(error::DEV_NOT_EXIST, FALSE);
+    };
     match dev.quiesce(Duration::from_millis(millis.into())) {
         Ok(()) if dev.platform().pool_stats().live == 0 => TRUE,
         _ => fail(error::BUSY, FALSE),

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
 }
 
 /// The directory holding `libirpverbs_host.so` (target/<profile>).
@@ -52,7 +55,11 @@ fn run(exe: &Path, engine: &str) {
         .expect("run the C test");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{} ({engine}) failed:\n{stdout}\n{stderr}", exe.display());
+    assert!(
+        out.status.success(),
+        "{} ({engine}) failed:\n{stdout}\n{stderr}",
+        exe.display()
+    );
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
 }
 
