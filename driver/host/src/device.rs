@@ -372,6 +372,9 @@ pub struct Submitted {
     pub handle: Option<RequestHandle>,
 }
 
+/// A completed request: status and output bytes.
+type Completed = (NtStatus, Vec<u8>);
+
 /// An open of the device.
 pub struct HostFile {
     dev: Arc<HostDevice>,
@@ -451,7 +454,7 @@ impl HostFile {
     /// Issues an IOCTL and waits for its completion (a synchronous
     /// `DeviceIoControl`): the status and the output bytes.
     pub fn call(&self, io: Ioctl<'_>) -> (NtStatus, Vec<u8>) {
-        let slot: Arc<Mutex<Option<(NtStatus, Vec<u8>)>>> = Arc::default();
+        let slot: Arc<Mutex<Option<Completed>>> = Arc::default();
         let s = Arc::clone(&slot);
         self.submit(io, move |status, _, out| {
             *s.lock().unwrap_or_else(PoisonError::into_inner) = Some((status, out.to_vec()));
