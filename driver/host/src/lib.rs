@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod device;
 pub mod platform;
 pub mod win32;

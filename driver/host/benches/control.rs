@@ -1,0 +1,12 @@
+//! `cargo bench -p irpverbs-host --bench control`: control IOCTLs per
+//! second through the whole path, verifier off and on. Prints figures; it
+//! asserts nothing about speed.
+
+use irpverbs_host::Engine;
+use irpverbs_host::bench::{control_suite, format_rates};
+
+fn main() {
+    let ioctls = std::env::var("IRPVERBS_BENCH_IOCTLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+    let rates = control_suite(ioctls, &[Engine::Inline, Engine::Thread]);
+    print!("{}", format_rates(&rates));
+}
