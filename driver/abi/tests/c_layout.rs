@@ -191,6 +191,12 @@ fn abi_layout_c_is_fresh() {
 fn abi_layout_c_compiles_as_c11() {
     let cc = compiler("CC", "cc");
     if let Err(msg) = compile(&cc, &["-std=c11"], "abi_layout_c11.o") {
+        // The flags are gcc/clang ones: a Windows host without CC set (MSVC)
+        // is checked by .ci/run's MinGW step instead.
+        if cfg!(windows) && std::env::var_os("CC").is_none() {
+            eprintln!("skipping the C check: {msg}");
+            return;
+        }
         panic!("{msg}: a C compiler is required for this test (set CC)");
     }
 }
