@@ -85,8 +85,6 @@ pub(crate) enum Op {
     ModifyQp {
         qp: u32,
         next: u32,
-        mask: u32,
-        attr: IvQpAttr,
     },
     QueryQp(u32),
     ResizeCq(u32),
@@ -817,13 +815,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.free_object(s, file, idx);
                 (status, Response::None)
             }
-            Op::ModifyQp {
-                qp,
-                next,
-                mask,
-                attr,
-            } => {
-                crate::qp::finish_modify_qp(s, file, qp, next, mask, &attr, ok);
+            Op::ModifyQp { qp, next } => {
+                crate::qp::finish_modify_qp(s, file, qp, next, ok);
                 (status, Response::None)
             }
             Op::QueryQp(qp) => crate::qp::finish_query_qp(s, file, qp, status, out),

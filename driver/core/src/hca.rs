@@ -208,7 +208,7 @@ pub enum CommandOut {
         cap: IvQpCap,
     },
     /// [`Command::QueryQp`].
-    QpAttr(IvQueryQpOut),
+    QpAttr(alloc::boxed::Box<IvQueryQpOut>),
     /// [`Command::CreateAh`].
     Ah {
         /// AH number.

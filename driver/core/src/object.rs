@@ -1,7 +1,7 @@
 //! The driver's objects and what they have in common: a life state, an
 //! operation-in-flight flag, a count of dependents, and a pool charge.
 
-use irpverbs_abi::{IvAhAttr, IvQpAttr, IvQpCap};
+use irpverbs_abi::{IvAhAttr, IvQpCap};
 
 use crate::platform::{PoolCharge, PoolTag, pool_tag};
 
@@ -87,8 +87,6 @@ pub(crate) struct Qp {
     pub state: u32,
     #[allow(dead_code)]
     pub user_context: u64,
-    #[allow(dead_code)]
-    pub attr: IvQpAttr,
 }
 
 #[derive(Debug)]

@@ -66,7 +66,6 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
         cap: i.cap,
         state: IV_QPS_RESET,
         user_context: i.user_context,
-        attr: IvQpAttr::default(),
     });
     let idx = d.reserve(s, file, body, caps.max_qp)?;
     Ok((
@@ -169,26 +168,10 @@ pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
         attr: i.attr,
     };
     o.busy = true;
-    Ok((
-        Op::ModifyQp {
-            qp: idx,
-            next,
-            mask: i.attr_mask,
-            attr: i.attr,
-        },
-        cmd,
-    ))
+    Ok((Op::ModifyQp { qp: idx, next }, cmd))
 }
 
-pub(crate) fn finish_modify_qp<R>(
-    s: &mut State<R>,
-    file: FileKey,
-    idx: u32,
-    next: u32,
-    _mask: u32,
-    attr: &IvQpAttr,
-    ok: bool,
-) {
+pub(crate) fn finish_modify_qp<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u32, ok: bool) {
     let Some(f) = s.files.get_mut(&file) else {
         return;
     };
@@ -196,7 +179,6 @@ pub(crate) fn finish_modify_qp<R>(
     o.busy = false;
     if let (true, Body::Qp(qp)) = (ok, &mut o.body) {
         qp.state = next;
-        qp.attr = *attr;
     }
 }
 
@@ -237,7 +219,7 @@ pub(crate) fn finish_query_qp<R>(
         (Body::Qp(qp), CommandOut::QpAttr(a)) if nt_success(status) => {
             // Learn asynchronous moves (to ERR, SQE) the HCA made.
             qp.state = a.attr.qp_state;
-            (status, Response::QpAttr(a))
+            (status, Response::QpAttr(*a))
         }
         _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
         _ => (status, Response::None),

@@ -6,7 +6,15 @@ use irpverbs_host::Engine;
 use irpverbs_host::bench::{control_suite, format_rates};
 
 fn main() {
-    let ioctls = std::env::var("IRPVERBS_BENCH_IOCTLS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
-    let rates = control_suite(ioctls, &[Engine::Inline, Engine::Thread]);
+    let ioctls = std::env::var("IRPVERBS_BENCH_IOCTLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    let engines: &[Engine] = match std::env::var("IRPVERBS_BENCH_ENGINE").as_deref() {
+        Ok("inline") => &[Engine::Inline],
+        Ok("thread") => &[Engine::Thread],
+        _ => &[Engine::Inline, Engine::Thread],
+    };
+    let rates = control_suite(ioctls, engines);
     print!("{}", format_rates(&rates));
 }

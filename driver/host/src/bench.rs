@@ -38,7 +38,10 @@ impl ControlRate {
 fn device(verifier: bool, engine: Engine) -> std::sync::Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
         platform: HostConfig {
-            verifier: VerifierConfig { enabled: verifier, fail_pool: None },
+            verifier: VerifierConfig {
+                enabled: verifier,
+                fail_pool: None,
+            },
             ..HostConfig::default()
         },
         engine,
@@ -55,7 +58,10 @@ fn check<T>(r: Result<T, NtStatus>, what: &str) -> T {
 #[must_use]
 pub fn cq_create_destroy(rounds: u64, verifier: bool, engine: Engine) -> ControlRate {
     let dev = device(verifier, engine);
-    let c = Client::new(Box::new(dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).expect("open")));
+    let c = Client::new(Box::new(
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .expect("open"),
+    ));
     let start = Instant::now();
     for _ in 0..rounds {
         let cq = check(c.create_cq(64), "create_cq");
@@ -64,7 +70,13 @@ pub fn cq_create_destroy(rounds: u64, verifier: bool, engine: Engine) -> Control
     let elapsed = start.elapsed();
     drop(c);
     dev.unload();
-    ControlRate { name: "create+destroy CQ", verifier, engine, ioctls: rounds * 2, elapsed }
+    ControlRate {
+        name: "create+destroy CQ",
+        verifier,
+        engine,
+        ioctls: rounds * 2,
+        elapsed,
+    }
 }
 
 /// Creates a QP, walks it RESET -> INIT -> RTR -> RTS, destroys it,
@@ -72,7 +84,10 @@ pub fn cq_create_destroy(rounds: u64, verifier: bool, engine: Engine) -> Control
 #[must_use]
 pub fn qp_lifecycle(rounds: u64, verifier: bool, engine: Engine) -> ControlRate {
     let dev = device(verifier, engine);
-    let c = Client::new(Box::new(dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).expect("open")));
+    let c = Client::new(Box::new(
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .expect("open"),
+    ));
     let pd = check(c.alloc_pd(), "alloc_pd").pd;
     let cq = check(c.create_cq(256), "create_cq").cq;
     let gid = check(c.query_gid(1, 0), "query_gid");
@@ -91,7 +106,13 @@ pub fn qp_lifecycle(rounds: u64, verifier: bool, engine: Engine) -> ControlRate 
     check(c.dealloc_pd(pd), "dealloc_pd");
     drop(c);
     dev.unload();
-    ControlRate { name: "create QP, 3 modifies, destroy", verifier, engine, ioctls: rounds * 5, elapsed }
+    ControlRate {
+        name: "create QP, 3 modifies, destroy",
+        verifier,
+        engine,
+        ioctls: rounds * 5,
+        elapsed,
+    }
 }
 
 /// Runs both benchmarks with the verifier off and on (and the threaded
@@ -101,7 +122,11 @@ pub fn control_suite(ioctls: u64, engines: &[Engine]) -> Vec<ControlRate> {
     let mut out = Vec::new();
     for &engine in engines {
         for verifier in [false, true] {
-            let rounds = if engine == Engine::Thread { ioctls / 20 } else { ioctls };
+            let rounds = if engine == Engine::Thread {
+                ioctls / 20
+            } else {
+                ioctls
+            };
             out.push(cq_create_destroy(rounds / 2, verifier, engine));
             out.push(qp_lifecycle(rounds / 5, verifier, engine));
         }
@@ -114,7 +139,11 @@ pub fn control_suite(ioctls: u64, engines: &[Engine]) -> Vec<ControlRate> {
 pub fn format_rates(rates: &[ControlRate]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "{:<34} {:<8} {:<9} {:>10} {:>16}", "benchmark", "engine", "verifier", "ioctls", "ioctls/s");
+    let _ = writeln!(
+        s,
+        "{:<34} {:<8} {:<9} {:>10} {:>16}",
+        "benchmark", "engine", "verifier", "ioctls", "ioctls/s"
+    );
     for r in rates {
         let _ = writeln!(
             s,

@@ -435,13 +435,13 @@ impl Firmware {
         attr.cur_qp_state = qp.state.to_abi();
         attr.cap = qp.cap;
         attr.sq_draining = 0;
-        Ok(CommandOut::QpAttr(IvQueryQpOut {
+        Ok(CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
             attr,
             qp_type: qp.qp_type,
             sq_sig_all: u32::from(qp.sq_sig_all),
             qpn,
             reserved: 0,
-        }))
+        })))
     }
 
     /// `DestroyQp`, in any state.
@@ -548,7 +548,7 @@ mod tests {
         let CommandOut::QpAttr(q) = d.ok(Command::QueryQp { qpn }) else {
             panic!()
         };
-        q
+        *q
     }
 
     fn force(d: &Dev, qpn: u32, state: QpState) {
