@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod demo;
 pub mod device;
 pub mod platform;
 pub mod win32;

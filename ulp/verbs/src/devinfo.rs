@@ -95,7 +95,8 @@ pub fn devinfo(client: &Client, name: &str, verbose: bool) -> IoctlResult<String
             ("num_comp_vectors", d.num_comp_vectors.into()),
         ];
         for (name, v) in limits {
-            let tabs = "\t".repeat(4usize.saturating_sub((name.len() + 2) / 8));
+            // Values start at column 40 (tabs of 8), as ibv_devinfo -v aligns them.
+            let tabs = "\t".repeat((40usize.saturating_sub(9 + name.len())).div_ceil(8).max(1));
             let _ = writeln!(w, "\t{name}:{tabs}{v}");
         }
         let _ = writeln!(w, "\tlocal_ca_ack_delay:\t\t{}", d.local_ca_ack_delay);
