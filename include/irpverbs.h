@@ -35,27 +35,37 @@
 /**
  * `FILE_DEVICE_INFINIBAND` from `devioctl.h`.
  */
+#ifndef FILE_DEVICE_INFINIBAND
 #define FILE_DEVICE_INFINIBAND 59
+#endif
 
 /**
  * `METHOD_BUFFERED`: the I/O manager copies input and output through a system buffer.
  */
+#ifndef METHOD_BUFFERED
 #define METHOD_BUFFERED 0
+#endif
 
 /**
  * `FILE_ANY_ACCESS`.
  */
+#ifndef FILE_ANY_ACCESS
 #define FILE_ANY_ACCESS 0
+#endif
 
 /**
  * `FILE_READ_ACCESS`.
  */
+#ifndef FILE_READ_ACCESS
 #define FILE_READ_ACCESS 1
+#endif
 
 /**
  * `FILE_WRITE_ACCESS`.
  */
+#ifndef FILE_WRITE_ACCESS
 #define FILE_WRITE_ACCESS 2
+#endif
 
 /**
  * Report the ABI version and driver version. In: none. Out: [`IvGetVersionOut`].
@@ -1336,111 +1346,147 @@ typedef struct IvCreateAhOut {
 /**
  * The operation completed successfully.
  */
+#ifndef STATUS_SUCCESS
 #define STATUS_SUCCESS 0
+#endif
 
 /**
  * The operation is in progress; the request completes later.
  */
+#ifndef STATUS_PENDING
 #define STATUS_PENDING 259
+#endif
 
 /**
  * The object has dependents, an operation in flight or unacknowledged
  * events; nothing was changed. Also: one request already outstanding.
  * `ntstatus.h`: `0x80000011`.
  */
+#ifndef STATUS_DEVICE_BUSY
 #define STATUS_DEVICE_BUSY -2147483631
+#endif
 
 /**
  * Input buffer length does not match the request struct's size.
  * `ntstatus.h`: `0xC0000004`.
  */
+#ifndef STATUS_INFO_LENGTH_MISMATCH
 #define STATUS_INFO_LENGTH_MISMATCH -1073741820
+#endif
 
 /**
  * A handle is stale, belongs to another file, or names an object of the
  * wrong type.
  * `ntstatus.h`: `0xC0000008`.
  */
+#ifndef STATUS_INVALID_HANDLE
 #define STATUS_INVALID_HANDLE -1073741816
+#endif
 
 /**
  * A field is out of range, or a reserved field is not zero.
  * `ntstatus.h`: `0xC000000D`.
  */
+#ifndef STATUS_INVALID_PARAMETER
 #define STATUS_INVALID_PARAMETER -1073741811
+#endif
 
 /**
  * Unknown IOCTL code (or one sent through the wrong major function).
  * `ntstatus.h`: `0xC0000010`.
  */
+#ifndef STATUS_INVALID_DEVICE_REQUEST
 #define STATUS_INVALID_DEVICE_REQUEST -1073741808
+#endif
 
 /**
  * A user-mode caller used a kernel-only IOCTL, or the handle lacks access.
  * `ntstatus.h`: `0xC0000022`.
  */
+#ifndef STATUS_ACCESS_DENIED
 #define STATUS_ACCESS_DENIED -1073741790
+#endif
 
 /**
  * The output buffer is smaller than the response struct.
  * `ntstatus.h`: `0xC0000023`.
  */
+#ifndef STATUS_BUFFER_TOO_SMALL
 #define STATUS_BUFFER_TOO_SMALL -1073741789
+#endif
 
 /**
  * A combination of attributes (an attribute mask) is not valid for the
  * requested transition.
  * `ntstatus.h`: `0xC0000030`.
  */
+#ifndef STATUS_INVALID_PARAMETER_MIX
 #define STATUS_INVALID_PARAMETER_MIX -1073741776
+#endif
 
 /**
  * The file is being cleaned up; no new verbs are accepted on it.
  * `ntstatus.h`: `0xC0000056`.
  */
+#ifndef STATUS_DELETE_PENDING
 #define STATUS_DELETE_PENDING -1073741738
+#endif
 
 /**
  * A device limit (max QPs, CQEs, ...) or a pool allocation failed.
  * `ntstatus.h`: `0xC000009A`.
  */
+#ifndef STATUS_INSUFFICIENT_RESOURCES
 #define STATUS_INSUFFICIENT_RESOURCES -1073741670
+#endif
 
 /**
  * The device does not support this feature (e.g. alternate paths).
  * `ntstatus.h`: `0xC00000BB`.
  */
+#ifndef STATUS_NOT_SUPPORTED
 #define STATUS_NOT_SUPPORTED -1073741637
+#endif
 
 /**
  * The request was cancelled.
  * `ntstatus.h`: `0xC0000120`.
  */
+#ifndef STATUS_CANCELLED
 #define STATUS_CANCELLED -1073741536
+#endif
 
 /**
  * The object is not in a state that allows this operation (e.g. a QP state
  * transition the IBTA state machine does not have).
  * `ntstatus.h`: `0xC0000184`.
  */
+#ifndef STATUS_INVALID_DEVICE_STATE
 #define STATUS_INVALID_DEVICE_STATE -1073741436
+#endif
 
 /**
  * The device is gone (surprise or orderly removal).
  * `ntstatus.h`: `0xC00002B6`.
  */
+#ifndef STATUS_DEVICE_REMOVED
 #define STATUS_DEVICE_REMOVED -1073741130
+#endif
 
 /**
  * A buffer is not aligned as the request struct requires (8 bytes).
  * `ntstatus.h`: `0xC00002C5`.
  */
+#ifndef STATUS_DATATYPE_MISALIGNMENT_ERROR
 #define STATUS_DATATYPE_MISALIGNMENT_ERROR -1073741115
+#endif
 
 /**
  * The hardware reported an internal error executing a command.
  * `ntstatus.h`: `0xC0000483`.
  */
+#ifndef STATUS_DEVICE_HARDWARE_ERROR
 #define STATUS_DEVICE_HARDWARE_ERROR -1073740669
+#endif
 
 #endif  /* IRPVERBS_H */

@@ -15,6 +15,7 @@
 
 #ifdef _WIN32
 #include <windows.h>
+#include <winternl.h> /* NTSTATUS */
 #else
 
 #include <stddef.h>

@@ -59,7 +59,7 @@ static NTSTATUS ioctl(DWORD code, const void *in, DWORD in_len, void *out, DWORD
     NTSTATUS status = (NTSTATUS)(DWORD)ov.Internal;
     CHECK((q != FALSE) == (status >= 0), "GetQueuedCompletionStatus result vs status %#x",
           (unsigned)status);
-    CHECK(got == (DWORD)ov.InternalHigh, "bytes %u vs InternalHigh %u", got,
+    CHECK(got == (DWORD)ov.InternalHigh, "bytes %u vs InternalHigh %u", (unsigned)got,
           (unsigned)ov.InternalHigh);
     DWORD ovbytes = 0;
     BOOL r = GetOverlappedResult(dev, &ov, &ovbytes, FALSE);
@@ -71,11 +71,11 @@ static NTSTATUS ioctl(DWORD code, const void *in, DWORD in_len, void *out, DWORD
 int main(void) {
     dev = CreateFileA("\\\\.\\irpverbs0", GENERIC_READ | GENERIC_WRITE, 0, NULL, OPEN_EXISTING,
                       FILE_FLAG_OVERLAPPED, NULL);
-    CHECK(dev != INVALID_HANDLE_VALUE, "CreateFileA: error %u", GetLastError());
+    CHECK(dev != INVALID_HANDLE_VALUE, "CreateFileA: error %u", (unsigned)GetLastError());
     if (dev == INVALID_HANDLE_VALUE) return 1;
     port = CreateIoCompletionPort(INVALID_HANDLE_VALUE, NULL, 0, 1);
-    CHECK(port != NULL, "CreateIoCompletionPort(new): %u", GetLastError());
-    CHECK(CreateIoCompletionPort(dev, port, PORT_KEY, 1) == port, "associate: %u", GetLastError());
+    CHECK(port != NULL, "CreateIoCompletionPort(new): %u", (unsigned)GetLastError());
+    CHECK(CreateIoCompletionPort(dev, port, PORT_KEY, 1) == port, "associate: %u", (unsigned)GetLastError());
 
     HANDLE nf = CreateFileA("\\\\.\\nosuchdev", GENERIC_READ, 0, NULL, OPEN_EXISTING, 0, NULL);
     CHECK(nf == INVALID_HANDLE_VALUE && GetLastError() == ERROR_FILE_NOT_FOUND, "bad name opened");
@@ -192,7 +192,7 @@ int main(void) {
         ok = GetOverlappedResult(dev, &ov, &b, TRUE);
         e = GetLastError();
     }
-    CHECK(!ok && e == ERROR_INVALID_HANDLE, "stale handle: ok=%d err=%u", ok, e);
+    CHECK(!ok && e == ERROR_INVALID_HANDLE, "stale handle: ok=%d err=%u", (int)ok, (unsigned)e);
     DWORD b2;
     ULONG_PTR k2;
     LPOVERLAPPED p2;
@@ -233,7 +233,10 @@ int main(void) {
     CHECK(CloseHandle(dev), "close device");
     CHECK(CloseHandle(port), "close port");
     CHECK(!CloseHandle(dev) && GetLastError() == ERROR_INVALID_HANDLE, "double close");
+#ifndef _WIN32
+    /* Host only: prove the driver ran everything down and leaked nothing. */
     CHECK(IrpverbsHostQuiesce(10000), "driver still holds objects after close");
+#endif
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

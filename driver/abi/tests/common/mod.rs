@@ -105,9 +105,44 @@ pub fn generate_header() -> String {
                 .expect("cbindgen failed to generate include/irpverbs.h");
             let mut out = Vec::new();
             bindings.write(&mut out);
-            String::from_utf8(out).expect("cbindgen wrote UTF-8")
+            guard_windows_names(&String::from_utf8(out).expect("cbindgen wrote UTF-8"))
         })
         .clone()
+}
+
+/// Names `<windows.h>`, `<winioctl.h>` and `<ntstatus.h>` also define (with
+/// the same values, spelled differently). Each `#define` of one is wrapped in
+/// `#ifndef`, so a Windows ULP can include the Windows headers first without
+/// redefinition warnings.
+fn is_windows_name(name: &str) -> bool {
+    name.starts_with("STATUS_")
+        || matches!(
+            name,
+            "FILE_DEVICE_INFINIBAND"
+                | "METHOD_BUFFERED"
+                | "FILE_ANY_ACCESS"
+                | "FILE_READ_ACCESS"
+                | "FILE_WRITE_ACCESS"
+        )
+}
+
+fn guard_windows_names(header: &str) -> String {
+    let mut out = String::with_capacity(header.len() + 4096);
+    for line in header.lines() {
+        let name = line
+            .strip_prefix("#define ")
+            .and_then(|r| r.split_whitespace().next());
+        match name {
+            Some(n) if is_windows_name(n) => {
+                out.push_str(&format!("#ifndef {n}\n{line}\n#endif\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 /// Checks (or, with `IRPVERBS_BLESS`, rewrites) `include/irpverbs.h` once

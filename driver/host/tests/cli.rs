@@ -1,0 +1,55 @@
+//! The `irpverbs` tool, run as a user runs it.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_irpverbs"))
+        .args(args)
+        .output()
+        .expect("run irpverbs");
+    assert!(
+        out.status.success(),
+        "irpverbs {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn devinfo_prints_the_device_and_port_like_ibv_devinfo() {
+    let s = run(&["devinfo"]);
+    assert!(s.starts_with("hca_id:\tirpverbs0\n"), "{s}");
+    for want in [
+        "phys_port_cnt:\t\t\t1",
+        "port:\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "active_mtu:\t\t1024 (3)",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+    assert!(!s.contains("max_qp:"), "limits shown without -v");
+    let v = run(&["devinfo", "-v", "--engine", "thread"]);
+    for want in [
+        "max_qp:",
+        "max_cqe:",
+        "gid_tbl_len:\t\t16",
+        "GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2",
+    ] {
+        assert!(v.contains(want), "missing {want:?} in\n{v}");
+    }
+}
+
+#[test]
+fn demo_runs_the_control_path_and_unloads_clean() {
+    let s = run(&["demo", "--pairs", "3"]);
+    for want in [
+        "6 RC QPs connected in pairs, 6 in RTS",
+        "RTS->RTR refused: STATUS_INVALID_DEVICE_STATE",
+        "dealloc_pd with dependents: STATUS_DEVICE_BUSY",
+        "(live 0), verifier clean",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+}
