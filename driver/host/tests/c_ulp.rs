@@ -12,17 +12,33 @@ fn repo() -> PathBuf {
         .expect("repo root")
 }
 
-/// The directory holding `libirpverbs_host.so` (target/<profile>).
+/// The directory holding `libirpverbs_host.so`. `cargo test` builds the
+/// host crate as an rlib only, so the cdylib is built here, with the same
+/// cargo and profile, into its own target directory (no lock contention with
+/// the running `cargo test`).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let deps = exe.parent().expect("deps dir");
-    let dir = deps.parent().expect("profile dir").to_path_buf();
-    assert!(
-        dir.join("libirpverbs_host.so").exists() || dir.join("libirpverbs_host.dylib").exists(),
-        "host cdylib not found in {}",
-        dir.display()
-    );
-    dir
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "irpverbs-host", "--lib"])
+            .arg("--manifest-path")
+            .arg(repo().join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("run cargo build for the host cdylib");
+        assert!(status.success(), "cargo build of the host cdylib failed");
+        let dir = target.join("debug");
+        assert!(
+            dir.join("libirpverbs_host.so").exists() || dir.join("libirpverbs_host.dylib").exists(),
+            "host cdylib not found in {}",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
 }
 
 fn build(name: &str) -> PathBuf {
