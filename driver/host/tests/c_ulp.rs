@@ -41,7 +41,23 @@ fn lib_dir() -> PathBuf {
     .clone()
 }
 
-fn build(name: &str) -> PathBuf {
+/// Builds `tests/c/<name>.c` once per test binary (tests run in parallel and
+/// must not rewrite an executable another one is running).
+fn build(name: &'static str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(&'static str, PathBuf)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, p)) = built.iter().find(|(n, _)| *n == name) {
+        return p.clone();
+    }
+    let exe = compile(name);
+    built.push((name, exe.clone()));
+    exe
+}
+
+fn compile(name: &str) -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let root = repo();
