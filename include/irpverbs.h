@@ -178,6 +178,253 @@
 #define IOCTL_IV_DESTROY_AH ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2105 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Wait for an event on one CQ (arming it first if asked). Pended; cancelable. Completes with `STATUS_DELETE_PENDING` if the CQ is destroyed, `STATUS_DATA_OVERRUN` if it fails. In: [`IvCqNotifyIn`]. Out: [`IvCqEventOut`].
+ */
+#define IOCTL_IV_CQ_NOTIFY ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2084 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Create a completion channel. In: [`IvAllocPdIn`]. Out: [`IvCreateChannelOut`].
+ */
+#define IOCTL_IV_CREATE_CHANNEL ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2112 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Destroy a completion channel; busy while CQs are bound to it. In: [`IvHandleIn`]. Out: none.
+ */
+#define IOCTL_IV_DESTROY_CHANNEL ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2113 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Take the next CQ event of a channel. Pended until there is one; cancelable. In: [`IvHandleIn`] (the channel). Out: [`IvCqEventOut`].
+ */
+#define IOCTL_IV_GET_CQ_EVENT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2114 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Acknowledge CQ events; a CQ with unacknowledged events cannot be destroyed. In: [`IvAckIn`]. Out: none.
+ */
+#define IOCTL_IV_ACK_CQ_EVENTS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2115 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Take the next async event of this file. Pended until there is one; cancelable. In: none. Out: [`IvAsyncEventOut`].
+ */
+#define IOCTL_IV_GET_ASYNC_EVENT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2120 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Acknowledge async events; an object with unacknowledged events cannot be destroyed. In: [`IvAckIn`]. Out: none.
+ */
+#define IOCTL_IV_ACK_ASYNC_EVENT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2121 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Size of a cache line, and of one ring index slot.
+ */
+#define IV_CACHE_LINE 64
+
+/**
+ * CQ arm word: bit 31 set = armed for the next completion; bit 30 set =
+ * solicited (and error) completions only; bits 0..30 = the arm sequence the
+ * ULP increments on every arm.
+ */
+#define IV_CQ_ARM_NEXT 2147483648
+
+/**
+ * CQ arm word: solicited only.
+ */
+#define IV_CQ_ARM_SOLICITED 1073741824
+
+/**
+ * Send work request opcode: SEND.
+ */
+#define IV_WR_SEND 0
+
+/**
+ * SEND with immediate data.
+ */
+#define IV_WR_SEND_WITH_IMM 1
+
+/**
+ * SEND with invalidate (the responder invalidates `invalidate_rkey`).
+ */
+#define IV_WR_SEND_WITH_INV 2
+
+/**
+ * RDMA WRITE.
+ */
+#define IV_WR_RDMA_WRITE 3
+
+/**
+ * RDMA WRITE with immediate data.
+ */
+#define IV_WR_RDMA_WRITE_WITH_IMM 4
+
+/**
+ * RDMA READ.
+ */
+#define IV_WR_RDMA_READ 5
+
+/**
+ * Atomic compare and swap (8 bytes, 8-byte aligned).
+ */
+#define IV_WR_ATOMIC_CMP_AND_SWP 6
+
+/**
+ * Atomic fetch and add (8 bytes, 8-byte aligned).
+ */
+#define IV_WR_ATOMIC_FETCH_AND_ADD 7
+
+/**
+ * Send flag: generate a completion (always, with `sq_sig_all`).
+ */
+#define IV_SEND_SIGNALED (1 << 0)
+
+/**
+ * Send flag: set the solicited event bit.
+ */
+#define IV_SEND_SOLICITED (1 << 1)
+
+/**
+ * Send flag: the data follows the header inline (`inline_len` bytes).
+ */
+#define IV_SEND_INLINE (1 << 2)
+
+/**
+ * Send flag: wait for prior RDMA READs and atomics to complete.
+ */
+#define IV_SEND_FENCE (1 << 3)
+
+/**
+ * Size of [`IvSendWqe`]; SGEs or inline data follow it in the slot.
+ */
+#define IV_SEND_WQE_HEADER 64
+
+/**
+ * Size of [`IvRecvWqe`]; SGEs follow it.
+ */
+#define IV_RECV_WQE_HEADER 16
+
+/**
+ * Completion status: success.
+ */
+#define IV_WC_SUCCESS 0
+
+/**
+ * Local length error (a receive buffer too small, a message too long).
+ */
+#define IV_WC_LOC_LEN_ERR 1
+
+/**
+ * Local QP operation error (a malformed WQE).
+ */
+#define IV_WC_LOC_QP_OP_ERR 2
+
+/**
+ * Local protection error (bad lkey, PD or bounds).
+ */
+#define IV_WC_LOC_PROT_ERR 4
+
+/**
+ * The WQE was flushed: the QP is in ERR.
+ */
+#define IV_WC_WR_FLUSH_ERR 5
+
+/**
+ * Bad response from the responder.
+ */
+#define IV_WC_BAD_RESP_ERR 7
+
+/**
+ * Local access error (responder: invalid rkey access locally).
+ */
+#define IV_WC_LOC_ACCESS_ERR 8
+
+/**
+ * Remote invalid request (opcode the responder QP does not allow, length).
+ */
+#define IV_WC_REM_INV_REQ_ERR 9
+
+/**
+ * Remote access error (rkey, bounds or access rights at the responder).
+ */
+#define IV_WC_REM_ACCESS_ERR 10
+
+/**
+ * Remote operational error.
+ */
+#define IV_WC_REM_OP_ERR 11
+
+/**
+ * Transport retries exhausted.
+ */
+#define IV_WC_RETRY_EXC_ERR 12
+
+/**
+ * RNR retries exhausted.
+ */
+#define IV_WC_RNR_RETRY_EXC_ERR 13
+
+/**
+ * Fatal error.
+ */
+#define IV_WC_FATAL_ERR 19
+
+/**
+ * General error.
+ */
+#define IV_WC_GENERAL_ERR 21
+
+/**
+ * Completion opcode: SEND.
+ */
+#define IV_WC_OP_SEND 0
+
+/**
+ * Completion opcode: RDMA WRITE.
+ */
+#define IV_WC_OP_RDMA_WRITE 1
+
+/**
+ * Completion opcode: RDMA READ.
+ */
+#define IV_WC_OP_RDMA_READ 2
+
+/**
+ * Completion opcode: compare and swap.
+ */
+#define IV_WC_OP_COMP_SWAP 3
+
+/**
+ * Completion opcode: fetch and add.
+ */
+#define IV_WC_OP_FETCH_ADD 4
+
+/**
+ * Completion opcode: a receive.
+ */
+#define IV_WC_OP_RECV 128
+
+/**
+ * Completion opcode: a receive consumed by RDMA WRITE with immediate.
+ */
+#define IV_WC_OP_RECV_RDMA_WITH_IMM 129
+
+/**
+ * Completion flag: a GRH is present (UD).
+ */
+#define IV_WC_GRH (1 << 0)
+
+/**
+ * Completion flag: `imm_or_inv` holds immediate data.
+ */
+#define IV_WC_WITH_IMM (1 << 1)
+
+/**
+ * Completion flag: `imm_or_inv` holds the invalidated rkey.
+ */
+#define IV_WC_WITH_INV (1 << 3)
+
+/**
+ * Bytes of GRH a UD receive buffer must leave room for at its start.
+ */
+#define IV_GRH_LEN 40
+
+/**
  * QP type: reliable connected.
  */
 #define IV_QPT_RC 2
@@ -401,6 +648,81 @@
  * Every QP attribute mask bit this ABI version defines.
  */
 #define IV_QP_ATTR_ALL ((1 << 21) - 1)
+
+/**
+ * `IOCTL_IV_CQ_NOTIFY`: do not arm (the ULP armed the CQ itself).
+ */
+#define IV_NOTIFY_NO_ARM 0
+
+/**
+ * `IOCTL_IV_CQ_NOTIFY`: arm for the next completion.
+ */
+#define IV_NOTIFY_NEXT 1
+
+/**
+ * `IOCTL_IV_CQ_NOTIFY`: arm for the next solicited (or error) completion.
+ */
+#define IV_NOTIFY_SOLICITED 2
+
+/**
+ * Async event: a CQ overran or failed.
+ */
+#define IV_EVENT_CQ_ERR 0
+
+/**
+ * Async event: a QP hit a fatal error (now in ERR).
+ */
+#define IV_EVENT_QP_FATAL 1
+
+/**
+ * Async event: invalid request on a QP.
+ */
+#define IV_EVENT_QP_REQ_ERR 2
+
+/**
+ * Async event: access violation on a QP.
+ */
+#define IV_EVENT_QP_ACCESS_ERR 3
+
+/**
+ * Async event: communication established (first packet in RTR).
+ */
+#define IV_EVENT_COMM_EST 4
+
+/**
+ * Async event: the SQ of a QP in SQD drained.
+ */
+#define IV_EVENT_SQ_DRAINED 5
+
+/**
+ * Async event: the device failed.
+ */
+#define IV_EVENT_DEVICE_FATAL 8
+
+/**
+ * Async event: a port became active.
+ */
+#define IV_EVENT_PORT_ACTIVE 9
+
+/**
+ * Async event: a port went down.
+ */
+#define IV_EVENT_PORT_ERR 10
+
+/**
+ * Async event: an SRQ failed.
+ */
+#define IV_EVENT_SRQ_ERR 14
+
+/**
+ * Async event: an SRQ dropped below its limit (the limit is disarmed).
+ */
+#define IV_EVENT_SRQ_LIMIT_REACHED 15
+
+/**
+ * Async event: the last WQE of a QP on an SRQ was reached.
+ */
+#define IV_EVENT_QP_LAST_WQE_REACHED 16
 
 /**
  * SRQ attribute mask: `max_wr` (resize).
@@ -858,6 +1180,29 @@ typedef struct IvCreateCqIn {
 } IvCreateCqIn;
 
 /**
+ * Where a ring lives, as the create verbs return it. Addresses are in the
+ * caller's address space (a user mapping for user-mode callers).
+ */
+typedef struct IvRingMap {
+  /**
+   * Address of the first slot.
+   */
+  uint64_t entries_addr;
+  /**
+   * Address of the [`IvRingControl`].
+   */
+  uint64_t control_addr;
+  /**
+   * Number of slots (a power of two; 0: no ring).
+   */
+  uint32_t entries;
+  /**
+   * Bytes per slot (a power of two).
+   */
+  uint32_t stride;
+} IvRingMap;
+
+/**
  * Response of `IOCTL_IV_CREATE_CQ`.
  */
 typedef struct IvCreateCqOut {
@@ -873,6 +1218,10 @@ typedef struct IvCreateCqOut {
    * Actual number of entries (at least the number asked).
    */
   uint32_t cqe;
+  /**
+   * The CQ ring, mapped into the caller's address space.
+   */
+  struct IvRingMap ring;
 } IvCreateCqOut;
 
 /**
@@ -905,6 +1254,10 @@ typedef struct IvResizeCqOut {
    * Reserved, zero.
    */
   uint32_t reserved;
+  /**
+   * The new ring (unpolled entries were moved to it; the old one is gone).
+   */
+  struct IvRingMap ring;
 } IvResizeCqOut;
 
 /**
@@ -995,6 +1348,14 @@ typedef struct IvCreateQpOut {
    * Actual work queue sizes (at least the ones asked).
    */
   struct IvQpCap cap;
+  /**
+   * The send queue ring.
+   */
+  struct IvRingMap sq;
+  /**
+   * The receive queue ring (`entries == 0` with an SRQ).
+   */
+  struct IvRingMap rq;
 } IvCreateQpOut;
 
 /**
@@ -1269,6 +1630,10 @@ typedef struct IvCreateSrqOut {
    * Reserved, zero.
    */
   uint32_t reserved;
+  /**
+   * The SRQ ring.
+   */
+  struct IvRingMap ring;
 } IvCreateSrqOut;
 
 /**
@@ -1341,7 +1706,299 @@ typedef struct IvCreateAhOut {
    * The AH's handle.
    */
   IvHandle ah;
+  /**
+   * The AH number, named by UD send WQEs (`IvSendWqe::ahn`).
+   */
+  uint32_t ahn;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
 } IvCreateAhOut;
+
+/**
+ * Request of `IOCTL_IV_CQ_NOTIFY`.
+ */
+typedef struct IvCqNotifyIn {
+  /**
+   * The CQ.
+   */
+  IvHandle cq;
+  /**
+   * `IV_NOTIFY_*`: arm the CQ before waiting (or not, when the ULP armed
+   * it with `req_notify_cq`).
+   */
+  uint32_t arm;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvCqNotifyIn;
+
+/**
+ * Response of `IOCTL_IV_CQ_NOTIFY` and `IOCTL_IV_GET_CQ_EVENT`.
+ */
+typedef struct IvCqEventOut {
+  /**
+   * The CQ that got the event.
+   */
+  IvHandle cq;
+  /**
+   * Its `user_context` from creation.
+   */
+  uint64_t user_context;
+} IvCqEventOut;
+
+/**
+ * Response of `IOCTL_IV_CREATE_CHANNEL`.
+ */
+typedef struct IvCreateChannelOut {
+  /**
+   * The completion channel's handle.
+   */
+  IvHandle channel;
+} IvCreateChannelOut;
+
+/**
+ * Request of `IOCTL_IV_ACK_CQ_EVENTS` and `IOCTL_IV_ACK_ASYNC_EVENT`.
+ */
+typedef struct IvAckIn {
+  /**
+   * The CQ (or the QP, SRQ or CQ the async event named; 0 for port and
+   * device events).
+   */
+  IvHandle handle;
+  /**
+   * Events acknowledged (at least 1).
+   */
+  uint32_t count;
+  /**
+   * Async events: the `IV_EVENT_*` acknowledged; CQ events: zero.
+   */
+  uint32_t event_type;
+} IvAckIn;
+
+/**
+ * Response of `IOCTL_IV_GET_ASYNC_EVENT`.
+ */
+typedef struct IvAsyncEventOut {
+  /**
+   * `IV_EVENT_*`.
+   */
+  uint32_t event_type;
+  /**
+   * Port events: the port number.
+   */
+  uint32_t port_num;
+  /**
+   * The QP, SRQ or CQ the event is about (0 for port and device events).
+   */
+  IvHandle handle;
+  /**
+   * That object's `user_context`.
+   */
+  uint64_t user_context;
+} IvAsyncEventOut;
+
+/**
+ * One ring index, alone on its cache line (64 bytes; the ring memory is
+ * page-aligned, so every index starts a cache line).
+ */
+typedef struct IvRingIndex {
+  /**
+   * The index (free-running).
+   */
+  uint32_t value;
+  /**
+   * Padding to the end of the cache line.
+   */
+  uint32_t reserved[15];
+} IvRingIndex;
+
+/**
+ * The control block of a ring: producer, consumer and arm words on separate
+ * cache lines.
+ */
+typedef struct IvRingControl {
+  /**
+   * Producer index (written by the producer only).
+   */
+  struct IvRingIndex producer;
+  /**
+   * Consumer index (written by the consumer only).
+   */
+  struct IvRingIndex consumer;
+  /**
+   * CQs: the arm word written by `req_notify_cq` (see [`IV_CQ_ARM_NEXT`]).
+   * Work queues: unused.
+   */
+  struct IvRingIndex arm;
+} IvRingControl;
+
+/**
+ * A send work queue element header (64 bytes).
+ */
+typedef struct IvSendWqe {
+  /**
+   * Returned in the completion.
+   */
+  uint64_t wr_id;
+  /**
+   * `IV_WR_*`.
+   */
+  uint8_t opcode;
+  /**
+   * `IV_SEND_*`.
+   */
+  uint8_t flags;
+  /**
+   * SGEs following the header (0 with inline data).
+   */
+  uint16_t num_sge;
+  /**
+   * Immediate data (network byte order as written by the ULP) or the rkey
+   * to invalidate.
+   */
+  uint32_t imm_or_inv;
+  /**
+   * RDMA / atomic: remote address.
+   */
+  uint64_t remote_addr;
+  /**
+   * RDMA / atomic: remote key.
+   */
+  uint32_t rkey;
+  /**
+   * Inline data length in bytes (with `IV_SEND_INLINE`).
+   */
+  uint32_t inline_len;
+  /**
+   * Atomic: compare value (CMP_AND_SWP) or add value (FETCH_AND_ADD).
+   */
+  uint64_t compare_add;
+  /**
+   * Atomic: swap value (CMP_AND_SWP).
+   */
+  uint64_t swap;
+  /**
+   * UD: the address handle number (from `IOCTL_IV_CREATE_AH`).
+   */
+  uint32_t ahn;
+  /**
+   * UD: destination QP number.
+   */
+  uint32_t remote_qpn;
+  /**
+   * UD: destination Q_Key.
+   */
+  uint32_t remote_qkey;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvSendWqe;
+
+/**
+ * A receive work queue element header (16 bytes).
+ */
+typedef struct IvRecvWqe {
+  /**
+   * Returned in the completion.
+   */
+  uint64_t wr_id;
+  /**
+   * SGEs following the header.
+   */
+  uint32_t num_sge;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvRecvWqe;
+
+/**
+ * A scatter/gather element (16 bytes).
+ */
+typedef struct IvSge {
+  /**
+   * Start address, inside the MR `lkey` names.
+   */
+  uint64_t addr;
+  /**
+   * Length in bytes.
+   */
+  uint32_t length;
+  /**
+   * The local key of the MR.
+   */
+  uint32_t lkey;
+} IvSge;
+
+/**
+ * A completion queue entry (64 bytes).
+ */
+typedef struct IvCqe {
+  /**
+   * The work request's id.
+   */
+  uint64_t wr_id;
+  /**
+   * `IV_WC_*` status.
+   */
+  uint32_t status;
+  /**
+   * `IV_WC_OP_*`.
+   */
+  uint32_t opcode;
+  /**
+   * Vendor error detail (0 on success).
+   */
+  uint32_t vendor_err;
+  /**
+   * Bytes received (receives, RDMA READ) or transferred.
+   */
+  uint32_t byte_len;
+  /**
+   * Immediate data (`IV_WC_WITH_IMM`) or invalidated rkey (`IV_WC_WITH_INV`).
+   */
+  uint32_t imm_or_inv;
+  /**
+   * The local QP number.
+   */
+  uint32_t qp_num;
+  /**
+   * UD receives: the source QP number.
+   */
+  uint32_t src_qp;
+  /**
+   * `IV_WC_GRH`, `IV_WC_WITH_IMM`, `IV_WC_WITH_INV`.
+   */
+  uint32_t wc_flags;
+  /**
+   * P_Key index.
+   */
+  uint16_t pkey_index;
+  /**
+   * Source LID (0 on RoCE).
+   */
+  uint16_t slid;
+  /**
+   * Service level.
+   */
+  uint8_t sl;
+  /**
+   * DLID path bits.
+   */
+  uint8_t dlid_path_bits;
+  /**
+   * Reserved, zero.
+   */
+  uint16_t reserved0;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved[4];
+} IvCqe;
 
 /**
  * The operation completed successfully.
@@ -1479,6 +2136,14 @@ typedef struct IvCreateAhOut {
  */
 #ifndef STATUS_DATATYPE_MISALIGNMENT_ERROR
 #define STATUS_DATATYPE_MISALIGNMENT_ERROR -1073741115
+#endif
+
+/**
+ * A CQ overran (its waiters complete with this when it fails).
+ * `ntstatus.h`: `0xC000003C`.
+ */
+#ifndef STATUS_DATA_OVERRUN
+#define STATUS_DATA_OVERRUN -1073741764
 #endif
 
 /**

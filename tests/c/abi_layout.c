@@ -152,12 +152,13 @@ IV_STATIC_ASSERT(offsetof(IvCreateCqIn, comp_vector) == 4, "offsetof(IvCreateCqI
 IV_STATIC_ASSERT(offsetof(IvCreateCqIn, channel) == 8, "offsetof(IvCreateCqIn, channel)");
 IV_STATIC_ASSERT(offsetof(IvCreateCqIn, user_context) == 16, "offsetof(IvCreateCqIn, user_context)");
 
-IV_STATIC_ASSERT(sizeof(IvCreateCqOut) == 16, "sizeof(IvCreateCqOut)");
+IV_STATIC_ASSERT(sizeof(IvCreateCqOut) == 40, "sizeof(IvCreateCqOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateCqOut) == 8, "alignof(IvCreateCqOut)");
 IV_STATIC_ASSERT(sizeof(struct IvCreateCqOut) == sizeof(IvCreateCqOut), "struct IvCreateCqOut");
 IV_STATIC_ASSERT(offsetof(IvCreateCqOut, cq) == 0, "offsetof(IvCreateCqOut, cq)");
 IV_STATIC_ASSERT(offsetof(IvCreateCqOut, cqn) == 8, "offsetof(IvCreateCqOut, cqn)");
 IV_STATIC_ASSERT(offsetof(IvCreateCqOut, cqe) == 12, "offsetof(IvCreateCqOut, cqe)");
+IV_STATIC_ASSERT(offsetof(IvCreateCqOut, ring) == 16, "offsetof(IvCreateCqOut, ring)");
 
 IV_STATIC_ASSERT(sizeof(IvResizeCqIn) == 16, "sizeof(IvResizeCqIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvResizeCqIn) == 8, "alignof(IvResizeCqIn)");
@@ -166,11 +167,12 @@ IV_STATIC_ASSERT(offsetof(IvResizeCqIn, cq) == 0, "offsetof(IvResizeCqIn, cq)");
 IV_STATIC_ASSERT(offsetof(IvResizeCqIn, cqe) == 8, "offsetof(IvResizeCqIn, cqe)");
 IV_STATIC_ASSERT(offsetof(IvResizeCqIn, reserved) == 12, "offsetof(IvResizeCqIn, reserved)");
 
-IV_STATIC_ASSERT(sizeof(IvResizeCqOut) == 8, "sizeof(IvResizeCqOut)");
-IV_STATIC_ASSERT(IV_ALIGNOF(IvResizeCqOut) == 4, "alignof(IvResizeCqOut)");
+IV_STATIC_ASSERT(sizeof(IvResizeCqOut) == 32, "sizeof(IvResizeCqOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvResizeCqOut) == 8, "alignof(IvResizeCqOut)");
 IV_STATIC_ASSERT(sizeof(struct IvResizeCqOut) == sizeof(IvResizeCqOut), "struct IvResizeCqOut");
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, cqe) == 0, "offsetof(IvResizeCqOut, cqe)");
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, reserved) == 4, "offsetof(IvResizeCqOut, reserved)");
+IV_STATIC_ASSERT(offsetof(IvResizeCqOut, ring) == 8, "offsetof(IvResizeCqOut, ring)");
 
 IV_STATIC_ASSERT(sizeof(IvQpCap) == 24, "sizeof(IvQpCap)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvQpCap) == 4, "alignof(IvQpCap)");
@@ -194,13 +196,15 @@ IV_STATIC_ASSERT(offsetof(IvCreateQpIn, qp_type) == 40, "offsetof(IvCreateQpIn, 
 IV_STATIC_ASSERT(offsetof(IvCreateQpIn, sq_sig_all) == 44, "offsetof(IvCreateQpIn, sq_sig_all)");
 IV_STATIC_ASSERT(offsetof(IvCreateQpIn, cap) == 48, "offsetof(IvCreateQpIn, cap)");
 
-IV_STATIC_ASSERT(sizeof(IvCreateQpOut) == 40, "sizeof(IvCreateQpOut)");
+IV_STATIC_ASSERT(sizeof(IvCreateQpOut) == 88, "sizeof(IvCreateQpOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateQpOut) == 8, "alignof(IvCreateQpOut)");
 IV_STATIC_ASSERT(sizeof(struct IvCreateQpOut) == sizeof(IvCreateQpOut), "struct IvCreateQpOut");
 IV_STATIC_ASSERT(offsetof(IvCreateQpOut, qp) == 0, "offsetof(IvCreateQpOut, qp)");
 IV_STATIC_ASSERT(offsetof(IvCreateQpOut, qpn) == 8, "offsetof(IvCreateQpOut, qpn)");
 IV_STATIC_ASSERT(offsetof(IvCreateQpOut, reserved) == 12, "offsetof(IvCreateQpOut, reserved)");
 IV_STATIC_ASSERT(offsetof(IvCreateQpOut, cap) == 16, "offsetof(IvCreateQpOut, cap)");
+IV_STATIC_ASSERT(offsetof(IvCreateQpOut, sq) == 40, "offsetof(IvCreateQpOut, sq)");
+IV_STATIC_ASSERT(offsetof(IvCreateQpOut, rq) == 64, "offsetof(IvCreateQpOut, rq)");
 
 IV_STATIC_ASSERT(sizeof(IvAhAttr) == 32, "sizeof(IvAhAttr)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvAhAttr) == 4, "alignof(IvAhAttr)");
@@ -276,7 +280,7 @@ IV_STATIC_ASSERT(offsetof(IvCreateSrqIn, max_sge) == 20, "offsetof(IvCreateSrqIn
 IV_STATIC_ASSERT(offsetof(IvCreateSrqIn, srq_limit) == 24, "offsetof(IvCreateSrqIn, srq_limit)");
 IV_STATIC_ASSERT(offsetof(IvCreateSrqIn, reserved) == 28, "offsetof(IvCreateSrqIn, reserved)");
 
-IV_STATIC_ASSERT(sizeof(IvCreateSrqOut) == 24, "sizeof(IvCreateSrqOut)");
+IV_STATIC_ASSERT(sizeof(IvCreateSrqOut) == 48, "sizeof(IvCreateSrqOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateSrqOut) == 8, "alignof(IvCreateSrqOut)");
 IV_STATIC_ASSERT(sizeof(struct IvCreateSrqOut) == sizeof(IvCreateSrqOut), "struct IvCreateSrqOut");
 IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, srq) == 0, "offsetof(IvCreateSrqOut, srq)");
@@ -284,6 +288,7 @@ IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, srqn) == 8, "offsetof(IvCreateSrqOut, 
 IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, max_wr) == 12, "offsetof(IvCreateSrqOut, max_wr)");
 IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, max_sge) == 16, "offsetof(IvCreateSrqOut, max_sge)");
 IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, reserved) == 20, "offsetof(IvCreateSrqOut, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCreateSrqOut, ring) == 24, "offsetof(IvCreateSrqOut, ring)");
 
 IV_STATIC_ASSERT(sizeof(IvModifySrqIn) == 24, "sizeof(IvModifySrqIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvModifySrqIn) == 8, "alignof(IvModifySrqIn)");
@@ -308,10 +313,117 @@ IV_STATIC_ASSERT(sizeof(struct IvCreateAhIn) == sizeof(IvCreateAhIn), "struct Iv
 IV_STATIC_ASSERT(offsetof(IvCreateAhIn, pd) == 0, "offsetof(IvCreateAhIn, pd)");
 IV_STATIC_ASSERT(offsetof(IvCreateAhIn, attr) == 8, "offsetof(IvCreateAhIn, attr)");
 
-IV_STATIC_ASSERT(sizeof(IvCreateAhOut) == 8, "sizeof(IvCreateAhOut)");
+IV_STATIC_ASSERT(sizeof(IvCreateAhOut) == 16, "sizeof(IvCreateAhOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateAhOut) == 8, "alignof(IvCreateAhOut)");
 IV_STATIC_ASSERT(sizeof(struct IvCreateAhOut) == sizeof(IvCreateAhOut), "struct IvCreateAhOut");
 IV_STATIC_ASSERT(offsetof(IvCreateAhOut, ah) == 0, "offsetof(IvCreateAhOut, ah)");
+IV_STATIC_ASSERT(offsetof(IvCreateAhOut, ahn) == 8, "offsetof(IvCreateAhOut, ahn)");
+IV_STATIC_ASSERT(offsetof(IvCreateAhOut, reserved) == 12, "offsetof(IvCreateAhOut, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvCqNotifyIn) == 16, "sizeof(IvCqNotifyIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCqNotifyIn) == 8, "alignof(IvCqNotifyIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCqNotifyIn) == sizeof(IvCqNotifyIn), "struct IvCqNotifyIn");
+IV_STATIC_ASSERT(offsetof(IvCqNotifyIn, cq) == 0, "offsetof(IvCqNotifyIn, cq)");
+IV_STATIC_ASSERT(offsetof(IvCqNotifyIn, arm) == 8, "offsetof(IvCqNotifyIn, arm)");
+IV_STATIC_ASSERT(offsetof(IvCqNotifyIn, reserved) == 12, "offsetof(IvCqNotifyIn, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvCqEventOut) == 16, "sizeof(IvCqEventOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCqEventOut) == 8, "alignof(IvCqEventOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCqEventOut) == sizeof(IvCqEventOut), "struct IvCqEventOut");
+IV_STATIC_ASSERT(offsetof(IvCqEventOut, cq) == 0, "offsetof(IvCqEventOut, cq)");
+IV_STATIC_ASSERT(offsetof(IvCqEventOut, user_context) == 8, "offsetof(IvCqEventOut, user_context)");
+
+IV_STATIC_ASSERT(sizeof(IvCreateChannelOut) == 8, "sizeof(IvCreateChannelOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateChannelOut) == 8, "alignof(IvCreateChannelOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCreateChannelOut) == sizeof(IvCreateChannelOut), "struct IvCreateChannelOut");
+IV_STATIC_ASSERT(offsetof(IvCreateChannelOut, channel) == 0, "offsetof(IvCreateChannelOut, channel)");
+
+IV_STATIC_ASSERT(sizeof(IvAckIn) == 16, "sizeof(IvAckIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvAckIn) == 8, "alignof(IvAckIn)");
+IV_STATIC_ASSERT(sizeof(struct IvAckIn) == sizeof(IvAckIn), "struct IvAckIn");
+IV_STATIC_ASSERT(offsetof(IvAckIn, handle) == 0, "offsetof(IvAckIn, handle)");
+IV_STATIC_ASSERT(offsetof(IvAckIn, count) == 8, "offsetof(IvAckIn, count)");
+IV_STATIC_ASSERT(offsetof(IvAckIn, event_type) == 12, "offsetof(IvAckIn, event_type)");
+
+IV_STATIC_ASSERT(sizeof(IvAsyncEventOut) == 24, "sizeof(IvAsyncEventOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvAsyncEventOut) == 8, "alignof(IvAsyncEventOut)");
+IV_STATIC_ASSERT(sizeof(struct IvAsyncEventOut) == sizeof(IvAsyncEventOut), "struct IvAsyncEventOut");
+IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, event_type) == 0, "offsetof(IvAsyncEventOut, event_type)");
+IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, port_num) == 4, "offsetof(IvAsyncEventOut, port_num)");
+IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, handle) == 8, "offsetof(IvAsyncEventOut, handle)");
+IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, user_context) == 16, "offsetof(IvAsyncEventOut, user_context)");
+
+IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
+IV_STATIC_ASSERT(sizeof(struct IvRingIndex) == sizeof(IvRingIndex), "struct IvRingIndex");
+IV_STATIC_ASSERT(offsetof(IvRingIndex, value) == 0, "offsetof(IvRingIndex, value)");
+IV_STATIC_ASSERT(offsetof(IvRingIndex, reserved) == 4, "offsetof(IvRingIndex, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvRingControl) == 192, "sizeof(IvRingControl)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvRingControl) == 4, "alignof(IvRingControl)");
+IV_STATIC_ASSERT(sizeof(struct IvRingControl) == sizeof(IvRingControl), "struct IvRingControl");
+IV_STATIC_ASSERT(offsetof(IvRingControl, producer) == 0, "offsetof(IvRingControl, producer)");
+IV_STATIC_ASSERT(offsetof(IvRingControl, consumer) == 64, "offsetof(IvRingControl, consumer)");
+IV_STATIC_ASSERT(offsetof(IvRingControl, arm) == 128, "offsetof(IvRingControl, arm)");
+
+IV_STATIC_ASSERT(sizeof(IvRingMap) == 24, "sizeof(IvRingMap)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvRingMap) == 8, "alignof(IvRingMap)");
+IV_STATIC_ASSERT(sizeof(struct IvRingMap) == sizeof(IvRingMap), "struct IvRingMap");
+IV_STATIC_ASSERT(offsetof(IvRingMap, entries_addr) == 0, "offsetof(IvRingMap, entries_addr)");
+IV_STATIC_ASSERT(offsetof(IvRingMap, control_addr) == 8, "offsetof(IvRingMap, control_addr)");
+IV_STATIC_ASSERT(offsetof(IvRingMap, entries) == 16, "offsetof(IvRingMap, entries)");
+IV_STATIC_ASSERT(offsetof(IvRingMap, stride) == 20, "offsetof(IvRingMap, stride)");
+
+IV_STATIC_ASSERT(sizeof(IvSendWqe) == 64, "sizeof(IvSendWqe)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvSendWqe) == 8, "alignof(IvSendWqe)");
+IV_STATIC_ASSERT(sizeof(struct IvSendWqe) == sizeof(IvSendWqe), "struct IvSendWqe");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, wr_id) == 0, "offsetof(IvSendWqe, wr_id)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, opcode) == 8, "offsetof(IvSendWqe, opcode)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, flags) == 9, "offsetof(IvSendWqe, flags)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, num_sge) == 10, "offsetof(IvSendWqe, num_sge)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, imm_or_inv) == 12, "offsetof(IvSendWqe, imm_or_inv)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, remote_addr) == 16, "offsetof(IvSendWqe, remote_addr)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, rkey) == 24, "offsetof(IvSendWqe, rkey)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, inline_len) == 28, "offsetof(IvSendWqe, inline_len)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, compare_add) == 32, "offsetof(IvSendWqe, compare_add)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, swap) == 40, "offsetof(IvSendWqe, swap)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, ahn) == 48, "offsetof(IvSendWqe, ahn)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, remote_qpn) == 52, "offsetof(IvSendWqe, remote_qpn)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, remote_qkey) == 56, "offsetof(IvSendWqe, remote_qkey)");
+IV_STATIC_ASSERT(offsetof(IvSendWqe, reserved) == 60, "offsetof(IvSendWqe, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvRecvWqe) == 16, "sizeof(IvRecvWqe)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvRecvWqe) == 8, "alignof(IvRecvWqe)");
+IV_STATIC_ASSERT(sizeof(struct IvRecvWqe) == sizeof(IvRecvWqe), "struct IvRecvWqe");
+IV_STATIC_ASSERT(offsetof(IvRecvWqe, wr_id) == 0, "offsetof(IvRecvWqe, wr_id)");
+IV_STATIC_ASSERT(offsetof(IvRecvWqe, num_sge) == 8, "offsetof(IvRecvWqe, num_sge)");
+IV_STATIC_ASSERT(offsetof(IvRecvWqe, reserved) == 12, "offsetof(IvRecvWqe, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvSge) == 16, "sizeof(IvSge)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvSge) == 8, "alignof(IvSge)");
+IV_STATIC_ASSERT(sizeof(struct IvSge) == sizeof(IvSge), "struct IvSge");
+IV_STATIC_ASSERT(offsetof(IvSge, addr) == 0, "offsetof(IvSge, addr)");
+IV_STATIC_ASSERT(offsetof(IvSge, length) == 8, "offsetof(IvSge, length)");
+IV_STATIC_ASSERT(offsetof(IvSge, lkey) == 12, "offsetof(IvSge, lkey)");
+
+IV_STATIC_ASSERT(sizeof(IvCqe) == 64, "sizeof(IvCqe)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCqe) == 8, "alignof(IvCqe)");
+IV_STATIC_ASSERT(sizeof(struct IvCqe) == sizeof(IvCqe), "struct IvCqe");
+IV_STATIC_ASSERT(offsetof(IvCqe, wr_id) == 0, "offsetof(IvCqe, wr_id)");
+IV_STATIC_ASSERT(offsetof(IvCqe, status) == 8, "offsetof(IvCqe, status)");
+IV_STATIC_ASSERT(offsetof(IvCqe, opcode) == 12, "offsetof(IvCqe, opcode)");
+IV_STATIC_ASSERT(offsetof(IvCqe, vendor_err) == 16, "offsetof(IvCqe, vendor_err)");
+IV_STATIC_ASSERT(offsetof(IvCqe, byte_len) == 20, "offsetof(IvCqe, byte_len)");
+IV_STATIC_ASSERT(offsetof(IvCqe, imm_or_inv) == 24, "offsetof(IvCqe, imm_or_inv)");
+IV_STATIC_ASSERT(offsetof(IvCqe, qp_num) == 28, "offsetof(IvCqe, qp_num)");
+IV_STATIC_ASSERT(offsetof(IvCqe, src_qp) == 32, "offsetof(IvCqe, src_qp)");
+IV_STATIC_ASSERT(offsetof(IvCqe, wc_flags) == 36, "offsetof(IvCqe, wc_flags)");
+IV_STATIC_ASSERT(offsetof(IvCqe, pkey_index) == 40, "offsetof(IvCqe, pkey_index)");
+IV_STATIC_ASSERT(offsetof(IvCqe, slid) == 42, "offsetof(IvCqe, slid)");
+IV_STATIC_ASSERT(offsetof(IvCqe, sl) == 44, "offsetof(IvCqe, sl)");
+IV_STATIC_ASSERT(offsetof(IvCqe, dlid_path_bits) == 45, "offsetof(IvCqe, dlid_path_bits)");
+IV_STATIC_ASSERT(offsetof(IvCqe, reserved0) == 46, "offsetof(IvCqe, reserved0)");
+IV_STATIC_ASSERT(offsetof(IvCqe, reserved) == 48, "offsetof(IvCqe, reserved)");
 
 /* ---- IOCTL codes (irpverbs_abi::IOCTLS) */
 
@@ -337,6 +449,13 @@ IV_STATIC_ASSERT(IOCTL_IV_QUERY_SRQ == 0x003B60C8u, "IOCTL_IV_QUERY_SRQ");
 IV_STATIC_ASSERT(IOCTL_IV_DESTROY_SRQ == 0x003BE0CCu, "IOCTL_IV_DESTROY_SRQ");
 IV_STATIC_ASSERT(IOCTL_IV_CREATE_AH == 0x003BE0E0u, "IOCTL_IV_CREATE_AH");
 IV_STATIC_ASSERT(IOCTL_IV_DESTROY_AH == 0x003BE0E4u, "IOCTL_IV_DESTROY_AH");
+IV_STATIC_ASSERT(IOCTL_IV_CQ_NOTIFY == 0x003BE090u, "IOCTL_IV_CQ_NOTIFY");
+IV_STATIC_ASSERT(IOCTL_IV_CREATE_CHANNEL == 0x003BE100u, "IOCTL_IV_CREATE_CHANNEL");
+IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CHANNEL == 0x003BE104u, "IOCTL_IV_DESTROY_CHANNEL");
+IV_STATIC_ASSERT(IOCTL_IV_GET_CQ_EVENT == 0x003BE108u, "IOCTL_IV_GET_CQ_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_ACK_CQ_EVENTS == 0x003BE10Cu, "IOCTL_IV_ACK_CQ_EVENTS");
+IV_STATIC_ASSERT(IOCTL_IV_GET_ASYNC_EVENT == 0x003BE120u, "IOCTL_IV_GET_ASYNC_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_ACK_ASYNC_EVENT == 0x003BE124u, "IOCTL_IV_ACK_ASYNC_EVENT");
 
 /* ---- constants */
 
@@ -409,6 +528,62 @@ IV_STATIC_ASSERT(IV_DEVICE_RC_RNR_NAK_GEN == 0x00001000u, "IV_DEVICE_RC_RNR_NAK_
 IV_STATIC_ASSERT(IV_DEVICE_PORT_ACTIVE_EVENT == 0x00000080u, "IV_DEVICE_PORT_ACTIVE_EVENT");
 IV_STATIC_ASSERT(IV_DEVICE_RESIZE_MAX_WR == 0x00000001u, "IV_DEVICE_RESIZE_MAX_WR");
 IV_STATIC_ASSERT(STATUS_SUCCESS == 0x00000000u, "STATUS_SUCCESS");
+IV_STATIC_ASSERT(IV_CQ_ARM_NEXT == 0x80000000u, "IV_CQ_ARM_NEXT");
+IV_STATIC_ASSERT(IV_CQ_ARM_SOLICITED == 0x40000000u, "IV_CQ_ARM_SOLICITED");
+IV_STATIC_ASSERT(IV_EVENT_COMM_EST == 0x00000004u, "IV_EVENT_COMM_EST");
+IV_STATIC_ASSERT(IV_EVENT_CQ_ERR == 0x00000000u, "IV_EVENT_CQ_ERR");
+IV_STATIC_ASSERT(IV_EVENT_DEVICE_FATAL == 0x00000008u, "IV_EVENT_DEVICE_FATAL");
+IV_STATIC_ASSERT(IV_EVENT_PORT_ACTIVE == 0x00000009u, "IV_EVENT_PORT_ACTIVE");
+IV_STATIC_ASSERT(IV_EVENT_PORT_ERR == 0x0000000Au, "IV_EVENT_PORT_ERR");
+IV_STATIC_ASSERT(IV_EVENT_QP_ACCESS_ERR == 0x00000003u, "IV_EVENT_QP_ACCESS_ERR");
+IV_STATIC_ASSERT(IV_EVENT_QP_FATAL == 0x00000001u, "IV_EVENT_QP_FATAL");
+IV_STATIC_ASSERT(IV_EVENT_QP_LAST_WQE_REACHED == 0x00000010u, "IV_EVENT_QP_LAST_WQE_REACHED");
+IV_STATIC_ASSERT(IV_EVENT_QP_REQ_ERR == 0x00000002u, "IV_EVENT_QP_REQ_ERR");
+IV_STATIC_ASSERT(IV_EVENT_SQ_DRAINED == 0x00000005u, "IV_EVENT_SQ_DRAINED");
+IV_STATIC_ASSERT(IV_EVENT_SRQ_ERR == 0x0000000Eu, "IV_EVENT_SRQ_ERR");
+IV_STATIC_ASSERT(IV_EVENT_SRQ_LIMIT_REACHED == 0x0000000Fu, "IV_EVENT_SRQ_LIMIT_REACHED");
+IV_STATIC_ASSERT(IV_GRH_LEN == 0x00000028u, "IV_GRH_LEN");
+IV_STATIC_ASSERT(IV_NOTIFY_NEXT == 0x00000001u, "IV_NOTIFY_NEXT");
+IV_STATIC_ASSERT(IV_NOTIFY_NO_ARM == 0x00000000u, "IV_NOTIFY_NO_ARM");
+IV_STATIC_ASSERT(IV_NOTIFY_SOLICITED == 0x00000002u, "IV_NOTIFY_SOLICITED");
+IV_STATIC_ASSERT(IV_SEND_FENCE == 0x00000008u, "IV_SEND_FENCE");
+IV_STATIC_ASSERT(IV_SEND_INLINE == 0x00000004u, "IV_SEND_INLINE");
+IV_STATIC_ASSERT(IV_SEND_SIGNALED == 0x00000001u, "IV_SEND_SIGNALED");
+IV_STATIC_ASSERT(IV_SEND_SOLICITED == 0x00000002u, "IV_SEND_SOLICITED");
+IV_STATIC_ASSERT(IV_WC_BAD_RESP_ERR == 0x00000007u, "IV_WC_BAD_RESP_ERR");
+IV_STATIC_ASSERT(IV_WC_FATAL_ERR == 0x00000013u, "IV_WC_FATAL_ERR");
+IV_STATIC_ASSERT(IV_WC_GENERAL_ERR == 0x00000015u, "IV_WC_GENERAL_ERR");
+IV_STATIC_ASSERT(IV_WC_GRH == 0x00000001u, "IV_WC_GRH");
+IV_STATIC_ASSERT(IV_WC_LOC_ACCESS_ERR == 0x00000008u, "IV_WC_LOC_ACCESS_ERR");
+IV_STATIC_ASSERT(IV_WC_LOC_LEN_ERR == 0x00000001u, "IV_WC_LOC_LEN_ERR");
+IV_STATIC_ASSERT(IV_WC_LOC_PROT_ERR == 0x00000004u, "IV_WC_LOC_PROT_ERR");
+IV_STATIC_ASSERT(IV_WC_LOC_QP_OP_ERR == 0x00000002u, "IV_WC_LOC_QP_OP_ERR");
+IV_STATIC_ASSERT(IV_WC_OP_COMP_SWAP == 0x00000003u, "IV_WC_OP_COMP_SWAP");
+IV_STATIC_ASSERT(IV_WC_OP_FETCH_ADD == 0x00000004u, "IV_WC_OP_FETCH_ADD");
+IV_STATIC_ASSERT(IV_WC_OP_RDMA_READ == 0x00000002u, "IV_WC_OP_RDMA_READ");
+IV_STATIC_ASSERT(IV_WC_OP_RDMA_WRITE == 0x00000001u, "IV_WC_OP_RDMA_WRITE");
+IV_STATIC_ASSERT(IV_WC_OP_RECV == 0x00000080u, "IV_WC_OP_RECV");
+IV_STATIC_ASSERT(IV_WC_OP_RECV_RDMA_WITH_IMM == 0x00000081u, "IV_WC_OP_RECV_RDMA_WITH_IMM");
+IV_STATIC_ASSERT(IV_WC_OP_SEND == 0x00000000u, "IV_WC_OP_SEND");
+IV_STATIC_ASSERT(IV_WC_REM_ACCESS_ERR == 0x0000000Au, "IV_WC_REM_ACCESS_ERR");
+IV_STATIC_ASSERT(IV_WC_REM_INV_REQ_ERR == 0x00000009u, "IV_WC_REM_INV_REQ_ERR");
+IV_STATIC_ASSERT(IV_WC_REM_OP_ERR == 0x0000000Bu, "IV_WC_REM_OP_ERR");
+IV_STATIC_ASSERT(IV_WC_RETRY_EXC_ERR == 0x0000000Cu, "IV_WC_RETRY_EXC_ERR");
+IV_STATIC_ASSERT(IV_WC_RNR_RETRY_EXC_ERR == 0x0000000Du, "IV_WC_RNR_RETRY_EXC_ERR");
+IV_STATIC_ASSERT(IV_WC_SUCCESS == 0x00000000u, "IV_WC_SUCCESS");
+IV_STATIC_ASSERT(IV_WC_WITH_IMM == 0x00000002u, "IV_WC_WITH_IMM");
+IV_STATIC_ASSERT(IV_WC_WITH_INV == 0x00000008u, "IV_WC_WITH_INV");
+IV_STATIC_ASSERT(IV_WC_WR_FLUSH_ERR == 0x00000005u, "IV_WC_WR_FLUSH_ERR");
+IV_STATIC_ASSERT(IV_WR_ATOMIC_CMP_AND_SWP == 0x00000006u, "IV_WR_ATOMIC_CMP_AND_SWP");
+IV_STATIC_ASSERT(IV_WR_ATOMIC_FETCH_AND_ADD == 0x00000007u, "IV_WR_ATOMIC_FETCH_AND_ADD");
+IV_STATIC_ASSERT(IV_WR_RDMA_READ == 0x00000005u, "IV_WR_RDMA_READ");
+IV_STATIC_ASSERT(IV_WR_RDMA_WRITE == 0x00000003u, "IV_WR_RDMA_WRITE");
+IV_STATIC_ASSERT(IV_WR_RDMA_WRITE_WITH_IMM == 0x00000004u, "IV_WR_RDMA_WRITE_WITH_IMM");
+IV_STATIC_ASSERT(IV_WR_SEND == 0x00000000u, "IV_WR_SEND");
+IV_STATIC_ASSERT(IV_WR_SEND_WITH_IMM == 0x00000001u, "IV_WR_SEND_WITH_IMM");
+IV_STATIC_ASSERT(IV_WR_SEND_WITH_INV == 0x00000002u, "IV_WR_SEND_WITH_INV");
+IV_STATIC_ASSERT(STATUS_DATA_OVERRUN == -1073741764, "STATUS_DATA_OVERRUN");
+IV_STATIC_ASSERT((uint32_t)STATUS_DATA_OVERRUN == 0xC000003Cu, "STATUS_DATA_OVERRUN bits");
 IV_STATIC_ASSERT(STATUS_PENDING == 0x00000103u, "STATUS_PENDING");
 IV_STATIC_ASSERT(STATUS_DEVICE_BUSY == -2147483631, "STATUS_DEVICE_BUSY");
 IV_STATIC_ASSERT((uint32_t)STATUS_DEVICE_BUSY == 0x80000011u, "STATUS_DEVICE_BUSY bits");

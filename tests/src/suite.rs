@@ -762,7 +762,7 @@ fn reserved_fields_must_be_zero(d: &dyn Dut) -> Result<(), String> {
             }
             .as_bytes()
             .to_vec(),
-            8,
+            size_of::<IvResizeCqOut>(),
         ),
         (
             "query_port reserved",
@@ -817,7 +817,7 @@ fn reserved_fields_must_be_zero(d: &dyn Dut) -> Result<(), String> {
             }
             .as_bytes()
             .to_vec(),
-            24,
+            size_of::<IvCreateSrqOut>(),
         ),
         (
             "modify_srq reserved",
@@ -845,7 +845,7 @@ fn reserved_fields_must_be_zero(d: &dyn Dut) -> Result<(), String> {
             }
             .as_bytes()
             .to_vec(),
-            8,
+            size_of::<IvCreateAhOut>(),
         ),
     ];
     for (what, code, bytes, out) in cases {

@@ -175,6 +175,48 @@ pub const IOCTL_IV_DESTROY_AH: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x839 << 2)
     | METHOD_BUFFERED;
 
+/// Wait for an event on one CQ (arming it first if asked). Pended; cancelable. Completes with `STATUS_DELETE_PENDING` if the CQ is destroyed, `STATUS_DATA_OVERRUN` if it fails. In: [`IvCqNotifyIn`]. Out: [`IvCqEventOut`].
+pub const IOCTL_IV_CQ_NOTIFY: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x824 << 2)
+    | METHOD_BUFFERED;
+
+/// Create a completion channel. In: [`IvAllocPdIn`]. Out: [`IvCreateChannelOut`].
+pub const IOCTL_IV_CREATE_CHANNEL: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x840 << 2)
+    | METHOD_BUFFERED;
+
+/// Destroy a completion channel; busy while CQs are bound to it. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_CHANNEL: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x841 << 2)
+    | METHOD_BUFFERED;
+
+/// Take the next CQ event of a channel. Pended until there is one; cancelable. In: [`IvHandleIn`] (the channel). Out: [`IvCqEventOut`].
+pub const IOCTL_IV_GET_CQ_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x842 << 2)
+    | METHOD_BUFFERED;
+
+/// Acknowledge CQ events; a CQ with unacknowledged events cannot be destroyed. In: [`IvAckIn`]. Out: none.
+pub const IOCTL_IV_ACK_CQ_EVENTS: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x843 << 2)
+    | METHOD_BUFFERED;
+
+/// Take the next async event of this file. Pended until there is one; cancelable. In: none. Out: [`IvAsyncEventOut`].
+pub const IOCTL_IV_GET_ASYNC_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x848 << 2)
+    | METHOD_BUFFERED;
+
+/// Acknowledge async events; an object with unacknowledged events cannot be destroyed. In: [`IvAckIn`]. Out: none.
+pub const IOCTL_IV_ACK_ASYNC_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x849 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -348,6 +390,55 @@ pub const IOCTLS: &[IoctlInfo] = &[
         name: "DESTROY_AH",
         code: IOCTL_IV_DESTROY_AH,
         input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CQ_NOTIFY",
+        code: IOCTL_IV_CQ_NOTIFY,
+        input_len: core::mem::size_of::<IvCqNotifyIn>(),
+        output_len: core::mem::size_of::<IvCqEventOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_CHANNEL",
+        code: IOCTL_IV_CREATE_CHANNEL,
+        input_len: core::mem::size_of::<IvAllocPdIn>(),
+        output_len: core::mem::size_of::<IvCreateChannelOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_CHANNEL",
+        code: IOCTL_IV_DESTROY_CHANNEL,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "GET_CQ_EVENT",
+        code: IOCTL_IV_GET_CQ_EVENT,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvCqEventOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "ACK_CQ_EVENTS",
+        code: IOCTL_IV_ACK_CQ_EVENTS,
+        input_len: core::mem::size_of::<IvAckIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "GET_ASYNC_EVENT",
+        code: IOCTL_IV_GET_ASYNC_EVENT,
+        input_len: core::mem::size_of::<()>(),
+        output_len: core::mem::size_of::<IvAsyncEventOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "ACK_ASYNC_EVENT",
+        code: IOCTL_IV_ACK_ASYNC_EVENT,
+        input_len: core::mem::size_of::<IvAckIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },

@@ -20,10 +20,12 @@
 #![deny(missing_docs)]
 
 pub mod ioctl;
+pub mod ring;
 pub mod status;
 mod types;
 
 pub use ioctl::*;
+pub use ring::*;
 pub use status::*;
 pub use types::*;
 

@@ -66,6 +66,9 @@ pub const STATUS_DEVICE_REMOVED: NtStatus = -0x3FFF_FD4A;
 /// A buffer is not aligned as the request struct requires (8 bytes).
 /// `ntstatus.h`: `0xC00002C5`.
 pub const STATUS_DATATYPE_MISALIGNMENT_ERROR: NtStatus = -0x3FFF_FD3B;
+/// A CQ overran (its waiters complete with this when it fails).
+/// `ntstatus.h`: `0xC000003C`.
+pub const STATUS_DATA_OVERRUN: NtStatus = -0x3FFF_FFC4;
 /// The hardware reported an internal error executing a command.
 /// `ntstatus.h`: `0xC0000483`.
 pub const STATUS_DEVICE_HARDWARE_ERROR: NtStatus = -0x3FFF_FB7D;
@@ -98,6 +101,7 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_DEVICE_REMOVED => "STATUS_DEVICE_REMOVED",
         STATUS_DATATYPE_MISALIGNMENT_ERROR => "STATUS_DATATYPE_MISALIGNMENT_ERROR",
         STATUS_DEVICE_HARDWARE_ERROR => "STATUS_DEVICE_HARDWARE_ERROR",
+        STATUS_DATA_OVERRUN => "STATUS_DATA_OVERRUN",
         _ => "STATUS_<unknown>",
     }
 }
@@ -126,6 +130,7 @@ mod tests {
         (STATUS_DEVICE_REMOVED, 0xC000_02B6),
         (STATUS_DATATYPE_MISALIGNMENT_ERROR, 0xC000_02C5),
         (STATUS_DEVICE_HARDWARE_ERROR, 0xC000_0483),
+        (STATUS_DATA_OVERRUN, 0xC000_003C),
     ];
 
     #[test]

@@ -8,6 +8,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::IvHandle;
+use crate::ring::IvRingMap;
 
 /// Implements [`AbiLayout`] for a struct from the list of its fields, in
 /// declaration order. The list is checked: the destructuring pattern below
@@ -29,6 +30,7 @@ macro_rules! abi_layout {
         };
     };
 }
+pub(crate) use abi_layout;
 
 // ---------------------------------------------------------------- constants
 
@@ -130,6 +132,38 @@ pub const IV_QP_CAP: u32 = 1 << 19;
 pub const IV_QP_DEST_QPN: u32 = 1 << 20;
 /// Every QP attribute mask bit this ABI version defines.
 pub const IV_QP_ATTR_ALL: u32 = (1 << 21) - 1;
+
+/// `IOCTL_IV_CQ_NOTIFY`: do not arm (the ULP armed the CQ itself).
+pub const IV_NOTIFY_NO_ARM: u32 = 0;
+/// `IOCTL_IV_CQ_NOTIFY`: arm for the next completion.
+pub const IV_NOTIFY_NEXT: u32 = 1;
+/// `IOCTL_IV_CQ_NOTIFY`: arm for the next solicited (or error) completion.
+pub const IV_NOTIFY_SOLICITED: u32 = 2;
+
+/// Async event: a CQ overran or failed.
+pub const IV_EVENT_CQ_ERR: u32 = 0;
+/// Async event: a QP hit a fatal error (now in ERR).
+pub const IV_EVENT_QP_FATAL: u32 = 1;
+/// Async event: invalid request on a QP.
+pub const IV_EVENT_QP_REQ_ERR: u32 = 2;
+/// Async event: access violation on a QP.
+pub const IV_EVENT_QP_ACCESS_ERR: u32 = 3;
+/// Async event: communication established (first packet in RTR).
+pub const IV_EVENT_COMM_EST: u32 = 4;
+/// Async event: the SQ of a QP in SQD drained.
+pub const IV_EVENT_SQ_DRAINED: u32 = 5;
+/// Async event: the device failed.
+pub const IV_EVENT_DEVICE_FATAL: u32 = 8;
+/// Async event: a port became active.
+pub const IV_EVENT_PORT_ACTIVE: u32 = 9;
+/// Async event: a port went down.
+pub const IV_EVENT_PORT_ERR: u32 = 10;
+/// Async event: an SRQ failed.
+pub const IV_EVENT_SRQ_ERR: u32 = 14;
+/// Async event: an SRQ dropped below its limit (the limit is disarmed).
+pub const IV_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+/// Async event: the last WQE of a QP on an SRQ was reached.
+pub const IV_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
 
 /// SRQ attribute mask: `max_wr` (resize).
 pub const IV_SRQ_MAX_WR: u32 = 1 << 0;
@@ -502,8 +536,10 @@ pub struct IvCreateCqOut {
     pub cqn: u32,
     /// Actual number of entries (at least the number asked).
     pub cqe: u32,
+    /// The CQ ring, mapped into the caller's address space.
+    pub ring: IvRingMap,
 }
-abi_layout!(IvCreateCqOut { cq, cqn, cqe });
+abi_layout!(IvCreateCqOut { cq, cqn, cqe, ring });
 
 /// Request of `IOCTL_IV_RESIZE_CQ`.
 #[repr(C)]
@@ -530,8 +566,14 @@ pub struct IvResizeCqOut {
     pub cqe: u32,
     /// Reserved, zero.
     pub reserved: u32,
+    /// The new ring (unpolled entries were moved to it; the old one is gone).
+    pub ring: IvRingMap,
 }
-abi_layout!(IvResizeCqOut { cqe, reserved });
+abi_layout!(IvResizeCqOut {
+    cqe,
+    reserved,
+    ring
+});
 
 /// Work queue sizes of a QP.
 #[repr(C)]
@@ -609,12 +651,18 @@ pub struct IvCreateQpOut {
     pub reserved: u32,
     /// Actual work queue sizes (at least the ones asked).
     pub cap: IvQpCap,
+    /// The send queue ring.
+    pub sq: IvRingMap,
+    /// The receive queue ring (`entries == 0` with an SRQ).
+    pub rq: IvRingMap,
 }
 abi_layout!(IvCreateQpOut {
     qp,
     qpn,
     reserved,
-    cap
+    cap,
+    sq,
+    rq
 });
 
 /// An address vector: the path to a remote port. On RoCE `is_global`
@@ -847,13 +895,16 @@ pub struct IvCreateSrqOut {
     pub max_sge: u32,
     /// Reserved, zero.
     pub reserved: u32,
+    /// The SRQ ring.
+    pub ring: IvRingMap,
 }
 abi_layout!(IvCreateSrqOut {
     srq,
     srqn,
     max_wr,
     max_sge,
-    reserved
+    reserved,
+    ring
 });
 
 /// Request of `IOCTL_IV_MODIFY_SRQ`.
@@ -924,8 +975,94 @@ abi_layout!(IvCreateAhIn { pd, attr });
 pub struct IvCreateAhOut {
     /// The AH's handle.
     pub ah: IvHandle,
+    /// The AH number, named by UD send WQEs (`IvSendWqe::ahn`).
+    pub ahn: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
 }
-abi_layout!(IvCreateAhOut { ah });
+abi_layout!(IvCreateAhOut { ah, ahn, reserved });
+
+/// Request of `IOCTL_IV_CQ_NOTIFY`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCqNotifyIn {
+    /// The CQ.
+    pub cq: IvHandle,
+    /// `IV_NOTIFY_*`: arm the CQ before waiting (or not, when the ULP armed
+    /// it with `req_notify_cq`).
+    pub arm: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCqNotifyIn { cq, arm, reserved });
+
+/// Response of `IOCTL_IV_CQ_NOTIFY` and `IOCTL_IV_GET_CQ_EVENT`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCqEventOut {
+    /// The CQ that got the event.
+    pub cq: IvHandle,
+    /// Its `user_context` from creation.
+    pub user_context: u64,
+}
+abi_layout!(IvCqEventOut { cq, user_context });
+
+/// Response of `IOCTL_IV_CREATE_CHANNEL`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCreateChannelOut {
+    /// The completion channel's handle.
+    pub channel: IvHandle,
+}
+abi_layout!(IvCreateChannelOut { channel });
+
+/// Request of `IOCTL_IV_ACK_CQ_EVENTS` and `IOCTL_IV_ACK_ASYNC_EVENT`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvAckIn {
+    /// The CQ (or the QP, SRQ or CQ the async event named; 0 for port and
+    /// device events).
+    pub handle: IvHandle,
+    /// Events acknowledged (at least 1).
+    pub count: u32,
+    /// Async events: the `IV_EVENT_*` acknowledged; CQ events: zero.
+    pub event_type: u32,
+}
+abi_layout!(IvAckIn {
+    handle,
+    count,
+    event_type
+});
+
+/// Response of `IOCTL_IV_GET_ASYNC_EVENT`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvAsyncEventOut {
+    /// `IV_EVENT_*`.
+    pub event_type: u32,
+    /// Port events: the port number.
+    pub port_num: u32,
+    /// The QP, SRQ or CQ the event is about (0 for port and device events).
+    pub handle: IvHandle,
+    /// That object's `user_context`.
+    pub user_context: u64,
+}
+abi_layout!(IvAsyncEventOut {
+    event_type,
+    port_num,
+    handle,
+    user_context
+});
 
 /// The layout of an ABI struct as Rust lays it out: the C layout tests
 /// static-assert the header's layout against it.
@@ -994,6 +1131,18 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvQuerySrqOut>(),
     layout::<IvCreateAhIn>(),
     layout::<IvCreateAhOut>(),
+    layout::<IvCqNotifyIn>(),
+    layout::<IvCqEventOut>(),
+    layout::<IvCreateChannelOut>(),
+    layout::<IvAckIn>(),
+    layout::<IvAsyncEventOut>(),
+    layout::<crate::ring::IvRingIndex>(),
+    layout::<crate::ring::IvRingControl>(),
+    layout::<crate::ring::IvRingMap>(),
+    layout::<crate::ring::IvSendWqe>(),
+    layout::<crate::ring::IvRecvWqe>(),
+    layout::<crate::ring::IvSge>(),
+    layout::<crate::ring::IvCqe>(),
 ];
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub(crate) fn start_create_cq<P: Platform, H: Hca>(
         cqn: 0,
         cqe: 0,
         user_context: i.user_context,
+        ring: None,
     });
     let idx = d.reserve(s, file, body, caps.max_cq)?;
     Ok((
@@ -83,11 +84,17 @@ pub(crate) fn finish_resize_cq<R>(
     let o = f.objects.get_mut(idx);
     o.busy = false;
     match (&mut o.body, out) {
-        (Body::Cq(c), CommandOut::Cq { cqe, .. }) if nt_success(status) => {
+        (Body::Cq(c), CommandOut::Cq { cqe, ring, .. }) if nt_success(status) => {
             c.cqe = cqe;
+            let map = ring.map();
+            c.ring = Some(ring);
             (
                 status,
-                Response::CqResize(IvResizeCqOut { cqe, reserved: 0 }),
+                Response::CqResize(IvResizeCqOut {
+                    cqe,
+                    reserved: 0,
+                    ring: map,
+                }),
             )
         }
         _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),

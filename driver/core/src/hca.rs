@@ -12,6 +12,10 @@
 //! Object numbers (PDN, CQN, QPN, SRQN, keys) are assigned by the HCA and
 //! returned in the command's output, as modern HCAs do.
 
+use alloc::sync::Arc;
+
+use irpverbs_ring::{Region, Ring};
+
 use irpverbs_abi::{
     IvAhAttr, IvQpAttr, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
     NtStatus,
@@ -51,6 +55,9 @@ pub enum Command {
         access: u32,
         /// The address is physical (kernel callers only).
         physical: bool,
+        /// The memory, pinned (probed and locked) by the platform: the HCA
+        /// reaches it only through this region, bounds-checked.
+        region: Arc<Region>,
     },
     /// Deregister a memory region.
     DeregMr {
@@ -188,6 +195,8 @@ pub enum CommandOut {
         cqn: u32,
         /// Actual entries.
         cqe: u32,
+        /// The CQ ring (a new one after a resize).
+        ring: Ring,
     },
     /// [`Command::CreateSrq`].
     Srq {
@@ -197,6 +206,8 @@ pub enum CommandOut {
         max_wr: u32,
         /// Actual SGEs.
         max_sge: u32,
+        /// The SRQ ring.
+        ring: Ring,
     },
     /// [`Command::QuerySrq`].
     SrqAttr(IvQuerySrqOut),
@@ -206,6 +217,10 @@ pub enum CommandOut {
         qpn: u32,
         /// Actual sizes.
         cap: IvQpCap,
+        /// The send queue ring.
+        sq: Ring,
+        /// The receive queue ring (`None` with an SRQ).
+        rq: Option<Ring>,
     },
     /// [`Command::QueryQp`].
     QpAttr(alloc::boxed::Box<IvQueryQpOut>),
@@ -290,4 +305,19 @@ pub trait Hca: Send + Sync + 'static {
     /// Re-arms the event queue's interrupt after the driver drained it. If
     /// entries arrived meanwhile the HCA interrupts again at once.
     fn arm_event_queue(&self);
+
+    /// The send queue doorbell of `qpn`: new WQEs were published on its ring.
+    /// The speed path: a direct call (an MMIO write on real hardware).
+    fn sq_doorbell(&self, qpn: u32);
+
+    /// The receive queue doorbell of `qpn`.
+    fn rq_doorbell(&self, qpn: u32);
+
+    /// The doorbell of SRQ `srqn`.
+    fn srq_doorbell(&self, srqn: u32);
+
+    /// The arm doorbell of CQ `cqn`: its arm word was written
+    /// (`req_notify_cq`). If completions newer than the consumer index
+    /// exist, the HCA raises the event at once.
+    fn cq_arm_doorbell(&self, cqn: u32);
 }

@@ -55,4 +55,16 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     fn arm_event_queue(&self) {
         (**self).arm_event_queue();
     }
+    fn sq_doorbell(&self, qpn: u32) {
+        (**self).sq_doorbell(qpn);
+    }
+    fn rq_doorbell(&self, qpn: u32) {
+        (**self).rq_doorbell(qpn);
+    }
+    fn srq_doorbell(&self, srqn: u32) {
+        (**self).srq_doorbell(srqn);
+    }
+    fn cq_arm_doorbell(&self, cqn: u32) {
+        (**self).cq_arm_doorbell(cqn);
+    }
 }

@@ -53,6 +53,7 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     }
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let pdn = crate::pd::pdn(s, file, pd);
+    let region = d.platform.pin_memory(i.addr, i.length, mode, physical)?;
     let idx = d.reserve(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr)?;
     Ok((
         Op::Create(idx),
@@ -62,6 +63,7 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
             length: i.length,
             access: i.access,
             physical,
+            region,
         },
     ))
 }

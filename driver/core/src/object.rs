@@ -2,6 +2,7 @@
 //! operation-in-flight flag, a count of dependents, and a pool charge.
 
 use irpverbs_abi::{IvAhAttr, IvQpCap};
+use irpverbs_ring::Ring;
 
 use crate::platform::{PoolCharge, PoolTag, pool_tag};
 
@@ -69,6 +70,8 @@ pub(crate) struct Mr {
 pub(crate) struct Cq {
     pub cqn: u32,
     pub cqe: u32,
+    /// The ring, once created (the speed path's kernel context uses it).
+    pub ring: Option<Ring>,
     #[allow(dead_code)]
     pub user_context: u64,
 }
@@ -87,6 +90,10 @@ pub(crate) struct Qp {
     pub state: u32,
     #[allow(dead_code)]
     pub user_context: u64,
+    /// The send queue ring, once created.
+    pub sq: Option<Ring>,
+    /// The receive queue ring (none with an SRQ).
+    pub rq: Option<Ring>,
 }
 
 #[derive(Debug)]
@@ -96,6 +103,8 @@ pub(crate) struct Srq {
     pub max_wr: u32,
     #[allow(dead_code)]
     pub user_context: u64,
+    /// The ring, once created.
+    pub ring: Option<Ring>,
 }
 
 #[derive(Debug)]
@@ -196,23 +205,31 @@ pub(crate) fn apply_created(
                 rkey,
             }))
         }
-        (Body::Cq(c), C::Cq { cqn, cqe }) => {
+        (Body::Cq(c), C::Cq { cqn, cqe, ring }) => {
             c.cqn = cqn;
             c.cqe = cqe;
+            let map = ring.map();
+            c.ring = Some(ring);
             Some(R::Cq(IvCreateCqOut {
                 cq: handle,
                 cqn,
                 cqe,
+                ring: map,
             }))
         }
-        (Body::Qp(q), C::Qp { qpn, cap }) => {
+        (Body::Qp(q), C::Qp { qpn, cap, sq, rq }) => {
             q.qpn = qpn;
             q.cap = cap;
+            let (sq_map, rq_map) = (sq.map(), rq.as_ref().map(Ring::map).unwrap_or_default());
+            q.sq = Some(sq);
+            q.rq = rq;
             Some(R::Qp(IvCreateQpOut {
                 qp: handle,
                 qpn,
                 reserved: 0,
                 cap,
+                sq: sq_map,
+                rq: rq_map,
             }))
         }
         (
@@ -221,21 +238,29 @@ pub(crate) fn apply_created(
                 srqn,
                 max_wr,
                 max_sge,
+                ring,
             },
         ) => {
             s.srqn = srqn;
             s.max_wr = max_wr;
+            let map = ring.map();
+            s.ring = Some(ring);
             Some(R::Srq(IvCreateSrqOut {
                 srq: handle,
                 srqn,
                 max_wr,
                 max_sge,
                 reserved: 0,
+                ring: map,
             }))
         }
         (Body::Ah(a), C::Ah { ahn }) => {
             a.ahn = ahn;
-            Some(R::Ah(IvCreateAhOut { ah: handle }))
+            Some(R::Ah(IvCreateAhOut {
+                ah: handle,
+                ahn,
+                reserved: 0,
+            }))
         }
         _ => None,
     }

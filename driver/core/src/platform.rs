@@ -173,4 +173,24 @@ pub trait Platform: Send + Sync + 'static {
 
     /// Gives back a charge taken with [`Platform::pool_charge`].
     fn pool_release(&self, charge: PoolCharge);
+
+    /// Pins `length` bytes at `addr` for the HCA (a memory registration):
+    /// probes and locks a caller's pages (MDL) and maps them for the device,
+    /// or describes a physical range (kernel callers). The HCA reaches the
+    /// memory only through the returned region; the pin lasts as long as it.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. A user-mode range is probed in the caller's
+    /// context before the request reaches the dispatch-level queue (KMDF:
+    /// EvtIoInCallerContext); this call then only wraps it.
+    ///
+    /// # Errors
+    /// `STATUS_ACCESS_DENIED` / `STATUS_INVALID_PARAMETER` for a range the
+    /// caller may not use; `STATUS_INSUFFICIENT_RESOURCES`.
+    fn pin_memory(
+        &self,
+        addr: u64,
+        length: u64,
+        mode: RequestorMode,
+        physical: bool,
+    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus>;
 }

@@ -66,6 +66,8 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
         cap: i.cap,
         state: IV_QPS_RESET,
         user_context: i.user_context,
+        sq: None,
+        rq: None,
     });
     let idx = d.reserve(s, file, body, caps.max_qp)?;
     Ok((

@@ -30,6 +30,7 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
         srqn: 0,
         max_wr: 0,
         user_context: i.user_context,
+        ring: None,
     });
     let idx = d.reserve(s, file, body, caps.max_srq)?;
     Ok((

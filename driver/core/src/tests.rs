@@ -98,6 +98,18 @@ impl Platform for FakePlatform {
     fn pool_release(&self, _: PoolCharge) {
         self.live_charges.fetch_sub(1, Ordering::SeqCst);
     }
+    fn pin_memory(
+        &self,
+        _: u64,
+        length: u64,
+        _: RequestorMode,
+        _: bool,
+    ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
+        // The fake HCA never touches MR memory: back the region with fresh memory.
+        irpverbs_ring::Region::alloc(length as usize)
+            .map(Arc::new)
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)
+    }
 }
 
 /// An HCA that executes commands when the test says so, with a command
@@ -151,15 +163,29 @@ impl FakeHca {
                     lkey: n << 8,
                     rkey: n << 8,
                 },
-                Command::CreateCq { cqe, .. } => CommandOut::Cq { cqn: n, cqe },
-                Command::ResizeCq { cqn, cqe } => CommandOut::Cq { cqn, cqe },
-                Command::CreateQp { cap, .. } => CommandOut::Qp { qpn: n, cap },
+                Command::CreateCq { cqe, .. } => CommandOut::Cq {
+                    cqn: n,
+                    cqe,
+                    ring: ring(),
+                },
+                Command::ResizeCq { cqn, cqe } => CommandOut::Cq {
+                    cqn,
+                    cqe,
+                    ring: ring(),
+                },
+                Command::CreateQp { cap, .. } => CommandOut::Qp {
+                    qpn: n,
+                    cap,
+                    sq: ring(),
+                    rq: Some(ring()),
+                },
                 Command::CreateSrq {
                     max_wr, max_sge, ..
                 } => CommandOut::Srq {
                     srqn: n,
                     max_wr,
                     max_sge,
+                    ring: ring(),
                 },
                 Command::CreateAh { .. } => CommandOut::Ah { ahn: n },
                 _ => CommandOut::None,
@@ -189,6 +215,14 @@ impl Hca for FakeHca {
         self.eq.lock().unwrap().pop_front()
     }
     fn arm_event_queue(&self) {}
+    fn sq_doorbell(&self, _: u32) {}
+    fn rq_doorbell(&self, _: u32) {}
+    fn srq_doorbell(&self, _: u32) {}
+    fn cq_arm_doorbell(&self, _: u32) {}
+}
+
+fn ring() -> irpverbs_ring::Ring {
+    irpverbs_ring::Ring::alloc(4, 64).expect("ring")
 }
 
 struct Rig {
@@ -329,7 +363,7 @@ fn destroy_with_an_operation_in_flight_is_busy() {
             cqe: 32,
             reserved: 0,
         },
-        8,
+        size_of::<IvResizeCqOut>(),
     );
     let destroy = r.issue(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq }, 0);
     assert_eq!(
@@ -395,7 +429,7 @@ fn cleanup_runs_down_children_first_and_frees_everything() {
             cqe: 8,
             ..Default::default()
         },
-        16,
+        size_of::<IvCreateCqOut>(),
     );
     r.dev.cleanup_file(1);
     assert_eq!(
@@ -440,7 +474,7 @@ fn removal_completes_pending_requests_and_destroys_still_succeed() {
             cqe: 8,
             ..Default::default()
         },
-        16,
+        size_of::<IvCreateCqOut>(),
     );
     r.dev.remove();
     assert_eq!(

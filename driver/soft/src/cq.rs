@@ -19,6 +19,8 @@ pub(crate) struct Cq {
     pub(crate) comp_vector: u32,
     /// Completions it holds now (always 0 until the data path exists).
     pub(crate) used: u32,
+    /// The ring CQEs are written to.
+    pub(crate) ring: crate::shared::RingRef,
     /// QPs whose send or receive queue completes here (a QP using it for
     /// both counts twice).
     pub(crate) refs: Refs,
@@ -47,13 +49,19 @@ impl Firmware {
         if comp_vector >= self.config.num_comp_vectors {
             return Err(STATUS_INVALID_PARAMETER);
         }
+        let ring = crate::shared::RingRef::alloc(cqe + 1, 64)?;
         let cqn = self.cqs.insert(Cq {
             cqe,
             comp_vector,
             used: 0,
+            ring: ring.clone(),
             refs: Refs::default(),
         })?;
-        Ok(CommandOut::Cq { cqn, cqe })
+        Ok(CommandOut::Cq {
+            cqn,
+            cqe,
+            ring: ring.0,
+        })
     }
 
     /// `ResizeCq`: returns the CQN and the new actual size.
@@ -68,8 +76,15 @@ impl Firmware {
         if cqe < used {
             return Err(STATUS_INVALID_PARAMETER);
         }
-        self.cqs.get_mut(cqn)?.cqe = cqe;
-        Ok(CommandOut::Cq { cqn, cqe })
+        let ring = crate::shared::RingRef::alloc(cqe + 1, 64)?;
+        let cq = self.cqs.get_mut(cqn)?;
+        cq.cqe = cqe;
+        cq.ring = ring.clone();
+        Ok(CommandOut::Cq {
+            cqn,
+            cqe,
+            ring: ring.0,
+        })
     }
 
     /// `DestroyCq`.
@@ -97,7 +112,7 @@ mod tests {
     fn create_rounds_up() {
         let d = Dev::inline();
         for (asked, got) in [(1, 1), (2, 3), (3, 3), (4, 7), (100, 127), (0x7FFF, 0x7FFF)] {
-            let CommandOut::Cq { cqn, cqe } = d.ok(Command::CreateCq {
+            let CommandOut::Cq { cqn, cqe, .. } = d.ok(Command::CreateCq {
                 cqe: asked,
                 comp_vector: 3,
             }) else {
@@ -127,14 +142,15 @@ mod tests {
     fn resize() {
         let d = Dev::inline();
         let cqn = d.cq(10);
-        assert_eq!(
-            d.ok(Command::ResizeCq { cqn, cqe: 1000 }),
-            CommandOut::Cq { cqn, cqe: 1023 }
-        );
-        assert_eq!(
-            d.ok(Command::ResizeCq { cqn, cqe: 1 }),
-            CommandOut::Cq { cqn, cqe: 1 }
-        );
+        let CommandOut::Cq { cqn: n, cqe, ring } = d.ok(Command::ResizeCq { cqn, cqe: 1000 })
+        else {
+            panic!("not a CQ")
+        };
+        assert_eq!((n, cqe, ring.entries()), (cqn, 1023, 1024));
+        let CommandOut::Cq { cqn: n, cqe, ring } = d.ok(Command::ResizeCq { cqn, cqe: 1 }) else {
+            panic!("not a CQ")
+        };
+        assert_eq!((n, cqe, ring.entries()), (cqn, 1, 2));
         d.fails(Command::ResizeCq { cqn, cqe: 0 }, STATUS_INVALID_PARAMETER);
         d.fails(
             Command::ResizeCq { cqn, cqe: 0x8000 },

@@ -70,6 +70,7 @@ mod mr;
 mod pd;
 mod port;
 mod qp;
+mod shared;
 mod srq;
 mod table;
 #[cfg(test)]
@@ -345,6 +346,13 @@ impl<P: Platform> Hca for SoftHca<P> {
             self.bus.interrupt();
         }
     }
+
+    // The data path (transport engine) lands with the transport work; until
+    // then doorbells have no queue to run.
+    fn sq_doorbell(&self, _qpn: u32) {}
+    fn rq_doorbell(&self, _qpn: u32) {}
+    fn srq_doorbell(&self, _srqn: u32) {}
+    fn cq_arm_doorbell(&self, _cqn: u32) {}
 }
 
 #[cfg(test)]
@@ -455,6 +463,7 @@ mod tests {
             length: 1,
             access: 0,
             physical: false,
+            region: crate::testutil::region(4096),
         };
         assert_eq!(d.hca.post_command(5, cmd.clone()), Err(cmd.clone()));
         assert_eq!(d.bus.doorbells(), 4, "no doorbell for a refused command");

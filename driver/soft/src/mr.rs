@@ -25,6 +25,8 @@ pub(crate) struct Mr {
     pub(crate) access: u32,
     /// `addr` is physical.
     pub(crate) physical: bool,
+    /// The pinned memory: the only way the HCA reaches it.
+    pub(crate) region: crate::shared::RegionRef,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -61,6 +63,7 @@ impl Firmware {
         length: u64,
         access: u32,
         physical: bool,
+        region: alloc::sync::Arc<irpverbs_ring::Region>,
     ) -> Result<CommandOut, NtStatus> {
         self.pds.get(pdn)?;
         check_access(access)?;
@@ -76,6 +79,7 @@ impl Firmware {
             length,
             access,
             physical,
+            region: crate::shared::RegionRef(region),
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();
@@ -115,6 +119,7 @@ mod tests {
             length,
             access,
             physical: false,
+            region: crate::testutil::region(length),
         }
     }
 
@@ -138,6 +143,7 @@ mod tests {
             length: 1,
             access: 0,
             physical: true,
+            region: crate::testutil::region(4096),
         });
     }
 

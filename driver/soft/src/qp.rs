@@ -135,6 +135,10 @@ pub(crate) struct Qp {
     /// Attributes set by `ModifyQp` (its `qp_state`, `cur_qp_state`, `cap`
     /// and `sq_draining` are not used: `state` and `cap` are authoritative).
     pub(crate) attr: IvQpAttr,
+    /// The send queue ring.
+    pub(crate) sq: crate::shared::RingRef,
+    /// The receive queue ring (none with an SRQ).
+    pub(crate) rq: Option<crate::shared::RingRef>,
 }
 
 /// What `CreateQp` asks for.
@@ -281,6 +285,17 @@ impl Firmware {
             return Err(STATUS_INVALID_PARAMETER);
         }
         let cap = self.qp_cap(&init.cap, init.srqn.is_some())?;
+        let sq = crate::shared::RingRef::alloc(
+            (cap.max_send_wr + 1).next_power_of_two(),
+            irpverbs_ring::wq::send_stride(cap.max_send_sge, cap.max_inline_data),
+        )?;
+        let rq = match init.srqn {
+            Some(_) => None,
+            None => Some(crate::shared::RingRef::alloc(
+                (cap.max_recv_wr + 1).next_power_of_two(),
+                irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
+            )?),
+        };
         let qpn = self.qps.insert(Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,
@@ -291,6 +306,8 @@ impl Firmware {
             state: QpState::Reset,
             cap,
             attr: IvQpAttr::default(),
+            sq: sq.clone(),
+            rq: rq.clone(),
         })?;
         self.pds.get_mut(init.pdn)?.refs.get();
         self.cqs.get_mut(init.send_cqn)?.refs.get();
@@ -298,7 +315,12 @@ impl Firmware {
         if let Some(srqn) = init.srqn {
             self.srqs.get_mut(srqn)?.refs.get();
         }
-        Ok(CommandOut::Qp { qpn, cap })
+        Ok(CommandOut::Qp {
+            qpn,
+            cap,
+            sq: sq.0,
+            rq: rq.map(|r| r.0),
+        })
     }
 
     /// Checks the value of every attribute in `mask`.
@@ -1010,7 +1032,7 @@ mod tests {
             sq_sig_all: true,
             cap,
         };
-        let CommandOut::Qp { qpn, cap: got } = d.ok(create(IV_QPT_UD, None, cap())) else {
+        let CommandOut::Qp { qpn, cap: got, .. } = d.ok(create(IV_QPT_UD, None, cap())) else {
             panic!()
         };
         assert_eq!(

@@ -26,6 +26,8 @@ pub(crate) struct Srq {
     pub(crate) srq_limit: u32,
     /// WRs posted and not consumed (always 0 until the data path exists).
     pub(crate) used: u32,
+    /// The ring receive WQEs are posted on.
+    pub(crate) ring: crate::shared::RingRef,
     /// QPs attached to it.
     pub(crate) refs: Refs,
 }
@@ -64,12 +66,17 @@ impl Firmware {
         if max_sge > self.config.max_srq_sge {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        let ring = crate::shared::RingRef::alloc(
+            (depth + 1).next_power_of_two(),
+            irpverbs_ring::wq::recv_stride(max_sge),
+        )?;
         let srqn = self.srqs.insert(Srq {
             pdn,
             max_wr: depth,
             max_sge,
             srq_limit,
             used: 0,
+            ring: ring.clone(),
             refs: Refs::default(),
         })?;
         self.pds.get_mut(pdn)?.refs.get();
@@ -77,6 +84,7 @@ impl Firmware {
             srqn,
             max_wr: depth,
             max_sge,
+            ring: ring.0,
         })
     }
 
@@ -178,14 +186,16 @@ mod tests {
     fn create_query_destroy() {
         let d = Dev::inline();
         let pdn = d.pd();
-        assert_eq!(
-            d.ok(create(pdn, 100, 4, 10)),
-            CommandOut::Srq {
-                srqn: 1,
-                max_wr: 127,
-                max_sge: 4
-            }
-        );
+        let CommandOut::Srq {
+            srqn,
+            max_wr,
+            max_sge,
+            ring,
+        } = d.ok(create(pdn, 100, 4, 10))
+        else {
+            panic!("not an SRQ")
+        };
+        assert_eq!((srqn, max_wr, max_sge, ring.entries()), (1, 127, 4, 128));
         assert_eq!(d.ok(Command::QuerySrq { srqn: 1 }), attr(127, 4, 10));
         assert_eq!(d.hca.live_objects(), 2);
         d.fails(Command::DeallocPd { pdn }, STATUS_DEVICE_BUSY);

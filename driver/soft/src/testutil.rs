@@ -119,6 +119,23 @@ impl Platform for TestPlatform {
     }
 
     fn pool_release(&self, _: PoolCharge) {}
+
+    fn pin_memory(
+        &self,
+        _addr: u64,
+        length: u64,
+        _mode: irpverbs_core::RequestorMode,
+        _physical: bool,
+    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus> {
+        Ok(region(length))
+    }
+}
+
+/// Fresh memory standing in for a pinned MR (at most 1 MiB is backed).
+pub(crate) fn region(length: u64) -> alloc::sync::Arc<irpverbs_ring::Region> {
+    alloc::sync::Arc::new(
+        irpverbs_ring::Region::alloc(length.clamp(1, 1 << 20) as usize).expect("memory"),
+    )
 }
 
 /// Counts interrupts and doorbells; panics if called under a soft HCA lock.
@@ -344,6 +361,7 @@ impl Dev {
             length: 4096,
             access: irpverbs_abi::IV_ACCESS_ALL,
             physical: false,
+            region: region(4096),
         }) else {
             unreachable!()
         };

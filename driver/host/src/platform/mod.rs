@@ -671,4 +671,31 @@ impl Platform for HostPlatform {
     fn pool_release(&self, charge: PoolCharge) {
         self.shared.pool.release(charge);
     }
+
+    /// Host mode has one address space and no paging to pin against: the
+    /// region is the caller's own memory, and a "physical" address (kernel
+    /// callers) is an identity-mapped one. The caller's promise — the
+    /// registration contract — is that the memory stays allocated until the
+    /// MR is deregistered.
+    #[allow(unsafe_code)]
+    fn pin_memory(
+        &self,
+        addr: u64,
+        length: u64,
+        _mode: irpverbs_core::RequestorMode,
+        _physical: bool,
+    ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
+        let len = usize::try_from(length).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?;
+        if addr == 0 {
+            return Err(irpverbs_abi::STATUS_INVALID_PARAMETER);
+        }
+        // SAFETY: in host mode the ULP registering memory shares this address
+        // space; by registering it promises the range is valid, and stays
+        // so until deregistration, and is accessed by the HCA only through
+        // this region (the contract `Region::from_raw_parts` states).
+        let region = unsafe { irpverbs_ring::Region::from_raw_parts(addr as *mut u8, len, None) };
+        region
+            .map(Arc::new)
+            .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
+    }
 }

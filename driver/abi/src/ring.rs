@@ -1,0 +1,328 @@
+//! The speed path's memory formats: work queue and completion queue rings
+//! shared between the driver, the ULP (kernel, or user through a mapping)
+//! and the HCA.
+//!
+//! A ring is `entries` slots of `stride` bytes (both powers of two) plus an
+//! [`IvRingControl`]: the producer index, the consumer index and (CQs) the
+//! arm word, each on its own 64-byte cache line. Indices run free (wrap at
+//! 2^32); the slot of index `i` is `i & (entries - 1)`; a ring is full when
+//! `producer - consumer == entries`.
+//!
+//! - Send queue: the ULP writes an [`IvSendWqe`] (+ SGEs or inline data) at
+//!   the producer slot, then publishes the producer index (release) and rings
+//!   the doorbell; the HCA consumes and advances the consumer index when the
+//!   WQE's completion has been written (or, for unsignaled WQEs, retired).
+//! - Receive queue / SRQ: the same with [`IvRecvWqe`].
+//! - Completion queue: the HCA writes an [`IvCqe`] and publishes the producer
+//!   index; the ULP reads CQEs up to it and publishes the consumer index.
+//!
+//! Everything the ULP writes is untrusted by the HCA: a WQE is validated
+//! before it is executed.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::types::{AbiLayout, abi_layout};
+
+/// Size of a cache line, and of one ring index slot.
+pub const IV_CACHE_LINE: usize = 64;
+
+/// One ring index, alone on its cache line (64 bytes; the ring memory is
+/// page-aligned, so every index starts a cache line).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvRingIndex {
+    /// The index (free-running).
+    pub value: u32,
+    /// Padding to the end of the cache line.
+    pub reserved: [u32; 15],
+}
+
+/// The control block of a ring: producer, consumer and arm words on separate
+/// cache lines.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvRingControl {
+    /// Producer index (written by the producer only).
+    pub producer: IvRingIndex,
+    /// Consumer index (written by the consumer only).
+    pub consumer: IvRingIndex,
+    /// CQs: the arm word written by `req_notify_cq` (see [`IV_CQ_ARM_NEXT`]).
+    /// Work queues: unused.
+    pub arm: IvRingIndex,
+}
+
+/// Where a ring lives, as the create verbs return it. Addresses are in the
+/// caller's address space (a user mapping for user-mode callers).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvRingMap {
+    /// Address of the first slot.
+    pub entries_addr: u64,
+    /// Address of the [`IvRingControl`].
+    pub control_addr: u64,
+    /// Number of slots (a power of two; 0: no ring).
+    pub entries: u32,
+    /// Bytes per slot (a power of two).
+    pub stride: u32,
+}
+
+/// CQ arm word: bit 31 set = armed for the next completion; bit 30 set =
+/// solicited (and error) completions only; bits 0..30 = the arm sequence the
+/// ULP increments on every arm.
+pub const IV_CQ_ARM_NEXT: u32 = 0x8000_0000;
+/// CQ arm word: solicited only.
+pub const IV_CQ_ARM_SOLICITED: u32 = 0x4000_0000;
+
+/// Send work request opcode: SEND.
+pub const IV_WR_SEND: u8 = 0;
+/// SEND with immediate data.
+pub const IV_WR_SEND_WITH_IMM: u8 = 1;
+/// SEND with invalidate (the responder invalidates `invalidate_rkey`).
+pub const IV_WR_SEND_WITH_INV: u8 = 2;
+/// RDMA WRITE.
+pub const IV_WR_RDMA_WRITE: u8 = 3;
+/// RDMA WRITE with immediate data.
+pub const IV_WR_RDMA_WRITE_WITH_IMM: u8 = 4;
+/// RDMA READ.
+pub const IV_WR_RDMA_READ: u8 = 5;
+/// Atomic compare and swap (8 bytes, 8-byte aligned).
+pub const IV_WR_ATOMIC_CMP_AND_SWP: u8 = 6;
+/// Atomic fetch and add (8 bytes, 8-byte aligned).
+pub const IV_WR_ATOMIC_FETCH_AND_ADD: u8 = 7;
+
+/// Send flag: generate a completion (always, with `sq_sig_all`).
+pub const IV_SEND_SIGNALED: u8 = 1 << 0;
+/// Send flag: set the solicited event bit.
+pub const IV_SEND_SOLICITED: u8 = 1 << 1;
+/// Send flag: the data follows the header inline (`inline_len` bytes).
+pub const IV_SEND_INLINE: u8 = 1 << 2;
+/// Send flag: wait for prior RDMA READs and atomics to complete.
+pub const IV_SEND_FENCE: u8 = 1 << 3;
+
+/// Size of [`IvSendWqe`]; SGEs or inline data follow it in the slot.
+pub const IV_SEND_WQE_HEADER: usize = 64;
+/// Size of [`IvRecvWqe`]; SGEs follow it.
+pub const IV_RECV_WQE_HEADER: usize = 16;
+
+/// A send work queue element header (64 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvSendWqe {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// `IV_WR_*`.
+    pub opcode: u8,
+    /// `IV_SEND_*`.
+    pub flags: u8,
+    /// SGEs following the header (0 with inline data).
+    pub num_sge: u16,
+    /// Immediate data (network byte order as written by the ULP) or the rkey
+    /// to invalidate.
+    pub imm_or_inv: u32,
+    /// RDMA / atomic: remote address.
+    pub remote_addr: u64,
+    /// RDMA / atomic: remote key.
+    pub rkey: u32,
+    /// Inline data length in bytes (with `IV_SEND_INLINE`).
+    pub inline_len: u32,
+    /// Atomic: compare value (CMP_AND_SWP) or add value (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Atomic: swap value (CMP_AND_SWP).
+    pub swap: u64,
+    /// UD: the address handle number (from `IOCTL_IV_CREATE_AH`).
+    pub ahn: u32,
+    /// UD: destination QP number.
+    pub remote_qpn: u32,
+    /// UD: destination Q_Key.
+    pub remote_qkey: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// A receive work queue element header (16 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvRecvWqe {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// SGEs following the header.
+    pub num_sge: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// A scatter/gather element (16 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvSge {
+    /// Start address, inside the MR `lkey` names.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The local key of the MR.
+    pub lkey: u32,
+}
+
+/// A completion queue entry (64 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCqe {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// `IV_WC_*` status.
+    pub status: u32,
+    /// `IV_WC_OP_*`.
+    pub opcode: u32,
+    /// Vendor error detail (0 on success).
+    pub vendor_err: u32,
+    /// Bytes received (receives, RDMA READ) or transferred.
+    pub byte_len: u32,
+    /// Immediate data (`IV_WC_WITH_IMM`) or invalidated rkey (`IV_WC_WITH_INV`).
+    pub imm_or_inv: u32,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// UD receives: the source QP number.
+    pub src_qp: u32,
+    /// `IV_WC_GRH`, `IV_WC_WITH_IMM`, `IV_WC_WITH_INV`.
+    pub wc_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+    /// Reserved, zero.
+    pub reserved0: u16,
+    /// Reserved, zero.
+    pub reserved: [u32; 4],
+}
+
+/// Completion status: success.
+pub const IV_WC_SUCCESS: u32 = 0;
+/// Local length error (a receive buffer too small, a message too long).
+pub const IV_WC_LOC_LEN_ERR: u32 = 1;
+/// Local QP operation error (a malformed WQE).
+pub const IV_WC_LOC_QP_OP_ERR: u32 = 2;
+/// Local protection error (bad lkey, PD or bounds).
+pub const IV_WC_LOC_PROT_ERR: u32 = 4;
+/// The WQE was flushed: the QP is in ERR.
+pub const IV_WC_WR_FLUSH_ERR: u32 = 5;
+/// Bad response from the responder.
+pub const IV_WC_BAD_RESP_ERR: u32 = 7;
+/// Local access error (responder: invalid rkey access locally).
+pub const IV_WC_LOC_ACCESS_ERR: u32 = 8;
+/// Remote invalid request (opcode the responder QP does not allow, length).
+pub const IV_WC_REM_INV_REQ_ERR: u32 = 9;
+/// Remote access error (rkey, bounds or access rights at the responder).
+pub const IV_WC_REM_ACCESS_ERR: u32 = 10;
+/// Remote operational error.
+pub const IV_WC_REM_OP_ERR: u32 = 11;
+/// Transport retries exhausted.
+pub const IV_WC_RETRY_EXC_ERR: u32 = 12;
+/// RNR retries exhausted.
+pub const IV_WC_RNR_RETRY_EXC_ERR: u32 = 13;
+/// Fatal error.
+pub const IV_WC_FATAL_ERR: u32 = 19;
+/// General error.
+pub const IV_WC_GENERAL_ERR: u32 = 21;
+
+/// Completion opcode: SEND.
+pub const IV_WC_OP_SEND: u32 = 0;
+/// Completion opcode: RDMA WRITE.
+pub const IV_WC_OP_RDMA_WRITE: u32 = 1;
+/// Completion opcode: RDMA READ.
+pub const IV_WC_OP_RDMA_READ: u32 = 2;
+/// Completion opcode: compare and swap.
+pub const IV_WC_OP_COMP_SWAP: u32 = 3;
+/// Completion opcode: fetch and add.
+pub const IV_WC_OP_FETCH_ADD: u32 = 4;
+/// Completion opcode: a receive.
+pub const IV_WC_OP_RECV: u32 = 128;
+/// Completion opcode: a receive consumed by RDMA WRITE with immediate.
+pub const IV_WC_OP_RECV_RDMA_WITH_IMM: u32 = 129;
+
+/// Completion flag: a GRH is present (UD).
+pub const IV_WC_GRH: u32 = 1 << 0;
+/// Completion flag: `imm_or_inv` holds immediate data.
+pub const IV_WC_WITH_IMM: u32 = 1 << 1;
+/// Completion flag: `imm_or_inv` holds the invalidated rkey.
+pub const IV_WC_WITH_INV: u32 = 1 << 3;
+
+/// Bytes of GRH a UD receive buffer must leave room for at its start.
+pub const IV_GRH_LEN: u32 = 40;
+
+abi_layout!(IvRingIndex { value, reserved });
+abi_layout!(IvRingControl {
+    producer,
+    consumer,
+    arm
+});
+abi_layout!(IvRingMap {
+    entries_addr,
+    control_addr,
+    entries,
+    stride
+});
+abi_layout!(IvSendWqe {
+    wr_id,
+    opcode,
+    flags,
+    num_sge,
+    imm_or_inv,
+    remote_addr,
+    rkey,
+    inline_len,
+    compare_add,
+    swap,
+    ahn,
+    remote_qpn,
+    remote_qkey,
+    reserved
+});
+abi_layout!(IvRecvWqe {
+    wr_id,
+    num_sge,
+    reserved
+});
+abi_layout!(IvSge { addr, length, lkey });
+abi_layout!(IvCqe {
+    wr_id,
+    status,
+    opcode,
+    vendor_err,
+    byte_len,
+    imm_or_inv,
+    qp_num,
+    src_qp,
+    wc_flags,
+    pkey_index,
+    slid,
+    sl,
+    dlid_path_bits,
+    reserved0,
+    reserved
+});
+
+const _: () = {
+    assert!(size_of::<IvSendWqe>() == IV_SEND_WQE_HEADER);
+    assert!(size_of::<IvRecvWqe>() == IV_RECV_WQE_HEADER);
+    assert!(size_of::<IvSge>() == 16);
+    assert!(size_of::<IvCqe>() == 64);
+    assert!(size_of::<IvRingControl>() == 3 * IV_CACHE_LINE);
+};

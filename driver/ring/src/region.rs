@@ -1,0 +1,303 @@
+//! [`Region`]: a range of memory shared with the HCA — queue memory the
+//! driver allocates, or a registered memory region (MR) the ULP owns — with
+//! bounds-checked, race-tolerant access.
+//!
+//! Every access copies bytes in or out with volatile-free `copy_nonoverlapping`
+//! after a bounds check, or goes through an aligned atomic. Readers never hand
+//! out references to shared bytes, so a ULP scribbling on its own ring while
+//! the HCA reads it can corrupt only the values read (which the HCA then
+//! validates), never the HCA's memory safety.
+
+use alloc::alloc::{Layout, alloc_zeroed, dealloc};
+use alloc::boxed::Box;
+use core::any::Any;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+/// An access outside the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfBounds;
+
+/// Alignment of memory [`Region::alloc`] returns.
+pub const REGION_ALIGN: usize = 4096;
+
+enum Owner {
+    /// Allocated by [`Region::alloc`]: freed with this layout.
+    Heap(Layout),
+    /// Owned elsewhere; the box keeps whatever owns it alive.
+    External(#[allow(dead_code)] Option<Box<dyn Any + Send + Sync>>),
+}
+
+/// A shared memory range.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    owner: Owner,
+}
+
+impl core::fmt::Debug for Region {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Region")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+// SAFETY: a Region is a pointer to memory valid for its lifetime (the
+// constructor's contract); every access through it is by copy or atomic, so
+// sharing it between threads is as sound as sharing the memory itself.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` only permits copies and atomic operations.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Allocates `len` zeroed bytes aligned to [`REGION_ALIGN`] (queue memory).
+    ///
+    /// Returns `None` when `len` is 0 or the allocation fails.
+    #[must_use]
+    pub fn alloc(len: usize) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        let layout = Layout::from_size_align(len, REGION_ALIGN).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        Some(Self {
+            ptr: NonNull::new(ptr)?,
+            len,
+            owner: Owner::Heap(layout),
+        })
+    }
+
+    /// Describes memory owned elsewhere (a registered MR; an MDL mapping).
+    /// `owner` is dropped with the region.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes, by this and other
+    /// threads, for as long as the region lives, and must not be accessed by
+    /// Rust code through references while the region lives (only through raw
+    /// pointers or other regions). For a ULP's memory this is the contract
+    /// of memory registration: the memory stays allocated until the MR is
+    /// deregistered.
+    pub unsafe fn from_raw_parts(
+        ptr: *mut u8,
+        len: usize,
+        owner: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Option<Self> {
+        Some(Self {
+            ptr: NonNull::new(ptr)?,
+            len,
+            owner: Owner::External(owner),
+        })
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region (never, for allocated ones).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of the first byte, as the ULP (in host mode) sees it.
+    #[must_use]
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    fn range(&self, offset: usize, len: usize) -> Result<*mut u8, OutOfBounds> {
+        let end = offset.checked_add(len).ok_or(OutOfBounds)?;
+        if end > self.len {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: offset + len <= self.len, so the result stays inside (or
+        // one past) the allocation.
+        Ok(unsafe { self.ptr.as_ptr().add(offset) })
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`]; nothing is copied.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfBounds> {
+        let src = self.range(offset, dst.len())?;
+        // SAFETY: `src` is valid for `dst.len()` bytes (checked), and `dst`
+        // is a distinct Rust buffer, so the ranges don't overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`]; nothing is written.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
+        let dst = self.range(offset, src.len())?;
+        // SAFETY: `dst` is valid for `src.len()` bytes (checked); `src` is a
+        // Rust buffer, not part of any region, so they don't overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `byte`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`]; nothing is written.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), OutOfBounds> {
+        let dst = self.range(offset, len)?;
+        // SAFETY: `dst` is valid for `len` bytes (checked).
+        unsafe { core::ptr::write_bytes(dst, byte, len) };
+        Ok(())
+    }
+
+    /// Reads a plain struct at `offset` (by copy: a snapshot, safe to
+    /// validate even if the ULP rewrites the bytes meanwhile).
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, OutOfBounds> {
+        let mut v = T::new_zeroed();
+        self.read(offset, v.as_mut_bytes())?;
+        Ok(v)
+    }
+
+    /// Writes a plain struct at `offset`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    pub fn write_obj<T: IntoBytes + Immutable>(
+        &self,
+        offset: usize,
+        v: &T,
+    ) -> Result<(), OutOfBounds> {
+        self.write(offset, v.as_bytes())
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset` (the HCA's DMA between two registered regions): one
+    /// memory copy, no bounce buffer. Overlapping ranges (the same memory
+    /// registered twice) are handled.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if either range is outside its region; nothing is copied.
+    pub fn copy(
+        dst: &Region,
+        dst_offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), OutOfBounds> {
+        let d = dst.range(dst_offset, len)?;
+        let s = src.range(src_offset, len)?;
+        // SAFETY: both ranges are valid for `len` bytes (checked); `copy`
+        // (memmove) is correct even if they overlap.
+        unsafe { core::ptr::copy(s, d, len) };
+        Ok(())
+    }
+
+    /// The aligned `u32` at `offset` as an atomic.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if outside the region or not 4-byte aligned.
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, OutOfBounds> {
+        let p = self.range(offset, 4)?;
+        if (p as usize) % 4 != 0 {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: `p` is in bounds, 4-byte aligned and valid for the region's
+        // lifetime, which bounds the returned reference; all concurrent
+        // accesses to index words are atomic (the ring protocol).
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// The aligned `u64` at `offset` as an atomic (for RDMA atomics).
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if outside the region or not 8-byte aligned.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, OutOfBounds> {
+        let p = self.range(offset, 8)?;
+        if (p as usize) % 8 != 0 {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: as in `atomic_u32`, for 8 aligned bytes.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+}
+
+/// Regions are equal when they are the same memory (same start and length).
+impl PartialEq for Region {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr && self.len == other.len
+    }
+}
+
+impl Eq for Region {}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Owner::Heap(layout) = self.owner {
+            // SAFETY: allocated by `alloc` with exactly this layout.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        let r = Region::alloc(64).unwrap();
+        assert_eq!(r.addr() % REGION_ALIGN as u64, 0);
+        let mut b = [0u8; 8];
+        assert!(r.read(56, &mut b).is_ok());
+        assert_eq!(r.read(57, &mut b), Err(OutOfBounds));
+        assert_eq!(r.read(usize::MAX, &mut b), Err(OutOfBounds));
+        assert_eq!(r.write(60, &[1; 8]), Err(OutOfBounds));
+        r.write(8, &[7; 8]).unwrap();
+        r.read(8, &mut b).unwrap();
+        assert_eq!(b, [7; 8]);
+        assert!(r.atomic_u32(2).is_err());
+        assert!(r.atomic_u64(4).is_err());
+        assert!(r.atomic_u64(64).is_err());
+        r.atomic_u64(8)
+            .unwrap()
+            .fetch_add(1, core::sync::atomic::Ordering::SeqCst);
+        assert!(Region::alloc(0).is_none());
+    }
+
+    #[test]
+    fn copies_between_regions_and_overlapping() {
+        let a = Region::alloc(4096).unwrap();
+        let b = Region::alloc(4096).unwrap();
+        a.write(0, &[1, 2, 3, 4]).unwrap();
+        Region::copy(&b, 100, &a, 0, 4).unwrap();
+        let mut out = [0; 4];
+        b.read(100, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4]);
+        Region::copy(&a, 2, &a, 0, 4).unwrap();
+        let mut out = [0; 6];
+        a.read(0, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 1, 2, 3, 4]);
+        assert_eq!(Region::copy(&a, 4094, &b, 0, 4), Err(OutOfBounds));
+    }
+
+    #[test]
+    fn external_memory() {
+        let mut buf = alloc::vec![0u8; 32];
+        // SAFETY: `buf` outlives the region and is not touched through
+        // references while the region lives.
+        let r = unsafe { Region::from_raw_parts(buf.as_mut_ptr(), 32, None) }.unwrap();
+        r.write(0, b"hi").unwrap();
+        drop(r);
+        assert_eq!(&buf[..2], b"hi");
+    }
+}

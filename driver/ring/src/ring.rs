@@ -1,0 +1,307 @@
+//! The ring protocol: one producer and one consumer share a ring of
+//! `entries` slots through two free-running indices.
+//!
+//! - The producer owns the slots from `producer` up to `consumer + entries`:
+//!   it writes a slot, then publishes `producer + 1` with release ordering.
+//! - The consumer owns the slots from `consumer` up to `producer`: it loads
+//!   `producer` with acquire ordering, reads the slot, then publishes
+//!   `consumer + 1` with release ordering, handing the slot back.
+//!
+//! Each side writes only its own index. A consumer that does not trust the
+//! producer (the HCA reading a ULP's ring) checks `producer - consumer <=
+//! entries` and treats anything else as a corrupt ring.
+//!
+//! The protocol is written against [`IndexWord`] so that the same code runs
+//! on the shared memory's atomics and, in loom tests, on loom's.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use alloc::sync::Arc;
+use irpverbs_abi::{IV_CACHE_LINE, IvRingControl, IvRingMap};
+
+use crate::region::{OutOfBounds, Region};
+
+/// An index word shared between producer and consumer.
+pub trait IndexWord {
+    /// Loads the index.
+    fn load(&self, order: Ordering) -> u32;
+    /// Stores the index.
+    fn store(&self, value: u32, order: Ordering);
+}
+
+impl IndexWord for AtomicU32 {
+    fn load(&self, order: Ordering) -> u32 {
+        AtomicU32::load(self, order)
+    }
+    fn store(&self, value: u32, order: Ordering) {
+        AtomicU32::store(self, value, order);
+    }
+}
+
+/// The ring's indices are inconsistent: `producer - consumer > entries`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Corrupt;
+
+/// The producer's half of the protocol.
+#[derive(Debug)]
+pub struct Producer<'a, W: IndexWord> {
+    /// The producer index (written by this side).
+    pub producer: &'a W,
+    /// The consumer index (read by this side).
+    pub consumer: &'a W,
+    /// Slots (a power of two).
+    pub entries: u32,
+}
+
+impl<W: IndexWord> Producer<'_, W> {
+    /// The index of the next free slot, or `None` when the ring is full.
+    pub fn next_free(&self) -> Option<u32> {
+        let p = self.producer.load(Ordering::Relaxed);
+        let c = self.consumer.load(Ordering::Acquire);
+        (p.wrapping_sub(c) < self.entries).then_some(p)
+    }
+
+    /// Free slots.
+    pub fn free(&self) -> u32 {
+        let p = self.producer.load(Ordering::Relaxed);
+        let c = self.consumer.load(Ordering::Acquire);
+        self.entries.saturating_sub(p.wrapping_sub(c))
+    }
+
+    /// Publishes every slot before `next`: the consumer may read them now.
+    pub fn publish(&self, next: u32) {
+        self.producer.store(next, Ordering::Release);
+    }
+}
+
+/// The consumer's half of the protocol.
+#[derive(Debug)]
+pub struct Consumer<'a, W: IndexWord> {
+    /// The producer index (read by this side).
+    pub producer: &'a W,
+    /// The consumer index (written by this side).
+    pub consumer: &'a W,
+    /// Slots (a power of two).
+    pub entries: u32,
+}
+
+impl<W: IndexWord> Consumer<'_, W> {
+    /// The index of the next filled slot, `Ok(None)` when the ring is empty.
+    ///
+    /// # Errors
+    /// [`Corrupt`] when the producer published more than the ring holds.
+    pub fn next_filled(&self) -> Result<Option<u32>, Corrupt> {
+        let c = self.consumer.load(Ordering::Relaxed);
+        let p = self.producer.load(Ordering::Acquire);
+        let n = p.wrapping_sub(c);
+        if n > self.entries {
+            return Err(Corrupt);
+        }
+        Ok((n != 0).then_some(c))
+    }
+
+    /// Filled slots.
+    ///
+    /// # Errors
+    /// [`Corrupt`] as above.
+    pub fn filled(&self) -> Result<u32, Corrupt> {
+        let c = self.consumer.load(Ordering::Relaxed);
+        let p = self.producer.load(Ordering::Acquire);
+        let n = p.wrapping_sub(c);
+        if n > self.entries {
+            Err(Corrupt)
+        } else {
+            Ok(n)
+        }
+    }
+
+    /// Hands every slot before `next` back to the producer.
+    pub fn release(&self, next: u32) {
+        self.consumer.store(next, Ordering::Release);
+    }
+}
+
+/// Byte offset of the first slot: after the [`IvRingControl`].
+pub const ENTRIES_OFFSET: usize = size_of::<IvRingControl>();
+const PRODUCER_OFFSET: usize = 0;
+const CONSUMER_OFFSET: usize = IV_CACHE_LINE;
+const ARM_OFFSET: usize = 2 * IV_CACHE_LINE;
+
+/// A ring in shared memory: the control block, then `entries` slots of
+/// `stride` bytes. Rings are equal when they are the same memory with the
+/// same geometry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ring {
+    region: Arc<Region>,
+    entries: u32,
+    stride: u32,
+}
+
+impl Ring {
+    /// Bytes of shared memory a ring of `entries` slots of `stride` needs.
+    #[must_use]
+    pub fn bytes(entries: u32, stride: u32) -> usize {
+        ENTRIES_OFFSET + entries as usize * stride as usize
+    }
+
+    /// Allocates a zeroed ring.
+    ///
+    /// Returns `None` if `entries` or `stride` is not a power of two, or the
+    /// allocation fails.
+    #[must_use]
+    pub fn alloc(entries: u32, stride: u32) -> Option<Self> {
+        Self::new(
+            Arc::new(Region::alloc(Self::bytes(entries, stride))?),
+            entries,
+            stride,
+        )
+        .ok()
+    }
+
+    /// A ring over `region`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the region is too small or the geometry invalid.
+    pub fn new(region: Arc<Region>, entries: u32, stride: u32) -> Result<Self, OutOfBounds> {
+        if !entries.is_power_of_two()
+            || !stride.is_power_of_two()
+            || region.len() < Self::bytes(entries, stride)
+        {
+            return Err(OutOfBounds);
+        }
+        if region.addr() % IV_CACHE_LINE as u64 != 0 {
+            return Err(OutOfBounds);
+        }
+        Ok(Self {
+            region,
+            entries,
+            stride,
+        })
+    }
+
+    /// Slots.
+    #[must_use]
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Bytes per slot.
+    #[must_use]
+    pub fn stride(&self) -> u32 {
+        self.stride
+    }
+
+    /// The memory.
+    #[must_use]
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        self.region
+            .atomic_u32(offset)
+            .expect("control block checked in Ring::new")
+    }
+
+    /// The producer index.
+    #[must_use]
+    pub fn producer_word(&self) -> &AtomicU32 {
+        self.word(PRODUCER_OFFSET)
+    }
+
+    /// The consumer index.
+    #[must_use]
+    pub fn consumer_word(&self) -> &AtomicU32 {
+        self.word(CONSUMER_OFFSET)
+    }
+
+    /// The arm word (CQs).
+    #[must_use]
+    pub fn arm_word(&self) -> &AtomicU32 {
+        self.word(ARM_OFFSET)
+    }
+
+    /// The producer's view.
+    #[must_use]
+    pub fn producer(&self) -> Producer<'_, AtomicU32> {
+        Producer {
+            producer: self.producer_word(),
+            consumer: self.consumer_word(),
+            entries: self.entries,
+        }
+    }
+
+    /// The consumer's view.
+    #[must_use]
+    pub fn consumer(&self) -> Consumer<'_, AtomicU32> {
+        Consumer {
+            producer: self.producer_word(),
+            consumer: self.consumer_word(),
+            entries: self.entries,
+        }
+    }
+
+    /// Byte offset (in the region) of the slot of `index`.
+    #[must_use]
+    pub fn slot_offset(&self, index: u32) -> usize {
+        ENTRIES_OFFSET + (index & (self.entries - 1)) as usize * self.stride as usize
+    }
+
+    /// Where the ring is, as the create verbs report it (host mode: the
+    /// ULP's addresses are the kernel's).
+    #[must_use]
+    pub fn map(&self) -> IvRingMap {
+        IvRingMap {
+            entries_addr: self.region.addr() + ENTRIES_OFFSET as u64,
+            control_addr: self.region.addr(),
+            entries: self.entries,
+            stride: self.stride,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_and_drains_with_wrapping_indices() {
+        let r = Ring::alloc(4, 64).unwrap();
+        // Start near the wrap point.
+        r.producer_word().store(u32::MAX - 1, Ordering::Relaxed);
+        r.consumer_word().store(u32::MAX - 1, Ordering::Relaxed);
+        let (p, c) = (r.producer(), r.consumer());
+        assert_eq!(c.next_filled(), Ok(None));
+        let mut next = p.next_free().unwrap();
+        for _ in 0..4 {
+            assert_eq!(p.next_free(), Some(next));
+            next = next.wrapping_add(1);
+            p.publish(next);
+        }
+        assert_eq!(p.next_free(), None);
+        assert_eq!(p.free(), 0);
+        assert_eq!(c.filled(), Ok(4));
+        let first = c.next_filled().unwrap().unwrap();
+        c.release(first.wrapping_add(1));
+        assert_eq!(p.free(), 1);
+        assert_eq!(r.slot_offset(first), ENTRIES_OFFSET + 2 * 64);
+    }
+
+    #[test]
+    fn a_lying_producer_is_detected() {
+        let r = Ring::alloc(4, 64).unwrap();
+        r.producer_word().store(5, Ordering::Relaxed);
+        assert_eq!(r.consumer().next_filled(), Err(Corrupt));
+        assert_eq!(r.consumer().filled(), Err(Corrupt));
+    }
+
+    #[test]
+    fn geometry_is_checked() {
+        assert!(Ring::alloc(3, 64).is_none());
+        assert!(Ring::alloc(4, 48).is_none());
+        let small = Arc::new(Region::alloc(100).unwrap());
+        assert!(Ring::new(small, 4, 64).is_err());
+        let m = Ring::alloc(8, 64).unwrap().map();
+        assert_eq!(m.entries_addr - m.control_addr, ENTRIES_OFFSET as u64);
+    }
+}

@@ -1,0 +1,609 @@
+//! Work queues and completion queues over [`Ring`]s: what `post_send`,
+//! `post_recv`, `poll_cq` and `req_notify_cq` do to shared memory (the ULP's
+//! side), and how the HCA reads WQEs and writes CQEs (the HCA's side).
+//!
+//! Callable at IRQL <= DISPATCH_LEVEL: no allocation, no blocking. Concurrent
+//! posts to one queue are serialized by a small spin flag in the ULP-side
+//! object (never in shared memory, which the other side could corrupt).
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use irpverbs_abi::*;
+use zerocopy::IntoBytes;
+
+use crate::region::OutOfBounds;
+use crate::ring::{Corrupt, Ring};
+
+/// Why a post was refused. Nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// The queue is full (`ENOMEM` in libibverbs).
+    Full,
+    /// More SGEs than the queue was created with.
+    TooManySge,
+    /// More inline data than the queue was created with.
+    InlineTooLong,
+    /// Unknown opcode or flag.
+    Invalid,
+}
+
+/// Slot size of a send queue for `max_sge` SGEs and `max_inline` bytes.
+#[must_use]
+pub fn send_stride(max_sge: u32, max_inline: u32) -> u32 {
+    let need = IV_SEND_WQE_HEADER as u32 + (16 * max_sge).max(max_inline);
+    need.next_power_of_two().max(64)
+}
+
+/// Slot size of a receive queue (or SRQ) for `max_sge` SGEs.
+#[must_use]
+pub fn recv_stride(max_sge: u32) -> u32 {
+    (IV_RECV_WQE_HEADER as u32 + 16 * max_sge.max(1))
+        .next_power_of_two()
+        .max(32)
+}
+
+struct SpinFlag(AtomicBool);
+
+impl SpinFlag {
+    fn with<R>(&self, f: impl FnOnce() -> R) -> R {
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        let r = f();
+        self.0.store(false, Ordering::Release);
+        r
+    }
+}
+
+/// A send work request, as `post_send` takes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// `IV_WR_*`.
+    pub opcode: u8,
+    /// `IV_SEND_*` (`IV_SEND_INLINE` is set from `inline`).
+    pub flags: u8,
+    /// Gather list (ignored with `inline`).
+    pub sges: &'a [IvSge],
+    /// Inline data instead of a gather list.
+    pub inline: Option<&'a [u8]>,
+    /// Immediate data or rkey to invalidate.
+    pub imm_or_inv: u32,
+    /// RDMA / atomic remote address.
+    pub remote_addr: u64,
+    /// RDMA / atomic remote key.
+    pub rkey: u32,
+    /// Atomic compare / add operand.
+    pub compare_add: u64,
+    /// Atomic swap operand.
+    pub swap: u64,
+    /// UD: AH number, remote QPN, remote Q_Key.
+    pub ud: Option<(u32, u32, u32)>,
+}
+
+/// The ULP's side of a send queue.
+pub struct SendQueue {
+    ring: Ring,
+    max_sge: u32,
+    max_inline: u32,
+    lock: SpinFlag,
+}
+
+impl core::fmt::Debug for SendQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendQueue")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendQueue {
+    /// The send queue over `ring`.
+    #[must_use]
+    pub fn new(ring: Ring, max_sge: u32, max_inline: u32) -> Self {
+        Self {
+            ring,
+            max_sge,
+            max_inline,
+            lock: SpinFlag(AtomicBool::new(false)),
+        }
+    }
+
+    /// The ring.
+    #[must_use]
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Writes `wr` at the producer slot and publishes it. The caller then
+    /// rings the doorbell.
+    ///
+    /// # Errors
+    /// [`PostError`]; nothing was posted.
+    pub fn post(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        if wr.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
+            || wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
+                != 0
+        {
+            return Err(PostError::Invalid);
+        }
+        let (num_sge, inline_len) = match wr.inline {
+            Some(d) if d.len() > self.max_inline as usize => return Err(PostError::InlineTooLong),
+            Some(d) => (0u16, d.len() as u32),
+            None if wr.sges.len() > self.max_sge as usize => return Err(PostError::TooManySge),
+            None => (wr.sges.len() as u16, 0),
+        };
+        let (ahn, remote_qpn, remote_qkey) = wr.ud.unwrap_or_default();
+        let header = IvSendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags & !IV_SEND_INLINE
+                | if wr.inline.is_some() {
+                    IV_SEND_INLINE
+                } else {
+                    0
+                },
+            num_sge,
+            imm_or_inv: wr.imm_or_inv,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            inline_len,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ahn,
+            remote_qpn,
+            remote_qkey,
+            reserved: 0,
+        };
+        self.lock.with(|| {
+            let p = self.ring.producer();
+            let index = p.next_free().ok_or(PostError::Full)?;
+            let at = self.ring.slot_offset(index);
+            let region = self.ring.region();
+            let body = at + IV_SEND_WQE_HEADER;
+            match wr.inline {
+                Some(d) => region.write(body, d),
+                None => region.write(body, wr.sges.as_bytes()),
+            }
+            .and_then(|()| region.write_obj(at, &header))
+            .map_err(|OutOfBounds| PostError::Invalid)?;
+            p.publish(index.wrapping_add(1));
+            Ok(())
+        })
+    }
+}
+
+/// The ULP's side of a receive queue or SRQ.
+pub struct RecvQueue {
+    ring: Ring,
+    max_sge: u32,
+    lock: SpinFlag,
+}
+
+impl core::fmt::Debug for RecvQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RecvQueue")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecvQueue {
+    /// The receive queue over `ring`.
+    #[must_use]
+    pub fn new(ring: Ring, max_sge: u32) -> Self {
+        Self {
+            ring,
+            max_sge,
+            lock: SpinFlag(AtomicBool::new(false)),
+        }
+    }
+
+    /// The ring.
+    #[must_use]
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Posts a receive buffer (scatter list). The caller then rings the
+    /// doorbell.
+    ///
+    /// # Errors
+    /// [`PostError::Full`], [`PostError::TooManySge`].
+    pub fn post(&self, wr_id: u64, sges: &[IvSge]) -> Result<(), PostError> {
+        if sges.len() > self.max_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        let header = IvRecvWqe {
+            wr_id,
+            num_sge: sges.len() as u32,
+            reserved: 0,
+        };
+        self.lock.with(|| {
+            let p = self.ring.producer();
+            let index = p.next_free().ok_or(PostError::Full)?;
+            let at = self.ring.slot_offset(index);
+            let region = self.ring.region();
+            region
+                .write(at + IV_RECV_WQE_HEADER, sges.as_bytes())
+                .and_then(|()| region.write_obj(at, &header))
+                .map_err(|OutOfBounds| PostError::Invalid)?;
+            p.publish(index.wrapping_add(1));
+            Ok(())
+        })
+    }
+}
+
+/// The ULP's side of a completion queue.
+pub struct CompletionQueue {
+    ring: Ring,
+    lock: SpinFlag,
+    arm_seq: AtomicU32,
+}
+
+impl core::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompletionQueue {
+    /// The CQ over `ring`.
+    #[must_use]
+    pub fn new(ring: Ring) -> Self {
+        Self {
+            ring,
+            lock: SpinFlag(AtomicBool::new(false)),
+            arm_seq: AtomicU32::new(0),
+        }
+    }
+
+    /// The ring.
+    #[must_use]
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Takes up to `out.len()` completions, oldest first.
+    ///
+    /// # Errors
+    /// [`Corrupt`] if the HCA's producer index is impossible.
+    pub fn poll(&self, out: &mut [IvCqe]) -> Result<usize, Corrupt> {
+        self.lock.with(|| {
+            let c = self.ring.consumer();
+            let avail = c.filled()? as usize;
+            let n = avail.min(out.len());
+            let start = self.ring.consumer_word().load(Ordering::Relaxed);
+            for (i, slot) in out.iter_mut().take(n).enumerate() {
+                let at = self.ring.slot_offset(start.wrapping_add(i as u32));
+                *slot = self
+                    .ring
+                    .region()
+                    .read_obj(at)
+                    .map_err(|OutOfBounds| Corrupt)?;
+            }
+            if n > 0 {
+                c.release(start.wrapping_add(n as u32));
+            }
+            Ok(n)
+        })
+    }
+
+    /// `req_notify_cq`: arms the CQ for the next completion (or the next
+    /// solicited one). The caller then rings the CQ's arm doorbell; the HCA
+    /// raises one completion event and disarms. Returns the arm word written.
+    pub fn arm(&self, solicited_only: bool) -> u32 {
+        let seq = self.arm_seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0x3FFF_FFFF;
+        let word = IV_CQ_ARM_NEXT
+            | if solicited_only {
+                IV_CQ_ARM_SOLICITED
+            } else {
+                0
+            }
+            | seq;
+        self.ring.arm_word().store(word, Ordering::Release);
+        word
+    }
+}
+
+/// A send WQE as the HCA read it: a snapshot, validated before use.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWqeSnapshot {
+    /// The header.
+    pub header: IvSendWqe,
+    /// The gather list (`header.num_sge` entries are valid).
+    pub sges: [IvSge; MAX_SGE],
+}
+
+/// Most SGEs a WQE may carry.
+pub const MAX_SGE: usize = 32;
+
+/// What is wrong with a WQE the ULP wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeError {
+    /// More SGEs than the queue allows, or a slot too small for them.
+    TooManySge,
+    /// More inline data than the queue allows.
+    InlineTooLong,
+    /// Unknown opcode or flags, non-zero reserved field.
+    Malformed,
+}
+
+/// The HCA's side: reads the send WQE at `index`, checked against the
+/// queue's limits.
+///
+/// # Errors
+/// [`WqeError`].
+pub fn read_send_wqe(
+    ring: &Ring,
+    index: u32,
+    max_sge: u32,
+    max_inline: u32,
+) -> Result<SendWqeSnapshot, WqeError> {
+    let at = ring.slot_offset(index);
+    let header: IvSendWqe = ring
+        .region()
+        .read_obj(at)
+        .map_err(|OutOfBounds| WqeError::Malformed)?;
+    if header.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
+        || header.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
+            != 0
+        || header.reserved != 0
+    {
+        return Err(WqeError::Malformed);
+    }
+    let mut snap = SendWqeSnapshot {
+        header,
+        sges: [IvSge::default(); MAX_SGE],
+    };
+    let room = ring.stride() as usize - IV_SEND_WQE_HEADER;
+    if header.flags & IV_SEND_INLINE != 0 {
+        if header.inline_len > max_inline || header.inline_len as usize > room {
+            return Err(WqeError::InlineTooLong);
+        }
+    } else {
+        let n = header.num_sge as usize;
+        if n > max_sge as usize || n > MAX_SGE || n * 16 > room {
+            return Err(WqeError::TooManySge);
+        }
+        ring.region()
+            .read(at + IV_SEND_WQE_HEADER, snap.sges[..n].as_mut_bytes())
+            .map_err(|OutOfBounds| WqeError::Malformed)?;
+    }
+    Ok(snap)
+}
+
+/// Byte offset (in the ring's region) and length of a send WQE's inline data.
+#[must_use]
+pub fn inline_data(ring: &Ring, index: u32, snap: &SendWqeSnapshot) -> (usize, usize) {
+    (
+        ring.slot_offset(index) + IV_SEND_WQE_HEADER,
+        snap.header.inline_len as usize,
+    )
+}
+
+/// A receive WQE as the HCA read it.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvWqeSnapshot {
+    /// The work request id.
+    pub wr_id: u64,
+    /// SGEs.
+    pub num_sge: usize,
+    /// The scatter list.
+    pub sges: [IvSge; MAX_SGE],
+}
+
+/// The HCA's side: reads the receive WQE at `index`.
+///
+/// # Errors
+/// [`WqeError`].
+pub fn read_recv_wqe(ring: &Ring, index: u32, max_sge: u32) -> Result<RecvWqeSnapshot, WqeError> {
+    let at = ring.slot_offset(index);
+    let header: IvRecvWqe = ring
+        .region()
+        .read_obj(at)
+        .map_err(|OutOfBounds| WqeError::Malformed)?;
+    let n = header.num_sge as usize;
+    if header.reserved != 0 {
+        return Err(WqeError::Malformed);
+    }
+    if n > max_sge as usize || n > MAX_SGE || n * 16 > ring.stride() as usize - IV_RECV_WQE_HEADER {
+        return Err(WqeError::TooManySge);
+    }
+    let mut snap = RecvWqeSnapshot {
+        wr_id: header.wr_id,
+        num_sge: n,
+        sges: [IvSge::default(); MAX_SGE],
+    };
+    ring.region()
+        .read(at + IV_RECV_WQE_HEADER, snap.sges[..n].as_mut_bytes())
+        .map_err(|OutOfBounds| WqeError::Malformed)?;
+    Ok(snap)
+}
+
+/// The CQ is full: the CQE was not written (a CQ overrun).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overrun;
+
+/// The HCA's side: appends a CQE.
+///
+/// # Errors
+/// [`Overrun`] when the ULP has not consumed enough entries (or its
+/// consumer index is corrupt).
+pub fn push_cqe(ring: &Ring, cqe: &IvCqe) -> Result<(), Overrun> {
+    let p = ring.producer();
+    let index = p.next_free().ok_or(Overrun)?;
+    ring.region()
+        .write_obj(ring.slot_offset(index), cqe)
+        .map_err(|OutOfBounds| Overrun)?;
+    p.publish(index.wrapping_add(1));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(addr: u64) -> IvSge {
+        IvSge {
+            addr,
+            length: 8,
+            lkey: 0x101,
+        }
+    }
+
+    #[test]
+    fn post_send_then_hca_reads_the_same_wqe() {
+        let ring = Ring::alloc(8, send_stride(4, 64)).unwrap();
+        let sq = SendQueue::new(ring.clone(), 4, 64);
+        let sges = [sge(0x1000), sge(0x2000)];
+        sq.post(&SendWr {
+            wr_id: 9,
+            opcode: IV_WR_RDMA_WRITE,
+            flags: IV_SEND_SIGNALED,
+            sges: &sges,
+            remote_addr: 0x55,
+            rkey: 7,
+            ..Default::default()
+        })
+        .unwrap();
+        sq.post(&SendWr {
+            wr_id: 10,
+            inline: Some(b"hello"),
+            ..Default::default()
+        })
+        .unwrap();
+        let c = ring.consumer();
+        let i = c.next_filled().unwrap().unwrap();
+        let w = read_send_wqe(&ring, i, 4, 64).unwrap();
+        assert_eq!(
+            (
+                w.header.wr_id,
+                w.header.opcode,
+                w.header.num_sge,
+                w.header.rkey
+            ),
+            (9, IV_WR_RDMA_WRITE, 2, 7)
+        );
+        assert_eq!(&w.sges[..2], &sges);
+        let w2 = read_send_wqe(&ring, i + 1, 4, 64).unwrap();
+        assert_eq!(w2.header.flags & IV_SEND_INLINE, IV_SEND_INLINE);
+        let (off, len) = inline_data(&ring, i + 1, &w2);
+        let mut buf = [0u8; 5];
+        ring.region().read(off, &mut buf[..len]).unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+
+    #[test]
+    fn post_refuses_what_does_not_fit() {
+        let ring = Ring::alloc(2, send_stride(1, 16)).unwrap();
+        let sq = SendQueue::new(ring, 1, 16);
+        let two = [sge(1), sge(2)];
+        assert_eq!(
+            sq.post(&SendWr {
+                sges: &two,
+                ..Default::default()
+            }),
+            Err(PostError::TooManySge)
+        );
+        assert_eq!(
+            sq.post(&SendWr {
+                inline: Some(&[0; 17]),
+                ..Default::default()
+            }),
+            Err(PostError::InlineTooLong)
+        );
+        assert_eq!(
+            sq.post(&SendWr {
+                opcode: 99,
+                ..Default::default()
+            }),
+            Err(PostError::Invalid)
+        );
+        sq.post(&SendWr::default()).unwrap();
+        sq.post(&SendWr::default()).unwrap();
+        assert_eq!(sq.post(&SendWr::default()), Err(PostError::Full));
+    }
+
+    #[test]
+    fn the_hca_rejects_garbage_wqes() {
+        let ring = Ring::alloc(2, 64).unwrap();
+        let bad = IvSendWqe {
+            opcode: 200,
+            ..Default::default()
+        };
+        ring.region().write_obj(ring.slot_offset(0), &bad).unwrap();
+        assert_eq!(
+            read_send_wqe(&ring, 0, 4, 0).err(),
+            Some(WqeError::Malformed)
+        );
+        let many = IvSendWqe {
+            num_sge: 3,
+            ..Default::default()
+        };
+        ring.region().write_obj(ring.slot_offset(0), &many).unwrap();
+        assert_eq!(
+            read_send_wqe(&ring, 0, 32, 0).err(),
+            Some(WqeError::TooManySge),
+            "3 SGEs don't fit a 64-byte slot"
+        );
+        let long = IvSendWqe {
+            flags: IV_SEND_INLINE,
+            inline_len: 1000,
+            ..Default::default()
+        };
+        ring.region().write_obj(ring.slot_offset(0), &long).unwrap();
+        assert_eq!(
+            read_send_wqe(&ring, 0, 4, 2000).err(),
+            Some(WqeError::InlineTooLong)
+        );
+    }
+
+    #[test]
+    fn recv_and_cq_round_trip() {
+        let rq_ring = Ring::alloc(4, recv_stride(2)).unwrap();
+        let rq = RecvQueue::new(rq_ring.clone(), 2);
+        rq.post(77, &[sge(0x10)]).unwrap();
+        let w = read_recv_wqe(&rq_ring, 0, 2).unwrap();
+        assert_eq!((w.wr_id, w.num_sge, w.sges[0].addr), (77, 1, 0x10));
+
+        let cq_ring = Ring::alloc(2, 64).unwrap();
+        let cq = CompletionQueue::new(cq_ring.clone());
+        let mut out = [IvCqe::default(); 4];
+        assert_eq!(cq.poll(&mut out), Ok(0));
+        push_cqe(
+            &cq_ring,
+            &IvCqe {
+                wr_id: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        push_cqe(
+            &cq_ring,
+            &IvCqe {
+                wr_id: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(push_cqe(&cq_ring, &IvCqe::default()), Err(Overrun));
+        assert_eq!(cq.poll(&mut out[..1]), Ok(1));
+        assert_eq!(out[0].wr_id, 1);
+        assert_eq!(cq.poll(&mut out), Ok(1));
+        assert_eq!(out[0].wr_id, 2);
+        let w = cq.arm(true);
+        assert_eq!(
+            w & (IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED),
+            IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED
+        );
+        assert_eq!(cq_ring.arm_word().load(Ordering::Acquire), w);
+    }
+}
