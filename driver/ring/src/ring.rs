@@ -179,6 +179,30 @@ impl Ring {
         })
     }
 
+    /// The ring a create verb reported, in the caller's address space (the
+    /// ULP's side of the speed path).
+    ///
+    /// # Safety
+    /// `map` must describe a ring the driver mapped into this address space
+    /// and that stays mapped while the returned ring (or a clone) lives: the
+    /// ULP must drop its rings before destroying the object (or closing the
+    /// file) that owns them.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] for a map whose geometry is not a ring.
+    pub unsafe fn from_map(map: &IvRingMap) -> Result<Self, OutOfBounds> {
+        if map.entries_addr != map.control_addr + ENTRIES_OFFSET as u64 {
+            return Err(OutOfBounds);
+        }
+        let bytes = Self::bytes(map.entries, map.stride);
+        // SAFETY: the caller guarantees the mapping covers the control block
+        // and the slots (`bytes`) for the region's lifetime, and the ring
+        // protocol (copies and atomics only) is the only access to it.
+        let region = unsafe { Region::from_raw_parts(map.control_addr as *mut u8, bytes, None) }
+            .ok_or(OutOfBounds)?;
+        Self::new(Arc::new(region), map.entries, map.stride)
+    }
+
     /// Slots.
     #[must_use]
     pub fn entries(&self) -> u32 {
@@ -293,6 +317,19 @@ mod tests {
         r.producer_word().store(5, Ordering::Relaxed);
         assert_eq!(r.consumer().next_filled(), Err(Corrupt));
         assert_eq!(r.consumer().filled(), Err(Corrupt));
+    }
+
+    #[test]
+    fn a_ring_from_its_map_is_the_same_memory() {
+        let r = Ring::alloc(8, 64).unwrap();
+        // SAFETY: `r` keeps the memory alive and outlives `view`.
+        let view = unsafe { Ring::from_map(&r.map()) }.unwrap();
+        view.producer().publish(3);
+        assert_eq!(r.consumer().filled(), Ok(3));
+        let mut bad = r.map();
+        bad.entries_addr += 64;
+        // SAFETY: rejected before any access.
+        assert!(unsafe { Ring::from_map(&bad) }.is_err());
     }
 
     #[test]
