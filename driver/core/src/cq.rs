@@ -25,16 +25,21 @@ pub(crate) fn start_create_cq<P: Platform, H: Hca>(
     if i.comp_vector >= caps.num_comp_vectors {
         return Err(STATUS_INVALID_PARAMETER);
     }
-    if i.channel != 0 {
-        // No completion channel exists in this ABI version: any handle is
-        // not a channel handle.
-        return Err(STATUS_INVALID_HANDLE);
-    }
+    let channel = if i.channel == 0 {
+        None
+    } else {
+        Some(s.file(file)?.objects.lookup(i.channel, Kind::Channel)?)
+    };
     let body = Body::Cq(Cq {
         cqn: 0,
         cqe: 0,
         user_context: i.user_context,
         ring: None,
+        channel,
+        unacked_events: 0,
+        notify_waits: alloc::vec::Vec::new(),
+        failed: false,
+        arm_seq: 0,
     });
     let idx = d.reserve(s, file, body, caps.max_cq)?;
     Ok((

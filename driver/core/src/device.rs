@@ -50,6 +50,9 @@ pub(crate) enum Response {
     Srq(IvCreateSrqOut),
     SrqAttr(IvQuerySrqOut),
     Ah(IvCreateAhOut),
+    CqEvent(IvCqEventOut),
+    Channel(IvCreateChannelOut),
+    Async(IvAsyncEventOut),
 }
 
 impl Response {
@@ -69,6 +72,9 @@ impl Response {
             Response::Srq(v) => v.as_bytes(),
             Response::SrqAttr(v) => v.as_bytes(),
             Response::Ah(v) => v.as_bytes(),
+            Response::CqEvent(v) => v.as_bytes(),
+            Response::Channel(v) => v.as_bytes(),
+            Response::Async(v) => v.as_bytes(),
         }
     }
 }
@@ -109,6 +115,10 @@ pub(crate) struct FileState {
     /// Commands in flight on this file's objects.
     pub inflight: usize,
     pub charge: Option<PoolCharge>,
+    /// Async events not yet taken.
+    pub async_events: alloc::collections::VecDeque<crate::notify::AsyncRecord>,
+    /// Pending `GET_ASYNC_EVENT` waits.
+    pub async_waits: alloc::collections::VecDeque<u64>,
 }
 
 /// Counters for tools and tests.
@@ -126,6 +136,14 @@ pub struct DeviceStats {
     pub requests_completed: u64,
     /// Cancel routine calls for requests that are not cancelable.
     pub cancels_ignored: u64,
+    /// Requests completed by their cancel routine.
+    pub cancelled: u64,
+    /// CQ events delivered (notify waits and channels).
+    pub cq_events: u64,
+    /// Async events received from the HCA.
+    pub async_events: u64,
+    /// Async events dropped because a file queued too many.
+    pub async_events_dropped: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -134,7 +152,9 @@ pub struct DeviceSnapshot {
     /// Open (or not yet run down) files.
     pub files: usize,
     /// Live objects of each kind, indexed by `Kind as usize - 1`.
-    pub objects: [u32; 6],
+    pub objects: [u32; 7],
+    /// Pended (cancelable) requests.
+    pub waits: usize,
     /// Commands in flight or backlogged.
     pub pending_commands: usize,
 }
@@ -146,9 +166,16 @@ pub(crate) struct State<R> {
     pending_len: usize,
     backlog: VecDeque<(u64, Command)>,
     next_generation: u32,
-    pub counts: [u32; 6],
+    pub counts: [u32; 7],
     pub removed: bool,
     pub stats: DeviceStats,
+    /// Pended requests by cancel key.
+    pub waits: BTreeMap<u64, crate::notify::Wait<R>>,
+    pub next_wait: u64,
+    /// Requests to complete once the lock is released.
+    pub deferred: Vec<crate::notify::Done<R>>,
+    /// CQ, QP and SRQ numbers to (file, index), for events.
+    pub by_number: BTreeMap<(u8, u32), (FileKey, u32)>,
 }
 
 impl<R> State<R> {
@@ -213,6 +240,29 @@ pub(crate) enum Verb {
     QuerySrq(IvHandleIn),
     CreateAh(IvCreateAhIn),
     Destroy(IvHandleIn, Kind),
+    CqNotify(IvCqNotifyIn),
+    CreateChannel(IvAllocPdIn),
+    GetCqEvent(IvHandleIn),
+    AckCqEvents(IvAckIn),
+    GetAsyncEvent,
+    AckAsyncEvent(IvAckIn),
+}
+
+impl Verb {
+    /// Verbs that pend on events (or answer at once) instead of posting a
+    /// command.
+    fn is_notification(&self) -> bool {
+        matches!(
+            self,
+            Verb::CqNotify(_)
+                | Verb::CreateChannel(_)
+                | Verb::GetCqEvent(_)
+                | Verb::AckCqEvents(_)
+                | Verb::GetAsyncEvent
+                | Verb::AckAsyncEvent(_)
+                | Verb::Destroy(_, Kind::Channel)
+        )
+    }
 }
 
 /// A verb that ends without a command: refused, with its status.
@@ -250,9 +300,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 pending_len: 0,
                 backlog: VecDeque::new(),
                 next_generation: 0,
-                counts: [0; 6],
+                counts: [0; 7],
                 removed: false,
                 stats: DeviceStats::default(),
+                waits: BTreeMap::new(),
+                next_wait: 0,
+                deferred: Vec::new(),
+                by_number: BTreeMap::new(),
             },
         );
         hca.arm_event_queue();
@@ -284,6 +338,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             files: s.files.len(),
             objects: s.counts,
             pending_commands: s.pending_len + s.backlog.len(),
+            waits: s.waits.len(),
         })
     }
 
@@ -315,6 +370,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     closed: false,
                     inflight: 0,
                     charge: Some(charge),
+                    async_events: crate::notify::new_queue(),
+                    async_waits: alloc::collections::VecDeque::new(),
                 },
             );
             None
@@ -335,14 +392,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// IRQL: <= DISPATCH_LEVEL. Never blocks.
     pub fn cleanup_file(&self, file: FileKey) {
-        let charge = self.state.lock(|s| {
-            let f = s.files.get_mut(&file)?;
-            f.cleaning_up = true;
-            self.advance_rundown(s, file)
+        let (charge, deferred) = self.state.lock(|s| {
+            let known = s.files.get_mut(&file).map(|f| f.cleaning_up = true);
+            crate::notify::fail_file_waits(s, file, STATUS_CANCELLED);
+            let charge = known.and_then(|()| self.advance_rundown(s, file));
+            (charge, core::mem::take(&mut s.deferred))
         });
         if let Some(c) = charge {
             self.platform.pool_release(c);
         }
+        self.complete_all(deferred);
     }
 
     /// The file object is going away (EvtFileClose). Its state is freed as
@@ -391,18 +450,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 break;
             }
             for idx in ready {
-                if s.removed {
-                    self.free_object(s, file, idx);
-                } else {
-                    let f = s.files.get_mut(&file)?;
-                    let o = f.objects.get_mut(idx);
-                    o.life = Life::Destroying;
-                    let cmd = o.destroy_command();
-                    self.post(s, file, None, Op::Rundown(idx), cmd);
+                let f = s.files.get_mut(&file)?;
+                let o = f.objects.get_mut(idx);
+                match o.destroy_command() {
+                    Some(cmd) if !s.removed => {
+                        o.life = Life::Destroying;
+                        self.post(s, file, None, Op::Rundown(idx), cmd);
+                    }
+                    // The hardware is gone, or a software-only object.
+                    _ => self.free_object(s, file, idx),
                 }
-            }
-            if !s.removed {
-                break;
             }
         }
         let f = s.files.get(&file)?;
@@ -418,6 +475,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return;
         };
         let o = f.objects.remove(idx);
+        if let Some(key) = o.number_key() {
+            if s.by_number.get(&key) == Some(&(file, idx)) {
+                s.by_number.remove(&key);
+            }
+        }
+        let Some(f) = s.files.get_mut(&file) else {
+            return;
+        };
         for p in o.parents().into_iter().flatten() {
             let parent = f.objects.get_mut(p);
             parent.dependents = parent.dependents.saturating_sub(1);
@@ -450,26 +515,40 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         let file = request.file();
         let mode = request.requestor_mode();
-        let outcome = self.state.lock(|s| {
-            if s.removed {
-                if let Verb::Destroy(h, kind) = &verb {
-                    return match self.destroy_removed(s, file, h.handle, *kind) {
-                        Ok(()) => Err((request, STATUS_SUCCESS, Response::None)),
-                        Err(st) => Err((request, st, Response::None)),
-                    };
-                }
-                return Err((request, STATUS_DEVICE_REMOVED, Response::None));
-            }
-            match self.start(s, file, mode, verb) {
-                Ok((op, cmd)) => {
-                    self.post(s, file, Some(request), op, cmd);
-                    Ok(())
-                }
-                Err(Started::Done(st, r)) => Err((request, st, r)),
-            }
+        let (outcome, deferred) = self.state.lock(|s| {
+            let outcome =
+                if s.removed && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_)) {
+                    if let Verb::Destroy(h, kind) = &verb {
+                        match self.destroy_removed(s, file, h.handle, *kind) {
+                            Ok(()) => Err((request, STATUS_SUCCESS, Response::None)),
+                            Err(st) => Err((request, st, Response::None)),
+                        }
+                    } else {
+                        Err((request, STATUS_DEVICE_REMOVED, Response::None))
+                    }
+                } else if verb.is_notification() {
+                    crate::notify::start(self, s, file, verb, request).map_or(Ok(()), Err)
+                } else {
+                    match self.start(s, file, mode, verb) {
+                        Ok((op, cmd)) => {
+                            self.post(s, file, Some(request), op, cmd);
+                            Ok(())
+                        }
+                        Err(Started::Done(st, r)) => Err((request, st, r)),
+                    }
+                };
+            (outcome, core::mem::take(&mut s.deferred))
         });
         if let Err((req, status, response)) = outcome {
             self.complete(req, status, &response);
+        }
+        self.complete_all(deferred);
+    }
+
+    /// Completes requests collected under the lock.
+    pub(crate) fn complete_all(&self, done: Vec<crate::notify::Done<P::Request>>) {
+        for (r, status, response) in done {
+            self.complete(r, status, &response);
         }
     }
 
@@ -527,6 +606,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_DESTROY_SRQ => Verb::Destroy(read(input)?, Kind::Srq),
             IOCTL_IV_CREATE_AH => Verb::CreateAh(read(input)?),
             IOCTL_IV_DESTROY_AH => Verb::Destroy(read(input)?, Kind::Ah),
+            IOCTL_IV_CQ_NOTIFY => Verb::CqNotify(read(input)?),
+            IOCTL_IV_CREATE_CHANNEL => Verb::CreateChannel(read(input)?),
+            IOCTL_IV_DESTROY_CHANNEL => Verb::Destroy(read(input)?, Kind::Channel),
+            IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
+            IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
+            IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
+            IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
             _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
         };
         Ok(Ok(v))
@@ -577,6 +663,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Verb::ModifySrq(i) => crate::srq::start_modify_srq(self, s, file, &i).map_err(fail),
             Verb::QuerySrq(i) => crate::srq::start_query_srq(s, file, &i).map_err(fail),
             Verb::CreateAh(i) => crate::ah::start_create_ah(self, s, file, &i).map_err(fail),
+            // Notification verbs never reach here (`notify::start` runs them).
+            _ => Err(fail(STATUS_INVALID_DEVICE_REQUEST)),
         }
     }
 
@@ -594,6 +682,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             life: Life::Creating,
             busy: false,
             dependents: 0,
+            unacked_async: 0,
             charge: None,
             body,
         };
@@ -637,11 +726,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let f = s.file(file)?;
         let idx = f.objects.lookup(handle, kind)?;
         let o = f.objects.get_mut(idx);
-        if o.dependents != 0 || o.busy {
+        let unacked_cq_events = matches!(&o.body, Body::Cq(c) if c.unacked_events != 0);
+        if o.dependents != 0 || o.busy || o.unacked_async != 0 || unacked_cq_events {
             return Err(STATUS_DEVICE_BUSY);
         }
+        let cmd = o.destroy_command().ok_or(STATUS_INVALID_HANDLE)?;
         o.life = Life::Destroying;
-        Ok((Op::Destroy(idx), o.destroy_command()))
+        if kind == Kind::Cq {
+            crate::notify::fail_cq_waits(s, file, idx, STATUS_DELETE_PENDING);
+        }
+        Ok((Op::Destroy(idx), cmd))
     }
 
     /// Destroy on a removed device: the hardware is gone, so the object is
@@ -726,14 +820,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// IRQL: DISPATCH_LEVEL.
     pub fn dpc(&self) {
         while let Some(event) = self.hca.poll_event() {
-            let done = self.state.lock(|s| {
+            let (done, deferred) = self.state.lock(|s| {
                 let r = self.handle_event(s, event);
                 self.flush_backlog(s);
-                r
+                (r, core::mem::take(&mut s.deferred))
             });
             if let Some((req, status, response)) = done {
                 self.complete(req, status, &response);
             }
+            self.complete_all(deferred);
         }
         self.hca.arm_event_queue();
     }
@@ -743,10 +838,20 @@ impl<P: Platform, H: Hca> Device<P, H> {
         s: &mut State<P::Request>,
         event: Event,
     ) -> Option<(P::Request, NtStatus, Response)> {
-        let Event::CommandDone { token, status, out } = event else {
-            // Completion and async events are delivered by the data-path
-            // layer; with nobody waiting they are dropped here.
-            return None;
+        let (token, status, out) = match event {
+            Event::CommandDone { token, status, out } => (token, status, out),
+            Event::Completion { cqn } => {
+                if let Some(&(file, idx)) = s.by_number.get(&(Kind::Cq as u8, cqn)) {
+                    s.stats.cq_events += 1;
+                    crate::notify::cq_event(s, file, idx);
+                }
+                return None;
+            }
+            Event::Async(ev) => {
+                s.stats.async_events += 1;
+                self.async_event(s, ev);
+                return None;
+            }
         };
         let Some(p) = s.take_pending(token) else {
             s.stats.stray_events += 1;
@@ -792,6 +897,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 match crate::object::apply_created(o, handle, ok, out) {
                     Some(response) => {
                         o.life = Life::Live;
+                        if let Some(key) = o.number_key() {
+                            s.by_number.insert(key, (file, idx));
+                        }
                         (status, response)
                     }
                     None => {
@@ -838,6 +946,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn remove(&self) {
         let mut done = Vec::new();
+        let mut deferred = Vec::new();
         let mut charges = Vec::new();
         self.state.lock(|s| {
             s.removed = true;
@@ -878,11 +987,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
             }
             let keys: Vec<FileKey> = s.files.keys().copied().collect();
+            // Every file learns the device is gone; other waits end.
+            self.async_event(s, crate::hca::AsyncEvent::DeviceFatal);
+            for &k in &keys {
+                crate::notify::fail_file_waits(s, k, STATUS_DEVICE_REMOVED);
+            }
             for k in keys {
                 if let Some(c) = self.advance_rundown(s, k) {
                     charges.push(c);
                 }
             }
+            deferred = core::mem::take(&mut s.deferred);
         });
         for c in charges {
             self.platform.pool_release(c);
@@ -890,6 +1005,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         for (r, status) in done {
             self.complete(r, status, &Response::None);
         }
+        self.complete_all(deferred);
     }
 
     /// The cancel routine (EvtRequestCancel) for requests the driver marked
@@ -899,8 +1015,59 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// IRQL: DISPATCH_LEVEL.
     pub fn cancel(&self, cancel_key: u64) {
-        let _ = cancel_key;
-        self.state.lock(|s| s.stats.cancels_ignored += 1);
+        let request = self.state.lock(|s| {
+            let w = s.waits.remove(&cancel_key);
+            if w.is_some() {
+                s.stats.cancelled += 1;
+            } else {
+                s.stats.cancels_ignored += 1;
+            }
+            w.map(|w| w.request)
+        });
+        // The cancel routine owns the request: complete it without unmarking.
+        if let Some(r) = request {
+            r.complete(STATUS_CANCELLED, 0);
+        }
+    }
+
+    /// Routes an HCA async event to the file that owns its object (or to
+    /// every file for port and device events).
+    fn async_event(&self, s: &mut State<P::Request>, ev: crate::hca::AsyncEvent) {
+        let (event_type, object, port_num) = crate::notify::classify(ev);
+        match object {
+            Some((kind, number)) => {
+                let Some(&(file, idx)) = s.by_number.get(&(kind as u8, number)) else {
+                    return;
+                };
+                if kind == Kind::Cq {
+                    if let Some(Body::Cq(c)) = s
+                        .files
+                        .get_mut(&file)
+                        .map(|f| &mut f.objects.get_mut(idx).body)
+                    {
+                        c.failed = true;
+                    }
+                    crate::notify::fail_cq_waits(s, file, idx, STATUS_DATA_OVERRUN);
+                }
+                let rec = crate::notify::AsyncRecord {
+                    event_type,
+                    port_num,
+                    object: Some(idx),
+                };
+                crate::notify::async_event(s, file, rec);
+            }
+            None => {
+                let files: Vec<FileKey> = s.files.keys().copied().collect();
+                for file in files {
+                    let rec = crate::notify::AsyncRecord {
+                        event_type,
+                        port_num,
+                        object: None,
+                    };
+                    crate::notify::async_event(s, file, rec);
+                }
+            }
+        }
     }
 
     /// True after [`Device::remove`].

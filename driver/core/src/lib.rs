@@ -20,6 +20,7 @@ pub mod device;
 mod handle;
 pub mod hca;
 mod mr;
+pub mod notify;
 pub mod object;
 mod pd;
 pub mod platform;

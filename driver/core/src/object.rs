@@ -22,11 +22,21 @@ pub enum Kind {
     Srq = 5,
     /// Address handle.
     Ah = 6,
+    /// Completion channel.
+    Channel = 7,
 }
 
 impl Kind {
     /// All kinds, for statistics.
-    pub const ALL: [Kind; 6] = [Kind::Pd, Kind::Mr, Kind::Cq, Kind::Qp, Kind::Srq, Kind::Ah];
+    pub const ALL: [Kind; 7] = [
+        Kind::Pd,
+        Kind::Mr,
+        Kind::Cq,
+        Kind::Qp,
+        Kind::Srq,
+        Kind::Ah,
+        Kind::Channel,
+    ];
 
     pub(crate) const fn tag(self) -> PoolTag {
         match self {
@@ -36,6 +46,7 @@ impl Kind {
             Kind::Qp => pool_tag(b"IvQp"),
             Kind::Srq => pool_tag(b"IvSr"),
             Kind::Ah => pool_tag(b"IvAh"),
+            Kind::Channel => pool_tag(b"IvCh"),
         }
     }
 
@@ -72,6 +83,16 @@ pub(crate) struct Cq {
     pub cqe: u32,
     /// The ring, once created (the speed path's kernel context uses it).
     pub ring: Option<Ring>,
+    /// The completion channel it is bound to.
+    pub channel: Option<u32>,
+    /// Events delivered through the channel and not acknowledged.
+    pub unacked_events: u32,
+    /// Pending `CQ_NOTIFY` waits (keys into the wait table).
+    pub notify_waits: alloc::vec::Vec<u64>,
+    /// The CQ overran: waits complete with `STATUS_DATA_OVERRUN`.
+    pub failed: bool,
+    /// Sequence of the driver's own arms (`CQ_NOTIFY` with arming).
+    pub arm_seq: u32,
     #[allow(dead_code)]
     pub user_context: u64,
 }
@@ -115,6 +136,16 @@ pub(crate) struct Ah {
     pub attr: IvAhAttr,
 }
 
+/// A completion channel: CQ events in arrival order, and the waits that
+/// take them.
+#[derive(Debug, Default)]
+pub(crate) struct Channel {
+    /// CQs (indices) with an event not yet taken.
+    pub events: alloc::collections::VecDeque<u32>,
+    /// Pending `GET_CQ_EVENT` waits.
+    pub waits: alloc::collections::VecDeque<u64>,
+}
+
 #[derive(Debug)]
 pub(crate) enum Body {
     Pd(Pd),
@@ -123,6 +154,7 @@ pub(crate) enum Body {
     Qp(Qp),
     Srq(Srq),
     Ah(Ah),
+    Channel(Channel),
 }
 
 #[derive(Debug)]
@@ -132,6 +164,8 @@ pub(crate) struct Object {
     pub busy: bool,
     /// Objects that reference this one (QPs on a CQ, MRs on a PD, ...).
     pub dependents: u32,
+    /// Async events about this object not yet acknowledged.
+    pub unacked_async: u32,
     pub charge: Option<PoolCharge>,
     pub body: Body,
 }
@@ -145,13 +179,15 @@ impl Object {
             Body::Qp(_) => Kind::Qp,
             Body::Srq(_) => Kind::Srq,
             Body::Ah(_) => Kind::Ah,
+            Body::Channel(_) => Kind::Channel,
         }
     }
 
     /// Indices (in the same file's table) of the objects this one depends on.
     pub(crate) fn parents(&self) -> [Option<u32>; 4] {
         match &self.body {
-            Body::Pd(_) | Body::Cq(_) => [None; 4],
+            Body::Pd(_) | Body::Channel(_) => [None; 4],
+            Body::Cq(c) => [c.channel, None, None, None],
             Body::Mr(m) => [Some(m.pd), None, None, None],
             Body::Srq(s) => [Some(s.pd), None, None, None],
             Body::Ah(a) => [Some(a.pd), None, None, None],
@@ -159,16 +195,38 @@ impl Object {
         }
     }
 
-    /// The command that destroys this object in the HCA.
-    pub(crate) fn destroy_command(&self) -> crate::Command {
+    /// The command that destroys this object in the HCA (`None` for
+    /// software-only objects: completion channels).
+    pub(crate) fn destroy_command(&self) -> Option<crate::Command> {
         use crate::Command;
-        match &self.body {
+        Some(match &self.body {
             Body::Pd(p) => Command::DeallocPd { pdn: p.pdn },
             Body::Mr(m) => Command::DeregMr { lkey: m.lkey },
             Body::Cq(c) => Command::DestroyCq { cqn: c.cqn },
             Body::Qp(q) => Command::DestroyQp { qpn: q.qpn },
             Body::Srq(s) => Command::DestroySrq { srqn: s.srqn },
             Body::Ah(a) => Command::DestroyAh { ahn: a.ahn },
+            Body::Channel(_) => return None,
+        })
+    }
+
+    /// The (kind, HCA number) key events name this object by.
+    pub(crate) fn number_key(&self) -> Option<(u8, u32)> {
+        match &self.body {
+            Body::Cq(c) => Some((Kind::Cq as u8, c.cqn)),
+            Body::Qp(q) => Some((Kind::Qp as u8, q.qpn)),
+            Body::Srq(s) => Some((Kind::Srq as u8, s.srqn)),
+            _ => None,
+        }
+    }
+
+    /// The user context events report for this object.
+    pub(crate) fn user_context(&self) -> u64 {
+        match &self.body {
+            Body::Cq(c) => c.user_context,
+            Body::Qp(q) => q.user_context,
+            Body::Srq(s) => s.user_context,
+            _ => 0,
         }
     }
 }

@@ -459,7 +459,7 @@ fn pool_failure_changes_nothing() {
         r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
         Err(STATUS_INSUFFICIENT_RESOURCES)
     );
-    assert_eq!(r.dev.snapshot().objects, [0; 6]);
+    assert_eq!(r.dev.snapshot().objects, [0; 7]);
     pd(&r, 1);
 }
 
@@ -530,4 +530,358 @@ fn the_driver_itself_refuses_destroying_a_pd_with_dependents() {
     );
     assert_eq!(r.dev.stats().commands_posted, posted);
     assert_eq!(r.dev.snapshot().objects[Kind::Pd.index()], 1);
+}
+
+fn cq_on(r: &Rig, file: FileKey, channel: IvHandle) -> IvCreateCqOut {
+    r.call(
+        file,
+        IOCTL_IV_CREATE_CQ,
+        &IvCreateCqIn {
+            cqe: 8,
+            channel,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn outcome(o: &Outcome) -> Option<(NtStatus, Vec<u8>)> {
+    o.lock().unwrap().take()
+}
+
+#[test]
+fn cq_notify_pends_until_the_cq_gets_an_event() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    let arm = IvCqNotifyIn {
+        cq: cq.cq,
+        arm: IV_NOTIFY_NEXT,
+        reserved: 0,
+    };
+    let w = r.issue(1, IOCTL_IV_CQ_NOTIFY, &arm, size_of::<IvCqEventOut>());
+    r.settle();
+    assert!(outcome(&w).is_none(), "completed without an event");
+    assert_eq!(r.dev.snapshot().waits, 1);
+    // The HCA reports a completion on the CQ.
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Completion { cqn: cq.cqn });
+    r.dev.dpc();
+    let (st, out) = outcome(&w).unwrap();
+    assert_eq!(st, STATUS_SUCCESS);
+    let ev = IvCqEventOut::read_from_bytes(&out).unwrap();
+    assert_eq!((ev.cq, ev.user_context), (cq.cq, 0));
+    assert_eq!(r.dev.snapshot().waits, 0);
+    // Bad arm value, bad handle.
+    let bad = r.issue(1, IOCTL_IV_CQ_NOTIFY, &IvCqNotifyIn { arm: 3, ..arm }, 16);
+    assert_eq!(outcome(&bad).unwrap().0, STATUS_INVALID_PARAMETER);
+    let bad = r.issue(1, IOCTL_IV_CQ_NOTIFY, &IvCqNotifyIn { cq: 77, ..arm }, 16);
+    assert_eq!(outcome(&bad).unwrap().0, STATUS_INVALID_HANDLE);
+}
+
+#[test]
+fn cq_notify_ends_distinctly_on_destroy_error_and_cancel() {
+    let r = Rig::new(16);
+    let a = cq_on(&r, 1, 0);
+    let b = cq_on(&r, 1, 0);
+    let c = cq_on(&r, 1, 0);
+    let wait = |cq: &IvCreateCqOut| {
+        r.issue(
+            1,
+            IOCTL_IV_CQ_NOTIFY,
+            &IvCqNotifyIn {
+                cq: cq.cq,
+                arm: 0,
+                reserved: 0,
+            },
+            16,
+        )
+    };
+    let (wa, wb, wc) = (wait(&a), wait(&b), wait(&c));
+    assert_eq!(r.dev.snapshot().waits, 3);
+    // Destroyed: the wait ends with STATUS_DELETE_PENDING.
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: a.cq }),
+        Ok(())
+    );
+    assert_eq!(outcome(&wa).unwrap().0, STATUS_DELETE_PENDING);
+    // Overrun: STATUS_DATA_OVERRUN, later waits too, and a CQ_ERR async event.
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Async(AsyncEvent::CqError(b.cqn)));
+    r.dev.dpc();
+    assert_eq!(outcome(&wb).unwrap().0, STATUS_DATA_OVERRUN);
+    assert_eq!(outcome(&wait(&b)).unwrap().0, STATUS_DATA_OVERRUN);
+    // Cancel: the cancel routine (key 3, the third wait) completes it.
+    r.dev.cancel(3);
+    assert_eq!(outcome(&wc).unwrap().0, STATUS_CANCELLED);
+    assert_eq!(r.dev.stats().cancelled, 1);
+    r.dev.cancel(3);
+    assert_eq!(
+        r.dev.stats().cancels_ignored,
+        1,
+        "a second cancel finds nothing"
+    );
+    // The CQ with an unacknowledged async event is busy until acked.
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: b.cq }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    let ev: IvAsyncEventOut = r.call(1, IOCTL_IV_GET_ASYNC_EVENT, &()).unwrap();
+    assert_eq!((ev.event_type, ev.handle), (IV_EVENT_CQ_ERR, b.cq));
+    let ack = IvAckIn {
+        handle: b.cq,
+        count: 1,
+        event_type: IV_EVENT_CQ_ERR,
+    };
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_ACK_ASYNC_EVENT, &IvAckIn { count: 2, ..ack }),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_ACK_ASYNC_EVENT, &ack), Ok(()));
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: b.cq }),
+        Ok(())
+    );
+}
+
+#[test]
+fn completion_channels_deliver_events_and_keep_their_busy_rules() {
+    let r = Rig::new(16);
+    let ch: IvCreateChannelOut = r
+        .call(1, IOCTL_IV_CREATE_CHANNEL, &IvAllocPdIn::default())
+        .unwrap();
+    let cq1 = cq_on(&r, 1, ch.channel);
+    let cq2 = cq_on(&r, 1, ch.channel);
+    // A channel with CQs bound is busy.
+    assert_eq!(
+        r.call::<_, ()>(
+            1,
+            IOCTL_IV_DESTROY_CHANNEL,
+            &IvHandleIn { handle: ch.channel }
+        ),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    // An event before anyone asks is queued; one asked before an event waits.
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Completion { cqn: cq2.cqn });
+    r.dev.dpc();
+    let got: IvCqEventOut = r
+        .call(1, IOCTL_IV_GET_CQ_EVENT, &IvHandleIn { handle: ch.channel })
+        .unwrap();
+    assert_eq!(got.cq, cq2.cq);
+    let w = r.issue(
+        1,
+        IOCTL_IV_GET_CQ_EVENT,
+        &IvHandleIn { handle: ch.channel },
+        16,
+    );
+    assert!(outcome(&w).is_none());
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Completion { cqn: cq1.cqn });
+    r.dev.dpc();
+    let (st, out) = outcome(&w).unwrap();
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq1.cq);
+    // Unacknowledged events make the CQ busy.
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq1.cq }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    let ack = IvAckIn {
+        handle: cq1.cq,
+        count: 1,
+        event_type: 0,
+    };
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_ACK_CQ_EVENTS, &IvAckIn { count: 2, ..ack }),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_ACK_CQ_EVENTS, &ack), Ok(()));
+    assert_eq!(
+        r.call::<_, ()>(
+            1,
+            IOCTL_IV_ACK_CQ_EVENTS,
+            &IvAckIn {
+                handle: cq2.cq,
+                ..ack
+            }
+        ),
+        Ok(())
+    );
+    for cq in [cq1.cq, cq2.cq] {
+        assert_eq!(
+            r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq }),
+            Ok(())
+        );
+    }
+    // A wait on the channel ends when the channel is destroyed.
+    let w = r.issue(
+        1,
+        IOCTL_IV_GET_CQ_EVENT,
+        &IvHandleIn { handle: ch.channel },
+        16,
+    );
+    assert_eq!(
+        r.call::<_, ()>(
+            1,
+            IOCTL_IV_DESTROY_CHANNEL,
+            &IvHandleIn { handle: ch.channel }
+        ),
+        Ok(())
+    );
+    assert_eq!(outcome(&w).unwrap().0, STATUS_DELETE_PENDING);
+    // A channel handle from the other file, or a CQ handle, is not a channel.
+    let other: IvCreateChannelOut = r
+        .call(2, IOCTL_IV_CREATE_CHANNEL, &IvAllocPdIn::default())
+        .unwrap();
+    assert_eq!(
+        r.call::<_, IvCreateCqOut>(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 4,
+                channel: other.channel,
+                ..Default::default()
+            }
+        )
+        .err(),
+        Some(STATUS_INVALID_HANDLE)
+    );
+}
+
+#[test]
+fn async_events_reach_the_owning_file_and_port_events_reach_all() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let qp_in = IvCreateQpIn {
+        pd: p,
+        send_cq: cq.cq,
+        recv_cq: cq.cq,
+        qp_type: IV_QPT_RC,
+        user_context: 0xABCD,
+        cap: IvQpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let qp: IvCreateQpOut = r.call(1, IOCTL_IV_CREATE_QP, &qp_in).unwrap();
+    let w1 = r.issue(
+        1,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+    );
+    let w2 = r.issue(
+        2,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+    );
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Async(AsyncEvent::QpFatal(qp.qpn)));
+    r.dev.dpc();
+    let (st, out) = outcome(&w1).unwrap();
+    assert_eq!(st, STATUS_SUCCESS);
+    let ev = IvAsyncEventOut::read_from_bytes(&out).unwrap();
+    assert_eq!(
+        (ev.event_type, ev.handle, ev.user_context),
+        (IV_EVENT_QP_FATAL, qp.qp, 0xABCD)
+    );
+    assert!(outcome(&w2).is_none(), "file 2 does not own the QP");
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp.qp }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    r.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Async(AsyncEvent::PortActive(1)));
+    r.dev.dpc();
+    let ev = IvAsyncEventOut::read_from_bytes(&outcome(&w2).unwrap().1).unwrap();
+    assert_eq!(
+        (ev.event_type, ev.port_num, ev.handle),
+        (IV_EVENT_PORT_ACTIVE, 1, 0)
+    );
+    let ev: IvAsyncEventOut = r.call(1, IOCTL_IV_GET_ASYNC_EVENT, &()).unwrap();
+    assert_eq!(ev.event_type, IV_EVENT_PORT_ACTIVE);
+    let ack = IvAckIn {
+        handle: qp.qp,
+        count: 1,
+        event_type: IV_EVENT_QP_FATAL,
+    };
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_ACK_ASYNC_EVENT, &ack), Ok(()));
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp.qp }),
+        Ok(())
+    );
+}
+
+#[test]
+fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    let n = r.issue(
+        1,
+        IOCTL_IV_CQ_NOTIFY,
+        &IvCqNotifyIn {
+            cq: cq.cq,
+            arm: 0,
+            reserved: 0,
+        },
+        16,
+    );
+    let a = r.issue(
+        1,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+    );
+    r.dev.cleanup_file(1);
+    assert_eq!(outcome(&n).unwrap().0, STATUS_CANCELLED);
+    assert_eq!(outcome(&a).unwrap().0, STATUS_CANCELLED);
+    r.settle();
+    r.dev.close_file(1);
+    // File 2: removal completes its async wait with DEVICE_FATAL.
+    let a2 = r.issue(
+        2,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+    );
+    let a3 = r.issue(
+        2,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+    );
+    r.dev.remove();
+    let ev = IvAsyncEventOut::read_from_bytes(&outcome(&a2).unwrap().1).unwrap();
+    assert_eq!(ev.event_type, IV_EVENT_DEVICE_FATAL);
+    assert_eq!(outcome(&a3).unwrap().0, STATUS_DEVICE_REMOVED);
+    let after: Result<IvAsyncEventOut, _> = r.call(2, IOCTL_IV_GET_ASYNC_EVENT, &());
+    assert_eq!(after.err(), Some(STATUS_DEVICE_REMOVED));
+    r.dev.cleanup_file(2);
+    r.dev.close_file(2);
+    assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
+    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
 }

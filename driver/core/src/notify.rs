@@ -1,0 +1,491 @@
+//! Notification, three ways, every pended request cancelable:
+//!
+//! - `CQ_NOTIFY`: a request that targets one CQ and completes when that CQ
+//!   gets an event (`STATUS_SUCCESS`), is destroyed (`STATUS_DELETE_PENDING`)
+//!   or overruns (`STATUS_DATA_OVERRUN`) — seed 000;
+//! - completion channels: CQs bound at creation, `GET_CQ_EVENT` returns the
+//!   next CQ with an event, `ACK_CQ_EVENTS` acknowledges; a CQ with
+//!   unacknowledged events, or a channel with CQs bound, is busy — seed 001;
+//! - async events: `GET_ASYNC_EVENT` on the file, `ACK_ASYNC_EVENT`; an object
+//!   with unacknowledged events is busy.
+//!
+//! Events come from the HCA's event queue through interrupt then DPC. A
+//! pended request lives in the wait table under a key; the platform calls
+//! [`crate::Device::cancel`] with that key. Ownership is race-free: the
+//! completing side unmarks the request under the device lock and leaves it
+//! to the cancel routine if that fails; the cancel routine removes it from
+//! the table under the same lock.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+
+use irpverbs_abi::*;
+
+use crate::device::{Response, State};
+use crate::hca::AsyncEvent;
+use crate::object::{Body, Kind, Life};
+use crate::platform::{FileKey, Request};
+
+/// What a pended request waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitKind {
+    /// An event on the CQ at this index.
+    CqNotify(u32),
+    /// An event on the channel at this index.
+    CqEvent(u32),
+    /// An async event on the file.
+    Async,
+}
+
+/// A pended request.
+pub(crate) struct Wait<R> {
+    pub file: FileKey,
+    /// What it waits for (for diagnostics; the per-object lists index it).
+    #[allow(dead_code)]
+    pub kind: WaitKind,
+    pub request: R,
+}
+
+/// An async event queued on a file until someone takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AsyncRecord {
+    pub event_type: u32,
+    pub port_num: u32,
+    /// The object (index) it is about.
+    pub object: Option<u32>,
+}
+
+/// Most async events a file queues; older ones are dropped (and counted).
+pub const MAX_QUEUED_ASYNC_EVENTS: usize = 4096;
+
+/// A request to complete once the device lock is released.
+pub(crate) type Done<R> = (R, NtStatus, Response);
+
+/// Takes a wait out of the table to complete it, if the cancel routine does
+/// not own it.
+pub(crate) fn take_wait<R: Request>(s: &mut State<R>, key: u64) -> Option<R> {
+    let w = s.waits.get_mut(&key)?;
+    if w.request.unmark_cancelable().is_err() {
+        // Cancelled meanwhile: the cancel routine owns it and will find it.
+        return None;
+    }
+    s.waits.remove(&key).map(|w| w.request)
+}
+
+/// Pends `request` as a wait of `kind`: marks it cancelable under `key`.
+/// Returns the request back (to complete with `STATUS_CANCELLED`) if it was
+/// already cancelled.
+pub(crate) fn pend<R: Request>(
+    s: &mut State<R>,
+    file: FileKey,
+    kind: WaitKind,
+    mut request: R,
+) -> Result<u64, R> {
+    s.next_wait += 1;
+    let key = s.next_wait;
+    if request.mark_cancelable(key).is_err() {
+        return Err(request);
+    }
+    s.waits.insert(
+        key,
+        Wait {
+            file,
+            kind,
+            request,
+        },
+    );
+    Ok(key)
+}
+
+fn cq_event_out<R>(s: &State<R>, file: FileKey, cq: u32) -> Response {
+    let Some(f) = s.files.get(&file) else {
+        return Response::None;
+    };
+    let o = f.objects.get(cq);
+    Response::CqEvent(IvCqEventOut {
+        cq: f.objects.handle_of(cq),
+        user_context: o.user_context(),
+    })
+}
+
+/// An armed CQ got an event: completes its notify waits, and queues the
+/// event on its channel (completing a channel wait if there is one).
+pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
+    let Some(f) = s.files.get_mut(&file) else {
+        return;
+    };
+    let o = f.objects.get_mut(cq);
+    if o.life != Life::Live {
+        return;
+    }
+    let Body::Cq(c) = &mut o.body else { return };
+    let waits = core::mem::take(&mut c.notify_waits);
+    let channel = c.channel;
+    if channel.is_some() {
+        c.unacked_events += 1;
+    }
+    for key in waits {
+        if let Some(r) = take_wait(s, key) {
+            let out = cq_event_out(s, file, cq);
+            s.deferred.push((r, STATUS_SUCCESS, out));
+        }
+    }
+    if let Some(ch) = channel {
+        if let Some(Body::Channel(chan)) = s
+            .files
+            .get_mut(&file)
+            .map(|f| &mut f.objects.get_mut(ch).body)
+        {
+            chan.events.push_back(cq);
+        }
+        deliver_channel(s, file, ch);
+    }
+}
+
+/// Pairs queued channel events with pending `GET_CQ_EVENT` waits.
+pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u32) {
+    loop {
+        let Some(Body::Channel(chan)) = s
+            .files
+            .get_mut(&file)
+            .map(|f| &mut f.objects.get_mut(ch).body)
+        else {
+            return;
+        };
+        if chan.events.is_empty() {
+            return;
+        }
+        let Some(key) = chan.waits.pop_front() else {
+            return;
+        };
+        let Some(r) = take_wait(s, key) else { continue };
+        let Some(Body::Channel(chan)) = s
+            .files
+            .get_mut(&file)
+            .map(|f| &mut f.objects.get_mut(ch).body)
+        else {
+            return;
+        };
+        let Some(cq) = chan.events.pop_front() else {
+            return;
+        };
+        let out = cq_event_out(s, file, cq);
+        s.deferred.push((r, STATUS_SUCCESS, out));
+    }
+}
+
+/// Completes every notify wait of a CQ with `status` (destroyed, failed).
+pub(crate) fn fail_cq_waits<R: Request>(
+    s: &mut State<R>,
+    file: FileKey,
+    cq: u32,
+    status: NtStatus,
+) {
+    let Some(f) = s.files.get_mut(&file) else {
+        return;
+    };
+    let Body::Cq(c) = &mut f.objects.get_mut(cq).body else {
+        return;
+    };
+    for key in core::mem::take(&mut c.notify_waits) {
+        if let Some(r) = take_wait(s, key) {
+            s.deferred.push((r, status, Response::None));
+        }
+    }
+}
+
+/// Queues an async event on a file and completes a waiting request.
+pub(crate) fn async_event<R: Request>(s: &mut State<R>, file: FileKey, rec: AsyncRecord) {
+    let Some(f) = s.files.get_mut(&file) else {
+        return;
+    };
+    if f.cleaning_up {
+        return;
+    }
+    if let Some(obj) = rec.object {
+        f.objects.get_mut(obj).unacked_async += 1;
+    }
+    if f.async_events.len() >= MAX_QUEUED_ASYNC_EVENTS {
+        if let Some(old) = f.async_events.pop_front() {
+            if let Some(obj) = old.object {
+                let o = f.objects.get_mut(obj);
+                o.unacked_async = o.unacked_async.saturating_sub(1);
+            }
+        }
+        s.stats.async_events_dropped += 1;
+    }
+    if let Some(f) = s.files.get_mut(&file) {
+        f.async_events.push_back(rec);
+    }
+    deliver_async(s, file);
+}
+
+/// Pairs queued async events with pending `GET_ASYNC_EVENT` waits.
+pub(crate) fn deliver_async<R: Request>(s: &mut State<R>, file: FileKey) {
+    loop {
+        let Some(f) = s.files.get_mut(&file) else {
+            return;
+        };
+        if f.async_events.is_empty() {
+            return;
+        }
+        let Some(key) = f.async_waits.pop_front() else {
+            return;
+        };
+        let Some(r) = take_wait(s, key) else { continue };
+        let Some(f) = s.files.get_mut(&file) else {
+            return;
+        };
+        let Some(rec) = f.async_events.pop_front() else {
+            return;
+        };
+        let out = async_out(s, file, rec);
+        s.deferred.push((r, STATUS_SUCCESS, out));
+    }
+}
+
+/// The response for an async event record.
+pub(crate) fn async_out<R>(s: &State<R>, file: FileKey, rec: AsyncRecord) -> Response {
+    let (handle, user_context) = match (rec.object, s.files.get(&file)) {
+        (Some(obj), Some(f)) => (f.objects.handle_of(obj), f.objects.get(obj).user_context()),
+        _ => (0, 0),
+    };
+    Response::Async(IvAsyncEventOut {
+        event_type: rec.event_type,
+        port_num: rec.port_num,
+        handle,
+        user_context,
+    })
+}
+
+/// The ABI event type, and which numbered object (kind, number) or port an
+/// HCA async event is about.
+pub(crate) fn classify(ev: AsyncEvent) -> (u32, Option<(Kind, u32)>, u32) {
+    match ev {
+        AsyncEvent::QpFatal(n) => (IV_EVENT_QP_FATAL, Some((Kind::Qp, n)), 0),
+        AsyncEvent::QpRequestError(n) => (IV_EVENT_QP_REQ_ERR, Some((Kind::Qp, n)), 0),
+        AsyncEvent::QpAccessError(n) => (IV_EVENT_QP_ACCESS_ERR, Some((Kind::Qp, n)), 0),
+        AsyncEvent::CommEstablished(n) => (IV_EVENT_COMM_EST, Some((Kind::Qp, n)), 0),
+        AsyncEvent::SqDrained(n) => (IV_EVENT_SQ_DRAINED, Some((Kind::Qp, n)), 0),
+        AsyncEvent::LastWqeReached(n) => (IV_EVENT_QP_LAST_WQE_REACHED, Some((Kind::Qp, n)), 0),
+        AsyncEvent::SrqLimitReached(n) => (IV_EVENT_SRQ_LIMIT_REACHED, Some((Kind::Srq, n)), 0),
+        AsyncEvent::SrqError(n) => (IV_EVENT_SRQ_ERR, Some((Kind::Srq, n)), 0),
+        AsyncEvent::CqError(n) => (IV_EVENT_CQ_ERR, Some((Kind::Cq, n)), 0),
+        AsyncEvent::PortActive(p) => (IV_EVENT_PORT_ACTIVE, None, u32::from(p)),
+        AsyncEvent::PortError(p) => (IV_EVENT_PORT_ERR, None, u32::from(p)),
+        AsyncEvent::DeviceFatal => (IV_EVENT_DEVICE_FATAL, None, 0),
+    }
+}
+
+/// Completes every wait of `file` (cleanup: `STATUS_CANCELLED`; removal:
+/// `STATUS_DEVICE_REMOVED`). Waits the cancel routine owns are left to it.
+pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, status: NtStatus) {
+    let keys: Vec<u64> = s
+        .waits
+        .iter()
+        .filter(|(_, w)| w.file == file)
+        .map(|(k, _)| *k)
+        .collect();
+    for key in keys {
+        if let Some(r) = take_wait(s, key) {
+            s.deferred.push((r, status, Response::None));
+        }
+    }
+    if let Some(f) = s.files.get_mut(&file) {
+        f.async_waits.clear();
+        if status == STATUS_CANCELLED {
+            f.async_events.clear();
+        }
+    }
+}
+
+/// An empty async event queue for a new file.
+pub(crate) fn new_queue() -> VecDeque<AsyncRecord> {
+    VecDeque::new()
+}
+
+/// Runs a notification verb under the device lock: answers it at once
+/// (returned), or pends it in the wait table (`None`).
+pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
+    d: &crate::Device<P, H>,
+    s: &mut State<P::Request>,
+    file: FileKey,
+    verb: crate::device::Verb,
+    request: P::Request,
+) -> Option<Done<P::Request>> {
+    use crate::device::Verb;
+    let fail = |r: P::Request, st: NtStatus| Some((r, st, Response::None));
+    if let Err(st) = s.file(file) {
+        return fail(request, st);
+    }
+    match verb {
+        Verb::CreateChannel(i) => {
+            if i.flags != 0 || i.reserved != 0 {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            let limit = d.hca.caps().max_cq;
+            match d.reserve(
+                s,
+                file,
+                Body::Channel(crate::object::Channel::default()),
+                limit,
+            ) {
+                Ok(idx) => {
+                    let f = s.files.get_mut(&file)?;
+                    f.objects.get_mut(idx).life = Life::Live;
+                    let channel = f.objects.handle_of(idx);
+                    Some((
+                        request,
+                        STATUS_SUCCESS,
+                        Response::Channel(IvCreateChannelOut { channel }),
+                    ))
+                }
+                Err(st) => fail(request, st),
+            }
+        }
+        Verb::Destroy(h, Kind::Channel) => {
+            let f = s.files.get_mut(&file)?;
+            let idx = match f.objects.lookup(h.handle, Kind::Channel) {
+                Ok(i) => i,
+                Err(st) => return fail(request, st),
+            };
+            if f.objects.get(idx).dependents != 0 {
+                return fail(request, STATUS_DEVICE_BUSY);
+            }
+            if let Body::Channel(ch) = &mut f.objects.get_mut(idx).body {
+                for key in core::mem::take(&mut ch.waits) {
+                    if let Some(r) = take_wait(s, key) {
+                        s.deferred.push((r, STATUS_DELETE_PENDING, Response::None));
+                    }
+                }
+            }
+            d.free_object(s, file, idx);
+            Some((request, STATUS_SUCCESS, Response::None))
+        }
+        Verb::CqNotify(i) => {
+            if i.reserved != 0 || i.arm > IV_NOTIFY_SOLICITED {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            let f = s.files.get_mut(&file)?;
+            let idx = match f.objects.lookup(i.cq, Kind::Cq) {
+                Ok(i) => i,
+                Err(st) => return fail(request, st),
+            };
+            let Body::Cq(c) = &mut f.objects.get_mut(idx).body else {
+                return fail(request, STATUS_INVALID_HANDLE);
+            };
+            if c.failed {
+                return fail(request, STATUS_DATA_OVERRUN);
+            }
+            let arm = if i.arm == IV_NOTIFY_NO_ARM {
+                None
+            } else {
+                c.arm_seq = c.arm_seq.wrapping_add(1);
+                let sol = if i.arm == IV_NOTIFY_SOLICITED {
+                    IV_CQ_ARM_SOLICITED
+                } else {
+                    0
+                };
+                Some((
+                    c.ring.clone(),
+                    IV_CQ_ARM_NEXT | sol | (c.arm_seq & 0x3FFF_FFFF),
+                    c.cqn,
+                ))
+            };
+            let key = match pend(s, file, WaitKind::CqNotify(idx), request) {
+                Ok(k) => k,
+                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+            };
+            if let Some(f) = s.files.get_mut(&file) {
+                if let Body::Cq(c) = &mut f.objects.get_mut(idx).body {
+                    c.notify_waits.push(key);
+                }
+            }
+            if let Some((Some(ring), word, cqn)) = arm {
+                ring.arm_word()
+                    .store(word, core::sync::atomic::Ordering::Release);
+                d.hca.cq_arm_doorbell(cqn);
+            }
+            None
+        }
+        Verb::GetCqEvent(h) => {
+            let f = s.files.get_mut(&file)?;
+            let ch = match f.objects.lookup(h.handle, Kind::Channel) {
+                Ok(i) => i,
+                Err(st) => return fail(request, st),
+            };
+            let key = match pend(s, file, WaitKind::CqEvent(ch), request) {
+                Ok(k) => k,
+                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+            };
+            if let Some(Body::Channel(c)) = s
+                .files
+                .get_mut(&file)
+                .map(|f| &mut f.objects.get_mut(ch).body)
+            {
+                c.waits.push_back(key);
+            }
+            deliver_channel(s, file, ch);
+            None
+        }
+        Verb::AckCqEvents(a) => {
+            if a.count == 0 || a.event_type != 0 {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            let f = s.files.get_mut(&file)?;
+            let idx = match f.objects.lookup(a.handle, Kind::Cq) {
+                Ok(i) => i,
+                Err(st) => return fail(request, st),
+            };
+            let Body::Cq(c) = &mut f.objects.get_mut(idx).body else {
+                return fail(request, STATUS_INVALID_HANDLE);
+            };
+            if a.count > c.unacked_events {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            c.unacked_events -= a.count;
+            Some((request, STATUS_SUCCESS, Response::None))
+        }
+        Verb::GetAsyncEvent => {
+            let removed = s.removed;
+            let f = s.files.get_mut(&file)?;
+            if let Some(rec) = f.async_events.pop_front() {
+                let out = async_out(s, file, rec);
+                return Some((request, STATUS_SUCCESS, out));
+            }
+            if removed {
+                return fail(request, STATUS_DEVICE_REMOVED);
+            }
+            let key = match pend(s, file, WaitKind::Async, request) {
+                Ok(k) => k,
+                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+            };
+            if let Some(f) = s.files.get_mut(&file) {
+                f.async_waits.push_back(key);
+            }
+            None
+        }
+        Verb::AckAsyncEvent(a) => {
+            if a.count == 0 {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            if a.handle == 0 {
+                return Some((request, STATUS_SUCCESS, Response::None));
+            }
+            let f = s.files.get_mut(&file)?;
+            let idx = [Kind::Qp, Kind::Srq, Kind::Cq]
+                .into_iter()
+                .find_map(|k| f.objects.lookup(a.handle, k).ok());
+            let Some(idx) = idx else {
+                return fail(request, STATUS_INVALID_HANDLE);
+            };
+            let o = f.objects.get_mut(idx);
+            if a.count > o.unacked_async {
+                return fail(request, STATUS_INVALID_PARAMETER);
+            }
+            o.unacked_async -= a.count;
+            Some((request, STATUS_SUCCESS, Response::None))
+        }
+        _ => fail(request, STATUS_INVALID_DEVICE_REQUEST),
+    }
+}
