@@ -344,6 +344,14 @@ fn qp_sqd_err_reset(d: &dyn Dut) -> Result<(), String> {
         ok("query", c.query_qp(qp))?.attr.qp_state == IV_QPS_SQD,
         "not SQD"
     );
+    // Asked for: the SQ drained event, which must be acknowledged before
+    // the QP can be destroyed.
+    let ev = ok("get_async_event", c.get_async_event())?;
+    check!(
+        ev.event_type == IV_EVENT_SQ_DRAINED && ev.handle == qp,
+        "event {ev:?}"
+    );
+    ok("ack", c.ack_async_event(qp, IV_EVENT_SQ_DRAINED))?;
     let rts = IvQpAttr {
         qp_state: IV_QPS_RTS,
         min_rnr_timer: 3,
@@ -385,6 +393,20 @@ fn qp_sqd_err_reset(d: &dyn Dut) -> Result<(), String> {
     );
     // And from RESET it can start again.
     ok("to rts again", c.connect_qp(qp, IV_QPT_RC, 9, gid))?;
+    // Without an ack the QP could not be destroyed: prove the busy rule.
+    ok(
+        "rts->sqd again",
+        c.modify_qp(qp, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, &sqd),
+    )?;
+    // The event is asynchronous: take it (waiting if need be), then the QP
+    // is busy until it is acknowledged.
+    ok("get_async_event", c.get_async_event())?;
+    expect(
+        "destroy with an unacknowledged event",
+        c.destroy_qp(qp),
+        STATUS_DEVICE_BUSY,
+    )?;
+    ok("ack", c.ack_async_event(qp, IV_EVENT_SQ_DRAINED))?;
     ok("destroy_qp", c.destroy_qp(qp))?;
     ok("destroy_cq", c.destroy_cq(cq))?;
     ok("dealloc_pd", c.dealloc_pd(pd))?;

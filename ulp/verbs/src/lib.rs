@@ -293,6 +293,30 @@ impl Client {
         call_none(&*self.file, IOCTL_IV_DESTROY_AH, &IvHandleIn { handle: ah })
     }
 
+    /// `IOCTL_IV_GET_ASYNC_EVENT` (waits while none is queued).
+    pub fn get_async_event(&self) -> IoctlResult<IvAsyncEventOut> {
+        let (status, out) =
+            self.file
+                .ioctl(IOCTL_IV_GET_ASYNC_EVENT, &[], size_of::<IvAsyncEventOut>());
+        if !nt_success(status) {
+            return Err(status);
+        }
+        IvAsyncEventOut::read_from_bytes(&out).map_err(|_| STATUS_BUFFER_TOO_SMALL)
+    }
+
+    /// `IOCTL_IV_ACK_ASYNC_EVENT`.
+    pub fn ack_async_event(&self, handle: IvHandle, event_type: u32) -> IoctlResult<()> {
+        call_none(
+            &*self.file,
+            IOCTL_IV_ACK_ASYNC_EVENT,
+            &IvAckIn {
+                handle,
+                count: 1,
+                event_type,
+            },
+        )
+    }
+
     /// Walks an RC or UC QP from RESET to RTS against `dest_qpn` (or a UD
     /// QP, which needs no remote), with the attributes each transition
     /// requires.
