@@ -307,7 +307,7 @@ fn retry(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
 fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
     let mtu = qp.tx.mtu;
     let req = &mut qp.tx.req;
-    let first = req.slot(i).first_psn;
+    let (first, last) = (req.slot(i).first_psn, req.slot(i).last_psn);
     let offset = u32::try_from(psn_diff(psn, first).max(0))
         .unwrap_or(0)
         .saturating_mul(mtu);
@@ -318,8 +318,10 @@ fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
         s.status = IV_WC_SUCCESS;
         k = k.wrapping_add(1);
     }
+    // WQE `i` keeps its PSNs; the WQEs after it get theirs again when
+    // they start again.
     req.next = i.wrapping_add(1);
-    req.psn = psn;
+    req.psn = psn_add(last, 1);
     req.cur = Some(Progress {
         index: i,
         offset,

@@ -123,7 +123,9 @@ pub(crate) fn post_cqe(
         return false;
     }
     let ring = &cq.ring.0;
-    if push_cqe(ring, cqe).is_err() {
+    // The ring has a slot more than the CQ's size: the size is the limit.
+    let full = ring.consumer().filled().map_or(true, |n| n >= cq.cqe);
+    if full || push_cqe(ring, cqe).is_err() {
         cq.error = true;
         dp.stats.cqes_lost += 1;
         dp.raise(AsyncEvent::CqError(cqn));

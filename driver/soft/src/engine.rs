@@ -347,6 +347,8 @@ impl DataPath {
             || !self.loopq.is_empty()
             || !self.inbound.is_empty()
             || !self.cq_errors.is_empty()
+            || !self.events.is_empty()
+            || self.outbox.iter().any(|q| !q.batch.is_empty())
     }
 }
 

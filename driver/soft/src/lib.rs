@@ -510,6 +510,16 @@ impl<P: Platform> SoftHca<P> {
         self.state.lock(|st| st.firmware.live_objects())
     }
 
+    /// Work is waiting: commands, frames in the inbox or the engine, ready
+    /// send queues (tests only).
+    #[cfg(test)]
+    pub(crate) fn busy(&self) -> bool {
+        self.inbox_pending.load(Ordering::Acquire)
+            || self
+                .state
+                .lock(|st| !st.queue.is_empty() || st.firmware.dp.has_work())
+    }
+
     /// Runs `f` on the firmware state (tests only).
     #[cfg(test)]
     pub(crate) fn with_firmware<R>(&self, f: impl FnOnce(&mut Firmware) -> R) -> R {

@@ -336,11 +336,14 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
         let length = if inline {
             u64::from(wqe.inline_len)
         } else {
-            check_sges(env.mrs, qp.pdn, &shadow[..nsge], rd_atomic)
-                .map_err(|_| IV_WC_LOC_PROT_ERR)?
+            shadow[..nsge].iter().map(|s| u64::from(s.length)).sum()
         };
         if length > u64::from(MAX_MSG_SZ) {
             return Err(IV_WC_LOC_LEN_ERR);
+        }
+        if !inline {
+            check_sges(env.mrs, qp.pdn, &shadow[..nsge], rd_atomic)
+                .map_err(|_| IV_WC_LOC_PROT_ERR)?;
         }
         let atomic = matches!(
             wqe.opcode,
