@@ -74,10 +74,6 @@ impl Cq {
             }
         }
     }
-
-    pub(crate) fn ring(&self) -> &Ring {
-        self.q.ring()
-    }
 }
 
 /// A QP and the ULP's views of its queues.
@@ -945,7 +941,8 @@ fn requester_length_errors() {
 #[test]
 fn local_protection_errors() {
     for topo in [Topo::Loopback, Topo::TwoHca] {
-        let cases: [fn(&Pair) -> (u8, Vec<IvSge>); 6] = [
+        type Case = fn(&Pair) -> (u8, Vec<IvSge>);
+        let cases: [Case; 6] = [
             // No MR has this key.
             |p| {
                 (
@@ -1010,7 +1007,8 @@ fn local_protection_errors() {
 #[test]
 fn local_qp_operation_errors() {
     // Garbage WQEs on RC.
-    let garbage: [fn(&Mem) -> (IvSendWqe, Vec<u8>); 5] = [
+    type Garbage = fn(&Mem) -> (IvSendWqe, Vec<u8>);
+    let garbage: [Garbage; 5] = [
         |_| {
             (
                 IvSendWqe {
@@ -1851,4 +1849,770 @@ fn sq_drained_when_the_last_wqe_in_flight_completes() {
         assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS)]);
         assert_eq!(p.mb.read(8, 1), b"y");
     }
+}
+
+#[test]
+fn uc_sends_and_writes_and_drops_what_rc_would_nak() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_UC, Conn::default());
+        let (ma, mb) = (&p.ma, &p.mb);
+        // A multi-packet SEND and a WRITE with immediate.
+        let data = pattern(5000, 7);
+        ma.write(0, &data);
+        p.recv(1, &[mb.sge(0, 8192)]);
+        let s = [ma.sge(0, 5000)];
+        p.send(&SendWr {
+            sges: &s,
+            ..signaled(1, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(1, IV_WC_SUCCESS)], "{topo:?}");
+        let r = one(&p.cqb);
+        assert_eq!((r.wr_id, r.byte_len), (1, 5000));
+        assert_eq!(mb.read(0, 5000), data);
+        p.recv(2, &[mb.sge(0, 8)]);
+        p.send(&SendWr {
+            sges: &s,
+            remote_addr: mb.addr + 10_000,
+            rkey: mb.lkey,
+            imm_or_inv: 5,
+            ..signaled(2, IV_WR_RDMA_WRITE_WITH_IMM)
+        });
+        assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS)]);
+        let r = one(&p.cqb);
+        assert_eq!(
+            (r.opcode, r.byte_len, r.imm_or_inv),
+            (IV_WC_OP_RECV_RDMA_WITH_IMM, 5000, 5)
+        );
+        assert_eq!(mb.read(10_000, 5000), data);
+
+        // No receive WQE: the message is dropped; the sender completes.
+        p.send(&SendWr {
+            inline: Some(b"lost"),
+            ..signaled(3, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(3, IV_WC_SUCCESS)]);
+        // A bad rkey: dropped too.
+        p.send(&SendWr {
+            inline: Some(b"lost"),
+            remote_addr: mb.addr,
+            rkey: 0,
+            ..signaled(4, IV_WR_RDMA_WRITE)
+        });
+        assert_eq!(statuses(&p.cqa), [(4, IV_WC_SUCCESS)]);
+        // A receive too small: dropped, the WQE stays for the next one.
+        p.recv(5, &[mb.sge(0, 4)]);
+        p.send(&SendWr {
+            inline: Some(b"too long"),
+            ..signaled(5, IV_WR_SEND)
+        });
+        p.send(&SendWr {
+            inline: Some(b"fits"),
+            ..signaled(6, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(5, IV_WC_SUCCESS), (6, IV_WC_SUCCESS)]);
+        let r = one(&p.cqb);
+        assert_eq!((r.wr_id, r.status, r.byte_len), (5, IV_WC_SUCCESS, 4));
+        assert_eq!(mb.read(0, 4), b"fits");
+        assert_eq!(p.b.state(&p.qb), IV_QPS_RTS, "{topo:?}");
+        assert!(p.b.d.hca.stats().packets_dropped >= 3);
+        assert!(p.b.asyncs().is_empty());
+    }
+}
+
+fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
+    let CommandOut::Ah { ahn } = node.d.ok(Command::CreateAh {
+        pdn,
+        attr: IvAhAttr {
+            dgid,
+            is_global: 1,
+            port_num: 1,
+            hop_limit: 64,
+            traffic_class: 0x28,
+            ..IvAhAttr::default()
+        },
+    }) else {
+        unreachable!()
+    };
+    ahn
+}
+
+#[test]
+fn ud_datagrams() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_UD, Conn::default());
+        let (ma, mb) = (&p.ma, &p.mb);
+        let ahn = ah(&p.a, p.a.pd, p.b.gid());
+        let qkey = Conn::default().qkey;
+        let ud = |qkey| Some((ahn, p.qb.qpn, qkey));
+
+        ma.write(0, &pattern(1024, 3));
+        p.recv(1, &[mb.sge(0, 40), mb.sge(1000, 2000)]);
+        let s = [ma.sge(0, 1024)];
+        p.send(&SendWr {
+            sges: &s,
+            ud: ud(qkey),
+            imm_or_inv: 0x0102_0304,
+            ..signaled(1, IV_WR_SEND_WITH_IMM)
+        });
+        assert_eq!(statuses(&p.cqa), [(1, IV_WC_SUCCESS)], "{topo:?}");
+        let r = one(&p.cqb);
+        assert_eq!(
+            (
+                r.wr_id,
+                r.opcode,
+                r.byte_len,
+                r.src_qp,
+                r.wc_flags,
+                r.imm_or_inv
+            ),
+            (
+                1,
+                IV_WC_OP_RECV,
+                40 + 1024,
+                p.qa.qpn,
+                IV_WC_GRH | IV_WC_WITH_IMM,
+                0x0102_0304
+            )
+        );
+        assert_eq!(mb.read(1000, 1024), pattern(1024, 3));
+        let grh = mb.read(0, 40);
+        assert_eq!(
+            &grh[..20],
+            &[0; 20],
+            "IPv4: the header in the last 20 bytes"
+        );
+        assert_eq!(grh[20], 0x45);
+        assert_eq!(grh[21], 0x28, "traffic class");
+        assert_eq!(&grh[32..36], &p.a.gid()[12..], "source address");
+        assert_eq!(&grh[36..40], &p.b.gid()[12..], "destination address");
+
+        // The wrong Q_Key: dropped. A controlled Q_Key: the QP's own.
+        p.recv(2, &[mb.sge(0, 2048)]);
+        p.send(&SendWr {
+            inline: Some(b"no"),
+            ud: ud(0x1234),
+            ..signaled(2, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS)]);
+        assert!(p.cqb.poll().is_empty());
+        p.send(&SendWr {
+            inline: Some(b"yes"),
+            ud: ud(0x8000_0000),
+            ..signaled(3, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(3, IV_WC_SUCCESS)]);
+        assert_eq!(one(&p.cqb).byte_len, 43);
+        assert_eq!(mb.read(40, 3), b"yes");
+
+        // To a QP that does not exist, or with no receive posted: dropped.
+        p.send(&SendWr {
+            inline: Some(b"x"),
+            ud: Some((ahn, 0xAB_CDEF, qkey)),
+            ..signaled(4, IV_WR_SEND)
+        });
+        p.send(&SendWr {
+            inline: Some(b"x"),
+            ud: ud(qkey),
+            ..signaled(5, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(4, IV_WC_SUCCESS), (5, IV_WC_SUCCESS)]);
+        assert!(p.cqb.poll().is_empty());
+
+        // A receive too small for GRH + payload: LOC_LEN_ERR, the QP stops.
+        p.recv(6, &[mb.sge(0, 41)]);
+        p.send(&SendWr {
+            inline: Some(b"xy"),
+            ud: ud(qkey),
+            ..signaled(6, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqb), [(6, IV_WC_LOC_LEN_ERR)], "{topo:?}");
+        assert_eq!(p.b.state(&p.qb), IV_QPS_ERR);
+        assert_eq!(
+            statuses(&p.cqa),
+            [(6, IV_WC_SUCCESS)],
+            "UD: the sender never knows"
+        );
+
+        // Over the MTU (the port's active MTU, 1024): LOC_LEN_ERR, SQE.
+        let s = [ma.sge(0, 1025)];
+        p.send(&SendWr {
+            sges: &s,
+            ud: ud(qkey),
+            ..signaled(7, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(7, IV_WC_LOC_LEN_ERR)]);
+        assert_eq!(p.a.state(&p.qa), IV_QPS_SQE);
+        p.a.to_state(&p.qa, QpState::Sqe, QpState::Rts);
+
+        // An AH of another PD: LOC_PROT_ERR; no AH at all: LOC_QP_OP_ERR.
+        let other = p.a.d.pd();
+        let foreign = ah(&p.a, other, p.b.gid());
+        p.send(&SendWr {
+            inline: Some(b"x"),
+            ud: Some((foreign, p.qb.qpn, qkey)),
+            ..signaled(8, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(8, IV_WC_LOC_PROT_ERR)]);
+        p.a.to_state(&p.qa, QpState::Sqe, QpState::Rts);
+        p.send(&SendWr {
+            inline: Some(b"x"),
+            ud: Some((999, p.qb.qpn, qkey)),
+            ..signaled(9, IV_WR_SEND)
+        });
+        assert_eq!(statuses(&p.cqa), [(9, IV_WC_LOC_QP_OP_ERR)]);
+    }
+}
+
+#[test]
+fn ud_over_ipv6_gets_an_ipv6_grh() {
+    let ip6 = |n| IpAddr::V6(core::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n));
+    let a = Node::with(1, |c| c.ip = ip6(1));
+    let b = Node::with(2, |c| c.ip = ip6(2));
+    let f = Fabric::new(&TestPlatform);
+    f.attach(&a.d.hca).unwrap();
+    f.attach(&b.d.hca).unwrap();
+    let acq = a.cq(8);
+    let bcq = b.cq(8);
+    let qa = a.qp(IV_QPT_UD, &acq);
+    let qb = b.qp(IV_QPT_UD, &bcq);
+    let c = Conn::default();
+    a.connect(&qa, [0; 16], 0, &c);
+    b.connect(&qb, [0; 16], 0, &c);
+    let mb = b.mem(4096, ALL_ACCESS);
+    b.recv(&qb, 1, &[mb.sge(0, 100)]);
+    let ahn = ah(&a, a.pd, b.gid());
+    a.post(
+        &qa,
+        &SendWr {
+            inline: Some(b"six"),
+            ud: Some((ahn, qb.qpn, c.qkey)),
+            ..signaled(1, IV_WR_SEND)
+        },
+    );
+    assert_eq!(one(&bcq).byte_len, 43);
+    let grh = mb.read(0, 40);
+    assert_eq!(grh[0] >> 4, 6);
+    assert_eq!(grh[6], 17, "next header: UDP");
+    assert_eq!(grh[7], 64, "hop limit");
+    assert_eq!(&grh[8..24], &a.gid());
+    assert_eq!(&grh[24..40], &b.gid());
+    assert_eq!(mb.read(40, 3), b"six");
+}
+
+/// Feeds `pkt` to `node`'s transport as if it came off the wire, then lets
+/// the node deliver what it produced.
+fn inject(node: &Node, pkt: Packet, payload: &[crate::packet::Seg]) {
+    node.d.hca.with_firmware(|fw| {
+        fw.receive(&pkt, payload);
+        fw.flush_acks();
+    });
+    node.d.hca.sq_doorbell(0);
+    node.run();
+}
+
+use crate::packet::{Aeth, Packet, aeth, op};
+
+/// A requester QP on `a` whose packets reach a QP on `c` that stays in
+/// INIT (and drops them, counted): its WQEs stay in flight until the test
+/// answers for the responder.
+struct Stuck {
+    a: Node,
+    c: Node,
+    qa: Ep,
+    qc: Ep,
+    cqa: Cq,
+    ma: Mem,
+    _f: Arc<Fabric<TestPlatform>>,
+}
+
+impl Stuck {
+    fn new(conn: Conn) -> Self {
+        let a = Node::new(1);
+        let c = Node::new(3);
+        let f = Fabric::new(&TestPlatform);
+        f.attach(&a.d.hca).unwrap();
+        f.attach(&c.d.hca).unwrap();
+        let cqa = a.cq(32);
+        let ccq = c.cq(32);
+        let qa = a.qp(IV_QPT_RC, &cqa);
+        let qc = c.qp(IV_QPT_RC, &ccq);
+        c.init(&qc, &conn);
+        a.connect(&qa, c.gid(), qc.qpn, &conn);
+        let ma = a.mem(1 << 16, ALL_ACCESS);
+        Self {
+            a,
+            c,
+            qa,
+            qc,
+            cqa,
+            ma,
+            _f: f,
+        }
+    }
+
+    fn received(&self) -> u64 {
+        self.c.d.hca.stats().packets_received
+    }
+
+    /// A response packet from the responder to the requester.
+    fn response(&self, opcode: u8, psn: u32, syndrome: u8) -> Packet {
+        Packet {
+            opcode,
+            dest_qpn: self.qa.qpn,
+            psn,
+            sgid: self.c.gid(),
+            dgid: self.a.gid(),
+            aeth: Aeth { syndrome, msn: 0 },
+            ..Packet::default()
+        }
+    }
+
+    fn answer(&self, pkt: Packet) {
+        inject(&self.a, pkt, &[]);
+    }
+}
+
+const PSN0: u32 = 0x10;
+const ACK: u8 = aeth::ACK | aeth::ACK_UNLIMITED;
+
+#[test]
+fn bad_responses() {
+    type Case = fn(&Stuck) -> (u8, Packet);
+    let cases: [Case; 5] = [
+        // A READ response to a SEND.
+        |s| (IV_WR_SEND, s.response(op::RC_READ_RESPONSE_ONLY, PSN0, ACK)),
+        // An atomic ACK to a READ.
+        |s| {
+            (
+                IV_WR_RDMA_READ,
+                s.response(op::RC_ATOMIC_ACKNOWLEDGE, PSN0, ACK),
+            )
+        },
+        // A READ response out of sequence (MIDDLE first).
+        |s| {
+            (
+                IV_WR_RDMA_READ,
+                s.response(op::RC_READ_RESPONSE_MIDDLE, PSN0, ACK),
+            )
+        },
+        // A reserved AETH type.
+        |s| (IV_WR_SEND, s.response(op::RC_ACKNOWLEDGE, PSN0, 0x40)),
+        // A NAK code IBTA does not define.
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | 0x1F),
+            )
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let s = Stuck::new(Conn::default());
+        let (opcode, pkt) = case(&s);
+        let sges = [s.ma.sge(0, 3000)];
+        s.a.post(
+            &s.qa,
+            &SendWr {
+                sges: &sges,
+                remote_addr: 0x1000,
+                rkey: 0x100,
+                ..signaled(1, opcode)
+            },
+        );
+        s.a.post(&s.qa, &signaled(2, IV_WR_SEND));
+        assert!(s.cqa.poll().is_empty(), "case {i}: in flight");
+        s.answer(pkt);
+        assert_eq!(
+            statuses(&s.cqa),
+            [(1, IV_WC_BAD_RESP_ERR), (2, IV_WC_WR_FLUSH_ERR)],
+            "case {i}"
+        );
+        assert_eq!(s.a.state(&s.qa), IV_QPS_ERR);
+    }
+}
+
+#[test]
+fn acks_naks_and_retries_in_shape() {
+    // Coalesced ACK: one ACK completes every WQE up to its PSN.
+    let s = Stuck::new(Conn::default());
+    for i in 0..3 {
+        s.a.post(
+            &s.qa,
+            &SendWr {
+                inline: Some(b"x"),
+                ..signaled(i, IV_WR_SEND)
+            },
+        );
+    }
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0 + 1, ACK));
+    assert_eq!(statuses(&s.cqa), [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS)]);
+    // A stale ACK changes nothing.
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
+    assert!(s.cqa.poll().is_empty());
+
+    // PSN sequence error NAK: go back to that PSN, once per NAK.
+    let before = s.received();
+    s.answer(s.response(
+        op::RC_ACKNOWLEDGE,
+        PSN0 + 2,
+        aeth::NAK | aeth::NAK_PSN_SEQ_ERR,
+    ));
+    assert_eq!(s.received() - before, 1, "WQE 2 sent again");
+    assert_eq!(s.a.d.hca.stats().retries, 1);
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0 + 2, ACK));
+    assert_eq!(statuses(&s.cqa), [(2, IV_WC_SUCCESS)]);
+
+    // Retries are counted: retry_cnt 1 allows one.
+    let s = Stuck::new(Conn {
+        retry_cnt: 1,
+        ..Conn::default()
+    });
+    s.a.post(&s.qa, &signaled(1, IV_WR_SEND));
+    let nak = s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | aeth::NAK_PSN_SEQ_ERR);
+    s.answer(nak);
+    assert!(s.cqa.poll().is_empty());
+    s.answer(nak);
+    assert_eq!(statuses(&s.cqa), [(1, IV_WC_RETRY_EXC_ERR)]);
+
+    // An ACK past a READ whose responses never came: an implicit NAK, the
+    // READ is asked again.
+    let s = Stuck::new(Conn::default());
+    let sges = [s.ma.sge(0, 8)];
+    s.a.post(
+        &s.qa,
+        &SendWr {
+            sges: &sges,
+            remote_addr: 0x1000,
+            rkey: 0x100,
+            ..signaled(1, IV_WR_RDMA_READ)
+        },
+    );
+    let before = s.received();
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
+    assert_eq!(s.received() - before, 1, "READ request again");
+    assert!(s.cqa.poll().is_empty());
+
+    // Remote NAKs complete with the matching status.
+    for (code, status) in [
+        (aeth::NAK_INVALID_REQ, IV_WC_REM_INV_REQ_ERR),
+        (aeth::NAK_REM_ACCESS, IV_WC_REM_ACCESS_ERR),
+        (aeth::NAK_REM_OP, IV_WC_REM_OP_ERR),
+        (aeth::NAK_INVALID_RD_REQ, IV_WC_REM_INV_REQ_ERR),
+    ] {
+        let s = Stuck::new(Conn::default());
+        s.a.post(&s.qa, &signaled(1, IV_WR_SEND));
+        s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | code));
+        assert_eq!(statuses(&s.cqa), [(1, status)], "NAK {code}");
+        assert!(
+            s.a.asyncs().is_empty(),
+            "requester errors are in the CQE only"
+        );
+    }
+    let _ = Stuck::new(Conn::default()).qc.qpn;
+}
+
+#[test]
+fn responder_psn_checks_and_duplicates() {
+    for topo in [Topo::Loopback, Topo::TwoHca] {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        let (ma, mb) = (&p.ma, &p.mb);
+        let request = |opcode, psn| Packet {
+            opcode,
+            dest_qpn: p.qb.qpn,
+            psn,
+            sgid: p.a.gid(),
+            dgid: p.b.gid(),
+            ..Packet::default()
+        };
+        let sent = |n: &Node| n.d.hca.stats().packets_sent;
+
+        // A SEND, then the same packet again: ACKed again, not executed.
+        p.recv(1, &[mb.sge(0, 8)]);
+        p.recv(2, &[mb.sge(8, 8)]);
+        p.send(&signaled(1, IV_WR_SEND));
+        assert_eq!(one(&p.cqb).wr_id, 1);
+        one(&p.cqa);
+        let b0 = sent(&p.b);
+        inject(&p.b, request(op::RC_SEND_ONLY, PSN0), &[]);
+        assert_eq!(sent(&p.b) - b0, 1, "{topo:?}: one ACK");
+        assert!(p.cqb.poll().is_empty(), "the duplicate used no receive");
+        assert!(p.cqa.poll().is_empty(), "a stale ACK for the requester");
+
+        // Ahead of the expected PSN: one NAK, then silence until in order.
+        let b0 = sent(&p.b);
+        inject(&p.b, request(op::RC_SEND_ONLY, PSN0 + 5), &[]);
+        inject(&p.b, request(op::RC_SEND_ONLY, PSN0 + 6), &[]);
+        assert_eq!(sent(&p.b) - b0, 1, "one PSN sequence error NAK");
+        assert_eq!(p.b.state(&p.qb), IV_QPS_RTS);
+        p.send(&signaled(2, IV_WR_SEND));
+        assert_eq!(one(&p.cqb).wr_id, 2, "the expected PSN still works");
+        one(&p.cqa);
+
+        // A duplicate READ is executed again from its responder resource.
+        mb.write(100, &pattern(3000, 5));
+        let s = [ma.sge(0, 3000)];
+        p.send(&SendWr {
+            sges: &s,
+            remote_addr: mb.addr + 100,
+            rkey: mb.lkey,
+            ..signaled(3, IV_WR_RDMA_READ)
+        });
+        one(&p.cqa);
+        let read_psn = PSN0 + 2;
+        let mut dup = request(op::RC_READ_REQUEST, read_psn);
+        dup.reth = crate::packet::Reth {
+            va: mb.addr + 100,
+            rkey: mb.lkey,
+            len: 3000,
+        };
+        let b0 = sent(&p.b);
+        inject(&p.b, dup, &[]);
+        assert_eq!(sent(&p.b) - b0, 3, "{topo:?}: three responses again");
+        assert!(p.cqa.poll().is_empty(), "stale responses are dropped");
+
+        // A duplicate atomic returns the saved result without running twice.
+        mb.write(4096, &100u64.to_ne_bytes());
+        let s = [ma.sge(8000, 8)];
+        p.send(&SendWr {
+            sges: &s,
+            remote_addr: mb.addr + 4096,
+            rkey: mb.lkey,
+            compare_add: 1,
+            ..signaled(4, IV_WR_ATOMIC_FETCH_AND_ADD)
+        });
+        one(&p.cqa);
+        assert_eq!(mb.u64_at(4096), 101);
+        let atomic_psn = read_psn + 3;
+        let mut dup = request(op::RC_FETCH_ADD, atomic_psn);
+        dup.atomic = crate::packet::AtomicEth {
+            va: mb.addr + 4096,
+            rkey: mb.lkey,
+            swap_add: 1,
+            compare: 0,
+        };
+        let b0 = sent(&p.b);
+        inject(&p.b, dup, &[]);
+        assert_eq!(sent(&p.b) - b0, 1);
+        assert_eq!(mb.u64_at(4096), 101, "not added twice");
+        // Still in order afterwards.
+        p.recv(5, &[mb.sge(0, 8)]);
+        p.send(&SendWr {
+            inline: Some(b"end"),
+            ..signaled(5, IV_WR_SEND)
+        });
+        assert_eq!(one(&p.cqb).wr_id, 5);
+        assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS);
+    }
+}
+
+/// xorshift64*: a seeded, reproducible stream.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+#[test]
+fn garbage_from_the_ulp_stays_on_its_own_qp() {
+    for seed in [1u64, 2, 3, 0xDEAD_BEEF] {
+        let mut rng = Rng(seed);
+        let (a, b, _f) = nodes(Topo::TwoHca);
+        // A healthy pair, and a victim pair the ULP scribbles on.
+        let acq = a.cq(256);
+        let bcq = b.cq(256);
+        let c = Conn::default();
+        let mk = || {
+            let qa = a.qp(IV_QPT_RC, &acq);
+            let qb = b.qp(IV_QPT_RC, &bcq);
+            a.connect(&qa, b.gid(), qb.qpn, &c);
+            b.connect(&qb, a.gid(), qa.qpn, &c);
+            (qa, qb)
+        };
+        let (good_a, good_b) = mk();
+        let (bad_a, bad_b) = mk();
+        let ma = a.mem(4096, ALL_ACCESS);
+        let mb = b.mem(4096, ALL_ACCESS);
+        let guard = a.mem(4096, ALL_ACCESS);
+        guard.write(0, &[0x5A; 4096]);
+        for round in 0..200 {
+            // Random WQE bytes, sometimes with plausible keys to tempt it.
+            let ring = bad_a.sq.ring();
+            let i = ring.producer_word().load(Ordering::Relaxed);
+            let at = ring.slot_offset(i);
+            let mut slot = rng.bytes(ring.stride() as usize);
+            if round % 3 == 0 {
+                slot[0x1C..0x20].copy_from_slice(&mb.lkey.to_ne_bytes());
+                slot[0x4C..0x50].copy_from_slice(&guard.lkey.to_ne_bytes());
+            }
+            ring.region().write(at, &slot).unwrap();
+            let next = match rng.next() % 8 {
+                0 => rng.next() as u32,
+                _ => i.wrapping_add(1),
+            };
+            ring.producer_word().store(next, Ordering::Release);
+            a.d.hca.sq_doorbell(bad_a.qpn);
+            // And the responder's receive ring.
+            let rring = bad_b.rq.as_ref().unwrap().ring();
+            let j = rring.producer_word().load(Ordering::Relaxed);
+            let rslot = rng.bytes(rring.stride() as usize);
+            rring.region().write(rring.slot_offset(j), &rslot).unwrap();
+            rring
+                .producer_word()
+                .store(j.wrapping_add(1), Ordering::Release);
+            b.d.hca.rq_doorbell(bad_b.qpn);
+            // Random doorbells for QPs, SRQs and CQs that don't exist.
+            a.d.hca.sq_doorbell(rng.next() as u32);
+            a.d.hca.rq_doorbell(rng.next() as u32);
+            a.d.hca.srq_doorbell(rng.next() as u32);
+            a.d.hca.cq_arm_doorbell(rng.next() as u32);
+        }
+        assert_eq!(
+            guard.read(0, 4096),
+            [0x5A; 4096],
+            "seed {seed}: memory not touched"
+        );
+        // The healthy pair still works.
+        acq.poll();
+        bcq.poll();
+        b.recv(&good_b, 1, &[mb.sge(0, 64)]);
+        ma.write(0, b"still fine");
+        let s = [ma.sge(0, 10)];
+        a.post(
+            &good_a,
+            &SendWr {
+                sges: &s,
+                ..signaled(42, IV_WR_SEND)
+            },
+        );
+        let got: Vec<(u64, u32, u32)> = bcq
+            .poll()
+            .iter()
+            .map(|c| (c.wr_id, c.qp_num, c.status))
+            .collect();
+        assert_eq!(got, [(1, good_b.qpn, IV_WC_SUCCESS)], "seed {seed}");
+        let got: Vec<(u64, u32)> = acq.poll().iter().map(|c| (c.wr_id, c.qp_num)).collect();
+        assert_eq!(got, [(42, good_a.qpn)]);
+        assert_eq!(mb.read(0, 10), b"still fine");
+        assert_eq!(a.state(&good_a), IV_QPS_RTS);
+        assert_eq!(b.state(&good_b), IV_QPS_RTS);
+    }
+}
+
+#[test]
+fn fuzz_the_wqe_reader() {
+    // Random slots through the ring reader alone: never a panic, every
+    // answer within the limits.
+    let mut rng = Rng(7);
+    for stride in [64u32, 128, 256, 1024] {
+        let ring = Ring::alloc(8, stride).unwrap();
+        let mut header = IvSendWqe::default();
+        let mut sges = [IvSge::default(); 32];
+        for _ in 0..2000 {
+            let i = rng.next() as u32;
+            ring.region()
+                .write(ring.slot_offset(i), &rng.bytes(stride as usize))
+                .unwrap();
+            let max_sge = (rng.next() % 40) as u32;
+            let max_inline = (rng.next() % 2000) as u32;
+            if let Ok(n) = irpverbs_ring::wq::read_send_wqe_into(
+                &ring,
+                i,
+                max_sge,
+                max_inline,
+                &mut header,
+                &mut sges,
+            ) {
+                assert!(n <= max_sge as usize && n * 16 + 64 <= stride as usize);
+                assert!(header.opcode <= IV_WR_ATOMIC_FETCH_AND_ADD);
+            }
+            let _ = irpverbs_ring::wq::read_recv_wqe_into(&ring, i, max_sge, &mut sges);
+        }
+    }
+}
+
+#[test]
+fn reset_empties_the_work_queues_without_completions() {
+    let p = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
+    // In flight (RNR) and waiting.
+    for i in 0..3 {
+        p.a.post(
+            &p.qa,
+            &SendWr {
+                inline: Some(b"x"),
+                ..signaled(i, IV_WR_SEND)
+            },
+        );
+    }
+    p.a.recv(&p.qa, 7, &[p.ma.sge(0, 8)]);
+    p.a.to_state(&p.qa, QpState::Rts, QpState::Reset);
+    assert!(p.cqa.poll().is_empty(), "RESET: no completions");
+    let sq = p.qa.sq.ring();
+    assert_eq!(sq.consumer().filled(), Ok(0), "the SQ is empty");
+    assert_eq!(p.qa.rq.as_ref().unwrap().ring().consumer().filled(), Ok(0));
+    // Connected again (with a fresh responder), it works from scratch.
+    p.b.to_state(&p.qb, QpState::Rts, QpState::Reset);
+    let c = Conn::default();
+    p.a.connect(&p.qa, p.b.gid(), p.qb.qpn, &c);
+    p.b.connect(&p.qb, p.a.gid(), p.qa.qpn, &c);
+    p.recv(1, &[p.mb.sge(0, 8)]);
+    p.send(&SendWr {
+        inline: Some(b"again"),
+        ..signaled(9, IV_WR_SEND)
+    });
+    assert_eq!(statuses(&p.cqa), [(9, IV_WC_SUCCESS)]);
+    assert_eq!(statuses(&p.cqb), [(1, IV_WC_SUCCESS)]);
+    assert_eq!(p.mb.read(0, 5), b"again");
+}
+
+#[test]
+fn destroying_a_qp_stops_its_work() {
+    // Deferred HCAs: the packet waits in the responder's inbox while the
+    // requester QP is destroyed.
+    let p = Pair::new(Topo::TwoHcaDeferred, IV_QPT_RC, Conn::default());
+    p.b.recv(&p.qb, 1, &[p.mb.sge(0, 8)]);
+    p.a.post(
+        &p.qa,
+        &SendWr {
+            inline: Some(b"x"),
+            ..signaled(1, IV_WR_SEND)
+        },
+    );
+    p.a.d.ok(Command::DestroyQp { qpn: p.qa.qpn });
+    let dropped = p.a.d.hca.stats().packets_dropped;
+    p.settle();
+    assert!(p.cqa.poll().is_empty(), "no completion for a destroyed QP");
+    assert_eq!(one(&p.cqb).status, IV_WC_SUCCESS, "the message had left");
+    assert!(
+        p.a.d.hca.stats().packets_dropped > dropped,
+        "its ACK was dropped"
+    );
+    // Doorbells for it are ignored.
+    p.a.d.hca.sq_doorbell(p.qa.qpn);
+    p.a.d.hca.rq_doorbell(p.qa.qpn);
+    p.settle();
+    // A new QP on the same CQ works.
+    let qa2 = p.a.qp(IV_QPT_RC, &p.cqa);
+    p.b.to_state(&p.qb, QpState::Rts, QpState::Reset);
+    let c = Conn::default();
+    p.a.connect(&qa2, p.b.gid(), p.qb.qpn, &c);
+    p.b.connect(&p.qb, p.a.gid(), qa2.qpn, &c);
+    p.b.recv(&p.qb, 2, &[p.mb.sge(0, 8)]);
+    p.a.post(
+        &qa2,
+        &SendWr {
+            inline: Some(b"y"),
+            ..signaled(2, IV_WR_SEND)
+        },
+    );
+    p.settle();
+    assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS)]);
+    assert_eq!(statuses(&p.cqb), [(2, IV_WC_SUCCESS)]);
 }
