@@ -45,12 +45,20 @@ use irpverbs_core::AsyncEvent;
 use crate::cq::post_cqe;
 use crate::dma::{DmaError, Source, scatter};
 use crate::engine::{Env, enter_error, send_cqe};
-use crate::packet::{Packet, Seg, aeth, op, psn_add, psn_diff};
+use crate::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
 use crate::qp::{Qp, QpState};
 use crate::requester::{Progress, is_rd_atomic};
 
-/// A response packet for QP `qpn`'s requester.
-pub(crate) fn handle(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
+/// A response packet (or burst of READ responses) for QP `qpn`'s
+/// requester.
+pub(crate) fn handle(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
     let rc = pkt.opcode & op::TRANSPORT_MASK == op::RC;
     if qp.qp_type != IV_QPT_RC || !rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         env.dp.stats.packets_dropped += 1;
@@ -59,7 +67,7 @@ pub(crate) fn handle(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, pay
     match pkt.opcode {
         op::RC_ACKNOWLEDGE => ack(qpn, qp, env, pkt),
         op::RC_ATOMIC_ACKNOWLEDGE => atomic_ack(qpn, qp, env, pkt),
-        _ => read_response(qpn, qp, env, pkt, payload),
+        _ => read_response(qpn, qp, env, pkt, burst, payload),
     }
     if qp.state != QpState::Err {
         retire(qpn, qp, env);
@@ -205,7 +213,14 @@ fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     s.status = IV_WC_SUCCESS;
 }
 
-fn read_response(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
+fn read_response(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
     let psn = pkt.psn;
     if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
         retry(qpn, qp, env, i, missing);
@@ -225,24 +240,39 @@ fn read_response(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload
     if d < 0 {
         return; // duplicate
     }
+    let end_psn = burst.last_psn(psn);
     if d > 0 || psn_diff(psn, s.last_psn) > 0 {
         retry(qpn, qp, env, i, s.resp_next);
         return;
     }
     let first = psn == s.first_psn;
-    let last = psn == s.last_psn;
-    let expect = match (first, last) {
+    let last = end_psn == s.last_psn;
+    let n = burst.count;
+    let expect_first = match (first, last && n == 1) {
         (true, true) => op::RC_READ_RESPONSE_ONLY,
         (true, false) => op::RC_READ_RESPONSE_FIRST,
         (false, false) => op::RC_READ_RESPONSE_MIDDLE,
         (false, true) => op::RC_READ_RESPONSE_LAST,
     };
+    let expect_last = match (last, first && n == 1) {
+        (true, true) => op::RC_READ_RESPONSE_ONLY,
+        (true, false) => op::RC_READ_RESPONSE_LAST,
+        (false, _) if n == 1 => expect_first,
+        (false, _) => op::RC_READ_RESPONSE_MIDDLE,
+    };
     let mtu = qp.tx.mtu;
     // Within the message: at most 2^31 bytes.
     let offset = psn_diff(psn, s.first_psn).unsigned_abs() * mtu;
-    let len = s.length.saturating_sub(offset).min(mtu);
+    let room = s.length.saturating_sub(offset);
+    let len = if last { room } else { n.saturating_mul(mtu) };
     let carried: usize = payload.iter().map(|p| p.len).sum();
-    if pkt.opcode != expect || pkt.payload_len != len || carried != len as usize {
+    let beyond = psn_diff(end_psn, s.last_psn) > 0 || len > room;
+    if pkt.opcode != expect_first
+        || burst.last_opcode != expect_last
+        || beyond
+        || pkt.payload_len != len
+        || carried != len as usize
+    {
         retire(qpn, qp, env);
         fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
         return;
@@ -261,7 +291,7 @@ fn read_response(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload
         return;
     }
     let s = qp.tx.req.slot_mut(i);
-    s.resp_next = psn_add(psn, 1);
+    s.resp_next = psn_add(end_psn, 1);
     if last {
         s.done = true;
         s.status = IV_WC_SUCCESS;
@@ -386,20 +416,22 @@ pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
         if req.ci == req.next || req.cur.is_some_and(|c| c.index == req.ci) {
             break;
         }
-        let s = *req.slot(req.ci);
+        let s = req.slot(req.ci);
         if !s.done {
             break;
         }
-        if is_rd_atomic(s.wqe.opcode) {
+        let (status, opcode, flags) = (s.status, s.wqe.opcode, s.wqe.flags);
+        let cqe = (status != IV_WC_SUCCESS || qp.sq_sig_all || flags & IV_SEND_SIGNALED != 0)
+            .then(|| send_cqe(qpn, &s.wqe, status, s.length));
+        if is_rd_atomic(opcode) {
             req.rd_atomic = req.rd_atomic.saturating_sub(1);
         }
         req.ci = req.ci.wrapping_add(1);
-        if s.status == IV_WC_SUCCESS {
+        if status == IV_WC_SUCCESS {
             req.retry_left = qp.attr.retry_cnt;
             req.rnr_left = qp.attr.rnr_retry;
         }
-        if s.status != IV_WC_SUCCESS || qp.sq_sig_all || s.wqe.flags & IV_SEND_SIGNALED != 0 {
-            let cqe = send_cqe(qpn, &s.wqe, s.status, s.length);
+        if let Some(cqe) = cqe {
             post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
         }
     }

@@ -22,7 +22,7 @@
 use alloc::collections::VecDeque;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use irpverbs_abi::{
     IV_QPT_RC, IV_QPT_UD, IV_WC_OP_RECV, IV_WC_WR_FLUSH_ERR, IvCqe, IvRecvWqe, IvSendWqe, NtStatus,
@@ -35,7 +35,7 @@ use crate::cq::{Cq, post_cqe};
 use crate::fabric::{Peer, Router};
 use crate::firmware::Firmware;
 use crate::mr::Mr;
-use crate::packet::{Batch, Frame, Gid, Packet, m};
+use crate::packet::{Batch, Burst, Frame, Gid, Packet, m};
 use crate::port::Port;
 use crate::qp::{Qp, QpState, QpTable};
 use crate::requester::{ReqState, wc_opcode};
@@ -211,6 +211,13 @@ pub(crate) struct DataPath {
     pub(crate) cq_errors: Vec<u32>,
     /// Counters.
     pub(crate) stats: DpStats,
+    /// How many reasons a receive doorbell has to take the lock: QPs in
+    /// ERR (their new receives are flushed) and responders waiting for a
+    /// receive after an RNR NAK (their requesters get a retry). While it
+    /// is 0 the RQ and SRQ doorbells return at once. Changed only under
+    /// `HCA_LOCK`; read by the doorbells without it (see
+    /// [`DataPath::attend`]).
+    pub(crate) attention: Arc<AtomicU32>,
 }
 
 impl core::fmt::Debug for DataPath {
@@ -245,7 +252,24 @@ impl DataPath {
             acks: Vec::new(),
             cq_errors: Vec::new(),
             stats: DpStats::default(),
+            attention: Arc::new(AtomicU32::new(0)),
         }
+    }
+
+    /// One more reason for receive doorbells to come in. Sequentially
+    /// consistent with the doorbell's fence: after this, either the
+    /// doorbell sees it, or the caller's re-read of the ring sees the
+    /// receive the doorbell announced.
+    pub(crate) fn attend(&self) {
+        self.attention.fetch_add(1, Ordering::SeqCst);
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// One reason fewer.
+    pub(crate) fn unattend(&self) {
+        let _ = self
+            .attention
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     /// The batch frames for `dgid` go to; `None` when no HCA has it.
@@ -279,36 +303,42 @@ impl DataPath {
         Some(&mut q.batch)
     }
 
-    /// Sends `pkt` to its destination GID, its payload segments appended by
-    /// `fill`. Without a route the packet is lost (and a `notify` is
-    /// answered at once: the bytes left). On a `fill` error nothing is sent.
+    /// Sends `pkt` (the first of a `burst`) to its destination GID, its
+    /// payload segments appended by `fill`. Without a route the packets are
+    /// lost (and a `notify` is answered at once: the bytes left). On a
+    /// `fill` error nothing is sent.
     pub(crate) fn emit<E>(
         &mut self,
         pkt: Packet,
+        burst: Burst,
         notify: Option<u32>,
         fill: impl FnOnce(&mut Vec<crate::packet::Seg>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.stats.packets_sent += u64::from(burst.count);
         match self.batch_for(&pkt.dgid) {
             Some(b) => {
                 let start = b.segs.len();
                 if let Err(e) = fill(&mut b.segs) {
                     b.segs.truncate(start);
+                    self.stats.packets_sent -= u64::from(burst.count);
                     return Err(e);
                 }
                 let nsegs = b.segs.len() - start;
                 b.frames.push(Frame::Packet {
                     pkt,
+                    burst,
                     seg: u32::try_from(start).unwrap_or(u32::MAX),
                     nsegs: u32::try_from(nsegs).unwrap_or(0),
                     notify,
                 });
-                self.stats.packets_sent += 1;
             }
             None => {
-                self.stats.packets_sent += 1;
-                self.stats.packets_dropped += 1;
+                self.stats.packets_dropped += u64::from(burst.count);
                 if let Some(qpn) = notify {
-                    self.loopq.push_signal(Frame::Sent { qpn, psn: pkt.psn });
+                    self.loopq.push_signal(Frame::Sent {
+                        qpn,
+                        psn: burst.last_psn(pkt.psn),
+                    });
                 }
             }
         }
@@ -317,7 +347,7 @@ impl DataPath {
 
     /// Sends a packet without payload.
     pub(crate) fn emit_bare(&mut self, pkt: Packet) {
-        let _ = self.emit::<()>(pkt, None, |_| Ok(()));
+        let _ = self.emit::<()>(pkt, Burst::one(pkt.opcode), None, |_| Ok(()));
     }
 
     /// Sends a fabric signal to `dgid` (lost without a route).
@@ -388,6 +418,7 @@ pub(crate) fn enter_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, event: Optio
         return;
     }
     qp.state = QpState::Err;
+    env.dp.attend();
     qp.tx.last_wqe = false;
     if let Some(e) = event {
         env.dp.raise(e);
@@ -514,30 +545,34 @@ impl Firmware {
 
     /// The send queue doorbell: QP `qpn` has new WQEs. Unknown QPs are
     /// ignored (a doorbell can't fail).
-    pub(crate) fn ring_sq(&mut self, qpn: u32) {
+    pub(crate) fn ring_sq(&mut self, qpn: u32) -> bool {
         if let Ok(qp) = self.qps.get_mut(qpn) {
             self.dp.schedule(qpn, &mut qp.tx);
         }
+        true
     }
 
     /// The receive queue doorbell: a QP in ERR flushes the new WQEs; a
     /// responder that sent an RNR NAK lets its requester retry.
-    pub(crate) fn ring_rq(&mut self, qpn: u32) {
+    pub(crate) fn ring_rq(&mut self, qpn: u32) -> bool {
         let (qps, mut env) = self.split();
-        let Ok(qp) = qps.get_mut(qpn) else { return };
+        let Ok(qp) = qps.get_mut(qpn) else {
+            return false;
+        };
         if qp.state == QpState::Err {
             flush_rq(qpn, qp, &mut env);
+            true
         } else {
-            responder::receive_posted(qp, &mut env);
+            responder::receive_posted(qp, &mut env)
         }
     }
 
     /// The SRQ doorbell: every QP that sent an RNR NAK for want of one of
     /// its WQEs may have its requester retry.
-    pub(crate) fn ring_srq(&mut self, srqn: u32) {
+    pub(crate) fn ring_srq(&mut self, srqn: u32) -> bool {
         let waiters = match self.srqs.get_mut(srqn) {
             Ok(srq) if !srq.rnr_waiters.is_empty() => core::mem::take(&mut srq.rnr_waiters),
-            _ => return,
+            _ => return false,
         };
         let (qps, mut env) = self.split();
         for &qpn in &waiters {
@@ -552,6 +587,7 @@ impl Firmware {
                 srq.rnr_waiters = waiters;
             }
         }
+        true
     }
 
     /// Runs the data path: inbound and loopback frames, then requesters
@@ -607,13 +643,15 @@ impl Firmware {
             match *frame {
                 Frame::Packet {
                     ref pkt,
+                    burst,
                     seg,
                     nsegs,
                     notify,
                 } => {
-                    self.receive(pkt, batch.payload(seg, nsegs));
+                    self.receive(pkt, burst, batch.payload(seg, nsegs));
                     if let Some(qpn) = notify {
-                        self.dp.signal(&pkt.sgid, Frame::Sent { qpn, psn: pkt.psn });
+                        let psn = burst.last_psn(pkt.psn);
+                        self.dp.signal(&pkt.sgid, Frame::Sent { qpn, psn });
                     }
                 }
                 Frame::Sent { qpn, psn } => {
@@ -633,24 +671,24 @@ impl Firmware {
         self.flush_acks();
     }
 
-    /// One inbound packet: to its QP's responder (requests) or completer
-    /// (responses). Packets for no QP, or of an unknown opcode, are
-    /// dropped.
-    pub(crate) fn receive(&mut self, pkt: &Packet, payload: &[crate::packet::Seg]) {
-        self.dp.stats.packets_received += 1;
+    /// One inbound packet (or burst): to its QP's responder (requests) or
+    /// completer (responses). Packets for no QP, of an unknown opcode, or a
+    /// burst whose ends do not belong together, are dropped.
+    pub(crate) fn receive(&mut self, pkt: &Packet, burst: Burst, payload: &[crate::packet::Seg]) {
+        self.dp.stats.packets_received += u64::from(burst.count);
         let k = pkt.mask();
         let (qps, mut env) = self.split();
         let qp = match qps.get_mut(pkt.dest_qpn) {
-            Ok(qp) if k != 0 => qp,
+            Ok(qp) if k != 0 && burst_ok(pkt.opcode, burst) => qp,
             _ => {
-                env.dp.stats.packets_dropped += 1;
+                env.dp.stats.packets_dropped += u64::from(burst.count);
                 return;
             }
         };
         if k & m::REQ != 0 {
-            responder::handle(pkt.dest_qpn, qp, &mut env, pkt, payload);
+            responder::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
         } else {
-            completer::handle(pkt.dest_qpn, qp, &mut env, pkt, payload);
+            completer::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
         }
     }
 
@@ -693,6 +731,12 @@ impl Firmware {
         let to = qp.state;
         match to {
             QpState::Reset => {
+                if from == QpState::Err {
+                    env.dp.unattend();
+                }
+                if qp.tx.resp.rnr_wait {
+                    env.dp.unattend();
+                }
                 let sq_pi = qp.sq.0.producer_word().load(Ordering::Acquire);
                 qp.sq.0.consumer().release(sq_pi);
                 qp.tx.reset();
@@ -784,6 +828,24 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
         }
         _ => {}
     }
+}
+
+/// Whether a burst from `first` to `burst.last_opcode` is packets of one
+/// message: one packet, or FIRST/MIDDLE then MIDDLE/LAST of the same
+/// operation and transport.
+pub(crate) fn burst_ok(first: u8, burst: Burst) -> bool {
+    let last = burst.last_opcode;
+    if burst.count <= 1 {
+        return burst.count == 1 && first == last;
+    }
+    let (kf, kl) = (crate::packet::mask(first), crate::packet::mask(last));
+    let kind = m::SEND | m::WRITE | m::READ;
+    first & crate::packet::op::TRANSPORT_MASK == last & crate::packet::op::TRANSPORT_MASK
+        && kf & kind == kl & kind
+        && kf & kind != 0
+        && kf & m::END == 0
+        && kl & m::START == 0
+        && kf & (m::REQ | m::RESP) == kl & (m::REQ | m::RESP)
 }
 
 /// Bytes of an `IV_MTU_*` value (1024 for a value out of range).

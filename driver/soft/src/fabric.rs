@@ -47,9 +47,14 @@ pub(crate) trait Peer: Send + Sync {
     /// holding the sender's `HCA_LOCK`). `batch` is left empty.
     fn accept(&self, batch: &mut Batch);
 
-    /// Gets the inbox processed, called with no soft HCA lock held: an
-    /// inline HCA goes on `todo`, a deferred one rings its doorbell.
-    fn kick(self: Arc<Self>, todo: &mut Todo);
+    /// Its work runs on the thread that sends to it
+    /// ([`crate::Execution::Inline`]); otherwise [`Peer::ring`] wakes its
+    /// hardware thread.
+    fn inline(&self) -> bool;
+
+    /// Rings the (deferred) HCA's doorbell: frames wait in its inbox.
+    /// Called with no soft HCA lock held.
+    fn ring(&self);
 
     /// Runs one data-path step on this thread; true when work is left.
     fn step(&self, todo: &mut Todo) -> bool;
@@ -67,18 +72,22 @@ pub(crate) trait Router: Send + Sync {
     fn generation(&self) -> u64;
 }
 
-/// HCAs to run, without duplicates: the work list of a drive loop. Holds a
-/// few inline and spills to the heap beyond (a fabric of many HCAs).
+/// HCAs that got frames and must run (inline ones, on this thread) or be
+/// woken (deferred ones), without duplicates: the work list of a drive
+/// loop. Holds two inline and spills to the heap beyond (a fabric of many
+/// HCAs talking at once).
 pub(crate) struct Todo {
-    inline: [Option<Arc<dyn Peer>>; 4],
+    first: Option<Arc<dyn Peer>>,
+    second: Option<Arc<dyn Peer>>,
     spill: Vec<Arc<dyn Peer>>,
 }
 
 impl Todo {
     /// An empty list.
-    pub(crate) fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
-            inline: [None, None, None, None],
+            first: None,
+            second: None,
             spill: Vec::new(),
         }
     }
@@ -86,13 +95,16 @@ impl Todo {
     /// Adds `peer` unless it is on the list.
     pub(crate) fn push(&mut self, peer: Arc<dyn Peer>) {
         let id = peer.id();
-        let listed = self.inline.iter().flatten().any(|p| p.id() == id)
+        let listed = self.first.as_ref().is_some_and(|p| p.id() == id)
+            || self.second.as_ref().is_some_and(|p| p.id() == id)
             || self.spill.iter().any(|p| p.id() == id);
         if listed {
             return;
         }
-        if let Some(slot) = self.inline.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(peer);
+        if self.first.is_none() {
+            self.first = Some(peer);
+        } else if self.second.is_none() {
+            self.second = Some(peer);
         } else {
             self.spill.push(peer);
         }
@@ -103,7 +115,7 @@ impl Todo {
         if let Some(p) = self.spill.pop() {
             return Some(p);
         }
-        self.inline.iter_mut().rev().find_map(Option::take)
+        self.second.take().or_else(|| self.first.take())
     }
 }
 

@@ -228,6 +228,8 @@ pub struct SoftHca<P: Platform> {
     eq: P::Lock<EventQueue>,
     inbox: P::Lock<Batch>,
     inbox_pending: AtomicBool,
+    /// The data path's [`engine::DataPath::attention`].
+    attention: Arc<core::sync::atomic::AtomicU32>,
 }
 
 impl<P: Platform> core::fmt::Debug for SoftHca<P> {
@@ -271,6 +273,7 @@ impl<P: Platform> SoftHca<P> {
             execution: config.execution,
             bus,
             gid: state.firmware.dp.gid,
+            attention: state.firmware.dp.attention.clone(),
             state: platform.new_lock(&HCA_LOCK, state),
             eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
@@ -322,7 +325,6 @@ impl<P: Platform> SoftHca<P> {
     /// queue. After releasing the lock: the interrupt, and the kicks of the
     /// HCAs that got frames. Returns true when work is left.
     fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> bool {
-        let mut kicks = Todo::new();
         let (raise, more) = self.state.lock(|st| {
             pre(&mut st.firmware);
             let fw = &mut st.firmware;
@@ -343,7 +345,7 @@ impl<P: Platform> SoftHca<P> {
                 match q.peer.as_ref().and_then(Weak::upgrade) {
                     Some(peer) => {
                         peer.accept(&mut q.batch);
-                        kicks.push(peer);
+                        todo.push(peer);
                     }
                     None => {
                         // The HCA went away: the packets are lost, and
@@ -351,11 +353,13 @@ impl<P: Platform> SoftHca<P> {
                         for f in q.batch.frames.drain(..) {
                             if let Frame::Packet {
                                 pkt,
+                                burst,
                                 notify: Some(qpn),
                                 ..
                             } = f
                             {
-                                dp.loopq.push_signal(Frame::Sent { qpn, psn: pkt.psn });
+                                let psn = burst.last_psn(pkt.psn);
+                                dp.loopq.push_signal(Frame::Sent { qpn, psn });
                                 more = true;
                             }
                         }
@@ -370,9 +374,6 @@ impl<P: Platform> SoftHca<P> {
         if raise {
             self.bus.interrupt();
         }
-        while let Some(peer) = kicks.pop() {
-            peer.kick(todo);
-        }
         more
     }
 
@@ -381,11 +382,18 @@ impl<P: Platform> SoftHca<P> {
     /// recursion).
     fn drive(&self, pre: impl FnOnce(&mut Firmware)) {
         let mut todo = Todo::new();
-        let mut again = self.dp_step(&mut todo, pre);
+        let again = self.dp_step(&mut todo, pre);
+        self.drive_rest(todo, again);
+    }
+
+    /// The rest of [`Self::drive`], after a first step.
+    fn drive_rest(&self, mut todo: Todo, mut again: bool) {
         loop {
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
                     again = true;
+                } else if !peer.inline() {
+                    peer.ring();
                 } else if peer.step(&mut todo) {
                     todo.push(peer);
                 }
@@ -397,14 +405,29 @@ impl<P: Platform> SoftHca<P> {
         }
     }
 
-    /// Rings a data-path doorbell: `mark` records the work; inline, the
-    /// work runs now; deferred, the hardware thread is woken.
-    fn doorbell(&self, mark: impl FnOnce(&mut Firmware)) {
+    /// A receive doorbell has nothing to do: no QP is in ERR and no
+    /// responder waits for a receive. The fence pairs with
+    /// [`engine::DataPath::attend`]: the ULP published its WQE before, so
+    /// either this sees the attention, or the HCA sees the WQE.
+    fn quiet(&self) -> bool {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        self.attention.load(Ordering::SeqCst) == 0
+    }
+
+    /// Rings a data-path doorbell: `mark` records the work and says whether
+    /// there is any; inline, the work runs now; deferred, the hardware
+    /// thread is woken.
+    fn doorbell(&self, mark: impl FnOnce(&mut Firmware) -> bool) {
         match self.execution {
-            Execution::Inline => self.drive(mark),
+            Execution::Inline => {
+                if self.state.lock(|st| mark(&mut st.firmware)) {
+                    self.drive(|_| {});
+                }
+            }
             Execution::Deferred => {
-                self.state.lock(|st| mark(&mut st.firmware));
-                self.bus.doorbell();
+                if self.state.lock(|st| mark(&mut st.firmware)) {
+                    self.bus.doorbell();
+                }
             }
         }
     }
@@ -592,7 +615,13 @@ impl<P: Platform> Hca for SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn sq_doorbell(&self, qpn: u32) {
-        self.doorbell(|fw| fw.ring_sq(qpn));
+        match self.execution {
+            // One lock hold marks the QP and runs it.
+            Execution::Inline => self.drive(|fw| {
+                fw.ring_sq(qpn);
+            }),
+            Execution::Deferred => self.doorbell(|fw| fw.ring_sq(qpn)),
+        }
     }
 
     /// QP `qpn` got receive WQEs: a QP in ERR flushes them; a responder
@@ -600,6 +629,9 @@ impl<P: Platform> Hca for SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn rq_doorbell(&self, qpn: u32) {
+        if self.quiet() {
+            return;
+        }
         self.doorbell(|fw| fw.ring_rq(qpn));
     }
 
@@ -608,6 +640,9 @@ impl<P: Platform> Hca for SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn srq_doorbell(&self, srqn: u32) {
+        if self.quiet() {
+            return;
+        }
         self.doorbell(|fw| fw.ring_srq(srqn));
     }
 
@@ -634,11 +669,12 @@ impl<P: Platform> Peer for SoftHca<P> {
         });
     }
 
-    fn kick(self: Arc<Self>, todo: &mut Todo) {
-        match self.execution {
-            Execution::Inline => todo.push(self),
-            Execution::Deferred => self.bus.doorbell(),
-        }
+    fn inline(&self) -> bool {
+        self.execution == Execution::Inline
+    }
+
+    fn ring(&self) {
+        self.bus.doorbell();
     }
 
     fn step(&self, todo: &mut Todo) -> bool {

@@ -359,16 +359,55 @@ pub struct Seg {
     pub len: usize,
 }
 
-/// What travels between HCAs: a packet, or one of the in-process
-/// fabric's own signals (not wire packets: the wire stage replaces them by
-/// its transmit notification and its RNR timer).
+/// Consecutive packets of one message, carried as one frame in-process.
+///
+/// Segmentation is unchanged: a message of `n` bytes is
+/// `max(1, ceil(n / MTU))` packets, each with its own PSN and opcode
+/// (FIRST, MIDDLE..., LAST, or ONLY), every one but the message's last
+/// carrying exactly one MTU. A burst is a run of them: the frame's
+/// [`Packet`] is the first (its `opcode`, `psn`, RETH), `last_opcode` the
+/// opcode of the last (whose fields are the ImmDt, IETH, solicited event
+/// and ACK request the packet carries), packets between them are MIDDLEs,
+/// and `payload_len` is the bytes of them all. In-process delivery then
+/// validates and copies a message once instead of once per MTU; the wire
+/// stage sends the packets one by one (a burst of 1 is a packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Burst {
+    /// Packets (at least 1).
+    pub count: u32,
+    /// Opcode of the last packet (the first's when `count` is 1).
+    pub last_opcode: u8,
+}
+
+impl Burst {
+    /// A single packet of opcode `opcode`.
+    #[must_use]
+    pub const fn one(opcode: u8) -> Self {
+        Self {
+            count: 1,
+            last_opcode: opcode,
+        }
+    }
+
+    /// The PSN of the last packet of a burst starting at `psn`.
+    #[must_use]
+    pub const fn last_psn(&self, psn: u32) -> u32 {
+        psn_add(psn, self.count.saturating_sub(1))
+    }
+}
+
+/// What travels between HCAs: a packet (or a [`Burst`] of them), or one of
+/// the in-process fabric's own signals (not wire packets: the wire stage
+/// replaces them by its transmit notification and its RNR timer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// A transport packet; its payload is `nsegs` segments from `seg` in
-    /// the batch's segment list.
+    /// A transport packet, or a burst; its payload is `nsegs` segments
+    /// from `seg` in the batch's segment list.
     Packet {
-        /// The packet.
+        /// The (first) packet.
         pkt: Packet,
+        /// How many packets.
+        burst: Burst,
         /// First segment.
         seg: u32,
         /// Segments.
@@ -504,6 +543,7 @@ mod tests {
         };
         let pkt = |seg, nsegs| Frame::Packet {
             pkt: Packet::default(),
+            burst: Burst::one(0),
             seg,
             nsegs,
             notify: None,

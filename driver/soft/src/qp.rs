@@ -497,6 +497,12 @@ impl Firmware {
     /// `STATUS_INVALID_HANDLE` for an unknown QPN.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<CommandOut, NtStatus> {
         let qp = self.qps.remove(qpn)?;
+        if qp.state == QpState::Err {
+            self.dp.unattend();
+        }
+        if qp.tx.resp.rnr_wait {
+            self.dp.unattend();
+        }
         self.pds.get_mut(qp.pdn)?.refs.put();
         self.cqs.get_mut(qp.send_cqn)?.refs.put();
         self.cqs.get_mut(qp.recv_cqn)?.refs.put();

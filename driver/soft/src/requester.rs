@@ -42,7 +42,7 @@ use irpverbs_ring::wq::{MAX_SGE, read_send_wqe_into};
 
 use crate::dma::{DmaError, check_sges, gather};
 use crate::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
-use crate::packet::{AtomicEth, Deth, Packet, Reth, Seg, op, psn_add};
+use crate::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 use crate::port::MAX_MSG_SZ;
 use crate::qp::{Qp, QpState};
 
@@ -218,9 +218,14 @@ const fn opcode_allowed(qpt: u32, wr: u8) -> bool {
     }
 }
 
-/// Packets in a message of `len` bytes at `mtu`.
+/// Packets in a message of `len` bytes at `mtu` (a power of two).
 pub(crate) const fn packets(len: u32, mtu: u32) -> u32 {
-    if len == 0 { 1 } else { len.div_ceil(mtu) }
+    if len == 0 {
+        1
+    } else {
+        // A shift, not a division: this is on every message's path.
+        ((len as u64 + mtu as u64 - 1) >> mtu.trailing_zeros()) as u32
+    }
 }
 
 /// Runs QP `qpn`'s requester: at most `budget` packets. Returns the
@@ -244,11 +249,13 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
                 env.dp.schedule(qpn, &mut qp.tx);
                 break;
             }
-            if let Err(status) = emit_next(qpn, qp, env, p) {
-                fail(qpn, qp, env, p.index, status);
-                break;
+            match emit_next(qpn, qp, env, p) {
+                Ok(n) => sent += n as usize,
+                Err(status) => {
+                    fail(qpn, qp, env, p.index, status);
+                    break;
+                }
             }
-            sent += 1;
             continue;
         }
         if qp.state != QpState::Rts {
@@ -480,7 +487,7 @@ fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> 
     };
     let mrs = &*env.mrs;
     env.dp
-        .emit(pkt, Some(qpn), |segs| {
+        .emit(pkt, Burst::one(pkt.opcode), Some(qpn), |segs| {
             fill_payload(qp, mrs, index, 0, slot.length, segs)
         })
         .map_err(dma_status)
@@ -508,14 +515,16 @@ fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
     if qpt == IV_QPT_UC { rc | UC } else { rc }
 }
 
-/// Emits the next packet of the WQE in progress.
-fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<(), u32> {
+/// Emits the rest of the WQE in progress: a READ request, an atomic, or
+/// the remaining packets of a SEND or WRITE as one burst. Returns the
+/// packets emitted.
+fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u32, u32> {
     let slot = *qp.tx.req.slot(p.index);
     let wqe = slot.wqe;
     let rc = qp.qp_type == IV_QPT_RC;
     let path = &qp.tx.path;
-    let mut next = None;
     let mrs = &*env.mrs;
+    let mut count = 1;
     match wqe.opcode {
         IV_WR_RDMA_READ => {
             let mut pkt = path.packet(op::RC_READ_REQUEST, p.psn);
@@ -547,17 +556,18 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<()
             env.dp.emit_bare(pkt);
         }
         _ => {
-            let mtu = qp.tx.mtu;
             let rest = slot.length - p.offset.min(slot.length);
-            let len = rest.min(mtu);
+            count = packets(rest, qp.tx.mtu);
             let first = p.offset == 0;
-            let last = len == rest;
-            let opcode = data_opcode(qp.qp_type, wqe.opcode, first, last);
-            let k = crate::packet::mask(opcode);
+            let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1);
+            let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, true);
+            let (kf, kl) = (
+                crate::packet::mask(opcode),
+                crate::packet::mask(last_opcode),
+            );
             let mut pkt = path.packet(opcode, p.psn);
-            pkt.ack_req = rc && last;
-            pkt.solicited = last
-                && wqe.flags & IV_SEND_SOLICITED != 0
+            pkt.ack_req = rc;
+            pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
                 && matches!(
                     wqe.opcode,
                     IV_WR_SEND
@@ -565,36 +575,30 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<()
                         | IV_WR_SEND_WITH_INV
                         | IV_WR_RDMA_WRITE_WITH_IMM
                 );
-            if k & crate::packet::m::RETH != 0 {
+            if kf & crate::packet::m::RETH != 0 {
                 pkt.reth = Reth {
                     va: wqe.remote_addr,
                     rkey: wqe.rkey,
                     len: slot.length,
                 };
             }
-            if k & crate::packet::m::IMMDT != 0 {
+            if kl & crate::packet::m::IMMDT != 0 {
                 pkt.imm = wqe.imm_or_inv;
             }
-            if k & crate::packet::m::IETH != 0 {
+            if kl & crate::packet::m::IETH != 0 {
                 pkt.ieth = wqe.imm_or_inv;
             }
-            pkt.payload_len = len;
-            let notify = (!rc && last).then_some(qpn);
+            pkt.payload_len = rest;
+            let burst = Burst { count, last_opcode };
+            let notify = (!rc).then_some(qpn);
             let qp_ref: &Qp = qp;
             env.dp
-                .emit(pkt, notify, |segs| {
-                    fill_payload(qp_ref, mrs, p.index, p.offset, len, segs)
+                .emit(pkt, burst, notify, |segs| {
+                    fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
                 })
                 .map_err(dma_status)?;
-            if !last {
-                next = Some(Progress {
-                    index: p.index,
-                    offset: p.offset + len,
-                    psn: psn_add(p.psn, 1),
-                });
-            }
         }
     }
-    qp.tx.req.cur = next;
-    Ok(())
+    qp.tx.req.cur = None;
+    Ok(count)
 }

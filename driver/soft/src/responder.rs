@@ -53,7 +53,7 @@ use crate::dma::{DmaError, Source, mr_by_key, scatter};
 use crate::engine::{Env, enter_error};
 use crate::mr::Mr;
 use crate::packet::{
-    Aeth, BTH_LEN, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
+    Aeth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
 };
 use crate::port::MAX_MSG_SZ;
 use crate::qp::{Qp, QpState};
@@ -118,8 +118,11 @@ pub(crate) struct RespState {
     /// `m::SEND` or `m::WRITE` while a multi-packet message is in
     /// progress, 0 between messages.
     pub(crate) in_msg: u32,
-    /// The receive WQE taken for the message in progress.
-    pub(crate) recv: Option<RecvWqe>,
+    /// The receive WQE taken for the message in progress (valid with
+    /// `has_recv`; read in place, never moved).
+    pub(crate) recv: RecvWqe,
+    /// `recv` holds a WQE.
+    pub(crate) has_recv: bool,
     /// The WRITE in progress.
     pub(crate) write: WriteState,
     /// A PSN sequence error NAK was sent; no other until the expected PSN.
@@ -144,7 +147,13 @@ impl RespState {
             msn: 0,
             rq_ci: 0,
             in_msg: 0,
-            recv: None,
+            recv: RecvWqe {
+                wr_id: 0,
+                nsge: 0,
+                sges: [IvSge::default(); MAX_SGE],
+                offset: 0,
+            },
+            has_recv: false,
             write: WriteState::default(),
             nak_sent: false,
             drop_msg: false,
@@ -167,7 +176,12 @@ impl RespState {
 
     /// Takes the receive WQE in progress, for a flush: its wr_id.
     pub(crate) fn take_recv(&mut self) -> Option<u64> {
-        self.recv.take().map(|r| r.wr_id)
+        core::mem::take(&mut self.has_recv).then_some(self.recv.wr_id)
+    }
+
+    /// The receive WQE in progress.
+    pub(crate) fn recv_mut(&mut self) -> Option<&mut RecvWqe> {
+        self.has_recv.then_some(&mut self.recv)
     }
 }
 
@@ -191,8 +205,15 @@ enum Fail {
 
 const INVALID: Fail = Fail::Invalid(IV_WC_REM_INV_REQ_ERR);
 
-/// A request packet for QP `qpn`.
-pub(crate) fn handle(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
+/// A request packet (or burst) for QP `qpn`.
+pub(crate) fn handle(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
     if !matches!(
         qp.state,
         QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -215,8 +236,8 @@ pub(crate) fn handle(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, pay
         env.dp.raise(AsyncEvent::CommEstablished(qpn));
     }
     match qp.qp_type {
-        IV_QPT_RC => rc(qpn, qp, env, pkt, payload),
-        IV_QPT_UC => uc(qpn, qp, env, pkt, payload),
+        IV_QPT_RC => rc(qpn, qp, env, pkt, burst, payload),
+        IV_QPT_UC => uc(qpn, qp, env, pkt, burst, payload),
         _ => ud(qpn, qp, env, pkt, payload),
     }
 }
@@ -244,27 +265,55 @@ fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
 
 /// A receive was posted (RQ or SRQ doorbell): a requester that got an RNR
 /// NAK from this QP may retry.
-pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) {
-    if core::mem::take(&mut qp.tx.resp.rnr_wait) {
+pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
+    let waiting = core::mem::take(&mut qp.tx.resp.rnr_wait);
+    if waiting {
+        env.dp.unattend();
         let path = qp.tx.path;
         env.dp
             .signal(&path.dgid, Frame::RetryHint { qpn: path.dest_qpn });
     }
+    waiting
 }
 
-/// The next receive WQE, taken from the RQ or SRQ into `qp.tx.resp.recv`.
-/// `Ok(false)`: none posted.
+/// After an RNR NAK: remember to tell the requester when a receive is
+/// posted. A receive posted meanwhile (its doorbell may have seen nothing
+/// to do) is found by the re-read after [`crate::engine::DataPath::attend`].
+fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if !qp.tx.resp.rnr_wait {
+        qp.tx.resp.rnr_wait = true;
+        env.dp.attend();
+    }
+    let posted = if let Some(srqn) = qp.srqn {
+        match env.srqs.get_mut(srqn) {
+            Ok(srq) => {
+                if !srq.rnr_waiters.contains(&qpn) {
+                    srq.rnr_waiters.push(qpn);
+                }
+                srq.ring.0.producer_word().load(Ordering::SeqCst) != srq.ci
+            }
+            Err(_) => false,
+        }
+    } else {
+        qp.rq
+            .as_ref()
+            .is_some_and(|rq| rq.0.producer_word().load(Ordering::SeqCst) != qp.tx.resp.rq_ci)
+    };
+    if posted {
+        receive_posted(qp, env);
+    }
+}
+
+/// The next receive WQE, taken from the RQ or SRQ into `qp.tx.resp.recv`
+/// (read straight there). `Ok(false)`: none posted.
 fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
-    if qp.tx.resp.recv.is_some() {
+    let resp = &mut qp.tx.resp;
+    if resp.has_recv {
         return Ok(true);
     }
-    let mut wqe = RecvWqe {
-        wr_id: 0,
-        nsge: 0,
-        sges: [IvSge::default(); MAX_SGE],
-        offset: 0,
-    };
-    if let Some(srqn) = qp.srqn {
+    let wqe = &mut resp.recv;
+    wqe.offset = 0;
+    let read = if let Some(srqn) = qp.srqn {
         let Ok(srq) = env.srqs.get_mut(srqn) else {
             return Ok(false);
         };
@@ -288,27 +337,16 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
         // Read before the slot is handed back to the ULP.
         srq.ci = index.wrapping_add(1);
         ring.consumer().release(srq.ci);
-        let left = n - 1;
-        if srq.srq_limit > 0 && left < srq.srq_limit {
+        if srq.srq_limit > 0 && n - 1 < srq.srq_limit {
             srq.srq_limit = 0;
             env.dp.raise(AsyncEvent::SrqLimitReached(srqn));
         }
-        match read {
-            Ok((wr_id, nsge)) => {
-                wqe.wr_id = wr_id;
-                wqe.nsge = nsge;
-            }
-            Err(_) => {
-                qp.tx.resp.recv = Some(wqe);
-                return Err(Fail::Local(IV_WC_LOC_QP_OP_ERR));
-            }
-        }
+        read
     } else {
         let Some(rq) = qp.rq.as_ref() else {
             return Ok(false);
         };
         let ring = &rq.0;
-        let resp = &mut qp.tx.resp;
         let pi = ring.producer_word().load(Ordering::Acquire);
         let n = pi.wrapping_sub(resp.rq_ci);
         if n == 0 {
@@ -328,19 +366,21 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
         // Read before the slot is handed back to the ULP.
         resp.rq_ci = index.wrapping_add(1);
         ring.consumer().release(resp.rq_ci);
-        match read {
-            Ok((wr_id, nsge)) => {
-                wqe.wr_id = wr_id;
-                wqe.nsge = nsge;
-            }
-            Err(_) => {
-                resp.recv = Some(wqe);
-                return Err(Fail::Local(IV_WC_LOC_QP_OP_ERR));
-            }
+        read
+    };
+    let resp = &mut qp.tx.resp;
+    resp.has_recv = true;
+    match read {
+        Ok((wr_id, nsge)) => {
+            resp.recv.wr_id = wr_id;
+            resp.recv.nsge = nsge;
+            Ok(true)
+        }
+        Err(_) => {
+            resp.recv.nsge = 0;
+            Err(Fail::Local(IV_WC_LOC_QP_OP_ERR))
         }
     }
-    qp.tx.resp.recv = Some(wqe);
-    Ok(true)
 }
 
 fn raw_wr_id(ring: &Ring, index: u32) -> u64 {
@@ -350,41 +390,52 @@ fn raw_wr_id(ring: &Ring, index: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Completes the receive WQE in progress successfully.
-fn complete_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, mut cqe: IvCqe) -> bool {
-    let Some(recv) = qp.tx.resp.recv.take() else {
+/// Completes the receive WQE in progress successfully (`k`: the header
+/// mask of the packets).
+fn complete_recv(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    k: u32,
+    mut cqe: IvCqe,
+) -> bool {
+    let Some(recv) = qp.tx.resp.recv_mut() else {
         return true;
     };
-    cqe.wr_id = recv.wr_id;
+    let (wr_id, offset) = (recv.wr_id, recv.offset);
+    qp.tx.resp.has_recv = false;
+    cqe.wr_id = wr_id;
     cqe.status = IV_WC_SUCCESS;
     cqe.qp_num = qpn;
     if cqe.byte_len == 0 && cqe.opcode == IV_WC_OP_RECV {
-        cqe.byte_len = recv.offset;
+        cqe.byte_len = offset;
     }
-    if pkt.mask() & m::IMMDT != 0 {
+    if k & m::IMMDT != 0 {
         cqe.wc_flags |= IV_WC_WITH_IMM;
         cqe.imm_or_inv = pkt.imm;
     }
     post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, pkt.solicited)
 }
 
-/// Checks a packet's length against the MTU and its carried bytes (rxe's
-/// `check_length`).
-fn length_ok(k: u32, pkt: &Packet, payload: &[Seg], mtu: u32) -> bool {
+/// Checks the length of a packet (or burst) against the MTU and its
+/// carried bytes (rxe's `check_length`, per packet): FIRST and MIDDLE
+/// packets carry one MTU, LAST 1 to MTU bytes, ONLY at most an MTU.
+fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &[Seg], mtu: u32) -> bool {
     let carried: usize = payload.iter().map(|s| s.len).sum();
     if carried != pkt.payload_len as usize {
         return false;
     }
-    let len = pkt.payload_len;
+    let len = u64::from(pkt.payload_len);
     if k & m::PAYLOAD == 0 {
         return len == 0;
     }
-    let start = k & m::START != 0;
-    let end = k & m::END != 0;
-    let ok = match (start, end) {
+    let (n, mtu) = (u64::from(burst.count), u64::from(mtu));
+    let only = k & m::START != 0 && n == 1;
+    let ok = match (only, k & m::END != 0) {
         (true, true) => len <= mtu,
-        (true, false) | (false, false) => len == mtu,
-        (false, true) => len != 0 && len <= mtu,
+        (_, false) => len == n * mtu,
+        (false, true) => len > (n - 1) * mtu && len <= n * mtu,
     };
     ok && (k & m::RETH == 0 || pkt.reth.len <= MAX_MSG_SZ)
 }
@@ -407,7 +458,7 @@ fn remote_mr<'m>(
     Ok((mr, off))
 }
 
-fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
+fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
     let resp = &mut qp.tx.resp;
     let d = psn_diff(pkt.psn, resp.epsn);
     if d > 0 {
@@ -425,22 +476,15 @@ fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
         return;
     }
     resp.nak_sent = false;
-    match execute(qpn, qp, env, pkt, payload) {
+    match execute(qpn, qp, env, pkt, burst, payload) {
         Ok(()) => {}
         Err(Fail::Rnr) => {
-            env.dp.stats.rnr_naks += 1;
-            env.dp.stats.packets_dropped += 1;
-            qp.tx.resp.rnr_wait = true;
-            if let Some(srqn) = qp.srqn {
-                if let Ok(srq) = env.srqs.get_mut(srqn) {
-                    if !srq.rnr_waiters.contains(&qpn) {
-                        srq.rnr_waiters.push(qpn);
-                    }
-                }
-            }
+            env.dp.stats.rnr_naks += u64::from(burst.count);
+            env.dp.stats.packets_dropped += u64::from(burst.count);
             send_pending_ack(qp, env);
             let syndrome = aeth::RNR_NAK | (qp.attr.min_rnr_timer & 0x1F);
             send_ack(qp, env, syndrome, pkt.psn, qp.tx.resp.msn);
+            wait_for_receive(qpn, qp, env);
         }
         Err(fail) => rc_error(qpn, qp, env, pkt.psn, fail),
     }
@@ -484,15 +528,16 @@ fn fail_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, status: u32) {
     }
 }
 
-/// Executes a request with the expected PSN (RC and UC).
+/// Executes a request (or burst) with the expected PSN (RC and UC).
 fn execute(
     qpn: u32,
     qp: &mut Qp,
     env: &mut Env<'_>,
     pkt: &Packet,
+    burst: Burst,
     payload: &[Seg],
 ) -> Result<(), Fail> {
-    let k = pkt.mask();
+    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
     let rc = qp.qp_type == IV_QPT_RC;
     let resp = &qp.tx.resp;
     let cont = k & (m::MIDDLE | m::END) != 0 && k & m::START == 0;
@@ -514,16 +559,16 @@ fn execute(
     if k & (m::READ | m::ATOMIC) != 0 && qp.attr.max_dest_rd_atomic == 0 {
         return Err(INVALID);
     }
-    if !length_ok(k, pkt, payload, qp.tx.mtu) {
+    if !length_ok(k, pkt, burst, payload, qp.tx.mtu) {
         return Err(INVALID);
     }
     if k & m::RWR != 0 && !take_recv(qpn, qp, env)? {
         return Err(Fail::Rnr);
     }
     if k & m::SEND != 0 {
-        send(qpn, qp, env, pkt, payload)?;
+        send(qpn, qp, env, pkt, k, payload)?;
     } else if k & m::WRITE != 0 {
-        write(qpn, qp, env, pkt, payload)?;
+        write(qpn, qp, env, pkt, k, payload)?;
     } else if k & m::READ != 0 {
         read(qp, env, pkt)?;
         return Ok(());
@@ -532,7 +577,8 @@ fn execute(
         return Ok(());
     }
     let resp = &mut qp.tx.resp;
-    resp.epsn = psn_add(pkt.psn, 1);
+    let last = burst.last_psn(pkt.psn);
+    resp.epsn = psn_add(last, 1);
     if k & m::END != 0 {
         resp.in_msg = 0;
         resp.msn = psn_add(resp.msn, 1);
@@ -540,7 +586,7 @@ fn execute(
         resp.in_msg = k & (m::SEND | m::WRITE);
     }
     if rc && (pkt.ack_req || k & m::END != 0) {
-        queue_ack(qpn, qp, env, pkt.psn);
+        queue_ack(qpn, qp, env, last);
     }
     Ok(())
 }
@@ -557,11 +603,11 @@ fn send(
     qp: &mut Qp,
     env: &mut Env<'_>,
     pkt: &Packet,
+    k: u32,
     payload: &[Seg],
 ) -> Result<(), Fail> {
-    let k = pkt.mask();
     let pdn = qp.pdn;
-    let recv = qp.tx.resp.recv.as_mut().ok_or(INVALID)?;
+    let recv = qp.tx.resp.recv_mut().ok_or(INVALID)?;
     let len = pkt.payload_len;
     scatter(
         env.mrs,
@@ -592,7 +638,7 @@ fn send(
         cqe.wc_flags |= IV_WC_WITH_INV;
         cqe.imm_or_inv = pkt.ieth;
     }
-    if complete_recv(qpn, qp, env, pkt, cqe) {
+    if complete_recv(qpn, qp, env, pkt, k, cqe) {
         Ok(())
     } else {
         Err(Fail::CqOverrun)
@@ -604,9 +650,9 @@ fn write(
     qp: &mut Qp,
     env: &mut Env<'_>,
     pkt: &Packet,
+    k: u32,
     payload: &[Seg],
 ) -> Result<(), Fail> {
-    let k = pkt.mask();
     if k & m::RETH != 0 {
         let r = pkt.reth;
         if r.len != 0 {
@@ -654,7 +700,7 @@ fn write(
             src_qp: qp.tx.path.dest_qpn,
             ..IvCqe::default()
         };
-        if !complete_recv(qpn, qp, env, pkt, cqe) {
+        if !complete_recv(qpn, qp, env, pkt, k, cqe) {
             return Err(Fail::CqOverrun);
         }
     }
@@ -714,34 +760,31 @@ fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len:
     if len != 0 && mr.is_none() {
         return;
     }
-    for i in 0..npkts {
-        let off = i * mtu;
-        let plen = (len - off).min(mtu);
-        let opcode = match (i == 0, i + 1 == npkts) {
-            (true, true) => op::RC_READ_RESPONSE_ONLY,
-            (true, false) => op::RC_READ_RESPONSE_FIRST,
-            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-            (false, true) => op::RC_READ_RESPONSE_LAST,
-        };
-        let mut pkt = qp.tx.path.packet(opcode, psn_add(psn, i));
-        if crate::packet::mask(opcode) & m::AETH != 0 {
-            pkt.aeth = Aeth {
-                syndrome: aeth::ACK | aeth::ACK_UNLIMITED,
-                msn,
-            };
+    let (first, last) = if npkts == 1 {
+        (op::RC_READ_RESPONSE_ONLY, op::RC_READ_RESPONSE_ONLY)
+    } else {
+        (op::RC_READ_RESPONSE_FIRST, op::RC_READ_RESPONSE_LAST)
+    };
+    let mut pkt = qp.tx.path.packet(first, psn);
+    pkt.aeth = Aeth {
+        syndrome: aeth::ACK | aeth::ACK_UNLIMITED,
+        msn,
+    };
+    pkt.payload_len = len;
+    let burst = Burst {
+        count: npkts,
+        last_opcode: last,
+    };
+    let _ = env.dp.emit::<()>(pkt, burst, None, |segs| {
+        if let Some((mr, base)) = mr {
+            segs.push(Seg {
+                region: mr.region().clone(),
+                offset: base,
+                len: len as usize,
+            });
         }
-        pkt.payload_len = plen;
-        let _ = env.dp.emit::<()>(pkt, None, |segs| {
-            if let Some((mr, base)) = mr {
-                segs.push(Seg {
-                    region: mr.region().clone(),
-                    offset: base + off as usize,
-                    len: plen as usize,
-                });
-            }
-            Ok(())
-        });
-    }
+        Ok(())
+    });
 }
 
 fn atomic(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
@@ -823,8 +866,8 @@ fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     }
 }
 
-fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
-    let k = pkt.mask();
+fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
     let start = k & m::START != 0;
     if resp.drop_msg || pkt.psn != resp.epsn || (start && resp.in_msg != 0) {
@@ -833,17 +876,17 @@ fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
             // WQE is kept for this one.
             resp.drop_msg = false;
             resp.in_msg = 0;
-            if let Some(r) = resp.recv.as_mut() {
+            if let Some(r) = resp.recv_mut() {
                 r.offset = 0;
             }
         } else {
-            resp.drop_msg = true;
-            resp.epsn = psn_add(pkt.psn, 1);
-            env.dp.stats.packets_dropped += 1;
+            resp.drop_msg = k & m::END == 0;
+            resp.epsn = psn_add(burst.last_psn(pkt.psn), 1);
+            env.dp.stats.packets_dropped += u64::from(burst.count);
             return;
         }
     }
-    match execute(qpn, qp, env, pkt, payload) {
+    match execute(qpn, qp, env, pkt, burst, payload) {
         Ok(()) => {}
         Err(Fail::Local(status)) => {
             fail_recv(qpn, qp, env, status);
@@ -852,12 +895,12 @@ fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
         Err(Fail::CqOverrun) => {}
         Err(_) => {
             // Class D: the message is dropped, the receive WQE reused.
-            env.dp.stats.packets_dropped += 1;
+            env.dp.stats.packets_dropped += u64::from(burst.count);
             let resp = &mut qp.tx.resp;
             resp.drop_msg = k & m::END == 0;
             resp.in_msg = 0;
-            resp.epsn = psn_add(pkt.psn, 1);
-            if let Some(r) = resp.recv.as_mut() {
+            resp.epsn = psn_add(burst.last_psn(pkt.psn), 1);
+            if let Some(r) = resp.recv_mut() {
                 r.offset = 0;
             }
         }
@@ -935,7 +978,7 @@ fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
     }
     let header = grh(pkt);
     let pdn = qp.pdn;
-    let Some(recv) = qp.tx.resp.recv.as_mut() else {
+    let Some(recv) = qp.tx.resp.recv_mut() else {
         return;
     };
     let sges = &recv.sges[..recv.nsge];
@@ -973,7 +1016,7 @@ fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
         wc_flags: IV_WC_GRH,
         ..IvCqe::default()
     };
-    complete_recv(qpn, qp, env, pkt, cqe);
+    complete_recv(qpn, qp, env, pkt, pkt.mask(), cqe);
 }
 
 #[cfg(test)]

@@ -23,6 +23,27 @@ pub(crate) struct Node {
     pub(crate) pd: u32,
 }
 
+impl Drop for Node {
+    /// Every test checks the receive doorbells' attention count: exactly
+    /// the QPs in ERR plus the responders waiting for a receive.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        self.d.hca.with_firmware(|fw| {
+            let mut want = 0;
+            for (_, qp) in fw.qps.iter_mut() {
+                want += u32::from(qp.state == QpState::Err) + u32::from(qp.tx.resp.rnr_wait);
+            }
+            assert_eq!(
+                fw.dp.attention.load(Ordering::SeqCst),
+                want,
+                "attention count"
+            );
+        });
+    }
+}
+
 /// A registered MR and the memory behind it.
 #[derive(Clone)]
 pub(crate) struct Mem {
@@ -2103,7 +2124,7 @@ fn ud_over_ipv6_gets_an_ipv6_grh() {
 /// the node deliver what it produced.
 fn inject(node: &Node, pkt: Packet, payload: &[crate::packet::Seg]) {
     node.d.hca.with_firmware(|fw| {
-        fw.receive(&pkt, payload);
+        fw.receive(&pkt, crate::packet::Burst::one(pkt.opcode), payload);
         fw.flush_acks();
     });
     node.d.hca.sq_doorbell(0);
@@ -2615,4 +2636,166 @@ fn destroying_a_qp_stops_its_work() {
     p.settle();
     assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS)]);
     assert_eq!(statuses(&p.cqb), [(2, IV_WC_SUCCESS)]);
+}
+
+/// Rough timings for the engine's own feedback (release build):
+/// `cargo test --release -p irpverbs-soft -- --ignored --nocapture timing`.
+#[test]
+#[ignore = "timing, not a test"]
+fn timing() {
+    use std::time::Instant;
+    let only: Option<&str> = option_env!("IRPVERBS_TIMING");
+    let topos: &[Topo] = match only {
+        Some("loop") => &[Topo::Loopback],
+        Some("two") => &[Topo::TwoHca],
+        _ => &[Topo::Loopback, Topo::TwoHca],
+    };
+    for &topo in topos {
+        let cap = IvQpCap {
+            max_send_wr: 1023,
+            max_recv_wr: 1023,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+            reserved: 0,
+        };
+        let p = Pair::with_caps(topo, IV_QPT_RC, Conn::default(), cap, false);
+        let (ma, mb) = (&p.ma, &p.mb);
+        let rq = p.qb.rq.as_ref().unwrap();
+        let s = [ma.sge(0, 8)];
+        let r = [mb.sge(0, 8)];
+        let mut out = [IvCqe::default(); 64];
+        // Latency: one SEND, its receive completion polled.
+        let n = 200_000;
+        let t = Instant::now();
+        for i in 0..n {
+            rq.post(i, &r).unwrap();
+            p.b.d.hca.rq_doorbell(p.qb.qpn);
+            p.qa.sq
+                .post(&SendWr {
+                    wr_id: i,
+                    opcode: IV_WR_SEND,
+                    flags: IV_SEND_SIGNALED,
+                    sges: &s,
+                    ..SendWr::default()
+                })
+                .unwrap();
+            p.a.d.hca.sq_doorbell(p.qa.qpn);
+            assert_eq!(p.cqb.q.poll(&mut out[..1]).unwrap(), 1);
+            assert_eq!(p.cqa.q.poll(&mut out[..1]).unwrap(), 1);
+        }
+        let lat = t.elapsed().as_secs_f64() / f64::from(n as u32);
+        std::eprintln!("{topo:?}: SEND 8 B post->recv CQE: {:.0} ns", lat * 1e9);
+
+        // Message rate: 8-byte SENDs, one signaled in 64, a doorbell each.
+        let n = 1_000_000u64;
+        let t = Instant::now();
+        let mut posted_recv = 0u64;
+        let mut done = 0u64;
+        let mut i = 0u64;
+        while done < n {
+            while posted_recv < i + 512 && posted_recv < n {
+                rq.post(posted_recv, &r).unwrap();
+                posted_recv += 1;
+            }
+            p.b.d.hca.rq_doorbell(p.qb.qpn);
+            let burst = 64.min(n - i);
+            for k in 0..burst {
+                p.qa.sq
+                    .post(&SendWr {
+                        wr_id: i + k,
+                        opcode: IV_WR_SEND,
+                        flags: if k + 1 == burst { IV_SEND_SIGNALED } else { 0 },
+                        inline: Some(b"8 bytes!"),
+                        ..SendWr::default()
+                    })
+                    .unwrap();
+                p.a.d.hca.sq_doorbell(p.qa.qpn);
+            }
+            i += burst;
+            while p.cqa.q.poll(&mut out).unwrap() > 0 {}
+            loop {
+                let got = p.cqb.q.poll(&mut out).unwrap();
+                done += got as u64;
+                if got == 0 {
+                    break;
+                }
+            }
+        }
+        let rate = n as f64 / t.elapsed().as_secs_f64();
+        std::eprintln!("{topo:?}: SEND 8 B message rate: {:.2} M/s", rate / 1e6);
+
+        // 64 KiB RDMA WRITE bandwidth against memcpy of the same size.
+        let size = 65536u32;
+        let n = 20_000;
+        let s = [ma.sge(0, size)];
+        let t = Instant::now();
+        for i in 0..n {
+            p.qa.sq
+                .post(&SendWr {
+                    wr_id: i,
+                    opcode: IV_WR_RDMA_WRITE,
+                    flags: if i % 16 == 15 { IV_SEND_SIGNALED } else { 0 },
+                    sges: &s,
+                    remote_addr: mb.addr + 65536,
+                    rkey: mb.lkey,
+                    ..SendWr::default()
+                })
+                .unwrap();
+            p.a.d.hca.sq_doorbell(p.qa.qpn);
+            while p.cqa.q.poll(&mut out).unwrap() > 0 {}
+        }
+        let bw = f64::from(size) * f64::from(n as u32) / t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..n {
+            Region::copy(&mb.region, 65536, &ma.region, 0, size as usize).unwrap();
+        }
+        let mc = f64::from(size) * f64::from(n as u32) / t.elapsed().as_secs_f64();
+        std::eprintln!(
+            "{topo:?}: WRITE 64 KiB {:.2} GB/s, memcpy {:.2} GB/s, ratio {:.2}",
+            bw / 1e9,
+            mc / 1e9,
+            bw / mc
+        );
+    }
+}
+
+/// The latency loop alone, for a profiler.
+#[test]
+#[ignore = "timing, not a test"]
+fn timing_latency_loopback() {
+    use std::time::Instant;
+    let cap = IvQpCap {
+        max_send_wr: 1023,
+        max_recv_wr: 1023,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+        reserved: 0,
+    };
+    let p = Pair::with_caps(Topo::Loopback, IV_QPT_RC, Conn::default(), cap, false);
+    let rq = p.qb.rq.as_ref().unwrap();
+    let s = [p.ma.sge(0, 8)];
+    let r = [p.mb.sge(0, 8)];
+    let mut out = [IvCqe::default(); 4];
+    let n = 2_000_000;
+    let t = Instant::now();
+    for i in 0..n {
+        rq.post(i, &r).unwrap();
+        p.b.d.hca.rq_doorbell(p.qb.qpn);
+        p.qa.sq
+            .post(&SendWr {
+                wr_id: i,
+                opcode: IV_WR_SEND,
+                flags: IV_SEND_SIGNALED,
+                sges: &s,
+                ..SendWr::default()
+            })
+            .unwrap();
+        p.a.d.hca.sq_doorbell(p.qa.qpn);
+        assert_eq!(p.cqb.q.poll(&mut out[..1]).unwrap(), 1);
+        assert_eq!(p.cqa.q.poll(&mut out[..1]).unwrap(), 1);
+    }
+    let lat = t.elapsed().as_secs_f64() / f64::from(n as u32);
+    std::eprintln!("loopback SEND 8 B post->recv CQE: {:.0} ns", lat * 1e9);
 }
