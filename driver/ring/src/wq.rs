@@ -497,6 +497,29 @@ pub fn push_cqe(ring: &Ring, cqe: &IvCqe) -> Result<(), Overrun> {
     Ok(())
 }
 
+/// The HCA's side: appends a CQE to a CQ that holds at most `limit`
+/// entries (a CQ of 2^k - 1 entries on a ring of 2^k slots). Returns the
+/// producer index after it.
+///
+/// # Errors
+/// [`Overrun`] when `limit` entries (or the whole ring) are unconsumed, or
+/// the ULP's consumer index is impossible.
+pub fn push_cqe_within(ring: &Ring, cqe: &IvCqe, limit: u32) -> Result<u32, Overrun> {
+    let producer = ring.producer_word();
+    let p = producer.load(Ordering::Relaxed);
+    let c = ring.consumer_word().load(Ordering::Acquire);
+    let used = p.wrapping_sub(c);
+    if used >= limit.min(ring.entries()) {
+        return Err(Overrun);
+    }
+    ring.region()
+        .write_obj(ring.slot_offset(p), cqe)
+        .map_err(|OutOfBounds| Overrun)?;
+    let next = p.wrapping_add(1);
+    producer.store(next, Ordering::Release);
+    Ok(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -683,10 +706,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(push_cqe(&cq_ring, &IvCqe::default()), Err(Overrun));
+        assert_eq!(
+            push_cqe_within(&cq_ring, &IvCqe::default(), 5),
+            Err(Overrun),
+            "the ring is the limit too"
+        );
         assert_eq!(cq.poll(&mut out[..1]), Ok(1));
         assert_eq!(out[0].wr_id, 1);
         assert_eq!(cq.poll(&mut out), Ok(1));
         assert_eq!(out[0].wr_id, 2);
+        assert_eq!(push_cqe_within(&cq_ring, &IvCqe::default(), 1), Ok(3));
+        assert_eq!(
+            push_cqe_within(&cq_ring, &IvCqe::default(), 1),
+            Err(Overrun),
+            "a CQ of 1 on a ring of 2"
+        );
+        assert_eq!(cq.poll(&mut out), Ok(1));
         let w = cq.arm(true);
         assert_eq!(
             w & (IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED),

@@ -65,10 +65,23 @@ pub(crate) fn handle(
         return;
     }
     match pkt.opcode {
-        op::RC_ACKNOWLEDGE => ack(qpn, qp, env, pkt),
+        op::RC_ACKNOWLEDGE => ack(qpn, qp, env, pkt.psn, pkt.aeth.syndrome),
         op::RC_ATOMIC_ACKNOWLEDGE => atomic_ack(qpn, qp, env, pkt),
         _ => read_response(qpn, qp, env, pkt, burst, payload),
     }
+    if qp.state != QpState::Err {
+        retire(qpn, qp, env);
+    }
+}
+
+/// An ACK for `psn` from a responder QP of this HCA, handed over without a
+/// packet (the engine does so only when nothing else is on its way to this
+/// requester: responses stay in order).
+pub(crate) fn acked(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    if qp.qp_type != IV_QPT_RC || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return;
+    }
+    ack(qpn, qp, env, psn, aeth::ACK | aeth::ACK_UNLIMITED);
     if qp.state != QpState::Err {
         retire(qpn, qp, env);
     }
@@ -125,9 +138,7 @@ fn ack_upto(qp: &mut Qp, psn: u32) -> Option<(u32, u32)> {
     None
 }
 
-fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
-    let psn = pkt.psn;
-    let syndrome = pkt.aeth.syndrome;
+fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
     match syndrome & aeth::TYPE_MASK {
         aeth::ACK => {
             if let Some((i, missing)) = ack_upto(qp, psn) {

@@ -24,7 +24,7 @@ use irpverbs_abi::{
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
 use irpverbs_core::{AsyncEvent, CommandOut, Event};
-use irpverbs_ring::wq::push_cqe;
+use irpverbs_ring::wq::{push_cqe, push_cqe_within};
 
 use crate::config::ring_entries;
 use crate::engine::DataPath;
@@ -124,17 +124,16 @@ pub(crate) fn post_cqe(
     }
     let ring = &cq.ring.0;
     // The ring has a slot more than the CQ's size: the size is the limit.
-    let full = ring.consumer().filled().map_or(true, |n| n >= cq.cqe);
-    if full || push_cqe(ring, cqe).is_err() {
+    let Ok(produced) = push_cqe_within(ring, cqe, cq.cqe) else {
         cq.error = true;
         dp.stats.cqes_lost += 1;
         dp.raise(AsyncEvent::CqError(cqn));
         dp.cq_errors.push(cqn);
         return false;
-    }
+    };
     let qualifies = solicited || cqe.status != IV_WC_SUCCESS;
     if qualifies {
-        cq.last_sol = ring.producer_word().load(Ordering::Relaxed);
+        cq.last_sol = produced;
     }
     let arm = ring.arm_word();
     let w = arm.load(Ordering::Acquire);

@@ -552,6 +552,17 @@ impl Firmware {
         true
     }
 
+    /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
+    /// lookup), unless it already waits on the ready list.
+    pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
+        let (qps, mut env) = self.split();
+        if let Ok(qp) = qps.get_mut(qpn) {
+            if !qp.tx.scheduled {
+                requester::run(qpn, qp, &mut env, REQUESTER_BUDGET);
+            }
+        }
+    }
+
     /// The receive queue doorbell: a QP in ERR flushes the new WQEs; a
     /// responder that sent an RNR NAK lets its requester retry.
     pub(crate) fn ring_rq(&mut self, qpn: u32) -> bool {
@@ -700,8 +711,21 @@ impl Firmware {
         let mut acks = core::mem::take(&mut self.dp.acks);
         let (qps, mut env) = self.split();
         for &qpn in &acks {
-            if let Ok(qp) = qps.get_mut(qpn) {
-                responder::send_pending_ack(qp, &mut env);
+            let Ok(qp) = qps.get_mut(qpn) else { continue };
+            // Loopback with nothing else on its way back: the requester
+            // takes the ACK at once, without a packet.
+            let local = qp.tx.path.dgid == env.dp.gid && env.dp.loopq.is_empty();
+            match qp.tx.resp.ack {
+                Some(psn) if local => {
+                    qp.tx.resp.ack = None;
+                    let dest = qp.tx.path.dest_qpn;
+                    env.dp.stats.packets_sent += 1;
+                    env.dp.stats.packets_received += 1;
+                    if let Ok(req) = qps.get_mut(dest) {
+                        completer::acked(dest, req, &mut env, psn);
+                    }
+                }
+                _ => responder::send_pending_ack(qp, &mut env),
             }
         }
         acks.clear();
@@ -825,6 +849,10 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
         QpState::Sqd if from == QpState::Rts => {
             tx.drain_notify = a.en_sqd_async_notify != 0;
             tx.draining = tx.req.in_flight();
+            if tx.draining {
+                requester::solicit_ack(qp);
+                env.dp.schedule(qpn, &mut qp.tx);
+            }
         }
         _ => {}
     }

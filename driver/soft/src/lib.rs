@@ -617,9 +617,7 @@ impl<P: Platform> Hca for SoftHca<P> {
     fn sq_doorbell(&self, qpn: u32) {
         match self.execution {
             // One lock hold marks the QP and runs it.
-            Execution::Inline => self.drive(|fw| {
-                fw.ring_sq(qpn);
-            }),
+            Execution::Inline => self.drive(|fw| fw.ring_sq_now(qpn)),
             Execution::Deferred => self.doorbell(|fw| fw.ring_sq(qpn)),
         }
     }

@@ -29,7 +29,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IV_SEND_FENCE, IV_SEND_INLINE, IV_SEND_SOLICITED,
+    IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IV_SEND_FENCE, IV_SEND_INLINE, IV_SEND_SIGNALED,
+    IV_SEND_SOLICITED,
     IV_SEND_WQE_HEADER, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR, IV_WC_LOC_QP_OP_ERR,
     IV_WC_OP_COMP_SWAP, IV_WC_OP_FETCH_ADD, IV_WC_OP_RDMA_READ, IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND,
     IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
@@ -45,6 +46,10 @@ use crate::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
 use crate::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 use crate::port::MAX_MSG_SZ;
 use crate::qp::{Qp, QpState};
+
+/// RC: a packet asks for an ACK at least this often (unsignaled WQEs retire
+/// when an ACK covers them).
+pub(crate) const ACK_EVERY: u32 = 16;
 
 /// The IBTA rule of the Q_Key: a WR Q_Key with the high bit set means "use
 /// the QP's own" (a controlled Q_Key).
@@ -106,6 +111,11 @@ pub(crate) struct ReqState {
     pub(crate) rnr_left: u8,
     /// Stopped after an RNR NAK until the responder can take it.
     pub(crate) rnr_wait: bool,
+    /// RC: packets sent since the last one that asked for an ACK.
+    pub(crate) unacked: u32,
+    /// SQD: ask for an ACK of what is in flight (send the last packet
+    /// again, asking for one).
+    pub(crate) solicit: bool,
 }
 
 impl ReqState {
@@ -138,6 +148,8 @@ impl ReqState {
             retry_left: 0,
             rnr_left: 0,
             rnr_wait: false,
+            unacked: 0,
+            solicit: false,
         })
     }
 
@@ -178,6 +190,8 @@ impl ReqState {
         self.cur = None;
         self.rd_atomic = 0;
         self.rnr_wait = false;
+        self.unacked = 0;
+        self.solicit = false;
     }
 
     /// WQEs started and not retired.
@@ -348,7 +362,9 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
         if length > u64::from(MAX_MSG_SZ) {
             return Err(IV_WC_LOC_LEN_ERR);
         }
-        if !inline {
+        // READ and atomic targets are written later: checked now. Other
+        // gather lists are checked as their packets are built, at once.
+        if !inline && (rd_atomic || qp.qp_type == IV_QPT_UD) {
             check_sges(env.mrs, qp.pdn, &shadow[..nsge], rd_atomic)
                 .map_err(|_| IV_WC_LOC_PROT_ERR)?;
         }
@@ -566,7 +582,17 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                 crate::packet::mask(last_opcode),
             );
             let mut pkt = path.packet(opcode, p.psn);
-            pkt.ack_req = rc;
+            // Ask for an ACK for what the ULP waits for: a signaled WQE,
+            // every ACK_EVERY packets, half the queue in flight (ACKs are
+            // what retires unsignaled WQEs and frees their slots).
+            let req = &qp.tx.req;
+            let in_flight = req.next.wrapping_sub(req.ci);
+            pkt.ack_req = rc
+                && (wqe.flags & IV_SEND_SIGNALED != 0
+                    || qp.sq_sig_all
+                    || req.unacked + count >= ACK_EVERY
+                    || in_flight > qp.sq.0.entries() / 2
+                    || req.solicit);
             pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
                 && matches!(
                     wqe.opcode,
@@ -591,14 +617,44 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             pkt.payload_len = rest;
             let burst = Burst { count, last_opcode };
             let notify = (!rc).then_some(qpn);
+            let ack_req = pkt.ack_req;
             let qp_ref: &Qp = qp;
             env.dp
                 .emit(pkt, burst, notify, |segs| {
                     fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
                 })
                 .map_err(dma_status)?;
+            let req = &mut qp.tx.req;
+            req.unacked = if ack_req { 0 } else { req.unacked + count };
+            req.solicit = false;
         }
     }
     qp.tx.req.cur = None;
     Ok(count)
+}
+
+/// SQD with WQEs in flight that asked for no ACK: sends the last packet
+/// sent again, asking for one (the responder answers a duplicate with an
+/// ACK of everything it has), so that the send queue drains.
+pub(crate) fn solicit_ack(qp: &mut Qp) {
+    let req = &mut qp.tx.req;
+    if req.cur.is_some() || !req.in_flight() || req.unacked == 0 {
+        return;
+    }
+    let last = req.next.wrapping_sub(1);
+    let s = req.slot(last);
+    if is_rd_atomic(s.wqe.opcode) {
+        return;
+    }
+    let n = psn_sub(s.last_psn, s.first_psn);
+    req.cur = Some(Progress {
+        index: last,
+        offset: n.saturating_mul(qp.tx.mtu),
+        psn: s.last_psn,
+    });
+    req.solicit = true;
+}
+
+fn psn_sub(a: u32, b: u32) -> u32 {
+    u32::try_from(crate::packet::psn_diff(a, b).max(0)).unwrap_or(0)
 }

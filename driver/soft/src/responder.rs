@@ -585,7 +585,7 @@ fn execute(
     } else {
         resp.in_msg = k & (m::SEND | m::WRITE);
     }
-    if rc && (pkt.ack_req || k & m::END != 0) {
+    if rc && pkt.ack_req {
         queue_ack(qpn, qp, env, last);
     }
     Ok(())

@@ -2799,3 +2799,158 @@ fn timing_latency_loopback() {
     let lat = t.elapsed().as_secs_f64() / f64::from(n as u32);
     std::eprintln!("loopback SEND 8 B post->recv CQE: {:.0} ns", lat * 1e9);
 }
+
+#[test]
+fn unsignaled_wqes_retire_without_signaled_ones() {
+    for topo in TOPOS {
+        // A tiny send queue: only unsignaled WRITEs, never stuck full.
+        let cap = IvQpCap {
+            max_send_wr: 3,
+            ..BIG
+        };
+        let p = Pair::with_caps(topo, IV_QPT_RC, Conn::default(), cap, false);
+        for i in 0..40u64 {
+            p.qa
+                .sq
+                .post(&SendWr {
+                    wr_id: i,
+                    opcode: IV_WR_RDMA_WRITE,
+                    inline: Some(&[i as u8]),
+                    remote_addr: p.mb.addr + i,
+                    rkey: p.mb.lkey,
+                    ..SendWr::default()
+                })
+                .unwrap_or_else(|e| panic!("{topo:?}: post {i}: {e:?}"));
+            p.a.d.hca.sq_doorbell(p.qa.qpn);
+            p.a.run();
+            p.settle();
+        }
+        assert_eq!(p.mb.read(0, 40), (0..40u8).collect::<Vec<_>>());
+        assert!(p.cqa.poll().is_empty());
+        assert!(p.a.d.hca.stats().packets_sent < 40 + 40, "{topo:?}: not an ACK per WRITE");
+    }
+}
+
+#[test]
+fn sq_drains_with_unsignaled_wqes_in_flight() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        for i in 0..3u64 {
+            p.a.post(&p.qa, &SendWr {
+                wr_id: i,
+                opcode: IV_WR_RDMA_WRITE,
+                inline: Some(b"z"),
+                remote_addr: p.mb.addr,
+                rkey: p.mb.lkey,
+                ..SendWr::default()
+            });
+        }
+        p.settle();
+        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(3), "{topo:?}: no ACK asked yet");
+        let attr = IvQpAttr {
+            qp_state: IV_QPS_SQD,
+            en_sqd_async_notify: 1,
+            ..IvQpAttr::default()
+        };
+        p.a.modify(p.qa.qpn, QpState::Rts, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, attr);
+        p.a.run();
+        p.settle();
+        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(0), "{topo:?}: drained");
+        assert_eq!(p.a.asyncs(), [AsyncEvent::SqDrained(p.qa.qpn)]);
+        assert!(p.cqa.poll().is_empty(), "unsignaled");
+    }
+}
+
+#[test]
+fn reads_and_atomics_within_max_rd_atomic_and_fence() {
+    for topo in TOPOS {
+        let p = Pair::new(
+            topo,
+            IV_QPT_RC,
+            Conn {
+                rd_atomic: 1,
+                ..Conn::default()
+            },
+        );
+        p.mb.write(0, &pattern(4096, 1));
+        let mut posted = Vec::new();
+        for i in 0..4u64 {
+            let s = [p.ma.sge(i * 1000, 1000)];
+            p.qa
+                .sq
+                .post(&SendWr {
+                    sges: &s,
+                    remote_addr: p.mb.addr + i * 1000,
+                    rkey: p.mb.lkey,
+                    ..signaled(i, IV_WR_RDMA_READ)
+                })
+                .unwrap();
+            posted.push(i);
+        }
+        // A fenced WRITE waits for the READs before it.
+        p.qa
+            .sq
+            .post(&SendWr {
+                inline: Some(b"fenced"),
+                flags: IV_SEND_SIGNALED | IV_SEND_FENCE,
+                remote_addr: p.mb.addr + 5000,
+                rkey: p.mb.lkey,
+                ..signaled(9, IV_WR_RDMA_WRITE)
+            })
+            .unwrap();
+        p.a.d.hca.sq_doorbell(p.qa.qpn);
+        p.a.run();
+        p.settle();
+        assert_eq!(
+            statuses(&p.cqa),
+            [(0, 0), (1, 0), (2, 0), (3, 0), (9, 0)],
+            "{topo:?}"
+        );
+        assert_eq!(p.ma.read(0, 4000), pattern(4096, 1)[..4000]);
+        assert_eq!(p.mb.read(5000, 6), b"fenced");
+    }
+}
+
+#[test]
+fn resize_keeps_unpolled_completions() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    for i in 0..3 {
+        p.send(&SendWr {
+            inline: Some(b"w"),
+            remote_addr: p.mb.addr,
+            rkey: p.mb.lkey,
+            ..signaled(i, IV_WR_RDMA_WRITE)
+        });
+    }
+    let CommandOut::Cq { ring, cqe, .. } = p.a.d.ok(Command::ResizeCq {
+        cqn: p.cqa.cqn,
+        cqe: 200,
+    }) else {
+        unreachable!()
+    };
+    assert_eq!(cqe, 255);
+    let cq = CompletionQueue::new(ring);
+    let mut out = [IvCqe::default(); 8];
+    assert_eq!(cq.poll(&mut out), Ok(3));
+    assert_eq!([out[0].wr_id, out[1].wr_id, out[2].wr_id], [0, 1, 2]);
+    // Too small for what it holds: refused.
+    p.send(&SendWr {
+        inline: Some(b"w"),
+        remote_addr: p.mb.addr,
+        rkey: p.mb.lkey,
+        ..signaled(3, IV_WR_RDMA_WRITE)
+    });
+    p.send(&SendWr {
+        inline: Some(b"w"),
+        remote_addr: p.mb.addr,
+        rkey: p.mb.lkey,
+        ..signaled(4, IV_WR_RDMA_WRITE)
+    });
+    p.a.d.fails(
+        Command::ResizeCq {
+            cqn: p.cqa.cqn,
+            cqe: 1,
+        },
+        STATUS_INVALID_PARAMETER,
+    );
+}
