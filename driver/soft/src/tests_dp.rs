@@ -2810,8 +2810,7 @@ fn unsignaled_wqes_retire_without_signaled_ones() {
         };
         let p = Pair::with_caps(topo, IV_QPT_RC, Conn::default(), cap, false);
         for i in 0..40u64 {
-            p.qa
-                .sq
+            p.qa.sq
                 .post(&SendWr {
                     wr_id: i,
                     opcode: IV_WR_RDMA_WRITE,
@@ -2827,7 +2826,10 @@ fn unsignaled_wqes_retire_without_signaled_ones() {
         }
         assert_eq!(p.mb.read(0, 40), (0..40u8).collect::<Vec<_>>());
         assert!(p.cqa.poll().is_empty());
-        assert!(p.a.d.hca.stats().packets_sent < 40 + 40, "{topo:?}: not an ACK per WRITE");
+        assert!(
+            p.a.d.hca.stats().packets_sent < 40 + 40,
+            "{topo:?}: not an ACK per WRITE"
+        );
     }
 }
 
@@ -2836,26 +2838,42 @@ fn sq_drains_with_unsignaled_wqes_in_flight() {
     for topo in TOPOS {
         let p = Pair::new(topo, IV_QPT_RC, Conn::default());
         for i in 0..3u64 {
-            p.a.post(&p.qa, &SendWr {
-                wr_id: i,
-                opcode: IV_WR_RDMA_WRITE,
-                inline: Some(b"z"),
-                remote_addr: p.mb.addr,
-                rkey: p.mb.lkey,
-                ..SendWr::default()
-            });
+            p.a.post(
+                &p.qa,
+                &SendWr {
+                    wr_id: i,
+                    opcode: IV_WR_RDMA_WRITE,
+                    inline: Some(b"z"),
+                    remote_addr: p.mb.addr,
+                    rkey: p.mb.lkey,
+                    ..SendWr::default()
+                },
+            );
         }
         p.settle();
-        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(3), "{topo:?}: no ACK asked yet");
+        assert_eq!(
+            p.qa.sq.ring().consumer().filled(),
+            Ok(3),
+            "{topo:?}: no ACK asked yet"
+        );
         let attr = IvQpAttr {
             qp_state: IV_QPS_SQD,
             en_sqd_async_notify: 1,
             ..IvQpAttr::default()
         };
-        p.a.modify(p.qa.qpn, QpState::Rts, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, attr);
+        p.a.modify(
+            p.qa.qpn,
+            QpState::Rts,
+            IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY,
+            attr,
+        );
         p.a.run();
         p.settle();
-        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(0), "{topo:?}: drained");
+        assert_eq!(
+            p.qa.sq.ring().consumer().filled(),
+            Ok(0),
+            "{topo:?}: drained"
+        );
         assert_eq!(p.a.asyncs(), [AsyncEvent::SqDrained(p.qa.qpn)]);
         assert!(p.cqa.poll().is_empty(), "unsignaled");
     }
@@ -2876,8 +2894,7 @@ fn reads_and_atomics_within_max_rd_atomic_and_fence() {
         let mut posted = Vec::new();
         for i in 0..4u64 {
             let s = [p.ma.sge(i * 1000, 1000)];
-            p.qa
-                .sq
+            p.qa.sq
                 .post(&SendWr {
                     sges: &s,
                     remote_addr: p.mb.addr + i * 1000,
@@ -2888,8 +2905,7 @@ fn reads_and_atomics_within_max_rd_atomic_and_fence() {
             posted.push(i);
         }
         // A fenced WRITE waits for the READs before it.
-        p.qa
-            .sq
+        p.qa.sq
             .post(&SendWr {
                 inline: Some(b"fenced"),
                 flags: IV_SEND_SIGNALED | IV_SEND_FENCE,
@@ -2953,4 +2969,143 @@ fn resize_keeps_unpolled_completions() {
         },
         STATUS_INVALID_PARAMETER,
     );
+}
+
+#[test]
+fn threads_post_concurrently_between_two_hcas() {
+    use core::sync::atomic::AtomicU64;
+    use std::collections::BTreeMap;
+    for execution in [Execution::Inline, Execution::Deferred] {
+        let mk = |n| {
+            Arc::new(Node::with(n, |c| {
+                c.execution = execution;
+            }))
+        };
+        let (a, b) = (mk(1), mk(2));
+        let f = Fabric::new(&TestPlatform);
+        f.attach(&a.d.hca).unwrap();
+        f.attach(&b.d.hca).unwrap();
+        // Shared CQs: one send CQ and one receive CQ per HCA.
+        let cqs = [
+            (Arc::new(a.cq(4095)), Arc::new(a.cq(4095))),
+            (Arc::new(b.cq(4095)), Arc::new(b.cq(4095))),
+        ];
+        let n: u64 = 1500;
+        let c = Conn::default();
+        // Four flows: two A->B, two B->A.
+        let mut flows = Vec::new();
+        for k in 0..4usize {
+            let (src, dst, si, di) = if k < 2 {
+                (&a, &b, 0, 1)
+            } else {
+                (&b, &a, 1, 0)
+            };
+            let cap = IvQpCap {
+                max_send_wr: 255,
+                max_recv_wr: 2047,
+                ..BIG
+            };
+            let q = src.qp_full(src.pd, IV_QPT_RC, &cqs[si].0, &cqs[si].1, None, false, cap);
+            let r = dst.qp_full(dst.pd, IV_QPT_RC, &cqs[di].0, &cqs[di].1, None, false, cap);
+            src.connect(&q, dst.gid(), r.qpn, &c);
+            dst.connect(&r, src.gid(), q.qpn, &c);
+            let m = dst.mem(n * 8, ALL_ACCESS);
+            flows.push((
+                src.clone(),
+                dst.clone(),
+                Arc::new(q),
+                Arc::new(r),
+                m,
+                si,
+                di,
+            ));
+        }
+        // Completions by (HCA, QP): QP numbers repeat across HCAs.
+        let counts: Arc<std::sync::Mutex<BTreeMap<(usize, u32), u64>>> = Arc::default();
+        let stop = Arc::new(core::sync::atomic::AtomicBool::new(false));
+        let polled = Arc::new(AtomicU64::new(0));
+        std::thread::scope(|scope| {
+            if execution == Execution::Deferred {
+                for node in [a.clone(), b.clone()] {
+                    let stop = stop.clone();
+                    scope.spawn(move || {
+                        while !stop.load(Ordering::SeqCst) {
+                            if !node.d.hca.busy() {
+                                std::thread::yield_now();
+                            }
+                            node.d.hca.run_firmware();
+                        }
+                    });
+                }
+            }
+            let mut handles = Vec::new();
+            for (src, dst, q, r, m, si, di) in &flows {
+                let counts = counts.clone();
+                let cqs = &cqs;
+                let polled = polled.clone();
+                handles.push(scope.spawn(move || {
+                    let poll = |cq: &Cq, hca: usize| {
+                        for c in cq.poll() {
+                            assert_eq!(c.status, IV_WC_SUCCESS, "{c:?}");
+                            *counts.lock().unwrap().entry((hca, c.qp_num)).or_default() += 1;
+                            polled.fetch_add(1, Ordering::Relaxed);
+                        }
+                    };
+                    for i in 0..n {
+                        let rq = r.rq.as_ref().unwrap();
+                        while rq.post(i, &[m.sge(i * 8, 8)]).is_err() {
+                            poll(&cqs[*di].1, *di);
+                        }
+                        dst.d.hca.rq_doorbell(r.qpn);
+                        let wr = SendWr {
+                            wr_id: i,
+                            opcode: IV_WR_SEND,
+                            flags: if i % 50 == 49 || i + 1 == n {
+                                IV_SEND_SIGNALED
+                            } else {
+                                0
+                            },
+                            inline: Some(&i.to_ne_bytes()),
+                            ..SendWr::default()
+                        };
+                        while q.sq.post(&wr).is_err() {
+                            poll(&cqs[*si].0, *si);
+                            std::thread::yield_now();
+                        }
+                        src.d.hca.sq_doorbell(q.qpn);
+                        if i % 16 == 0 {
+                            poll(&cqs[*si].0, *si);
+                            poll(&cqs[*di].1, *di);
+                        }
+                    }
+                    // Wait for every receive and the last send completion.
+                    let want_recv = n;
+                    let want_send = n / 50 + u64::from(n % 50 != 0);
+                    loop {
+                        poll(&cqs[*si].0, *si);
+                        poll(&cqs[*di].1, *di);
+                        let c = counts.lock().unwrap();
+                        let got_recv = c.get(&(*di, r.qpn)).copied().unwrap_or(0);
+                        let got_send = c.get(&(*si, q.qpn)).copied().unwrap_or(0);
+                        drop(c);
+                        if got_recv == want_recv && got_send == want_send {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
+                }));
+            }
+            for h in handles {
+                h.join().unwrap();
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        // Every message landed, in order, in its own buffer.
+        for (_, _, _, _, m, _, _) in &flows {
+            for i in 0..n {
+                assert_eq!(m.u64_at((i * 8) as usize), i, "{execution:?}");
+            }
+        }
+        assert!(polled.load(Ordering::Relaxed) >= 4 * n);
+    }
 }
