@@ -8,12 +8,14 @@ use irpverbs_abi::{NtStatus, STATUS_INVALID_PARAMETER};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Execution {
     /// [`crate::SoftHca`]'s `post_command` executes the queued commands at
-    /// once, on the caller's thread, after releasing its queue lock.
-    /// Deterministic; used by tests and for speed.
+    /// once, on the caller's thread, after releasing its queue lock; a
+    /// data-path doorbell runs the work it announces (and what that work
+    /// causes, on this HCA and on the inline HCAs it sends to) before it
+    /// returns. Deterministic; used by tests and for speed.
     #[default]
     Inline,
-    /// `post_command` only queues the command and calls
-    /// [`crate::SoftBus::doorbell`]; the host runs
+    /// `post_command` and the data-path doorbells only record the work and
+    /// call [`crate::SoftBus::doorbell`]; the host runs
     /// [`crate::SoftHca::run_firmware`] from its own "hardware" thread, as a
     /// real HCA's firmware runs beside the CPU.
     Deferred,

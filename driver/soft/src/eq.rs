@@ -1,13 +1,14 @@
-//! The event queue: command completions (and later completion and async
-//! events) the driver drains from its DPC.
+//! The event queue: command completions, completion events and async
+//! events, which the driver drains from its DPC.
 //!
 //! Bounded, and never loses a command completion: the firmware reserves room
 //! for everything a command may produce ([`EVENTS_PER_COMMAND`] entries)
 //! before it executes the command. When there is no room the queue records
 //! that it stalled the firmware, and the next [`EventQueue::pop`] reports that
-//! the firmware should be kicked again. Producers that cannot wait (the data
-//! path, in a later stage) must treat a full queue as an overrun, which is
-//! device-fatal on real HCAs.
+//! the firmware should be kicked again. The data path cannot wait: its
+//! events use the room not reserved ([`EventQueue::push`]), and one that
+//! finds none is lost and counted (`SoftStats::events_lost`; on real HCAs
+//! an event queue overrun is device-fatal).
 //!
 //! Interrupt moderation is the usual arm/fire: an armed queue fires once on
 //! its next entry and disarms; the driver drains it and re-arms, and arming

@@ -1,10 +1,12 @@
 //! # irpverbs soft HCA
 //!
 //! A software HCA, like Linux rdma_rxe: everything the framework needs from
-//! hardware, without hardware. This stage is its command interface, the
-//! "firmware": [`SoftHca`] implements [`irpverbs_core::Hca`], keeps tables of
-//! PDs, MRs, CQs, SRQs, QPs and AHs, validates every command (it never
-//! trusts the driver) and reports completions on its event queue.
+//! hardware, without hardware. [`SoftHca`] implements [`irpverbs_core::Hca`]:
+//! its command interface, the "firmware", keeps tables of PDs, MRs, CQs,
+//! SRQs, QPs and AHs, validates every command (it never trusts the driver)
+//! and reports completions on its event queue; its data path executes the
+//! work queues the ULP posts to (RC, UC, UD), in one HCA (loopback) or
+//! between soft HCAs in one process ([`Fabric`]).
 //!
 //! ## Model
 //!
@@ -45,16 +47,37 @@
 //!
 //! CQs, SRQs and QPs own their rings (shared with the ULP); MRs their
 //! pinned regions. The doorbells ([`Hca::sq_doorbell`], ...) schedule work
-//! for the transport engine ([`engine`](crate::engine)): the requester
-//! turns send WQEs into packets, the responder executes them at the
-//! destination QP, the completer matches the responses and writes the send
-//! completions (see `requester.rs`, `responder.rs`, `completer.rs`;
-//! `packet.rs` is the packet, `fabric.rs` the delivery between HCAs). In
-//! [`Execution::Inline`] mode the work runs to quiescence on the thread
-//! that rang the doorbell, before the doorbell returns — including the
-//! work of other inline HCAs it sends to; in [`Execution::Deferred`] mode
-//! the doorbell marks the work and rings [`SoftBus::doorbell`], and
-//! [`SoftHca::run_firmware`] runs it.
+//! for the transport engine (`engine.rs`): the requester turns send WQEs
+//! into packets, the responder executes them at the destination QP, the
+//! completer matches the responses and writes the send completions
+//! (`requester.rs`, `responder.rs`, `completer.rs`; [`packet`] is the
+//! packet, [`fabric`] the delivery between HCAs). In [`Execution::Inline`]
+//! mode the work runs to quiescence on the thread that rang the doorbell,
+//! before the doorbell returns — including the work of the other inline
+//! HCAs it sends to (a work list, never recursion); in
+//! [`Execution::Deferred`] mode the doorbell marks the work and rings
+//! [`SoftBus::doorbell`], and [`SoftHca::run_firmware`] runs it.
+//!
+//! What the transport does, in short (each module says it in full):
+//! - IBTA opcodes, PSNs, MTU segmentation, RETH/AETH/AtomicETH/ImmDt/IETH/
+//!   DETH fields in every packet; in-process, a message's consecutive
+//!   packets travel as one [`packet::Burst`] (validated and copied once).
+//! - RC: ACKs (coalesced; asked for by signaled WQEs, every 16 packets and
+//!   when half the send queue is in flight), NAKs, RNR NAKs, go-back-N,
+//!   duplicate detection with READ and atomic replay. The RNR timer and
+//!   the retransmit timer are the wire stage's: in-process the loss-free
+//!   fabric needs none, and a responder that sent an RNR NAK tells its
+//!   requester when a receive is posted. A packet with no route is lost.
+//! - Errors complete with the IBTA status a verbs user expects; RC QPs go
+//!   to ERR, UC and UD send-side errors to SQE; responder errors raise
+//!   `QpRequestError`, `QpAccessError` or `QpFatal`. A QP in ERR (or SQE,
+//!   for its send queue) completes every outstanding WQE with
+//!   `WR_FLUSH_ERR`, exactly once, including WQEs posted later.
+//! - RESET empties both work queues without completions (the HCA moves
+//!   its consumer indices up to the producers'; WQEs posted later are kept
+//!   until the QP can run them).
+//! - UC and UD send completions are written when the packet has left the
+//!   source buffers: when the receiving HCA consumed (or dropped) it.
 //!
 //! Two soft HCAs in one process reach each other through a [`Fabric`]:
 //!

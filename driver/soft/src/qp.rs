@@ -113,7 +113,7 @@ pub(crate) const fn transition_allowed(from: QpState, to: QpState) -> bool {
     )
 }
 
-/// A queue pair. Its work queues belong to the data path (a later stage).
+/// A queue pair: its configuration, its rings and its transport state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Qp {
     /// Its PD.

@@ -1,8 +1,11 @@
 //! Shared receive queues.
 //!
 //! Like every work queue, an SRQ is a ring of 2^k slots holding up to
-//! 2^k - 1 WRs; the depth asked is rounded up. The ring itself belongs to the
-//! data path (a later stage).
+//! 2^k - 1 WRs; the depth asked is rounded up. Responders of the QPs
+//! attached take WQEs from it in order (`responder.rs`); when fewer than
+//! an armed limit are left, `SrqLimitReached` is raised and the limit
+//! disarmed. Resizing changes the depth reported; the ring keeps its
+//! slots.
 
 use irpverbs_abi::{
     IV_SRQ_LIMIT, IV_SRQ_MAX_WR, IvQuerySrqOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES,

@@ -3109,3 +3109,94 @@ fn threads_post_concurrently_between_two_hcas() {
         assert!(polled.load(Ordering::Relaxed) >= 4 * n);
     }
 }
+
+#[test]
+fn responder_invalid_requests_from_the_wire() {
+    // Packets no soft requester builds, as a peer on a wire could send them.
+    type Case = fn(&Pair) -> Packet;
+    let cases: [Case; 4] = [
+        // A WRITE longer than max_msg_sz.
+        |p| Packet {
+            opcode: op::RC_WRITE_ONLY,
+            reth: crate::packet::Reth {
+                va: p.mb.addr,
+                rkey: p.mb.lkey,
+                len: (1 << 31) + 1,
+            },
+            ..Packet::default()
+        },
+        // A MIDDLE without a FIRST.
+        |_| Packet {
+            opcode: op::RC_SEND_MIDDLE,
+            ..Packet::default()
+        },
+        // A payload longer than the MTU in an ONLY packet.
+        |_| Packet {
+            opcode: op::RC_SEND_ONLY,
+            payload_len: 4096,
+            ..Packet::default()
+        },
+        // A WRITE whose payload differs from its RETH length.
+        |p| Packet {
+            opcode: op::RC_WRITE_ONLY,
+            reth: crate::packet::Reth {
+                va: p.mb.addr,
+                rkey: p.mb.lkey,
+                len: 100,
+            },
+            payload_len: 10,
+            ..Packet::default()
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let p = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
+        p.recv(1, &[p.mb.sge(0, 8192)]);
+        let mut pkt = case(&p);
+        pkt.dest_qpn = p.qb.qpn;
+        pkt.psn = PSN0;
+        pkt.sgid = p.a.gid();
+        pkt.dgid = p.b.gid();
+        let src = Arc::new(Region::alloc(8192).unwrap());
+        let payload = [crate::packet::Seg {
+            region: src,
+            offset: 0,
+            len: pkt.payload_len as usize,
+        }];
+        let n = usize::from(pkt.payload_len > 0);
+        inject(&p.b, pkt, &payload[..n]);
+        assert_eq!(p.b.state(&p.qb), IV_QPS_ERR, "case {i}");
+        let ev = p.b.asyncs();
+        assert_eq!(ev, [AsyncEvent::QpRequestError(p.qb.qpn)], "case {i}");
+    }
+}
+
+#[test]
+fn an_impossible_producer_index_is_fatal_to_its_qp_only() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let ring = p.qa.sq.ring();
+    let c = ring.consumer_word().load(Ordering::SeqCst);
+    ring.producer_word()
+        .store(c.wrapping_add(ring.entries() + 5), Ordering::SeqCst);
+    p.a.d.hca.sq_doorbell(p.qa.qpn);
+    assert_eq!(p.a.state(&p.qa), IV_QPS_ERR);
+    assert!(p.a.asyncs().contains(&AsyncEvent::QpFatal(p.qa.qpn)));
+    assert!(p.cqa.poll().is_empty(), "no completions for a broken ring");
+    assert_eq!(p.b.state(&p.qb), IV_QPS_RTS);
+    // The receive ring too.
+    let rring = p.qb.rq.as_ref().unwrap().ring();
+    rring.producer_word().store(1000, Ordering::SeqCst);
+    inject(
+        &p.b,
+        Packet {
+            opcode: op::RC_SEND_ONLY,
+            dest_qpn: p.qb.qpn,
+            psn: PSN0,
+            sgid: p.a.gid(),
+            dgid: p.b.gid(),
+            ..Packet::default()
+        },
+        &[],
+    );
+    assert_eq!(p.b.state(&p.qb), IV_QPS_ERR);
+    assert!(p.b.asyncs().contains(&AsyncEvent::QpFatal(p.qb.qpn)));
+}
