@@ -401,6 +401,27 @@ pub(crate) fn sent(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     retire(qpn, qp, env);
 }
 
+/// The retransmit (local ACK) timer of QP `qpn` expired: nothing answered
+/// the oldest request in flight. Go back to its first unacknowledged PSN
+/// (ACKs come at message boundaries: its first PSN; a READ's next
+/// response), one retry used; `RETRY_EXC_ERR` when none is left.
+///
+/// The seam for the wire stage's timers: in-process delivery loses
+/// nothing, so nothing here arms a timer.
+pub(crate) fn retransmit_timeout(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.tx.req.rnr_wait {
+        return;
+    }
+    let Some(i) = head(qp) else { return };
+    let s = qp.tx.req.slot(i);
+    let psn = if s.wqe.opcode == IV_WR_RDMA_READ {
+        s.resp_next
+    } else {
+        s.first_psn
+    };
+    retry(qpn, qp, env, i, psn);
+}
+
 /// The RNR timer of QP `qpn` expired (in-process: its responder can take
 /// the message now): send again from the NAKed PSN, one RNR retry used.
 pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {

@@ -703,6 +703,27 @@ impl Firmware {
         }
     }
 
+    /// The retransmit timer of QP `qpn` expired (the wire stage's seam;
+    /// see [`completer::retransmit_timeout`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn retransmit_timeout(&mut self, qpn: u32) {
+        let (qps, mut env) = self.split();
+        if let Ok(qp) = qps.get_mut(qpn) {
+            completer::retransmit_timeout(qpn, qp, &mut env);
+        }
+    }
+
+    /// The RNR timer of QP `qpn` expired (the wire stage's seam; in-process
+    /// the responder's retry hint calls
+    /// [`completer::rnr_timer_expired`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn rnr_timeout(&mut self, qpn: u32) {
+        let (qps, mut env) = self.split();
+        if let Ok(qp) = qps.get_mut(qpn) {
+            completer::rnr_timer_expired(qpn, qp, &mut env);
+        }
+    }
+
     /// Sends the ACKs responders coalesced while processing a batch.
     pub(crate) fn flush_acks(&mut self) {
         if self.dp.acks.is_empty() {

@@ -1,7 +1,7 @@
 //! The responder: validates request packets and executes them.
 //!
 //! A QP's responder takes packets in RTR, RTS, SQD and SQE (in RTR the
-//! first one raises CommEstablished). Checks in order, as IBTA 9.7 and
+//! first one raises CommEstablished, on RC and UC). Checks in order, as IBTA 9.7 and
 //! Linux rxe do: transport, PSN, opcode sequence, the QP's access flags and
 //! responder resources, packet length, receive WQE, rkey; then execution:
 //! SEND scatters into the receive WQE (from the RQ or the SRQ), RDMA WRITE
@@ -231,7 +231,7 @@ pub(crate) fn handle(
         env.dp.stats.packets_dropped += 1;
         return;
     }
-    if qp.state == QpState::Rtr && !qp.tx.comm_est {
+    if qp.state == QpState::Rtr && !qp.tx.comm_est && qp.qp_type != irpverbs_abi::IV_QPT_UD {
         qp.tx.comm_est = true;
         env.dp.raise(AsyncEvent::CommEstablished(qpn));
     }

@@ -1396,11 +1396,7 @@ fn rnr_retries_when_a_receive_is_posted() {
         // force the retries through the RNR timer seam.
         for _ in 0..3 {
             let hca = &p.a.d.hca;
-            hca.with_firmware(|fw| {
-                let (qps, mut env) = fw.split();
-                let qp = qps.get_mut(p.qa.qpn).unwrap();
-                crate::completer::rnr_timer_expired(p.qa.qpn, qp, &mut env);
-            });
+            hca.with_firmware(|fw| fw.rnr_timeout(p.qa.qpn));
             hca.sq_doorbell(p.qa.qpn);
             p.settle();
         }
@@ -3199,4 +3195,34 @@ fn an_impossible_producer_index_is_fatal_to_its_qp_only() {
     );
     assert_eq!(p.b.state(&p.qb), IV_QPS_ERR);
     assert!(p.b.asyncs().contains(&AsyncEvent::QpFatal(p.qb.qpn)));
+}
+
+#[test]
+fn retransmit_timeout_seam() {
+    let s = Stuck::new(Conn {
+        retry_cnt: 2,
+        ..Conn::default()
+    });
+    let sges = [s.ma.sge(0, 3000)];
+    s.a.post(
+        &s.qa,
+        &SendWr {
+            sges: &sges,
+            ..signaled(1, IV_WR_SEND)
+        },
+    );
+    let timeout = |s: &Stuck| {
+        s.a.d
+            .hca
+            .with_firmware(|fw| fw.retransmit_timeout(s.qa.qpn));
+        s.a.d.hca.sq_doorbell(s.qa.qpn);
+    };
+    let before = s.received();
+    timeout(&s);
+    assert_eq!(s.received() - before, 3, "the whole message again");
+    timeout(&s);
+    assert!(s.cqa.poll().is_empty());
+    timeout(&s);
+    assert_eq!(statuses(&s.cqa), [(1, IV_WC_RETRY_EXC_ERR)], "two retries");
+    assert_eq!(s.a.d.hca.stats().retries, 2);
 }
