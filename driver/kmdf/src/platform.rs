@@ -96,6 +96,36 @@ impl Platform for KmdfPlatform {
         // <= DISPATCH_LEVEL.
         unsafe { ExFreePoolWithTag(memory, charge.tag) };
     }
+
+    /// Kernel callers pass nonpaged kernel memory (their own, valid until
+    /// they deregister): it is wrapped as is. User-mode ranges must be
+    /// probed and locked in the caller's context (EvtIoInCallerContext, an
+    /// MDL with `MmProbeAndLockPages`) before the request reaches the
+    /// dispatch-level queue; that step is not built yet, so user-mode and
+    /// physical registrations are refused with `STATUS_NOT_SUPPORTED` rather
+    /// than touching unpinned memory.
+    fn pin_memory(
+        &self,
+        addr: u64,
+        length: u64,
+        mode: irpverbs_core::RequestorMode,
+        physical: bool,
+    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus> {
+        if mode == irpverbs_core::RequestorMode::User || physical {
+            return Err(irpverbs_abi::STATUS_NOT_SUPPORTED);
+        }
+        let len = usize::try_from(length).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?;
+        let ptr = core::ptr::with_exposed_provenance_mut::<u8>(
+            usize::try_from(addr).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?,
+        );
+        // SAFETY: a kernel ULP registering memory promises it is nonpaged,
+        // valid for `length` bytes and stays allocated until deregistration
+        // (the registration contract `Region::from_raw_parts` states).
+        let region = unsafe { irpverbs_ring::Region::from_raw_parts(ptr, len, None) };
+        region
+            .map(alloc::sync::Arc::new)
+            .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
+    }
 }
 
 /// A spin lock over a `KSPIN_LOCK`, acquired with
