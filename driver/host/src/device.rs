@@ -220,14 +220,21 @@ impl HostDevice {
         if config.engine == Engine::Thread {
             let soft = Arc::clone(&this.soft);
             let bell = Arc::clone(&this.doorbell);
-            let handle = std::thread::Builder::new()
-                .name("irpverbs-soft-hca".into())
-                .spawn(move || {
-                    while bell.wait() {
-                        while soft.run_firmware() > 0 {}
-                    }
-                })
-                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            let platform = this.platform.clone();
+            let handle =
+                std::thread::Builder::new()
+                    .name("irpverbs-soft-hca".into())
+                    .spawn(move || {
+                        while bell.wait() {
+                            // The DPCs the firmware's interrupts queue run here:
+                            // a bugcheck in one is recorded for unload rather
+                            // than ending the thread unseen.
+                            platform.run_guarded("irpverbs-soft-hca", || {
+                                while soft.run_firmware() > 0 {}
+                            });
+                        }
+                    })
+                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
             *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
         Ok(this)
@@ -521,4 +528,44 @@ impl Drop for HostFile {
 /// Helper for tests and tools: the HCA's device attributes.
 pub fn caps(dev: &HostDevice) -> IvQueryDeviceOut {
     *dev.soft.caps()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::{catch_bugcheck, codes};
+
+    /// A bugcheck in a DPC that runs on the firmware thread (here: the
+    /// completion routine of a request that DPC completes touches paged
+    /// code at DISPATCH_LEVEL) is the platform's background bugcheck, and
+    /// unload raises it, as for the timer and worker threads.
+    #[test]
+    fn bugcheck_on_the_firmware_thread_is_raised_at_unload() {
+        let dev = HostDevice::new(HostDeviceConfig {
+            engine: Engine::Thread,
+            ..HostDeviceConfig::default()
+        })
+        .expect("host device");
+        let file = dev.open(FILE_READ_ACCESS).expect("open");
+        let platform = dev.platform().clone();
+        let port_1 = [1u32.to_ne_bytes(), 0u32.to_ne_bytes()].concat();
+        file.submit(
+            Ioctl::user(IOCTL_IV_QUERY_PORT, &port_1, size_of::<IvQueryPortOut>()),
+            move |_, _, _| platform.paged_code(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dev.platform().background_bugcheck().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let check = dev
+            .platform()
+            .background_bugcheck()
+            .expect("the bugcheck on the firmware thread is recorded");
+        assert_eq!(check.code, codes::DRIVER_IRQL_NOT_LESS_OR_EQUAL, "{check}");
+        // The request's completion routine never returned: the file would
+        // wait for it at close.
+        std::mem::forget(file);
+        let at_unload = catch_bugcheck(|| dev.unload()).expect_err("unload raises it");
+        assert_eq!(at_unload, check);
+    }
 }
