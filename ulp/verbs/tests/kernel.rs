@@ -136,10 +136,8 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
         ..IvKernelSendWr::default()
     };
     // SAFETY: a valid open QP and work request.
-    assert_eq!(
-        unsafe { (t.post_send)(t.context, o.qp, &wr) },
-        STATUS_SUCCESS
-    );
+    let st = unsafe { (t.post_send)(t.context, o.qp, &wr) };
+    assert_eq!(st, STATUS_SUCCESS);
     let w = read_send_wqe(&c.rings[0], 0, 2, 64).unwrap();
     assert_eq!(
         (w.header.wr_id, w.header.opcode, w.header.num_sge),
@@ -160,10 +158,8 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
         ..IvKernelSendWr::default()
     };
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { (t.post_send)(t.context, o.qp, &wr) },
-        STATUS_SUCCESS
-    );
+    let st = unsafe { (t.post_send)(t.context, o.qp, &wr) };
+    assert_eq!(st, STATUS_SUCCESS);
     let w = read_send_wqe(&c.rings[0], 1, 2, 64).unwrap();
     assert_eq!(w.header.inline_len as usize, data.len());
     let (off, len) = irpverbs_ring::wq::inline_data(&c.rings[0], 1, &w);
@@ -179,10 +175,8 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
         reserved: 0,
     };
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { (t.post_recv)(t.context, o.qp, &rwr) },
-        STATUS_SUCCESS
-    );
+    let st = unsafe { (t.post_recv)(t.context, o.qp, &rwr) };
+    assert_eq!(st, STATUS_SUCCESS);
     let w = read_recv_wqe(&c.rings[1], 0, 2).unwrap();
     assert_eq!((w.wr_id, w.num_sge), (0x61, 2));
     let swr = IvKernelRecvWr {
@@ -207,10 +201,8 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
     // poll_cq: what the HCA wrote, oldest first; max 0 needs no array.
     let mut wc = [IvCqe::default(); 4];
     // SAFETY: `wc` holds 4 entries.
-    assert_eq!(
-        unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) },
-        0
-    );
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) };
+    assert_eq!(st, 0);
     for id in [1, 2, 3] {
         push_cqe(
             &c.rings[2],
@@ -222,21 +214,15 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
         .unwrap();
     }
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 2) },
-        2
-    );
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 2) };
+    assert_eq!(st, 2);
     assert_eq!((wc[0].wr_id, wc[1].wr_id), (1, 2));
     // SAFETY: max 0: the array is not touched.
-    assert_eq!(
-        unsafe { (t.poll_cq)(t.context, o.cq, ptr::null_mut(), 0) },
-        0
-    );
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, ptr::null_mut(), 0) };
+    assert_eq!(st, 0);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) },
-        1
-    );
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) };
+    assert_eq!(st, 1);
     assert_eq!(wc[0].wr_id, 3);
 
     // req_notify_cq writes the arm word and rings the arm doorbell.
