@@ -25,7 +25,9 @@
  * STATUS_INVALID_HANDLE once the device HANDLE was closed). IvUserPollCq
  * returns the number of completions (>= 0) or a failure NTSTATUS (< 0). The
  * open functions return NULL with GetLastError() set on failure. Every
- * function is thread-safe; posts to different queues never contend.
+ * function is thread-safe; posts to different queues never contend. (On
+ * Windows, <winnt.h> defines some STATUS_ codes as DWORD: compare the
+ * result with (NtStatus)STATUS_x.)
  *
  * Host mode (non-Windows, libirpverbs_host): the rings are the driver's
  * memory in the same process and the doorbells call the in-process soft
