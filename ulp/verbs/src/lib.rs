@@ -480,8 +480,12 @@ pub fn av(gid: [u8; 16]) -> IvAhAttr {
     }
 }
 
+/// The starting PSN (both directions) [`rts_steps`] sets.
+pub const RTS_PSN: u32 = 0x4321;
+
 /// The (mask, attributes) of each modify from RESET to RTS, per the IBTA
-/// required-attribute table.
+/// required-attribute table. The send and receive PSNs are equal, so two
+/// QPs walked to RTS against each other with these steps can talk.
 pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAttr)> {
     let init_mask = if qp_type == IV_QPT_UD {
         IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_QKEY
@@ -519,7 +523,7 @@ pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAt
                     ah_attr: av(gid),
                     path_mtu: IV_MTU_1024,
                     dest_qp_num: dest_qpn,
-                    rq_psn: 0x1234,
+                    rq_psn: RTS_PSN,
                     max_dest_rd_atomic: 4,
                     min_rnr_timer: 12,
                     ..IvQpAttr::default()
@@ -542,7 +546,7 @@ pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAt
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
-        sq_psn: 0x4321,
+        sq_psn: RTS_PSN,
         max_rd_atomic: 4,
         ..IvQpAttr::default()
     };
