@@ -88,7 +88,21 @@ fn compile(name: &str) -> PathBuf {
 }
 
 fn run(exe: &Path, engine: &str) {
+    // cargo runs tests with its deps folder on the library path, which may
+    // hold a `libirpverbs_host.so` from another build (`cargo build`): the
+    // loader would prefer it to the rpath (RUNPATH). Name ours first.
+    let lib = lib_dir();
+    let var = if cfg!(target_os = "macos") {
+        "DYLD_LIBRARY_PATH"
+    } else {
+        "LD_LIBRARY_PATH"
+    };
+    let path = std::env::join_paths(
+        std::iter::once(lib).chain(std::env::var_os(var).iter().flat_map(std::env::split_paths)),
+    )
+    .expect("library path");
     let out = Command::new(exe)
+        .env(var, path)
         .env("IRPVERBS_ENGINE", engine)
         .env("IRPVERBS_VERIFIER", "1")
         .output()
