@@ -386,15 +386,6 @@ struct Pair<'c> {
     cqb: Cq<'c>,
 }
 
-impl Pair<'_> {
-    fn destroy(self) {
-        self.a.destroy().unwrap();
-        self.b.destroy().unwrap();
-        self.cqa.destroy().unwrap();
-        self.cqb.destroy().unwrap();
-    }
-}
-
 fn connected_pair(c: &Client, pd: IvHandle) -> Pair<'_> {
     let cqa = c.new_cq(&cq_in(32)).unwrap();
     let cqb = c.new_cq(&cq_in(32)).unwrap();
@@ -514,9 +505,10 @@ fn loopback_rc_send_write_read_through_the_rust_api() {
             Wc::new(&e)
         );
 
-        p.destroy();
-        c.dereg_mr(mr.mr).unwrap();
-        c.dealloc_pd(pd).unwrap();
+        // The error left an async event unacknowledged on a QP, which makes
+        // its destroy busy: the objects' drops try, and closing the file
+        // runs the rest down (the MR too, before its memory goes).
+        drop(p);
         drop(c);
         drop(buf);
         finish(&dev);
