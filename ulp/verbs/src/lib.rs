@@ -14,9 +14,10 @@
 //!   `include/irpverbs_kernel.h`), which a driver hands out through query
 //!   interface.
 //!
-//! `unsafe` appears only where a mapped address becomes a ring (one block
-//! per ring kind in [`speed`], one use of it in [`objects`]) and in the C
-//! ABI of the kernel table.
+//! `unsafe` appears only where a mapped address becomes a ring (the
+//! `from_create` / `from_map` constructors of [`speed`], which the safe
+//! objects call under the [`SpeedPath`] contract) and in the C ABI of the
+//! kernel table.
 #![deny(unsafe_code)]
 
 pub mod devinfo;
