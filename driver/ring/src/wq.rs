@@ -347,10 +347,40 @@ pub fn read_send_wqe(
     max_sge: u32,
     max_inline: u32,
 ) -> Result<SendWqeSnapshot, WqeError> {
+    let mut snap = SendWqeSnapshot {
+        header: IvSendWqe::default(),
+        sges: [IvSge::default(); MAX_SGE],
+    };
+    read_send_wqe_into(
+        ring,
+        index,
+        max_sge,
+        max_inline,
+        &mut snap.header,
+        &mut snap.sges,
+    )?;
+    Ok(snap)
+}
+
+/// The HCA's side, without an intermediate copy: reads the send WQE at
+/// `index` straight into `header` and the first `num_sge` entries of `sges`
+/// (the HCA's own shadow of the slot), checked against the queue's limits
+/// and against `sges.len()`. Returns the number of SGEs read (0 with inline
+/// data). On error `header` and `sges` hold unspecified values.
+///
+/// # Errors
+/// [`WqeError`].
+pub fn read_send_wqe_into(
+    ring: &Ring,
+    index: u32,
+    max_sge: u32,
+    max_inline: u32,
+    header: &mut IvSendWqe,
+    sges: &mut [IvSge],
+) -> Result<usize, WqeError> {
     let at = ring.slot_offset(index);
-    let header: IvSendWqe = ring
-        .region()
-        .read_obj(at)
+    ring.region()
+        .read(at, header.as_mut_bytes())
         .map_err(|OutOfBounds| WqeError::Malformed)?;
     if header.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
         || header.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
@@ -359,25 +389,22 @@ pub fn read_send_wqe(
     {
         return Err(WqeError::Malformed);
     }
-    let mut snap = SendWqeSnapshot {
-        header,
-        sges: [IvSge::default(); MAX_SGE],
-    };
     let room = ring.stride() as usize - IV_SEND_WQE_HEADER;
     if header.flags & IV_SEND_INLINE != 0 {
         if header.inline_len > max_inline || header.inline_len as usize > room {
             return Err(WqeError::InlineTooLong);
         }
+        Ok(0)
     } else {
         let n = header.num_sge as usize;
-        if n > max_sge as usize || n > MAX_SGE || n * 16 > room {
+        if n > max_sge as usize || n > MAX_SGE || n > sges.len() || n * 16 > room {
             return Err(WqeError::TooManySge);
         }
         ring.region()
-            .read(at + IV_SEND_WQE_HEADER, snap.sges[..n].as_mut_bytes())
+            .read(at + IV_SEND_WQE_HEADER, sges[..n].as_mut_bytes())
             .map_err(|OutOfBounds| WqeError::Malformed)?;
+        Ok(n)
     }
-    Ok(snap)
 }
 
 /// Byte offset (in the ring's region) and length of a send WQE's inline data.
@@ -405,6 +432,30 @@ pub struct RecvWqeSnapshot {
 /// # Errors
 /// [`WqeError`].
 pub fn read_recv_wqe(ring: &Ring, index: u32, max_sge: u32) -> Result<RecvWqeSnapshot, WqeError> {
+    let mut snap = RecvWqeSnapshot {
+        wr_id: 0,
+        num_sge: 0,
+        sges: [IvSge::default(); MAX_SGE],
+    };
+    let (wr_id, n) = read_recv_wqe_into(ring, index, max_sge, &mut snap.sges)?;
+    snap.wr_id = wr_id;
+    snap.num_sge = n;
+    Ok(snap)
+}
+
+/// The HCA's side, without an intermediate copy: reads the receive WQE at
+/// `index`, its scatter list straight into the first entries of `sges`
+/// (checked against `max_sge` and `sges.len()`). Returns the work request
+/// id and the number of SGEs.
+///
+/// # Errors
+/// [`WqeError`].
+pub fn read_recv_wqe_into(
+    ring: &Ring,
+    index: u32,
+    max_sge: u32,
+    sges: &mut [IvSge],
+) -> Result<(u64, usize), WqeError> {
     let at = ring.slot_offset(index);
     let header: IvRecvWqe = ring
         .region()
@@ -414,18 +465,17 @@ pub fn read_recv_wqe(ring: &Ring, index: u32, max_sge: u32) -> Result<RecvWqeSna
     if header.reserved != 0 {
         return Err(WqeError::Malformed);
     }
-    if n > max_sge as usize || n > MAX_SGE || n * 16 > ring.stride() as usize - IV_RECV_WQE_HEADER {
+    if n > max_sge as usize
+        || n > MAX_SGE
+        || n > sges.len()
+        || n * 16 > ring.stride() as usize - IV_RECV_WQE_HEADER
+    {
         return Err(WqeError::TooManySge);
     }
-    let mut snap = RecvWqeSnapshot {
-        wr_id: header.wr_id,
-        num_sge: n,
-        sges: [IvSge::default(); MAX_SGE],
-    };
     ring.region()
-        .read(at + IV_RECV_WQE_HEADER, snap.sges[..n].as_mut_bytes())
+        .read(at + IV_RECV_WQE_HEADER, sges[..n].as_mut_bytes())
         .map_err(|OutOfBounds| WqeError::Malformed)?;
-    Ok(snap)
+    Ok((header.wr_id, n))
 }
 
 /// The CQ is full: the CQE was not written (a CQ overrun).
@@ -445,6 +495,29 @@ pub fn push_cqe(ring: &Ring, cqe: &IvCqe) -> Result<(), Overrun> {
         .map_err(|OutOfBounds| Overrun)?;
     p.publish(index.wrapping_add(1));
     Ok(())
+}
+
+/// The HCA's side: appends a CQE to a CQ that holds at most `limit`
+/// entries (a CQ of 2^k - 1 entries on a ring of 2^k slots). Returns the
+/// producer index after it.
+///
+/// # Errors
+/// [`Overrun`] when `limit` entries (or the whole ring) are unconsumed, or
+/// the ULP's consumer index is impossible.
+pub fn push_cqe_within(ring: &Ring, cqe: &IvCqe, limit: u32) -> Result<u32, Overrun> {
+    let producer = ring.producer_word();
+    let p = producer.load(Ordering::Relaxed);
+    let c = ring.consumer_word().load(Ordering::Acquire);
+    let used = p.wrapping_sub(c);
+    if used >= limit.min(ring.entries()) {
+        return Err(Overrun);
+    }
+    ring.region()
+        .write_obj(ring.slot_offset(p), cqe)
+        .map_err(|OutOfBounds| Overrun)?;
+    let next = p.wrapping_add(1);
+    producer.store(next, Ordering::Release);
+    Ok(next)
 }
 
 #[cfg(test)]
@@ -567,6 +640,44 @@ mod tests {
     }
 
     #[test]
+    fn reading_into_a_shadow_copies_only_the_sges_named() {
+        let ring = Ring::alloc(4, send_stride(4, 0)).unwrap();
+        let sq = SendQueue::new(ring.clone(), 4, 0);
+        let sges = [sge(0x10), sge(0x20), sge(0x30)];
+        sq.post(&SendWr {
+            wr_id: 5,
+            sges: &sges,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut header = IvSendWqe::default();
+        let mut shadow = [IvSge::default(); 4];
+        assert_eq!(
+            read_send_wqe_into(&ring, 0, 4, 0, &mut header, &mut shadow),
+            Ok(3)
+        );
+        assert_eq!((header.wr_id, &shadow[..3]), (5, &sges[..]));
+        assert_eq!(shadow[3], IvSge::default(), "untouched");
+        let mut small = [IvSge::default(); 2];
+        assert_eq!(
+            read_send_wqe_into(&ring, 0, 4, 0, &mut header, &mut small),
+            Err(WqeError::TooManySge),
+            "the shadow is a limit too"
+        );
+
+        let rq_ring = Ring::alloc(4, recv_stride(2)).unwrap();
+        let rq = RecvQueue::new(rq_ring.clone(), 2);
+        rq.post(9, &sges[..2]).unwrap();
+        let mut shadow = [IvSge::default(); 2];
+        assert_eq!(read_recv_wqe_into(&rq_ring, 0, 2, &mut shadow), Ok((9, 2)));
+        assert_eq!(shadow, [sges[0], sges[1]]);
+        assert_eq!(
+            read_recv_wqe_into(&rq_ring, 0, 2, &mut shadow[..1]),
+            Err(WqeError::TooManySge)
+        );
+    }
+
+    #[test]
     fn recv_and_cq_round_trip() {
         let rq_ring = Ring::alloc(4, recv_stride(2)).unwrap();
         let rq = RecvQueue::new(rq_ring.clone(), 2);
@@ -595,10 +706,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(push_cqe(&cq_ring, &IvCqe::default()), Err(Overrun));
+        assert_eq!(
+            push_cqe_within(&cq_ring, &IvCqe::default(), 5),
+            Err(Overrun),
+            "the ring is the limit too"
+        );
         assert_eq!(cq.poll(&mut out[..1]), Ok(1));
         assert_eq!(out[0].wr_id, 1);
         assert_eq!(cq.poll(&mut out), Ok(1));
         assert_eq!(out[0].wr_id, 2);
+        assert_eq!(push_cqe_within(&cq_ring, &IvCqe::default(), 1), Ok(3));
+        assert_eq!(
+            push_cqe_within(&cq_ring, &IvCqe::default(), 1),
+            Err(Overrun),
+            "a CQ of 1 on a ring of 2"
+        );
+        assert_eq!(cq.poll(&mut out), Ok(1));
         let w = cq.arm(true);
         assert_eq!(
             w & (IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED),

@@ -1,14 +1,35 @@
 //! Completion queues.
 //!
 //! A CQ is a ring of 2^k slots holding up to 2^k - 1 completions; creating
-//! or resizing rounds the number asked up to that size. The ring itself
-//! belongs to the data path (a later stage); the firmware keeps its size.
+//! or resizing rounds the number asked up to that size. The data path
+//! appends CQEs with [`post_cqe`]; the ULP polls them.
+//!
+//! Notification: the ULP's `req_notify_cq` writes the ring's arm word
+//! (`IV_CQ_ARM_NEXT`, optionally `IV_CQ_ARM_SOLICITED`) and rings the arm
+//! doorbell. After writing a CQE the HCA reads the arm word; if it is armed
+//! and the CQE qualifies (any CQE; with `IV_CQ_ARM_SOLICITED` only a
+//! solicited receive or an error) it disarms it (clears the two flags with
+//! a compare-and-swap, so a concurrent re-arm is never lost: at worst it
+//! fires once more) and posts [`Event::Completion`]. The arm doorbell fires
+//! at once when qualifying CQEs wait unpolled.
+//!
+//! A CQE that does not fit is a CQ overrun: the CQ enters its error state
+//! (no CQE is written to it any more), [`AsyncEvent::CqError`] is raised
+//! and every QP completing on it goes to ERR.
 
-use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER};
-use irpverbs_core::CommandOut;
+use core::sync::atomic::Ordering;
+
+use irpverbs_abi::{
+    IV_CQ_ARM_NEXT, IV_CQ_ARM_SOLICITED, IV_WC_SUCCESS, IvCqe, NtStatus,
+    STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
+};
+use irpverbs_core::{AsyncEvent, CommandOut, Event};
+use irpverbs_ring::wq::{push_cqe, push_cqe_within};
 
 use crate::config::ring_entries;
+use crate::engine::DataPath;
 use crate::firmware::{Firmware, Refs};
+use crate::table::Table;
 
 /// A completion queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,13 +38,110 @@ pub(crate) struct Cq {
     pub(crate) cqe: u32,
     /// Completion vector.
     pub(crate) comp_vector: u32,
-    /// Completions it holds now (always 0 until the data path exists).
-    pub(crate) used: u32,
+    /// Overran: nothing is written to it any more.
+    pub(crate) error: bool,
+    /// Producer index after the last solicited or error CQE.
+    pub(crate) last_sol: u32,
     /// The ring CQEs are written to.
     pub(crate) ring: crate::shared::RingRef,
     /// QPs whose send or receive queue completes here (a QP using it for
     /// both counts twice).
     pub(crate) refs: Refs,
+}
+
+impl Cq {
+    /// Completions written and not polled.
+    pub(crate) fn used(&self) -> u32 {
+        let ring = &self.ring.0;
+        ring.consumer().filled().unwrap_or(ring.entries())
+    }
+
+    /// Copies the `used` unpolled completions to `new` (a resize), oldest
+    /// first, and carries the solicited mark over.
+    fn move_to(&mut self, new: &irpverbs_ring::Ring, used: u32) {
+        let old = &self.ring.0;
+        let c = old.consumer_word().load(Ordering::Acquire);
+        for k in 0..used {
+            let cqe: IvCqe = old
+                .region()
+                .read_obj(old.slot_offset(c.wrapping_add(k)))
+                .unwrap_or_default();
+            let _ = push_cqe(new, &cqe);
+        }
+        let sol = self.last_sol.wrapping_sub(c);
+        self.last_sol = if sol != 0 && sol <= used { sol } else { 0 };
+    }
+
+    /// If armed, and a completion it would fire for waits unpolled,
+    /// disarms it and returns true (`cq_arm_doorbell`).
+    pub(crate) fn check_armed(&mut self) -> bool {
+        let ring = &self.ring.0;
+        let arm = ring.arm_word();
+        let w = arm.load(Ordering::Acquire);
+        if w & IV_CQ_ARM_NEXT == 0 {
+            return false;
+        }
+        let c = ring.consumer_word().load(Ordering::Acquire);
+        let p = ring.producer_word().load(Ordering::Relaxed);
+        let pending = if w & IV_CQ_ARM_SOLICITED != 0 {
+            let d = self.last_sol.wrapping_sub(c);
+            d != 0 && d <= p.wrapping_sub(c)
+        } else {
+            p != c
+        };
+        if pending {
+            disarm(arm, w);
+        }
+        pending
+    }
+}
+
+fn disarm(arm: &core::sync::atomic::AtomicU32, w: u32) {
+    let _ = arm.compare_exchange(
+        w,
+        w & !(IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED),
+        Ordering::AcqRel,
+        Ordering::Relaxed,
+    );
+}
+
+/// Appends `cqe` to CQ `cqn` and fires its completion event if it is armed
+/// for it (`solicited`: a solicited receive). Returns false when the CQE
+/// was not written: no such CQ, or it overran (now or before).
+pub(crate) fn post_cqe(
+    cqs: &mut Table<Cq>,
+    dp: &mut DataPath,
+    cqn: u32,
+    cqe: &IvCqe,
+    solicited: bool,
+) -> bool {
+    let Ok(cq) = cqs.get_mut(cqn) else {
+        return false;
+    };
+    if cq.error {
+        dp.stats.cqes_lost += 1;
+        return false;
+    }
+    let ring = &cq.ring.0;
+    // The ring has a slot more than the CQ's size: the size is the limit.
+    let Ok(produced) = push_cqe_within(ring, cqe, cq.cqe) else {
+        cq.error = true;
+        dp.stats.cqes_lost += 1;
+        dp.raise(AsyncEvent::CqError(cqn));
+        dp.cq_errors.push(cqn);
+        return false;
+    };
+    let qualifies = solicited || cqe.status != IV_WC_SUCCESS;
+    if qualifies {
+        cq.last_sol = produced;
+    }
+    let arm = ring.arm_word();
+    let w = arm.load(Ordering::Acquire);
+    if w & IV_CQ_ARM_NEXT != 0 && (w & IV_CQ_ARM_SOLICITED == 0 || qualifies) {
+        disarm(arm, w);
+        dp.events.push(Event::Completion { cqn });
+    }
+    true
 }
 
 impl Firmware {
@@ -53,7 +171,8 @@ impl Firmware {
         let cqn = self.cqs.insert(Cq {
             cqe,
             comp_vector,
-            used: 0,
+            error: false,
+            last_sol: 0,
             ring: ring.clone(),
             refs: Refs::default(),
         })?;
@@ -71,13 +190,14 @@ impl Firmware {
     /// for `cqe` 0 or below the completions the CQ holds;
     /// `STATUS_INSUFFICIENT_RESOURCES` for `cqe` above `max_cqe`.
     pub(crate) fn resize_cq(&mut self, cqn: u32, cqe: u32) -> Result<CommandOut, NtStatus> {
-        let used = self.cqs.get(cqn)?.used;
+        let used = self.cqs.get(cqn)?.used();
         let cqe = self.cq_entries(cqe)?;
         if cqe < used {
             return Err(STATUS_INVALID_PARAMETER);
         }
         let ring = crate::shared::RingRef::alloc(cqe + 1, 64)?;
         let cq = self.cqs.get_mut(cqn)?;
+        cq.move_to(&ring.0, used);
         cq.cqe = cqe;
         cq.ring = ring.clone();
         Ok(CommandOut::Cq {

@@ -77,6 +77,19 @@ impl EventQueue {
         core::mem::take(&mut self.armed)
     }
 
+    /// Appends a data-path entry (a completion or async event), outside the
+    /// room reserved for commands. Returns whether to raise the interrupt,
+    /// or `None` when there is no room: the entry is lost (an event queue
+    /// overrun, counted by the caller).
+    pub(crate) fn push(&mut self, event: Event) -> Option<bool> {
+        if self.entries.len() + self.reserved >= self.capacity {
+            return None;
+        }
+        self.entries.push_back(event);
+        self.high_water = self.high_water.max(self.entries.len());
+        Some(core::mem::take(&mut self.armed))
+    }
+
     /// Takes the oldest entry. The flag is true when the firmware had stalled
     /// for room and should run again.
     pub(crate) fn pop(&mut self) -> (Option<Event>, bool) {

@@ -109,6 +109,8 @@ pub(crate) struct Firmware {
     pub(crate) ahs: Table<Ah>,
     /// An async event the command being executed raised.
     pub(crate) raised: Option<AsyncEvent>,
+    /// The data path's state (not compared: see [`crate::engine::DataPath`]).
+    pub(crate) dp: crate::engine::DataPath,
 }
 
 /// What executing a command produced.
@@ -125,8 +127,10 @@ pub(crate) struct Executed {
 impl Firmware {
     /// Firmware with empty tables. `config` must be valid.
     pub(crate) fn new(config: &SoftConfig) -> Self {
+        let port = Port::new(config.ip);
         Self {
-            port: Port::new(config.ip),
+            dp: crate::engine::DataPath::new(port.gid(0).unwrap_or_default()),
+            port,
             pds: Table::new(config.max_pd),
             mrs: Table::new(config.max_mr),
             cqs: Table::new(config.max_cq),

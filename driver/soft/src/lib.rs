@@ -41,18 +41,61 @@
 //!   believed, or a transition the state machine lacks.
 //! - `STATUS_NOT_SUPPORTED`: alternate paths and path migration.
 //!
+//! ## Data path
+//!
+//! CQs, SRQs and QPs own their rings (shared with the ULP); MRs their
+//! pinned regions. The doorbells ([`Hca::sq_doorbell`], ...) schedule work
+//! for the transport engine ([`engine`](crate::engine)): the requester
+//! turns send WQEs into packets, the responder executes them at the
+//! destination QP, the completer matches the responses and writes the send
+//! completions (see `requester.rs`, `responder.rs`, `completer.rs`;
+//! `packet.rs` is the packet, `fabric.rs` the delivery between HCAs). In
+//! [`Execution::Inline`] mode the work runs to quiescence on the thread
+//! that rang the doorbell, before the doorbell returns — including the
+//! work of other inline HCAs it sends to; in [`Execution::Deferred`] mode
+//! the doorbell marks the work and rings [`SoftBus::doorbell`], and
+//! [`SoftHca::run_firmware`] runs it.
+//!
+//! Two soft HCAs in one process reach each other through a [`Fabric`]:
+//!
+//! ```ignore
+//! let fabric = Fabric::new(&platform);
+//! let a = Arc::new(SoftHca::new(&platform, config_a, bus_a)?); // ip 10.0.0.1
+//! let b = Arc::new(SoftHca::new(&platform, config_b, bus_b)?); // ip 10.0.0.2
+//! fabric.attach(&a)?;
+//! fabric.attach(&b)?;
+//! // A QP on `a` whose address vector names b.gid() now talks to `b`;
+//! // an address vector naming a.gid() is loopback (no fabric needed).
+//! ```
+//!
+//! The data path allocates nothing per message: WQEs are read once into the
+//! QP's shadow of the slot, payloads travel as references to the source
+//! region and are copied once, from MR to MR ([`Region::copy`]), and the
+//! batches packets travel in are reused.
+//!
+//! [`Region::copy`]: irpverbs_ring::Region::copy
+//!
 //! ## Locks
 //!
-//! Firmware state and command queue under one `HCA_LOCK` (rank 20), the
-//! event queue under `EQ_LOCK` (rank 30), taken in that order only. Every
-//! method may be called holding the driver's `DEVICE_LOCK` (rank 10). The
-//! [`SoftBus`] is only called with neither soft HCA lock held.
+//! Per HCA, in this order only:
+//! - `HCA_LOCK` (rank 20): the firmware — object tables, command queue and
+//!   the whole data path (transport state of every QP, CQ and SRQ
+//!   consumption). Commands and data path share it, so a command sees (and
+//!   changes) the data path consistently: a modify to ERR flushes under it,
+//!   a destroy stops the QP's work at once.
+//! - [`FABRIC_LOCK`] (rank 22): a fabric's registry, taken to resolve a
+//!   GID not seen before.
+//! - [`INBOX_LOCK`] (rank 25): an HCA's inbox. The *sender* takes the
+//!   receiver's inbox lock, holding its own `HCA_LOCK`, to append frames
+//!   (this keeps a QP's packets in order whichever thread sends); the
+//!   receiver takes it under its own `HCA_LOCK` to drain it. It is a leaf.
+//! - `EQ_LOCK` (rank 30): the event queue.
 //!
-//! ## Not yet
-//!
-//! The data path (work queues, CQ rings, doorbells, transport, wire) is a
-//! later stage. CQs, SRQs and QPs keep their sizes and a count of entries
-//! held (always 0 for now) where the rings will go.
+//! An HCA never holds two `HCA_LOCK`s: it never calls into another HCA's
+//! firmware holding its own, only appends to the other's inbox, then kicks
+//! it after releasing everything. Every method may be called holding the
+//! driver's `DEVICE_LOCK` (rank 10). The [`SoftBus`] is only called with no
+//! soft HCA lock held.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -62,26 +105,39 @@ extern crate alloc;
 extern crate std;
 
 mod ah;
+mod completer;
 mod config;
 mod cq;
+mod dma;
+mod engine;
 mod eq;
+pub mod fabric;
 mod firmware;
 mod mr;
+pub mod packet;
 mod pd;
 mod port;
 mod qp;
+mod requester;
+mod responder;
 mod shared;
 mod srq;
 mod table;
 #[cfg(test)]
+mod tests_dp;
+#[cfg(test)]
 mod testutil;
 
 use alloc::collections::VecDeque;
-use alloc::sync::Arc;
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 
-use irpverbs_abi::{IvQueryDeviceOut, NtStatus, nt_success};
+use irpverbs_abi::{IvQueryDeviceOut, NtStatus, STATUS_INVALID_PARAMETER, nt_success};
 use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK};
 use irpverbs_core::{Command, Event, Hca, Platform, SpinLock};
+
+pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
@@ -93,8 +149,11 @@ pub use port::{
 pub use qp::{MAX_PSN, MAX_RETRY, MAX_TIMER};
 
 use config::EVENTS_PER_COMMAND;
+use engine::REQUESTER_BUDGET;
 use eq::EventQueue;
+use fabric::{Peer, Router, Todo};
 use firmware::{Executed, Firmware};
+use packet::{Batch, Frame, Gid};
 
 /// What the host bus gives the device: its interrupt line and the command
 /// doorbell's signal.
@@ -131,6 +190,23 @@ pub struct SoftStats {
     pub commands_queued: usize,
     /// Most event queue entries ever held at once.
     pub eq_high_water: usize,
+    /// Packets the transport built (requests, responses, ACKs).
+    pub packets_sent: u64,
+    /// Packets the transport processed.
+    pub packets_received: u64,
+    /// Packets dropped: no route, no such QP, wrong state or transport,
+    /// Q_Key mismatch, no receive WQE (UC, UD), PSN out of sequence.
+    pub packets_dropped: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+    /// Requests sent again after an RNR NAK.
+    pub rnr_retries: u64,
+    /// Requests sent again after a NAK or a missing response.
+    pub retries: u64,
+    /// Completions not written because their CQ had overrun.
+    pub cqes_lost: u64,
+    /// Completion and async events lost to a full event queue.
+    pub events_lost: u64,
 }
 
 /// The firmware and its command queue, under `HCA_LOCK`.
@@ -141,13 +217,19 @@ struct HcaState {
     stats: SoftStats,
 }
 
-/// The software HCA's device: command interface, firmware, event queue.
+/// The software HCA's device: command interface, firmware, data path,
+/// event queue.
 pub struct SoftHca<P: Platform> {
     caps: IvQueryDeviceOut,
     execution: Execution,
     bus: Arc<dyn SoftBus>,
+    gid: Gid,
     state: P::Lock<HcaState>,
     eq: P::Lock<EventQueue>,
+    inbox: P::Lock<Batch>,
+    inbox_pending: AtomicBool,
+    /// The data path's [`engine::DataPath::attention`].
+    attention: Arc<core::sync::atomic::AtomicU32>,
 }
 
 impl<P: Platform> core::fmt::Debug for SoftHca<P> {
@@ -190,13 +272,169 @@ impl<P: Platform> SoftHca<P> {
             caps: firmware::device_caps(&config),
             execution: config.execution,
             bus,
+            gid: state.firmware.dp.gid,
+            attention: state.firmware.dp.attention.clone(),
             state: platform.new_lock(&HCA_LOCK, state),
             eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
+            inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
+            inbox_pending: AtomicBool::new(false),
         })
     }
 
+    /// The port's GID 0 (from [`SoftConfig::ip`]): how a [`Fabric`] and
+    /// address vectors name this HCA.
+    ///
+    /// IRQL: any.
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Gives the data path a router (a fabric), or takes it away.
+    fn set_router(&self, router: Option<Arc<dyn Router>>) -> Result<(), NtStatus> {
+        self.state.lock(|st| {
+            let dp = &st.firmware.dp;
+            if router.is_some() && dp.router.is_some() {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            st.firmware.set_router(router);
+            Ok(())
+        })
+    }
+
+    /// Moves the data path's events to the event queue (under `HCA_LOCK`);
+    /// returns whether to raise the interrupt.
+    fn push_events(&self, events: &mut Vec<Event>, stats: &mut SoftStats) -> bool {
+        if events.is_empty() {
+            return false;
+        }
+        self.eq.lock(|eq| {
+            let mut raise = false;
+            for e in events.drain(..) {
+                match eq.push(e) {
+                    Some(r) => raise |= r,
+                    None => stats.events_lost += 1,
+                }
+            }
+            raise
+        })
+    }
+
+    /// One data-path step: `pre` (a doorbell's marking), the inbox, the
+    /// engine within its budget, then (still under `HCA_LOCK`) the frames
+    /// for other HCAs into their inboxes and the events into the event
+    /// queue. After releasing the lock: the interrupt, and the kicks of the
+    /// HCAs that got frames. Returns true when work is left.
+    fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> bool {
+        let (raise, more) = self.state.lock(|st| {
+            pre(&mut st.firmware);
+            let fw = &mut st.firmware;
+            if self.inbox_pending.swap(false, Ordering::AcqRel) {
+                if fw.dp.inbound.is_empty() {
+                    self.inbox
+                        .lock(|ib| core::mem::swap(ib, &mut fw.dp.inbound));
+                } else {
+                    self.inbox.lock(|ib| fw.dp.inbound.append(ib));
+                }
+            }
+            let mut more = fw.run_datapath(REQUESTER_BUDGET);
+            let dp = &mut fw.dp;
+            for q in &mut dp.outbox {
+                if q.batch.is_empty() {
+                    continue;
+                }
+                match q.peer.as_ref().and_then(Weak::upgrade) {
+                    Some(peer) => {
+                        peer.accept(&mut q.batch);
+                        todo.push(peer);
+                    }
+                    None => {
+                        // The HCA went away: the packets are lost, and
+                        // unacknowledged ones count as sent.
+                        for f in q.batch.frames.drain(..) {
+                            if let Frame::Packet {
+                                pkt,
+                                burst,
+                                notify: Some(qpn),
+                                ..
+                            } = f
+                            {
+                                let psn = burst.last_psn(pkt.psn);
+                                dp.loopq.push_signal(Frame::Sent { qpn, psn });
+                                more = true;
+                            }
+                        }
+                        q.batch.clear();
+                        dp.stats.packets_dropped += 1;
+                    }
+                }
+            }
+            let raise = self.push_events(&mut fw.dp.events, &mut st.stats);
+            (raise, more)
+        });
+        if raise {
+            self.bus.interrupt();
+        }
+        more
+    }
+
+    /// Runs the data path to quiescence on this thread, after `pre`: this
+    /// HCA's, and that of every inline HCA it sends to (a work list, never
+    /// recursion).
+    fn drive(&self, pre: impl FnOnce(&mut Firmware)) {
+        let mut todo = Todo::new();
+        let again = self.dp_step(&mut todo, pre);
+        self.drive_rest(todo, again);
+    }
+
+    /// The rest of [`Self::drive`], after a first step.
+    fn drive_rest(&self, mut todo: Todo, mut again: bool) {
+        loop {
+            while let Some(peer) = todo.pop() {
+                if peer.id() == self.id() {
+                    again = true;
+                } else if !peer.inline() {
+                    peer.ring();
+                } else if peer.step(&mut todo) {
+                    todo.push(peer);
+                }
+            }
+            if !again {
+                return;
+            }
+            again = self.dp_step(&mut todo, |_| {});
+        }
+    }
+
+    /// A receive doorbell has nothing to do: no QP is in ERR and no
+    /// responder waits for a receive. The fence pairs with
+    /// [`engine::DataPath::attend`]: the ULP published its WQE before, so
+    /// either this sees the attention, or the HCA sees the WQE.
+    fn quiet(&self) -> bool {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        self.attention.load(Ordering::SeqCst) == 0
+    }
+
+    /// Rings a data-path doorbell: `mark` records the work and says whether
+    /// there is any; inline, the work runs now; deferred, the hardware
+    /// thread is woken.
+    fn doorbell(&self, mark: impl FnOnce(&mut Firmware) -> bool) {
+        match self.execution {
+            Execution::Inline => {
+                if self.state.lock(|st| mark(&mut st.firmware)) {
+                    self.drive(|_| {});
+                }
+            }
+            Execution::Deferred => {
+                if self.state.lock(|st| mark(&mut st.firmware)) {
+                    self.bus.doorbell();
+                }
+            }
+        }
+    }
+
     /// Executes queued commands, in order, until the queue is empty or the
-    /// event queue has no room; returns how many ran. In
+    /// event queue has no room, then runs the data path (send queues,
+    /// inbound packets) until it is idle; returns how many commands ran. In
     /// [`Execution::Deferred`] mode the host calls this from its "hardware"
     /// thread after [`SoftBus::doorbell`]; in [`Execution::Inline`] mode the
     /// device calls it itself (calling it too is harmless).
@@ -208,7 +446,7 @@ impl<P: Platform> SoftHca<P> {
         let mut ran = 0;
         loop {
             match self.step() {
-                Step::Idle | Step::Stalled => return ran,
+                Step::Idle | Step::Stalled => break,
                 Step::Ran(raise) => {
                     ran += 1;
                     if raise {
@@ -217,6 +455,8 @@ impl<P: Platform> SoftHca<P> {
                 }
             }
         }
+        self.drive(|_| {});
+        ran
     }
 
     /// Executes the oldest queued command if the event queue has room for
@@ -237,7 +477,7 @@ impl<P: Platform> SoftHca<P> {
             if !nt_success(status) {
                 st.stats.commands_failed += 1;
             }
-            let raise = self.eq.lock(|eq| {
+            let mut raise = self.eq.lock(|eq| {
                 let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
                 let mut used = 1;
                 if let Some(event) = event {
@@ -247,6 +487,7 @@ impl<P: Platform> SoftHca<P> {
                 eq.release(EVENTS_PER_COMMAND - used);
                 raise
             });
+            raise |= self.push_events(&mut st.firmware.dp.events, &mut st.stats);
             Step::Ran(raise)
         })
     }
@@ -266,9 +507,19 @@ impl<P: Platform> SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn stats(&self) -> SoftStats {
-        let mut stats = self.state.lock(|st| SoftStats {
-            commands_queued: st.queue.len(),
-            ..st.stats
+        let mut stats = self.state.lock(|st| {
+            let d = st.firmware.dp.stats;
+            SoftStats {
+                commands_queued: st.queue.len(),
+                packets_sent: d.packets_sent,
+                packets_received: d.packets_received,
+                packets_dropped: d.packets_dropped,
+                rnr_naks: d.rnr_naks,
+                rnr_retries: d.rnr_retries,
+                retries: d.retries,
+                cqes_lost: d.cqes_lost,
+                ..st.stats
+            }
         });
         stats.eq_high_water = self.eq.lock(|eq| eq.high_water());
         stats
@@ -280,6 +531,16 @@ impl<P: Platform> SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn live_objects(&self) -> usize {
         self.state.lock(|st| st.firmware.live_objects())
+    }
+
+    /// Work is waiting: commands, frames in the inbox or the engine, ready
+    /// send queues (tests only).
+    #[cfg(test)]
+    pub(crate) fn busy(&self) -> bool {
+        self.inbox_pending.load(Ordering::Acquire)
+            || self
+                .state
+                .lock(|st| !st.queue.is_empty() || st.firmware.dp.has_work())
     }
 
     /// Runs `f` on the firmware state (tests only).
@@ -347,12 +608,80 @@ impl<P: Platform> Hca for SoftHca<P> {
         }
     }
 
-    // The data path (transport engine) lands with the transport work; until
-    // then doorbells have no queue to run.
-    fn sq_doorbell(&self, _qpn: u32) {}
-    fn rq_doorbell(&self, _qpn: u32) {}
-    fn srq_doorbell(&self, _srqn: u32) {}
-    fn cq_arm_doorbell(&self, _cqn: u32) {}
+    /// Schedules QP `qpn`'s send queue: inline, its new WQEs run (and their
+    /// responses, and every completion they cause) before this returns;
+    /// deferred, the hardware thread runs them. A doorbell for no QP is
+    /// ignored.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn sq_doorbell(&self, qpn: u32) {
+        match self.execution {
+            // One lock hold marks the QP and runs it.
+            Execution::Inline => self.drive(|fw| fw.ring_sq_now(qpn)),
+            Execution::Deferred => self.doorbell(|fw| fw.ring_sq(qpn)),
+        }
+    }
+
+    /// QP `qpn` got receive WQEs: a QP in ERR flushes them; a responder
+    /// that sent an RNR NAK lets its requester retry.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn rq_doorbell(&self, qpn: u32) {
+        if self.quiet() {
+            return;
+        }
+        self.doorbell(|fw| fw.ring_rq(qpn));
+    }
+
+    /// SRQ `srqn` got WQEs: requesters that got an RNR NAK from its QPs
+    /// may retry.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn srq_doorbell(&self, srqn: u32) {
+        if self.quiet() {
+            return;
+        }
+        self.doorbell(|fw| fw.ring_srq(srqn));
+    }
+
+    /// CQ `cqn` was armed: when completions it would fire for wait
+    /// unpolled, fires at once (and disarms).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn cq_arm_doorbell(&self, cqn: u32) {
+        let raise = self.state.lock(|st| {
+            st.firmware.arm_cq(cqn);
+            self.push_events(&mut st.firmware.dp.events, &mut st.stats)
+        });
+        if raise {
+            self.bus.interrupt();
+        }
+    }
+}
+
+impl<P: Platform> Peer for SoftHca<P> {
+    fn accept(&self, batch: &mut Batch) {
+        self.inbox.lock(|ib| {
+            ib.append(batch);
+            self.inbox_pending.store(true, Ordering::Release);
+        });
+    }
+
+    fn inline(&self) -> bool {
+        self.execution == Execution::Inline
+    }
+
+    fn ring(&self) {
+        self.bus.doorbell();
+    }
+
+    fn step(&self, todo: &mut Todo) -> bool {
+        self.dp_step(todo, |_| {})
+    }
+
+    fn id(&self) -> usize {
+        core::ptr::from_ref(self).addr()
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub(crate) struct Mr {
     pub(crate) physical: bool,
     /// The pinned memory: the only way the HCA reaches it.
     pub(crate) region: crate::shared::RegionRef,
+    /// Invalidated by a SEND with invalidate: its keys no longer work.
+    pub(crate) invalid: bool,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -80,6 +82,7 @@ impl Firmware {
             access,
             physical,
             region: crate::shared::RegionRef(region),
+            invalid: false,
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();

@@ -84,6 +84,11 @@ impl Port {
         }
     }
 
+    /// The active MTU in bytes (UD messages are at most this).
+    pub(crate) const fn active_mtu_bytes(&self) -> u32 {
+        crate::engine::mtu_bytes(IV_MTU_1024)
+    }
+
     /// Largest path MTU (`IV_MTU_*`).
     pub(crate) const fn max_mtu(&self) -> u32 {
         IV_MTU_4096

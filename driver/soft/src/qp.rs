@@ -133,12 +133,15 @@ pub(crate) struct Qp {
     /// Actual work queue sizes.
     pub(crate) cap: IvQpCap,
     /// Attributes set by `ModifyQp` (its `qp_state`, `cur_qp_state`, `cap`
-    /// and `sq_draining` are not used: `state` and `cap` are authoritative).
+    /// and `sq_draining` are not used: `state`, `cap` and the transport
+    /// state are authoritative).
     pub(crate) attr: IvQpAttr,
     /// The send queue ring.
     pub(crate) sq: crate::shared::RingRef,
     /// The receive queue ring (none with an SRQ).
     pub(crate) rq: Option<crate::shared::RingRef>,
+    /// Transport state (requester, completer, responder).
+    pub(crate) tx: alloc::boxed::Box<crate::engine::QpTx>,
 }
 
 /// What `CreateQp` asks for.
@@ -220,6 +223,11 @@ impl QpTable {
         }
     }
 
+    /// Every QP, mutably.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Qp)> {
+        self.map.iter_mut().map(|(k, v)| (*k, v))
+    }
+
     /// Removes QP `qpn`.
     ///
     /// # Errors
@@ -296,6 +304,8 @@ impl Firmware {
                 irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
             )?),
         };
+        let tx = crate::engine::QpTx::new(&sq.0, rq.as_ref().map(|r| &r.0))?;
+        let tx = alloc::boxed::Box::new(tx);
         let qpn = self.qps.insert(Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,
@@ -308,6 +318,7 @@ impl Firmware {
             attr: IvQpAttr::default(),
             sq: sq.clone(),
             rq: rq.clone(),
+            tx,
         })?;
         self.pds.get_mut(init.pdn)?.refs.get();
         self.cqs.get_mut(init.send_cqn)?.refs.get();
@@ -372,10 +383,21 @@ impl Firmware {
 
     /// `ModifyQp`: moves QP `qpn` from `cur_state` to `attr.qp_state` (or
     /// stays in `cur_state` without `IV_QP_STATE` in `mask`) and applies the
-    /// attributes in `mask`. Moving to RESET clears every attribute but the
-    /// sizes. Moving from RTS to SQD with `en_sqd_async_notify` raises
-    /// [`AsyncEvent::SqDrained`] at once, the send queue being empty (no data
-    /// path yet).
+    /// attributes in `mask`. Then the data path follows
+    /// ([`Firmware::on_modify`]):
+    /// - RESET clears every attribute but the sizes and empties both work
+    ///   queues without completions (IBTA 10.3.1): the HCA moves its
+    ///   consumer indices up to the producers (it never writes the ULP's
+    ///   producer index); WQEs posted later are kept;
+    /// - RTR sets the responder's expected PSN and path (the first packet
+    ///   received in RTR raises CommEstablished); RTS the requester's PSN
+    ///   and retry counts, and starts the WQEs posted meanwhile;
+    /// - SQD stops starting WQEs; with `en_sqd_async_notify`
+    ///   [`AsyncEvent::SqDrained`] is raised at once if nothing is in flight
+    ///   (after the command's completion), else when the last WQE in flight
+    ///   completes;
+    /// - ERR flushes both work queues (every outstanding WQE completes with
+    ///   `WR_FLUSH_ERR`; a QP on an SRQ raises LastWqeReached).
     ///
     /// # Errors
     /// - `STATUS_INVALID_HANDLE`: unknown QPN.
@@ -433,13 +455,16 @@ impl Firmware {
         }
         if to == QpState::Reset {
             qp.attr = IvQpAttr::default();
-            return Ok(CommandOut::None);
+        } else {
+            apply_attr(&mut qp.attr, mask, attr);
         }
-        apply_attr(&mut qp.attr, mask, attr);
+        self.on_modify(qpn, from, mask);
+        let drained = !self.qps.get(qpn)?.tx.draining;
         if from == QpState::Rts
             && to == QpState::Sqd
             && mask & IV_QP_EN_SQD_ASYNC_NOTIFY != 0
             && attr.en_sqd_async_notify != 0
+            && drained
         {
             self.raised = Some(AsyncEvent::SqDrained(qpn));
         }
@@ -456,7 +481,7 @@ impl Firmware {
         attr.qp_state = qp.state.to_abi();
         attr.cur_qp_state = qp.state.to_abi();
         attr.cap = qp.cap;
-        attr.sq_draining = 0;
+        attr.sq_draining = u8::from(qp.tx.draining);
         Ok(CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
             attr,
             qp_type: qp.qp_type,
@@ -472,6 +497,12 @@ impl Firmware {
     /// `STATUS_INVALID_HANDLE` for an unknown QPN.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<CommandOut, NtStatus> {
         let qp = self.qps.remove(qpn)?;
+        if qp.state == QpState::Err {
+            self.dp.unattend();
+        }
+        if qp.tx.resp.rnr_wait {
+            self.dp.unattend();
+        }
         self.pds.get_mut(qp.pdn)?.refs.put();
         self.cqs.get_mut(qp.send_cqn)?.refs.put();
         self.cqs.get_mut(qp.recv_cqn)?.refs.put();

@@ -24,8 +24,11 @@ pub(crate) struct Srq {
     pub(crate) max_sge: u32,
     /// Limit event threshold; 0: not armed.
     pub(crate) srq_limit: u32,
-    /// WRs posted and not consumed (always 0 until the data path exists).
-    pub(crate) used: u32,
+    /// Consumer index (published to the ring; the ULP can't move it).
+    pub(crate) ci: u32,
+    /// QPs that sent an RNR NAK for want of a WQE: their requesters may
+    /// retry when one is posted.
+    pub(crate) rnr_waiters: alloc::vec::Vec<u32>,
     /// The ring receive WQEs are posted on.
     pub(crate) ring: crate::shared::RingRef,
     /// QPs attached to it.
@@ -75,7 +78,8 @@ impl Firmware {
             max_wr: depth,
             max_sge,
             srq_limit,
-            used: 0,
+            ci: 0,
+            rnr_waiters: alloc::vec::Vec::new(),
             ring: ring.clone(),
             refs: Refs::default(),
         })?;
@@ -109,7 +113,8 @@ impl Firmware {
         }
         let (depth, asked) = if mask & IV_SRQ_MAX_WR != 0 {
             let depth = self.srq_depth(max_wr)?;
-            if depth < srq.used {
+            let used = srq.ring.0.consumer().filled().unwrap_or(0);
+            if depth < used {
                 return Err(STATUS_INVALID_PARAMETER);
             }
             (depth, max_wr)

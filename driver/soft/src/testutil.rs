@@ -272,7 +272,14 @@ impl Dev {
         let token = self.token();
         self.hca.post_command(token, command).unwrap();
         self.hca.run_firmware();
-        let done = self.hca.poll_event();
+        let done = loop {
+            match self.hca.poll_event() {
+                Some(e @ (Event::Completion { .. } | Event::Async(_))) => {
+                    self.extra.lock().unwrap().push(e);
+                }
+                other => break other,
+            }
+        };
         let Some(Event::CommandDone {
             token: t,
             status,
@@ -291,9 +298,14 @@ impl Dev {
         (status, out)
     }
 
-    /// Events seen after completions since the last call.
+    /// Events seen after completions since the last call, and those still
+    /// in the event queue.
     pub(crate) fn take_events(&self) -> Vec<Event> {
-        core::mem::take(&mut *self.extra.lock().unwrap())
+        let mut events = core::mem::take(&mut *self.extra.lock().unwrap());
+        while let Some(e) = self.hca.poll_event() {
+            events.push(e);
+        }
+        events
     }
 
     /// Runs `command`, which must succeed.

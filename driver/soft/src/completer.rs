@@ -1,0 +1,464 @@
+//! The completer: matches responses to the WQEs in flight and retires
+//! WQEs in order, writing their completions.
+//!
+//! RC: an ACK with PSN `p` completes every SEND and WRITE whose last packet
+//! is at or before `p` (ACKs may be coalesced). A READ completes with its
+//! last response, an atomic with its atomic ACK; a READ response or atomic
+//! ACK also acknowledges every earlier request. An ACK covering a READ or
+//! atomic whose responses never came is an implicit NAK: the requester
+//! retries from the first missing PSN. NAKs:
+//! - PSN sequence error: go back to the NAKed PSN and send again (a retry:
+//!   `retry_cnt` of them, then `RETRY_EXC_ERR`);
+//! - RNR: `rnr_retry` 0 fails the WQE with `RNR_RETRY_EXC_ERR` at once;
+//!   otherwise the requester goes back to the NAKed PSN and waits for the
+//!   RNR timer — in-process, the responder's [`Frame::RetryHint`] when a
+//!   receive is posted (`rnr_retry` 7: no limit);
+//! - invalid request, remote access, remote operational error: the WQE
+//!   completes with `REM_INV_REQ_ERR`, `REM_ACCESS_ERR`, `REM_OP_ERR` and
+//!   the QP goes to ERR (the rest is flushed).
+//!
+//! A response that does not fit the WQE it answers (a READ response to a
+//! SEND, an atomic ACK to a READ, the wrong response opcode in sequence, a
+//! wrong length, an unknown NAK code) completes the WQE with
+//! `BAD_RESP_ERR` and the QP goes to ERR. Stale responses (duplicates,
+//! PSNs before the oldest WQE in flight) are dropped.
+//!
+//! UC and UD have no responses: a WQE completes when the fabric reports
+//! its last packet consumed ([`Frame::Sent`]).
+//!
+//! Completions are written in WQE order: signaled WQEs (all with
+//! `sq_sig_all`) and every error; unsignaled WQEs retire silently.
+//!
+//! [`Frame::RetryHint`]: crate::packet::Frame::RetryHint
+//! [`Frame::Sent`]: crate::packet::Frame::Sent
+
+use core::sync::atomic::Ordering;
+
+use irpverbs_abi::{
+    IV_QPT_RC, IV_SEND_SIGNALED, IV_WC_BAD_RESP_ERR, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR,
+    IV_WC_REM_ACCESS_ERR, IV_WC_REM_INV_REQ_ERR, IV_WC_REM_OP_ERR, IV_WC_RETRY_EXC_ERR,
+    IV_WC_RNR_RETRY_EXC_ERR, IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD,
+    IV_WR_RDMA_READ,
+};
+use irpverbs_core::AsyncEvent;
+
+use crate::cq::post_cqe;
+use crate::dma::{DmaError, Source, scatter};
+use crate::engine::{Env, enter_error, send_cqe};
+use crate::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
+use crate::qp::{Qp, QpState};
+use crate::requester::{Progress, is_rd_atomic};
+
+/// A response packet (or burst of READ responses) for QP `qpn`'s
+/// requester.
+pub(crate) fn handle(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
+    let rc = pkt.opcode & op::TRANSPORT_MASK == op::RC;
+    if qp.qp_type != IV_QPT_RC || !rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        env.dp.stats.packets_dropped += 1;
+        return;
+    }
+    match pkt.opcode {
+        op::RC_ACKNOWLEDGE => ack(qpn, qp, env, pkt.psn, pkt.aeth.syndrome),
+        op::RC_ATOMIC_ACKNOWLEDGE => atomic_ack(qpn, qp, env, pkt),
+        _ => read_response(qpn, qp, env, pkt, burst, payload),
+    }
+    if qp.state != QpState::Err {
+        retire(qpn, qp, env);
+    }
+}
+
+/// An ACK for `psn` from a responder QP of this HCA, handed over without a
+/// packet (the engine does so only when nothing else is on its way to this
+/// requester: responses stay in order).
+pub(crate) fn acked(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    if qp.qp_type != IV_QPT_RC || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return;
+    }
+    ack(qpn, qp, env, psn, aeth::ACK | aeth::ACK_UNLIMITED);
+    if qp.state != QpState::Err {
+        retire(qpn, qp, env);
+    }
+}
+
+/// The first WQE in flight not done yet.
+fn head(qp: &Qp) -> Option<u32> {
+    let req = &qp.tx.req;
+    let mut i = req.ci;
+    while i != req.next {
+        if !req.slot(i).done {
+            return Some(i);
+        }
+        i = i.wrapping_add(1);
+    }
+    None
+}
+
+/// The WQE in flight whose PSNs include `psn`.
+fn containing(qp: &Qp, psn: u32) -> Option<u32> {
+    let req = &qp.tx.req;
+    let mut i = req.ci;
+    while i != req.next {
+        let s = req.slot(i);
+        if !s.done && psn_diff(psn, s.first_psn) >= 0 && psn_diff(psn, s.last_psn) <= 0 {
+            return Some(i);
+        }
+        i = i.wrapping_add(1);
+    }
+    None
+}
+
+/// Marks done every SEND and WRITE whose PSNs are all at or before `psn`.
+/// A READ or atomic there without its response is an implicit NAK: returns
+/// it and the first PSN missing.
+fn ack_upto(qp: &mut Qp, psn: u32) -> Option<(u32, u32)> {
+    let cur = qp.tx.req.cur;
+    let req = &mut qp.tx.req;
+    let mut i = req.ci;
+    while i != req.next {
+        let s = req.slot_mut(i);
+        if !s.done {
+            if psn_diff(s.last_psn, psn) > 0 || cur.is_some_and(|c| c.index == i) {
+                return None;
+            }
+            if is_rd_atomic(s.wqe.opcode) {
+                return Some((i, s.resp_next));
+            }
+            s.done = true;
+            s.status = IV_WC_SUCCESS;
+        }
+        i = i.wrapping_add(1);
+    }
+    None
+}
+
+fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
+    match syndrome & aeth::TYPE_MASK {
+        aeth::ACK => {
+            if let Some((i, missing)) = ack_upto(qp, psn) {
+                retry(qpn, qp, env, i, missing);
+            }
+        }
+        aeth::RNR_NAK => {
+            if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
+                retry(qpn, qp, env, i, missing);
+                return;
+            }
+            let Some(i) = containing(qp, psn) else { return };
+            if qp.tx.req.rnr_wait {
+                return;
+            }
+            if qp.tx.req.rnr_left == 0 {
+                retire(qpn, qp, env);
+                fail(qpn, qp, env, i, IV_WC_RNR_RETRY_EXC_ERR);
+                return;
+            }
+            rewind(qpn, qp, env, i, psn);
+            qp.tx.req.rnr_wait = true;
+        }
+        aeth::NAK => {
+            if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
+                retry(qpn, qp, env, i, missing);
+                return;
+            }
+            let Some(i) = containing(qp, psn) else { return };
+            let status = match syndrome & !aeth::TYPE_MASK {
+                aeth::NAK_PSN_SEQ_ERR => {
+                    if !qp.tx.req.rnr_wait {
+                        retry(qpn, qp, env, i, psn);
+                    }
+                    return;
+                }
+                aeth::NAK_INVALID_REQ | aeth::NAK_INVALID_RD_REQ => IV_WC_REM_INV_REQ_ERR,
+                aeth::NAK_REM_ACCESS => IV_WC_REM_ACCESS_ERR,
+                aeth::NAK_REM_OP => IV_WC_REM_OP_ERR,
+                _ => IV_WC_BAD_RESP_ERR,
+            };
+            retire(qpn, qp, env);
+            fail(qpn, qp, env, i, status);
+        }
+        _ => {
+            if let Some(i) = head(qp) {
+                retire(qpn, qp, env);
+                fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+            }
+        }
+    }
+}
+
+fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
+    let psn = pkt.psn;
+    if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
+        retry(qpn, qp, env, i, missing);
+        return;
+    }
+    let Some(i) = head(qp) else { return };
+    let s = *qp.tx.req.slot(i);
+    if psn_diff(psn, s.first_psn) < 0 {
+        return; // stale
+    }
+    if psn_diff(psn, s.last_psn) > 0 {
+        retry(qpn, qp, env, i, s.resp_next);
+        return;
+    }
+    if !is_atomic(s.wqe.opcode) {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        return;
+    }
+    let orig = pkt.atomic_orig.to_ne_bytes();
+    let sges = qp.tx.req.sges(i);
+    if let Err(e) = scatter(env.mrs, qp.pdn, sges, 0, 8, &mut Source::bytes(&orig)) {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, local_status(e));
+        return;
+    }
+    let s = qp.tx.req.slot_mut(i);
+    s.done = true;
+    s.status = IV_WC_SUCCESS;
+}
+
+fn read_response(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
+    let psn = pkt.psn;
+    if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
+        retry(qpn, qp, env, i, missing);
+        return;
+    }
+    let Some(i) = head(qp) else { return };
+    let s = *qp.tx.req.slot(i);
+    if psn_diff(psn, s.first_psn) < 0 {
+        return; // stale
+    }
+    if s.wqe.opcode != IV_WR_RDMA_READ {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        return;
+    }
+    let d = psn_diff(psn, s.resp_next);
+    if d < 0 {
+        return; // duplicate
+    }
+    let end_psn = burst.last_psn(psn);
+    if d > 0 || psn_diff(psn, s.last_psn) > 0 {
+        retry(qpn, qp, env, i, s.resp_next);
+        return;
+    }
+    let first = psn == s.first_psn;
+    let last = end_psn == s.last_psn;
+    let n = burst.count;
+    let expect_first = match (first, last && n == 1) {
+        (true, true) => op::RC_READ_RESPONSE_ONLY,
+        (true, false) => op::RC_READ_RESPONSE_FIRST,
+        (false, false) => op::RC_READ_RESPONSE_MIDDLE,
+        (false, true) => op::RC_READ_RESPONSE_LAST,
+    };
+    let expect_last = match (last, first && n == 1) {
+        (true, true) => op::RC_READ_RESPONSE_ONLY,
+        (true, false) => op::RC_READ_RESPONSE_LAST,
+        (false, _) if n == 1 => expect_first,
+        (false, _) => op::RC_READ_RESPONSE_MIDDLE,
+    };
+    let mtu = qp.tx.mtu;
+    // Within the message: at most 2^31 bytes.
+    let offset = psn_diff(psn, s.first_psn).unsigned_abs() * mtu;
+    let room = s.length.saturating_sub(offset);
+    let len = if last { room } else { n.saturating_mul(mtu) };
+    let carried: usize = payload.iter().map(|p| p.len).sum();
+    let beyond = psn_diff(end_psn, s.last_psn) > 0 || len > room;
+    if pkt.opcode != expect_first
+        || burst.last_opcode != expect_last
+        || beyond
+        || pkt.payload_len != len
+        || carried != len as usize
+    {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        return;
+    }
+    let sges = qp.tx.req.sges(i);
+    if let Err(e) = scatter(
+        env.mrs,
+        qp.pdn,
+        sges,
+        u64::from(offset),
+        u64::from(len),
+        &mut Source::segs(payload),
+    ) {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, local_status(e));
+        return;
+    }
+    let s = qp.tx.req.slot_mut(i);
+    s.resp_next = psn_add(end_psn, 1);
+    if last {
+        s.done = true;
+        s.status = IV_WC_SUCCESS;
+    }
+}
+
+fn is_atomic(wr: u8) -> bool {
+    matches!(wr, IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD)
+}
+
+fn local_status(e: DmaError) -> u32 {
+    match e {
+        DmaError::Len => IV_WC_LOC_LEN_ERR,
+        DmaError::Prot => IV_WC_LOC_PROT_ERR,
+    }
+}
+
+/// Fails WQE `i` with `status` (earlier WQEs were retired) and moves the
+/// QP to ERR, flushing the rest.
+fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, status: u32) {
+    let s = qp.tx.req.slot_mut(i);
+    s.done = true;
+    s.status = status;
+    qp.tx.req.cur = None;
+    enter_error(qpn, qp, env, None);
+}
+
+/// A NAK for a sequence error, or a missing response: send again from
+/// `psn`, unless the retries are used up.
+fn retry(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
+    if qp.tx.req.retry_left == 0 {
+        retire(qpn, qp, env);
+        fail(qpn, qp, env, i, IV_WC_RETRY_EXC_ERR);
+        return;
+    }
+    qp.tx.req.retry_left -= 1;
+    env.dp.stats.retries += 1;
+    rewind(qpn, qp, env, i, psn);
+}
+
+/// Go back N: WQE `i` is sent again from `psn`, and every later WQE after
+/// it.
+fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
+    let mtu = qp.tx.mtu;
+    let req = &mut qp.tx.req;
+    let (first, last) = (req.slot(i).first_psn, req.slot(i).last_psn);
+    let offset = u32::try_from(psn_diff(psn, first).max(0))
+        .unwrap_or(0)
+        .saturating_mul(mtu);
+    let mut k = i;
+    while k != req.next {
+        let s = req.slot_mut(k);
+        s.done = false;
+        s.status = IV_WC_SUCCESS;
+        k = k.wrapping_add(1);
+    }
+    // WQE `i` keeps its PSNs; the WQEs after it get theirs again when
+    // they start again.
+    req.next = i.wrapping_add(1);
+    req.psn = psn_add(last, 1);
+    req.cur = Some(Progress {
+        index: i,
+        offset,
+        psn,
+    });
+    let mut n = 0;
+    let mut k = req.ci;
+    while k != req.next {
+        if is_rd_atomic(req.slot(k).wqe.opcode) {
+            n += 1;
+        }
+        k = k.wrapping_add(1);
+    }
+    req.rd_atomic = n;
+    env.dp.schedule(qpn, &mut qp.tx);
+}
+
+/// The fabric consumed packet `psn` of UC/UD QP `qpn`: the WQE whose last
+/// packet it is has left.
+pub(crate) fn sent(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    if qp.qp_type == IV_QPT_RC {
+        return;
+    }
+    let req = &mut qp.tx.req;
+    let cur = req.cur;
+    let mut i = req.ci;
+    while i != req.next {
+        let s = req.slot_mut(i);
+        if !s.done && s.last_psn == psn && cur.is_none_or(|c| c.index != i) {
+            s.done = true;
+            s.status = IV_WC_SUCCESS;
+            break;
+        }
+        i = i.wrapping_add(1);
+    }
+    retire(qpn, qp, env);
+}
+
+/// The RNR timer of QP `qpn` expired (in-process: its responder can take
+/// the message now): send again from the NAKed PSN, one RNR retry used.
+pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    let req = &mut qp.tx.req;
+    if !req.rnr_wait {
+        return;
+    }
+    if req.rnr_left != 7 {
+        req.rnr_left = req.rnr_left.saturating_sub(1);
+    }
+    req.rnr_wait = false;
+    env.dp.stats.rnr_retries += 1;
+    env.dp.schedule(qpn, &mut qp.tx);
+}
+
+/// Retires done WQEs from the head, in order: writes the completions of
+/// signaled and failed ones, publishes the consumer index. Raises
+/// SqDrained when a draining SQD QP has nothing left in flight, and
+/// reschedules the requester if WQEs wait.
+pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    let start = qp.tx.req.ci;
+    loop {
+        let req = &mut qp.tx.req;
+        if req.ci == req.next || req.cur.is_some_and(|c| c.index == req.ci) {
+            break;
+        }
+        let s = req.slot(req.ci);
+        if !s.done {
+            break;
+        }
+        let (status, opcode, flags) = (s.status, s.wqe.opcode, s.wqe.flags);
+        let cqe = (status != IV_WC_SUCCESS || qp.sq_sig_all || flags & IV_SEND_SIGNALED != 0)
+            .then(|| send_cqe(qpn, &s.wqe, status, s.length));
+        if is_rd_atomic(opcode) {
+            req.rd_atomic = req.rd_atomic.saturating_sub(1);
+        }
+        req.ci = req.ci.wrapping_add(1);
+        if status == IV_WC_SUCCESS {
+            req.retry_left = qp.attr.retry_cnt;
+            req.rnr_left = qp.attr.rnr_retry;
+        }
+        if let Some(cqe) = cqe {
+            post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
+        }
+    }
+    let req = &qp.tx.req;
+    if req.ci == start {
+        return;
+    }
+    qp.sq.0.consumer().release(req.ci);
+    if qp.tx.draining && !req.in_flight() {
+        qp.tx.draining = false;
+        if qp.tx.drain_notify {
+            env.dp.raise(AsyncEvent::SqDrained(qpn));
+        }
+    }
+    let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
+    if qp.state == QpState::Rts && pi != qp.tx.req.next {
+        env.dp.schedule(qpn, &mut qp.tx);
+    }
+}

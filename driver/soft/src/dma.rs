@@ -1,0 +1,240 @@
+//! The HCA's memory access: keys to MRs, SGE lists to pieces of regions,
+//! and copies between regions (one `Region::copy` per contiguous piece: no
+//! bounce buffer).
+//!
+//! Every access is checked: the key names a live, valid MR (its generation
+//! matches, it was not invalidated), of the right PD, with the access
+//! right, and the range is inside both the MR and the memory pinned for it.
+
+use irpverbs_abi::{IV_ACCESS_LOCAL_WRITE, IvSge};
+use irpverbs_ring::Region;
+
+use crate::mr::{Mr, make_key};
+use crate::packet::Seg;
+use crate::table::Table;
+
+/// Why an access through an SGE list failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DmaError {
+    /// The list is shorter than the bytes asked for.
+    Len,
+    /// A key, PD, access right or bound is wrong.
+    Prot,
+}
+
+/// The live, valid MR `key` names.
+pub(crate) fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
+    let index = key >> 8;
+    let mr = mrs.get(index).ok()?;
+    let generation = mrs.generation(index).ok()?;
+    (make_key(index, generation) == key && !mr.invalid).then_some(mr)
+}
+
+impl Mr {
+    /// The offset in the pinned region of `len` bytes at `addr`, if they
+    /// lie inside the MR and the region.
+    pub(crate) fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
+        let end = addr.checked_add(len)?;
+        let mr_end = self.addr.checked_add(self.length)?;
+        if addr < self.addr || end > mr_end {
+            return None;
+        }
+        let off = usize::try_from(addr - self.addr).ok()?;
+        let len = usize::try_from(len).ok()?;
+        (off.checked_add(len)? <= self.region.0.len()).then_some(off)
+    }
+
+    /// The region.
+    pub(crate) fn region(&self) -> &alloc::sync::Arc<Region> {
+        &self.region.0
+    }
+}
+
+/// The MR a local SGE names, checked: same PD, LOCAL_WRITE when the HCA
+/// writes, the whole SGE inside it. Returns the MR and the SGE's region
+/// offset.
+fn local_sge<'m>(
+    mrs: &'m Table<Mr>,
+    pdn: u32,
+    sge: &IvSge,
+    write: bool,
+) -> Result<(&'m Mr, usize), DmaError> {
+    let mr = mr_by_key(mrs, sge.lkey).ok_or(DmaError::Prot)?;
+    if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
+        return Err(DmaError::Prot);
+    }
+    let off = mr
+        .offset_of(sge.addr, u64::from(sge.length))
+        .ok_or(DmaError::Prot)?;
+    Ok((mr, off))
+}
+
+/// Checks every SGE of a list (zero-length ones are ignored) and returns
+/// the total length.
+///
+/// # Errors
+/// [`DmaError::Prot`].
+pub(crate) fn check_sges(
+    mrs: &Table<Mr>,
+    pdn: u32,
+    sges: &[IvSge],
+    write: bool,
+) -> Result<u64, DmaError> {
+    let mut total = 0u64;
+    for sge in sges.iter().filter(|s| s.length != 0) {
+        local_sge(mrs, pdn, sge, write)?;
+        total += u64::from(sge.length);
+    }
+    Ok(total)
+}
+
+/// Visits the pieces of the message bytes `offset..offset + len` that an
+/// SGE list describes, as (MR, region offset, length), checking each SGE
+/// used.
+///
+/// # Errors
+/// [`DmaError::Len`] when the list is shorter; [`DmaError::Prot`].
+pub(crate) fn for_each_piece<'m>(
+    mrs: &'m Table<Mr>,
+    pdn: u32,
+    sges: &[IvSge],
+    mut offset: u64,
+    mut len: u64,
+    write: bool,
+    mut f: impl FnMut(&'m Mr, usize, usize) -> Result<(), DmaError>,
+) -> Result<(), DmaError> {
+    for sge in sges {
+        if len == 0 {
+            return Ok(());
+        }
+        let sl = u64::from(sge.length);
+        if offset >= sl {
+            offset -= sl;
+            continue;
+        }
+        let (mr, base) = local_sge(mrs, pdn, sge, write)?;
+        let n = (sl - offset).min(len);
+        // Both fit: inside one SGE of at most 4 GiB, checked in the region.
+        let (o, n_us) = (
+            usize::try_from(offset).map_err(|_| DmaError::Prot)?,
+            usize::try_from(n).map_err(|_| DmaError::Prot)?,
+        );
+        f(mr, base + o, n_us)?;
+        len -= n;
+        offset = 0;
+    }
+    if len == 0 { Ok(()) } else { Err(DmaError::Len) }
+}
+
+/// Where copied bytes come from: a packet's payload segments, or bytes of
+/// the HCA's own (a GRH, an atomic's original value).
+pub(crate) enum Source<'a> {
+    /// Payload segments, consumed in order.
+    Segs {
+        /// The segments.
+        segs: &'a [Seg],
+        /// Current segment.
+        i: usize,
+        /// Bytes of it already copied.
+        off: usize,
+    },
+    /// Plain bytes.
+    Bytes {
+        /// The bytes.
+        bytes: &'a [u8],
+        /// Bytes already copied.
+        pos: usize,
+    },
+}
+
+impl<'a> Source<'a> {
+    /// A cursor at the start of `segs`.
+    pub(crate) fn segs(segs: &'a [Seg]) -> Self {
+        Self::Segs { segs, i: 0, off: 0 }
+    }
+
+    /// A cursor at the start of `bytes`.
+    pub(crate) fn bytes(bytes: &'a [u8]) -> Self {
+        Self::Bytes { bytes, pos: 0 }
+    }
+
+    /// Copies the next `len` bytes to `dst` at `dst_off`.
+    ///
+    /// # Errors
+    /// [`DmaError::Prot`] when a range falls outside its region, or the
+    /// source is shorter than `len`.
+    pub(crate) fn copy_to(
+        &mut self,
+        dst: &Region,
+        mut dst_off: usize,
+        mut len: usize,
+    ) -> Result<(), DmaError> {
+        match self {
+            Self::Bytes { bytes, pos } => {
+                let end = pos.checked_add(len).ok_or(DmaError::Prot)?;
+                let chunk = bytes.get(*pos..end).ok_or(DmaError::Prot)?;
+                dst.write(dst_off, chunk).map_err(|_| DmaError::Prot)?;
+                *pos = end;
+                Ok(())
+            }
+            Self::Segs { segs, i, off } => {
+                while len > 0 {
+                    let s = segs.get(*i).ok_or(DmaError::Prot)?;
+                    let n = (s.len - *off).min(len);
+                    Region::copy(dst, dst_off, &s.region, s.offset + *off, n)
+                        .map_err(|_| DmaError::Prot)?;
+                    len -= n;
+                    dst_off += n;
+                    *off += n;
+                    if *off == s.len {
+                        *i += 1;
+                        *off = 0;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` into the message bytes from `offset` of
+/// a local SGE list (the HCA writes: LOCAL_WRITE required).
+///
+/// # Errors
+/// [`DmaError::Len`] when the list is too short; [`DmaError::Prot`].
+pub(crate) fn scatter(
+    mrs: &Table<Mr>,
+    pdn: u32,
+    sges: &[IvSge],
+    offset: u64,
+    len: u64,
+    src: &mut Source<'_>,
+) -> Result<(), DmaError> {
+    for_each_piece(mrs, pdn, sges, offset, len, true, |mr, off, n| {
+        src.copy_to(mr.region(), off, n)
+    })
+}
+
+/// Appends the pieces of the message bytes `offset..offset + len` of a
+/// local SGE list as payload segments (the HCA reads: no access right
+/// needed beyond the key).
+///
+/// # Errors
+/// As [`for_each_piece`].
+pub(crate) fn gather(
+    mrs: &Table<Mr>,
+    pdn: u32,
+    sges: &[IvSge],
+    offset: u64,
+    len: u64,
+    out: &mut alloc::vec::Vec<Seg>,
+) -> Result<(), DmaError> {
+    for_each_piece(mrs, pdn, sges, offset, len, false, |mr, off, n| {
+        out.push(Seg {
+            region: mr.region().clone(),
+            offset: off,
+            len: n,
+        });
+        Ok(())
+    })
+}

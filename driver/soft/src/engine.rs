@@ -1,0 +1,885 @@
+//! The data-path engine: what a doorbell schedules and how the work runs.
+//!
+//! Work is of three kinds: send queues with WQEs to execute (a QP on the
+//! `ready` list, at most once), frames to process (from other HCAs through
+//! the inbox, or looped back from this HCA's own QPs), and CQ arms to check
+//! (done at once by the arm doorbell). [`Firmware::run_datapath`] runs
+//! them under `HCA_LOCK`: frames first (responses free requesters), then
+//! requesters within a packet budget. Frames for another HCA collect in
+//! per-destination batches ([`DataPath::outbox`]) that the caller hands to
+//! the destination's inbox before releasing the lock (see [`crate::fabric`]);
+//! frames for this HCA's own GID go to `loopq` and are processed in the
+//! same run, with no other lock.
+//!
+//! Completions and async events produced meanwhile collect in
+//! [`DataPath::events`]; the caller moves them to the event queue and
+//! raises the interrupt after releasing every lock.
+//!
+//! The transport roles are in [`crate::requester`], [`crate::responder`] and
+//! [`crate::completer`]; what they share (QP error transitions, flushing,
+//! CQEs) is here.
+
+use alloc::collections::VecDeque;
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use irpverbs_abi::{
+    IV_QPT_RC, IV_QPT_UD, IV_WC_OP_RECV, IV_WC_WR_FLUSH_ERR, IvCqe, IvRecvWqe, IvSendWqe, NtStatus,
+};
+use irpverbs_core::{AsyncEvent, Event};
+use irpverbs_ring::Ring;
+
+use crate::ah::Ah;
+use crate::cq::{Cq, post_cqe};
+use crate::fabric::{Peer, Router};
+use crate::firmware::Firmware;
+use crate::mr::Mr;
+use crate::packet::{Batch, Burst, Frame, Gid, Packet, m};
+use crate::port::Port;
+use crate::qp::{Qp, QpState, QpTable};
+use crate::requester::{ReqState, wc_opcode};
+use crate::responder::RespState;
+use crate::srq::Srq;
+use crate::table::Table;
+use crate::{completer, requester, responder};
+
+/// Packets the requesters may emit in one run before the caller delivers
+/// what they produced (bounds the batches; a QP with more work stays
+/// ready).
+pub(crate) const REQUESTER_BUDGET: usize = 256;
+
+/// Where a connected QP's packets go: its primary address vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Path {
+    /// Source GID (the port's GID at the AV's index).
+    pub(crate) sgid: Gid,
+    /// Destination GID.
+    pub(crate) dgid: Gid,
+    /// Destination QP.
+    pub(crate) dest_qpn: u32,
+    /// Traffic class.
+    pub(crate) traffic_class: u8,
+    /// Flow label.
+    pub(crate) flow_label: u32,
+    /// Hop limit.
+    pub(crate) hop_limit: u8,
+}
+
+/// The default P_Key (the only one in the table).
+pub(crate) const DEFAULT_PKEY: u16 = 0xFFFF;
+
+impl Path {
+    /// A packet on this path.
+    pub(crate) fn packet(&self, opcode: u8, psn: u32) -> Packet {
+        Packet {
+            opcode,
+            pkey: DEFAULT_PKEY,
+            dest_qpn: self.dest_qpn,
+            psn,
+            sgid: self.sgid,
+            dgid: self.dgid,
+            traffic_class: self.traffic_class,
+            flow_label: self.flow_label,
+            hop_limit: self.hop_limit,
+            ..Packet::default()
+        }
+    }
+}
+
+/// A QP's transport state. Not part of what firmware snapshots compare
+/// (`PartialEq` is always true): tests compare configuration, not traffic.
+#[derive(Clone, Debug)]
+pub(crate) struct QpTx {
+    /// Requester and completer.
+    pub(crate) req: ReqState,
+    /// Responder.
+    pub(crate) resp: RespState,
+    /// RC/UC: where packets go (set on RTR).
+    pub(crate) path: Path,
+    /// Path MTU in bytes (RC/UC), the port's active MTU (UD).
+    pub(crate) mtu: u32,
+    /// On the ready list.
+    pub(crate) scheduled: bool,
+    /// SQD: WQEs in flight when it entered SQD; raise SqDrained when done.
+    pub(crate) draining: bool,
+    /// Raise SqDrained when draining ends.
+    pub(crate) drain_notify: bool,
+    /// CommEstablished was raised since entering RTR.
+    pub(crate) comm_est: bool,
+    /// LastWqeReached was raised since entering ERR.
+    pub(crate) last_wqe: bool,
+}
+
+impl PartialEq for QpTx {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for QpTx {}
+
+impl QpTx {
+    /// Fresh state for a QP whose send queue is `sq`; the requester's
+    /// shadow of the send queue is allocated now.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new(sq: &Ring, rq: Option<&Ring>) -> Result<Self, NtStatus> {
+        Ok(Self {
+            req: ReqState::new(sq)?,
+            resp: RespState::new(rq),
+            path: Path::default(),
+            mtu: 1024,
+            scheduled: false,
+            draining: false,
+            drain_notify: false,
+            comm_est: false,
+            last_wqe: false,
+        })
+    }
+
+    /// Back to the state of a new QP (RESET), keeping the allocations and
+    /// the ready-list mark.
+    fn reset(&mut self) {
+        self.req.reset();
+        self.resp = RespState::new(None);
+        self.path = Path::default();
+        self.mtu = 1024;
+        self.draining = false;
+        self.drain_notify = false;
+        self.comm_est = false;
+        self.last_wqe = false;
+    }
+}
+
+/// Packets for one destination HCA.
+#[derive(Clone, Debug)]
+pub(crate) struct OutQueue {
+    /// Its GID.
+    pub(crate) dgid: Gid,
+    /// The router generation `peer` was resolved in.
+    generation: u64,
+    /// The HCA (`None`: no HCA has the GID).
+    pub(crate) peer: Option<Weak<dyn Peer>>,
+    /// The frames.
+    pub(crate) batch: Batch,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DpStats {
+    /// Packets built by requesters and responders.
+    pub(crate) packets_sent: u64,
+    /// Packets processed.
+    pub(crate) packets_received: u64,
+    /// Packets dropped: no route, no such QP, wrong state or transport,
+    /// Q_Key mismatch, UC/UD without a receive WQE, PSN out of sequence.
+    pub(crate) packets_dropped: u64,
+    /// RNR NAKs sent.
+    pub(crate) rnr_naks: u64,
+    /// Retransmissions after an RNR NAK.
+    pub(crate) rnr_retries: u64,
+    /// Retransmissions after a NAK (sequence error) or a missing response.
+    pub(crate) retries: u64,
+    /// Completions not written: their CQ had overrun.
+    pub(crate) cqes_lost: u64,
+}
+
+/// The data path's state, beside the firmware's tables (under `HCA_LOCK`).
+#[derive(Clone)]
+pub(crate) struct DataPath {
+    /// The port's GID: frames to it are loopback.
+    pub(crate) gid: Gid,
+    /// QPs whose requester has work.
+    pub(crate) ready: VecDeque<u32>,
+    /// Frames for this HCA, from its own QPs.
+    pub(crate) loopq: Batch,
+    /// The other loopback batch (double buffering).
+    loop_spare: Batch,
+    /// Frames from other HCAs, taken from the inbox.
+    pub(crate) inbound: Batch,
+    /// Frames for other HCAs, by destination.
+    pub(crate) outbox: Vec<OutQueue>,
+    /// Completion and async events for the event queue.
+    pub(crate) events: Vec<Event>,
+    /// The fabric, when attached.
+    pub(crate) router: Option<Arc<dyn Router>>,
+    /// Responder QPs with a coalesced ACK to send.
+    pub(crate) acks: Vec<u32>,
+    /// CQs that overran: their QPs go to ERR.
+    pub(crate) cq_errors: Vec<u32>,
+    /// Counters.
+    pub(crate) stats: DpStats,
+    /// How many reasons a receive doorbell has to take the lock: QPs in
+    /// ERR (their new receives are flushed) and responders waiting for a
+    /// receive after an RNR NAK (their requesters get a retry). While it
+    /// is 0 the RQ and SRQ doorbells return at once. Changed only under
+    /// `HCA_LOCK`; read by the doorbells without it (see
+    /// [`DataPath::attend`]).
+    pub(crate) attention: Arc<AtomicU32>,
+}
+
+impl core::fmt::Debug for DataPath {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DataPath")
+            .field("ready", &self.ready.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for DataPath {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for DataPath {}
+
+impl DataPath {
+    /// An idle data path for a port whose GID is `gid`.
+    pub(crate) fn new(gid: Gid) -> Self {
+        Self {
+            gid,
+            ready: VecDeque::new(),
+            loopq: Batch::default(),
+            loop_spare: Batch::default(),
+            inbound: Batch::default(),
+            outbox: Vec::new(),
+            events: Vec::new(),
+            router: None,
+            acks: Vec::new(),
+            cq_errors: Vec::new(),
+            stats: DpStats::default(),
+            attention: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// One more reason for receive doorbells to come in. Sequentially
+    /// consistent with the doorbell's fence: after this, either the
+    /// doorbell sees it, or the caller's re-read of the ring sees the
+    /// receive the doorbell announced.
+    pub(crate) fn attend(&self) {
+        self.attention.fetch_add(1, Ordering::SeqCst);
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// One reason fewer.
+    pub(crate) fn unattend(&self) {
+        let _ = self
+            .attention
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// The batch frames for `dgid` go to; `None` when no HCA has it.
+    fn batch_for(&mut self, dgid: &Gid) -> Option<&mut Batch> {
+        if *dgid == self.gid {
+            return Some(&mut self.loopq);
+        }
+        let router = self.router.as_ref()?;
+        let generation = router.generation();
+        let i = match self.outbox.iter().position(|q| q.dgid == *dgid) {
+            Some(i) => {
+                let q = &mut self.outbox[i];
+                if q.generation != generation {
+                    q.peer = router.resolve(dgid);
+                    q.generation = generation;
+                }
+                i
+            }
+            None => {
+                self.outbox.push(OutQueue {
+                    dgid: *dgid,
+                    generation,
+                    peer: router.resolve(dgid),
+                    batch: Batch::default(),
+                });
+                self.outbox.len() - 1
+            }
+        };
+        let q = &mut self.outbox[i];
+        q.peer.as_ref()?;
+        Some(&mut q.batch)
+    }
+
+    /// Sends `pkt` (the first of a `burst`) to its destination GID, its
+    /// payload segments appended by `fill`. Without a route the packets are
+    /// lost (and a `notify` is answered at once: the bytes left). On a
+    /// `fill` error nothing is sent.
+    pub(crate) fn emit<E>(
+        &mut self,
+        pkt: Packet,
+        burst: Burst,
+        notify: Option<u32>,
+        fill: impl FnOnce(&mut Vec<crate::packet::Seg>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.stats.packets_sent += u64::from(burst.count);
+        match self.batch_for(&pkt.dgid) {
+            Some(b) => {
+                let start = b.segs.len();
+                if let Err(e) = fill(&mut b.segs) {
+                    b.segs.truncate(start);
+                    self.stats.packets_sent -= u64::from(burst.count);
+                    return Err(e);
+                }
+                let nsegs = b.segs.len() - start;
+                b.frames.push(Frame::Packet {
+                    pkt,
+                    burst,
+                    seg: u32::try_from(start).unwrap_or(u32::MAX),
+                    nsegs: u32::try_from(nsegs).unwrap_or(0),
+                    notify,
+                });
+            }
+            None => {
+                self.stats.packets_dropped += u64::from(burst.count);
+                if let Some(qpn) = notify {
+                    self.loopq.push_signal(Frame::Sent {
+                        qpn,
+                        psn: burst.last_psn(pkt.psn),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a packet without payload.
+    pub(crate) fn emit_bare(&mut self, pkt: Packet) {
+        let _ = self.emit::<()>(pkt, Burst::one(pkt.opcode), None, |_| Ok(()));
+    }
+
+    /// Sends a fabric signal to `dgid` (lost without a route).
+    pub(crate) fn signal(&mut self, dgid: &Gid, frame: Frame) {
+        match self.batch_for(dgid) {
+            Some(b) => b.push_signal(frame),
+            None => self.stats.packets_dropped += 1,
+        }
+    }
+
+    /// Puts QP `qpn` on the ready list (once).
+    pub(crate) fn schedule(&mut self, qpn: u32, tx: &mut QpTx) {
+        if !tx.scheduled {
+            tx.scheduled = true;
+            self.ready.push_back(qpn);
+        }
+    }
+
+    /// An async event.
+    pub(crate) fn raise(&mut self, event: AsyncEvent) {
+        self.events.push(Event::Async(event));
+    }
+
+    /// True when frames or requesters wait.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.ready.is_empty()
+            || !self.loopq.is_empty()
+            || !self.inbound.is_empty()
+            || !self.cq_errors.is_empty()
+            || !self.events.is_empty()
+            || self.outbox.iter().any(|q| !q.batch.is_empty())
+    }
+}
+
+/// What the transport roles may touch besides the QP they work on.
+pub(crate) struct Env<'a> {
+    /// Memory regions (mutable: SEND with invalidate).
+    pub(crate) mrs: &'a mut Table<Mr>,
+    /// Completion queues.
+    pub(crate) cqs: &'a mut Table<Cq>,
+    /// Shared receive queues.
+    pub(crate) srqs: &'a mut Table<Srq>,
+    /// Address handles.
+    pub(crate) ahs: &'a Table<Ah>,
+    /// The port.
+    pub(crate) port: &'a Port,
+    /// The data path.
+    pub(crate) dp: &'a mut DataPath,
+}
+
+/// A completion for a send WQE.
+pub(crate) fn send_cqe(qpn: u32, wqe: &IvSendWqe, status: u32, byte_len: u32) -> IvCqe {
+    IvCqe {
+        wr_id: wqe.wr_id,
+        status,
+        opcode: wc_opcode(wqe.opcode),
+        byte_len,
+        qp_num: qpn,
+        ..IvCqe::default()
+    }
+}
+
+/// Moves QP `qpn` to ERR (unless it is there), raising `event`, and
+/// flushes both its work queues: every outstanding WQE completes, with
+/// `WR_FLUSH_ERR` unless it already has an error status.
+pub(crate) fn enter_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, event: Option<AsyncEvent>) {
+    if qp.state == QpState::Err {
+        return;
+    }
+    qp.state = QpState::Err;
+    env.dp.attend();
+    qp.tx.last_wqe = false;
+    if let Some(e) = event {
+        env.dp.raise(e);
+    }
+    flush_sq(qpn, qp, env);
+    flush_rq(qpn, qp, env);
+}
+
+/// A send-side error on a UC or UD QP: the QP goes to SQE (its receive
+/// side keeps working) and the send queue is flushed; on RC, to ERR.
+pub(crate) fn send_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if qp.qp_type == IV_QPT_RC {
+        enter_error(qpn, qp, env, None);
+    } else if matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        qp.state = QpState::Sqe;
+        flush_sq(qpn, qp, env);
+    } else {
+        flush_sq(qpn, qp, env);
+    }
+}
+
+/// Completes every outstanding send WQE (started or not) of a QP in ERR or
+/// SQE: `WR_FLUSH_ERR`, or the error status a WQE was failed with. A ring
+/// whose indices are impossible is resynchronized without completions (the
+/// ULP broke it; only its own QP suffers).
+pub(crate) fn flush_sq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    let ring = &qp.sq.0;
+    let req = &mut qp.tx.req;
+    let pi = ring.producer_word().load(Ordering::Acquire);
+    let ci = req.ci;
+    let n = pi.wrapping_sub(ci);
+    if n > ring.entries() {
+        req.resync(pi);
+        ring.consumer().release(pi);
+        return;
+    }
+    let started = req.next.wrapping_sub(ci);
+    for k in 0..n {
+        let i = ci.wrapping_add(k);
+        let (wqe, status, len) = if k < started {
+            let slot = req.slot(i);
+            let status = if slot.done && slot.status != 0 {
+                slot.status
+            } else {
+                IV_WC_WR_FLUSH_ERR
+            };
+            (slot.wqe, status, slot.length)
+        } else {
+            let wqe: IvSendWqe = ring
+                .region()
+                .read_obj(ring.slot_offset(i))
+                .unwrap_or_default();
+            (wqe, IV_WC_WR_FLUSH_ERR, 0)
+        };
+        let cqe = send_cqe(qpn, &wqe, status, len);
+        post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
+    }
+    req.resync(pi);
+    ring.consumer().release(pi);
+    if qp.tx.draining {
+        qp.tx.draining = false;
+    }
+}
+
+/// Completes every outstanding receive WQE of a QP in ERR with
+/// `WR_FLUSH_ERR`: the one in progress, then the posted ones. A QP on an
+/// SRQ leaves the SRQ's WQEs alone and raises LastWqeReached (once).
+pub(crate) fn flush_rq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if let Some(wr_id) = qp.tx.resp.take_recv() {
+        let cqe = recv_flush_cqe(qpn, wr_id);
+        post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, false);
+    }
+    let Some(rq) = qp.rq.as_ref() else {
+        if qp.srqn.is_some() && !qp.tx.last_wqe {
+            qp.tx.last_wqe = true;
+            env.dp.raise(AsyncEvent::LastWqeReached(qpn));
+        }
+        return;
+    };
+    let ring = &rq.0;
+    let resp = &mut qp.tx.resp;
+    let pi = ring.producer_word().load(Ordering::Acquire);
+    let n = pi.wrapping_sub(resp.rq_ci);
+    if n <= ring.entries() {
+        for k in 0..n {
+            let i = resp.rq_ci.wrapping_add(k);
+            let wqe: IvRecvWqe = ring
+                .region()
+                .read_obj(ring.slot_offset(i))
+                .unwrap_or_default();
+            let cqe = recv_flush_cqe(qpn, wqe.wr_id);
+            post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, false);
+        }
+    }
+    resp.rq_ci = pi;
+    ring.consumer().release(pi);
+}
+
+fn recv_flush_cqe(qpn: u32, wr_id: u64) -> IvCqe {
+    IvCqe {
+        wr_id,
+        status: IV_WC_WR_FLUSH_ERR,
+        opcode: IV_WC_OP_RECV,
+        qp_num: qpn,
+        ..IvCqe::default()
+    }
+}
+
+impl Firmware {
+    /// The QP table and everything else, borrowed apart.
+    pub(crate) fn split(&mut self) -> (&mut QpTable, Env<'_>) {
+        (
+            &mut self.qps,
+            Env {
+                mrs: &mut self.mrs,
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                ahs: &self.ahs,
+                port: &self.port,
+                dp: &mut self.dp,
+            },
+        )
+    }
+
+    /// The send queue doorbell: QP `qpn` has new WQEs. Unknown QPs are
+    /// ignored (a doorbell can't fail).
+    pub(crate) fn ring_sq(&mut self, qpn: u32) -> bool {
+        if let Ok(qp) = self.qps.get_mut(qpn) {
+            self.dp.schedule(qpn, &mut qp.tx);
+        }
+        true
+    }
+
+    /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
+    /// lookup), unless it already waits on the ready list.
+    pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
+        let (qps, mut env) = self.split();
+        if let Ok(qp) = qps.get_mut(qpn) {
+            if !qp.tx.scheduled {
+                requester::run(qpn, qp, &mut env, REQUESTER_BUDGET);
+            }
+        }
+    }
+
+    /// The receive queue doorbell: a QP in ERR flushes the new WQEs; a
+    /// responder that sent an RNR NAK lets its requester retry.
+    pub(crate) fn ring_rq(&mut self, qpn: u32) -> bool {
+        let (qps, mut env) = self.split();
+        let Ok(qp) = qps.get_mut(qpn) else {
+            return false;
+        };
+        if qp.state == QpState::Err {
+            flush_rq(qpn, qp, &mut env);
+            true
+        } else {
+            responder::receive_posted(qp, &mut env)
+        }
+    }
+
+    /// The SRQ doorbell: every QP that sent an RNR NAK for want of one of
+    /// its WQEs may have its requester retry.
+    pub(crate) fn ring_srq(&mut self, srqn: u32) -> bool {
+        let waiters = match self.srqs.get_mut(srqn) {
+            Ok(srq) if !srq.rnr_waiters.is_empty() => core::mem::take(&mut srq.rnr_waiters),
+            _ => return false,
+        };
+        let (qps, mut env) = self.split();
+        for &qpn in &waiters {
+            if let Ok(qp) = qps.get_mut(qpn) {
+                responder::receive_posted(qp, &mut env);
+            }
+        }
+        if let Ok(srq) = self.srqs.get_mut(srqn) {
+            if srq.rnr_waiters.is_empty() {
+                let mut waiters = waiters;
+                waiters.clear();
+                srq.rnr_waiters = waiters;
+            }
+        }
+        true
+    }
+
+    /// Runs the data path: inbound and loopback frames, then requesters
+    /// within `budget` packets. Returns true when work is left (the budget
+    /// ran out, or frames arrived meanwhile from this run).
+    pub(crate) fn run_datapath(&mut self, budget: usize) -> bool {
+        let mut budget = budget;
+        loop {
+            let mut progressed = false;
+            if !self.dp.inbound.is_empty() {
+                let mut b = core::mem::take(&mut self.dp.inbound);
+                self.process_batch(&b);
+                b.clear();
+                self.dp.inbound = b;
+                progressed = true;
+            }
+            while !self.dp.loopq.is_empty() {
+                let spare = core::mem::take(&mut self.dp.loop_spare);
+                let mut b = core::mem::replace(&mut self.dp.loopq, spare);
+                self.process_batch(&b);
+                b.clear();
+                self.dp.loop_spare = b;
+                progressed = true;
+            }
+            if !self.dp.cq_errors.is_empty() {
+                self.handle_cq_errors();
+                progressed = true;
+            }
+            if !self.dp.loopq.is_empty() {
+                continue;
+            }
+            if budget == 0 {
+                return self.dp.has_work();
+            }
+            if let Some(qpn) = self.dp.ready.pop_front() {
+                let (qps, mut env) = self.split();
+                if let Ok(qp) = qps.get_mut(qpn) {
+                    qp.tx.scheduled = false;
+                    let used = requester::run(qpn, qp, &mut env, budget);
+                    budget = budget.saturating_sub(used);
+                }
+                progressed = true;
+            }
+            if !progressed {
+                return false;
+            }
+        }
+    }
+
+    /// Processes every frame of `batch`, then sends the coalesced ACKs.
+    fn process_batch(&mut self, batch: &Batch) {
+        for frame in &batch.frames {
+            match *frame {
+                Frame::Packet {
+                    ref pkt,
+                    burst,
+                    seg,
+                    nsegs,
+                    notify,
+                } => {
+                    self.receive(pkt, burst, batch.payload(seg, nsegs));
+                    if let Some(qpn) = notify {
+                        let psn = burst.last_psn(pkt.psn);
+                        self.dp.signal(&pkt.sgid, Frame::Sent { qpn, psn });
+                    }
+                }
+                Frame::Sent { qpn, psn } => {
+                    let (qps, mut env) = self.split();
+                    if let Ok(qp) = qps.get_mut(qpn) {
+                        completer::sent(qpn, qp, &mut env, psn);
+                    }
+                }
+                Frame::RetryHint { qpn } => {
+                    let (qps, mut env) = self.split();
+                    if let Ok(qp) = qps.get_mut(qpn) {
+                        completer::rnr_timer_expired(qpn, qp, &mut env);
+                    }
+                }
+            }
+        }
+        self.flush_acks();
+    }
+
+    /// One inbound packet (or burst): to its QP's responder (requests) or
+    /// completer (responses). Packets for no QP, of an unknown opcode, or a
+    /// burst whose ends do not belong together, are dropped.
+    pub(crate) fn receive(&mut self, pkt: &Packet, burst: Burst, payload: &[crate::packet::Seg]) {
+        self.dp.stats.packets_received += u64::from(burst.count);
+        let k = pkt.mask();
+        let (qps, mut env) = self.split();
+        let qp = match qps.get_mut(pkt.dest_qpn) {
+            Ok(qp) if k != 0 && burst_ok(pkt.opcode, burst) => qp,
+            _ => {
+                env.dp.stats.packets_dropped += u64::from(burst.count);
+                return;
+            }
+        };
+        if k & m::REQ != 0 {
+            responder::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
+        } else {
+            completer::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
+        }
+    }
+
+    /// Sends the ACKs responders coalesced while processing a batch.
+    pub(crate) fn flush_acks(&mut self) {
+        if self.dp.acks.is_empty() {
+            return;
+        }
+        let mut acks = core::mem::take(&mut self.dp.acks);
+        let (qps, mut env) = self.split();
+        for &qpn in &acks {
+            let Ok(qp) = qps.get_mut(qpn) else { continue };
+            // Loopback with nothing else on its way back: the requester
+            // takes the ACK at once, without a packet.
+            let local = qp.tx.path.dgid == env.dp.gid && env.dp.loopq.is_empty();
+            match qp.tx.resp.ack {
+                Some(psn) if local => {
+                    qp.tx.resp.ack = None;
+                    let dest = qp.tx.path.dest_qpn;
+                    env.dp.stats.packets_sent += 1;
+                    env.dp.stats.packets_received += 1;
+                    if let Ok(req) = qps.get_mut(dest) {
+                        completer::acked(dest, req, &mut env, psn);
+                    }
+                }
+                _ => responder::send_pending_ack(qp, &mut env),
+            }
+        }
+        acks.clear();
+        if self.dp.acks.is_empty() {
+            self.dp.acks = acks;
+        }
+    }
+
+    /// Moves every QP that completes on an overrun CQ to ERR.
+    fn handle_cq_errors(&mut self) {
+        while let Some(cqn) = self.dp.cq_errors.pop() {
+            let (qps, mut env) = self.split();
+            for (qpn, qp) in qps.iter_mut() {
+                if qp.send_cqn == cqn || qp.recv_cqn == cqn {
+                    enter_error(qpn, qp, &mut env, None);
+                }
+            }
+        }
+    }
+
+    /// Consequences of a successful `ModifyQp` from `from` to `qp.state`
+    /// for the data path (the attributes are applied already).
+    pub(crate) fn on_modify(&mut self, qpn: u32, from: QpState, mask: u32) {
+        let gid0 = self.port.gid(0).unwrap_or_default();
+        let (qps, mut env) = self.split();
+        let Ok(qp) = qps.get_mut(qpn) else { return };
+        let to = qp.state;
+        match to {
+            QpState::Reset => {
+                if from == QpState::Err {
+                    env.dp.unattend();
+                }
+                if qp.tx.resp.rnr_wait {
+                    env.dp.unattend();
+                }
+                let sq_pi = qp.sq.0.producer_word().load(Ordering::Acquire);
+                qp.sq.0.consumer().release(sq_pi);
+                qp.tx.reset();
+                qp.tx.req.resync(sq_pi);
+                if let Some(rq) = qp.rq.as_ref().map(|r| &r.0) {
+                    let pi = rq.producer_word().load(Ordering::Acquire);
+                    rq.consumer().release(pi);
+                    qp.tx.resp.rq_ci = pi;
+                }
+            }
+            QpState::Err => {
+                qp.state = from;
+                enter_error(qpn, qp, &mut env, None);
+            }
+            QpState::Sqe => {}
+            QpState::Init | QpState::Rtr | QpState::Rts | QpState::Sqd => {
+                configure(qpn, qp, &mut env, from, mask, gid0);
+            }
+        }
+    }
+
+    /// `cq_arm_doorbell`: fires the armed CQ at once when completions it
+    /// would fire for wait unpolled.
+    pub(crate) fn arm_cq(&mut self, cqn: u32) {
+        if let Ok(cq) = self.cqs.get_mut(cqn) {
+            if cq.check_armed() {
+                self.dp.events.push(Event::Completion { cqn });
+            }
+        }
+    }
+
+    /// Attaches the data path to a fabric (or detaches it).
+    pub(crate) fn set_router(&mut self, router: Option<Arc<dyn Router>>) {
+        self.dp.router = router;
+        for q in &mut self.dp.outbox {
+            q.generation = u64::MAX;
+        }
+    }
+}
+
+/// Applies a transition into INIT, RTR, RTS or SQD to the transport state.
+fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32, gid0: Gid) {
+    use irpverbs_abi::{IV_QP_RETRY_CNT, IV_QP_RNR_RETRY, IV_QP_RQ_PSN, IV_QP_SQ_PSN};
+    let to = qp.state;
+    let a = qp.attr;
+    let tx = &mut qp.tx;
+    tx.mtu = if qp.qp_type == IV_QPT_UD {
+        env.port.active_mtu_bytes()
+    } else {
+        mtu_bytes(a.path_mtu)
+    };
+    if qp.qp_type != IV_QPT_UD {
+        tx.path = Path {
+            sgid: env
+                .port
+                .gid(u32::from(a.ah_attr.sgid_index))
+                .unwrap_or(gid0),
+            dgid: a.ah_attr.dgid,
+            dest_qpn: a.dest_qp_num,
+            traffic_class: a.ah_attr.traffic_class,
+            flow_label: a.ah_attr.flow_label,
+            hop_limit: a.ah_attr.hop_limit,
+        };
+    }
+    if to == QpState::Rtr && from == QpState::Init {
+        tx.comm_est = false;
+        tx.resp.configure(&a);
+    }
+    if mask & IV_QP_RQ_PSN != 0 && to == QpState::Rtr {
+        tx.resp.epsn = a.rq_psn;
+    }
+    if mask & IV_QP_SQ_PSN != 0 && to != QpState::Rtr {
+        tx.req.psn = a.sq_psn;
+    }
+    if mask & IV_QP_RETRY_CNT != 0 || from == QpState::Rtr {
+        tx.req.retry_left = a.retry_cnt;
+    }
+    if mask & IV_QP_RNR_RETRY != 0 || from == QpState::Rtr {
+        tx.req.rnr_left = a.rnr_retry;
+    }
+    match to {
+        QpState::Rts => {
+            tx.draining = false;
+            env.dp.schedule(qpn, tx);
+        }
+        QpState::Sqd if from == QpState::Rts => {
+            tx.drain_notify = a.en_sqd_async_notify != 0;
+            tx.draining = tx.req.in_flight();
+            if tx.draining {
+                requester::solicit_ack(qp);
+                env.dp.schedule(qpn, &mut qp.tx);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether a burst from `first` to `burst.last_opcode` is packets of one
+/// message: one packet, or FIRST/MIDDLE then MIDDLE/LAST of the same
+/// operation and transport.
+pub(crate) fn burst_ok(first: u8, burst: Burst) -> bool {
+    let last = burst.last_opcode;
+    if burst.count <= 1 {
+        return burst.count == 1 && first == last;
+    }
+    let (kf, kl) = (crate::packet::mask(first), crate::packet::mask(last));
+    let kind = m::SEND | m::WRITE | m::READ;
+    first & crate::packet::op::TRANSPORT_MASK == last & crate::packet::op::TRANSPORT_MASK
+        && kf & kind == kl & kind
+        && kf & kind != 0
+        && kf & m::END == 0
+        && kl & m::START == 0
+        && kf & (m::REQ | m::RESP) == kl & (m::REQ | m::RESP)
+}
+
+/// Bytes of an `IV_MTU_*` value (1024 for a value out of range).
+pub(crate) const fn mtu_bytes(mtu: u32) -> u32 {
+    match mtu {
+        1..=5 => 128 << mtu,
+        _ => 1024,
+    }
+}

@@ -1,0 +1,660 @@
+//! The requester: turns send WQEs into request packets.
+//!
+//! A QP's requester runs when its send queue doorbell was rung (or its
+//! completer made room). In RTS it takes each new WQE from the ring once,
+//! straight into its shadow of the slot ([`SendSlot`], the WQE header and
+//! its gather list), validates it, gives it its PSNs and packetizes it by
+//! the path MTU (FIRST / MIDDLE / LAST, or ONLY). In SQD it only finishes
+//! the WQE it is in the middle of. Posts in RESET, INIT and RTR stay on the
+//! ring until RTS; in ERR and SQE the send queue is flushed.
+//!
+//! A payload is never copied here: a packet's payload is a list of
+//! segments of the source MRs (or of the send queue slot, for inline data)
+//! that the receiver copies from.
+//!
+//! Local errors complete the WQE in error and stop the QP: RC goes to ERR,
+//! UC and UD to SQE (IBTA 10.3.1; their receive side keeps working).
+//! - `LOC_QP_OP_ERR`: a WQE the ring reader refuses (unknown opcode or
+//!   flags, too many SGEs, inline data too long, non-zero reserved field),
+//!   an opcode the QP type does not have (UC: READ, atomics, SEND with
+//!   invalidate; UD: all but SEND and SEND with immediate), inline data on
+//!   a READ or atomic, a UD WQE naming no AH.
+//! - `LOC_PROT_ERR`: an SGE whose lkey names no valid MR, an MR of another
+//!   PD, an SGE outside its MR, a READ or atomic target without
+//!   LOCAL_WRITE; a UD AH of another PD.
+//! - `LOC_LEN_ERR`: a message over the port's `max_msg_sz`, a UD message
+//!   over the MTU, an atomic whose local buffer is not 8 bytes.
+
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use irpverbs_abi::{
+    IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IV_SEND_FENCE, IV_SEND_INLINE, IV_SEND_SIGNALED,
+    IV_SEND_SOLICITED,
+    IV_SEND_WQE_HEADER, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR, IV_WC_LOC_QP_OP_ERR,
+    IV_WC_OP_COMP_SWAP, IV_WC_OP_FETCH_ADD, IV_WC_OP_RDMA_READ, IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND,
+    IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
+    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvSendWqe,
+    IvSge, NtStatus, STATUS_INSUFFICIENT_RESOURCES,
+};
+use irpverbs_core::AsyncEvent;
+use irpverbs_ring::Ring;
+use irpverbs_ring::wq::{MAX_SGE, read_send_wqe_into};
+
+use crate::dma::{DmaError, check_sges, gather};
+use crate::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
+use crate::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
+use crate::port::MAX_MSG_SZ;
+use crate::qp::{Qp, QpState};
+
+/// RC: a packet asks for an ACK at least this often (unsignaled WQEs retire
+/// when an ACK covers them).
+pub(crate) const ACK_EVERY: u32 = 16;
+
+/// The IBTA rule of the Q_Key: a WR Q_Key with the high bit set means "use
+/// the QP's own" (a controlled Q_Key).
+pub(crate) const QKEY_CONTROLLED: u32 = 0x8000_0000;
+
+/// The requester's shadow of one send queue slot, from when the WQE is
+/// started until it is retired.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendSlot {
+    /// The WQE header as read (once) from the ring.
+    pub(crate) wqe: IvSendWqe,
+    /// SGEs in the shadow list.
+    pub(crate) nsge: u8,
+    /// Message length in bytes.
+    pub(crate) length: u32,
+    /// PSN of its first packet.
+    pub(crate) first_psn: u32,
+    /// Last PSN it uses (READ: of its last response).
+    pub(crate) last_psn: u32,
+    /// READ: PSN of the next response expected.
+    pub(crate) resp_next: u32,
+    /// Complete (successfully, or failed with `status`).
+    pub(crate) done: bool,
+    /// `IV_WC_*` when done.
+    pub(crate) status: u32,
+}
+
+/// Where the requester is in the WQE it packetizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Ring index of the WQE.
+    pub(crate) index: u32,
+    /// Message bytes sent (READ: bytes already received, when retried).
+    pub(crate) offset: u32,
+    /// PSN of the next packet.
+    pub(crate) psn: u32,
+}
+
+/// Requester and completer state of a QP.
+#[derive(Clone, Debug)]
+pub(crate) struct ReqState {
+    slots: Vec<SendSlot>,
+    sges: Vec<IvSge>,
+    sge_per_slot: usize,
+    /// Consumer index: WQEs before it are retired (the ring's consumer
+    /// word is this, published; the ULP can't move it).
+    pub(crate) ci: u32,
+    /// Ring index of the next WQE to start.
+    pub(crate) next: u32,
+    /// Next PSN.
+    pub(crate) psn: u32,
+    /// The WQE being packetized.
+    pub(crate) cur: Option<Progress>,
+    /// READs and atomics started and not retired.
+    pub(crate) rd_atomic: u32,
+    /// Transport retries left (`retry_cnt`).
+    pub(crate) retry_left: u8,
+    /// RNR retries left (`rnr_retry`, 7: unlimited).
+    pub(crate) rnr_left: u8,
+    /// Stopped after an RNR NAK until the responder can take it.
+    pub(crate) rnr_wait: bool,
+    /// RC: packets sent since the last one that asked for an ACK.
+    pub(crate) unacked: u32,
+    /// SQD: ask for an ACK of what is in flight (send the last packet
+    /// again, asking for one).
+    pub(crate) solicit: bool,
+}
+
+impl ReqState {
+    /// State for the send queue `sq`, its shadow allocated now.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new(sq: &Ring) -> Result<Self, NtStatus> {
+        let entries = sq.entries() as usize;
+        let sge_per_slot =
+            ((sq.stride() as usize).saturating_sub(IV_SEND_WQE_HEADER) / 16).min(MAX_SGE);
+        let mut slots = Vec::new();
+        slots
+            .try_reserve_exact(entries)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        slots.resize(entries, SendSlot::default());
+        let mut sges = Vec::new();
+        sges.try_reserve_exact(entries * sge_per_slot)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        sges.resize(entries * sge_per_slot, IvSge::default());
+        Ok(Self {
+            slots,
+            sges,
+            sge_per_slot,
+            ci: 0,
+            next: 0,
+            psn: 0,
+            cur: None,
+            rd_atomic: 0,
+            retry_left: 0,
+            rnr_left: 0,
+            rnr_wait: false,
+            unacked: 0,
+            solicit: false,
+        })
+    }
+
+    fn slot_index(&self, i: u32) -> usize {
+        (i as usize) & (self.slots.len().max(1) - 1)
+    }
+
+    /// The shadow of ring index `i`.
+    pub(crate) fn slot(&self, i: u32) -> &SendSlot {
+        &self.slots[self.slot_index(i)]
+    }
+
+    /// The shadow of ring index `i`, mutably.
+    pub(crate) fn slot_mut(&mut self, i: u32) -> &mut SendSlot {
+        let k = self.slot_index(i);
+        &mut self.slots[k]
+    }
+
+    /// The gather list of ring index `i`.
+    pub(crate) fn sges(&self, i: u32) -> &[IvSge] {
+        let k = self.slot_index(i);
+        let n = usize::from(self.slots[k].nsge);
+        &self.sges[k * self.sge_per_slot..k * self.sge_per_slot + n]
+    }
+
+    /// Back to a new QP's state (RESET), keeping the shadow.
+    pub(crate) fn reset(&mut self) {
+        self.resync(0);
+        self.psn = 0;
+        self.retry_left = 0;
+        self.rnr_left = 0;
+    }
+
+    /// Nothing outstanding from `pi` on: every WQE before it is retired.
+    pub(crate) fn resync(&mut self, pi: u32) {
+        self.ci = pi;
+        self.next = pi;
+        self.cur = None;
+        self.rd_atomic = 0;
+        self.rnr_wait = false;
+        self.unacked = 0;
+        self.solicit = false;
+    }
+
+    /// WQEs started and not retired.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.ci != self.next
+    }
+}
+
+/// The completion opcode of a send WQE opcode.
+pub(crate) const fn wc_opcode(wr: u8) -> u32 {
+    match wr {
+        IV_WR_RDMA_WRITE | IV_WR_RDMA_WRITE_WITH_IMM => IV_WC_OP_RDMA_WRITE,
+        IV_WR_RDMA_READ => IV_WC_OP_RDMA_READ,
+        IV_WR_ATOMIC_CMP_AND_SWP => IV_WC_OP_COMP_SWAP,
+        IV_WR_ATOMIC_FETCH_AND_ADD => IV_WC_OP_FETCH_ADD,
+        _ => IV_WC_OP_SEND,
+    }
+}
+
+/// A READ or an atomic (needs a response, counts against `max_rd_atomic`).
+pub(crate) const fn is_rd_atomic(wr: u8) -> bool {
+    matches!(
+        wr,
+        IV_WR_RDMA_READ | IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD
+    )
+}
+
+/// Whether QP type `qpt` has send opcode `wr`.
+const fn opcode_allowed(qpt: u32, wr: u8) -> bool {
+    match qpt {
+        IV_QPT_RC => true,
+        IV_QPT_UC => matches!(
+            wr,
+            IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE | IV_WR_RDMA_WRITE_WITH_IMM
+        ),
+        IV_QPT_UD => matches!(wr, IV_WR_SEND | IV_WR_SEND_WITH_IMM),
+        _ => false,
+    }
+}
+
+/// Packets in a message of `len` bytes at `mtu` (a power of two).
+pub(crate) const fn packets(len: u32, mtu: u32) -> u32 {
+    if len == 0 {
+        1
+    } else {
+        // A shift, not a division: this is on every message's path.
+        ((len as u64 + mtu as u64 - 1) >> mtu.trailing_zeros()) as u32
+    }
+}
+
+/// Runs QP `qpn`'s requester: at most `budget` packets. Returns the
+/// packets emitted; a QP with work left is put back on the ready list.
+pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> usize {
+    match qp.state {
+        QpState::Err | QpState::Sqe => {
+            crate::engine::flush_sq(qpn, qp, env);
+            return 0;
+        }
+        QpState::Rts | QpState::Sqd => {}
+        QpState::Reset | QpState::Init | QpState::Rtr => return 0,
+    }
+    if qp.tx.req.rnr_wait {
+        return 0;
+    }
+    let mut sent = 0;
+    loop {
+        if let Some(p) = qp.tx.req.cur {
+            if sent >= budget {
+                env.dp.schedule(qpn, &mut qp.tx);
+                break;
+            }
+            match emit_next(qpn, qp, env, p) {
+                Ok(n) => sent += n as usize,
+                Err(status) => {
+                    fail(qpn, qp, env, p.index, status);
+                    break;
+                }
+            }
+            continue;
+        }
+        if qp.state != QpState::Rts {
+            break;
+        }
+        let ring = &qp.sq.0;
+        let pi = ring.producer_word().load(Ordering::Acquire);
+        let req = &qp.tx.req;
+        if req.next == pi {
+            break;
+        }
+        let posted = pi.wrapping_sub(req.ci);
+        if posted > ring.entries() || req.next.wrapping_sub(req.ci) > posted {
+            // The ULP published an impossible producer index.
+            enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));
+            break;
+        }
+        if sent >= budget {
+            env.dp.schedule(qpn, &mut qp.tx);
+            break;
+        }
+        match start(qpn, qp, env) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(status) => {
+                let index = qp.tx.req.next.wrapping_sub(1);
+                fail(qpn, qp, env, index, status);
+                break;
+            }
+        }
+        if qp.tx.req.cur.is_none() {
+            // UD: its one packet went out from `start`.
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Fails WQE `index` with `status` and stops the QP (RC: ERR; UC, UD: SQE).
+fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
+    let slot = qp.tx.req.slot_mut(index);
+    slot.done = true;
+    slot.status = status;
+    qp.tx.req.cur = None;
+    crate::completer::retire(qpn, qp, env);
+    send_error(qpn, qp, env);
+}
+
+/// Takes the next WQE from the ring. `Ok(false)`: it must wait (fence, or
+/// too many READs / atomics outstanding); `Err`: it completes in error
+/// (it counts as started).
+fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
+    let index = qp.tx.req.next;
+    let k = qp.tx.req.slot_index(index);
+    let per = qp.tx.req.sge_per_slot;
+    let req = &mut qp.tx.req;
+    let ReqState { slots, sges, .. } = req;
+    let slot = &mut slots[k];
+    let shadow = &mut sges[k * per..(k + 1) * per];
+    *slot = SendSlot::default();
+    let read = read_send_wqe_into(
+        &qp.sq.0,
+        index,
+        qp.cap.max_send_sge,
+        qp.cap.max_inline_data,
+        &mut slot.wqe,
+        shadow,
+    );
+    let wqe = slot.wqe;
+    let nsge = match read {
+        Ok(n) => n,
+        Err(_) => {
+            req.next = index.wrapping_add(1);
+            return Err(IV_WC_LOC_QP_OP_ERR);
+        }
+    };
+    // At most 32, checked by the reader.
+    slot.nsge = u8::try_from(nsge).unwrap_or(0);
+    let inline = wqe.flags & IV_SEND_INLINE != 0;
+    let rd_atomic = is_rd_atomic(wqe.opcode);
+    let check = (|| {
+        if !opcode_allowed(qp.qp_type, wqe.opcode) || (inline && rd_atomic) {
+            return Err(IV_WC_LOC_QP_OP_ERR);
+        }
+        let length = if inline {
+            u64::from(wqe.inline_len)
+        } else {
+            shadow[..nsge].iter().map(|s| u64::from(s.length)).sum()
+        };
+        if length > u64::from(MAX_MSG_SZ) {
+            return Err(IV_WC_LOC_LEN_ERR);
+        }
+        // READ and atomic targets are written later: checked now. Other
+        // gather lists are checked as their packets are built, at once.
+        if !inline && (rd_atomic || qp.qp_type == IV_QPT_UD) {
+            check_sges(env.mrs, qp.pdn, &shadow[..nsge], rd_atomic)
+                .map_err(|_| IV_WC_LOC_PROT_ERR)?;
+        }
+        let atomic = matches!(
+            wqe.opcode,
+            IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD
+        );
+        if atomic && length != 8 {
+            return Err(IV_WC_LOC_LEN_ERR);
+        }
+        if qp.qp_type == IV_QPT_UD {
+            let ah = env.ahs.get(wqe.ahn).map_err(|_| IV_WC_LOC_QP_OP_ERR)?;
+            if ah.pdn != qp.pdn {
+                return Err(IV_WC_LOC_PROT_ERR);
+            }
+            if length > u64::from(qp.tx.mtu) {
+                return Err(IV_WC_LOC_LEN_ERR);
+            }
+        }
+        // Below 2^31, checked.
+        Ok(u32::try_from(length).unwrap_or(u32::MAX))
+    })();
+    let length = match check {
+        Ok(l) => l,
+        Err(status) => {
+            qp.tx.req.next = index.wrapping_add(1);
+            return Err(status);
+        }
+    };
+    let req = &mut qp.tx.req;
+    if rd_atomic && req.rd_atomic >= u32::from(qp.attr.max_rd_atomic).max(1) {
+        return Ok(false);
+    }
+    if wqe.flags & IV_SEND_FENCE != 0 && req.rd_atomic > 0 {
+        return Ok(false);
+    }
+    let npkts = match wqe.opcode {
+        IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD => 1,
+        _ => packets(length, qp.tx.mtu),
+    };
+    let first = req.psn;
+    req.psn = psn_add(first, npkts);
+    req.next = index.wrapping_add(1);
+    if rd_atomic {
+        req.rd_atomic += 1;
+    }
+    let slot = req.slot_mut(index);
+    slot.length = length;
+    slot.first_psn = first;
+    slot.last_psn = psn_add(first, npkts - 1);
+    slot.resp_next = first;
+    if qp.qp_type == IV_QPT_UD {
+        send_ud(qpn, qp, env, index)?;
+    } else {
+        qp.tx.req.cur = Some(Progress {
+            index,
+            offset: 0,
+            psn: first,
+        });
+    }
+    Ok(true)
+}
+
+/// The payload of message bytes `offset..offset + len` of WQE `index`.
+fn fill_payload(
+    qp: &Qp,
+    env_mrs: &crate::table::Table<crate::mr::Mr>,
+    index: u32,
+    offset: u32,
+    len: u32,
+    segs: &mut Vec<Seg>,
+) -> Result<(), DmaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let slot = qp.tx.req.slot(index);
+    if slot.wqe.flags & IV_SEND_INLINE != 0 {
+        let ring = &qp.sq.0;
+        segs.push(Seg {
+            region: ring.region().clone(),
+            offset: ring.slot_offset(index) + IV_SEND_WQE_HEADER + offset as usize,
+            len: len as usize,
+        });
+        Ok(())
+    } else {
+        gather(
+            env_mrs,
+            qp.pdn,
+            qp.tx.req.sges(index),
+            u64::from(offset),
+            u64::from(len),
+            segs,
+        )
+    }
+}
+
+fn dma_status(e: DmaError) -> u32 {
+    match e {
+        DmaError::Len => IV_WC_LOC_LEN_ERR,
+        DmaError::Prot => IV_WC_LOC_PROT_ERR,
+    }
+}
+
+/// The one packet of a UD WQE.
+fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> {
+    let slot = *qp.tx.req.slot(index);
+    let wqe = slot.wqe;
+    let ah = env.ahs.get(wqe.ahn).map_err(|_| IV_WC_LOC_QP_OP_ERR)?.attr;
+    let imm = wqe.opcode == IV_WR_SEND_WITH_IMM;
+    let pkt = Packet {
+        opcode: if imm {
+            op::UD_SEND_ONLY_IMM
+        } else {
+            op::UD_SEND_ONLY
+        },
+        solicited: wqe.flags & IV_SEND_SOLICITED != 0,
+        pkey: DEFAULT_PKEY,
+        dest_qpn: wqe.remote_qpn & crate::packet::PSN_MASK,
+        psn: slot.first_psn,
+        sgid: env.port.gid(u32::from(ah.sgid_index)).unwrap_or(env.dp.gid),
+        dgid: ah.dgid,
+        traffic_class: ah.traffic_class,
+        flow_label: ah.flow_label,
+        hop_limit: ah.hop_limit,
+        imm: if imm { wqe.imm_or_inv } else { 0 },
+        deth: Deth {
+            qkey: if wqe.remote_qkey & QKEY_CONTROLLED != 0 {
+                qp.attr.qkey
+            } else {
+                wqe.remote_qkey
+            },
+            src_qpn: qpn,
+        },
+        payload_len: slot.length,
+        ..Packet::default()
+    };
+    let mrs = &*env.mrs;
+    env.dp
+        .emit(pkt, Burst::one(pkt.opcode), Some(qpn), |segs| {
+            fill_payload(qp, mrs, index, 0, slot.length, segs)
+        })
+        .map_err(dma_status)
+}
+
+/// The opcode of a SEND or WRITE packet.
+fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
+    use op::*;
+    let rc = match (wr, first, last) {
+        (IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV, true, false) => RC_SEND_FIRST,
+        (IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV, false, false) => RC_SEND_MIDDLE,
+        (IV_WR_SEND, true, true) => RC_SEND_ONLY,
+        (IV_WR_SEND, false, true) => RC_SEND_LAST,
+        (IV_WR_SEND_WITH_IMM, true, true) => RC_SEND_ONLY_IMM,
+        (IV_WR_SEND_WITH_IMM, false, true) => RC_SEND_LAST_IMM,
+        (IV_WR_SEND_WITH_INV, true, true) => RC_SEND_ONLY_INV,
+        (IV_WR_SEND_WITH_INV, false, true) => RC_SEND_LAST_INV,
+        (_, true, false) => RC_WRITE_FIRST,
+        (_, false, false) => RC_WRITE_MIDDLE,
+        (IV_WR_RDMA_WRITE_WITH_IMM, true, true) => RC_WRITE_ONLY_IMM,
+        (IV_WR_RDMA_WRITE_WITH_IMM, false, true) => RC_WRITE_LAST_IMM,
+        (_, true, true) => RC_WRITE_ONLY,
+        (_, false, true) => RC_WRITE_LAST,
+    };
+    if qpt == IV_QPT_UC { rc | UC } else { rc }
+}
+
+/// Emits the rest of the WQE in progress: a READ request, an atomic, or
+/// the remaining packets of a SEND or WRITE as one burst. Returns the
+/// packets emitted.
+fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u32, u32> {
+    let slot = *qp.tx.req.slot(p.index);
+    let wqe = slot.wqe;
+    let rc = qp.qp_type == IV_QPT_RC;
+    let path = &qp.tx.path;
+    let mrs = &*env.mrs;
+    let mut count = 1;
+    match wqe.opcode {
+        IV_WR_RDMA_READ => {
+            let mut pkt = path.packet(op::RC_READ_REQUEST, p.psn);
+            pkt.ack_req = true;
+            pkt.reth = Reth {
+                va: wqe.remote_addr.wrapping_add(u64::from(p.offset)),
+                rkey: wqe.rkey,
+                len: slot.length - p.offset.min(slot.length),
+            };
+            env.dp.emit_bare(pkt);
+        }
+        IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD => {
+            let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
+            let mut pkt = path.packet(
+                if cas {
+                    op::RC_COMPARE_SWAP
+                } else {
+                    op::RC_FETCH_ADD
+                },
+                p.psn,
+            );
+            pkt.ack_req = true;
+            pkt.atomic = AtomicEth {
+                va: wqe.remote_addr,
+                rkey: wqe.rkey,
+                swap_add: if cas { wqe.swap } else { wqe.compare_add },
+                compare: if cas { wqe.compare_add } else { 0 },
+            };
+            env.dp.emit_bare(pkt);
+        }
+        _ => {
+            let rest = slot.length - p.offset.min(slot.length);
+            count = packets(rest, qp.tx.mtu);
+            let first = p.offset == 0;
+            let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1);
+            let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, true);
+            let (kf, kl) = (
+                crate::packet::mask(opcode),
+                crate::packet::mask(last_opcode),
+            );
+            let mut pkt = path.packet(opcode, p.psn);
+            // Ask for an ACK for what the ULP waits for: a signaled WQE,
+            // every ACK_EVERY packets, half the queue in flight (ACKs are
+            // what retires unsignaled WQEs and frees their slots).
+            let req = &qp.tx.req;
+            let in_flight = req.next.wrapping_sub(req.ci);
+            pkt.ack_req = rc
+                && (wqe.flags & IV_SEND_SIGNALED != 0
+                    || qp.sq_sig_all
+                    || req.unacked + count >= ACK_EVERY
+                    || in_flight > qp.sq.0.entries() / 2
+                    || req.solicit);
+            pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
+                && matches!(
+                    wqe.opcode,
+                    IV_WR_SEND
+                        | IV_WR_SEND_WITH_IMM
+                        | IV_WR_SEND_WITH_INV
+                        | IV_WR_RDMA_WRITE_WITH_IMM
+                );
+            if kf & crate::packet::m::RETH != 0 {
+                pkt.reth = Reth {
+                    va: wqe.remote_addr,
+                    rkey: wqe.rkey,
+                    len: slot.length,
+                };
+            }
+            if kl & crate::packet::m::IMMDT != 0 {
+                pkt.imm = wqe.imm_or_inv;
+            }
+            if kl & crate::packet::m::IETH != 0 {
+                pkt.ieth = wqe.imm_or_inv;
+            }
+            pkt.payload_len = rest;
+            let burst = Burst { count, last_opcode };
+            let notify = (!rc).then_some(qpn);
+            let ack_req = pkt.ack_req;
+            let qp_ref: &Qp = qp;
+            env.dp
+                .emit(pkt, burst, notify, |segs| {
+                    fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
+                })
+                .map_err(dma_status)?;
+            let req = &mut qp.tx.req;
+            req.unacked = if ack_req { 0 } else { req.unacked + count };
+            req.solicit = false;
+        }
+    }
+    qp.tx.req.cur = None;
+    Ok(count)
+}
+
+/// SQD with WQEs in flight that asked for no ACK: sends the last packet
+/// sent again, asking for one (the responder answers a duplicate with an
+/// ACK of everything it has), so that the send queue drains.
+pub(crate) fn solicit_ack(qp: &mut Qp) {
+    let req = &mut qp.tx.req;
+    if req.cur.is_some() || !req.in_flight() || req.unacked == 0 {
+        return;
+    }
+    let last = req.next.wrapping_sub(1);
+    let s = req.slot(last);
+    if is_rd_atomic(s.wqe.opcode) {
+        return;
+    }
+    let n = psn_sub(s.last_psn, s.first_psn);
+    req.cur = Some(Progress {
+        index: last,
+        offset: n.saturating_mul(qp.tx.mtu),
+        psn: s.last_psn,
+    });
+    req.solicit = true;
+}
+
+fn psn_sub(a: u32, b: u32) -> u32 {
+    u32::try_from(crate::packet::psn_diff(a, b).max(0)).unwrap_or(0)
+}

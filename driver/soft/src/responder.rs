@@ -1,0 +1,1058 @@
+//! The responder: validates request packets and executes them.
+//!
+//! A QP's responder takes packets in RTR, RTS, SQD and SQE (in RTR the
+//! first one raises CommEstablished). Checks in order, as IBTA 9.7 and
+//! Linux rxe do: transport, PSN, opcode sequence, the QP's access flags and
+//! responder resources, packet length, receive WQE, rkey; then execution:
+//! SEND scatters into the receive WQE (from the RQ or the SRQ), RDMA WRITE
+//! copies into the MR the rkey names, RDMA READ sends responses from it,
+//! atomics run on it with `Region::atomic_u64`. Payload bytes are copied
+//! once, from the sender's segments to their destination.
+//!
+//! RC errors (the responder QP goes to ERR, the requester gets a NAK):
+//! - invalid request (NAK invalid request, `QpRequestError`): opcode out
+//!   of sequence, READ or atomic with no responder resources
+//!   (`max_dest_rd_atomic` 0), a bad packet length, a message beyond its
+//!   RETH length or `max_msg_sz`, a misaligned atomic, an IETH rkey naming
+//!   no MR of the PD; a message too long for the receive WQE (the WQE
+//!   completes `LOC_LEN_ERR`);
+//! - access (NAK remote access error, `QpAccessError`): an rkey naming no
+//!   valid MR, an MR of another PD or without the remote right, a range
+//!   outside it, the QP's own access flags lacking the right;
+//! - the responder's own trouble (NAK remote operational error,
+//!   `QpFatal`): a malformed receive WQE (`LOC_QP_OP_ERR`), a receive SGE
+//!   that fails protection (`LOC_PROT_ERR`), a receive queue ring with
+//!   impossible indices; its receive CQ overrunning (`CqError`, and every
+//!   QP on that CQ goes to ERR).
+//!
+//! No receive WQE for a SEND (or a WRITE with immediate) is an RNR NAK
+//! (RC; the packet is not executed). PSNs ahead of the expected one get one
+//! PSN sequence error NAK until the expected one arrives; PSNs behind it
+//! are duplicates: SEND and WRITE are ACKed again, READ is executed again
+//! from the responder resource that holds it, an atomic's saved result is
+//! sent again. ACKs are coalesced: one per QP per batch of packets.
+//!
+//! UC drops what RC NAKs (the message is lost; the receive WQE is reused
+//! for the next message), and has no ACKs. UD checks the Q_Key, writes a
+//! 40-byte GRH before the payload and reports the source QP.
+
+use core::sync::atomic::Ordering;
+
+use irpverbs_abi::{
+    IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_GRH_LEN, IV_QPT_RC,
+    IV_QPT_UC, IV_WC_GRH, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR, IV_WC_LOC_QP_OP_ERR,
+    IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_REM_ACCESS_ERR, IV_WC_REM_INV_REQ_ERR,
+    IV_WC_SUCCESS, IV_WC_WITH_IMM, IV_WC_WITH_INV, IvCqe, IvQpAttr, IvRecvWqe, IvSge,
+};
+use irpverbs_core::AsyncEvent;
+use irpverbs_ring::Ring;
+use irpverbs_ring::wq::{MAX_SGE, read_recv_wqe_into};
+
+use crate::cq::post_cqe;
+use crate::dma::{DmaError, Source, mr_by_key, scatter};
+use crate::engine::{Env, enter_error};
+use crate::mr::Mr;
+use crate::packet::{
+    Aeth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
+};
+use crate::port::MAX_MSG_SZ;
+use crate::qp::{Qp, QpState};
+
+/// Responder resources remembered for duplicate READs and atomics.
+const RESOURCES: usize = 16;
+
+/// A receive WQE being filled.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvWqe {
+    /// Its work request id.
+    pub(crate) wr_id: u64,
+    /// SGEs.
+    pub(crate) nsge: usize,
+    /// The scatter list (read once from the ring).
+    pub(crate) sges: [IvSge; MAX_SGE],
+    /// Bytes placed so far.
+    pub(crate) offset: u32,
+}
+
+/// The RDMA WRITE in progress.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WriteState {
+    /// Its rkey (checked again for every packet: the MR may go).
+    pub(crate) rkey: u32,
+    /// Address of the next byte.
+    pub(crate) va: u64,
+    /// Bytes still expected.
+    pub(crate) resid: u32,
+    /// The RETH length.
+    pub(crate) length: u32,
+}
+
+/// A READ or atomic executed, kept to answer its duplicates.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Resource {
+    /// 0 (free), `m::READ` or `m::ATOMIC`.
+    pub(crate) kind: u32,
+    /// PSN of the request.
+    pub(crate) first_psn: u32,
+    /// Last PSN of its responses.
+    pub(crate) last_psn: u32,
+    /// READ: address, rkey and length.
+    pub(crate) va: u64,
+    /// READ: rkey.
+    pub(crate) rkey: u32,
+    /// READ: length.
+    pub(crate) len: u32,
+    /// Atomic: the original value returned.
+    pub(crate) orig: u64,
+}
+
+/// Responder state of a QP.
+#[derive(Clone, Debug)]
+pub(crate) struct RespState {
+    /// Expected PSN.
+    pub(crate) epsn: u32,
+    /// Message sequence number (24 bits).
+    pub(crate) msn: u32,
+    /// Receive queue consumer index (published to the ring).
+    pub(crate) rq_ci: u32,
+    /// `m::SEND` or `m::WRITE` while a multi-packet message is in
+    /// progress, 0 between messages.
+    pub(crate) in_msg: u32,
+    /// The receive WQE taken for the message in progress (valid with
+    /// `has_recv`; read in place, never moved).
+    pub(crate) recv: RecvWqe,
+    /// `recv` holds a WQE.
+    pub(crate) has_recv: bool,
+    /// The WRITE in progress.
+    pub(crate) write: WriteState,
+    /// A PSN sequence error NAK was sent; no other until the expected PSN.
+    pub(crate) nak_sent: bool,
+    /// UC: drop packets until the next first packet.
+    pub(crate) drop_msg: bool,
+    /// Responder resources (a ring).
+    pub(crate) res: [Resource; RESOURCES],
+    /// Next resource to use.
+    pub(crate) res_next: usize,
+    /// A coalesced ACK to send, for this PSN.
+    pub(crate) ack: Option<u32>,
+    /// An RNR NAK was sent: tell the requester when a receive is posted.
+    pub(crate) rnr_wait: bool,
+}
+
+impl RespState {
+    /// Fresh state.
+    pub(crate) fn new(_rq: Option<&Ring>) -> Self {
+        Self {
+            epsn: 0,
+            msn: 0,
+            rq_ci: 0,
+            in_msg: 0,
+            recv: RecvWqe {
+                wr_id: 0,
+                nsge: 0,
+                sges: [IvSge::default(); MAX_SGE],
+                offset: 0,
+            },
+            has_recv: false,
+            write: WriteState::default(),
+            nak_sent: false,
+            drop_msg: false,
+            res: [Resource::default(); RESOURCES],
+            res_next: 0,
+            ack: None,
+            rnr_wait: false,
+        }
+    }
+
+    /// Entering RTR.
+    pub(crate) fn configure(&mut self, attr: &IvQpAttr) {
+        self.epsn = attr.rq_psn;
+        self.msn = 0;
+        self.in_msg = 0;
+        self.nak_sent = false;
+        self.drop_msg = false;
+        self.ack = None;
+    }
+
+    /// Takes the receive WQE in progress, for a flush: its wr_id.
+    pub(crate) fn take_recv(&mut self) -> Option<u64> {
+        core::mem::take(&mut self.has_recv).then_some(self.recv.wr_id)
+    }
+
+    /// The receive WQE in progress.
+    pub(crate) fn recv_mut(&mut self) -> Option<&mut RecvWqe> {
+        self.has_recv.then_some(&mut self.recv)
+    }
+}
+
+/// Why a request failed, and what it costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fail {
+    /// NAK invalid request, `QpRequestError`; the receive WQE in progress
+    /// completes with the status.
+    Invalid(u32),
+    /// NAK remote access error, `QpAccessError`.
+    Access,
+    /// NAK remote operational error, `QpFatal`; the receive WQE completes
+    /// with the status.
+    Local(u32),
+    /// The receive CQ overran: NAK remote operational error (the CQ error
+    /// moves the QP to ERR).
+    CqOverrun,
+    /// No receive WQE: RNR NAK.
+    Rnr,
+}
+
+const INVALID: Fail = Fail::Invalid(IV_WC_REM_INV_REQ_ERR);
+
+/// A request packet (or burst) for QP `qpn`.
+pub(crate) fn handle(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) {
+    if !matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
+        env.dp.stats.packets_dropped += 1;
+        return;
+    }
+    let transport = pkt.opcode & op::TRANSPORT_MASK;
+    let expected = match qp.qp_type {
+        IV_QPT_RC => op::RC,
+        IV_QPT_UC => op::UC,
+        _ => op::UD,
+    };
+    if transport != expected {
+        env.dp.stats.packets_dropped += 1;
+        return;
+    }
+    if qp.state == QpState::Rtr && !qp.tx.comm_est {
+        qp.tx.comm_est = true;
+        env.dp.raise(AsyncEvent::CommEstablished(qpn));
+    }
+    match qp.qp_type {
+        IV_QPT_RC => rc(qpn, qp, env, pkt, burst, payload),
+        IV_QPT_UC => uc(qpn, qp, env, pkt, burst, payload),
+        _ => ud(qpn, qp, env, pkt, payload),
+    }
+}
+
+/// Sends the coalesced ACK of `qp`, if one waits.
+pub(crate) fn send_pending_ack(qp: &mut Qp, env: &mut Env<'_>) {
+    if let Some(psn) = qp.tx.resp.ack.take() {
+        let msn = qp.tx.resp.msn;
+        send_ack(qp, env, aeth::ACK | aeth::ACK_UNLIMITED, psn, msn);
+    }
+}
+
+fn send_ack(qp: &Qp, env: &mut Env<'_>, syndrome: u8, psn: u32, msn: u32) {
+    let mut pkt = qp.tx.path.packet(op::RC_ACKNOWLEDGE, psn);
+    pkt.aeth = Aeth { syndrome, msn };
+    env.dp.emit_bare(pkt);
+}
+
+/// Queues an ACK for `psn` (sent at the end of the batch).
+fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    if qp.tx.resp.ack.replace(psn).is_none() {
+        env.dp.acks.push(qpn);
+    }
+}
+
+/// A receive was posted (RQ or SRQ doorbell): a requester that got an RNR
+/// NAK from this QP may retry.
+pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
+    let waiting = core::mem::take(&mut qp.tx.resp.rnr_wait);
+    if waiting {
+        env.dp.unattend();
+        let path = qp.tx.path;
+        env.dp
+            .signal(&path.dgid, Frame::RetryHint { qpn: path.dest_qpn });
+    }
+    waiting
+}
+
+/// After an RNR NAK: remember to tell the requester when a receive is
+/// posted. A receive posted meanwhile (its doorbell may have seen nothing
+/// to do) is found by the re-read after [`crate::engine::DataPath::attend`].
+fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if !qp.tx.resp.rnr_wait {
+        qp.tx.resp.rnr_wait = true;
+        env.dp.attend();
+    }
+    let posted = if let Some(srqn) = qp.srqn {
+        match env.srqs.get_mut(srqn) {
+            Ok(srq) => {
+                if !srq.rnr_waiters.contains(&qpn) {
+                    srq.rnr_waiters.push(qpn);
+                }
+                srq.ring.0.producer_word().load(Ordering::SeqCst) != srq.ci
+            }
+            Err(_) => false,
+        }
+    } else {
+        qp.rq
+            .as_ref()
+            .is_some_and(|rq| rq.0.producer_word().load(Ordering::SeqCst) != qp.tx.resp.rq_ci)
+    };
+    if posted {
+        receive_posted(qp, env);
+    }
+}
+
+/// The next receive WQE, taken from the RQ or SRQ into `qp.tx.resp.recv`
+/// (read straight there). `Ok(false)`: none posted.
+fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
+    let resp = &mut qp.tx.resp;
+    if resp.has_recv {
+        return Ok(true);
+    }
+    let wqe = &mut resp.recv;
+    wqe.offset = 0;
+    let read = if let Some(srqn) = qp.srqn {
+        let Ok(srq) = env.srqs.get_mut(srqn) else {
+            return Ok(false);
+        };
+        let ring = &srq.ring.0;
+        let pi = ring.producer_word().load(Ordering::Acquire);
+        let n = pi.wrapping_sub(srq.ci);
+        if n == 0 {
+            return Ok(false);
+        }
+        if n > ring.entries() {
+            srq.ci = pi;
+            ring.consumer().release(pi);
+            env.dp.raise(AsyncEvent::SrqError(srqn));
+            return Ok(false);
+        }
+        let index = srq.ci;
+        let read = read_recv_wqe_into(ring, index, srq.max_sge, &mut wqe.sges);
+        if read.is_err() {
+            wqe.wr_id = raw_wr_id(ring, index);
+        }
+        // Read before the slot is handed back to the ULP.
+        srq.ci = index.wrapping_add(1);
+        ring.consumer().release(srq.ci);
+        if srq.srq_limit > 0 && n - 1 < srq.srq_limit {
+            srq.srq_limit = 0;
+            env.dp.raise(AsyncEvent::SrqLimitReached(srqn));
+        }
+        read
+    } else {
+        let Some(rq) = qp.rq.as_ref() else {
+            return Ok(false);
+        };
+        let ring = &rq.0;
+        let pi = ring.producer_word().load(Ordering::Acquire);
+        let n = pi.wrapping_sub(resp.rq_ci);
+        if n == 0 {
+            return Ok(false);
+        }
+        if n > ring.entries() {
+            resp.rq_ci = pi;
+            ring.consumer().release(pi);
+            enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));
+            return Err(Fail::Local(IV_WC_LOC_QP_OP_ERR));
+        }
+        let index = resp.rq_ci;
+        let read = read_recv_wqe_into(ring, index, qp.cap.max_recv_sge, &mut wqe.sges);
+        if read.is_err() {
+            wqe.wr_id = raw_wr_id(ring, index);
+        }
+        // Read before the slot is handed back to the ULP.
+        resp.rq_ci = index.wrapping_add(1);
+        ring.consumer().release(resp.rq_ci);
+        read
+    };
+    let resp = &mut qp.tx.resp;
+    resp.has_recv = true;
+    match read {
+        Ok((wr_id, nsge)) => {
+            resp.recv.wr_id = wr_id;
+            resp.recv.nsge = nsge;
+            Ok(true)
+        }
+        Err(_) => {
+            resp.recv.nsge = 0;
+            Err(Fail::Local(IV_WC_LOC_QP_OP_ERR))
+        }
+    }
+}
+
+fn raw_wr_id(ring: &Ring, index: u32) -> u64 {
+    ring.region()
+        .read_obj::<IvRecvWqe>(ring.slot_offset(index))
+        .map(|w| w.wr_id)
+        .unwrap_or(0)
+}
+
+/// Completes the receive WQE in progress successfully (`k`: the header
+/// mask of the packets).
+fn complete_recv(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    k: u32,
+    mut cqe: IvCqe,
+) -> bool {
+    let Some(recv) = qp.tx.resp.recv_mut() else {
+        return true;
+    };
+    let (wr_id, offset) = (recv.wr_id, recv.offset);
+    qp.tx.resp.has_recv = false;
+    cqe.wr_id = wr_id;
+    cqe.status = IV_WC_SUCCESS;
+    cqe.qp_num = qpn;
+    if cqe.byte_len == 0 && cqe.opcode == IV_WC_OP_RECV {
+        cqe.byte_len = offset;
+    }
+    if k & m::IMMDT != 0 {
+        cqe.wc_flags |= IV_WC_WITH_IMM;
+        cqe.imm_or_inv = pkt.imm;
+    }
+    post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, pkt.solicited)
+}
+
+/// Checks the length of a packet (or burst) against the MTU and its
+/// carried bytes (rxe's `check_length`, per packet): FIRST and MIDDLE
+/// packets carry one MTU, LAST 1 to MTU bytes, ONLY at most an MTU.
+fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &[Seg], mtu: u32) -> bool {
+    let carried: usize = payload.iter().map(|s| s.len).sum();
+    if carried != pkt.payload_len as usize {
+        return false;
+    }
+    let len = u64::from(pkt.payload_len);
+    if k & m::PAYLOAD == 0 {
+        return len == 0;
+    }
+    let (n, mtu) = (u64::from(burst.count), u64::from(mtu));
+    let only = k & m::START != 0 && n == 1;
+    let ok = match (only, k & m::END != 0) {
+        (true, true) => len <= mtu,
+        (_, false) => len == n * mtu,
+        (false, true) => len > (n - 1) * mtu && len <= n * mtu,
+    };
+    ok && (k & m::RETH == 0 || pkt.reth.len <= MAX_MSG_SZ)
+}
+
+/// The MR an rkey names for `access` on `len` bytes at `va`: its region
+/// offset.
+fn remote_mr<'m>(
+    mrs: &'m crate::table::Table<Mr>,
+    qp: &Qp,
+    rkey: u32,
+    access: u32,
+    va: u64,
+    len: u64,
+) -> Result<(&'m Mr, usize), Fail> {
+    let mr = mr_by_key(mrs, rkey).ok_or(Fail::Access)?;
+    if mr.pdn != qp.pdn || mr.access & access == 0 {
+        return Err(Fail::Access);
+    }
+    let off = mr.offset_of(va, len).ok_or(Fail::Access)?;
+    Ok((mr, off))
+}
+
+fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+    let resp = &mut qp.tx.resp;
+    let d = psn_diff(pkt.psn, resp.epsn);
+    if d > 0 {
+        env.dp.stats.packets_dropped += 1;
+        if !resp.nak_sent {
+            resp.nak_sent = true;
+            let (epsn, msn) = (resp.epsn, resp.msn);
+            send_pending_ack(qp, env);
+            send_ack(qp, env, aeth::NAK | aeth::NAK_PSN_SEQ_ERR, epsn, msn);
+        }
+        return;
+    }
+    if d < 0 {
+        duplicate(qp, env, pkt);
+        return;
+    }
+    resp.nak_sent = false;
+    match execute(qpn, qp, env, pkt, burst, payload) {
+        Ok(()) => {}
+        Err(Fail::Rnr) => {
+            env.dp.stats.rnr_naks += u64::from(burst.count);
+            env.dp.stats.packets_dropped += u64::from(burst.count);
+            send_pending_ack(qp, env);
+            let syndrome = aeth::RNR_NAK | (qp.attr.min_rnr_timer & 0x1F);
+            send_ack(qp, env, syndrome, pkt.psn, qp.tx.resp.msn);
+            wait_for_receive(qpn, qp, env);
+        }
+        Err(fail) => rc_error(qpn, qp, env, pkt.psn, fail),
+    }
+}
+
+/// A class C/A error on RC: NAK, the receive WQE in progress completes in
+/// error, the QP goes to ERR with the matching event.
+fn rc_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, fail: Fail) {
+    send_pending_ack(qp, env);
+    let (code, status, event) = match fail {
+        Fail::Invalid(s) => (
+            aeth::NAK_INVALID_REQ,
+            s,
+            Some(AsyncEvent::QpRequestError(qpn)),
+        ),
+        Fail::Access => (
+            aeth::NAK_REM_ACCESS,
+            IV_WC_REM_ACCESS_ERR,
+            Some(AsyncEvent::QpAccessError(qpn)),
+        ),
+        Fail::Local(s) => (aeth::NAK_REM_OP, s, Some(AsyncEvent::QpFatal(qpn))),
+        Fail::CqOverrun | Fail::Rnr => (aeth::NAK_REM_OP, IV_WC_LOC_QP_OP_ERR, None),
+    };
+    let msn = qp.tx.resp.msn;
+    send_ack(qp, env, aeth::NAK | code, psn, msn);
+    fail_recv(qpn, qp, env, status);
+    enter_error(qpn, qp, env, event);
+}
+
+/// Completes the receive WQE in progress with `status`.
+fn fail_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, status: u32) {
+    if let Some(wr_id) = qp.tx.resp.take_recv() {
+        let cqe = IvCqe {
+            wr_id,
+            status,
+            opcode: IV_WC_OP_RECV,
+            qp_num: qpn,
+            ..IvCqe::default()
+        };
+        post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, false);
+    }
+}
+
+/// Executes a request (or burst) with the expected PSN (RC and UC).
+fn execute(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: &[Seg],
+) -> Result<(), Fail> {
+    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
+    let rc = qp.qp_type == IV_QPT_RC;
+    let resp = &qp.tx.resp;
+    let cont = k & (m::MIDDLE | m::END) != 0 && k & m::START == 0;
+    let in_sequence = match resp.in_msg {
+        m::SEND => cont && k & m::SEND != 0,
+        m::WRITE => cont && k & m::WRITE != 0,
+        _ => !cont,
+    };
+    if !in_sequence {
+        return Err(INVALID);
+    }
+    let access = qp.attr.qp_access_flags;
+    if (k & m::WRITE != 0 && access & IV_ACCESS_REMOTE_WRITE == 0)
+        || (k & m::READ != 0 && access & IV_ACCESS_REMOTE_READ == 0)
+        || (k & m::ATOMIC != 0 && access & IV_ACCESS_REMOTE_ATOMIC == 0)
+    {
+        return Err(Fail::Access);
+    }
+    if k & (m::READ | m::ATOMIC) != 0 && qp.attr.max_dest_rd_atomic == 0 {
+        return Err(INVALID);
+    }
+    if !length_ok(k, pkt, burst, payload, qp.tx.mtu) {
+        return Err(INVALID);
+    }
+    if k & m::RWR != 0 && !take_recv(qpn, qp, env)? {
+        return Err(Fail::Rnr);
+    }
+    if k & m::SEND != 0 {
+        send(qpn, qp, env, pkt, k, payload)?;
+    } else if k & m::WRITE != 0 {
+        write(qpn, qp, env, pkt, k, payload)?;
+    } else if k & m::READ != 0 {
+        read(qp, env, pkt)?;
+        return Ok(());
+    } else {
+        atomic(qp, env, pkt)?;
+        return Ok(());
+    }
+    let resp = &mut qp.tx.resp;
+    let last = burst.last_psn(pkt.psn);
+    resp.epsn = psn_add(last, 1);
+    if k & m::END != 0 {
+        resp.in_msg = 0;
+        resp.msn = psn_add(resp.msn, 1);
+    } else {
+        resp.in_msg = k & (m::SEND | m::WRITE);
+    }
+    if rc && pkt.ack_req {
+        queue_ack(qpn, qp, env, last);
+    }
+    Ok(())
+}
+
+fn dma_fail(e: DmaError) -> Fail {
+    match e {
+        DmaError::Len => Fail::Invalid(IV_WC_LOC_LEN_ERR),
+        DmaError::Prot => Fail::Local(IV_WC_LOC_PROT_ERR),
+    }
+}
+
+fn send(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    k: u32,
+    payload: &[Seg],
+) -> Result<(), Fail> {
+    let pdn = qp.pdn;
+    let recv = qp.tx.resp.recv_mut().ok_or(INVALID)?;
+    let len = pkt.payload_len;
+    scatter(
+        env.mrs,
+        pdn,
+        &recv.sges[..recv.nsge],
+        u64::from(recv.offset),
+        u64::from(len),
+        &mut Source::segs(payload),
+    )
+    .map_err(dma_fail)?;
+    recv.offset += len;
+    if k & m::END == 0 {
+        return Ok(());
+    }
+    let mut cqe = IvCqe {
+        opcode: IV_WC_OP_RECV,
+        src_qp: qp.tx.path.dest_qpn,
+        ..IvCqe::default()
+    };
+    if k & m::IETH != 0 {
+        let valid = mr_by_key(env.mrs, pkt.ieth).is_some_and(|mr| mr.pdn == pdn);
+        if !valid {
+            return Err(INVALID);
+        }
+        if let Ok(mr) = env.mrs.get_mut(pkt.ieth >> 8) {
+            mr.invalid = true;
+        }
+        cqe.wc_flags |= IV_WC_WITH_INV;
+        cqe.imm_or_inv = pkt.ieth;
+    }
+    if complete_recv(qpn, qp, env, pkt, k, cqe) {
+        Ok(())
+    } else {
+        Err(Fail::CqOverrun)
+    }
+}
+
+fn write(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    k: u32,
+    payload: &[Seg],
+) -> Result<(), Fail> {
+    if k & m::RETH != 0 {
+        let r = pkt.reth;
+        if r.len != 0 {
+            remote_mr(
+                env.mrs,
+                qp,
+                r.rkey,
+                IV_ACCESS_REMOTE_WRITE,
+                r.va,
+                u64::from(r.len),
+            )?;
+        }
+        qp.tx.resp.write = WriteState {
+            rkey: r.rkey,
+            va: r.va,
+            resid: r.len,
+            length: r.len,
+        };
+    }
+    let w = qp.tx.resp.write;
+    let len = pkt.payload_len;
+    if len > w.resid || (k & m::END != 0 && len != w.resid) {
+        return Err(INVALID);
+    }
+    if len > 0 {
+        let (mr, off) = remote_mr(
+            env.mrs,
+            qp,
+            w.rkey,
+            IV_ACCESS_REMOTE_WRITE,
+            w.va,
+            u64::from(len),
+        )?;
+        Source::segs(payload)
+            .copy_to(mr.region(), off, len as usize)
+            .map_err(|_| Fail::Access)?;
+    }
+    let w = &mut qp.tx.resp.write;
+    w.va = w.va.wrapping_add(u64::from(len));
+    w.resid -= len;
+    if k & m::COMP != 0 {
+        let cqe = IvCqe {
+            opcode: IV_WC_OP_RECV_RDMA_WITH_IMM,
+            byte_len: w.length,
+            src_qp: qp.tx.path.dest_qpn,
+            ..IvCqe::default()
+        };
+        if !complete_recv(qpn, qp, env, pkt, k, cqe) {
+            return Err(Fail::CqOverrun);
+        }
+    }
+    Ok(())
+}
+
+/// Takes the next responder resource.
+fn new_resource(qp: &mut Qp, r: Resource) {
+    let resp = &mut qp.tx.resp;
+    resp.res[resp.res_next] = r;
+    resp.res_next = (resp.res_next + 1) % RESOURCES;
+}
+
+fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
+    let r = pkt.reth;
+    if r.len != 0 {
+        remote_mr(
+            env.mrs,
+            qp,
+            r.rkey,
+            IV_ACCESS_REMOTE_READ,
+            r.va,
+            u64::from(r.len),
+        )?;
+    }
+    let npkts = crate::requester::packets(r.len, qp.tx.mtu);
+    new_resource(
+        qp,
+        Resource {
+            kind: m::READ,
+            first_psn: pkt.psn,
+            last_psn: psn_add(pkt.psn, npkts - 1),
+            va: r.va,
+            rkey: r.rkey,
+            len: r.len,
+            orig: 0,
+        },
+    );
+    send_pending_ack(qp, env);
+    let resp = &mut qp.tx.resp;
+    resp.msn = psn_add(resp.msn, 1);
+    resp.epsn = psn_add(pkt.psn, npkts);
+    resp.in_msg = 0;
+    read_responses(qp, env, pkt.psn, r.va, r.rkey, r.len);
+    Ok(())
+}
+
+/// Sends the responses of a READ of `len` bytes at `va`, from `psn`.
+fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len: u32) {
+    let mtu = qp.tx.mtu;
+    let npkts = crate::requester::packets(len, mtu);
+    let msn = qp.tx.resp.msn;
+    let mrs = &*env.mrs;
+    let mr = (len != 0)
+        .then(|| remote_mr(mrs, qp, rkey, IV_ACCESS_REMOTE_READ, va, u64::from(len)).ok())
+        .flatten();
+    if len != 0 && mr.is_none() {
+        return;
+    }
+    let (first, last) = if npkts == 1 {
+        (op::RC_READ_RESPONSE_ONLY, op::RC_READ_RESPONSE_ONLY)
+    } else {
+        (op::RC_READ_RESPONSE_FIRST, op::RC_READ_RESPONSE_LAST)
+    };
+    let mut pkt = qp.tx.path.packet(first, psn);
+    pkt.aeth = Aeth {
+        syndrome: aeth::ACK | aeth::ACK_UNLIMITED,
+        msn,
+    };
+    pkt.payload_len = len;
+    let burst = Burst {
+        count: npkts,
+        last_opcode: last,
+    };
+    let _ = env.dp.emit::<()>(pkt, burst, None, |segs| {
+        if let Some((mr, base)) = mr {
+            segs.push(Seg {
+                region: mr.region().clone(),
+                offset: base,
+                len: len as usize,
+            });
+        }
+        Ok(())
+    });
+}
+
+fn atomic(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
+    let a = pkt.atomic;
+    if a.va % 8 != 0 {
+        return Err(INVALID);
+    }
+    let (mr, off) = remote_mr(env.mrs, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
+    let word = mr.region().atomic_u64(off).map_err(|_| INVALID)?;
+    let orig = if pkt.opcode == op::RC_COMPARE_SWAP {
+        match word.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        }
+    } else {
+        word.fetch_add(a.swap_add, Ordering::SeqCst)
+    };
+    new_resource(
+        qp,
+        Resource {
+            kind: m::ATOMIC,
+            first_psn: pkt.psn,
+            last_psn: pkt.psn,
+            orig,
+            ..Resource::default()
+        },
+    );
+    send_pending_ack(qp, env);
+    let resp = &mut qp.tx.resp;
+    resp.msn = psn_add(resp.msn, 1);
+    resp.epsn = psn_add(pkt.psn, 1);
+    resp.in_msg = 0;
+    atomic_ack(qp, env, pkt.psn, orig);
+    Ok(())
+}
+
+fn atomic_ack(qp: &Qp, env: &mut Env<'_>, psn: u32, orig: u64) {
+    let mut ack = qp.tx.path.packet(op::RC_ATOMIC_ACKNOWLEDGE, psn);
+    ack.aeth = Aeth {
+        syndrome: aeth::ACK | aeth::ACK_UNLIMITED,
+        msn: qp.tx.resp.msn,
+    };
+    ack.atomic_orig = orig;
+    env.dp.emit_bare(ack);
+}
+
+/// A request with a PSN already executed (RC).
+fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
+    let k = pkt.mask();
+    send_pending_ack(qp, env);
+    let resp = &qp.tx.resp;
+    if k & (m::SEND | m::WRITE) != 0 {
+        let psn = psn_add(resp.epsn, 0xFF_FFFF);
+        send_ack(qp, env, aeth::ACK | aeth::ACK_UNLIMITED, psn, resp.msn);
+        return;
+    }
+    let found = resp.res.iter().copied().find(|r| {
+        r.kind != 0
+            && r.kind & k != 0
+            && psn_diff(pkt.psn, r.first_psn) >= 0
+            && psn_diff(pkt.psn, r.last_psn) <= 0
+    });
+    let Some(r) = found else {
+        env.dp.stats.packets_dropped += 1;
+        return;
+    };
+    if k & m::READ != 0 {
+        let (va, len) = (pkt.reth.va, pkt.reth.len);
+        let inside = va >= r.va
+            && va
+                .checked_add(u64::from(len))
+                .is_some_and(|end| end <= r.va + u64::from(r.len));
+        if pkt.reth.rkey != r.rkey || !inside {
+            env.dp.stats.packets_dropped += 1;
+            return;
+        }
+        read_responses(qp, env, pkt.psn, va, r.rkey, len);
+    } else if pkt.psn == r.first_psn {
+        atomic_ack(qp, env, pkt.psn, r.orig);
+    }
+}
+
+fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
+    let resp = &mut qp.tx.resp;
+    let start = k & m::START != 0;
+    if resp.drop_msg || pkt.psn != resp.epsn || (start && resp.in_msg != 0) {
+        if start {
+            // A new message: whatever was in progress is lost; its receive
+            // WQE is kept for this one.
+            resp.drop_msg = false;
+            resp.in_msg = 0;
+            if let Some(r) = resp.recv_mut() {
+                r.offset = 0;
+            }
+        } else {
+            resp.drop_msg = k & m::END == 0;
+            resp.epsn = psn_add(burst.last_psn(pkt.psn), 1);
+            env.dp.stats.packets_dropped += u64::from(burst.count);
+            return;
+        }
+    }
+    match execute(qpn, qp, env, pkt, burst, payload) {
+        Ok(()) => {}
+        Err(Fail::Local(status)) => {
+            fail_recv(qpn, qp, env, status);
+            enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));
+        }
+        Err(Fail::CqOverrun) => {}
+        Err(_) => {
+            // Class D: the message is dropped, the receive WQE reused.
+            env.dp.stats.packets_dropped += u64::from(burst.count);
+            let resp = &mut qp.tx.resp;
+            resp.drop_msg = k & m::END == 0;
+            resp.in_msg = 0;
+            resp.epsn = psn_add(burst.last_psn(pkt.psn), 1);
+            if let Some(r) = resp.recv_mut() {
+                r.offset = 0;
+            }
+        }
+    }
+}
+
+/// The 40 bytes a UD receive buffer gets before the payload: the IPv6
+/// header, or for IPv4-mapped GIDs 20 zero bytes and the IPv4 header (the
+/// RoCEv2 convention, as Linux rxe writes it).
+pub(crate) fn grh(pkt: &Packet) -> [u8; 40] {
+    let mut g = [0u8; 40];
+    let k = pkt.mask();
+    let mut transport = BTH_LEN + DETH_LEN + pkt.payload_len as usize + pkt.pad() as usize + 4;
+    if k & m::IMMDT != 0 {
+        transport += IMMDT_LEN;
+    }
+    let udp = transport + 8;
+    let mapped = |gid: &[u8; 16]| gid[..10] == [0; 10] && gid[10..12] == [0xFF, 0xFF];
+    if mapped(&pkt.sgid) && mapped(&pkt.dgid) {
+        let total = u16::try_from(udp + 20).unwrap_or(u16::MAX);
+        let h = &mut g[20..];
+        h[0] = 0x45;
+        h[1] = pkt.traffic_class;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        h[6] = 0x40; // don't fragment
+        h[8] = pkt.hop_limit;
+        h[9] = 17; // UDP
+        h[12..16].copy_from_slice(&pkt.sgid[12..]);
+        h[16..20].copy_from_slice(&pkt.dgid[12..]);
+        let mut sum = 0u32;
+        for w in h.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xFFFF {
+            sum = (sum & 0xFFFF) + (sum >> 16);
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let csum = !(sum as u16);
+        h[10..12].copy_from_slice(&csum.to_be_bytes());
+    } else {
+        let flow = pkt.flow_label & 0xF_FFFF;
+        let word = (6u32 << 28) | (u32::from(pkt.traffic_class) << 20) | flow;
+        g[0..4].copy_from_slice(&word.to_be_bytes());
+        let len = u16::try_from(udp).unwrap_or(u16::MAX);
+        g[4..6].copy_from_slice(&len.to_be_bytes());
+        g[6] = 17; // UDP
+        g[7] = pkt.hop_limit;
+        g[8..24].copy_from_slice(&pkt.sgid);
+        g[24..40].copy_from_slice(&pkt.dgid);
+    }
+    g
+}
+
+fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
+    let carried: usize = payload.iter().map(|s| s.len).sum();
+    if pkt.deth.qkey != qp.attr.qkey
+        || pkt.payload_len > qp.tx.mtu
+        || carried != pkt.payload_len as usize
+    {
+        env.dp.stats.packets_dropped += 1;
+        return;
+    }
+    match take_recv(qpn, qp, env) {
+        Ok(true) => {}
+        Ok(false) => {
+            env.dp.stats.packets_dropped += 1;
+            return;
+        }
+        Err(Fail::Local(status)) => {
+            fail_recv(qpn, qp, env, status);
+            enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));
+            return;
+        }
+        Err(_) => return,
+    }
+    let header = grh(pkt);
+    let pdn = qp.pdn;
+    let Some(recv) = qp.tx.resp.recv_mut() else {
+        return;
+    };
+    let sges = &recv.sges[..recv.nsge];
+    let placed = scatter(
+        env.mrs,
+        pdn,
+        sges,
+        0,
+        u64::from(IV_GRH_LEN),
+        &mut Source::bytes(&header),
+    )
+    .and_then(|()| {
+        scatter(
+            env.mrs,
+            pdn,
+            sges,
+            u64::from(IV_GRH_LEN),
+            u64::from(pkt.payload_len),
+            &mut Source::segs(payload),
+        )
+    });
+    if let Err(e) = placed {
+        let (status, event) = match e {
+            DmaError::Len => (IV_WC_LOC_LEN_ERR, None),
+            DmaError::Prot => (IV_WC_LOC_PROT_ERR, Some(AsyncEvent::QpFatal(qpn))),
+        };
+        fail_recv(qpn, qp, env, status);
+        enter_error(qpn, qp, env, event);
+        return;
+    }
+    let cqe = IvCqe {
+        opcode: IV_WC_OP_RECV,
+        byte_len: IV_GRH_LEN + pkt.payload_len,
+        src_qp: pkt.deth.src_qpn,
+        wc_flags: IV_WC_GRH,
+        ..IvCqe::default()
+    };
+    complete_recv(qpn, qp, env, pkt, pkt.mask(), cqe);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grh_ipv4_header_checksums() {
+        let mut pkt = Packet {
+            opcode: op::UD_SEND_ONLY,
+            payload_len: 8,
+            hop_limit: 64,
+            ..Packet::default()
+        };
+        pkt.sgid[10..].copy_from_slice(&[0xFF, 0xFF, 10, 0, 0, 1]);
+        pkt.dgid[10..].copy_from_slice(&[0xFF, 0xFF, 10, 0, 0, 2]);
+        let g = grh(&pkt);
+        assert_eq!(&g[..20], &[0; 20]);
+        let h = &g[20..];
+        assert_eq!(h[0], 0x45);
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]), 20 + 8 + 12 + 8 + 8 + 4);
+        assert_eq!((h[8], h[9]), (64, 17));
+        assert_eq!(&h[12..20], &[10, 0, 0, 1, 10, 0, 0, 2]);
+        let mut sum = 0u32;
+        for w in h.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xFFFF {
+            sum = (sum & 0xFFFF) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xFFFF, "a valid IPv4 header checksum");
+
+        pkt.sgid = [0xFD; 16];
+        let g = grh(&pkt);
+        assert_eq!(g[0] >> 4, 6);
+        assert_eq!(&g[8..24], &[0xFD; 16]);
+        assert_eq!(&g[24..40], &pkt.dgid);
+    }
+}
