@@ -148,16 +148,12 @@ fn c_kernel_ulp_thread_engine() {
 }
 
 #[test]
-#[ignore = "needs the transport engine"]
 fn c_ulp_data_inline_engine() {
-    // needs the transport engine
     run(&build("ulp_data"), "inline");
 }
 
 #[test]
-#[ignore = "needs the transport engine"]
 fn c_ulp_data_thread_engine() {
-    // needs the transport engine
     run(&build("ulp_data"), "thread");
 }
 

@@ -398,9 +398,7 @@ fn connected_pair(c: &Client, pd: IvHandle) -> Pair<'_> {
 }
 
 #[test]
-#[ignore = "needs the transport engine"]
 fn loopback_rc_send_write_read_through_the_rust_api() {
-    // needs the transport engine
     for engine in ENGINES {
         let dev = device(engine);
         let c = dev
@@ -516,9 +514,7 @@ fn loopback_rc_send_write_read_through_the_rust_api() {
 }
 
 #[test]
-#[ignore = "needs the transport engine"]
 fn loopback_rc_send_through_the_kernel_table() {
-    // needs the transport engine
     for engine in ENGINES {
         let dev = device(engine);
         let table = Table(dev.query_interface());

@@ -2810,8 +2810,7 @@ fn unsignaled_wqes_retire_without_signaled_ones() {
         };
         let p = Pair::with_caps(topo, IV_QPT_RC, Conn::default(), cap, false);
         for i in 0..40u64 {
-            p.qa
-                .sq
+            p.qa.sq
                 .post(&SendWr {
                     wr_id: i,
                     opcode: IV_WR_RDMA_WRITE,
@@ -2827,7 +2826,10 @@ fn unsignaled_wqes_retire_without_signaled_ones() {
         }
         assert_eq!(p.mb.read(0, 40), (0..40u8).collect::<Vec<_>>());
         assert!(p.cqa.poll().is_empty());
-        assert!(p.a.d.hca.stats().packets_sent < 40 + 40, "{topo:?}: not an ACK per WRITE");
+        assert!(
+            p.a.d.hca.stats().packets_sent < 40 + 40,
+            "{topo:?}: not an ACK per WRITE"
+        );
     }
 }
 
@@ -2836,26 +2838,42 @@ fn sq_drains_with_unsignaled_wqes_in_flight() {
     for topo in TOPOS {
         let p = Pair::new(topo, IV_QPT_RC, Conn::default());
         for i in 0..3u64 {
-            p.a.post(&p.qa, &SendWr {
-                wr_id: i,
-                opcode: IV_WR_RDMA_WRITE,
-                inline: Some(b"z"),
-                remote_addr: p.mb.addr,
-                rkey: p.mb.lkey,
-                ..SendWr::default()
-            });
+            p.a.post(
+                &p.qa,
+                &SendWr {
+                    wr_id: i,
+                    opcode: IV_WR_RDMA_WRITE,
+                    inline: Some(b"z"),
+                    remote_addr: p.mb.addr,
+                    rkey: p.mb.lkey,
+                    ..SendWr::default()
+                },
+            );
         }
         p.settle();
-        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(3), "{topo:?}: no ACK asked yet");
+        assert_eq!(
+            p.qa.sq.ring().consumer().filled(),
+            Ok(3),
+            "{topo:?}: no ACK asked yet"
+        );
         let attr = IvQpAttr {
             qp_state: IV_QPS_SQD,
             en_sqd_async_notify: 1,
             ..IvQpAttr::default()
         };
-        p.a.modify(p.qa.qpn, QpState::Rts, IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY, attr);
+        p.a.modify(
+            p.qa.qpn,
+            QpState::Rts,
+            IV_QP_STATE | IV_QP_EN_SQD_ASYNC_NOTIFY,
+            attr,
+        );
         p.a.run();
         p.settle();
-        assert_eq!(p.qa.sq.ring().consumer().filled(), Ok(0), "{topo:?}: drained");
+        assert_eq!(
+            p.qa.sq.ring().consumer().filled(),
+            Ok(0),
+            "{topo:?}: drained"
+        );
         assert_eq!(p.a.asyncs(), [AsyncEvent::SqDrained(p.qa.qpn)]);
         assert!(p.cqa.poll().is_empty(), "unsignaled");
     }
@@ -2876,8 +2894,7 @@ fn reads_and_atomics_within_max_rd_atomic_and_fence() {
         let mut posted = Vec::new();
         for i in 0..4u64 {
             let s = [p.ma.sge(i * 1000, 1000)];
-            p.qa
-                .sq
+            p.qa.sq
                 .post(&SendWr {
                     sges: &s,
                     remote_addr: p.mb.addr + i * 1000,
@@ -2888,8 +2905,7 @@ fn reads_and_atomics_within_max_rd_atomic_and_fence() {
             posted.push(i);
         }
         // A fenced WRITE waits for the READs before it.
-        p.qa
-            .sq
+        p.qa.sq
             .post(&SendWr {
                 inline: Some(b"fenced"),
                 flags: IV_SEND_SIGNALED | IV_SEND_FENCE,
