@@ -19,6 +19,7 @@
 pub mod bench;
 pub mod demo;
 pub mod device;
+pub mod perf;
 pub mod platform;
 pub mod user;
 pub mod win32;
