@@ -104,6 +104,27 @@ void SetLastError(DWORD dwErrCode);
  * file, object, command or pool allocation). TRUE, or FALSE with ERROR_BUSY. */
 BOOL IrpverbsHostQuiesce(DWORD dwMilliseconds);
 
+/* Host only: what a kernel ULP gets from the I/O manager, for C tests of
+ * kernel-mode ULP code (include/irpverbs_kernel.h).
+ *
+ * IrpverbsHostCreateKernelFile stands in for the file object of
+ * IoGetDeviceObjectPointer: DeviceIoControl on the handle sends internal
+ * device control requests from kernel mode (IRP_MJ_INTERNAL_DEVICE_CONTROL,
+ * RequestorMode KernelMode). dwFlagsAndAttributes may hold
+ * FILE_FLAG_OVERLAPPED. Close it with CloseHandle.
+ *
+ * IrpverbsHostQueryInterface stands in for IRP_MN_QUERY_INTERFACE sent to
+ * the device hDevice is open on: for GUID_IV_KERNEL_INTERFACE it fills
+ * *Interface with the referenced direct-call table (STATUS_SUCCESS);
+ * STATUS_NOT_SUPPORTED for another interface type, STATUS_INVALID_PARAMETER
+ * for a Size or Version it cannot serve. */
+struct IvGuid;
+struct IvKernelInterface;
+HANDLE IrpverbsHostCreateKernelFile(DWORD dwFlagsAndAttributes);
+NTSTATUS IrpverbsHostQueryInterface(HANDLE hDevice, const struct IvGuid *InterfaceType,
+                                    uint16_t Size, uint16_t Version,
+                                    struct IvKernelInterface *Interface);
+
 #ifdef __cplusplus
 }
 #endif

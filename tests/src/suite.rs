@@ -963,8 +963,8 @@ fn srq_modify_query(d: &dyn Dut) -> Result<(), String> {
     let q = ok("query", c.query_srq(srq.srq))?;
     check!(q.srq_limit == 8 && q.max_wr >= 32, "query {q:?}");
     expect(
-        "limit over depth",
-        c.modify_srq(srq.srq, IV_SRQ_LIMIT, 0, q.max_wr + 1),
+        "limit at the depth (must be below it)",
+        c.modify_srq(srq.srq, IV_SRQ_LIMIT, 0, q.max_wr),
         STATUS_INVALID_PARAMETER,
     )?;
     expect(

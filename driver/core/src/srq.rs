@@ -19,7 +19,7 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
         || i.max_wr > caps.max_srq_wr
         || i.max_sge == 0
         || i.max_sge > caps.max_srq_sge
-        || i.srq_limit > i.max_wr
+        || i.srq_limit >= i.max_wr
     {
         return Err(STATUS_INVALID_PARAMETER);
     }
@@ -79,7 +79,7 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
     } else {
         srq.max_wr
     };
-    if mask & IV_SRQ_LIMIT != 0 && i.srq_limit > depth {
+    if mask & IV_SRQ_LIMIT != 0 && i.srq_limit >= depth {
         return Err(STATUS_INVALID_PARAMETER);
     }
     let srqn = srq.srqn;

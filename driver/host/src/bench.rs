@@ -157,3 +157,98 @@ pub fn format_rates(rates: &[ControlRate]) -> String {
     }
     s
 }
+
+/// The data path's figures the issue asks for, measured in one run:
+/// 8-byte RC SEND one-way latency (two polling threads, and one thread),
+/// 8-byte message rate, 64 KiB and 1 MiB RDMA WRITE bandwidth beside memcpy
+/// bandwidth of the same sizes, and CQ-event wake-up latency.
+///
+/// # Errors
+/// A verb that failed.
+pub fn datapath_suite(scale: u64) -> Result<String, String> {
+    use crate::perf::{PerfConfig, Report, Test, event_wakeup, memcpy_mib, run};
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let lat = |one_thread: bool, test: Test| -> Result<crate::perf::Latency, String> {
+        let cfg = PerfConfig {
+            sizes: vec![8],
+            iters: 100_000 * scale,
+            one_thread,
+            ..PerfConfig::new(test)
+        };
+        match run(&cfg)?.remove(0) {
+            Report::Latency(l) => Ok(l),
+            Report::Bandwidth(_) => Err("not a latency".into()),
+        }
+    };
+    let bw =
+        |test: Test, size: u64, iters: u64, depth: u32| -> Result<crate::perf::Bandwidth, String> {
+            let cfg = PerfConfig {
+                sizes: vec![size],
+                iters,
+                tx_depth: depth,
+                cq_mod: depth / 4,
+                ..PerfConfig::new(test)
+            };
+            match run(&cfg)?.remove(0) {
+                Report::Bandwidth(b) => Ok(b),
+                Report::Latency(_) => Err("not a bandwidth".into()),
+            }
+        };
+    let _ = writeln!(
+        s,
+        "{:<52} {:>10} {:>10} {:>10}",
+        "latency, 8 bytes (us)", "typical", "99%", "99.9%"
+    );
+    for (name, one, test) in [
+        ("RC SEND one-way, two polling threads", false, Test::SendLat),
+        ("RC SEND one-way, one thread", true, Test::SendLat),
+        (
+            "RC WRITE one-way, two polling threads",
+            false,
+            Test::WriteLat,
+        ),
+        ("RC WRITE one-way, one thread", true, Test::WriteLat),
+        ("RC READ round trip", false, Test::ReadLat),
+        ("atomic fetch-and-add round trip", false, Test::AtomicLat),
+    ] {
+        let l = lat(one, test)?;
+        let _ = writeln!(
+            s,
+            "{name:<52} {:>10.3} {:>10.3} {:>10.3}",
+            l.typical, l.p99, l.p999
+        );
+    }
+    let w = event_wakeup(2000 * scale, Engine::Inline)?;
+    let _ = writeln!(
+        s,
+        "{:<52} {:>10.3} {:>10.3} {:>10.3}",
+        "CQ-event wake-up (notify IOCTL, blocked thread)", w.typical, w.p99, w.p999
+    );
+    let _ = writeln!(s, "\n{:<52} {:>12}", "message rate, 8 bytes", "Mmsg/s");
+    for (name, test) in [("RC SEND", Test::SendBw), ("RC WRITE", Test::WriteBw)] {
+        let b = bw(test, 8, 3_000_000 * scale, 128)?;
+        let _ = writeln!(s, "{name:<52} {:>12.3}", b.mpps);
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<52} {:>12} {:>12} {:>8}",
+        "bandwidth", "MiB/s", "memcpy", "ratio"
+    );
+    for (size, iters, depth) in [
+        (65536u64, 100_000 * scale, 32u32),
+        (1 << 20, 6_000 * scale, 8),
+    ] {
+        let b = bw(Test::WriteBw, size, iters, depth)?;
+        let m = memcpy_mib(size, iters, u64::from(depth));
+        let _ = writeln!(
+            s,
+            "{:<52} {:>12.0} {:>12.0} {:>8.3}",
+            format!("RC RDMA WRITE {} KiB", size / 1024),
+            b.avg_mib,
+            m,
+            b.avg_mib / m
+        );
+    }
+    Ok(s)
+}

@@ -15,6 +15,12 @@
 //! - Dropping a [`HostFile`] is `CloseHandle`: cleanup, then close once the
 //!   driver has completed every request of the file (the verifier
 //!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
+//! - The speed path: the create verbs' rings are the driver's memory in the
+//!   same process, and the doorbells ([`Doorbells`] for [`HostDevice`] and
+//!   [`HostFile`]) call the soft HCA's. A [`HostFile`] is a
+//!   [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]); kernel-style
+//!   callers open a kernel-mode file ([`HostDevice::open_kernel`]) and get
+//!   the direct-call table from [`HostDevice::query_interface`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
@@ -26,6 +32,8 @@ use irpverbs_core::{
     DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
 };
 use irpverbs_soft::{Execution, SoftBus, SoftConfig, SoftHca};
+use irpverbs_verbs::kernel::IvKernelInterface;
+use irpverbs_verbs::{Client, Doorbells, SpeedPath};
 
 use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
 
@@ -220,14 +228,21 @@ impl HostDevice {
         if config.engine == Engine::Thread {
             let soft = Arc::clone(&this.soft);
             let bell = Arc::clone(&this.doorbell);
-            let handle = std::thread::Builder::new()
-                .name("irpverbs-soft-hca".into())
-                .spawn(move || {
-                    while bell.wait() {
-                        while soft.run_firmware() > 0 {}
-                    }
-                })
-                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            let platform = this.platform.clone();
+            let handle =
+                std::thread::Builder::new()
+                    .name("irpverbs-soft-hca".into())
+                    .spawn(move || {
+                        while bell.wait() {
+                            // The DPCs the firmware's interrupts queue run here:
+                            // a bugcheck in one is recorded for unload rather
+                            // than ending the thread unseen.
+                            platform.run_guarded("irpverbs-soft-hca", || {
+                                while soft.run_firmware() > 0 {}
+                            });
+                        }
+                    })
+                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
             *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
         Ok(this)
@@ -263,6 +278,24 @@ impl HostDevice {
     /// # Errors
     /// What the driver's file-create callback returned.
     pub fn open(self: &Arc<Self>, access: GrantedAccess) -> Result<HostFile, NtStatus> {
+        self.open_as(access, RequestorMode::User)
+    }
+
+    /// Opens the device for a kernel ULP (the file object a kernel driver
+    /// gets from `IoGetDeviceObjectPointer`): its IOCTLs are internal device
+    /// control requests from kernel mode.
+    ///
+    /// # Errors
+    /// What the driver's file-create callback returned.
+    pub fn open_kernel(self: &Arc<Self>) -> Result<HostFile, NtStatus> {
+        self.open_as(FILE_READ_ACCESS | FILE_WRITE_ACCESS, RequestorMode::Kernel)
+    }
+
+    fn open_as(
+        self: &Arc<Self>,
+        access: GrantedAccess,
+        mode: RequestorMode,
+    ) -> Result<HostFile, NtStatus> {
         let key: FileKey = self.next_file.fetch_add(1, Ordering::Relaxed);
         self.device.create_file(key)?;
         self.platform.file_opened(key);
@@ -270,8 +303,17 @@ impl HostDevice {
             dev: Arc::clone(self),
             key,
             access,
+            mode,
             outstanding: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// `IRP_MN_QUERY_INTERFACE` for the kernel ULPs' direct-call table
+    /// (`include/irpverbs_kernel.h`): post, poll and arm over the soft HCA's
+    /// doorbells. Returned referenced: call `interface_dereference(context)`
+    /// when done (the table keeps the device alive until then).
+    pub fn query_interface(self: &Arc<Self>) -> IvKernelInterface {
+        irpverbs_verbs::kernel::interface(Arc::clone(self) as Arc<dyn Doorbells>)
     }
 
     /// Waits (up to `timeout`) until the driver holds no file, object or
@@ -392,6 +434,7 @@ pub struct HostFile {
     dev: Arc<HostDevice>,
     key: FileKey,
     access: GrantedAccess,
+    mode: RequestorMode,
     outstanding: Arc<AtomicUsize>,
 }
 
@@ -485,9 +528,29 @@ impl HostFile {
         result.unwrap_or((STATUS_CANCELLED, Vec::new()))
     }
 
-    /// A synchronous user-mode IOCTL.
+    /// Who the file's requests come from: user mode (`CreateFile`), or a
+    /// kernel ULP ([`HostDevice::open_kernel`]).
+    pub fn mode(&self) -> RequestorMode {
+        self.mode
+    }
+
+    /// An IOCTL as this file issues it: `IRP_MJ_DEVICE_CONTROL` from user
+    /// mode, or `IRP_MJ_INTERNAL_DEVICE_CONTROL` from a kernel-mode file.
+    pub fn request<'a>(&self, code: u32, input: &'a [u8], output_len: usize) -> Ioctl<'a> {
+        match self.mode {
+            RequestorMode::User => Ioctl::user(code, input, output_len),
+            RequestorMode::Kernel => Ioctl::kernel(code, input, output_len),
+        }
+    }
+
+    /// A synchronous IOCTL (user mode, or internal from a kernel file).
     pub fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        self.call(Ioctl::user(code, input, output_len))
+        self.call(self.request(code, input, output_len))
+    }
+
+    /// The typed verbs over this file, with the speed path.
+    pub fn into_client(self) -> Client {
+        Client::with_speed_path(Box::new(self))
     }
 
     /// Requests of this file not yet completed.
@@ -518,7 +581,94 @@ impl Drop for HostFile {
     }
 }
 
+/// The doorbells of the soft HCA: on hardware, writes to a UAR page; here
+/// direct calls of its [`Hca`] doorbell methods (IRQL <= DISPATCH_LEVEL, no
+/// blocking).
+impl Doorbells for HostDevice {
+    fn sq(&self, qpn: u32) {
+        self.device.hca().sq_doorbell(qpn);
+    }
+    fn rq(&self, qpn: u32) {
+        self.device.hca().rq_doorbell(qpn);
+    }
+    fn srq(&self, srqn: u32) {
+        self.device.hca().srq_doorbell(srqn);
+    }
+    fn cq_arm(&self, cqn: u32) {
+        self.device.hca().cq_arm_doorbell(cqn);
+    }
+}
+
+/// The doorbells of the device the file is open on (on hardware: the UAR
+/// page mapped for this file).
+impl Doorbells for HostFile {
+    fn sq(&self, qpn: u32) {
+        self.dev.sq(qpn);
+    }
+    fn rq(&self, qpn: u32) {
+        self.dev.rq(qpn);
+    }
+    fn srq(&self, srqn: u32) {
+        self.dev.srq(srqn);
+    }
+    fn cq_arm(&self, cqn: u32) {
+        self.dev.cq_arm(cqn);
+    }
+}
+
+// SAFETY: a `HostFile` is one open of the device, owned (not `Clone`): the
+// objects created through it are destroyed or resized only by IOCTLs it
+// submits, and run down only when it is dropped (`CloseHandle`). Nothing
+// else issues requests on its file key except the driver itself (the core
+// `Device` reachable through `device()`, which is the kernel's side).
+#[allow(unsafe_code, reason = "the SpeedPath contract, justified above")]
+unsafe impl SpeedPath for HostFile {
+    fn doorbells(&self) -> &dyn Doorbells {
+        self
+    }
+}
+
 /// Helper for tests and tools: the HCA's device attributes.
 pub fn caps(dev: &HostDevice) -> IvQueryDeviceOut {
     *dev.soft.caps()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::{catch_bugcheck, codes};
+
+    /// A bugcheck in a DPC that runs on the firmware thread (here: the
+    /// completion routine of a request that DPC completes touches paged
+    /// code at DISPATCH_LEVEL) is the platform's background bugcheck, and
+    /// unload raises it, as for the timer and worker threads.
+    #[test]
+    fn bugcheck_on_the_firmware_thread_is_raised_at_unload() {
+        let dev = HostDevice::new(HostDeviceConfig {
+            engine: Engine::Thread,
+            ..HostDeviceConfig::default()
+        })
+        .expect("host device");
+        let file = dev.open(FILE_READ_ACCESS).expect("open");
+        let platform = dev.platform().clone();
+        let port_1 = [1u32.to_ne_bytes(), 0u32.to_ne_bytes()].concat();
+        file.submit(
+            Ioctl::user(IOCTL_IV_QUERY_PORT, &port_1, size_of::<IvQueryPortOut>()),
+            move |_, _, _| platform.paged_code(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dev.platform().background_bugcheck().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let check = dev
+            .platform()
+            .background_bugcheck()
+            .expect("the bugcheck on the firmware thread is recorded");
+        assert_eq!(check.code, codes::DRIVER_IRQL_NOT_LESS_OR_EQUAL, "{check}");
+        // The request's completion routine never returned: the file would
+        // wait for it at close.
+        std::mem::forget(file);
+        let at_unload = catch_bugcheck(|| dev.unload()).expect_err("unload raises it");
+        assert_eq!(at_unload, check);
+    }
 }

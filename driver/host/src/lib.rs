@@ -9,14 +9,19 @@
 //! - [`device::HostDevice`] is the driver over a soft HCA, wired as PnP and
 //!   the I/O manager wire it on Windows;
 //! - [`win32`] is the Win32 subset a C ULP links against
-//!   (`include/irpverbs_host.h`), exported from the cdylib.
+//!   (`include/irpverbs_host.h`), exported from the cdylib;
+//! - [`user`] is the speed-path library for C ULPs
+//!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
+//!   query interface (`include/irpverbs_kernel.h`), exported from it too.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod demo;
 pub mod device;
+pub mod perf;
 pub mod platform;
+pub mod user;
 pub mod win32;
 
 pub use device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted};

@@ -6,7 +6,10 @@
 //! `include/irpverbs_host.h`; on Windows the same C code uses `<windows.h>`.
 //!
 //! Opening `\\.\irpverbs0` loads the driver in-process over a soft HCA (once
-//! per process). `IRPVERBS_ENGINE=thread` runs the soft HCA's firmware on
+//! per process). The speed-path library over these handles
+//! (`include/irpverbs_user.h`) is [`crate::user`]; the host-only stand-ins
+//! for a kernel ULP's file object and `IRP_MN_QUERY_INTERFACE` are
+//! [`IrpverbsHostCreateKernelFile`] and [`crate::user::IrpverbsHostQueryInterface`]. `IRPVERBS_ENGINE=thread` runs the soft HCA's firmware on
 //! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off.
 //!
 //! Semantics kept from Windows: a pended overlapped call returns FALSE with
@@ -139,7 +142,7 @@ thread_local! {
     static LAST_ERROR: Cell<u32> = const { Cell::new(0) };
 }
 
-fn fail<T>(err: u32, value: T) -> T {
+pub(crate) fn fail<T>(err: u32, value: T) -> T {
     LAST_ERROR.with(|e| e.set(err));
     value
 }
@@ -187,9 +190,13 @@ impl Port {
 
 type CancelCell = Arc<Mutex<Option<RequestHandle>>>;
 
-struct Win32File {
-    /// Taken out (and dropped: cleanup, close) by `CloseHandle`.
-    file: std::sync::RwLock<Option<HostFile>>,
+pub(crate) struct Win32File {
+    /// Taken out (and dropped: cleanup, close) by `CloseHandle`. The
+    /// speed-path library holds the read lock while it touches rings.
+    pub(crate) file: std::sync::RwLock<Option<HostFile>>,
+    /// Objects the speed-path library has open, as (destroy code, handle):
+    /// destroying (or resizing) one of them is refused with busy.
+    pub(crate) held: Mutex<Vec<(u32, IvHandle)>>,
     overlapped: bool,
     port: Mutex<Option<(Arc<Port>, usize)>>,
     /// In-flight overlapped requests by OVERLAPPED address, for CancelIoEx.
@@ -224,7 +231,7 @@ fn insert(o: Object) -> HANDLE {
     v as HANDLE
 }
 
-fn file_of(h: HANDLE) -> Option<Arc<Win32File>> {
+pub(crate) fn file_of(h: HANDLE) -> Option<Arc<Win32File>> {
     match handles().map.get(&(h as usize)) {
         Some(Object::File(f)) => Some(Arc::clone(f)),
         _ => None,
@@ -302,15 +309,75 @@ pub unsafe extern "C" fn CreateFileA(
         Err(s) => return fail(nt_status_to_win32(s), invalid),
     };
     match dev.open(granted) {
-        Ok(file) => insert(Object::File(Arc::new(Win32File {
-            file: std::sync::RwLock::new(Some(file)),
-            overlapped: flags & FILE_FLAG_OVERLAPPED != 0,
-            port: Mutex::new(None),
-            inflight: Mutex::new(HashMap::new()),
-            done: Condvar::new(),
-            done_lock: Mutex::new(()),
-        }))),
+        Ok(file) => insert_file(file, flags),
         Err(s) => fail(nt_status_to_win32(s), invalid),
+    }
+}
+
+fn insert_file(file: HostFile, flags: DWORD) -> HANDLE {
+    insert(Object::File(Arc::new(Win32File {
+        file: std::sync::RwLock::new(Some(file)),
+        held: Mutex::new(Vec::new()),
+        overlapped: flags & FILE_FLAG_OVERLAPPED != 0,
+        port: Mutex::new(None),
+        inflight: Mutex::new(HashMap::new()),
+        done: Condvar::new(),
+        done_lock: Mutex::new(()),
+    })))
+}
+
+/// Host only: the stand-in for a kernel ULP's file object (what
+/// `IoGetDeviceObjectPointer` gives a driver). `DeviceIoControl` on it sends
+/// internal device control requests from kernel mode, as
+/// `IoBuildDeviceIoControlRequest(..., InternalDeviceIoControl = TRUE)` does.
+/// `flags` may hold `FILE_FLAG_OVERLAPPED` (asynchronous requests, reaped
+/// from a completion port like a completion routine would run).
+#[unsafe(no_mangle)]
+pub extern "C" fn IrpverbsHostCreateKernelFile(flags: DWORD) -> HANDLE {
+    let invalid = INVALID_HANDLE_VALUE as HANDLE;
+    let dev = match device() {
+        Ok(d) => d,
+        Err(s) => return fail(nt_status_to_win32(s), invalid),
+    };
+    match dev.open_kernel() {
+        Ok(file) => insert_file(file, flags),
+        Err(s) => fail(nt_status_to_win32(s), invalid),
+    }
+}
+
+impl Win32File {
+    /// The speed-path library opened `object`.
+    pub(crate) fn hold(&self, object: (u32, IvHandle)) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(object);
+    }
+
+    /// The speed-path library closed `object`.
+    pub(crate) fn release(&self, object: (u32, IvHandle)) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = held.iter().position(|o| *o == object) {
+            held.swap_remove(i);
+        }
+    }
+
+    /// True when `code` would destroy or re-map an object the speed-path
+    /// library has open.
+    fn unmaps_held(&self, code: DWORD, input: &[u8]) -> bool {
+        let kind = match code {
+            IOCTL_IV_RESIZE_CQ => IOCTL_IV_DESTROY_CQ,
+            IOCTL_IV_DESTROY_QP | IOCTL_IV_DESTROY_CQ | IOCTL_IV_DESTROY_SRQ => code,
+            _ => return false,
+        };
+        let Some(bytes) = input.get(..8) else {
+            return false;
+        };
+        let handle = IvHandle::from_ne_bytes(bytes.try_into().unwrap_or_default());
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&(kind, handle))
     }
 }
 
@@ -353,11 +420,19 @@ pub unsafe extern "C" fn DeviceIoControl(
         unsafe { std::slice::from_raw_parts(in_buf.cast::<u8>(), in_len as usize) }
     };
     let out = Addr(out_buf as usize);
-    let io = Ioctl::user(code, input, out_len as usize);
     let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
     let Some(file) = guard.as_ref() else {
         return fail(error::INVALID_HANDLE, FALSE);
     };
+    let io: Ioctl<'_> = file.request(code, input, out_len as usize);
+    if f.unmaps_held(code, input) {
+        // An object the speed-path library still has open: its rings must
+        // stay mapped. Refused as a driver refuses a destroy with
+        // dependents, completed at once.
+        drop(guard);
+        // SAFETY: the caller's OVERLAPPED (if any) and `returned` are valid.
+        return unsafe { complete_at_once(&f, overlapped, returned, STATUS_DEVICE_BUSY) };
+    }
     if !f.overlapped {
         let (status, bytes) = file.call(io);
         let n = bytes.len().min(out_len as usize);
@@ -446,6 +521,48 @@ pub unsafe extern "C" fn DeviceIoControl(
     } else {
         fail(nt_status_to_win32(status), FALSE)
     }
+}
+
+/// Completes a request without the driver, as a request the driver
+/// completed inside its dispatch routine: the status in the OVERLAPPED, a
+/// packet to the file's completion port, FALSE with the Win32 error.
+///
+/// # Safety
+/// `overlapped` and `returned` are NULL or valid.
+unsafe fn complete_at_once(
+    f: &Win32File,
+    overlapped: *mut OVERLAPPED,
+    returned: *mut DWORD,
+    status: NtStatus,
+) -> BOOL {
+    if !returned.is_null() {
+        // SAFETY: a valid DWORD pointer.
+        unsafe { returned.write(0) };
+    }
+    if f.overlapped && !overlapped.is_null() {
+        // SAFETY: the caller's OVERLAPPED is valid.
+        unsafe { (*overlapped).InternalHigh = 0 };
+        // SAFETY: as above.
+        unsafe { internal(overlapped as usize) }.store(status as u32 as usize, Ordering::Release);
+        // SAFETY: as above.
+        let event = unsafe { (*overlapped).hEvent } as usize;
+        let port = f
+            .port
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((port, key)) = port {
+            if event & 1 == 0 {
+                port.post(Packet {
+                    bytes: 0,
+                    key,
+                    overlapped: overlapped as usize,
+                    status,
+                });
+            }
+        }
+    }
+    fail(nt_status_to_win32(status), FALSE)
 }
 
 /// `GetOverlappedResult`.

@@ -1,6 +1,14 @@
 //! Builds the C ULP tests in `tests/c` with the system C compiler against
 //! `include/` and the host library (cdylib), and runs them with the soft
-//! HCA's firmware inline and on its own thread.
+//! HCA's firmware inline and on its own thread:
+//! - `ulp_control.c`: the control path (overlapped IOCTLs, completion port);
+//! - `ulp_speed.c`: the user-mode speed-path library without data movement;
+//! - `kernel_ulp.c`: a kernel ULP's internal IOCTLs and direct-call table;
+//! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
+//!   engine).
+//!
+//! The user-mode ones are Windows code too: they also build for Windows x64
+//! with MinGW when it is installed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -80,7 +88,21 @@ fn compile(name: &str) -> PathBuf {
 }
 
 fn run(exe: &Path, engine: &str) {
+    // cargo runs tests with its deps folder on the library path, which may
+    // hold a `libirpverbs_host.so` from another build (`cargo build`): the
+    // loader would prefer it to the rpath (RUNPATH). Name ours first.
+    let lib = lib_dir();
+    let var = if cfg!(target_os = "macos") {
+        "DYLD_LIBRARY_PATH"
+    } else {
+        "LD_LIBRARY_PATH"
+    };
+    let path = std::env::join_paths(
+        std::iter::once(lib).chain(std::env::var_os(var).iter().flat_map(std::env::split_paths)),
+    )
+    .expect("library path");
     let out = Command::new(exe)
+        .env(var, path)
         .env("IRPVERBS_ENGINE", engine)
         .env("IRPVERBS_VERIFIER", "1")
         .output()
@@ -103,4 +125,61 @@ fn c_ulp_control_path_inline_engine() {
 #[test]
 fn c_ulp_control_path_thread_engine() {
     run(&build("ulp_control"), "thread");
+}
+
+#[test]
+fn c_ulp_speed_path_inline_engine() {
+    run(&build("ulp_speed"), "inline");
+}
+
+#[test]
+fn c_ulp_speed_path_thread_engine() {
+    run(&build("ulp_speed"), "thread");
+}
+
+#[test]
+fn c_kernel_ulp_inline_engine() {
+    run(&build("kernel_ulp"), "inline");
+}
+
+#[test]
+fn c_kernel_ulp_thread_engine() {
+    run(&build("kernel_ulp"), "thread");
+}
+
+#[test]
+fn c_ulp_data_inline_engine() {
+    run(&build("ulp_data"), "inline");
+}
+
+#[test]
+fn c_ulp_data_thread_engine() {
+    run(&build("ulp_data"), "thread");
+}
+
+/// The user-mode C ULPs are Windows programs: they compile for Windows x64
+/// against `<windows.h>` (what `.ci/run` checks for `ulp_control.c`).
+#[test]
+fn c_ulps_compile_for_windows_x64_with_mingw() {
+    let mingw = "x86_64-w64-mingw32-gcc";
+    if Command::new(mingw).arg("--version").output().is_err() {
+        eprintln!("skipping: {mingw} is not installed");
+        return;
+    }
+    let root = repo();
+    for name in ["ulp_control", "ulp_speed", "ulp_data"] {
+        let out = Command::new(mingw)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
+            .arg(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.obj")))
+            .arg("-I")
+            .arg(root.join("include"))
+            .arg(root.join("tests/c").join(format!("{name}.c")))
+            .output()
+            .expect("run MinGW");
+        assert!(
+            out.status.success(),
+            "{name}.c does not build for Windows x64:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -48,8 +48,32 @@ fn demo_runs_the_control_path_and_unloads_clean() {
         "6 RC QPs connected in pairs, 6 in RTS",
         "RTS->RTR refused: STATUS_INVALID_DEVICE_STATE",
         "dealloc_pd with dependents: STATUS_DEVICE_BUSY",
+        "every byte checked",
         "(live 0), verifier clean",
     ] {
         assert!(s.contains(want), "missing {want:?} in\n{s}");
     }
+}
+
+#[test]
+fn perf_runs_perftest_style_tests() {
+    let s = run(&["perf", "send_lat", "-n", "200", "-s", "64"]);
+    assert!(
+        s.contains("t_typical[usec]") && s.contains("99.9% percentile"),
+        "{s}"
+    );
+    assert!(
+        s.lines().last().unwrap().trim_start().starts_with("64 "),
+        "{s}"
+    );
+    let s = run(&[
+        "perf", "write_bw", "-n", "500", "-s", "4096", "-q", "2", "--engine", "thread",
+    ]);
+    assert!(s.contains("MsgRate[Mpps]") && s.contains("qps 2"), "{s}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_irpverbs"))
+        .args(["perf", "nosuch_bw"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown test"));
 }

@@ -1,15 +1,39 @@
 //! # irpverbs verbs
 //!
-//! Typed verbs (`alloc_pd`, `create_qp`, `modify_qp`, ...) over any
-//! transport that carries an irpverbs IOCTL: `DeviceIoControl` on Windows,
-//! the in-process host device, or a test double. One method per IOCTL; each
-//! returns the response struct or the NTSTATUS the driver completed with.
-#![forbid(unsafe_code)]
+//! Verbs for ULPs, in three parts:
+//! - typed control verbs ([`Client`]: `alloc_pd`, `create_qp`, `modify_qp`,
+//!   ...) over any transport that carries an irpverbs IOCTL:
+//!   `DeviceIoControl` on Windows, the in-process host device, or a test
+//!   double. One method per IOCTL; each returns the response struct or the
+//!   NTSTATUS the driver completed with;
+//! - the speed path ([`speed`]): over a [`SpeedPath`] transport, the client
+//!   also creates [`Qp`], [`Cq`] and [`Srq`] objects whose `post_send`,
+//!   `post_recv`, `poll` and `req_notify` are direct calls on the rings the
+//!   driver mapped into the caller, plus a doorbell: no IOCTL;
+//! - the kernel ULPs' direct-call function table ([`kernel`],
+//!   `include/irpverbs_kernel.h`), which a driver hands out through query
+//!   interface.
+//!
+//! `unsafe` appears only where a mapped address becomes a ring (the
+//! `from_create` / `from_map` constructors of [`speed`], which the safe
+//! objects call under the [`SpeedPath`] contract) and in the C ABI of the
+//! kernel table.
+#![deny(unsafe_code)]
 
 pub mod devinfo;
+pub mod kernel;
+mod objects;
+pub mod speed;
+
+use std::sync::{Mutex, PoisonError};
 
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+pub use objects::{Cq, Qp, Srq};
+pub use speed::{
+    AsNtStatus, CqRings, Doorbells, PostError, QpRings, SendWr, SpeedPath, SrqRings, Wc,
+};
 
 /// Carries one IOCTL to the driver and waits for its completion.
 pub trait IoctlTransport: Send + Sync {
@@ -27,18 +51,80 @@ impl<T: IoctlTransport + ?Sized> IoctlTransport for Box<T> {
 /// A verb's outcome: the response struct, or the failure status.
 pub type IoctlResult<T> = Result<T, NtStatus>;
 
+/// The open file under a [`Client`]: control only, or with the speed path.
+enum File {
+    Control(Box<dyn IoctlTransport>),
+    Speed(Box<dyn SpeedPath>),
+}
+
+impl IoctlTransport for File {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        match self {
+            File::Control(t) => t.ioctl(code, input, output_len),
+            File::Speed(t) => t.ioctl(code, input, output_len),
+        }
+    }
+}
+
+/// What a speed-path object is, for the destroy guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Qp,
+    Cq,
+    Srq,
+}
+
+/// The object kind and handle an IOCTL would destroy or re-map, if it is
+/// one that does.
+fn unmaps(code: u32, input: &[u8]) -> Option<(Kind, IvHandle)> {
+    let kind = match code {
+        IOCTL_IV_DESTROY_QP => Kind::Qp,
+        IOCTL_IV_DESTROY_CQ | IOCTL_IV_RESIZE_CQ => Kind::Cq,
+        IOCTL_IV_DESTROY_SRQ => Kind::Srq,
+        _ => return None,
+    };
+    // Every one of them starts with the object's handle.
+    let handle = IvHandle::read_from_prefix(input).ok()?.0;
+    Some((kind, handle))
+}
+
 /// Typed verbs over one open file.
+///
+/// Over a [`SpeedPath`] transport ([`Client::with_speed_path`]) it also
+/// creates speed-path objects ([`Client::new_qp`], [`Client::new_cq`],
+/// [`Client::new_srq`]). Those borrow the client, and while one lives the
+/// client refuses to destroy (or resize) its driver object by any other
+/// route (the typed destroy methods, [`Client::raw`], [`Client::file`]) with
+/// `STATUS_DEVICE_BUSY`: the object's own `destroy` drops its ring views
+/// first, so no view ever outlives its mapping.
 pub struct Client {
-    file: Box<dyn IoctlTransport>,
+    file: File,
+    held: Mutex<Vec<(Kind, IvHandle)>>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("speed_path", &self.doorbells().is_some())
+            .finish_non_exhaustive()
     }
 }
 
-fn call<I: IntoBytes + Immutable, O: FromBytes>(
+impl IoctlTransport for Client {
+    /// The file's transport, with the speed-path guard: destroying or
+    /// resizing an object a speed-path object of this client views fails
+    /// with `STATUS_DEVICE_BUSY` without reaching the driver.
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        if let Some(object) = unmaps(code, input) {
+            if self.is_held(object) {
+                return (STATUS_DEVICE_BUSY, Vec::new());
+            }
+        }
+        self.file.ioctl(code, input, output_len)
+    }
+}
+
+pub(crate) fn call<I: IntoBytes + Immutable, O: FromBytes>(
     file: &dyn IoctlTransport,
     code: u32,
     input: &I,
@@ -50,7 +136,7 @@ fn call<I: IntoBytes + Immutable, O: FromBytes>(
     O::read_from_bytes(&out).map_err(|_| STATUS_BUFFER_TOO_SMALL)
 }
 
-fn call_none<I: IntoBytes + Immutable>(
+pub(crate) fn call_none<I: IntoBytes + Immutable>(
     file: &dyn IoctlTransport,
     code: u32,
     input: &I,
@@ -66,26 +152,71 @@ fn call_none<I: IntoBytes + Immutable>(
 }
 
 impl Client {
-    /// Wraps an open file.
+    /// Wraps an open file (control verbs only).
     pub fn new(file: Box<dyn IoctlTransport>) -> Self {
-        Self { file }
+        Self {
+            file: File::Control(file),
+            held: Mutex::new(Vec::new()),
+        }
     }
 
-    /// The raw file.
+    /// Wraps an open file that also reaches the HCA's doorbells: the client
+    /// can create speed-path objects.
+    pub fn with_speed_path(file: Box<dyn SpeedPath>) -> Self {
+        Self {
+            file: File::Speed(file),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The doorbells, when the client has the speed path.
+    pub fn doorbells(&self) -> Option<&dyn Doorbells> {
+        match &self.file {
+            File::Control(_) => None,
+            File::Speed(t) => Some(t.doorbells()),
+        }
+    }
+
+    /// The file, as a transport (with the client's speed-path guard).
     pub fn file(&self) -> &dyn IoctlTransport {
-        &*self.file
+        self
     }
 
-    /// Raw IOCTL.
+    /// Raw IOCTL (with the client's speed-path guard).
     pub fn raw(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        self.file.ioctl(code, input, output_len)
+        self.ioctl(code, input, output_len)
+    }
+
+    /// The transport without the guard: for the speed-path objects' own
+    /// destroy and resize.
+    pub(crate) fn unguarded(&self) -> &dyn IoctlTransport {
+        &self.file
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<(Kind, IvHandle)>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_held(&self, object: (Kind, IvHandle)) -> bool {
+        self.held().contains(&object)
+    }
+
+    /// A speed-path object now views `object`'s rings.
+    pub(crate) fn hold(&self, kind: Kind, handle: IvHandle) {
+        self.held().push((kind, handle));
+    }
+
+    /// No speed-path object views `object`'s rings any more.
+    pub(crate) fn release(&self, kind: Kind, handle: IvHandle) {
+        let mut held = self.held();
+        if let Some(i) = held.iter().position(|o| *o == (kind, handle)) {
+            held.swap_remove(i);
+        }
     }
 
     /// `IOCTL_IV_GET_VERSION`.
     pub fn get_version(&self) -> IoctlResult<IvGetVersionOut> {
-        let (status, out) =
-            self.file
-                .ioctl(IOCTL_IV_GET_VERSION, &[], size_of::<IvGetVersionOut>());
+        let (status, out) = self.ioctl(IOCTL_IV_GET_VERSION, &[], size_of::<IvGetVersionOut>());
         if !nt_success(status) {
             return Err(status);
         }
@@ -94,9 +225,7 @@ impl Client {
 
     /// `IOCTL_IV_QUERY_DEVICE`.
     pub fn query_device(&self) -> IoctlResult<IvQueryDeviceOut> {
-        let (status, out) =
-            self.file
-                .ioctl(IOCTL_IV_QUERY_DEVICE, &[], size_of::<IvQueryDeviceOut>());
+        let (status, out) = self.ioctl(IOCTL_IV_QUERY_DEVICE, &[], size_of::<IvQueryDeviceOut>());
         if !nt_success(status) {
             return Err(status);
         }
@@ -106,7 +235,7 @@ impl Client {
     /// `IOCTL_IV_QUERY_PORT`.
     pub fn query_port(&self, port_num: u32) -> IoctlResult<IvQueryPortOut> {
         call(
-            &*self.file,
+            self,
             IOCTL_IV_QUERY_PORT,
             &IvQueryPortIn {
                 port_num,
@@ -117,22 +246,18 @@ impl Client {
 
     /// `IOCTL_IV_QUERY_GID`.
     pub fn query_gid(&self, port_num: u32, index: u32) -> IoctlResult<[u8; 16]> {
-        call::<_, IvQueryGidOut>(
-            &*self.file,
-            IOCTL_IV_QUERY_GID,
-            &IvQueryGidIn { port_num, index },
-        )
-        .map(|g| g.gid)
+        call::<_, IvQueryGidOut>(self, IOCTL_IV_QUERY_GID, &IvQueryGidIn { port_num, index })
+            .map(|g| g.gid)
     }
 
     /// `IOCTL_IV_ALLOC_PD`.
     pub fn alloc_pd(&self) -> IoctlResult<IvAllocPdOut> {
-        call(&*self.file, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default())
+        call(self, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default())
     }
 
     /// `IOCTL_IV_DEALLOC_PD`.
     pub fn dealloc_pd(&self, pd: IvHandle) -> IoctlResult<()> {
-        call_none(&*self.file, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: pd })
+        call_none(self, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: pd })
     }
 
     /// `IOCTL_IV_REG_MR`.
@@ -144,7 +269,7 @@ impl Client {
         access: u32,
     ) -> IoctlResult<IvRegMrOut> {
         call(
-            &*self.file,
+            self,
             IOCTL_IV_REG_MR,
             &IvRegMrIn {
                 pd,
@@ -158,7 +283,7 @@ impl Client {
 
     /// `IOCTL_IV_DEREG_MR`.
     pub fn dereg_mr(&self, mr: IvHandle) -> IoctlResult<()> {
-        call_none(&*self.file, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr })
+        call_none(self, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr })
     }
 
     /// `IOCTL_IV_CREATE_CQ`.
@@ -169,13 +294,13 @@ impl Client {
             channel: 0,
             user_context: 0x5151,
         };
-        call(&*self.file, IOCTL_IV_CREATE_CQ, &i)
+        call(self, IOCTL_IV_CREATE_CQ, &i)
     }
 
     /// `IOCTL_IV_RESIZE_CQ`.
     pub fn resize_cq(&self, cq: IvHandle, cqe: u32) -> IoctlResult<IvResizeCqOut> {
         call(
-            &*self.file,
+            self,
             IOCTL_IV_RESIZE_CQ,
             &IvResizeCqIn {
                 cq,
@@ -187,12 +312,12 @@ impl Client {
 
     /// `IOCTL_IV_DESTROY_CQ`.
     pub fn destroy_cq(&self, cq: IvHandle) -> IoctlResult<()> {
-        call_none(&*self.file, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq })
+        call_none(self, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq })
     }
 
     /// `IOCTL_IV_CREATE_QP` with the given request.
     pub fn create_qp_with(&self, i: &IvCreateQpIn) -> IoctlResult<IvCreateQpOut> {
-        call(&*self.file, IOCTL_IV_CREATE_QP, i)
+        call(self, IOCTL_IV_CREATE_QP, i)
     }
 
     /// `IOCTL_IV_CREATE_QP`: a QP of `qp_type` with modest queues.
@@ -208,7 +333,7 @@ impl Client {
     /// `IOCTL_IV_MODIFY_QP`.
     pub fn modify_qp(&self, qp: IvHandle, attr_mask: u32, attr: &IvQpAttr) -> IoctlResult<()> {
         call_none(
-            &*self.file,
+            self,
             IOCTL_IV_MODIFY_QP,
             &IvModifyQpIn {
                 qp,
@@ -221,12 +346,12 @@ impl Client {
 
     /// `IOCTL_IV_QUERY_QP`.
     pub fn query_qp(&self, qp: IvHandle) -> IoctlResult<IvQueryQpOut> {
-        call(&*self.file, IOCTL_IV_QUERY_QP, &IvHandleIn { handle: qp })
+        call(self, IOCTL_IV_QUERY_QP, &IvHandleIn { handle: qp })
     }
 
     /// `IOCTL_IV_DESTROY_QP`.
     pub fn destroy_qp(&self, qp: IvHandle) -> IoctlResult<()> {
-        call_none(&*self.file, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp })
+        call_none(self, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp })
     }
 
     /// `IOCTL_IV_CREATE_SRQ`.
@@ -244,7 +369,7 @@ impl Client {
             srq_limit,
             reserved: 0,
         };
-        call(&*self.file, IOCTL_IV_CREATE_SRQ, &i)
+        call(self, IOCTL_IV_CREATE_SRQ, &i)
     }
 
     /// `IOCTL_IV_MODIFY_SRQ`.
@@ -262,42 +387,32 @@ impl Client {
             srq_limit,
             reserved: 0,
         };
-        call_none(&*self.file, IOCTL_IV_MODIFY_SRQ, &i)
+        call_none(self, IOCTL_IV_MODIFY_SRQ, &i)
     }
 
     /// `IOCTL_IV_QUERY_SRQ`.
     pub fn query_srq(&self, srq: IvHandle) -> IoctlResult<IvQuerySrqOut> {
-        call(&*self.file, IOCTL_IV_QUERY_SRQ, &IvHandleIn { handle: srq })
+        call(self, IOCTL_IV_QUERY_SRQ, &IvHandleIn { handle: srq })
     }
 
     /// `IOCTL_IV_DESTROY_SRQ`.
     pub fn destroy_srq(&self, srq: IvHandle) -> IoctlResult<()> {
-        call_none(
-            &*self.file,
-            IOCTL_IV_DESTROY_SRQ,
-            &IvHandleIn { handle: srq },
-        )
+        call_none(self, IOCTL_IV_DESTROY_SRQ, &IvHandleIn { handle: srq })
     }
 
     /// `IOCTL_IV_CREATE_AH`.
     pub fn create_ah(&self, pd: IvHandle, attr: &IvAhAttr) -> IoctlResult<IvCreateAhOut> {
-        call(
-            &*self.file,
-            IOCTL_IV_CREATE_AH,
-            &IvCreateAhIn { pd, attr: *attr },
-        )
+        call(self, IOCTL_IV_CREATE_AH, &IvCreateAhIn { pd, attr: *attr })
     }
 
     /// `IOCTL_IV_DESTROY_AH`.
     pub fn destroy_ah(&self, ah: IvHandle) -> IoctlResult<()> {
-        call_none(&*self.file, IOCTL_IV_DESTROY_AH, &IvHandleIn { handle: ah })
+        call_none(self, IOCTL_IV_DESTROY_AH, &IvHandleIn { handle: ah })
     }
 
     /// `IOCTL_IV_GET_ASYNC_EVENT` (waits while none is queued).
     pub fn get_async_event(&self) -> IoctlResult<IvAsyncEventOut> {
-        let (status, out) =
-            self.file
-                .ioctl(IOCTL_IV_GET_ASYNC_EVENT, &[], size_of::<IvAsyncEventOut>());
+        let (status, out) = self.ioctl(IOCTL_IV_GET_ASYNC_EVENT, &[], size_of::<IvAsyncEventOut>());
         if !nt_success(status) {
             return Err(status);
         }
@@ -307,7 +422,7 @@ impl Client {
     /// `IOCTL_IV_ACK_ASYNC_EVENT`.
     pub fn ack_async_event(&self, handle: IvHandle, event_type: u32) -> IoctlResult<()> {
         call_none(
-            &*self.file,
+            self,
             IOCTL_IV_ACK_ASYNC_EVENT,
             &IvAckIn {
                 handle,
@@ -366,8 +481,12 @@ pub fn av(gid: [u8; 16]) -> IvAhAttr {
     }
 }
 
+/// The starting PSN (both directions) [`rts_steps`] sets.
+pub const RTS_PSN: u32 = 0x4321;
+
 /// The (mask, attributes) of each modify from RESET to RTS, per the IBTA
-/// required-attribute table.
+/// required-attribute table. The send and receive PSNs are equal, so two
+/// QPs walked to RTS against each other with these steps can talk.
 pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAttr)> {
     let init_mask = if qp_type == IV_QPT_UD {
         IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_QKEY
@@ -405,7 +524,7 @@ pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAt
                     ah_attr: av(gid),
                     path_mtu: IV_MTU_1024,
                     dest_qp_num: dest_qpn,
-                    rq_psn: 0x1234,
+                    rq_psn: RTS_PSN,
                     max_dest_rd_atomic: 4,
                     min_rnr_timer: 12,
                     ..IvQpAttr::default()
@@ -428,7 +547,7 @@ pub fn rts_steps(qp_type: u32, dest_qpn: u32, gid: [u8; 16]) -> Vec<(u32, IvQpAt
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
-        sq_psn: 0x4321,
+        sq_psn: RTS_PSN,
         max_rd_atomic: 4,
         ..IvQpAttr::default()
     };

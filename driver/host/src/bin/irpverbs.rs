@@ -48,6 +48,43 @@ enum Cmd {
         #[arg(long, default_value_t = 4)]
         pairs: u32,
     },
+    /// perftest's tests between two endpoints over the soft HCA
+    /// (send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
+    /// atomic_lat, atomic_bw).
+    Perf {
+        /// The test.
+        test: String,
+        /// Message size in bytes.
+        #[arg(short = 's', long)]
+        size: Option<u64>,
+        /// All sizes from 2 bytes to 8 MiB.
+        #[arg(short = 'a', long)]
+        all: bool,
+        /// Iterations per size.
+        #[arg(short = 'n', long)]
+        iters: Option<u64>,
+        /// QP pairs.
+        #[arg(short = 'q', long, default_value_t = 1)]
+        qps: u32,
+        /// Send up to this many bytes inline.
+        #[arg(short = 'I', long, default_value_t = 0)]
+        inline_size: u32,
+        /// Wait for completions with CQ events instead of busy polling.
+        #[arg(short = 'e', long)]
+        events: bool,
+        /// Operations in flight (bandwidth).
+        #[arg(short = 't', long, default_value_t = 128)]
+        tx_depth: u32,
+        /// Path MTU in bytes (256 to 4096).
+        #[arg(short = 'm', long, default_value_t = 4096)]
+        mtu: u32,
+        /// Run the verifier.
+        #[arg(long)]
+        verifier: bool,
+        /// Latency ping-pong on one thread (the driver's own cost).
+        #[arg(long)]
+        one_thread: bool,
+    },
     /// Benchmarks (figures, not pass/fail).
     Bench {
         #[command(subcommand)]
@@ -71,6 +108,32 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Cmd::Devinfo { verbose } => devinfo(engine, verbose),
         Cmd::Demo { pairs } => irpverbs_host::demo::run(pairs, engine).map(|r| print!("{r}")),
+        Cmd::Perf {
+            test,
+            size,
+            all,
+            iters,
+            qps,
+            inline_size,
+            events,
+            tx_depth,
+            mtu,
+            verifier,
+            one_thread,
+        } => perf(
+            engine,
+            &test,
+            size,
+            all,
+            iters,
+            qps,
+            inline_size,
+            events,
+            tx_depth,
+            mtu,
+            verifier,
+            one_thread,
+        ),
         Cmd::Bench {
             what: BenchCmd::Control { ioctls },
         } => {
@@ -103,5 +166,61 @@ fn devinfo(engine: Engine, verbose: bool) -> Result<(), String> {
     print!("{text}");
     drop(c);
     dev.unload();
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+fn perf(
+    engine: Engine,
+    test: &str,
+    size: Option<u64>,
+    all: bool,
+    iters: Option<u64>,
+    qps: u32,
+    inline: u32,
+    events: bool,
+    tx_depth: u32,
+    mtu: u32,
+    verifier: bool,
+    one_thread: bool,
+) -> Result<(), String> {
+    use irpverbs_host::perf::{PerfConfig, Test, format, run};
+    let test = Test::parse(test).ok_or_else(|| {
+        let names: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
+        format!("unknown test {test:?}; one of {}", names.join(", "))
+    })?;
+    let mut cfg = PerfConfig::new(test);
+    if let Some(s) = size {
+        cfg.sizes = vec![s];
+    }
+    if all {
+        cfg.sizes = PerfConfig::sweep();
+        if matches!(test, Test::AtomicLat | Test::AtomicBw) {
+            cfg.sizes = vec![8];
+        }
+    }
+    if let Some(n) = iters {
+        cfg.iters = n;
+    }
+    cfg.mtu = match mtu {
+        256 => irpverbs_abi::IV_MTU_256,
+        512 => irpverbs_abi::IV_MTU_512,
+        1024 => irpverbs_abi::IV_MTU_1024,
+        2048 => irpverbs_abi::IV_MTU_2048,
+        4096 => irpverbs_abi::IV_MTU_4096,
+        m => return Err(format!("MTU {m}: one of 256, 512, 1024, 2048, 4096")),
+    };
+    if qps == 0 || tx_depth == 0 {
+        return Err("qps and tx depth must be at least 1".into());
+    }
+    cfg.qps = qps;
+    cfg.inline = inline;
+    cfg.events = events;
+    cfg.tx_depth = tx_depth;
+    cfg.engine = engine;
+    cfg.verifier = verifier;
+    cfg.one_thread = one_thread;
+    let reports = run(&cfg)?;
+    print!("{}", format(&cfg, &reports));
     Ok(())
 }

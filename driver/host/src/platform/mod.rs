@@ -56,7 +56,7 @@
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
-//! | panic on a host thread (timer, worker) | 0x7E | 0 | |
+//! | panic on a host thread (timer, worker, soft HCA firmware) | 0x7E | 0 | |
 //!
 //! Choices where Windows has no exact match: KMDF only traces and breaks
 //! into the debugger when a cancelable request is completed, so the host
@@ -549,7 +549,16 @@ impl HostPlatform {
         self.shared.pool.stats()
     }
 
-    /// The first bugcheck raised on a host thread (timer, worker), if any.
+    /// Runs `f` on a host-owned thread (the host device's firmware thread):
+    /// a bugcheck or panic in it is recorded as the
+    /// [`background_bugcheck`](Self::background_bugcheck) (first one wins),
+    /// which [`unload`](Self::unload) raises, and the thread goes on.
+    pub(crate) fn run_guarded(&self, thread: &str, f: impl FnOnce()) {
+        bugcheck::run_guarded(&self.shared.background, thread, f);
+    }
+
+    /// The first bugcheck raised on a host thread (timer, worker, soft HCA
+    /// firmware), if any.
     #[must_use]
     pub fn background_bugcheck(&self) -> Option<BugCheck> {
         self.shared

@@ -1,0 +1,1000 @@
+//! `irpverbs perf`: perftest's tests (send/write/read/atomic, latency and
+//! bandwidth) between two endpoints in one process over the soft HCA.
+//!
+//! The endpoints are two files (two "processes") on one host device, their
+//! QPs connected to each other (RoCEv2 loopback through the soft HCA). The
+//! speed path is the real one: WQEs written into the mapped rings, doorbells,
+//! CQEs polled from the CQ rings — no IOCTL per message. Latency follows
+//! perftest: send and write report half the round trip of a ping-pong, read
+//! and atomic the whole round trip of one operation; bandwidth keeps
+//! `tx_depth` operations in flight and signals every `cq_mod`-th.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use irpverbs_abi::*;
+use irpverbs_ring::SendWr;
+use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, qp_request, rts_steps};
+
+use crate::device::{Engine, HostDevice, HostDeviceConfig};
+use crate::platform::{HostConfig, VerifierConfig};
+
+/// A perftest test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `ib_send_lat`.
+    SendLat,
+    /// `ib_send_bw`.
+    SendBw,
+    /// `ib_write_lat`.
+    WriteLat,
+    /// `ib_write_bw`.
+    WriteBw,
+    /// `ib_read_lat`.
+    ReadLat,
+    /// `ib_read_bw`.
+    ReadBw,
+    /// `ib_atomic_lat` (fetch and add).
+    AtomicLat,
+    /// `ib_atomic_bw` (fetch and add).
+    AtomicBw,
+}
+
+impl Test {
+    /// Every test.
+    pub const ALL: [Test; 8] = [
+        Test::SendLat,
+        Test::SendBw,
+        Test::WriteLat,
+        Test::WriteBw,
+        Test::ReadLat,
+        Test::ReadBw,
+        Test::AtomicLat,
+        Test::AtomicBw,
+    ];
+
+    /// perftest's name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::SendLat => "send_lat",
+            Test::SendBw => "send_bw",
+            Test::WriteLat => "write_lat",
+            Test::WriteBw => "write_bw",
+            Test::ReadLat => "read_lat",
+            Test::ReadBw => "read_bw",
+            Test::AtomicLat => "atomic_lat",
+            Test::AtomicBw => "atomic_bw",
+        }
+    }
+
+    /// Parses perftest's name.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    fn is_latency(self) -> bool {
+        matches!(
+            self,
+            Test::SendLat | Test::WriteLat | Test::ReadLat | Test::AtomicLat
+        )
+    }
+
+    fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicLat | Test::AtomicBw)
+    }
+}
+
+/// How to run a test.
+#[derive(Clone, Debug)]
+pub struct PerfConfig {
+    /// The test.
+    pub test: Test,
+    /// Message sizes (one run per size).
+    pub sizes: Vec<u64>,
+    /// Iterations per size.
+    pub iters: u64,
+    /// QP pairs (bandwidth tests spread messages over them).
+    pub qps: u32,
+    /// Send data inline up to this many bytes.
+    pub inline: u32,
+    /// Completion by CQ events (a blocked thread woken through the CQ
+    /// notify IOCTL) instead of busy polling.
+    pub events: bool,
+    /// Operations in flight (bandwidth).
+    pub tx_depth: u32,
+    /// Signal every `cq_mod`-th operation (bandwidth).
+    pub cq_mod: u32,
+    /// Path MTU (`IV_MTU_*`).
+    pub mtu: u32,
+    /// Where the soft HCA's firmware runs.
+    pub engine: Engine,
+    /// Run the verifier (off by default: perftest measures the fast path).
+    pub verifier: bool,
+    /// Latency ping-pong on one thread (the driver's own cost, without the
+    /// cross-core cache traffic of two polling threads).
+    pub one_thread: bool,
+}
+
+impl PerfConfig {
+    /// perftest's defaults for `test`: 2-byte messages (8 for atomics),
+    /// 1000 latency / 5000 bandwidth iterations, tx depth 128.
+    #[must_use]
+    pub fn new(test: Test) -> Self {
+        Self {
+            test,
+            sizes: vec![if test.is_atomic() { 8 } else { 2 }],
+            iters: if test.is_latency() { 1000 } else { 5000 },
+            qps: 1,
+            inline: 0,
+            events: false,
+            tx_depth: 128,
+            cq_mod: 32,
+            mtu: IV_MTU_4096,
+            engine: Engine::Inline,
+            verifier: false,
+            one_thread: false,
+        }
+    }
+
+    /// The sweep `ib_*` runs with `-a`: 2 bytes to 8 MiB.
+    #[must_use]
+    pub fn sweep() -> Vec<u64> {
+        (1..=23).map(|k| 1u64 << k).collect()
+    }
+}
+
+/// A latency result (microseconds).
+#[derive(Clone, Debug)]
+pub struct Latency {
+    /// Message size.
+    pub bytes: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Minimum.
+    pub min: f64,
+    /// Maximum.
+    pub max: f64,
+    /// Median (perftest's "typical").
+    pub typical: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Standard deviation.
+    pub stdev: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+}
+
+/// A bandwidth result.
+#[derive(Clone, Debug)]
+pub struct Bandwidth {
+    /// Message size.
+    pub bytes: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Best interval, MiB/s.
+    pub peak_mib: f64,
+    /// Whole run, MiB/s.
+    pub avg_mib: f64,
+    /// Messages per second, millions.
+    pub mpps: f64,
+}
+
+/// One size's result.
+#[derive(Clone, Debug)]
+pub enum Report {
+    /// Latency test.
+    Latency(Latency),
+    /// Bandwidth test.
+    Bandwidth(Bandwidth),
+}
+
+fn ok<T>(what: &str, r: IoctlResult<T>) -> Result<T, String> {
+    r.map_err(|s| format!("{what}: {}", status_name(s)))
+}
+
+/// An endpoint: a file with a PD, a registered buffer, send and receive
+/// CQs and QPs.
+struct Side<'c> {
+    c: &'c Client,
+    buf: Vec<u8>,
+    mr: IvRegMrOut,
+    scq: Cq<'c>,
+    rcq: Cq<'c>,
+    qps: Vec<Qp<'c>>,
+    pd: IvHandle,
+}
+
+impl<'c> Side<'c> {
+    fn new(c: &'c Client, cfg: &PerfConfig, bytes: usize) -> Result<Self, String> {
+        let pd = ok("alloc_pd", c.alloc_pd())?.pd;
+        let buf = vec![0u8; bytes.max(64)];
+        let mr = ok(
+            "reg_mr",
+            c.reg_mr(pd, buf.as_ptr() as u64, buf.len() as u64, IV_ACCESS_ALL),
+        )?;
+        let depth = (cfg.tx_depth * 2).max(64);
+        let cq_in = IvCreateCqIn {
+            cqe: depth * cfg.qps * 2,
+            ..Default::default()
+        };
+        let scq = ok("create_cq", c.new_cq(&cq_in))?;
+        let rcq = ok("create_cq", c.new_cq(&cq_in))?;
+        let mut qps = Vec::new();
+        for _ in 0..cfg.qps {
+            let mut req = qp_request(pd, scq.handle(), 0, IV_QPT_RC);
+            req.recv_cq = rcq.handle();
+            req.cap.max_send_wr = depth;
+            req.cap.max_recv_wr = depth;
+            req.cap.max_inline_data = cfg.inline;
+            qps.push(ok("create_qp", c.new_qp(&req))?);
+        }
+        Ok(Self {
+            c,
+            buf,
+            mr,
+            scq,
+            rcq,
+            qps,
+            pd,
+        })
+    }
+
+    fn sge(&self, offset: u64, len: u64) -> IvSge {
+        IvSge {
+            addr: self.buf.as_ptr() as u64 + offset,
+            length: len as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+
+    /// Connects QP `i` to `dest_qpn` with the configured MTU and read depth.
+    fn connect(&self, i: usize, dest_qpn: u32, gid: [u8; 16], mtu: u32) -> Result<(), String> {
+        for (mask, mut attr) in rts_steps(IV_QPT_RC, dest_qpn, gid) {
+            if attr.qp_state == IV_QPS_INIT {
+                attr.qp_access_flags =
+                    IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC;
+            }
+            if attr.qp_state == IV_QPS_RTR {
+                attr.path_mtu = mtu;
+                attr.max_dest_rd_atomic = 16;
+            }
+            if attr.qp_state == IV_QPS_RTS {
+                attr.max_rd_atomic = 16;
+            }
+            ok("modify_qp", self.qps[i].modify(mask, &attr))?;
+        }
+        Ok(())
+    }
+
+    fn poll(cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, String> {
+        let n = cq.poll(out).map_err(|_| "corrupt CQ".to_string())?;
+        if let Some(bad) = out[..n].iter().find(|c| c.status != IV_WC_SUCCESS) {
+            return Err(format!(
+                "completion {} failed: {}",
+                bad.wr_id,
+                irpverbs_verbs::speed::wc_status_name(bad.status)
+            ));
+        }
+        Ok(n)
+    }
+
+    fn teardown(self) {
+        let Side {
+            c,
+            buf,
+            mr,
+            scq,
+            rcq,
+            qps,
+            pd,
+        } = self;
+        drop(qps);
+        drop(scq);
+        drop(rcq);
+        let _ = c.dereg_mr(mr.mr);
+        let _ = c.dealloc_pd(pd);
+        drop(buf);
+    }
+}
+
+fn stats(mut samples: Vec<f64>, bytes: u64) -> Latency {
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len().max(1);
+    let at = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)];
+    let avg = samples.iter().sum::<f64>() / n as f64;
+    let var = samples.iter().map(|s| (s - avg) * (s - avg)).sum::<f64>() / n as f64;
+    Latency {
+        bytes,
+        iters: samples.len() as u64,
+        min: samples.first().copied().unwrap_or(0.0),
+        max: samples.last().copied().unwrap_or(0.0),
+        typical: at(0.5),
+        avg,
+        stdev: var.sqrt(),
+        p99: at(0.99),
+        p999: at(0.999),
+    }
+}
+
+/// Runs `cfg` and returns one report per size.
+///
+/// # Errors
+/// A verb that failed, or a completion with an error status.
+pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
+    let dev = HostDevice::new(HostDeviceConfig {
+        platform: HostConfig {
+            verifier: VerifierConfig {
+                enabled: cfg.verifier,
+                fail_pool: None,
+            },
+            ..HostConfig::default()
+        },
+        engine: cfg.engine,
+        ..HostDeviceConfig::default()
+    })
+    .map_err(|s| format!("device: {}", status_name(s)))?;
+    let open = || {
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .map(|f| f.into_client())
+    };
+    let cc = open().map_err(|s| format!("open: {}", status_name(s)))?;
+    let sc = open().map_err(|s| format!("open: {}", status_name(s)))?;
+    let max = cfg.sizes.iter().copied().max().unwrap_or(8);
+    let bytes = if cfg.test.is_latency() {
+        max as usize * 2
+    } else {
+        max as usize * cfg.tx_depth as usize
+    };
+    let client = Side::new(&cc, cfg, bytes.min(1 << 30))?;
+    let server = Side::new(&sc, cfg, bytes.min(1 << 30))?;
+    let gid = ok("query_gid", cc.query_gid(1, 0))?;
+    for i in 0..cfg.qps as usize {
+        client.connect(i, server.qps[i].qpn(), gid, cfg.mtu)?;
+        server.connect(i, client.qps[i].qpn(), gid, cfg.mtu)?;
+    }
+    let mut out = Vec::new();
+    for &size in &cfg.sizes {
+        let r = if cfg.test.is_latency() {
+            Report::Latency(latency(cfg, &client, &server, size)?)
+        } else {
+            Report::Bandwidth(bandwidth(cfg, &client, &server, size)?)
+        };
+        out.push(r);
+    }
+    client.teardown();
+    server.teardown();
+    drop(cc);
+    drop(sc);
+    dev.quiesce(Duration::from_secs(10))?;
+    dev.unload();
+    Ok(out)
+}
+
+fn send_wr<'a>(
+    cfg: &PerfConfig,
+    side: &'a Side<'_>,
+    opcode: u8,
+    size: u64,
+    sge: &'a [IvSge],
+    peer: &Side<'_>,
+) -> SendWr<'a> {
+    let inline =
+        (opcode == IV_WR_SEND || opcode == IV_WR_RDMA_WRITE) && size <= u64::from(cfg.inline);
+    SendWr {
+        wr_id: 0,
+        opcode,
+        flags: IV_SEND_SIGNALED,
+        sges: sge,
+        inline: inline.then(|| &side.buf[..size as usize]),
+        remote_addr: peer.addr(),
+        rkey: peer.mr.rkey,
+        compare_add: 1,
+        ..SendWr::default()
+    }
+}
+
+/// Blocks until `cq` has a completion: arm, then pend `IOCTL_IV_CQ_NOTIFY`
+/// (a synchronous DeviceIoControl on the endpoint's file), as an
+/// event-driven ULP does.
+fn wait_event(side: &Side<'_>, cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, String> {
+    loop {
+        let n = Side::poll(cq, out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let arm = IvCqNotifyIn {
+            cq: cq.handle(),
+            arm: IV_NOTIFY_NEXT,
+            reserved: 0,
+        };
+        let (st, _) = side.c.raw(
+            IOCTL_IV_CQ_NOTIFY,
+            zerocopy::IntoBytes::as_bytes(&arm),
+            size_of::<IvCqEventOut>(),
+        );
+        if !nt_success(st) {
+            return Err(format!("cq notify: {}", status_name(st)));
+        }
+    }
+}
+
+fn latency(
+    cfg: &PerfConfig,
+    client: &Side<'_>,
+    server: &Side<'_>,
+    size: u64,
+) -> Result<Latency, String> {
+    let iters = cfg.iters;
+    let mut samples = Vec::with_capacity(iters as usize);
+    let (cq0, sq0) = (&client.qps[0], &server.qps[0]);
+    match cfg.test {
+        Test::SendLat | Test::WriteLat if cfg.one_thread && !cfg.events => {
+            ping_pong_one_thread(cfg, client, server, size, &mut samples)?;
+        }
+        Test::SendLat | Test::WriteLat => {
+            let send = cfg.test == Test::SendLat;
+            // The server answers every message on its own thread, polling
+            // (or blocked on CQ events with --events), like the other process.
+            let stop = AtomicBool::new(false);
+            if send {
+                // Receives are posted ahead and reposted as they are used.
+                for k in 0..16 {
+                    sq0.post_recv(k, &[server.sge(0, size.max(1))])
+                        .map_err(|e| format!("post_recv: {e:?}"))?;
+                    cq0.post_recv(k, &[client.sge(size, size.max(1))])
+                        .map_err(|e| format!("post_recv: {e:?}"))?;
+                }
+            }
+            std::thread::scope(|scope| -> Result<(), String> {
+                let responder = scope.spawn(|| -> Result<(), String> {
+                    let mut cqes = [IvCqe::default(); 16];
+                    let sge = [server.sge(size, size)];
+                    for i in 0..iters {
+                        if send {
+                            let mut got = 0;
+                            while got == 0 {
+                                if stop.load(Ordering::Relaxed) {
+                                    return Ok(());
+                                }
+                                got = if cfg.events {
+                                    wait_event(server, &server.rcq, &mut cqes)?
+                                } else {
+                                    Side::poll(&server.rcq, &mut cqes)?
+                                };
+                            }
+                            sq0.post_recv(i + 16, &[server.sge(0, size.max(1))])
+                                .map_err(|e| format!("post_recv: {e:?}"))?;
+                        } else {
+                            // WRITE: poll the last byte of the incoming message.
+                            let want = (i as u8).wrapping_add(1);
+                            while server.buf_byte(size - 1) != want {
+                                if stop.load(Ordering::Relaxed) {
+                                    return Ok(());
+                                }
+                                std::hint::spin_loop();
+                            }
+                        }
+                        let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
+                        let mut wr = send_wr(cfg, server, op, size, &sge, client);
+                        wr.remote_addr = client.addr() + size;
+                        if !send {
+                            server.set_byte(2 * size - 1, (i as u8).wrapping_add(1));
+                            wr.inline = None;
+                            wr.sges = &sge;
+                        }
+                        sq0.post_send(&wr)
+                            .map_err(|e| format!("post_send: {e:?}"))?;
+                        while Side::poll(&server.scq, &mut cqes)? == 0 {}
+                    }
+                    Ok(())
+                });
+                let mut cqes = [IvCqe::default(); 16];
+                let sge = [client.sge(0, size)];
+                let mut result = Ok(());
+                for i in 0..iters {
+                    if !send {
+                        client.set_byte(size - 1, (i as u8).wrapping_add(1));
+                    }
+                    let t0 = Instant::now();
+                    let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
+                    if let Err(e) = cq0.post_send(&send_wr(cfg, client, op, size, &sge, server)) {
+                        result = Err(format!("post_send: {e:?}"));
+                        break;
+                    }
+                    let r: Result<(), String> = (|| {
+                        if send {
+                            while Side::poll(&client.rcq, &mut cqes)? == 0 {}
+                            cq0.post_recv(i + 16, &[client.sge(size, size.max(1))])
+                                .map_err(|e| format!("post_recv: {e:?}"))?;
+                        } else {
+                            let want = (i as u8).wrapping_add(1);
+                            while client.buf_byte(2 * size - 1) != want {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        Ok(())
+                    })();
+                    samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    if let Err(e) = r.and_then(|()| {
+                        while Side::poll(&client.scq, &mut cqes)? == 0 {}
+                        Ok(())
+                    }) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                responder
+                    .join()
+                    .map_err(|_| "responder panicked".to_string())??;
+                result
+            })?;
+        }
+        Test::ReadLat | Test::AtomicLat => {
+            let mut cqes = [IvCqe::default(); 4];
+            let sge = [client.sge(0, size)];
+            let op = if cfg.test == Test::ReadLat {
+                IV_WR_RDMA_READ
+            } else {
+                IV_WR_ATOMIC_FETCH_AND_ADD
+            };
+            for _ in 0..iters {
+                let t0 = Instant::now();
+                cq0.post_send(&send_wr(cfg, client, op, size, &sge, server))
+                    .map_err(|e| format!("post_send: {e:?}"))?;
+                if cfg.events {
+                    wait_event(client, &client.scq, &mut cqes)?;
+                } else {
+                    while Side::poll(&client.scq, &mut cqes)? == 0 {}
+                }
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        _ => unreachable!("latency tests only"),
+    }
+    Ok(stats(samples, size))
+}
+
+/// Send or write ping-pong driven from one thread: post, poll the peer's
+/// side, answer, poll ours.
+fn ping_pong_one_thread(
+    cfg: &PerfConfig,
+    client: &Side<'_>,
+    server: &Side<'_>,
+    size: u64,
+    samples: &mut Vec<f64>,
+) -> Result<(), String> {
+    let send = cfg.test == Test::SendLat;
+    let (cq0, sq0) = (&client.qps[0], &server.qps[0]);
+    let mut cqes = [IvCqe::default(); 16];
+    if send {
+        for k in 0..16 {
+            sq0.post_recv(k, &[server.sge(0, size.max(1))])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+            cq0.post_recv(k, &[client.sge(size, size.max(1))])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+        }
+    }
+    let (csge, ssge) = ([client.sge(0, size)], [server.sge(size, size)]);
+    let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
+    for i in 0..cfg.iters {
+        let want = (i as u8).wrapping_add(1);
+        if !send {
+            client.set_byte(size - 1, want);
+            server.set_byte(2 * size - 1, want);
+        }
+        let t0 = Instant::now();
+        cq0.post_send(&send_wr(cfg, client, op, size, &csge, server))
+            .map_err(|e| format!("post_send: {e:?}"))?;
+        if send {
+            while Side::poll(&server.rcq, &mut cqes)? == 0 {}
+        } else {
+            while server.buf_byte(size - 1) != want {
+                std::hint::spin_loop();
+            }
+        }
+        let mut wr = send_wr(cfg, server, op, size, &ssge, client);
+        wr.remote_addr = client.addr() + size;
+        if !send {
+            wr.inline = None;
+        }
+        sq0.post_send(&wr)
+            .map_err(|e| format!("post_send: {e:?}"))?;
+        if send {
+            while Side::poll(&client.rcq, &mut cqes)? == 0 {}
+        } else {
+            while client.buf_byte(2 * size - 1) != want {
+                std::hint::spin_loop();
+            }
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        while Side::poll(&client.scq, &mut cqes)? == 0 {}
+        while Side::poll(&server.scq, &mut cqes)? == 0 {}
+        if send {
+            sq0.post_recv(i + 16, &[server.sge(0, size.max(1))])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+            cq0.post_recv(i + 16, &[client.sge(size, size.max(1))])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// CQ-event wake-up latency: a thread blocked in `IOCTL_IV_CQ_NOTIFY` on the
+/// server's receive CQ, a SEND from the client; the time from the post to
+/// the blocked thread running again (microseconds).
+///
+/// # Errors
+/// A verb that failed.
+pub fn event_wakeup(iters: u64, engine: Engine) -> Result<Latency, String> {
+    let cfg = PerfConfig {
+        iters,
+        engine,
+        events: true,
+        ..PerfConfig::new(Test::SendLat)
+    };
+    let dev = HostDevice::new(HostDeviceConfig {
+        engine,
+        ..HostDeviceConfig::default()
+    })
+    .map_err(|s| format!("device: {}", status_name(s)))?;
+    let open = || {
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .map(|f| f.into_client())
+    };
+    let cc = open().map_err(|s| format!("open: {}", status_name(s)))?;
+    let sc = open().map_err(|s| format!("open: {}", status_name(s)))?;
+    let client = Side::new(&cc, &cfg, 64)?;
+    let server = Side::new(&sc, &cfg, 64)?;
+    let gid = ok("query_gid", cc.query_gid(1, 0))?;
+    client.connect(0, server.qps[0].qpn(), gid, cfg.mtu)?;
+    server.connect(0, client.qps[0].qpn(), gid, cfg.mtu)?;
+    let origin = Instant::now();
+    let posted_at = std::sync::atomic::AtomicU64::new(0);
+    let blocked = AtomicBool::new(false);
+    let mut samples = Vec::with_capacity(iters as usize);
+    std::thread::scope(|scope| -> Result<(), String> {
+        let waiter = scope.spawn(|| -> Result<Vec<f64>, String> {
+            let mut got = Vec::with_capacity(iters as usize);
+            let mut cqes = [IvCqe::default(); 4];
+            for i in 0..iters {
+                server.qps[0]
+                    .post_recv(i, &[server.sge(0, 8)])
+                    .map_err(|e| format!("post_recv: {e:?}"))?;
+                let arm = IvCqNotifyIn {
+                    cq: server.rcq.handle(),
+                    arm: IV_NOTIFY_NEXT,
+                    reserved: 0,
+                };
+                blocked.store(true, Ordering::SeqCst);
+                let (st, _) = server.c.raw(
+                    IOCTL_IV_CQ_NOTIFY,
+                    zerocopy::IntoBytes::as_bytes(&arm),
+                    size_of::<IvCqEventOut>(),
+                );
+                let woke = origin.elapsed().as_nanos() as u64;
+                if !nt_success(st) {
+                    return Err(format!("cq notify: {}", status_name(st)));
+                }
+                got.push((woke - posted_at.load(Ordering::SeqCst)) as f64 / 1e3);
+                while Side::poll(&server.rcq, &mut cqes)? == 0 {}
+            }
+            Ok(got)
+        });
+        let mut cqes = [IvCqe::default(); 4];
+        let sge = [client.sge(0, 8)];
+        for _ in 0..iters {
+            while !blocked.swap(false, Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            // Let the waiter get into its wait.
+            std::thread::sleep(Duration::from_micros(200));
+            posted_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            client.qps[0]
+                .post_send(&send_wr(&cfg, &client, IV_WR_SEND, 8, &sge, &server))
+                .map_err(|e| format!("post_send: {e:?}"))?;
+            while Side::poll(&client.scq, &mut cqes)? == 0 {}
+        }
+        samples = waiter.join().map_err(|_| "waiter panicked".to_string())??;
+        Ok(())
+    })?;
+    client.teardown();
+    server.teardown();
+    drop(cc);
+    drop(sc);
+    dev.quiesce(Duration::from_secs(10))?;
+    dev.unload();
+    Ok(stats(samples, 8))
+}
+
+impl Side<'_> {
+    fn buf_byte(&self, at: u64) -> u8 {
+        // The HCA writes this memory behind Rust's back (registered memory):
+        // read it volatile.
+        std::hint::black_box(&self.buf);
+        let p = self.buf.as_ptr().wrapping_add(at as usize);
+        read_volatile_u8(p)
+    }
+
+    fn set_byte(&self, at: u64, v: u8) {
+        let p = self.buf.as_ptr().wrapping_add(at as usize).cast_mut();
+        write_volatile_u8(p, v);
+    }
+}
+
+#[allow(unsafe_code)]
+fn read_volatile_u8(p: *const u8) -> u8 {
+    // SAFETY: `p` points inside a live registered buffer (callers index
+    // within it); the HCA may write it concurrently, which is why the read
+    // is volatile (registered memory is shared with the device).
+    unsafe { p.read_volatile() }
+}
+
+#[allow(unsafe_code)]
+fn write_volatile_u8(p: *mut u8, v: u8) {
+    // SAFETY: as in `read_volatile_u8`; the buffer is the endpoint's own.
+    unsafe { p.write_volatile(v) }
+}
+
+fn bandwidth(
+    cfg: &PerfConfig,
+    client: &Side<'_>,
+    server: &Side<'_>,
+    size: u64,
+) -> Result<Bandwidth, String> {
+    let op = match cfg.test {
+        Test::SendBw => IV_WR_SEND,
+        Test::WriteBw => IV_WR_RDMA_WRITE,
+        Test::ReadBw => IV_WR_RDMA_READ,
+        _ => IV_WR_ATOMIC_FETCH_AND_ADD,
+    };
+    let iters = cfg.iters;
+    let depth = u64::from(cfg.tx_depth);
+    let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
+    let nq = cfg.qps as usize;
+    let mut cqes = vec![IvCqe::default(); 256];
+    let slots = depth.max(1);
+    let sges: Vec<[IvSge; 1]> = (0..slots)
+        .map(|k| [client.sge((k * size) % client.buf.len() as u64, size)])
+        .collect();
+    // Receives for SEND: enough to never run dry between polls.
+    let mut recv_next = vec![0u64; nq];
+    if op == IV_WR_SEND {
+        for (q, qp) in server.qps.iter().enumerate() {
+            for _ in 0..depth * 2 {
+                qp.post_recv(recv_next[q], &[server.sge(0, size)])
+                    .map_err(|e| format!("post_recv: {e:?}"))?;
+                recv_next[q] += 1;
+            }
+        }
+    }
+    let mut posted = vec![0u64; nq];
+    let mut done = vec![0u64; nq];
+    let per_qp = iters.div_ceil(nq as u64);
+    let start = Instant::now();
+    let mut last = start;
+    let mut last_done = 0u64;
+    let mut peak = 0f64;
+    loop {
+        let mut all = true;
+        for q in 0..nq {
+            let qp = &client.qps[q];
+            while posted[q] < per_qp && posted[q] - done[q] < depth {
+                let k = posted[q];
+                let signaled = (k + 1) % cq_mod == 0 || k + 1 == per_qp;
+                let mut wr = send_wr(cfg, client, op, size, &sges[(k % slots) as usize], server);
+                wr.wr_id = (q as u64) << 48 | k;
+                wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
+                wr.remote_addr = server.addr() + (k * size) % server.buf.len() as u64;
+                qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
+                posted[q] += 1;
+            }
+            all &= done[q] >= per_qp;
+        }
+        if all {
+            break;
+        }
+        let n = Side::poll(&client.scq, &mut cqes)?;
+        for c in &cqes[..n] {
+            let q = (c.wr_id >> 48) as usize;
+            done[q] = (c.wr_id & ((1 << 48) - 1)) + 1;
+        }
+        if op == IV_WR_SEND {
+            let n = Side::poll(&server.rcq, &mut cqes)?;
+            for _ in 0..n {
+                // Receives complete in order on each QP; repost round robin.
+                let q = (recv_next
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, v)| **v)
+                    .map_or(0, |(i, _)| i))
+                    % nq;
+                server.qps[q]
+                    .post_recv(recv_next[q], &[server.sge(0, size)])
+                    .map_err(|e| format!("post_recv: {e:?}"))?;
+                recv_next[q] += 1;
+            }
+        }
+        let total: u64 = done.iter().sum();
+        if n > 0 && total - last_done >= depth {
+            let now = Instant::now();
+            let dt = (now - last).as_secs_f64();
+            if dt > 0.0 {
+                peak = peak.max((total - last_done) as f64 * size as f64 / dt);
+            }
+            last = now;
+            last_done = total;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let total: u64 = done.iter().sum();
+    let avg = total as f64 * size as f64 / secs;
+    Ok(Bandwidth {
+        bytes: size,
+        iters: total,
+        peak_mib: peak.max(avg) / (1 << 20) as f64,
+        avg_mib: avg / (1 << 20) as f64,
+        mpps: total as f64 / secs / 1e6,
+    })
+}
+
+/// memcpy bandwidth of `size`-byte copies (MiB/s), measured like the WRITE
+/// bandwidth test: one source and one destination buffer of `depth` slots.
+#[must_use]
+pub fn memcpy_mib(size: u64, iters: u64, depth: u64) -> f64 {
+    let n = (size * depth) as usize;
+    let src = vec![7u8; n];
+    // Touch every destination page first: the registered buffers of the
+    // WRITE test are touched before it is timed too.
+    let mut dst = vec![1u8; n];
+    dst.copy_from_slice(&src);
+    let start = Instant::now();
+    for k in 0..iters {
+        let at = ((k % depth) * size) as usize;
+        dst[at..at + size as usize].copy_from_slice(&src[at..at + size as usize]);
+        std::hint::black_box(&mut dst);
+    }
+    iters as f64 * size as f64 / start.elapsed().as_secs_f64() / (1 << 20) as f64
+}
+
+/// Formats reports as perftest prints them.
+#[must_use]
+pub fn format(cfg: &PerfConfig, reports: &[Report]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "---------------------------------------------------------------------------------------\n \
+         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | verifier {}\n\
+         ---------------------------------------------------------------------------------------",
+        cfg.test.name(),
+        cfg.qps,
+        128u32 << cfg.mtu,
+        cfg.tx_depth,
+        cfg.inline,
+        if cfg.events { "events" } else { "polling" },
+        cfg.engine,
+        if cfg.verifier { "on" } else { "off" }
+    );
+    if cfg.test.is_latency() {
+        let _ = writeln!(
+            s,
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+        );
+    }
+    for r in reports {
+        match r {
+            Report::Latency(l) => {
+                let _ = writeln!(
+                    s,
+                    " {:<6} {:<10}     {:<10.2}     {:<10.2}   {:<10.2}         {:<10.2}     {:<10.2}      {:<10.2}             {:<10.2}",
+                    l.bytes, l.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+                );
+            }
+            Report::Bandwidth(b) => {
+                let _ = writeln!(
+                    s,
+                    " {:<10} {:<10}     {:<10.2}          {:<10.2}            {:<10.6}",
+                    b.bytes, b.iters, b.peak_mib, b.avg_mib, b.mpps
+                );
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(test: Test) -> PerfConfig {
+        PerfConfig {
+            iters: 200,
+            tx_depth: 16,
+            cq_mod: 4,
+            sizes: vec![if test.is_atomic() { 8 } else { 64 }],
+            ..PerfConfig::new(test)
+        }
+    }
+
+    #[test]
+    fn every_test_runs_and_reports() {
+        for test in Test::ALL {
+            let cfg = small(test);
+            let r = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            assert_eq!(r.len(), 1);
+            match &r[0] {
+                Report::Latency(l) => {
+                    assert_eq!(l.iters, 200);
+                    assert!(
+                        l.min <= l.typical && l.typical <= l.p99 && l.p99 <= l.max,
+                        "{l:?}"
+                    );
+                }
+                Report::Bandwidth(b) => {
+                    assert!(b.iters >= 200, "{b:?}");
+                    assert!(b.avg_mib > 0.0 && b.mpps > 0.0);
+                }
+            }
+            assert!(format(&cfg, &r).contains(test.name()));
+        }
+    }
+
+    #[test]
+    fn bandwidth_over_several_qps_threaded_engine_and_verifier() {
+        let cfg = PerfConfig {
+            qps: 3,
+            engine: Engine::Thread,
+            verifier: true,
+            sizes: vec![4096, 65536],
+            ..small(Test::WriteBw)
+        };
+        let r = run(&cfg).unwrap();
+        assert_eq!(r.len(), 2);
+        let cfg = PerfConfig {
+            qps: 2,
+            inline: 64,
+            ..small(Test::SendBw)
+        };
+        run(&cfg).unwrap();
+    }
+
+    #[test]
+    fn one_thread_ping_pong_and_event_wakeup() {
+        for test in [Test::SendLat, Test::WriteLat] {
+            let cfg = PerfConfig {
+                one_thread: true,
+                ..small(test)
+            };
+            run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+        }
+        let l = event_wakeup(20, Engine::Inline).unwrap();
+        assert_eq!(l.iters, 20);
+        assert!(l.min > 0.0);
+    }
+
+    #[test]
+    fn event_driven_latency() {
+        for test in [Test::SendLat, Test::ReadLat] {
+            let cfg = PerfConfig {
+                events: true,
+                iters: 50,
+                ..small(test)
+            };
+            run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+        }
+    }
+}

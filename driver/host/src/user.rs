@@ -1,0 +1,402 @@
+//! The user-mode speed-path library for C ULPs (`include/irpverbs_user.h`):
+//! `IvUserQpOpen` and friends over a device HANDLE of [`crate::win32`],
+//! posting and polling on the rings the create IOCTLs returned, with the
+//! doorbells going to the in-process soft HCA. Also the host-only stand-in
+//! for a kernel ULP's `IRP_MN_QUERY_INTERFACE`
+//! ([`IrpverbsHostQueryInterface`], `include/irpverbs_host.h`).
+//!
+//! Every object keeps its device file alive and takes the file's read lock
+//! around each ring access, so a speed-path call after `CloseHandle` (which
+//! runs the file's objects down, freeing their rings, under the write lock)
+//! fails with `STATUS_INVALID_HANDLE` instead of touching freed memory. An
+//! open object is "held": destroying or resizing it through
+//! `DeviceIoControl` is refused with `ERROR_BUSY`.
+#![allow(unsafe_code)]
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::sync::{Arc, PoisonError};
+
+use irpverbs_abi::*;
+use irpverbs_verbs::kernel::{
+    IV_KERNEL_INTERFACE_GUID, IV_KERNEL_INTERFACE_VERSION, IvKernelInterface, IvKernelRecvWr,
+    IvKernelSendWr, poll_into_c, recv_sges_from_c, send_wr_from_c,
+};
+use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SrqRings};
+
+use crate::device::HostFile;
+use crate::win32::{HANDLE, Win32File, error, fail, file_of};
+
+/// `IvUserSendWr`: the layout of `IvKernelSendWr`.
+pub type IvUserSendWr = IvKernelSendWr;
+/// `IvUserRecvWr`: the layout of `IvKernelRecvWr`.
+pub type IvUserRecvWr = IvKernelRecvWr;
+
+/// An opened object: the rings, the file it lives on, and its hold.
+struct Opened<R> {
+    file: Arc<Win32File>,
+    held: (u32, IvHandle),
+    rings: R,
+}
+
+impl<R> Opened<R> {
+    /// Runs `f` with the open device file, under its read lock (the rings
+    /// stay mapped meanwhile).
+    fn with<T>(&self, closed: T, f: impl FnOnce(&HostFile, &R) -> T) -> T {
+        let guard = self
+            .file
+            .file
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        match guard.as_ref() {
+            Some(file) => f(file, &self.rings),
+            None => closed,
+        }
+    }
+}
+
+impl<R> Drop for Opened<R> {
+    fn drop(&mut self) {
+        self.file.release(self.held);
+    }
+}
+
+/// `IvUserQp`.
+pub struct IvUserQp(Opened<QpRings>);
+/// `IvUserCq`.
+pub struct IvUserCq(Opened<CqRings>);
+/// `IvUserSrq`.
+pub struct IvUserSrq(Opened<SrqRings>);
+
+/// Opens an object on `device`: holds it (under the file's read lock, so
+/// the file is open), then maps it with `map`.
+fn open<R, T>(
+    device: HANDLE,
+    held: (u32, IvHandle),
+    map: impl FnOnce() -> Result<R, NtStatus>,
+    wrap: impl FnOnce(Opened<R>) -> T,
+) -> *mut T {
+    let Some(file) = file_of(device) else {
+        return fail(error::INVALID_HANDLE, std::ptr::null_mut());
+    };
+    let guard = file.file.read().unwrap_or_else(PoisonError::into_inner);
+    if guard.is_none() {
+        return fail(error::INVALID_HANDLE, std::ptr::null_mut());
+    }
+    file.hold(held);
+    let rings = match map() {
+        Ok(r) => r,
+        Err(_) => {
+            file.release(held);
+            return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+        }
+    };
+    drop(guard);
+    Box::into_raw(Box::new(wrap(Opened { file, held, rings })))
+}
+
+/// `IvUserQpOpen`.
+///
+/// # Safety
+/// `qp` is NULL or the unmodified `IOCTL_IV_CREATE_QP` response of a QP
+/// created on `device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserQpOpen(device: HANDLE, qp: *const IvCreateQpOut) -> *mut IvUserQp {
+    // SAFETY: a non-null `qp` is a response (C contract).
+    let Some(out) = (unsafe { qp.as_ref() }) else {
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    };
+    open(
+        device,
+        (IOCTL_IV_DESTROY_QP, out.qp),
+        // SAFETY: the response's rings are mapped in this process until the
+        // QP is destroyed or its file closed; the destroy is refused while
+        // the QP is held, and every ring access takes the file's read lock
+        // and checks the file is still open.
+        || unsafe { QpRings::from_create(out) },
+        IvUserQp,
+    )
+}
+
+/// `IvUserCqOpen`.
+///
+/// # Safety
+/// `cq` is NULL or the unmodified `IOCTL_IV_CREATE_CQ` response of a CQ
+/// created on `device` (with the ring of its last resize).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserCqOpen(device: HANDLE, cq: *const IvCreateCqOut) -> *mut IvUserCq {
+    // SAFETY: a non-null `cq` is a response (C contract).
+    let Some(out) = (unsafe { cq.as_ref() }) else {
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    };
+    open(
+        device,
+        (IOCTL_IV_DESTROY_CQ, out.cq),
+        // SAFETY: as for the QP; resizes are refused while held too.
+        || unsafe { CqRings::from_map(out.cqn, &out.ring) },
+        IvUserCq,
+    )
+}
+
+/// `IvUserSrqOpen`.
+///
+/// # Safety
+/// `srq` is NULL or the unmodified `IOCTL_IV_CREATE_SRQ` response of an SRQ
+/// created on `device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserSrqOpen(
+    device: HANDLE,
+    srq: *const IvCreateSrqOut,
+) -> *mut IvUserSrq {
+    // SAFETY: a non-null `srq` is a response (C contract).
+    let Some(out) = (unsafe { srq.as_ref() }) else {
+        return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+    };
+    open(
+        device,
+        (IOCTL_IV_DESTROY_SRQ, out.srq),
+        // SAFETY: as for the QP.
+        || unsafe { SrqRings::from_create(out) },
+        IvUserSrq,
+    )
+}
+
+/// `IvUserQpClose`.
+///
+/// # Safety
+/// `qp` is NULL or from `IvUserQpOpen`, closed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserQpClose(qp: *mut IvUserQp) {
+    if !qp.is_null() {
+        // SAFETY: from `Box::into_raw` in `open`, closed once (C contract).
+        drop(unsafe { Box::from_raw(qp) });
+    }
+}
+
+/// `IvUserCqClose`.
+///
+/// # Safety
+/// `cq` is NULL or from `IvUserCqOpen`, closed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserCqClose(cq: *mut IvUserCq) {
+    if !cq.is_null() {
+        // SAFETY: from `Box::into_raw` in `open`, closed once (C contract).
+        drop(unsafe { Box::from_raw(cq) });
+    }
+}
+
+/// `IvUserSrqClose`.
+///
+/// # Safety
+/// `srq` is NULL or from `IvUserSrqOpen`, closed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserSrqClose(srq: *mut IvUserSrq) {
+    if !srq.is_null() {
+        // SAFETY: from `Box::into_raw` in `open`, closed once (C contract).
+        drop(unsafe { Box::from_raw(srq) });
+    }
+}
+
+fn status(r: Result<(), impl AsNtStatus>) -> NtStatus {
+    match r {
+        Ok(()) => STATUS_SUCCESS,
+        Err(e) => e.nt_status(),
+    }
+}
+
+/// `IvUserPostSend`.
+///
+/// # Safety
+/// `qp` is NULL or open; `wr` is NULL or a work request whose gather list
+/// or inline data is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserPostSend(qp: *mut IvUserQp, wr: *const IvUserSendWr) -> NtStatus {
+    // SAFETY: a non-null `qp` is open (C contract).
+    let Some(qp) = (unsafe { qp.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` is a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: its list or data is valid (C contract).
+    let send = match unsafe { send_wr_from_c(wr) } {
+        Ok(s) => s,
+        Err(s) => return s,
+    };
+    qp.0.with(STATUS_INVALID_HANDLE, |file, rings| {
+        status(rings.post_send(file, &send))
+    })
+}
+
+/// `IvUserPostRecv`.
+///
+/// # Safety
+/// `qp` is NULL or open; `wr` is NULL or a work request whose scatter list
+/// is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserPostRecv(qp: *mut IvUserQp, wr: *const IvUserRecvWr) -> NtStatus {
+    // SAFETY: a non-null `qp` is open (C contract).
+    let Some(qp) = (unsafe { qp.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` is a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: its scatter list is valid (C contract).
+    let sges = match unsafe { recv_sges_from_c(wr) } {
+        Ok(s) => s,
+        Err(s) => return s,
+    };
+    qp.0.with(STATUS_INVALID_HANDLE, |file, rings| {
+        status(rings.post_recv(file, wr.wr_id, sges))
+    })
+}
+
+/// `IvUserPostSrqRecv`.
+///
+/// # Safety
+/// `srq` is NULL or open; `wr` as for `IvUserPostRecv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserPostSrqRecv(
+    srq: *mut IvUserSrq,
+    wr: *const IvUserRecvWr,
+) -> NtStatus {
+    // SAFETY: a non-null `srq` is open (C contract).
+    let Some(srq) = (unsafe { srq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` is a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: its scatter list is valid (C contract).
+    let sges = match unsafe { recv_sges_from_c(wr) } {
+        Ok(s) => s,
+        Err(s) => return s,
+    };
+    srq.0.with(STATUS_INVALID_HANDLE, |file, rings| {
+        status(rings.post_recv(file, wr.wr_id, sges))
+    })
+}
+
+/// `IvUserPollCq`.
+///
+/// # Safety
+/// `cq` is NULL or open; `wc` is NULL or valid for `max` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserPollCq(cq: *mut IvUserCq, wc: *mut IvCqe, max: u32) -> i32 {
+    // SAFETY: a non-null `cq` is open (C contract).
+    let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    cq.0.with(STATUS_INVALID_HANDLE, |_, rings| {
+        // SAFETY: `wc` holds `max` entries (C contract).
+        unsafe { poll_into_c(rings, wc, max) }
+    })
+}
+
+/// `IvUserReqNotifyCq`.
+///
+/// # Safety
+/// `cq` is NULL or open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserReqNotifyCq(cq: *mut IvUserCq, solicited_only: i32) -> NtStatus {
+    // SAFETY: a non-null `cq` is open (C contract).
+    let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    cq.0.with(STATUS_INVALID_HANDLE, |file, rings| {
+        rings.req_notify(file, solicited_only != 0);
+        STATUS_SUCCESS
+    })
+}
+
+/// `IvUserQpNumber` (0 for NULL).
+///
+/// # Safety
+/// `qp` is NULL or open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserQpNumber(qp: *const IvUserQp) -> u32 {
+    // SAFETY: a non-null `qp` is open (C contract).
+    unsafe { qp.as_ref() }.map_or(0, |q| q.0.rings.qpn())
+}
+
+/// `IvUserCqNumber` (0 for NULL).
+///
+/// # Safety
+/// `cq` is NULL or open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserCqNumber(cq: *const IvUserCq) -> u32 {
+    // SAFETY: a non-null `cq` is open (C contract).
+    unsafe { cq.as_ref() }.map_or(0, |c| c.0.rings.cqn())
+}
+
+/// `IvUserSrqNumber` (0 for NULL).
+///
+/// # Safety
+/// `srq` is NULL or open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IvUserSrqNumber(srq: *const IvUserSrq) -> u32 {
+    // SAFETY: a non-null `srq` is open (C contract).
+    unsafe { srq.as_ref() }.map_or(0, |s| s.0.rings.srqn())
+}
+
+/// A GUID (`IvGuid` / `GUID`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IvGuid {
+    /// `Data1`.
+    pub data1: u32,
+    /// `Data2`.
+    pub data2: u16,
+    /// `Data3`.
+    pub data3: u16,
+    /// `Data4`.
+    pub data4: [u8; 8],
+}
+
+/// Host only: `IRP_MN_QUERY_INTERFACE` sent to the device `device` is open
+/// on. For `GUID_IV_KERNEL_INTERFACE` with `size >= sizeof(IvKernelInterface)`
+/// and version 1, fills `*out` with the referenced direct-call table.
+/// `STATUS_NOT_SUPPORTED` for another interface type, as a driver that does
+/// not export it answers; `STATUS_INVALID_PARAMETER` for a size or version
+/// it cannot serve or a NULL pointer; `STATUS_INVALID_HANDLE` for a handle
+/// that is not an open device.
+///
+/// # Safety
+/// `guid` and `out` are NULL or valid (`out` for `size` bytes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn IrpverbsHostQueryInterface(
+    device: HANDLE,
+    guid: *const IvGuid,
+    size: u16,
+    version: u16,
+    out: *mut IvKernelInterface,
+) -> NtStatus {
+    let Some(f) = file_of(device) else {
+        return STATUS_INVALID_HANDLE;
+    };
+    // SAFETY: a non-null `guid` is valid (C contract).
+    let Some(guid) = (unsafe { guid.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    let (d1, d2, d3, d4) = IV_KERNEL_INTERFACE_GUID;
+    if (guid.data1, guid.data2, guid.data3, guid.data4) != (d1, d2, d3, d4) {
+        return STATUS_NOT_SUPPORTED;
+    }
+    if out.is_null()
+        || usize::from(size) < size_of::<IvKernelInterface>()
+        || version != IV_KERNEL_INTERFACE_VERSION
+    {
+        return STATUS_INVALID_PARAMETER;
+    }
+    let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(file) = guard.as_ref() else {
+        return STATUS_INVALID_HANDLE;
+    };
+    let table = file.device().query_interface();
+    // SAFETY: `out` is valid for `size` >= sizeof(IvKernelInterface) bytes.
+    unsafe { out.write(table) };
+    STATUS_SUCCESS
+}

@@ -1,0 +1,168 @@
+//! MOCK of wdk-sys 0.5.2 for type-checking irpverbs-kmdf on Linux. Types and
+//! signatures transcribed from the KMDF/WDM headers the way bindgen renders
+//! them (ModuleConsts enums, Option<unsafe extern "C" fn> callbacks). Never run.
+#![no_std]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs, clippy::all)]
+use core::ffi::{c_char, c_int, c_void};
+
+pub type NTSTATUS = i32;
+pub type ULONG = u32;
+pub type USHORT = u16;
+pub type UCHAR = u8;
+pub type BOOLEAN = u8;
+pub type KIRQL = u8;
+pub type CCHAR = c_char;
+pub type KPROCESSOR_MODE = CCHAR;
+pub type ULONG_PTR = u64;
+pub type SIZE_T = ULONG_PTR;
+pub type ULONG64 = u64;
+pub type PVOID = *mut c_void;
+pub type HANDLE = PVOID;
+pub type WCHAR = u16;
+pub type PWCH = *mut WCHAR;
+pub type LPCSTR = *const c_char;
+pub type KSPIN_LOCK = ULONG_PTR;
+pub type PKSPIN_LOCK = *mut KSPIN_LOCK;
+pub type POOL_FLAGS = ULONG64;
+pub type DEVICE_TYPE = ULONG;
+
+macro_rules! zeroed_default { ($($t:ty),*) => { $(impl Default for $t { fn default() -> Self { unsafe { core::mem::zeroed() } } })* } }
+
+#[repr(C)] #[derive(Debug, Default, Copy, Clone)]
+pub struct GUID { pub Data1: u32, pub Data2: u16, pub Data3: u16, pub Data4: [u8; 8] }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct UNICODE_STRING { pub Length: USHORT, pub MaximumLength: USHORT, pub Buffer: PWCH }
+pub type PCUNICODE_STRING = *const UNICODE_STRING;
+#[repr(C)] pub struct DRIVER_OBJECT { _p: [u8; 0] }
+pub type PDRIVER_OBJECT = *mut DRIVER_OBJECT;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct KSPIN_LOCK_QUEUE { pub Next: *mut KSPIN_LOCK_QUEUE, pub Lock: PKSPIN_LOCK }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct KLOCK_QUEUE_HANDLE { pub LockQueue: KSPIN_LOCK_QUEUE, pub OldIrql: KIRQL }
+pub type PKLOCK_QUEUE_HANDLE = *mut KLOCK_QUEUE_HANDLE;
+zeroed_default!(UNICODE_STRING, KSPIN_LOCK_QUEUE, KLOCK_QUEUE_HANDLE);
+
+macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
+handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
+         WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__);
+pub type WDFOBJECT = HANDLE;
+#[repr(C)] pub struct WDFDEVICE_INIT { _p: [u8; 0] }
+pub type PWDFDEVICE_INIT = *mut WDFDEVICE_INIT;
+
+macro_rules! cenum { ($m:ident, $alias:ident, $($n:ident = $v:expr),*) => {
+    pub mod $m { pub type Type = ::core::ffi::c_int; $(pub const $n: Type = $v;)* }
+    pub use self::$m::Type as $alias;
+} }
+cenum!(_WDF_EXECUTION_LEVEL, WDF_EXECUTION_LEVEL, WdfExecutionLevelInvalid = 0, WdfExecutionLevelInheritFromParent = 1, WdfExecutionLevelPassive = 2, WdfExecutionLevelDispatch = 3);
+cenum!(_WDF_SYNCHRONIZATION_SCOPE, WDF_SYNCHRONIZATION_SCOPE, WdfSynchronizationScopeInvalid = 0, WdfSynchronizationScopeInheritFromParent = 1, WdfSynchronizationScopeDevice = 2, WdfSynchronizationScopeQueue = 3, WdfSynchronizationScopeNone = 4);
+cenum!(_WDF_TRI_STATE, WDF_TRI_STATE, WdfFalse = 0, WdfTrue = 1, WdfUseDefault = 2);
+cenum!(_WDF_FILEOBJECT_CLASS, WDF_FILEOBJECT_CLASS, WdfFileObjectInvalid = 0, WdfFileObjectNotRequired = 1, WdfFileObjectWdfCanUseFsContext = 2, WdfFileObjectWdfCanUseFsContext2 = 3, WdfFileObjectWdfCannotUseFsContexts = 4, WdfFileObjectCanBeOptional = -2147483648);
+cenum!(_WDF_IO_QUEUE_DISPATCH_TYPE, WDF_IO_QUEUE_DISPATCH_TYPE, WdfIoQueueDispatchInvalid = 0, WdfIoQueueDispatchSequential = 1, WdfIoQueueDispatchParallel = 2, WdfIoQueueDispatchManual = 3, WdfIoQueueDispatchMax = 4);
+cenum!(_WDF_POWER_DEVICE_STATE, WDF_POWER_DEVICE_STATE, WdfPowerDeviceInvalid = 0, WdfPowerDeviceD0 = 1, WdfPowerDeviceD1 = 2, WdfPowerDeviceD2 = 3, WdfPowerDeviceD3 = 4, WdfPowerDeviceD3Final = 5, WdfPowerDevicePrepareForHibernation = 6, WdfPowerDeviceMaximum = 7);
+cenum!(_MODE, MODE, KernelMode = 0, UserMode = 1, MaximumMode = 2);
+
+pub type PFN_WDF_DRIVER_DEVICE_ADD = Option<unsafe extern "C" fn(Driver: WDFDRIVER, DeviceInit: PWDFDEVICE_INIT) -> NTSTATUS>;
+pub type PFN_WDF_DRIVER_UNLOAD = Option<unsafe extern "C" fn(Driver: WDFDRIVER)>;
+pub type PFN_WDF_OBJECT_CONTEXT_CLEANUP = Option<unsafe extern "C" fn(Object: WDFOBJECT)>;
+pub type PFN_WDF_OBJECT_CONTEXT_DESTROY = Option<unsafe extern "C" fn(Object: WDFOBJECT)>;
+pub type PFN_GET_UNIQUE_CONTEXT_TYPE = Option<unsafe extern "C" fn() -> PCWDF_OBJECT_CONTEXT_TYPE_INFO>;
+pub type PFN_WDF_DEVICE_D0_ENTRY = Option<unsafe extern "C" fn(Device: WDFDEVICE, PreviousState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
+pub type PFN_WDF_DEVICE_D0_EXIT = Option<unsafe extern "C" fn(Device: WDFDEVICE, TargetState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
+pub type PFN_WDF_DEVICE_SURPRISE_REMOVAL = Option<unsafe extern "C" fn(Device: WDFDEVICE)>;
+pub type PFN_WDF_DEVICE_FILE_CREATE = Option<unsafe extern "C" fn(Device: WDFDEVICE, Request: WDFREQUEST, FileObject: WDFFILEOBJECT)>;
+pub type PFN_WDF_FILE_CLOSE = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
+pub type PFN_WDF_FILE_CLEANUP = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
+pub type PFN_WDF_IO_IN_CALLER_CONTEXT = Option<unsafe extern "C" fn(Device: WDFDEVICE, Request: WDFREQUEST)>;
+pub type PFN_WDF_IO_QUEUE_IO_DEVICE_CONTROL = Option<unsafe extern "C" fn(Queue: WDFQUEUE, Request: WDFREQUEST, OutputBufferLength: usize, InputBufferLength: usize, IoControlCode: ULONG)>;
+pub type PFN_WDF_IO_QUEUE_IO_INTERNAL_DEVICE_CONTROL = PFN_WDF_IO_QUEUE_IO_DEVICE_CONTROL;
+pub type PFN_WDF_IO_QUEUE_IO_DEFAULT = Option<unsafe extern "C" fn(Queue: WDFQUEUE, Request: WDFREQUEST)>;
+pub type PFN_WDF_IO_QUEUE_IO_READ = Option<unsafe extern "C" fn(Queue: WDFQUEUE, Request: WDFREQUEST, Length: usize)>;
+pub type PFN_WDF_IO_QUEUE_IO_STOP = Option<unsafe extern "C" fn(Queue: WDFQUEUE, Request: WDFREQUEST, ActionFlags: ULONG)>;
+pub type PFN_WDF_REQUEST_CANCEL = Option<unsafe extern "C" fn(Request: WDFREQUEST)>;
+pub type PFN_WDF_DPC = Option<unsafe extern "C" fn(Dpc: WDFDPC)>;
+pub type PFN_OTHER = Option<unsafe extern "C" fn()>;
+
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_OBJECT_CONTEXT_TYPE_INFO { pub Size: ULONG, pub ContextName: LPCSTR, pub ContextSize: usize, pub UniqueType: PCWDF_OBJECT_CONTEXT_TYPE_INFO, pub EvtDriverGetUniqueContextType: PFN_GET_UNIQUE_CONTEXT_TYPE }
+pub type PCWDF_OBJECT_CONTEXT_TYPE_INFO = *const WDF_OBJECT_CONTEXT_TYPE_INFO;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_OBJECT_ATTRIBUTES { pub Size: ULONG, pub EvtCleanupCallback: PFN_WDF_OBJECT_CONTEXT_CLEANUP, pub EvtDestroyCallback: PFN_WDF_OBJECT_CONTEXT_DESTROY, pub ExecutionLevel: WDF_EXECUTION_LEVEL, pub SynchronizationScope: WDF_SYNCHRONIZATION_SCOPE, pub ParentObject: WDFOBJECT, pub ContextSizeOverride: usize, pub ContextTypeInfo: PCWDF_OBJECT_CONTEXT_TYPE_INFO }
+pub type PWDF_OBJECT_ATTRIBUTES = *mut WDF_OBJECT_ATTRIBUTES;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_DRIVER_CONFIG { pub Size: ULONG, pub EvtDriverDeviceAdd: PFN_WDF_DRIVER_DEVICE_ADD, pub EvtDriverUnload: PFN_WDF_DRIVER_UNLOAD, pub DriverInitFlags: ULONG, pub DriverPoolTag: ULONG }
+pub type PWDF_DRIVER_CONFIG = *mut WDF_DRIVER_CONFIG;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_PNPPOWER_EVENT_CALLBACKS { pub Size: ULONG, pub EvtDeviceD0Entry: PFN_WDF_DEVICE_D0_ENTRY, pub EvtDeviceD0EntryPostInterruptsEnabled: PFN_OTHER, pub EvtDeviceD0Exit: PFN_WDF_DEVICE_D0_EXIT, pub EvtDeviceD0ExitPreInterruptsDisabled: PFN_OTHER, pub EvtDevicePrepareHardware: PFN_OTHER, pub EvtDeviceReleaseHardware: PFN_OTHER, pub EvtDeviceSelfManagedIoCleanup: PFN_OTHER, pub EvtDeviceSelfManagedIoFlush: PFN_OTHER, pub EvtDeviceSelfManagedIoInit: PFN_OTHER, pub EvtDeviceSelfManagedIoSuspend: PFN_OTHER, pub EvtDeviceSelfManagedIoRestart: PFN_OTHER, pub EvtDeviceSurpriseRemoval: PFN_WDF_DEVICE_SURPRISE_REMOVAL, pub EvtDeviceQueryRemove: PFN_OTHER, pub EvtDeviceQueryStop: PFN_OTHER, pub EvtDeviceUsageNotification: PFN_OTHER, pub EvtDeviceRelationsQuery: PFN_OTHER, pub EvtDeviceUsageNotificationEx: PFN_OTHER }
+pub type PWDF_PNPPOWER_EVENT_CALLBACKS = *mut WDF_PNPPOWER_EVENT_CALLBACKS;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_FILEOBJECT_CONFIG { pub Size: ULONG, pub EvtDeviceFileCreate: PFN_WDF_DEVICE_FILE_CREATE, pub EvtFileClose: PFN_WDF_FILE_CLOSE, pub EvtFileCleanup: PFN_WDF_FILE_CLEANUP, pub AutoForwardCleanupClose: WDF_TRI_STATE, pub FileObjectClass: WDF_FILEOBJECT_CLASS }
+pub type PWDF_FILEOBJECT_CONFIG = *mut WDF_FILEOBJECT_CONFIG;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_IO_QUEUE_CONFIG__bindgen_ty_1__bindgen_ty_1 { pub NumberOfPresentedRequests: ULONG }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _WDF_IO_QUEUE_CONFIG__bindgen_ty_1 { pub Parallel: _WDF_IO_QUEUE_CONFIG__bindgen_ty_1__bindgen_ty_1 }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct WDF_IO_QUEUE_CONFIG { pub Size: ULONG, pub DispatchType: WDF_IO_QUEUE_DISPATCH_TYPE, pub PowerManaged: WDF_TRI_STATE, pub AllowZeroLengthRequests: BOOLEAN, pub DefaultQueue: BOOLEAN, pub EvtIoDefault: PFN_WDF_IO_QUEUE_IO_DEFAULT, pub EvtIoRead: PFN_WDF_IO_QUEUE_IO_READ, pub EvtIoWrite: PFN_WDF_IO_QUEUE_IO_READ, pub EvtIoDeviceControl: PFN_WDF_IO_QUEUE_IO_DEVICE_CONTROL, pub EvtIoInternalDeviceControl: PFN_WDF_IO_QUEUE_IO_INTERNAL_DEVICE_CONTROL, pub EvtIoStop: PFN_WDF_IO_QUEUE_IO_STOP, pub EvtIoResume: PFN_WDF_IO_QUEUE_IO_DEFAULT, pub EvtIoCanceledOnQueue: PFN_WDF_IO_QUEUE_IO_DEFAULT, pub Settings: _WDF_IO_QUEUE_CONFIG__bindgen_ty_1, pub Driver: WDFDRIVER }
+pub type PWDF_IO_QUEUE_CONFIG = *mut WDF_IO_QUEUE_CONFIG;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct WDF_DPC_CONFIG { pub Size: ULONG, pub EvtDpcFunc: PFN_WDF_DPC, pub AutomaticSerialization: BOOLEAN }
+pub type PWDF_DPC_CONFIG = *mut WDF_DPC_CONFIG;
+zeroed_default!(WDF_OBJECT_CONTEXT_TYPE_INFO, WDF_OBJECT_ATTRIBUTES, WDF_DRIVER_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG, WDF_DPC_CONFIG);
+
+pub const POOL_FLAG_NON_PAGED: POOL_FLAGS = 0x40;
+pub const FILE_DEVICE_SECURE_OPEN: u32 = 256;
+pub const WDF_NO_OBJECT_ATTRIBUTES: PWDF_OBJECT_ATTRIBUTES = core::ptr::null_mut();
+pub const WDF_NO_HANDLE: PVOID = core::ptr::null_mut();
+
+pub mod ntddk {
+    use super::*;
+    unsafe extern "C" {
+        pub fn KeGetCurrentIrql() -> KIRQL;
+        pub fn ExAllocatePool2(Flags: POOL_FLAGS, NumberOfBytes: SIZE_T, Tag: ULONG) -> PVOID;
+        pub fn ExFreePoolWithTag(P: PVOID, Tag: ULONG);
+        pub fn KeAcquireInStackQueuedSpinLock(SpinLock: PKSPIN_LOCK, LockHandle: PKLOCK_QUEUE_HANDLE);
+        pub fn KeReleaseInStackQueuedSpinLock(LockHandle: PKLOCK_QUEUE_HANDLE);
+    }
+}
+
+/// The WDF functions, without the DriverGlobals argument the real macro adds.
+pub mod wdf_fns {
+    use super::*;
+    macro_rules! f { ($($name:ident($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => { $(
+        $(#[must_use] #[doc = stringify!($r)])? #[inline(always)]
+        pub unsafe fn $name($($a: $t),*) $(-> $r)? { $(let _ = $a;)* unimplemented!() }
+    )* } }
+    f! {
+        WdfDriverCreate(DriverObject: PDRIVER_OBJECT, RegistryPath: PCUNICODE_STRING, DriverAttributes: PWDF_OBJECT_ATTRIBUTES, DriverConfig: PWDF_DRIVER_CONFIG, Driver: *mut WDFDRIVER) -> NTSTATUS;
+        WdfObjectGetTypedContextWorker(Handle: WDFOBJECT, TypeInfo: PCWDF_OBJECT_CONTEXT_TYPE_INFO) -> PVOID;
+        WdfDpcEnqueue(Dpc: WDFDPC) -> BOOLEAN;
+        WdfDpcCreate(Config: PWDF_DPC_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, Dpc: *mut WDFDPC) -> NTSTATUS;
+        WdfDpcGetParentObject(Dpc: WDFDPC) -> WDFOBJECT;
+        WdfDeviceInitSetPnpPowerEventCallbacks(DeviceInit: PWDFDEVICE_INIT, PnpPowerEventCallbacks: PWDF_PNPPOWER_EVENT_CALLBACKS);
+        WdfDeviceInitSetDeviceType(DeviceInit: PWDFDEVICE_INIT, DeviceType: DEVICE_TYPE);
+        WdfDeviceInitSetCharacteristics(DeviceInit: PWDFDEVICE_INIT, DeviceCharacteristics: ULONG, OrInValues: BOOLEAN);
+        WdfDeviceInitSetFileObjectConfig(DeviceInit: PWDFDEVICE_INIT, FileObjectConfig: PWDF_FILEOBJECT_CONFIG, FileObjectAttributes: PWDF_OBJECT_ATTRIBUTES);
+        WdfDeviceInitSetRequestAttributes(DeviceInit: PWDFDEVICE_INIT, RequestAttributes: PWDF_OBJECT_ATTRIBUTES);
+        WdfDeviceInitSetIoInCallerContextCallback(DeviceInit: PWDFDEVICE_INIT, EvtIoInCallerContext: PFN_WDF_IO_IN_CALLER_CONTEXT);
+        WdfDeviceCreate(DeviceInit: *mut PWDFDEVICE_INIT, DeviceAttributes: PWDF_OBJECT_ATTRIBUTES, Device: *mut WDFDEVICE) -> NTSTATUS;
+        WdfDeviceCreateSymbolicLink(Device: WDFDEVICE, SymbolicLinkName: PCUNICODE_STRING) -> NTSTATUS;
+        WdfDeviceCreateDeviceInterface(Device: WDFDEVICE, InterfaceClassGUID: *const GUID, ReferenceString: PCUNICODE_STRING) -> NTSTATUS;
+        WdfDeviceEnqueueRequest(Device: WDFDEVICE, Request: WDFREQUEST) -> NTSTATUS;
+        WdfIoQueueCreate(Device: WDFDEVICE, Config: PWDF_IO_QUEUE_CONFIG, QueueAttributes: PWDF_OBJECT_ATTRIBUTES, Queue: *mut WDFQUEUE) -> NTSTATUS;
+        WdfIoQueueGetDevice(Queue: WDFQUEUE) -> WDFDEVICE;
+        WdfFileObjectGetDevice(FileObject: WDFFILEOBJECT) -> WDFDEVICE;
+        WdfRequestGetRequestorMode(Request: WDFREQUEST) -> KPROCESSOR_MODE;
+        WdfRequestGetFileObject(Request: WDFREQUEST) -> WDFFILEOBJECT;
+        WdfRequestGetIoQueue(Request: WDFREQUEST) -> WDFQUEUE;
+        WdfRequestRetrieveInputBuffer(Request: WDFREQUEST, MinimumRequiredLength: usize, Buffer: *mut PVOID, Length: *mut usize) -> NTSTATUS;
+        WdfRequestRetrieveOutputBuffer(Request: WDFREQUEST, MinimumRequiredSize: usize, Buffer: *mut PVOID, Length: *mut usize) -> NTSTATUS;
+        WdfRequestCompleteWithInformation(Request: WDFREQUEST, Status: NTSTATUS, Information: ULONG_PTR);
+        WdfRequestMarkCancelableEx(Request: WDFREQUEST, EvtRequestCancel: PFN_WDF_REQUEST_CANCEL) -> NTSTATUS;
+        WdfRequestUnmarkCancelable(Request: WDFREQUEST) -> NTSTATUS;
+    }
+}
+
+#[macro_export]
+macro_rules! call_unsafe_wdf_function_binding {
+    ($name:ident $(, $arg:expr)* $(,)?) => { $crate::wdf_fns::$name($($arg),*) };
+}

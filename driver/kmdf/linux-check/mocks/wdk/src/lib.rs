@@ -1,0 +1,3 @@
+#![no_std]
+#[macro_export]
+macro_rules! println { ($($arg:tt)*) => {{ let _ = format_args!($($arg)*); }} }

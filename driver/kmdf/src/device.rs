@@ -1,0 +1,768 @@
+//! The device: `EvtDriverDeviceAdd` and every callback that reaches the
+//! core, wired as the host device wires them (`driver/host/src/device.rs`).
+//!
+//! - The soft HCA is root-enumerated (hardware ID `Root\irpverbs`): it has no
+//!   interrupt line. Its [`SoftBus::interrupt`] is what an ISR does: queue
+//!   the device's DPC ([`Bus`]); the DPC runs [`Device::dpc`] at
+//!   DISPATCH_LEVEL. The firmware runs inline (`Execution::Inline`), inside
+//!   `post_command`, so the doorbell is never rung.
+//! - Files: a per-device counter gives each file object its [`FileKey`], kept
+//!   in the file object's context (as host mode numbers its opens). Handle
+//!   values are not used as keys: a file's state outlives `EvtFileClose`
+//!   while its rundown destroys are in flight, and a new file object could
+//!   reuse a freed handle value meanwhile.
+//! - I/O: one default parallel queue at dispatch execution level takes
+//!   `IRP_MJ_DEVICE_CONTROL` and `IRP_MJ_INTERNAL_DEVICE_CONTROL`.
+//!   (`WdfExecutionLevelDispatch` means the callbacks may run at any IRQL up
+//!   to DISPATCH_LEVEL; the core never blocks, and host mode runs the same
+//!   callback at DISPATCH_LEVEL, the strictest case.)
+//! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
+//!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
+//!   event queue and re-arms it.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use irpverbs_abi::{
+    FILE_DEVICE_INFINIBAND, STATUS_INVALID_DEVICE_STATE, STATUS_SUCCESS, nt_success,
+};
+use irpverbs_core::{Device, FileKey, MajorFunction};
+use irpverbs_soft::{SoftBus, SoftConfig, SoftHca};
+use wdk_sys::{
+    _WDF_EXECUTION_LEVEL, _WDF_FILEOBJECT_CLASS, _WDF_IO_QUEUE_DISPATCH_TYPE,
+    _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, FILE_DEVICE_SECURE_OPEN, NTSTATUS, PWDFDEVICE_INIT,
+    ULONG, UNICODE_STRING, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG,
+    WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE, WDFDEVICE, WDFDPC, WDFDRIVER,
+    WDFFILEOBJECT, WDFOBJECT, WDFQUEUE, WDFREQUEST, call_unsafe_wdf_function_binding,
+};
+
+use crate::GUID_DEVINTERFACE_IRPVERBS;
+use crate::context::{context_type, object_attributes, struct_size};
+use crate::platform::KmdfPlatform;
+use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw};
+
+/// The driver over the soft HCA on Windows: the type host mode calls
+/// `SoftDevice`, over [`KmdfPlatform`].
+pub(crate) type SoftDevice = Device<KmdfPlatform, Arc<SoftHca<KmdfPlatform>>>;
+
+/// Everything one device instance holds, owned by its WDFDEVICE's context
+/// from `EvtDriverDeviceAdd` until the device object is destroyed.
+pub(crate) struct DeviceState {
+    /// The driver.
+    pub(crate) device: SoftDevice,
+    /// The soft HCA's bus: its interrupt queues the DPC.
+    bus: Arc<Bus>,
+    /// The next file key (host mode numbers its opens the same way).
+    next_file: AtomicU64,
+    /// `N` of `\DosDevices\irpverbsN`.
+    instance: u32,
+}
+
+/// The device's context: the state, set right after `WdfDeviceCreate` and
+/// taken back in the destroy callback. Null before (the framework zero-fills
+/// contexts).
+struct DeviceContext {
+    state: *mut DeviceState,
+}
+context_type!(DEVICE_CONTEXT_TYPE, DeviceContext, c"IrpverbsDeviceContext");
+
+/// A file object's context: its key, 0 until `EvtDeviceFileCreate` accepted
+/// the open (keys start at 1).
+struct FileContext {
+    key: FileKey,
+}
+context_type!(FILE_CONTEXT_TYPE, FileContext, c"IrpverbsFileContext");
+
+/// The soft HCA's bus on Windows.
+pub(crate) struct Bus {
+    /// The device's WDFDPC; null before it exists and once it is being
+    /// deleted.
+    dpc: AtomicPtr<c_void>,
+}
+
+impl SoftBus for Bus {
+    /// The "ISR": queues the DPC (`WdfDpcEnqueue`; a DPC already queued
+    /// stays queued once).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn interrupt(&self) {
+        let dpc: WDFDPC = self.dpc.load(Ordering::Acquire).cast();
+        if dpc.is_null() {
+            return;
+        }
+        // SAFETY: a non-null pointer here is the device's live WDFDPC: it is
+        // stored after WdfDpcCreate succeeded and cleared by the DPC's own
+        // cleanup callback before the framework deletes it (after which only
+        // Device::remove'd devices remain, which post no commands and so
+        // raise no interrupts). WdfDpcEnqueue may be called at any IRQL up
+        // to HIGH_LEVEL.
+        let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
+    }
+
+    /// Never rung: the firmware runs inline (`Execution::Inline`).
+    fn doorbell(&self) {}
+}
+
+/// The device state of `device`, if `EvtDriverDeviceAdd` got that far.
+///
+/// # Safety
+/// `device` must be a live WDFDEVICE created by [`evt_driver_device_add`].
+/// The reference is valid while the device object lives, that is, for the
+/// duration of any framework callback on the device or its children.
+pub(crate) unsafe fn state<'a>(device: WDFDEVICE) -> Option<&'a DeviceState> {
+    // SAFETY: the caller guarantees a live device of ours, which has a
+    // DeviceContext.
+    let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the context is live with the device; the pointer field is
+    // written once during EvtDriverDeviceAdd, before any callback that reads
+    // it can run, and cleared only in the destroy callback, after all.
+    let state = unsafe { (*context).state };
+    // SAFETY: non-null means Box::into_raw of a DeviceState, freed only in
+    // the destroy callback; shared access only.
+    unsafe { state.as_ref() }
+}
+
+/// The core's key for a request's file object: 0 (no such file) when the
+/// request has none, such as an internal IOCTL built without a file object.
+///
+/// # Safety
+/// `file` must be null or a live WDFFILEOBJECT of the device.
+pub(crate) unsafe fn file_key(file: WDFFILEOBJECT) -> FileKey {
+    if file.is_null() {
+        return 0;
+    }
+    // SAFETY: a live file object of the device has a FileContext.
+    let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(file.cast()) };
+    if context.is_null() {
+        return 0;
+    }
+    // SAFETY: the context lives with the file object; the key is written in
+    // EvtDeviceFileCreate before any request can name the file.
+    unsafe { (*context).key }
+}
+
+// ------------------------------------------------------------- device add
+
+/// `EvtDriverDeviceAdd`: creates the device, its soft HCA and driver state,
+/// its DPC, symbolic link, device interface and default queue.
+///
+/// IRQL: PASSIVE_LEVEL.
+pub(crate) extern "C" fn evt_driver_device_add(
+    _driver: WDFDRIVER,
+    device_init: PWDFDEVICE_INIT,
+) -> NTSTATUS {
+    match add_device(device_init) {
+        Ok(()) => STATUS_SUCCESS,
+        Err(status) => {
+            wdk::println!("irpverbs: EvtDriverDeviceAdd failed: {status:#010x}");
+            status
+        }
+    }
+}
+
+fn add_device(device_init: PWDFDEVICE_INIT) -> Result<(), NTSTATUS> {
+    // SAFETY: the framework's device_init, valid until WdfDeviceCreate.
+    unsafe { configure_init(device_init) };
+    // SAFETY: as above; configured.
+    let device = unsafe { create_device(device_init)? };
+    // From here on a failure deletes the device, and its destroy callback
+    // frees whatever its context holds.
+    // SAFETY: just created by create_device, which set its state.
+    let state = unsafe { self::state(device) }.ok_or(STATUS_INVALID_DEVICE_STATE)?;
+    // SAFETY: `device` is our live device.
+    unsafe { create_dpc(device, state)? };
+    // SAFETY: as above.
+    unsafe { create_names(device, state.instance)? };
+    // SAFETY: as above.
+    unsafe { create_queue(device) }
+}
+
+/// Registers the device's callbacks and object attributes on its init
+/// structure: PnP/power, file objects (with a file context), the request
+/// context, in-caller-context I/O; device type and secure open.
+///
+/// # Safety
+/// `device_init` must be the framework's, before `WdfDeviceCreate`.
+unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
+    let mut pnp_power = WDF_PNPPOWER_EVENT_CALLBACKS {
+        Size: struct_size::<WDF_PNPPOWER_EVENT_CALLBACKS>(),
+        EvtDeviceD0Entry: Some(evt_device_d0_entry),
+        EvtDeviceD0Exit: Some(evt_device_d0_exit),
+        EvtDeviceSurpriseRemoval: Some(evt_device_surprise_removal),
+        ..WDF_PNPPOWER_EVENT_CALLBACKS::default()
+    };
+    // SAFETY: `device_init` is valid (caller); the callbacks structure is
+    // initialized with its Size and is copied.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetPnpPowerEventCallbacks,
+            device_init,
+            &raw mut pnp_power
+        );
+    }
+    // SAFETY: as above; a plain value.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetDeviceType,
+            device_init,
+            FILE_DEVICE_INFINIBAND
+        );
+    }
+    // SAFETY: as above; FILE_DEVICE_SECURE_OPEN makes the device's security
+    // descriptor apply to opens of names beneath it too.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetCharacteristics,
+            device_init,
+            FILE_DEVICE_SECURE_OPEN,
+            u8::from(true)
+        );
+    }
+
+    let mut file_config = WDF_FILEOBJECT_CONFIG {
+        Size: struct_size::<WDF_FILEOBJECT_CONFIG>(),
+        EvtDeviceFileCreate: Some(evt_device_file_create),
+        EvtFileClose: Some(evt_file_close),
+        EvtFileCleanup: Some(evt_file_cleanup),
+        AutoForwardCleanupClose: _WDF_TRI_STATE::WdfUseDefault,
+        FileObjectClass: _WDF_FILEOBJECT_CLASS::WdfFileObjectWdfCannotUseFsContexts,
+    };
+    let mut file_attributes = FILE_CONTEXT_TYPE.attributes();
+    // SAFETY: as above; both structures are initialized with their Size and
+    // are copied.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetFileObjectConfig,
+            device_init,
+            &raw mut file_config,
+            &raw mut file_attributes
+        );
+    }
+    let mut request_attributes = REQUEST_CONTEXT_TYPE.attributes();
+    // SAFETY: as above.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetRequestAttributes,
+            device_init,
+            &raw mut request_attributes
+        );
+    }
+    // SAFETY: as above; the callback has the EVT_WDF_IO_IN_CALLER_CONTEXT
+    // signature.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitSetIoInCallerContextCallback,
+            device_init,
+            Some(evt_io_in_caller_context)
+        );
+    }
+}
+
+/// `WdfDeviceCreate` with a device context and destroy callback, then the
+/// state: an instance number, the soft HCA on its bus, the core's device.
+///
+/// # Errors
+/// `WdfDeviceCreate`'s failure; `STATUS_INVALID_DEVICE_STATE` when all 64
+/// instance numbers are taken; the soft HCA's refusal of its configuration.
+///
+/// # Safety
+/// `device_init` must be the framework's, configured, before
+/// `WdfDeviceCreate`.
+unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, NTSTATUS> {
+    let mut device_attributes = DEVICE_CONTEXT_TYPE.attributes();
+    device_attributes.EvtDestroyCallback = Some(evt_device_destroy);
+    let mut device: WDFDEVICE = core::ptr::null_mut();
+    // SAFETY: `device_init` is the framework's (it takes it and nulls our
+    // copy); the attributes are initialized; `device` receives the handle.
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceCreate,
+            &raw mut device_init,
+            &raw mut device_attributes,
+            &raw mut device
+        )
+    };
+    check(status)?;
+
+    let instance = claim_instance().ok_or(STATUS_INVALID_DEVICE_STATE)?;
+    let bus = Arc::new(Bus {
+        dpc: AtomicPtr::new(core::ptr::null_mut()),
+    });
+    let platform = KmdfPlatform;
+    let soft = match SoftHca::new(&platform, SoftConfig::default(), bus.clone()) {
+        Ok(soft) => Arc::new(soft),
+        Err(status) => {
+            release_instance(instance);
+            return Err(status);
+        }
+    };
+    let state = Box::new(DeviceState {
+        device: Device::new(Arc::new(platform), soft),
+        bus,
+        next_file: AtomicU64::new(1),
+        instance,
+    });
+    // SAFETY: `device` was just created with a DeviceContext.
+    let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
+    if context.is_null() {
+        release_instance(instance);
+        return Err(STATUS_INVALID_DEVICE_STATE);
+    }
+    // SAFETY: the context is valid for writes and no callback reads it yet
+    // (no file, request or DPC exists before EvtDriverDeviceAdd returns).
+    unsafe { (*context).state = Box::into_raw(state) };
+    Ok(device)
+}
+
+/// The DPC that stands for the HCA's interrupt, a child of the device; the
+/// bus queues it from then on.
+///
+/// # Safety
+/// `device` must be our live device, `state` its state.
+unsafe fn create_dpc(device: WDFDEVICE, state: &DeviceState) -> Result<(), NTSTATUS> {
+    let mut dpc_config = WDF_DPC_CONFIG {
+        Size: struct_size::<WDF_DPC_CONFIG>(),
+        EvtDpcFunc: Some(evt_dpc),
+        // The core takes its own locks; no framework serialization.
+        AutomaticSerialization: u8::from(false),
+    };
+    let mut dpc_attributes = object_attributes();
+    dpc_attributes.ParentObject = device.cast();
+    dpc_attributes.EvtCleanupCallback = Some(evt_dpc_cleanup);
+    let mut dpc: WDFDPC = core::ptr::null_mut();
+    // SAFETY: the configuration and attributes are initialized, the parent
+    // is our live device (caller); `dpc` receives the handle.
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDpcCreate,
+            &raw mut dpc_config,
+            &raw mut dpc_attributes,
+            &raw mut dpc
+        )
+    };
+    check(status)?;
+    state.bus.dpc.store(dpc.cast(), Ordering::Release);
+    Ok(())
+}
+
+/// The device interface class, in a static for its address.
+static INTERFACE_GUID: wdk_sys::GUID = GUID_DEVINTERFACE_IRPVERBS;
+
+/// `\DosDevices\irpverbsN` (what host mode and the runner open as
+/// `\\.\irpverbsN`) and the device interface.
+///
+/// # Safety
+/// `device` must be our live device.
+unsafe fn create_names(device: WDFDEVICE, instance: u32) -> Result<(), NTSTATUS> {
+    let mut link = LinkName::new(instance);
+    let link_name = link.unicode_string();
+    // SAFETY: `device` is live (caller); the name is a valid UNICODE_STRING
+    // over `link`, which outlives the call (the framework copies it).
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(WdfDeviceCreateSymbolicLink, device, &raw const link_name)
+    };
+    check(status)?;
+    // SAFETY: as above; the GUID is a 'static; no reference string.
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceCreateDeviceInterface,
+            device,
+            &raw const INTERFACE_GUID,
+            core::ptr::null()
+        )
+    };
+    check(status)
+}
+
+/// The default queue: parallel, dispatch execution level, device control
+/// and internal device control.
+///
+/// # Safety
+/// `device` must be our live device.
+unsafe fn create_queue(device: WDFDEVICE) -> Result<(), NTSTATUS> {
+    let mut queue_config = WDF_IO_QUEUE_CONFIG {
+        Size: struct_size::<WDF_IO_QUEUE_CONFIG>(),
+        DispatchType: _WDF_IO_QUEUE_DISPATCH_TYPE::WdfIoQueueDispatchParallel,
+        PowerManaged: _WDF_TRI_STATE::WdfUseDefault,
+        DefaultQueue: u8::from(true),
+        EvtIoDeviceControl: Some(evt_io_device_control),
+        EvtIoInternalDeviceControl: Some(evt_io_internal_device_control),
+        ..WDF_IO_QUEUE_CONFIG::default()
+    };
+    // As WDF_IO_QUEUE_CONFIG_INIT_DEFAULT_QUEUE sets it for parallel queues:
+    // no limit on requests presented at once.
+    queue_config.Settings.Parallel.NumberOfPresentedRequests = ULONG::MAX;
+    let mut queue_attributes = object_attributes();
+    queue_attributes.ExecutionLevel = _WDF_EXECUTION_LEVEL::WdfExecutionLevelDispatch;
+    // SAFETY: `device` is live (caller); configuration and attributes
+    // initialized; the queue handle output is optional (the device owns the
+    // queue).
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfIoQueueCreate,
+            device,
+            &raw mut queue_config,
+            &raw mut queue_attributes,
+            core::ptr::null_mut()
+        )
+    };
+    check(status)
+}
+
+fn check(status: NTSTATUS) -> Result<(), NTSTATUS> {
+    if nt_success(status) {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
+
+/// Instance numbers in use (bit N: `\DosDevices\irpverbsN`).
+static INSTANCES: AtomicU64 = AtomicU64::new(0);
+
+/// The lowest free instance number.
+fn claim_instance() -> Option<u32> {
+    let mut used = INSTANCES.load(Ordering::Relaxed);
+    loop {
+        let free = (!used).trailing_zeros();
+        if free >= u64::BITS {
+            return None;
+        }
+        match INSTANCES.compare_exchange_weak(
+            used,
+            used | (1 << free),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Some(free),
+            Err(now) => used = now,
+        }
+    }
+}
+
+fn release_instance(instance: u32) {
+    INSTANCES.fetch_and(!(1u64 << instance), Ordering::AcqRel);
+}
+
+/// `\DosDevices\irpverbsN` in UTF-16, for `WdfDeviceCreateSymbolicLink`
+/// (KMDF links it to the PDO's name: the FDO stays unnamed).
+struct LinkName {
+    buffer: [u16; 32],
+    len: usize,
+}
+
+impl LinkName {
+    fn new(instance: u32) -> Self {
+        let mut this = Self {
+            buffer: [0; 32],
+            len: 0,
+        };
+        for c in r"\DosDevices\irpverbs".encode_utf16() {
+            this.push(c);
+        }
+        let mut digits = [0u16; 10];
+        let mut n = instance;
+        let mut count = 0;
+        loop {
+            digits[count] = u16::from(b'0') + (n % 10) as u16;
+            count += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for &d in digits[..count].iter().rev() {
+            this.push(d);
+        }
+        this
+    }
+
+    fn push(&mut self, c: u16) {
+        if let Some(slot) = self.buffer.get_mut(self.len) {
+            *slot = c;
+            self.len += 1;
+        }
+    }
+
+    /// A UNICODE_STRING over the buffer; valid while `self` is borrowed.
+    fn unicode_string(&mut self) -> UNICODE_STRING {
+        let bytes = u16::try_from(self.len * 2).unwrap_or(u16::MAX);
+        UNICODE_STRING {
+            Length: bytes,
+            MaximumLength: bytes,
+            Buffer: self.buffer.as_mut_ptr(),
+        }
+    }
+}
+
+// ------------------------------------------------------------- lifetime
+
+/// The device object's `EvtDestroyCallback`: every child (queue, file
+/// objects, DPC) is gone and no callback can run; frees the state.
+///
+/// IRQL: <= DISPATCH_LEVEL.
+extern "C" fn evt_device_destroy(object: WDFOBJECT) {
+    // SAFETY: the framework passes our device, whose context is still valid
+    // in its destroy callback.
+    let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(object) };
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: the context is valid, and no other callback of the device
+    // runs any more: this is the only reference to it.
+    let slot = unsafe { &mut (*context).state };
+    let state = core::mem::replace(slot, core::ptr::null_mut());
+    if state.is_null() {
+        return;
+    }
+    // SAFETY: the pointer came from Box::into_raw in add_device and was
+    // taken out of the context just now, so it is freed once.
+    let state = unsafe { Box::from_raw(state) };
+    release_instance(state.instance);
+    drop(state);
+}
+
+/// The DPC object's `EvtCleanupCallback`: the framework is deleting it, so
+/// the bus stops queueing it (the framework then waits for a DPC in flight).
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
+    let dpc: WDFDPC = object.cast();
+    // SAFETY: the framework passes our live DPC.
+    let parent = unsafe { call_unsafe_wdf_function_binding!(WdfDpcGetParentObject, dpc) };
+    // SAFETY: its parent is our device, alive until after its children.
+    if let Some(state) = unsafe { state(parent.cast()) } {
+        state
+            .bus
+            .dpc
+            .store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+// ------------------------------------------------------------- PnP, power
+
+/// `EvtDeviceD0Entry`: queues the DPC, which drains whatever the event
+/// queue holds and re-arms it (the host's "interrupt on power-up").
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_d0_entry(
+    device: WDFDEVICE,
+    _previous_state: WDF_POWER_DEVICE_STATE,
+) -> NTSTATUS {
+    // SAFETY: the framework passes our live device.
+    if let Some(state) = unsafe { state(device) } {
+        state.bus.interrupt();
+    }
+    STATUS_SUCCESS
+}
+
+/// `EvtDeviceD0Exit`: leaving D0 for good (D3Final: removal, disable,
+/// shutdown) is the core's device removal; a sleep transition keeps the
+/// soft HCA's state in memory and does nothing. The framework has stopped
+/// the (power-managed) queue and waited for the driver's requests by now.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_d0_exit(
+    device: WDFDEVICE,
+    target_state: WDF_POWER_DEVICE_STATE,
+) -> NTSTATUS {
+    if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
+        // SAFETY: the framework passes our live device.
+        if let Some(state) = unsafe { state(device) } {
+            state.device.remove();
+        }
+    }
+    STATUS_SUCCESS
+}
+
+/// `EvtDeviceSurpriseRemoval`: [`Device::remove`] (pending requests
+/// complete, new verbs fail with `STATUS_DEVICE_REMOVED`, destroys still
+/// succeed). D0Exit follows and calls it again, which changes nothing.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_surprise_removal(device: WDFDEVICE) {
+    // SAFETY: the framework passes our live device.
+    if let Some(state) = unsafe { state(device) } {
+        state.device.remove();
+    }
+}
+
+// ------------------------------------------------------------- files
+
+/// `EvtDeviceFileCreate`: a new key, [`Device::create_file`], and the
+/// request completed with its result.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_file_create(device: WDFDEVICE, request: WDFREQUEST, file: WDFFILEOBJECT) {
+    // SAFETY: the framework passes our live device.
+    let status = match unsafe { state(device) } {
+        Some(state) => open_file(state, file),
+        None => STATUS_INVALID_DEVICE_STATE,
+    };
+    // SAFETY: the create request is ours to complete, once.
+    unsafe { complete_raw(request, status, 0) };
+}
+
+fn open_file(state: &DeviceState, file: WDFFILEOBJECT) -> NTSTATUS {
+    // SAFETY: the framework passes a live file object, created with a
+    // FileContext.
+    let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(file.cast()) };
+    if context.is_null() {
+        return STATUS_INVALID_DEVICE_STATE;
+    }
+    let key = state.next_file.fetch_add(1, Ordering::Relaxed);
+    if let Err(status) = state.device.create_file(key) {
+        return status;
+    }
+    // SAFETY: the context is valid for writes; no request can name the file
+    // before its create completes.
+    unsafe { (*context).key = key };
+    STATUS_SUCCESS
+}
+
+/// `EvtFileCleanup` (the last handle closed): [`Device::cleanup_file`].
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_file_cleanup(file: WDFFILEOBJECT) {
+    // SAFETY: the framework passes our live file object.
+    if let Some((state, key)) = unsafe { file_state(file) } {
+        state.device.cleanup_file(key);
+    }
+}
+
+/// `EvtFileClose` (every request of the file completed):
+/// [`Device::close_file`].
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_file_close(file: WDFFILEOBJECT) {
+    // SAFETY: the framework passes our live file object.
+    if let Some((state, key)) = unsafe { file_state(file) } {
+        state.device.close_file(key);
+    }
+}
+
+/// The device state and key of an opened file.
+///
+/// # Safety
+/// `file` must be a live file object of our device.
+unsafe fn file_state<'a>(file: WDFFILEOBJECT) -> Option<(&'a DeviceState, FileKey)> {
+    // SAFETY: the caller guarantees a live file object of ours.
+    let key = unsafe { file_key(file) };
+    if key == 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    let device = unsafe { call_unsafe_wdf_function_binding!(WdfFileObjectGetDevice, file) };
+    // SAFETY: the device of a live file object is live, and ours.
+    unsafe { state(device) }.map(|state| (state, key))
+}
+
+// ------------------------------------------------------------- I/O
+
+/// `EvtIoInCallerContext`: runs in the requestor's thread before the
+/// request is queued, and queues it.
+///
+/// This is where the pages of a user-mode `IOCTL_IV_REG_MR` will be probed
+/// and locked (`WdfRequestProbeAndLockUserBufferForWrite`, or an MDL and
+/// `MmProbeAndLockPages` kept in the request context), the only place where
+/// the requestor's address space is current. The core registers the range
+/// as addresses today (checked against the user address limit) and the
+/// soft HCA does not touch the memory yet, so nothing is locked until the
+/// data path lands.
+///
+/// IRQL: the requestor's (PASSIVE_LEVEL for user mode; <= DISPATCH_LEVEL
+/// for kernel callers).
+extern "C" fn evt_io_in_caller_context(device: WDFDEVICE, request: WDFREQUEST) {
+    // SAFETY: the framework passes our live device and a request it has not
+    // queued yet, which the driver owns until it enqueues or completes it.
+    let status =
+        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceEnqueueRequest, device, request) };
+    if !nt_success(status) {
+        // SAFETY: not enqueued: the driver still owns the request.
+        unsafe { complete_raw(request, status, 0) };
+    }
+}
+
+/// `EvtIoDeviceControl`: [`Device::dispatch_ioctl`].
+///
+/// IRQL: <= DISPATCH_LEVEL (dispatch execution level).
+extern "C" fn evt_io_device_control(
+    queue: WDFQUEUE,
+    request: WDFREQUEST,
+    output_len: usize,
+    input_len: usize,
+    code: ULONG,
+) {
+    dispatch(
+        queue,
+        request,
+        MajorFunction::DeviceControl,
+        code,
+        input_len,
+        output_len,
+    );
+}
+
+/// `EvtIoInternalDeviceControl` (kernel ULPs): [`Device::dispatch_ioctl`].
+///
+/// IRQL: <= DISPATCH_LEVEL (dispatch execution level).
+extern "C" fn evt_io_internal_device_control(
+    queue: WDFQUEUE,
+    request: WDFREQUEST,
+    output_len: usize,
+    input_len: usize,
+    code: ULONG,
+) {
+    dispatch(
+        queue,
+        request,
+        MajorFunction::InternalDeviceControl,
+        code,
+        input_len,
+        output_len,
+    );
+}
+
+fn dispatch(
+    queue: WDFQUEUE,
+    request: WDFREQUEST,
+    major: MajorFunction,
+    code: ULONG,
+    input_len: usize,
+    output_len: usize,
+) {
+    // SAFETY: the framework passes the live queue presenting the request.
+    let device = unsafe { call_unsafe_wdf_function_binding!(WdfIoQueueGetDevice, queue) };
+    // SAFETY: the queue's device is our live device.
+    let Some(state) = (unsafe { state(device) }) else {
+        // SAFETY: the request was just presented: the driver owns it.
+        unsafe { complete_raw(request, STATUS_INVALID_DEVICE_STATE, 0) };
+        return;
+    };
+    // SAFETY: the request was just presented with these parameters.
+    match unsafe { KmdfRequest::new(request, major, code, input_len, output_len) } {
+        Ok(request) => state.device.dispatch_ioctl(request),
+        Err(status) => {
+            // SAFETY: not wrapped: the driver still owns the request.
+            unsafe { complete_raw(request, status, 0) };
+        }
+    }
+}
+
+/// The DPC (`EvtDpcFunc`): [`Device::dpc`] drains the HCA's event queue,
+/// completes requests and re-arms the event queue.
+///
+/// IRQL: DISPATCH_LEVEL.
+extern "C" fn evt_dpc(dpc: WDFDPC) {
+    // SAFETY: the framework passes our live DPC.
+    let parent = unsafe { call_unsafe_wdf_function_binding!(WdfDpcGetParentObject, dpc) };
+    // SAFETY: its parent is our live device.
+    if let Some(state) = unsafe { state(parent.cast()) } {
+        state.device.dpc();
+    }
+}

@@ -1,0 +1,102 @@
+//! # irpverbs.sys
+//!
+//! The KMDF layer of irpverbs: it does on Windows exactly what the host
+//! device (`irpverbs-host`, `driver/host/src/device.rs`) does in host mode,
+//! and nothing more. Every decision lives in `irpverbs-core` and
+//! `irpverbs-soft`, where it is tested; this crate only maps:
+//!
+//! | Windows (KMDF)                                  | irpverbs-core                     |
+//! |-------------------------------------------------|-----------------------------------|
+//! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::new`] over a root-enumerated [`irpverbs_soft::SoftHca`] |
+//! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` / `cleanup_file` / `close_file` |
+//! | `EvtIoDeviceControl`, `EvtIoInternalDeviceControl` (dispatch-level parallel queue) | `Device::dispatch_ioctl` |
+//! | `WDFREQUEST`                                    | [`irpverbs_core::Request`] ([`request::KmdfRequest`]) |
+//! | `EvtRequestCancel`                              | `Device::cancel`                  |
+//! | the HCA's interrupt: a `WDFDPC`                 | `Device::dpc`                     |
+//! | `EvtDeviceSurpriseRemoval`, `EvtDeviceD0Exit` to D3Final | `Device::remove`         |
+//! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2` | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`]) |
+//!
+//! The device is reachable as `\\.\irpverbs0` (a symbolic link, the name
+//! host mode uses) and through the device interface
+//! [`GUID_DEVINTERFACE_IRPVERBS`].
+//!
+//! Not here yet (see the README): the direct-call function table for kernel
+//! ULPs (query interface) and MDL mapping of rings into user processes,
+//! which wait for the data path in the core; work items and timers, which
+//! the core's `Platform` does not ask for yet.
+//!
+//! Every `unsafe` block holds one unsafe operation and states why it is
+//! sound; every WDF call goes through wdk-sys's
+//! `call_unsafe_wdf_function_binding!`, which type-checks the arguments
+//! against the WDK's own function-pointer typedefs.
+#![no_std]
+
+extern crate alloc;
+#[cfg(not(test))]
+extern crate wdk_panic;
+
+mod context;
+mod device;
+pub mod platform;
+pub mod request;
+
+use wdk_sys::{
+    GUID, NTSTATUS, PCUNICODE_STRING, PDRIVER_OBJECT, ULONG, WDF_DRIVER_CONFIG, WDF_NO_HANDLE,
+    WDF_NO_OBJECT_ATTRIBUTES, WDFDRIVER, call_unsafe_wdf_function_binding,
+};
+
+#[cfg(not(test))]
+#[global_allocator]
+static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
+
+/// The irpverbs device interface class,
+/// `{4d203802-bd94-47b2-9797-1a3955432793}`. User-mode ULPs find the device
+/// with `CM_Get_Device_Interface_List` (or SetupAPI) on this GUID; the
+/// README and `inf/irpverbs.inx` name the same value.
+pub const GUID_DEVINTERFACE_IRPVERBS: GUID = GUID {
+    Data1: 0x4d20_3802,
+    Data2: 0xbd94,
+    Data3: 0x47b2,
+    Data4: [0x97, 0x97, 0x1a, 0x39, 0x55, 0x43, 0x27, 0x93],
+};
+
+/// The tag KMDF puts on the allocations it makes for this driver.
+const WDF_POOL_TAG: ULONG = u32::from_le_bytes(*b"IvWd");
+
+/// `DriverEntry`: creates the WDF driver object with
+/// [`device::evt_driver_device_add`] as its `EvtDriverDeviceAdd`.
+///
+/// IRQL: PASSIVE_LEVEL.
+///
+/// # Errors
+/// What `WdfDriverCreate` returns; the driver is then unloaded.
+///
+/// # Safety
+/// Called only by the I/O manager, with the driver object and registry path
+/// it created for this driver.
+#[unsafe(export_name = "DriverEntry")]
+pub unsafe extern "system" fn driver_entry(
+    driver: PDRIVER_OBJECT,
+    registry_path: PCUNICODE_STRING,
+) -> NTSTATUS {
+    let mut config = WDF_DRIVER_CONFIG {
+        Size: context::struct_size::<WDF_DRIVER_CONFIG>(),
+        EvtDriverDeviceAdd: Some(device::evt_driver_device_add),
+        DriverPoolTag: WDF_POOL_TAG,
+        ..WDF_DRIVER_CONFIG::default()
+    };
+    // SAFETY: `driver` and `registry_path` are the I/O manager's, valid for
+    // this call; no driver attributes are needed (null is allowed);
+    // `config` is a fully initialized WDF_DRIVER_CONFIG with its Size set;
+    // the driver handle output is optional and null.
+    unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDriverCreate,
+            driver,
+            registry_path,
+            WDF_NO_OBJECT_ATTRIBUTES,
+            &raw mut config,
+            WDF_NO_HANDLE.cast::<WDFDRIVER>(),
+        )
+    }
+}

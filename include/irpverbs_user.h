@@ -1,0 +1,136 @@
+/*
+ * irpverbs_user.h - the speed path for user-mode C ULPs: post send, post
+ * receive, poll CQ and arm CQ with no system call, on the rings the create
+ * IOCTLs mapped into the process.
+ *
+ * The control path stays DeviceIoControl (irpverbs.h). After creating a CQ,
+ * QP or SRQ, the ULP opens it here from the create response and the device
+ * HANDLE it was created on:
+ *
+ *     IvCreateQpOut out;  ... DeviceIoControl(dev, IOCTL_IV_CREATE_QP, ...)
+ *     IvUserQp *qp = IvUserQpOpen(dev, &out);
+ *     IvUserPostSend(qp, &wr);            // writes the ring, rings a doorbell
+ *     n = IvUserPollCq(cq, wc, 16);       // reads the CQ ring
+ *     IvUserQpClose(qp);                  // before IOCTL_IV_DESTROY_QP
+ *
+ * Close an object here before destroying it (and a CQ before resizing it:
+ * close, resize, copy IvResizeCqOut's cqe and ring into the IvCreateCqOut,
+ * open again). Completion notification: IvUserReqNotifyCq arms the CQ;
+ * IOCTL_IV_CQ_NOTIFY (overlapped, through a completion port) or a completion
+ * channel delivers the event.
+ *
+ * Return values: NtStatus, as in irpverbs_kernel.h (STATUS_SUCCESS;
+ * STATUS_INSUFFICIENT_RESOURCES when the queue is full;
+ * STATUS_INVALID_PARAMETER for a work request the queue cannot take;
+ * STATUS_INVALID_HANDLE once the device HANDLE was closed). IvUserPollCq
+ * returns the number of completions (>= 0) or a failure NTSTATUS (< 0). The
+ * open functions return NULL with GetLastError() set on failure. Every
+ * function is thread-safe; posts to different queues never contend. (On
+ * Windows, <winnt.h> defines some STATUS_ codes as DWORD: compare the
+ * result with (NtStatus)STATUS_x.)
+ *
+ * Host mode (non-Windows, libirpverbs_host): the rings are the driver's
+ * memory in the same process and the doorbells call the in-process soft
+ * HCA's. The library also checks what Windows cannot: destroying (or
+ * resizing) an object that is still open here fails with ERROR_BUSY, and a
+ * speed-path call after the device HANDLE was closed fails with
+ * STATUS_INVALID_HANDLE instead of touching freed rings.
+ *
+ * What the Windows build of this library needs that host mode does not:
+ *  - the rings: the driver maps each ring into the creating process at
+ *    create (an MDL over the ring's nonpaged memory, MmMapLockedPagesSpecify-
+ *    Cache(UserMode) in that process' context) and reports those addresses
+ *    in IvRingMap; it unmaps them at destroy and at file cleanup. A post
+ *    through an object left open after its destroy then faults (the host
+ *    library refuses the destroy instead);
+ *  - the doorbells: a doorbell (UAR) page mapped into the process per open
+ *    of the device, by an IOCTL the ABI does not have yet (e.g.
+ *    IOCTL_IV_MAP_UAR), each doorbell a 32-bit write of the queue kind and
+ *    number to it; the HCA checks that the queue belongs to that file. The
+ *    soft HCA has no MMIO: it would poll a shared doorbell page from its
+ *    engine thread, or take the doorbell as an IOCTL (one system call);
+ *  - a DLL (irpverbs_user.dll) exporting these functions; host mode exports
+ *    them from libirpverbs_host.
+ */
+#ifndef IRPVERBS_USER_H
+#define IRPVERBS_USER_H
+
+#include <stdint.h>
+
+#include "irpverbs.h"
+#include "irpverbs_host.h" /* HANDLE; <windows.h> on Windows */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A send work request (the layout of irpverbs_kernel.h's IvKernelSendWr):
+ * the fields of IvSendWqe, with the gather list or inline data pointed to
+ * and copied into the ring by IvUserPostSend. */
+typedef struct IvUserSendWr {
+    uint64_t wr_id;       /* returned in the completion */
+    uint8_t opcode;       /* IV_WR_* */
+    uint8_t flags;        /* IV_SEND_*; IV_SEND_INLINE: the data is inline_data */
+    uint16_t num_sge;     /* entries of sg_list, at most the QP's max_send_sge */
+    uint32_t imm_or_inv;  /* immediate data, or the rkey to invalidate */
+    uint64_t remote_addr; /* RDMA / atomic */
+    uint32_t rkey;        /* RDMA / atomic */
+    uint32_t inline_len;  /* IV_SEND_INLINE: bytes at inline_data */
+    uint64_t compare_add; /* atomic compare or add operand */
+    uint64_t swap;        /* atomic swap operand */
+    uint32_t ahn;         /* UD: IvCreateAhOut.ahn */
+    uint32_t remote_qpn;  /* UD */
+    uint32_t remote_qkey; /* UD */
+    uint32_t reserved;    /* zero */
+    const IvSge *sg_list;    /* num_sge entries (not inline) */
+    const void *inline_data; /* inline_len bytes (IV_SEND_INLINE) */
+} IvUserSendWr;
+
+/* A receive work request: a scatter list. */
+typedef struct IvUserRecvWr {
+    uint64_t wr_id;
+    const IvSge *sg_list;
+    uint32_t num_sge;
+    uint32_t reserved; /* zero */
+} IvUserRecvWr;
+
+/* Opened objects (opaque). */
+typedef struct IvUserQp IvUserQp;
+typedef struct IvUserCq IvUserCq;
+typedef struct IvUserSrq IvUserSrq;
+
+/* Opens the QP the unmodified IOCTL_IV_CREATE_QP response `qp` describes,
+ * created on `device`. NULL with ERROR_INVALID_HANDLE (not an open device),
+ * ERROR_INVALID_PARAMETER (NULL, or rings that cannot hold the WQEs the
+ * response's cap allows). */
+IvUserQp *IvUserQpOpen(HANDLE device, const IvCreateQpOut *qp);
+/* Opens the CQ of an IOCTL_IV_CREATE_CQ response. */
+IvUserCq *IvUserCqOpen(HANDLE device, const IvCreateCqOut *cq);
+/* Opens the SRQ of an IOCTL_IV_CREATE_SRQ response. */
+IvUserSrq *IvUserSrqOpen(HANDLE device, const IvCreateSrqOut *srq);
+/* Close an opened object (NULL is ignored). No IOCTL. */
+void IvUserQpClose(IvUserQp *qp);
+void IvUserCqClose(IvUserCq *cq);
+void IvUserSrqClose(IvUserSrq *srq);
+
+/* post_send / post_recv / post_srq_recv. */
+NtStatus IvUserPostSend(IvUserQp *qp, const IvUserSendWr *wr);
+NtStatus IvUserPostRecv(IvUserQp *qp, const IvUserRecvWr *wr);
+NtStatus IvUserPostSrqRecv(IvUserSrq *srq, const IvUserRecvWr *wr);
+/* poll_cq: up to max completions into wc, oldest first; the count or a
+ * failure NTSTATUS (negative). */
+int32_t IvUserPollCq(IvUserCq *cq, IvCqe *wc, uint32_t max);
+/* req_notify_cq: arms the CQ for the next completion (solicited_only != 0:
+ * the next solicited or error one) and rings its arm doorbell. */
+NtStatus IvUserReqNotifyCq(IvUserCq *cq, int32_t solicited_only);
+
+/* The QP / CQ / SRQ number of an opened object. */
+uint32_t IvUserQpNumber(const IvUserQp *qp);
+uint32_t IvUserCqNumber(const IvUserCq *cq);
+uint32_t IvUserSrqNumber(const IvUserSrq *srq);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IRPVERBS_USER_H */

@@ -1,0 +1,649 @@
+//! What can be checked on Linux about the Windows driver, which cannot be
+//! built here (`driver/kmdf`, `inf/irpverbs.inx`, `tests/windows-runner`):
+//!
+//! - the INF template has every section and key installation needs, and
+//!   its `[Strings]` defines every `%token%` it uses;
+//! - the KMDF crate's manifest is a KMDF cdylib that aborts on panic, in its
+//!   own workspace, which the root workspace excludes;
+//! - the device interface GUID is the same in the crate and the README;
+//! - the KMDF glue calls every `irpverbs_core::Device` entry point the host
+//!   device calls: both are the same mapping of the same driver.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_path_buf()
+}
+
+fn read(path: &str) -> String {
+    let full = repo().join(path);
+    fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+// ------------------------------------------------------------------ INF
+
+/// An INF, parsed the way SetupAPI reads one: `[section]` headers (names
+/// case-insensitive), lines of `key = value` or bare values, `;` comments
+/// outside double quotes, values split on commas.
+#[derive(Debug, Default)]
+struct Inf {
+    /// Section name (lowercased) -> its lines, in order.
+    sections: BTreeMap<String, Vec<InfLine>>,
+    /// Sections seen more than once.
+    duplicates: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct InfLine {
+    /// The key, if the line has one (`key = ...`), as written.
+    key: Option<String>,
+    /// The comma-separated fields of the value, trimmed, quotes kept.
+    fields: Vec<String>,
+    /// The raw line (comment stripped).
+    raw: String,
+}
+
+fn strip_comment(line: &str) -> &str {
+    let mut quoted = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ';' if !quoted => return &line[..i],
+            _ => {}
+        }
+    }
+    line
+}
+
+/// Splits on `sep` outside double quotes.
+fn split_unquoted(s: &str, sep: char, limit: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut quoted = false;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        if c == '"' {
+            quoted = !quoted;
+        } else if c == sep && !quoted && parts.len() + 1 < limit {
+            parts.push(&s[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+impl Inf {
+    fn parse(text: &str) -> Self {
+        let mut inf = Inf::default();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            let line = strip_comment(line).trim();
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                let name = name.trim().to_ascii_lowercase();
+                if inf.sections.contains_key(&name) {
+                    inf.duplicates.push(name.clone());
+                }
+                inf.sections.entry(name.clone()).or_default();
+                current = Some(name);
+                continue;
+            }
+            let section = current
+                .as_ref()
+                .unwrap_or_else(|| panic!("line outside any section: {line}"));
+            let kv = split_unquoted(line, '=', 2);
+            let (key, value) = match kv.as_slice() {
+                [k, v] => (Some(k.trim().to_owned()), *v),
+                _ => (None, line),
+            };
+            let fields = split_unquoted(value, ',', usize::MAX)
+                .into_iter()
+                .map(|f| f.trim().to_owned())
+                .collect();
+            inf.sections
+                .get_mut(section)
+                .expect("current section exists")
+                .push(InfLine {
+                    key,
+                    fields,
+                    raw: line.to_owned(),
+                });
+        }
+        inf
+    }
+
+    fn section(&self, name: &str) -> &[InfLine] {
+        self.sections
+            .get(&name.to_ascii_lowercase())
+            .unwrap_or_else(|| panic!("INF has no [{name}] section"))
+    }
+
+    fn has_section(&self, name: &str) -> bool {
+        self.sections.contains_key(&name.to_ascii_lowercase())
+    }
+
+    /// The fields of `key` in `section` (keys are case-insensitive).
+    fn get(&self, section: &str, key: &str) -> &[String] {
+        self.section(section)
+            .iter()
+            .find(|l| {
+                l.key
+                    .as_deref()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(key))
+            })
+            .map(|l| l.fields.as_slice())
+            .unwrap_or_else(|| panic!("[{section}] has no {key}"))
+    }
+
+    /// The single value of `key` in `section`, unquoted.
+    fn value(&self, section: &str, key: &str) -> String {
+        let fields = self.get(section, key);
+        assert_eq!(fields.len(), 1, "[{section}] {key} = {fields:?}");
+        fields[0].trim_matches('"').to_owned()
+    }
+
+    /// `%token%` strings named anywhere (DIRIDs such as `%13%` excluded).
+    fn tokens(&self) -> BTreeSet<String> {
+        let mut tokens = BTreeSet::new();
+        for (name, lines) in &self.sections {
+            if name == "strings" {
+                continue;
+            }
+            for line in lines {
+                let mut rest = line.raw.as_str();
+                while let Some(start) = rest.find('%') {
+                    let after = &rest[start + 1..];
+                    let Some(end) = after.find('%') else {
+                        panic!("unterminated %token% in [{name}]: {}", line.raw)
+                    };
+                    let token = &after[..end];
+                    if !token.is_empty() && !token.chars().all(|c| c.is_ascii_digit()) {
+                        tokens.insert(token.to_ascii_lowercase());
+                    }
+                    rest = &after[end + 1..];
+                }
+            }
+        }
+        tokens
+    }
+
+    /// Resolves `%token%` through [Strings].
+    fn resolve(&self, value: &str) -> String {
+        match value.strip_prefix('%').and_then(|v| v.strip_suffix('%')) {
+            Some(token) if !token.chars().all(|c| c.is_ascii_digit()) => {
+                self.value("Strings", token)
+            }
+            _ => value.to_owned(),
+        }
+    }
+}
+
+fn inx() -> Inf {
+    let inf = Inf::parse(&read("inf/irpverbs.inx"));
+    assert!(
+        inf.duplicates.is_empty(),
+        "duplicate sections: {:?}",
+        inf.duplicates
+    );
+    inf
+}
+
+fn is_guid(s: &str) -> bool {
+    let Some(inner) = s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) else {
+        return false;
+    };
+    let groups: Vec<&str> = inner.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[test]
+fn inx_version_section() {
+    let inf = inx();
+    assert!(
+        inf.value("Version", "Signature")
+            .eq_ignore_ascii_case("$WINDOWS NT$")
+    );
+    assert_eq!(inf.value("Version", "Class"), "InfiniBand");
+    let class_guid = inf.value("Version", "ClassGuid");
+    assert!(is_guid(&class_guid), "ClassGuid {class_guid}");
+    assert_eq!(
+        class_guid.to_ascii_lowercase(),
+        "{30ef7132-d858-4a0c-ac24-b9028a5cca3f}",
+        "GUID_DEVCLASS_INFINIBAND"
+    );
+    assert!(!inf.resolve(&inf.value("Version", "Provider")).is_empty());
+    assert_eq!(inf.value("Version", "CatalogFile"), "irpverbs.cat");
+    assert!(!inf.get("Version", "DriverVer").is_empty());
+    assert_eq!(inf.value("Version", "PnpLockdown"), "1");
+}
+
+/// Manufacturer -> models (per decoration) -> the install section for
+/// `Root\irpverbs`.
+fn install_section(inf: &Inf) -> String {
+    let manufacturer = inf.section("Manufacturer");
+    assert_eq!(manufacturer.len(), 1, "one manufacturer");
+    let fields = &manufacturer[0].fields;
+    let models = &fields[0];
+    let decorations = &fields[1..];
+    assert!(
+        !decorations.is_empty() && decorations.iter().all(|d| d.starts_with("NT$ARCH$")),
+        "models decorated with NT$ARCH$: {decorations:?}"
+    );
+    let mut install = None;
+    for decoration in decorations {
+        let section = format!("{models}.{decoration}");
+        let entry = inf
+            .section(&section)
+            .iter()
+            .find(|l| {
+                l.fields[1..]
+                    .iter()
+                    .any(|id| id.eq_ignore_ascii_case(r"Root\irpverbs"))
+            })
+            .unwrap_or_else(|| panic!("[{section}] has no Root\\irpverbs model"));
+        let description = entry.key.as_deref().expect("a model has a description");
+        assert!(!inf.resolve(description).is_empty());
+        install = Some(entry.fields[0].clone());
+    }
+    install.expect("a models section")
+}
+
+#[test]
+fn inx_models_install_and_files() {
+    let inf = inx();
+    let install = install_section(&inf);
+    let ddinstall = format!("{install}.NT");
+    let copy_files = inf.get(&ddinstall, "CopyFiles");
+    let mut copied = BTreeSet::new();
+    for section in copy_files {
+        for line in inf.section(section) {
+            copied.insert(line.fields[0].to_ascii_lowercase());
+        }
+    }
+    assert!(copied.contains("irpverbs.sys"), "CopyFiles: {copied:?}");
+    // The files come from a declared disk, into the driver store.
+    let sources: BTreeMap<String, String> = inf
+        .section("SourceDisksFiles")
+        .iter()
+        .map(|l| {
+            (
+                l.key.clone().expect("file = disk").to_ascii_lowercase(),
+                l.fields[0].clone(),
+            )
+        })
+        .collect();
+    let disks: BTreeSet<String> = inf
+        .section("SourceDisksNames")
+        .iter()
+        .map(|l| l.key.clone().expect("disk = name"))
+        .collect();
+    for file in &copied {
+        let disk = sources
+            .get(file)
+            .unwrap_or_else(|| panic!("{file} not in [SourceDisksFiles]"));
+        assert!(disks.contains(disk), "{file} on undeclared disk {disk}");
+    }
+    assert_eq!(inf.value("DestinationDirs", "DefaultDestDir"), "13");
+}
+
+#[test]
+fn inx_service_and_kmdf_sections() {
+    let inf = inx();
+    let install = install_section(&inf);
+    let add_service = inf.get(&format!("{install}.NT.Services"), "AddService");
+    assert_eq!(add_service[0], "irpverbs", "service name");
+    let flags = inf.resolve(&add_service[1]);
+    let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16).expect("hex flags");
+    assert_ne!(
+        flags & 0x2,
+        0,
+        "SPSVCINST_ASSOCSERVICE: the device's function driver"
+    );
+    let service = &add_service[2];
+    assert_eq!(
+        inf.value(service, "ServiceType"),
+        "1",
+        "SERVICE_KERNEL_DRIVER"
+    );
+    assert_eq!(inf.value(service, "StartType"), "3", "SERVICE_DEMAND_START");
+    assert_eq!(
+        inf.value(service, "ErrorControl"),
+        "1",
+        "SERVICE_ERROR_NORMAL"
+    );
+    assert!(
+        inf.value(service, "ServiceBinary")
+            .eq_ignore_ascii_case(r"%13%\irpverbs.sys")
+    );
+    assert!(!inf.resolve(&inf.value(service, "DisplayName")).is_empty());
+
+    let kmdf = inf.get(&format!("{install}.NT.Wdf"), "KmdfService");
+    assert_eq!(kmdf[0], "irpverbs", "KmdfService names the service");
+    assert_eq!(
+        inf.value(&kmdf[1], "KmdfLibraryVersion"),
+        "$KMDFVERSION$",
+        "stampinf fills in the KMDF version"
+    );
+}
+
+#[test]
+fn inx_strings_define_every_token() {
+    let inf = inx();
+    let defined: BTreeSet<String> = inf
+        .section("Strings")
+        .iter()
+        .map(|l| l.key.clone().expect("token = string").to_ascii_lowercase())
+        .collect();
+    let used = inf.tokens();
+    let missing: Vec<&String> = used.difference(&defined).collect();
+    assert!(missing.is_empty(), "[Strings] lacks {missing:?}");
+    let unused: Vec<&String> = defined.difference(&used).collect();
+    assert!(unused.is_empty(), "[Strings] defines unused {unused:?}");
+}
+
+#[test]
+fn inf_parser_reads_quotes_comments_and_tokens() {
+    let inf = Inf::parse(
+        "[A]\nk = \"x;y\", 2 ; note\nbare.sys\nHKR,,Security,,\"D:P(A;;GA;;;SY)\"\n[B]\nv = %Tok%, %13%\\f\n",
+    );
+    assert_eq!(inf.get("a", "K"), ["\"x;y\"", "2"]);
+    assert_eq!(inf.section("A")[1].fields, ["bare.sys"]);
+    assert_eq!(inf.section("A")[2].fields[4], "\"D:P(A;;GA;;;SY)\"");
+    assert_eq!(inf.tokens(), BTreeSet::from(["tok".to_owned()]));
+}
+
+// ------------------------------------------------------------------ manifests
+
+/// The body of `[table]` in a TOML file: the lines up to the next header.
+fn toml_table<'a>(text: &'a str, table: &str) -> Option<&'a str> {
+    let header = format!("[{table}]");
+    let start = text
+        .lines()
+        .scan(0usize, |offset, line| {
+            let here = *offset;
+            *offset += line.len() + 1;
+            Some((here, line))
+        })
+        .find(|(_, line)| line.trim() == header)
+        .map(|(offset, line)| offset + line.len() + 1)?;
+    let body = &text[start.min(text.len())..];
+    let end = body
+        .lines()
+        .scan(0usize, |offset, line| {
+            let here = *offset;
+            *offset += line.len() + 1;
+            Some((here, line))
+        })
+        .find(|(_, line)| line.trim_start().starts_with('['))
+        .map_or(body.len(), |(offset, _)| offset);
+    Some(&body[..end])
+}
+
+/// `key = value` in a table body, value as written (quotes kept).
+fn toml_value<'a>(body: &'a str, key: &str) -> Option<&'a str> {
+    body.lines().find_map(|line| {
+        let (k, v) = line.split_once('=')?;
+        (k.trim() == key).then(|| v.split('#').next().unwrap_or(v).trim())
+    })
+}
+
+#[test]
+fn kmdf_manifest_is_a_kmdf_driver_in_its_own_workspace() {
+    let manifest = read("driver/kmdf/Cargo.toml");
+    let table = |name: &str| {
+        toml_table(&manifest, name)
+            .unwrap_or_else(|| panic!("driver/kmdf/Cargo.toml has no [{name}]"))
+    };
+    assert_eq!(
+        toml_value(table("package"), "name"),
+        Some("\"irpverbs-kmdf\"")
+    );
+    let lib = table("lib");
+    assert_eq!(toml_value(lib, "crate-type"), Some("[\"cdylib\"]"));
+    assert_eq!(
+        toml_value(lib, "name"),
+        Some("\"irpverbs\""),
+        "the binary is irpverbs.sys, the INF's service binary"
+    );
+    for profile in ["profile.dev", "profile.release"] {
+        assert_eq!(
+            toml_value(table(profile), "panic"),
+            Some("\"abort\""),
+            "[{profile}]"
+        );
+    }
+    let model = table("package.metadata.wdk.driver-model");
+    assert_eq!(toml_value(model, "driver-type"), Some("\"KMDF\""));
+    assert_eq!(toml_value(model, "kmdf-version-major"), Some("1"));
+    let minor = toml_value(model, "target-kmdf-version-minor").expect("a KMDF minor version");
+    assert_eq!(
+        minor, "31",
+        "KMDF 1.31: Windows 10 2004, as the README and the INF state"
+    );
+    assert!(
+        read("README.md").contains("1.31 (`target-kmdf-version-minor = 31`)"),
+        "the README states the KMDF version"
+    );
+    assert!(
+        inx().has_section("Irpverbs.NT$ARCH$.10.0...19041"),
+        "the INF's models require Windows 10 2004 (build 19041), KMDF 1.31's floor"
+    );
+    assert!(
+        toml_table(&manifest, "workspace").is_some(),
+        "driver/kmdf is its own workspace"
+    );
+    for dep in ["wdk", "wdk-sys", "wdk-alloc", "wdk-panic"] {
+        assert!(
+            toml_value(table("dependencies"), dep).is_some(),
+            "depends on {dep}"
+        );
+    }
+    for dep in ["irpverbs-abi", "irpverbs-core", "irpverbs-soft"] {
+        let value = toml_value(table("dependencies"), dep).unwrap_or_default();
+        assert!(value.contains("path = \"../"), "{dep} by path: {value}");
+    }
+    assert!(toml_value(table("build-dependencies"), "wdk-build").is_some());
+    assert!(read("driver/kmdf/build.rs").contains("wdk_build::configure_wdk_binary_build()"));
+    assert!(
+        read("driver/kmdf/.cargo/config.toml").contains("target-feature=+crt-static"),
+        "static CRT"
+    );
+    let makefile = read("driver/kmdf/Makefile.toml");
+    assert!(makefile.contains("extend = \"target/rust-driver-makefile.toml\""));
+    assert!(makefile.contains("load_rust_driver_makefile()"));
+    assert!(makefile.contains("CARGO_MAKE_CRATE_FS_NAME = \"irpverbs\""));
+    assert!(makefile.contains("/../../inf/irpverbs.inx"));
+}
+
+#[test]
+fn root_workspace_excludes_the_driver_and_builds_the_runner() {
+    let manifest = read("Cargo.toml");
+    let workspace = toml_table(&manifest, "workspace").expect("root [workspace]");
+    assert_eq!(
+        toml_value(workspace, "exclude"),
+        Some("[\"driver/kmdf\"]"),
+        "Linux builds never see the KMDF crate"
+    );
+    let members_start = workspace.find("members").expect("members");
+    let members = &workspace[members_start
+        ..workspace[members_start..]
+            .find(']')
+            .map_or(workspace.len(), |e| members_start + e)];
+    assert!(!members.contains("driver/kmdf"), "members: {members}");
+    assert!(
+        members.contains("\"tests/windows-runner\""),
+        "members: {members}"
+    );
+
+    let runner = read("tests/windows-runner/Cargo.toml");
+    let windows = toml_table(&runner, "target.'cfg(windows)'.dependencies")
+        .expect("the runner's Windows-only dependencies");
+    assert!(toml_value(windows, "windows-sys").is_some());
+    assert!(
+        toml_value(
+            toml_table(&runner, "dependencies").expect("[dependencies]"),
+            "windows-sys"
+        )
+        .is_none(),
+        "windows-sys only on Windows"
+    );
+}
+
+// ------------------------------------------------------------------ GUID
+
+/// `GUID_DEVINTERFACE_IRPVERBS` as the crate spells it (its `Data1` ..
+/// `Data4` fields), formatted `{xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx}`.
+fn crate_interface_guid(lib_rs: &str) -> String {
+    let start = lib_rs
+        .find("pub const GUID_DEVINTERFACE_IRPVERBS: GUID = GUID {")
+        .expect("the crate defines GUID_DEVINTERFACE_IRPVERBS");
+    let body = &lib_rs[start..start + lib_rs[start..].find("};").expect("end of the GUID")];
+    let number = |s: &str| {
+        let s = s.trim().replace('_', "");
+        let hex = s.strip_prefix("0x").expect("hex literal");
+        u32::from_str_radix(hex, 16).expect("hex literal")
+    };
+    let field = |name: &str| {
+        let at = body.find(&format!("{name}:")).expect(name) + name.len() + 1;
+        let rest = &body[at..];
+        rest[..rest.find(",\n").expect("field end")]
+            .trim()
+            .to_owned()
+    };
+    let data4: Vec<u32> = field("Data4")
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(number)
+        .collect();
+    assert_eq!(data4.len(), 8);
+    format!(
+        "{{{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{}}}",
+        number(&field("Data1")),
+        number(&field("Data2")),
+        number(&field("Data3")),
+        data4[0],
+        data4[1],
+        data4[2..]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
+#[test]
+fn device_interface_guid_agrees() {
+    let lib_rs = read("driver/kmdf/src/lib.rs");
+    let guid = crate_interface_guid(&lib_rs);
+    assert!(is_guid(&guid), "{guid}");
+    assert!(
+        lib_rs.contains(&format!("`{guid}`")),
+        "the crate's doc comment names {guid}"
+    );
+    assert!(
+        read("README.md").contains(&format!("`GUID_DEVINTERFACE_IRPVERBS` = `{guid}`")),
+        "the README names the crate's interface GUID {guid}"
+    );
+}
+
+// ------------------------------------------------------------------ same mapping
+
+/// The entry points of `irpverbs_core::Device` an OS layer calls.
+const ENTRY_POINTS: [&str; 7] = [
+    "create_file",
+    "cleanup_file",
+    "close_file",
+    "dispatch_ioctl",
+    "dpc",
+    "cancel",
+    "remove",
+];
+
+/// Rust source without `//` comments (doc comments included), so that
+/// only code counts.
+fn code_of(source: &str) -> String {
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The entry points called on a core `Device` in `code`: `<recv>.name(`
+/// where the receiver is one of `receivers` (the names each layer gives its
+/// `Device`).
+fn calls(code: &str, receivers: &[&str]) -> BTreeSet<&'static str> {
+    ENTRY_POINTS
+        .into_iter()
+        .filter(|name| {
+            receivers.iter().any(|recv| {
+                code.match_indices(&format!("{recv}.{name}("))
+                    .any(|(at, _)| {
+                        // A whole identifier: `device.dpc(`, not `other_device.dpc(`.
+                        code[..at]
+                            .chars()
+                            .next_back()
+                            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+                    })
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn kmdf_glue_is_the_host_devices_mapping() {
+    let core = code_of(&read("driver/core/src/device.rs"));
+    for name in ENTRY_POINTS {
+        assert!(
+            core.contains(&format!("pub fn {name}(")),
+            "irpverbs_core::Device has no pub fn {name}"
+        );
+    }
+    let host = code_of(&read("driver/host/src/device.rs"));
+    // The host names its Device `device` (a field) and `d` (upgraded weak).
+    let host_calls = calls(&host, &["device", "d"]);
+    assert!(
+        host_calls.len() >= 6,
+        "the host device's calls were not found (renamed?): {host_calls:?}"
+    );
+    assert!(host.contains("Device::new("), "host builds the core device");
+
+    let mut kmdf = String::new();
+    for entry in fs::read_dir(repo().join("driver/kmdf/src")).expect("driver/kmdf/src") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            kmdf.push_str(&code_of(&fs::read_to_string(&path).expect("source")));
+            kmdf.push('\n');
+        }
+    }
+    // The KMDF glue reaches its Device as `state.device`.
+    let kmdf_calls = calls(&kmdf, &["device"]);
+    let missing: Vec<&&str> = host_calls.difference(&kmdf_calls).collect();
+    assert!(
+        missing.is_empty(),
+        "the host device calls {missing:?}, the KMDF glue does not"
+    );
+    let all: BTreeSet<&str> = ENTRY_POINTS.into_iter().collect();
+    assert_eq!(kmdf_calls, all, "the KMDF glue calls every entry point");
+    assert!(
+        kmdf.contains("Device::new("),
+        "the KMDF glue builds the core device"
+    );
+    assert!(
+        kmdf.contains("impl SoftBus for Bus") && kmdf.contains("WdfDpcEnqueue"),
+        "the soft HCA's interrupt queues the DPC"
+    );
+}

@@ -1,0 +1,657 @@
+//! The kernel ULPs' direct-call interface: a `#[repr(C)]` function table
+//! (`include/irpverbs_kernel.h`) that a kernel ULP obtains with
+//! `IRP_MN_QUERY_INTERFACE` (host mode: `HostDevice::query_interface`).
+//!
+//! A kernel ULP creates its objects with the same control IOCTLs as user
+//! mode, sent as internal device control IRPs; the create responses carry
+//! the rings (kernel addresses). It then *opens* each QP, CQ and SRQ in the
+//! table (`open_qp` builds a small nonpaged object from the response) and
+//! posts and polls through the table: direct calls, no IRP, callable at IRQL
+//! <= DISPATCH_LEVEL, never allocating or blocking. It closes the object in
+//! the table before it destroys the driver object.
+//!
+//! The table begins with the `INTERFACE` header Windows defines (`Size`,
+//! `Version`, `Context`, `InterfaceReference`, `InterfaceDereference`); the
+//! interface is returned referenced, and the ULP dereferences it when done.
+#![allow(
+    unsafe_code,
+    reason = "the C ABI: raw pointers from the kernel ULP, and the context's reference count"
+)]
+
+use std::ffi::c_void;
+use std::mem::{align_of, offset_of, size_of};
+use std::sync::Arc;
+
+use irpverbs_abi::*;
+use irpverbs_ring::wq::MAX_SGE;
+
+use crate::speed::{AsNtStatus, CqRings, Doorbells, QpRings, SendWr, SrqRings};
+
+/// `IvKernelInterface::version` of this table.
+pub const IV_KERNEL_INTERFACE_VERSION: u16 = 1;
+
+/// The GUID a kernel ULP passes to `IRP_MN_QUERY_INTERFACE`:
+/// `{17EE45AE-E023-4F3B-81FC-6784694953D3}`, as `GUID`'s `Data1`, `Data2`,
+/// `Data3` and `Data4`.
+pub const IV_KERNEL_INTERFACE_GUID: (u32, u16, u16, [u8; 8]) = (
+    0x17EE_45AE,
+    0xE023,
+    0x4F3B,
+    [0x81, 0xFC, 0x67, 0x84, 0x69, 0x49, 0x53, 0xD3],
+);
+
+/// A send work request as the table takes it (C: `IvKernelSendWr`, and
+/// `IvUserSendWr` in the user-mode library). The fields mirror
+/// [`IvSendWqe`]; the gather list or the inline data are pointed to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IvKernelSendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// `IV_WR_*`.
+    pub opcode: u8,
+    /// `IV_SEND_*`; with `IV_SEND_INLINE` the data is `inline_data`.
+    pub flags: u8,
+    /// Entries of `sg_list` (at most the QP's `max_send_sge`).
+    pub num_sge: u16,
+    /// Immediate data, or the rkey to invalidate.
+    pub imm_or_inv: u32,
+    /// RDMA / atomic: remote address.
+    pub remote_addr: u64,
+    /// RDMA / atomic: remote key.
+    pub rkey: u32,
+    /// With `IV_SEND_INLINE`: bytes at `inline_data`.
+    pub inline_len: u32,
+    /// Atomic: compare or add operand.
+    pub compare_add: u64,
+    /// Atomic: swap operand.
+    pub swap: u64,
+    /// UD: address handle number (`IvCreateAhOut::ahn`).
+    pub ahn: u32,
+    /// UD: destination QP.
+    pub remote_qpn: u32,
+    /// UD: destination Q_Key.
+    pub remote_qkey: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// The gather list (`num_sge` entries), when not inline.
+    pub sg_list: *const IvSge,
+    /// The inline data (`inline_len` bytes), with `IV_SEND_INLINE`.
+    pub inline_data: *const c_void,
+}
+
+impl Default for IvKernelSendWr {
+    fn default() -> Self {
+        Self {
+            wr_id: 0,
+            opcode: 0,
+            flags: 0,
+            num_sge: 0,
+            imm_or_inv: 0,
+            remote_addr: 0,
+            rkey: 0,
+            inline_len: 0,
+            compare_add: 0,
+            swap: 0,
+            ahn: 0,
+            remote_qpn: 0,
+            remote_qkey: 0,
+            reserved: 0,
+            sg_list: std::ptr::null(),
+            inline_data: std::ptr::null(),
+        }
+    }
+}
+
+/// A receive work request (C: `IvKernelRecvWr`, `IvUserRecvWr`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IvKernelRecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The scatter list (`num_sge` entries).
+    pub sg_list: *const IvSge,
+    /// Entries of `sg_list`.
+    pub num_sge: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+impl Default for IvKernelRecvWr {
+    fn default() -> Self {
+        Self {
+            wr_id: 0,
+            sg_list: std::ptr::null(),
+            num_sge: 0,
+            reserved: 0,
+        }
+    }
+}
+
+/// An opened QP (opaque to C).
+#[derive(Debug)]
+pub struct IvKernelQp(pub QpRings);
+/// An opened CQ (opaque to C).
+#[derive(Debug)]
+pub struct IvKernelCq(pub CqRings);
+/// An opened SRQ (opaque to C).
+#[derive(Debug)]
+pub struct IvKernelSrq(pub SrqRings);
+
+/// `PINTERFACE_REFERENCE` / `PINTERFACE_DEREFERENCE`.
+pub type IvInterfaceReferenceFn = unsafe extern "C" fn(context: *mut c_void);
+/// `open_qp`.
+pub type IvKernelOpenQpFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    create: *const IvCreateQpOut,
+    qp: *mut *mut IvKernelQp,
+) -> NtStatus;
+/// `close_qp`.
+pub type IvKernelCloseQpFn = unsafe extern "C" fn(context: *mut c_void, qp: *mut IvKernelQp);
+/// `open_cq`.
+pub type IvKernelOpenCqFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    cqn: u32,
+    ring: *const IvRingMap,
+    cq: *mut *mut IvKernelCq,
+) -> NtStatus;
+/// `close_cq`.
+pub type IvKernelCloseCqFn = unsafe extern "C" fn(context: *mut c_void, cq: *mut IvKernelCq);
+/// `open_srq`.
+pub type IvKernelOpenSrqFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    create: *const IvCreateSrqOut,
+    srq: *mut *mut IvKernelSrq,
+) -> NtStatus;
+/// `close_srq`.
+pub type IvKernelCloseSrqFn = unsafe extern "C" fn(context: *mut c_void, srq: *mut IvKernelSrq);
+/// `post_send`.
+pub type IvKernelPostSendFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    qp: *mut IvKernelQp,
+    wr: *const IvKernelSendWr,
+) -> NtStatus;
+/// `post_recv`.
+pub type IvKernelPostRecvFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    qp: *mut IvKernelQp,
+    wr: *const IvKernelRecvWr,
+) -> NtStatus;
+/// `post_srq_recv`.
+pub type IvKernelPostSrqRecvFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    srq: *mut IvKernelSrq,
+    wr: *const IvKernelRecvWr,
+) -> NtStatus;
+/// `poll_cq`.
+pub type IvKernelPollCqFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    cq: *mut IvKernelCq,
+    wc: *mut IvCqe,
+    max: u32,
+) -> i32;
+/// `req_notify_cq`.
+pub type IvKernelReqNotifyCqFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    cq: *mut IvKernelCq,
+    solicited_only: i32,
+) -> NtStatus;
+
+/// The direct-call function table (C: `IvKernelInterface`). See
+/// `include/irpverbs_kernel.h` for each function's contract.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IvKernelInterface {
+    /// `INTERFACE.Size`: `sizeof(IvKernelInterface)`.
+    pub size: u16,
+    /// `INTERFACE.Version`: [`IV_KERNEL_INTERFACE_VERSION`].
+    pub version: u16,
+    /// `INTERFACE.Context`: the first argument of every function.
+    pub context: *mut c_void,
+    /// `INTERFACE.InterfaceReference`.
+    pub interface_reference: IvInterfaceReferenceFn,
+    /// `INTERFACE.InterfaceDereference`: the ULP calls it when done.
+    pub interface_dereference: IvInterfaceReferenceFn,
+    /// Opens a QP from its create response.
+    pub open_qp: IvKernelOpenQpFn,
+    /// Closes an opened QP (before destroying it).
+    pub close_qp: IvKernelCloseQpFn,
+    /// Opens a CQ from its number and ring (create or resize response).
+    pub open_cq: IvKernelOpenCqFn,
+    /// Closes an opened CQ (before destroying or resizing it).
+    pub close_cq: IvKernelCloseCqFn,
+    /// Opens an SRQ from its create response.
+    pub open_srq: IvKernelOpenSrqFn,
+    /// Closes an opened SRQ (before destroying it).
+    pub close_srq: IvKernelCloseSrqFn,
+    /// `post_send`.
+    pub post_send: IvKernelPostSendFn,
+    /// `post_recv`.
+    pub post_recv: IvKernelPostRecvFn,
+    /// `post_srq_recv`.
+    pub post_srq_recv: IvKernelPostSrqRecvFn,
+    /// `poll_cq`: completions taken (>= 0) or a failure NTSTATUS (< 0).
+    pub poll_cq: IvKernelPollCqFn,
+    /// `req_notify_cq`.
+    pub req_notify_cq: IvKernelReqNotifyCqFn,
+}
+
+// SAFETY: the context is an `Arc<Context>` (Send + Sync) shared by design;
+// the table itself is plain data.
+unsafe impl Send for IvKernelInterface {}
+// SAFETY: as above.
+unsafe impl Sync for IvKernelInterface {}
+
+/// What `context` points to: the device's doorbells, reference counted.
+struct Context {
+    doorbells: Arc<dyn Doorbells>,
+}
+
+/// The table over `doorbells`, referenced once: the receiver calls
+/// `interface_dereference(context)` when it no longer uses it (and no
+/// longer uses any object it opened through it).
+#[must_use]
+pub fn interface(doorbells: Arc<dyn Doorbells>) -> IvKernelInterface {
+    let context = Arc::into_raw(Arc::new(Context { doorbells }));
+    IvKernelInterface {
+        size: size_of::<IvKernelInterface>() as u16,
+        version: IV_KERNEL_INTERFACE_VERSION,
+        context: context.cast_mut().cast(),
+        interface_reference,
+        interface_dereference,
+        open_qp,
+        close_qp,
+        open_cq,
+        close_cq,
+        open_srq,
+        close_srq,
+        post_send,
+        post_recv,
+        post_srq_recv,
+        poll_cq,
+        req_notify_cq,
+    }
+}
+
+/// The doorbells behind `context`.
+///
+/// # Safety
+/// `context` is null or came from [`interface`] and is still referenced.
+unsafe fn doorbells<'a>(context: *mut c_void) -> Option<&'a dyn Doorbells> {
+    // SAFETY: a non-null context points to a live `Context` (caller).
+    let ctx = unsafe { context.cast::<Context>().cast_const().as_ref() }?;
+    Some(&*ctx.doorbells)
+}
+
+unsafe extern "C" fn interface_reference(context: *mut c_void) {
+    if !context.is_null() {
+        // SAFETY: the context came from `Arc::into_raw` in `interface` and
+        // the caller holds a reference, so the count is at least 1.
+        unsafe { Arc::increment_strong_count(context.cast::<Context>().cast_const()) };
+    }
+}
+
+unsafe extern "C" fn interface_dereference(context: *mut c_void) {
+    if !context.is_null() {
+        // SAFETY: as above; this gives back one reference the caller held.
+        unsafe { Arc::decrement_strong_count(context.cast::<Context>().cast_const()) };
+    }
+}
+
+/// Stores a boxed object at `out`.
+///
+/// # Safety
+/// `out` is valid for a pointer write.
+unsafe fn store<T>(out: *mut *mut T, value: T) -> NtStatus {
+    // SAFETY: the caller passes a valid out pointer.
+    unsafe { out.write(Box::into_raw(Box::new(value))) };
+    STATUS_SUCCESS
+}
+
+unsafe extern "C" fn open_qp(
+    _context: *mut c_void,
+    create: *const IvCreateQpOut,
+    qp: *mut *mut IvKernelQp,
+) -> NtStatus {
+    if qp.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    // SAFETY: a non-null `create` points to a response (the C contract).
+    let Some(create) = (unsafe { create.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the C contract of open_qp: the response is the caller's,
+    // unmodified, and it closes the QP before destroying it.
+    match unsafe { QpRings::from_create(create) } {
+        // SAFETY: `qp` is a valid out pointer (checked non-null; C contract).
+        Ok(rings) => unsafe { store(qp, IvKernelQp(rings)) },
+        Err(status) => status,
+    }
+}
+
+unsafe extern "C" fn close_qp(_context: *mut c_void, qp: *mut IvKernelQp) {
+    if !qp.is_null() {
+        // SAFETY: `qp` came from `open_qp` (Box::into_raw) and is closed once.
+        drop(unsafe { Box::from_raw(qp) });
+    }
+}
+
+unsafe extern "C" fn open_cq(
+    _context: *mut c_void,
+    cqn: u32,
+    ring: *const IvRingMap,
+    cq: *mut *mut IvKernelCq,
+) -> NtStatus {
+    if cq.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    // SAFETY: a non-null `ring` points to a ring map (the C contract).
+    let Some(ring) = (unsafe { ring.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the C contract of open_cq: the ring is the CQ's current one,
+    // and the caller closes the CQ before destroying or resizing it.
+    match unsafe { CqRings::from_map(cqn, ring) } {
+        // SAFETY: valid out pointer (checked non-null; C contract).
+        Ok(rings) => unsafe { store(cq, IvKernelCq(rings)) },
+        Err(status) => status,
+    }
+}
+
+unsafe extern "C" fn close_cq(_context: *mut c_void, cq: *mut IvKernelCq) {
+    if !cq.is_null() {
+        // SAFETY: `cq` came from `open_cq` and is closed once.
+        drop(unsafe { Box::from_raw(cq) });
+    }
+}
+
+unsafe extern "C" fn open_srq(
+    _context: *mut c_void,
+    create: *const IvCreateSrqOut,
+    srq: *mut *mut IvKernelSrq,
+) -> NtStatus {
+    if srq.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    // SAFETY: a non-null `create` points to a response (the C contract).
+    let Some(create) = (unsafe { create.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the C contract of open_srq, as for open_qp.
+    match unsafe { SrqRings::from_create(create) } {
+        // SAFETY: valid out pointer (checked non-null; C contract).
+        Ok(rings) => unsafe { store(srq, IvKernelSrq(rings)) },
+        Err(status) => status,
+    }
+}
+
+unsafe extern "C" fn close_srq(_context: *mut c_void, srq: *mut IvKernelSrq) {
+    if !srq.is_null() {
+        // SAFETY: `srq` came from `open_srq` and is closed once.
+        drop(unsafe { Box::from_raw(srq) });
+    }
+}
+
+/// A C send work request as a [`SendWr`] borrowing the caller's gather list
+/// or inline data.
+///
+/// # Safety
+/// `sg_list` is valid for `num_sge` entries (without `IV_SEND_INLINE`), or
+/// `inline_data` for `inline_len` bytes (with it), for `'a`.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a non-zero reserved field, more than 32
+/// SGEs, or a null pointer with a non-zero count.
+pub unsafe fn send_wr_from_c(wr: &IvKernelSendWr) -> Result<SendWr<'_>, NtStatus> {
+    if wr.reserved != 0 {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    let mut send = SendWr {
+        wr_id: wr.wr_id,
+        opcode: wr.opcode,
+        flags: wr.flags,
+        imm_or_inv: wr.imm_or_inv,
+        remote_addr: wr.remote_addr,
+        rkey: wr.rkey,
+        compare_add: wr.compare_add,
+        swap: wr.swap,
+        ud: Some((wr.ahn, wr.remote_qpn, wr.remote_qkey)),
+        ..SendWr::default()
+    };
+    if wr.flags & IV_SEND_INLINE != 0 {
+        let len = wr.inline_len as usize;
+        if len == 0 {
+            send.inline = Some(&[]);
+        } else if wr.inline_data.is_null() {
+            return Err(STATUS_INVALID_PARAMETER);
+        } else {
+            // SAFETY: the caller's inline data is valid for `inline_len`
+            // bytes (checked non-null).
+            send.inline = Some(unsafe { std::slice::from_raw_parts(wr.inline_data.cast(), len) });
+        }
+    } else {
+        // SAFETY: the caller's gather list is valid for `num_sge` entries.
+        send.sges = unsafe { sge_list(wr.sg_list, u32::from(wr.num_sge)) }?;
+    }
+    Ok(send)
+}
+
+/// A C scatter/gather list as a slice.
+///
+/// # Safety
+/// `sg_list` is valid for `num_sge` entries for `'a`.
+unsafe fn sge_list<'a>(sg_list: *const IvSge, num_sge: u32) -> Result<&'a [IvSge], NtStatus> {
+    if num_sge == 0 {
+        return Ok(&[]);
+    }
+    if sg_list.is_null() || num_sge as usize > MAX_SGE {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    // SAFETY: non-null, at most MAX_SGE entries the caller vouches for.
+    Ok(unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) })
+}
+
+/// A C receive work request's scatter list.
+///
+/// # Safety
+/// `wr.sg_list` is valid for `wr.num_sge` entries for `'a`.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a non-zero reserved field, more than 32
+/// SGEs, or a null list with a non-zero count.
+pub unsafe fn recv_sges_from_c(wr: &IvKernelRecvWr) -> Result<&[IvSge], NtStatus> {
+    if wr.reserved != 0 {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { sge_list(wr.sg_list, wr.num_sge) }
+}
+
+fn status(r: Result<(), impl AsNtStatus>) -> NtStatus {
+    match r {
+        Ok(()) => STATUS_SUCCESS,
+        Err(e) => e.nt_status(),
+    }
+}
+
+unsafe extern "C" fn post_send(
+    context: *mut c_void,
+    qp: *mut IvKernelQp,
+    wr: *const IvKernelSendWr,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(db) = (unsafe { doorbells(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `qp` is an open QP (C contract).
+    let Some(qp) = (unsafe { qp.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` points to a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the work request's list or data is valid (C contract).
+    match unsafe { send_wr_from_c(wr) } {
+        Ok(send) => status(qp.0.post_send(db, &send)),
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn post_recv(
+    context: *mut c_void,
+    qp: *mut IvKernelQp,
+    wr: *const IvKernelRecvWr,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(db) = (unsafe { doorbells(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `qp` is an open QP (C contract).
+    let Some(qp) = (unsafe { qp.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` points to a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the scatter list is valid (C contract).
+    match unsafe { recv_sges_from_c(wr) } {
+        Ok(sges) => status(qp.0.post_recv(db, wr.wr_id, sges)),
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn post_srq_recv(
+    context: *mut c_void,
+    srq: *mut IvKernelSrq,
+    wr: *const IvKernelRecvWr,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(db) = (unsafe { doorbells(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `srq` is an open SRQ (C contract).
+    let Some(srq) = (unsafe { srq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `wr` points to a work request (C contract).
+    let Some(wr) = (unsafe { wr.as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: the scatter list is valid (C contract).
+    match unsafe { recv_sges_from_c(wr) } {
+        Ok(sges) => status(srq.0.post_recv(db, wr.wr_id, sges)),
+        Err(s) => s,
+    }
+}
+
+/// Polls into a C array: the count, or a failure NTSTATUS (negative).
+///
+/// # Safety
+/// `wc` is null or valid for `max` writes.
+pub unsafe fn poll_into_c(cq: &CqRings, wc: *mut IvCqe, max: u32) -> i32 {
+    let max = max.min(i32::MAX as u32) as usize;
+    if max == 0 {
+        return 0;
+    }
+    if wc.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    // SAFETY: the caller's array holds `max` entries (checked non-null).
+    let out = unsafe { std::slice::from_raw_parts_mut(wc, max) };
+    match cq.poll(out) {
+        Ok(n) => n as i32,
+        Err(e) => e.nt_status(),
+    }
+}
+
+unsafe extern "C" fn poll_cq(
+    _context: *mut c_void,
+    cq: *mut IvKernelCq,
+    wc: *mut IvCqe,
+    max: u32,
+) -> i32 {
+    // SAFETY: a non-null `cq` is an open CQ (C contract).
+    let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: `wc` holds `max` entries (C contract).
+    unsafe { poll_into_c(&cq.0, wc, max) }
+}
+
+unsafe extern "C" fn req_notify_cq(
+    context: *mut c_void,
+    cq: *mut IvKernelCq,
+    solicited_only: i32,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(db) = (unsafe { doorbells(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    // SAFETY: a non-null `cq` is an open CQ (C contract).
+    let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    cq.0.req_notify(db, solicited_only != 0);
+    STATUS_SUCCESS
+}
+
+macro_rules! layout {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        Layout {
+            name: stringify!($t),
+            size: size_of::<$t>(),
+            align: align_of::<$t>(),
+            fields: &[$((stringify!($f), offset_of!($t, $f))),*],
+        }
+    };
+}
+
+/// The layout of the table's C structs, as Rust lays them out: the C
+/// layout test static-asserts `include/irpverbs_kernel.h` (and the user
+/// library's `IvUserSendWr` / `IvUserRecvWr`, the same structs) against it.
+pub const LAYOUTS: &[Layout] = &[
+    layout!(IvKernelSendWr {
+        wr_id,
+        opcode,
+        flags,
+        num_sge,
+        imm_or_inv,
+        remote_addr,
+        rkey,
+        inline_len,
+        compare_add,
+        swap,
+        ahn,
+        remote_qpn,
+        remote_qkey,
+        reserved,
+        sg_list,
+        inline_data,
+    }),
+    layout!(IvKernelRecvWr {
+        wr_id,
+        sg_list,
+        num_sge,
+        reserved,
+    }),
+    layout!(IvKernelInterface {
+        size,
+        version,
+        context,
+        interface_reference,
+        interface_dereference,
+        open_qp,
+        close_qp,
+        open_cq,
+        close_cq,
+        open_srq,
+        close_srq,
+        post_send,
+        post_recv,
+        post_srq_recv,
+        poll_cq,
+        req_notify_cq,
+    }),
+];

@@ -1,0 +1,371 @@
+//! The kernel ULPs' function table, called through its C function pointers
+//! as a C kernel ULP calls it: objects opened from create responses, posts
+//! that land in the rings with their doorbells, polls, arms, and the
+//! interface's reference count.
+#![allow(unsafe_code, reason = "calling the C ABI as a C ULP does")]
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::{Bell, Bells};
+use irpverbs_abi::*;
+use irpverbs_ring::Ring;
+use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride};
+use irpverbs_verbs::kernel::{
+    IV_KERNEL_INTERFACE_VERSION, IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr,
+    IvKernelSendWr, IvKernelSrq, interface,
+};
+
+/// What the driver would have returned from the internal-IOCTL creates,
+/// with the rings kept alive by the test.
+struct Created {
+    rings: Vec<Ring>,
+    qp: IvCreateQpOut,
+    cq: IvCreateCqOut,
+    srq: IvCreateSrqOut,
+}
+
+fn created() -> Created {
+    let cap = IvQpCap {
+        max_send_wr: 7,
+        max_recv_wr: 7,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+        reserved: 0,
+    };
+    let sq = Ring::alloc(8, send_stride(2, 64)).unwrap();
+    let rq = Ring::alloc(8, recv_stride(2)).unwrap();
+    let cq = Ring::alloc(16, 64).unwrap();
+    let srq = Ring::alloc(4, recv_stride(1)).unwrap();
+    Created {
+        qp: IvCreateQpOut {
+            qp: 1,
+            qpn: 0x21,
+            cap,
+            sq: sq.map(),
+            rq: rq.map(),
+            ..IvCreateQpOut::default()
+        },
+        cq: IvCreateCqOut {
+            cq: 2,
+            cqn: 0x31,
+            cqe: 15,
+            ring: cq.map(),
+        },
+        srq: IvCreateSrqOut {
+            srq: 3,
+            srqn: 0x41,
+            max_wr: 3,
+            max_sge: 1,
+            reserved: 0,
+            ring: srq.map(),
+        },
+        rings: vec![sq, rq, cq, srq],
+    }
+}
+
+struct Opened {
+    qp: *mut IvKernelQp,
+    cq: *mut IvKernelCq,
+    srq: *mut IvKernelSrq,
+}
+
+fn open(t: &IvKernelInterface, c: &Created) -> Opened {
+    let mut o = Opened {
+        qp: ptr::null_mut(),
+        cq: ptr::null_mut(),
+        srq: ptr::null_mut(),
+    };
+    // SAFETY: the responses describe rings `c` keeps alive past `close`.
+    let st = unsafe { (t.open_qp)(t.context, &c.qp, &mut o.qp) };
+    assert_eq!(st, STATUS_SUCCESS);
+    // SAFETY: as above.
+    let st = unsafe { (t.open_cq)(t.context, c.cq.cqn, &c.cq.ring, &mut o.cq) };
+    assert_eq!(st, STATUS_SUCCESS);
+    // SAFETY: as above.
+    let st = unsafe { (t.open_srq)(t.context, &c.srq, &mut o.srq) };
+    assert_eq!(st, STATUS_SUCCESS);
+    assert!(!o.qp.is_null() && !o.cq.is_null() && !o.srq.is_null());
+    o
+}
+
+fn close(t: &IvKernelInterface, o: Opened) {
+    // SAFETY: opened by `open`, closed once.
+    unsafe { (t.close_qp)(t.context, o.qp) };
+    // SAFETY: as above.
+    unsafe { (t.close_cq)(t.context, o.cq) };
+    // SAFETY: as above.
+    unsafe { (t.close_srq)(t.context, o.srq) };
+}
+
+#[test]
+fn the_table_posts_polls_and_arms_through_its_function_pointers() {
+    let bells = Arc::new(Bells::default());
+    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    assert_eq!(t.size as usize, size_of::<IvKernelInterface>());
+    assert_eq!(t.version, IV_KERNEL_INTERFACE_VERSION);
+    let c = created();
+    let o = open(&t, &c);
+
+    // post_send with a gather list.
+    let sges = [
+        IvSge {
+            addr: 0x1000,
+            length: 4,
+            lkey: 9,
+        },
+        IvSge {
+            addr: 0x2000,
+            length: 4,
+            lkey: 9,
+        },
+    ];
+    let wr = IvKernelSendWr {
+        wr_id: 0x51,
+        opcode: IV_WR_RDMA_READ,
+        flags: IV_SEND_SIGNALED,
+        num_sge: 2,
+        remote_addr: 0xAB00,
+        rkey: 0x66,
+        sg_list: sges.as_ptr(),
+        ..IvKernelSendWr::default()
+    };
+    // SAFETY: a valid open QP and work request.
+    let st = unsafe { (t.post_send)(t.context, o.qp, &wr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    let w = read_send_wqe(&c.rings[0], 0, 2, 64).unwrap();
+    assert_eq!(
+        (w.header.wr_id, w.header.opcode, w.header.num_sge),
+        (0x51, IV_WR_RDMA_READ, 2)
+    );
+    assert_eq!((w.header.remote_addr, w.header.rkey), (0xAB00, 0x66));
+    assert_eq!(&w.sges[..2], &sges);
+
+    // post_send with inline data.
+    let data = *b"kernel inline";
+    let wr = IvKernelSendWr {
+        wr_id: 0x52,
+        opcode: IV_WR_SEND_WITH_IMM,
+        flags: IV_SEND_INLINE | IV_SEND_SOLICITED,
+        imm_or_inv: 0xCAFE,
+        inline_len: data.len() as u32,
+        inline_data: data.as_ptr().cast::<c_void>(),
+        ..IvKernelSendWr::default()
+    };
+    // SAFETY: as above.
+    let st = unsafe { (t.post_send)(t.context, o.qp, &wr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    let w = read_send_wqe(&c.rings[0], 1, 2, 64).unwrap();
+    assert_eq!(w.header.inline_len as usize, data.len());
+    let (off, len) = irpverbs_ring::wq::inline_data(&c.rings[0], 1, &w);
+    let mut got = [0u8; 13];
+    c.rings[0].region().read(off, &mut got[..len]).unwrap();
+    assert_eq!(got, data);
+
+    // post_recv and post_srq_recv.
+    let rwr = IvKernelRecvWr {
+        wr_id: 0x61,
+        sg_list: sges.as_ptr(),
+        num_sge: 2,
+        reserved: 0,
+    };
+    // SAFETY: as above.
+    let st = unsafe { (t.post_recv)(t.context, o.qp, &rwr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    let w = read_recv_wqe(&c.rings[1], 0, 2).unwrap();
+    assert_eq!((w.wr_id, w.num_sge), (0x61, 2));
+    let swr = IvKernelRecvWr {
+        wr_id: 0x71,
+        num_sge: 1,
+        ..rwr
+    };
+    // SAFETY: as above.
+    let st = unsafe { (t.post_srq_recv)(t.context, o.srq, &swr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(read_recv_wqe(&c.rings[3], 0, 1).unwrap().wr_id, 0x71);
+    assert_eq!(
+        bells.take(),
+        [
+            Bell::Sq(0x21),
+            Bell::Sq(0x21),
+            Bell::Rq(0x21),
+            Bell::Srq(0x41)
+        ]
+    );
+
+    // poll_cq: what the HCA wrote, oldest first; max 0 needs no array.
+    let mut wc = [IvCqe::default(); 4];
+    // SAFETY: `wc` holds 4 entries.
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) };
+    assert_eq!(st, 0);
+    for id in [1, 2, 3] {
+        push_cqe(
+            &c.rings[2],
+            &IvCqe {
+                wr_id: id,
+                ..IvCqe::default()
+            },
+        )
+        .unwrap();
+    }
+    // SAFETY: as above.
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 2) };
+    assert_eq!(st, 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (1, 2));
+    // SAFETY: max 0: the array is not touched.
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, ptr::null_mut(), 0) };
+    assert_eq!(st, 0);
+    // SAFETY: as above.
+    let st = unsafe { (t.poll_cq)(t.context, o.cq, wc.as_mut_ptr(), 4) };
+    assert_eq!(st, 1);
+    assert_eq!(wc[0].wr_id, 3);
+
+    // req_notify_cq writes the arm word and rings the arm doorbell.
+    // SAFETY: a valid open CQ.
+    let st = unsafe { (t.req_notify_cq)(t.context, o.cq, 1) };
+    assert_eq!(st, STATUS_SUCCESS);
+    let arm = c.rings[2].arm_word().load(Ordering::Acquire);
+    assert_eq!(
+        arm & (IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED),
+        IV_CQ_ARM_NEXT | IV_CQ_ARM_SOLICITED
+    );
+    assert_eq!(bells.take(), [Bell::CqArm(0x31)]);
+
+    close(&t, o);
+    // SAFETY: the reference `interface` returned, given back once.
+    unsafe { (t.interface_dereference)(t.context) };
+    assert_eq!(Arc::strong_count(&bells), 1, "the context is gone");
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_status() {
+    let bells = Arc::new(Bells::default());
+    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    let c = created();
+    let o = open(&t, &c);
+    let three = [IvSge::default(); 3];
+    let long = [0u8; 65];
+    let cases = [
+        // More SGEs than the QP allows.
+        IvKernelSendWr {
+            num_sge: 3,
+            sg_list: three.as_ptr(),
+            ..IvKernelSendWr::default()
+        },
+        // A gather list missing.
+        IvKernelSendWr {
+            num_sge: 1,
+            ..IvKernelSendWr::default()
+        },
+        // More than any WQE holds: refused before the list is looked at.
+        IvKernelSendWr {
+            num_sge: 1000,
+            sg_list: ptr::dangling(),
+            ..IvKernelSendWr::default()
+        },
+        // Inline data missing, or too long.
+        IvKernelSendWr {
+            flags: IV_SEND_INLINE,
+            inline_len: 4,
+            ..IvKernelSendWr::default()
+        },
+        IvKernelSendWr {
+            flags: IV_SEND_INLINE,
+            inline_len: 65,
+            inline_data: long.as_ptr().cast(),
+            ..IvKernelSendWr::default()
+        },
+        // An unknown opcode; a reserved field set.
+        IvKernelSendWr {
+            opcode: 99,
+            ..IvKernelSendWr::default()
+        },
+        IvKernelSendWr {
+            reserved: 1,
+            ..IvKernelSendWr::default()
+        },
+    ];
+    for (i, wr) in cases.iter().enumerate() {
+        // SAFETY: every pointer is valid for what it claims, or null, or
+        // refused before use.
+        let st = unsafe { (t.post_send)(t.context, o.qp, wr) };
+        assert_eq!(st, STATUS_INVALID_PARAMETER, "case {i}");
+    }
+    // Null pointers are refused.
+    let refused = |st: NtStatus| assert_eq!(st, STATUS_INVALID_PARAMETER);
+    // SAFETY: the null QP is refused.
+    refused(unsafe { (t.post_send)(t.context, ptr::null_mut(), &cases[0]) });
+    // SAFETY: the null request is refused.
+    refused(unsafe { (t.post_send)(t.context, o.qp, ptr::null()) });
+    // SAFETY: the null context is refused.
+    refused(unsafe { (t.post_send)(ptr::null_mut(), o.qp, &IvKernelSendWr::default()) });
+    // SAFETY: the null request is refused.
+    refused(unsafe { (t.post_recv)(t.context, o.qp, ptr::null()) });
+    // SAFETY: the null array (with max 1) is refused.
+    refused(unsafe { (t.poll_cq)(t.context, o.cq, ptr::null_mut(), 1) });
+    // SAFETY: the null CQ is refused.
+    refused(unsafe { (t.poll_cq)(t.context, ptr::null_mut(), ptr::null_mut(), 0) });
+    // SAFETY: the null CQ is refused.
+    refused(unsafe { (t.req_notify_cq)(t.context, ptr::null_mut(), 0) });
+    let mut q = ptr::null_mut();
+    // SAFETY: the null response is refused.
+    refused(unsafe { (t.open_qp)(t.context, ptr::null(), &mut q) });
+    // SAFETY: the null out pointer is refused.
+    refused(unsafe { (t.open_qp)(t.context, &c.qp, ptr::null_mut()) });
+    // SAFETY: closing null does nothing.
+    unsafe { (t.close_qp)(t.context, ptr::null_mut()) };
+    // A full send queue: STATUS_INSUFFICIENT_RESOURCES, no doorbell.
+    bells.take();
+    let mut n = 0;
+    loop {
+        // SAFETY: valid QP and work request.
+        let st = unsafe { (t.post_send)(t.context, o.qp, &IvKernelSendWr::default()) };
+        if st != STATUS_SUCCESS {
+            assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES);
+            break;
+        }
+        n += 1;
+    }
+    assert_eq!(n, 8);
+    assert_eq!(bells.take().len(), 8);
+    // Geometry a QP's caps do not fit in is refused at open.
+    let mut bad = c.qp;
+    bad.cap.max_send_sge = 16;
+    let mut q = ptr::null_mut();
+    // SAFETY: refused before the rings are touched.
+    let st = unsafe { (t.open_qp)(t.context, &bad, &mut q) };
+    assert_eq!(st, STATUS_INVALID_PARAMETER);
+    assert!(q.is_null());
+    close(&t, o);
+    // SAFETY: the one reference.
+    unsafe { (t.interface_dereference)(t.context) };
+}
+
+#[test]
+fn the_interface_is_reference_counted() {
+    let bells = Arc::new(Bells::default());
+    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    assert_eq!(Arc::strong_count(&bells), 2);
+    // SAFETY: a live context.
+    unsafe { (t.interface_reference)(t.context) };
+    // SAFETY: one of the two references.
+    unsafe { (t.interface_dereference)(t.context) };
+    assert_eq!(Arc::strong_count(&bells), 2, "still referenced once");
+    // The table can be copied (QUERY_INTERFACE copies it into the caller's
+    // buffer); the copy calls the same context.
+    let copy = t;
+    let c = created();
+    let o = open(&copy, &c);
+    // SAFETY: valid QP and request.
+    unsafe { (copy.post_send)(copy.context, o.qp, &IvKernelSendWr::default()) };
+    assert_eq!(bells.take(), [Bell::Sq(0x21)]);
+    close(&copy, o);
+    // SAFETY: the last reference.
+    unsafe { (t.interface_dereference)(t.context) };
+    assert_eq!(Arc::strong_count(&bells), 1);
+}
