@@ -275,6 +275,27 @@ impl<'c> Side<'c> {
         Ok(())
     }
 
+    /// Moves QP `i` to ERR (flushing what it holds), drains both CQs of the
+    /// flushed completions, and back to RESET.
+    fn restart(&self, i: usize) -> Result<(), String> {
+        let state = |s| IvQpAttr {
+            qp_state: s,
+            ..IvQpAttr::default()
+        };
+        ok(
+            "modify_qp",
+            self.qps[i].modify(IV_QP_STATE, &state(IV_QPS_ERR)),
+        )?;
+        let mut cqes = [IvCqe::default(); 64];
+        for cq in [&self.scq, &self.rcq] {
+            while cq.poll(&mut cqes).map_err(|_| "corrupt CQ".to_string())? > 0 {}
+        }
+        ok(
+            "modify_qp",
+            self.qps[i].modify(IV_QP_STATE, &state(IV_QPS_RESET)),
+        )
+    }
+
     fn poll(cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, String> {
         let n = cq.poll(out).map_err(|_| "corrupt CQ".to_string())?;
         if let Some(bad) = out[..n].iter().find(|c| c.status != IV_WC_SUCCESS) {
@@ -362,7 +383,17 @@ pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
         server.connect(i, client.qps[i].qpn(), gid, cfg.mtu)?;
     }
     let mut out = Vec::new();
-    for &size in &cfg.sizes {
+    for (n, &size) in cfg.sizes.iter().enumerate() {
+        if n > 0 {
+            // Start every size from empty queues: receives sized for the last
+            // size must not meet this one's messages.
+            for i in 0..cfg.qps as usize {
+                client.restart(i)?;
+                server.restart(i)?;
+                client.connect(i, server.qps[i].qpn(), gid, cfg.mtu)?;
+                server.connect(i, client.qps[i].qpn(), gid, cfg.mtu)?;
+            }
+        }
         let r = if cfg.test.is_latency() {
             Report::Latency(latency(cfg, &client, &server, size)?)
         } else {
@@ -950,6 +981,18 @@ mod tests {
                 }
             }
             assert!(format(&cfg, &r).contains(test.name()));
+        }
+    }
+
+    #[test]
+    fn size_sweeps_start_each_size_from_empty_queues() {
+        for test in [Test::SendBw, Test::SendLat] {
+            let cfg = PerfConfig {
+                sizes: vec![64, 4096, 256, 65536],
+                ..small(test)
+            };
+            let r = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            assert_eq!(r.len(), 4);
         }
     }
 
