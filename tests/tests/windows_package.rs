@@ -647,3 +647,88 @@ fn kmdf_glue_is_the_host_devices_mapping() {
         "the soft HCA's interrupt queues the DPC"
     );
 }
+
+// ------------------------------------------------------------------ kernel table
+
+/// The hex numbers of `text` in order (`0x17EE_45AE`, `0xE023u`, ...).
+fn hex_numbers(text: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("0x") {
+        let digits: String = rest[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_hexdigit() || *c == '_')
+            .filter(|c| *c != '_')
+            .collect();
+        out.push(u64::from_str_radix(&digits, 16).expect("hex literal"));
+        rest = &rest[at + 2 + digits.len()..];
+    }
+    out
+}
+
+/// The text from `start` to the first `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let at = text.find(start).unwrap_or_else(|| panic!("no {start:?}"));
+    let rest = &text[at..];
+    &rest[..rest
+        .find(end)
+        .unwrap_or_else(|| panic!("no {end:?} after {start:?}"))]
+}
+
+#[test]
+fn kernel_interface_guid_agrees() {
+    let kmdf = read("driver/kmdf/src/kernel.rs");
+    let verbs = read("ulp/verbs/src/kernel.rs");
+    let header = read("include/irpverbs_kernel.h");
+    let ours = hex_numbers(between(
+        &kmdf,
+        "pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {",
+        "};",
+    ));
+    let host = hex_numbers(between(&verbs, "pub const IV_KERNEL_INTERFACE_GUID", ");"));
+    let c = hex_numbers(between(
+        &header,
+        "#define IV_KERNEL_INTERFACE_GUID_INIT",
+        "} }",
+    ));
+    assert_eq!(ours.len(), 11, "{ours:x?}");
+    assert_eq!(ours, host, "the KMDF table's GUID is irpverbs_verbs's");
+    assert_eq!(ours, c, "the KMDF table's GUID is the header's");
+    assert!(kmdf.contains("`{17EE45AE-E023-4F3B-81FC-6784694953D3}`"));
+    // Registered for IRP_MN_QUERY_INTERFACE.
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    assert!(device.contains("WdfDeviceAddQueryInterface"));
+    assert!(device.contains("GUID_IV_KERNEL_INTERFACE"));
+}
+
+/// The field names of `pub struct $name { ... }`, in order.
+fn struct_fields(source: &str, name: &str) -> Vec<String> {
+    let body = between(source, &format!("pub struct {name} {{"), "\n}");
+    body.lines()
+        .skip(1)
+        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| l.split(':').next())
+        .map(|f| f.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn kernel_table_is_the_host_tables_transcription() {
+    let kmdf = read("driver/kmdf/src/kernel.rs");
+    let verbs = read("ulp/verbs/src/kernel.rs");
+    for name in ["IvKernelInterface", "IvKernelSendWr", "IvKernelRecvWr"] {
+        let ours = struct_fields(&kmdf, name);
+        assert!(ours.len() >= 4, "{name}: {ours:?}");
+        assert_eq!(ours, struct_fields(&verbs, name), "{name}");
+    }
+    for s in [&kmdf, &verbs] {
+        assert!(s.contains("pub const IV_KERNEL_INTERFACE_VERSION: u16 = 1;"));
+    }
+    // Every function of the table is defined with the host's name.
+    for f in struct_fields(&verbs, "IvKernelInterface").iter().skip(3) {
+        assert!(
+            kmdf.contains(&format!("unsafe extern \"C\" fn {f}(")),
+            "kmdf kernel table lacks {f}"
+        );
+    }
+}

@@ -16,6 +16,11 @@
 //!   (`WdfExecutionLevelDispatch` means the callbacks may run at any IRQL up
 //!   to DISPATCH_LEVEL; the core never blocks, and host mode runs the same
 //!   callback at DISPATCH_LEVEL, the strictest case.)
+//! - Kernel ULPs: `IRP_MN_QUERY_INTERFACE` for
+//!   [`GUID_IV_KERNEL_INTERFACE`] returns the direct-call table
+//!   ([`crate::kernel`]), registered with `WdfDeviceAddQueryInterface`: KMDF
+//!   answers the IRP itself, copying the table and calling its
+//!   `InterfaceReference`.
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
 //!   event queue and re-arms it.
@@ -34,12 +39,14 @@ use wdk_sys::{
     _WDF_EXECUTION_LEVEL, _WDF_FILEOBJECT_CLASS, _WDF_IO_QUEUE_DISPATCH_TYPE,
     _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, FILE_DEVICE_SECURE_OPEN, NTSTATUS, PWDFDEVICE_INIT,
     ULONG, UNICODE_STRING, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG,
-    WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE, WDFDEVICE, WDFDPC, WDFDRIVER,
-    WDFFILEOBJECT, WDFOBJECT, WDFQUEUE, WDFREQUEST, call_unsafe_wdf_function_binding,
+    WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE, WDF_QUERY_INTERFACE_CONFIG, WDFDEVICE,
+    WDFDPC, WDFDRIVER, WDFFILEOBJECT, WDFOBJECT, WDFQUEUE, WDFREQUEST,
+    call_unsafe_wdf_function_binding,
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
 use crate::context::{context_type, object_attributes, struct_size};
+use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::platform::KmdfPlatform;
 use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw};
 
@@ -58,6 +65,9 @@ pub(crate) struct DeviceState {
     next_file: AtomicU64,
     /// `N` of `\DosDevices\irpverbsN`.
     instance: u32,
+    /// The kernel ULPs' table, holding the device's reference to its
+    /// context (dropped with the state, after the device is gone).
+    kernel: KernelInterface,
 }
 
 /// The device's context: the state, set right after `WdfDeviceCreate` and
@@ -179,7 +189,9 @@ fn add_device(device_init: PWDFDEVICE_INIT) -> Result<(), NTSTATUS> {
     // SAFETY: as above.
     unsafe { create_names(device, state.instance)? };
     // SAFETY: as above.
-    unsafe { create_queue(device) }
+    unsafe { create_queue(device)? };
+    // SAFETY: as above.
+    unsafe { add_kernel_interface(device, state) }
 }
 
 /// Registers the device's callbacks and object attributes on its init
@@ -302,10 +314,11 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         }
     };
     let state = Box::new(DeviceState {
-        device: Device::new(Arc::new(platform), soft),
+        device: Device::new(Arc::new(platform), soft.clone()),
         bus,
         next_file: AtomicU64::new(1),
         instance,
+        kernel: KernelInterface::new(soft.clone()),
     });
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
@@ -410,6 +423,47 @@ unsafe fn create_queue(device: WDFDEVICE) -> Result<(), NTSTATUS> {
             &raw mut queue_attributes,
             core::ptr::null_mut()
         )
+    };
+    check(status)
+}
+
+/// The interface type, in a static for its address.
+static KERNEL_INTERFACE_GUID: wdk_sys::GUID = GUID_IV_KERNEL_INTERFACE;
+
+/// Publishes the kernel ULPs' direct-call table for
+/// `IRP_MN_QUERY_INTERFACE` (`WDF_QUERY_INTERFACE_CONFIG_INIT(config,
+/// table, &GUID_IV_KERNEL_INTERFACE, NULL)`): KMDF copies the table now,
+/// and for each query for the GUID copies it into the requester's buffer
+/// and calls `InterfaceReference`; the query is not sent down the stack
+/// (the soft HCA is the bottom of it), no import, no per-query callback.
+///
+/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd).
+///
+/// # Errors
+/// `WdfDeviceAddQueryInterface`'s failure (`STATUS_INSUFFICIENT_RESOURCES`,
+/// `STATUS_INVALID_PARAMETER`); the device is then deleted, and with it the
+/// state and its reference to the table's context.
+///
+/// # Safety
+/// `device` must be our live device, `state` its state.
+unsafe fn add_kernel_interface(device: WDFDEVICE, state: &DeviceState) -> Result<(), NTSTATUS> {
+    let mut table = state.kernel.table();
+    let mut config = WDF_QUERY_INTERFACE_CONFIG {
+        Size: struct_size::<WDF_QUERY_INTERFACE_CONFIG>(),
+        Interface: (&raw mut table).cast(),
+        InterfaceType: &raw const KERNEL_INTERFACE_GUID,
+        SendQueryToParentStack: u8::from(false),
+        EvtDeviceProcessQueryInterfaceRequest: None,
+        ImportInterface: u8::from(false),
+    };
+    // SAFETY: `device` is live (caller), in EvtDriverDeviceAdd at
+    // PASSIVE_LEVEL; the configuration is initialized with its Size; the
+    // table starts with an INTERFACE whose Size is sizeof(IvKernelInterface)
+    // and lives on this frame for the call (the framework copies it); the
+    // GUID is a 'static. The context the table names is held by `state`
+    // until the device is destroyed, after KMDF stopped answering queries.
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(WdfDeviceAddQueryInterface, device, &raw mut config)
     };
     check(status)
 }

@@ -20,10 +20,11 @@
 //! host mode uses) and through the device interface
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
-//! Not here yet (see the README): the direct-call function table for kernel
-//! ULPs (query interface) and MDL mapping of rings into user processes,
-//! which wait for the data path in the core; work items and timers, which
-//! the core's `Platform` does not ask for yet.
+//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table ([`kernel`]) over the soft HCA's doorbells |
+//!
+//! Not here yet (see the README): MDL mapping of rings into user processes
+//! and user-mode memory registration; work items and timers, which the
+//! core's `Platform` does not ask for yet.
 //!
 //! Every `unsafe` block holds one unsafe operation and states why it is
 //! sound; every WDF call goes through wdk-sys's
@@ -37,6 +38,7 @@ extern crate wdk_panic;
 
 mod context;
 mod device;
+pub mod kernel;
 pub mod platform;
 pub mod request;
 

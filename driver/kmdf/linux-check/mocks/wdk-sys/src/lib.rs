@@ -81,6 +81,21 @@ pub type PFN_WDF_IO_QUEUE_IO_STOP = Option<unsafe extern "C" fn(Queue: WDFQUEUE,
 pub type PFN_WDF_REQUEST_CANCEL = Option<unsafe extern "C" fn(Request: WDFREQUEST)>;
 pub type PFN_WDF_DPC = Option<unsafe extern "C" fn(Dpc: WDFDPC)>;
 pub type PFN_OTHER = Option<unsafe extern "C" fn()>;
+pub type LPGUID = *mut GUID;
+pub type PINTERFACE_REFERENCE = Option<unsafe extern "C" fn(Context: PVOID)>;
+pub type PINTERFACE_DEREFERENCE = Option<unsafe extern "C" fn(Context: PVOID)>;
+pub type PFN_WDF_DEVICE_PROCESS_QUERY_INTERFACE_REQUEST = Option<unsafe extern "C" fn(Device: WDFDEVICE, InterfaceType: LPGUID, ExposedInterface: PINTERFACE, ExposedInterfaceSpecificData: PVOID) -> NTSTATUS>;
+
+// wdm.h: the header every IRP_MN_QUERY_INTERFACE interface starts with.
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _INTERFACE { pub Size: USHORT, pub Version: USHORT, pub Context: PVOID, pub InterfaceReference: PINTERFACE_REFERENCE, pub InterfaceDereference: PINTERFACE_DEREFERENCE }
+pub type INTERFACE = _INTERFACE;
+pub type PINTERFACE = *mut _INTERFACE;
+// wdfqueryinterface.h
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_QUERY_INTERFACE_CONFIG { pub Size: ULONG, pub Interface: PINTERFACE, pub InterfaceType: *const GUID, pub SendQueryToParentStack: BOOLEAN, pub EvtDeviceProcessQueryInterfaceRequest: PFN_WDF_DEVICE_PROCESS_QUERY_INTERFACE_REQUEST, pub ImportInterface: BOOLEAN }
+pub type WDF_QUERY_INTERFACE_CONFIG = _WDF_QUERY_INTERFACE_CONFIG;
+pub type PWDF_QUERY_INTERFACE_CONFIG = *mut _WDF_QUERY_INTERFACE_CONFIG;
 
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct WDF_OBJECT_CONTEXT_TYPE_INFO { pub Size: ULONG, pub ContextName: LPCSTR, pub ContextSize: usize, pub UniqueType: PCWDF_OBJECT_CONTEXT_TYPE_INFO, pub EvtDriverGetUniqueContextType: PFN_GET_UNIQUE_CONTEXT_TYPE }
@@ -107,7 +122,7 @@ pub type PWDF_IO_QUEUE_CONFIG = *mut WDF_IO_QUEUE_CONFIG;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct WDF_DPC_CONFIG { pub Size: ULONG, pub EvtDpcFunc: PFN_WDF_DPC, pub AutomaticSerialization: BOOLEAN }
 pub type PWDF_DPC_CONFIG = *mut WDF_DPC_CONFIG;
-zeroed_default!(WDF_OBJECT_CONTEXT_TYPE_INFO, WDF_OBJECT_ATTRIBUTES, WDF_DRIVER_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG, WDF_DPC_CONFIG);
+zeroed_default!(_INTERFACE, _WDF_QUERY_INTERFACE_CONFIG, WDF_OBJECT_CONTEXT_TYPE_INFO, WDF_OBJECT_ATTRIBUTES, WDF_DRIVER_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG, WDF_DPC_CONFIG);
 
 pub const POOL_FLAG_NON_PAGED: POOL_FLAGS = 0x40;
 pub const FILE_DEVICE_SECURE_OPEN: u32 = 256;
@@ -147,6 +162,7 @@ pub mod wdf_fns {
         WdfDeviceCreate(DeviceInit: *mut PWDFDEVICE_INIT, DeviceAttributes: PWDF_OBJECT_ATTRIBUTES, Device: *mut WDFDEVICE) -> NTSTATUS;
         WdfDeviceCreateSymbolicLink(Device: WDFDEVICE, SymbolicLinkName: PCUNICODE_STRING) -> NTSTATUS;
         WdfDeviceCreateDeviceInterface(Device: WDFDEVICE, InterfaceClassGUID: *const GUID, ReferenceString: PCUNICODE_STRING) -> NTSTATUS;
+        WdfDeviceAddQueryInterface(Device: WDFDEVICE, InterfaceConfig: PWDF_QUERY_INTERFACE_CONFIG) -> NTSTATUS;
         WdfDeviceEnqueueRequest(Device: WDFDEVICE, Request: WDFREQUEST) -> NTSTATUS;
         WdfIoQueueCreate(Device: WDFDEVICE, Config: PWDF_IO_QUEUE_CONFIG, QueueAttributes: PWDF_OBJECT_ATTRIBUTES, Queue: *mut WDFQUEUE) -> NTSTATUS;
         WdfIoQueueGetDevice(Queue: WDFQUEUE) -> WDFDEVICE;
