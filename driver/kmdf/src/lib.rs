@@ -22,8 +22,14 @@
 //!
 //! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table ([`kernel`]) over the soft HCA's doorbells |
 //!
-//! Not here yet (see the README): MDL mapping of rings into user processes
-//! and user-mode memory registration; work items and timers, which the
+//! Not here yet (see the README, "User-mode rings and memory registration
+//! on Windows", for the design): MDL mapping of rings into user processes
+//! and user-mode memory registration. Both need `MmProbeAndLockPages` /
+//! `MmMapLockedPagesSpecifyCache(UserMode)`, which raise exceptions on
+//! failure, so an SEH shim in C; KMDF's SEH-safe
+//! `WdfRequestProbeAndLockUserBufferForWrite` unlocks at request completion,
+//! too early for an MR; and `Platform::pin_memory` is not given the request.
+//! Also missing: work items and timers, which the
 //! core's `Platform` does not ask for yet.
 //!
 //! Every `unsafe` block holds one unsafe operation and states why it is
