@@ -82,6 +82,7 @@ pub(crate) fn finish_resize_cq<R>(
     idx: u32,
     status: NtStatus,
     out: CommandOut,
+    map: &dyn Fn(&irpverbs_ring::Ring) -> IvRingMap,
 ) -> (NtStatus, Response) {
     let Some(f) = s.files.get_mut(&file) else {
         return (status, Response::None);
@@ -91,7 +92,7 @@ pub(crate) fn finish_resize_cq<R>(
     match (&mut o.body, out) {
         (Body::Cq(c), CommandOut::Cq { cqe, ring, .. }) if nt_success(status) => {
             c.cqe = cqe;
-            let map = ring.map();
+            let map = map(&ring);
             c.ring = Some(ring);
             (
                 status,

@@ -861,7 +861,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if let Some(f) = s.files.get_mut(&p.file) {
             f.inflight = f.inflight.saturating_sub(1);
         }
-        let (status, response) = self.apply(s, p.file, p.op, status, out);
+        // A request-less command (rundown) creates nothing: assume the
+        // stricter caller.
+        let mode = p
+            .request
+            .as_ref()
+            .map_or(RequestorMode::User, Request::requestor_mode);
+        let (status, response) = self.apply(s, p.file, p.op, status, out, mode);
         let charge = self.advance_rundown(s, p.file);
         if let Some(c) = charge {
             self.platform.pool_release(c);
@@ -877,7 +883,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
         op: Op,
         status: NtStatus,
         out: CommandOut,
+        mode: RequestorMode,
     ) -> (NtStatus, Response) {
+        let map = |r: &irpverbs_ring::Ring| self.platform.ring_map(r, mode);
         let ok = nt_success(status);
         match op {
             Op::QueryPort => match out {
@@ -894,7 +902,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 let handle = f.objects.handle_of(idx);
                 let o = f.objects.get_mut(idx);
-                match crate::object::apply_created(o, handle, ok, out) {
+                match crate::object::apply_created(o, handle, ok, out, &map) {
                     Some(response) => {
                         o.life = Life::Live;
                         if let Some(key) = o.number_key() {
@@ -928,7 +936,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 (status, Response::None)
             }
             Op::QueryQp(qp) => crate::qp::finish_query_qp(s, file, qp, status, out),
-            Op::ResizeCq(cq) => crate::cq::finish_resize_cq(s, file, cq, status, out),
+            Op::ResizeCq(cq) => crate::cq::finish_resize_cq(s, file, cq, status, out, &map),
             Op::ModifySrq { srq, mask, max_wr } => {
                 crate::srq::finish_modify_srq(s, file, srq, mask, max_wr, ok);
                 (status, Response::None)

@@ -239,6 +239,7 @@ pub(crate) fn apply_created(
     handle: irpverbs_abi::IvHandle,
     ok: bool,
     out: crate::CommandOut,
+    map: &dyn Fn(&Ring) -> irpverbs_abi::IvRingMap,
 ) -> Option<crate::device::Response> {
     use crate::CommandOut as C;
     use crate::device::Response as R;
@@ -266,7 +267,7 @@ pub(crate) fn apply_created(
         (Body::Cq(c), C::Cq { cqn, cqe, ring }) => {
             c.cqn = cqn;
             c.cqe = cqe;
-            let map = ring.map();
+            let map = map(&ring);
             c.ring = Some(ring);
             Some(R::Cq(IvCreateCqOut {
                 cq: handle,
@@ -278,7 +279,7 @@ pub(crate) fn apply_created(
         (Body::Qp(q), C::Qp { qpn, cap, sq, rq }) => {
             q.qpn = qpn;
             q.cap = cap;
-            let (sq_map, rq_map) = (sq.map(), rq.as_ref().map(Ring::map).unwrap_or_default());
+            let (sq_map, rq_map) = (map(&sq), rq.as_ref().map(map).unwrap_or_default());
             q.sq = Some(sq);
             q.rq = rq;
             Some(R::Qp(IvCreateQpOut {
@@ -301,7 +302,7 @@ pub(crate) fn apply_created(
         ) => {
             s.srqn = srqn;
             s.max_wr = max_wr;
-            let map = ring.map();
+            let map = map(&ring);
             s.ring = Some(ring);
             Some(R::Srq(IvCreateSrqOut {
                 srq: handle,

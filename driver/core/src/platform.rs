@@ -193,4 +193,17 @@ pub trait Platform: Send + Sync + 'static {
         mode: RequestorMode,
         physical: bool,
     ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus>;
+
+    /// Where the caller of a create verb finds a ring, in its own address
+    /// space. The default is the ring's own addresses: right for kernel
+    /// callers, and for user callers in host mode (one address space). A
+    /// platform that maps rings into user processes returns the user
+    /// mapping; one that cannot yet returns an empty map (zero addresses),
+    /// never a kernel address, to a user-mode caller.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: RequestorMode) -> irpverbs_abi::IvRingMap {
+        let _ = mode;
+        ring.map()
+    }
 }

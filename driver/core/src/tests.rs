@@ -17,6 +17,8 @@ use crate::*;
 
 #[derive(Default)]
 struct FakePlatform {
+    /// Like a platform that cannot map rings into user processes yet.
+    hide_user_rings: std::sync::atomic::AtomicBool,
     live_charges: AtomicU64,
     next_id: AtomicU64,
     fail_pool: AtomicU32,
@@ -97,6 +99,13 @@ impl Platform for FakePlatform {
     }
     fn pool_release(&self, _: PoolCharge) {
         self.live_charges.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: RequestorMode) -> IvRingMap {
+        if mode == RequestorMode::User && self.hide_user_rings.load(Ordering::SeqCst) {
+            IvRingMap::default()
+        } else {
+            ring.map()
+        }
     }
     fn pin_memory(
         &self,
@@ -884,4 +893,22 @@ fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
     r.dev.close_file(2);
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
     assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn ring_addresses_reach_a_caller_only_as_its_platform_maps_them() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    assert_ne!(
+        cq.ring.control_addr, 0,
+        "host-style platform: the ring's own addresses"
+    );
+    r.platform.hide_user_rings.store(true, Ordering::SeqCst);
+    let cq = cq_on(&r, 1, 0);
+    assert_eq!(
+        cq.ring,
+        IvRingMap::default(),
+        "no kernel address to a user-mode caller"
+    );
+    assert_ne!(cq.cqe, 0);
 }

@@ -104,6 +104,16 @@ impl Platform for KmdfPlatform {
     /// dispatch-level queue; that step is not built yet, so user-mode and
     /// physical registrations are refused with `STATUS_NOT_SUPPORTED` rather
     /// than touching unpinned memory.
+    /// Kernel callers get the rings' kernel addresses. User-mode callers
+    /// get an empty map until rings are MDL-mapped into their process (see
+    /// the crate docs): a kernel address must never reach user mode.
+    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: irpverbs_core::RequestorMode) -> irpverbs_abi::IvRingMap {
+        match mode {
+            irpverbs_core::RequestorMode::Kernel => ring.map(),
+            irpverbs_core::RequestorMode::User => irpverbs_abi::IvRingMap::default(),
+        }
+    }
+
     fn pin_memory(
         &self,
         addr: u64,
