@@ -3,7 +3,7 @@
 use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
-use crate::Dut;
+use crate::{Dut, dp};
 use irpverbs_verbs::{Client, av, qp_request, rts_steps};
 
 /// A conformance test.
@@ -37,17 +37,48 @@ pub const SUITE: &[(&str, Test)] = &[
     ("srq_modify_query", srq_modify_query),
     ("ah_checks", ah_checks),
     ("close_with_objects_alive", close_with_objects_alive),
+    // The data path: the speed path, every completion status.
+    ("dp_rc_send_recv_sgl", dp::dp_rc_send_recv_sgl),
+    (
+        "dp_rc_send_with_imm_and_unsignaled",
+        dp::dp_rc_send_with_imm_and_unsignaled,
+    ),
+    ("dp_rc_send_with_invalidate", dp::dp_rc_send_with_invalidate),
+    (
+        "dp_rc_rdma_write_and_write_with_imm",
+        dp::dp_rc_rdma_write_and_write_with_imm,
+    ),
+    ("dp_rc_rdma_read", dp::dp_rc_rdma_read),
+    ("dp_rc_atomics", dp::dp_rc_atomics),
+    ("dp_inline_data", dp::dp_inline_data),
+    ("dp_ud_send_grh_src_qp", dp::dp_ud_send_grh_src_qp),
+    ("dp_uc_send_and_write", dp::dp_uc_send_and_write),
+    (
+        "dp_srq_receive_and_limit_event",
+        dp::dp_srq_receive_and_limit_event,
+    ),
+    (
+        "dp_solicited_only_notification",
+        dp::dp_solicited_only_notification,
+    ),
+    ("dp_loc_len_err", dp::dp_loc_len_err),
+    ("dp_loc_prot_err", dp::dp_loc_prot_err),
+    (
+        "dp_loc_qp_op_err_garbage_wqe",
+        dp::dp_loc_qp_op_err_garbage_wqe,
+    ),
+    ("dp_rem_access_err", dp::dp_rem_access_err),
+    ("dp_rem_inv_req_err", dp::dp_rem_inv_req_err),
+    ("dp_rem_op_err", dp::dp_rem_op_err),
+    ("dp_rnr_retry_exc_err", dp::dp_rnr_retry_exc_err),
+    (
+        "dp_wr_flush_err_exactly_once",
+        dp::dp_wr_flush_err_exactly_once,
+    ),
+    ("dp_cq_overrun_cq_error", dp::dp_cq_overrun_cq_error),
 ];
 
-macro_rules! check {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
-
-fn expect<T: std::fmt::Debug>(
+pub(crate) fn expect<T: std::fmt::Debug>(
     what: &str,
     got: Result<T, NtStatus>,
     want: NtStatus,
@@ -66,7 +97,7 @@ fn expect<T: std::fmt::Debug>(
     }
 }
 
-fn ok<T>(what: &str, got: Result<T, NtStatus>) -> Result<T, String> {
+pub(crate) fn ok<T>(what: &str, got: Result<T, NtStatus>) -> Result<T, String> {
     got.map_err(|s| format!("{what}: failed with {} ({s:#x})", status_name(s)))
 }
 

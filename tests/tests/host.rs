@@ -1,19 +1,116 @@
 //! Runs the conformance suite against the host device: the driver in-process
 //! over the soft HCA, with the verifier on, firmware inline and on its own
 //! thread. After every test the device must hold nothing of it.
+//!
+//! Every IOCTL goes through [`TimedFile`], which cancels a request the
+//! driver has not completed after [`IOCTL_TIMEOUT`] (as the Windows runner
+//! does): a test waiting for an event that never comes fails with
+//! `STATUS_CANCELLED` instead of hanging.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use irpverbs_abi::{FILE_READ_ACCESS, FILE_WRITE_ACCESS, NtStatus};
-use irpverbs_conformance::{Dut, DutFile, SUITE};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_conformance::{Client, Dut, DutFile, IoctlTransport, SUITE};
+use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile};
+use irpverbs_verbs::{Doorbells, SpeedPath};
+
+/// How long one IOCTL may take before it is cancelled.
+const IOCTL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A host file whose IOCTLs are cancelled when they take too long.
+struct TimedFile(HostFile);
+
+type Slot = Arc<(Mutex<Option<(NtStatus, Vec<u8>)>>, Condvar)>;
+
+fn wait(slot: &Slot, until: Option<Instant>) -> Option<(NtStatus, Vec<u8>)> {
+    let (lock, cv) = &**slot;
+    let mut g = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if let Some(r) = g.take() {
+            return Some(r);
+        }
+        match until {
+            None => g = cv.wait(g).unwrap_or_else(PoisonError::into_inner),
+            Some(t) => {
+                let now = Instant::now();
+                if now >= t {
+                    return None;
+                }
+                g = cv
+                    .wait_timeout(g, t - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        }
+    }
+}
+
+impl IoctlTransport for TimedFile {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        let slot: Slot = Arc::default();
+        let s = Arc::clone(&slot);
+        let sub = self.0.submit(
+            self.0.request(code, input, output_len),
+            move |st, _, out| {
+                let (lock, cv) = &*s;
+                *lock.lock().unwrap_or_else(PoisonError::into_inner) = Some((st, out.to_vec()));
+                cv.notify_all();
+            },
+        );
+        if let Some(r) = wait(&slot, Some(Instant::now() + IOCTL_TIMEOUT)) {
+            return r;
+        }
+        // CancelIoEx, then the completion (the driver must complete it).
+        if let Some(h) = &sub.handle {
+            h.cancel();
+        }
+        wait(&slot, None).expect("a completion")
+    }
+}
+
+impl Doorbells for TimedFile {
+    fn sq(&self, qpn: u32) {
+        self.0.sq(qpn);
+    }
+    fn rq(&self, qpn: u32) {
+        self.0.rq(qpn);
+    }
+    fn srq(&self, srqn: u32) {
+        self.0.srq(srqn);
+    }
+    fn cq_arm(&self, cqn: u32) {
+        self.0.cq_arm(cqn);
+    }
+}
+
+// SAFETY: a `TimedFile` owns its `HostFile` (one open of the device, not
+// shared): the objects created through it are destroyed or resized only by
+// IOCTLs it submits, and run down only when it is dropped.
+#[allow(unsafe_code, reason = "the SpeedPath contract, justified above")]
+unsafe impl SpeedPath for TimedFile {
+    fn doorbells(&self) -> &dyn Doorbells {
+        self
+    }
+}
 
 struct HostDut(Arc<HostDevice>);
 
+impl HostDut {
+    fn file(&self) -> Result<TimedFile, NtStatus> {
+        Ok(TimedFile(
+            self.0.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)?,
+        ))
+    }
+}
+
 impl Dut for HostDut {
     fn open(&self) -> Result<Box<DutFile>, NtStatus> {
-        Ok(Box::new(self.0.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)?))
+        Ok(Box::new(self.file()?))
+    }
+
+    fn open_speed(&self) -> Result<Client, NtStatus> {
+        Ok(Client::with_speed_path(Box::new(self.file()?)))
     }
 
     fn check_quiescent(&self) -> Result<(), String> {
@@ -28,7 +125,10 @@ impl Dut for HostDut {
 
 fn run_suite(engine: Engine) {
     let mut failures = Vec::new();
+    let start = Instant::now();
+    let mut slowest = (Duration::ZERO, "");
     for (name, test) in SUITE {
+        let t = Instant::now();
         let dev = HostDevice::new(HostDeviceConfig {
             engine,
             ..HostDeviceConfig::default()
@@ -40,7 +140,15 @@ fn run_suite(engine: Engine) {
             failures.push(format!("{name}: {e}"));
         }
         dev.unload();
+        slowest = slowest.max((t.elapsed(), name));
     }
+    println!(
+        "{engine:?}: {} tests in {:?} (slowest {} {:?})",
+        SUITE.len(),
+        start.elapsed(),
+        slowest.1,
+        slowest.0
+    );
     assert!(
         failures.is_empty(),
         "{} of {} failed:\n{}",
