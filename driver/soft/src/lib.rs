@@ -135,6 +135,7 @@ mod dma;
 mod engine;
 mod eq;
 pub mod fabric;
+mod fast;
 mod firmware;
 mod mr;
 pub mod packet;
