@@ -138,6 +138,13 @@ pub(crate) enum Source<'a> {
         /// Bytes of it already copied.
         off: usize,
     },
+    /// One contiguous range of a region.
+    Region {
+        /// The region.
+        region: &'a Region,
+        /// Offset of the next byte.
+        off: usize,
+    },
     /// Plain bytes.
     Bytes {
         /// The bytes.
@@ -170,6 +177,11 @@ impl<'a> Source<'a> {
         mut len: usize,
     ) -> Result<(), DmaError> {
         match self {
+            Self::Region { region, off } => {
+                Region::copy(dst, dst_off, region, *off, len).map_err(|_| DmaError::Prot)?;
+                *off += len;
+                Ok(())
+            }
             Self::Bytes { bytes, pos } => {
                 let end = pos.checked_add(len).ok_or(DmaError::Prot)?;
                 let chunk = bytes.get(*pos..end).ok_or(DmaError::Prot)?;

@@ -555,6 +555,9 @@ impl Firmware {
     /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
     /// lookup), unless it already waits on the ready list.
     pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
+        if crate::fast::run(self, qpn) {
+            return;
+        }
         let (qps, mut env) = self.split();
         if let Ok(qp) = qps.get_mut(qpn) {
             if !qp.tx.scheduled {

@@ -135,6 +135,7 @@ mod dma;
 mod engine;
 mod eq;
 pub mod fabric;
+mod fast;
 mod firmware;
 mod mr;
 pub mod packet;
@@ -639,8 +640,34 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     fn sq_doorbell(&self, qpn: u32) {
         match self.execution {
-            // One lock hold marks the QP and runs it.
-            Execution::Inline => self.drive(|fw| fw.ring_sq_now(qpn)),
+            // One lock hold runs the QP's WQEs on the fast path (and
+            // queues their events) when it can take them all and leaves
+            // the engine nothing to do; otherwise the engine runs.
+            Execution::Inline => {
+                let quick = self.state.lock(|st| {
+                    if self.inbox_pending.load(Ordering::Acquire)
+                        || !fast::run(&mut st.firmware, qpn)
+                    {
+                        return None;
+                    }
+                    let dp = &st.firmware.dp;
+                    let more =
+                        !dp.ready.is_empty() || !dp.loopq.is_empty() || !dp.cq_errors.is_empty();
+                    let raise = self.push_events(&mut st.firmware.dp.events, &mut st.stats);
+                    Some((raise, more))
+                });
+                match quick {
+                    Some((raise, more)) => {
+                        if raise {
+                            self.bus.interrupt();
+                        }
+                        if more {
+                            self.drive(|_| {});
+                        }
+                    }
+                    None => self.drive(|fw| fw.ring_sq_now(qpn)),
+                }
+            }
             Execution::Deferred => self.doorbell(|fw| fw.ring_sq(qpn)),
         }
     }

@@ -203,6 +203,21 @@ impl QpTable {
         self.map.get_mut(&qpn).ok_or(STATUS_INVALID_HANDLE)
     }
 
+    /// QPs `a` and `b` (two different ones), both mutably.
+    pub(crate) fn pair_mut(&mut self, a: u32, b: u32) -> Option<(&mut Qp, &mut Qp)> {
+        if a == b {
+            return None;
+        }
+        let (lo, hi) = (a.min(b), a.max(b));
+        let mut it = self.map.range_mut(lo..=hi);
+        let (klo, vlo) = it.next()?;
+        let (khi, vhi) = it.next_back()?;
+        if *klo != lo || *khi != hi {
+            return None;
+        }
+        Some(if a < b { (vlo, vhi) } else { (vhi, vlo) })
+    }
+
     /// Stores `qp` under the next free number.
     ///
     /// # Errors

@@ -90,9 +90,9 @@ pub(crate) struct Progress {
 /// Requester and completer state of a QP.
 #[derive(Clone, Debug)]
 pub(crate) struct ReqState {
-    slots: Vec<SendSlot>,
-    sges: Vec<IvSge>,
-    sge_per_slot: usize,
+    pub(crate) slots: Vec<SendSlot>,
+    pub(crate) sges: Vec<IvSge>,
+    pub(crate) sge_per_slot: usize,
     /// Consumer index: WQEs before it are retired (the ring's consumer
     /// word is this, published; the ULP can't move it).
     pub(crate) ci: u32,
@@ -152,7 +152,7 @@ impl ReqState {
         })
     }
 
-    fn slot_index(&self, i: u32) -> usize {
+    pub(crate) fn slot_index(&self, i: u32) -> usize {
         (i as usize) & (self.slots.len().max(1) - 1)
     }
 

@@ -1,0 +1,388 @@
+//! The send doorbell's fast path: RC SEND and RDMA WRITE between two QPs
+//! of this HCA (loopback), executed end to end under the one `HCA_LOCK`
+//! hold of the doorbell, without building packets.
+//!
+//! For each new WQE it does what the requester, the responder and the
+//! completer would do with the packets of that WQE in one batch — the same
+//! PSNs, MSNs, ACK requests and coalesced ACK, the same receive WQE
+//! consumption and completions, the same counters — but straight from the
+//! QPs' state: the WQE is read into the requester's shadow, the payload is
+//! copied from the source MR (or the slot, inline) to its destination, the
+//! receive CQE is written, and at the end the coalesced ACK goes to the
+//! completer, which retires the WQEs and writes the send CQEs.
+//!
+//! Every check the general path makes is made first, before anything
+//! changes; anything unusual (a WQE that would fail or wait, no receive
+//! WQE, a receive CQ without room, another opcode, segmentation state in
+//! progress, an SRQ, another HCA, frames waiting) stops the fast path
+//! there, and the general engine takes the rest of the send queue from
+//! the same state.
+
+use core::sync::atomic::Ordering;
+
+use irpverbs_abi::{
+    IV_ACCESS_REMOTE_WRITE, IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED,
+    IV_SEND_WQE_HEADER, IV_WC_OP_RECV, IV_WC_SUCCESS, IV_WR_RDMA_WRITE, IV_WR_SEND, IvCqe, IvSge,
+};
+use irpverbs_core::AsyncEvent;
+use irpverbs_ring::Region;
+use irpverbs_ring::wq::{read_recv_wqe_into, read_send_wqe_into};
+
+use crate::cq::{Cq, post_cqe};
+use crate::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
+use crate::engine::REQUESTER_BUDGET;
+use crate::firmware::Firmware;
+use crate::mr::Mr;
+use crate::packet::psn_add;
+use crate::port::MAX_MSG_SZ;
+use crate::qp::{Qp, QpState};
+use crate::requester::{ACK_EVERY, SendSlot, packets};
+use crate::table::Table;
+
+/// Runs QP `qpn`'s new send WQEs on the fast path, as far as it can.
+/// Returns true when none is left for the general path.
+pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
+    let dp = &fw.dp;
+    if !dp.loopq.is_empty()
+        || !dp.inbound.is_empty()
+        || !dp.acks.is_empty()
+        || !dp.cq_errors.is_empty()
+    {
+        return false;
+    }
+    let gid = dp.gid;
+    let (qps, env) = fw.split();
+    let Ok(qp) = qps.get(qpn) else {
+        return false;
+    };
+    let tx = &qp.tx;
+    let req = &tx.req;
+    if qp.qp_type != IV_QPT_RC
+        || qp.state != QpState::Rts
+        || tx.scheduled
+        || tx.draining
+        || req.cur.is_some()
+        || req.rnr_wait
+        || req.solicit
+        || req.rd_atomic != 0
+        || tx.path.dgid != gid
+    {
+        return false;
+    }
+    let dest_qpn = tx.path.dest_qpn;
+    let Some((qp, dest)) = qps.pair_mut(qpn, dest_qpn) else {
+        return false;
+    };
+    let dtx = &dest.tx;
+    let resp = &dtx.resp;
+    if dest.qp_type != IV_QPT_RC
+        || !matches!(
+            dest.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+        || dest.srqn.is_some()
+        || dest.rq.is_none()
+        || dtx.path.dest_qpn != qpn
+        || dtx.path.dgid != gid
+        || dtx.mtu != qp.tx.mtu
+        || resp.in_msg != 0
+        || resp.has_recv
+        || resp.ack.is_some()
+        || resp.rnr_wait
+        || resp.epsn != qp.tx.req.psn
+    {
+        return false;
+    }
+    let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
+    let entries = qp.sq.0.entries();
+    let mut sent = 0usize;
+    let mut ack: Option<u32> = None;
+    let mut all = false;
+    let mrs: &Table<Mr> = &*env.mrs;
+    let cqs = env.cqs;
+    let dps = env.dp;
+    loop {
+        let req = &qp.tx.req;
+        if req.next == pi {
+            all = true;
+            break;
+        }
+        let posted = pi.wrapping_sub(req.ci);
+        if posted > entries || req.next.wrapping_sub(req.ci) > posted || sent >= REQUESTER_BUDGET {
+            break;
+        }
+        let Some(step) = check(qp, dest, mrs, cqs) else {
+            break;
+        };
+        // Committed: nothing below fails.
+        let index = qp.tx.req.next;
+        let count = packets(step.length, qp.tx.mtu);
+        let req = &mut qp.tx.req;
+        let first = req.psn;
+        let last = psn_add(first, count - 1);
+        req.psn = psn_add(first, count);
+        req.next = index.wrapping_add(1);
+        let slot = req.slot_mut(index);
+        slot.length = step.length;
+        slot.first_psn = first;
+        slot.last_psn = last;
+        slot.resp_next = first;
+        let wqe = slot.wqe;
+        let in_flight = req.next.wrapping_sub(req.ci);
+        let ack_req = wqe.flags & IV_SEND_SIGNALED != 0
+            || qp.sq_sig_all
+            || req.unacked + count >= ACK_EVERY
+            || in_flight > entries / 2;
+        req.unacked = if ack_req { 0 } else { req.unacked + count };
+        sent += count as usize;
+        dps.stats.packets_sent += u64::from(count);
+        dps.stats.packets_received += u64::from(count);
+        if dest.state == QpState::Rtr && !dest.tx.comm_est {
+            dest.tx.comm_est = true;
+            dps.raise(AsyncEvent::CommEstablished(dest_qpn));
+        }
+        // The payload, from the slot (inline) or the gather list.
+        let src = if wqe.flags & IV_SEND_INLINE != 0 {
+            let ring = &qp.sq.0;
+            Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
+        } else {
+            Src::Sges(qp.tx.req.sges(index))
+        };
+        let len = step.length;
+        if wqe.opcode == IV_WR_SEND {
+            let rq = &dest.rq.as_ref().map(|r| &r.0);
+            let resp = &mut dest.tx.resp;
+            if let Some(ring) = rq {
+                resp.rq_ci = resp.rq_ci.wrapping_add(1);
+                ring.consumer().release(resp.rq_ci);
+            }
+            let recv = &resp.recv;
+            let sges = &recv.sges[..recv.nsge];
+            let dpdn = dest.pdn;
+            let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
+                let mut done = 0;
+                for_each_piece(
+                    mrs,
+                    dpdn,
+                    sges,
+                    start as u64,
+                    n as u64,
+                    true,
+                    |mr, doff, k| {
+                        s.copy(mr.region(), doff, done, k)?;
+                        done += k;
+                        Ok(())
+                    },
+                )
+            });
+            let cqe = IvCqe {
+                wr_id: recv.wr_id,
+                status: IV_WC_SUCCESS,
+                opcode: IV_WC_OP_RECV,
+                byte_len: len,
+                qp_num: dest_qpn,
+                src_qp: qpn,
+                ..IvCqe::default()
+            };
+            post_cqe(
+                cqs,
+                dps,
+                dest.recv_cqn,
+                &cqe,
+                wqe.flags & IV_SEND_SOLICITED != 0,
+            );
+        } else if len > 0 {
+            if let Some((mr, base)) = step.write {
+                let region = mr_region(mrs, mr);
+                if let Some(region) = region {
+                    let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
+                        s.copy(region, base + start, 0, n)
+                    });
+                }
+            }
+        }
+        let resp = &mut dest.tx.resp;
+        resp.epsn = psn_add(last, 1);
+        resp.msn = psn_add(resp.msn, 1);
+        resp.nak_sent = false;
+        if ack_req {
+            ack = Some(last);
+        }
+    }
+    if let Some(psn) = ack {
+        dps.stats.packets_sent += 1;
+        dps.stats.packets_received += 1;
+        let mut env = crate::engine::Env {
+            mrs: env.mrs,
+            cqs,
+            srqs: env.srqs,
+            ahs: env.ahs,
+            port: env.port,
+            dp: dps,
+        };
+        crate::completer::acked(qpn, qp, &mut env, psn);
+    }
+    all
+}
+
+/// What a checked WQE needs to execute.
+struct Step {
+    /// Message length.
+    length: u32,
+    /// WRITE: the target MR's key and region offset.
+    write: Option<(u32, usize)>,
+}
+
+/// Reads and checks the next WQE of `qp` (into its shadow) and what it
+/// needs at `dest`, changing nothing else; `None` when the general path
+/// must take it.
+fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option<Step> {
+    let index = qp.tx.req.next;
+    let req = &mut qp.tx.req;
+    let k = req.slot_index(index);
+    let per = req.sge_per_slot;
+    let slot = &mut req.slots[k];
+    let shadow = &mut req.sges[k * per..(k + 1) * per];
+    *slot = SendSlot::default();
+    let nsge = read_send_wqe_into(
+        &qp.sq.0,
+        index,
+        qp.cap.max_send_sge,
+        qp.cap.max_inline_data,
+        &mut slot.wqe,
+        shadow,
+    )
+    .ok()?;
+    slot.nsge = u8::try_from(nsge).ok()?;
+    let wqe = slot.wqe;
+    if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
+        return None;
+    }
+    let inline = wqe.flags & IV_SEND_INLINE != 0;
+    let length = if inline {
+        u64::from(wqe.inline_len)
+    } else {
+        check_sges(mrs, qp.pdn, &shadow[..nsge], false).ok()?
+    };
+    if length > u64::from(MAX_MSG_SZ) {
+        return None;
+    }
+    let length = u32::try_from(length).ok()?;
+    if wqe.opcode == IV_WR_SEND {
+        // A receive WQE, well formed, that takes the message; room for
+        // its completion.
+        let ring = &dest.rq.as_ref()?.0;
+        let resp = &mut dest.tx.resp;
+        let n = ring
+            .producer_word()
+            .load(Ordering::Acquire)
+            .wrapping_sub(resp.rq_ci);
+        if n == 0 || n > ring.entries() {
+            return None;
+        }
+        let (wr_id, rn) =
+            read_recv_wqe_into(ring, resp.rq_ci, dest.cap.max_recv_sge, &mut resp.recv.sges)
+                .ok()?;
+        resp.recv.wr_id = wr_id;
+        resp.recv.nsge = rn;
+        resp.recv.offset = 0;
+        for_each_piece(
+            mrs,
+            dest.pdn,
+            &resp.recv.sges[..rn],
+            0,
+            u64::from(length),
+            true,
+            |_, _, _| Ok(()),
+        )
+        .ok()?;
+        let cq = cqs.get(dest.recv_cqn).ok()?;
+        if cq.error || cq.used() >= cq.cqe {
+            return None;
+        }
+        Some(Step {
+            length,
+            write: None,
+        })
+    } else {
+        if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
+            return None;
+        }
+        if length == 0 {
+            return Some(Step {
+                length,
+                write: None,
+            });
+        }
+        let mr = mr_by_key(mrs, wqe.rkey)?;
+        if mr.pdn != dest.pdn || mr.access & IV_ACCESS_REMOTE_WRITE == 0 {
+            return None;
+        }
+        let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
+        Some(Step {
+            length,
+            write: Some((wqe.rkey, off)),
+        })
+    }
+}
+
+/// The region of the MR `key` names (checked again by [`check`]).
+fn mr_region(mrs: &Table<Mr>, key: u32) -> Option<&Region> {
+    mr_by_key(mrs, key).map(|mr| &**mr.region())
+}
+
+/// Where a message's bytes are.
+enum Src<'a> {
+    /// Inline, in the send queue slot at this offset.
+    Inline(&'a alloc::sync::Arc<Region>, usize),
+    /// A checked gather list.
+    Sges(&'a [IvSge]),
+}
+
+/// A contiguous piece of the source: a region from an offset.
+struct Piece<'a> {
+    region: &'a Region,
+    base: usize,
+}
+
+impl Piece<'_> {
+    /// Copies `n` bytes of this piece, from `skip` bytes into it, to `dst`
+    /// at `dst_off`.
+    fn copy(&self, dst: &Region, dst_off: usize, skip: usize, n: usize) -> Result<(), DmaError> {
+        Source::Region {
+            region: self.region,
+            off: self.base + skip,
+        }
+        .copy_to(dst, dst_off, n)
+    }
+}
+
+/// Visits the source pieces of a `len`-byte message: `f(message offset,
+/// length, piece)`, the piece positioned at that message offset.
+fn copy(
+    mrs: &Table<Mr>,
+    pdn: u32,
+    src: &Src<'_>,
+    len: u32,
+    mut f: impl FnMut(usize, usize, &Piece<'_>) -> Result<(), DmaError>,
+) -> Result<(), DmaError> {
+    let len = len as usize;
+    match *src {
+        Src::Inline(region, at) => f(0, len, &Piece { region, base: at }),
+        Src::Sges(sges) => {
+            let mut pos = 0usize;
+            for_each_piece(mrs, pdn, sges, 0, len as u64, false, |mr, off, n| {
+                f(
+                    pos,
+                    n,
+                    &Piece {
+                        region: mr.region(),
+                        base: off,
+                    },
+                )?;
+                pos += n;
+                Ok(())
+            })
+        }
+    }
+}
