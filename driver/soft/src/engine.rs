@@ -171,6 +171,8 @@ pub(crate) struct OutQueue {
 pub(crate) struct DpStats {
     /// Packets built by requesters and responders.
     pub(crate) packets_sent: u64,
+    /// WQEs the loopback fast path executed end to end.
+    pub(crate) fast_path_wqes: u64,
     /// Packets processed.
     pub(crate) packets_received: u64,
     /// Packets dropped: no route, no such QP, wrong state or transport,

@@ -137,6 +137,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         sent += count as usize;
         dps.stats.packets_sent += u64::from(count);
         dps.stats.packets_received += u64::from(count);
+        dps.stats.fast_path_wqes += 1;
         if dest.state == QpState::Rtr && !dest.tx.comm_est {
             dest.tx.comm_est = true;
             dps.raise(AsyncEvent::CommEstablished(dest_qpn));

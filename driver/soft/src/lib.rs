@@ -216,6 +216,9 @@ pub struct SoftStats {
     pub eq_high_water: usize,
     /// Packets the transport built (requests, responses, ACKs).
     pub packets_sent: u64,
+    /// WQEs the loopback fast path executed (RC SEND/WRITE to a QP of this
+    /// HCA, nothing unusual in flight); the rest take the general engine.
+    pub fast_path_wqes: u64,
     /// Packets the transport processed.
     pub packets_received: u64,
     /// Packets dropped: no route, no such QP, wrong state or transport,
@@ -536,6 +539,7 @@ impl<P: Platform> SoftHca<P> {
             SoftStats {
                 commands_queued: st.queue.len(),
                 packets_sent: d.packets_sent,
+                fast_path_wqes: d.fast_path_wqes,
                 packets_received: d.packets_received,
                 packets_dropped: d.packets_dropped,
                 rnr_naks: d.rnr_naks,

@@ -558,6 +558,58 @@ fn rc_send_8_bytes() {
 }
 
 #[test]
+fn loopback_rc_send_and_write_take_the_fast_path_and_the_rest_does_not() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    p.ma.write(0, b"fast");
+    let before = p.a.d.hca.stats().fast_path_wqes;
+    p.recv(1, &[p.mb.sge(0, 64)]);
+    let sges = [p.ma.sge(0, 4)];
+    p.send(&SendWr {
+        sges: &sges,
+        ..signaled(2, IV_WR_SEND)
+    });
+    p.send(&SendWr {
+        sges: &sges,
+        remote_addr: p.mb.addr + 100,
+        rkey: p.mb.lkey,
+        ..signaled(3, IV_WR_RDMA_WRITE)
+    });
+    assert_eq!(one(&p.cqb).status, IV_WC_SUCCESS);
+    assert_eq!(statuses(&p.cqa), [(2, IV_WC_SUCCESS), (3, IV_WC_SUCCESS)]);
+    assert_eq!(
+        (p.mb.read(0, 4), p.mb.read(100, 4)),
+        (b"fast".to_vec(), b"fast".to_vec())
+    );
+    assert_eq!(
+        p.a.d.hca.stats().fast_path_wqes,
+        before + 2,
+        "both on the fast path"
+    );
+    // A READ, a SEND with nothing to receive it (RNR), and two HCAs are the
+    // general engine's: same results, no fast-path count.
+    let after = p.a.d.hca.stats().fast_path_wqes;
+    let rd = [p.ma.sge(200, 4)];
+    p.send(&SendWr {
+        sges: &rd,
+        remote_addr: p.mb.addr + 100,
+        rkey: p.mb.lkey,
+        ..signaled(4, IV_WR_RDMA_READ)
+    });
+    assert_eq!(statuses(&p.cqa), [(4, IV_WC_SUCCESS)]);
+    assert_eq!(p.ma.read(200, 4), b"fast");
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
+    let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
+    two.recv(1, &[two.mb.sge(0, 64)]);
+    let s2 = [two.ma.sge(0, 4)];
+    two.send(&SendWr {
+        sges: &s2,
+        ..signaled(2, IV_WR_SEND)
+    });
+    assert_eq!(one(&two.cqb).status, IV_WC_SUCCESS);
+    assert_eq!(two.a.d.hca.stats().fast_path_wqes, 0);
+}
+
+#[test]
 fn rc_every_opcode() {
     for topo in TOPOS {
         let p = Pair::new(topo, IV_QPT_RC, Conn::default());
