@@ -2686,9 +2686,6 @@ fn destroying_a_qp_stops_its_work() {
     assert_eq!(statuses(&p.cqb), [(2, IV_WC_SUCCESS)]);
 }
 
-/// Rough timings for the engine's own feedback (release build):
-/// `cargo test --release -p irpverbs-soft -- --ignored --nocapture timing`.
-/// The latency loop alone, for a profiler.
 #[test]
 fn unsignaled_wqes_retire_without_signaled_ones() {
     for topo in TOPOS {
