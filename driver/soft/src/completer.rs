@@ -21,7 +21,8 @@
 //! SEND, an atomic ACK to a READ, the wrong response opcode in sequence, a
 //! wrong length, an unknown NAK code) completes the WQE with
 //! `BAD_RESP_ERR` and the QP goes to ERR. Stale responses (duplicates,
-//! PSNs before the oldest WQE in flight) are dropped.
+//! PSNs before the oldest WQE in flight, answers to requests sent before a
+//! rewind) are dropped.
 //!
 //! UC and UD have no responses: a WQE completes when the fabric reports
 //! its last packet consumed ([`Frame::Sent`]).
@@ -114,6 +115,13 @@ fn containing(qp: &Qp, psn: u32) -> Option<u32> {
     None
 }
 
+/// WQE `i` is being sent again after a rewind (it is the requester's
+/// current WQE): a response past its PSNs answers a request sent before
+/// the rewind, which is sent again and answered again.
+fn resending(qp: &Qp, i: u32) -> bool {
+    qp.tx.req.cur.is_some_and(|c| c.index == i)
+}
+
 /// Marks done every SEND and WRITE whose PSNs are all at or before `psn`.
 /// A READ or atomic there without its response is an implicit NAK: returns
 /// it and the first PSN missing.
@@ -204,7 +212,9 @@ fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
         return; // stale
     }
     if psn_diff(psn, s.last_psn) > 0 {
-        retry(qpn, qp, env, i, s.resp_next);
+        if !resending(qp, i) {
+            retry(qpn, qp, env, i, s.resp_next);
+        }
         return;
     }
     if !is_atomic(s.wqe.opcode) {
@@ -239,7 +249,7 @@ fn read_response(
     }
     let Some(i) = head(qp) else { return };
     let s = *qp.tx.req.slot(i);
-    if psn_diff(psn, s.first_psn) < 0 {
+    if psn_diff(psn, s.first_psn) < 0 || (psn_diff(psn, s.last_psn) > 0 && resending(qp, i)) {
         return; // stale
     }
     if s.wqe.opcode != IV_WR_RDMA_READ {

@@ -2299,6 +2299,97 @@ fn bad_responses() {
     }
 }
 
+/// Found by the host stress test (`driver/host/tests/stress.rs`, two HCAs,
+/// firmware thread): a SEND got RNR-NAKed, the RNR retry re-sent it and the
+/// READ after it, and the responder executed both; then a PSN sequence NAK
+/// the responder had sent before the retry arrived and rewound the
+/// requester to the SEND again. The READ response to the retried READ,
+/// arriving while the SEND was being sent again, was taken for an answer to
+/// the SEND: BAD_RESP_ERR, QP in ERR. It answers a request from before the
+/// rewind: stale, dropped (everything from the SEND on is sent again and
+/// answered again). Likewise for an atomic ACK.
+#[test]
+fn a_response_from_before_a_rewind_is_stale() {
+    for second in [IV_WR_RDMA_READ, IV_WR_ATOMIC_FETCH_AND_ADD] {
+        let s = Stuck::new(Conn::default());
+        let read_to = [s.ma.sge(0, 8)];
+        s.a.post(
+            &s.qa,
+            &SendWr {
+                inline: Some(b"x"),
+                ..signaled(1, IV_WR_SEND)
+            },
+        );
+        s.a.post(
+            &s.qa,
+            &SendWr {
+                sges: &read_to,
+                remote_addr: 0x1000,
+                rkey: 0x100,
+                compare_add: 1,
+                ..signaled(2, second)
+            },
+        );
+        // RNR NAK for the SEND; the RNR timer fires: both are sent again.
+        s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::RNR_NAK | 12));
+        let before = s.received();
+        s.a.d.hca.with_firmware(|fw| {
+            let (qps, mut env) = fw.split();
+            let qp = qps.get_mut(s.qa.qpn).unwrap();
+            crate::completer::rnr_timer_expired(s.qa.qpn, qp, &mut env);
+        });
+        s.a.d.hca.sq_doorbell(s.qa.qpn);
+        s.a.run();
+        assert_eq!(s.received() - before, 2, "SEND and {second} sent again");
+        // The responder's stale sequence NAK (sent before it saw the retry)
+        // and its response to the retried second request, in one batch: the
+        // NAK rewinds to the SEND, the response predates the rewind.
+        let data = irpverbs_ring::Region::alloc(8).unwrap();
+        data.write(0, &77u64.to_ne_bytes()).unwrap();
+        let data = Arc::new(data);
+        let (resp, payload) = if second == IV_WR_RDMA_READ {
+            let mut r = s.response(op::RC_READ_RESPONSE_ONLY, PSN0 + 1, ACK);
+            r.payload_len = 8;
+            (
+                r,
+                vec![crate::packet::Seg {
+                    region: Arc::clone(&data),
+                    offset: 0,
+                    len: 8,
+                }],
+            )
+        } else {
+            let mut r = s.response(op::RC_ATOMIC_ACKNOWLEDGE, PSN0 + 1, ACK);
+            r.atomic_orig = 77;
+            (r, vec![])
+        };
+        let nak = s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | aeth::NAK_PSN_SEQ_ERR);
+        let retries = s.a.d.hca.stats().retries;
+        s.a.d.hca.with_firmware(|fw| {
+            fw.receive(&nak, crate::packet::Burst::one(nak.opcode), &[]);
+            fw.receive(&resp, crate::packet::Burst::one(resp.opcode), &payload);
+        });
+        s.a.d.hca.sq_doorbell(s.qa.qpn);
+        s.a.run();
+        assert_eq!(statuses(&s.cqa), [], "{second}: nothing completed");
+        assert_eq!(s.a.state(&s.qa), IV_QPS_RTS, "{second}");
+        assert_eq!(
+            s.a.d.hca.stats().retries,
+            retries + 1,
+            "one retry: the NAK's"
+        );
+        // The answers to the requests sent again complete both.
+        s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
+        inject(&s.a, resp, &payload);
+        assert_eq!(
+            statuses(&s.cqa),
+            [(1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)],
+            "{second}"
+        );
+        assert_eq!(s.ma.u64_at(0), 77);
+    }
+}
+
 #[test]
 fn acks_naks_and_retries_in_shape() {
     // Coalesced ACK: one ACK completes every WQE up to its PSN.
