@@ -443,7 +443,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 .indices()
                 .filter(|&i| {
                     let o = f.objects.get(i);
-                    o.life == Life::Live && !o.busy && o.dependents == 0
+                    o.life == Life::Live && !o.busy && o.queries == 0 && o.dependents == 0
                 })
                 .collect();
             if ready.is_empty() {
@@ -681,6 +681,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let probe = Object {
             life: Life::Creating,
             busy: false,
+            queries: 0,
             dependents: 0,
             unacked_async: 0,
             charge: None,
@@ -727,7 +728,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let idx = f.objects.lookup(handle, kind)?;
         let o = f.objects.get_mut(idx);
         let unacked_cq_events = matches!(&o.body, Body::Cq(c) if c.unacked_events != 0);
-        if o.dependents != 0 || o.busy || o.unacked_async != 0 || unacked_cq_events {
+        if o.dependents != 0
+            || o.busy
+            || o.queries != 0
+            || o.unacked_async != 0
+            || unacked_cq_events
+        {
             return Err(STATUS_DEVICE_BUSY);
         }
         let cmd = o.destroy_command().ok_or(STATUS_INVALID_HANDLE)?;
@@ -750,7 +756,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
         let idx = f.objects.lookup(handle, kind)?;
         let o = f.objects.get(idx);
-        if o.dependents != 0 || o.busy {
+        if o.dependents != 0 || o.busy || o.queries != 0 {
             return Err(STATUS_DEVICE_BUSY);
         }
         self.free_object(s, file, idx);
@@ -978,12 +984,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         STATUS_DEVICE_REMOVED
                     }
                     Op::ModifyQp { qp: idx, .. }
-                    | Op::QueryQp(idx)
                     | Op::ResizeCq(idx)
-                    | Op::ModifySrq { srq: idx, .. }
-                    | Op::QuerySrq(idx) => {
+                    | Op::ModifySrq { srq: idx, .. } => {
                         if let Some(f) = s.files.get_mut(&p.file) {
                             f.objects.get_mut(idx).busy = false;
+                        }
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::QueryQp(idx) | Op::QuerySrq(idx) => {
+                        if let Some(f) = s.files.get_mut(&p.file) {
+                            let o = f.objects.get_mut(idx);
+                            o.queries = o.queries.saturating_sub(1);
                         }
                         STATUS_DEVICE_REMOVED
                     }

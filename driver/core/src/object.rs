@@ -160,8 +160,10 @@ pub(crate) enum Body {
 #[derive(Debug)]
 pub(crate) struct Object {
     pub life: Life,
-    /// A modify, resize or query command is in flight.
+    /// A modify or resize command is in flight (one at a time).
     pub busy: bool,
+    /// Query commands in flight (they may overlap each other and a modify).
+    pub queries: u32,
     /// Objects that reference this one (QPs on a CQ, MRs on a PD, ...).
     pub dependents: u32,
     /// Async events about this object not yet acknowledged.

@@ -194,14 +194,11 @@ pub(crate) fn start_query_qp<R>(
     let f = s.file(file)?;
     let idx = f.objects.lookup(i.handle, Kind::Qp)?;
     let o = f.objects.get_mut(idx);
-    if o.busy {
-        return Err(STATUS_DEVICE_BUSY);
-    }
     let Body::Qp(qp) = &o.body else {
         return Err(STATUS_INVALID_HANDLE);
     };
     let qpn = qp.qpn;
-    o.busy = true;
+    o.queries += 1;
     Ok((Op::QueryQp(idx), Command::QueryQp { qpn }))
 }
 
@@ -216,7 +213,7 @@ pub(crate) fn finish_query_qp<R>(
         return (status, Response::None);
     };
     let o = f.objects.get_mut(idx);
-    o.busy = false;
+    o.queries = o.queries.saturating_sub(1);
     match (&mut o.body, out) {
         (Body::Qp(qp), CommandOut::QpAttr(a)) if nt_success(status) => {
             // Learn asynchronous moves (to ERR, SQE) the HCA made.

@@ -126,14 +126,11 @@ pub(crate) fn start_query_srq<R>(
     let f = s.file(file)?;
     let idx = f.objects.lookup(i.handle, Kind::Srq)?;
     let o = f.objects.get_mut(idx);
-    if o.busy {
-        return Err(STATUS_DEVICE_BUSY);
-    }
     let Body::Srq(srq) = &o.body else {
         return Err(STATUS_INVALID_HANDLE);
     };
     let srqn = srq.srqn;
-    o.busy = true;
+    o.queries += 1;
     Ok((Op::QuerySrq(idx), Command::QuerySrq { srqn }))
 }
 
@@ -145,7 +142,8 @@ pub(crate) fn finish_query_srq<R>(
     out: CommandOut,
 ) -> (NtStatus, Response) {
     if let Some(f) = s.files.get_mut(&file) {
-        f.objects.get_mut(idx).busy = false;
+        let o = f.objects.get_mut(idx);
+        o.queries = o.queries.saturating_sub(1);
     }
     match out {
         CommandOut::SrqAttr(a) if nt_success(status) => (status, Response::SrqAttr(a)),

@@ -197,6 +197,12 @@ impl FakeHca {
                     ring: ring(),
                 },
                 Command::CreateAh { .. } => CommandOut::Ah { ahn: n },
+                Command::QueryQp { qpn } => {
+                    CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
+                        qpn,
+                        ..Default::default()
+                    }))
+                }
                 _ => CommandOut::None,
             };
             self.eq.lock().unwrap().push_back(Event::CommandDone {
@@ -911,4 +917,56 @@ fn ring_addresses_reach_a_caller_only_as_its_platform_maps_them() {
         "no kernel address to a user-mode caller"
     );
     assert_ne!(cq.cqe, 0);
+}
+
+#[test]
+fn queries_overlap_and_a_destroy_waits_for_them() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let qp_in = IvCreateQpIn {
+        pd: p,
+        send_cq: cq.cq,
+        recv_cq: cq.cq,
+        qp_type: IV_QPT_RC,
+        cap: IvQpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let qp: IvCreateQpOut = r.call(1, IOCTL_IV_CREATE_QP, &qp_in).unwrap();
+    let q = IvHandleIn { handle: qp.qp };
+    let q1 = r.issue(1, IOCTL_IV_QUERY_QP, &q, size_of::<IvQueryQpOut>());
+    let q2 = r.issue(1, IOCTL_IV_QUERY_QP, &q, size_of::<IvQueryQpOut>());
+    let init = IvModifyQpIn {
+        qp: qp.qp,
+        attr_mask: IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_ACCESS_FLAGS,
+        reserved: 0,
+        attr: IvQpAttr {
+            qp_state: IV_QPS_INIT,
+            port_num: 1,
+            ..Default::default()
+        },
+    };
+    let m = r.issue(1, IOCTL_IV_MODIFY_QP, &init, 0);
+    assert!(
+        outcome(&q1).is_none() && outcome(&q2).is_none() && outcome(&m).is_none(),
+        "all pending together"
+    );
+    let d = r.issue(1, IOCTL_IV_DESTROY_QP, &q, 0);
+    assert_eq!(
+        outcome(&d).unwrap().0,
+        STATUS_DEVICE_BUSY,
+        "destroy waits for queries in flight"
+    );
+    r.settle();
+    for o in [&q1, &q2] {
+        assert_eq!(outcome(o).unwrap().0, STATUS_SUCCESS);
+    }
+    assert_eq!(outcome(&m).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &q), Ok(()));
 }
