@@ -214,6 +214,31 @@ impl<R> State<R> {
         Some(p)
     }
 
+    /// Starts a query of the object `handle` names (a QP or SRQ): counts it
+    /// in flight (queries overlap; a destroy waits for them) and returns the
+    /// object's index and HCA number.
+    pub(crate) fn begin_query(
+        &mut self,
+        file: FileKey,
+        handle: IvHandle,
+        kind: Kind,
+    ) -> Result<(u32, u32), NtStatus> {
+        let f = self.file(file)?;
+        let idx = f.objects.lookup(handle, kind)?;
+        let o = f.objects.get_mut(idx);
+        let (_, number) = o.number_key().ok_or(STATUS_INVALID_HANDLE)?;
+        o.queries += 1;
+        Ok((idx, number))
+    }
+
+    /// Ends a query started with [`State::begin_query`]; the object, if its
+    /// file still exists.
+    pub(crate) fn end_query(&mut self, file: FileKey, idx: u32) -> Option<&mut Object> {
+        let o = self.files.get_mut(&file)?.objects.get_mut(idx);
+        o.queries = o.queries.saturating_sub(1);
+        Some(o)
+    }
+
     pub(crate) fn file(&mut self, file: FileKey) -> Result<&mut FileState, NtStatus> {
         match self.files.get_mut(&file) {
             Some(f) if f.cleaning_up => Err(STATUS_DELETE_PENDING),
@@ -992,10 +1017,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         STATUS_DEVICE_REMOVED
                     }
                     Op::QueryQp(idx) | Op::QuerySrq(idx) => {
-                        if let Some(f) = s.files.get_mut(&p.file) {
-                            let o = f.objects.get_mut(idx);
-                            o.queries = o.queries.saturating_sub(1);
-                        }
+                        s.end_query(p.file, idx);
                         STATUS_DEVICE_REMOVED
                     }
                     Op::QueryPort | Op::QueryGid => STATUS_DEVICE_REMOVED,

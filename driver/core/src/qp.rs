@@ -191,14 +191,7 @@ pub(crate) fn start_query_qp<R>(
     file: FileKey,
     i: &IvHandleIn,
 ) -> Result<(Op, Command), NtStatus> {
-    let f = s.file(file)?;
-    let idx = f.objects.lookup(i.handle, Kind::Qp)?;
-    let o = f.objects.get_mut(idx);
-    let Body::Qp(qp) = &o.body else {
-        return Err(STATUS_INVALID_HANDLE);
-    };
-    let qpn = qp.qpn;
-    o.queries += 1;
+    let (idx, qpn) = s.begin_query(file, i.handle, Kind::Qp)?;
     Ok((Op::QueryQp(idx), Command::QueryQp { qpn }))
 }
 
@@ -209,11 +202,9 @@ pub(crate) fn finish_query_qp<R>(
     status: NtStatus,
     out: CommandOut,
 ) -> (NtStatus, Response) {
-    let Some(f) = s.files.get_mut(&file) else {
+    let Some(o) = s.end_query(file, idx) else {
         return (status, Response::None);
     };
-    let o = f.objects.get_mut(idx);
-    o.queries = o.queries.saturating_sub(1);
     match (&mut o.body, out) {
         (Body::Qp(qp), CommandOut::QpAttr(a)) if nt_success(status) => {
             // Learn asynchronous moves (to ERR, SQE) the HCA made.

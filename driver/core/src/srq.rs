@@ -123,14 +123,7 @@ pub(crate) fn start_query_srq<R>(
     file: FileKey,
     i: &IvHandleIn,
 ) -> Result<(Op, Command), NtStatus> {
-    let f = s.file(file)?;
-    let idx = f.objects.lookup(i.handle, Kind::Srq)?;
-    let o = f.objects.get_mut(idx);
-    let Body::Srq(srq) = &o.body else {
-        return Err(STATUS_INVALID_HANDLE);
-    };
-    let srqn = srq.srqn;
-    o.queries += 1;
+    let (idx, srqn) = s.begin_query(file, i.handle, Kind::Srq)?;
     Ok((Op::QuerySrq(idx), Command::QuerySrq { srqn }))
 }
 
@@ -141,10 +134,7 @@ pub(crate) fn finish_query_srq<R>(
     status: NtStatus,
     out: CommandOut,
 ) -> (NtStatus, Response) {
-    if let Some(f) = s.files.get_mut(&file) {
-        let o = f.objects.get_mut(idx);
-        o.queries = o.queries.saturating_sub(1);
-    }
+    s.end_query(file, idx);
     match out {
         CommandOut::SrqAttr(a) if nt_success(status) => (status, Response::SrqAttr(a)),
         _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
