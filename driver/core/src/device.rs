@@ -311,6 +311,9 @@ impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
 
 const FILE_TAG: u32 = pool_tag(b"IvFl");
 
+/// Event-queue entries the DPC takes per hold of the device lock.
+const DPC_BATCH: usize = 4;
+
 impl<P: Platform, H: Hca> Device<P, H> {
     /// Creates the device over `hca` (EvtDriverDeviceAdd / D0Entry).
     ///
@@ -850,16 +853,32 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// IRQL: DISPATCH_LEVEL.
     pub fn dpc(&self) {
-        while let Some(event) = self.hca.poll_event() {
-            let (done, deferred) = self.state.lock(|s| {
-                let r = self.handle_event(s, event);
+        let mut events: [Option<Event>; DPC_BATCH] = Default::default();
+        loop {
+            let n = self.hca.poll_events(&mut events);
+            if n == 0 {
+                break;
+            }
+            let mut done: [Option<(P::Request, NtStatus, Response)>; DPC_BATCH] =
+                Default::default();
+            let deferred = self.state.lock(|s| {
+                for (event, done) in events.iter_mut().zip(done.iter_mut()) {
+                    if let Some(event) = event.take() {
+                        *done = self.handle_event(s, event);
+                    }
+                }
                 self.flush_backlog(s);
-                (r, core::mem::take(&mut s.deferred))
+                core::mem::take(&mut s.deferred)
             });
-            if let Some((req, status, response)) = done {
+            for (req, status, response) in done.iter_mut().filter_map(Option::take) {
                 self.complete(req, status, &response);
             }
             self.complete_all(deferred);
+            if n < DPC_BATCH {
+                // The queue was empty; what arrived since, the arm below
+                // reports with a new interrupt.
+                break;
+            }
         }
         self.hca.arm_event_queue();
     }

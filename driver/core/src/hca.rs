@@ -302,6 +302,23 @@ pub trait Hca: Send + Sync + 'static {
     /// Takes the next event-queue entry, if any.
     fn poll_event(&self) -> Option<Event>;
 
+    /// Takes up to `out.len()` event-queue entries, oldest first, into
+    /// `out` from its start; returns how many. Fewer than asked means the
+    /// queue was empty when looked at. An HCA overrides the default (one
+    /// [`Hca::poll_event`] each) to take a batch in one hold of its event
+    /// queue.
+    fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            let Some(event) = self.poll_event() else {
+                break;
+            };
+            *slot = Some(event);
+            n += 1;
+        }
+        n
+    }
+
     /// Re-arms the event queue's interrupt after the driver drained it. If
     /// entries arrived meanwhile the HCA interrupts again at once.
     fn arm_event_queue(&self);

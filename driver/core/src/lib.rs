@@ -53,6 +53,9 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     fn poll_event(&self) -> Option<Event> {
         (**self).poll_event()
     }
+    fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
+        (**self).poll_events(out)
+    }
     fn arm_event_queue(&self) {
         (**self).arm_event_queue();
     }

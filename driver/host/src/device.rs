@@ -483,7 +483,13 @@ impl HostFile {
             major_function: io.major,
             requestor_mode: io.mode,
             file: self.key,
-            input: io.input.to_vec(),
+            input: {
+                // The system buffer: input and output share it, sized for
+                // the larger (one allocation, no regrowth).
+                let mut buf = Vec::with_capacity(io.input.len().max(io.output_len));
+                buf.extend_from_slice(io.input);
+                buf
+            },
             output_len: io.output_len,
         };
         let request = self.dev.platform.new_request(

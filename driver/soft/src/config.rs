@@ -8,7 +8,7 @@ use irpverbs_abi::{NtStatus, STATUS_INVALID_PARAMETER};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Execution {
     /// [`crate::SoftHca`]'s `post_command` executes the queued commands at
-    /// once, on the caller's thread, after releasing its queue lock; a
+    /// once, on the caller's thread, under the same hold of its queue lock; a
     /// data-path doorbell runs the work it announces (and what that work
     /// causes, on this HCA and on the inline HCAs it sends to) before it
     /// returns. Deterministic; used by tests and for speed.

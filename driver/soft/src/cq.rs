@@ -167,7 +167,7 @@ impl Firmware {
         if comp_vector >= self.config.num_comp_vectors {
             return Err(STATUS_INVALID_PARAMETER);
         }
-        let ring = crate::shared::RingRef::alloc(cqe + 1, 64)?;
+        let ring = self.rings.alloc(cqe + 1, 64)?;
         let cqn = self.cqs.insert(Cq {
             cqe,
             comp_vector,
@@ -195,11 +195,12 @@ impl Firmware {
         if cqe < used {
             return Err(STATUS_INVALID_PARAMETER);
         }
-        let ring = crate::shared::RingRef::alloc(cqe + 1, 64)?;
+        let ring = self.rings.alloc(cqe + 1, 64)?;
         let cq = self.cqs.get_mut(cqn)?;
         cq.move_to(&ring.0, used);
         cq.cqe = cqe;
-        cq.ring = ring.clone();
+        let old = core::mem::replace(&mut cq.ring, ring.clone());
+        self.rings.retire(old);
         Ok(CommandOut::Cq {
             cqn,
             cqe,
@@ -214,7 +215,8 @@ impl Firmware {
     /// a QP uses it.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<CommandOut, NtStatus> {
         self.cqs.get(cqn)?.refs.check_idle()?;
-        self.cqs.remove(cqn)?;
+        let cq = self.cqs.remove(cqn)?;
+        self.rings.retire(cq.ring);
         Ok(CommandOut::None)
     }
 }
@@ -242,6 +244,41 @@ mod tests {
             assert_eq!(d.snapshot().cqs.get(cqn).unwrap().cqe, got);
             d.ok(Command::DestroyCq { cqn });
         }
+        assert_eq!(d.hca.live_objects(), 0);
+    }
+
+    /// A destroyed CQ's ring memory comes back, zeroed, for a CQ of the
+    /// same size, but only once nothing else references it.
+    #[test]
+    fn ring_memory_is_reused_zeroed_once_unreferenced() {
+        let d = Dev::inline();
+        let create = || {
+            let CommandOut::Cq { cqn, ring, .. } = d.ok(Command::CreateCq {
+                cqe: 7,
+                comp_vector: 0,
+            }) else {
+                panic!()
+            };
+            (cqn, ring)
+        };
+        let (a, ring_a) = create();
+        let addr_a = ring_a.region().addr();
+        ring_a
+            .region()
+            .fill(0, ring_a.region().len(), 0xAB)
+            .unwrap();
+        d.ok(Command::DestroyCq { cqn: a });
+        // The driver still holds its view of A's ring: not reused.
+        let (b, ring_b) = create();
+        assert_ne!(ring_b.region().addr(), addr_a);
+        drop(ring_a);
+        let (c, ring_c) = create();
+        assert_eq!(ring_c.region().addr(), addr_a, "reused");
+        let mut bytes = alloc::vec![0xFFu8; ring_c.region().len()];
+        ring_c.region().read(0, &mut bytes).unwrap();
+        assert!(bytes.iter().all(|&b| b == 0), "zeroed before reuse");
+        d.ok(Command::DestroyCq { cqn: b });
+        d.ok(Command::DestroyCq { cqn: c });
         assert_eq!(d.hca.live_objects(), 0);
     }
 

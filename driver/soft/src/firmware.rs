@@ -109,6 +109,8 @@ pub(crate) struct Firmware {
     pub(crate) ahs: Table<Ah>,
     /// An async event the command being executed raised.
     pub(crate) raised: Option<AsyncEvent>,
+    /// Ring memory of destroyed queues, for new ones.
+    pub(crate) rings: crate::shared::RingPool,
     /// The data path's state (not compared: see [`crate::engine::DataPath`]).
     pub(crate) dp: crate::engine::DataPath,
 }
@@ -138,6 +140,7 @@ impl Firmware {
             qps: QpTable::new(config.max_qp),
             ahs: Table::new(config.max_ah),
             raised: None,
+            rings: crate::shared::RingPool::default(),
             config: config.clone(),
         }
     }

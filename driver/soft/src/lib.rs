@@ -268,16 +268,6 @@ impl<P: Platform> core::fmt::Debug for SoftHca<P> {
     }
 }
 
-/// What one firmware step did.
-enum Step {
-    /// Nothing queued.
-    Idle,
-    /// No room in the event queue.
-    Stalled,
-    /// Executed a command; raise the interrupt if true.
-    Ran(bool),
-}
-
 impl<P: Platform> SoftHca<P> {
     /// A device described by `config`, attached to `bus`, with locks from
     /// `platform`. Allocates its queues now.
@@ -354,6 +344,18 @@ impl<P: Platform> SoftHca<P> {
     fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> bool {
         let (raise, more) = self.state.lock(|st| {
             pre(&mut st.firmware);
+            self.dp_locked(st, todo)
+        });
+        if raise {
+            self.bus.interrupt();
+        }
+        more
+    }
+
+    /// The body of [`Self::dp_step`], under `HCA_LOCK`: (raise the
+    /// interrupt, work is left).
+    fn dp_locked(&self, st: &mut HcaState, todo: &mut Todo) -> (bool, bool) {
+        {
             let fw = &mut st.firmware;
             if self.inbox_pending.swap(false, Ordering::AcqRel) {
                 if fw.dp.inbound.is_empty() {
@@ -397,11 +399,7 @@ impl<P: Platform> SoftHca<P> {
             }
             let raise = self.push_events(&mut fw.dp.events, &mut st.stats);
             (raise, more)
-        });
-        if raise {
-            self.bus.interrupt();
         }
-        more
     }
 
     /// Runs the data path to quiescence on this thread, after `pre`: this
@@ -470,53 +468,70 @@ impl<P: Platform> SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn run_firmware(&self) -> usize {
-        let mut ran = 0;
-        loop {
-            match self.step() {
-                Step::Idle | Step::Stalled => break,
-                Step::Ran(raise) => {
-                    ran += 1;
-                    if raise {
-                        self.bus.interrupt();
-                    }
-                }
-            }
-        }
-        self.drive(|_| {});
+        let mut todo = Todo::new();
+        let (ran, raise, more) = self.state.lock(|st| self.run_locked(st, &mut todo));
+        self.after_run(todo, raise, more);
         ran
     }
 
+    /// The body of [`Self::run_firmware`], under `HCA_LOCK`: the queued
+    /// commands, then a data-path step. Returns (commands run, raise the
+    /// interrupt, data-path work left); [`Self::after_run`] finishes.
+    fn run_locked(&self, st: &mut HcaState, todo: &mut Todo) -> (usize, bool, bool) {
+        let mut ran = 0;
+        let mut raise = false;
+        while let Some(r) = self.execute_one(st) {
+            ran += 1;
+            raise |= r;
+        }
+        let (r, more) = self.dp_locked(st, todo);
+        (ran, raise | r, more)
+    }
+
+    /// After [`Self::run_locked`], with no lock held: the interrupt, then
+    /// the data path to quiescence.
+    fn after_run(&self, todo: Todo, raise: bool, more: bool) {
+        if raise {
+            self.bus.interrupt();
+        }
+        self.drive_rest(todo, more);
+    }
+
     /// Executes the oldest queued command if the event queue has room for
-    /// its events. The command is taken, executed and its events queued
-    /// under one hold of `HCA_LOCK`, so completions keep the commands'
-    /// order whoever runs the firmware.
-    fn step(&self) -> Step {
-        self.state.lock(|st| {
-            let Some((token, command)) = st.queue.pop_front() else {
-                return Step::Idle;
-            };
-            if !self.eq.lock(|eq| eq.try_reserve(EVENTS_PER_COMMAND)) {
-                st.queue.push_front((token, command));
-                return Step::Stalled;
+    /// its events; `None` when the queue is empty or the event queue full.
+    /// The command is taken, executed and its events queued (with the data
+    /// path's events it caused) under one hold of `HCA_LOCK`, so
+    /// completions keep the commands' order whoever runs the firmware.
+    /// `Some(raise the interrupt)`.
+    fn execute_one(&self, st: &mut HcaState) -> Option<bool> {
+        let (token, command) = st.queue.pop_front()?;
+        if !self.eq.lock(|eq| eq.try_reserve(EVENTS_PER_COMMAND)) {
+            st.queue.push_front((token, command));
+            return None;
+        }
+        let Executed { status, out, event } = st.firmware.execute(command);
+        let stats = &mut st.stats;
+        stats.commands_executed += 1;
+        if !nt_success(status) {
+            stats.commands_failed += 1;
+        }
+        let dp_events = &mut st.firmware.dp.events;
+        Some(self.eq.lock(|eq| {
+            let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
+            let mut used = 1;
+            if let Some(event) = event {
+                raise |= eq.push_reserved(Event::Async(event));
+                used += 1;
             }
-            let Executed { status, out, event } = st.firmware.execute(command);
-            st.stats.commands_executed += 1;
-            if !nt_success(status) {
-                st.stats.commands_failed += 1;
-            }
-            let mut raise = self.eq.lock(|eq| {
-                let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
-                let mut used = 1;
-                if let Some(event) = event {
-                    raise |= eq.push_reserved(Event::Async(event));
-                    used += 1;
+            eq.release(EVENTS_PER_COMMAND - used);
+            for e in dp_events.drain(..) {
+                match eq.push(e) {
+                    Some(r) => raise |= r,
+                    None => stats.events_lost += 1,
                 }
-                eq.release(EVENTS_PER_COMMAND - used);
-                raise
-            });
-            raise |= self.push_events(&mut st.firmware.dp.events, &mut st.stats);
-            Step::Ran(raise)
-        })
+            }
+            raise
+        }))
     }
 
     /// Gets queued commands executed: runs the firmware ([`Execution::Inline`])
@@ -597,19 +612,21 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// # Errors
     /// Gives `command` back when `cmd_queue_depth` commands are queued.
     fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
-        let refused = self.state.lock(|st| {
+        let inline = self.execution == Execution::Inline;
+        let mut todo = Todo::new();
+        let ran = self.state.lock(|st| {
             if st.queue.len() >= st.depth {
                 st.stats.commands_refused += 1;
-                Some(command)
-            } else {
-                st.queue.push_back((token, command));
-                None
+                return Err(command);
             }
-        });
-        if let Some(command) = refused {
-            return Err(command);
+            st.queue.push_back((token, command));
+            // Inline, the firmware runs now, under the same hold.
+            Ok(inline.then(|| self.run_locked(st, &mut todo)))
+        })?;
+        match ran {
+            Some((_, raise, more)) => self.after_run(todo, raise, more),
+            None => self.bus.doorbell(),
         }
-        self.kick();
         Ok(())
     }
 
@@ -624,6 +641,29 @@ impl<P: Platform> Hca for SoftHca<P> {
             self.kick();
         }
         event
+    }
+
+    /// [`Self::poll_event`] for a batch, in one hold of the event queue's
+    /// lock.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
+        let (n, kick) = self.eq.lock(|eq| {
+            let mut n = 0;
+            let mut kick = false;
+            for slot in out.iter_mut() {
+                let (event, k) = eq.pop();
+                kick |= k;
+                let Some(event) = event else { break };
+                *slot = Some(event);
+                n += 1;
+            }
+            (n, kick)
+        });
+        if kick {
+            self.kick();
+        }
+        n
     }
 
     /// Arms the event queue: its next entry raises the interrupt. With

@@ -308,13 +308,13 @@ impl Firmware {
             return Err(STATUS_INVALID_PARAMETER);
         }
         let cap = self.qp_cap(&init.cap, init.srqn.is_some())?;
-        let sq = crate::shared::RingRef::alloc(
+        let sq = self.rings.alloc(
             (cap.max_send_wr + 1).next_power_of_two(),
             irpverbs_ring::wq::send_stride(cap.max_send_sge, cap.max_inline_data),
         )?;
         let rq = match init.srqn {
             Some(_) => None,
-            None => Some(crate::shared::RingRef::alloc(
+            None => Some(self.rings.alloc(
                 (cap.max_recv_wr + 1).next_power_of_two(),
                 irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
             )?),
@@ -523,6 +523,11 @@ impl Firmware {
         self.cqs.get_mut(qp.recv_cqn)?.refs.put();
         if let Some(srqn) = qp.srqn {
             self.srqs.get_mut(srqn)?.refs.put();
+        }
+        let Qp { sq, rq, .. } = qp;
+        self.rings.retire(sq);
+        if let Some(rq) = rq {
+            self.rings.retire(rq);
         }
         Ok(CommandOut::None)
     }

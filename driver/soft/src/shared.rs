@@ -27,6 +27,70 @@ impl RingRef {
     }
 }
 
+/// Ring memory of destroyed queues, kept for reuse: creating and
+/// destroying queues (a control-path benchmark, a ULP that churns QPs)
+/// then neither allocates nor frees queue memory.
+///
+/// A retired region is reused only once the pool holds its only reference
+/// (the driver dropped its view of the ring, and any mapping of it holds a
+/// reference until unmapped), and is zeroed before its new ring starts.
+/// A cache, not state: pools always compare equal.
+#[derive(Debug, Default)]
+pub(crate) struct RingPool {
+    retired: alloc::vec::Vec<Arc<Region>>,
+}
+
+/// A snapshot of the firmware starts with an empty pool (sharing regions
+/// would only keep them from being reused).
+impl Clone for RingPool {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for RingPool {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RingPool {}
+
+impl RingPool {
+    /// Regions kept at most.
+    const MAX: usize = 32;
+
+    /// A zeroed ring of `entries` (a power of two) slots of `stride`: a
+    /// retired region of the same size if one is free, else a new one.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the allocation fails.
+    pub(crate) fn alloc(&mut self, entries: u32, stride: u32) -> Result<RingRef, NtStatus> {
+        let bytes = Ring::bytes(entries, stride);
+        let free = self
+            .retired
+            .iter_mut()
+            .position(|r| r.len() == bytes && Arc::get_mut(r).is_some());
+        if let Some(i) = free {
+            let region = self.retired.swap_remove(i);
+            if region.fill(0, bytes, 0).is_ok() {
+                if let Ok(ring) = Ring::new(region, entries, stride) {
+                    return Ok(RingRef(ring));
+                }
+            }
+        }
+        RingRef::alloc(entries, stride)
+    }
+
+    /// Keeps a destroyed queue's ring memory for reuse (or frees it when
+    /// the pool is full).
+    pub(crate) fn retire(&mut self, ring: RingRef) {
+        if self.retired.len() < Self::MAX {
+            self.retired.push(Arc::clone(ring.0.region()));
+        }
+    }
+}
+
 /// A registered memory region's pinned memory.
 #[derive(Clone, Debug)]
 pub(crate) struct RegionRef(pub(crate) Arc<Region>);

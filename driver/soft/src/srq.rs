@@ -72,7 +72,7 @@ impl Firmware {
         if max_sge > self.config.max_srq_sge {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
-        let ring = crate::shared::RingRef::alloc(
+        let ring = self.rings.alloc(
             (depth + 1).next_power_of_two(),
             irpverbs_ring::wq::recv_stride(max_sge),
         )?;
@@ -161,6 +161,7 @@ impl Firmware {
         self.srqs.get(srqn)?.refs.check_idle()?;
         let srq = self.srqs.remove(srqn)?;
         self.pds.get_mut(srq.pdn)?.refs.put();
+        self.rings.retire(srq.ring);
         Ok(CommandOut::None)
     }
 }

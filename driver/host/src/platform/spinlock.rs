@@ -1,9 +1,9 @@
 //! Spin locks (KSPIN_LOCK / WDFSPINLOCK) with Driver Verifier's IRQL and
 //! deadlock-detection checks.
 
+use std::cell::UnsafeCell;
 use std::hint;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::thread;
 
 use irpverbs_core::platform::{DISPATCH_LEVEL, Irql, LockClass, SpinLock};
@@ -256,34 +256,53 @@ impl RawSpinLock {
 /// A spin lock guarding a `T`: [`SpinLock::lock`] acquires at
 /// DISPATCH_LEVEL, runs the closure on the data and releases.
 ///
-/// Built on [`RawSpinLock`] (use [`raw`](Self::raw) for the explicit
-/// acquire/release form); the data sits in an uncontended `std` mutex so
-/// no `unsafe` is needed.
-#[derive(Debug)]
+/// Built on [`RawSpinLock`]: the data is reached only inside
+/// [`SpinLock::lock`], while this thread holds the raw lock, and the raw
+/// lock is never released from outside `lock` (its explicit form is not
+/// exposed for a lock that guards data), so holding it is exclusive access.
 pub struct HostSpinLock<T> {
     raw: RawSpinLock,
-    data: Mutex<T>,
+    data: UnsafeCell<T>,
 }
+
+impl<T> core::fmt::Debug for HostSpinLock<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostSpinLock")
+            .field("raw", &self.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the `T` is only reached through `lock`, by the one thread that
+// holds the raw spin lock (see the type's documentation), so sharing the
+// lock between threads hands the `T` from thread to thread, never to two
+// at once: `T: Send` suffices.
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Sync for HostSpinLock<T> {}
 
 impl<T> HostSpinLock<T> {
     pub(crate) const fn new(raw: RawSpinLock, value: T) -> Self {
         Self {
             raw,
-            data: Mutex::new(value),
+            data: UnsafeCell::new(value),
         }
     }
 
-    /// The lock without its data, for explicit acquire/release.
+    /// The lock's id (what bugcheck parameters show as its address).
     #[must_use]
-    pub const fn raw(&self) -> &RawSpinLock {
+    pub const fn id(&self) -> u64 {
+        self.raw.id()
+    }
+
+    /// The raw lock, for the verifier's own tests of the explicit form.
+    #[cfg(test)]
+    pub(crate) const fn raw(&self) -> &RawSpinLock {
         &self.raw
     }
 
     /// Takes the data out (the lock is being destroyed).
     pub fn into_inner(self) -> T {
-        self.data
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.data.into_inner()
     }
 }
 
@@ -314,10 +333,12 @@ impl<T: Send> SpinLock<T> for HostSpinLock<T> {
             raw: &self.raw,
             old,
         };
-        let result = {
-            let mut data = self.data.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut data)
-        };
+        #[allow(unsafe_code)]
+        // SAFETY: this thread holds the raw lock (acquired above, released
+        // below or by `guard` on unwind), and nothing else reaches the data
+        // without holding it, so this is the only reference to it.
+        let data = unsafe { &mut *self.data.get() };
+        let result = f(data);
         self.raw.release(old);
         std::mem::forget(guard);
         result

@@ -313,7 +313,7 @@ fn lock_order_violation_bugchecks() {
         codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
         verifier::DEADLOCK_HIERARCHY,
     );
-    assert_eq!(b.params[1..3], [dev.raw().id(), hca.raw().id()]);
+    assert_eq!(b.params[1..3], [dev.id(), hca.id()]);
     // Two locks of one class can't nest either.
     let hca2 = p.new_lock(&HCA_LOCK, ());
     expect(
@@ -336,7 +336,7 @@ fn recursive_acquire_bugchecks() {
         codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
         verifier::DEADLOCK_SELF,
     );
-    assert_eq!(b.params[1], l.raw().id());
+    assert_eq!(b.params[1], l.id());
     assert_eq!(l.lock(|v| *v), 1);
 }
 
