@@ -35,7 +35,9 @@ use irpverbs_soft::{Execution, SoftBus, SoftConfig, SoftHca};
 use irpverbs_verbs::kernel::IvKernelInterface;
 use irpverbs_verbs::{Client, Doorbells, SpeedPath};
 
+use crate::link_shim::{Datagram, LinkHca};
 use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
+use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
 /// The driver over the soft HCA on the host platform.
 pub type SoftDevice = Device<HostPlatform, Arc<SoftHca<HostPlatform>>>;
@@ -170,6 +172,7 @@ pub struct HostDevice {
     cancel: CancelRoutine,
     completions: Arc<Completions>,
     unloaded: AtomicBool,
+    udp: Mutex<Option<UdpWire>>,
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -224,6 +227,7 @@ impl HostDevice {
             cancel,
             completions: Arc::default(),
             unloaded: AtomicBool::new(false),
+            udp: Mutex::new(None),
         });
         if config.engine == Engine::Thread {
             let soft = Arc::clone(&this.soft);
@@ -316,6 +320,60 @@ impl HostDevice {
         irpverbs_verbs::kernel::interface(Arc::clone(self) as Arc<dyn Doorbells>)
     }
 
+    /// Puts the soft HCA on a UDP wire ([`crate::udp`]): a socket bound to
+    /// its IP address ([`SoftConfig::ip`]) and `config.port`, with a receive
+    /// and a timer thread. GIDs that are not the HCA's own (nor on an
+    /// in-process fabric) are reached through it. Returns the address bound.
+    ///
+    /// # Errors
+    /// The socket's (address taken, not this host's), a thread that could
+    /// not start, or a wire attached already (`AddrInUse`).
+    pub fn attach_udp(&self, config: &UdpConfig) -> std::io::Result<std::net::SocketAddr> {
+        let mut slot = self.udp.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "a UDP wire is attached already",
+            ));
+        }
+        let endpoint = Arc::new(DeviceEndpoint {
+            soft: Arc::clone(&self.soft),
+            platform: self.platform.clone(),
+        });
+        let ip = crate::udp::gid_ip(&self.soft.gid());
+        let wire = UdpWire::start(endpoint, ip, config)?;
+        if let Err(status) = self.soft.attach_link(wire.link().clone()) {
+            return Err(std::io::Error::other(format!(
+                "attach_link: {}",
+                status_name(status)
+            )));
+        }
+        let addr = wire.local_addr();
+        *slot = Some(wire);
+        Ok(addr)
+    }
+
+    /// Takes the soft HCA off its UDP wire and stops the wire's threads;
+    /// its last counters, if one was attached.
+    pub fn detach_udp(&self) -> Option<UdpStats> {
+        let wire = self
+            .udp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()?;
+        self.soft.detach_link();
+        Some(wire.stop())
+    }
+
+    /// The UDP wire's counters, if one is attached.
+    pub fn udp_stats(&self) -> Option<UdpStats> {
+        self.udp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(UdpWire::stats)
+    }
+
     /// Waits (up to `timeout`) until the driver holds no file, object or
     /// command and the soft HCA holds no object.
     ///
@@ -345,6 +403,7 @@ impl HostDevice {
         if self.unloaded.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.detach_udp();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self
@@ -361,6 +420,7 @@ impl HostDevice {
 
 impl Drop for HostDevice {
     fn drop(&mut self) {
+        self.detach_udp();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self
@@ -371,6 +431,28 @@ impl Drop for HostDevice {
         {
             let _ = h.join();
         }
+    }
+}
+
+/// The soft HCA as a UDP wire's endpoint; the wire's threads run under the
+/// verifier's guard, so a bugcheck on them is raised at unload.
+struct DeviceEndpoint {
+    soft: Arc<SoftHca<HostPlatform>>,
+    platform: HostPlatform,
+}
+
+impl Endpoint for DeviceEndpoint {
+    fn receive(&self, d: &Datagram<'_>) {
+        // A dropped datagram is counted by the HCA.
+        let _ = self.soft.receive(d);
+    }
+
+    fn advance_clock(&self, now_ns: u64) -> Option<u64> {
+        self.soft.advance_clock(now_ns)
+    }
+
+    fn run_thread(&self, name: &str, body: &mut dyn FnMut()) {
+        self.platform.run_guarded(name, body);
     }
 }
 

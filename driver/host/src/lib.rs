@@ -12,15 +12,19 @@
 //!   (`include/irpverbs_host.h`), exported from the cdylib;
 //! - [`user`] is the speed-path library for C ULPs
 //!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
-//!   query interface (`include/irpverbs_kernel.h`), exported from it too.
+//!   query interface (`include/irpverbs_kernel.h`), exported from it too;
+//! - [`udp`] puts a host device's soft HCA on a real UDP wire
+//!   ([`HostDevice::attach_udp`]), so that processes and hosts talk.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod demo;
 pub mod device;
+mod link_shim;
 pub mod perf;
 pub mod platform;
+pub mod udp;
 pub mod user;
 pub mod win32;
 

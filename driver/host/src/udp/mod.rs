@@ -1,0 +1,624 @@
+//! The UDP wire: a soft HCA's RoCEv2 datagrams on real UDP sockets, so that
+//! processes and hosts talk.
+//!
+//! [`UdpLink`] is the HCA's [`Link`]: one socket bound to the HCA's IP
+//! address and the RoCEv2 port ([`ROCE_PORT`], 4791, unless
+//! [`UdpConfig::port`] says otherwise), which is also the destination port
+//! of every datagram (as in RoCEv2, where only the source port varies).
+//! [`UdpWire`] runs it: a receive thread that reads batches of datagrams
+//! and hands each to the HCA ([`Endpoint::receive`]), and a timer thread
+//! that drives the HCA's timers ([`Endpoint::advance_clock`]) on a
+//! monotonic clock started with the wire.
+//!
+//! On Linux, sends and receives are batched (`sendmmsg`, `recvmmsg`, up to
+//! 32 datagrams per system call); elsewhere they are `std::net`'s one
+//! datagram per call.
+//!
+//! What the IP and UDP headers carry, and why (the ICRC covers every field
+//! of both headers but the traffic class, flow label, hop limit and
+//! checksums, so both ends must agree on the rest):
+//! - addresses: the HCA's GIDs; an IPv4-mapped GID (`::ffff:a.b.c.d`)
+//!   travels over IPv4, any other over IPv6. A socket is of one family: a
+//!   datagram to a GID of the other is dropped and counted.
+//! - source port: the datagram's [`Datagram::src_port`] (RoCEv2's ECMP
+//!   entropy). The link sends from a socket bound to that port (made on
+//!   first use, up to [`MAX_SOURCE_PORTS`]; the listening socket when the
+//!   port is its own or 0), so the receiver reads the port the sender's
+//!   ICRC covered. A port that cannot be bound (taken by another program)
+//!   falls back to the listening socket and is counted.
+//! - traffic class and hop limit: sent per datagram as control messages
+//!   and read back from the received ones on Linux (`IP_TOS`/`IP_TTL`,
+//!   `IPV6_TCLASS`/`IPV6_HOPLIMIT`, both cheap within
+//!   `sendmmsg`/`recvmmsg`); elsewhere the socket's defaults are sent and
+//!   0 and [`DEFAULT_HOP_LIMIT`] are reported. The IPv6 flow label is not
+//!   carried (the kernel picks it) and reported as 0.
+//! - IPv4 identification and DF: the sockets never fragment (path MTU
+//!   discovery "do"), and Linux then sends identification 0 from an
+//!   unconnected socket — what an ICRC computed with identification 0 and
+//!   DF set expects. A datagram larger than the path MTU fails to send
+//!   (`EMSGSIZE`, counted); [`ib_mtu_for`] picks an IB MTU that fits.
+//!
+//! Sends never block (the HCA calls [`Link::transmit`] from any thread):
+//! what the socket buffer has no room for is dropped and counted, and RC
+//! retransmits it. Socket buffers are [`UdpConfig::socket_buffer`] bytes.
+//!
+//! Timers: the timer thread sleeps until the deadline the HCA returned, at
+//! most [`TIMER_SLICE`] while one is set (a timer armed meanwhile, which
+//! may be due earlier, is seen within that slice), and without limit when
+//! none is; a transmit or a received batch wakes it from that idle sleep
+//! (a datagram sent or received may have armed one). So a timer fires at
+//! most [`TIMER_SLICE`] late.
+//!
+//! Shutdown ([`UdpWire::stop`], or drop) sets a flag, wakes the receive
+//! thread with an empty datagram to its own socket (a read timeout of
+//! [`RECV_POLL`] covers a lost one) and the timer thread through its
+//! condition variable, and joins both. The host device stops its wire
+//! before the verifier's unload checks ([`crate::HostDevice::unload`]).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as sys;
+#[cfg(not(target_os = "linux"))]
+mod portable;
+#[cfg(not(target_os = "linux"))]
+use portable as sys;
+
+#[cfg(test)]
+mod tests;
+
+pub use crate::link_shim::{Datagram, Gid, Link, TxBatch};
+
+/// The RoCEv2 UDP port (IANA).
+pub const ROCE_PORT: u16 = 4791;
+
+/// The hop limit reported for a received datagram when the system does not
+/// say (the soft HCA's address vectors default to it too).
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// Most source-port sockets a link makes.
+pub const MAX_SOURCE_PORTS: usize = 256;
+
+/// The longest the timer thread sleeps while a deadline is set.
+pub const TIMER_SLICE: Duration = Duration::from_millis(10);
+
+/// The receive thread's read timeout (how long a lost wake-up at shutdown
+/// can delay it).
+pub const RECV_POLL: Duration = Duration::from_millis(200);
+
+/// How to build a UDP wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// The UDP port bound and sent to. Default [`ROCE_PORT`].
+    pub port: u16,
+    /// Socket send and receive buffer sizes requested. Default 8 MiB.
+    pub socket_buffer: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            port: ROCE_PORT,
+            socket_buffer: 8 << 20,
+        }
+    }
+}
+
+/// The IP address a GID names: IPv4 for an IPv4-mapped GID, else IPv6.
+#[must_use]
+pub fn gid_ip(gid: &Gid) -> IpAddr {
+    match mapped_v4(gid) {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(Ipv6Addr::from(*gid)),
+    }
+}
+
+/// The GID of an IP address (IPv4-mapped for IPv4).
+#[must_use]
+pub fn ip_gid(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn mapped_v4(gid: &Gid) -> Option<Ipv4Addr> {
+    (gid[..10] == [0; 10] && gid[10..12] == [0xFF, 0xFF])
+        .then(|| Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+}
+
+/// Bytes a RoCEv2 packet adds to its payload at most, IP header included:
+/// IPv6 (40) or IPv4 (20), UDP (8), BTH (12), RETH (16), immediate data (4),
+/// ICRC (4).
+#[must_use]
+pub fn roce_overhead(v6: bool) -> usize {
+    (if v6 { 40 } else { 20 }) + 8 + 12 + 16 + 4 + 4
+}
+
+/// The largest IB MTU (`IV_MTU_*`) whose packets fit an IP MTU of
+/// `ip_mtu` bytes (RoCE's active MTU: 1024 on 1500-byte Ethernet); `None`
+/// below 256.
+#[must_use]
+pub fn ib_mtu_for(ip_mtu: usize, v6: bool) -> Option<u32> {
+    (1..=5u32)
+        .rev()
+        .find(|&m| (128usize << m) + roce_overhead(v6) <= ip_mtu)
+}
+
+/// The path MTU towards `peer` from `local` (the outgoing interface's MTU
+/// unless path MTU discovery lowered it; 1500 where the system cannot say).
+///
+/// # Errors
+/// No route to `peer` from `local`.
+pub fn path_mtu(local: IpAddr, peer: IpAddr) -> io::Result<usize> {
+    let sock = UdpSocket::bind(SocketAddr::new(local, 0))?;
+    sock.connect(SocketAddr::new(peer, ROCE_PORT))?;
+    sys::path_mtu(&sock, peer.is_ipv6())
+}
+
+/// What the wire delivers datagrams to and whose timers it drives: the soft
+/// HCA (through the host device), or a test's recorder.
+pub trait Endpoint: Send + Sync {
+    /// A datagram arrived (never empty). Drops are the endpoint's to count.
+    fn receive(&self, d: &Datagram<'_>);
+
+    /// Fires the timers due at `now_ns` (nanoseconds on the wire's
+    /// monotonic clock); the next deadline, if any.
+    fn advance_clock(&self, now_ns: u64) -> Option<u64>;
+
+    /// Runs the body of one of the wire's threads (the host device runs it
+    /// under the verifier's guard, which records a bugcheck for unload).
+    fn run_thread(&self, name: &str, body: &mut dyn FnMut()) {
+        let _ = name;
+        body();
+    }
+}
+
+/// What a batch of sends did (the system layer fills it).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendReport {
+    pub(crate) sent: u64,
+    pub(crate) calls: u64,
+    pub(crate) dropped: u64,
+    pub(crate) failed: u64,
+    pub(crate) last_error: Option<i32>,
+}
+
+/// Counters of a UDP wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Send system calls.
+    pub send_calls: u64,
+    /// Datagrams dropped because the socket had no room.
+    pub send_dropped: u64,
+    /// Datagrams that failed to send (unreachable, too long for the path
+    /// MTU, of the other IP family).
+    pub send_failed: u64,
+    /// The last send error's OS code.
+    pub last_send_error: Option<i32>,
+    /// Datagrams sent from the listening socket because their source port
+    /// could not be bound.
+    pub port_fallbacks: u64,
+    /// Datagrams received and handed to the endpoint.
+    pub received: u64,
+    /// Receive system calls that returned datagrams.
+    pub recv_batches: u64,
+    /// Datagrams too long to receive whole, dropped.
+    pub truncated: u64,
+    /// Receive errors.
+    pub recv_errors: u64,
+    /// Times the timer thread called the endpoint's clock.
+    pub clock_calls: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    send_calls: AtomicU64,
+    send_dropped: AtomicU64,
+    send_failed: AtomicU64,
+    last_send_error: Mutex<Option<i32>>,
+    port_fallbacks: AtomicU64,
+    received: AtomicU64,
+    recv_batches: AtomicU64,
+    truncated: AtomicU64,
+    recv_errors: AtomicU64,
+    clock_calls: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    if n > 0 {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Counters {
+    fn record_send(&self, r: &SendReport) {
+        add(&self.sent, r.sent);
+        add(&self.send_calls, r.calls);
+        add(&self.send_dropped, r.dropped);
+        add(&self.send_failed, r.failed);
+        if r.last_error.is_some() {
+            *self
+                .last_send_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = r.last_error;
+        }
+    }
+
+    fn snapshot(&self) -> UdpStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        UdpStats {
+            sent: get(&self.sent),
+            send_calls: get(&self.send_calls),
+            send_dropped: get(&self.send_dropped),
+            send_failed: get(&self.send_failed),
+            last_send_error: *self
+                .last_send_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            port_fallbacks: get(&self.port_fallbacks),
+            received: get(&self.received),
+            recv_batches: get(&self.recv_batches),
+            truncated: get(&self.truncated),
+            recv_errors: get(&self.recv_errors),
+            clock_calls: get(&self.clock_calls),
+        }
+    }
+}
+
+/// The timer thread's wake-ups.
+struct Clock {
+    start: Instant,
+    /// The timer thread sleeps with no deadline: a transmit or receive
+    /// must wake it.
+    idle: AtomicBool,
+    state: Mutex<ClockState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct ClockState {
+    kicked: bool,
+    stop: bool,
+}
+
+impl Clock {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Wakes an idle timer thread (one atomic load when it is not idle).
+    fn kick(&self) {
+        if self.idle.load(Ordering::SeqCst) && self.idle.swap(false, Ordering::SeqCst) {
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .kicked = true;
+            self.cv.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        self.cv.notify_one();
+    }
+
+    /// Sleeps until `next` (at most [`TIMER_SLICE`]), forever if `None`, or
+    /// until kicked; false when stopping.
+    fn sleep(&self, next: Option<u64>) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if st.stop {
+                return false;
+            }
+            if st.kicked {
+                st.kicked = false;
+                return true;
+            }
+            match next {
+                None => st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner),
+                Some(t) => {
+                    let now = self.now_ns();
+                    if t <= now {
+                        return true;
+                    }
+                    let wait = Duration::from_nanos(t - now).min(TIMER_SLICE);
+                    let (g, timeout) = self
+                        .cv
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    st = g;
+                    if timeout.timed_out() {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A soft HCA's [`Link`] over UDP sockets. See the [module
+/// documentation](self).
+pub struct UdpLink {
+    sock: UdpSocket,
+    local: SocketAddr,
+    v6: bool,
+    port: u16,
+    buffer: usize,
+    sources: RwLock<Vec<(u16, Arc<UdpSocket>)>>,
+    counters: Counters,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for UdpLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpLink")
+            .field("local", &self.local)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpLink {
+    /// A link bound to `ip` and `config.port` (0: any free port, the
+    /// destination port then being the one bound).
+    ///
+    /// # Errors
+    /// The socket's: the address is taken or not this host's.
+    pub fn bind(ip: IpAddr, config: &UdpConfig) -> io::Result<Self> {
+        let sock = UdpSocket::bind(SocketAddr::new(ip, config.port))?;
+        let v6 = ip.is_ipv6();
+        sys::configure(&sock, v6, config.socket_buffer)?;
+        sock.set_read_timeout(Some(RECV_POLL))?;
+        let local = sock.local_addr()?;
+        Ok(Self {
+            sock,
+            local,
+            v6,
+            port: local.port(),
+            buffer: config.socket_buffer,
+            sources: RwLock::new(Vec::new()),
+            counters: Counters::default(),
+            clock: Clock {
+                start: Instant::now(),
+                idle: AtomicBool::new(false),
+                state: Mutex::new(ClockState::default()),
+                cv: Condvar::new(),
+            },
+        })
+    }
+
+    /// The address bound.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> UdpStats {
+        self.counters.snapshot()
+    }
+
+    /// Sends datagrams, each from its source port to the link's port at its
+    /// destination GID, batching consecutive datagrams of one source port.
+    /// Never blocks.
+    pub fn send<'a>(&self, datagrams: impl Iterator<Item = Datagram<'a>>) {
+        let mut it = datagrams.peekable();
+        let mut report = SendReport::default();
+        while let Some(d) = it.peek() {
+            let src = d.src_port;
+            if src == 0 || src == self.port {
+                sys::send_run(&self.sock, self.v6, self.port, src, &mut it, &mut report);
+            } else if let Some(s) = self.source(src) {
+                sys::send_run(&s, self.v6, self.port, src, &mut it, &mut report);
+            } else {
+                let before = report.sent + report.dropped + report.failed;
+                sys::send_run(&self.sock, self.v6, self.port, src, &mut it, &mut report);
+                add(
+                    &self.counters.port_fallbacks,
+                    report.sent + report.dropped + report.failed - before,
+                );
+            }
+        }
+        self.counters.record_send(&report);
+    }
+
+    /// The socket bound to source port `port`, made on first use.
+    fn source(&self, port: u16) -> Option<Arc<UdpSocket>> {
+        let find = |v: &Vec<(u16, Arc<UdpSocket>)>| {
+            v.iter().find(|(p, _)| *p == port).map(|(_, s)| Arc::clone(s))
+        };
+        if let Some(s) = find(&self.sources.read().unwrap_or_else(PoisonError::into_inner)) {
+            return Some(s);
+        }
+        let mut w = self.sources.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = find(&w) {
+            return Some(s);
+        }
+        if w.len() >= MAX_SOURCE_PORTS {
+            return None;
+        }
+        let sock = UdpSocket::bind(SocketAddr::new(self.local.ip(), port)).ok()?;
+        sys::configure(&sock, self.v6, self.buffer).ok()?;
+        let sock = Arc::new(sock);
+        w.push((port, Arc::clone(&sock)));
+        Some(sock)
+    }
+
+    /// Receives one batch (waiting up to [`RECV_POLL`] for the first
+    /// datagram) and hands each datagram to `endpoint`.
+    fn receive_batch(&self, rx: &mut sys::Receiver, endpoint: &dyn Endpoint) {
+        let dgid = ip_gid(self.local.ip());
+        let result = rx.recv(&self.sock, &mut |r, bytes| {
+            endpoint.receive(&Datagram {
+                sgid: r.sgid,
+                dgid,
+                src_port: r.src_port,
+                traffic_class: r.traffic_class,
+                flow_label: 0,
+                hop_limit: r.hop_limit,
+                payload: bytes,
+            });
+        });
+        match result {
+            Ok(r) => {
+                add(&self.counters.received, r.received);
+                add(&self.counters.truncated, r.truncated);
+                if r.received + r.truncated > 0 {
+                    add(&self.counters.recv_batches, 1);
+                    self.clock.kick();
+                }
+            }
+            Err(_) => {
+                add(&self.counters.recv_errors, 1);
+                // A persistent error must not spin the thread.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Wakes the receive thread: an empty datagram to the link's own
+    /// socket.
+    fn wake_receiver(&self) {
+        let to = if self.local.ip().is_unspecified() {
+            let lo = if self.v6 {
+                IpAddr::V6(Ipv6Addr::LOCALHOST)
+            } else {
+                IpAddr::V4(Ipv4Addr::LOCALHOST)
+            };
+            SocketAddr::new(lo, self.port)
+        } else {
+            self.local
+        };
+        let _ = self.sock.send_to(&[], to);
+    }
+}
+
+impl Link for UdpLink {
+    fn transmit(&self, batch: &TxBatch) {
+        self.send(batch.iter());
+        self.clock.kick();
+    }
+}
+
+/// A [`UdpLink`] with its receive and timer threads. See the [module
+/// documentation](self).
+pub struct UdpWire {
+    link: Arc<UdpLink>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for UdpWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpWire")
+            .field("link", &self.link)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpWire {
+    /// Binds a link to `ip` and starts its threads, delivering to
+    /// `endpoint`. The caller attaches [`UdpWire::link`] to the HCA.
+    ///
+    /// # Errors
+    /// The socket's, or a thread that could not be started.
+    pub fn start(endpoint: Arc<dyn Endpoint>, ip: IpAddr, config: &UdpConfig) -> io::Result<Self> {
+        let link = Arc::new(UdpLink::bind(ip, config)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut wire = Self {
+            link,
+            stop,
+            threads: Vec::new(),
+        };
+        let (l, s, e) = (
+            Arc::clone(&wire.link),
+            Arc::clone(&wire.stop),
+            Arc::clone(&endpoint),
+        );
+        wire.threads.push(
+            std::thread::Builder::new()
+                .name("irpverbs-udp-rx".into())
+                .spawn(move || {
+                    e.run_thread("irpverbs-udp-rx", &mut || {
+                        let mut rx = sys::Receiver::new(l.v6);
+                        while !s.load(Ordering::Acquire) {
+                            l.receive_batch(&mut rx, &*e);
+                        }
+                    });
+                })?,
+        );
+        let l = Arc::clone(&wire.link);
+        wire.threads.push(
+            std::thread::Builder::new()
+                .name("irpverbs-udp-timer".into())
+                .spawn(move || {
+                    endpoint.run_thread("irpverbs-udp-timer", &mut || {
+                        let clock = &l.clock;
+                        loop {
+                            clock.idle.store(true, Ordering::SeqCst);
+                            let next = endpoint.advance_clock(clock.now_ns());
+                            add(&l.counters.clock_calls, 1);
+                            if next.is_some() {
+                                clock.idle.store(false, Ordering::SeqCst);
+                            }
+                            if !clock.sleep(next) {
+                                break;
+                            }
+                        }
+                    });
+                })?,
+        );
+        Ok(wire)
+    }
+
+    /// The link, to attach to the HCA.
+    #[must_use]
+    pub fn link(&self) -> &Arc<UdpLink> {
+        &self.link
+    }
+
+    /// The address bound.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.link.local
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> UdpStats {
+        self.link.stats()
+    }
+
+    /// Stops and joins the threads; the counters.
+    pub fn stop(mut self) -> UdpStats {
+        self.shutdown();
+        self.link.stats()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.link.wake_receiver();
+        self.link.clock.stop();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for UdpWire {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

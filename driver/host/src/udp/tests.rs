@@ -1,0 +1,291 @@
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A received datagram, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Got {
+    sgid: Gid,
+    dgid: Gid,
+    src_port: u16,
+    traffic_class: u8,
+    hop_limit: u8,
+    payload: Vec<u8>,
+}
+
+/// Records what arrives; its clock hands out the deadlines of `deadlines`
+/// (relative to the call) one per call, then none.
+#[derive(Default)]
+struct Recorder {
+    got: Mutex<Vec<Got>>,
+    clock_calls: AtomicU64,
+    deadlines: Mutex<VecDeque<u64>>,
+    cv: Condvar,
+}
+
+impl Endpoint for Recorder {
+    fn receive(&self, d: &Datagram<'_>) {
+        self.got
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Got {
+                sgid: d.sgid,
+                dgid: d.dgid,
+                src_port: d.src_port,
+                traffic_class: d.traffic_class,
+                hop_limit: d.hop_limit,
+                payload: d.payload.to_vec(),
+            });
+        self.cv.notify_all();
+    }
+
+    fn advance_clock(&self, now_ns: u64) -> Option<u64> {
+        self.clock_calls.fetch_add(1, Ordering::SeqCst);
+        self.cv.notify_all();
+        self.deadlines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+            .map(|d| now_ns + d)
+    }
+}
+
+impl Recorder {
+    /// Waits (up to a minute: the condition, not the time, is tested) until
+    /// `n` datagrams arrived.
+    fn wait_for(&self, n: usize) -> Vec<Got> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut g = self.got.lock().unwrap_or_else(PoisonError::into_inner);
+        while g.len() < n && Instant::now() < deadline {
+            g = self
+                .cv
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        g.clone()
+    }
+
+    fn wait_clock_calls(&self, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut g = self.got.lock().unwrap_or_else(PoisonError::into_inner);
+        while self.clock_calls.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+            g = self
+                .cv
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(g);
+        self.clock_calls.load(Ordering::SeqCst)
+    }
+}
+
+fn v4(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+}
+
+/// Two wires on 127.0.0.1 and 127.0.0.2 with one port (a free one).
+fn pair() -> ((UdpWire, Arc<Recorder>), (UdpWire, Arc<Recorder>)) {
+    for _ in 0..20 {
+        let ra = Arc::new(Recorder::default());
+        let config = UdpConfig {
+            port: 0,
+            ..UdpConfig::default()
+        };
+        let a = UdpWire::start(ra.clone(), v4(1), &config).expect("bind 127.0.0.1");
+        let config = UdpConfig {
+            port: a.local_addr().port(),
+            ..UdpConfig::default()
+        };
+        let rb = Arc::new(Recorder::default());
+        if let Ok(b) = UdpWire::start(rb.clone(), v4(2), &config) {
+            return ((a, ra), (b, rb));
+        }
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+fn datagram(from: IpAddr, to: IpAddr, src_port: u16, payload: &[u8]) -> Datagram<'_> {
+    Datagram {
+        sgid: ip_gid(from),
+        dgid: ip_gid(to),
+        src_port,
+        traffic_class: 0x28,
+        flow_label: 0,
+        hop_limit: 17,
+        payload,
+    }
+}
+
+#[test]
+fn gids_and_addresses_map_both_ways() {
+    let ip = v4(9);
+    let gid = ip_gid(ip);
+    assert_eq!(&gid[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]);
+    assert_eq!(gid_ip(&gid), ip);
+    let v6: IpAddr = "fd77::2".parse().unwrap();
+    assert_eq!(gid_ip(&ip_gid(v6)), v6);
+    assert_eq!(gid_ip(&ip_gid(IpAddr::V6(Ipv6Addr::LOCALHOST))).to_string(), "::1");
+}
+
+#[test]
+fn the_ib_mtu_fits_the_ip_mtu() {
+    use irpverbs_abi::{IV_MTU_256, IV_MTU_1024, IV_MTU_2048, IV_MTU_4096};
+    assert_eq!(ib_mtu_for(1500, false), Some(IV_MTU_1024));
+    assert_eq!(ib_mtu_for(1500, true), Some(IV_MTU_1024));
+    assert_eq!(ib_mtu_for(9000, false), Some(IV_MTU_4096));
+    assert_eq!(ib_mtu_for(65536, true), Some(IV_MTU_4096));
+    assert_eq!(ib_mtu_for(4096 + roce_overhead(false) - 1, false), Some(IV_MTU_2048));
+    assert_eq!(ib_mtu_for(256 + roce_overhead(true), true), Some(IV_MTU_256));
+    assert_eq!(ib_mtu_for(300, false), None);
+    let lo = path_mtu(v4(1), v4(2)).expect("route over lo");
+    assert!(lo >= 1280, "{lo}");
+}
+
+#[test]
+fn datagrams_cross_with_addresses_ports_and_header_fields() {
+    let ((a, _ra), (b, rb)) = pair();
+    let port = a.local_addr().port();
+    let (ia, ib) = (v4(1), v4(2));
+    let payloads: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 20 + usize::from(i)]).collect();
+    // Runs of three source ports: the listening one, 0 (= listening) and
+    // one of its own (a socket bound on first use).
+    let own = if port == u16::MAX { port - 1 } else { port + 1 };
+    let src = |i: usize| match i / 40 {
+        0 => port,
+        1 => 0,
+        _ => own,
+    };
+    a.link().send(
+        payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| datagram(ia, ib, src(i), p)),
+    );
+    let got = rb.wait_for(payloads.len());
+    assert_eq!(got.len(), payloads.len(), "{:?}", a.stats());
+    for (i, g) in got.iter().enumerate() {
+        // One socket per source port keeps each run in order; runs from
+        // different sockets may interleave.
+        let k = usize::from(g.payload[0]);
+        assert_eq!(g.payload, payloads[k], "datagram {i}");
+        assert_eq!(g.sgid, ip_gid(ia));
+        assert_eq!(g.dgid, ip_gid(ib));
+        let want = if src(k) == own { own } else { port };
+        assert_eq!(g.src_port, want, "datagram {k}");
+        if cfg!(target_os = "linux") {
+            assert_eq!((g.traffic_class, g.hop_limit), (0x28, 17));
+        }
+    }
+    let s = a.stats();
+    assert_eq!(s.sent, 100);
+    assert_eq!(s.send_dropped + s.send_failed + s.port_fallbacks, 0);
+    if cfg!(target_os = "linux") {
+        // 32 per system call: runs of 40, 40 and 20.
+        assert_eq!(s.send_calls, 5, "{s:?}");
+    }
+    assert_eq!(b.stats().received, 100);
+    assert!(b.stats().recv_batches <= 100);
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn wrong_family_and_oversized_datagrams_are_counted() {
+    let ((a, _ra), (b, rb)) = pair();
+    let v6: IpAddr = "fd77::2".parse().unwrap();
+    a.link().send([datagram(v4(1), v6, 0, b"x")].into_iter());
+    assert_eq!(a.stats().send_failed, 1);
+    let big = vec![7u8; sys::RECV_MAX + 1];
+    let small = [1u8; 8];
+    a.link().send(
+        [
+            datagram(v4(1), v4(2), 0, &big),
+            datagram(v4(1), v4(2), 0, &small),
+        ]
+        .into_iter(),
+    );
+    let got = rb.wait_for(1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, small);
+    let s = b.stop();
+    assert_eq!((s.received, s.truncated), (1, 1), "{s:?}");
+    a.stop();
+}
+
+#[test]
+fn ipv6_datagrams_reach_the_link_itself() {
+    let r = Arc::new(Recorder::default());
+    let lo = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    let config = UdpConfig {
+        port: 0,
+        ..UdpConfig::default()
+    };
+    let w = match UdpWire::start(r.clone(), lo, &config) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("skipped: no IPv6 loopback here ({e})");
+            return;
+        }
+    };
+    w.link()
+        .send([datagram(lo, lo, 0, b"over IPv6")].into_iter());
+    let got = r.wait_for(1);
+    assert_eq!(got.len(), 1, "{:?}", w.stats());
+    assert_eq!(got[0].sgid, ip_gid(lo));
+    assert_eq!(got[0].dgid, ip_gid(lo));
+    assert_eq!(got[0].src_port, w.local_addr().port());
+    assert_eq!(got[0].payload, b"over IPv6");
+    if cfg!(target_os = "linux") {
+        assert_eq!((got[0].traffic_class, got[0].hop_limit), (0x28, 17));
+    }
+    w.stop();
+}
+
+#[test]
+fn the_timer_thread_follows_deadlines_and_wakes_on_traffic() {
+    let ((a, ra), (b, _rb)) = pair();
+    // The first call (at start) returned no deadline: idle.
+    assert!(ra.wait_clock_calls(1) >= 1);
+    // Three deadlines 1 ms apart, then none: four more calls.
+    ra.deadlines
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend([1_000_000, 1_000_000, 1_000_000]);
+    // A transmit wakes the idle timer thread.
+    let batch = {
+        let mut b = TxBatch::default();
+        b.push(&datagram(v4(1), v4(2), 0, b"kick"));
+        b
+    };
+    a.link().transmit(&batch);
+    let calls = ra.wait_clock_calls(5);
+    assert!(calls >= 5, "{calls}");
+    // Idle again; a received batch wakes it too.
+    let before = ra.clock_calls.load(Ordering::SeqCst);
+    b.link()
+        .send([datagram(v4(2), v4(1), 0, b"to a")].into_iter());
+    assert!(ra.wait_clock_calls(before + 1) > before);
+    assert_eq!(a.stats().clock_calls, ra.clock_calls.load(Ordering::SeqCst));
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn a_taken_address_is_refused_and_dropping_a_wire_joins_its_threads() {
+    let ((a, ra), (b, _rb)) = pair();
+    let again = UdpWire::start(
+        Arc::new(Recorder::default()),
+        v4(1),
+        &UdpConfig {
+            port: a.local_addr().port(),
+            ..UdpConfig::default()
+        },
+    );
+    assert!(again.is_err());
+    drop(a);
+    drop(b);
+    // The threads held the endpoint: joined, they released it.
+    assert_eq!(Arc::strong_count(&ra), 1);
+}
