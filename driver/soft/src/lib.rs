@@ -151,6 +151,7 @@ mod table;
 mod tests_dp;
 #[cfg(test)]
 mod testutil;
+pub mod wire;
 
 use alloc::collections::VecDeque;
 use alloc::sync::{Arc, Weak};
