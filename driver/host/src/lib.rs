@@ -12,13 +12,15 @@
 //!   (`include/irpverbs_host.h`), exported from the cdylib;
 //! - [`user`] is the speed-path library for C ULPs
 //!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
-//!   query interface (`include/irpverbs_kernel.h`), exported from it too.
+//!   query interface (`include/irpverbs_kernel.h`), exported from it too;
+//! - [`pcap::Capture`] records RoCEv2 packets in a pcap file.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod demo;
 pub mod device;
+pub mod pcap;
 pub mod perf;
 pub mod platform;
 pub mod user;
