@@ -9,14 +9,17 @@
 //!   [`Engine::Thread`]: the firmware runs on its own thread, like hardware,
 //!   and interrupts that thread's "processor".
 //! - [`HostFile::submit`] is `IoCallDriver` for a `DeviceIoControl`: access
-//!   check against the file's granted access, a request, the I/O queue
-//!   callback at DISPATCH_LEVEL, and "pended" if the driver did not complete
-//!   it inside the callback.
+//!   check against the file's granted access, a request, the in-caller-context
+//!   callback on the caller's thread at PASSIVE_LEVEL
+//!   ([`Device::in_caller_context`]), the I/O queue callback at
+//!   DISPATCH_LEVEL, and "pended" if the driver did not complete it inside
+//!   the callbacks.
 //! - Dropping a [`HostFile`] is `CloseHandle`: cleanup, then close once the
 //!   driver has completed every request of the file (the verifier
 //!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
-//! - The speed path: the create verbs' rings are the driver's memory in the
-//!   same process, and the doorbells ([`Doorbells`] for [`HostDevice`] and
+//! - The speed path: the rings are the driver's memory in the same process
+//!   (`IOCTL_IV_MAP_RINGS` "maps" them at their own addresses, under the
+//!   verifier's mapping checks), and the doorbells ([`Doorbells`] for [`HostDevice`] and
 //!   [`HostFile`]) call the soft HCA's. A [`HostFile`] is a
 //!   [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]); kernel-style
 //!   callers open a kernel-mode file ([`HostDevice::open_kernel`]) and get
@@ -502,6 +505,14 @@ impl HostFile {
             Some(Arc::clone(&self.dev.cancel)),
         );
         let handle = request.handle();
+        // EvtIoInCallerContext: on the caller's thread, at its IRQL
+        // (PASSIVE_LEVEL), before the request is queued.
+        let Some(request) = self.dev.device.in_caller_context(request) else {
+            return Submitted {
+                pended: !handle.is_completed(),
+                handle: Some(handle),
+            };
+        };
         let old = self.dev.platform.raise_irql(DISPATCH_LEVEL);
         self.dev.device.dispatch_ioctl(request);
         let pended = !handle.is_completed();

@@ -884,6 +884,24 @@ impl<P: Platform> Hca for SoftHca<P> {
         self.doorbell(|fw| fw.ring_srq(srqn));
     }
 
+    /// The driver removed the device: the MRs (and the commands not yet
+    /// executed, which may carry a registration's region) are dropped, so
+    /// every pin of registered memory ends now; inbound packets not yet
+    /// processed go too. Queues, rings and QPs stay for kernel ULPs still
+    /// viewing their rings; a WQE that names a dropped MR now fails with a
+    /// protection error.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn device_removed(&self) {
+        let (queued, mrs) = self.state.lock(|st| {
+            let queued = core::mem::take(&mut st.queue);
+            (queued, st.firmware.drop_mrs())
+        });
+        let inbound = self.inbox.lock(core::mem::take);
+        self.inbox_pending.store(false, Ordering::Release);
+        drop((queued, mrs, inbound));
+    }
+
     /// CQ `cqn` was armed: when completions it would fire for wait
     /// unpolled, fires at once (and disarms).
     ///
