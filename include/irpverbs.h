@@ -213,6 +213,19 @@
 #define IOCTL_IV_ACK_ASYNC_EVENT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2121 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Map the rings of a CQ, QP or SRQ into the caller's address space: a
+ * user-mode caller's create (and resize) responses carry the rings'
+ * geometry with zero addresses, and this returns the addresses, the same
+ * ones on every call for the same ring. The mapping lasts until the object
+ * is destroyed (or, for a CQ, resized) and the caller's next request on the
+ * file, or until the file's cleanup; it belongs to the process that first
+ * mapped or registered memory through the file (`STATUS_ACCESS_DENIED` for
+ * any other). Kernel callers get the kernel addresses their create
+ * responses carry. In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
+ */
+#define IOCTL_IV_MAP_RINGS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2128 << 2)) | METHOD_BUFFERED)
+
+/**
  * Size of a cache line, and of one ring index slot.
  */
 #define IV_CACHE_LINE 64
@@ -1180,8 +1193,10 @@ typedef struct IvCreateCqIn {
 } IvCreateCqIn;
 
 /**
- * Where a ring lives, as the create verbs return it. Addresses are in the
- * caller's address space (a user mapping for user-mode callers).
+ * Where a ring lives, as the create verbs and `IOCTL_IV_MAP_RINGS` return
+ * it. Addresses are in the caller's address space: kernel addresses for
+ * kernel callers; for user-mode callers the create verbs return the
+ * geometry with zero addresses, and `IOCTL_IV_MAP_RINGS` the user mapping.
  */
 typedef struct IvRingMap {
   /**
@@ -1219,7 +1234,8 @@ typedef struct IvCreateCqOut {
    */
   uint32_t cqe;
   /**
-   * The CQ ring, mapped into the caller's address space.
+   * The CQ ring: kernel callers get its addresses; user-mode callers its
+   * geometry, with zero addresses (`IOCTL_IV_MAP_RINGS` maps it).
    */
   struct IvRingMap ring;
 } IvCreateCqOut;
@@ -1255,10 +1271,26 @@ typedef struct IvResizeCqOut {
    */
   uint32_t reserved;
   /**
-   * The new ring (unpolled entries were moved to it; the old one is gone).
+   * The new ring (unpolled entries were moved to it; the old one is gone),
+   * as [`IvCreateCqOut::ring`] gives it.
    */
   struct IvRingMap ring;
 } IvResizeCqOut;
+
+/**
+ * Response of `IOCTL_IV_MAP_RINGS`: the object's rings in the caller's
+ * address space.
+ */
+typedef struct IvMapRingsOut {
+  /**
+   * CQ: its ring. QP: its send queue. SRQ: its ring.
+   */
+  struct IvRingMap ring;
+  /**
+   * QP: its receive queue (`entries == 0` with an SRQ). CQ, SRQ: zero.
+   */
+  struct IvRingMap rq;
+} IvMapRingsOut;
 
 /**
  * Work queue sizes of a QP.
@@ -1349,11 +1381,11 @@ typedef struct IvCreateQpOut {
    */
   struct IvQpCap cap;
   /**
-   * The send queue ring.
+   * The send queue ring, as [`IvCreateCqOut::ring`] gives it.
    */
   struct IvRingMap sq;
   /**
-   * The receive queue ring (`entries == 0` with an SRQ).
+   * The receive queue ring (`entries == 0` with an SRQ), likewise.
    */
   struct IvRingMap rq;
 } IvCreateQpOut;
@@ -1631,7 +1663,7 @@ typedef struct IvCreateSrqOut {
    */
   uint32_t reserved;
   /**
-   * The SRQ ring.
+   * The SRQ ring, as [`IvCreateCqOut::ring`] gives it.
    */
   struct IvRingMap ring;
 } IvCreateSrqOut;

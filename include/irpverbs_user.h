@@ -1,11 +1,14 @@
 /*
  * irpverbs_user.h - the speed path for user-mode C ULPs: post send, post
- * receive, poll CQ and arm CQ with no system call, on the rings the create
- * IOCTLs mapped into the process.
+ * receive, poll CQ and arm CQ with no system call, on the rings the driver
+ * mapped into the process.
  *
  * The control path stays DeviceIoControl (irpverbs.h). After creating a CQ,
  * QP or SRQ, the ULP opens it here from the create response and the device
- * HANDLE it was created on:
+ * HANDLE it was created on. A user-mode create response carries only the
+ * rings' geometry; the open maps them into the process with
+ * IOCTL_IV_MAP_RINGS (which a ULP may also call itself: it returns the same
+ * addresses every time):
  *
  *     IvCreateQpOut out;  ... DeviceIoControl(dev, IOCTL_IV_CREATE_QP, ...)
  *     IvUserQp *qp = IvUserQpOpen(dev, &out);
@@ -36,13 +39,14 @@
  * speed-path call after the device HANDLE was closed fails with
  * STATUS_INVALID_HANDLE instead of touching freed rings.
  *
- * What the Windows build of this library needs that host mode does not:
- *  - the rings: the driver maps each ring into the creating process at
- *    create (an MDL over the ring's nonpaged memory, MmMapLockedPagesSpecify-
- *    Cache(UserMode) in that process' context) and reports those addresses
- *    in IvRingMap; it unmaps them at destroy and at file cleanup. A post
- *    through an object left open after its destroy then faults (the host
- *    library refuses the destroy instead);
+ * On Windows irpverbs.sys maps each ring into the process on
+ * IOCTL_IV_MAP_RINGS (an MDL over the ring's nonpaged memory,
+ * MmMapLockedPagesSpecifyCache(UserMode) in the caller's context) and
+ * unmaps it, in the process, at the first request after the object's
+ * destroy (or the CQ's resize) and at the file's cleanup. A post through an
+ * object left open after its destroy may then fault (the host library
+ * refuses the destroy instead). What the Windows build of this library
+ * needs that host mode does not:
  *  - the doorbells: a doorbell (UAR) page mapped into the process per open
  *    of the device, by an IOCTL the ABI does not have yet (e.g.
  *    IOCTL_IV_MAP_UAR), each doorbell a 32-bit write of the queue kind and
@@ -99,7 +103,8 @@ typedef struct IvUserQp IvUserQp;
 typedef struct IvUserCq IvUserCq;
 typedef struct IvUserSrq IvUserSrq;
 
-/* Opens the QP the unmodified IOCTL_IV_CREATE_QP response `qp` describes,
+/* Opens the QP the unmodified IOCTL_IV_CREATE_QP response `qp` describes
+ * (mapping its rings with IOCTL_IV_MAP_RINGS),
  * created on `device`. NULL with ERROR_INVALID_HANDLE (not an open device),
  * ERROR_INVALID_PARAMETER (NULL, or rings that cannot hold the WQEs the
  * response's cap allows). */

@@ -1,6 +1,25 @@
 //! Configures the driver's link against the WDK (KMDF libraries, entry
-//! point, subsystem) from `[package.metadata.wdk]` in Cargo.toml.
+//! point, subsystem) from `[package.metadata.wdk]` in Cargo.toml, and
+//! compiles `src/seh.c` (the `__try` / `__except` shim around the two kernel
+//! calls that raise exceptions) with the WDK's compiler, headers and
+//! preprocessor definitions into a static library linked into the driver.
+//!
+//! The shim is compiled only for Windows targets: it is MSVC C with SEH. The
+//! Linux type-check (`linux-check/check.sh`) never links, so it needs none.
 
 fn main() -> Result<(), wdk_build::ConfigError> {
-    wdk_build::configure_wdk_binary_build()
+    let config = wdk_build::Config::from_env_auto()?;
+    println!("cargo::rerun-if-changed=src/seh.c");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("windows") {
+        let mut shim = cc::Build::new();
+        for (name, value) in config.preprocessor_definitions() {
+            shim.define(&name, value.as_deref());
+        }
+        shim.includes(config.include_paths()?)
+            // Kernel-mode code generation (what the WDK's MSBuild props pass).
+            .flag("/kernel")
+            .file("src/seh.c")
+            .compile("irpverbs_seh");
+    }
+    config.configure_binary_build()
 }

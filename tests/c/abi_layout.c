@@ -174,6 +174,12 @@ IV_STATIC_ASSERT(offsetof(IvResizeCqOut, cqe) == 0, "offsetof(IvResizeCqOut, cqe
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, reserved) == 4, "offsetof(IvResizeCqOut, reserved)");
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, ring) == 8, "offsetof(IvResizeCqOut, ring)");
 
+IV_STATIC_ASSERT(sizeof(IvMapRingsOut) == 48, "sizeof(IvMapRingsOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvMapRingsOut) == 8, "alignof(IvMapRingsOut)");
+IV_STATIC_ASSERT(sizeof(struct IvMapRingsOut) == sizeof(IvMapRingsOut), "struct IvMapRingsOut");
+IV_STATIC_ASSERT(offsetof(IvMapRingsOut, ring) == 0, "offsetof(IvMapRingsOut, ring)");
+IV_STATIC_ASSERT(offsetof(IvMapRingsOut, rq) == 24, "offsetof(IvMapRingsOut, rq)");
+
 IV_STATIC_ASSERT(sizeof(IvQpCap) == 24, "sizeof(IvQpCap)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvQpCap) == 4, "alignof(IvQpCap)");
 IV_STATIC_ASSERT(sizeof(struct IvQpCap) == sizeof(IvQpCap), "struct IvQpCap");
@@ -456,6 +462,7 @@ IV_STATIC_ASSERT(IOCTL_IV_GET_CQ_EVENT == 0x003BE108u, "IOCTL_IV_GET_CQ_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_ACK_CQ_EVENTS == 0x003BE10Cu, "IOCTL_IV_ACK_CQ_EVENTS");
 IV_STATIC_ASSERT(IOCTL_IV_GET_ASYNC_EVENT == 0x003BE120u, "IOCTL_IV_GET_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_ACK_ASYNC_EVENT == 0x003BE124u, "IOCTL_IV_ACK_ASYNC_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_MAP_RINGS == 0x003BE140u, "IOCTL_IV_MAP_RINGS");
 
 /* ---- constants */
 

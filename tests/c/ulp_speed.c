@@ -52,6 +52,16 @@ static NTSTATUS ioctl(DWORD code, const void *in, DWORD in_len, void *out, DWORD
     return (NTSTATUS)(DWORD)ov.Internal;
 }
 
+/* The rings of `handle`, mapped into the process: a user-mode create
+ * response carries only their geometry. */
+static IvMapRingsOut map_rings(IvHandle handle) {
+    IvHandleIn in = {handle};
+    IvMapRingsOut m;
+    memset(&m, 0, sizeof m);
+    CHECK(ioctl(IOCTL_IV_MAP_RINGS, &in, sizeof in, &m, sizeof m) == 0, "map rings");
+    return m;
+}
+
 /* The ring's control block and slot `index`, as mapped into the process. */
 static volatile IvRingControl *control(const IvRingMap *m) {
     return (volatile IvRingControl *)(uintptr_t)m->control_addr;
@@ -101,6 +111,21 @@ int main(void) {
     srqin.max_sge = 1;
     IvCreateSrqOut srq;
     CHECK(ioctl(IOCTL_IV_CREATE_SRQ, &srqin, sizeof srqin, &srq, sizeof srq) == 0, "create srq");
+
+    /* The creates gave the geometry; IOCTL_IV_MAP_RINGS the addresses, the
+     * same ones every time. */
+    CHECK(qp.sq.control_addr == 0 && qp.sq.entries != 0 && spare.ring.entries_addr == 0,
+          "geometry only");
+    IvMapRingsOut qm = map_rings(qp.qp);
+    CHECK(qm.ring.entries == qp.sq.entries && qm.rq.entries == qp.rq.entries &&
+              qm.ring.control_addr != 0 && qm.rq.control_addr != 0,
+          "qp rings mapped");
+    IvMapRingsOut again = map_rings(qp.qp);
+    CHECK(memcmp(&again, &qm, sizeof qm) == 0, "mapped once");
+    qp.sq = qm.ring;
+    qp.rq = qm.rq;
+    spare.ring = map_rings(spare.cq).ring;
+    srq.ring = map_rings(srq.srq).ring;
 
     /* Open them in the library. */
     IvUserQp *uqp = IvUserQpOpen(dev, &qp);
@@ -236,6 +261,7 @@ int main(void) {
     CHECK(ioctl(IOCTL_IV_RESIZE_CQ, &rs, sizeof rs, &rso, sizeof rso) == 0, "resize");
     spare.cqe = rso.cqe;
     spare.ring = rso.ring;
+    CHECK(spare.ring.control_addr == 0, "the new ring: geometry only");
     ucq = IvUserCqOpen(dev, &spare);
     CHECK(ucq != NULL && IvUserPollCq(ucq, wc, 4) == 0, "reopened after resize");
 #endif

@@ -37,6 +37,7 @@ pub const SUITE: &[(&str, Test)] = &[
     ("srq_modify_query", srq_modify_query),
     ("ah_checks", ah_checks),
     ("close_with_objects_alive", close_with_objects_alive),
+    ("rings_map_into_the_caller", rings_map_into_the_caller),
     // The data path: the speed path, every completion status.
     ("dp_rc_send_recv_sgl", dp::dp_rc_send_recv_sgl),
     (
@@ -1098,5 +1099,67 @@ fn close_with_objects_alive(d: &dyn Dut) -> Result<(), String> {
         drop(buf);
         d.check_quiescent()?;
     }
+    Ok(())
+}
+
+/// A user-mode create carries only its rings' geometry; `IOCTL_IV_MAP_RINGS`
+/// maps them into the caller and answers the same addresses every time.
+fn rings_map_into_the_caller(d: &dyn Dut) -> Result<(), String> {
+    let c = open(d)?;
+    let other = open(d)?;
+    let geometry_only = |m: &IvRingMap| m.control_addr == 0 && m.entries_addr == 0 && m.entries > 0;
+    let mapped_as = |m: &IvRingMap, g: &IvRingMap| {
+        m.control_addr != 0
+            && m.entries_addr == m.control_addr + size_of::<IvRingControl>() as u64
+            && (m.entries, m.stride) == (g.entries, g.stride)
+    };
+    let pd = ok("alloc_pd", c.alloc_pd())?.pd;
+    let cq = ok("create_cq", c.create_cq(8))?;
+    check!(geometry_only(&cq.ring), "cq ring {:?}", cq.ring);
+    let m = ok("map cq", c.map_rings(cq.cq))?;
+    check!(mapped_as(&m.ring, &cq.ring), "cq mapped {:?}", m.ring);
+    check!(m.rq == IvRingMap::default(), "a cq has one ring");
+    check!(
+        ok("map cq again", c.map_rings(cq.cq))? == m,
+        "the same addresses"
+    );
+    let qp = ok("create_qp", c.create_qp(pd, cq.cq, IV_QPT_RC))?;
+    check!(geometry_only(&qp.sq) && geometry_only(&qp.rq), "qp rings");
+    let m = ok("map qp", c.map_rings(qp.qp))?;
+    check!(
+        mapped_as(&m.ring, &qp.sq) && mapped_as(&m.rq, &qp.rq),
+        "qp mapped {m:?}"
+    );
+    let srq = ok("create_srq", c.create_srq(pd, 4, 0))?;
+    check!(geometry_only(&srq.ring), "srq ring");
+    let m = ok("map srq", c.map_rings(srq.srq))?;
+    check!(mapped_as(&m.ring, &srq.ring), "srq mapped {:?}", m.ring);
+    expect("map a pd", c.map_rings(pd), STATUS_INVALID_HANDLE)?;
+    expect(
+        "map a foreign cq",
+        other.map_rings(cq.cq),
+        STATUS_INVALID_HANDLE,
+    )?;
+    ok("destroy_qp", c.destroy_qp(qp.qp))?;
+    expect(
+        "map a destroyed qp",
+        c.map_rings(qp.qp),
+        STATUS_INVALID_HANDLE,
+    )?;
+    let resized = ok("resize_cq", c.resize_cq(cq.cq, 32))?;
+    check!(
+        geometry_only(&resized.ring),
+        "resized ring {:?}",
+        resized.ring
+    );
+    let m = ok("map resized cq", c.map_rings(cq.cq))?;
+    check!(
+        mapped_as(&m.ring, &resized.ring),
+        "resized mapped {:?}",
+        m.ring
+    );
+    ok("destroy srq", c.destroy_srq(srq.srq))?;
+    ok("destroy cq", c.destroy_cq(cq.cq))?;
+    ok("dealloc pd", c.dealloc_pd(pd))?;
     Ok(())
 }

@@ -453,7 +453,13 @@ fn kmdf_manifest_is_a_kmdf_driver_in_its_own_workspace() {
         assert!(value.contains("path = \"../"), "{dep} by path: {value}");
     }
     assert!(toml_value(table("build-dependencies"), "wdk-build").is_some());
-    assert!(read("driver/kmdf/build.rs").contains("wdk_build::configure_wdk_binary_build()"));
+    // wdk_build::configure_wdk_binary_build(), spelled out so that the
+    // shim can be compiled with the same configuration.
+    let build = read("driver/kmdf/build.rs");
+    assert!(
+        build.contains("wdk_build::Config::from_env_auto()?")
+            && build.contains("config.configure_binary_build()")
+    );
     assert!(
         read("driver/kmdf/.cargo/config.toml").contains("target-feature=+crt-static"),
         "static CRT"
@@ -471,8 +477,8 @@ fn root_workspace_excludes_the_driver_and_builds_the_runner() {
     let workspace = toml_table(&manifest, "workspace").expect("root [workspace]");
     assert_eq!(
         toml_value(workspace, "exclude"),
-        Some("[\"driver/kmdf\"]"),
-        "Linux builds never see the KMDF crate"
+        Some("[\"driver/kmdf\", \"driver/soft/fuzz\"]"),
+        "Linux builds never see the KMDF crate (nor the fuzz targets, which need libFuzzer)"
     );
     let members_start = workspace.find("members").expect("members");
     let members = &workspace[members_start
@@ -559,10 +565,11 @@ fn device_interface_guid_agrees() {
 // ------------------------------------------------------------------ same mapping
 
 /// The entry points of `irpverbs_core::Device` an OS layer calls.
-const ENTRY_POINTS: [&str; 7] = [
+const ENTRY_POINTS: [&str; 8] = [
     "create_file",
     "cleanup_file",
     "close_file",
+    "in_caller_context",
     "dispatch_ioctl",
     "dpc",
     "cancel",
@@ -605,7 +612,7 @@ fn calls(code: &str, receivers: &[&str]) -> BTreeSet<&'static str> {
 
 #[test]
 fn kmdf_glue_is_the_host_devices_mapping() {
-    let core = code_of(&read("driver/core/src/device.rs"));
+    let core = code_of(&(read("driver/core/src/device.rs") + &read("driver/core/src/maps.rs")));
     for name in ENTRY_POINTS {
         assert!(
             core.contains(&format!("pub fn {name}(")),
@@ -677,23 +684,30 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
 
 #[test]
 fn kernel_interface_guid_agrees() {
-    let kmdf = read("driver/kmdf/src/kernel.rs");
-    let verbs = read("ulp/verbs/src/kernel.rs");
+    let table = read("driver/kernel-table/src/kernel.rs");
     let header = read("include/irpverbs_kernel.h");
-    let ours = hex_numbers(between(
-        &kmdf,
-        "pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {",
-        "};",
-    ));
-    let host = hex_numbers(between(&verbs, "pub const IV_KERNEL_INTERFACE_GUID", ");"));
+    let ours = hex_numbers(between(&table, "pub const IV_KERNEL_INTERFACE_GUID", ");"));
     let c = hex_numbers(between(
         &header,
         "#define IV_KERNEL_INTERFACE_GUID_INIT",
         "} }",
     ));
     assert_eq!(ours.len(), 11, "{ours:x?}");
-    assert_eq!(ours, host, "the KMDF table's GUID is irpverbs_verbs's");
-    assert_eq!(ours, c, "the KMDF table's GUID is the header's");
+    assert_eq!(ours, c, "the table's GUID is the header's");
+    // The driver's GUID is built from the table crate's constant, not
+    // written out again.
+    let kmdf = read("driver/kmdf/src/kernel.rs");
+    let guid = code_of(between(
+        &kmdf,
+        "pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {",
+        "};",
+    ));
+    for (field, part) in [("Data1", 0), ("Data2", 1), ("Data3", 2), ("Data4", 3)] {
+        assert!(
+            guid.contains(&format!("{field}: IV_KERNEL_INTERFACE_GUID.{part},")),
+            "{field} comes from irpverbs_kernel_table: {guid}"
+        );
+    }
     assert!(kmdf.contains("`{17EE45AE-E023-4F3B-81FC-6784694953D3}`"));
     // Registered for IRP_MN_QUERY_INTERFACE.
     let device = code_of(&read("driver/kmdf/src/device.rs"));
@@ -701,34 +715,76 @@ fn kernel_interface_guid_agrees() {
     assert!(device.contains("GUID_IV_KERNEL_INTERFACE"));
 }
 
-/// The field names of `pub struct $name { ... }`, in order.
-fn struct_fields(source: &str, name: &str) -> Vec<String> {
-    let body = between(source, &format!("pub struct {name} {{"), "\n}");
-    body.lines()
-        .skip(1)
-        .filter_map(|l| l.trim().strip_prefix("pub "))
-        .filter_map(|l| l.split(':').next())
-        .map(|f| f.trim().to_owned())
-        .collect()
+/// Every `.rs` file under `dir`, concatenated, comments removed.
+fn code_in(dir: &str) -> String {
+    let mut code = String::new();
+    for entry in fs::read_dir(repo().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            code.push_str(&code_of(&fs::read_to_string(&path).expect("source")));
+            code.push('\n');
+        }
+    }
+    code
 }
 
 #[test]
-fn kernel_table_is_the_host_tables_transcription() {
-    let kmdf = read("driver/kmdf/src/kernel.rs");
-    let verbs = read("ulp/verbs/src/kernel.rs");
-    for name in ["IvKernelInterface", "IvKernelSendWr", "IvKernelRecvWr"] {
-        let ours = struct_fields(&kmdf, name);
-        assert!(ours.len() >= 4, "{name}: {ours:?}");
-        assert_eq!(ours, struct_fields(&verbs, name), "{name}");
-    }
-    for s in [&kmdf, &verbs] {
-        assert!(s.contains("pub const IV_KERNEL_INTERFACE_VERSION: u16 = 1;"));
-    }
-    // Every function of the table is defined with the host's name.
-    for f in struct_fields(&verbs, "IvKernelInterface").iter().skip(3) {
+fn there_is_one_kernel_table_and_the_driver_uses_it() {
+    // The table lives in the no_std crate, once.
+    let table = code_of(&read("driver/kernel-table/src/kernel.rs"));
+    assert!(table.contains("pub struct IvKernelInterface {"));
+    assert!(table.contains("pub fn interface("));
+    assert!(read("driver/kernel-table/src/lib.rs").contains("#![no_std]"));
+    // The driver and the verbs library use it; neither defines one.
+    let kmdf = code_in("driver/kmdf/src");
+    let verbs = code_in("ulp/verbs/src");
+    for (name, code) in [("driver/kmdf", &kmdf), ("ulp/verbs", &verbs)] {
         assert!(
-            kmdf.contains(&format!("unsafe extern \"C\" fn {f}(")),
-            "kmdf kernel table lacks {f}"
+            !code.contains("struct IvKernelInterface")
+                && !code.contains("extern \"C\" fn post_send("),
+            "{name} has a table of its own"
         );
     }
+    assert!(kmdf.contains("irpverbs_kernel_table::kernel::{"));
+    assert!(kmdf.contains("interface(Arc::new("));
+    assert!(verbs.contains("pub use irpverbs_kernel_table::kernel;"));
+    let manifest = read("driver/kmdf/Cargo.toml");
+    assert!(manifest.contains("irpverbs-kernel-table = { path = \"../kernel-table\" }"));
+}
+
+#[test]
+fn user_memory_goes_through_the_seh_shim() {
+    let shim = read("driver/kmdf/src/seh.c");
+    for f in ["IvProbeAndLockPages", "IvMapLockedPagesUser"] {
+        assert!(
+            shim.contains(&format!("NTSTATUS {f}(")),
+            "seh.c defines {f}"
+        );
+    }
+    assert_eq!(shim.matches("__try {").count(), 2, "each call in __try");
+    assert_eq!(
+        shim.matches("__except (EXCEPTION_EXECUTE_HANDLER)").count(),
+        2
+    );
+    assert!(shim.contains("MmProbeAndLockPages(Mdl, UserMode, Operation)"));
+    assert!(shim.contains("MmMapLockedPagesSpecifyCache(Mdl, UserMode, MmCached, NULL, FALSE,"));
+    assert!(shim.contains("NormalPagePriority | MdlMappingNoExecute"));
+    let build = read("driver/kmdf/build.rs");
+    assert!(build.contains(".file(\"src/seh.c\")") && build.contains("config.include_paths()"));
+    assert!(read("driver/kmdf/Cargo.toml").contains("cc = "));
+    // The Rust side calls the shim, never the raising calls directly.
+    let mdl = code_of(&read("driver/kmdf/src/mdl.rs"));
+    assert!(mdl.contains("fn IvProbeAndLockPages(") && mdl.contains("fn IvMapLockedPagesUser("));
+    assert!(
+        !mdl.contains("MmProbeAndLockPages("),
+        "probed only through the shim"
+    );
+    assert!(
+        mdl.contains("KeStackAttachProcess"),
+        "unmapped in its process"
+    );
+    // Rings are mapped in the caller's context and the cleanup waits for pins.
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    assert!(device.contains("state.device.in_caller_context("));
+    assert!(device.contains("pins.wait_idle()"));
 }

@@ -217,6 +217,20 @@ pub const IOCTL_IV_ACK_ASYNC_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x849 << 2)
     | METHOD_BUFFERED;
 
+/// Map the rings of a CQ, QP or SRQ into the caller's address space: a
+/// user-mode caller's create (and resize) responses carry the rings'
+/// geometry with zero addresses, and this returns the addresses, the same
+/// ones on every call for the same ring. The mapping lasts until the object
+/// is destroyed (or, for a CQ, resized) and the caller's next request on the
+/// file, or until the file's cleanup; it belongs to the process that first
+/// mapped or registered memory through the file (`STATUS_ACCESS_DENIED` for
+/// any other). Kernel callers get the kernel addresses their create
+/// responses carry. In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
+pub const IOCTL_IV_MAP_RINGS: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x850 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -440,6 +454,13 @@ pub const IOCTLS: &[IoctlInfo] = &[
         code: IOCTL_IV_ACK_ASYNC_EVENT,
         input_len: core::mem::size_of::<IvAckIn>(),
         output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "MAP_RINGS",
+        code: IOCTL_IV_MAP_RINGS,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvMapRingsOut>(),
         kernel_only: false,
     },
 ];

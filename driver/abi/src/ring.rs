@@ -55,8 +55,10 @@ pub struct IvRingControl {
     pub arm: IvRingIndex,
 }
 
-/// Where a ring lives, as the create verbs return it. Addresses are in the
-/// caller's address space (a user mapping for user-mode callers).
+/// Where a ring lives, as the create verbs and `IOCTL_IV_MAP_RINGS` return
+/// it. Addresses are in the caller's address space: kernel addresses for
+/// kernel callers; for user-mode callers the create verbs return the
+/// geometry with zero addresses, and `IOCTL_IV_MAP_RINGS` the user mapping.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,

@@ -536,7 +536,8 @@ pub struct IvCreateCqOut {
     pub cqn: u32,
     /// Actual number of entries (at least the number asked).
     pub cqe: u32,
-    /// The CQ ring, mapped into the caller's address space.
+    /// The CQ ring: kernel callers get its addresses; user-mode callers its
+    /// geometry, with zero addresses (`IOCTL_IV_MAP_RINGS` maps it).
     pub ring: IvRingMap,
 }
 abi_layout!(IvCreateCqOut { cq, cqn, cqe, ring });
@@ -566,7 +567,8 @@ pub struct IvResizeCqOut {
     pub cqe: u32,
     /// Reserved, zero.
     pub reserved: u32,
-    /// The new ring (unpolled entries were moved to it; the old one is gone).
+    /// The new ring (unpolled entries were moved to it; the old one is gone),
+    /// as [`IvCreateCqOut::ring`] gives it.
     pub ring: IvRingMap,
 }
 abi_layout!(IvResizeCqOut {
@@ -574,6 +576,20 @@ abi_layout!(IvResizeCqOut {
     reserved,
     ring
 });
+
+/// Response of `IOCTL_IV_MAP_RINGS`: the object's rings in the caller's
+/// address space.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvMapRingsOut {
+    /// CQ: its ring. QP: its send queue. SRQ: its ring.
+    pub ring: IvRingMap,
+    /// QP: its receive queue (`entries == 0` with an SRQ). CQ, SRQ: zero.
+    pub rq: IvRingMap,
+}
+abi_layout!(IvMapRingsOut { ring, rq });
 
 /// Work queue sizes of a QP.
 #[repr(C)]
@@ -651,9 +667,9 @@ pub struct IvCreateQpOut {
     pub reserved: u32,
     /// Actual work queue sizes (at least the ones asked).
     pub cap: IvQpCap,
-    /// The send queue ring.
+    /// The send queue ring, as [`IvCreateCqOut::ring`] gives it.
     pub sq: IvRingMap,
-    /// The receive queue ring (`entries == 0` with an SRQ).
+    /// The receive queue ring (`entries == 0` with an SRQ), likewise.
     pub rq: IvRingMap,
 }
 abi_layout!(IvCreateQpOut {
@@ -895,7 +911,7 @@ pub struct IvCreateSrqOut {
     pub max_sge: u32,
     /// Reserved, zero.
     pub reserved: u32,
-    /// The SRQ ring.
+    /// The SRQ ring, as [`IvCreateCqOut::ring`] gives it.
     pub ring: IvRingMap,
 }
 abi_layout!(IvCreateSrqOut {
@@ -1118,6 +1134,7 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvCreateCqOut>(),
     layout::<IvResizeCqIn>(),
     layout::<IvResizeCqOut>(),
+    layout::<IvMapRingsOut>(),
     layout::<IvQpCap>(),
     layout::<IvCreateQpIn>(),
     layout::<IvCreateQpOut>(),

@@ -24,10 +24,11 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::handle::HandleTable;
 use crate::hca::{Command, CommandOut, Event, Hca};
+use crate::maps::Maps;
 use crate::object::{Body, Kind, Life, Object};
 use crate::platform::{
-    DEVICE_LOCK, FileKey, MajorFunction, Platform, PoolCharge, Request, RequestorMode, SpinLock,
-    pool_tag,
+    DEVICE_LOCK, FileKey, MAP_LOCK, MajorFunction, Platform, PoolCharge, Request, RequestorMode,
+    SpinLock, pool_tag,
 };
 
 /// Driver version reported by `IOCTL_IV_GET_VERSION` (major.minor).
@@ -53,6 +54,7 @@ pub(crate) enum Response {
     CqEvent(IvCqEventOut),
     Channel(IvCreateChannelOut),
     Async(IvAsyncEventOut),
+    Rings(IvMapRingsOut),
 }
 
 impl Response {
@@ -75,6 +77,7 @@ impl Response {
             Response::CqEvent(v) => v.as_bytes(),
             Response::Channel(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
+            Response::Rings(v) => v.as_bytes(),
         }
     }
 }
@@ -157,6 +160,8 @@ pub struct DeviceSnapshot {
     pub waits: usize,
     /// Commands in flight or backlogged.
     pub pending_commands: usize,
+    /// Rings mapped into user processes.
+    pub user_mappings: usize,
 }
 
 pub(crate) struct State<R> {
@@ -254,7 +259,9 @@ pub(crate) enum Verb {
     QueryPort(IvQueryPortIn),
     QueryGid(IvQueryGidIn),
     AllocPd(IvAllocPdIn),
-    RegMr(IvRegMrIn, bool),
+    /// The request, whether physical, and the pinned region (taken from the
+    /// request, or pinned at dispatch for a kernel caller).
+    RegMr(IvRegMrIn, bool, Option<Arc<irpverbs_ring::Region>>),
     CreateCq(IvCreateCqIn),
     ResizeCq(IvResizeCqIn),
     CreateQp(IvCreateQpIn),
@@ -271,6 +278,7 @@ pub(crate) enum Verb {
     AckCqEvents(IvAckIn),
     GetAsyncEvent,
     AckAsyncEvent(IvAckIn),
+    MapRings(IvHandleIn),
 }
 
 impl Verb {
@@ -301,6 +309,8 @@ pub struct Device<P: Platform, H: Hca> {
     pub(crate) platform: Arc<P>,
     pub(crate) hca: H,
     pub(crate) state: P::Lock<State<P::Request>>,
+    /// User mappings of rings, by file (see [`crate::maps`]).
+    pub(crate) maps: P::Lock<Maps<P::Mapping>>,
 }
 
 impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
@@ -337,11 +347,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 by_number: BTreeMap::new(),
             },
         );
+        let maps = platform.new_lock(&MAP_LOCK, Maps::new());
         hca.arm_event_queue();
         Self {
             platform,
             hca,
             state,
+            maps,
         }
     }
 
@@ -362,11 +374,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     /// What the device holds now.
     pub fn snapshot(&self) -> DeviceSnapshot {
+        let user_mappings = self.mapping_count();
         self.state.lock(|s| DeviceSnapshot {
             files: s.files.len(),
             objects: s.counts,
             pending_commands: s.pending_len + s.backlog.len(),
             waits: s.waits.len(),
+            user_mappings,
         })
     }
 
@@ -416,9 +430,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// The last handle to a file was closed (EvtFileCleanup): no new verbs
     /// are accepted on it (`STATUS_DELETE_PENDING`), and its objects are
     /// destroyed children first, asynchronously. Requests already pending
-    /// complete as their commands do.
+    /// complete as their commands do. Every ring mapped into the file's
+    /// process is unmapped now (the rings themselves live on with their
+    /// objects until the rundown destroys them).
     ///
-    /// IRQL: <= DISPATCH_LEVEL. Never blocks.
+    /// IRQL: PASSIVE_LEVEL, in the process closing the file (on Windows the
+    /// file's own process, or the one it was handed to), when rings are
+    /// mapped; <= DISPATCH_LEVEL otherwise. Never blocks.
     pub fn cleanup_file(&self, file: FileKey) {
         let (charge, deferred) = self.state.lock(|s| {
             let known = s.files.get_mut(&file).map(|f| f.cleaning_up = true);
@@ -430,13 +448,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.platform.pool_release(c);
         }
         self.complete_all(deferred);
+        self.unmap_file(file, false);
     }
 
     /// The file object is going away (EvtFileClose). Its state is freed as
-    /// soon as its rundown finishes.
+    /// soon as its rundown finishes. A mapping still there (a platform that
+    /// skipped the cleanup) is undone.
     ///
-    /// IRQL: <= DISPATCH_LEVEL.
+    /// IRQL: PASSIVE_LEVEL when rings are still mapped; <= DISPATCH_LEVEL
+    /// otherwise.
     pub fn close_file(&self, file: FileKey) {
+        self.unmap_file(file, true);
         let charge = self.state.lock(|s| {
             let f = s.files.get_mut(&file)?;
             f.cleaning_up = true;
@@ -536,13 +558,31 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if request.output().len() < min_out {
             return self.complete(request, STATUS_BUFFER_TOO_SMALL, &Response::None);
         }
-        let verb = match self.parse(&request) {
+        let mut verb = match self.parse(&request) {
             Ok(Ok(v)) => v,
             Ok(Err(response)) => return self.complete(request, STATUS_SUCCESS, &response),
             Err(status) => return self.complete(request, status, &Response::None),
         };
         let file = request.file();
         let mode = request.requestor_mode();
+        match &mut verb {
+            Verb::MapRings(_) => return self.map_rings(request, false),
+            Verb::RegMr(i, physical, pinned) => {
+                *pinned = request.take_pin();
+                if pinned.is_none() && mode == RequestorMode::Kernel {
+                    let pin = crate::mr::check_reg_mr(self.hca.caps(), mode, i).and_then(|()| {
+                        let write = crate::mr::writable(i.access);
+                        self.platform
+                            .pin_memory(&request, i.addr, i.length, write, *physical)
+                    });
+                    match pin {
+                        Ok(region) => *pinned = Some(region),
+                        Err(status) => return self.complete(request, status, &Response::None),
+                    }
+                }
+            }
+            _ => {}
+        }
         let (outcome, deferred) = self.state.lock(|s| {
             let outcome =
                 if s.removed && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_)) {
@@ -578,6 +618,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
         for (r, status, response) in done {
             self.complete(r, status, &response);
         }
+    }
+
+    /// [`Device::parse`] for a verb the caller context handles: the output
+    /// buffer's length is checked first, and a verb answered without a
+    /// command is not one of them (`STATUS_INVALID_DEVICE_REQUEST`).
+    pub(crate) fn parse_request(&self, request: &mut P::Request) -> Result<Verb, NtStatus> {
+        let min_out = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
+        if request.output().len() < min_out {
+            return Err(STATUS_BUFFER_TOO_SMALL);
+        }
+        self.parse(request)?
+            .map_err(|_| STATUS_INVALID_DEVICE_REQUEST)
     }
 
     /// Checks the code, caller, lengths and alignment, and parses the input.
@@ -618,8 +670,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_QUERY_GID => Verb::QueryGid(read(input)?),
             IOCTL_IV_ALLOC_PD => Verb::AllocPd(read(input)?),
             IOCTL_IV_DEALLOC_PD => Verb::Destroy(read(input)?, Kind::Pd),
-            IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false),
-            IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true),
+            IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false, None),
+            IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true, None),
             IOCTL_IV_DEREG_MR => Verb::Destroy(read(input)?, Kind::Mr),
             IOCTL_IV_CREATE_CQ => Verb::CreateCq(read(input)?),
             IOCTL_IV_RESIZE_CQ => Verb::ResizeCq(read(input)?),
@@ -641,6 +693,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
             IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
+            IOCTL_IV_MAP_RINGS => Verb::MapRings(read(input)?),
             _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
         };
         Ok(Ok(v))
@@ -679,8 +732,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
             Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),
-            Verb::RegMr(i, physical) => {
-                crate::mr::start_reg_mr(self, s, file, mode, &i, physical).map_err(fail)
+            Verb::RegMr(i, physical, pinned) => {
+                crate::mr::start_reg_mr(self, s, file, mode, &i, physical, pinned).map_err(fail)
             }
             Verb::CreateCq(i) => crate::cq::start_create_cq(self, s, file, &i).map_err(fail),
             Verb::ResizeCq(i) => crate::cq::start_resize_cq(self, s, file, &i).map_err(fail),
@@ -935,7 +988,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
         out: CommandOut,
         mode: RequestorMode,
     ) -> (NtStatus, Response) {
-        let map = |r: &irpverbs_ring::Ring| self.platform.ring_map(r, mode);
+        // Kernel callers view the rings at their kernel addresses; a user
+        // process maps them with IOCTL_IV_MAP_RINGS (crate::maps).
+        let map = |r: &irpverbs_ring::Ring| match mode {
+            RequestorMode::Kernel => r.map(),
+            RequestorMode::User => crate::maps::geometry(r),
+        };
         let ok = nt_success(status);
         match op {
             Op::QueryPort => match out {
@@ -999,7 +1057,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     /// The device is being removed (surprise or orderly): every pending
     /// request completes (`STATUS_DEVICE_REMOVED`, destroys succeed), new
-    /// verbs fail with `STATUS_DEVICE_REMOVED`, destroys still succeed.
+    /// verbs fail with `STATUS_DEVICE_REMOVED`, destroys still succeed, and
+    /// the HCA drops its references to registered memory
+    /// ([`Hca::device_removed`]). Rings mapped into processes stay mapped
+    /// (and allocated) until their files' cleanup.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn remove(&self) {
@@ -1066,6 +1127,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.complete(r, status, &Response::None);
         }
         self.complete_all(deferred);
+        // The objects are forgotten: the HCA lets go of the memory they
+        // pinned (user pages must be unlocked before their process exits).
+        self.hca.device_removed();
     }
 
     /// The cancel routine (EvtRequestCancel) for requests the driver marked

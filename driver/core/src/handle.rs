@@ -15,6 +15,11 @@ const INDEX_BITS: u32 = 24;
 /// Largest number of objects one file can hold.
 pub const MAX_OBJECTS_PER_FILE: usize = 1 << INDEX_BITS;
 
+/// The kind field of a handle (`Kind as u8`; not checked).
+pub(crate) const fn kind_of(handle: IvHandle) -> u8 {
+    ((handle >> INDEX_BITS) & 0xFF) as u8
+}
+
 struct Slot {
     generation: u32,
     object: Option<Object>,
@@ -92,6 +97,22 @@ impl HandleTable {
                 object: Some(o),
             }) if *g == generation && o.kind() == kind && o.life == Life::Live => Ok(index),
             _ => Err(STATUS_INVALID_HANDLE),
+        }
+    }
+
+    /// The index of the object `handle` names, in whatever life state
+    /// (creating, live or being destroyed): `None` once it is freed (the
+    /// handle is stale) or for a handle of another kind.
+    pub(crate) fn find(&self, handle: IvHandle) -> Option<u32> {
+        let index = (handle & ((1 << INDEX_BITS) - 1)) as u32;
+        let hkind = kind_of(handle);
+        let generation = (handle >> 32) as u32;
+        match self.slots.get(index as usize) {
+            Some(Slot {
+                generation: g,
+                object: Some(o),
+            }) if generation != 0 && *g == generation && o.kind() as u8 == hkind => Some(index),
+            _ => None,
         }
     }
 

@@ -337,4 +337,16 @@ pub trait Hca: Send + Sync + 'static {
     /// (`req_notify_cq`). If completions newer than the consumer index
     /// exist, the HCA raises the event at once.
     fn cq_arm_doorbell(&self, cqn: u32);
+
+    /// The device is gone ([`crate::Device::remove`] ran): no command will be
+    /// posted again, and the driver forgot every object without destroying
+    /// it. The HCA drops every reference it holds to registered memory (the
+    /// MRs' regions, and commands not yet executed), so that the pins end
+    /// now: on Windows a process's locked pages must be unlocked before the
+    /// process exits, and its file's cleanup waits for that. Rings stay
+    /// (kernel ULPs may still view them until they close their objects).
+    ///
+    /// The default does nothing: right for an HCA that holds no memory
+    /// references of its own.
+    fn device_removed(&self) {}
 }

@@ -7,7 +7,9 @@
 //! Every control verb arrives as an IOCTL at DISPATCH_LEVEL, is validated,
 //! becomes a command to the HCA and returns pending; the request completes
 //! from the DPC that drains the HCA's event queue. Nothing blocks, and no
-//! passive-level thread exists.
+//! passive-level thread exists. What must happen in the requestor's own
+//! process (pinning a user MR's pages, mapping rings into the process) is
+//! done by [`Device::in_caller_context`] before the request is queued.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -19,6 +21,7 @@ mod cq;
 pub mod device;
 mod handle;
 pub mod hca;
+mod maps;
 mod mr;
 pub mod notify;
 pub mod object;
@@ -39,8 +42,8 @@ pub use qp::CONTROLLED_QKEY;
 
 pub use hca::{AsyncEvent, Command, CommandOut, Event, Hca};
 pub use platform::{
-    DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform, PoolCharge,
-    PoolTag, Request, RequestorMode, SpinLock, pool_tag,
+    APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,
+    PoolCharge, PoolTag, Request, RequestorMode, SpinLock, pool_tag,
 };
 
 impl<T: Hca> Hca for alloc::sync::Arc<T> {
@@ -70,5 +73,8 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     }
     fn cq_arm_doorbell(&self, cqn: u32) {
         (**self).cq_arm_doorbell(cqn);
+    }
+    fn device_removed(&self) {
+        (**self).device_removed();
     }
 }

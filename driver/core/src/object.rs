@@ -222,6 +222,17 @@ impl Object {
         }
     }
 
+    /// The rings a ULP maps for this object: a CQ's or an SRQ's ring, a
+    /// QP's send and receive queues. `None` where there is none (yet).
+    pub(crate) fn rings(&self) -> [Option<&Ring>; 2] {
+        match &self.body {
+            Body::Cq(c) => [c.ring.as_ref(), None],
+            Body::Srq(s) => [s.ring.as_ref(), None],
+            Body::Qp(q) => [q.sq.as_ref(), q.rq.as_ref()],
+            _ => [None, None],
+        }
+    }
+
     /// The user context events report for this object.
     pub(crate) fn user_context(&self) -> u64 {
         match &self.body {

@@ -7,9 +7,24 @@
 //!
 //! The core never assumes a thread exists: it runs inside I/O queue callbacks
 //! (DISPATCH_LEVEL), DPCs (DISPATCH_LEVEL) and cancel routines (DISPATCH_LEVEL),
-//! and file callbacks (PASSIVE_LEVEL).
+//! the in-caller-context callback (the requestor's thread and process, before
+//! the request is queued: PASSIVE_LEVEL for user-mode callers) and file
+//! callbacks (PASSIVE_LEVEL).
+//!
+//! # User memory: pins and ring mappings
+//! Two services touch a user process's address space, and both need its
+//! context at PASSIVE_LEVEL (at most APC_LEVEL): pinning a range for a
+//! memory registration ([`Platform::pin_memory`]) and mapping a ring into
+//! the process ([`Platform::map_ring`]). The core calls them only from
+//! [`crate::Device::in_caller_context`] (the request's own context) and
+//! unmaps ([`Platform::unmap_ring`]) only from there and from the file
+//! callbacks; which ring is mapped, for how long, and when it is unmapped
+//! is the core's decision, the platform only maps.
 
-use irpverbs_abi::NtStatus;
+use alloc::sync::Arc;
+
+use irpverbs_abi::{IvRingMap, NtStatus};
+use irpverbs_ring::{Region, Ring};
 
 /// An interrupt request level.
 pub type Irql = u8;
@@ -79,6 +94,11 @@ pub struct LockClass {
     pub rank: u16,
 }
 
+/// The user mappings of rings (taken before the device lock, never under it).
+pub static MAP_LOCK: LockClass = LockClass {
+    name: "irpverbs.maps",
+    rank: 5,
+};
 /// The device lock: files, handle tables, pending commands.
 pub static DEVICE_LOCK: LockClass = LockClass {
     name: "irpverbs.device",
@@ -146,6 +166,20 @@ pub trait Request: Send + 'static {
     /// `STATUS_CANCELLED` if the cancel routine has run or is about to run:
     /// it owns the request, and the caller must not complete it.
     fn unmark_cancelable(&mut self) -> Result<(), NtStatus>;
+    /// The address space (process) the request was issued from, as an
+    /// opaque non-zero identity: the core keeps a file's user mappings and
+    /// pins in one process with it. KMDF: the requestor's process.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL, in any context.
+    fn address_space(&self) -> u64;
+    /// Keeps `region`, pinned by [`crate::Device::in_caller_context`] in the
+    /// requestor's context, with the request until the I/O queue presents it
+    /// to [`crate::Device::dispatch_ioctl`], which takes it back with
+    /// [`Request::take_pin`]. If the request is completed first, the
+    /// platform drops the region then (which unpins it).
+    fn attach_pin(&mut self, region: Arc<Region>);
+    /// Takes back what [`Request::attach_pin`] kept, if anything.
+    fn take_pin(&mut self) -> Option<Arc<Region>>;
 }
 
 /// What the OS gives the driver. Implemented by the KMDF glue on Windows and
@@ -174,36 +208,64 @@ pub trait Platform: Send + Sync + 'static {
     /// Gives back a charge taken with [`Platform::pool_charge`].
     fn pool_release(&self, charge: PoolCharge);
 
-    /// Pins `length` bytes at `addr` for the HCA (a memory registration):
-    /// probes and locks a caller's pages (MDL) and maps them for the device,
-    /// or describes a physical range (kernel callers). The HCA reaches the
-    /// memory only through the returned region; the pin lasts as long as it.
+    /// Pins `length` bytes at `addr` for the HCA (a memory registration)
+    /// and returns the region the HCA reaches them through; the pin lasts as
+    /// long as the region (the MR's last reference: the HCA's, once the
+    /// registration succeeded), and dropping it unpins, at IRQL <=
+    /// DISPATCH_LEVEL in any context.
     ///
-    /// IRQL: <= DISPATCH_LEVEL. A user-mode range is probed in the caller's
-    /// context before the request reaches the dispatch-level queue (KMDF:
-    /// EvtIoInCallerContext); this call then only wraps it.
+    /// - A user-mode `request`: the core calls this only from
+    ///   [`crate::Device::in_caller_context`], in the requestor's process at
+    ///   IRQL <= APC_LEVEL. The platform probes and locks the caller's pages
+    ///   (KMDF: an MDL, `MmProbeAndLockPages(UserMode, IoWriteAccess` when
+    ///   `write`, else `IoReadAccess)`) and maps them for the system.
+    /// - A kernel-mode `request` (from the I/O queue, IRQL <= DISPATCH_LEVEL):
+    ///   the range is the kernel ULP's own nonpaged memory, valid until it
+    ///   deregisters; `physical` ranges are bus addresses.
+    ///
+    /// `write`: the HCA may write the memory (the registration asked for
+    /// local write access).
     ///
     /// # Errors
     /// `STATUS_ACCESS_DENIED` / `STATUS_INVALID_PARAMETER` for a range the
-    /// caller may not use; `STATUS_INSUFFICIENT_RESOURCES`.
+    /// caller may not use (a probe that faults reports the exception's
+    /// status); `STATUS_INSUFFICIENT_RESOURCES`; `STATUS_NOT_SUPPORTED` for a
+    /// kind of range the platform cannot pin.
     fn pin_memory(
         &self,
+        request: &Self::Request,
         addr: u64,
         length: u64,
-        mode: RequestorMode,
+        write: bool,
         physical: bool,
-    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus>;
+    ) -> Result<Arc<Region>, NtStatus>;
 
-    /// Where the caller of a create verb finds a ring, in its own address
-    /// space. The default is the ring's own addresses: right for kernel
-    /// callers, and for user callers in host mode (one address space). A
-    /// platform that maps rings into user processes returns the user
-    /// mapping; one that cannot yet returns an empty map (zero addresses),
-    /// never a kernel address, to a user-mode caller.
+    /// A ring mapped into a user process: what [`Platform::unmap_ring`]
+    /// takes back (KMDF: the MDL, the user address and the process).
+    type Mapping: Send + 'static;
+
+    /// Maps `ring`'s memory (all of its region) into the address space of
+    /// `request`'s requestor, a user-mode caller, and returns where the ring
+    /// is there (`IvRingMap` with user addresses) and the mapping. The core
+    /// keeps the ring's memory allocated until it has unmapped it.
     ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: RequestorMode) -> irpverbs_abi::IvRingMap {
-        let _ = mode;
-        ring.map()
-    }
+    /// IRQL: <= APC_LEVEL, in the requestor's process: the core calls this
+    /// only from [`crate::Device::in_caller_context`].
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the process has no room (or the
+    /// system no memory) for the mapping.
+    fn map_ring(
+        &self,
+        request: &Self::Request,
+        ring: &Ring,
+    ) -> Result<(IvRingMap, Self::Mapping), NtStatus>;
+
+    /// Removes a mapping [`Platform::map_ring`] made, from the process it was
+    /// made in (attaching to that process if the current one is another).
+    ///
+    /// IRQL: <= APC_LEVEL: the core calls this from
+    /// [`crate::Device::in_caller_context`] and from the file callbacks
+    /// ([`crate::Device::cleanup_file`], [`crate::Device::close_file`]).
+    fn unmap_ring(&self, mapping: Self::Mapping);
 }

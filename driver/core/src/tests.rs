@@ -17,12 +17,38 @@ use crate::*;
 
 #[derive(Default)]
 struct FakePlatform {
-    /// Like a platform that cannot map rings into user processes yet.
-    hide_user_rings: std::sync::atomic::AtomicBool,
     live_charges: AtomicU64,
     next_id: AtomicU64,
     fail_pool: AtomicU32,
+    /// User mappings made and not undone: id -> (the ring's memory, the
+    /// address space). The fake "maps" a ring at its own address + 1 GiB.
+    mapped: Mutex<std::collections::BTreeMap<u64, (std::sync::Weak<irpverbs_ring::Region>, u64)>>,
+    /// Mappings made in all.
+    maps_made: AtomicU64,
+    /// Refuse the next mapping.
+    fail_map: std::sync::atomic::AtomicBool,
+    /// Every pin: the region (to see when it is let go), the mode it was
+    /// asked for, and `write`.
+    pins: Mutex<Vec<(std::sync::Weak<irpverbs_ring::Region>, RequestorMode, bool)>>,
 }
+
+impl FakePlatform {
+    fn live_pins(&self) -> usize {
+        self.pins
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(w, _, _)| w.strong_count() > 0)
+            .count()
+    }
+
+    fn live_mappings(&self) -> usize {
+        self.mapped.lock().unwrap().len()
+    }
+}
+
+/// Where the fake platform maps user rings: their own address + this.
+const USER_OFFSET: u64 = 1 << 30;
 
 struct FakeLock<T>(Mutex<T>);
 
@@ -38,10 +64,12 @@ struct FakeRequest {
     code: u32,
     mode: RequestorMode,
     file: FileKey,
+    space: u64,
     input: Vec<u64>,
     input_len: usize,
     output: Vec<u8>,
     outcome: Outcome,
+    pin: Option<Arc<irpverbs_ring::Region>>,
 }
 
 impl Request for FakeRequest {
@@ -74,6 +102,15 @@ impl Request for FakeRequest {
     fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
         Ok(())
     }
+    fn address_space(&self) -> u64 {
+        self.space
+    }
+    fn attach_pin(&mut self, region: Arc<irpverbs_ring::Region>) {
+        assert!(self.pin.replace(region).is_none(), "pinned twice");
+    }
+    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+        self.pin.take()
+    }
 }
 
 impl Platform for FakePlatform {
@@ -100,24 +137,56 @@ impl Platform for FakePlatform {
     fn pool_release(&self, _: PoolCharge) {
         self.live_charges.fetch_sub(1, Ordering::SeqCst);
     }
-    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: RequestorMode) -> IvRingMap {
-        if mode == RequestorMode::User && self.hide_user_rings.load(Ordering::SeqCst) {
-            IvRingMap::default()
-        } else {
-            ring.map()
-        }
-    }
+    type Mapping = u64;
     fn pin_memory(
         &self,
+        request: &FakeRequest,
         _: u64,
         length: u64,
-        _: RequestorMode,
+        write: bool,
         _: bool,
     ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
         // The fake HCA never touches MR memory: back the region with fresh memory.
-        irpverbs_ring::Region::alloc(length as usize)
+        let region = irpverbs_ring::Region::alloc(length as usize)
             .map(Arc::new)
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        self.pins
+            .lock()
+            .unwrap()
+            .push((Arc::downgrade(&region), request.mode, write));
+        Ok(region)
+    }
+    fn map_ring(
+        &self,
+        request: &FakeRequest,
+        ring: &irpverbs_ring::Ring,
+    ) -> Result<(IvRingMap, u64), NtStatus> {
+        assert_eq!(
+            request.mode,
+            RequestorMode::User,
+            "only user rings are mapped"
+        );
+        if self.fail_map.swap(false, Ordering::SeqCst) {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        let id = self.maps_made.fetch_add(1, Ordering::SeqCst);
+        self.mapped
+            .lock()
+            .unwrap()
+            .insert(id, (Arc::downgrade(ring.region()), request.space));
+        let mut map = ring.map();
+        map.control_addr += USER_OFFSET;
+        map.entries_addr += USER_OFFSET;
+        Ok((map, id))
+    }
+    fn unmap_ring(&self, mapping: u64) {
+        let (region, _) = self
+            .mapped
+            .lock()
+            .unwrap()
+            .remove(&mapping)
+            .expect("unmapped once");
+        assert!(region.strong_count() > 0, "unmapped after its memory went");
     }
 }
 
@@ -129,6 +198,8 @@ struct FakeHca {
     queued: Mutex<VecDeque<(u64, Command)>>,
     eq: Mutex<VecDeque<Event>>,
     next: AtomicU32,
+    /// `device_removed` was called.
+    removed: std::sync::atomic::AtomicBool,
 }
 
 impl FakeHca {
@@ -158,6 +229,7 @@ impl FakeHca {
             queued: Mutex::new(VecDeque::new()),
             eq: Mutex::new(VecDeque::new()),
             next: AtomicU32::new(2),
+            removed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -234,6 +306,9 @@ impl Hca for FakeHca {
     fn rq_doorbell(&self, _: u32) {}
     fn srq_doorbell(&self, _: u32) {}
     fn cq_arm_doorbell(&self, _: u32) {}
+    fn device_removed(&self) {
+        self.removed.store(true, Ordering::SeqCst);
+    }
 }
 
 fn ring() -> irpverbs_ring::Ring {
@@ -256,6 +331,8 @@ impl Rig {
         Self { dev, hca, platform }
     }
 
+    /// A user-mode request from address space 1, through the caller
+    /// context and the queue, as a platform delivers it.
     fn issue<I: IntoBytes + zerocopy::Immutable>(
         &self,
         file: FileKey,
@@ -263,20 +340,60 @@ impl Rig {
         input: &I,
         out: usize,
     ) -> Outcome {
+        self.issue_as(file, code, input, out, Via::Caller(RequestorMode::User, 1))
+    }
+
+    fn issue_as<I: IntoBytes + zerocopy::Immutable>(
+        &self,
+        file: FileKey,
+        code: u32,
+        input: &I,
+        out: usize,
+        via: Via,
+    ) -> Outcome {
         let bytes = input.as_bytes();
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         words.as_mut_bytes()[..bytes.len()].copy_from_slice(bytes);
         let outcome: Outcome = Arc::default();
-        self.dev.dispatch_ioctl(FakeRequest {
+        let (mode, space) = match via {
+            Via::Caller(mode, space) | Via::QueueOnly(mode, space) => (mode, space),
+        };
+        let request = FakeRequest {
             code,
-            mode: RequestorMode::User,
+            mode,
             file,
+            space,
             input: words,
             input_len: bytes.len(),
             output: vec![0; out],
             outcome: outcome.clone(),
-        });
+            pin: None,
+        };
+        let queued = match via {
+            Via::Caller(..) => self.dev.in_caller_context(request),
+            Via::QueueOnly(..) => Some(request),
+        };
+        if let Some(request) = queued {
+            self.dev.dispatch_ioctl(request);
+        }
         outcome
+    }
+
+    fn call_as<I: IntoBytes + zerocopy::Immutable, O: FromBytes>(
+        &self,
+        file: FileKey,
+        code: u32,
+        input: &I,
+        via: Via,
+    ) -> Result<O, NtStatus> {
+        let o = self.issue_as(file, code, input, size_of::<O>().max(1), via);
+        self.settle();
+        let (status, bytes) = o.lock().unwrap().take().expect("request completed");
+        if nt_success(status) {
+            O::read_from_bytes(&bytes[..size_of::<O>()]).map_err(|_| -1)
+        } else {
+            Err(status)
+        }
     }
 
     /// Runs the HCA and the DPC until nothing is left.
@@ -306,6 +423,20 @@ impl Rig {
             Err(status)
         }
     }
+}
+
+/// `IOCTL_IV_MAP_RINGS` of `handle` on `file`, as [`Rig::issue`] sends it.
+fn map(r: &Rig, file: FileKey, handle: IvHandle) -> Result<IvMapRingsOut, NtStatus> {
+    r.call(file, IOCTL_IV_MAP_RINGS, &IvHandleIn { handle })
+}
+
+/// How a request reaches the device.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// Through `in_caller_context` (mode, address space), then the queue.
+    Caller(RequestorMode, u64),
+    /// Straight to the queue, as a platform that skipped the caller context.
+    QueueOnly(RequestorMode, u64),
 }
 
 fn pd(r: &Rig, file: FileKey) -> IvHandle {
@@ -408,20 +539,7 @@ fn cleanup_runs_down_children_first_and_frees_everything() {
         )
         .unwrap()
         .cq;
-    let qp_in = IvCreateQpIn {
-        pd: p,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: IV_QPT_RC,
-        cap: IvQpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let qp_in = qp_in(p, cq);
     r.call::<_, IvCreateQpOut>(1, IOCTL_IV_CREATE_QP, &qp_in)
         .unwrap();
     r.call::<_, IvRegMrOut>(
@@ -902,32 +1020,336 @@ fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
 }
 
 #[test]
-fn ring_addresses_reach_a_caller_only_as_its_platform_maps_them() {
+fn ring_addresses_reach_a_user_caller_only_through_map_rings() {
     let r = Rig::new(16);
     let cq = cq_on(&r, 1, 0);
-    assert_ne!(
-        cq.ring.control_addr, 0,
-        "host-style platform: the ring's own addresses"
-    );
-    r.platform.hide_user_rings.store(true, Ordering::SeqCst);
-    let cq = cq_on(&r, 1, 0);
     assert_eq!(
-        cq.ring,
-        IvRingMap::default(),
+        (cq.ring.control_addr, cq.ring.entries_addr),
+        (0, 0),
         "no kernel address to a user-mode caller"
     );
-    assert_ne!(cq.cqe, 0);
+    assert_eq!((cq.ring.entries, cq.ring.stride), (4, 64), "the geometry");
+    let kernel = Via::Caller(RequestorMode::Kernel, 0);
+    let kcq: IvCreateCqOut = r
+        .call_as(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                ..Default::default()
+            },
+            kernel,
+        )
+        .unwrap();
+    assert_ne!(kcq.ring.control_addr, 0, "kernel callers: kernel addresses");
+    let h = IvHandleIn { handle: kcq.cq };
+    let km: IvMapRingsOut = r.call_as(1, IOCTL_IV_MAP_RINGS, &h, kernel).unwrap();
+    assert_eq!(
+        km.ring, kcq.ring,
+        "MAP_RINGS from a kernel caller: the same"
+    );
+    assert_eq!(r.platform.live_mappings(), 0, "and no mapping");
 }
 
 #[test]
-fn queries_overlap_and_a_destroy_waits_for_them() {
+fn map_rings_maps_each_ring_once_and_answers_the_same_addresses() {
     let r = Rig::new(16);
     let p = pd(&r, 1);
     let cq = cq_on(&r, 1, 0);
-    let qp_in = IvCreateQpIn {
+    let m: IvMapRingsOut = map(&r, 1, cq.cq).unwrap();
+    assert_ne!(m.ring.control_addr, 0);
+    assert_eq!(m.ring.entries_addr, m.ring.control_addr + 192);
+    assert_eq!(
+        (m.ring.entries, m.ring.stride),
+        (cq.ring.entries, cq.ring.stride)
+    );
+    assert_eq!(m.rq, IvRingMap::default());
+    let again: IvMapRingsOut = map(&r, 1, cq.cq).unwrap();
+    assert_eq!(again, m, "the same addresses");
+    assert_eq!(
+        r.platform.maps_made.load(Ordering::SeqCst),
+        1,
+        "mapped once"
+    );
+    let qp = qp_on(&r, 1, p, cq.cq);
+    assert_eq!(qp.sq.control_addr, 0);
+    let m: IvMapRingsOut = map(&r, 1, qp.qp).unwrap();
+    assert!(
+        m.ring.control_addr != 0 && m.rq.control_addr != 0,
+        "sq and rq"
+    );
+    assert_eq!(r.dev.snapshot().user_mappings, 3);
+    // Not a ring object, stale, foreign: refused, nothing mapped.
+    for handle in [p, 0, qp.qp ^ (1 << 40)] {
+        let bad: Result<IvMapRingsOut, _> = map(&r, 1, handle);
+        assert_eq!(bad, Err(STATUS_INVALID_HANDLE), "{handle:#x}");
+    }
+    let foreign: Result<IvMapRingsOut, _> = map(&r, 2, cq.cq);
+    assert_eq!(foreign, Err(STATUS_INVALID_HANDLE));
+    assert_eq!(r.platform.live_mappings(), 3);
+    finish(&r);
+}
+
+#[test]
+fn a_user_map_rings_from_the_queue_is_refused() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    let m: Result<IvMapRingsOut, _> = r.call_as(
+        1,
+        IOCTL_IV_MAP_RINGS,
+        &IvHandleIn { handle: cq.cq },
+        Via::QueueOnly(RequestorMode::User, 1),
+    );
+    assert_eq!(m, Err(STATUS_INVALID_DEVICE_STATE));
+    let short = r.issue(
+        1,
+        IOCTL_IV_MAP_RINGS,
+        &IvHandleIn { handle: cq.cq },
+        size_of::<IvMapRingsOut>() - 1,
+    );
+    assert_eq!(outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
+    r.platform.fail_map.store(true, Ordering::SeqCst);
+    let failed: Result<IvMapRingsOut, _> = map(&r, 1, cq.cq);
+    assert_eq!(failed, Err(STATUS_INSUFFICIENT_RESOURCES));
+    assert_eq!(r.platform.live_mappings(), 0);
+    finish(&r);
+}
+
+#[test]
+fn a_destroyed_objects_rings_stay_mapped_and_allocated_until_the_next_request() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    let h = IvHandleIn { handle: cq.cq };
+    let _: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    let memory = r
+        .platform
+        .mapped
+        .lock()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .0
+        .clone();
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &h), Ok(()));
+    // The destroy completed in the DPC: nothing could be unmapped there.
+    assert_eq!(r.platform.live_mappings(), 1);
+    assert!(memory.strong_count() > 0, "mapped memory is never freed");
+    // A request from another process does not unmap (nor is it served).
+    let _ = r.call_as::<_, IvQueryDeviceOut>(
+        1,
+        IOCTL_IV_QUERY_DEVICE,
+        &(),
+        Via::Caller(RequestorMode::User, 7),
+    );
+    assert_eq!(r.platform.live_mappings(), 1);
+    // The next request from the file's process sweeps it.
+    let _: IvQueryDeviceOut = r.call(1, IOCTL_IV_QUERY_DEVICE, &()).unwrap();
+    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(memory.strong_count(), 0, "unmapped, then freed");
+    finish(&r);
+}
+
+#[test]
+fn a_failed_destroy_keeps_the_mapping_and_a_resize_replaces_it() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let h = IvHandleIn { handle: cq.cq };
+    let first: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    let _qp = qp_on(&r, 1, p, cq.cq);
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &h),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    let same: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    assert_eq!(same, first, "a busy CQ keeps its mapping");
+    let resized: IvResizeCqOut = r
+        .call(
+            1,
+            IOCTL_IV_RESIZE_CQ,
+            &IvResizeCqIn {
+                cq: cq.cq,
+                cqe: 16,
+                reserved: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!(resized.ring.control_addr, 0, "geometry only");
+    let new: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    assert_ne!(new.ring.control_addr, first.ring.control_addr);
+    assert_eq!(r.platform.live_mappings(), 1, "the old ring was unmapped");
+    finish(&r);
+}
+
+#[test]
+fn cleanup_unmaps_everything_and_nothing_maps_after_it() {
+    let r = Rig::new(16);
+    let cq = cq_on(&r, 1, 0);
+    let h = IvHandleIn { handle: cq.cq };
+    let _: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    r.dev.cleanup_file(1);
+    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(r.dev.snapshot().user_mappings, 0);
+    let late: Result<IvMapRingsOut, _> = map(&r, 1, h.handle);
+    assert_eq!(late, Err(STATUS_DELETE_PENDING));
+    r.settle();
+    r.dev.close_file(1);
+    finish(&r);
+}
+
+#[test]
+fn a_files_mappings_and_pins_belong_to_one_process() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let h = IvHandleIn { handle: cq.cq };
+    let other = Via::Caller(RequestorMode::User, 2);
+    let _: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
+    let denied: Result<IvMapRingsOut, _> = r.call_as(1, IOCTL_IV_MAP_RINGS, &h, other);
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    let mr_in = IvRegMrIn {
         pd: p,
-        send_cq: cq.cq,
-        recv_cq: cq.cq,
+        addr: 4096,
+        length: 4096,
+        access: IV_ACCESS_LOCAL_WRITE,
+        reserved: 0,
+    };
+    let denied: Result<IvRegMrOut, _> = r.call_as(1, IOCTL_IV_REG_MR, &mr_in, other);
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    assert_eq!(r.platform.pins.lock().unwrap().len(), 0, "nothing pinned");
+    // Control verbs from another process are fine.
+    let _: IvQueryDeviceOut = r.call_as(1, IOCTL_IV_QUERY_DEVICE, &(), other).unwrap();
+    // A file first used by process 2 for memory belongs to process 2.
+    let p2 = pd(&r, 2);
+    let _: IvRegMrOut = r
+        .call_as(2, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p2, ..mr_in }, other)
+        .unwrap();
+    let denied: Result<IvRegMrOut, _> = r.call(2, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p2, ..mr_in });
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    finish(&r);
+}
+
+#[test]
+fn a_user_registration_is_pinned_in_the_callers_context() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let mr_in = |access| IvRegMrIn {
+        pd: p,
+        addr: 4096,
+        length: 8192,
+        access,
+        reserved: 0,
+    };
+    let _: IvRegMrOut = r
+        .call(1, IOCTL_IV_REG_MR, &mr_in(IV_ACCESS_LOCAL_WRITE))
+        .unwrap();
+    let _: IvRegMrOut = r
+        .call(1, IOCTL_IV_REG_MR, &mr_in(IV_ACCESS_REMOTE_READ))
+        .unwrap();
+    {
+        let pins = r.platform.pins.lock().unwrap();
+        let asked: Vec<(RequestorMode, bool)> = pins.iter().map(|(_, m, w)| (*m, *w)).collect();
+        assert_eq!(
+            asked,
+            [(RequestorMode::User, true), (RequestorMode::User, false)],
+            "pinned for writing only with local write"
+        );
+    }
+    // The fake HCA drops registered regions at once; a real one holds them.
+    // A registration that reached the queue without its pin is refused.
+    let skipped: Result<IvRegMrOut, _> = r.call_as(
+        1,
+        IOCTL_IV_REG_MR,
+        &mr_in(0),
+        Via::QueueOnly(RequestorMode::User, 1),
+    );
+    assert_eq!(skipped, Err(STATUS_INVALID_DEVICE_STATE));
+    // Refused in the caller's context: nothing pinned.
+    let before = r.platform.pins.lock().unwrap().len();
+    for (bad, status) in [
+        (
+            IvRegMrIn {
+                length: 0,
+                ..mr_in(0)
+            },
+            STATUS_INVALID_PARAMETER,
+        ),
+        (
+            IvRegMrIn {
+                addr: USER_ADDRESS_LIMIT - 4096,
+                ..mr_in(0)
+            },
+            STATUS_ACCESS_DENIED,
+        ),
+        (mr_in(IV_ACCESS_REMOTE_WRITE), STATUS_INVALID_PARAMETER),
+    ] {
+        let refused: Result<IvRegMrOut, _> = r.call(1, IOCTL_IV_REG_MR, &bad);
+        assert_eq!(refused, Err(status));
+    }
+    assert_eq!(r.platform.pins.lock().unwrap().len(), before);
+    // Pinned, then refused at dispatch (a bad PD): the pin is let go.
+    let bad_pd: Result<IvRegMrOut, _> =
+        r.call(1, IOCTL_IV_REG_MR, &IvRegMrIn { pd: 5, ..mr_in(0) });
+    assert_eq!(bad_pd, Err(STATUS_INVALID_HANDLE));
+    assert_eq!(r.platform.pins.lock().unwrap().len(), before + 1);
+    assert_eq!(r.platform.live_pins(), 0);
+    // A kernel caller's range is wrapped at dispatch.
+    let _: IvRegMrOut = r
+        .call_as(
+            1,
+            IOCTL_IV_REG_MR,
+            &mr_in(0),
+            Via::QueueOnly(RequestorMode::Kernel, 0),
+        )
+        .unwrap();
+    assert_eq!(
+        r.platform.pins.lock().unwrap().last().map(|p| p.1),
+        Some(RequestorMode::Kernel)
+    );
+    finish(&r);
+}
+
+#[test]
+fn removal_tells_the_hca_and_pins_nothing_more() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    r.dev.remove();
+    assert!(r.hca.removed.load(Ordering::SeqCst));
+    let refused: Result<IvRegMrOut, _> = r.call(
+        1,
+        IOCTL_IV_REG_MR,
+        &IvRegMrIn {
+            pd: p,
+            addr: 4096,
+            length: 4096,
+            access: 0,
+            reserved: 0,
+        },
+    );
+    assert_eq!(refused, Err(STATUS_DEVICE_REMOVED));
+    assert!(r.platform.pins.lock().unwrap().is_empty());
+    finish(&r);
+}
+
+/// Closes both files and checks that nothing is left.
+fn finish(r: &Rig) {
+    for file in [1, 2] {
+        r.dev.cleanup_file(file);
+        r.settle();
+        r.dev.close_file(file);
+    }
+    assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
+    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+    assert_eq!(r.platform.live_mappings(), 0);
+}
+
+/// An RC QP with 4 WRs and 1 SGE each way, on `cq` for both queues.
+fn qp_in(pd: IvHandle, cq: IvHandle) -> IvCreateQpIn {
+    IvCreateQpIn {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
         qp_type: IV_QPT_RC,
         cap: IvQpCap {
             max_send_wr: 4,
@@ -937,7 +1359,19 @@ fn queries_overlap_and_a_destroy_waits_for_them() {
             ..Default::default()
         },
         ..Default::default()
-    };
+    }
+}
+
+fn qp_on(r: &Rig, file: FileKey, pd: IvHandle, cq: IvHandle) -> IvCreateQpOut {
+    r.call(file, IOCTL_IV_CREATE_QP, &qp_in(pd, cq)).unwrap()
+}
+
+#[test]
+fn queries_overlap_and_a_destroy_waits_for_them() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let qp_in = qp_in(p, cq.cq);
     let qp: IvCreateQpOut = r.call(1, IOCTL_IV_CREATE_QP, &qp_in).unwrap();
     let q = IvHandleIn { handle: qp.qp };
     let q1 = r.issue(1, IOCTL_IV_QUERY_QP, &q, size_of::<IvQueryQpOut>());

@@ -9,14 +9,17 @@
 //!   [`Engine::Thread`]: the firmware runs on its own thread, like hardware,
 //!   and interrupts that thread's "processor".
 //! - [`HostFile::submit`] is `IoCallDriver` for a `DeviceIoControl`: access
-//!   check against the file's granted access, a request, the I/O queue
-//!   callback at DISPATCH_LEVEL, and "pended" if the driver did not complete
-//!   it inside the callback.
+//!   check against the file's granted access, a request, the in-caller-context
+//!   callback on the caller's thread at PASSIVE_LEVEL
+//!   ([`Device::in_caller_context`]), the I/O queue callback at
+//!   DISPATCH_LEVEL, and "pended" if the driver did not complete it inside
+//!   the callbacks.
 //! - Dropping a [`HostFile`] is `CloseHandle`: cleanup, then close once the
 //!   driver has completed every request of the file (the verifier
 //!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
-//! - The speed path: the create verbs' rings are the driver's memory in the
-//!   same process, and the doorbells ([`Doorbells`] for [`HostDevice`] and
+//! - The speed path: the rings are the driver's memory in the same process
+//!   (`IOCTL_IV_MAP_RINGS` "maps" them at their own addresses, under the
+//!   verifier's mapping checks), and the doorbells ([`Doorbells`] for [`HostDevice`] and
 //!   [`HostFile`]) call the soft HCA's. A [`HostFile`] is a
 //!   [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]); kernel-style
 //!   callers open a kernel-mode file ([`HostDevice::open_kernel`]) and get
@@ -31,11 +34,10 @@ use irpverbs_abi::*;
 use irpverbs_core::{
     DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
 };
-use irpverbs_soft::{Execution, SoftBus, SoftConfig, SoftHca};
+use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use irpverbs_verbs::kernel::IvKernelInterface;
 use irpverbs_verbs::{Client, Doorbells, SpeedPath};
 
-use crate::link_shim::{Datagram, LinkHca};
 use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -173,6 +175,7 @@ pub struct HostDevice {
     completions: Arc<Completions>,
     unloaded: AtomicBool,
     udp: Mutex<Option<UdpWire>>,
+    udp_port: u16,
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -198,6 +201,7 @@ impl HostDevice {
             doorbell: Arc::clone(&doorbell),
         });
         let mut soft_config = config.soft;
+        let udp_port = soft_config.udp_port;
         soft_config.execution = match config.engine {
             Engine::Inline => Execution::Inline,
             Engine::Thread => Execution::Deferred,
@@ -228,6 +232,7 @@ impl HostDevice {
             completions: Arc::default(),
             unloaded: AtomicBool::new(false),
             udp: Mutex::new(None),
+            udp_port,
         });
         if config.engine == Engine::Thread {
             let soft = Arc::clone(&this.soft);
@@ -321,8 +326,8 @@ impl HostDevice {
     }
 
     /// Puts the soft HCA on a UDP wire ([`crate::udp`]): a socket bound to
-    /// its IP address ([`SoftConfig::ip`]) and `config.port`, with a receive
-    /// and a timer thread. GIDs that are not the HCA's own (nor on an
+    /// its IP address and UDP port ([`SoftConfig::ip`],
+    /// [`SoftConfig::udp_port`]), with a receive and a timer thread. GIDs that are not the HCA's own (nor on an
     /// in-process fabric) are reached through it. Returns the address bound.
     ///
     /// # Errors
@@ -340,8 +345,8 @@ impl HostDevice {
             soft: Arc::clone(&self.soft),
             platform: self.platform.clone(),
         });
-        let ip = crate::udp::gid_ip(&self.soft.gid());
-        let wire = UdpWire::start(endpoint, ip, config)?;
+        let addr = std::net::SocketAddr::new(crate::udp::gid_ip(&self.soft.gid()), self.udp_port);
+        let wire = UdpWire::start(endpoint, addr, config)?;
         if let Err(status) = self.soft.attach_link(wire.link().clone()) {
             return Err(std::io::Error::other(format!(
                 "attach_link: {}",
@@ -363,6 +368,15 @@ impl HostDevice {
             .take()?;
         self.soft.detach_link();
         Some(wire.stop())
+    }
+
+    /// The address the UDP wire is bound to, if one is attached.
+    pub fn udp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.udp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(UdpWire::local_addr)
     }
 
     /// The UDP wire's counters, if one is attached.
@@ -584,6 +598,14 @@ impl HostFile {
             Some(Arc::clone(&self.dev.cancel)),
         );
         let handle = request.handle();
+        // EvtIoInCallerContext: on the caller's thread, at its IRQL
+        // (PASSIVE_LEVEL), before the request is queued.
+        let Some(request) = self.dev.device.in_caller_context(request) else {
+            return Submitted {
+                pended: !handle.is_completed(),
+                handle: Some(handle),
+            };
+        };
         let old = self.dev.platform.raise_irql(DISPATCH_LEVEL);
         self.dev.device.dispatch_ioctl(request);
         let pended = !handle.is_completed();

@@ -13,6 +13,7 @@
 //! - [`user`] is the speed-path library for C ULPs
 //!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
 //!   query interface (`include/irpverbs_kernel.h`), exported from it too;
+//! - [`pcap::Capture`] records RoCEv2 packets in a pcap file;
 //! - [`udp`] puts a host device's soft HCA on a real UDP wire
 //!   ([`HostDevice::attach_udp`]), so that processes and hosts talk.
 #![deny(unsafe_code)]
@@ -21,7 +22,7 @@
 pub mod bench;
 pub mod demo;
 pub mod device;
-mod link_shim;
+pub mod pcap;
 pub mod perf;
 pub mod platform;
 pub mod udp;

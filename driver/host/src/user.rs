@@ -1,7 +1,8 @@
 //! The user-mode speed-path library for C ULPs (`include/irpverbs_user.h`):
-//! `IvUserQpOpen` and friends over a device HANDLE of [`crate::win32`],
-//! posting and polling on the rings the create IOCTLs returned, with the
-//! doorbells going to the in-process soft HCA. Also the host-only stand-in
+//! `IvUserQpOpen` and friends over a device HANDLE of [`crate::win32`]: an
+//! open maps the object's rings into the process (`IOCTL_IV_MAP_RINGS`; the
+//! create IOCTLs return only their geometry to user mode), then posts and
+//! polls on them, with the doorbells going to the in-process soft HCA. Also the host-only stand-in
 //! for a kernel ULP's `IRP_MN_QUERY_INTERFACE`
 //! ([`IrpverbsHostQueryInterface`], `include/irpverbs_host.h`).
 //!
@@ -22,6 +23,7 @@ use irpverbs_verbs::kernel::{
     IvKernelSendWr, poll_into_c, recv_sges_from_c, send_wr_from_c,
 };
 use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SrqRings};
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::device::HostFile;
 use crate::win32::{HANDLE, Win32File, error, fail, file_of};
@@ -67,12 +69,26 @@ pub struct IvUserCq(Opened<CqRings>);
 /// `IvUserSrq`.
 pub struct IvUserSrq(Opened<SrqRings>);
 
+/// `IOCTL_IV_MAP_RINGS` for `handle` on `file`: its rings in this process.
+fn map_rings(file: &HostFile, handle: IvHandle) -> Result<IvMapRingsOut, NtStatus> {
+    let (status, out) = file.ioctl(
+        IOCTL_IV_MAP_RINGS,
+        IvHandleIn { handle }.as_bytes(),
+        size_of::<IvMapRingsOut>(),
+    );
+    if !nt_success(status) {
+        return Err(status);
+    }
+    IvMapRingsOut::read_from_bytes(&out).map_err(|_| STATUS_INVALID_PARAMETER)
+}
+
 /// Opens an object on `device`: holds it (under the file's read lock, so
-/// the file is open), then maps it with `map`.
+/// the file is open), maps its rings (`IOCTL_IV_MAP_RINGS`) and views them
+/// with `map`.
 fn open<R, T>(
     device: HANDLE,
     held: (u32, IvHandle),
-    map: impl FnOnce() -> Result<R, NtStatus>,
+    map: impl FnOnce(IvMapRingsOut) -> Result<R, NtStatus>,
     wrap: impl FnOnce(Opened<R>) -> T,
 ) -> *mut T {
     let Some(file) = file_of(device) else {
@@ -83,7 +99,10 @@ fn open<R, T>(
         return fail(error::INVALID_HANDLE, std::ptr::null_mut());
     }
     file.hold(held);
-    let rings = match map() {
+    let mapped = guard
+        .as_ref()
+        .map_or(Err(STATUS_INVALID_HANDLE), |f| map_rings(f, held.1));
+    let rings = match mapped.and_then(map) {
         Ok(r) => r,
         Err(_) => {
             file.release(held);
@@ -102,17 +121,24 @@ fn open<R, T>(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn IvUserQpOpen(device: HANDLE, qp: *const IvCreateQpOut) -> *mut IvUserQp {
     // SAFETY: a non-null `qp` is a response (C contract).
-    let Some(out) = (unsafe { qp.as_ref() }) else {
+    let Some(&out) = (unsafe { qp.as_ref() }) else {
         return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
     };
     open(
         device,
         (IOCTL_IV_DESTROY_QP, out.qp),
-        // SAFETY: the response's rings are mapped in this process until the
-        // QP is destroyed or its file closed; the destroy is refused while
-        // the QP is held, and every ring access takes the file's read lock
-        // and checks the file is still open.
-        || unsafe { QpRings::from_create(out) },
+        |m| {
+            let mapped = IvCreateQpOut {
+                sq: m.ring,
+                rq: m.rq,
+                ..out
+            };
+            // SAFETY: the rings IOCTL_IV_MAP_RINGS mapped stay mapped in
+            // this process until the QP is destroyed or its file closed; the
+            // destroy is refused while the QP is held, and every ring access
+            // takes the file's read lock and checks the file is still open.
+            unsafe { QpRings::from_create(&mapped) }
+        },
         IvUserQp,
     )
 }
@@ -125,14 +151,14 @@ pub unsafe extern "C" fn IvUserQpOpen(device: HANDLE, qp: *const IvCreateQpOut) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn IvUserCqOpen(device: HANDLE, cq: *const IvCreateCqOut) -> *mut IvUserCq {
     // SAFETY: a non-null `cq` is a response (C contract).
-    let Some(out) = (unsafe { cq.as_ref() }) else {
+    let Some(&out) = (unsafe { cq.as_ref() }) else {
         return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
     };
     open(
         device,
         (IOCTL_IV_DESTROY_CQ, out.cq),
         // SAFETY: as for the QP; resizes are refused while held too.
-        || unsafe { CqRings::from_map(out.cqn, &out.ring) },
+        |m| unsafe { CqRings::from_map(out.cqn, &m.ring) },
         IvUserCq,
     )
 }
@@ -148,14 +174,20 @@ pub unsafe extern "C" fn IvUserSrqOpen(
     srq: *const IvCreateSrqOut,
 ) -> *mut IvUserSrq {
     // SAFETY: a non-null `srq` is a response (C contract).
-    let Some(out) = (unsafe { srq.as_ref() }) else {
+    let Some(&out) = (unsafe { srq.as_ref() }) else {
         return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
     };
     open(
         device,
         (IOCTL_IV_DESTROY_SRQ, out.srq),
-        // SAFETY: as for the QP.
-        || unsafe { SrqRings::from_create(out) },
+        |m| {
+            let mapped = IvCreateSrqOut {
+                ring: m.ring,
+                ..out
+            };
+            // SAFETY: as for the QP.
+            unsafe { SrqRings::from_create(&mapped) }
+        },
         IvUserSrq,
     )
 }

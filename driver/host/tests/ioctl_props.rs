@@ -929,6 +929,13 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
             handle(Kind::Srq, mix).prop_map(Payload::Handle).boxed()
         }
         IOCTL_IV_DESTROY_AH => handle(Kind::Ah, mix).prop_map(Payload::Handle).boxed(),
+        IOCTL_IV_MAP_RINGS => prop_oneof![
+            handle(Kind::Cq, mix),
+            handle(Kind::Qp, mix),
+            handle(Kind::Srq, mix),
+        ]
+        .prop_map(Payload::Handle)
+        .boxed(),
         IOCTL_IV_REG_MR | IOCTL_IV_REG_PHYS_MR => (
             handle(Kind::Pd, mix),
             u64_in(
@@ -1548,9 +1555,15 @@ struct Held {
     pool_charges: usize,
 }
 
+/// What the device holds. User ring mappings are left out: every user
+/// request first unmaps the rings of objects destroyed (or CQs resized)
+/// since, whatever becomes of the request itself.
 fn held(dev: &HostDevice) -> Held {
     Held {
-        device: dev.device().snapshot(),
+        device: DeviceSnapshot {
+            user_mappings: 0,
+            ..dev.device().snapshot()
+        },
         hca_objects: dev.soft().live_objects(),
         pool_charges: dev.platform().pool_stats().live,
     }

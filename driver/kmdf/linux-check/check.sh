@@ -2,12 +2,16 @@
 # Type-checks and lints the Windows-only code on Linux, where it cannot be
 # built for real:
 #
+#  0. driver/kmdf's formatting (rustfmt; the root workspace's `cargo fmt`
+#     does not reach it).
 #  1. driver/kmdf (irpverbs.sys) against mocks/, a hand transcription of the
 #     wdk-sys 0.5 bindings it uses (bindgen's rendering of the KMDF and WDM
 #     headers: ModuleConsts enums, Option<unsafe extern "C" fn> callbacks,
 #     the same struct fields and function signatures) plus stand-ins for
-#     wdk, wdk-alloc, wdk-panic and wdk-build. It catches Rust errors (types,
-#     borrows, a missing `unsafe` or `// SAFETY:` comment, clippy lints);
+#     wdk, wdk-alloc, wdk-panic and wdk-build (whose Config the build
+#     script uses; it compiles the SEH shim src/seh.c only for Windows
+#     targets). It catches Rust errors (types, borrows, a missing `unsafe`
+#     or `// SAFETY:` comment, clippy lints);
 #     whether the transcription matches the real bindings only a Windows
 #     build can tell. A new WDF or kernel call in the glue needs its
 #     signature added to mocks/wdk-sys from the header first.
@@ -28,6 +32,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$scratch/target}"
 (cd "$root" && git ls-files -co --exclude-standard | tar -cf - -T -) | tar -xf - -C "$scratch"
 mkdir -p "$scratch/repo" && (cd "$scratch" && find . -mindepth 1 -maxdepth 1 ! -name repo ! -name target -exec mv {} repo/ \;)
 repo="$scratch/repo"
+
+echo "== driver/kmdf formatting"
+(cd "$root/driver/kmdf" && rustfmt --edition 2024 --check src/lib.rs build.rs)
 
 echo "== driver/kmdf against the wdk-sys mocks"
 mocks="$repo/driver/kmdf/linux-check/mocks"

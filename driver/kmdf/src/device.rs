@@ -24,6 +24,16 @@
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
 //!   event queue and re-arms it.
+//! - Caller context: `EvtIoInCallerContext` runs every request through
+//!   [`Device::in_caller_context`] in the requestor's thread and process
+//!   (PASSIVE_LEVEL for user mode) before queueing what it returns: the one
+//!   place where a user range can be pinned and a ring mapped into the
+//!   process (`IOCTL_IV_MAP_RINGS` is completed there).
+//! - File cleanup (the last handle closed, in the closing process, before a
+//!   process exit tears its address space down): [`Device::cleanup_file`]
+//!   unmaps the file's rings and starts its rundown, then the callback
+//!   waits until every page the file's registrations locked is unlocked
+//!   ([`FilePins::wait_idle`]).
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -47,8 +57,9 @@ use wdk_sys::{
 use crate::GUID_DEVINTERFACE_IRPVERBS;
 use crate::context::{context_type, object_attributes, struct_size};
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
+use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
-use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw};
+use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw, evt_request_cleanup};
 
 /// The driver over the soft HCA on Windows: the type host mode calls
 /// `SoftDevice`, over [`KmdfPlatform`].
@@ -79,9 +90,12 @@ struct DeviceContext {
 context_type!(DEVICE_CONTEXT_TYPE, DeviceContext, c"IrpverbsDeviceContext");
 
 /// A file object's context: its key, 0 until `EvtDeviceFileCreate` accepted
-/// the open (keys start at 1).
+/// the open (keys start at 1), and its pin counter.
 struct FileContext {
     key: FileKey,
+    /// From `Arc::into_raw`, set in `EvtDeviceFileCreate`, released in the
+    /// file object's cleanup callback; null before.
+    pins: AtomicPtr<FilePins>,
 }
 context_type!(FILE_CONTEXT_TYPE, FileContext, c"IrpverbsFileContext");
 
@@ -154,6 +168,33 @@ pub(crate) unsafe fn file_key(file: WDFFILEOBJECT) -> FileKey {
     // SAFETY: the context lives with the file object; the key is written in
     // EvtDeviceFileCreate before any request can name the file.
     unsafe { (*context).key }
+}
+
+/// The pin counter of a file: a new reference to it (the pins a user-mode
+/// registration through the file makes count in it).
+///
+/// # Safety
+/// `file` must be null or a live WDFFILEOBJECT of the device.
+pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Arc<FilePins>> {
+    if file.is_null() {
+        return None;
+    }
+    // SAFETY: a live file object of the device has a FileContext.
+    let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(file.cast()) };
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the context lives with the file object; atomic access only.
+    let pins = unsafe { &(*context).pins }.load(Ordering::Acquire);
+    if pins.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null pointer is the context's `Arc::into_raw`
+    // reference, given back only in the file object's cleanup callback,
+    // which cannot run while the file has a request (the caller's).
+    unsafe { Arc::increment_strong_count(pins) };
+    // SAFETY: the count was just incremented for this new owner.
+    Some(unsafe { Arc::from_raw(pins) })
 }
 
 // ------------------------------------------------------------- device add
@@ -245,6 +286,7 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
         FileObjectClass: _WDF_FILEOBJECT_CLASS::WdfFileObjectWdfCannotUseFsContexts,
     };
     let mut file_attributes = FILE_CONTEXT_TYPE.attributes();
+    file_attributes.EvtCleanupCallback = Some(evt_file_object_cleanup);
     // SAFETY: as above; both structures are initialized with their Size and
     // are copied.
     unsafe {
@@ -256,6 +298,7 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
         );
     }
     let mut request_attributes = REQUEST_CONTEXT_TYPE.attributes();
+    request_attributes.EvtCleanupCallback = Some(evt_request_cleanup);
     // SAFETY: as above.
     unsafe {
         call_unsafe_wdf_function_binding!(
@@ -673,19 +716,53 @@ fn open_file(state: &DeviceState, file: WDFFILEOBJECT) -> NTSTATUS {
     if let Err(status) = state.device.create_file(key) {
         return status;
     }
+    let pins = Arc::into_raw(FilePins::new()).cast_mut();
     // SAFETY: the context is valid for writes; no request can name the file
     // before its create completes.
     unsafe { (*context).key = key };
+    // SAFETY: as above; the pointer is released by the file object's
+    // cleanup callback.
+    unsafe { &(*context).pins }.store(pins, Ordering::Release);
     STATUS_SUCCESS
 }
 
-/// `EvtFileCleanup` (the last handle closed): [`Device::cleanup_file`].
+/// The file objects' `EvtCleanupCallback` (the framework deletes the file
+/// object, after `EvtFileClose`): releases the context's pin counter.
+///
+/// IRQL: <= DISPATCH_LEVEL.
+extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
+    // SAFETY: the framework passes one of the device's file objects, whose
+    // context is valid until its cleanup returns.
+    let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(object) };
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: as above; atomic access only.
+    let pins = unsafe { &(*context).pins }.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !pins.is_null() {
+        // SAFETY: the context's `Arc::into_raw` reference, swapped out: owned.
+        drop(unsafe { Arc::from_raw(pins) });
+    }
+}
+
+/// `EvtFileCleanup` (the last handle closed, in the closing thread: when a
+/// process exits, the exiting process, its address space still there):
+/// [`Device::cleanup_file`] unmaps the file's rings from its process and
+/// starts the rundown, whose deregistrations release the file's user pins;
+/// this waits for the last of them, so that no page stays locked in a
+/// process that is about to end (bugcheck 0x76). The rundown needs no
+/// passive-level thread (its commands complete in the DPC), and a removed
+/// device's HCA has let go of its MRs already.
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_file_cleanup(file: WDFFILEOBJECT) {
     // SAFETY: the framework passes our live file object.
     if let Some((state, key)) = unsafe { file_state(file) } {
         state.device.cleanup_file(key);
+    }
+    // SAFETY: as above.
+    if let Some(pins) = unsafe { file_pins(file) } {
+        pins.wait_idle();
     }
 }
 
@@ -718,27 +795,44 @@ unsafe fn file_state<'a>(file: WDFFILEOBJECT) -> Option<(&'a DeviceState, FileKe
 
 // ------------------------------------------------------------- I/O
 
-/// `EvtIoInCallerContext`: runs in the requestor's thread before the
-/// request is queued, and queues it.
-///
-/// This is where the pages of a user-mode `IOCTL_IV_REG_MR` will be probed
-/// and locked (`WdfRequestProbeAndLockUserBufferForWrite`, or an MDL and
-/// `MmProbeAndLockPages` kept in the request context), the only place where
-/// the requestor's address space is current. The core registers the range
-/// as addresses today (checked against the user address limit) and the
-/// soft HCA does not touch the memory yet, so nothing is locked until the
-/// data path lands.
+/// `EvtIoInCallerContext`: runs in the requestor's thread and process
+/// before the request is queued. A device control goes through
+/// [`Device::in_caller_context`] (which pins a user registration's pages,
+/// maps rings for `IOCTL_IV_MAP_RINGS` and completes it, and unmaps the
+/// rings of destroyed objects); whatever it returns, and any other request,
+/// is queued.
 ///
 /// IRQL: the requestor's (PASSIVE_LEVEL for user mode; <= DISPATCH_LEVEL
 /// for kernel callers).
 extern "C" fn evt_io_in_caller_context(device: WDFDEVICE, request: WDFREQUEST) {
-    // SAFETY: the framework passes our live device and a request it has not
-    // queued yet, which the driver owns until it enqueues or completes it.
+    // SAFETY: the framework passes our live device.
+    let Some(state) = (unsafe { state(device) }) else {
+        // SAFETY: the driver owns the request until it enqueues or completes it.
+        unsafe { complete_raw(request, STATUS_INVALID_DEVICE_STATE, 0) };
+        return;
+    };
+    // SAFETY: the framework just passed the request to this callback.
+    let queued = match unsafe { KmdfRequest::in_caller_context(request) } {
+        Ok(Some(wrapped)) => match state.device.in_caller_context(wrapped) {
+            Some(wrapped) => wrapped.into_handle(),
+            // Completed in the caller's context.
+            None => return,
+        },
+        Ok(None) => request,
+        Err(status) => {
+            // SAFETY: not wrapped: the driver still owns the request.
+            unsafe { complete_raw(request, status, 0) };
+            return;
+        }
+    };
+    // SAFETY: our live device, and a request the driver owns and has not
+    // queued yet.
     let status =
-        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceEnqueueRequest, device, request) };
+        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceEnqueueRequest, device, queued) };
     if !nt_success(status) {
-        // SAFETY: not enqueued: the driver still owns the request.
-        unsafe { complete_raw(request, status, 0) };
+        // SAFETY: not enqueued: the driver still owns the request (a pin it
+        // carries is dropped by the request's cleanup callback).
+        unsafe { complete_raw(queued, status, 0) };
     }
 }
 

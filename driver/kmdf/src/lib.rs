@@ -9,28 +9,37 @@
 //! |-------------------------------------------------|-----------------------------------|
 //! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::new`] over a root-enumerated [`irpverbs_soft::SoftHca`] |
 //! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` / `cleanup_file` / `close_file` |
+//! | `EvtIoInCallerContext` (the requestor's thread and process)     | `Device::in_caller_context` |
 //! | `EvtIoDeviceControl`, `EvtIoInternalDeviceControl` (dispatch-level parallel queue) | `Device::dispatch_ioctl` |
 //! | `WDFREQUEST`                                    | [`irpverbs_core::Request`] ([`request::KmdfRequest`]) |
 //! | `EvtRequestCancel`                              | `Device::cancel`                  |
 //! | the HCA's interrupt: a `WDFDPC`                 | `Device::dpc`                     |
 //! | `EvtDeviceSurpriseRemoval`, `EvtDeviceD0Exit` to D3Final | `Device::remove`         |
-//! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2` | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`]) |
+//! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2`; MDLs for user pins and ring mappings | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`], [`mdl`]) |
 //!
 //! The device is reachable as `\\.\irpverbs0` (a symbolic link, the name
 //! host mode uses) and through the device interface
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
-//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table ([`kernel`]) over the soft HCA's doorbells |
+//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
 //!
-//! Not here yet (see the README, "User-mode rings and memory registration
-//! on Windows", for the design): MDL mapping of rings into user processes
-//! and user-mode memory registration. Both need `MmProbeAndLockPages` /
-//! `MmMapLockedPagesSpecifyCache(UserMode)`, which raise exceptions on
-//! failure, so an SEH shim in C; KMDF's SEH-safe
-//! `WdfRequestProbeAndLockUserBufferForWrite` unlocks at request completion,
-//! too early for an MR; and `Platform::pin_memory` is not given the request.
-//! Also missing: work items and timers, which the
-//! core's `Platform` does not ask for yet.
+//! # User memory
+//! A user-mode ULP's rings and memory registrations need the requestor's
+//! process at PASSIVE_LEVEL, which only `EvtIoInCallerContext` gives (the
+//! queue's callbacks and the DPC run at DISPATCH_LEVEL in whatever process).
+//! The core decides there what to pin, map and unmap
+//! ([`irpverbs_core::Device::in_caller_context`]); this crate only does it
+//! ([`mdl`]): `MmProbeAndLockPages` and `MmMapLockedPagesSpecifyCache(UserMode)`
+//! report failure by raising an exception, so both go through `src/seh.c`,
+//! a `__try` / `__except` shim compiled by `build.rs` with the WDK. KMDF's
+//! own SEH-safe probe (`WdfRequestProbeAndLockUserBufferForWrite`) unlocks
+//! when the request completes, too early for an MR. A file's cleanup waits
+//! for the pages its registrations locked to be unlocked (the exiting
+//! process must not keep locked pages).
+//!
+//! Not here yet: work items and timers, which the core's `Platform` does
+//! not ask for yet; physical (bus address) registrations; a doorbell page
+//! for user-mode ULPs (the soft HCA has no MMIO).
 //!
 //! Every `unsafe` block holds one unsafe operation and states why it is
 //! sound; every WDF call goes through wdk-sys's
@@ -45,6 +54,7 @@ extern crate wdk_panic;
 mod context;
 mod device;
 pub mod kernel;
+pub mod mdl;
 pub mod platform;
 pub mod request;
 

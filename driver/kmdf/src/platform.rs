@@ -6,6 +6,8 @@
 //! | `Platform::irql`      | `KeGetCurrentIrql`                                 |
 //! | `Platform::pool_charge` / `pool_release` | a real `ExAllocatePool2(POOL_FLAG_NON_PAGED, bytes, tag)` per charge, freed with `ExFreePoolWithTag` |
 //! | `Platform::Request`   | [`KmdfRequest`]                                    |
+//! | `Platform::pin_memory` | user mode: [`crate::mdl::UserPin`] (an MDL, `MmProbeAndLockPages` through the SEH shim, a system mapping); kernel mode: the ULP's own nonpaged memory, wrapped |
+//! | `Platform::map_ring` / `unmap_ring` | [`crate::mdl::UserMapping`] (an MDL over the ring's nonpaged pool, `MmMapLockedPagesSpecifyCache(UserMode)` through the SEH shim; unmapped in its process) |
 //!
 //! What the host platform's verifier checks (IRQL rules, lock order, pool
 //! leaks, request ownership) Driver Verifier checks here: the charges are
@@ -14,17 +16,25 @@
 //! watches the spin locks. The core's [`LockClass`] ranks are therefore not
 //! needed at run time; they document the order Driver Verifier enforces.
 
+use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 
-use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
-use irpverbs_core::{Irql, LockClass, Platform, PoolCharge, PoolTag, SpinLock};
+use irpverbs_abi::{
+    IvRingMap, NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
+    STATUS_NOT_SUPPORTED,
+};
+use irpverbs_core::{
+    Irql, LockClass, Platform, PoolCharge, PoolTag, Request, RequestorMode, SpinLock,
+};
+use irpverbs_ring::{Region, Ring};
 use wdk_sys::ntddk::{
     ExAllocatePool2, ExFreePoolWithTag, KeAcquireInStackQueuedSpinLock, KeGetCurrentIrql,
     KeReleaseInStackQueuedSpinLock,
 };
 use wdk_sys::{KLOCK_QUEUE_HANDLE, KSPIN_LOCK, POOL_FLAG_NON_PAGED, SIZE_T};
 
+use crate::mdl::{UserMapping, UserPin};
 use crate::request::KmdfRequest;
 
 /// The Windows kernel, as the core sees it. Stateless: every service is a
@@ -97,44 +107,68 @@ impl Platform for KmdfPlatform {
         unsafe { ExFreePoolWithTag(memory, charge.tag) };
     }
 
-    /// Kernel callers pass nonpaged kernel memory (their own, valid until
-    /// they deregister): it is wrapped as is. User-mode ranges must be
-    /// probed and locked in the caller's context (EvtIoInCallerContext, an
-    /// MDL with `MmProbeAndLockPages`) before the request reaches the
-    /// dispatch-level queue; that step is not built yet, so user-mode and
-    /// physical registrations are refused with `STATUS_NOT_SUPPORTED` rather
-    /// than touching unpinned memory.
-    /// Kernel callers get the rings' kernel addresses. User-mode callers
-    /// get an empty map until rings are MDL-mapped into their process (see
-    /// the crate docs): a kernel address must never reach user mode.
-    fn ring_map(&self, ring: &irpverbs_ring::Ring, mode: irpverbs_core::RequestorMode) -> irpverbs_abi::IvRingMap {
-        match mode {
-            irpverbs_core::RequestorMode::Kernel => ring.map(),
-            irpverbs_core::RequestorMode::User => irpverbs_abi::IvRingMap::default(),
-        }
-    }
-
+    /// A user-mode range (the core asks from `in_caller_context`: PASSIVE
+    /// level, the requestor's process): probed and locked for the access
+    /// the registration needs, mapped for the system, counted in the
+    /// request's file (whose cleanup waits for its pins to be released).
+    /// A kernel caller's range is its own nonpaged memory, valid until it
+    /// deregisters: wrapped as is. Physical (bus address) ranges are not
+    /// supported yet.
+    ///
+    /// IRQL: <= APC_LEVEL for a user range, <= DISPATCH_LEVEL otherwise.
+    ///
+    /// # Errors
+    /// See [`UserPin::region`]; `STATUS_NOT_SUPPORTED` for a physical range;
+    /// `STATUS_INVALID_PARAMETER` for a range this machine cannot address
+    /// or a user request without a file.
     fn pin_memory(
         &self,
+        request: &KmdfRequest,
         addr: u64,
         length: u64,
-        mode: irpverbs_core::RequestorMode,
+        write: bool,
         physical: bool,
-    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus> {
-        if mode == irpverbs_core::RequestorMode::User || physical {
-            return Err(irpverbs_abi::STATUS_NOT_SUPPORTED);
+    ) -> Result<Arc<Region>, NtStatus> {
+        if physical {
+            return Err(STATUS_NOT_SUPPORTED);
         }
-        let len = usize::try_from(length).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?;
+        let len = usize::try_from(length).map_err(|_| STATUS_INVALID_PARAMETER)?;
+        if request.requestor_mode() == RequestorMode::User {
+            let pins = request.file_pins().ok_or(STATUS_INVALID_PARAMETER)?;
+            return UserPin::region(addr, len, write, pins);
+        }
         let ptr = core::ptr::with_exposed_provenance_mut::<u8>(
-            usize::try_from(addr).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?,
+            usize::try_from(addr).map_err(|_| STATUS_INVALID_PARAMETER)?,
         );
         // SAFETY: a kernel ULP registering memory promises it is nonpaged,
         // valid for `length` bytes and stays allocated until deregistration
         // (the registration contract `Region::from_raw_parts` states).
-        let region = unsafe { irpverbs_ring::Region::from_raw_parts(ptr, len, None) };
-        region
-            .map(alloc::sync::Arc::new)
-            .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
+        let region = unsafe { Region::from_raw_parts(ptr, len, None) };
+        region.map(Arc::new).ok_or(STATUS_INVALID_PARAMETER)
+    }
+
+    type Mapping = UserMapping;
+
+    /// An MDL over the ring's nonpaged memory mapped into the requestor's
+    /// process (see [`UserMapping::map`]).
+    ///
+    /// IRQL: <= APC_LEVEL, in the requestor's process.
+    ///
+    /// # Errors
+    /// The mapping's exception status, or `STATUS_INSUFFICIENT_RESOURCES`.
+    fn map_ring(
+        &self,
+        _request: &KmdfRequest,
+        ring: &Ring,
+    ) -> Result<(IvRingMap, UserMapping), NtStatus> {
+        UserMapping::map(ring)
+    }
+
+    /// Undone in the process it was made in (see [`UserMapping::unmap`]).
+    ///
+    /// IRQL: <= APC_LEVEL.
+    fn unmap_ring(&self, mapping: UserMapping) {
+        mapping.unmap();
     }
 }
 

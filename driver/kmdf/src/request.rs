@@ -8,6 +8,8 @@
 //! | `file`                         | `WdfRequestGetFileObject` and the key in its context |
 //! | `complete`                     | `WdfRequestCompleteWithInformation`            |
 //! | `mark_cancelable` / `unmark_cancelable` | `WdfRequestMarkCancelableEx` (cancel routine [`evt_request_cancel`] calls `Device::cancel`) / `WdfRequestUnmarkCancelable` |
+//! | `address_space`                | the requestor's process (`IoGetCurrentProcess` in `EvtIoInCallerContext`, kept in the request's context) |
+//! | `attach_pin` / `take_pin`      | the pinned region's `Arc`, kept in the request's context; the request object's cleanup callback ([`evt_request_cleanup`]) drops one never taken |
 //!
 //! Every irpverbs IOCTL is `METHOD_BUFFERED`: input and output are one
 //! system buffer, the input copied in by the I/O manager. The core copies
@@ -16,16 +18,21 @@
 //! order, since [`Request::input`] borrows the request shared and
 //! [`Request::output`] borrows it exclusively.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use alloc::sync::Arc;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use irpverbs_abi::{METHOD_BUFFERED, NtStatus, STATUS_CANCELLED, ioctl_method, nt_success};
 use irpverbs_core::{FileKey, MajorFunction, Request, RequestorMode};
+use irpverbs_ring::Region;
+use wdk_sys::ntddk::IoGetCurrentProcess;
 use wdk_sys::{
-    KPROCESSOR_MODE, NTSTATUS, PVOID, ULONG_PTR, WDFREQUEST, call_unsafe_wdf_function_binding,
+    _WDF_REQUEST_TYPE, KPROCESSOR_MODE, NTSTATUS, PVOID, ULONG_PTR, WDF_REQUEST_PARAMETERS,
+    WDFFILEOBJECT, WDFOBJECT, WDFREQUEST, call_unsafe_wdf_function_binding,
 };
 
 use crate::context::context_type;
 use crate::device;
+use crate::mdl::FilePins;
 
 /// `KernelMode` of the kernel's `MODE` enumeration (wdm.h): a
 /// `KPROCESSOR_MODE` of 0 is a kernel-mode requestor, anything else user.
@@ -36,6 +43,12 @@ const KERNEL_MODE: KPROCESSOR_MODE = 0;
 pub(crate) struct RequestContext {
     /// The key given to [`Request::mark_cancelable`], for the cancel routine.
     cancel_key: AtomicU64,
+    /// The requestor's process, recorded in `EvtIoInCallerContext` (the
+    /// one callback that runs in it); null before.
+    process: AtomicPtr<core::ffi::c_void>,
+    /// A region pinned in the caller's context ([`Request::attach_pin`]),
+    /// from `Arc::into_raw`; null when none.
+    pin: AtomicPtr<Region>,
 }
 context_type!(
     REQUEST_CONTEXT_TYPE,
@@ -62,6 +75,7 @@ pub struct KmdfRequest {
     major: MajorFunction,
     mode: RequestorMode,
     file: FileKey,
+    file_object: WDFFILEOBJECT,
     input: *const u8,
     input_len: usize,
     output: *mut u8,
@@ -135,12 +149,103 @@ impl KmdfRequest {
                 RequestorMode::User
             },
             file,
+            file_object,
             input: input.cast_const(),
             input_len,
             output,
             output_len,
             phase: Phase::Owned,
         })
+    }
+}
+
+impl KmdfRequest {
+    /// Wraps a request in `EvtIoInCallerContext`, before it is queued:
+    /// reads its parameters (`WdfRequestGetParameters`) and records the
+    /// requestor's process (the current one) in its context. `Ok(None)` for
+    /// a request that is not a device control (it is queued untouched).
+    ///
+    /// IRQL: the requestor's (PASSIVE_LEVEL for user mode).
+    ///
+    /// # Errors
+    /// As [`KmdfRequest::new`].
+    ///
+    /// # Safety
+    /// `request` must be a request the framework just passed to
+    /// `EvtIoInCallerContext` (the driver owns it until it enqueues or
+    /// completes it).
+    pub(crate) unsafe fn in_caller_context(request: WDFREQUEST) -> Result<Option<Self>, NTSTATUS> {
+        const SIZE: u16 = {
+            assert!(size_of::<WDF_REQUEST_PARAMETERS>() <= u16::MAX as usize);
+            #[allow(clippy::cast_possible_truncation, reason = "asserted above")]
+            let size = size_of::<WDF_REQUEST_PARAMETERS>() as u16;
+            size
+        };
+        let mut params = WDF_REQUEST_PARAMETERS {
+            Size: SIZE,
+            ..WDF_REQUEST_PARAMETERS::default()
+        };
+        // SAFETY: the caller guarantees a live, driver-owned request;
+        // `params` is initialized with its Size (WDF_REQUEST_PARAMETERS_INIT).
+        unsafe {
+            call_unsafe_wdf_function_binding!(WdfRequestGetParameters, request, &raw mut params);
+        }
+        let major = match params.Type {
+            _WDF_REQUEST_TYPE::WdfRequestTypeDeviceControl => MajorFunction::DeviceControl,
+            _WDF_REQUEST_TYPE::WdfRequestTypeDeviceControlInternal => {
+                MajorFunction::InternalDeviceControl
+            }
+            _ => return Ok(None),
+        };
+        // SAFETY: for a device control request the union holds its
+        // DeviceIoControl parameters, which the framework filled in.
+        let ioctl = unsafe { params.Parameters.DeviceIoControl };
+        // SAFETY: IoGetCurrentProcess has no preconditions; this callback
+        // runs in the requestor's thread, so it is the requestor's process.
+        let process = unsafe { IoGetCurrentProcess() };
+        // SAFETY: the request is live; every request of the device has a
+        // RequestContext (WdfDeviceInitSetRequestAttributes).
+        let context = unsafe { REQUEST_CONTEXT_TYPE.get::<RequestContext>(request.cast()) };
+        // SAFETY: the context lives with the request, zero-filled (valid
+        // atomics); only atomic accesses touch it.
+        unsafe { &*context }
+            .process
+            .store(process.cast(), Ordering::Release);
+        // SAFETY: the caller's guarantee, with the request's parameters.
+        let wrapped = unsafe {
+            Self::new(
+                request,
+                major,
+                ioctl.IoControlCode,
+                ioctl.InputBufferLength,
+                ioctl.OutputBufferLength,
+            )
+        }?;
+        Ok(Some(wrapped))
+    }
+
+    /// Gives the request back unwrapped, still owned by the driver (to
+    /// enqueue it): nothing is completed.
+    pub(crate) fn into_handle(self) -> WDFREQUEST {
+        let request = self.request;
+        core::mem::forget(self);
+        request
+    }
+
+    /// The pin counter of the request's file.
+    pub(crate) fn file_pins(&self) -> Option<Arc<FilePins>> {
+        // SAFETY: the file object of a live request is null or live.
+        unsafe { device::file_pins(self.file_object) }
+    }
+
+    /// The request's context.
+    fn context(&self) -> &RequestContext {
+        // SAFETY: the request is live (owned by this wrapper); every
+        // request of the device has a RequestContext.
+        let context = unsafe { REQUEST_CONTEXT_TYPE.get::<RequestContext>(self.request.cast()) };
+        // SAFETY: the context lives as long as the request, which outlives
+        // this borrow of its wrapper; zero-filled atomics, atomic access only.
+        unsafe { &*context }
     }
 }
 
@@ -311,6 +416,46 @@ impl Request for KmdfRequest {
         }
     }
 
+    /// The requestor's process as recorded in `EvtIoInCallerContext`.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn address_space(&self) -> u64 {
+        self.context()
+            .process
+            .load(Ordering::Acquire)
+            .expose_provenance() as u64
+    }
+
+    /// Keeps the region in the request's context (`Arc::into_raw`).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn attach_pin(&mut self, region: Arc<Region>) {
+        let old = self
+            .context()
+            .pin
+            .swap(Arc::into_raw(region).cast_mut(), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: a non-null pin came from `Arc::into_raw` here and was
+            // swapped out, so this is its only owner.
+            drop(unsafe { Arc::from_raw(old) });
+        }
+    }
+
+    /// Takes the region out of the request's context.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn take_pin(&mut self) -> Option<Arc<Region>> {
+        let pin = self
+            .context()
+            .pin
+            .swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if pin.is_null() {
+            return None;
+        }
+        // SAFETY: from `Arc::into_raw` in `attach_pin`, swapped out: owned.
+        Some(unsafe { Arc::from_raw(pin) })
+    }
+
     /// `WdfRequestUnmarkCancelable`.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
@@ -357,6 +502,29 @@ impl Drop for KmdfRequest {
                 unsafe { complete_raw(self.request, STATUS_CANCELLED, 0) };
             }
         }
+    }
+}
+
+/// The request objects' `EvtCleanupCallback` (the framework deletes a
+/// request it created once the request is completed): drops a pinned region
+/// the request still holds, which unpins it (a user `REG_MR` completed
+/// before the queue presented it, e.g. cancelled or refused).
+///
+/// IRQL: <= DISPATCH_LEVEL.
+pub(crate) extern "C" fn evt_request_cleanup(object: WDFOBJECT) {
+    // SAFETY: the framework passes one of the device's requests, whose
+    // context is valid until its cleanup returns.
+    let context = unsafe { REQUEST_CONTEXT_TYPE.get::<RequestContext>(object) };
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: as above; atomic access only.
+    let pin = unsafe { &*context }
+        .pin
+        .swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !pin.is_null() {
+        // SAFETY: from `Arc::into_raw` in `attach_pin`, swapped out: owned.
+        drop(unsafe { Arc::from_raw(pin) });
     }
 }
 

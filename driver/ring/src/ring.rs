@@ -19,7 +19,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use alloc::sync::Arc;
 use irpverbs_abi::{IV_CACHE_LINE, IvRingControl, IvRingMap};
 
-use crate::region::{OutOfBounds, Region};
+use crate::region::{OutOfBounds, REGION_ALIGN, Region};
 
 /// An index word shared between producer and consumer.
 pub trait IndexWord {
@@ -144,18 +144,18 @@ impl Ring {
         ENTRIES_OFFSET + entries as usize * stride as usize
     }
 
-    /// Allocates a zeroed ring.
+    /// Allocates a zeroed ring: whole pages ([`REGION_ALIGN`] bytes each),
+    /// page-aligned, so that the ring can be mapped into a user process
+    /// (which maps whole pages) without exposing any other allocation's
+    /// bytes, and so that a kernel allocator that aligns only allocations of
+    /// at least a page (`ExAllocatePool2`) still returns aligned memory.
     ///
     /// Returns `None` if `entries` or `stride` is not a power of two, or the
     /// allocation fails.
     #[must_use]
     pub fn alloc(entries: u32, stride: u32) -> Option<Self> {
-        Self::new(
-            Arc::new(Region::alloc(Self::bytes(entries, stride))?),
-            entries,
-            stride,
-        )
-        .ok()
+        let bytes = Self::bytes(entries, stride).checked_next_multiple_of(REGION_ALIGN)?;
+        Self::new(Arc::new(Region::alloc(bytes)?), entries, stride).ok()
     }
 
     /// A ring over `region`.
@@ -330,6 +330,16 @@ mod tests {
         bad.entries_addr += 64;
         // SAFETY: rejected before any access.
         assert!(unsafe { Ring::from_map(&bad) }.is_err());
+    }
+
+    #[test]
+    fn rings_are_whole_pages() {
+        for (entries, stride) in [(1, 64), (4, 64), (64, 64), (16, 256)] {
+            let r = Ring::alloc(entries, stride).unwrap();
+            assert_eq!(r.region().addr() % REGION_ALIGN as u64, 0);
+            assert_eq!(r.region().len() % REGION_ALIGN, 0);
+            assert!(r.region().len() >= Ring::bytes(entries, stride));
+        }
     }
 
     #[test]

@@ -169,6 +169,7 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
             }
             rewind(qpn, qp, env, i, psn);
             qp.tx.req.rnr_wait = true;
+            crate::engine::arm_rnr(qpn, qp, env, syndrome & !aeth::TYPE_MASK);
         }
         aeth::NAK => {
             if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
@@ -266,21 +267,31 @@ fn read_response(
         retry(qpn, qp, env, i, s.resp_next);
         return;
     }
-    let first = psn == s.first_psn;
     let last = end_psn == s.last_psn;
     let n = burst.count;
-    let expect_first = match (first, last && n == 1) {
-        (true, true) => op::RC_READ_RESPONSE_ONLY,
-        (true, false) => op::RC_READ_RESPONSE_FIRST,
-        (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-        (false, true) => op::RC_READ_RESPONSE_LAST,
+    // The opcodes of a burst at `psn`, in a response stream that starts at
+    // `psn` (`first`) or continues through it.
+    let expect = |first: bool| {
+        let f = match (first, last && n == 1) {
+            (true, true) => op::RC_READ_RESPONSE_ONLY,
+            (true, false) => op::RC_READ_RESPONSE_FIRST,
+            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
+            (false, true) => op::RC_READ_RESPONSE_LAST,
+        };
+        let l = match (last, first && n == 1) {
+            (true, true) => op::RC_READ_RESPONSE_ONLY,
+            (true, false) => op::RC_READ_RESPONSE_LAST,
+            (false, _) if n == 1 => f,
+            (false, _) => op::RC_READ_RESPONSE_MIDDLE,
+        };
+        (f, l)
     };
-    let expect_last = match (last, first && n == 1) {
-        (true, true) => op::RC_READ_RESPONSE_ONLY,
-        (true, false) => op::RC_READ_RESPONSE_LAST,
-        (false, _) if n == 1 => expect_first,
-        (false, _) => op::RC_READ_RESPONSE_MIDDLE,
-    };
+    // A READ sent again from `resp_next` (after a loss) is answered by a
+    // new stream starting there; a late response of the first stream at
+    // the same PSN carries the same bytes: either is accepted.
+    let ops_ok = [psn == s.first_psn, true]
+        .into_iter()
+        .any(|first| expect(first) == (pkt.opcode, burst.last_opcode));
     let mtu = qp.tx.mtu;
     // Within the message: at most 2^31 bytes.
     let offset = psn_diff(psn, s.first_psn).unsigned_abs() * mtu;
@@ -288,12 +299,7 @@ fn read_response(
     let len = if last { room } else { n.saturating_mul(mtu) };
     let carried: usize = payload.iter().map(|p| p.len).sum();
     let beyond = psn_diff(end_psn, s.last_psn) > 0 || len > room;
-    if pkt.opcode != expect_first
-        || burst.last_opcode != expect_last
-        || beyond
-        || pkt.payload_len != len
-        || carried != len as usize
-    {
+    if !ops_ok || beyond || pkt.payload_len != len || carried != len as usize {
         retire(qpn, qp, env);
         fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
         return;
@@ -317,6 +323,7 @@ fn read_response(
         s.done = true;
         s.status = IV_WC_SUCCESS;
     }
+    crate::engine::rearm_rto(qpn, qp, env);
 }
 
 fn is_atomic(wr: u8) -> bool {
@@ -482,7 +489,8 @@ pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
         return;
     }
     qp.sq.0.consumer().release(req.ci);
-    if qp.tx.draining && !req.in_flight() {
+    crate::engine::rearm_rto(qpn, qp, env);
+    if qp.tx.draining && !qp.tx.req.in_flight() {
         qp.tx.draining = false;
         if qp.tx.drain_notify {
             env.dp.raise(AsyncEvent::SqDrained(qpn));

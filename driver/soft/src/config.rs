@@ -37,6 +37,10 @@ pub struct SoftConfig {
     /// The port's IP address. GID index 0 is its IPv4-mapped form
     /// (`::ffff:a.b.c.d`) or the IPv6 address itself. Default 127.0.0.1.
     pub ip: IpAddr,
+    /// The UDP port the port's RoCEv2 datagrams are sent to (and that its
+    /// link listens on). The ICRC covers it, so every HCA of a wire must
+    /// agree. Default 4791 ([`crate::link::DEFAULT_PORT`]).
+    pub udp_port: u16,
     /// Where the firmware runs. Default [`Execution::Inline`].
     pub execution: Execution,
     /// Command queue slots: `post_command` gives the command back when this
@@ -93,6 +97,7 @@ impl Default for SoftConfig {
         Self {
             node_guid: 0x0200_00FF_FE00_0001,
             ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            udp_port: crate::link::DEFAULT_PORT,
             execution: Execution::Inline,
             cmd_queue_depth: 64,
             eq_depth: 256,

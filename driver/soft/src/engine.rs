@@ -34,6 +34,7 @@ use crate::ah::Ah;
 use crate::cq::{Cq, post_cqe};
 use crate::fabric::{Peer, Router};
 use crate::firmware::Firmware;
+use crate::link::{Link, LinkStats, RxPool};
 use crate::mr::Mr;
 use crate::packet::{Batch, Burst, Frame, Gid, Packet, m};
 use crate::port::Port;
@@ -109,6 +110,12 @@ pub(crate) struct QpTx {
     pub(crate) comm_est: bool,
     /// LastWqeReached was raised since entering ERR.
     pub(crate) last_wqe: bool,
+    /// The local ACK timer's deadline (wire destinations only).
+    pub(crate) rto_at: Option<u64>,
+    /// The RNR timer's deadline (wire destinations only).
+    pub(crate) rnr_at: Option<u64>,
+    /// On [`DataPath::timed`].
+    pub(crate) timed: bool,
 }
 
 impl PartialEq for QpTx {
@@ -136,6 +143,9 @@ impl QpTx {
             drain_notify: false,
             comm_est: false,
             last_wqe: false,
+            rto_at: None,
+            rnr_at: None,
+            timed: false,
         })
     }
 
@@ -150,6 +160,8 @@ impl QpTx {
         self.drain_notify = false;
         self.comm_est = false;
         self.last_wqe = false;
+        self.rto_at = None;
+        self.rnr_at = None;
     }
 }
 
@@ -207,6 +219,23 @@ pub(crate) struct DataPath {
     pub(crate) events: Vec<Event>,
     /// The fabric, when attached.
     pub(crate) router: Option<Arc<dyn Router>>,
+    /// The wire, when attached: destinations neither loopback nor on the
+    /// fabric.
+    pub(crate) link: Option<Arc<dyn Link>>,
+    /// Frames for the link, serialized at the end of a step.
+    pub(crate) wireq: Batch,
+    /// The link's UDP destination port.
+    pub(crate) udp_port: u16,
+    /// The link's clock, as of the start of this step (ns).
+    pub(crate) now: u64,
+    /// QPs with a timer armed (each once, see [`QpTx::timed`]).
+    pub(crate) timed: Vec<u32>,
+    /// Receive buffers for datagrams from the link.
+    pub(crate) rx: RxPool,
+    /// Wire counters.
+    pub(crate) link_stats: LinkStats,
+    /// A message's payload, gathered to be cut into packets.
+    pub(crate) scratch: Vec<u8>,
     /// Responder QPs with a coalesced ACK to send.
     pub(crate) acks: Vec<u32>,
     /// CQs that overran: their QPs go to ERR.
@@ -251,6 +280,14 @@ impl DataPath {
             outbox: Vec::new(),
             events: Vec::new(),
             router: None,
+            link: None,
+            wireq: Batch::default(),
+            udp_port: crate::link::DEFAULT_PORT,
+            now: 0,
+            timed: Vec::new(),
+            rx: RxPool::default(),
+            link_stats: LinkStats::default(),
+            scratch: Vec::new(),
             acks: Vec::new(),
             cq_errors: Vec::new(),
             stats: DpStats::default(),
@@ -274,11 +311,41 @@ impl DataPath {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
-    /// The batch frames for `dgid` go to; `None` when no HCA has it.
+    /// The batch frames for `dgid` go to: loopback, a fabric peer's, or
+    /// the link's; `None` when none reaches it.
     fn batch_for(&mut self, dgid: &Gid) -> Option<&mut Batch> {
         if *dgid == self.gid {
             return Some(&mut self.loopq);
         }
+        if self.router.is_some() {
+            if let Some(i) = self.fabric_queue(dgid) {
+                return Some(&mut self.outbox[i].batch);
+            }
+        }
+        self.link.as_ref()?;
+        Some(&mut self.wireq)
+    }
+
+    /// Whether packets to `dgid` go to the link (their QP keeps timers).
+    pub(crate) fn clocked(&self, dgid: &Gid) -> bool {
+        self.link.is_some()
+            && *dgid != self.gid
+            && !self
+                .outbox
+                .iter()
+                .any(|q| q.dgid == *dgid && q.peer.is_some())
+    }
+
+    /// Puts QP `qpn` on the timer list (once).
+    pub(crate) fn time(&mut self, qpn: u32, tx: &mut QpTx) {
+        if !tx.timed {
+            tx.timed = true;
+            self.timed.push(qpn);
+        }
+    }
+
+    /// The outbox queue of the fabric peer with `dgid`, if one has it.
+    fn fabric_queue(&mut self, dgid: &Gid) -> Option<usize> {
         let router = self.router.as_ref()?;
         let generation = router.generation();
         let i = match self.outbox.iter().position(|q| q.dgid == *dgid) {
@@ -300,9 +367,8 @@ impl DataPath {
                 self.outbox.len() - 1
             }
         };
-        let q = &mut self.outbox[i];
-        q.peer.as_ref()?;
-        Some(&mut q.batch)
+        self.outbox[i].peer.as_ref()?;
+        Some(i)
     }
 
     /// Sends `pkt` (the first of a `burst`) to its destination GID, its
@@ -380,6 +446,7 @@ impl DataPath {
             || !self.inbound.is_empty()
             || !self.cq_errors.is_empty()
             || !self.events.is_empty()
+            || !self.wireq.is_empty()
             || self.outbox.iter().any(|q| !q.batch.is_empty())
     }
 }
@@ -409,6 +476,40 @@ pub(crate) fn send_cqe(qpn: u32, wqe: &IvSendWqe, status: u32, byte_len: u32) ->
         byte_len,
         qp_num: qpn,
         ..IvCqe::default()
+    }
+}
+
+/// Arms QP `qpn`'s local ACK timer if it has requests in flight to a wire
+/// destination and none is armed (the requester sent something).
+pub(crate) fn arm_rto(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if qp.qp_type != IV_QPT_RC || qp.tx.rto_at.is_some() || !qp.tx.req.in_flight() {
+        return;
+    }
+    let Some(t) = crate::link::ack_timeout_ns(qp.attr.timeout) else {
+        return;
+    };
+    if env.dp.clocked(&qp.tx.path.dgid) {
+        qp.tx.rto_at = Some(env.dp.now.saturating_add(t));
+        env.dp.time(qpn, &mut qp.tx);
+    }
+}
+
+/// The requester made progress (an ACK or a response): the local ACK
+/// timer starts again if requests remain in flight, else stops.
+pub(crate) fn rearm_rto(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
+    if qp.tx.rto_at.is_some() {
+        qp.tx.rto_at = None;
+        arm_rto(qpn, qp, env);
+    }
+}
+
+/// An RNR NAK: the requester waits for the RNR timer of `code` (wire
+/// destinations; in-process the responder's hint ends the wait).
+pub(crate) fn arm_rnr(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, code: u8) {
+    if env.dp.clocked(&qp.tx.path.dgid) {
+        qp.tx.rto_at = None;
+        qp.tx.rnr_at = Some(env.dp.now.saturating_add(crate::link::rnr_timer_ns(code)));
+        env.dp.time(qpn, &mut qp.tx);
     }
 }
 
@@ -708,9 +809,67 @@ impl Firmware {
         }
     }
 
-    /// The retransmit timer of QP `qpn` expired (the wire stage's seam;
-    /// see [`completer::retransmit_timeout`]).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Fires the timers due at `now` (the link's clock, ns): local ACK
+    /// timeouts and RNR timers. Returns the next deadline.
+    pub(crate) fn fire_timers(&mut self, now: u64) -> Option<u64> {
+        self.dp.now = self.dp.now.max(now);
+        let now = self.dp.now;
+        let mut timed = core::mem::take(&mut self.dp.timed);
+        let mut next: Option<u64> = None;
+        let mut i = 0;
+        while i < timed.len() {
+            let qpn = timed[i];
+            let Ok(qp) = self.qps.get_mut(qpn) else {
+                timed.swap_remove(i);
+                continue;
+            };
+            let (rto, rnr) = (qp.tx.rto_at, qp.tx.rnr_at);
+            if rnr.is_some_and(|t| t <= now) {
+                qp.tx.rnr_at = None;
+                self.dp.link_stats.rnr_timeouts += 1;
+                self.rnr_timeout(qpn);
+            }
+            if rto.is_some_and(|t| t <= now) {
+                if let Ok(qp) = self.qps.get_mut(qpn) {
+                    qp.tx.rto_at = None;
+                }
+                self.dp.link_stats.ack_timeouts += 1;
+                self.retransmit_timeout(qpn);
+            }
+            match self.qps.get_mut(qpn) {
+                Ok(qp) if qp.tx.rto_at.is_some() || qp.tx.rnr_at.is_some() => {
+                    for t in [qp.tx.rto_at, qp.tx.rnr_at].into_iter().flatten() {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                    i += 1;
+                }
+                Ok(qp) => {
+                    qp.tx.timed = false;
+                    timed.swap_remove(i);
+                }
+                Err(_) => {
+                    timed.swap_remove(i);
+                }
+            }
+        }
+        timed.append(&mut self.dp.timed);
+        self.dp.timed = timed;
+        next
+    }
+
+    /// The earliest armed timer's deadline.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.dp
+            .timed
+            .iter()
+            .filter_map(|&qpn| self.qps.get(qpn).ok())
+            .flat_map(|qp| [qp.tx.rto_at, qp.tx.rnr_at])
+            .flatten()
+            .min()
+    }
+
+    /// The retransmit timer of QP `qpn` expired (see
+    /// [`completer::retransmit_timeout`]).
     pub(crate) fn retransmit_timeout(&mut self, qpn: u32) {
         let (qps, mut env) = self.split();
         if let Ok(qp) = qps.get_mut(qpn) {
@@ -718,10 +877,8 @@ impl Firmware {
         }
     }
 
-    /// The RNR timer of QP `qpn` expired (the wire stage's seam; in-process
-    /// the responder's retry hint calls
-    /// [`completer::rnr_timer_expired`]).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The RNR timer of QP `qpn` expired (in-process the responder's retry
+    /// hint calls [`completer::rnr_timer_expired`] instead).
     pub(crate) fn rnr_timeout(&mut self, qpn: u32) {
         let (qps, mut env) = self.split();
         if let Ok(qp) = qps.get_mut(qpn) {

@@ -130,8 +130,10 @@ impl Firmware {
     /// Firmware with empty tables. `config` must be valid.
     pub(crate) fn new(config: &SoftConfig) -> Self {
         let port = Port::new(config.ip);
+        let mut dp = crate::engine::DataPath::new(port.gid(0).unwrap_or_default());
+        dp.udp_port = config.udp_port;
         Self {
-            dp: crate::engine::DataPath::new(port.gid(0).unwrap_or_default()),
+            dp,
             port,
             pds: Table::new(config.max_pd),
             mrs: Table::new(config.max_mr),

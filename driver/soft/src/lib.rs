@@ -137,6 +137,7 @@ mod eq;
 pub mod fabric;
 mod fast;
 mod firmware;
+pub mod link;
 mod mr;
 pub mod packet;
 mod pd;
@@ -145,12 +146,16 @@ mod qp;
 mod requester;
 mod responder;
 mod shared;
+pub mod sim;
 mod srq;
 mod table;
 #[cfg(test)]
 mod tests_dp;
 #[cfg(test)]
+mod tests_sim;
+#[cfg(test)]
 mod testutil;
+pub mod wire;
 
 use alloc::collections::VecDeque;
 use alloc::sync::{Arc, Weak};
@@ -166,6 +171,7 @@ pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
+pub use link::{Datagram, Link, LinkStats, TxBatch};
 pub use port::{
     ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
     PORT_CAP_CM_SUP, PORT_NUM,
@@ -306,6 +312,115 @@ impl<P: Platform> SoftHca<P> {
         self.gid
     }
 
+    /// Cables the port to a datagram wire: packets for GIDs that are
+    /// neither this HCA's nor an HCA's on its fabric go to `link`, as
+    /// RoCEv2 UDP datagrams (see [`link`]). QPs talking over it keep their
+    /// local ACK and RNR timers on `link`'s clock.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` when a link is attached already.
+    pub fn attach_link(&self, link: Arc<dyn Link>) -> Result<(), NtStatus> {
+        self.state.lock(|st| {
+            let dp = &mut st.firmware.dp;
+            if dp.link.is_some() {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            dp.now = dp.now.max(link.now_ns());
+            dp.link = Some(link);
+            Ok(())
+        })
+    }
+
+    /// Uncables the port: packets for the wire are lost from now on (RC
+    /// QPs time out).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn detach_link(&self) {
+        self.state.lock(|st| st.firmware.dp.link = None);
+    }
+
+    /// A datagram from the wire: checks it (every header and the ICRC),
+    /// copies its payload into a receive buffer and delivers it to the
+    /// transport. Inline, the data path runs now, on this thread; deferred,
+    /// the hardware thread is woken.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// Why the datagram was dropped (also counted in [`Self::link_stats`]);
+    /// [`wire::WireError::Truncated`] too when no receive buffer was free.
+    pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
+        let ip = d.ip();
+        let parsed = wire::parse_transport(d.payload, &ip);
+        let queued = self.state.lock(|st| {
+            let dp = &mut st.firmware.dp;
+            let (pkt, payload) = match parsed {
+                Ok(p) => p,
+                Err(e) => {
+                    dp.link_stats.rx_dropped.count(e);
+                    return Err(e);
+                }
+            };
+            let mut frame = packet::Batch::default();
+            if !payload.is_empty() {
+                let Some(region) = dp.rx.take(payload) else {
+                    dp.link_stats.rx_no_buffer += 1;
+                    return Err(wire::WireError::Truncated);
+                };
+                frame.segs.push(packet::Seg {
+                    region,
+                    offset: 0,
+                    len: payload.len(),
+                });
+            }
+            dp.link_stats.rx_datagrams += 1;
+            dp.link_stats.rx_dropped.accepted += 1;
+            frame.frames.push(Frame::Packet {
+                pkt,
+                burst: packet::Burst::one(pkt.opcode),
+                seg: 0,
+                nsegs: u32::from(!payload.is_empty()),
+                notify: None,
+            });
+            dp.inbound.append(&mut frame);
+            Ok(())
+        });
+        queued?;
+        match self.execution {
+            Execution::Inline => self.drive(|_| {}),
+            Execution::Deferred => self.bus.doorbell(),
+        }
+        Ok(())
+    }
+
+    /// Fires the timers due at `now_ns` (on the link's clock), runs the
+    /// data path, and returns the next deadline (`None`: no timer armed).
+    /// The host calls it at the deadline it returned (or sooner).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn advance_clock(&self, now_ns: u64) -> Option<u64> {
+        self.drive(|fw| {
+            fw.fire_timers(now_ns);
+        });
+        self.next_deadline()
+    }
+
+    /// The earliest armed timer's deadline (on the link's clock).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.state.lock(|st| st.firmware.next_deadline())
+    }
+
+    /// The wire's counters.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn link_stats(&self) -> LinkStats {
+        self.state.lock(|st| st.firmware.dp.link_stats)
+    }
+
     /// Gives the data path a router (a fabric), or takes it away.
     fn set_router(&self, router: Option<Arc<dyn Router>>) -> Result<(), NtStatus> {
         self.state.lock(|st| {
@@ -356,6 +471,11 @@ impl<P: Platform> SoftHca<P> {
     /// interrupt, work is left).
     fn dp_locked(&self, st: &mut HcaState, todo: &mut Todo) -> (bool, bool) {
         {
+            if let Some(link) = &st.firmware.dp.link {
+                let now = link.now_ns();
+                let dp = &mut st.firmware.dp;
+                dp.now = dp.now.max(now);
+            }
             let fw = &mut st.firmware;
             if self.inbox_pending.swap(false, Ordering::AcqRel) {
                 if fw.dp.inbound.is_empty() {
@@ -397,6 +517,29 @@ impl<P: Platform> SoftHca<P> {
                     }
                 }
             }
+            if !dp.wireq.is_empty() {
+                if let Some(link) = dp.link.clone() {
+                    let mut tx = link::TxBatch::default();
+                    let wireq = core::mem::take(&mut dp.wireq);
+                    link::serialize(
+                        &wireq,
+                        &mut tx,
+                        &mut dp.scratch,
+                        &mut dp.loopq,
+                        dp.udp_port,
+                        &mut dp.link_stats,
+                    );
+                    let mut wireq = wireq;
+                    wireq.clear();
+                    dp.wireq = wireq;
+                    more |= !dp.loopq.is_empty();
+                    if !tx.is_empty() {
+                        todo.transmit.push((link, tx));
+                    }
+                } else {
+                    dp.wireq.clear();
+                }
+            }
             let raise = self.push_events(&mut fw.dp.events, &mut st.stats);
             (raise, more)
         }
@@ -414,6 +557,9 @@ impl<P: Platform> SoftHca<P> {
     /// The rest of [`Self::drive`], after a first step.
     fn drive_rest(&self, mut todo: Todo, mut again: bool) {
         loop {
+            for (link, tx) in todo.transmit.drain(..) {
+                link.transmit(&tx);
+            }
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
                     again = true;
@@ -736,6 +882,24 @@ impl<P: Platform> Hca for SoftHca<P> {
             return;
         }
         self.doorbell(|fw| fw.ring_srq(srqn));
+    }
+
+    /// The driver removed the device: the MRs (and the commands not yet
+    /// executed, which may carry a registration's region) are dropped, so
+    /// every pin of registered memory ends now; inbound packets not yet
+    /// processed go too. Queues, rings and QPs stay for kernel ULPs still
+    /// viewing their rings; a WQE that names a dropped MR now fails with a
+    /// protection error.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn device_removed(&self) {
+        let (queued, mrs) = self.state.lock(|st| {
+            let queued = core::mem::take(&mut st.queue);
+            (queued, st.firmware.drop_mrs())
+        });
+        let inbound = self.inbox.lock(core::mem::take);
+        self.inbox_pending.store(false, Ordering::Release);
+        drop((queued, mrs, inbound));
     }
 
     /// CQ `cqn` was armed: when completions it would fire for wait

@@ -92,6 +92,19 @@ impl Firmware {
         })
     }
 
+    /// The device was removed: every MR goes, without a command, and with
+    /// it the firmware's references to registered memory. Returns them, to
+    /// be dropped (unpinned) outside the HCA lock.
+    pub(crate) fn drop_mrs(&mut self) -> alloc::vec::Vec<Mr> {
+        let mrs = self.mrs.take_all();
+        for mr in &mrs {
+            if let Ok(pd) = self.pds.get_mut(mr.pdn) {
+                pd.refs.put();
+            }
+        }
+        mrs
+    }
+
     /// `DeregMr`.
     ///
     /// # Errors
@@ -148,6 +161,33 @@ mod tests {
             physical: true,
             region: crate::testutil::region(4096),
         });
+    }
+
+    #[test]
+    fn device_removal_lets_go_of_registered_memory() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let region = crate::testutil::region(4096);
+        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr {
+            pdn,
+            addr: 0x1000,
+            length: 4096,
+            access: IV_ACCESS_ALL,
+            physical: false,
+            region: alloc::sync::Arc::clone(&region),
+        }) else {
+            panic!()
+        };
+        assert_eq!(
+            alloc::sync::Arc::strong_count(&region),
+            2,
+            "the HCA holds it"
+        );
+        irpverbs_core::Hca::device_removed(&d.hca);
+        assert_eq!(alloc::sync::Arc::strong_count(&region), 1, "unpinned");
+        assert_eq!(d.hca.live_objects(), 1, "the PD stays");
+        d.fails(Command::DeregMr { lkey }, STATUS_INVALID_HANDLE);
+        d.ok(Command::DeallocPd { pdn });
     }
 
     #[test]

@@ -304,6 +304,9 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
             sent += 1;
         }
     }
+    if sent > 0 {
+        crate::engine::arm_rto(qpn, qp, env);
+    }
     sent
 }
 

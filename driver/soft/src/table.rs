@@ -127,6 +127,20 @@ impl<T> Table<T> {
         }
     }
 
+    /// Removes every object and frees their numbers (generations stay, so
+    /// keys of the removed objects never match again); returns them.
+    pub(crate) fn take_all(&mut self) -> Vec<T> {
+        let mut taken = Vec::with_capacity(self.live);
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(value) = slot.value.take() {
+                taken.push(value);
+                self.free.push(i as u32);
+            }
+        }
+        self.live = 0;
+        taken
+    }
+
     /// Removes object `n` and frees its number.
     ///
     /// # Errors
@@ -145,6 +159,25 @@ impl<T> Table<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn take_all_empties_and_keys_stay_stale() {
+        let mut t = Table::new(3);
+        assert_eq!(t.insert('a'), Ok(1));
+        assert_eq!(t.insert('b'), Ok(2));
+        let g = t.generation(1).unwrap();
+        assert_eq!(t.take_all(), ['a', 'b']);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.get(1), Err(STATUS_INVALID_HANDLE));
+        let n = t.insert('c').unwrap();
+        assert_ne!(
+            t.generation(n),
+            Ok(g),
+            "a refilled slot has a new generation"
+        );
+        assert!(t.insert('d').is_ok() && t.insert('e').is_ok());
+        assert!(t.insert('f').is_err(), "max still holds");
+    }
 
     #[test]
     fn numbers_start_at_one_and_are_reused() {

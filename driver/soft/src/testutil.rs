@@ -90,6 +90,15 @@ impl Request for NoRequest {
     fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
         unreachable!()
     }
+    fn address_space(&self) -> u64 {
+        unreachable!()
+    }
+    fn attach_pin(&mut self, _: Arc<irpverbs_ring::Region>) {
+        unreachable!()
+    }
+    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+        unreachable!()
+    }
 }
 
 /// The test platform: checked locks, nothing else.
@@ -122,13 +131,26 @@ impl Platform for TestPlatform {
 
     fn pin_memory(
         &self,
+        _: &NoRequest,
         _addr: u64,
         length: u64,
-        _mode: irpverbs_core::RequestorMode,
+        _write: bool,
         _physical: bool,
     ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus> {
         Ok(region(length))
     }
+
+    type Mapping = ();
+
+    fn map_ring(
+        &self,
+        _: &NoRequest,
+        _: &irpverbs_ring::Ring,
+    ) -> Result<(irpverbs_abi::IvRingMap, ()), NtStatus> {
+        unreachable!("no requests")
+    }
+
+    fn unmap_ring(&self, (): ()) {}
 }
 
 /// Fresh memory standing in for a pinned MR (at most 1 MiB is backed).

@@ -118,10 +118,11 @@ mod win {
             Ok(Box::new(File(OwnedHandle(handle))))
         }
 
-        /// Not yet: the user-mode speed path needs the driver to map the
-        /// rings into the process (an MDL mapping) and a doorbell page,
-        /// which the KMDF layer does not provide yet. The data-path tests
-        /// fail with this status.
+        /// Not yet: the driver maps the rings into this process
+        /// (`IOCTL_IV_MAP_RINGS`), but a user-mode ULP also needs the soft
+        /// HCA's doorbells, which it has no way to ring from user mode yet
+        /// (no doorbell page: the soft HCA has no MMIO). The data-path
+        /// tests fail with this status.
         fn open_speed(&self) -> Result<Client, NtStatus> {
             Err(STATUS_NOT_SUPPORTED)
         }

@@ -9,19 +9,21 @@
 //! - the speed path ([`speed`]): over a [`SpeedPath`] transport, the client
 //!   also creates [`Qp`], [`Cq`] and [`Srq`] objects whose `post_send`,
 //!   `post_recv`, `poll` and `req_notify` are direct calls on the rings the
-//!   driver mapped into the caller, plus a doorbell: no IOCTL;
+//!   driver mapped into the caller (`IOCTL_IV_MAP_RINGS`, right after the
+//!   create), plus a doorbell: no IOCTL per message;
 //! - the kernel ULPs' direct-call function table ([`kernel`],
 //!   `include/irpverbs_kernel.h`), which a driver hands out through query
 //!   interface.
 //!
-//! `unsafe` appears only where a mapped address becomes a ring (the
-//! `from_create` / `from_map` constructors of [`speed`], which the safe
-//! objects call under the [`SpeedPath`] contract) and in the C ABI of the
-//! kernel table.
+//! The ring views and the kernel table are `irpverbs-kernel-table`'s
+//! (`no_std`, shared with the drivers), re-exported here. `unsafe` appears
+//! here only where the safe objects turn their mapped rings into views (the
+//! views' `from_create` / `from_map` constructors, called under the
+//! [`SpeedPath`] contract).
 #![deny(unsafe_code)]
 
 pub mod devinfo;
-pub mod kernel;
+pub use irpverbs_kernel_table::kernel;
 mod objects;
 pub mod speed;
 
@@ -313,6 +315,13 @@ impl Client {
     /// `IOCTL_IV_DESTROY_CQ`.
     pub fn destroy_cq(&self, cq: IvHandle) -> IoctlResult<()> {
         call_none(self, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq })
+    }
+
+    /// `IOCTL_IV_MAP_RINGS`: the rings of the CQ, QP or SRQ `handle` in
+    /// this address space (the same addresses every time). The speed-path
+    /// objects ([`Client::new_cq`] and its siblings) call it themselves.
+    pub fn map_rings(&self, handle: IvHandle) -> IoctlResult<IvMapRingsOut> {
+        call(self, IOCTL_IV_MAP_RINGS, &IvHandleIn { handle })
     }
 
     /// `IOCTL_IV_CREATE_QP` with the given request.

@@ -1,7 +1,9 @@
 //! The safe speed-path objects: [`Qp`], [`Cq`] and [`Srq`], created by a
 //! [`Client`] over a [`crate::SpeedPath`] transport.
 //!
-//! Each one maps its rings once, when it is created, and borrows the client,
+//! Each one maps its rings once, when it is created (`IOCTL_IV_MAP_RINGS`
+//! after the create: a user-mode caller's create response carries only the
+//! rings' geometry), and borrows the client,
 //! which therefore outlives it (the file cannot be closed under it); the
 //! client refuses to destroy or resize the driver object any other way while
 //! it lives. `destroy` consumes the object and drops its ring views before
@@ -10,7 +12,7 @@
 //! refusal (the driver object then lives until the file is closed).
 #![allow(
     unsafe_code,
-    reason = "mapping a created object's rings: Ring::from_map, under the SpeedPath contract"
+    reason = "viewing a created object's mapped rings (Ring::from_map), under the SpeedPath contract"
 )]
 
 use irpverbs_abi::*;
@@ -29,24 +31,27 @@ impl Client {
     ///
     /// # Errors
     /// The create's status; `STATUS_NOT_SUPPORTED` (nothing sent) without
-    /// the speed path; `STATUS_INVALID_PARAMETER` if the ring the driver
-    /// returned is malformed (the CQ is destroyed again).
+    /// the speed path; the status of mapping the ring; or
+    /// `STATUS_INVALID_PARAMETER` if the ring the driver returned is
+    /// malformed (the CQ is destroyed again in both cases).
     pub fn new_cq(&self, i: &IvCreateCqIn) -> IoctlResult<Cq<'_>> {
         let bells = self.bells()?;
-        let out: IvCreateCqOut = call(self, IOCTL_IV_CREATE_CQ, i)?;
+        let mut out: IvCreateCqOut = call(self, IOCTL_IV_CREATE_CQ, i)?;
         self.hold(Kind::Cq, out.cq);
-        // SAFETY: the ring is mapped into this process until the CQ is
-        // destroyed or resized or its file closed (the driver's contract);
-        // the file is closed only when the client (which the `Cq` borrows) is
-        // dropped (the `SpeedPath` contract), and the client refuses destroys
-        // and resizes of a held CQ except through the `Cq`, which drops its
-        // view first.
-        match unsafe { CqRings::from_map(out.cqn, &out.ring) } {
+        let mapped = self.map_rings(out.cq).map(|m| out.ring = m.ring);
+        // SAFETY: the ring is mapped into this process (IOCTL_IV_MAP_RINGS)
+        // until the CQ is destroyed or resized or its file closed (the
+        // driver's contract); the file is closed only when the client (which
+        // the `Cq` borrows) is dropped (the `SpeedPath` contract), and the
+        // client refuses destroys and resizes of a held CQ except through
+        // the `Cq`, which drops its view first.
+        match mapped.and_then(|()| unsafe { CqRings::from_map(out.cqn, &out.ring) }) {
             Ok(rings) => Ok(Cq {
                 client: self,
                 bells,
                 out,
                 rings: Some(rings),
+                destroyed: false,
             }),
             Err(status) => {
                 self.release(Kind::Cq, out.cq);
@@ -62,10 +67,13 @@ impl Client {
     /// As [`Client::new_cq`].
     pub fn new_qp(&self, i: &IvCreateQpIn) -> IoctlResult<Qp<'_>> {
         let bells = self.bells()?;
-        let out: IvCreateQpOut = call(self, IOCTL_IV_CREATE_QP, i)?;
+        let mut out: IvCreateQpOut = call(self, IOCTL_IV_CREATE_QP, i)?;
         self.hold(Kind::Qp, out.qp);
+        let mapped = self
+            .map_rings(out.qp)
+            .map(|m| (out.sq, out.rq) = (m.ring, m.rq));
         // SAFETY: as in `new_cq`, for the QP's rings.
-        match unsafe { QpRings::from_create(&out) } {
+        match mapped.and_then(|()| unsafe { QpRings::from_create(&out) }) {
             Ok(rings) => Ok(Qp {
                 client: self,
                 bells,
@@ -87,10 +95,11 @@ impl Client {
     /// As [`Client::new_cq`].
     pub fn new_srq(&self, i: &IvCreateSrqIn) -> IoctlResult<Srq<'_>> {
         let bells = self.bells()?;
-        let out: IvCreateSrqOut = call(self, IOCTL_IV_CREATE_SRQ, i)?;
+        let mut out: IvCreateSrqOut = call(self, IOCTL_IV_CREATE_SRQ, i)?;
         self.hold(Kind::Srq, out.srq);
+        let mapped = self.map_rings(out.srq).map(|m| out.ring = m.ring);
         // SAFETY: as in `new_cq`, for the SRQ's ring.
-        match unsafe { SrqRings::from_create(&out) } {
+        match mapped.and_then(|()| unsafe { SrqRings::from_create(&out) }) {
             Ok(rings) => Ok(Srq {
                 client: self,
                 bells,
@@ -119,8 +128,11 @@ pub struct Cq<'c> {
     client: &'c Client,
     bells: &'c dyn Doorbells,
     out: IvCreateCqOut,
-    /// `None` only inside `destroy`, `resize` and `drop`.
+    /// `None` inside `destroy`, `resize` and `drop`, and after a resize
+    /// whose new ring could not be mapped.
     rings: Option<CqRings>,
+    /// `destroy` destroyed the driver's CQ.
+    destroyed: bool,
 }
 
 impl std::fmt::Debug for Cq<'_> {
@@ -153,6 +165,10 @@ impl Cq<'_> {
     }
 
     /// The ring view (what the HCA writes into).
+    ///
+    /// # Panics
+    /// After a [`Cq::resize`] that resized the CQ but could not map its new
+    /// ring (it said so): the CQ then has no ring until a resize succeeds.
     #[must_use]
     pub fn rings(&self) -> &CqRings {
         self.rings.as_ref().expect(PRESENT)
@@ -178,10 +194,12 @@ impl Cq<'_> {
     /// follows it.
     ///
     /// # Errors
-    /// The resize's status; the CQ is unchanged.
+    /// The resize's status; the CQ is unchanged. Or, the CQ resized, the
+    /// status of mapping its new ring: the CQ then has no ring view (see
+    /// [`Cq::rings`]) until a later resize maps one.
     pub fn resize(&mut self, cqe: u32) -> IoctlResult<()> {
         drop(self.rings.take());
-        let result: IoctlResult<IvResizeCqOut> = call(
+        let resized: IoctlResult<IvResizeCqOut> = call(
             self.client.unguarded(),
             IOCTL_IV_RESIZE_CQ,
             &IvResizeCqIn {
@@ -190,15 +208,23 @@ impl Cq<'_> {
                 reserved: 0,
             },
         );
-        if let Ok(r) = &result {
-            self.out.cqe = r.cqe;
-            self.out.ring = r.ring;
-        }
-        // SAFETY: on success the new ring, on failure the old one (a failed
-        // verb changes nothing) is mapped for as long as the CQ lives, which
-        // is as long as `self` (see `Client::new_cq`).
-        self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
-        result.map(drop)
+        let r = resized.inspect_err(|_| {
+            // SAFETY: a failed verb changes nothing: the old ring is still
+            // mapped for as long as the CQ lives, which is as long as `self`
+            // (see `Client::new_cq`).
+            self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
+        })?;
+        self.out.cqe = r.cqe;
+        // The old ring is gone (unmapped at the next request): only the
+        // new one may be viewed.
+        self.out.ring = IvRingMap::default();
+        let m = self.client.map_rings(self.out.cq)?;
+        self.out.ring = m.ring;
+        // SAFETY: the new ring is mapped for as long as the CQ lives (as in
+        // `Client::new_cq`).
+        let rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }?;
+        self.rings = Some(rings);
+        Ok(())
     }
 
     /// `IOCTL_IV_DESTROY_CQ`, after dropping the ring view.
@@ -207,13 +233,19 @@ impl Cq<'_> {
     /// The refusal (`STATUS_DEVICE_BUSY` while QPs use it) and the CQ,
     /// unchanged and usable.
     pub fn destroy(mut self) -> Result<(), (Self, NtStatus)> {
-        drop(self.rings.take());
+        let had_view = self.rings.take().is_some();
         match destroy(self.client, IOCTL_IV_DESTROY_CQ, Kind::Cq, self.out.cq) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
             Err(status) => {
-                // SAFETY: the destroy failed, so the CQ and its ring still
-                // exist (a failed verb changes nothing), held as before.
-                self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
+                if had_view {
+                    // SAFETY: the destroy failed, so the CQ and its ring
+                    // still exist (a failed verb changes nothing), held as
+                    // before.
+                    self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
+                }
                 Err((self, status))
             }
         }
@@ -222,8 +254,8 @@ impl Cq<'_> {
 
 impl Drop for Cq<'_> {
     fn drop(&mut self) {
-        if let Some(rings) = self.rings.take() {
-            drop(rings);
+        if !self.destroyed {
+            drop(self.rings.take());
             let _ = destroy(self.client, IOCTL_IV_DESTROY_CQ, Kind::Cq, self.out.cq);
             self.client.release(Kind::Cq, self.out.cq);
         }

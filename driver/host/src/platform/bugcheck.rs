@@ -17,6 +17,9 @@ use super::irql;
 pub mod codes {
     /// 0x44: a request (IRP) was completed twice.
     pub const MULTIPLE_IRP_COMPLETE_REQUESTS: u32 = 0x44;
+    /// 0x76: a process ends with pages a driver locked (or mapped) in it
+    /// still locked; parameter 1 is one of [`locked_pages`](super::locked_pages).
+    pub const PROCESS_HAS_LOCKED_PAGES: u32 = 0x76;
     /// 0x7E: a system thread (the host's timer or worker thread) raised an
     /// exception nobody handled; the host uses it for a non-bugcheck panic
     /// on one of its own threads.
@@ -39,6 +42,15 @@ pub mod codes {
     /// 0x10D: KMDF detected a framework rule violation; parameter 1 is one
     /// of [`wdf`](super::wdf).
     pub const WDF_VIOLATION: u32 = 0x10D;
+}
+
+/// Parameter 1 values of 0x76 PROCESS_HAS_LOCKED_PAGES.
+pub mod locked_pages {
+    /// The process ends (the host: the file closes) with a ring still
+    /// mapped into it.
+    pub const STILL_LOCKED: u64 = 0x0;
+    /// The driver undid a mapping that was not there (undone twice).
+    pub const NOT_LOCKED: u64 = 0x1;
 }
 
 /// Parameter 1 values of 0xC4 DRIVER_VERIFIER_DETECTED_VIOLATION.
@@ -190,6 +202,7 @@ impl std::error::Error for BugCheck {}
 pub const fn code_name(code: u32) -> &'static str {
     match code {
         codes::MULTIPLE_IRP_COMPLETE_REQUESTS => "MULTIPLE_IRP_COMPLETE_REQUESTS",
+        codes::PROCESS_HAS_LOCKED_PAGES => "PROCESS_HAS_LOCKED_PAGES",
         codes::SYSTEM_THREAD_EXCEPTION_NOT_HANDLED => "SYSTEM_THREAD_EXCEPTION_NOT_HANDLED",
         codes::BAD_POOL_CALLER => "BAD_POOL_CALLER",
         codes::DRIVER_VERIFIER_DETECTED_VIOLATION => "DRIVER_VERIFIER_DETECTED_VIOLATION",

@@ -53,6 +53,9 @@
 //! | unmarked while not cancelable (host-defined) | 0x10D | 0x6 | 0x1002, request |
 //! | callback (DPC, cancel routine, I/O callback, work item) returned at another IRQL | 0x10D | 0xE | IRQL called, returned |
 //! | request still held when its file closes | 0xC4 | 0x135 | request, 0, file |
+//! | user range pinned, ring mapped or unmapped above APC_LEVEL | 0xC4 | 0xE5 | IRQL |
+//! | file closes with a ring still mapped into its process | 0x76 | 0x0 | file, count |
+//! | a ring mapping undone twice (or never made) | 0x76 | 0x1 | mapping |
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
@@ -65,6 +68,10 @@
 //! request still held at close would, on Windows, keep the file object
 //! alive after the I/O manager cancelled it at cleanup; the host reports it
 //! as Driver Verifier's "cancelled IRP not completed in time" (0xC4/0x135).
+//! Host mode has one process, so the close of a file stands for the exit of
+//! the process its rings were mapped into: Windows stops a process that
+//! exits with pages a driver locked in it with 0x76, and irpverbs must have
+//! unmapped every ring by the file's cleanup for the same reason.
 //!
 //! The low-resources simulation ([`VerifierConfig::fail_pool`]) refuses
 //! pool charges pseudo-randomly (splitmix64 from a seed): the nth charge's
@@ -94,12 +101,15 @@ use irpverbs_core::platform::{
 };
 
 pub use bugcheck::{
-    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, iomanager, verifier, wdf,
+    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, iomanager, locked_pages,
+    verifier, wdf,
 };
 pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
 pub use pool::{NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
-pub use request::{CancelRoutine, CompletionRoutine, HostRequest, RequestHandle, RequestParams};
+pub use request::{
+    CancelRoutine, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, RequestHandle, RequestParams,
+};
 pub use spinlock::{HostSpinLock, RawSpinLock};
 pub use timer::{HostTimer, TimerClock};
 pub use work::WorkItem;
@@ -149,6 +159,16 @@ struct Files {
     open: HashSet<FileKey>,
     /// Outstanding (dispatched, not completed) requests by file.
     outstanding: HashMap<FileKey, BTreeSet<u64>>,
+    /// Rings mapped into the (host) process, by mapping id: the file whose
+    /// request mapped it.
+    mappings: HashMap<u64, FileKey>,
+}
+
+/// A ring "mapped into the caller's process" (host mode: one address space,
+/// so the ring's own addresses), tracked by the verifier until unmapped.
+#[derive(Debug)]
+pub struct HostMapping {
+    id: u64,
 }
 
 /// State shared by the platform and the objects it creates.
@@ -497,12 +517,13 @@ impl HostPlatform {
     }
 
     /// The host is delivering the file's close: the driver must hold none
-    /// of its requests any more.
+    /// of its requests any more, and have unmapped every ring it mapped for
+    /// the file (the process's exit, in host mode).
     ///
     /// IRQL: PASSIVE_LEVEL (the host's close path; not checked).
     ///
-    /// The verifier bugchecks 0xC4/0x135 (request, 0, file) if one is still
-    /// outstanding.
+    /// The verifier bugchecks 0x76/0x0 (file, count) for a ring still mapped,
+    /// 0xC4/0x135 (request, 0, file) for a request still outstanding.
     #[track_caller]
     pub fn file_closing(&self, file: FileKey) {
         if !self.shared.verify {
@@ -514,7 +535,15 @@ impl HostPlatform {
             .outstanding
             .get(&file)
             .map(|ids| (ids.len(), ids.first().copied().unwrap_or(0)));
+        let mapped = files.mappings.values().filter(|&&f| f == file).count();
         drop(files);
+        if mapped > 0 {
+            stop(
+                codes::PROCESS_HAS_LOCKED_PAGES,
+                [locked_pages::STILL_LOCKED, file, mapped as u64, 0],
+                format!("file {file} closed with {mapped} ring(s) still mapped into its process"),
+            );
+        }
         if let Some((count, first)) = held {
             stop(
                 codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
@@ -685,15 +714,31 @@ impl Platform for HostPlatform {
     /// region is the caller's own memory, and a "physical" address (kernel
     /// callers) is an identity-mapped one. The caller's promise — the
     /// registration contract — is that the memory stays allocated until the
-    /// MR is deregistered.
+    /// MR is deregistered. `write` needs nothing here.
+    ///
+    /// IRQL: a user-mode range at <= APC_LEVEL, as `MmProbeAndLockPages`
+    /// requires (the verifier bugchecks 0xC4/0xE5 above); a kernel range at
+    /// <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for address 0 or a length the host cannot
+    /// address.
     #[allow(unsafe_code)]
+    #[track_caller]
     fn pin_memory(
         &self,
+        request: &HostRequest,
         addr: u64,
         length: u64,
-        _mode: irpverbs_core::RequestorMode,
+        _write: bool,
         _physical: bool,
     ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
+        use irpverbs_core::Request as _;
+        let max = match request.requestor_mode() {
+            irpverbs_core::RequestorMode::User => APC_LEVEL,
+            irpverbs_core::RequestorMode::Kernel => DISPATCH_LEVEL,
+        };
+        irql::check_irql_at_most(self.shared.verify, max, "pin_memory");
         let len = usize::try_from(length).map_err(|_| irpverbs_abi::STATUS_INVALID_PARAMETER)?;
         if addr == 0 {
             return Err(irpverbs_abi::STATUS_INVALID_PARAMETER);
@@ -706,5 +751,47 @@ impl Platform for HostPlatform {
         region
             .map(Arc::new)
             .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
+    }
+
+    type Mapping = HostMapping;
+
+    /// One address space: the ring is "mapped" at its own addresses. The
+    /// verifier records the mapping against the request's file until
+    /// [`Platform::unmap_ring`], and checks it is gone when the file closes.
+    ///
+    /// IRQL: <= APC_LEVEL (the verifier bugchecks 0xC4/0xE5 above), as a
+    /// user mapping (`MmMapLockedPagesSpecifyCache(UserMode)`) requires.
+    ///
+    /// # Errors
+    /// None in host mode.
+    #[track_caller]
+    fn map_ring(
+        &self,
+        request: &HostRequest,
+        ring: &irpverbs_ring::Ring,
+    ) -> Result<(irpverbs_abi::IvRingMap, HostMapping), NtStatus> {
+        use irpverbs_core::Request as _;
+        irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_ring");
+        let id = self.shared.next_id();
+        if self.shared.verify {
+            self.shared.files().mappings.insert(id, request.file());
+        }
+        Ok((ring.map(), HostMapping { id }))
+    }
+
+    /// Forgets the mapping.
+    ///
+    /// IRQL: <= APC_LEVEL (else 0xC4/0xE5). The verifier bugchecks 0x76/0x1
+    /// for a mapping it does not know (undone twice).
+    #[track_caller]
+    fn unmap_ring(&self, mapping: HostMapping) {
+        irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "unmap_ring");
+        if self.shared.verify && self.shared.files().mappings.remove(&mapping.id).is_none() {
+            stop(
+                codes::PROCESS_HAS_LOCKED_PAGES,
+                [locked_pages::NOT_LOCKED, mapping.id, 0, 0],
+                format!("ring mapping {} undone but not mapped", mapping.id),
+            );
+        }
     }
 }

@@ -212,6 +212,9 @@ pub struct HostRequest {
     requestor_mode: RequestorMode,
     input_len: usize,
     buffer: Vec<u8>,
+    /// A region pinned in the caller's context, until dispatch takes it
+    /// (dropped with the request otherwise).
+    pin: Option<Arc<irpverbs_ring::Region>>,
 }
 
 impl std::fmt::Debug for HostRequest {
@@ -262,6 +265,7 @@ impl HostRequest {
             requestor_mode,
             input_len,
             buffer: input,
+            pin: None,
         }
     }
 
@@ -401,7 +405,25 @@ impl Request for HostRequest {
             }
         }
     }
+
+    /// [`HOST_ADDRESS_SPACE`]: the host runs every caller in its own process.
+    fn address_space(&self) -> u64 {
+        HOST_ADDRESS_SPACE
+    }
+
+    /// Kept in the request, dropped with it if dispatch never takes it.
+    fn attach_pin(&mut self, region: Arc<irpverbs_ring::Region>) {
+        self.pin = Some(region);
+    }
+
+    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+        self.pin.take()
+    }
 }
+
+/// The address space every host request comes from: host mode runs the
+/// driver and its callers in one process.
+pub const HOST_ADDRESS_SPACE: u64 = 1;
 
 /// A cloneable reference to a request, for the host side (the I/O manager)
 /// and tests: cancel it, or complete it behind the driver's back.

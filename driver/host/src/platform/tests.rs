@@ -1012,3 +1012,76 @@ fn verifier_off_keeps_no_tables() {
     assert_eq!(p.pool_stats().live, 0);
     assert_eq!(p.pool_stats().charges, 1);
 }
+
+// ---- user memory: ring mappings and pins ------------------------------------
+
+#[test]
+fn ring_mappings_are_made_and_undone_at_passive_level_and_gone_by_close() {
+    let p = verified();
+    p.file_opened(9);
+    let (req, _log) = request(&p, 9, 0, None);
+    let ring = irpverbs_ring::Ring::alloc(4, 64).unwrap();
+    let (map, mapping) = p.map_ring(&req, &ring).unwrap();
+    assert_eq!(
+        map,
+        ring.map(),
+        "one address space: the ring's own addresses"
+    );
+    // Closing the file (the process's exit, in host mode) with the ring
+    // still mapped is 0x76.
+    let b = expect(
+        catch_bugcheck(|| p.file_closing(9)),
+        codes::PROCESS_HAS_LOCKED_PAGES,
+        locked_pages::STILL_LOCKED,
+    );
+    assert_eq!(b.params[1..3], [9, 1]);
+    p.unmap_ring(mapping);
+    req.complete(STATUS_SUCCESS, 0);
+    p.file_closing(9);
+    // At DISPATCH_LEVEL a user mapping cannot be made.
+    let (req, _log) = request(&p, 9, 0, None);
+    let old = p.raise_irql(DISPATCH_LEVEL);
+    expect(
+        catch_bugcheck(|| p.map_ring(&req, &ring).map(|(m, _)| m)),
+        codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+        verifier::API_AT_WRONG_IRQL,
+    );
+    p.lower_irql(old);
+    req.complete(STATUS_SUCCESS, 0);
+}
+
+#[test]
+fn a_mapping_undone_twice_bugchecks() {
+    let p = verified();
+    let (req, _log) = request(&p, 3, 0, None);
+    let ring = irpverbs_ring::Ring::alloc(4, 64).unwrap();
+    let (_, mapping) = p.map_ring(&req, &ring).unwrap();
+    let id = mapping.id;
+    p.unmap_ring(mapping);
+    expect(
+        catch_bugcheck(|| p.unmap_ring(HostMapping { id })),
+        codes::PROCESS_HAS_LOCKED_PAGES,
+        locked_pages::NOT_LOCKED,
+    );
+    req.complete(STATUS_SUCCESS, 0);
+}
+
+#[test]
+fn a_user_range_is_pinned_at_passive_level_only() {
+    let p = verified();
+    let (req, _log) = request(&p, 3, 0, None);
+    let mut buf = vec![0u8; 64];
+    let addr = buf.as_mut_ptr() as u64;
+    let region = p.pin_memory(&req, addr, 64, true, false).unwrap();
+    assert_eq!((region.addr(), region.len()), (addr, 64));
+    drop(region);
+    let old = p.raise_irql(DISPATCH_LEVEL);
+    expect(
+        catch_bugcheck(|| p.pin_memory(&req, addr, 64, true, false).map(drop)),
+        codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+        verifier::API_AT_WRONG_IRQL,
+    );
+    p.lower_irql(old);
+    req.complete(STATUS_SUCCESS, 0);
+    drop(buf);
+}

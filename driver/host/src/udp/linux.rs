@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 
 use libc::{c_int, c_uint, c_void};
 
-use super::{Datagram, DEFAULT_HOP_LIMIT, Gid, SendReport, mapped_v4};
+use super::{DEFAULT_HOP_LIMIT, Datagram, Gid, SendReport, mapped_v4};
 
 /// Datagrams per system call.
 pub(crate) const BATCH: usize = 32;
@@ -177,13 +177,12 @@ pub(crate) fn path_mtu(sock: &UdpSocket, v6: bool) -> io::Result<usize> {
 }
 
 /// Sends the datagrams `it` yields while their source port is `src_port`
-/// (a run), from `sock` (bound to that port), each to port `dst_port` of its
-/// destination GID, `BATCH` per `sendmmsg`. Never blocks: what the socket
+/// (a run), from `sock` (bound to that port), each to its destination GID
+/// and port, `BATCH` per `sendmmsg`. Never blocks: what the socket
 /// has no room for is dropped and counted.
 pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
     sock: &UdpSocket,
     v6: bool,
-    dst_port: u16,
     src_port: u16,
     it: &mut Peekable<I>,
     report: &mut SendReport,
@@ -199,7 +198,7 @@ pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
             let Some(d) = it.next_if(|d| d.src_port == src_port) else {
                 break;
             };
-            let Some(ctls) = fill(&d, v6, dst_port, &mut v4a[n], &mut v6a[n], &mut ctl[n]) else {
+            let Some(ctls) = fill(&d, v6, &mut v4a[n], &mut v6a[n], &mut ctl[n]) else {
                 report.failed += 1;
                 continue;
             };
@@ -248,7 +247,6 @@ pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
 fn fill(
     d: &Datagram<'_>,
     v6: bool,
-    port: u16,
     v4a: &mut libc::sockaddr_in,
     v6a: &mut libc::sockaddr_in6,
     ctl: &mut [IntCmsg; 2],
@@ -259,7 +257,7 @@ fn fill(
         (false, Some(ip)) => {
             *v4a = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: port.to_be(),
+                sin_port: d.dst_port.to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(ip.octets()),
                 },
@@ -270,7 +268,7 @@ fn fill(
         (true, None) => {
             *v6a = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: port.to_be(),
+                sin6_port: d.dst_port.to_be(),
                 sin6_flowinfo: 0,
                 sin6_addr: libc::in6_addr { s6_addr: d.dgid },
                 sin6_scope_id: 0,
@@ -461,9 +459,17 @@ impl Receiver {
                 traffic_class: 0,
                 hop_limit: DEFAULT_HOP_LIMIT,
             };
+            #[allow(
+                clippy::unnecessary_cast,
+                reason = "its type differs between C libraries"
+            )]
             let ctl_len = m.msg_controllen as usize;
             if m.msg_flags & libc::MSG_CTRUNC == 0 {
                 for c in self.ctl[i].iter().take(ctl_len / INT_SPACE) {
+                    #[allow(
+                        clippy::unnecessary_cast,
+                        reason = "its type differs between C libraries"
+                    )]
                     let clen = c.hdr.cmsg_len as usize;
                     if !(HDR_LEN + 1..=INT_LEN).contains(&clen) {
                         break;

@@ -2,9 +2,11 @@
 //! processes and hosts talk.
 //!
 //! [`UdpLink`] is the HCA's [`Link`]: one socket bound to the HCA's IP
-//! address and the RoCEv2 port ([`ROCE_PORT`], 4791, unless
-//! [`UdpConfig::port`] says otherwise), which is also the destination port
-//! of every datagram (as in RoCEv2, where only the source port varies).
+//! address and its UDP port (`SoftConfig::udp_port`: the RoCEv2 port
+//! [`ROCE_PORT`], 4791, unless configured otherwise), which is also the
+//! destination port of every datagram (as in RoCEv2, where only the source
+//! port varies; every HCA of a wire uses the same port, which the ICRC
+//! covers).
 //! [`UdpWire`] runs it: a receive thread that reads batches of datagrams
 //! and hands each to the HCA ([`Endpoint::receive`]), and a timer thread
 //! that drives the HCA's timers ([`Endpoint::advance_clock`]) on a
@@ -74,7 +76,8 @@ use portable as sys;
 #[cfg(test)]
 mod tests;
 
-pub use crate::link_shim::{Datagram, Gid, Link, TxBatch};
+pub use irpverbs_soft::packet::Gid;
+pub use irpverbs_soft::{Datagram, Link, TxBatch};
 
 /// The RoCEv2 UDP port (IANA).
 pub const ROCE_PORT: u16 = 4791;
@@ -93,11 +96,9 @@ pub const TIMER_SLICE: Duration = Duration::from_millis(10);
 /// can delay it).
 pub const RECV_POLL: Duration = Duration::from_millis(200);
 
-/// How to build a UDP wire.
+/// How to build a UDP wire (its address is the HCA's: IP and UDP port).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
-    /// The UDP port bound and sent to. Default [`ROCE_PORT`].
-    pub port: u16,
     /// Socket send and receive buffer sizes requested. Default 8 MiB.
     pub socket_buffer: usize,
 }
@@ -105,7 +106,6 @@ pub struct UdpConfig {
 impl Default for UdpConfig {
     fn default() -> Self {
         Self {
-            port: ROCE_PORT,
             socket_buffer: 8 << 20,
         }
     }
@@ -170,7 +170,7 @@ pub trait Endpoint: Send + Sync {
     fn receive(&self, d: &Datagram<'_>);
 
     /// Fires the timers due at `now_ns` (nanoseconds on the wire's
-    /// monotonic clock); the next deadline, if any.
+    /// monotonic clock, [`Link::now_ns`]); the next deadline, if any.
     fn advance_clock(&self, now_ns: u64) -> Option<u64>;
 
     /// Runs the body of one of the wire's threads (the host device runs it
@@ -309,7 +309,10 @@ impl Clock {
     }
 
     fn stop(&self) {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop = true;
         self.cv.notify_one();
     }
 
@@ -370,14 +373,13 @@ impl std::fmt::Debug for UdpLink {
 }
 
 impl UdpLink {
-    /// A link bound to `ip` and `config.port` (0: any free port, the
-    /// destination port then being the one bound).
+    /// A link bound to `addr` (port 0: any free port).
     ///
     /// # Errors
     /// The socket's: the address is taken or not this host's.
-    pub fn bind(ip: IpAddr, config: &UdpConfig) -> io::Result<Self> {
-        let sock = UdpSocket::bind(SocketAddr::new(ip, config.port))?;
-        let v6 = ip.is_ipv6();
+    pub fn bind(addr: SocketAddr, config: &UdpConfig) -> io::Result<Self> {
+        let sock = UdpSocket::bind(addr)?;
+        let v6 = addr.is_ipv6();
         sys::configure(&sock, v6, config.socket_buffer)?;
         sock.set_read_timeout(Some(RECV_POLL))?;
         let local = sock.local_addr()?;
@@ -410,21 +412,21 @@ impl UdpLink {
         self.counters.snapshot()
     }
 
-    /// Sends datagrams, each from its source port to the link's port at its
-    /// destination GID, batching consecutive datagrams of one source port.
-    /// Never blocks.
+    /// Sends datagrams, each from its source port to its destination GID
+    /// and port, batching consecutive datagrams of one source port. Never
+    /// blocks.
     pub fn send<'a>(&self, datagrams: impl Iterator<Item = Datagram<'a>>) {
         let mut it = datagrams.peekable();
         let mut report = SendReport::default();
         while let Some(d) = it.peek() {
             let src = d.src_port;
             if src == 0 || src == self.port {
-                sys::send_run(&self.sock, self.v6, self.port, src, &mut it, &mut report);
+                sys::send_run(&self.sock, self.v6, src, &mut it, &mut report);
             } else if let Some(s) = self.source(src) {
-                sys::send_run(&s, self.v6, self.port, src, &mut it, &mut report);
+                sys::send_run(&s, self.v6, src, &mut it, &mut report);
             } else {
                 let before = report.sent + report.dropped + report.failed;
-                sys::send_run(&self.sock, self.v6, self.port, src, &mut it, &mut report);
+                sys::send_run(&self.sock, self.v6, src, &mut it, &mut report);
                 add(
                     &self.counters.port_fallbacks,
                     report.sent + report.dropped + report.failed - before,
@@ -437,7 +439,9 @@ impl UdpLink {
     /// The socket bound to source port `port`, made on first use.
     fn source(&self, port: u16) -> Option<Arc<UdpSocket>> {
         let find = |v: &Vec<(u16, Arc<UdpSocket>)>| {
-            v.iter().find(|(p, _)| *p == port).map(|(_, s)| Arc::clone(s))
+            v.iter()
+                .find(|(p, _)| *p == port)
+                .map(|(_, s)| Arc::clone(s))
         };
         if let Some(s) = find(&self.sources.read().unwrap_or_else(PoisonError::into_inner)) {
             return Some(s);
@@ -465,6 +469,7 @@ impl UdpLink {
                 sgid: r.sgid,
                 dgid,
                 src_port: r.src_port,
+                dst_port: self.port,
                 traffic_class: r.traffic_class,
                 flow_label: 0,
                 hop_limit: r.hop_limit,
@@ -510,6 +515,10 @@ impl Link for UdpLink {
         self.send(batch.iter());
         self.clock.kick();
     }
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
 }
 
 /// A [`UdpLink`] with its receive and timer threads. See the [module
@@ -529,13 +538,17 @@ impl std::fmt::Debug for UdpWire {
 }
 
 impl UdpWire {
-    /// Binds a link to `ip` and starts its threads, delivering to
+    /// Binds a link to `addr` and starts its threads, delivering to
     /// `endpoint`. The caller attaches [`UdpWire::link`] to the HCA.
     ///
     /// # Errors
     /// The socket's, or a thread that could not be started.
-    pub fn start(endpoint: Arc<dyn Endpoint>, ip: IpAddr, config: &UdpConfig) -> io::Result<Self> {
-        let link = Arc::new(UdpLink::bind(ip, config)?);
+    pub fn start(
+        endpoint: Arc<dyn Endpoint>,
+        addr: SocketAddr,
+        config: &UdpConfig,
+    ) -> io::Result<Self> {
+        let link = Arc::new(UdpLink::bind(addr, config)?);
         let stop = Arc::new(AtomicBool::new(false));
         let mut wire = Self {
             link,

@@ -25,11 +25,11 @@ pub(crate) fn path_mtu(_sock: &UdpSocket, _v6: bool) -> io::Result<usize> {
     Ok(1500)
 }
 
-/// Sends the run of datagrams from `src_port`, one `send_to` each.
+/// Sends the run of datagrams from `src_port`, one `send_to` each (a
+/// blocking socket: `std` has no per-call non-blocking send).
 pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
     sock: &UdpSocket,
     v6: bool,
-    dst_port: u16,
     src_port: u16,
     it: &mut Peekable<I>,
     report: &mut SendReport,
@@ -41,7 +41,7 @@ pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
             continue;
         }
         report.calls += 1;
-        match sock.send_to(d.payload, SocketAddr::new(ip, dst_port)) {
+        match sock.send_to(d.payload, SocketAddr::new(ip, d.dst_port)) {
             Ok(_) => report.sent += 1,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => report.dropped += 1,
             Err(e) => {

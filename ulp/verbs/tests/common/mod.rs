@@ -98,6 +98,16 @@ impl State {
     }
 }
 
+/// What a user-mode create response carries: the geometry, no addresses
+/// (the ULP maps the rings with `IOCTL_IV_MAP_RINGS`).
+fn geometry(ring: &Ring) -> IvRingMap {
+    IvRingMap {
+        entries: ring.entries(),
+        stride: ring.stride(),
+        ..IvRingMap::default()
+    }
+}
+
 /// The fake device's file: the only path to its objects.
 #[derive(Debug)]
 pub struct FakeFile(pub Arc<State>);
@@ -115,7 +125,7 @@ impl IoctlTransport for FakeFile {
                 let i = IvCreateCqIn::read_from_bytes(input).unwrap();
                 let cqe = (i.cqe + 1).next_power_of_two() - 1;
                 let ring = Ring::alloc(cqe + 1, 64).unwrap();
-                let map = ring.map();
+                let map = geometry(&ring);
                 let (cq, cqn) = s.insert(code, vec![ring], vec![]);
                 ok(&IvCreateCqOut {
                     cq,
@@ -135,7 +145,7 @@ impl IoctlTransport for FakeFile {
                 }
                 let cqe = (i.cqe + 1).next_power_of_two() - 1;
                 let ring = Ring::alloc(cqe + 1, 64).unwrap();
-                let map = ring.map();
+                let map = geometry(&ring);
                 o.rings = vec![ring];
                 ok(&IvResizeCqOut {
                     cqe,
@@ -153,7 +163,7 @@ impl IoctlTransport for FakeFile {
                 .unwrap();
                 let mut out = IvCreateQpOut {
                     cap: c,
-                    sq: sq.map(),
+                    sq: geometry(&sq),
                     ..IvCreateQpOut::default()
                 };
                 let mut rings = vec![sq];
@@ -163,7 +173,7 @@ impl IoctlTransport for FakeFile {
                         recv_stride(c.max_recv_sge),
                     )
                     .unwrap();
-                    out.rq = rq.map();
+                    out.rq = geometry(&rq);
                     rings.push(rq);
                 }
                 let mut uses = vec![i.send_cq, i.recv_cq];
@@ -177,7 +187,7 @@ impl IoctlTransport for FakeFile {
                 let i = IvCreateSrqIn::read_from_bytes(input).unwrap();
                 let ring = Ring::alloc((i.max_wr + 1).next_power_of_two(), recv_stride(i.max_sge))
                     .unwrap();
-                let map = ring.map();
+                let map = geometry(&ring);
                 let (srq, srqn) = s.insert(code, vec![ring], vec![]);
                 ok(&IvCreateSrqOut {
                     srq,
@@ -202,6 +212,18 @@ impl IoctlTransport for FakeFile {
                     }
                     None => (STATUS_INVALID_HANDLE, vec![]),
                 }
+            }
+            IOCTL_IV_MAP_RINGS => {
+                let h = IvHandleIn::read_from_bytes(input).unwrap().handle;
+                let objects = s.objects.lock().unwrap();
+                let Some(o) = objects.get(&h) else {
+                    return (STATUS_INVALID_HANDLE, vec![]);
+                };
+                let mut rings = o.rings.iter().map(Ring::map);
+                ok(&IvMapRingsOut {
+                    ring: rings.next().unwrap_or_default(),
+                    rq: rings.next().unwrap_or_default(),
+                })
             }
             IOCTL_IV_MODIFY_QP => (STATUS_SUCCESS, vec![]),
             _ => (STATUS_INVALID_DEVICE_REQUEST, vec![]),

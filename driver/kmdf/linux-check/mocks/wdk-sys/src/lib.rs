@@ -25,6 +25,11 @@ pub type KSPIN_LOCK = ULONG_PTR;
 pub type PKSPIN_LOCK = *mut KSPIN_LOCK;
 pub type POOL_FLAGS = ULONG64;
 pub type DEVICE_TYPE = ULONG;
+pub type LONG = i32;
+pub type LONGLONG = i64;
+pub type LONG_PTR = i64;
+pub type CSHORT = i16;
+pub type KPRIORITY = LONG;
 
 macro_rules! zeroed_default { ($($t:ty),*) => { $(impl Default for $t { fn default() -> Self { unsafe { core::mem::zeroed() } } })* } }
 
@@ -41,6 +46,56 @@ pub struct KSPIN_LOCK_QUEUE { pub Next: *mut KSPIN_LOCK_QUEUE, pub Lock: PKSPIN_
 pub struct KLOCK_QUEUE_HANDLE { pub LockQueue: KSPIN_LOCK_QUEUE, pub OldIrql: KIRQL }
 pub type PKLOCK_QUEUE_HANDLE = *mut KLOCK_QUEUE_HANDLE;
 zeroed_default!(UNICODE_STRING, KSPIN_LOCK_QUEUE, KLOCK_QUEUE_HANDLE);
+
+// wdm.h: processes, MDLs, APC state, dispatcher objects. Opaque kernel
+// objects (bindgen sees only their forward declarations) are zero-sized.
+#[repr(C)] pub struct _KPROCESS { _p: [u8; 0] }
+pub type PEPROCESS = *mut _KPROCESS;
+pub type PKPROCESS = *mut _KPROCESS;
+pub type PRKPROCESS = *mut _KPROCESS;
+#[repr(C)] pub struct _IRP { _p: [u8; 0] }
+pub type PIRP = *mut _IRP;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _MDL { pub Next: *mut _MDL, pub Size: CSHORT, pub MdlFlags: CSHORT, pub Process: *mut _KPROCESS, pub MappedSystemVa: PVOID, pub StartVa: PVOID, pub ByteCount: ULONG, pub ByteOffset: ULONG }
+pub type MDL = _MDL;
+pub type PMDL = *mut _MDL;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _LIST_ENTRY { pub Flink: *mut _LIST_ENTRY, pub Blink: *mut _LIST_ENTRY }
+pub type LIST_ENTRY = _LIST_ENTRY;
+// bitfields as bindgen's __BindgenBitfieldUnit<[u8; 1]>, here a plain byte.
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _KAPC_STATE__bindgen_ty_1__bindgen_ty_1 { pub _bitfield_align_1: [u8; 0], pub _bitfield_1: [u8; 1] }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _KAPC_STATE__bindgen_ty_1 { pub InProgressFlags: UCHAR, pub __bindgen_anon_1: _KAPC_STATE__bindgen_ty_1__bindgen_ty_1 }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _KAPC_STATE__bindgen_ty_2__bindgen_ty_1 { pub _bitfield_align_1: [u8; 0], pub _bitfield_1: [u8; 1] }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _KAPC_STATE__bindgen_ty_2 { pub UserApcPendingAll: BOOLEAN, pub __bindgen_anon_1: _KAPC_STATE__bindgen_ty_2__bindgen_ty_1 }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _KAPC_STATE { pub ApcListHead: [LIST_ENTRY; 2], pub Process: *mut _KPROCESS, pub __bindgen_anon_1: _KAPC_STATE__bindgen_ty_1, pub KernelApcPending: BOOLEAN, pub __bindgen_anon_2: _KAPC_STATE__bindgen_ty_2 }
+pub type KAPC_STATE = _KAPC_STATE;
+pub type PKAPC_STATE = *mut _KAPC_STATE;
+pub type PRKAPC_STATE = *mut _KAPC_STATE;
+// The dispatcher header's first member is a union of the object types'
+// layouts (Lock / LockNV and byte-wise views); the byte views are elided
+// here, the union's size is theirs (a LONG).
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _DISPATCHER_HEADER__bindgen_ty_1 { pub Lock: LONG, pub LockNV: LONG }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _DISPATCHER_HEADER { pub __bindgen_anon_1: _DISPATCHER_HEADER__bindgen_ty_1, pub SignalState: LONG, pub WaitListHead: LIST_ENTRY }
+pub type DISPATCHER_HEADER = _DISPATCHER_HEADER;
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _KEVENT { pub Header: DISPATCHER_HEADER }
+pub type KEVENT = _KEVENT;
+pub type PKEVENT = *mut _KEVENT;
+pub type PRKEVENT = *mut _KEVENT;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _LARGE_INTEGER__bindgen_ty_1 { pub LowPart: ULONG, pub HighPart: LONG }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _LARGE_INTEGER { pub __bindgen_anon_1: _LARGE_INTEGER__bindgen_ty_1, pub u: _LARGE_INTEGER__bindgen_ty_1, pub QuadPart: LONGLONG }
+pub type LARGE_INTEGER = _LARGE_INTEGER;
+pub type PLARGE_INTEGER = *mut _LARGE_INTEGER;
+zeroed_default!(_MDL, _LIST_ENTRY, _KAPC_STATE, _DISPATCHER_HEADER, _KEVENT, _LARGE_INTEGER);
 
 macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
@@ -60,6 +115,13 @@ cenum!(_WDF_FILEOBJECT_CLASS, WDF_FILEOBJECT_CLASS, WdfFileObjectInvalid = 0, Wd
 cenum!(_WDF_IO_QUEUE_DISPATCH_TYPE, WDF_IO_QUEUE_DISPATCH_TYPE, WdfIoQueueDispatchInvalid = 0, WdfIoQueueDispatchSequential = 1, WdfIoQueueDispatchParallel = 2, WdfIoQueueDispatchManual = 3, WdfIoQueueDispatchMax = 4);
 cenum!(_WDF_POWER_DEVICE_STATE, WDF_POWER_DEVICE_STATE, WdfPowerDeviceInvalid = 0, WdfPowerDeviceD0 = 1, WdfPowerDeviceD1 = 2, WdfPowerDeviceD2 = 3, WdfPowerDeviceD3 = 4, WdfPowerDeviceD3Final = 5, WdfPowerDevicePrepareForHibernation = 6, WdfPowerDeviceMaximum = 7);
 cenum!(_MODE, MODE, KernelMode = 0, UserMode = 1, MaximumMode = 2);
+cenum!(_MEMORY_CACHING_TYPE, MEMORY_CACHING_TYPE, MmNonCached = 0, MmCached = 1, MmWriteCombined = 2, MmHardwareCoherentCached = 3, MmNonCachedUnordered = 4, MmUSWCCached = 5, MmMaximumCacheType = 6, MmNotMapped = -1);
+cenum!(_MM_PAGE_PRIORITY, MM_PAGE_PRIORITY, LowPagePriority = 0, NormalPagePriority = 16, HighPagePriority = 32);
+cenum!(_LOCK_OPERATION, LOCK_OPERATION, IoReadAccess = 0, IoWriteAccess = 1, IoModifyAccess = 2);
+cenum!(_EVENT_TYPE, EVENT_TYPE, NotificationEvent = 0, SynchronizationEvent = 1);
+cenum!(_KWAIT_REASON, KWAIT_REASON, Executive = 0, FreePage = 1, PageIn = 2, PoolAllocation = 3, DelayExecution = 4, Suspended = 5, UserRequest = 6);
+// wdfrequest.h: WDF_REQUEST_TYPE values are the IRP_MJ_* codes.
+cenum!(_WDF_REQUEST_TYPE, WDF_REQUEST_TYPE, WdfRequestTypeCreate = 0, WdfRequestTypeCreateNamedPipe = 1, WdfRequestTypeClose = 2, WdfRequestTypeRead = 3, WdfRequestTypeWrite = 4, WdfRequestTypeQueryInformation = 5, WdfRequestTypeSetInformation = 6, WdfRequestTypeQueryEA = 7, WdfRequestTypeSetEA = 8, WdfRequestTypeFlushBuffers = 9, WdfRequestTypeQueryVolumeInformation = 10, WdfRequestTypeSetVolumeInformation = 11, WdfRequestTypeDirectoryControl = 12, WdfRequestTypeFileSystemControl = 13, WdfRequestTypeDeviceControl = 14, WdfRequestTypeDeviceControlInternal = 15, WdfRequestTypeShutdown = 16, WdfRequestTypeLockControl = 17, WdfRequestTypeCleanup = 18, WdfRequestTypeCreateMailSlot = 19, WdfRequestTypeQuerySecurity = 20, WdfRequestTypeSetSecurity = 21, WdfRequestTypePower = 22, WdfRequestTypeSystemControl = 23, WdfRequestTypeDeviceChange = 24, WdfRequestTypeQueryQuota = 25, WdfRequestTypeSetQuota = 26, WdfRequestTypePnp = 27, WdfRequestTypeOther = 28, WdfRequestTypeUsb = 64, WdfRequestTypeNoFormat = 255, WdfRequestTypeMax = 256);
 
 pub type PFN_WDF_DRIVER_DEVICE_ADD = Option<unsafe extern "C" fn(Driver: WDFDRIVER, DeviceInit: PWDFDEVICE_INIT) -> NTSTATUS>;
 pub type PFN_WDF_DRIVER_UNLOAD = Option<unsafe extern "C" fn(Driver: WDFDRIVER)>;
@@ -122,10 +184,31 @@ pub type PWDF_IO_QUEUE_CONFIG = *mut WDF_IO_QUEUE_CONFIG;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct WDF_DPC_CONFIG { pub Size: ULONG, pub EvtDpcFunc: PFN_WDF_DPC, pub AutomaticSerialization: BOOLEAN }
 pub type PWDF_DPC_CONFIG = *mut WDF_DPC_CONFIG;
+// wdfrequest.h: WDF_REQUEST_PARAMETERS and its union of per-type parameters.
+#[repr(C)] pub struct _IO_SECURITY_CONTEXT { _p: [u8; 0] }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_1 { pub SecurityContext: *mut _IO_SECURITY_CONTEXT, pub Options: ULONG, pub FileAttributes: USHORT, pub ShareAccess: USHORT, pub EaLength: ULONG }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_2 { pub Length: usize, pub Key: ULONG, pub DeviceOffset: LONGLONG }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_3 { pub Length: usize, pub Key: ULONG, pub DeviceOffset: LONGLONG }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_4 { pub OutputBufferLength: usize, pub InputBufferLength: usize, pub IoControlCode: ULONG, pub Type3InputBuffer: PVOID }
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_5 { pub Arg1: PVOID, pub Arg2: PVOID, pub IoControlCode: ULONG, pub Arg4: PVOID }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _WDF_REQUEST_PARAMETERS__bindgen_ty_1 { pub Create: _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_1, pub Read: _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_2, pub Write: _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_3, pub DeviceIoControl: _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_4, pub Others: _WDF_REQUEST_PARAMETERS__bindgen_ty_1__bindgen_ty_5 }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _WDF_REQUEST_PARAMETERS { pub Size: USHORT, pub MinorFunction: UCHAR, pub Type: WDF_REQUEST_TYPE, pub Parameters: _WDF_REQUEST_PARAMETERS__bindgen_ty_1 }
+pub type WDF_REQUEST_PARAMETERS = _WDF_REQUEST_PARAMETERS;
+pub type PWDF_REQUEST_PARAMETERS = *mut _WDF_REQUEST_PARAMETERS;
+zeroed_default!(_WDF_REQUEST_PARAMETERS);
 zeroed_default!(_INTERFACE, _WDF_QUERY_INTERFACE_CONFIG, WDF_OBJECT_CONTEXT_TYPE_INFO, WDF_OBJECT_ATTRIBUTES, WDF_DRIVER_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG, WDF_DPC_CONFIG);
 
 pub const POOL_FLAG_NON_PAGED: POOL_FLAGS = 0x40;
 pub const FILE_DEVICE_SECURE_OPEN: u32 = 256;
+// wdm.h: `#define MdlMappingNoExecute 0x40000000`, ORed into a mapping's priority.
+pub const MdlMappingNoExecute: u32 = 1073741824;
 pub const WDF_NO_OBJECT_ATTRIBUTES: PWDF_OBJECT_ATTRIBUTES = core::ptr::null_mut();
 pub const WDF_NO_HANDLE: PVOID = core::ptr::null_mut();
 
@@ -137,6 +220,22 @@ pub mod ntddk {
         pub fn ExFreePoolWithTag(P: PVOID, Tag: ULONG);
         pub fn KeAcquireInStackQueuedSpinLock(SpinLock: PKSPIN_LOCK, LockHandle: PKLOCK_QUEUE_HANDLE);
         pub fn KeReleaseInStackQueuedSpinLock(LockHandle: PKLOCK_QUEUE_HANDLE);
+        pub fn IoAllocateMdl(VirtualAddress: PVOID, Length: ULONG, SecondaryBuffer: BOOLEAN, ChargeQuota: BOOLEAN, Irp: PIRP) -> PMDL;
+        pub fn IoFreeMdl(Mdl: PMDL);
+        pub fn MmBuildMdlForNonPagedPool(MemoryDescriptorList: PMDL);
+        pub fn MmProbeAndLockPages(MemoryDescriptorList: PMDL, AccessMode: KPROCESSOR_MODE, Operation: LOCK_OPERATION);
+        pub fn MmUnlockPages(MemoryDescriptorList: PMDL);
+        pub fn MmMapLockedPagesSpecifyCache(MemoryDescriptorList: PMDL, AccessMode: KPROCESSOR_MODE, CacheType: MEMORY_CACHING_TYPE, RequestedAddress: PVOID, BugCheckOnFailure: ULONG, Priority: ULONG) -> PVOID;
+        pub fn MmUnmapLockedPages(BaseAddress: PVOID, MemoryDescriptorList: PMDL);
+        pub fn IoGetCurrentProcess() -> PEPROCESS;
+        pub fn KeStackAttachProcess(PROCESS: PRKPROCESS, ApcState: PRKAPC_STATE);
+        pub fn KeUnstackDetachProcess(ApcState: PRKAPC_STATE);
+        pub fn ObfReferenceObject(Object: PVOID) -> LONG_PTR;
+        pub fn ObfDereferenceObject(Object: PVOID) -> LONG_PTR;
+        pub fn KeInitializeEvent(Event: PRKEVENT, Type: EVENT_TYPE, State: BOOLEAN);
+        pub fn KeSetEvent(Event: PRKEVENT, Increment: KPRIORITY, Wait: BOOLEAN) -> LONG;
+        pub fn KeClearEvent(Event: PRKEVENT);
+        pub fn KeWaitForSingleObject(Object: PVOID, WaitReason: KWAIT_REASON, WaitMode: KPROCESSOR_MODE, Alertable: BOOLEAN, Timeout: PLARGE_INTEGER) -> NTSTATUS;
     }
 }
 
@@ -170,6 +269,7 @@ pub mod wdf_fns {
         WdfRequestGetRequestorMode(Request: WDFREQUEST) -> KPROCESSOR_MODE;
         WdfRequestGetFileObject(Request: WDFREQUEST) -> WDFFILEOBJECT;
         WdfRequestGetIoQueue(Request: WDFREQUEST) -> WDFQUEUE;
+        WdfRequestGetParameters(Request: WDFREQUEST, Parameters: PWDF_REQUEST_PARAMETERS);
         WdfRequestRetrieveInputBuffer(Request: WDFREQUEST, MinimumRequiredLength: usize, Buffer: *mut PVOID, Length: *mut usize) -> NTSTATUS;
         WdfRequestRetrieveOutputBuffer(Request: WDFREQUEST, MinimumRequiredSize: usize, Buffer: *mut PVOID, Length: *mut usize) -> NTSTATUS;
         WdfRequestCompleteWithInformation(Request: WDFREQUEST, Status: NTSTATUS, Information: ULONG_PTR);

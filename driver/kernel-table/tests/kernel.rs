@@ -4,21 +4,53 @@
 //! interface's reference count.
 #![allow(unsafe_code, reason = "calling the C ABI as a C ULP does")]
 
-mod common;
-
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
-use common::{Bell, Bells};
 use irpverbs_abi::*;
-use irpverbs_ring::Ring;
-use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride};
-use irpverbs_verbs::kernel::{
+use irpverbs_kernel_table::Doorbells;
+use irpverbs_kernel_table::kernel::{
     IV_KERNEL_INTERFACE_VERSION, IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr,
     IvKernelSendWr, IvKernelSrq, interface,
 };
+use irpverbs_ring::Ring;
+use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride};
+
+/// A doorbell as recorded: which one and the queue number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bell {
+    Sq(u32),
+    Rq(u32),
+    Srq(u32),
+    CqArm(u32),
+}
+
+/// Doorbells that record.
+#[derive(Debug, Default)]
+struct Bells(Mutex<Vec<Bell>>);
+
+impl Bells {
+    fn take(&self) -> Vec<Bell> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl Doorbells for Bells {
+    fn sq(&self, qpn: u32) {
+        self.0.lock().unwrap().push(Bell::Sq(qpn));
+    }
+    fn rq(&self, qpn: u32) {
+        self.0.lock().unwrap().push(Bell::Rq(qpn));
+    }
+    fn srq(&self, srqn: u32) {
+        self.0.lock().unwrap().push(Bell::Srq(srqn));
+    }
+    fn cq_arm(&self, cqn: u32) {
+        self.0.lock().unwrap().push(Bell::CqArm(cqn));
+    }
+}
 
 /// What the driver would have returned from the internal-IOCTL creates,
 /// with the rings kept alive by the test.
@@ -106,7 +138,7 @@ fn close(t: &IvKernelInterface, o: Opened) {
 #[test]
 fn the_table_posts_polls_and_arms_through_its_function_pointers() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
     assert_eq!(t.size as usize, size_of::<IvKernelInterface>());
     assert_eq!(t.version, IV_KERNEL_INTERFACE_VERSION);
     let c = created();
@@ -245,7 +277,7 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
 #[test]
 fn bad_arguments_are_refused_with_a_status() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
     let c = created();
     let o = open(&t, &c);
     let three = [IvSge::default(); 3];
@@ -349,7 +381,7 @@ fn bad_arguments_are_refused_with_a_status() {
 #[test]
 fn the_interface_is_reference_counted() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn irpverbs_verbs::Doorbells>);
+    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
     assert_eq!(Arc::strong_count(&bells), 2);
     // SAFETY: a live context.
     unsafe { (t.interface_reference)(t.context) };

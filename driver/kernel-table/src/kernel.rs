@@ -1,28 +1,33 @@
 //! The kernel ULPs' direct-call interface: a `#[repr(C)]` function table
 //! (`include/irpverbs_kernel.h`) that a kernel ULP obtains with
-//! `IRP_MN_QUERY_INTERFACE` (host mode: `HostDevice::query_interface`).
+//! `IRP_MN_QUERY_INTERFACE` for [`IV_KERNEL_INTERFACE_GUID`]
+//! (irpverbs.sys registers it with `WdfDeviceAddQueryInterface`; host mode
+//! hands it out from `HostDevice::query_interface`).
 //!
 //! A kernel ULP creates its objects with the same control IOCTLs as user
 //! mode, sent as internal device control IRPs; the create responses carry
 //! the rings (kernel addresses). It then *opens* each QP, CQ and SRQ in the
 //! table (`open_qp` builds a small nonpaged object from the response) and
 //! posts and polls through the table: direct calls, no IRP, callable at IRQL
-//! <= DISPATCH_LEVEL, never allocating or blocking. It closes the object in
-//! the table before it destroys the driver object.
+//! <= DISPATCH_LEVEL, never blocking; only `open_*` allocates (the global
+//! allocator: nonpaged pool in the kernel). It closes the object in the
+//! table before it destroys the driver object.
 //!
 //! The table begins with the `INTERFACE` header Windows defines (`Size`,
 //! `Version`, `Context`, `InterfaceReference`, `InterfaceDereference`); the
 //! interface is returned referenced, and the ULP dereferences it when done.
-#![allow(
-    unsafe_code,
-    reason = "the C ABI: raw pointers from the kernel ULP, and the context's reference count"
-)]
+//! The context holds the [`Doorbells`] (an `Arc`), so a ULP still holding a
+//! reference after the device went away calls into live memory.
 
-use std::ffi::c_void;
-use std::mem::{align_of, offset_of, size_of};
-use std::sync::Arc;
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::ffi::c_void;
+use core::mem::{align_of, offset_of, size_of};
 
-use irpverbs_abi::*;
+use irpverbs_abi::{
+    IV_SEND_INLINE, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge, Layout, NtStatus,
+    STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
+};
 use irpverbs_ring::wq::MAX_SGE;
 
 use crate::speed::{AsNtStatus, CqRings, Doorbells, QpRings, SendWr, SrqRings};
@@ -42,7 +47,7 @@ pub const IV_KERNEL_INTERFACE_GUID: (u32, u16, u16, [u8; 8]) = (
 
 /// A send work request as the table takes it (C: `IvKernelSendWr`, and
 /// `IvUserSendWr` in the user-mode library). The fields mirror
-/// [`IvSendWqe`]; the gather list or the inline data are pointed to.
+/// [`irpverbs_abi::IvSendWqe`]; the gather list or the inline data are pointed to.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct IvKernelSendWr {
@@ -97,8 +102,8 @@ impl Default for IvKernelSendWr {
             remote_qpn: 0,
             remote_qkey: 0,
             reserved: 0,
-            sg_list: std::ptr::null(),
-            inline_data: std::ptr::null(),
+            sg_list: core::ptr::null(),
+            inline_data: core::ptr::null(),
         }
     }
 }
@@ -121,7 +126,7 @@ impl Default for IvKernelRecvWr {
     fn default() -> Self {
         Self {
             wr_id: 0,
-            sg_list: std::ptr::null(),
+            sg_list: core::ptr::null(),
             num_sge: 0,
             reserved: 0,
         }
@@ -427,7 +432,7 @@ pub unsafe fn send_wr_from_c(wr: &IvKernelSendWr) -> Result<SendWr<'_>, NtStatus
         } else {
             // SAFETY: the caller's inline data is valid for `inline_len`
             // bytes (checked non-null).
-            send.inline = Some(unsafe { std::slice::from_raw_parts(wr.inline_data.cast(), len) });
+            send.inline = Some(unsafe { core::slice::from_raw_parts(wr.inline_data.cast(), len) });
         }
     } else {
         // SAFETY: the caller's gather list is valid for `num_sge` entries.
@@ -448,7 +453,7 @@ unsafe fn sge_list<'a>(sg_list: *const IvSge, num_sge: u32) -> Result<&'a [IvSge
         return Err(STATUS_INVALID_PARAMETER);
     }
     // SAFETY: non-null, at most MAX_SGE entries the caller vouches for.
-    Ok(unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) })
+    Ok(unsafe { core::slice::from_raw_parts(sg_list, num_sge as usize) })
 }
 
 /// A C receive work request's scatter list.
@@ -559,7 +564,7 @@ pub unsafe fn poll_into_c(cq: &CqRings, wc: *mut IvCqe, max: u32) -> i32 {
         return STATUS_INVALID_PARAMETER;
     }
     // SAFETY: the caller's array holds `max` entries (checked non-null).
-    let out = unsafe { std::slice::from_raw_parts_mut(wc, max) };
+    let out = unsafe { core::slice::from_raw_parts_mut(wc, max) };
     match cq.poll(out) {
         Ok(n) => n as i32,
         Err(e) => e.nt_status(),

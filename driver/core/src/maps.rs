@@ -1,0 +1,367 @@
+//! The requestor's-context half of the driver: what must run in the
+//! process that issued a request, before the request reaches the
+//! dispatch-level queue ([`Device::in_caller_context`]), and the user
+//! mappings of rings it makes.
+//!
+//! # Decisions
+//! - **Rings are mapped on request** (`IOCTL_IV_MAP_RINGS`, handled in the
+//!   caller's context), not by the create verbs: a create completes in the
+//!   DPC (DISPATCH_LEVEL, in whatever process was running), where no user
+//!   mapping can be made. A user-mode caller's create response therefore
+//!   carries the rings' geometry with zero addresses, and the ULP maps them
+//!   next; asking again returns the same addresses.
+//! - **One process per file.** The first mapping or user pin through a file
+//!   binds the file to its requestor's address space; the others are
+//!   refused (`STATUS_ACCESS_DENIED`). A mapping can then only ever be
+//!   undone in that process.
+//! - **A mapping keeps its ring's memory.** It holds the ring's region, so
+//!   a destroy (or a CQ resize) that frees the object never frees memory
+//!   still mapped into a process.
+//! - **Unmapped in the caller's context only.** Unmapping needs the process's
+//!   context at PASSIVE_LEVEL, which a destroy completing in the DPC does not
+//!   have. Mappings of destroyed objects and replaced rings are swept at the
+//!   file's next user request from the bound process, in its context, and
+//!   every mapping of the file is undone at its cleanup (which runs in the
+//!   process, before a process exit tears its address space down).
+
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use irpverbs_abi::*;
+use irpverbs_ring::{Region, Ring};
+
+use crate::Hca;
+use crate::device::{Device, Response, State, Verb};
+use crate::object::Kind;
+use crate::platform::{FileKey, Platform, Request, RequestorMode, SpinLock};
+
+/// The user mappings of every file, under [`crate::platform::MAP_LOCK`].
+pub(crate) type Maps<M> = BTreeMap<FileKey, FileMaps<M>>;
+
+/// One file's user mappings.
+pub(crate) struct FileMaps<M> {
+    /// The address space the file's mappings and pins belong to: the first
+    /// one to map or pin through it.
+    space: Option<u64>,
+    /// The file's cleanup ran: nothing is mapped any more.
+    closed: bool,
+    entries: Vec<MapEntry<M>>,
+}
+
+impl<M> Default for FileMaps<M> {
+    fn default() -> Self {
+        Self {
+            space: None,
+            closed: false,
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<M> FileMaps<M> {
+    /// Binds the file to `space`, or checks that it is bound to it.
+    fn bind(&mut self, space: u64) -> Result<(), NtStatus> {
+        if self.closed {
+            return Err(STATUS_DELETE_PENDING);
+        }
+        match self.space {
+            None => {
+                self.space = Some(space);
+                Ok(())
+            }
+            Some(bound) if bound == space => Ok(()),
+            Some(_) => Err(STATUS_ACCESS_DENIED),
+        }
+    }
+
+    /// Where `region` of the object `handle` is mapped, if it is.
+    fn find(&self, handle: IvHandle, region: &Arc<Region>) -> Option<IvRingMap> {
+        self.entries
+            .iter()
+            .find(|e| e.handle == handle && Arc::ptr_eq(&e.region, region))
+            .map(|e| e.map)
+    }
+}
+
+/// One ring mapped into the file's process.
+struct MapEntry<M> {
+    /// The object it belongs to.
+    handle: IvHandle,
+    /// The ring's memory, kept allocated while it is mapped.
+    region: Arc<Region>,
+    /// Where it is in the process.
+    map: IvRingMap,
+    /// The platform's mapping.
+    mapping: M,
+}
+
+/// The ring's geometry without addresses: what a user-mode caller's create
+/// and resize responses carry.
+pub(crate) fn geometry(ring: &Ring) -> IvRingMap {
+    IvRingMap {
+        entries: ring.entries(),
+        stride: ring.stride(),
+        ..IvRingMap::default()
+    }
+}
+
+/// Whether the object `handle` names still exists with `region` as one of
+/// its rings (a destroy in flight, or failing, keeps the mapping).
+fn still_mapped<R>(s: &State<R>, file: FileKey, handle: IvHandle, region: &Arc<Region>) -> bool {
+    let Some(f) = s.files.get(&file) else {
+        return false;
+    };
+    let Some(idx) = f.objects.find(handle) else {
+        return false;
+    };
+    f.objects
+        .get(idx)
+        .rings()
+        .into_iter()
+        .flatten()
+        .any(|r| Arc::ptr_eq(r.region(), region))
+}
+
+impl<P: Platform, H: Hca> Device<P, H> {
+    /// `EvtIoInCallerContext`: the platform calls this for every request in
+    /// the requestor's thread and process, before the request is queued, and
+    /// queues what it returns (to reach [`Device::dispatch_ioctl`]).
+    ///
+    /// - Every user-mode request first unmaps, from the file's process, the
+    ///   rings of objects destroyed (or CQs resized) since.
+    /// - `IOCTL_IV_MAP_RINGS` is handled and completed here.
+    /// - A user-mode `IOCTL_IV_REG_MR` is validated and its range pinned
+    ///   ([`Platform::pin_memory`]); the region rides with the request
+    ///   ([`Request::attach_pin`]) to the queue. A refusal completes it here.
+    /// - Everything else is returned untouched.
+    ///
+    /// IRQL: the requestor's: PASSIVE_LEVEL for user-mode requests (the
+    /// unmapping, mapping and pinning need it); kernel callers may be at up
+    /// to DISPATCH_LEVEL (nothing here touches an address space for them).
+    pub fn in_caller_context(&self, mut request: P::Request) -> Option<P::Request> {
+        let user = request.requestor_mode() == RequestorMode::User;
+        if user {
+            self.sweep(request.file(), request.address_space());
+        }
+        match request.ioctl_code() {
+            IOCTL_IV_MAP_RINGS => {
+                self.map_rings(request, true);
+                None
+            }
+            IOCTL_IV_REG_MR if user => match self.pin_in_caller_context(&mut request) {
+                Ok(()) => Some(request),
+                Err(status) => {
+                    self.complete(request, status, &Response::None);
+                    None
+                }
+            },
+            _ => Some(request),
+        }
+    }
+
+    /// Validates a user-mode `REG_MR` and pins its range for the request.
+    fn pin_in_caller_context(&self, request: &mut P::Request) -> Result<(), NtStatus> {
+        let Verb::RegMr(i, physical, _) = self.parse_request(request)? else {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        };
+        crate::mr::check_reg_mr(self.hca.caps(), RequestorMode::User, &i)?;
+        let file = request.file();
+        self.state.lock(|s| {
+            if s.removed {
+                return Err(STATUS_DEVICE_REMOVED);
+            }
+            s.file(file).map(drop)
+        })?;
+        let space = request.address_space();
+        self.maps
+            .lock(|maps| maps.entry(file).or_default().bind(space))?;
+        let write = crate::mr::writable(i.access);
+        let region = self
+            .platform
+            .pin_memory(request, i.addr, i.length, write, physical)?;
+        request.attach_pin(region);
+        Ok(())
+    }
+
+    /// `IOCTL_IV_MAP_RINGS`, completed here. A user-mode request is served
+    /// only from [`Device::in_caller_context`] (`in_caller`); from the queue
+    /// it fails with `STATUS_INVALID_DEVICE_STATE`.
+    pub(crate) fn map_rings(&self, mut request: P::Request, in_caller: bool) {
+        match self.try_map_rings(&mut request, in_caller) {
+            Ok(out) => self.complete(request, STATUS_SUCCESS, &Response::Rings(out)),
+            Err(status) => self.complete(request, status, &Response::None),
+        }
+    }
+
+    fn try_map_rings(
+        &self,
+        request: &mut P::Request,
+        in_caller: bool,
+    ) -> Result<IvMapRingsOut, NtStatus> {
+        let Verb::MapRings(h) = self.parse_request(request)? else {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        };
+        let file = request.file();
+        let handle = h.handle;
+        let rings: [Option<Ring>; 2] = self.state.lock(|s| {
+            if s.removed {
+                return Err(STATUS_DEVICE_REMOVED);
+            }
+            let f = s.file(file)?;
+            let kind = [Kind::Cq, Kind::Qp, Kind::Srq]
+                .into_iter()
+                .find(|&k| crate::handle::kind_of(handle) == k as u8)
+                .ok_or(STATUS_INVALID_HANDLE)?;
+            let idx = f.objects.lookup(handle, kind)?;
+            match f.objects.get(idx).rings() {
+                [Some(a), b] => Ok([Some(a.clone()), b.cloned()]),
+                [None, _] => Err(STATUS_INVALID_HANDLE),
+            }
+        })?;
+        let out = |maps: [Option<IvRingMap>; 2]| IvMapRingsOut {
+            ring: maps[0].unwrap_or_default(),
+            rq: maps[1].unwrap_or_default(),
+        };
+        if request.requestor_mode() == RequestorMode::Kernel {
+            return Ok(out([
+                rings[0].as_ref().map(Ring::map),
+                rings[1].as_ref().map(Ring::map),
+            ]));
+        }
+        if !in_caller {
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
+        let space = request.address_space();
+        let mut found: [Option<IvRingMap>; 2] = [None, None];
+        self.maps.lock(|maps| {
+            let fm = maps.entry(file).or_default();
+            fm.bind(space)?;
+            for (slot, ring) in found.iter_mut().zip(&rings) {
+                if let Some(ring) = ring {
+                    *slot = fm.find(handle, ring.region());
+                }
+            }
+            Ok::<(), NtStatus>(())
+        })?;
+        // Map what is not mapped yet: outside the locks, in the caller's
+        // context (PASSIVE_LEVEL).
+        let mut fresh: Vec<(usize, IvRingMap, P::Mapping)> = Vec::new();
+        for (i, ring) in rings.iter().enumerate() {
+            let Some(ring) = ring else { continue };
+            if found[i].is_some() {
+                continue;
+            }
+            match self.platform.map_ring(request, ring) {
+                Ok((map, mapping)) => fresh.push((i, map, mapping)),
+                Err(status) => {
+                    for (_, _, mapping) in fresh {
+                        self.platform.unmap_ring(mapping);
+                    }
+                    return Err(status);
+                }
+            }
+        }
+        // Record them, unless the file was cleaned up meanwhile or another
+        // request mapped the same ring first: then give ours back.
+        let (spare, status) = self.maps.lock(|maps| {
+            let fm = maps.entry(file).or_default();
+            if fm.closed {
+                let spare: Vec<P::Mapping> = fresh.into_iter().map(|(_, _, m)| m).collect();
+                return (spare, Err(STATUS_DELETE_PENDING));
+            }
+            let mut spare = Vec::new();
+            for (i, map, mapping) in fresh {
+                let Some(region) = rings[i].as_ref().map(|r| Arc::clone(r.region())) else {
+                    spare.push(mapping);
+                    continue;
+                };
+                if let Some(existing) = fm.find(handle, &region) {
+                    found[i] = Some(existing);
+                    spare.push(mapping);
+                } else {
+                    found[i] = Some(map);
+                    fm.entries.push(MapEntry {
+                        handle,
+                        region,
+                        map,
+                        mapping,
+                    });
+                }
+            }
+            (spare, Ok(()))
+        });
+        for mapping in spare {
+            self.platform.unmap_ring(mapping);
+        }
+        status?;
+        Ok(out(found))
+    }
+
+    /// Unmaps the file's rings whose objects are gone (or whose CQ was
+    /// resized), when the request comes from the file's process.
+    ///
+    /// IRQL: PASSIVE_LEVEL, in the requestor's context.
+    fn sweep(&self, file: FileKey, space: u64) {
+        let stale = self.maps.lock(|maps| {
+            let Some(fm) = maps.get_mut(&file) else {
+                return Vec::new();
+            };
+            if fm.entries.is_empty() || fm.space != Some(space) {
+                return Vec::new();
+            }
+            let keep: Vec<bool> = self.state.lock(|s| {
+                fm.entries
+                    .iter()
+                    .map(|e| still_mapped(s, file, e.handle, &e.region))
+                    .collect()
+            });
+            let mut stale = Vec::new();
+            let mut kept = Vec::with_capacity(fm.entries.len());
+            for (e, keep) in core::mem::take(&mut fm.entries).into_iter().zip(keep) {
+                if keep {
+                    kept.push(e);
+                } else {
+                    stale.push(e);
+                }
+            }
+            fm.entries = kept;
+            stale
+        });
+        self.unmap_all(stale);
+    }
+
+    /// The file's cleanup (or close): every mapping of the file is undone,
+    /// and no new one can be made.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the file callbacks), when there is anything to
+    /// unmap.
+    pub(crate) fn unmap_file(&self, file: FileKey, forget: bool) {
+        let entries = self.maps.lock(|maps| {
+            if forget {
+                return maps.remove(&file).map(|fm| fm.entries).unwrap_or_default();
+            }
+            let fm = maps.entry(file).or_default();
+            fm.closed = true;
+            core::mem::take(&mut fm.entries)
+        });
+        self.unmap_all(entries);
+    }
+
+    fn unmap_all(&self, entries: Vec<MapEntry<P::Mapping>>) {
+        for MapEntry {
+            mapping, region, ..
+        } in entries
+        {
+            self.platform.unmap_ring(mapping);
+            // Only now may the ring's memory go.
+            drop(region);
+        }
+    }
+
+    /// User mappings alive (all files).
+    pub(crate) fn mapping_count(&self) -> usize {
+        self.maps
+            .lock(|maps| maps.values().map(|fm| fm.entries.len()).sum())
+    }
+}

@@ -1,0 +1,32 @@
+//! # irpverbs kernel table
+//!
+//! The speed path as a ULP sees it, `no_std` + `alloc`, in one copy for
+//! every user of it:
+//!
+//! - [`speed`]: the ring views of one object ([`QpRings`], [`CqRings`],
+//!   [`SrqRings`]) over rings mapped into the caller's address space, and the
+//!   [`Doorbells`] a post or an arm rings;
+//! - [`kernel`]: the kernel ULPs' direct-call function table
+//!   (`include/irpverbs_kernel.h`), handed out through
+//!   `IRP_MN_QUERY_INTERFACE`.
+//!
+//! Users: `irpverbs-verbs` (the typed user-mode verbs, which re-exports
+//! both), the host device (`irpverbs-host`: the table of
+//! `HostDevice::query_interface` and the user-mode C library) and
+//! irpverbs.sys (`driver/kmdf`, which registers the table with
+//! `WdfDeviceAddQueryInterface`).
+//!
+//! `unsafe` appears where a mapped address becomes a ring (the
+//! `from_create` / `from_map` constructors, whose callers vouch for the
+//! mapping) and in the table's C ABI. Every `unsafe` block holds one unsafe
+//! operation and states why it is sound.
+#![no_std]
+#![warn(missing_docs)]
+#![deny(clippy::multiple_unsafe_ops_per_block)]
+
+extern crate alloc;
+
+pub mod kernel;
+pub mod speed;
+
+pub use speed::{AsNtStatus, Corrupt, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};

@@ -1,0 +1,486 @@
+//! The soft HCA's port cabled to a datagram wire: RoCEv2 over UDP.
+//!
+//! Destinations that are neither this HCA (loopback) nor an HCA attached to
+//! the same in-process [`Fabric`](crate::Fabric) go to the [`Link`], if
+//! one is attached ([`SoftHca::attach_link`](crate::SoftHca::attach_link)):
+//! the data path serializes their frames, packet by packet, into RoCEv2
+//! UDP payloads ([`crate::wire`]) collected in a [`TxBatch`], and hands the
+//! batch to [`Link::transmit`] after releasing its locks. Datagrams that
+//! arrive go to [`SoftHca::receive`](crate::SoftHca::receive), which checks
+//! them (ICRC and every header), copies their payload into receive buffers
+//! and delivers them to the transport like frames from another HCA.
+//!
+//! What the in-process fabric signals between HCAs has its wire form here:
+//! UC and UD send WQEs complete once their packets are serialized (the
+//! bytes left the source buffers); the responder's "receive posted" hint
+//! to an RNR-waiting requester is not sent, the requester's RNR timer
+//! fires instead; and lost packets are recovered by the requester's local
+//! ACK timer. The timers are kept on the caller's clock: the transport
+//! never reads a clock, [`Link::now_ns`] tells the data path the time when
+//! it runs and [`SoftHca::advance_clock`](crate::SoftHca::advance_clock)
+//! fires the timers that are due. That keeps the transport sans-IO: the
+//! same code runs on a simulated wire under a virtual clock and on UDP
+//! sockets under the monotonic clock.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use irpverbs_ring::Region;
+
+use crate::packet::{Batch, Frame, Gid, Packet, m, mask, psn_add};
+use crate::wire::{self, IpUdp, ROCE_PORT};
+
+/// A RoCEv2 datagram: its UDP payload (BTH to ICRC) and what the IP and
+/// UDP headers around it carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datagram<'a> {
+    /// IP source address (IPv4-mapped `::ffff:a.b.c.d` for IPv4).
+    pub sgid: Gid,
+    /// IP destination address.
+    pub dgid: Gid,
+    /// UDP source port (flow entropy).
+    pub src_port: u16,
+    /// UDP destination port (4791 unless configured otherwise).
+    pub dst_port: u16,
+    /// IPv6 traffic class or IPv4 TOS (masked out of the ICRC).
+    pub traffic_class: u8,
+    /// IPv6 flow label (masked out of the ICRC).
+    pub flow_label: u32,
+    /// Hop limit or TTL (masked out of the ICRC).
+    pub hop_limit: u8,
+    /// The UDP payload.
+    pub payload: &'a [u8],
+}
+
+impl Datagram<'_> {
+    /// The IP and UDP facts, as [`crate::wire`] takes them.
+    #[must_use]
+    pub fn ip(&self) -> IpUdp {
+        IpUdp {
+            src: self.sgid,
+            dst: self.dgid,
+            traffic_class: self.traffic_class,
+            flow_label: self.flow_label,
+            hop_limit: self.hop_limit,
+            ident: 0,
+            dont_fragment: true,
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            udp_checksum: !wire::is_ipv4_mapped(&self.sgid),
+        }
+    }
+}
+
+/// One datagram of a [`TxBatch`]: its headers' facts and where its bytes
+/// are in the batch's buffer.
+#[derive(Clone, Copy, Debug)]
+struct TxItem {
+    sgid: Gid,
+    dgid: Gid,
+    src_port: u16,
+    dst_port: u16,
+    traffic_class: u8,
+    flow_label: u32,
+    hop_limit: u8,
+    start: usize,
+    len: usize,
+}
+
+/// Datagrams the HCA sends in one go: their bytes back to back in one
+/// buffer. Cleared, never shrunk, so steady state does not allocate.
+#[derive(Clone, Debug, Default)]
+pub struct TxBatch {
+    buf: Vec<u8>,
+    items: Vec<TxItem>,
+}
+
+impl TxBatch {
+    /// Datagrams in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// No datagrams.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The datagrams, in the order they were built.
+    pub fn iter(&self) -> impl Iterator<Item = Datagram<'_>> {
+        self.items.iter().map(|t| Datagram {
+            sgid: t.sgid,
+            dgid: t.dgid,
+            src_port: t.src_port,
+            dst_port: t.dst_port,
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label,
+            hop_limit: t.hop_limit,
+            payload: self.buf.get(t.start..t.start + t.len).unwrap_or(&[]),
+        })
+    }
+
+    /// Drops every datagram, keeping the capacity.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.items.clear();
+    }
+
+    /// Appends `pkt` with `payload` as a datagram to UDP port `dst_port`;
+    /// false (nothing appended) when the packet cannot be emitted.
+    fn push(&mut self, pkt: &Packet, payload: &[u8], dst_port: u16) -> bool {
+        let src_port = entropy_port(pkt.dest_qpn);
+        let mut ip = IpUdp::of(pkt, src_port, 0);
+        ip.dst_port = dst_port;
+        let Ok(len) = wire::transport_len(pkt) else {
+            return false;
+        };
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        let out = &mut self.buf[start..];
+        match wire::emit_transport(pkt, &[payload], &ip, out) {
+            Ok(n) if n == len => {
+                self.items.push(TxItem {
+                    sgid: pkt.sgid,
+                    dgid: pkt.dgid,
+                    src_port,
+                    dst_port,
+                    traffic_class: pkt.traffic_class,
+                    flow_label: pkt.flow_label,
+                    hop_limit: pkt.hop_limit,
+                    start,
+                    len,
+                });
+                true
+            }
+            _ => {
+                self.buf.truncate(start);
+                false
+            }
+        }
+    }
+}
+
+/// The UDP source port of a flow (RoCEv2 uses it for ECMP entropy; the
+/// range 0xC000.. as the annex suggests), from its destination QP.
+#[must_use]
+pub const fn entropy_port(dest_qpn: u32) -> u16 {
+    0xC000 | ((dest_qpn ^ (dest_qpn >> 14)) & 0x3FFF) as u16
+}
+
+/// What a soft HCA's port is cabled to when packets leave the process.
+///
+/// Implementations: the host's in-process loopback wire, its seeded
+/// simulated wire, and UDP sockets; a kernel UDP socket on Windows.
+pub trait Link: Send + Sync {
+    /// Sends the datagrams of `batch`. Called with no soft HCA lock held,
+    /// at IRQL <= DISPATCH_LEVEL; must not block: a datagram that finds no
+    /// room is dropped (RC recovers it by retransmission).
+    fn transmit(&self, batch: &TxBatch);
+
+    /// The time now on the clock the HCA's timers run on, in nanoseconds
+    /// (monotonic; virtual for a simulated wire).
+    fn now_ns(&self) -> u64;
+}
+
+/// Counters of the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Datagrams handed to the link.
+    pub tx_datagrams: u64,
+    /// Packets that could not be serialized (dropped; RC retransmits).
+    pub tx_errors: u64,
+    /// In-process signals with no wire form, not sent.
+    pub signals_dropped: u64,
+    /// Datagrams received and accepted.
+    pub rx_datagrams: u64,
+    /// Datagrams received and dropped, by [`wire::WireError`] reason.
+    pub rx_dropped: wire::WireStats,
+    /// Datagrams dropped for want of a receive buffer.
+    pub rx_no_buffer: u64,
+    /// Local ACK timeouts that fired.
+    pub ack_timeouts: u64,
+    /// RNR timers that fired.
+    pub rnr_timeouts: u64,
+}
+
+/// The middle opcode of a message whose burst starts with `first`.
+const fn middle_of(first: u8) -> u8 {
+    if mask(first) & m::START != 0 {
+        first + 1
+    } else {
+        first
+    }
+}
+
+/// The MTU a burst of `count` packets carrying `len` bytes was cut with:
+/// every packet but the last carries one MTU, the last 1 to MTU bytes, so
+/// `len / count` is above half an MTU and at most one.
+fn burst_mtu(len: u32, count: u32) -> u32 {
+    len.div_ceil(count.max(1)).next_power_of_two().max(1)
+}
+
+/// Serializes the frames of `batch` (for the link) into `tx`, packet by
+/// packet, copying their payload through `scratch`. UC and UD packets get
+/// their "sent" signal into `loopq` (the bytes left); signals that have no
+/// wire form are counted and dropped.
+pub(crate) fn serialize(
+    batch: &Batch,
+    tx: &mut TxBatch,
+    scratch: &mut Vec<u8>,
+    loopq: &mut Batch,
+    dst_port: u16,
+    stats: &mut LinkStats,
+) {
+    for frame in &batch.frames {
+        let (pkt, burst, seg, nsegs, notify) = match *frame {
+            Frame::Packet {
+                pkt,
+                burst,
+                seg,
+                nsegs,
+                notify,
+            } => (pkt, burst, seg, nsegs, notify),
+            Frame::Sent { .. } | Frame::RetryHint { .. } => {
+                stats.signals_dropped += 1;
+                continue;
+            }
+        };
+        scratch.clear();
+        let mut ok = true;
+        for s in batch.payload(seg, nsegs) {
+            let at = scratch.len();
+            scratch.resize(at + s.len, 0);
+            ok &= s.region.read(s.offset, &mut scratch[at..]).is_ok();
+        }
+        let total = pkt.payload_len;
+        if !ok || scratch.len() != total as usize {
+            stats.tx_errors += u64::from(burst.count);
+        } else {
+            let n = burst.count.max(1);
+            let mtu = burst_mtu(total, n);
+            for i in 0..n {
+                let last = i + 1 == n;
+                let mut p = pkt;
+                p.psn = psn_add(pkt.psn, i);
+                if i > 0 {
+                    p.opcode = if last {
+                        burst.last_opcode
+                    } else {
+                        middle_of(pkt.opcode)
+                    };
+                }
+                if !last {
+                    p.solicited = false;
+                    p.ack_req = false;
+                }
+                let off = (i * mtu).min(total);
+                let len = if last {
+                    total - off
+                } else {
+                    mtu.min(total - off)
+                };
+                p.payload_len = len;
+                let bytes = &scratch[off as usize..(off + len) as usize];
+                if tx.push(&p, bytes, dst_port) {
+                    stats.tx_datagrams += 1;
+                } else {
+                    stats.tx_errors += 1;
+                }
+            }
+        }
+        if let Some(qpn) = notify {
+            loopq.push_signal(Frame::Sent {
+                qpn,
+                psn: burst.last_psn(pkt.psn),
+            });
+        }
+    }
+}
+
+/// Receive buffers: regions of [`RxPool::BUF`] bytes, each reused once the
+/// frame that carried it is gone (the pool holds its only reference).
+#[derive(Debug, Default)]
+pub(crate) struct RxPool {
+    bufs: Vec<Arc<Region>>,
+}
+
+/// A copy of the data path starts with no buffers (sharing them would
+/// only keep them from being reused).
+impl Clone for RxPool {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl RxPool {
+    /// Bytes of a buffer: the largest payload of a 4096-byte MTU.
+    pub(crate) const BUF: usize = 4096;
+    /// Buffers kept at most.
+    const MAX: usize = 1024;
+
+    /// A buffer holding `bytes` (at most [`Self::BUF`]); `None` when none
+    /// can be had.
+    pub(crate) fn take(&mut self, bytes: &[u8]) -> Option<Arc<Region>> {
+        if bytes.len() > Self::BUF {
+            return None;
+        }
+        let i = match self.bufs.iter_mut().position(|r| Arc::get_mut(r).is_some()) {
+            Some(i) => i,
+            None if self.bufs.len() < Self::MAX => {
+                self.bufs.push(Arc::new(Region::alloc(Self::BUF)?));
+                self.bufs.len() - 1
+            }
+            None => return None,
+        };
+        let r = &self.bufs[i];
+        r.write(0, bytes).ok()?;
+        Some(Arc::clone(r))
+    }
+}
+
+/// The default UDP port of a soft HCA's link.
+pub const DEFAULT_PORT: u16 = ROCE_PORT;
+
+/// The local ACK timeout of a QP's `timeout` attribute: 4.096 us *
+/// 2^timeout; `None` for 0 (infinite).
+#[must_use]
+pub const fn ack_timeout_ns(timeout: u8) -> Option<u64> {
+    if timeout == 0 {
+        None
+    } else {
+        Some(4096u64 << (timeout & 31))
+    }
+}
+
+/// The RNR NAK timer of an AETH timer code (IBTA table 45), in ns.
+#[must_use]
+pub const fn rnr_timer_ns(code: u8) -> u64 {
+    const US: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
+    ];
+    US[(code & 31) as usize] as u64 * 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::{Burst, Seg, op};
+
+    fn gid(last: u8) -> Gid {
+        let mut g = [0u8; 16];
+        g[10] = 0xFF;
+        g[11] = 0xFF;
+        g[12..].copy_from_slice(&[10, 0, 0, last]);
+        g
+    }
+
+    #[test]
+    fn timer_encodings() {
+        assert_eq!(ack_timeout_ns(0), None);
+        assert_eq!(ack_timeout_ns(1), Some(8192));
+        assert_eq!(ack_timeout_ns(14), Some(4096 << 14));
+        assert_eq!(rnr_timer_ns(0), 655_360_000);
+        assert_eq!(rnr_timer_ns(1), 10_000);
+        assert_eq!(rnr_timer_ns(31), 491_520_000);
+        assert_eq!(burst_mtu(4096 * 3, 3), 4096);
+        assert_eq!(burst_mtu(1024 * 2 + 1, 3), 1024);
+        assert_eq!(burst_mtu(257, 2), 256);
+        assert_eq!(middle_of(op::RC_SEND_FIRST), op::RC_SEND_MIDDLE);
+        assert_eq!(middle_of(op::UC_WRITE_FIRST), op::UC_WRITE_MIDDLE);
+        assert_eq!(
+            middle_of(op::RC_READ_RESPONSE_FIRST),
+            op::RC_READ_RESPONSE_MIDDLE
+        );
+        assert_eq!(middle_of(op::RC_SEND_MIDDLE), op::RC_SEND_MIDDLE);
+    }
+
+    /// A burst of three packets becomes three datagrams, FIRST, MIDDLE,
+    /// LAST, with consecutive PSNs, the RETH on the first, the immediate
+    /// and the ACK request on the last, and the payload cut at the MTU; each
+    /// parses back.
+    #[test]
+    fn bursts_are_cut_into_packets() {
+        let region = Arc::new(Region::alloc(600).unwrap());
+        let data: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
+        region.write(0, &data).unwrap();
+        let mut pkt = Packet {
+            opcode: op::RC_WRITE_FIRST,
+            dest_qpn: 0x12,
+            psn: 0xFF_FFFF,
+            sgid: gid(1),
+            dgid: gid(2),
+            hop_limit: 64,
+            payload_len: 600,
+            ack_req: true,
+            imm: 0x0102_0304,
+            ..Packet::default()
+        };
+        pkt.reth.len = 600;
+        pkt.reth.rkey = 7;
+        let mut batch = Batch::default();
+        batch.segs.push(Seg {
+            region: region.clone(),
+            offset: 0,
+            len: 600,
+        });
+        batch.frames.push(Frame::Packet {
+            pkt,
+            burst: Burst {
+                count: 3,
+                last_opcode: op::RC_WRITE_LAST_IMM,
+            },
+            seg: 0,
+            nsegs: 1,
+            notify: Some(9),
+        });
+        batch.push_signal(Frame::RetryHint { qpn: 1 });
+        let (mut tx, mut scratch, mut loopq) = (TxBatch::default(), Vec::new(), Batch::default());
+        let mut stats = LinkStats::default();
+        serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
+        assert_eq!(tx.len(), 3);
+        assert_eq!(stats.tx_datagrams, 3);
+        assert_eq!(stats.signals_dropped, 1);
+        assert_eq!(loopq.frames, [Frame::Sent { qpn: 9, psn: 1 }]);
+        let mut got = Vec::new();
+        for (i, d) in tx.iter().enumerate() {
+            let (p, payload) = wire::parse_transport(d.payload, &d.ip()).unwrap();
+            assert_eq!(p.psn, psn_add(0xFF_FFFF, i as u32));
+            assert_eq!(
+                p.opcode,
+                [
+                    op::RC_WRITE_FIRST,
+                    op::RC_WRITE_MIDDLE,
+                    op::RC_WRITE_LAST_IMM
+                ][i]
+            );
+            assert_eq!(p.ack_req, i == 2);
+            if i == 0 {
+                assert_eq!(p.reth.rkey, 7);
+            }
+            if i == 2 {
+                assert_eq!(p.imm, 0x0102_0304);
+            }
+            assert_eq!(d.dst_port, 4791);
+            assert_eq!(d.src_port, entropy_port(0x12));
+            got.extend_from_slice(payload);
+        }
+        assert_eq!(got, data, "256 + 256 + 88 bytes, in order");
+    }
+
+    #[test]
+    fn receive_buffers_are_reused_once_free() {
+        let mut pool = RxPool::default();
+        let a = pool.take(&[1, 2, 3]).unwrap();
+        let b = pool.take(&[4]).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        let a_addr = a.addr();
+        drop(a);
+        let c = pool.take(&[5]).unwrap();
+        assert_eq!(c.addr(), a_addr);
+        assert!(pool.take(&[0; RxPool::BUF + 1]).is_none());
+    }
+}

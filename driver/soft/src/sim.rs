@@ -1,0 +1,343 @@
+//! A seeded, simulated wire on a virtual clock: the [`Link`] the
+//! simulation tests cable soft HCAs to.
+//!
+//! Every datagram a soft HCA transmits may be lost, duplicated, delayed by
+//! a random amount (which reorders it behind later ones) or get one bit
+//! flipped, each decided by a pseudo-random generator seeded once: the same
+//! seed replays the same run, byte for byte. Time is virtual: a
+//! [`SimNet`] delivers the earliest datagram or fires the earliest HCA
+//! timer, whichever comes first, and moves the clock to it, so a run that
+//! spans seconds of retransmission timeouts takes microseconds.
+//!
+//! Nothing here is specific to a platform: the wire only needs a lock from
+//! the HCAs' [`Platform`].
+
+use alloc::collections::BinaryHeap;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cmp::{Ordering as CmpOrdering, Reverse};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use irpverbs_core::platform::LockClass;
+use irpverbs_core::{Platform, SpinLock};
+
+use crate::SoftHca;
+use crate::link::{Datagram, Link, TxBatch};
+use crate::packet::Gid;
+
+/// The simulated wire's state (a leaf: taken by a transmitting HCA with no
+/// HCA lock held, and by [`SimNet`] to take the next datagram).
+pub static SIM_WIRE_LOCK: LockClass = LockClass {
+    name: "irpverbs.soft.simwire",
+    rank: 40,
+};
+
+/// What the wire does to datagrams. Probabilities are in parts per
+/// million.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimConfig {
+    /// The seed of every decision.
+    pub seed: u64,
+    /// A datagram is lost.
+    pub loss_ppm: u32,
+    /// A datagram arrives twice (each copy with its own delay).
+    pub dup_ppm: u32,
+    /// A copy arrives with one bit flipped (never in the bits the ICRC
+    /// masks, which change nothing the receiver reads).
+    pub corrupt_ppm: u32,
+    /// Every copy's delay: `delay_ns` plus up to `jitter_ns` more, drawn
+    /// per copy (jitter wider than the gap between datagrams reorders
+    /// them).
+    pub delay_ns: u64,
+    /// See `delay_ns`.
+    pub jitter_ns: u64,
+}
+
+/// Counters of the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Datagrams transmitted by the HCAs.
+    pub transmitted: u64,
+    /// Lost.
+    pub lost: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Copies with a flipped bit.
+    pub corrupted: u64,
+    /// Copies delivered to an HCA.
+    pub delivered: u64,
+    /// Copies for a GID no HCA on the net has.
+    pub unroutable: u64,
+}
+
+/// SplitMix64: a small, well-mixed generator (the seed is the whole
+/// state, so a failing seed replays).
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `ppm` / 1e6.
+    fn chance(&mut self, ppm: u32) -> bool {
+        ppm != 0 && self.next() % 1_000_000 < u64::from(ppm)
+    }
+
+    /// Uniform in `0..=max`.
+    fn upto(&mut self, max: u64) -> u64 {
+        if max == 0 { 0 } else { self.next() % (max + 1) }
+    }
+}
+
+/// A datagram on its way.
+#[derive(Debug)]
+struct InFlight {
+    at: u64,
+    seq: u64,
+    sgid: Gid,
+    dgid: Gid,
+    src_port: u16,
+    dst_port: u16,
+    traffic_class: u8,
+    flow_label: u32,
+    hop_limit: u8,
+    bytes: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+struct WireState {
+    config: SimConfig,
+    rng: Rng,
+    seq: u64,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    stats: SimStats,
+}
+
+/// The simulated wire: a [`Link`] every HCA of a [`SimNet`] shares.
+pub struct SimWire<P: Platform> {
+    state: P::Lock<WireState>,
+    clock: AtomicU64,
+}
+
+impl<P: Platform> core::fmt::Debug for SimWire<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SimWire")
+            .field("now", &self.clock.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The BTH byte the ICRC masks (FECN, BECN, reserved): a flip there
+/// changes nothing the receiver reads, so corruption avoids it.
+const MASKED_BTH_BYTE: usize = 4;
+
+impl<P: Platform> SimWire<P> {
+    fn new(platform: &P, config: SimConfig) -> Self {
+        Self {
+            state: platform.new_lock(
+                &SIM_WIRE_LOCK,
+                WireState {
+                    config,
+                    rng: Rng(config.seed),
+                    seq: 0,
+                    queue: BinaryHeap::new(),
+                    stats: SimStats::default(),
+                },
+            ),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    fn send(&self, d: &Datagram<'_>) {
+        let now = self.clock.load(Ordering::Acquire);
+        self.state.lock(|w| {
+            w.stats.transmitted += 1;
+            let c = w.config;
+            if w.rng.chance(c.loss_ppm) {
+                w.stats.lost += 1;
+                return;
+            }
+            let copies = if w.rng.chance(c.dup_ppm) {
+                w.stats.duplicated += 1;
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let mut bytes = d.payload.to_vec();
+                if w.rng.chance(c.corrupt_ppm) && bytes.len() > MASKED_BTH_BYTE + 1 {
+                    let mut byte = w.rng.upto(bytes.len() as u64 - 1) as usize;
+                    if byte == MASKED_BTH_BYTE {
+                        byte += 1;
+                    }
+                    let bit = w.rng.upto(7) as u8;
+                    bytes[byte] ^= 1 << bit;
+                    w.stats.corrupted += 1;
+                }
+                let at = now + c.delay_ns + w.rng.upto(c.jitter_ns);
+                w.seq += 1;
+                w.queue.push(Reverse(InFlight {
+                    at,
+                    seq: w.seq,
+                    sgid: d.sgid,
+                    dgid: d.dgid,
+                    src_port: d.src_port,
+                    dst_port: d.dst_port,
+                    traffic_class: d.traffic_class,
+                    flow_label: d.flow_label,
+                    hop_limit: d.hop_limit,
+                    bytes,
+                }));
+            }
+        });
+    }
+}
+
+impl<P: Platform> Link for SimWire<P> {
+    fn transmit(&self, batch: &TxBatch) {
+        for d in batch.iter() {
+            self.send(&d);
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.clock.load(Ordering::Acquire)
+    }
+}
+
+/// Soft HCAs cabled to one [`SimWire`], and the loop that runs them.
+pub struct SimNet<P: Platform> {
+    wire: Arc<SimWire<P>>,
+    hcas: Vec<Arc<SoftHca<P>>>,
+}
+
+impl<P: Platform> core::fmt::Debug for SimNet<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SimNet")
+            .field("hcas", &self.hcas.len())
+            .field("wire", &self.wire)
+            .finish()
+    }
+}
+
+impl<P: Platform> SimNet<P> {
+    /// A net with no HCAs, its wire configured by `config`.
+    pub fn new(platform: &P, config: SimConfig) -> Self {
+        Self {
+            wire: Arc::new(SimWire::new(platform, config)),
+            hcas: Vec::new(),
+        }
+    }
+
+    /// Cables `hca` to the wire.
+    ///
+    /// # Errors
+    /// As [`SoftHca::attach_link`].
+    pub fn attach(&mut self, hca: &Arc<SoftHca<P>>) -> Result<(), irpverbs_abi::NtStatus> {
+        let link: Arc<dyn Link> = self.wire.clone();
+        hca.attach_link(link)?;
+        self.hcas.push(Arc::clone(hca));
+        Ok(())
+    }
+
+    /// The virtual time, in ns.
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.wire.now_ns()
+    }
+
+    /// The wire's counters.
+    #[must_use]
+    pub fn stats(&self) -> SimStats {
+        self.wire.state.lock(|w| w.stats)
+    }
+
+    /// Changes what the wire does from now on (datagrams on their way
+    /// keep their fate): e.g. heals it.
+    pub fn set_config(&self, config: SimConfig) {
+        self.wire.state.lock(|w| {
+            w.config = SimConfig {
+                seed: w.config.seed,
+                ..config
+            }
+        });
+    }
+
+    /// Runs one event: delivers the earliest datagram or fires the
+    /// earliest timer, moving the clock to it. False when neither exists,
+    /// or the next is after `limit` (the clock then stays).
+    pub fn step(&self, limit: u64) -> bool {
+        let next_timer = self.hcas.iter().filter_map(|h| h.next_deadline()).min();
+        let next_datagram = self.wire.state.lock(|w| w.queue.peek().map(|r| r.0.at));
+        let t = match (next_timer, next_datagram) {
+            (None, None) => return false,
+            (a, b) => a.into_iter().chain(b).min().unwrap_or(u64::MAX),
+        };
+        if t > limit {
+            return false;
+        }
+        let now = self.wire.clock.load(Ordering::Acquire).max(t);
+        self.wire.clock.store(now, Ordering::Release);
+        if next_datagram == Some(t) {
+            let Some(Reverse(d)) = self.wire.state.lock(|w| w.queue.pop()) else {
+                return true;
+            };
+            match self.hcas.iter().find(|h| h.gid() == d.dgid) {
+                Some(h) => {
+                    self.wire.state.lock(|w| w.stats.delivered += 1);
+                    let _ = h.receive(&Datagram {
+                        sgid: d.sgid,
+                        dgid: d.dgid,
+                        src_port: d.src_port,
+                        dst_port: d.dst_port,
+                        traffic_class: d.traffic_class,
+                        flow_label: d.flow_label,
+                        hop_limit: d.hop_limit,
+                        payload: &d.bytes,
+                    });
+                }
+                None => self.wire.state.lock(|w| w.stats.unroutable += 1),
+            }
+        } else {
+            for h in &self.hcas {
+                h.advance_clock(now);
+            }
+        }
+        true
+    }
+
+    /// Runs events until none is left or the clock would pass `limit`;
+    /// returns the events run.
+    pub fn run(&self, limit: u64) -> usize {
+        let mut n = 0;
+        while self.step(limit) {
+            n += 1;
+        }
+        n
+    }
+}

@@ -1,0 +1,519 @@
+//! Simulation tests: RC traffic of every opcode between two soft HCAs
+//! cabled to a [`SimWire`](crate::sim::SimWire) that loses, duplicates,
+//! reorders, delays and corrupts datagrams, thousands of seeds a run.
+//!
+//! For each seed: every WQE completes exactly once and in order, with its
+//! data intact, or the QP reaches ERR and every WQE after the failed one
+//! is flushed; every corrupted datagram is dropped by its receiver; then
+//! the wire heals (the QPs are reconnected if they failed) and new traffic
+//! must complete. A failure names the seed; `IRPVERBS_SIM_SEED=n` replays
+//! it alone, `IRPVERBS_SIM_SEEDS=n` changes how many run.
+
+extern crate std;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use irpverbs_abi::*;
+use irpverbs_ring::wq::SendWr;
+
+use crate::qp::QpState;
+use crate::sim::{SimConfig, SimNet};
+use crate::tests_dp::{ALL_ACCESS, Conn, Cq, Ep, Mem, Node, pattern};
+use crate::testutil::TestPlatform;
+
+/// SplitMix64 for the scenario (the wire has its own, from the same seed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Bytes of each op's slot in the memory areas.
+const SLOT: u64 = 4096;
+/// Ops of the faulty phase, at most.
+const MAX_OPS: u64 = 24;
+/// Memory of each side: send/write sources or targets, READ areas,
+/// atomics.
+const MEM: u64 = 4 * MAX_OPS * SLOT;
+const WRITE_AREA: u64 = 0;
+const RECV_AREA: u64 = MAX_OPS * SLOT;
+const READ_AREA: u64 = 2 * MAX_OPS * SLOT;
+const ATOMIC_AREA: u64 = 3 * MAX_OPS * SLOT;
+const WORDS: u64 = 4;
+/// Virtual time a phase may take.
+const PHASE_LIMIT_NS: u64 = 120_000_000_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Send { len: u32 },
+    Write { len: u32 },
+    WriteImm { len: u32, imm: u32 },
+    Read { len: u32, from: u64 },
+    Cas { word: u64, compare: u64, swap: u64 },
+    Faa { word: u64, add: u64 },
+}
+
+impl Op {
+    fn random(r: &mut Rng, mtu: u32, words: &[u64]) -> Op {
+        let len = match r.below(4) {
+            0 => 0,
+            1 => r.below(64) as u32 + 1,
+            _ => (r.below(u64::from(2 * mtu) + 100) as u32 + 1).min(SLOT as u32),
+        };
+        match r.below(6) {
+            0 => Op::Send { len },
+            1 => Op::Write { len },
+            2 => Op::WriteImm {
+                len,
+                imm: r.next() as u32,
+            },
+            3 => Op::Read {
+                len,
+                from: r.below(SLOT * MAX_OPS - u64::from(len)),
+            },
+            4 => {
+                let word = r.below(WORDS);
+                let hit = r.below(2) == 0;
+                Op::Cas {
+                    word,
+                    compare: if hit { words[word as usize] } else { r.next() },
+                    swap: r.next(),
+                }
+            }
+            _ => Op::Faa {
+                word: r.below(WORDS),
+                add: r.below(1000),
+            },
+        }
+    }
+
+    fn consumes_recv(self) -> bool {
+        matches!(self, Op::Send { .. } | Op::WriteImm { .. })
+    }
+}
+
+/// Two HCAs on a simulated wire, an RC QP on each, connected.
+struct World {
+    net: SimNet<TestPlatform>,
+    a: Node,
+    b: Node,
+    qa: Ep,
+    qb: Ep,
+    cqa: Cq,
+    cqb: Cq,
+    ma: Mem,
+    mb: Mem,
+    conn: Conn,
+}
+
+impl World {
+    fn new(wire: SimConfig, conn: Conn) -> Self {
+        let a = Node::new(1);
+        let b = Node::new(2);
+        let mut net = SimNet::new(&TestPlatform, wire);
+        net.attach(&a.d.hca).unwrap();
+        net.attach(&b.d.hca).unwrap();
+        let cqa = a.cq(256);
+        let cqb = b.cq(256);
+        let qa = a.qp(IV_QPT_RC, &cqa);
+        let qb = b.qp(IV_QPT_RC, &cqb);
+        let ma = a.mem(MEM, ALL_ACCESS);
+        let mb = b.mem(MEM, ALL_ACCESS);
+        let w = Self {
+            net,
+            a,
+            b,
+            qa,
+            qb,
+            cqa,
+            cqb,
+            ma,
+            mb,
+            conn,
+        };
+        w.connect(conn);
+        w
+    }
+
+    fn connect(&self, conn: Conn) {
+        self.a.connect(&self.qa, self.b.gid(), self.qb.qpn, &conn);
+        let back = Conn {
+            sq_psn: conn.rq_psn,
+            rq_psn: conn.sq_psn,
+            ..conn
+        };
+        self.b.connect(&self.qb, self.a.gid(), self.qa.qpn, &back);
+    }
+
+    /// Both QPs back to RESET and connected again (new PSNs).
+    fn reconnect(&mut self, r: &mut Rng) {
+        for (node, ep) in [(&self.a, &self.qa), (&self.b, &self.qb)] {
+            let from = QpState::from_abi(node.state(ep)).unwrap();
+            node.to_state(ep, from, QpState::Reset);
+        }
+        self.conn.sq_psn = r.below(0x100_0000) as u32;
+        self.conn.rq_psn = r.below(0x100_0000) as u32;
+        self.connect(self.conn);
+    }
+
+    fn post_recvs(&self, first: u64, n: u64) {
+        for k in first..first + n {
+            let slot = RECV_AREA + (k % MAX_OPS) * SLOT;
+            self.b.recv(&self.qb, k, &[self.mb.sge(slot, SLOT as u32)]);
+        }
+    }
+
+    /// Posts op `i` (signaled, `wr_id` `i`).
+    fn post(&self, i: u64, op: Op) {
+        let slot = i % MAX_OPS;
+        let src = WRITE_AREA + slot * SLOT;
+        let mut wr = SendWr {
+            wr_id: i,
+            flags: IV_SEND_SIGNALED,
+            ..SendWr::default()
+        };
+        let sges;
+        match op {
+            Op::Send { len } => {
+                wr.opcode = IV_WR_SEND;
+                sges = [self.ma.sge(src, len)];
+            }
+            Op::Write { len } | Op::WriteImm { len, .. } => {
+                wr.opcode = IV_WR_RDMA_WRITE;
+                if let Op::WriteImm { imm, .. } = op {
+                    wr.opcode = IV_WR_RDMA_WRITE_WITH_IMM;
+                    wr.imm_or_inv = imm;
+                }
+                wr.remote_addr = self.mb.addr + WRITE_AREA + slot * SLOT;
+                wr.rkey = self.mb.lkey;
+                sges = [self.ma.sge(src, len)];
+            }
+            Op::Read { len, from } => {
+                wr.opcode = IV_WR_RDMA_READ;
+                wr.remote_addr = self.mb.addr + READ_AREA + from;
+                wr.rkey = self.mb.lkey;
+                sges = [self.ma.sge(READ_AREA + slot * SLOT, len)];
+            }
+            Op::Cas {
+                word,
+                compare,
+                swap,
+            } => {
+                wr.opcode = IV_WR_ATOMIC_CMP_AND_SWP;
+                wr.remote_addr = self.mb.addr + ATOMIC_AREA + word * 8;
+                wr.rkey = self.mb.lkey;
+                wr.compare_add = compare;
+                wr.swap = swap;
+                sges = [self.ma.sge(ATOMIC_AREA + slot * 8, 8)];
+            }
+            Op::Faa { word, add } => {
+                wr.opcode = IV_WR_ATOMIC_FETCH_AND_ADD;
+                wr.remote_addr = self.mb.addr + ATOMIC_AREA + word * 8;
+                wr.rkey = self.mb.lkey;
+                wr.compare_add = add;
+                sges = [self.ma.sge(ATOMIC_AREA + slot * 8, 8)];
+            }
+        }
+        wr.sges = &sges;
+        self.a.post(&self.qa, &wr);
+    }
+}
+
+/// What the ops must have done, replayed in order.
+struct Model {
+    words: [u64; WORDS as usize],
+}
+
+/// Checks the completions of ops `first..first + ops.len()`: every one
+/// exactly once, in order; successes carry their data; after a failure
+/// only flushes. Returns whether all succeeded.
+fn check(
+    w: &World,
+    first: u64,
+    ops: &[Op],
+    model: &mut Model,
+    recv_base: u64,
+) -> Result<bool, String> {
+    let cqes = w.cqa.poll();
+    if cqes.len() != ops.len() {
+        return Err(format!(
+            "{} completions for {} WQEs: {cqes:?}",
+            cqes.len(),
+            ops.len()
+        ));
+    }
+    let recvs = w.cqb.poll();
+    let mut recv_k = recv_base;
+    let mut recv_i = 0;
+    let mut failed = None;
+    for (n, (cqe, op)) in cqes.iter().zip(ops).enumerate() {
+        let i = first + n as u64;
+        if cqe.wr_id != i {
+            return Err(format!("completion {n} is wr_id {} (want {i})", cqe.wr_id));
+        }
+        if let Some(f) = failed {
+            if cqe.status != IV_WC_WR_FLUSH_ERR {
+                return Err(format!("wr {i} after failed wr {f}: status {}", cqe.status));
+            }
+            continue;
+        }
+        if cqe.status != IV_WC_SUCCESS {
+            if !matches!(cqe.status, IV_WC_RETRY_EXC_ERR | IV_WC_RNR_RETRY_EXC_ERR) {
+                return Err(format!("wr {i} ({op:?}) failed with status {}", cqe.status));
+            }
+            failed = Some(i);
+            continue;
+        }
+        let slot = i % MAX_OPS;
+        let src = (WRITE_AREA + slot * SLOT) as usize;
+        match *op {
+            Op::Send { len } | Op::WriteImm { len, .. } => {
+                let Some(r) = recvs.get(recv_i) else {
+                    return Err(format!("wr {i} ({op:?}) done but no receive completion"));
+                };
+                recv_i += 1;
+                if r.wr_id != recv_k || r.status != IV_WC_SUCCESS {
+                    return Err(format!("receive for wr {i}: {r:?} (want wr_id {recv_k})"));
+                }
+                if let Op::Send { .. } = op {
+                    let at = (RECV_AREA + (recv_k % MAX_OPS) * SLOT) as usize;
+                    if r.byte_len != len
+                        || w.mb.read(at, len as usize) != w.ma.read(src, len as usize)
+                    {
+                        return Err(format!("SEND {i} of {len} bytes arrived damaged"));
+                    }
+                } else {
+                    let Op::WriteImm { imm, .. } = *op else {
+                        unreachable!()
+                    };
+                    if r.imm_or_inv != imm {
+                        return Err(format!("WRITE_IMM {i}: immediate {:#x}", r.imm_or_inv));
+                    }
+                    let at = (WRITE_AREA + slot * SLOT) as usize;
+                    if w.mb.read(at, len as usize) != w.ma.read(src, len as usize) {
+                        return Err(format!("WRITE_IMM {i} of {len} bytes arrived damaged"));
+                    }
+                }
+                recv_k += 1;
+            }
+            Op::Write { len } => {
+                let at = (WRITE_AREA + slot * SLOT) as usize;
+                if w.mb.read(at, len as usize) != w.ma.read(src, len as usize) {
+                    return Err(format!("WRITE {i} of {len} bytes arrived damaged"));
+                }
+            }
+            Op::Read { len, from } => {
+                let want = w.mb.read((READ_AREA + from) as usize, len as usize);
+                let got = w.ma.read((READ_AREA + slot * SLOT) as usize, len as usize);
+                if cqe.byte_len != len || got != want {
+                    return Err(format!("READ {i} of {len} bytes came back damaged"));
+                }
+            }
+            Op::Cas {
+                word,
+                compare,
+                swap,
+            } => {
+                let v = &mut model.words[word as usize];
+                let orig = w.ma.u64_at((ATOMIC_AREA + slot * 8) as usize);
+                if orig != *v {
+                    return Err(format!("CAS {i}: original {orig:#x}, want {:#x}", *v));
+                }
+                if *v == compare {
+                    *v = swap;
+                }
+            }
+            Op::Faa { word, add } => {
+                let v = &mut model.words[word as usize];
+                let orig = w.ma.u64_at((ATOMIC_AREA + slot * 8) as usize);
+                if orig != *v {
+                    return Err(format!("FAA {i}: original {orig:#x}, want {:#x}", *v));
+                }
+                *v = v.wrapping_add(add);
+            }
+        }
+    }
+    if failed.is_none() {
+        for word in 0..WORDS {
+            let got = w.mb.u64_at((ATOMIC_AREA + word * 8) as usize);
+            if got != model.words[word as usize] {
+                return Err(format!(
+                    "word {word} is {got:#x}, want {:#x}",
+                    model.words[word as usize]
+                ));
+            }
+        }
+    }
+    Ok(failed.is_none())
+}
+
+/// One seed: the faulty phase, the checks, the healed phase.
+fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
+    let mut r = Rng(seed ^ 0x5151_5151);
+    let mtu = [
+        IV_MTU_256,
+        IV_MTU_512,
+        IV_MTU_1024,
+        IV_MTU_2048,
+        IV_MTU_4096,
+    ][r.below(5) as usize];
+    let mtu_bytes = 128u32 << mtu;
+    let pct = |r: &mut Rng, max: u64| (r.below(max + 1) * 10_000) as u32;
+    let wire = SimConfig {
+        seed,
+        loss_ppm: pct(&mut r, if harsh { 40 } else { 8 }),
+        dup_ppm: pct(&mut r, 5),
+        corrupt_ppm: pct(&mut r, 5),
+        delay_ns: 5_000,
+        jitter_ns: r.below(3) * 20_000,
+    };
+    let conn = Conn {
+        mtu,
+        sq_psn: r.below(0x100_0000) as u32,
+        rq_psn: r.below(0x100_0000) as u32,
+        rd_atomic: 1 + r.below(16) as u8,
+        ..Conn::default()
+    };
+    let mut w = World::new(wire, conn);
+    w.ma.write(0, &pattern(MEM as usize, seed as u8));
+    w.mb.write(
+        READ_AREA as usize,
+        &pattern((SLOT * MAX_OPS) as usize, !seed as u8),
+    );
+    let mut model = Model {
+        words: [0; WORDS as usize],
+    };
+    for k in 0..WORDS {
+        let v = r.next();
+        model.words[k as usize] = v;
+        w.mb.write((ATOMIC_AREA + k * 8) as usize, &v.to_ne_bytes());
+    }
+    let n = 1 + r.below(MAX_OPS);
+    let mut ops = Vec::new();
+    for _ in 0..n {
+        ops.push(Op::random(&mut r, mtu_bytes, &model.words));
+    }
+    let recvs = ops.iter().filter(|o| o.consumes_recv()).count() as u64;
+    let late_recvs = r.below(4) == 0;
+    if !late_recvs {
+        w.post_recvs(0, recvs);
+    }
+    for (i, &op) in ops.iter().enumerate() {
+        w.post(i as u64, op);
+    }
+    if late_recvs {
+        // The responder has no receive: RNR NAKs, the RNR timer, retries.
+        let t = w.net.now() + 2_000_000;
+        w.net.run(t);
+        w.post_recvs(0, recvs);
+    }
+    w.net.run(PHASE_LIMIT_NS);
+    let all_ok = check(&w, 0, &ops, &mut model, 0)?;
+    let stats = w.net.stats();
+    let dropped = w.a.d.hca.link_stats().rx_dropped.total_drops()
+        + w.b.d.hca.link_stats().rx_dropped.total_drops();
+    if dropped != stats.corrupted {
+        return Err(format!(
+            "{} corrupted datagrams, {dropped} dropped: {stats:?}",
+            stats.corrupted
+        ));
+    }
+    // Heal the wire; reconnect if the QP failed; new traffic completes.
+    w.net.set_config(SimConfig {
+        delay_ns: 5_000,
+        ..SimConfig::default()
+    });
+    let first;
+    let recv_base;
+    if all_ok {
+        first = n;
+        recv_base = recvs;
+    } else {
+        w.reconnect(&mut r);
+        let _ = w.cqb.poll();
+        first = 0;
+        recv_base = 0;
+        // The failed phase left the atomic words in an unknown state.
+        for k in 0..WORDS {
+            model.words[k as usize] = w.mb.u64_at((ATOMIC_AREA + k * 8) as usize);
+        }
+    }
+    let fit = |n: u32| n.min(SLOT as u32);
+    let healed = [
+        Op::Send {
+            len: fit(mtu_bytes + 7),
+        },
+        Op::Write {
+            len: fit(3 * mtu_bytes / 2),
+        },
+        Op::Read {
+            len: fit(mtu_bytes * 2),
+            from: 5,
+        },
+        Op::Faa { word: 1, add: 3 },
+        Op::WriteImm {
+            len: 9,
+            imm: 0xFEED,
+        },
+    ];
+    w.post_recvs(recv_base, 2);
+    for (k, &op) in healed.iter().enumerate() {
+        w.post(first + k as u64, op);
+    }
+    w.net.run(w.net.now() + PHASE_LIMIT_NS);
+    if !check(&w, first, &healed, &mut model, recv_base)? {
+        return Err(String::from("the healed wire did not carry the traffic"));
+    }
+    Ok(())
+}
+
+fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var("IRPVERBS_SIM_SEED") {
+        return s.parse().map(|s| alloc::vec![s]).unwrap_or_default();
+    }
+    let n = std::env::var("IRPVERBS_SIM_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+fn run_seeds(default: u64, harsh: bool, salt: u64) {
+    for seed in seeds(default) {
+        let seed = seed ^ salt;
+        let r = catch_unwind(AssertUnwindSafe(|| run_seed(seed, harsh)));
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!(
+                "seed {seed} (harsh: {harsh}): {e}; replay: IRPVERBS_SIM_SEED={}",
+                seed ^ salt
+            ),
+            Err(_) => panic!(
+                "seed {seed} (harsh: {harsh}) panicked; replay: IRPVERBS_SIM_SEED={}",
+                seed ^ salt
+            ),
+        }
+    }
+}
+
+#[test]
+fn rc_over_a_faulty_wire() {
+    run_seeds(1500, false, 0);
+}
+
+#[test]
+fn rc_over_a_harsh_wire() {
+    run_seeds(500, true, 0xA5A5_0000);
+}
