@@ -10,12 +10,14 @@
 //! `tx_depth` operations in flight and signals every `cq_mod`-th.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
-use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, qp_request, rts_steps};
+use irpverbs_soft::SoftConfig;
+use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, qp_request, rts_steps};
 
 use crate::device::{Engine, HostDevice, HostDeviceConfig};
 use crate::platform::{HostConfig, VerifierConfig};
@@ -256,9 +258,19 @@ impl<'c> Side<'c> {
         self.buf.as_ptr() as u64
     }
 
-    /// Connects QP `i` to `dest_qpn` with the configured MTU and read depth.
-    fn connect(&self, i: usize, dest_qpn: u32, gid: [u8; 16], mtu: u32) -> Result<(), String> {
-        for (mask, mut attr) in rts_steps(IV_QPT_RC, dest_qpn, gid) {
+    /// This endpoint's buffer, as its peer names it.
+    fn remote(&self) -> Remote {
+        Remote {
+            addr: self.addr(),
+            rkey: self.mr.rkey,
+            len: self.buf.len() as u64,
+        }
+    }
+
+    /// Connects QP `i` to QP `dest.qpn` on `dest.gid` with the configured
+    /// MTU and read depth; it sends from PSN `psn` and expects `dest.psn`.
+    fn connect(&self, i: usize, psn: u32, dest: &QpInfo, mtu: u32) -> Result<(), String> {
+        for (mask, mut attr) in rts_steps(IV_QPT_RC, dest.qpn, dest.gid) {
             if attr.qp_state == IV_QPS_INIT {
                 attr.qp_access_flags =
                     IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC;
@@ -266,9 +278,11 @@ impl<'c> Side<'c> {
             if attr.qp_state == IV_QPS_RTR {
                 attr.path_mtu = mtu;
                 attr.max_dest_rd_atomic = 16;
+                attr.rq_psn = dest.psn;
             }
             if attr.qp_state == IV_QPS_RTS {
                 attr.max_rd_atomic = 16;
+                attr.sq_psn = psn;
             }
             ok("modify_qp", self.qps[i].modify(mask, &attr))?;
         }
@@ -351,49 +365,21 @@ fn stats(mut samples: Vec<f64>, bytes: u64) -> Latency {
 /// # Errors
 /// A verb that failed, or a completion with an error status.
 pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
-    let dev = HostDevice::new(HostDeviceConfig {
-        platform: HostConfig {
-            verifier: VerifierConfig {
-                enabled: cfg.verifier,
-                fail_pool: None,
-            },
-            ..HostConfig::default()
-        },
-        engine: cfg.engine,
-        ..HostDeviceConfig::default()
-    })
-    .map_err(|s| format!("device: {}", status_name(s)))?;
+    let dev = new_device(cfg, SoftConfig::default())?;
     let open = || {
         dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
             .map(|f| f.into_client())
     };
     let cc = open().map_err(|s| format!("open: {}", status_name(s)))?;
     let sc = open().map_err(|s| format!("open: {}", status_name(s)))?;
-    let max = cfg.sizes.iter().copied().max().unwrap_or(8);
-    let bytes = if cfg.test.is_latency() {
-        max as usize * 2
-    } else {
-        max as usize * cfg.tx_depth as usize
-    };
-    let client = Side::new(&cc, cfg, bytes.min(1 << 30))?;
-    let server = Side::new(&sc, cfg, bytes.min(1 << 30))?;
+    let client = Side::new(&cc, cfg, buffer_bytes(cfg))?;
+    let server = Side::new(&sc, cfg, buffer_bytes(cfg))?;
     let gid = ok("query_gid", cc.query_gid(1, 0))?;
-    for i in 0..cfg.qps as usize {
-        client.connect(i, server.qps[i].qpn(), gid, cfg.mtu)?;
-        server.connect(i, client.qps[i].qpn(), gid, cfg.mtu)?;
-    }
     let mut out = Vec::new();
     for (n, &size) in cfg.sizes.iter().enumerate() {
-        if n > 0 {
-            // Start every size from empty queues: receives sized for the last
-            // size must not meet this one's messages.
-            for i in 0..cfg.qps as usize {
-                client.restart(i)?;
-                server.restart(i)?;
-                client.connect(i, server.qps[i].qpn(), gid, cfg.mtu)?;
-                server.connect(i, client.qps[i].qpn(), gid, cfg.mtu)?;
-            }
-        }
+        // Start every size from empty queues: receives sized for the last
+        // size must not meet this one's messages.
+        connect_pair(&client, &server, gid, cfg.mtu, n > 0)?;
         let r = if cfg.test.is_latency() {
             Report::Latency(latency(cfg, &client, &server, size)?)
         } else {
@@ -410,13 +396,106 @@ pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
     Ok(out)
 }
 
+/// A host device for `cfg` (verifier and engine) with the soft HCA `soft`.
+fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, String> {
+    HostDevice::new(HostDeviceConfig {
+        platform: HostConfig {
+            verifier: VerifierConfig {
+                enabled: cfg.verifier,
+                fail_pool: None,
+            },
+            ..HostConfig::default()
+        },
+        engine: cfg.engine,
+        soft,
+    })
+    .map_err(|s| format!("device: {}", status_name(s)))
+}
+
+/// An endpoint's buffer: two messages of the largest size (latency), or
+/// `tx_depth` of them (bandwidth), at most 1 GiB.
+fn buffer_bytes(cfg: &PerfConfig) -> usize {
+    let max = cfg.sizes.iter().copied().max().unwrap_or(8) as usize;
+    let n = if cfg.test.is_latency() {
+        2
+    } else {
+        cfg.tx_depth as usize
+    };
+    max.saturating_mul(n).min(1 << 30)
+}
+
+/// Connects the QPs of two endpoints of one device to each other (both
+/// directions from [`RTS_PSN`]).
+fn connect_pair(
+    client: &Side<'_>,
+    server: &Side<'_>,
+    gid: [u8; 16],
+    mtu: u32,
+    restart: bool,
+) -> Result<(), String> {
+    let n = client.qps.len();
+    let psns = vec![RTS_PSN; n];
+    let infos =
+        |side: &Side<'_>| -> Vec<QpInfo> { (0..n).map(|i| side.info(i, RTS_PSN, gid)).collect() };
+    client.connect_all(&psns, &infos(server), mtu, restart)?;
+    server.connect_all(&psns, &infos(client), mtu, restart)
+}
+
+/// What an endpoint knows of its peer's registered buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Remote {
+    addr: u64,
+    rkey: u32,
+    len: u64,
+}
+
+/// What perftest exchanges per QP: QPN, PSN, GID, and the buffer's rkey
+/// and address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct QpInfo {
+    qpn: u32,
+    psn: u32,
+    gid: [u8; 16],
+    remote: Remote,
+}
+
+impl Side<'_> {
+    /// QP `i` as its peer sees it, sending from `psn`.
+    fn info(&self, i: usize, psn: u32, gid: [u8; 16]) -> QpInfo {
+        QpInfo {
+            qpn: self.qps[i].qpn(),
+            psn,
+            gid,
+            remote: self.remote(),
+        }
+    }
+
+    /// Connects every QP to its peer's (the same index), a size's restart
+    /// first when `restart`.
+    fn connect_all(
+        &self,
+        psns: &[u32],
+        peers: &[QpInfo],
+        mtu: u32,
+        restart: bool,
+    ) -> Result<(), String> {
+        for (i, (peer, &psn)) in peers.iter().zip(psns).enumerate() {
+            if restart {
+                self.restart(i)?;
+            }
+            self.connect(i, psn, peer, mtu)?;
+        }
+        Ok(())
+    }
+}
+
 fn send_wr<'a>(
     cfg: &PerfConfig,
     side: &'a Side<'_>,
     opcode: u8,
     size: u64,
     sge: &'a [IvSge],
-    peer: &Side<'_>,
+    peer: Remote,
 ) -> SendWr<'a> {
     let inline =
         (opcode == IV_WR_SEND || opcode == IV_WR_RDMA_WRITE) && size <= u64::from(cfg.inline);
@@ -426,8 +505,8 @@ fn send_wr<'a>(
         flags: IV_SEND_SIGNALED,
         sges: sge,
         inline: inline.then(|| &side.buf[..size as usize]),
-        remote_addr: peer.addr(),
-        rkey: peer.mr.rkey,
+        remote_addr: peer.addr,
+        rkey: peer.rkey,
         compare_add: 1,
         ..SendWr::default()
     }
@@ -458,139 +537,166 @@ fn wait_event(side: &Side<'_>, cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, 
     }
 }
 
+/// Posts the 16 receives a SEND ping-pong endpoint keeps ahead, into its
+/// buffer at `at`.
+fn post_ahead(side: &Side<'_>, at: u64, size: u64) -> Result<(), String> {
+    for k in 0..16 {
+        side.qps[0]
+            .post_recv(k, &[side.sge(at, size.max(1))])
+            .map_err(|e| format!("post_recv: {e:?}"))?;
+    }
+    Ok(())
+}
+
+/// The answering side of a SEND or WRITE ping-pong (perftest's server; in
+/// process, a thread of its own): for each of `cfg.iters` messages it waits
+/// for the message (a receive completion, polled or with CQ events, or the
+/// last byte of a WRITE into its buffer at 0) and answers with the same
+/// operation into the peer's buffer at `size`. Returns early, without an
+/// error, once `stop` is set.
+fn pong(
+    cfg: &PerfConfig,
+    me: &Side<'_>,
+    peer: Remote,
+    size: u64,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let send = cfg.test == Test::SendLat;
+    let qp = &me.qps[0];
+    let mut cqes = [IvCqe::default(); 16];
+    let sge = [me.sge(size, size)];
+    for i in 0..cfg.iters {
+        if send {
+            let mut got = 0;
+            while got == 0 {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                got = if cfg.events {
+                    wait_event(me, &me.rcq, &mut cqes)?
+                } else {
+                    Side::poll(&me.rcq, &mut cqes)?
+                };
+            }
+            qp.post_recv(i + 16, &[me.sge(0, size.max(1))])
+                .map_err(|e| format!("post_recv: {e:?}"))?;
+        } else {
+            // WRITE: poll the last byte of the incoming message.
+            let want = (i as u8).wrapping_add(1);
+            while me.buf_byte(size - 1) != want {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
+        let mut wr = send_wr(cfg, me, op, size, &sge, peer);
+        wr.remote_addr = peer.addr + size;
+        if !send {
+            me.set_byte(2 * size - 1, (i as u8).wrapping_add(1));
+            wr.inline = None;
+            wr.sges = &sge;
+        }
+        qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
+        while Side::poll(&me.scq, &mut cqes)? == 0 {}
+    }
+    Ok(())
+}
+
+/// The measuring side of a latency test (perftest's client): SEND or
+/// WRITE ping-pong against [`pong`] (a sample is half the round trip), or
+/// READ or atomic round trips (a sample is the whole round trip).
+fn ping(
+    cfg: &PerfConfig,
+    me: &Side<'_>,
+    peer: Remote,
+    size: u64,
+    samples: &mut Vec<f64>,
+) -> Result<(), String> {
+    let qp = &me.qps[0];
+    let mut cqes = [IvCqe::default(); 16];
+    let sge = [me.sge(0, size)];
+    match cfg.test {
+        Test::SendLat | Test::WriteLat => {
+            let send = cfg.test == Test::SendLat;
+            let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
+            for i in 0..cfg.iters {
+                let want = (i as u8).wrapping_add(1);
+                if !send {
+                    me.set_byte(size - 1, want);
+                }
+                let t0 = Instant::now();
+                qp.post_send(&send_wr(cfg, me, op, size, &sge, peer))
+                    .map_err(|e| format!("post_send: {e:?}"))?;
+                if send {
+                    while Side::poll(&me.rcq, &mut cqes)? == 0 {}
+                } else {
+                    while me.buf_byte(2 * size - 1) != want {
+                        std::hint::spin_loop();
+                    }
+                }
+                samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                if send {
+                    qp.post_recv(i + 16, &[me.sge(size, size.max(1))])
+                        .map_err(|e| format!("post_recv: {e:?}"))?;
+                }
+                while Side::poll(&me.scq, &mut cqes)? == 0 {}
+            }
+        }
+        Test::ReadLat | Test::AtomicLat => {
+            let op = if cfg.test == Test::ReadLat {
+                IV_WR_RDMA_READ
+            } else {
+                IV_WR_ATOMIC_FETCH_AND_ADD
+            };
+            for _ in 0..cfg.iters {
+                let t0 = Instant::now();
+                qp.post_send(&send_wr(cfg, me, op, size, &sge, peer))
+                    .map_err(|e| format!("post_send: {e:?}"))?;
+                if cfg.events {
+                    wait_event(me, &me.scq, &mut cqes)?;
+                } else {
+                    while Side::poll(&me.scq, &mut cqes)? == 0 {}
+                }
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        _ => unreachable!("latency tests only"),
+    }
+    Ok(())
+}
+
 fn latency(
     cfg: &PerfConfig,
     client: &Side<'_>,
     server: &Side<'_>,
     size: u64,
 ) -> Result<Latency, String> {
-    let iters = cfg.iters;
-    let mut samples = Vec::with_capacity(iters as usize);
-    let (cq0, sq0) = (&client.qps[0], &server.qps[0]);
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
     match cfg.test {
         Test::SendLat | Test::WriteLat if cfg.one_thread && !cfg.events => {
             ping_pong_one_thread(cfg, client, server, size, &mut samples)?;
         }
         Test::SendLat | Test::WriteLat => {
-            let send = cfg.test == Test::SendLat;
-            // The server answers every message on its own thread, polling
-            // (or blocked on CQ events with --events), like the other process.
-            let stop = AtomicBool::new(false);
-            if send {
-                // Receives are posted ahead and reposted as they are used.
-                for k in 0..16 {
-                    sq0.post_recv(k, &[server.sge(0, size.max(1))])
-                        .map_err(|e| format!("post_recv: {e:?}"))?;
-                    cq0.post_recv(k, &[client.sge(size, size.max(1))])
-                        .map_err(|e| format!("post_recv: {e:?}"))?;
-                }
+            if cfg.test == Test::SendLat {
+                post_ahead(server, 0, size)?;
+                post_ahead(client, size, size)?;
             }
+            // The server answers on its own thread, polling (or blocked on
+            // CQ events with --events), like the other process.
+            let stop = AtomicBool::new(false);
             std::thread::scope(|scope| -> Result<(), String> {
-                let responder = scope.spawn(|| -> Result<(), String> {
-                    let mut cqes = [IvCqe::default(); 16];
-                    let sge = [server.sge(size, size)];
-                    for i in 0..iters {
-                        if send {
-                            let mut got = 0;
-                            while got == 0 {
-                                if stop.load(Ordering::Relaxed) {
-                                    return Ok(());
-                                }
-                                got = if cfg.events {
-                                    wait_event(server, &server.rcq, &mut cqes)?
-                                } else {
-                                    Side::poll(&server.rcq, &mut cqes)?
-                                };
-                            }
-                            sq0.post_recv(i + 16, &[server.sge(0, size.max(1))])
-                                .map_err(|e| format!("post_recv: {e:?}"))?;
-                        } else {
-                            // WRITE: poll the last byte of the incoming message.
-                            let want = (i as u8).wrapping_add(1);
-                            while server.buf_byte(size - 1) != want {
-                                if stop.load(Ordering::Relaxed) {
-                                    return Ok(());
-                                }
-                                std::hint::spin_loop();
-                            }
-                        }
-                        let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
-                        let mut wr = send_wr(cfg, server, op, size, &sge, client);
-                        wr.remote_addr = client.addr() + size;
-                        if !send {
-                            server.set_byte(2 * size - 1, (i as u8).wrapping_add(1));
-                            wr.inline = None;
-                            wr.sges = &sge;
-                        }
-                        sq0.post_send(&wr)
-                            .map_err(|e| format!("post_send: {e:?}"))?;
-                        while Side::poll(&server.scq, &mut cqes)? == 0 {}
-                    }
-                    Ok(())
-                });
-                let mut cqes = [IvCqe::default(); 16];
-                let sge = [client.sge(0, size)];
-                let mut result = Ok(());
-                for i in 0..iters {
-                    if !send {
-                        client.set_byte(size - 1, (i as u8).wrapping_add(1));
-                    }
-                    let t0 = Instant::now();
-                    let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
-                    if let Err(e) = cq0.post_send(&send_wr(cfg, client, op, size, &sge, server)) {
-                        result = Err(format!("post_send: {e:?}"));
-                        break;
-                    }
-                    let r: Result<(), String> = (|| {
-                        if send {
-                            while Side::poll(&client.rcq, &mut cqes)? == 0 {}
-                            cq0.post_recv(i + 16, &[client.sge(size, size.max(1))])
-                                .map_err(|e| format!("post_recv: {e:?}"))?;
-                        } else {
-                            let want = (i as u8).wrapping_add(1);
-                            while client.buf_byte(2 * size - 1) != want {
-                                std::hint::spin_loop();
-                            }
-                        }
-                        Ok(())
-                    })();
-                    samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-                    if let Err(e) = r.and_then(|()| {
-                        while Side::poll(&client.scq, &mut cqes)? == 0 {}
-                        Ok(())
-                    }) {
-                        result = Err(e);
-                        break;
-                    }
-                }
+                let responder = scope.spawn(|| pong(cfg, server, client.remote(), size, &stop));
+                let measured = ping(cfg, client, server.remote(), size, &mut samples);
                 stop.store(true, Ordering::Relaxed);
                 responder
                     .join()
                     .map_err(|_| "responder panicked".to_string())??;
-                result
+                measured
             })?;
         }
-        Test::ReadLat | Test::AtomicLat => {
-            let mut cqes = [IvCqe::default(); 4];
-            let sge = [client.sge(0, size)];
-            let op = if cfg.test == Test::ReadLat {
-                IV_WR_RDMA_READ
-            } else {
-                IV_WR_ATOMIC_FETCH_AND_ADD
-            };
-            for _ in 0..iters {
-                let t0 = Instant::now();
-                cq0.post_send(&send_wr(cfg, client, op, size, &sge, server))
-                    .map_err(|e| format!("post_send: {e:?}"))?;
-                if cfg.events {
-                    wait_event(client, &client.scq, &mut cqes)?;
-                } else {
-                    while Side::poll(&client.scq, &mut cqes)? == 0 {}
-                }
-                samples.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        _ => unreachable!("latency tests only"),
+        _ => ping(cfg, client, server.remote(), size, &mut samples)?,
     }
     Ok(stats(samples, size))
 }
@@ -608,12 +714,8 @@ fn ping_pong_one_thread(
     let (cq0, sq0) = (&client.qps[0], &server.qps[0]);
     let mut cqes = [IvCqe::default(); 16];
     if send {
-        for k in 0..16 {
-            sq0.post_recv(k, &[server.sge(0, size.max(1))])
-                .map_err(|e| format!("post_recv: {e:?}"))?;
-            cq0.post_recv(k, &[client.sge(size, size.max(1))])
-                .map_err(|e| format!("post_recv: {e:?}"))?;
-        }
+        post_ahead(server, 0, size)?;
+        post_ahead(client, size, size)?;
     }
     let (csge, ssge) = ([client.sge(0, size)], [server.sge(size, size)]);
     let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
@@ -624,7 +726,7 @@ fn ping_pong_one_thread(
             server.set_byte(2 * size - 1, want);
         }
         let t0 = Instant::now();
-        cq0.post_send(&send_wr(cfg, client, op, size, &csge, server))
+        cq0.post_send(&send_wr(cfg, client, op, size, &csge, server.remote()))
             .map_err(|e| format!("post_send: {e:?}"))?;
         if send {
             while Side::poll(&server.rcq, &mut cqes)? == 0 {}
@@ -633,7 +735,7 @@ fn ping_pong_one_thread(
                 std::hint::spin_loop();
             }
         }
-        let mut wr = send_wr(cfg, server, op, size, &ssge, client);
+        let mut wr = send_wr(cfg, server, op, size, &ssge, client.remote());
         wr.remote_addr = client.addr() + size;
         if !send {
             wr.inline = None;
@@ -687,8 +789,7 @@ pub fn event_wakeup(iters: u64, engine: Engine) -> Result<Latency, String> {
     let client = Side::new(&cc, &cfg, 64)?;
     let server = Side::new(&sc, &cfg, 64)?;
     let gid = ok("query_gid", cc.query_gid(1, 0))?;
-    client.connect(0, server.qps[0].qpn(), gid, cfg.mtu)?;
-    server.connect(0, client.qps[0].qpn(), gid, cfg.mtu)?;
+    connect_pair(&client, &server, gid, cfg.mtu, false)?;
     let origin = Instant::now();
     let posted_at = std::sync::atomic::AtomicU64::new(0);
     let blocked = AtomicBool::new(false);
@@ -731,7 +832,14 @@ pub fn event_wakeup(iters: u64, engine: Engine) -> Result<Latency, String> {
             std::thread::sleep(Duration::from_micros(200));
             posted_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
             client.qps[0]
-                .post_send(&send_wr(&cfg, &client, IV_WR_SEND, 8, &sge, &server))
+                .post_send(&send_wr(
+                    &cfg,
+                    &client,
+                    IV_WR_SEND,
+                    8,
+                    &sge,
+                    server.remote(),
+                ))
                 .map_err(|e| format!("post_send: {e:?}"))?;
             while Side::poll(&client.scq, &mut cqes)? == 0 {}
         }
@@ -776,18 +884,75 @@ fn write_volatile_u8(p: *mut u8, v: u8) {
     unsafe { p.write_volatile(v) }
 }
 
-fn bandwidth(
-    cfg: &PerfConfig,
-    client: &Side<'_>,
-    server: &Side<'_>,
+/// The receives of a SEND bandwidth test: `2 * tx_depth` per QP posted
+/// ahead, one reposted per completion (receives complete in order on each
+/// QP, so the QP with the fewest posted gets it).
+struct Refill {
+    next: Vec<u64>,
     size: u64,
-) -> Result<Bandwidth, String> {
-    let op = match cfg.test {
+    cqes: Vec<IvCqe>,
+}
+
+impl Refill {
+    fn prime(cfg: &PerfConfig, side: &Side<'_>, size: u64) -> Result<Self, String> {
+        let mut r = Self {
+            next: vec![0; side.qps.len()],
+            size,
+            cqes: vec![IvCqe::default(); 256],
+        };
+        for q in 0..side.qps.len() {
+            for _ in 0..u64::from(cfg.tx_depth) * 2 {
+                r.post(side, q)?;
+            }
+        }
+        Ok(r)
+    }
+
+    fn post(&mut self, side: &Side<'_>, q: usize) -> Result<(), String> {
+        side.qps[q]
+            .post_recv(self.next[q], &[side.sge(0, self.size)])
+            .map_err(|e| format!("post_recv: {e:?}"))?;
+        self.next[q] += 1;
+        Ok(())
+    }
+
+    /// Polls `side`'s receive CQ and reposts what completed; how many.
+    fn step(&mut self, side: &Side<'_>) -> Result<usize, String> {
+        let n = Side::poll(&side.rcq, &mut self.cqes)?;
+        for _ in 0..n {
+            let q = self
+                .next
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, v)| **v)
+                .map_or(0, |(i, _)| i);
+            self.post(side, q)?;
+        }
+        Ok(n)
+    }
+}
+
+fn bw_opcode(test: Test) -> u8 {
+    match test {
         Test::SendBw => IV_WR_SEND,
         Test::WriteBw => IV_WR_RDMA_WRITE,
         Test::ReadBw => IV_WR_RDMA_READ,
         _ => IV_WR_ATOMIC_FETCH_AND_ADD,
-    };
+    }
+}
+
+/// The posting side of a bandwidth test (perftest's client): keeps
+/// `tx_depth` operations in flight on each QP, signals every `cq_mod`-th,
+/// until `iters` are done; `between` runs after each poll of the send CQ
+/// (in process, the server's receive refill).
+fn bw_post(
+    cfg: &PerfConfig,
+    me: &Side<'_>,
+    peer: Remote,
+    size: u64,
+    between: &mut dyn FnMut() -> Result<(), String>,
+) -> Result<Bandwidth, String> {
+    let op = bw_opcode(cfg.test);
     let iters = cfg.iters;
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
@@ -795,19 +960,8 @@ fn bandwidth(
     let mut cqes = vec![IvCqe::default(); 256];
     let slots = depth.max(1);
     let sges: Vec<[IvSge; 1]> = (0..slots)
-        .map(|k| [client.sge((k * size) % client.buf.len() as u64, size)])
+        .map(|k| [me.sge((k * size) % me.buf.len() as u64, size)])
         .collect();
-    // Receives for SEND: enough to never run dry between polls.
-    let mut recv_next = vec![0u64; nq];
-    if op == IV_WR_SEND {
-        for (q, qp) in server.qps.iter().enumerate() {
-            for _ in 0..depth * 2 {
-                qp.post_recv(recv_next[q], &[server.sge(0, size)])
-                    .map_err(|e| format!("post_recv: {e:?}"))?;
-                recv_next[q] += 1;
-            }
-        }
-    }
     let mut posted = vec![0u64; nq];
     let mut done = vec![0u64; nq];
     let per_qp = iters.div_ceil(nq as u64);
@@ -818,14 +972,14 @@ fn bandwidth(
     loop {
         let mut all = true;
         for q in 0..nq {
-            let qp = &client.qps[q];
+            let qp = &me.qps[q];
             while posted[q] < per_qp && posted[q] - done[q] < depth {
                 let k = posted[q];
                 let signaled = (k + 1) % cq_mod == 0 || k + 1 == per_qp;
-                let mut wr = send_wr(cfg, client, op, size, &sges[(k % slots) as usize], server);
+                let mut wr = send_wr(cfg, me, op, size, &sges[(k % slots) as usize], peer);
                 wr.wr_id = (q as u64) << 48 | k;
                 wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
-                wr.remote_addr = server.addr() + (k * size) % server.buf.len() as u64;
+                wr.remote_addr = peer.addr + (k * size) % peer.len.max(1);
                 qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
                 posted[q] += 1;
             }
@@ -834,27 +988,12 @@ fn bandwidth(
         if all {
             break;
         }
-        let n = Side::poll(&client.scq, &mut cqes)?;
+        let n = Side::poll(&me.scq, &mut cqes)?;
         for c in &cqes[..n] {
             let q = (c.wr_id >> 48) as usize;
             done[q] = (c.wr_id & ((1 << 48) - 1)) + 1;
         }
-        if op == IV_WR_SEND {
-            let n = Side::poll(&server.rcq, &mut cqes)?;
-            for _ in 0..n {
-                // Receives complete in order on each QP; repost round robin.
-                let q = (recv_next
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, v)| **v)
-                    .map_or(0, |(i, _)| i))
-                    % nq;
-                server.qps[q]
-                    .post_recv(recv_next[q], &[server.sge(0, size)])
-                    .map_err(|e| format!("post_recv: {e:?}"))?;
-                recv_next[q] += 1;
-            }
-        }
+        between()?;
         let total: u64 = done.iter().sum();
         if n > 0 && total - last_done >= depth {
             let now = Instant::now();
@@ -876,6 +1015,22 @@ fn bandwidth(
         avg_mib: avg / (1 << 20) as f64,
         mpps: total as f64 / secs / 1e6,
     })
+}
+
+fn bandwidth(
+    cfg: &PerfConfig,
+    client: &Side<'_>,
+    server: &Side<'_>,
+    size: u64,
+) -> Result<Bandwidth, String> {
+    if cfg.test == Test::SendBw {
+        let mut refill = Refill::prime(cfg, server, size)?;
+        bw_post(cfg, client, server.remote(), size, &mut || {
+            refill.step(server).map(|_| ())
+        })
+    } else {
+        bw_post(cfg, client, server.remote(), size, &mut || Ok(()))
+    }
 }
 
 /// memcpy bandwidth of `size`-byte copies (MiB/s), measured like the WRITE
