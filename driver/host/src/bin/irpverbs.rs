@@ -50,10 +50,29 @@ enum Cmd {
     },
     /// perftest's tests between two endpoints over the soft HCA
     /// (send_lat, send_bw, write_lat, write_bw, read_lat, read_bw,
-    /// atomic_lat, atomic_bw).
+    /// atomic_lat, atomic_bw): in one process, or as perftest's server
+    /// (--server) and client (given the server's address) over UDP.
     Perf {
         /// The test.
         test: String,
+        /// Client: the server's IP address (as perftest takes it).
+        server_addr: Option<std::net::IpAddr>,
+        /// Listen for a client (perftest's server).
+        #[arg(long, conflicts_with_all = ["server_addr", "connect"])]
+        server: bool,
+        /// Client: the server's IP address.
+        #[arg(long, conflicts_with = "server_addr")]
+        connect: Option<std::net::IpAddr>,
+        /// The UDP port of the RoCEv2 wire (both sides).
+        #[arg(long, default_value_t = irpverbs_host::udp::ROCE_PORT)]
+        port: u16,
+        /// The TCP port of the out-of-band exchange.
+        #[arg(long, default_value_t = irpverbs_host::perf::OOB_PORT)]
+        oob_port: u16,
+        /// This host's IP address (its HCA's); default: the address the
+        /// out-of-band connection uses.
+        #[arg(long)]
+        bind: Option<std::net::IpAddr>,
         /// Message size in bytes.
         #[arg(short = 's', long)]
         size: Option<u64>,
@@ -75,9 +94,10 @@ enum Cmd {
         /// Operations in flight (bandwidth).
         #[arg(short = 't', long, default_value_t = 128)]
         tx_depth: u32,
-        /// Path MTU in bytes (256 to 4096).
-        #[arg(short = 'm', long, default_value_t = 4096)]
-        mtu: u32,
+        /// Path MTU in bytes (256 to 4096). Default 4096 in one process;
+        /// between hosts, the largest that fits the IP path MTU.
+        #[arg(short = 'm', long)]
+        mtu: Option<u32>,
         /// Run the verifier.
         #[arg(long)]
         verifier: bool,
@@ -110,6 +130,12 @@ fn main() -> std::process::ExitCode {
         Cmd::Demo { pairs } => irpverbs_host::demo::run(pairs, engine).map(|r| print!("{r}")),
         Cmd::Perf {
             test,
+            server_addr,
+            server,
+            connect,
+            port,
+            oob_port,
+            bind,
             size,
             all,
             iters,
@@ -123,6 +149,13 @@ fn main() -> std::process::ExitCode {
         } => perf(
             engine,
             &test,
+            Remote {
+                server,
+                connect: connect.or(server_addr),
+                port,
+                oob_port,
+                bind,
+            },
             size,
             all,
             iters,
@@ -169,10 +202,20 @@ fn devinfo(engine: Engine, verbose: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Where the endpoints of `perf` are.
+struct Remote {
+    server: bool,
+    connect: Option<std::net::IpAddr>,
+    port: u16,
+    oob_port: u16,
+    bind: Option<std::net::IpAddr>,
+}
+
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
 fn perf(
     engine: Engine,
     test: &str,
+    remote: Remote,
     size: Option<u64>,
     all: bool,
     iters: Option<u64>,
@@ -180,7 +223,7 @@ fn perf(
     inline: u32,
     events: bool,
     tx_depth: u32,
-    mtu: u32,
+    mtu: Option<u32>,
     verifier: bool,
     one_thread: bool,
 ) -> Result<(), String> {
@@ -202,7 +245,7 @@ fn perf(
     if let Some(n) = iters {
         cfg.iters = n;
     }
-    cfg.mtu = match mtu {
+    cfg.mtu = match mtu.unwrap_or(4096) {
         256 => irpverbs_abi::IV_MTU_256,
         512 => irpverbs_abi::IV_MTU_512,
         1024 => irpverbs_abi::IV_MTU_1024,
@@ -220,6 +263,24 @@ fn perf(
     cfg.engine = engine;
     cfg.verifier = verifier;
     cfg.one_thread = one_thread;
+    if remote.server || remote.connect.is_some() {
+        if one_thread {
+            return Err("--one-thread runs both endpoints in one process".into());
+        }
+        let rc = irpverbs_host::perf::RemoteConfig {
+            udp_port: remote.port,
+            oob_port: remote.oob_port,
+            bind: remote.bind,
+            mtu_given: mtu.is_some(),
+            ..irpverbs_host::perf::RemoteConfig::default()
+        };
+        let run = match remote.connect {
+            Some(server) => irpverbs_host::perf::connect(&cfg, server, &rc)?,
+            None => irpverbs_host::perf::serve(&cfg, &rc)?,
+        };
+        print!("{}", run.format());
+        return Ok(());
+    }
     let reports = run(&cfg)?;
     print!("{}", format(&cfg, &reports));
     Ok(())

@@ -22,6 +22,9 @@ use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, qp_request, rts_steps
 use crate::device::{Engine, HostDevice, HostDeviceConfig};
 use crate::platform::{HostConfig, VerifierConfig};
 
+mod remote;
+pub use remote::{OOB_PORT, RemoteConfig, RemoteRun, connect, serve};
+
 /// A perftest test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
@@ -77,14 +80,18 @@ impl Test {
         Self::ALL.into_iter().find(|t| t.name() == s)
     }
 
-    fn is_latency(self) -> bool {
+    /// Latency (else bandwidth).
+    #[must_use]
+    pub fn is_latency(self) -> bool {
         matches!(
             self,
             Test::SendLat | Test::WriteLat | Test::ReadLat | Test::AtomicLat
         )
     }
 
-    fn is_atomic(self) -> bool {
+    /// An atomic test (8-byte messages only).
+    #[must_use]
+    pub fn is_atomic(self) -> bool {
         matches!(self, Test::AtomicLat | Test::AtomicBw)
     }
 }
@@ -1055,6 +1062,13 @@ pub fn memcpy_mib(size: u64, iters: u64, depth: u64) -> f64 {
 /// Formats reports as perftest prints them.
 #[must_use]
 pub fn format(cfg: &PerfConfig, reports: &[Report]) -> String {
+    let mut s = format_header(cfg);
+    s.push_str(&format_table(cfg, reports));
+    s
+}
+
+/// The banner perftest prints before a test's figures.
+fn format_header(cfg: &PerfConfig) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -1070,6 +1084,12 @@ pub fn format(cfg: &PerfConfig, reports: &[Report]) -> String {
         cfg.engine,
         if cfg.verifier { "on" } else { "off" }
     );
+    s
+}
+
+/// The figures: a column header and a line per size.
+fn format_table(cfg: &PerfConfig, reports: &[Report]) -> String {
+    let mut s = String::new();
     if cfg.test.is_latency() {
         let _ = writeln!(
             s,
