@@ -29,7 +29,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
-use irpverbs_soft::SoftConfig;
+use irpverbs_soft::{LinkStats, SoftConfig};
 
 use super::{
     Bandwidth, Latency, PerfConfig, QpInfo, Refill, Remote, Report, Side, Test, buffer_bytes,
@@ -82,6 +82,8 @@ pub struct RemoteRun {
     pub addresses: String,
     /// This endpoint's UDP wire counters.
     pub udp: UdpStats,
+    /// Its soft HCA's counters of the wire.
+    pub link: LinkStats,
 }
 
 impl RemoteRun {
@@ -101,6 +103,16 @@ impl RemoteRun {
             "---------------------------------------------------------------------------------------\n \
              UDP wire: {} datagrams sent in {} calls ({} dropped, {} failed), {} received in {} batches",
             u.sent, u.send_calls, u.send_dropped, u.send_failed, u.received, u.recv_batches
+        );
+        let l = &self.link;
+        let _ = writeln!(
+            s,
+            " HCA: {} datagrams accepted, {} dropped ({} without a buffer), {} ACK timeouts, {} RNR timeouts",
+            l.rx_dropped.accepted,
+            l.rx_dropped.total_drops(),
+            l.rx_no_buffer,
+            l.ack_timeouts,
+            l.rnr_timeouts
         );
         s
     }
@@ -432,14 +444,17 @@ fn endpoint(
     })();
     let result = result.inspect_err(|e| oob.fail(e));
     let udp = dev.udp_stats().unwrap_or_default();
+    let link = dev.soft().link_stats();
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
-    let (reports, addresses) = result?;
+    let (reports, addresses) =
+        result.map_err(|e| format!("{e} (UDP wire: {udp:?}; HCA: {link:?})"))?;
     Ok(RemoteRun {
         cfg: cfg.clone(),
         reports,
         addresses,
         udp,
+        link,
     })
 }
 
