@@ -252,3 +252,270 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     }
     Ok(s)
 }
+
+/// A server (a thread) and a client (this thread) of `irpverbs perf`'s
+/// remote mode on 127.0.0.1 and 127.0.0.2, each with its own host device
+/// and UDP wire, on free ports; the client's one figure.
+fn udp_perf(cfg: &crate::perf::PerfConfig) -> Result<crate::perf::Report, String> {
+    use crate::perf::{RemoteConfig, connect, serve};
+    let (server, client) = loopback_pair()?;
+    let s_cfg = cfg.clone();
+    let s_rc = RemoteConfig {
+        bind: Some(server),
+        ..udp_ports(server, client)?
+    };
+    let c_rc = RemoteConfig {
+        bind: Some(client),
+        ..s_rc.clone()
+    };
+    let srv = std::thread::spawn(move || serve(&s_cfg, &s_rc));
+    let run = connect(cfg, server, &c_rc);
+    let served = srv.join().map_err(|_| "server panicked".to_string())?;
+    let mut run = run?;
+    served?;
+    Ok(run.reports.remove(0))
+}
+
+fn loopback_pair() -> Result<(std::net::IpAddr, std::net::IpAddr), String> {
+    let a = "127.0.0.1".parse().map_err(|_| "address")?;
+    let b = "127.0.0.2".parse().map_err(|_| "address")?;
+    Ok((a, b))
+}
+
+/// An out-of-band TCP port and a UDP port free on both addresses.
+fn udp_ports(
+    a: std::net::IpAddr,
+    b: std::net::IpAddr,
+) -> Result<crate::perf::RemoteConfig, String> {
+    use std::net::{TcpListener, UdpSocket};
+    for _ in 0..20 {
+        let port = |r: std::io::Result<std::net::SocketAddr>| r.map(|a| a.port());
+        let oob = port(TcpListener::bind((a, 0)).and_then(|l| l.local_addr()))
+            .map_err(|e| e.to_string())?;
+        let udp = port(UdpSocket::bind((a, 0)).and_then(|s| s.local_addr()))
+            .map_err(|e| e.to_string())?;
+        if UdpSocket::bind((b, udp)).is_ok() {
+            return Ok(crate::perf::RemoteConfig {
+                udp_port: udp,
+                oob_port: oob,
+                ..crate::perf::RemoteConfig::default()
+            });
+        }
+    }
+    Err("no UDP port free on both loopback addresses".into())
+}
+
+/// Raw UDP ping-pong of `bytes`-byte datagrams between two threads with
+/// blocking sockets on 127.0.0.1 and 127.0.0.2: half the round trip, in
+/// microseconds, per iteration.
+///
+/// # Errors
+/// A socket's.
+pub fn udp_ping_pong(bytes: usize, iters: u64) -> Result<crate::perf::Latency, String> {
+    use std::net::UdpSocket;
+    let (a, b) = loopback_pair()?;
+    let sa = UdpSocket::bind((a, 0)).map_err(|e| e.to_string())?;
+    let sb = UdpSocket::bind((b, 0)).map_err(|e| e.to_string())?;
+    let (to_a, to_b) = (
+        sa.local_addr().map_err(|e| e.to_string())?,
+        sb.local_addr().map_err(|e| e.to_string())?,
+    );
+    for s in [&sa, &sb] {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+    }
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..iters {
+            let n = sb.recv(&mut buf)?;
+            sb.send_to(&buf[..n], to_a)?;
+        }
+        Ok(())
+    });
+    let msg = vec![0x5Au8; bytes];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::with_capacity(iters as usize);
+    let mut result = Ok(());
+    for _ in 0..iters {
+        let t0 = std::time::Instant::now();
+        if let Err(e) = sa.send_to(&msg, to_b).and_then(|_| sa.recv(&mut buf)) {
+            result = Err(e.to_string());
+            break;
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    let echoed = echo
+        .join()
+        .map_err(|_| "echo thread panicked".to_string())?;
+    result?;
+    echoed.map_err(|e| e.to_string())?;
+    Ok(crate::perf::latency_stats(samples, 8))
+}
+
+/// Counts what a raw UDP wire receives (bytes, and when the last came).
+#[derive(Default)]
+struct Sink {
+    bytes: std::sync::atomic::AtomicU64,
+    last_ns: std::sync::atomic::AtomicU64,
+    start: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl crate::udp::Endpoint for Sink {
+    fn receive(&self, d: &crate::udp::Datagram<'_>) {
+        use std::sync::atomic::Ordering;
+        let start = self.start.get_or_init(std::time::Instant::now);
+        self.bytes
+            .fetch_add(d.payload.len() as u64, Ordering::Relaxed);
+        self.last_ns
+            .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn advance_clock(&self, _now_ns: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// A raw UDP stream of `bytes`-byte datagrams between two UDP wires on
+/// 127.0.0.1 and 127.0.0.2, with the same batched system calls as the HCA's
+/// (`sendmmsg` of 32, `recvmmsg`): the receiver's rate in MiB/s, from its
+/// first datagram to its last, and the share of datagrams that arrived.
+///
+/// # Errors
+/// A socket's.
+pub fn udp_stream(bytes: usize, datagrams: u64) -> Result<(f64, f64), String> {
+    use crate::udp::{Datagram, UdpConfig, UdpWire, ip_gid};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let (a, b) = loopback_pair()?;
+    let sink = Arc::new(Sink::default());
+    let config = UdpConfig::default();
+    let rx = UdpWire::start(sink.clone(), (b, 0).into(), &config).map_err(|e| e.to_string())?;
+    let tx = UdpWire::start(Arc::new(Sink::default()), (a, 0).into(), &config)
+        .map_err(|e| e.to_string())?;
+    let payload = vec![0xA5u8; bytes];
+    let to = rx.local_addr();
+    let d = Datagram {
+        sgid: ip_gid(a),
+        dgid: ip_gid(b),
+        src_port: 0,
+        dst_port: to.port(),
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+        payload: &payload,
+    };
+    // Paced in batches of 32 so that the receiver can keep up (what is
+    // dropped is not counted as received).
+    let mut sent = 0;
+    while sent < datagrams {
+        let n = 32.min(datagrams - sent);
+        tx.link().send(std::iter::repeat_n(d, n as usize));
+        sent += n;
+        let want = sent.saturating_sub(256) * bytes as u64;
+        let wait = std::time::Instant::now();
+        while sink.bytes.load(Ordering::Relaxed) < want
+            && wait.elapsed() < std::time::Duration::from_millis(50)
+        {
+            std::hint::spin_loop();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while sink.bytes.load(Ordering::Relaxed) < datagrams * bytes as u64
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let got = sink.bytes.load(Ordering::Relaxed);
+    let secs = sink.last_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    tx.stop();
+    rx.stop();
+    if secs <= 0.0 {
+        return Err("nothing arrived".into());
+    }
+    Ok((
+        got as f64 / secs / f64::from(1 << 20),
+        got as f64 / (datagrams * bytes as u64) as f64,
+    ))
+}
+
+/// The UDP wire's figures (issue 4): 8-byte RC SEND latency between two
+/// host devices over UDP on loopback beside a raw UDP ping-pong of the same
+/// datagram size, and 1 MiB RDMA WRITE bandwidth beside a raw UDP stream of
+/// MTU-sized datagrams, all measured in one run, with the ratios.
+///
+/// # Errors
+/// A verb or a socket that failed.
+pub fn udp_suite(scale: u64) -> Result<String, String> {
+    use crate::perf::{PerfConfig, Report, Test};
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    // An 8-byte SEND only: BTH (12), payload (8), ICRC (4).
+    let send_datagram = 12 + 8 + 4;
+    // A middle packet of a WRITE at MTU 4096: BTH, 4096 bytes, ICRC.
+    let write_datagram = 12 + 4096 + 4;
+    let lat = match udp_perf(&PerfConfig {
+        sizes: vec![8],
+        iters: 20_000 * scale,
+        ..PerfConfig::new(Test::SendLat)
+    })? {
+        Report::Latency(l) => l,
+        Report::Bandwidth(_) => return Err("not a latency".into()),
+    };
+    let raw = udp_ping_pong(send_datagram, 20_000 * scale)?;
+    let _ = writeln!(
+        s,
+        "{:<56} {:>9} {:>9} {:>9}",
+        "latency over UDP on loopback (us)", "typical", "99%", "99.9%"
+    );
+    for (name, l) in [
+        ("RC SEND 8 bytes one-way, two devices", &lat),
+        ("raw UDP ping-pong one-way, 24-byte datagrams", &raw),
+    ] {
+        let _ = writeln!(
+            s,
+            "{name:<56} {:>9.2} {:>9.2} {:>9.2}",
+            l.typical, l.p99, l.p999
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<56} {:>9.2}   (target <= 1.3)",
+        "ratio (typical)",
+        lat.typical / raw.typical
+    );
+    let bw = match udp_perf(&PerfConfig {
+        sizes: vec![1 << 20],
+        iters: 500 * scale,
+        tx_depth: 8,
+        cq_mod: 2,
+        ..PerfConfig::new(Test::WriteBw)
+    })? {
+        Report::Bandwidth(b) => b,
+        Report::Latency(_) => return Err("not a bandwidth".into()),
+    };
+    let (stream, arrived) = udp_stream(write_datagram, 131_072 * scale)?;
+    let _ = writeln!(
+        s,
+        "\n{:<56} {:>9}",
+        "bandwidth over UDP on loopback", "MiB/s"
+    );
+    let _ = writeln!(
+        s,
+        "{:<56} {:>9.0}",
+        "RC RDMA WRITE 1 MiB, two devices (MTU 4096)", bw.avg_mib
+    );
+    let _ = writeln!(
+        s,
+        "{:<56} {:>9.0}   ({:.1} % arrived)",
+        "raw UDP stream, 4112-byte datagrams, sendmmsg/recvmmsg",
+        stream,
+        arrived * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "{:<56} {:>9.2}   (target >= 0.7)",
+        "ratio",
+        bw.avg_mib / stream
+    );
+    Ok(s)
+}

@@ -348,6 +348,13 @@ impl<'c> Side<'c> {
     }
 }
 
+/// The latency figures of `samples` (microseconds) of `bytes`-byte
+/// messages.
+#[must_use]
+pub fn latency_stats(samples: Vec<f64>, bytes: u64) -> Latency {
+    stats(samples, bytes)
+}
+
 fn stats(mut samples: Vec<f64>, bytes: u64) -> Latency {
     samples.sort_by(f64::total_cmp);
     let n = samples.len().max(1);
