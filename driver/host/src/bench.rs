@@ -483,27 +483,38 @@ pub fn udp_suite(scale: u64) -> Result<String, String> {
         "ratio (typical)",
         lat.typical / raw.typical
     );
-    let bw = match udp_perf(&PerfConfig {
+    let bw = udp_perf(&PerfConfig {
         sizes: vec![1 << 20],
         iters: 500 * scale,
-        tx_depth: 8,
-        cq_mod: 2,
+        // 2 MiB in flight: the soft HCA has no congestion control, and a
+        // window the receiving thread cannot absorb on 2 cores is lost and
+        // retried by go-back-N until the retries run out.
+        tx_depth: 2,
+        cq_mod: 1,
         ..PerfConfig::new(Test::WriteBw)
-    })? {
-        Report::Bandwidth(b) => b,
-        Report::Latency(_) => return Err("not a bandwidth".into()),
-    };
+    });
     let (stream, arrived) = udp_stream(write_datagram, 131_072 * scale)?;
     let _ = writeln!(
         s,
         "\n{:<56} {:>9}",
         "bandwidth over UDP on loopback", "MiB/s"
     );
-    let _ = writeln!(
-        s,
-        "{:<56} {:>9.0}",
-        "RC RDMA WRITE 1 MiB, two devices (MTU 4096)", bw.avg_mib
-    );
+    // A failed run is a figure too: said, not hidden behind an exit.
+    let bw_mib = match bw {
+        Ok(Report::Bandwidth(b)) => {
+            let _ = writeln!(
+                s,
+                "{:<56} {:>9.0}",
+                "RC RDMA WRITE 1 MiB, two devices (MTU 4096)", b.avg_mib
+            );
+            Some(b.avg_mib)
+        }
+        Ok(Report::Latency(_)) => return Err("not a bandwidth".into()),
+        Err(e) => {
+            let _ = writeln!(s, "RC RDMA WRITE 1 MiB, two devices: failed: {e}");
+            None
+        }
+    };
     let _ = writeln!(
         s,
         "{:<56} {:>9.0}   ({:.1} % arrived)",
@@ -511,11 +522,8 @@ pub fn udp_suite(scale: u64) -> Result<String, String> {
         stream,
         arrived * 100.0
     );
-    let _ = writeln!(
-        s,
-        "{:<56} {:>9.2}   (target >= 0.7)",
-        "ratio",
-        bw.avg_mib / stream
-    );
+    if let Some(mib) = bw_mib {
+        let _ = writeln!(s, "{:<56} {:>9.2}   (target >= 0.7)", "ratio", mib / stream);
+    }
     Ok(s)
 }

@@ -78,6 +78,12 @@ fn pair(engine: Engine) -> (Arc<HostDevice>, Arc<HostDevice>) {
     panic!("no UDP port free on both 127.0.0.1 and 127.0.0.2");
 }
 
+fn client(dev: &Arc<HostDevice>) -> Client {
+    dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        .expect("open")
+        .into_client()
+}
+
 fn finish(dev: &HostDevice) {
     dev.quiesce(Duration::from_secs(10)).expect("quiescent");
     assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
@@ -171,14 +177,7 @@ fn ok(cqes: &[IvCqe]) {
 
 fn every_opcode(engine: Engine) {
     let (da, db) = pair(engine);
-    let ca = da
-        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-        .unwrap()
-        .into_client();
-    let cb = db
-        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-        .unwrap()
-        .into_client();
+    let (ca, cb) = (client(&da), client(&db));
     let (a, b) = (End::new(&ca), End::new(&cb));
     a.connect(b.qp.qpn(), db.soft().gid(), 14, 7);
     b.connect(a.qp.qpn(), da.soft().gid(), 14, 7);
@@ -297,14 +296,7 @@ fn every_rc_opcode_between_two_devices_firmware_on_its_thread() {
 #[test]
 fn a_silent_peer_exhausts_the_retries() {
     let (da, db) = pair(Engine::Inline);
-    let ca = da
-        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-        .unwrap()
-        .into_client();
-    let cb = db
-        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-        .unwrap()
-        .into_client();
+    let (ca, cb) = (client(&da), client(&db));
     let (a, b) = (End::new(&ca), End::new(&cb));
     // 4.096 us * 2^8 = 1 ms per try, two retries.
     a.connect(b.qp.qpn(), db.soft().gid(), 8, 2);

@@ -643,13 +643,7 @@ fn ping(
                 let t0 = Instant::now();
                 qp.post_send(&send_wr(cfg, me, op, size, &sge, peer))
                     .map_err(|e| format!("post_send: {e:?}"))?;
-                if send {
-                    while Side::poll(&me.rcq, &mut cqes)? == 0 {}
-                } else {
-                    while me.buf_byte(2 * size - 1) != want {
-                        std::hint::spin_loop();
-                    }
-                }
+                await_message(me, send, 2 * size - 1, want, &mut cqes)?;
                 samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
                 if send {
                     qp.post_recv(i + 16, &[me.sge(size, size.max(1))])
@@ -677,6 +671,25 @@ fn ping(
             }
         }
         _ => unreachable!("latency tests only"),
+    }
+    Ok(())
+}
+
+/// Waits for ping-pong message `want` at `me`: a receive completion (SEND),
+/// or the byte at `at` of its buffer turning `want` (WRITE).
+fn await_message(
+    me: &Side<'_>,
+    send: bool,
+    at: u64,
+    want: u8,
+    cqes: &mut [IvCqe],
+) -> Result<(), String> {
+    if send {
+        while Side::poll(&me.rcq, cqes)? == 0 {}
+    } else {
+        while me.buf_byte(at) != want {
+            std::hint::spin_loop();
+        }
     }
     Ok(())
 }
@@ -742,13 +755,7 @@ fn ping_pong_one_thread(
         let t0 = Instant::now();
         cq0.post_send(&send_wr(cfg, client, op, size, &csge, server.remote()))
             .map_err(|e| format!("post_send: {e:?}"))?;
-        if send {
-            while Side::poll(&server.rcq, &mut cqes)? == 0 {}
-        } else {
-            while server.buf_byte(size - 1) != want {
-                std::hint::spin_loop();
-            }
-        }
+        await_message(server, send, size - 1, want, &mut cqes)?;
         let mut wr = send_wr(cfg, server, op, size, &ssge, client.remote());
         wr.remote_addr = client.addr() + size;
         if !send {
@@ -756,13 +763,7 @@ fn ping_pong_one_thread(
         }
         sq0.post_send(&wr)
             .map_err(|e| format!("post_send: {e:?}"))?;
-        if send {
-            while Side::poll(&client.rcq, &mut cqes)? == 0 {}
-        } else {
-            while client.buf_byte(2 * size - 1) != want {
-                std::hint::spin_loop();
-            }
-        }
+        await_message(client, send, 2 * size - 1, want, &mut cqes)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         while Side::poll(&client.scq, &mut cqes)? == 0 {}
         while Side::poll(&server.scq, &mut cqes)? == 0 {}

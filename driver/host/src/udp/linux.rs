@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 
 use libc::{c_int, c_uint, c_void};
 
-use super::{DEFAULT_HOP_LIMIT, Datagram, Gid, SendReport, mapped_v4};
+use super::{DEFAULT_HOP_LIMIT, Datagram, Received, RecvReport, SendReport, mapped_v4};
 
 /// Datagrams per system call.
 pub(crate) const BATCH: usize = 32;
@@ -331,19 +331,6 @@ fn send_all(sock: &UdpSocket, hdrs: &mut [libc::mmsghdr], report: &mut SendRepor
     }
 }
 
-/// A received datagram's IP facts.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Received {
-    /// Source address (IPv4-mapped for IPv4).
-    pub(crate) sgid: Gid,
-    /// Source UDP port.
-    pub(crate) src_port: u16,
-    /// Traffic class (IPv4 TOS).
-    pub(crate) traffic_class: u8,
-    /// Hop limit (IPv4 TTL).
-    pub(crate) hop_limit: u8,
-}
-
 /// Receive buffers for `BATCH` datagrams per `recvmmsg`.
 pub(crate) struct Receiver {
     v6: bool,
@@ -351,15 +338,6 @@ pub(crate) struct Receiver {
     v4a: Box<[libc::sockaddr_in; BATCH]>,
     v6a: Box<[libc::sockaddr_in6; BATCH]>,
     ctl: Box<[[IntCmsg; 2]; BATCH]>,
-}
-
-/// What one [`Receiver::recv`] did.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RecvReport {
-    /// Datagrams handed on.
-    pub(crate) received: u64,
-    /// Datagrams longer than [`RECV_MAX`], dropped.
-    pub(crate) truncated: u64,
 }
 
 impl Receiver {

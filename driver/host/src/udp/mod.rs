@@ -99,14 +99,17 @@ pub const RECV_POLL: Duration = Duration::from_millis(200);
 /// How to build a UDP wire (its address is the HCA's: IP and UDP port).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
-    /// Socket send and receive buffer sizes requested. Default 8 MiB.
+    /// Socket send and receive buffer sizes requested. Default 32 MiB:
+    /// the soft HCA has no congestion control, so a burst larger than the
+    /// receiver's buffer (a 4 KiB datagram takes about 8 KiB of it) is
+    /// lost and recovered by go-back-N, which can exhaust the retries.
     pub socket_buffer: usize,
 }
 
 impl Default for UdpConfig {
     fn default() -> Self {
         Self {
-            socket_buffer: 8 << 20,
+            socket_buffer: 32 << 20,
         }
     }
 }
@@ -189,6 +192,28 @@ pub(crate) struct SendReport {
     pub(crate) dropped: u64,
     pub(crate) failed: u64,
     pub(crate) last_error: Option<i32>,
+}
+
+/// A received datagram's IP facts (the system layers fill them).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Received {
+    /// Source address (IPv4-mapped for IPv4).
+    pub(crate) sgid: Gid,
+    /// Source UDP port.
+    pub(crate) src_port: u16,
+    /// Traffic class (IPv4 TOS).
+    pub(crate) traffic_class: u8,
+    /// Hop limit (IPv4 TTL).
+    pub(crate) hop_limit: u8,
+}
+
+/// What one receive call of a system layer did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RecvReport {
+    /// Datagrams handed on.
+    pub(crate) received: u64,
+    /// Datagrams too long to receive whole, dropped.
+    pub(crate) truncated: u64,
 }
 
 /// Counters of a UDP wire.

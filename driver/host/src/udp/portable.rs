@@ -7,7 +7,7 @@ use std::io;
 use std::iter::Peekable;
 use std::net::{SocketAddr, UdpSocket};
 
-use super::{DEFAULT_HOP_LIMIT, Datagram, Gid, SendReport, gid_ip};
+use super::{DEFAULT_HOP_LIMIT, Datagram, Received, RecvReport, SendReport, gid_ip};
 
 /// Datagrams per receive loop turn.
 pub(crate) const BATCH: usize = 32;
@@ -50,22 +50,6 @@ pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
             }
         }
     }
-}
-
-/// A received datagram's IP facts.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Received {
-    pub(crate) sgid: Gid,
-    pub(crate) src_port: u16,
-    pub(crate) traffic_class: u8,
-    pub(crate) hop_limit: u8,
-}
-
-/// What one [`Receiver::recv`] did.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RecvReport {
-    pub(crate) received: u64,
-    pub(crate) truncated: u64,
 }
 
 /// One receive buffer.
