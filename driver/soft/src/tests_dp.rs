@@ -1988,7 +1988,7 @@ fn uc_sends_and_writes_and_drops_what_rc_would_nak() {
     }
 }
 
-fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
+pub(crate) fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
     let CommandOut::Ah { ahn } = node.d.ok(Command::CreateAh {
         pdn,
         attr: IvAhAttr {
