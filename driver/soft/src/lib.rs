@@ -171,7 +171,7 @@ pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
-pub use link::{Datagram, Link, LinkStats, TxBatch};
+pub use link::{Datagram, Direction, Link, LinkStats, Tap, TxBatch};
 pub use port::{
     ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
     PORT_CAP_CM_SUP, PORT_NUM,
@@ -333,6 +333,14 @@ impl<P: Platform> SoftHca<P> {
         })
     }
 
+    /// Sets (or clears) what sees every datagram sent to and received
+    /// from the link.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn set_tap(&self, tap: Option<Arc<dyn link::Tap>>) {
+        self.state.lock(|st| st.firmware.dp.tap = tap);
+    }
+
     /// Uncables the port: packets for the wire are lost from now on (RC
     /// QPs time out).
     ///
@@ -354,8 +362,10 @@ impl<P: Platform> SoftHca<P> {
     pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
         let ip = d.ip();
         let parsed = wire::parse_transport(d.payload, &ip);
+        let mut tap = None;
         let queued = self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
+            tap.clone_from(&dp.tap);
             let (pkt, payload) = match parsed {
                 Ok(p) => p,
                 Err(e) => {
@@ -387,6 +397,9 @@ impl<P: Platform> SoftHca<P> {
             dp.inbound.append(&mut frame);
             Ok(())
         });
+        if let Some(tap) = tap {
+            tap.tap(link::Direction::Received, d);
+        }
         queued?;
         match self.execution {
             Execution::Inline => self.drive(|_| {}),
@@ -534,7 +547,7 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq = wireq;
                     more |= !dp.loopq.is_empty();
                     if !tx.is_empty() {
-                        todo.transmit.push((link, tx));
+                        todo.transmit.push((link, tx, dp.tap.clone()));
                     }
                 } else {
                     dp.wireq.clear();
@@ -557,7 +570,12 @@ impl<P: Platform> SoftHca<P> {
     /// The rest of [`Self::drive`], after a first step.
     fn drive_rest(&self, mut todo: Todo, mut again: bool) {
         loop {
-            for (link, tx) in todo.transmit.drain(..) {
+            for (link, tx, tap) in todo.transmit.drain(..) {
+                if let Some(tap) = tap {
+                    for d in tx.iter() {
+                        tap.tap(link::Direction::Sent, &d);
+                    }
+                }
                 link.transmit(&tx);
             }
             while let Some(peer) = todo.pop() {

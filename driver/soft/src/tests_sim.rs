@@ -653,3 +653,45 @@ fn rc_over_a_faulty_wire() {
 fn rc_over_a_harsh_wire() {
     run_seeds(500, true, 0xA5A5_0000);
 }
+
+/// A tap sees every datagram its HCA sends and receives, bad ones too.
+#[test]
+fn the_tap_sees_both_directions() {
+    use crate::link::{Datagram, Direction, Tap};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Count(Mutex<[u64; 2]>);
+    impl Tap for Count {
+        fn tap(&self, direction: Direction, _: &Datagram<'_>) {
+            self.0.lock().unwrap()[usize::from(direction == Direction::Received)] += 1;
+        }
+    }
+    let wire = SimConfig {
+        seed: 7,
+        corrupt_ppm: 1_000_000,
+        delay_ns: 1_000,
+        ..SimConfig::default()
+    };
+    let w = World::new(wire, Conn::default());
+    let tap = alloc::sync::Arc::new(Count::default());
+    let tap_b = alloc::sync::Arc::new(Count::default());
+    w.a.d.hca.set_tap(Some(tap.clone()));
+    w.b.d.hca.set_tap(Some(tap_b.clone()));
+    w.post_recvs(0, 1);
+    w.post(0, Op::Send { len: 100 });
+    // Every copy is corrupted: the SEND is retried until it fails.
+    w.net.run(PHASE_LIMIT_NS);
+    let [sent, received] = *tap.0.lock().unwrap();
+    let stats = w.net.stats();
+    assert_eq!(sent, stats.transmitted - received, "every datagram a sent");
+    assert_eq!(sent, 8, "the first transmission and 7 retries");
+    assert_eq!(received, 0, "b dropped every corrupted request: no ACK");
+    assert_eq!(w.b.d.hca.link_stats().rx_dropped.total_drops(), 8);
+    assert_eq!(
+        *tap_b.0.lock().unwrap(),
+        [0, 8],
+        "b saw the bad ones arrive"
+    );
+    assert_eq!(w.cqa.poll()[0].status, IV_WC_RETRY_EXC_ERR);
+    w.a.d.hca.set_tap(None);
+}
