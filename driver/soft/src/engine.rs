@@ -196,6 +196,8 @@ pub(crate) struct DpStats {
     pub(crate) rnr_retries: u64,
     /// Retransmissions after a NAK (sequence error) or a missing response.
     pub(crate) retries: u64,
+    /// Retries by cause (see `completer::retry_by`).
+    pub(crate) retry_causes: [u64; 4],
     /// Completions not written: their CQ had overrun.
     pub(crate) cqes_lost: u64,
 }

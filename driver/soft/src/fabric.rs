@@ -72,13 +72,6 @@ pub(crate) trait Router: Send + Sync {
     fn generation(&self) -> u64;
 }
 
-/// Datagrams for a link, and the tap that sees them.
-pub(crate) type Transmit = (
-    Arc<dyn crate::link::Link>,
-    crate::link::TxBatch,
-    Option<Arc<dyn crate::link::Tap>>,
-);
-
 /// HCAs that got frames and must run (inline ones, on this thread) or be
 /// woken (deferred ones), without duplicates: the work list of a drive
 /// loop. Holds two inline and spills to the heap beyond (a fabric of many
@@ -87,8 +80,6 @@ pub(crate) struct Todo {
     first: Option<Arc<dyn Peer>>,
     second: Option<Arc<dyn Peer>>,
     spill: Vec<Arc<dyn Peer>>,
-    /// Datagrams to hand to their link once the locks are released.
-    pub(crate) transmit: Vec<Transmit>,
 }
 
 impl Todo {
@@ -98,7 +89,6 @@ impl Todo {
             first: None,
             second: None,
             spill: Vec::new(),
-            transmit: Vec::new(),
         }
     }
 

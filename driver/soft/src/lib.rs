@@ -163,7 +163,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use irpverbs_abi::{IvQueryDeviceOut, NtStatus, STATUS_INVALID_PARAMETER, nt_success};
-use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK};
+use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK, LockClass};
 use irpverbs_core::{Command, Event, Hca, Platform, SpinLock};
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
@@ -236,11 +236,30 @@ pub struct SoftStats {
     pub rnr_retries: u64,
     /// Requests sent again after a NAK or a missing response.
     pub retries: u64,
+    /// Retries by cause: a sequence-error NAK, an implicit NAK (an ACK
+    /// past a READ or atomic without its response), a READ response out of
+    /// sequence, the local ACK timeout.
+    pub retry_causes: [u64; 4],
     /// Completions not written because their CQ had overrun.
     pub cqes_lost: u64,
     /// Completion and async events lost to a full event queue.
     pub events_lost: u64,
 }
+
+/// The queue of datagram batches for links (under [`TX_LOCK`]).
+#[derive(Default)]
+struct TxQueue {
+    batches: VecDeque<(Arc<dyn Link>, link::TxBatch, Option<Arc<dyn link::Tap>>)>,
+    /// A thread is handing batches over.
+    draining: bool,
+}
+
+/// The queue of serialized datagrams (taken under `HCA_LOCK` to append,
+/// alone to take; a leaf).
+pub static TX_LOCK: LockClass = LockClass {
+    name: "irpverbs.soft.tx",
+    rank: 26,
+};
 
 /// The firmware and its command queue, under `HCA_LOCK`.
 struct HcaState {
@@ -261,6 +280,9 @@ pub struct SoftHca<P: Platform> {
     eq: P::Lock<EventQueue>,
     inbox: P::Lock<Batch>,
     inbox_pending: AtomicBool,
+    /// Datagrams serialized for links, in order, waiting to be handed over
+    /// (see [`SoftHca::flush_tx`]).
+    txq: P::Lock<TxQueue>,
     /// The data path's [`engine::DataPath::attention`].
     attention: Arc<core::sync::atomic::AtomicU32>,
 }
@@ -301,6 +323,7 @@ impl<P: Platform> SoftHca<P> {
             eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
+            txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
         })
     }
 
@@ -474,10 +497,37 @@ impl<P: Platform> SoftHca<P> {
             pre(&mut st.firmware);
             self.dp_locked(st, todo)
         });
+        self.flush_tx();
         if raise {
             self.bus.interrupt();
         }
         more
+    }
+
+    /// Hands the serialized datagrams to their link, in the order they
+    /// were serialized, with no soft HCA lock held. One thread transmits
+    /// at a time (a combining queue): a thread that finds another
+    /// transmitting leaves its batches to it, so the wire sees every QP's
+    /// packets in PSN order whichever threads ran the data path.
+    fn flush_tx(&self) {
+        let take = |q: &mut TxQueue, owner: bool| {
+            if q.draining && !owner {
+                return None;
+            }
+            let b = q.batches.pop_front();
+            q.draining = b.is_some();
+            b
+        };
+        let mut next = self.txq.lock(|q| take(q, false));
+        while let Some((link, tx, tap)) = next {
+            if let Some(tap) = tap {
+                for d in tx.iter() {
+                    tap.tap(link::Direction::Sent, &d);
+                }
+            }
+            link.transmit(&tx);
+            next = self.txq.lock(|q| take(q, true));
+        }
     }
 
     /// The body of [`Self::dp_step`], under `HCA_LOCK`: (raise the
@@ -547,7 +597,8 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq = wireq;
                     more |= !dp.loopq.is_empty();
                     if !tx.is_empty() {
-                        todo.transmit.push((link, tx, dp.tap.clone()));
+                        let tap = dp.tap.clone();
+                        self.txq.lock(|q| q.batches.push_back((link, tx, tap)));
                     }
                 } else {
                     dp.wireq.clear();
@@ -570,14 +621,6 @@ impl<P: Platform> SoftHca<P> {
     /// The rest of [`Self::drive`], after a first step.
     fn drive_rest(&self, mut todo: Todo, mut again: bool) {
         loop {
-            for (link, tx, tap) in todo.transmit.drain(..) {
-                if let Some(tap) = tap {
-                    for d in tx.iter() {
-                        tap.tap(link::Direction::Sent, &d);
-                    }
-                }
-                link.transmit(&tx);
-            }
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
                     again = true;
@@ -655,6 +698,7 @@ impl<P: Platform> SoftHca<P> {
     /// After [`Self::run_locked`], with no lock held: the interrupt, then
     /// the data path to quiescence.
     fn after_run(&self, todo: Todo, raise: bool, more: bool) {
+        self.flush_tx();
         if raise {
             self.bus.interrupt();
         }
@@ -724,6 +768,7 @@ impl<P: Platform> SoftHca<P> {
                 rnr_naks: d.rnr_naks,
                 rnr_retries: d.rnr_retries,
                 retries: d.retries,
+                retry_causes: d.retry_causes,
                 cqes_lost: d.cqes_lost,
                 ..st.stats
             }
