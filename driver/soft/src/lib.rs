@@ -246,10 +246,13 @@ pub struct SoftStats {
     pub events_lost: u64,
 }
 
+/// Datagrams for a link, and the tap that sees them.
+type Transmit = (Arc<dyn Link>, link::TxBatch, Option<Arc<dyn link::Tap>>);
+
 /// The queue of datagram batches for links (under [`TX_LOCK`]).
 #[derive(Default)]
 struct TxQueue {
-    batches: VecDeque<(Arc<dyn Link>, link::TxBatch, Option<Arc<dyn link::Tap>>)>,
+    batches: VecDeque<Transmit>,
     /// A thread is handing batches over.
     draining: bool,
 }
