@@ -7,9 +7,14 @@
 //! whatever clock the caller runs on, real or simulated).
 
 use std::fmt;
-use std::io::Write;
-use std::time::Duration;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
+use irpverbs_soft::link::{Datagram, Direction, Tap};
 use irpverbs_soft::packet::{Gid, Packet};
 use irpverbs_soft::wire::{self, EmitError, EthAddrs, IpUdp};
 use pcap_file::DataLink;
@@ -132,6 +137,30 @@ impl<W: Write> Capture<W> {
         Ok(())
     }
 
+    /// Records a RoCEv2 UDP payload as it went over the wire (valid or
+    /// not), in the IP and UDP headers of `ip`, at time `ts`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Capture::write_packet`].
+    pub fn write_datagram(
+        &mut self,
+        ts: Duration,
+        ip: &IpUdp,
+        transport: &[u8],
+    ) -> Result<(), CaptureError> {
+        let eth = EthAddrs {
+            src: mac_of(&ip.src),
+            dst: mac_of(&ip.dst),
+        };
+        let n = wire::emit_frame_raw(ip, transport, &eth, &mut self.frame)
+            .map_err(CaptureError::Emit)?;
+        let len = u32::try_from(n).unwrap_or(SNAPLEN);
+        let frame = self.frame.get(..n).unwrap_or_default();
+        self.out.write_packet(&PcapPacket::new(ts, len, frame))?;
+        Ok(())
+    }
+
     /// Flushes and returns the output.
     ///
     /// # Errors
@@ -141,6 +170,76 @@ impl<W: Write> Capture<W> {
         let mut out = self.out.into_writer();
         out.flush()?;
         Ok(out)
+    }
+}
+
+/// A [`Tap`] that records every datagram a soft HCA sends and receives
+/// (`--pcap FILE`), stamped with the wall clock. Buffered: call
+/// [`PcapTap::flush`] (or drop the last reference) to get it all on disk.
+pub struct PcapTap {
+    capture: Mutex<Option<Capture<BufWriter<File>>>>,
+    errors: AtomicU64,
+}
+
+impl fmt::Debug for PcapTap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PcapTap")
+            .field("errors", &self.errors.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl PcapTap {
+    /// Creates (truncates) `path` and writes the pcap header.
+    ///
+    /// # Errors
+    ///
+    /// Creating or writing the file failed.
+    pub fn create(path: &Path) -> Result<Arc<Self>, CaptureError> {
+        let file = File::create(path).map_err(|e| CaptureError::Pcap(PcapError::IoError(e)))?;
+        Ok(Arc::new(Self {
+            capture: Mutex::new(Some(Capture::new(BufWriter::new(file))?)),
+            errors: AtomicU64::new(0),
+        }))
+    }
+
+    /// Datagrams that could not be recorded.
+    #[must_use]
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Ends the capture: writes what is buffered to the file. Datagrams
+    /// tapped afterwards count as [`PcapTap::errors`].
+    ///
+    /// # Errors
+    ///
+    /// The file's write error.
+    pub fn finish(&self) -> std::io::Result<()> {
+        let c = self
+            .capture
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match c {
+            Some(c) => c.finish().map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Tap for PcapTap {
+    fn tap(&self, _direction: Direction, d: &Datagram<'_>) {
+        let ts = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut c = self.capture.lock().unwrap_or_else(PoisonError::into_inner);
+        let ok = c
+            .as_mut()
+            .is_some_and(|c| c.write_datagram(ts, &d.ip(), d.payload).is_ok());
+        if !ok {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -275,6 +374,54 @@ mod tests {
             cap.write_packet(ts, pkt, &[payload], &ip).unwrap();
         }
         cap.finish().unwrap()
+    }
+
+    /// The tap records datagrams as they were, valid or not: each reads
+    /// back as a frame around the same UDP payload.
+    #[test]
+    fn the_tap_records_datagrams_as_they_went() {
+        let dir = std::env::temp_dir().join(format!("irpverbs-tap-{}.pcap", std::process::id()));
+        let tap = PcapTap::create(&dir).unwrap();
+        let mut sent = Vec::new();
+        for (i, (pkt, payload)) in packets().iter().enumerate() {
+            let ip = IpUdp::of(pkt, 0xC000, 0);
+            let mut buf = vec![0; 9000];
+            let n = wire::emit_transport(pkt, &[payload], &ip, &mut buf).unwrap();
+            buf.truncate(n);
+            if i == 1 {
+                buf[8] ^= 0x10; // a corrupted one (its PSN) is recorded too
+            }
+            let d = Datagram {
+                sgid: pkt.sgid,
+                dgid: pkt.dgid,
+                src_port: 0xC000,
+                dst_port: ROCE_PORT,
+                traffic_class: pkt.traffic_class,
+                flow_label: pkt.flow_label,
+                hop_limit: pkt.hop_limit,
+                payload: &buf,
+            };
+            tap.tap(Direction::Sent, &d);
+            sent.push(buf);
+        }
+        tap.finish().unwrap();
+        assert_eq!(tap.errors(), 0);
+        let file = std::fs::read(&dir).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        let mut r = PcapReader::new(&file[..]).unwrap();
+        let mut n = 0;
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            let parsed = wire::parse_frame(&p.data);
+            if n == 1 {
+                assert_eq!(parsed.unwrap_err(), wire::WireError::BadIcrc);
+            } else {
+                assert_eq!(parsed.unwrap().pkt, packets()[n].0);
+            }
+            assert!(p.data.ends_with(&sent[n]), "the UDP payload as it went");
+            n += 1;
+        }
+        assert_eq!(n, sent.len());
     }
 
     #[test]

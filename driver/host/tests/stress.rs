@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
+use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::Fabric;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr, Wc, rts_steps};
@@ -891,6 +892,9 @@ enum Topo {
     Loopback,
     /// Two devices whose soft HCAs share a fabric.
     TwoHca,
+    /// Two devices whose soft HCAs exchange RoCEv2 datagrams over the
+    /// in-process loopback wire.
+    TwoHcaWire,
 }
 
 fn device(engine: Engine, n: u8) -> Arc<HostDevice> {
@@ -914,14 +918,21 @@ fn stress(engine: Engine, topo: Topo) {
     let start = Instant::now();
     let deadline = start + HANG;
     let dev_a = device(engine, 1);
-    let (dev_b, fabric) = match topo {
-        Topo::Loopback => (Arc::clone(&dev_a), None),
+    let (dev_b, fabric, wire) = match topo {
+        Topo::Loopback => (Arc::clone(&dev_a), None, None),
         Topo::TwoHca => {
             let dev_b = device(engine, 2);
             let fabric = Fabric::new(dev_a.platform());
             fabric.attach(dev_a.soft()).expect("attach");
             fabric.attach(dev_b.soft()).expect("attach");
-            (dev_b, Some(fabric))
+            (dev_b, Some(fabric), None)
+        }
+        Topo::TwoHcaWire => {
+            let dev_b = device(engine, 2);
+            let wire = LoopWire::start();
+            wire.attach(dev_a.soft()).expect("attach");
+            wire.attach(dev_b.soft()).expect("attach");
+            (dev_b, None, Some(wire))
         }
     };
     let (a, b) = (Side::open(&dev_a), Side::open(&dev_b));
@@ -952,8 +963,12 @@ fn stress(engine: Engine, topo: Topo) {
             .clone();
         assert!(
             errors.is_empty(),
-            "{engine:?} {topo:?}:\n{}",
-            errors.join("\n")
+            "{engine:?} {topo:?}:\n{}\nlinks: {:?} {:?}\nsoft: {:?} {:?}",
+            errors.join("\n"),
+            dev_a.soft().link_stats(),
+            dev_b.soft().link_stats(),
+            dev_a.soft().stats(),
+            dev_b.soft().stats(),
         );
         flushed.unwrap_or_else(|e| panic!("{engine:?} {topo:?}: flush: {e}"));
         let wakes = wakes.unwrap_or_else(|e| panic!("{engine:?} {topo:?}: {e}"));
@@ -972,11 +987,18 @@ fn stress(engine: Engine, topo: Topo) {
         f.detach(dev_a.soft());
         f.detach(dev_b.soft());
     }
+    if let Some(w) = wire {
+        let stats = w.stop();
+        assert!(stats.delivered > 0, "{stats:?}");
+        assert_eq!(stats.unroutable, 0);
+        let link = dev_a.soft().link_stats();
+        assert_eq!(link.rx_dropped.total_drops(), 0, "{link:?}");
+    }
     finish(&dev_a);
-    if topo == Topo::TwoHca {
+    if topo != Topo::Loopback {
         finish(&dev_b);
     }
-    let hcas = if topo == Topo::TwoHca { 2 } else { 1 };
+    let hcas = if topo == Topo::Loopback { 1 } else { 2 };
     let rnr: u64 = soft[..hcas].iter().map(|s| s.rnr_naks).sum();
     println!(
         "stress {engine:?} {topo:?}: {PAIRS} RC pairs, {THREADS} threads, {messages} work \
@@ -1004,4 +1026,14 @@ fn stress_two_hcas_firmware_inline() {
 #[test]
 fn stress_two_hcas_firmware_thread() {
     stress(Engine::Thread, Topo::TwoHca);
+}
+
+#[test]
+fn stress_two_hcas_loopback_wire_firmware_inline() {
+    stress(Engine::Inline, Topo::TwoHcaWire);
+}
+
+#[test]
+fn stress_two_hcas_loopback_wire_firmware_thread() {
+    stress(Engine::Thread, Topo::TwoHcaWire);
 }

@@ -154,8 +154,16 @@ impl Ring {
     /// allocation fails.
     #[must_use]
     pub fn alloc(entries: u32, stride: u32) -> Option<Self> {
-        let bytes = Self::bytes(entries, stride).checked_next_multiple_of(REGION_ALIGN)?;
+        let bytes = Self::alloc_len(entries, stride)?;
         Self::new(Arc::new(Region::alloc(bytes)?), entries, stride).ok()
+    }
+
+    /// Bytes [`Ring::alloc`] allocates for such a ring: [`Ring::bytes`]
+    /// rounded up to whole pages, so that mapping the ring into a process
+    /// exposes nothing else. `None` on overflow.
+    #[must_use]
+    pub fn alloc_len(entries: u32, stride: u32) -> Option<usize> {
+        Self::bytes(entries, stride).checked_next_multiple_of(REGION_ALIGN)
     }
 
     /// A ring over `region`.

@@ -150,12 +150,12 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
     match syndrome & aeth::TYPE_MASK {
         aeth::ACK => {
             if let Some((i, missing)) = ack_upto(qp, psn) {
-                retry(qpn, qp, env, i, missing);
+                retry_by(qpn, qp, env, i, missing, 1);
             }
         }
         aeth::RNR_NAK => {
             if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
-                retry(qpn, qp, env, i, missing);
+                retry_by(qpn, qp, env, i, missing, 1);
                 return;
             }
             let Some(i) = containing(qp, psn) else { return };
@@ -173,13 +173,14 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
         }
         aeth::NAK => {
             if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
-                retry(qpn, qp, env, i, missing);
+                retry_by(qpn, qp, env, i, missing, 1);
                 return;
             }
             let Some(i) = containing(qp, psn) else { return };
             let status = match syndrome & !aeth::TYPE_MASK {
                 aeth::NAK_PSN_SEQ_ERR => {
-                    if !qp.tx.req.rnr_wait {
+                    let req = &qp.tx.req;
+                    if !req.rnr_wait && req.rewound_to != Some(psn) {
                         retry(qpn, qp, env, i, psn);
                     }
                     return;
@@ -204,7 +205,7 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
 fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     let psn = pkt.psn;
     if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
-        retry(qpn, qp, env, i, missing);
+        retry_by(qpn, qp, env, i, missing, 1);
         return;
     }
     let Some(i) = head(qp) else { return };
@@ -214,7 +215,7 @@ fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     }
     if psn_diff(psn, s.last_psn) > 0 {
         if !resending(qp, i) {
-            retry(qpn, qp, env, i, s.resp_next);
+            retry_by(qpn, qp, env, i, s.resp_next, 2);
         }
         return;
     }
@@ -245,7 +246,7 @@ fn read_response(
 ) {
     let psn = pkt.psn;
     if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
-        retry(qpn, qp, env, i, missing);
+        retry_by(qpn, qp, env, i, missing, 1);
         return;
     }
     let Some(i) = head(qp) else { return };
@@ -264,7 +265,7 @@ fn read_response(
     }
     let end_psn = burst.last_psn(psn);
     if d > 0 || psn_diff(psn, s.last_psn) > 0 {
-        retry(qpn, qp, env, i, s.resp_next);
+        retry_by(qpn, qp, env, i, s.resp_next, 2);
         return;
     }
     let last = end_psn == s.last_psn;
@@ -323,6 +324,7 @@ fn read_response(
         s.done = true;
         s.status = IV_WC_SUCCESS;
     }
+    qp.tx.req.rewound_to = None;
     crate::engine::rearm_rto(qpn, qp, env);
 }
 
@@ -350,6 +352,14 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, status: u32) {
 /// A NAK for a sequence error, or a missing response: send again from
 /// `psn`, unless the retries are used up.
 fn retry(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
+    retry_by(qpn, qp, env, i, psn, 0);
+}
+
+/// [`retry`], counting its cause: 0 a NAK (sequence error), 1 a response
+/// past a READ or atomic that had none (implicit NAK), 2 a READ response
+/// out of sequence, 3 the local ACK timeout.
+fn retry_by(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32, cause: usize) {
+    env.dp.stats.retry_causes[cause] += 1;
     if qp.tx.req.retry_left == 0 {
         retire(qpn, qp, env);
         fail(qpn, qp, env, i, IV_WC_RETRY_EXC_ERR);
@@ -365,6 +375,7 @@ fn retry(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
 fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
     let mtu = qp.tx.mtu;
     let req = &mut qp.tx.req;
+    req.rewound_to = Some(psn);
     let (first, last) = (req.slot(i).first_psn, req.slot(i).last_psn);
     let offset = u32::try_from(psn_diff(psn, first).max(0))
         .unwrap_or(0)
@@ -436,7 +447,7 @@ pub(crate) fn retransmit_timeout(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     } else {
         s.first_psn
     };
-    retry(qpn, qp, env, i, psn);
+    retry_by(qpn, qp, env, i, psn, 3);
 }
 
 /// The RNR timer of QP `qpn` expired (in-process: its responder can take
@@ -489,6 +500,7 @@ pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
         return;
     }
     qp.sq.0.consumer().release(req.ci);
+    qp.tx.req.rewound_to = None;
     crate::engine::rearm_rto(qpn, qp, env);
     if qp.tx.draining && !qp.tx.req.in_flight() {
         qp.tx.draining = false;

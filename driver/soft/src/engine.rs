@@ -196,6 +196,8 @@ pub(crate) struct DpStats {
     pub(crate) rnr_retries: u64,
     /// Retransmissions after a NAK (sequence error) or a missing response.
     pub(crate) retries: u64,
+    /// Retries by cause (see `completer::retry_by`).
+    pub(crate) retry_causes: [u64; 4],
     /// Completions not written: their CQ had overrun.
     pub(crate) cqes_lost: u64,
 }
@@ -224,6 +226,8 @@ pub(crate) struct DataPath {
     pub(crate) link: Option<Arc<dyn Link>>,
     /// Frames for the link, serialized at the end of a step.
     pub(crate) wireq: Batch,
+    /// What sees the link's datagrams, if anything.
+    pub(crate) tap: Option<Arc<dyn crate::link::Tap>>,
     /// The link's UDP destination port.
     pub(crate) udp_port: u16,
     /// The link's clock, as of the start of this step (ns).
@@ -282,6 +286,7 @@ impl DataPath {
             router: None,
             link: None,
             wireq: Batch::default(),
+            tap: None,
             udp_port: crate::link::DEFAULT_PORT,
             now: 0,
             timed: Vec::new(),

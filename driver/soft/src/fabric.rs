@@ -80,8 +80,6 @@ pub(crate) struct Todo {
     first: Option<Arc<dyn Peer>>,
     second: Option<Arc<dyn Peer>>,
     spill: Vec<Arc<dyn Peer>>,
-    /// Datagrams to hand to their link once the locks are released.
-    pub(crate) transmit: Vec<(Arc<dyn crate::link::Link>, crate::link::TxBatch)>,
 }
 
 impl Todo {
@@ -91,7 +89,6 @@ impl Todo {
             first: None,
             second: None,
             spill: Vec::new(),
-            transmit: Vec::new(),
         }
     }
 

@@ -163,7 +163,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use irpverbs_abi::{IvQueryDeviceOut, NtStatus, STATUS_INVALID_PARAMETER, nt_success};
-use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK};
+use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK, LockClass};
 use irpverbs_core::{Command, Event, Hca, Platform, SpinLock};
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
@@ -171,7 +171,7 @@ pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
-pub use link::{Datagram, Link, LinkStats, TxBatch};
+pub use link::{Datagram, Direction, Link, LinkStats, Tap, TxBatch};
 pub use port::{
     ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
     PORT_CAP_CM_SUP, PORT_NUM,
@@ -236,11 +236,33 @@ pub struct SoftStats {
     pub rnr_retries: u64,
     /// Requests sent again after a NAK or a missing response.
     pub retries: u64,
+    /// Retries by cause: a sequence-error NAK, an implicit NAK (an ACK
+    /// past a READ or atomic without its response), a READ response out of
+    /// sequence, the local ACK timeout.
+    pub retry_causes: [u64; 4],
     /// Completions not written because their CQ had overrun.
     pub cqes_lost: u64,
     /// Completion and async events lost to a full event queue.
     pub events_lost: u64,
 }
+
+/// Datagrams for a link, and the tap that sees them.
+type Transmit = (Arc<dyn Link>, link::TxBatch, Option<Arc<dyn link::Tap>>);
+
+/// The queue of datagram batches for links (under [`TX_LOCK`]).
+#[derive(Default)]
+struct TxQueue {
+    batches: VecDeque<Transmit>,
+    /// A thread is handing batches over.
+    draining: bool,
+}
+
+/// The queue of serialized datagrams (taken under `HCA_LOCK` to append,
+/// alone to take; a leaf).
+pub static TX_LOCK: LockClass = LockClass {
+    name: "irpverbs.soft.tx",
+    rank: 26,
+};
 
 /// The firmware and its command queue, under `HCA_LOCK`.
 struct HcaState {
@@ -261,6 +283,9 @@ pub struct SoftHca<P: Platform> {
     eq: P::Lock<EventQueue>,
     inbox: P::Lock<Batch>,
     inbox_pending: AtomicBool,
+    /// Datagrams serialized for links, in order, waiting to be handed over
+    /// (see [`SoftHca::flush_tx`]).
+    txq: P::Lock<TxQueue>,
     /// The data path's [`engine::DataPath::attention`].
     attention: Arc<core::sync::atomic::AtomicU32>,
 }
@@ -301,6 +326,7 @@ impl<P: Platform> SoftHca<P> {
             eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
+            txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
         })
     }
 
@@ -333,6 +359,14 @@ impl<P: Platform> SoftHca<P> {
         })
     }
 
+    /// Sets (or clears) what sees every datagram sent to and received
+    /// from the link.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn set_tap(&self, tap: Option<Arc<dyn link::Tap>>) {
+        self.state.lock(|st| st.firmware.dp.tap = tap);
+    }
+
     /// Uncables the port: packets for the wire are lost from now on (RC
     /// QPs time out).
     ///
@@ -354,8 +388,10 @@ impl<P: Platform> SoftHca<P> {
     pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
         let ip = d.ip();
         let parsed = wire::parse_transport(d.payload, &ip);
+        let mut tap = None;
         let queued = self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
+            tap.clone_from(&dp.tap);
             let (pkt, payload) = match parsed {
                 Ok(p) => p,
                 Err(e) => {
@@ -387,6 +423,9 @@ impl<P: Platform> SoftHca<P> {
             dp.inbound.append(&mut frame);
             Ok(())
         });
+        if let Some(tap) = tap {
+            tap.tap(link::Direction::Received, d);
+        }
         queued?;
         match self.execution {
             Execution::Inline => self.drive(|_| {}),
@@ -461,10 +500,37 @@ impl<P: Platform> SoftHca<P> {
             pre(&mut st.firmware);
             self.dp_locked(st, todo)
         });
+        self.flush_tx();
         if raise {
             self.bus.interrupt();
         }
         more
+    }
+
+    /// Hands the serialized datagrams to their link, in the order they
+    /// were serialized, with no soft HCA lock held. One thread transmits
+    /// at a time (a combining queue): a thread that finds another
+    /// transmitting leaves its batches to it, so the wire sees every QP's
+    /// packets in PSN order whichever threads ran the data path.
+    fn flush_tx(&self) {
+        let take = |q: &mut TxQueue, owner: bool| {
+            if q.draining && !owner {
+                return None;
+            }
+            let b = q.batches.pop_front();
+            q.draining = b.is_some();
+            b
+        };
+        let mut next = self.txq.lock(|q| take(q, false));
+        while let Some((link, tx, tap)) = next {
+            if let Some(tap) = tap {
+                for d in tx.iter() {
+                    tap.tap(link::Direction::Sent, &d);
+                }
+            }
+            link.transmit(&tx);
+            next = self.txq.lock(|q| take(q, true));
+        }
     }
 
     /// The body of [`Self::dp_step`], under `HCA_LOCK`: (raise the
@@ -534,7 +600,8 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq = wireq;
                     more |= !dp.loopq.is_empty();
                     if !tx.is_empty() {
-                        todo.transmit.push((link, tx));
+                        let tap = dp.tap.clone();
+                        self.txq.lock(|q| q.batches.push_back((link, tx, tap)));
                     }
                 } else {
                     dp.wireq.clear();
@@ -557,9 +624,6 @@ impl<P: Platform> SoftHca<P> {
     /// The rest of [`Self::drive`], after a first step.
     fn drive_rest(&self, mut todo: Todo, mut again: bool) {
         loop {
-            for (link, tx) in todo.transmit.drain(..) {
-                link.transmit(&tx);
-            }
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
                     again = true;
@@ -637,6 +701,7 @@ impl<P: Platform> SoftHca<P> {
     /// After [`Self::run_locked`], with no lock held: the interrupt, then
     /// the data path to quiescence.
     fn after_run(&self, todo: Todo, raise: bool, more: bool) {
+        self.flush_tx();
         if raise {
             self.bus.interrupt();
         }
@@ -706,6 +771,7 @@ impl<P: Platform> SoftHca<P> {
                 rnr_naks: d.rnr_naks,
                 rnr_retries: d.rnr_retries,
                 retries: d.retries,
+                retry_causes: d.retry_causes,
                 cqes_lost: d.cqes_lost,
                 ..st.stats
             }

@@ -184,6 +184,22 @@ pub trait Link: Send + Sync {
     fn now_ns(&self) -> u64;
 }
 
+/// Which way a tapped datagram went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Handed to the link.
+    Sent,
+    /// Received from the link (before it was checked: bad ones too).
+    Received,
+}
+
+/// Sees every datagram a soft HCA sends to or receives from its link (a
+/// capture: `--pcap`). Called with no soft HCA lock held.
+pub trait Tap: Send + Sync {
+    /// One datagram.
+    fn tap(&self, direction: Direction, d: &Datagram<'_>);
+}
+
 /// Counters of the wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {

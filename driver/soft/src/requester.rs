@@ -106,6 +106,11 @@ pub(crate) struct ReqState {
     pub(crate) rd_atomic: u32,
     /// Transport retries left (`retry_cnt`).
     pub(crate) retry_left: u8,
+    /// The PSN the requester went back to (a retry or an RNR NAK) with no
+    /// progress since: a sequence-error NAK for it belongs to the same
+    /// episode (the responder NAKed the packets that were in flight) and
+    /// starts no new retry.
+    pub(crate) rewound_to: Option<u32>,
     /// RNR retries left (`rnr_retry`, 7: unlimited).
     pub(crate) rnr_left: u8,
     /// Stopped after an RNR NAK until the responder can take it.
@@ -145,6 +150,7 @@ impl ReqState {
             cur: None,
             rd_atomic: 0,
             retry_left: 0,
+            rewound_to: None,
             rnr_left: 0,
             rnr_wait: false,
             unacked: 0,
@@ -179,6 +185,7 @@ impl ReqState {
         self.resync(0);
         self.psn = 0;
         self.retry_left = 0;
+        self.rewound_to = None;
         self.rnr_left = 0;
     }
 

@@ -870,6 +870,13 @@ fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payl
     let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
     let start = k & m::START != 0;
+    if psn_diff(pkt.psn, resp.epsn) < 0 {
+        // Before the expected PSN: a duplicate or a late packet (the wire
+        // reordered it), of a message delivered or given up: dropped with
+        // no effect on the message in progress.
+        env.dp.stats.packets_dropped += u64::from(burst.count);
+        return;
+    }
     if resp.drop_msg || pkt.psn != resp.epsn || (start && resp.in_msg != 0) {
         if start {
             // A new message: whatever was in progress is lost; its receive

@@ -66,7 +66,9 @@ impl RingPool {
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when the allocation fails.
     pub(crate) fn alloc(&mut self, entries: u32, stride: u32) -> Result<RingRef, NtStatus> {
-        let bytes = Ring::bytes(entries, stride);
+        let Some(bytes) = Ring::alloc_len(entries, stride) else {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        };
         let free = self
             .retired
             .iter_mut()

@@ -1988,7 +1988,7 @@ fn uc_sends_and_writes_and_drops_what_rc_would_nak() {
     }
 }
 
-fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
+pub(crate) fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
     let CommandOut::Ah { ahn } = node.d.ok(Command::CreateAh {
         pdn,
         attr: IvAhAttr {
@@ -2342,8 +2342,10 @@ fn a_response_from_before_a_rewind_is_stale() {
         s.a.run();
         assert_eq!(s.received() - before, 2, "SEND and {second} sent again");
         // The responder's stale sequence NAK (sent before it saw the retry)
-        // and its response to the retried second request, in one batch: the
-        // NAK rewinds to the SEND, the response predates the rewind.
+        // is of the same episode: it starts no retry. Then the ACK timer
+        // fires and the requester goes back to the SEND; the response to
+        // the retried second request arrives after that: it predates the
+        // rewind.
         let data = irpverbs_ring::Region::alloc(8).unwrap();
         data.write(0, &77u64.to_ne_bytes()).unwrap();
         let data = Arc::new(data);
@@ -2367,6 +2369,10 @@ fn a_response_from_before_a_rewind_is_stale() {
         let retries = s.a.d.hca.stats().retries;
         s.a.d.hca.with_firmware(|fw| {
             fw.receive(&nak, crate::packet::Burst::one(nak.opcode), &[]);
+        });
+        assert_eq!(s.a.d.hca.stats().retries, retries, "a stale NAK");
+        s.a.d.hca.with_firmware(|fw| {
+            fw.retransmit_timeout(s.qa.qpn);
             fw.receive(&resp, crate::packet::Burst::one(resp.opcode), &payload);
         });
         s.a.d.hca.sq_doorbell(s.qa.qpn);
@@ -2376,7 +2382,7 @@ fn a_response_from_before_a_rewind_is_stale() {
         assert_eq!(
             s.a.d.hca.stats().retries,
             retries + 1,
-            "one retry: the NAK's"
+            "one retry: the timeout's"
         );
         // The answers to the requests sent again complete both.
         s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
@@ -2430,7 +2436,15 @@ fn acks_naks_and_retries_in_shape() {
     let nak = s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | aeth::NAK_PSN_SEQ_ERR);
     s.answer(nak);
     assert!(s.cqa.poll().is_empty());
+    // The same NAK again, with no progress since: the same episode (a
+    // duplicate, or one sent before the retry arrived), no retry.
     s.answer(nak);
+    assert!(s.cqa.poll().is_empty());
+    assert_eq!(s.a.d.hca.stats().retries, 1);
+    s.a.d
+        .hca
+        .with_firmware(|fw| fw.retransmit_timeout(s.qa.qpn));
+    s.a.run();
     assert_eq!(statuses(&s.cqa), [(1, IV_WC_RETRY_EXC_ERR)]);
 
     // An ACK past a READ whose responses never came: an implicit NAK, the

@@ -120,6 +120,10 @@ struct World {
 
 impl World {
     fn new(wire: SimConfig, conn: Conn) -> Self {
+        Self::of(IV_QPT_RC, wire, conn)
+    }
+
+    fn of(qp_type: u32, wire: SimConfig, conn: Conn) -> Self {
         let a = Node::new(1);
         let b = Node::new(2);
         let mut net = SimNet::new(&TestPlatform, wire);
@@ -127,8 +131,8 @@ impl World {
         net.attach(&b.d.hca).unwrap();
         let cqa = a.cq(256);
         let cqb = b.cq(256);
-        let qa = a.qp(IV_QPT_RC, &cqa);
-        let qb = b.qp(IV_QPT_RC, &cqb);
+        let qa = a.qp(qp_type, &cqa);
+        let qb = b.qp(qp_type, &cqb);
         let ma = a.mem(MEM, ALL_ACCESS);
         let mb = b.mem(MEM, ALL_ACCESS);
         let w = Self {
@@ -370,15 +374,7 @@ fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
         IV_MTU_4096,
     ][r.below(5) as usize];
     let mtu_bytes = 128u32 << mtu;
-    let pct = |r: &mut Rng, max: u64| (r.below(max + 1) * 10_000) as u32;
-    let wire = SimConfig {
-        seed,
-        loss_ppm: pct(&mut r, if harsh { 40 } else { 8 }),
-        dup_ppm: pct(&mut r, 5),
-        corrupt_ppm: pct(&mut r, 5),
-        delay_ns: 5_000,
-        jitter_ns: r.below(3) * 20_000,
-    };
+    let wire = faults(&mut r, seed, harsh);
     let conn = Conn {
         mtu,
         sq_psn: r.below(0x100_0000) as u32,
@@ -508,6 +504,146 @@ fn run_seeds(default: u64, harsh: bool, salt: u64) {
     }
 }
 
+/// The wire's faults for a seed (`harsh`: up to 40 % loss).
+fn faults(r: &mut Rng, seed: u64, harsh: bool) -> SimConfig {
+    let pct = |r: &mut Rng, max: u64| (r.below(max + 1) * 10_000) as u32;
+    SimConfig {
+        seed,
+        loss_ppm: pct(r, if harsh { 40 } else { 8 }),
+        dup_ppm: pct(r, 5),
+        corrupt_ppm: pct(r, 5),
+        delay_ns: 5_000,
+        jitter_ns: r.below(3) * 20_000,
+    }
+}
+
+/// UC or UD under faults: every send WQE completes successfully (UC and UD
+/// complete once sent); what arrives is intact, in order for UC (a message
+/// with a gap is dropped whole), possibly duplicated or reordered for UD;
+/// every corrupted datagram is dropped.
+fn run_unreliable(seed: u64, qp_type: u32) -> Result<(), String> {
+    let mut r = Rng(seed ^ 0x0C0C_0D0D);
+    let ud = qp_type == IV_QPT_UD;
+    let mtu = [IV_MTU_256, IV_MTU_1024, IV_MTU_4096][r.below(3) as usize];
+    let mtu_bytes = 128u32 << mtu;
+    let wire = faults(&mut r, seed, false);
+    let conn = Conn {
+        mtu,
+        sq_psn: r.below(0x100_0000) as u32,
+        rq_psn: r.below(0x100_0000) as u32,
+        ..Conn::default()
+    };
+    let w = World::of(qp_type, wire, conn);
+    let ahn = ud.then(|| crate::tests_dp::ah(&w.a, w.a.pd, w.b.gid()));
+    // UD posts a receive for each copy a duplicating wire may deliver.
+    let n = 1 + r.below(if ud { MAX_OPS / 2 } else { MAX_OPS });
+    w.post_recvs(0, if ud { 2 * n } else { n });
+    let mut lens = Vec::new();
+    for i in 0..n {
+        let max = if ud {
+            mtu_bytes.min(1024)
+        } else {
+            3 * mtu_bytes
+        };
+        let len = (8 + r.below(u64::from(max) - 8) as u32).min(SLOT as u32);
+        lens.push(len);
+        let slot = i % MAX_OPS;
+        let src = WRITE_AREA + slot * SLOT;
+        // Each message starts with its index.
+        w.ma.write(src as usize, &i.to_ne_bytes());
+        let sges = [w.ma.sge(src, len)];
+        let imm = r.below(2) == 0 && !ud;
+        let mut wr = SendWr {
+            wr_id: i,
+            opcode: if imm {
+                IV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                IV_WR_SEND
+            },
+            flags: IV_SEND_SIGNALED,
+            sges: &sges,
+            imm_or_inv: i as u32,
+            remote_addr: w.mb.addr + WRITE_AREA + slot * SLOT,
+            rkey: w.mb.lkey,
+            ..SendWr::default()
+        };
+        if let Some(ahn) = ahn {
+            wr.ud = Some((ahn, w.qb.qpn, conn.qkey));
+        }
+        w.a.post(&w.qa, &wr);
+    }
+    w.net.run(PHASE_LIMIT_NS);
+    let sent = w.cqa.poll();
+    if sent.len() as u64 != n
+        || sent
+            .iter()
+            .enumerate()
+            .any(|(i, c)| c.wr_id != i as u64 || c.status != IV_WC_SUCCESS)
+    {
+        return Err(format!("send completions: {sent:?}"));
+    }
+    let mut last: Option<u64> = None;
+    for c in w.cqb.poll() {
+        if c.status != IV_WC_SUCCESS {
+            return Err(format!("receive failed: {c:?}"));
+        }
+        let (i, at, len) = if c.opcode == IV_WC_OP_RECV_RDMA_WITH_IMM {
+            let i = u64::from(c.imm_or_inv);
+            (
+                i,
+                WRITE_AREA + (i % MAX_OPS) * SLOT,
+                *lens.get(i as usize).unwrap_or(&0),
+            )
+        } else {
+            let grh = if ud { 40 } else { 0 };
+            let at = RECV_AREA + (c.wr_id % MAX_OPS) * SLOT + grh;
+            let i = w.mb.u64_at(at as usize);
+            let Some(&len) = lens.get(i as usize) else {
+                return Err(format!("a message with an unknown index {i}"));
+            };
+            if c.byte_len != len + grh as u32 {
+                return Err(format!("message {i}: {} bytes, sent {len}", c.byte_len));
+            }
+            (i, at, len)
+        };
+        let src = (WRITE_AREA + (i % MAX_OPS) * SLOT) as usize;
+        if w.mb.read(at as usize, len as usize) != w.ma.read(src, len as usize) {
+            return Err(format!("message {i} arrived damaged"));
+        }
+        if !ud && last.is_some_and(|l| i <= l) {
+            return Err(format!(
+                "UC message {i} after {last:?}: out of order or twice"
+            ));
+        }
+        last = Some(i);
+    }
+    let stats = w.net.stats();
+    let dropped = w.a.d.hca.link_stats().rx_dropped.total_drops()
+        + w.b.d.hca.link_stats().rx_dropped.total_drops();
+    if dropped != stats.corrupted {
+        return Err(format!("{} corrupted, {dropped} dropped", stats.corrupted));
+    }
+    Ok(())
+}
+
+#[test]
+fn uc_over_a_faulty_wire() {
+    for seed in seeds(400) {
+        if let Err(e) = run_unreliable(seed, IV_QPT_UC) {
+            panic!("seed {seed}: {e}; replay: IRPVERBS_SIM_SEED={seed}");
+        }
+    }
+}
+
+#[test]
+fn ud_over_a_faulty_wire() {
+    for seed in seeds(400) {
+        if let Err(e) = run_unreliable(seed, IV_QPT_UD) {
+            panic!("seed {seed}: {e}; replay: IRPVERBS_SIM_SEED={seed}");
+        }
+    }
+}
+
 #[test]
 fn rc_over_a_faulty_wire() {
     run_seeds(1500, false, 0);
@@ -516,4 +652,91 @@ fn rc_over_a_faulty_wire() {
 #[test]
 fn rc_over_a_harsh_wire() {
     run_seeds(500, true, 0xA5A5_0000);
+}
+
+/// A tap sees every datagram its HCA sends and receives, bad ones too.
+#[test]
+fn the_tap_sees_both_directions() {
+    use crate::link::{Datagram, Direction, Tap};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Count(Mutex<[u64; 2]>);
+    impl Tap for Count {
+        fn tap(&self, direction: Direction, _: &Datagram<'_>) {
+            self.0.lock().unwrap()[usize::from(direction == Direction::Received)] += 1;
+        }
+    }
+    let wire = SimConfig {
+        seed: 7,
+        corrupt_ppm: 1_000_000,
+        delay_ns: 1_000,
+        ..SimConfig::default()
+    };
+    let w = World::new(wire, Conn::default());
+    let tap = alloc::sync::Arc::new(Count::default());
+    let tap_b = alloc::sync::Arc::new(Count::default());
+    w.a.d.hca.set_tap(Some(tap.clone()));
+    w.b.d.hca.set_tap(Some(tap_b.clone()));
+    w.post_recvs(0, 1);
+    w.post(0, Op::Send { len: 100 });
+    // Every copy is corrupted: the SEND is retried until it fails.
+    w.net.run(PHASE_LIMIT_NS);
+    let [sent, received] = *tap.0.lock().unwrap();
+    let stats = w.net.stats();
+    assert_eq!(sent, stats.transmitted - received, "every datagram a sent");
+    assert_eq!(sent, 8, "the first transmission and 7 retries");
+    assert_eq!(received, 0, "b dropped every corrupted request: no ACK");
+    assert_eq!(w.b.d.hca.link_stats().rx_dropped.total_drops(), 8);
+    assert_eq!(
+        *tap_b.0.lock().unwrap(),
+        [0, 8],
+        "b saw the bad ones arrive"
+    );
+    assert_eq!(w.cqa.poll()[0].status, IV_WC_RETRY_EXC_ERR);
+    w.a.d.hca.set_tap(None);
+}
+
+/// On a wire that loses nothing, receives posted one at a time while
+/// traffic of every opcode waits on RNR NAKs cost no transport retry:
+/// every WQE completes, and only the RNR timer resends.
+#[test]
+fn rnr_on_a_clean_wire_costs_no_retry() {
+    for seed in seeds(300) {
+        let mut r = Rng(seed ^ 0x3333);
+        let wire = SimConfig {
+            seed,
+            delay_ns: 2_000 + r.below(3) * 40_000,
+            jitter_ns: 0,
+            ..SimConfig::default()
+        };
+        let conn = Conn {
+            mtu: [IV_MTU_256, IV_MTU_1024][r.below(2) as usize],
+            rd_atomic: 1 + r.below(4) as u8,
+            ..Conn::default()
+        };
+        let w = World::new(wire, conn);
+        let mut model = Model {
+            words: [0; WORDS as usize],
+        };
+        let n = 4 + r.below(MAX_OPS - 4);
+        let mut ops = Vec::new();
+        for i in 0..n {
+            let op = Op::random(&mut r, 1024, &model.words);
+            ops.push(op);
+            w.post(i, op);
+        }
+        let recvs = ops.iter().filter(|o| o.consumes_recv()).count() as u64;
+        for k in 0..recvs {
+            let t = w.net.now() + 100_000 + r.below(600_000);
+            w.net.run(t);
+            w.post_recvs(k, 1);
+        }
+        w.net.run(PHASE_LIMIT_NS);
+        let ok = check(&w, 0, &ops, &mut model, 0);
+        let s = w.a.d.hca.stats();
+        assert!(
+            ok == Ok(true) && s.retries == 0,
+            "seed {seed}: {ok:?}, {s:?}; replay: IRPVERBS_SIM_SEED={seed}"
+        );
+    }
 }

@@ -289,9 +289,40 @@ pub fn emit_datagram(
     ip: &IpUdp,
     buf: &mut [u8],
 ) -> Result<usize, EmitError> {
-    let family = ip.family().ok_or(EmitError::MixedFamilies)?;
     let tlen = transport_len(pkt)?;
-    let udp_len = udp_len_of(family, tlen - ICRC_LEN).ok_or(EmitError::TooLong)?;
+    around(ip, tlen, buf, |t| {
+        emit_transport(pkt, payload, ip, t).map(|_| ())
+    })
+}
+
+/// Writes the IP and UDP headers of `ip` around `transport`, a UDP payload
+/// taken as it is (a captured or received packet, valid or not) into
+/// `buf`. Returns the datagram's length.
+///
+/// # Errors
+///
+/// Those of [`emit_ip_header`]; [`EmitError::TooLong`] for a payload
+/// shorter than an ICRC or too long for a datagram;
+/// [`EmitError::BufferTooSmall`].
+pub fn emit_datagram_raw(ip: &IpUdp, transport: &[u8], buf: &mut [u8]) -> Result<usize, EmitError> {
+    around(ip, transport.len(), buf, |t| {
+        t.copy_from_slice(transport);
+        Ok(())
+    })
+}
+
+/// The IP and UDP headers of `ip` around `tlen` transport bytes that
+/// `fill` writes (the UDP checksum computed over them when `ip` asks for
+/// one).
+fn around(
+    ip: &IpUdp,
+    tlen: usize,
+    buf: &mut [u8],
+    fill: impl FnOnce(&mut [u8]) -> Result<(), EmitError>,
+) -> Result<usize, EmitError> {
+    let family = ip.family().ok_or(EmitError::MixedFamilies)?;
+    let before_icrc = tlen.checked_sub(ICRC_LEN).ok_or(EmitError::TooLong)?;
+    let udp_len = udp_len_of(family, before_icrc).ok_or(EmitError::TooLong)?;
     let hdr_len = match family {
         Family::V4 => IPV4_HDR_LEN,
         Family::V6 => IPV6_HDR_LEN,
@@ -303,7 +334,7 @@ pub fn emit_datagram(
     let (iph, udp) = out.split_at_mut(hdr_len);
     emit_ip_header(ip, usize::from(udp_len), iph)?;
     let (udph, transport) = udp.split_at_mut(UDP_HDR_LEN);
-    emit_transport(pkt, payload, ip, transport)?;
+    fill(transport)?;
     let mut h = udp_hdr(ip, udp_len);
     if family == Family::V6 || ip.udp_checksum {
         let s = sum16(pseudo(family, &ip.src, &ip.dst, udp_len), h.as_bytes());
@@ -330,6 +361,31 @@ pub fn emit_frame(
     eth: &EthAddrs,
     buf: &mut [u8],
 ) -> Result<usize, EmitError> {
+    framed(ip, eth, buf, |rest| emit_datagram(pkt, payload, ip, rest))
+}
+
+/// [`emit_frame`] of a UDP payload taken as it is ([`emit_datagram_raw`]).
+///
+/// # Errors
+///
+/// Those of [`emit_datagram_raw`], with the whole frame's length.
+pub fn emit_frame_raw(
+    ip: &IpUdp,
+    transport: &[u8],
+    eth: &EthAddrs,
+    buf: &mut [u8],
+) -> Result<usize, EmitError> {
+    framed(ip, eth, buf, |rest| emit_datagram_raw(ip, transport, rest))
+}
+
+/// The Ethernet header for `ip`'s family before the datagram `datagram`
+/// writes.
+fn framed(
+    ip: &IpUdp,
+    eth: &EthAddrs,
+    buf: &mut [u8],
+    datagram: impl FnOnce(&mut [u8]) -> Result<usize, EmitError>,
+) -> Result<usize, EmitError> {
     let ethertype = match ip.family().ok_or(EmitError::MixedFamilies)? {
         Family::V4 => ETHERTYPE_IPV4,
         Family::V6 => ETHERTYPE_IPV6,
@@ -339,7 +395,7 @@ pub fn emit_frame(
         .ok_or(EmitError::BufferTooSmall {
             needed: ETH_HDR_LEN,
         })?;
-    let n = emit_datagram(pkt, payload, ip, rest).map_err(|e| match e {
+    let n = datagram(rest).map_err(|e| match e {
         EmitError::BufferTooSmall { needed } => EmitError::BufferTooSmall {
             needed: needed + ETH_HDR_LEN,
         },

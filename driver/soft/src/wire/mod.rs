@@ -42,7 +42,7 @@ use crate::packet::{Gid, Packet};
 pub use icrc::icrc;
 pub use ip::{
     ETH_HDR_LEN, EthAddrs, IPV4_HDR_LEN, IPV6_HDR_LEN, Parsed, UDP_HDR_LEN, emit_datagram,
-    emit_frame, emit_ip_header, parse_datagram, parse_frame,
+    emit_datagram_raw, emit_frame, emit_frame_raw, emit_ip_header, parse_datagram, parse_frame,
 };
 pub use transport::{emit_transport, parse_transport, transport_len};
 
