@@ -73,6 +73,11 @@ enum Cmd {
         /// out-of-band connection uses.
         #[arg(long)]
         bind: Option<std::net::IpAddr>,
+        /// Record every RoCEv2 packet sent and received into this pcap
+        /// file (Wireshark and tshark decode it as InfiniBand). Server and
+        /// client mode.
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<std::path::PathBuf>,
         /// Message size in bytes.
         #[arg(short = 's', long)]
         size: Option<u64>,
@@ -136,6 +141,7 @@ fn main() -> std::process::ExitCode {
             port,
             oob_port,
             bind,
+            pcap,
             size,
             all,
             iters,
@@ -155,6 +161,7 @@ fn main() -> std::process::ExitCode {
                 port,
                 oob_port,
                 bind,
+                pcap,
             },
             size,
             all,
@@ -209,6 +216,7 @@ struct Remote {
     port: u16,
     oob_port: u16,
     bind: Option<std::net::IpAddr>,
+    pcap: Option<std::path::PathBuf>,
 }
 
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
@@ -263,6 +271,9 @@ fn perf(
     cfg.engine = engine;
     cfg.verifier = verifier;
     cfg.one_thread = one_thread;
+    if remote.pcap.is_some() && !remote.server && remote.connect.is_none() {
+        return Err("--pcap captures the UDP wire: use it with --server or a client".into());
+    }
     if remote.server || remote.connect.is_some() {
         if one_thread {
             return Err("--one-thread runs both endpoints in one process".into());
@@ -272,6 +283,7 @@ fn perf(
             oob_port: remote.oob_port,
             bind: remote.bind,
             mtu_given: mtu.is_some(),
+            pcap: remote.pcap,
             ..irpverbs_host::perf::RemoteConfig::default()
         };
         let run = match remote.connect {

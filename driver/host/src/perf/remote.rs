@@ -57,6 +57,8 @@ pub struct RemoteConfig {
     /// The path MTU was given (`-m`): else the client picks it from the
     /// IP path MTU.
     pub mtu_given: bool,
+    /// Record every datagram sent and received into this pcap file.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl Default for RemoteConfig {
@@ -67,6 +69,7 @@ impl Default for RemoteConfig {
             bind: None,
             connect_timeout: Duration::from_secs(15),
             mtu_given: false,
+            pcap: None,
         }
     }
 }
@@ -431,6 +434,21 @@ fn endpoint(
         dev.unload();
         return Err(why);
     }
+    let tap = match &rc.pcap {
+        Some(path) => match crate::pcap::PcapTap::create(path) {
+            Ok(tap) => {
+                dev.soft().set_tap(Some(tap.clone()));
+                Some(tap)
+            }
+            Err(e) => {
+                let why = format!("capture {}: {e}", path.display());
+                oob.fail(&why);
+                dev.unload();
+                return Err(why);
+            }
+        },
+        None => None,
+    };
     let result = (|| {
         let file = dev
             .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
@@ -445,6 +463,10 @@ fn endpoint(
     let result = result.inspect_err(|e| oob.fail(e));
     let udp = dev.udp_stats().unwrap_or_default();
     let link = dev.soft().link_stats();
+    if let Some(tap) = tap {
+        dev.soft().set_tap(None);
+        tap.finish().map_err(|e| format!("capture: {e}"))?;
+    }
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
     let (reports, addresses) =
