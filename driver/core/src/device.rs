@@ -311,6 +311,9 @@ pub struct Device<P: Platform, H: Hca> {
     pub(crate) state: P::Lock<State<P::Request>>,
     /// User mappings of rings, by file (see [`crate::maps`]).
     pub(crate) maps: P::Lock<Maps<P::Mapping>>,
+    /// A ring was ever mapped into a process: until then a request has no
+    /// mapping to sweep and skips the maps' lock.
+    pub(crate) any_mapped: core::sync::atomic::AtomicBool,
 }
 
 impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
@@ -354,6 +357,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             hca,
             state,
             maps,
+            any_mapped: core::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -281,6 +281,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     spare.push(mapping);
                 } else {
                     found[i] = Some(map);
+                    self.any_mapped
+                        .store(true, core::sync::atomic::Ordering::Release);
                     fm.entries.push(MapEntry {
                         handle,
                         region,
@@ -303,6 +305,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// IRQL: PASSIVE_LEVEL, in the requestor's context.
     fn sweep(&self, file: FileKey, space: u64) {
+        if !self.any_mapped.load(core::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let stale = self.maps.lock(|maps| {
             let Some(fm) = maps.get_mut(&file) else {
                 return Vec::new();

@@ -286,6 +286,10 @@ pub struct SoftHca<P: Platform> {
     /// Datagrams serialized for links, in order, waiting to be handed over
     /// (see [`SoftHca::flush_tx`]).
     txq: P::Lock<TxQueue>,
+    /// Batches may wait in `txq` (set after appending, cleared under its
+    /// lock when found empty): a data-path step with nothing for a link
+    /// skips the lock.
+    tx_pending: AtomicBool,
     /// The data path's [`engine::DataPath::attention`].
     attention: Arc<core::sync::atomic::AtomicU32>,
 }
@@ -327,6 +331,7 @@ impl<P: Platform> SoftHca<P> {
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
             txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
+            tx_pending: AtomicBool::new(false),
         })
     }
 
@@ -521,7 +526,16 @@ impl<P: Platform> SoftHca<P> {
             q.draining = b.is_some();
             b
         };
-        let mut next = self.txq.lock(|q| take(q, false));
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut next = self.txq.lock(|q| {
+            let b = take(q, false);
+            if q.batches.is_empty() && !q.draining {
+                self.tx_pending.store(false, Ordering::Release);
+            }
+            b
+        });
         while let Some((link, tx, tap)) = next {
             if let Some(tap) = tap {
                 for d in tx.iter() {
@@ -602,6 +616,7 @@ impl<P: Platform> SoftHca<P> {
                     if !tx.is_empty() {
                         let tap = dp.tap.clone();
                         self.txq.lock(|q| q.batches.push_back((link, tx, tap)));
+                        self.tx_pending.store(true, Ordering::Release);
                     }
                 } else {
                     dp.wireq.clear();
