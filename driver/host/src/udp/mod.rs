@@ -12,9 +12,23 @@
 //! that drives the HCA's timers ([`Endpoint::advance_clock`]) on a
 //! monotonic clock started with the wire.
 //!
-//! On Linux, sends and receives are batched (`sendmmsg`, `recvmmsg`, up to
-//! 32 datagrams per system call); elsewhere they are `std::net`'s one
-//! datagram per call.
+//! Busy-poll receive (as `SO_BUSY_POLL` does for a socket): a thread that
+//! spins on a CQ calls [`UdpWire::poll_rx`] when it finds nothing, and
+//! reads and delivers what is queued itself, without waiting, so the
+//! datagram it waits for does not have to wake the receive thread (which,
+//! on few cores, preempts a spinning thread for every datagram). One
+//! thread reads and delivers at a time (the receive lock, taken with a
+//! try-lock by pollers), which keeps datagrams in their arrival order. The
+//! receive thread waits for the socket to be readable without that lock
+//! (`poll(2)`; elsewhere a peek), then takes it and drains the socket; it
+//! leaves the socket to the pollers until [`BUSY_POLL_LEASE`] after the
+//! last poll, sleeping meanwhile, so that it is not woken for every
+//! datagram they deliver.
+//!
+//! On Linux, sends and receives are batched (`sendmmsg`, `recvmmsg` with
+//! `MSG_DONTWAIT`, up to 32 datagrams per system call); elsewhere they are
+//! `std::net`'s one datagram per call (receives on a socket made
+//! non-blocking for the call).
 //!
 //! What the IP and UDP headers carry, and why (the ICRC covers every field
 //! of both headers but the traffic class, flow label, hop limit and
@@ -52,8 +66,8 @@
 //! most [`TIMER_SLICE`] late.
 //!
 //! Shutdown ([`UdpWire::stop`], or drop) sets a flag, wakes the receive
-//! thread with an empty datagram to its own socket (a read timeout of
-//! [`RECV_POLL`] covers a lost one) and the timer thread through its
+//! thread with an empty datagram to its own socket (its waits, of at most
+//! [`RECV_POLL`], cover a lost one) and the timer thread through its
 //! condition variable, and joins both. The host device stops its wire
 //! before the verifier's unload checks ([`crate::HostDevice::unload`]).
 
