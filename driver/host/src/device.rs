@@ -379,6 +379,17 @@ impl HostDevice {
             .map(UdpWire::local_addr)
     }
 
+    /// Busy-poll receive on the UDP wire ([`UdpWire::poll_rx`]): for a
+    /// thread that spins on a CQ, between polls that found nothing. How
+    /// many datagrams it delivered; 0 without a wire.
+    pub fn poll_wire(&self) -> usize {
+        self.udp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, UdpWire::poll_rx)
+    }
+
     /// The UDP wire's counters, if one is attached.
     pub fn udp_stats(&self) -> Option<UdpStats> {
         self.udp

@@ -2,12 +2,13 @@
 //! 127.0.0.2, one free port): RC SEND, RDMA WRITE, RDMA READ and both
 //! atomics through the verbs speed path, the data checked, with the
 //! firmware inline and on its thread, the verifier on; a peer that goes
-//! away makes the requester's timer exhaust its retries; unload stops the
+//! away makes the requester's timer exhaust its retries; a thread
+//! busy-polling the wires beside their receive threads; unload stops the
 //! wire and passes the verifier's checks.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
@@ -175,8 +176,22 @@ fn ok(cqes: &[IvCqe]) {
     }
 }
 
-fn every_opcode(engine: Engine) {
+/// Every opcode between two devices; with `busy_poll`, a thread also
+/// busy-polls both wires ([`HostDevice::poll_wire`]) throughout, beside
+/// their receive threads.
+fn every_opcode(engine: Engine, busy_poll: bool) {
     let (da, db) = pair(engine);
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = busy_poll.then(|| {
+        let (da, db, stop) = (Arc::clone(&da), Arc::clone(&db), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut polled = 0;
+            while !stop.load(Ordering::Relaxed) {
+                polled += da.poll_wire() + db.poll_wire();
+            }
+            polled
+        })
+    });
     let (ca, cb) = (client(&da), client(&db));
     let (a, b) = (End::new(&ca), End::new(&cb));
     a.connect(b.qp.qpn(), db.soft().gid(), 14, 7);
@@ -272,6 +287,15 @@ fn every_opcode(engine: Engine) {
         let l = d.soft().link_stats();
         assert!(l.rx_datagrams > 50, "{l:?}");
     }
+    if let Some(p) = poller {
+        stop.store(true, Ordering::Relaxed);
+        let polled = p.join().expect("poller");
+        let received: u64 = [&da, &db]
+            .iter()
+            .map(|d| d.udp_stats().expect("wire").received)
+            .sum();
+        assert!(polled as u64 <= received);
+    }
     a.teardown();
     b.teardown();
     drop(ca);
@@ -282,12 +306,18 @@ fn every_opcode(engine: Engine) {
 
 #[test]
 fn every_rc_opcode_between_two_devices_firmware_inline() {
-    every_opcode(Engine::Inline);
+    every_opcode(Engine::Inline, false);
 }
 
 #[test]
 fn every_rc_opcode_between_two_devices_firmware_on_its_thread() {
-    every_opcode(Engine::Thread);
+    every_opcode(Engine::Thread, false);
+}
+
+#[test]
+fn every_rc_opcode_between_two_devices_busy_polled_beside_the_receive_threads() {
+    every_opcode(Engine::Inline, true);
+    every_opcode(Engine::Thread, true);
 }
 
 /// The peer's wire is taken away: nothing answers, the requester's ACK
@@ -347,8 +377,11 @@ fn a_device_has_one_wire_and_its_address_must_be_free() {
     assert!(dc.attach_udp(&UdpConfig::default()).is_err());
     assert!(dc.udp_stats().is_none());
     dc.unload();
+    // Nothing queued: a busy poll delivers nothing; without a wire, 0.
+    assert_eq!(da.poll_wire(), 0);
     assert!(da.detach_udp().is_some());
     assert!(da.detach_udp().is_none());
+    assert_eq!(da.poll_wire(), 0);
     finish(&da);
     finish(&db);
 }

@@ -216,6 +216,9 @@ struct Side<'c> {
     rcq: Cq<'c>,
     qps: Vec<Qp<'c>>,
     pd: IvHandle,
+    /// The device whose UDP wire the busy-poll loops poll when a CQ has
+    /// nothing ([`Side::idle`]); none in process.
+    wire: Option<&'c HostDevice>,
 }
 
 impl<'c> Side<'c> {
@@ -250,7 +253,31 @@ impl<'c> Side<'c> {
             rcq,
             qps,
             pd,
+            wire: None,
         })
+    }
+
+    /// What a busy-poll loop does when its CQ (or buffer) has nothing yet:
+    /// busy-poll receive on the device's UDP wire
+    /// ([`HostDevice::poll_wire`]), so that the spinning thread delivers the
+    /// datagram it waits for instead of waking the wire's receive thread.
+    fn idle(&self) {
+        match self.wire {
+            Some(dev) => {
+                dev.poll_wire();
+            }
+            None => std::hint::spin_loop(),
+        }
+    }
+
+    /// [`Side::poll`] for a busy-poll loop: [`Side::idle`] when nothing
+    /// completed.
+    fn poll_busy(&self, cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, String> {
+        let n = Self::poll(cq, out)?;
+        if n == 0 {
+            self.idle();
+        }
+        Ok(n)
     }
 
     fn sge(&self, offset: u64, len: u64) -> IvSge {
@@ -338,6 +365,7 @@ impl<'c> Side<'c> {
             rcq,
             qps,
             pd,
+            wire: _,
         } = self;
         drop(qps);
         drop(scq);
@@ -589,7 +617,7 @@ fn pong(
                 got = if cfg.events {
                     wait_event(me, &me.rcq, &mut cqes)?
                 } else {
-                    Side::poll(&me.rcq, &mut cqes)?
+                    me.poll_busy(&me.rcq, &mut cqes)?
                 };
             }
             qp.post_recv(i + 16, &[me.sge(0, size.max(1))])
@@ -601,7 +629,7 @@ fn pong(
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                std::hint::spin_loop();
+                me.idle();
             }
         }
         let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
@@ -613,7 +641,7 @@ fn pong(
             wr.sges = &sge;
         }
         qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
-        while Side::poll(&me.scq, &mut cqes)? == 0 {}
+        while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
     }
     Ok(())
 }
@@ -649,7 +677,7 @@ fn ping(
                     qp.post_recv(i + 16, &[me.sge(size, size.max(1))])
                         .map_err(|e| format!("post_recv: {e:?}"))?;
                 }
-                while Side::poll(&me.scq, &mut cqes)? == 0 {}
+                while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
             }
         }
         Test::ReadLat | Test::AtomicLat => {
@@ -665,7 +693,7 @@ fn ping(
                 if cfg.events {
                     wait_event(me, &me.scq, &mut cqes)?;
                 } else {
-                    while Side::poll(&me.scq, &mut cqes)? == 0 {}
+                    while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
                 }
                 samples.push(t0.elapsed().as_secs_f64() * 1e6);
             }
@@ -685,10 +713,10 @@ fn await_message(
     cqes: &mut [IvCqe],
 ) -> Result<(), String> {
     if send {
-        while Side::poll(&me.rcq, cqes)? == 0 {}
+        while me.poll_busy(&me.rcq, cqes)? == 0 {}
     } else {
         while me.buf_byte(at) != want {
-            std::hint::spin_loop();
+            me.idle();
         }
     }
     Ok(())
@@ -931,9 +959,10 @@ impl Refill {
         Ok(())
     }
 
-    /// Polls `side`'s receive CQ and reposts what completed; how many.
+    /// Polls `side`'s receive CQ (busy-poll: [`Side::idle`] on nothing)
+    /// and reposts what completed; how many.
     fn step(&mut self, side: &Side<'_>) -> Result<usize, String> {
-        let n = Side::poll(&side.rcq, &mut self.cqes)?;
+        let n = side.poll_busy(&side.rcq, &mut self.cqes)?;
         for _ in 0..n {
             let q = self
                 .next
@@ -1003,7 +1032,7 @@ fn bw_post(
         if all {
             break;
         }
-        let n = Side::poll(&me.scq, &mut cqes)?;
+        let n = me.poll_busy(&me.scq, &mut cqes)?;
         for c in &cqes[..n] {
             let q = (c.wr_id >> 48) as usize;
             done[q] = (c.wr_id & ((1 << 48) - 1)) + 1;

@@ -454,7 +454,10 @@ fn endpoint(
             .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
             .map_err(|s| format!("open: {}", status_name(s)))?;
         let c = file.into_client();
-        let side = Side::new(&c, cfg, buffer_bytes(cfg))?;
+        let mut side = Side::new(&c, cfg, buffer_bytes(cfg))?;
+        if !cfg.events {
+            side.wire = Some(&dev);
+        }
         let r = run_sizes(cfg, &c, &side, &mut oob, client);
         side.teardown();
         drop(c);

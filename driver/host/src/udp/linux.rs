@@ -331,6 +331,31 @@ fn send_all(sock: &UdpSocket, hdrs: &mut [libc::mmsghdr], report: &mut SendRepor
     }
 }
 
+/// Waits up to `timeout` for `sock` to be readable (`poll(2)`): true when
+/// it is (or has an error to report), false on a timeout or an
+/// interruption.
+///
+/// # Errors
+/// `poll`'s.
+pub(crate) fn wait_readable(sock: &UdpSocket, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut fd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // SAFETY: one live pollfd, and the count says one.
+    let rc = unsafe { libc::poll(&raw mut fd, 1, ms) };
+    if rc >= 0 {
+        return Ok(rc > 0);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINTR) => Ok(false),
+        _ => Err(err),
+    }
+}
+
 /// Receive buffers for `BATCH` datagrams per `recvmmsg`.
 pub(crate) struct Receiver {
     v6: bool,
@@ -351,12 +376,12 @@ impl Receiver {
         }
     }
 
-    /// Waits for a datagram (up to the socket's read timeout), takes what
-    /// else is queued up to `BATCH`, and calls `f` with each non-empty
-    /// datagram's facts and bytes.
+    /// Takes what is queued, up to `BATCH`, without waiting, and calls `f`
+    /// with each non-empty datagram's facts and bytes.
     ///
     /// # Errors
-    /// The socket's, but a timeout or an interruption (nothing received).
+    /// The socket's, but nothing queued or an interruption (nothing
+    /// received).
     pub(crate) fn recv(
         &mut self,
         sock: &UdpSocket,
@@ -400,7 +425,7 @@ impl Receiver {
                 sock.as_raw_fd(),
                 hdrs.as_mut_ptr(),
                 BATCH as c_uint,
-                libc::MSG_WAITFORONE,
+                libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };

@@ -12,9 +12,23 @@
 //! that drives the HCA's timers ([`Endpoint::advance_clock`]) on a
 //! monotonic clock started with the wire.
 //!
-//! On Linux, sends and receives are batched (`sendmmsg`, `recvmmsg`, up to
-//! 32 datagrams per system call); elsewhere they are `std::net`'s one
-//! datagram per call.
+//! Busy-poll receive (as `SO_BUSY_POLL` does for a socket): a thread that
+//! spins on a CQ calls [`UdpWire::poll_rx`] when it finds nothing, and
+//! reads and delivers what is queued itself, without waiting, so the
+//! datagram it waits for does not have to wake the receive thread (which,
+//! on few cores, preempts a spinning thread for every datagram). One
+//! thread reads and delivers at a time (the receive lock, taken with a
+//! try-lock by pollers), which keeps datagrams in their arrival order. The
+//! receive thread waits for the socket to be readable without that lock
+//! (`poll(2)`; elsewhere a peek), then takes it and drains the socket; it
+//! leaves the socket to the pollers until [`BUSY_POLL_LEASE`] after the
+//! last poll, sleeping meanwhile, so that it is not woken for every
+//! datagram they deliver.
+//!
+//! On Linux, sends and receives are batched (`sendmmsg`, `recvmmsg` with
+//! `MSG_DONTWAIT`, up to 32 datagrams per system call); elsewhere they are
+//! `std::net`'s one datagram per call (receives on a socket made
+//! non-blocking for the call).
 //!
 //! What the IP and UDP headers carry, and why (the ICRC covers every field
 //! of both headers but the traffic class, flow label, hop limit and
@@ -52,8 +66,8 @@
 //! most [`TIMER_SLICE`] late.
 //!
 //! Shutdown ([`UdpWire::stop`], or drop) sets a flag, wakes the receive
-//! thread with an empty datagram to its own socket (a read timeout of
-//! [`RECV_POLL`] covers a lost one) and the timer thread through its
+//! thread with an empty datagram to its own socket (its waits, of at most
+//! [`RECV_POLL`], cover a lost one) and the timer thread through its
 //! condition variable, and joins both. The host device stops its wire
 //! before the verifier's unload checks ([`crate::HostDevice::unload`]).
 
@@ -92,9 +106,16 @@ pub const MAX_SOURCE_PORTS: usize = 256;
 /// The longest the timer thread sleeps while a deadline is set.
 pub const TIMER_SLICE: Duration = Duration::from_millis(10);
 
-/// The receive thread's read timeout (how long a lost wake-up at shutdown
-/// can delay it).
+/// The receive thread's wait for a datagram (how long a lost wake-up at
+/// shutdown can delay it).
 pub const RECV_POLL: Duration = Duration::from_millis(200);
+
+/// How long the receive thread leaves the socket to the threads that poll
+/// it ([`UdpWire::poll_rx`]) after the last poll.
+pub const BUSY_POLL_LEASE: Duration = Duration::from_millis(1);
+
+const BUSY_POLL_LEASE_NS: u64 = 1_000_000;
+const _: () = assert!(BUSY_POLL_LEASE.as_nanos() == BUSY_POLL_LEASE_NS as u128);
 
 /// How to build a UDP wire (its address is the HCA's: IP and UDP port).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -485,9 +506,10 @@ impl UdpLink {
         Some(sock)
     }
 
-    /// Receives one batch (waiting up to [`RECV_POLL`] for the first
-    /// datagram) and hands each datagram to `endpoint`.
-    fn receive_batch(&self, rx: &mut sys::Receiver, endpoint: &dyn Endpoint) {
+    /// Receives one batch of what is queued, without waiting, and hands
+    /// each datagram to `endpoint`; how many were received (delivered or
+    /// dropped as truncated). The caller holds the receive lock.
+    fn receive_batch(&self, rx: &mut sys::Receiver, endpoint: &dyn Endpoint) -> usize {
         let dgid = ip_gid(self.local.ip());
         let result = rx.recv(&self.sock, &mut |r, bytes| {
             endpoint.receive(&Datagram {
@@ -509,11 +531,11 @@ impl UdpLink {
                     add(&self.counters.recv_batches, 1);
                     self.clock.kick();
                 }
+                usize::try_from(r.received + r.truncated).unwrap_or(usize::MAX)
             }
             Err(_) => {
                 add(&self.counters.recv_errors, 1);
-                // A persistent error must not spin the thread.
-                std::thread::sleep(Duration::from_millis(1));
+                0
             }
         }
     }
@@ -550,8 +572,60 @@ impl Link for UdpLink {
 /// documentation](self).
 pub struct UdpWire {
     link: Arc<UdpLink>,
+    rx: Arc<Rx>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+}
+
+/// The receive side of a wire, shared by its receive thread and the
+/// threads that poll it ([`UdpWire::poll_rx`]).
+struct Rx {
+    endpoint: Arc<dyn Endpoint>,
+    /// The receive lock: whoever holds it reads the socket and delivers,
+    /// so datagrams reach the endpoint in the order they arrived.
+    receiver: Mutex<sys::Receiver>,
+    /// Until when (on the wire's clock, in nanoseconds) a polling thread
+    /// has the socket: the receive thread sleeps meanwhile.
+    busy_until: AtomicU64,
+}
+
+impl Rx {
+    /// The receive lock if free (poisoning is harmless: the buffers hold
+    /// no state between calls).
+    fn try_receiver(&self) -> Option<std::sync::MutexGuard<'_, sys::Receiver>> {
+        match self.receiver.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The receive thread: sleeps while a polling thread has the socket,
+    /// else waits for it to be readable (without the receive lock, so that
+    /// a polling thread can take over), then takes the lock and drains
+    /// what is queued.
+    fn run(&self, link: &UdpLink, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            let now = link.clock.now_ns();
+            let until = self.busy_until.load(Ordering::Relaxed);
+            if now < until {
+                std::thread::sleep(Duration::from_nanos(until - now));
+                continue;
+            }
+            match sys::wait_readable(&link.sock, RECV_POLL) {
+                Ok(true) => {
+                    let mut r = self.receiver.lock().unwrap_or_else(PoisonError::into_inner);
+                    while link.receive_batch(&mut r, &*self.endpoint) == sys::BATCH {}
+                }
+                Ok(false) => {}
+                Err(_) => {
+                    add(&link.counters.recv_errors, 1);
+                    // A persistent error must not spin the thread.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for UdpWire {
@@ -575,26 +649,28 @@ impl UdpWire {
     ) -> io::Result<Self> {
         let link = Arc::new(UdpLink::bind(addr, config)?);
         let stop = Arc::new(AtomicBool::new(false));
+        let rx = Arc::new(Rx {
+            endpoint: Arc::clone(&endpoint),
+            receiver: Mutex::new(sys::Receiver::new(link.v6)),
+            busy_until: AtomicU64::new(0),
+        });
         let mut wire = Self {
             link,
+            rx,
             stop,
             threads: Vec::new(),
         };
-        let (l, s, e) = (
+        let (l, s, r) = (
             Arc::clone(&wire.link),
             Arc::clone(&wire.stop),
-            Arc::clone(&endpoint),
+            Arc::clone(&wire.rx),
         );
         wire.threads.push(
             std::thread::Builder::new()
                 .name("irpverbs-udp-rx".into())
                 .spawn(move || {
-                    e.run_thread("irpverbs-udp-rx", &mut || {
-                        let mut rx = sys::Receiver::new(l.v6);
-                        while !s.load(Ordering::Acquire) {
-                            l.receive_batch(&mut rx, &*e);
-                        }
-                    });
+                    r.endpoint
+                        .run_thread("irpverbs-udp-rx", &mut || r.run(&l, &s));
                 })?,
         );
         let l = Arc::clone(&wire.link);
@@ -619,6 +695,22 @@ impl UdpWire {
                 })?,
         );
         Ok(wire)
+    }
+
+    /// Busy-poll receive (as `SO_BUSY_POLL` does for a socket): reads one
+    /// batch of what is queued, without waiting, and delivers it on the
+    /// calling thread; how many datagrams. For a thread that spins on a
+    /// CQ: the datagram it waits for is delivered without waking the
+    /// receive thread, which leaves the socket to the pollers until
+    /// [`BUSY_POLL_LEASE`] after the last poll. 0 when another thread is
+    /// delivering (one at a time, so that datagrams stay in order).
+    pub fn poll_rx(&self) -> usize {
+        let until = self.link.clock.now_ns().saturating_add(BUSY_POLL_LEASE_NS);
+        self.rx.busy_until.fetch_max(until, Ordering::Relaxed);
+        match self.rx.try_receiver() {
+            Some(mut r) => self.link.receive_batch(&mut r, &*self.rx.endpoint),
+            None => 0,
+        }
     }
 
     /// The link, to attach to the HCA.

@@ -52,6 +52,24 @@ pub(crate) fn send_run<'a, I: Iterator<Item = Datagram<'a>>>(
     }
 }
 
+/// Waits up to the socket's read timeout for a datagram (a peek, which
+/// leaves it queued): true when one is queued (or the peek failed
+/// otherwise, which the receive then reports), false on a timeout, an
+/// interruption, or while a polling thread has the socket non-blocking.
+///
+/// # Errors
+/// None: the receive reports the socket's errors.
+pub(crate) fn wait_readable(sock: &UdpSocket, _timeout: std::time::Duration) -> io::Result<bool> {
+    let mut buf = [0u8; RECV_MAX + 1];
+    match sock.peek_from(&mut buf) {
+        Ok(_) => Ok(true),
+        Err(e) => Ok(!matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        )),
+    }
+}
+
 /// One receive buffer.
 pub(crate) struct Receiver {
     buf: Vec<u8>,
@@ -64,18 +82,16 @@ impl Receiver {
         }
     }
 
-    /// Waits for a datagram (up to the socket's read timeout), then takes
-    /// what else is queued, up to `BATCH`, without waiting.
+    /// Takes what is queued, up to `BATCH`, without waiting (the socket is
+    /// non-blocking for the call).
     pub(crate) fn recv(
         &mut self,
         sock: &UdpSocket,
         f: &mut dyn FnMut(&Received, &[u8]),
     ) -> io::Result<RecvReport> {
         let mut report = RecvReport::default();
-        for i in 0..BATCH {
-            if i == 1 {
-                sock.set_nonblocking(true)?;
-            }
+        sock.set_nonblocking(true)?;
+        for _ in 0..BATCH {
             match sock.recv_from(&mut self.buf) {
                 Ok((0, _)) => {}
                 Ok((len, _)) if len > RECV_MAX => report.truncated += 1,
@@ -100,9 +116,7 @@ impl Receiver {
                     break;
                 }
                 Err(e) => {
-                    if i >= 1 {
-                        sock.set_nonblocking(false)?;
-                    }
+                    sock.set_nonblocking(false)?;
                     return Err(e);
                 }
             }

@@ -149,6 +149,48 @@ fn the_ib_mtu_fits_the_ip_mtu() {
     assert!(lo >= 1280, "{lo}");
 }
 
+/// A thread busy-polls the receiving wire while its receive thread runs:
+/// one reader at a time, so the datagrams of one source port arrive in the
+/// order sent, each once.
+#[test]
+fn busy_poll_receive_delivers_in_order_beside_the_receive_thread() {
+    let ((a, _ra), (b, rb)) = pair();
+    let (ia, ib) = (v4(1), b.local_addr());
+    let n = 3000u16;
+    let stop = AtomicBool::new(false);
+    let polled = std::thread::scope(|scope| {
+        let poller = scope.spawn(|| {
+            let mut polled = 0;
+            while !stop.load(Ordering::Relaxed) {
+                polled += b.poll_rx();
+            }
+            polled
+        });
+        for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+            let payloads: Vec<[u8; 2]> = chunk.iter().map(|i| i.to_be_bytes()).collect();
+            a.link()
+                .send(payloads.iter().map(|p| datagram(ia, ib, 0, p)));
+            std::thread::yield_now();
+        }
+        rb.wait_for(usize::from(n));
+        stop.store(true, Ordering::Relaxed);
+        poller.join().expect("poller")
+    });
+    let got = rb.wait_for(usize::from(n));
+    let seq: Vec<u16> = got
+        .iter()
+        .map(|g| u16::from_be_bytes([g.payload[0], g.payload[1]]))
+        .collect();
+    assert_eq!(seq, (0..n).collect::<Vec<_>>(), "{:?}", b.stats());
+    let s = b.stats();
+    assert_eq!(s.received, u64::from(n));
+    assert!(polled <= usize::from(n));
+    // Nothing is queued: a poll delivers nothing.
+    assert_eq!(b.poll_rx(), 0);
+    a.stop();
+    b.stop();
+}
+
 #[test]
 fn datagrams_cross_with_addresses_ports_and_header_fields() {
     let ((a, _ra), (b, rb)) = pair();
