@@ -731,9 +731,26 @@ impl<P: Platform> SoftHca<P> {
     /// `Some(raise the interrupt)`.
     fn execute_one(&self, st: &mut HcaState) -> Option<bool> {
         let (token, command) = st.queue.pop_front()?;
+        match self.execute_command(st, token, command) {
+            Ok(raise) => Some(raise),
+            Err(back) => {
+                st.queue.push_front(back);
+                None
+            }
+        }
+    }
+
+    /// Executes `command` if the event queue has room for its events (else
+    /// gives it back), queueing its events and the data path's it caused;
+    /// `Ok(raise the interrupt)`.
+    fn execute_command(
+        &self,
+        st: &mut HcaState,
+        token: u64,
+        command: Command,
+    ) -> Result<bool, (u64, Command)> {
         if !self.eq.lock(|eq| eq.try_reserve(EVENTS_PER_COMMAND)) {
-            st.queue.push_front((token, command));
-            return None;
+            return Err((token, command));
         }
         let Executed { status, out, event } = st.firmware.execute(command);
         let stats = &mut st.stats;
@@ -742,7 +759,7 @@ impl<P: Platform> SoftHca<P> {
             stats.commands_failed += 1;
         }
         let dp_events = &mut st.firmware.dp.events;
-        Some(self.eq.lock(|eq| {
+        Ok(self.eq.lock(|eq| {
             let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
             let mut used = 1;
             if let Some(event) = event {
@@ -846,9 +863,23 @@ impl<P: Platform> Hca for SoftHca<P> {
                 st.stats.commands_refused += 1;
                 return Err(command);
             }
-            st.queue.push_back((token, command));
-            // Inline, the firmware runs now, under the same hold.
-            Ok(inline.then(|| self.run_locked(st, &mut todo)))
+            if !inline {
+                st.queue.push_back((token, command));
+                return Ok(None);
+            }
+            // Inline, the firmware runs now, under the same hold: this
+            // command straight away when none waits before it.
+            let mut raise = false;
+            if st.queue.is_empty() {
+                match self.execute_command(st, token, command) {
+                    Ok(r) => raise = r,
+                    Err(back) => st.queue.push_back(back),
+                }
+            } else {
+                st.queue.push_back((token, command));
+            }
+            let (ran, r, more) = self.run_locked(st, &mut todo);
+            Ok(Some((ran, raise | r, more)))
         })?;
         match ran {
             Some((_, raise, more)) => self.after_run(todo, raise, more),
