@@ -157,6 +157,28 @@ impl Cep {
     pub(crate) fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
+
+    /// Keeps the private data of an RTU or DREP sent, to build it again
+    /// for a duplicate (nothing kept when it is all zero).
+    pub(crate) fn keep_pdata(&mut self, pd: &[u8]) {
+        self.pdata = pd.iter().any(|&b| b != 0).then(|| Box::from(pd));
+    }
+
+    /// The kept private data, zero-padded.
+    pub(crate) fn kept_pdata<const N: usize>(&self) -> [u8; N] {
+        let mut out = [0; N];
+        if let Some(pd) = self.pdata.as_deref() {
+            let n = pd.len().min(N);
+            out[..n].copy_from_slice(&pd[..n]);
+        }
+        out
+    }
+
+    /// Ends an alternate path load, if one was in progress.
+    pub(crate) fn end_lap(&mut self) {
+        self.lap = LapState::Idle;
+        self.alt_pending = None;
+    }
 }
 
 #[derive(Debug, Default)]

@@ -10,8 +10,8 @@ use irpverbs_cm::msg::{
     TransportType,
 };
 use irpverbs_cm::{
-    AcceptParams, CepId, CmError, Config, Engine, Event, LapState, MadAddr, Op, QpTarget,
-    SidrParams, SidrReplyParams, State, Transmit, cm_time,
+    AcceptParams, CepId, CmError, Config, ConnectParams, Engine, Event, LapState, MadAddr, Op,
+    QpTarget, SidrParams, SidrReplyParams, State, Transmit, cm_time,
 };
 use irpverbs_core::qp_state::check_modify;
 
@@ -41,17 +41,22 @@ fn listener(s: &mut Sim) -> CepId {
 /// Node 0 connects to node 1's listener; returns (active, passive) once
 /// the passive side has the request (`ReqRcvd`).
 fn requested(s: &mut Sim, log: &mut Log, qpn: u32) -> (CepId, CepId) {
+    let (a, b, _) = request_with(s, log, &connect_params(0, 1, qpn));
+    (a, b)
+}
+
+/// Node 0 connects with `p` to node 1's listener; returns (active,
+/// passive, REQ) once the passive side has the request (`ReqRcvd`).
+fn request_with(s: &mut Sim, log: &mut Log, p: &ConnectParams<'_>) -> (CepId, CepId, Req) {
     let a = s.e[0].create(1).unwrap();
-    s.e[0]
-        .connect(a, &connect_params(0, 1, qpn), s.now)
-        .unwrap();
+    s.e[0].connect(a, p, s.now).unwrap();
     assert_eq!(s.e[0].state(a), Some(State::ReqSent));
     s.deliver_now(log);
     let (_, ev) = only(log, 1);
     let Event::ConnectRequest { cep: b, req, src } = ev else {
         panic!("{ev:?}");
     };
-    assert_eq!(req.local_qpn, qpn);
+    assert_eq!(req.local_qpn, p.qpn);
     assert_eq!(src, gsi(0));
     assert_eq!(s.e[1].state(b), Some(State::ReqRcvd));
     assert_eq!(
@@ -59,7 +64,25 @@ fn requested(s: &mut Sim, log: &mut Log, qpn: u32) -> (CepId, CepId) {
         Some(77),
         "a new CEP has its listener's context"
     );
-    (a, b)
+    (a, b, req)
+}
+
+/// The CEP's INIT, RTR and RTS attributes are valid modifies of the
+/// driver's QP state machine for a QP of `qp_type`.
+fn walks_to_rts(e: &Engine, id: CepId, qp_type: u32) {
+    let steps = [
+        (QpTarget::Init, IV_QPS_RESET, IV_QPS_INIT),
+        (QpTarget::Rtr, IV_QPS_INIT, IV_QPS_RTR),
+        (QpTarget::Rts, IV_QPS_RTR, IV_QPS_RTS),
+    ];
+    for (target, from, to) in steps {
+        let m = e.qp_attr(id, target).unwrap();
+        assert_eq!(
+            check_modify(qp_type, from, m.mask, &m.attr),
+            Ok(to),
+            "{target:?}"
+        );
+    }
 }
 
 /// A connection from node 0 (QP `qpn`) to node 1 (QP `qpn + 1`).
@@ -165,24 +188,8 @@ fn connect_accept_rtu_with_qp_attributes_both_sides_agree_on() {
 
     // Every set of attributes is a valid modify of the driver's QP state
     // machine.
-    for e in [&s.e[0], &s.e[1]] {
-        let id = if std::ptr::eq(e, &s.e[0]) { a } else { b };
-        let init = e.qp_attr(id, QpTarget::Init).unwrap();
-        let rtr = e.qp_attr(id, QpTarget::Rtr).unwrap();
-        let rts = e.qp_attr(id, QpTarget::Rts).unwrap();
-        assert_eq!(
-            check_modify(IV_QPT_RC, IV_QPS_RESET, init.mask, &init.attr),
-            Ok(IV_QPS_INIT)
-        );
-        assert_eq!(
-            check_modify(IV_QPT_RC, IV_QPS_INIT, rtr.mask, &rtr.attr),
-            Ok(IV_QPS_RTR)
-        );
-        assert_eq!(
-            check_modify(IV_QPT_RC, IV_QPS_RTR, rts.mask, &rts.attr),
-            Ok(IV_QPS_RTS)
-        );
-    }
+    walks_to_rts(&s.e[0], a, IV_QPT_RC);
+    walks_to_rts(&s.e[1], b, IV_QPT_RC);
     assert_eq!(init.attr.port_num, 1);
 
     s.e[0].rtu(a, b"hello").unwrap();
@@ -198,35 +205,15 @@ fn uc_connections_get_uc_attributes() {
     let mut s = sim();
     let mut log = Log::default();
     listener(&mut s);
-    let a = s.e[0].create(0).unwrap();
-    let p = irpverbs_cm::ConnectParams {
+    let p = ConnectParams {
         transport: TransportType::Uc,
         ..connect_params(0, 1, 5)
     };
-    s.e[0].connect(a, &p, 0).unwrap();
-    s.deliver_now(&mut log);
-    let (_, Event::ConnectRequest { cep: b, .. }) = only(&mut log, 1) else {
-        panic!()
-    };
+    let (a, b, _) = request_with(&mut s, &mut log, &p);
     s.e[1].accept(b, &accept_params(6), 0).unwrap();
     s.deliver_now(&mut log);
-    for (e, id) in [(&s.e[0], a), (&s.e[1], b)] {
-        let init = e.qp_attr(id, QpTarget::Init).unwrap();
-        let rtr = e.qp_attr(id, QpTarget::Rtr).unwrap();
-        let rts = e.qp_attr(id, QpTarget::Rts).unwrap();
-        assert_eq!(
-            check_modify(IV_QPT_UC, IV_QPS_RESET, init.mask, &init.attr),
-            Ok(IV_QPS_INIT)
-        );
-        assert_eq!(
-            check_modify(IV_QPT_UC, IV_QPS_INIT, rtr.mask, &rtr.attr),
-            Ok(IV_QPS_RTR)
-        );
-        assert_eq!(
-            check_modify(IV_QPT_UC, IV_QPS_RTR, rts.mask, &rts.attr),
-            Ok(IV_QPS_RTS)
-        );
-    }
+    walks_to_rts(&s.e[0], a, IV_QPT_UC);
+    walks_to_rts(&s.e[1], b, IV_QPT_UC);
 }
 
 #[test]
@@ -235,20 +222,15 @@ fn alternate_path_from_the_req_is_loaded_unless_refused() {
         let mut s = sim();
         let mut log = Log::default();
         listener(&mut s);
-        let a = s.e[0].create(0).unwrap();
         let alt = Path {
             traffic_class: 8,
             ..path(0, 1)
         };
-        let p = irpverbs_cm::ConnectParams {
+        let p = ConnectParams {
             alternate: Some(alt),
             ..connect_params(0, 1, 5)
         };
-        s.e[0].connect(a, &p, 0).unwrap();
-        s.deliver_now(&mut log);
-        let (_, Event::ConnectRequest { cep: b, req, .. }) = only(&mut log, 1) else {
-            panic!()
-        };
+        let (a, b, req) = request_with(&mut s, &mut log, &p);
         assert_eq!(req.alternate, Some(alt));
         let ap = AcceptParams {
             accept_alternate,
@@ -269,14 +251,7 @@ fn alternate_path_from_the_req_is_loaded_unless_refused() {
                 assert_eq!(rtr.attr.alt_ah_attr.traffic_class, 8);
                 assert_eq!(rts.attr.path_mig_state, irpverbs_abi::IV_MIG_REARM);
             }
-            assert_eq!(
-                check_modify(IV_QPT_RC, IV_QPS_INIT, rtr.mask, &rtr.attr),
-                Ok(IV_QPS_RTR)
-            );
-            assert_eq!(
-                check_modify(IV_QPT_RC, IV_QPS_RTR, rts.mask, &rts.attr),
-                Ok(IV_QPS_RTS)
-            );
+            walks_to_rts(e, id, IV_QPT_RC);
         }
     }
 }
@@ -597,7 +572,11 @@ fn unanswered_rep_dreq_lap_and_sidr_time_out() {
         take(&mut log),
         vec![(0, c, Event::Timeout { op: Op::Sidr })]
     );
-    assert_eq!(s.now, 4 * cm_time(12));
+    assert_eq!(
+        s.now,
+        4 * (cm_time(12) + cm_time(0)),
+        "no path: 4.096 us each way"
+    );
     assert_eq!(s.e[0].state(c), Some(State::Idle));
 }
 
@@ -848,11 +827,11 @@ fn simultaneous_connect_to_each_other_makes_one_connection() {
         let mut auto = Auto::new();
         let a = s.e[0].create(0).unwrap();
         let b = s.e[1].create(0).unwrap();
-        let pa = irpverbs_cm::ConnectParams {
+        let pa = ConnectParams {
             peer_to_peer: true,
             ..connect_params(0, 1, 0x300 + seed as u32)
         };
-        let pb = irpverbs_cm::ConnectParams {
+        let pb = ConnectParams {
             peer_to_peer: true,
             ..connect_params(1, 0, 0x400)
         };
@@ -883,7 +862,7 @@ fn peer_to_peer_in_one_engine_and_with_a_late_peer() {
     let mut e = engine(0, 3, 0);
     let x = e.create(0).unwrap();
     let y = e.create(0).unwrap();
-    let p = |qpn| irpverbs_cm::ConnectParams {
+    let p = |qpn| ConnectParams {
         peer_to_peer: true,
         dest: gsi(0),
         primary: path(0, 0),
@@ -922,7 +901,7 @@ fn peer_to_peer_in_one_engine_and_with_a_late_peer() {
     let mut s = sim();
     let mut log = Log::default();
     let a = s.e[0].create(0).unwrap();
-    let pa = irpverbs_cm::ConnectParams {
+    let pa = ConnectParams {
         peer_to_peer: true,
         ..connect_params(0, 1, 1)
     };
@@ -1405,27 +1384,27 @@ fn calls_in_the_wrong_state_or_with_bad_values_change_nothing() {
         Err(CmError::InvalidState(State::Idle))
     );
     let bad = [
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             qpn: 1 << 24,
             ..connect_params(0, 1, 1)
         },
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             path_mtu: 0,
             ..connect_params(0, 1, 1)
         },
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             transport: TransportType::Rd,
             ..connect_params(0, 1, 1)
         },
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             max_cm_retries: 16,
             ..connect_params(0, 1, 1)
         },
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             private_data: &[1; 93],
             ..connect_params(0, 1, 1)
         },
-        irpverbs_cm::ConnectParams {
+        ConnectParams {
             primary: Path {
                 sl: 16,
                 ..path(0, 1)

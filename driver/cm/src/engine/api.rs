@@ -3,7 +3,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use super::{CmError, Engine, pad};
+use super::{CmError, Engine, pad, rej_of};
 use crate::cep::{APR_SENT, CONN_READY, Conn, IN_LISTEN, IN_PEER, ORPHAN, SIGNALED};
 use crate::event::Event;
 use crate::msg::{
@@ -12,7 +12,7 @@ use crate::msg::{
 };
 use crate::params::{AcceptParams, ConnectParams, SidrParams, SidrReplyParams};
 use crate::qp::{self, QpModify, QpTarget};
-use crate::types::{CepId, LapState, Nanos, Op, State, cm_time};
+use crate::types::{CepId, LapState, Nanos, Op, State};
 
 const MASK24: u32 = 0xFF_FFFF;
 
@@ -153,13 +153,11 @@ impl Engine {
             primary: p.primary,
             alternate: p.alternate,
         };
-        let wait = Self::wait(c, c.resp_timeout);
         if p.peer_to_peer {
             c.flags |= IN_PEER;
             self.peers.insert((p.service_id, p.primary.remote_gid, idx));
         }
-        self.send_kept(idx, tid, CmMsg::Req(req));
-        self.arm(idx, now.saturating_add(wait));
+        self.send_awaiting(idx, tid, CmMsg::Req(req), now);
         Ok(())
     }
 
@@ -243,9 +241,8 @@ impl Engine {
             local_ca_guid: guid,
             private_data,
         };
-        let (tid, wait) = (c.tid, Self::wait(c, c.resp_timeout));
-        self.send_kept(idx, tid, CmMsg::Rep(rep));
-        self.arm(idx, now.saturating_add(wait));
+        let tid = c.tid;
+        self.send_awaiting(idx, tid, CmMsg::Rep(rep), now);
         Ok(())
     }
 
@@ -289,12 +286,9 @@ impl Engine {
             s => return Err(CmError::InvalidState(s)),
         };
         let rej = Rej {
-            local_comm_id: id.0,
-            remote_comm_id: c.remote_id,
-            msg_rejected: msg,
-            reason,
             ari,
             private_data,
+            ..rej_of(c, msg, reason, &[])
         };
         let (dest, tid) = (c.addr, c.tid);
         self.send(dest, tid, CmMsg::Rej(rej));
@@ -365,10 +359,7 @@ impl Engine {
         }
         c.state = State::Established;
         c.sent = None;
-        c.pdata = private_data
-            .iter()
-            .any(|&b| b != 0)
-            .then(|| Box::from(private_data));
+        c.keep_pdata(private_data);
         let rtu = Rtu {
             local_comm_id: id.0,
             remote_comm_id: c.remote_id,
@@ -441,8 +432,7 @@ impl Engine {
             return;
         };
         c.state = State::DreqSent;
-        c.lap = LapState::Idle;
-        c.alt_pending = None;
+        c.end_lap();
         c.aux_tid = tid;
         c.retries = c.max_retries;
         let dreq = Dreq {
@@ -451,9 +441,7 @@ impl Engine {
             remote_qpn: c.conn.remote_qpn,
             private_data,
         };
-        let wait = Self::wait(c, c.resp_timeout);
-        self.send_kept(idx, tid, CmMsg::Dreq(dreq));
-        self.arm(idx, now.saturating_add(wait));
+        self.send_awaiting(idx, tid, CmMsg::Dreq(dreq), now);
     }
 
     /// `DreqRcvd` to `Timewait`: sends the DREP (after the QP was moved to
@@ -469,10 +457,7 @@ impl Engine {
         if c.state != State::DreqRcvd {
             return Err(CmError::InvalidState(c.state));
         }
-        c.pdata = private_data
-            .iter()
-            .any(|&b| b != 0)
-            .then(|| Box::from(private_data));
+        c.keep_pdata(private_data);
         let drep = Drep {
             local_comm_id: id.0,
             remote_comm_id: c.remote_id,
@@ -521,9 +506,7 @@ impl Engine {
             alternate: *path,
             private_data: pd,
         };
-        let wait = Self::wait(c, c.resp_timeout);
-        self.send_kept(idx, tid, CmMsg::Lap(lap));
-        self.arm(idx, now.saturating_add(wait));
+        self.send_awaiting(idx, tid, CmMsg::Lap(lap), now);
         Ok(())
     }
 
@@ -603,8 +586,7 @@ impl Engine {
             service_id: p.service_id,
             private_data,
         };
-        self.send_kept(idx, tid, CmMsg::SidrReq(req));
-        self.arm(idx, now.saturating_add(cm_time(p.timeout)));
+        self.send_awaiting(idx, tid, CmMsg::SidrReq(req), now);
         Ok(())
     }
 
@@ -697,49 +679,23 @@ impl Engine {
             return;
         };
         c.flags |= ORPHAN;
-        let (state, id, dest, tid, remote_id) = (c.state, c.id, c.addr, c.tid, c.remote_id);
-        let rej = |msg, reason, ari: &[u8]| {
-            CmMsg::Rej(Rej {
-                local_comm_id: id.0,
-                remote_comm_id: remote_id,
-                msg_rejected: msg,
-                reason,
-                ari: Info::new(ari).unwrap_or_default(),
-                private_data: [0; crate::msg::REJ_PDATA],
-            })
-        };
         let guid = self.cfg.ca_guid.to_be_bytes();
-        match state {
+        let consumer = RejReason::CONSUMER_REJECT;
+        match c.state {
             State::ReqSent | State::MraReqRcvd => {
-                self.send(
-                    dest,
-                    tid,
-                    rej(RejectedMsg::Other, RejReason::TIMEOUT, &guid),
-                );
+                self.send_rej(idx, RejectedMsg::Other, RejReason::TIMEOUT, &guid);
                 self.release(idx);
             }
             State::ReqRcvd | State::MraReqSent => {
-                self.send(
-                    dest,
-                    tid,
-                    rej(RejectedMsg::Req, RejReason::CONSUMER_REJECT, &[]),
-                );
+                self.send_rej(idx, RejectedMsg::Req, consumer, &[]);
                 self.release(idx);
             }
             State::RepRcvd | State::MraRepSent => {
-                self.send(
-                    dest,
-                    tid,
-                    rej(RejectedMsg::Rep, RejReason::CONSUMER_REJECT, &[]),
-                );
+                self.send_rej(idx, RejectedMsg::Rep, consumer, &[]);
                 self.release(idx);
             }
             State::RepSent | State::MraRepRcvd => {
-                self.send(
-                    dest,
-                    tid,
-                    rej(RejectedMsg::Other, RejReason::CONSUMER_REJECT, &[]),
-                );
+                self.send_rej(idx, RejectedMsg::Other, consumer, &[]);
                 self.enter_timewait(idx, now);
             }
             State::Established => {
@@ -748,19 +704,13 @@ impl Engine {
             }
             State::DreqSent => self.enter_timewait(idx, now),
             State::DreqRcvd => {
-                let drep = Drep {
-                    local_comm_id: id.0,
-                    remote_comm_id: remote_id,
-                    private_data: [0; crate::msg::DREP_PDATA],
-                };
-                let aux = c.aux_tid;
-                self.send(dest, aux, CmMsg::Drep(drep));
+                self.send_reply(idx, super::recv::Reply::Drep);
                 self.enter_timewait(idx, now);
             }
             State::Timewait => {}
             State::SidrReqRcvd => {
                 let rep = SidrRep {
-                    request_id: remote_id,
+                    request_id: c.remote_id,
                     status: SidrStatus::REJECTED,
                     vendor_id: 0,
                     qpn: 0,
@@ -769,6 +719,7 @@ impl Engine {
                     info: Info::EMPTY,
                     private_data: [0; crate::msg::SIDR_REP_PDATA],
                 };
+                let (dest, tid) = (c.addr, c.tid);
                 self.send(dest, tid, CmMsg::SidrRep(rep));
                 self.release(idx);
             }

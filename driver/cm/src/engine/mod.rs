@@ -21,7 +21,7 @@ use crate::cep::{
     SIGNALED, Table,
 };
 use crate::event::{Event, Events};
-use crate::msg::{CmMsg, MAD_SIZE, Mad};
+use crate::msg::{CmMsg, Info, MAD_SIZE, Mad, REJ_PDATA, Rej, RejReason, RejectedMsg};
 use crate::qp::{self, QpModify, QpTarget};
 use crate::types::{CepId, LapState, MadAddr, Nanos, State, Transmit, cm_time};
 
@@ -161,6 +161,18 @@ impl fmt::Debug for Engine {
             .field("ceps", &self.table.live())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
+    }
+}
+
+/// A REJ for the CEP's connection, without private data.
+pub(crate) fn rej_of(c: &Cep, msg: RejectedMsg, reason: RejReason, ari: &[u8]) -> Rej {
+    Rej {
+        local_comm_id: c.id.0,
+        remote_comm_id: c.remote_id,
+        msg_rejected: msg,
+        reason,
+        ari: Info::new(ari).unwrap_or_default(),
+        private_data: [0; REJ_PDATA],
     }
 }
 
@@ -404,6 +416,24 @@ impl Engine {
         }
     }
 
+    /// Sends a REJ for the CEP's connection, in its transaction.
+    fn send_rej(&mut self, idx: u32, msg: RejectedMsg, reason: RejReason, ari: &[u8]) {
+        if let Some(c) = self.table.get(idx) {
+            let (rej, dest, tid) = (rej_of(c, msg, reason, ari), c.addr, c.tid);
+            self.send(dest, tid, CmMsg::Rej(rej));
+        }
+    }
+
+    /// Queues `msg`, keeps it, and arms the wait for its answer (see
+    /// [`Engine::wait`]).
+    fn send_awaiting(&mut self, idx: u32, tid: u64, msg: CmMsg, now: Nanos) {
+        self.send_kept(idx, tid, msg);
+        if let Some(c) = self.table.get(idx) {
+            let wait = Self::wait(c, c.resp_timeout);
+            self.arm(idx, now.saturating_add(wait));
+        }
+    }
+
     /// Sends the kept MAD again.
     fn resend(&mut self, idx: u32) {
         if let Some(c) = self.table.get(idx)
@@ -438,7 +468,8 @@ impl Engine {
 
     /// How long to wait for an answer from a remote that takes up to
     /// 4.096 us * 2^`exp`: that, plus a packet lifetime each way (together
-    /// the path's local ACK timeout, 2 * 2^(t - 1)).
+    /// the path's local ACK timeout, 2 * 2^(t - 1); 4.096 us for SIDR,
+    /// which has no path).
     fn wait(cep: &Cep, exp: u8) -> Nanos {
         cm_time(exp) + cm_time(cep.conn.primary.local_ack_timeout)
     }
@@ -502,12 +533,11 @@ impl Engine {
         self.unlink(idx);
         if let Some(c) = self.table.get_mut(idx) {
             c.state = State::Idle;
-            c.lap = LapState::Idle;
+            c.end_lap();
             c.flags &= !CONN_READY;
             c.remote_id = 0;
             c.sent = None;
             c.pdata = None;
-            c.alt_pending = None;
         }
     }
 
@@ -519,9 +549,8 @@ impl Engine {
             return;
         };
         c.state = State::Timewait;
-        c.lap = LapState::Idle;
+        c.end_lap();
         c.sent = None;
-        c.alt_pending = None;
         let tw = cm_time(c.conn.primary.local_ack_timeout).max(self.cfg.min_timewait);
         self.arm(idx, now.saturating_add(tw));
     }

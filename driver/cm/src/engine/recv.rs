@@ -3,7 +3,7 @@
 
 use alloc::boxed::Box;
 
-use super::Engine;
+use super::{Engine, rej_of};
 use crate::cep::{APR_SENT, CONN_READY, IN_PEER, IN_SIDR};
 use crate::event::Event;
 use crate::msg::{
@@ -12,6 +12,15 @@ use crate::msg::{
     Rep, Req, Rtu, SidrRep, SidrReq, SidrStatus, TransportType, attr,
 };
 use crate::types::{CepId, LapState, MadAddr, Nanos, State};
+
+/// The answers rebuilt from a CEP's fields.
+#[derive(Clone, Copy)]
+pub(super) enum Reply {
+    /// The RTU of the connection.
+    Rtu,
+    /// The DREP of the last DREQ.
+    Drep,
+}
 
 impl Engine {
     /// A MAD received on the GSI from `src`. Runs in the receive
@@ -258,16 +267,7 @@ impl Engine {
         match c.state {
             State::MraReqSent | State::RepSent | State::MraRepRcvd => self.resend(idx),
             State::Timewait => {
-                let rej = Rej {
-                    local_comm_id: c.id.0,
-                    remote_comm_id: c.remote_id,
-                    msg_rejected: RejectedMsg::Req,
-                    reason: RejReason::STALE_CONNECTION,
-                    ari: Info::EMPTY,
-                    private_data: [0; msg::REJ_PDATA],
-                };
-                let (dest, tid) = (c.addr, c.tid);
-                self.send(dest, tid, CmMsg::Rej(rej));
+                self.send_rej(idx, RejectedMsg::Req, RejReason::STALE_CONNECTION, &[]);
             }
             _ => {}
         }
@@ -314,7 +314,7 @@ impl Engine {
             }
             State::Established => {
                 self.stats.duplicates += 1;
-                self.resend_rtu(idx);
+                self.send_reply(idx, Reply::Rtu);
             }
             _ => self.unmatched(),
         }
@@ -333,12 +333,8 @@ impl Engine {
                 return;
             };
             let rej = Rej {
-                local_comm_id: c.id.0,
                 remote_comm_id: rep.local_comm_id,
-                msg_rejected: RejectedMsg::Rep,
-                reason: RejReason::STALE_CONNECTION,
-                ari: Info::EMPTY,
-                private_data: [0; msg::REJ_PDATA],
+                ..rej_of(c, RejectedMsg::Rep, RejReason::STALE_CONNECTION, &[])
             };
             let dest = c.addr;
             self.send(dest, hdr.tid, CmMsg::Rej(rej));
@@ -373,23 +369,35 @@ impl Engine {
         self.push_event(idx, Event::Reply { rep: *rep });
     }
 
-    /// The RTU again, for a REP again.
-    fn resend_rtu(&mut self, idx: u32) {
+    /// The RTU again, for a REP again; or the DREP of the CEP's last DREQ.
+    /// Both with the private data kept when they were first sent.
+    pub(super) fn send_reply(&mut self, idx: u32, reply: Reply) {
         let Some(c) = self.table.get(idx) else {
             return;
         };
-        let mut private_data = [0; msg::RTU_PDATA];
-        if let Some(pd) = c.pdata.as_deref() {
-            let n = pd.len().min(private_data.len());
-            private_data[..n].copy_from_slice(&pd[..n]);
-        }
-        let rtu = Rtu {
-            local_comm_id: c.id.0,
-            remote_comm_id: c.remote_id,
-            private_data,
+        let (local_comm_id, remote_comm_id) = (c.id.0, c.remote_id);
+        let (msg, tid) = match reply {
+            Reply::Rtu => {
+                let private_data = c.kept_pdata();
+                let rtu = Rtu {
+                    local_comm_id,
+                    remote_comm_id,
+                    private_data,
+                };
+                (CmMsg::Rtu(rtu), c.tid)
+            }
+            Reply::Drep => {
+                let private_data = c.kept_pdata();
+                let drep = Drep {
+                    local_comm_id,
+                    remote_comm_id,
+                    private_data,
+                };
+                (CmMsg::Drep(drep), c.aux_tid)
+            }
         };
-        let (dest, tid) = (c.addr, c.tid);
-        self.send(dest, tid, CmMsg::Rtu(rtu));
+        let dest = c.addr;
+        self.send(dest, tid, msg);
     }
 
     // -------------------------------------------------------------- MRA, REJ, RTU
@@ -533,9 +541,8 @@ impl Engine {
                 // established, so this side was too.
                 let accepting = c.state != State::Established;
                 c.state = State::DreqRcvd;
-                c.lap = LapState::Idle;
+                c.end_lap();
                 c.sent = None;
-                c.alt_pending = None;
                 c.aux_tid = hdr.tid;
                 self.disarm(idx);
                 if accepting {
@@ -548,37 +555,18 @@ impl Engine {
                 // is complete too.
                 c.aux_tid = hdr.tid;
                 c.pdata = None;
-                self.send_drep(idx);
+                self.send_reply(idx, Reply::Drep);
                 self.enter_timewait(idx, now);
                 self.push_event(idx, Event::DisconnectReply { private_data: None });
             }
             State::Timewait => {
                 self.stats.duplicates += 1;
                 c.aux_tid = hdr.tid;
-                self.send_drep(idx);
+                self.send_reply(idx, Reply::Drep);
             }
             State::DreqRcvd => self.stats.duplicates += 1,
             _ => self.unmatched(),
         }
-    }
-
-    /// Sends the DREP of the CEP's last DREQ (its kept private data).
-    fn send_drep(&mut self, idx: u32) {
-        let Some(c) = self.table.get(idx) else {
-            return;
-        };
-        let mut private_data = [0; msg::DREP_PDATA];
-        if let Some(pd) = c.pdata.as_deref() {
-            let n = pd.len().min(private_data.len());
-            private_data[..n].copy_from_slice(&pd[..n]);
-        }
-        let drep = Drep {
-            local_comm_id: c.id.0,
-            remote_comm_id: c.remote_id,
-            private_data,
-        };
-        let (dest, tid) = (c.addr, c.aux_tid);
-        self.send(dest, tid, CmMsg::Drep(drep));
     }
 
     fn on_drep(&mut self, now: Nanos, drep: &Drep) {

@@ -3,7 +3,7 @@
 use super::Engine;
 use crate::cep::ORPHAN;
 use crate::event::Event;
-use crate::msg::{self, CmMsg, Info, Rej, RejReason, RejectedMsg};
+use crate::msg::{RejReason, RejectedMsg};
 use crate::types::{LapState, Nanos, Op, State};
 
 impl Engine {
@@ -38,41 +38,30 @@ impl Engine {
         };
         if c.retries > 0 {
             c.retries -= 1;
-            let wait = if op == Op::Sidr {
-                crate::types::cm_time(c.resp_timeout)
-            } else {
-                Self::wait(c, c.resp_timeout)
-            };
+            let wait = Self::wait(c, c.resp_timeout);
             self.stats.retransmits += 1;
             self.resend(idx);
             self.arm(idx, now.saturating_add(wait));
             return;
         }
         self.stats.timeouts += 1;
-        let timeout_rej = Rej {
-            local_comm_id: c.id.0,
-            remote_comm_id: c.remote_id,
-            msg_rejected: RejectedMsg::Other,
-            reason: RejReason::TIMEOUT,
-            ari: Info::new(&self.cfg.ca_guid.to_be_bytes()).unwrap_or_default(),
-            private_data: [0; msg::REJ_PDATA],
-        };
-        let (dest, tid) = (c.addr, c.tid);
+        let guid = self.cfg.ca_guid.to_be_bytes();
         match op {
             Op::Connect => {
-                self.send(dest, tid, CmMsg::Rej(timeout_rej));
+                self.send_rej(idx, RejectedMsg::Other, RejReason::TIMEOUT, &guid);
                 self.reset_idle(idx);
             }
             Op::Accept => {
-                self.send(dest, tid, CmMsg::Rej(timeout_rej));
+                self.send_rej(idx, RejectedMsg::Other, RejReason::TIMEOUT, &guid);
                 self.enter_timewait(idx, now);
             }
             Op::Disconnect => self.enter_timewait(idx, now),
             Op::Sidr => self.reset_idle(idx),
             Op::LoadAltPath | Op::Listen => {
-                c.lap = LapState::Idle;
-                c.sent = None;
-                c.alt_pending = None;
+                if let Some(c) = self.table.get_mut(idx) {
+                    c.end_lap();
+                    c.sent = None;
+                }
             }
         }
         self.push_event(idx, Event::Timeout { op });
