@@ -1435,3 +1435,36 @@ fn calls_in_the_wrong_state_or_with_bad_values_change_nothing() {
     assert!(!e.contains(d));
     let _ = MadAddr::default();
 }
+
+#[test]
+fn a_rej_after_the_rtu_or_during_disconnect_enters_time_wait() {
+    // The passive side gave up on its REP after the active side sent RTU
+    // (all RTUs lost): its REJ(Timeout) ends the active side's connection.
+    for disconnecting in [false, true] {
+        let mut s = sim();
+        let mut log = Log::default();
+        listener(&mut s);
+        let (a, b) = established(&mut s, &mut log, 0x10);
+        if disconnecting {
+            s.e[0].disconnect(a, &[], s.now).unwrap();
+            let _lost = sent(&mut s.e[0]);
+        }
+        let rej = msg::Rej {
+            local_comm_id: b.0,
+            remote_comm_id: a.0,
+            msg_rejected: msg::RejectedMsg::Other,
+            reason: RejReason::TIMEOUT,
+            ari: Info::new(&GUID[1].to_be_bytes()).unwrap(),
+            private_data: [0; msg::REJ_PDATA],
+        };
+        let bytes = Mad::new(5, CmMsg::Rej(rej)).to_bytes();
+        s.e[0].receive(s.now, &gsi(1), &bytes).unwrap();
+        s.poll_owner(&mut log);
+        assert_eq!(only(&mut log, 0), (a, Event::Rejected { rej, sent: false }));
+        assert_eq!(s.e[0].state(a), Some(State::Timewait));
+        // Again: nothing more.
+        s.e[0].receive(s.now, &gsi(1), &bytes).unwrap();
+        s.poll_owner(&mut log);
+        assert!(take(&mut log).is_empty());
+    }
+}
