@@ -477,7 +477,7 @@ fn root_workspace_excludes_the_driver_and_builds_the_runner() {
     let workspace = toml_table(&manifest, "workspace").expect("root [workspace]");
     assert_eq!(
         toml_value(workspace, "exclude"),
-        Some("[\"driver/kmdf\", \"driver/soft/fuzz\"]"),
+        Some("[\"driver/kmdf\", \"driver/soft/fuzz\", \"driver/cm/fuzz\"]"),
         "Linux builds never see the KMDF crate (nor the fuzz targets, which need libFuzzer)"
     );
     let members_start = workspace.find("members").expect("members");
