@@ -381,13 +381,22 @@ impl HostDevice {
 
     /// Busy-poll receive on the UDP wire ([`UdpWire::poll_rx`]): for a
     /// thread that spins on a CQ, between polls that found nothing. How
-    /// many datagrams it delivered; 0 without a wire.
+    /// many datagrams it delivered; 0 without a wire. The ACKs owed for
+    /// what it delivered wait for this thread's next send (one system call
+    /// for both) or its next call that finds nothing.
     pub fn poll_wire(&self) -> usize {
-        self.udp
+        let n = self
+            .udp
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map_or(0, UdpWire::poll_rx)
+            .map_or(0, UdpWire::poll_rx);
+        if n == 0 {
+            // Nothing new: the ACKs the last poll held go now (an answer
+            // posted meanwhile took them along).
+            self.soft().flush_transmit();
+        }
+        n
     }
 
     /// The UDP wire's counters, if one is attached.
@@ -470,6 +479,15 @@ impl Endpoint for DeviceEndpoint {
     fn receive(&self, d: &Datagram<'_>) {
         // A dropped datagram is counted by the HCA.
         let _ = self.soft.receive(d);
+    }
+
+    fn receive_queued(&self, d: &Datagram<'_>) {
+        // A dropped datagram is counted by the HCA.
+        let _ = self.soft.receive_queued(d);
+    }
+
+    fn end_batch(&self, flush: bool) {
+        self.soft.run_deferred(flush);
     }
 
     fn advance_clock(&self, now_ns: u64) -> Option<u64> {

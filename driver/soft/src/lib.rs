@@ -391,6 +391,23 @@ impl<P: Platform> SoftHca<P> {
     /// Why the datagram was dropped (also counted in [`Self::link_stats`]);
     /// [`wire::WireError::Truncated`] too when no receive buffer was free.
     pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
+        self.receive_queued(d)?;
+        match self.execution {
+            Execution::Inline => self.drive(|_| {}),
+            Execution::Deferred => self.bus.doorbell(),
+        }
+        Ok(())
+    }
+
+    /// [`Self::receive`] without running the data path: the datagram waits
+    /// for [`Self::run_deferred`] (or any other run), so that a batch of
+    /// datagrams is processed in one go.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// As [`Self::receive`].
+    pub fn receive_queued(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
         let ip = d.ip();
         let parsed = wire::parse_transport(d.payload, &ip);
         let mut tap = None;
@@ -431,12 +448,29 @@ impl<P: Platform> SoftHca<P> {
         if let Some(tap) = tap {
             tap.tap(link::Direction::Received, d);
         }
-        queued?;
+        queued
+    }
+
+    /// Runs the data path on what [`Self::receive_queued`] queued (inline;
+    /// deferred, wakes the hardware thread). With `flush` false the
+    /// datagrams this produces for the link (ACKs, mostly) stay queued
+    /// until [`Self::flush_transmit`] or the next run that flushes: a
+    /// thread that busy-polls the wire and answers what it got sends the
+    /// ACK and its answer in one system call.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn run_deferred(&self, flush: bool) {
         match self.execution {
-            Execution::Inline => self.drive(|_| {}),
+            Execution::Inline => self.drive_with(|_| {}, flush),
             Execution::Deferred => self.bus.doorbell(),
         }
-        Ok(())
+    }
+
+    /// Hands every datagram waiting for the link to it now.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn flush_transmit(&self) {
+        self.flush_tx();
     }
 
     /// Fires the timers due at `now_ns` (on the link's clock), runs the
@@ -501,11 +535,17 @@ impl<P: Platform> SoftHca<P> {
     /// queue. After releasing the lock: the interrupt, and the kicks of the
     /// HCAs that got frames. Returns true when work is left.
     fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> bool {
+        self.dp_step_with(todo, pre, true)
+    }
+
+    fn dp_step_with(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware), flush: bool) -> bool {
         let (raise, more) = self.state.lock(|st| {
             pre(&mut st.firmware);
             self.dp_locked(st, todo)
         });
-        self.flush_tx();
+        if flush {
+            self.flush_tx();
+        }
         if raise {
             self.bus.interrupt();
         }
@@ -536,7 +576,18 @@ impl<P: Platform> SoftHca<P> {
             }
             b
         });
-        while let Some((link, tx, tap)) = next {
+        while let Some((link, mut tx, tap)) = next {
+            // Batches queued behind it for the same link leave with it.
+            self.txq.lock(|q| {
+                while let Some((l, _, _)) = q.batches.front() {
+                    if !Arc::ptr_eq(l, &link) {
+                        break;
+                    }
+                    if let Some((_, mut more, _)) = q.batches.pop_front() {
+                        tx.append(&mut more);
+                    }
+                }
+            });
             if let Some(tap) = tap {
                 for d in tx.iter() {
                     tap.tap(link::Direction::Sent, &d);
@@ -631,13 +682,23 @@ impl<P: Platform> SoftHca<P> {
     /// HCA's, and that of every inline HCA it sends to (a work list, never
     /// recursion).
     fn drive(&self, pre: impl FnOnce(&mut Firmware)) {
+        self.drive_with(pre, true);
+    }
+
+    /// [`Self::drive`]; with `flush` false this HCA's datagrams for its
+    /// link stay queued (see [`SoftHca::run_deferred`]).
+    fn drive_with(&self, pre: impl FnOnce(&mut Firmware), flush: bool) {
         let mut todo = Todo::new();
-        let again = self.dp_step(&mut todo, pre);
-        self.drive_rest(todo, again);
+        let again = self.dp_step_with(&mut todo, pre, flush);
+        self.drive_rest_with(todo, again, flush);
     }
 
     /// The rest of [`Self::drive`], after a first step.
-    fn drive_rest(&self, mut todo: Todo, mut again: bool) {
+    fn drive_rest(&self, todo: Todo, again: bool) {
+        self.drive_rest_with(todo, again, true);
+    }
+
+    fn drive_rest_with(&self, mut todo: Todo, mut again: bool, flush: bool) {
         loop {
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
@@ -651,7 +712,7 @@ impl<P: Platform> SoftHca<P> {
             if !again {
                 return;
             }
-            again = self.dp_step(&mut todo, |_| {});
+            again = self.dp_step_with(&mut todo, |_| {}, flush);
         }
     }
 

@@ -121,6 +121,17 @@ impl TxBatch {
         })
     }
 
+    /// Moves every datagram of `other` to the end of this batch (`other`
+    /// is left empty): batches for one link leave in one call.
+    pub fn append(&mut self, other: &mut TxBatch) {
+        let base = self.buf.len();
+        self.buf.append(&mut other.buf);
+        self.items.extend(other.items.drain(..).map(|mut t| {
+            t.start += base;
+            t
+        }));
+    }
+
     /// Drops every datagram, keeping the capacity.
     pub fn clear(&mut self) {
         self.buf.clear();

@@ -740,3 +740,128 @@ fn rnr_on_a_clean_wire_costs_no_retry() {
         );
     }
 }
+
+/// A datagram as a test link captured it.
+#[derive(Clone, Debug)]
+struct Captured {
+    sgid: crate::packet::Gid,
+    dgid: crate::packet::Gid,
+    src_port: u16,
+    dst_port: u16,
+    bytes: Vec<u8>,
+}
+
+/// A link that keeps what it is given, call by call.
+#[derive(Default)]
+struct Capture(std::sync::Mutex<Vec<Vec<Captured>>>);
+
+impl crate::link::Link for Capture {
+    fn transmit(&self, batch: &crate::link::TxBatch) {
+        let call = batch
+            .iter()
+            .map(|d| Captured {
+                sgid: d.sgid,
+                dgid: d.dgid,
+                src_port: d.src_port,
+                dst_port: d.dst_port,
+                bytes: d.payload.to_vec(),
+            })
+            .collect();
+        self.0.lock().unwrap().push(call);
+    }
+    fn now_ns(&self) -> u64 {
+        0
+    }
+}
+
+impl Capture {
+    fn take(&self) -> Vec<Vec<Captured>> {
+        core::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn deliver(to: &Node, d: &Captured) {
+    to.d.hca
+        .receive_queued(&crate::link::Datagram {
+            sgid: d.sgid,
+            dgid: d.dgid,
+            src_port: d.src_port,
+            dst_port: d.dst_port,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            payload: &d.bytes,
+        })
+        .unwrap();
+}
+
+/// A busy-polling receiver holds the ACKs it owes (`run_deferred(false)`)
+/// and sends them with its answer in one transmit call; otherwise
+/// `flush_transmit` sends them.
+#[test]
+fn deferred_acks_leave_with_the_answer() {
+    let (a, b) = (Node::new(1), Node::new(2));
+    let (la, lb) = (
+        alloc::sync::Arc::new(Capture::default()),
+        alloc::sync::Arc::new(Capture::default()),
+    );
+    a.d.hca.attach_link(la.clone()).unwrap();
+    b.d.hca.attach_link(lb.clone()).unwrap();
+    let (cqa, cqb) = (a.cq(16), b.cq(16));
+    let (qa, qb) = (a.qp(IV_QPT_RC, &cqa), b.qp(IV_QPT_RC, &cqb));
+    let c = Conn::default();
+    a.connect(&qa, b.gid(), qb.qpn, &c);
+    let back = Conn {
+        sq_psn: c.rq_psn,
+        rq_psn: c.sq_psn,
+        ..c
+    };
+    b.connect(&qb, a.gid(), qa.qpn, &back);
+    let ma = a.mem(4096, ALL_ACCESS);
+    let mb = b.mem(4096, ALL_ACCESS);
+    b.recv(&qb, 1, &[mb.sge(0, 64)]);
+    a.recv(&qa, 2, &[ma.sge(0, 64)]);
+    let send = |node: &Node, ep: &Ep, wr_id: u64| {
+        node.post(
+            ep,
+            &SendWr {
+                inline: Some(b"ping"),
+                ..crate::tests_dp::signaled(wr_id, IV_WR_SEND)
+            },
+        );
+    };
+    send(&a, &qa, 10);
+    let calls = la.take();
+    assert_eq!(calls.len(), 1, "the SEND");
+    deliver(&b, &calls[0][0]);
+    b.d.hca.run_deferred(false);
+    assert_eq!(cqb.poll().len(), 1, "b got the SEND");
+    assert!(lb.take().is_empty(), "its ACK is held");
+    // b answers: the ACK and the answer leave in one call.
+    send(&b, &qb, 20);
+    let calls = lb.take();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].len(), 2, "the ACK and the SEND together");
+    for d in &calls[0] {
+        deliver(&a, d);
+    }
+    a.d.hca.run_deferred(true);
+    let done: Vec<u64> = cqa.poll().iter().map(|c| c.wr_id).collect();
+    assert_eq!(
+        done.len(),
+        2,
+        "a's SEND acknowledged, b's received: {done:?}"
+    );
+    // a flushed its ACK for b's SEND right away (run_deferred(true)).
+    let calls = la.take();
+    assert_eq!(calls.len(), 1);
+    deliver(&b, &calls[0][0]);
+    b.d.hca.run_deferred(false);
+    assert_eq!(cqb.poll().iter().map(|c| c.wr_id).collect::<Vec<_>>(), [20]);
+    // Nothing owed, nothing held; flush_transmit with nothing queued is a
+    // no-op.
+    b.d.hca.flush_transmit();
+    assert!(lb.take().is_empty());
+    a.d.hca.detach_link();
+    b.d.hca.detach_link();
+}

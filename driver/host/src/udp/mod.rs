@@ -193,6 +193,20 @@ pub trait Endpoint: Send + Sync {
     /// A datagram arrived (never empty). Drops are the endpoint's to count.
     fn receive(&self, d: &Datagram<'_>);
 
+    /// A datagram of a batch arrived: it may wait for [`Endpoint::end_batch`]
+    /// to be processed. By default, [`Endpoint::receive`].
+    fn receive_queued(&self, d: &Datagram<'_>) {
+        self.receive(d);
+    }
+
+    /// The batch is over: process what [`Endpoint::receive_queued`] kept.
+    /// With `flush` false the answers it produces (ACKs) may stay queued
+    /// for the caller's next send ([`UdpWire::poll_rx`]'s busy-polling
+    /// thread sends them with its own). By default nothing.
+    fn end_batch(&self, flush: bool) {
+        let _ = flush;
+    }
+
     /// Fires the timers due at `now_ns` (nanoseconds on the wire's
     /// monotonic clock, [`Link::now_ns`]); the next deadline, if any.
     fn advance_clock(&self, now_ns: u64) -> Option<u64>;
@@ -509,10 +523,10 @@ impl UdpLink {
     /// Receives one batch of what is queued, without waiting, and hands
     /// each datagram to `endpoint`; how many were received (delivered or
     /// dropped as truncated). The caller holds the receive lock.
-    fn receive_batch(&self, rx: &mut sys::Receiver, endpoint: &dyn Endpoint) -> usize {
+    fn receive_batch(&self, rx: &mut sys::Receiver, endpoint: &dyn Endpoint, flush: bool) -> usize {
         let dgid = ip_gid(self.local.ip());
         let result = rx.recv(&self.sock, &mut |r, bytes| {
-            endpoint.receive(&Datagram {
+            endpoint.receive_queued(&Datagram {
                 sgid: r.sgid,
                 dgid,
                 src_port: r.src_port,
@@ -523,6 +537,7 @@ impl UdpLink {
                 payload: bytes,
             });
         });
+        endpoint.end_batch(flush);
         match result {
             Ok(r) => {
                 add(&self.counters.received, r.received);
@@ -615,7 +630,7 @@ impl Rx {
             match sys::wait_readable(&link.sock, RECV_POLL) {
                 Ok(true) => {
                     let mut r = self.receiver.lock().unwrap_or_else(PoisonError::into_inner);
-                    while link.receive_batch(&mut r, &*self.endpoint) == sys::BATCH {}
+                    while link.receive_batch(&mut r, &*self.endpoint, true) == sys::BATCH {}
                 }
                 Ok(false) => {}
                 Err(_) => {
@@ -708,7 +723,7 @@ impl UdpWire {
         let until = self.link.clock.now_ns().saturating_add(BUSY_POLL_LEASE_NS);
         self.rx.busy_until.fetch_max(until, Ordering::Relaxed);
         match self.rx.try_receiver() {
-            Some(mut r) => self.link.receive_batch(&mut r, &*self.rx.endpoint),
+            Some(mut r) => self.link.receive_batch(&mut r, &*self.rx.endpoint, false),
             None => 0,
         }
     }
