@@ -17,7 +17,7 @@ use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
 use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, qp_request, rts_steps};
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig};
+use crate::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use crate::platform::{HostConfig, VerifierConfig};
 
 /// A perftest test.
@@ -111,6 +111,10 @@ pub struct PerfConfig {
     pub mtu: u32,
     /// Where the soft HCA's firmware runs.
     pub engine: Engine,
+    /// How the endpoints ring their doorbells: direct calls, or their
+    /// files' doorbell pages, scanned by the device's doorbell thread (what
+    /// a user-mode ULP does on Windows).
+    pub doorbells: UserDoorbells,
     /// Run the verifier (off by default: perftest measures the fast path).
     pub verifier: bool,
     /// Latency ping-pong on one thread (the driver's own cost, without the
@@ -134,6 +138,7 @@ impl PerfConfig {
             cq_mod: 32,
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
+            doorbells: UserDoorbells::Direct,
             verifier: false,
             one_thread: false,
         }
@@ -360,6 +365,7 @@ pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
             ..HostConfig::default()
         },
         engine: cfg.engine,
+        user_doorbells: cfg.doorbells,
         ..HostDeviceConfig::default()
     })
     .map_err(|s| format!("device: {}", status_name(s)))?;
@@ -904,7 +910,7 @@ pub fn format(cfg: &PerfConfig, reports: &[Report]) -> String {
     let _ = writeln!(
         s,
         "---------------------------------------------------------------------------------------\n \
-         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | verifier {}\n\
+         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
          ---------------------------------------------------------------------------------------",
         cfg.test.name(),
         cfg.qps,
@@ -913,6 +919,7 @@ pub fn format(cfg: &PerfConfig, reports: &[Report]) -> String {
         cfg.inline,
         if cfg.events { "events" } else { "polling" },
         cfg.engine,
+        cfg.doorbells,
         if cfg.verifier { "on" } else { "off" }
     );
     if cfg.test.is_latency() {
@@ -1027,6 +1034,21 @@ mod tests {
         let l = event_wakeup(20, Engine::Inline).unwrap();
         assert_eq!(l.iters, 20);
         assert!(l.min > 0.0);
+    }
+
+    #[test]
+    fn through_doorbell_pages() {
+        for test in [Test::SendLat, Test::WriteBw] {
+            let cfg = PerfConfig {
+                doorbells: UserDoorbells::Page,
+                verifier: true,
+                iters: 50,
+                ..small(test)
+            };
+            let r = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            assert_eq!(r.len(), 1);
+            assert!(format(&cfg, &r).contains("doorbells Page"));
+        }
     }
 
     #[test]
