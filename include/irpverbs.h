@@ -28,9 +28,10 @@
 #define IV_ABI_MAJOR 1
 
 /**
- * ABI minor version.
+ * ABI minor version. 1: `IOCTL_IV_MAP_DOORBELLS` and the doorbell slots of
+ * `IvMapRingsOut`.
  */
-#define IV_ABI_MINOR 0
+#define IV_ABI_MINOR 1
 
 /**
  * `FILE_DEVICE_INFINIBAND` from `devioctl.h`.
@@ -226,9 +227,46 @@
 #define IOCTL_IV_MAP_RINGS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2128 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Map the file's doorbell page (`IvDoorbellPage`) into the caller's
+ * address space: the page through which a user-mode ULP rings its queues'
+ * doorbells with no system call. Served in the caller's context for
+ * user-mode callers only (kernel ULPs ring the direct-call table's
+ * doorbells: `STATUS_NOT_SUPPORTED`), as `IOCTL_IV_MAP_RINGS` is, with the
+ * same process binding and lifetime: one page per file, the same address on
+ * every call, mapped until the file's cleanup. Rings mapped after it come
+ * with their doorbell slots in the page; map it first.
+ * `STATUS_NOT_SUPPORTED` from an HCA without doorbell pages. In: none.
+ * Out: [`IvMapDoorbellsOut`].
+ */
+#define IOCTL_IV_MAP_DOORBELLS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2129 << 2)) | METHOD_BUFFERED)
+
+/**
  * Size of a cache line, and of one ring index slot.
  */
 #define IV_CACHE_LINE 64
+
+/**
+ * Bytes of a doorbell page ([`IvDoorbellPage`]): one page.
+ */
+#define IV_DOORBELL_PAGE_SIZE 4096
+
+/**
+ * Doorbell slots in a doorbell page: the bits of [`IvDoorbellPage::rung`].
+ */
+#define IV_DOORBELL_SLOTS 4096
+
+/**
+ * Words of [`IvDoorbellPage::rung`] (64 slots each), and bits of
+ * [`IvDoorbellPage::summary`].
+ */
+#define IV_DOORBELL_WORDS 64
+
+/**
+ * No doorbell slot: what `IOCTL_IV_MAP_RINGS` reports for a ring that rings
+ * no slot of a doorbell page (kernel callers; a file whose doorbell page was
+ * not mapped before the rings; an HCA without doorbell pages).
+ */
+#define IV_DOORBELL_NONE 4294967295
 
 /**
  * CQ arm word: bit 31 set = armed for the next completion; bit 30 set =
@@ -1279,7 +1317,8 @@ typedef struct IvResizeCqOut {
 
 /**
  * Response of `IOCTL_IV_MAP_RINGS`: the object's rings in the caller's
- * address space.
+ * address space, and the slots their doorbells ring in the file's doorbell
+ * page.
  */
 typedef struct IvMapRingsOut {
   /**
@@ -1290,7 +1329,40 @@ typedef struct IvMapRingsOut {
    * QP: its receive queue (`entries == 0` with an SRQ). CQ, SRQ: zero.
    */
   struct IvRingMap rq;
+  /**
+   * The doorbell slot of `ring` in the file's doorbell page
+   * ([`crate::IvDoorbellPage`]): a CQ's arm doorbell, a QP's send queue
+   * doorbell, an SRQ's doorbell. [`crate::IV_DOORBELL_NONE`] when the
+   * file has no doorbell page mapped (`IOCTL_IV_MAP_DOORBELLS` first),
+   * and for kernel callers, which ring through the direct-call table.
+   */
+  uint32_t ring_doorbell;
+  /**
+   * QP: the doorbell slot of its receive queue
+   * ([`crate::IV_DOORBELL_NONE`] as for `ring_doorbell`, and with an
+   * SRQ). CQ, SRQ: [`crate::IV_DOORBELL_NONE`].
+   */
+  uint32_t rq_doorbell;
 } IvMapRingsOut;
+
+/**
+ * Response of `IOCTL_IV_MAP_DOORBELLS`: the file's doorbell page in the
+ * caller's address space.
+ */
+typedef struct IvMapDoorbellsOut {
+  /**
+   * Address of the page (an [`crate::IvDoorbellPage`]), page-aligned.
+   */
+  uint64_t page_addr;
+  /**
+   * Bytes mapped: [`crate::IV_DOORBELL_PAGE_SIZE`].
+   */
+  uint32_t page_len;
+  /**
+   * Doorbell slots in the page: [`crate::IV_DOORBELL_SLOTS`].
+   */
+  uint32_t slots;
+} IvMapDoorbellsOut;
 
 /**
  * Work queue sizes of a QP.
@@ -1866,6 +1938,46 @@ typedef struct IvRingControl {
    */
   struct IvRingIndex arm;
 } IvRingControl;
+
+/**
+ * A file's doorbell page (`IOCTL_IV_MAP_DOORBELLS`): how a user-mode ULP
+ * rings the doorbells of its queues with no system call, as it would write
+ * a real HCA's doorbell (UAR) page.
+ *
+ * Each queue doorbell of the file (a QP's send queue, a QP's receive queue,
+ * an SRQ, a CQ's arm) that `IOCTL_IV_MAP_RINGS` mapped after the page has
+ * a slot in it, `0 .. IV_DOORBELL_SLOTS`. To ring slot `s`, after writing
+ * the WQEs (or the arm word) and publishing the producer index:
+ *
+ * 1. `rung[s / 64] |= 1 << (s % 64)`, an atomic OR with release ordering;
+ * 2. `summary |= 1 << (s / 64)`, an atomic OR with release ordering.
+ *
+ * The HCA takes `summary` (atomic exchange with 0, acquire), then each
+ * `rung` word whose summary bit was set (exchange with 0, acquire), and
+ * rings the doorbell of every slot it found. Ringing a slot again before
+ * the HCA took it rings once; a doorbell only tells the HCA to look at the
+ * queue. The page is untrusted: a slot that is not bound to one of the
+ * file's queues is ignored, and nothing written here reaches another
+ * file's queues.
+ */
+typedef struct IvDoorbellPage {
+  /**
+   * Bit `w` set: `rung[w]` has bits set.
+   */
+  uint64_t summary;
+  /**
+   * Padding: `summary` is alone on its cache line.
+   */
+  uint64_t reserved0[7];
+  /**
+   * Bit `s % 64` of word `s / 64`: slot `s` was rung.
+   */
+  uint64_t rung[64];
+  /**
+   * Reserved to the end of the page; the HCA never reads it.
+   */
+  uint64_t reserved1[440];
+} IvDoorbellPage;
 
 /**
  * A send work queue element header (64 bytes).

@@ -12,7 +12,7 @@
  *
  *     IvCreateQpOut out;  ... DeviceIoControl(dev, IOCTL_IV_CREATE_QP, ...)
  *     IvUserQp *qp = IvUserQpOpen(dev, &out);
- *     IvUserPostSend(qp, &wr);            // writes the ring, rings a doorbell
+ *     IvUserPostSend(qp, &wr);            // writes the ring and the doorbell page
  *     n = IvUserPollCq(cq, wc, 16);       // reads the CQ ring
  *     IvUserQpClose(qp);                  // before IOCTL_IV_DESTROY_QP
  *
@@ -32,29 +32,41 @@
  * Windows, <winnt.h> defines some STATUS_ codes as DWORD: compare the
  * result with (NtStatus)STATUS_x.)
  *
+ * Doorbells, with no system call: each open of the device has one
+ * doorbell page (IvDoorbellPage in irpverbs.h), which the library maps into
+ * the process with IOCTL_IV_MAP_DOORBELLS before it maps any ring; every
+ * ring mapped after it comes with the slot of its doorbell in the page
+ * (IvMapRingsOut.ring_doorbell, .rq_doorbell). A post (or an arm) writes
+ * the ring, publishes the producer index (or the arm word) with release
+ * ordering, then sets the queue's slot bit in the page and the bit of that
+ * word in the page's summary, both atomic ORs with release ordering. The
+ * soft HCA scans the pages (irpverbs.sys from a high-resolution timer, about
+ * every 0.5 ms: a user-mode doorbell takes effect within about that long)
+ * and rings the queue bound to each slot it finds; a slot of another
+ * file's queue cannot be named, and garbage in the page makes the HCA look
+ * at this file's queues at most. A ULP that maps its own rings must map the
+ * doorbell page first, or those rings get IV_DOORBELL_NONE (no slot).
+ *
  * Host mode (non-Windows, libirpverbs_host): the rings are the driver's
  * memory in the same process and the doorbells call the in-process soft
- * HCA's. The library also checks what Windows cannot: destroying (or
- * resizing) an object that is still open here fails with ERROR_BUSY, and a
- * speed-path call after the device HANDLE was closed fails with
- * STATUS_INVALID_HANDLE instead of touching freed rings.
+ * HCA's directly; with IRPVERBS_DOORBELLS=page in the environment the
+ * device is opened with its doorbell page mapped and the library rings
+ * through it, as on Windows, while a doorbell thread scans the pages. The
+ * library also checks what Windows cannot: destroying (or resizing) an
+ * object that is still open here fails with ERROR_BUSY, and a speed-path
+ * call after the device HANDLE was closed fails with STATUS_INVALID_HANDLE
+ * instead of touching freed rings.
  *
- * On Windows irpverbs.sys maps each ring into the process on
- * IOCTL_IV_MAP_RINGS (an MDL over the ring's nonpaged memory,
- * MmMapLockedPagesSpecifyCache(UserMode) in the caller's context) and
- * unmaps it, in the process, at the first request after the object's
- * destroy (or the CQ's resize) and at the file's cleanup. A post through an
- * object left open after its destroy may then fault (the host library
- * refuses the destroy instead). What the Windows build of this library
- * needs that host mode does not:
- *  - the doorbells: a doorbell (UAR) page mapped into the process per open
- *    of the device, by an IOCTL the ABI does not have yet (e.g.
- *    IOCTL_IV_MAP_UAR), each doorbell a 32-bit write of the queue kind and
- *    number to it; the HCA checks that the queue belongs to that file. The
- *    soft HCA has no MMIO: it would poll a shared doorbell page from its
- *    engine thread, or take the doorbell as an IOCTL (one system call);
- *  - a DLL (irpverbs_user.dll) exporting these functions; host mode exports
- *    them from libirpverbs_host.
+ * On Windows irpverbs.sys maps each ring (and the doorbell page) into the
+ * process on IOCTL_IV_MAP_RINGS (IOCTL_IV_MAP_DOORBELLS): an MDL over the
+ * nonpaged memory, MmMapLockedPagesSpecifyCache(UserMode) in the caller's
+ * context. It unmaps a ring, in the process, at the first request after the
+ * object's destroy (or the CQ's resize), and everything at the file's
+ * cleanup. A post through an object left open after its destroy may then
+ * fault (the host library refuses the destroy instead). What the Windows
+ * build of this library needs that host mode does not: a DLL
+ * (irpverbs_user.dll) exporting these functions; host mode exports them
+ * from libirpverbs_host.
  */
 #ifndef IRPVERBS_USER_H
 #define IRPVERBS_USER_H

@@ -174,11 +174,20 @@ IV_STATIC_ASSERT(offsetof(IvResizeCqOut, cqe) == 0, "offsetof(IvResizeCqOut, cqe
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, reserved) == 4, "offsetof(IvResizeCqOut, reserved)");
 IV_STATIC_ASSERT(offsetof(IvResizeCqOut, ring) == 8, "offsetof(IvResizeCqOut, ring)");
 
-IV_STATIC_ASSERT(sizeof(IvMapRingsOut) == 48, "sizeof(IvMapRingsOut)");
+IV_STATIC_ASSERT(sizeof(IvMapRingsOut) == 56, "sizeof(IvMapRingsOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvMapRingsOut) == 8, "alignof(IvMapRingsOut)");
 IV_STATIC_ASSERT(sizeof(struct IvMapRingsOut) == sizeof(IvMapRingsOut), "struct IvMapRingsOut");
 IV_STATIC_ASSERT(offsetof(IvMapRingsOut, ring) == 0, "offsetof(IvMapRingsOut, ring)");
 IV_STATIC_ASSERT(offsetof(IvMapRingsOut, rq) == 24, "offsetof(IvMapRingsOut, rq)");
+IV_STATIC_ASSERT(offsetof(IvMapRingsOut, ring_doorbell) == 48, "offsetof(IvMapRingsOut, ring_doorbell)");
+IV_STATIC_ASSERT(offsetof(IvMapRingsOut, rq_doorbell) == 52, "offsetof(IvMapRingsOut, rq_doorbell)");
+
+IV_STATIC_ASSERT(sizeof(IvMapDoorbellsOut) == 16, "sizeof(IvMapDoorbellsOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvMapDoorbellsOut) == 8, "alignof(IvMapDoorbellsOut)");
+IV_STATIC_ASSERT(sizeof(struct IvMapDoorbellsOut) == sizeof(IvMapDoorbellsOut), "struct IvMapDoorbellsOut");
+IV_STATIC_ASSERT(offsetof(IvMapDoorbellsOut, page_addr) == 0, "offsetof(IvMapDoorbellsOut, page_addr)");
+IV_STATIC_ASSERT(offsetof(IvMapDoorbellsOut, page_len) == 8, "offsetof(IvMapDoorbellsOut, page_len)");
+IV_STATIC_ASSERT(offsetof(IvMapDoorbellsOut, slots) == 12, "offsetof(IvMapDoorbellsOut, slots)");
 
 IV_STATIC_ASSERT(sizeof(IvQpCap) == 24, "sizeof(IvQpCap)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvQpCap) == 4, "alignof(IvQpCap)");
@@ -380,6 +389,14 @@ IV_STATIC_ASSERT(offsetof(IvRingMap, control_addr) == 8, "offsetof(IvRingMap, co
 IV_STATIC_ASSERT(offsetof(IvRingMap, entries) == 16, "offsetof(IvRingMap, entries)");
 IV_STATIC_ASSERT(offsetof(IvRingMap, stride) == 20, "offsetof(IvRingMap, stride)");
 
+IV_STATIC_ASSERT(sizeof(IvDoorbellPage) == 4096, "sizeof(IvDoorbellPage)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvDoorbellPage) == 8, "alignof(IvDoorbellPage)");
+IV_STATIC_ASSERT(sizeof(struct IvDoorbellPage) == sizeof(IvDoorbellPage), "struct IvDoorbellPage");
+IV_STATIC_ASSERT(offsetof(IvDoorbellPage, summary) == 0, "offsetof(IvDoorbellPage, summary)");
+IV_STATIC_ASSERT(offsetof(IvDoorbellPage, reserved0) == 8, "offsetof(IvDoorbellPage, reserved0)");
+IV_STATIC_ASSERT(offsetof(IvDoorbellPage, rung) == 64, "offsetof(IvDoorbellPage, rung)");
+IV_STATIC_ASSERT(offsetof(IvDoorbellPage, reserved1) == 576, "offsetof(IvDoorbellPage, reserved1)");
+
 IV_STATIC_ASSERT(sizeof(IvSendWqe) == 64, "sizeof(IvSendWqe)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvSendWqe) == 8, "alignof(IvSendWqe)");
 IV_STATIC_ASSERT(sizeof(struct IvSendWqe) == sizeof(IvSendWqe), "struct IvSendWqe");
@@ -463,12 +480,13 @@ IV_STATIC_ASSERT(IOCTL_IV_ACK_CQ_EVENTS == 0x003BE10Cu, "IOCTL_IV_ACK_CQ_EVENTS"
 IV_STATIC_ASSERT(IOCTL_IV_GET_ASYNC_EVENT == 0x003BE120u, "IOCTL_IV_GET_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_ACK_ASYNC_EVENT == 0x003BE124u, "IOCTL_IV_ACK_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_MAP_RINGS == 0x003BE140u, "IOCTL_IV_MAP_RINGS");
+IV_STATIC_ASSERT(IOCTL_IV_MAP_DOORBELLS == 0x003BE144u, "IOCTL_IV_MAP_DOORBELLS");
 
 /* ---- constants */
 
-IV_STATIC_ASSERT(IV_ABI_VERSION == 0x00010000u, "IV_ABI_VERSION");
+IV_STATIC_ASSERT(IV_ABI_VERSION == 0x00010001u, "IV_ABI_VERSION");
 IV_STATIC_ASSERT(IV_ABI_MAJOR == 0x00000001u, "IV_ABI_MAJOR");
-IV_STATIC_ASSERT(IV_ABI_MINOR == 0x00000000u, "IV_ABI_MINOR");
+IV_STATIC_ASSERT(IV_ABI_MINOR == 0x00000001u, "IV_ABI_MINOR");
 IV_STATIC_ASSERT(FILE_DEVICE_INFINIBAND == 0x0000003Bu, "FILE_DEVICE_INFINIBAND");
 IV_STATIC_ASSERT(METHOD_BUFFERED == 0x00000000u, "METHOD_BUFFERED");
 IV_STATIC_ASSERT(FILE_ANY_ACCESS == 0x00000000u, "FILE_ANY_ACCESS");
@@ -536,6 +554,10 @@ IV_STATIC_ASSERT(IV_DEVICE_PORT_ACTIVE_EVENT == 0x00000080u, "IV_DEVICE_PORT_ACT
 IV_STATIC_ASSERT(IV_DEVICE_RESIZE_MAX_WR == 0x00000001u, "IV_DEVICE_RESIZE_MAX_WR");
 IV_STATIC_ASSERT(STATUS_SUCCESS == 0x00000000u, "STATUS_SUCCESS");
 IV_STATIC_ASSERT(IV_CQ_ARM_NEXT == 0x80000000u, "IV_CQ_ARM_NEXT");
+IV_STATIC_ASSERT(IV_DOORBELL_PAGE_SIZE == 0x00001000u, "IV_DOORBELL_PAGE_SIZE");
+IV_STATIC_ASSERT(IV_DOORBELL_SLOTS == 0x00001000u, "IV_DOORBELL_SLOTS");
+IV_STATIC_ASSERT(IV_DOORBELL_WORDS == 0x00000040u, "IV_DOORBELL_WORDS");
+IV_STATIC_ASSERT(IV_DOORBELL_NONE == 0xFFFFFFFFu, "IV_DOORBELL_NONE");
 IV_STATIC_ASSERT(IV_CQ_ARM_SOLICITED == 0x40000000u, "IV_CQ_ARM_SOLICITED");
 IV_STATIC_ASSERT(IV_EVENT_COMM_EST == 0x00000004u, "IV_EVENT_COMM_EST");
 IV_STATIC_ASSERT(IV_EVENT_CQ_ERR == 0x00000000u, "IV_EVENT_CQ_ERR");

@@ -78,6 +78,19 @@ int main(void) {
     port = CreateIoCompletionPort(INVALID_HANDLE_VALUE, NULL, 0, 1);
     CHECK(CreateIoCompletionPort(dev, port, PORT_KEY, 1) == port, "associate");
 
+    /* The file's doorbell page: one page, the same every time. Mapped
+     * before the rings, it gives each queue a slot (below). */
+    IvMapDoorbellsOut db, db_again;
+    memset(&db, 0, sizeof db);
+    memset(&db_again, 0, sizeof db_again);
+    CHECK(ioctl(IOCTL_IV_MAP_DOORBELLS, NULL, 0, &db, sizeof db) == 0, "map doorbells");
+    CHECK(db.page_addr != 0 && db.page_addr % IV_DOORBELL_PAGE_SIZE == 0 &&
+              db.page_len == IV_DOORBELL_PAGE_SIZE && db.slots == IV_DOORBELL_SLOTS,
+          "doorbell page");
+    CHECK(ioctl(IOCTL_IV_MAP_DOORBELLS, NULL, 0, &db_again, sizeof db_again) == 0 &&
+              memcmp(&db, &db_again, sizeof db) == 0,
+          "the same page");
+
     IvAllocPdIn pdin;
     memset(&pdin, 0, sizeof pdin);
     IvAllocPdOut pd;
@@ -122,6 +135,13 @@ int main(void) {
           "qp rings mapped");
     IvMapRingsOut again = map_rings(qp.qp);
     CHECK(memcmp(&again, &qm, sizeof qm) == 0, "mapped once");
+    IvMapRingsOut sm = map_rings(srq.srq);
+    CHECK(qm.ring_doorbell < IV_DOORBELL_SLOTS && qm.rq_doorbell < IV_DOORBELL_SLOTS &&
+              sm.ring_doorbell < IV_DOORBELL_SLOTS && sm.rq_doorbell == IV_DOORBELL_NONE &&
+              qm.ring_doorbell != qm.rq_doorbell && sm.ring_doorbell != qm.ring_doorbell &&
+              sm.ring_doorbell != qm.rq_doorbell,
+          "a doorbell slot per queue: %u %u %u", (unsigned)qm.ring_doorbell,
+          (unsigned)qm.rq_doorbell, (unsigned)sm.ring_doorbell);
     qp.sq = qm.ring;
     qp.rq = qm.rq;
     spare.ring = map_rings(spare.cq).ring;

@@ -622,7 +622,7 @@ impl Env {
             .write(ring.slot_offset(i), wqe.as_bytes())
             .map_err(|_| "the WQE does not fit its slot")?;
         p.publish(i.wrapping_add(1));
-        self.doorbells()?.sq(qp.qpn());
+        self.doorbells()?.sq(qp.rings().sq_bell());
         Ok(())
     }
 
@@ -635,7 +635,7 @@ impl Env {
             .write(ring.slot_offset(i), wqe.as_bytes())
             .map_err(|_| "the WQE does not fit its slot")?;
         p.publish(i.wrapping_add(1));
-        self.doorbells()?.rq(qp.qpn());
+        self.doorbells()?.rq(qp.rings().rq_bell());
         Ok(())
     }
 }
@@ -1825,7 +1825,7 @@ pub(crate) fn dp_loc_qp_op_err_garbage_wqe(d: &dyn Dut) -> Result<(), String> {
         |a, _| {
             let ring = a.rings().sq().ring();
             ring.producer().publish(ring.entries() + 5);
-            e.doorbells()?.sq(a.qpn());
+            e.doorbells()?.sq(a.rings().sq_bell());
             event(c, IV_EVENT_QP_FATAL, a.handle(), "requester")?;
             state(a, IV_QPS_ERR, "requester")?;
             quiet(&cqa, "nothing to complete")
@@ -2242,8 +2242,8 @@ pub(crate) fn dp_wr_flush_err_exactly_once(d: &dyn Dut) -> Result<(), String> {
     )?;
     // Doorbells again, ERR -> ERR: nothing twice.
     let bells = e.doorbells()?;
-    bells.sq(q);
-    bells.rq(q);
+    bells.sq(p.a.rings().sq_bell());
+    bells.rq(p.a.rings().rq_bell());
     ok("ERR -> ERR", p.a.modify(IV_QP_STATE, &to_err))?;
     quiet(&p.cqa, "nothing flushed twice")?;
     // The responder's receive side: posted, then the QP moved to ERR.

@@ -1,5 +1,7 @@
 //! Runs the conformance suite against the host device: the driver in-process
 //! over the soft HCA, with the verifier on, firmware inline and on its own
+//! thread, and user-mode doorbells as direct calls and (as on Windows)
+//! through each file's doorbell page, scanned by the device's doorbell
 //! thread. After every test the device must hold nothing of it.
 //!
 //! Every IOCTL goes through [`TimedFile`], which cancels a request the
@@ -12,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::{FILE_READ_ACCESS, FILE_WRITE_ACCESS, NtStatus};
 use irpverbs_conformance::{Client, Dut, DutFile, IoctlTransport, SUITE};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile};
-use irpverbs_verbs::{Doorbells, SpeedPath};
+use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
+use irpverbs_verbs::{Bell, Doorbells, SpeedPath};
 
 /// How long one IOCTL may take before it is cancelled.
 const IOCTL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,17 +72,17 @@ impl IoctlTransport for TimedFile {
 }
 
 impl Doorbells for TimedFile {
-    fn sq(&self, qpn: u32) {
-        self.0.sq(qpn);
+    fn sq(&self, qp: Bell) {
+        self.0.sq(qp);
     }
-    fn rq(&self, qpn: u32) {
-        self.0.rq(qpn);
+    fn rq(&self, qp: Bell) {
+        self.0.rq(qp);
     }
-    fn srq(&self, srqn: u32) {
-        self.0.srq(srqn);
+    fn srq(&self, srq: Bell) {
+        self.0.srq(srq);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.0.cq_arm(cqn);
+    fn cq_arm(&self, cq: Bell) {
+        self.0.cq_arm(cq);
     }
 }
 
@@ -123,14 +125,16 @@ impl Dut for HostDut {
     }
 }
 
-fn run_suite(engine: Engine) {
+fn run_suite(engine: Engine, user_doorbells: UserDoorbells) {
     let mut failures = Vec::new();
     let start = Instant::now();
     let mut slowest = (Duration::ZERO, "");
+    let mut page_doorbells = 0;
     for (name, test) in SUITE {
         let t = Instant::now();
         let dev = HostDevice::new(HostDeviceConfig {
             engine,
+            user_doorbells,
             ..HostDeviceConfig::default()
         })
         .expect("host device");
@@ -139,11 +143,12 @@ fn run_suite(engine: Engine) {
         if let Err(e) = result {
             failures.push(format!("{name}: {e}"));
         }
+        page_doorbells += dev.soft().stats().page_doorbells;
         dev.unload();
         slowest = slowest.max((t.elapsed(), name));
     }
     println!(
-        "{engine:?}: {} tests in {:?} (slowest {} {:?})",
+        "{engine:?}, {user_doorbells:?} doorbells: {} tests in {:?} (slowest {} {:?})",
         SUITE.len(),
         start.elapsed(),
         slowest.1,
@@ -156,14 +161,30 @@ fn run_suite(engine: Engine) {
         SUITE.len(),
         failures.join("\n")
     );
+    // The data-path tests rang their doorbells the way the mode says.
+    assert_eq!(
+        page_doorbells > 0,
+        user_doorbells == UserDoorbells::Page,
+        "{page_doorbells} doorbells rung through pages"
+    );
 }
 
 #[test]
 fn conformance_inline_engine() {
-    run_suite(Engine::Inline);
+    run_suite(Engine::Inline, UserDoorbells::Direct);
 }
 
 #[test]
 fn conformance_thread_engine() {
-    run_suite(Engine::Thread);
+    run_suite(Engine::Thread, UserDoorbells::Direct);
+}
+
+#[test]
+fn conformance_inline_engine_doorbell_page() {
+    run_suite(Engine::Inline, UserDoorbells::Page);
+}
+
+#[test]
+fn conformance_thread_engine_doorbell_page() {
+    run_suite(Engine::Thread, UserDoorbells::Page);
 }

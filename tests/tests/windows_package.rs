@@ -7,7 +7,10 @@
 //!   own workspace, which the root workspace excludes;
 //! - the device interface GUID is the same in the crate and the README;
 //! - the KMDF glue calls every `irpverbs_core::Device` entry point the host
-//!   device calls: both are the same mapping of the same driver.
+//!   device calls: both are the same mapping of the same driver;
+//! - user-mode doorbell pages are scanned by both layers (host mode's
+//!   doorbell thread, irpverbs.sys's high-resolution timer, started in
+//!   D0Entry and stopped in D0Exit), and mapped with the rings' MDLs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -787,4 +790,41 @@ fn user_memory_goes_through_the_seh_shim() {
     let device = code_of(&read("driver/kmdf/src/device.rs"));
     assert!(device.contains("state.device.in_caller_context("));
     assert!(device.contains("pins.wait_idle()"));
+}
+
+// ------------------------------------------------------------------ doorbells
+
+#[test]
+fn user_doorbells_are_scanned_by_both_layers() {
+    // Host mode's doorbell thread and irpverbs.sys's timer drive the same
+    // scanner, at DISPATCH_LEVEL.
+    let soft = code_of(&read("driver/soft/src/lib.rs"));
+    assert!(soft.contains("pub fn poll_doorbells(&self) -> usize"));
+    let host = code_of(&read("driver/host/src/device.rs"));
+    assert!(host.contains("run_at_dispatch(|| soft.poll_doorbells())"));
+    let timer = code_of(&read("driver/kmdf/src/doorbell.rs"));
+    assert!(timer.contains("hca.poll_doorbells()"), "the timer scans");
+    assert!(
+        timer.contains("EX_TIMER_HIGH_RESOLUTION") && timer.contains("ExAllocateTimer("),
+        "a high-resolution EX_TIMER"
+    );
+    assert!(
+        timer.contains("ExDeleteTimer(timer, TRUE, TRUE,"),
+        "stopped with a wait for the running callback"
+    );
+    // Started in D0Entry, stopped in D0Exit.
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    let d0_entry = between(&device, "fn evt_device_d0_entry(", "\n}\n");
+    let d0_exit = between(&device, "fn evt_device_d0_exit(", "\n}\n");
+    assert!(d0_entry.contains("state.scanner.start()"), "{d0_entry}");
+    assert!(d0_exit.contains("state.scanner.stop()"), "{d0_exit}");
+    // The page is mapped with the rings' MDL machinery.
+    let platform = code_of(&read("driver/kmdf/src/platform.rs"));
+    assert!(
+        platform.contains("fn map_doorbell_page(")
+            && platform.contains("UserMapping::map_region(page)")
+    );
+    // Kernel ULPs keep the direct-call doorbells.
+    let kernel = code_of(&read("driver/kmdf/src/kernel.rs"));
+    assert!(kernel.contains("self.0.sq_doorbell(qp.number)"));
 }

@@ -231,6 +231,21 @@ pub const IOCTL_IV_MAP_RINGS: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x850 << 2)
     | METHOD_BUFFERED;
 
+/// Map the file's doorbell page (`IvDoorbellPage`) into the caller's
+/// address space: the page through which a user-mode ULP rings its queues'
+/// doorbells with no system call. Served in the caller's context for
+/// user-mode callers only (kernel ULPs ring the direct-call table's
+/// doorbells: `STATUS_NOT_SUPPORTED`), as `IOCTL_IV_MAP_RINGS` is, with the
+/// same process binding and lifetime: one page per file, the same address on
+/// every call, mapped until the file's cleanup. Rings mapped after it come
+/// with their doorbell slots in the page; map it first.
+/// `STATUS_NOT_SUPPORTED` from an HCA without doorbell pages. In: none.
+/// Out: [`IvMapDoorbellsOut`].
+pub const IOCTL_IV_MAP_DOORBELLS: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x851 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -461,6 +476,13 @@ pub const IOCTLS: &[IoctlInfo] = &[
         code: IOCTL_IV_MAP_RINGS,
         input_len: core::mem::size_of::<IvHandleIn>(),
         output_len: core::mem::size_of::<IvMapRingsOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "MAP_DOORBELLS",
+        code: IOCTL_IV_MAP_DOORBELLS,
+        input_len: core::mem::size_of::<()>(),
+        output_len: core::mem::size_of::<IvMapDoorbellsOut>(),
         kernel_only: false,
     },
 ];

@@ -74,6 +74,61 @@ pub struct IvRingMap {
     pub stride: u32,
 }
 
+/// Bytes of a doorbell page ([`IvDoorbellPage`]): one page.
+pub const IV_DOORBELL_PAGE_SIZE: u32 = 4096;
+/// Doorbell slots in a doorbell page: the bits of [`IvDoorbellPage::rung`].
+pub const IV_DOORBELL_SLOTS: u32 = 4096;
+/// Words of [`IvDoorbellPage::rung`] (64 slots each), and bits of
+/// [`IvDoorbellPage::summary`].
+pub const IV_DOORBELL_WORDS: u32 = 64;
+/// No doorbell slot: what `IOCTL_IV_MAP_RINGS` reports for a ring that rings
+/// no slot of a doorbell page (kernel callers; a file whose doorbell page was
+/// not mapped before the rings; an HCA without doorbell pages).
+pub const IV_DOORBELL_NONE: u32 = 0xFFFF_FFFF;
+
+/// A file's doorbell page (`IOCTL_IV_MAP_DOORBELLS`): how a user-mode ULP
+/// rings the doorbells of its queues with no system call, as it would write
+/// a real HCA's doorbell (UAR) page.
+///
+/// Each queue doorbell of the file (a QP's send queue, a QP's receive queue,
+/// an SRQ, a CQ's arm) that `IOCTL_IV_MAP_RINGS` mapped after the page has
+/// a slot in it, `0 .. IV_DOORBELL_SLOTS`. To ring slot `s`, after writing
+/// the WQEs (or the arm word) and publishing the producer index:
+///
+/// 1. `rung[s / 64] |= 1 << (s % 64)`, an atomic OR with release ordering;
+/// 2. `summary |= 1 << (s / 64)`, an atomic OR with release ordering.
+///
+/// The HCA takes `summary` (atomic exchange with 0, acquire), then each
+/// `rung` word whose summary bit was set (exchange with 0, acquire), and
+/// rings the doorbell of every slot it found. Ringing a slot again before
+/// the HCA took it rings once; a doorbell only tells the HCA to look at the
+/// queue. The page is untrusted: a slot that is not bound to one of the
+/// file's queues is ignored, and nothing written here reaches another
+/// file's queues.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvDoorbellPage {
+    /// Bit `w` set: `rung[w]` has bits set.
+    pub summary: u64,
+    /// Padding: `summary` is alone on its cache line.
+    pub reserved0: [u64; 7],
+    /// Bit `s % 64` of word `s / 64`: slot `s` was rung.
+    pub rung: [u64; 64],
+    /// Reserved to the end of the page; the HCA never reads it.
+    pub reserved1: [u64; 440],
+}
+
+impl Default for IvDoorbellPage {
+    fn default() -> Self {
+        Self {
+            summary: 0,
+            reserved0: [0; 7],
+            rung: [0; 64],
+            reserved1: [0; 440],
+        }
+    }
+}
+
 /// CQ arm word: bit 31 set = armed for the next completion; bit 30 set =
 /// solicited (and error) completions only; bits 0..30 = the arm sequence the
 /// ULP increments on every arm.
@@ -281,6 +336,12 @@ abi_layout!(IvRingMap {
     entries,
     stride
 });
+abi_layout!(IvDoorbellPage {
+    summary,
+    reserved0,
+    rung,
+    reserved1
+});
 abi_layout!(IvSendWqe {
     wr_id,
     opcode,
@@ -327,4 +388,6 @@ const _: () = {
     assert!(size_of::<IvSge>() == 16);
     assert!(size_of::<IvCqe>() == 64);
     assert!(size_of::<IvRingControl>() == 3 * IV_CACHE_LINE);
+    assert!(size_of::<IvDoorbellPage>() == IV_DOORBELL_PAGE_SIZE as usize);
+    assert!(IV_DOORBELL_SLOTS == 64 * IV_DOORBELL_WORDS);
 };

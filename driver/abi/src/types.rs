@@ -578,7 +578,8 @@ abi_layout!(IvResizeCqOut {
 });
 
 /// Response of `IOCTL_IV_MAP_RINGS`: the object's rings in the caller's
-/// address space.
+/// address space, and the slots their doorbells ring in the file's doorbell
+/// page.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
@@ -588,8 +589,43 @@ pub struct IvMapRingsOut {
     pub ring: IvRingMap,
     /// QP: its receive queue (`entries == 0` with an SRQ). CQ, SRQ: zero.
     pub rq: IvRingMap,
+    /// The doorbell slot of `ring` in the file's doorbell page
+    /// ([`crate::IvDoorbellPage`]): a CQ's arm doorbell, a QP's send queue
+    /// doorbell, an SRQ's doorbell. [`crate::IV_DOORBELL_NONE`] when the
+    /// file has no doorbell page mapped (`IOCTL_IV_MAP_DOORBELLS` first),
+    /// and for kernel callers, which ring through the direct-call table.
+    pub ring_doorbell: u32,
+    /// QP: the doorbell slot of its receive queue
+    /// ([`crate::IV_DOORBELL_NONE`] as for `ring_doorbell`, and with an
+    /// SRQ). CQ, SRQ: [`crate::IV_DOORBELL_NONE`].
+    pub rq_doorbell: u32,
 }
-abi_layout!(IvMapRingsOut { ring, rq });
+abi_layout!(IvMapRingsOut {
+    ring,
+    rq,
+    ring_doorbell,
+    rq_doorbell
+});
+
+/// Response of `IOCTL_IV_MAP_DOORBELLS`: the file's doorbell page in the
+/// caller's address space.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvMapDoorbellsOut {
+    /// Address of the page (an [`crate::IvDoorbellPage`]), page-aligned.
+    pub page_addr: u64,
+    /// Bytes mapped: [`crate::IV_DOORBELL_PAGE_SIZE`].
+    pub page_len: u32,
+    /// Doorbell slots in the page: [`crate::IV_DOORBELL_SLOTS`].
+    pub slots: u32,
+}
+abi_layout!(IvMapDoorbellsOut {
+    page_addr,
+    page_len,
+    slots
+});
 
 /// Work queue sizes of a QP.
 #[repr(C)]
@@ -1135,6 +1171,7 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvResizeCqIn>(),
     layout::<IvResizeCqOut>(),
     layout::<IvMapRingsOut>(),
+    layout::<IvMapDoorbellsOut>(),
     layout::<IvQpCap>(),
     layout::<IvCreateQpIn>(),
     layout::<IvCreateQpOut>(),
@@ -1156,6 +1193,7 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<crate::ring::IvRingIndex>(),
     layout::<crate::ring::IvRingControl>(),
     layout::<crate::ring::IvRingMap>(),
+    layout::<crate::ring::IvDoorbellPage>(),
     layout::<crate::ring::IvSendWqe>(),
     layout::<crate::ring::IvRecvWqe>(),
     layout::<crate::ring::IvSge>(),
@@ -1193,5 +1231,7 @@ mod tests {
         assert_eq!(size_of::<IvCreateQpIn>(), 72);
         assert_eq!(size_of::<IvQueryDeviceOut>(), 144);
         assert_eq!(size_of::<IvQueryPortOut>(), 64);
+        assert_eq!(size_of::<IvMapRingsOut>(), 56);
+        assert_eq!(size_of::<IvMapDoorbellsOut>(), 16);
     }
 }

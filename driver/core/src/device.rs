@@ -55,6 +55,7 @@ pub(crate) enum Response {
     Channel(IvCreateChannelOut),
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
+    Doorbells(IvMapDoorbellsOut),
 }
 
 impl Response {
@@ -78,6 +79,7 @@ impl Response {
             Response::Channel(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
+            Response::Doorbells(v) => v.as_bytes(),
         }
     }
 }
@@ -122,6 +124,9 @@ pub(crate) struct FileState {
     pub async_events: alloc::collections::VecDeque<crate::notify::AsyncRecord>,
     /// Pending `GET_ASYNC_EVENT` waits.
     pub async_waits: alloc::collections::VecDeque<u64>,
+    /// The file's doorbell page, allocated by its first
+    /// `IOCTL_IV_MAP_DOORBELLS` and freed with the file.
+    pub doorbell_page: Option<crate::hca::DoorbellPageInfo>,
 }
 
 /// Counters for tools and tests.
@@ -279,6 +284,7 @@ pub(crate) enum Verb {
     GetAsyncEvent,
     AckAsyncEvent(IvAckIn),
     MapRings(IvHandleIn),
+    MapDoorbells,
 }
 
 impl Verb {
@@ -418,6 +424,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     charge: Some(charge),
                     async_events: crate::notify::new_queue(),
                     async_waits: alloc::collections::VecDeque::new(),
+                    doorbell_page: None,
                 },
             );
             None
@@ -518,7 +525,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
         let f = s.files.get(&file)?;
         if f.closed && f.objects.len() == 0 && f.inflight == 0 {
-            return s.files.remove(&file).and_then(|f| f.charge);
+            let f = s.files.remove(&file)?;
+            if let Some(page) = f.doorbell_page {
+                // Its slots ring nothing from now on; the memory goes when
+                // the last holder lets go (the mapping was undone at the
+                // file's cleanup).
+                self.hca.free_doorbell_page(page.page);
+            }
+            return f.charge;
         }
         None
     }
@@ -571,6 +585,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let mode = request.requestor_mode();
         match &mut verb {
             Verb::MapRings(_) => return self.map_rings(request, false),
+            Verb::MapDoorbells => return self.map_doorbells(request, false),
             Verb::RegMr(i, physical, pinned) => {
                 *pinned = request.take_pin();
                 if pinned.is_none() && mode == RequestorMode::Kernel {
@@ -698,6 +713,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
             IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
             IOCTL_IV_MAP_RINGS => Verb::MapRings(read(input)?),
+            IOCTL_IV_MAP_DOORBELLS => Verb::MapDoorbells,
             _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
         };
         Ok(Ok(v))
@@ -769,6 +785,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             queries: 0,
             dependents: 0,
             unacked_async: 0,
+            doorbells: [None; 2],
             charge: None,
             body,
         };

@@ -18,7 +18,7 @@ use irpverbs_ring::{Region, Ring};
 
 use irpverbs_abi::{
     IvAhAttr, IvQpAttr, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
-    NtStatus,
+    NtStatus, STATUS_NOT_SUPPORTED,
 };
 
 /// A command to the HCA's command interface.
@@ -282,6 +282,29 @@ pub enum Event {
     Async(AsyncEvent),
 }
 
+/// A queue doorbell a slot of a doorbell page rings ([`Hca::bind_doorbell`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DoorbellTarget {
+    /// The send queue of a QP (its QPN).
+    Sq(u32),
+    /// The receive queue of a QP (its QPN).
+    Rq(u32),
+    /// An SRQ (its SRQN).
+    Srq(u32),
+    /// The arm doorbell of a CQ (its CQN).
+    CqArm(u32),
+}
+
+/// A doorbell page the HCA allocated ([`Hca::alloc_doorbell_page`]): its
+/// number and its memory, which the driver maps into a user process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DoorbellPageInfo {
+    /// The HCA's number for the page (never reused while the HCA lives).
+    pub page: u32,
+    /// The page's memory: one whole page, page-aligned, nonpaged.
+    pub region: Arc<Region>,
+}
+
 /// The hardware interface of an HCA.
 ///
 /// Every method is callable at IRQL <= DISPATCH_LEVEL and never blocks.
@@ -337,6 +360,50 @@ pub trait Hca: Send + Sync + 'static {
     /// (`req_notify_cq`). If completions newer than the consumer index
     /// exist, the HCA raises the event at once.
     fn cq_arm_doorbell(&self, cqn: u32);
+
+    /// Allocates a doorbell page (a UAR page): memory the driver maps into
+    /// one user-mode file's process, whose slots ring the doorbells of that
+    /// file's queues ([`Hca::bind_doorbell`]) with no system call. The HCA
+    /// reads it (the soft HCA scans it); user mode may write anything into
+    /// it, and the HCA then at worst looks at queues bound to the page.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (the driver calls it under its device lock).
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` (the default) for an HCA without doorbell
+    /// pages: user-mode ULPs then have no doorbells;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
+    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
+        Err(STATUS_NOT_SUPPORTED)
+    }
+
+    /// Frees doorbell page `page` (the driver calls it when the page's file
+    /// is gone): its slots ring nothing from now on. The memory lives on
+    /// while the driver still holds the region (a mapping not yet undone).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn free_doorbell_page(&self, page: u32) {
+        let _ = page;
+    }
+
+    /// Binds `target`, a queue of the file doorbell page `page` belongs to,
+    /// to a free slot of the page and returns the slot; a target bound to
+    /// the page already keeps its slot. The binding ends when the queue is
+    /// destroyed (the destroy command unbinds it) or the page is freed.
+    /// The driver binds only live queues of the page's own file.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (under the driver's device lock).
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` (the default) without doorbell pages;
+    /// `STATUS_INVALID_PARAMETER` for a page that does not exist or a target
+    /// bound to another page; `STATUS_INVALID_HANDLE` for a queue that does
+    /// not exist; `STATUS_INSUFFICIENT_RESOURCES` when every slot of the
+    /// page is taken.
+    fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
+        let _ = (page, target);
+        Err(STATUS_NOT_SUPPORTED)
+    }
 
     /// The device is gone ([`crate::Device::remove`] ran): no command will be
     /// posted again, and the driver forgot every object without destroying

@@ -8,8 +8,9 @@
 //! becomes a command to the HCA and returns pending; the request completes
 //! from the DPC that drains the HCA's event queue. Nothing blocks, and no
 //! passive-level thread exists. What must happen in the requestor's own
-//! process (pinning a user MR's pages, mapping rings into the process) is
-//! done by [`Device::in_caller_context`] before the request is queued.
+//! process (pinning a user MR's pages, mapping rings and the file's doorbell
+//! page into the process) is done by [`Device::in_caller_context`] before
+//! the request is queued.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -40,7 +41,7 @@ pub use mr::USER_ADDRESS_LIMIT;
 pub use object::Kind;
 pub use qp::CONTROLLED_QKEY;
 
-pub use hca::{AsyncEvent, Command, CommandOut, Event, Hca};
+pub use hca::{AsyncEvent, Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, Hca};
 pub use platform::{
     APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,
     PoolCharge, PoolTag, Request, RequestorMode, SpinLock, pool_tag,
@@ -73,6 +74,19 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     }
     fn cq_arm_doorbell(&self, cqn: u32) {
         (**self).cq_arm_doorbell(cqn);
+    }
+    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, irpverbs_abi::NtStatus> {
+        (**self).alloc_doorbell_page()
+    }
+    fn free_doorbell_page(&self, page: u32) {
+        (**self).free_doorbell_page(page);
+    }
+    fn bind_doorbell(
+        &self,
+        page: u32,
+        target: DoorbellTarget,
+    ) -> Result<u32, irpverbs_abi::NtStatus> {
+        (**self).bind_doorbell(page, target)
     }
     fn device_removed(&self) {
         (**self).device_removed();

@@ -23,6 +23,18 @@
 //!   file's next user request from the bound process, in its context, and
 //!   every mapping of the file is undone at its cleanup (which runs in the
 //!   process, before a process exit tears its address space down).
+//! - **One doorbell page per file** (`IOCTL_IV_MAP_DOORBELLS`): the HCA's
+//!   page through which the file's process rings its queues' doorbells with
+//!   no system call (as a real HCA gives each user context a UAR page). It is
+//!   allocated by the first request and freed with the file, and mapped like
+//!   a ring: in the caller's context, once, into the file's process, held
+//!   while mapped, unmapped at the file's cleanup. Per file rather than per
+//!   queue: one mapping and one page for the scanner to look at per process,
+//!   however many queues it has. A user-mode `IOCTL_IV_MAP_RINGS` after it
+//!   binds the object's doorbells to slots of the page
+//!   ([`Hca::bind_doorbell`], under the device lock, while the object is
+//!   live, so the binding always precedes the destroy that ends it) and
+//!   reports them.
 
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
@@ -33,7 +45,7 @@ use irpverbs_ring::{Region, Ring};
 
 use crate::Hca;
 use crate::device::{Device, Response, State, Verb};
-use crate::object::Kind;
+use crate::object::{Kind, Object};
 use crate::platform::{FileKey, Platform, Request, RequestorMode, SpinLock};
 
 /// The user mappings of every file, under [`crate::platform::MAP_LOCK`].
@@ -47,6 +59,8 @@ pub(crate) struct FileMaps<M> {
     /// The file's cleanup ran: nothing is mapped any more.
     closed: bool,
     entries: Vec<MapEntry<M>>,
+    /// The file's doorbell page, once mapped.
+    page: Option<PageEntry<M>>,
 }
 
 impl<M> Default for FileMaps<M> {
@@ -55,6 +69,7 @@ impl<M> Default for FileMaps<M> {
             space: None,
             closed: false,
             entries: Vec::new(),
+            page: None,
         }
     }
 }
@@ -96,6 +111,46 @@ struct MapEntry<M> {
     mapping: M,
 }
 
+/// The file's doorbell page mapped into its process.
+struct PageEntry<M> {
+    /// The page's memory, kept allocated while it is mapped.
+    region: Arc<Region>,
+    /// Where it is in the process.
+    addr: u64,
+    /// The platform's mapping.
+    mapping: M,
+}
+
+/// The `IOCTL_IV_MAP_DOORBELLS` response for a page mapped at `addr`.
+fn doorbells_out(addr: u64) -> IvMapDoorbellsOut {
+    IvMapDoorbellsOut {
+        page_addr: addr,
+        page_len: IV_DOORBELL_PAGE_SIZE,
+        slots: IV_DOORBELL_SLOTS,
+    }
+}
+
+/// Binds the doorbells of `o`'s rings to slots of doorbell page `page`
+/// (those not bound yet) and returns the slots, in [`Object::rings`] order
+/// ([`IV_DOORBELL_NONE`] where there is no ring). A slot bound before a
+/// later one fails stays bound (and is reported by the next request).
+fn bind_doorbells<H: Hca>(hca: &H, page: u32, o: &mut Object) -> Result<[u32; 2], NtStatus> {
+    let mut slots = [IV_DOORBELL_NONE; 2];
+    for (i, target) in o.doorbell_targets().into_iter().enumerate() {
+        let Some(target) = target else { continue };
+        let slot = match o.doorbells[i] {
+            Some(slot) => slot,
+            None => {
+                let slot = hca.bind_doorbell(page, target)?;
+                o.doorbells[i] = Some(slot);
+                slot
+            }
+        };
+        slots[i] = slot;
+    }
+    Ok(slots)
+}
+
 /// The ring's geometry without addresses: what a user-mode caller's create
 /// and resize responses carry.
 pub(crate) fn geometry(ring: &Ring) -> IvRingMap {
@@ -130,7 +185,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ///
     /// - Every user-mode request first unmaps, from the file's process, the
     ///   rings of objects destroyed (or CQs resized) since.
-    /// - `IOCTL_IV_MAP_RINGS` is handled and completed here.
+    /// - `IOCTL_IV_MAP_RINGS` and `IOCTL_IV_MAP_DOORBELLS` are handled and
+    ///   completed here.
     /// - A user-mode `IOCTL_IV_REG_MR` is validated and its range pinned
     ///   ([`Platform::pin_memory`]); the region rides with the request
     ///   ([`Request::attach_pin`]) to the queue. A refusal completes it here.
@@ -147,6 +203,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
         match request.ioctl_code() {
             IOCTL_IV_MAP_RINGS => {
                 self.map_rings(request, true);
+                None
+            }
+            IOCTL_IV_MAP_DOORBELLS => {
+                self.map_doorbells(request, true);
                 None
             }
             IOCTL_IV_REG_MR if user => match self.pin_in_caller_context(&mut request) {
@@ -204,7 +264,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         let file = request.file();
         let handle = h.handle;
-        let rings: [Option<Ring>; 2] = self.state.lock(|s| {
+        let user = request.requestor_mode() == RequestorMode::User;
+        let (rings, slots): ([Option<Ring>; 2], [u32; 2]) = self.state.lock(|s| {
             if s.removed {
                 return Err(STATUS_DEVICE_REMOVED);
             }
@@ -214,14 +275,27 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 .find(|&k| crate::handle::kind_of(handle) == k as u8)
                 .ok_or(STATUS_INVALID_HANDLE)?;
             let idx = f.objects.lookup(handle, kind)?;
-            match f.objects.get(idx).rings() {
-                [Some(a), b] => Ok([Some(a.clone()), b.cloned()]),
-                [None, _] => Err(STATUS_INVALID_HANDLE),
-            }
+            let rings = match f.objects.get(idx).rings() {
+                [Some(a), b] => [Some(a.clone()), b.cloned()],
+                [None, _] => return Err(STATUS_INVALID_HANDLE),
+            };
+            // A user-mode caller's doorbells ring the file's page, if it
+            // has one (and the caller the context to map); a kernel caller
+            // rings the direct-call doorbells.
+            let page = f.doorbell_page.as_ref().map(|p| p.page);
+            let slots = match page {
+                Some(page) if user && in_caller => {
+                    bind_doorbells(&self.hca, page, f.objects.get_mut(idx))?
+                }
+                _ => [IV_DOORBELL_NONE; 2],
+            };
+            Ok((rings, slots))
         })?;
         let out = |maps: [Option<IvRingMap>; 2]| IvMapRingsOut {
             ring: maps[0].unwrap_or_default(),
             rq: maps[1].unwrap_or_default(),
+            ring_doorbell: slots[0],
+            rq_doorbell: slots[1],
         };
         if request.requestor_mode() == RequestorMode::Kernel {
             return Ok(out([
@@ -300,6 +374,80 @@ impl<P: Platform, H: Hca> Device<P, H> {
         Ok(out(found))
     }
 
+    /// `IOCTL_IV_MAP_DOORBELLS`, completed here. A user-mode request is
+    /// served only from [`Device::in_caller_context`] (`in_caller`); from
+    /// the queue it fails with `STATUS_INVALID_DEVICE_STATE`. Kernel callers
+    /// ring the direct-call doorbells: `STATUS_NOT_SUPPORTED`.
+    pub(crate) fn map_doorbells(&self, mut request: P::Request, in_caller: bool) {
+        match self.try_map_doorbells(&mut request, in_caller) {
+            Ok(out) => self.complete(request, STATUS_SUCCESS, &Response::Doorbells(out)),
+            Err(status) => self.complete(request, status, &Response::None),
+        }
+    }
+
+    fn try_map_doorbells(
+        &self,
+        request: &mut P::Request,
+        in_caller: bool,
+    ) -> Result<IvMapDoorbellsOut, NtStatus> {
+        let Verb::MapDoorbells = self.parse_request(request)? else {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        };
+        if request.requestor_mode() == RequestorMode::Kernel {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        if !in_caller {
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
+        let file = request.file();
+        // The file's page, allocated by its first request.
+        let region = self.state.lock(|s| {
+            if s.removed {
+                return Err(STATUS_DEVICE_REMOVED);
+            }
+            let f = s.file(file)?;
+            if let Some(page) = &f.doorbell_page {
+                return Ok(Arc::clone(&page.region));
+            }
+            let page = self.hca.alloc_doorbell_page()?;
+            let region = Arc::clone(&page.region);
+            f.doorbell_page = Some(page);
+            Ok(region)
+        })?;
+        let space = request.address_space();
+        let mapped = self.maps.lock(|maps| {
+            let fm = maps.entry(file).or_default();
+            fm.bind(space)?;
+            Ok::<_, NtStatus>(fm.page.as_ref().map(|p| p.addr))
+        })?;
+        if let Some(addr) = mapped {
+            return Ok(doorbells_out(addr));
+        }
+        // Map it outside the locks, in the caller's context (PASSIVE_LEVEL).
+        let (addr, mapping) = self.platform.map_doorbell_page(request, &region)?;
+        // Record it, unless the file was cleaned up meanwhile or another
+        // request mapped the page first: then give ours back.
+        let (spare, result) = self.maps.lock(|maps| {
+            let fm = maps.entry(file).or_default();
+            if fm.closed {
+                return (Some(mapping), Err(STATUS_DELETE_PENDING));
+            }
+            if let Some(p) = &fm.page {
+                return (Some(mapping), Ok(p.addr));
+            }
+            fm.page = Some(PageEntry {
+                region,
+                addr,
+                mapping,
+            });
+            (None, Ok(addr))
+        });
+        if let Some(mapping) = spare {
+            self.platform.unmap_ring(mapping);
+        }
+        result.map(doorbells_out)
+    }
+
     /// Unmaps the file's rings whose objects are gone (or whose CQ was
     /// resized), when the request comes from the file's process.
     ///
@@ -342,15 +490,26 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// IRQL: PASSIVE_LEVEL (the file callbacks), when there is anything to
     /// unmap.
     pub(crate) fn unmap_file(&self, file: FileKey, forget: bool) {
-        let entries = self.maps.lock(|maps| {
+        let (entries, page) = self.maps.lock(|maps| {
             if forget {
-                return maps.remove(&file).map(|fm| fm.entries).unwrap_or_default();
+                return maps
+                    .remove(&file)
+                    .map(|fm| (fm.entries, fm.page))
+                    .unwrap_or_default();
             }
             let fm = maps.entry(file).or_default();
             fm.closed = true;
-            core::mem::take(&mut fm.entries)
+            (core::mem::take(&mut fm.entries), fm.page.take())
         });
         self.unmap_all(entries);
+        if let Some(PageEntry {
+            region, mapping, ..
+        }) = page
+        {
+            self.platform.unmap_ring(mapping);
+            // Only now may the page's memory go (with the HCA's hold).
+            drop(region);
+        }
     }
 
     fn unmap_all(&self, entries: Vec<MapEntry<P::Mapping>>) {
@@ -364,9 +523,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    /// User mappings alive (all files).
+    /// User mappings alive (all files): rings and doorbell pages.
     pub(crate) fn mapping_count(&self) -> usize {
-        self.maps
-            .lock(|maps| maps.values().map(|fm| fm.entries.len()).sum())
+        self.maps.lock(|maps| {
+            maps.values()
+                .map(|fm| fm.entries.len() + usize::from(fm.page.is_some()))
+                .sum()
+        })
     }
 }

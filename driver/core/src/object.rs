@@ -4,6 +4,7 @@
 use irpverbs_abi::{IvAhAttr, IvQpCap};
 use irpverbs_ring::Ring;
 
+use crate::hca::DoorbellTarget;
 use crate::platform::{PoolCharge, PoolTag, pool_tag};
 
 /// Object kinds; the value is stored in the handle.
@@ -168,6 +169,10 @@ pub(crate) struct Object {
     pub dependents: u32,
     /// Async events about this object not yet acknowledged.
     pub unacked_async: u32,
+    /// The doorbell page slots its rings' doorbells are bound to (see
+    /// [`Object::doorbell_targets`]), once a user-mode `MAP_RINGS` bound
+    /// them.
+    pub doorbells: [Option<u32>; 2],
     pub charge: Option<PoolCharge>,
     pub body: Body,
 }
@@ -229,6 +234,21 @@ impl Object {
             Body::Cq(c) => [c.ring.as_ref(), None],
             Body::Srq(s) => [s.ring.as_ref(), None],
             Body::Qp(q) => [q.sq.as_ref(), q.rq.as_ref()],
+            _ => [None, None],
+        }
+    }
+
+    /// The doorbells of [`Object::rings`], in the same order: a CQ's arm
+    /// doorbell, an SRQ's doorbell, a QP's send and receive queue
+    /// doorbells. `None` where there is no ring.
+    pub(crate) fn doorbell_targets(&self) -> [Option<DoorbellTarget>; 2] {
+        match &self.body {
+            Body::Cq(c) if c.ring.is_some() => [Some(DoorbellTarget::CqArm(c.cqn)), None],
+            Body::Srq(s) if s.ring.is_some() => [Some(DoorbellTarget::Srq(s.srqn)), None],
+            Body::Qp(q) => [
+                q.sq.as_ref().map(|_| DoorbellTarget::Sq(q.qpn)),
+                q.rq.as_ref().map(|_| DoorbellTarget::Rq(q.qpn)),
+            ],
             _ => [None, None],
         }
     }

@@ -14,8 +14,9 @@
 //! # User memory: pins and ring mappings
 //! Two services touch a user process's address space, and both need its
 //! context at PASSIVE_LEVEL (at most APC_LEVEL): pinning a range for a
-//! memory registration ([`Platform::pin_memory`]) and mapping a ring into
-//! the process ([`Platform::map_ring`]). The core calls them only from
+//! memory registration ([`Platform::pin_memory`]) and mapping a ring (or a
+//! file's doorbell page) into the process ([`Platform::map_ring`],
+//! [`Platform::map_doorbell_page`]). The core calls them only from
 //! [`crate::Device::in_caller_context`] (the request's own context) and
 //! unmaps ([`Platform::unmap_ring`]) only from there and from the file
 //! callbacks; which ring is mapped, for how long, and when it is unmapped
@@ -261,8 +262,26 @@ pub trait Platform: Send + Sync + 'static {
         ring: &Ring,
     ) -> Result<(IvRingMap, Self::Mapping), NtStatus>;
 
-    /// Removes a mapping [`Platform::map_ring`] made, from the process it was
-    /// made in (attaching to that process if the current one is another).
+    /// Maps a doorbell page (`page`: one whole page of nonpaged memory the
+    /// HCA allocated) into the address space of `request`'s requestor, a
+    /// user-mode caller, writable, and returns its address there and the
+    /// mapping ([`Platform::unmap_ring`] undoes it). The core keeps the
+    /// page's memory allocated until it has unmapped it.
+    ///
+    /// IRQL: <= APC_LEVEL, in the requestor's process: the core calls this
+    /// only from [`crate::Device::in_caller_context`].
+    ///
+    /// # Errors
+    /// As [`Platform::map_ring`].
+    fn map_doorbell_page(
+        &self,
+        request: &Self::Request,
+        page: &Arc<Region>,
+    ) -> Result<(u64, Self::Mapping), NtStatus>;
+
+    /// Removes a mapping [`Platform::map_ring`] or
+    /// [`Platform::map_doorbell_page`] made, from the process it was made in
+    /// (attaching to that process if the current one is another).
     ///
     /// IRQL: <= APC_LEVEL: the core calls this from
     /// [`crate::Device::in_caller_context`] and from the file callbacks

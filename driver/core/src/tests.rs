@@ -45,6 +45,29 @@ impl FakePlatform {
     fn live_mappings(&self) -> usize {
         self.mapped.lock().unwrap().len()
     }
+
+    /// A user mapping of `region` for `request` (refused once after
+    /// `fail_map` is set): its id.
+    fn record_mapping(
+        &self,
+        request: &FakeRequest,
+        region: &Arc<irpverbs_ring::Region>,
+    ) -> Result<u64, NtStatus> {
+        assert_eq!(
+            request.mode,
+            RequestorMode::User,
+            "only user memory is mapped"
+        );
+        if self.fail_map.swap(false, Ordering::SeqCst) {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        let id = self.maps_made.fetch_add(1, Ordering::SeqCst);
+        self.mapped
+            .lock()
+            .unwrap()
+            .insert(id, (Arc::downgrade(region), request.space));
+        Ok(id)
+    }
 }
 
 /// Where the fake platform maps user rings: their own address + this.
@@ -161,23 +184,19 @@ impl Platform for FakePlatform {
         request: &FakeRequest,
         ring: &irpverbs_ring::Ring,
     ) -> Result<(IvRingMap, u64), NtStatus> {
-        assert_eq!(
-            request.mode,
-            RequestorMode::User,
-            "only user rings are mapped"
-        );
-        if self.fail_map.swap(false, Ordering::SeqCst) {
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
-        }
-        let id = self.maps_made.fetch_add(1, Ordering::SeqCst);
-        self.mapped
-            .lock()
-            .unwrap()
-            .insert(id, (Arc::downgrade(ring.region()), request.space));
+        let id = self.record_mapping(request, ring.region())?;
         let mut map = ring.map();
         map.control_addr += USER_OFFSET;
         map.entries_addr += USER_OFFSET;
         Ok((map, id))
+    }
+    fn map_doorbell_page(
+        &self,
+        request: &FakeRequest,
+        page: &Arc<irpverbs_ring::Region>,
+    ) -> Result<(u64, u64), NtStatus> {
+        let id = self.record_mapping(request, page)?;
+        Ok((page.addr() + USER_OFFSET, id))
     }
     fn unmap_ring(&self, mapping: u64) {
         let (region, _) = self
@@ -190,6 +209,9 @@ impl Platform for FakePlatform {
     }
 }
 
+/// The fake HCA's doorbell pages: page -> (memory, the target of each slot).
+type FakePages = std::collections::BTreeMap<u32, (Arc<irpverbs_ring::Region>, Vec<DoorbellTarget>)>;
+
 /// An HCA that executes commands when the test says so, with a command
 /// queue of `depth` entries.
 struct FakeHca {
@@ -200,6 +222,12 @@ struct FakeHca {
     next: AtomicU32,
     /// `device_removed` was called.
     removed: std::sync::atomic::AtomicBool,
+    /// Doorbell pages: page -> (memory, the target of each slot).
+    pages: Mutex<FakePages>,
+    /// Doorbell pages allocated in all.
+    pages_made: AtomicU32,
+    /// The HCA has no doorbell pages.
+    no_doorbells: std::sync::atomic::AtomicBool,
 }
 
 impl FakeHca {
@@ -230,7 +258,20 @@ impl FakeHca {
             eq: Mutex::new(VecDeque::new()),
             next: AtomicU32::new(2),
             removed: std::sync::atomic::AtomicBool::new(false),
+            pages: Mutex::default(),
+            pages_made: AtomicU32::new(0),
+            no_doorbells: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The targets bound to page `page`, by slot.
+    fn bound(&self, page: u32) -> Vec<DoorbellTarget> {
+        self.pages
+            .lock()
+            .unwrap()
+            .get(&page)
+            .map(|p| p.1.clone())
+            .unwrap_or_default()
     }
 
     /// Executes every queued command.
@@ -308,6 +349,34 @@ impl Hca for FakeHca {
     fn cq_arm_doorbell(&self, _: u32) {}
     fn device_removed(&self) {
         self.removed.store(true, Ordering::SeqCst);
+    }
+    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
+        if self.no_doorbells.load(Ordering::SeqCst) {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        let page = self.pages_made.fetch_add(1, Ordering::SeqCst) + 1;
+        let region = Arc::new(irpverbs_ring::Region::alloc(4096).expect("memory"));
+        self.pages
+            .lock()
+            .unwrap()
+            .insert(page, (Arc::clone(&region), Vec::new()));
+        Ok(DoorbellPageInfo { page, region })
+    }
+    fn free_doorbell_page(&self, page: u32) {
+        assert!(
+            self.pages.lock().unwrap().remove(&page).is_some(),
+            "page {page} freed once"
+        );
+    }
+    fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
+        let mut pages = self.pages.lock().unwrap();
+        let slots = &mut pages.get_mut(&page).ok_or(STATUS_INVALID_PARAMETER)?.1;
+        assert!(!slots.contains(&target), "{target:?} bound twice");
+        if slots.len() == 3 {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        slots.push(target);
+        Ok(slots.len() as u32 - 1)
     }
 }
 
@@ -1195,6 +1264,133 @@ fn cleanup_unmaps_everything_and_nothing_maps_after_it() {
     assert_eq!(late, Err(STATUS_DELETE_PENDING));
     r.settle();
     r.dev.close_file(1);
+    finish(&r);
+}
+
+/// `IOCTL_IV_MAP_DOORBELLS` on `file`, as [`Rig::issue`] sends it.
+fn map_doorbells(r: &Rig, file: FileKey) -> Result<IvMapDoorbellsOut, NtStatus> {
+    r.call(file, IOCTL_IV_MAP_DOORBELLS, &())
+}
+
+#[test]
+fn map_doorbells_maps_one_page_per_file_once() {
+    let r = Rig::new(16);
+    let m = map_doorbells(&r, 1).unwrap();
+    assert_eq!((m.page_len, m.slots), (4096, 4096));
+    assert_eq!(m.page_addr % 4096, 0);
+    assert_eq!(map_doorbells(&r, 1), Ok(m), "the same address");
+    assert_eq!(r.hca.pages_made.load(Ordering::SeqCst), 1, "one page");
+    assert_eq!(
+        r.platform.maps_made.load(Ordering::SeqCst),
+        1,
+        "mapped once"
+    );
+    let other = map_doorbells(&r, 2).unwrap();
+    assert_ne!(other.page_addr, m.page_addr, "a page per file");
+    assert_eq!(r.dev.snapshot().user_mappings, 2);
+    // The mapping holds the page's memory past the HCA's free.
+    let memory = Arc::downgrade(&r.hca.pages.lock().unwrap()[&1].0);
+    r.dev.cleanup_file(1);
+    assert_eq!(r.platform.live_mappings(), 1, "cleanup unmaps");
+    assert_eq!(map_doorbells(&r, 1), Err(STATUS_DELETE_PENDING));
+    assert_eq!(
+        r.hca.pages.lock().unwrap().len(),
+        2,
+        "kept until the file closes"
+    );
+    r.dev.close_file(1);
+    assert_eq!(r.hca.pages.lock().unwrap().len(), 1, "freed at close");
+    assert_eq!(memory.strong_count(), 0);
+    finish(&r);
+}
+
+#[test]
+fn map_doorbells_is_refused_where_it_cannot_be_served() {
+    let r = Rig::new(16);
+    let kernel = Via::Caller(RequestorMode::Kernel, 0);
+    let queued = Via::QueueOnly(RequestorMode::User, 1);
+    let from_kernel: Result<IvMapDoorbellsOut, _> =
+        r.call_as(1, IOCTL_IV_MAP_DOORBELLS, &(), kernel);
+    assert_eq!(
+        from_kernel,
+        Err(STATUS_NOT_SUPPORTED),
+        "kernel ULPs ring directly"
+    );
+    let from_queue: Result<IvMapDoorbellsOut, _> =
+        r.call_as(1, IOCTL_IV_MAP_DOORBELLS, &(), queued);
+    assert_eq!(from_queue, Err(STATUS_INVALID_DEVICE_STATE));
+    let short = r.issue(
+        1,
+        IOCTL_IV_MAP_DOORBELLS,
+        &(),
+        size_of::<IvMapDoorbellsOut>() - 1,
+    );
+    assert_eq!(outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
+    // Another process: the file belongs to the first one.
+    let _ = map_doorbells(&r, 1).unwrap();
+    let denied: Result<IvMapDoorbellsOut, _> = r.call_as(
+        1,
+        IOCTL_IV_MAP_DOORBELLS,
+        &(),
+        Via::Caller(RequestorMode::User, 9),
+    );
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    // A failed mapping maps nothing; the next request maps.
+    r.platform.fail_map.store(true, Ordering::SeqCst);
+    assert_eq!(map_doorbells(&r, 2), Err(STATUS_INSUFFICIENT_RESOURCES));
+    assert_eq!(r.platform.live_mappings(), 1);
+    assert!(map_doorbells(&r, 2).is_ok());
+    // An HCA without doorbell pages.
+    r.hca.no_doorbells.store(true, Ordering::SeqCst);
+    r.dev.create_file(3).unwrap();
+    assert_eq!(map_doorbells(&r, 3), Err(STATUS_NOT_SUPPORTED));
+    r.dev.cleanup_file(3);
+    r.dev.close_file(3);
+    r.dev.remove();
+    assert_eq!(map_doorbells(&r, 1), Err(STATUS_DEVICE_REMOVED));
+    finish(&r);
+}
+
+#[test]
+fn rings_mapped_after_the_page_report_their_doorbell_slots() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let early = map(&r, 1, cq.cq).unwrap();
+    assert_eq!(
+        (early.ring_doorbell, early.rq_doorbell),
+        (IV_DOORBELL_NONE, IV_DOORBELL_NONE),
+        "no page yet"
+    );
+    let _ = map_doorbells(&r, 1).unwrap();
+    let m = map(&r, 1, cq.cq).unwrap();
+    assert_eq!((m.ring_doorbell, m.rq_doorbell), (0, IV_DOORBELL_NONE));
+    let qp = qp_on(&r, 1, p, cq.cq);
+    let qm = map(&r, 1, qp.qp).unwrap();
+    assert_eq!((qm.ring_doorbell, qm.rq_doorbell), (1, 2));
+    assert_eq!(map(&r, 1, qp.qp), Ok(qm), "bound once, the same slots");
+    let cqn = cq.cqn;
+    let qpn = qp.qpn;
+    assert_eq!(
+        r.hca.bound(1),
+        [
+            DoorbellTarget::CqArm(cqn),
+            DoorbellTarget::Sq(qpn),
+            DoorbellTarget::Rq(qpn)
+        ]
+    );
+    // A kernel caller's MAP_RINGS binds nothing.
+    let kernel = Via::Caller(RequestorMode::Kernel, 0);
+    let km: IvMapRingsOut = r
+        .call_as(1, IOCTL_IV_MAP_RINGS, &IvHandleIn { handle: qp.qp }, kernel)
+        .unwrap();
+    assert_eq!(
+        (km.ring_doorbell, km.rq_doorbell),
+        (IV_DOORBELL_NONE, IV_DOORBELL_NONE)
+    );
+    // The page is full (the fake has 3 slots): mapping another ring fails.
+    let cq2 = cq_on(&r, 1, 0);
+    assert_eq!(map(&r, 1, cq2.cq), Err(STATUS_INSUFFICIENT_RESOURCES));
     finish(&r);
 }
 

@@ -19,11 +19,19 @@
 //!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
 //! - The speed path: the rings are the driver's memory in the same process
 //!   (`IOCTL_IV_MAP_RINGS` "maps" them at their own addresses, under the
-//!   verifier's mapping checks), and the doorbells ([`Doorbells`] for [`HostDevice`] and
-//!   [`HostFile`]) call the soft HCA's. A [`HostFile`] is a
-//!   [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]); kernel-style
-//!   callers open a kernel-mode file ([`HostDevice::open_kernel`]) and get
-//!   the direct-call table from [`HostDevice::query_interface`].
+//!   verifier's mapping checks), and the doorbells ([`Doorbells`] for
+//!   [`HostDevice`] and [`HostFile`]) call the soft HCA's. A [`HostFile`] is
+//!   a [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]);
+//!   kernel-style callers open a kernel-mode file
+//!   ([`HostDevice::open_kernel`]) and get the direct-call table from
+//!   [`HostDevice::query_interface`].
+//! - [`UserDoorbells::Page`]: user-mode files ring their doorbells the way
+//!   they must on Windows, through their doorbell page
+//!   (`IOCTL_IV_MAP_DOORBELLS`, mapped when the file is opened), and a
+//!   "doorbell thread" drives the soft HCA's scanner
+//!   ([`SoftHca::poll_doorbells`]) at DISPATCH_LEVEL, as irpverbs.sys's
+//!   timer does: the same code path, exercised on any OS. Kernel-mode files
+//!   keep the direct calls.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
@@ -36,7 +44,8 @@ use irpverbs_core::{
 };
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use irpverbs_verbs::kernel::IvKernelInterface;
-use irpverbs_verbs::{Client, Doorbells, SpeedPath};
+use irpverbs_verbs::{Bell, Client, Doorbells, PageDoorbells, SpeedPath};
+use zerocopy::FromBytes;
 
 use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
@@ -58,6 +67,17 @@ pub enum Engine {
     Thread,
 }
 
+/// How user-mode files ring their queues' doorbells.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UserDoorbells {
+    /// Direct calls of the soft HCA's doorbells (one process: the fastest).
+    #[default]
+    Direct,
+    /// Through the file's doorbell page, scanned by the device's doorbell
+    /// thread: what a user-mode ULP does on Windows.
+    Page,
+}
+
 /// How to build a [`HostDevice`].
 #[derive(Clone, Debug, Default)]
 pub struct HostDeviceConfig {
@@ -67,7 +87,18 @@ pub struct HostDeviceConfig {
     pub engine: Engine,
     /// The soft HCA.
     pub soft: SoftConfig,
+    /// How user-mode files ring their doorbells.
+    pub user_doorbells: UserDoorbells,
 }
+
+/// Scans the doorbell thread makes in a row, yielding between them, after
+/// the last one that found a doorbell, before it sleeps between scans.
+pub const DOORBELL_SPIN_SCANS: u32 = 256;
+
+/// How long the doorbell thread sleeps between scans once it stopped
+/// spinning: the latency of a doorbell rung after a quiet spell (plus the
+/// OS's timer slack).
+pub const DOORBELL_IDLE_PERIOD: Duration = Duration::from_micros(50);
 
 /// Access a file was opened with (`GENERIC_READ` / `GENERIC_WRITE`), as
 /// `FILE_READ_ACCESS | FILE_WRITE_ACCESS` bits.
@@ -163,6 +194,65 @@ impl Completions {
     }
 }
 
+/// The doorbell thread: a stop flag, and the thread.
+#[derive(Default)]
+struct Scanner {
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Scanner {
+    /// Starts the thread: it drives `soft.poll_doorbells()` at
+    /// DISPATCH_LEVEL (as irpverbs.sys's timer callback runs), spinning
+    /// (yielding) for [`DOORBELL_SPIN_SCANS`] scans after the last doorbell
+    /// it found, then sleeping [`DOORBELL_IDLE_PERIOD`] between scans.
+    fn start(
+        &self,
+        platform: HostPlatform,
+        soft: Arc<SoftHca<HostPlatform>>,
+    ) -> Result<(), NtStatus> {
+        let stop = Arc::clone(&self.stop);
+        let handle = std::thread::Builder::new()
+            .name("irpverbs-doorbells".into())
+            .spawn(move || {
+                let mut idle = 0u32;
+                while !stop.load(Ordering::Acquire) {
+                    let mut rung = 0;
+                    // A bugcheck in the scan (or the DPCs it queued) is
+                    // recorded for unload, and the thread goes on.
+                    platform.run_guarded("irpverbs-doorbells", || {
+                        rung = platform.run_at_dispatch(|| soft.poll_doorbells());
+                    });
+                    if rung > 0 {
+                        idle = 0;
+                    } else if idle < DOORBELL_SPIN_SCANS {
+                        idle += 1;
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::park_timeout(DOORBELL_IDLE_PERIOD);
+                    }
+                }
+            })
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        Ok(())
+    }
+
+    /// Stops the thread and waits for it.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
 /// The driver in-process over a soft HCA.
 pub struct HostDevice {
     platform: HostPlatform,
@@ -170,6 +260,8 @@ pub struct HostDevice {
     soft: Arc<SoftHca<HostPlatform>>,
     doorbell: Arc<Doorbell>,
     engine: Mutex<Option<JoinHandle<()>>>,
+    user_doorbells: UserDoorbells,
+    scanner: Scanner,
     next_file: AtomicU64,
     cancel: CancelRoutine,
     completions: Arc<Completions>,
@@ -188,7 +280,8 @@ impl std::fmt::Debug for HostDevice {
 
 impl HostDevice {
     /// Builds the platform, the soft HCA and the driver, and starts the
-    /// firmware thread in [`Engine::Thread`] mode.
+    /// firmware thread in [`Engine::Thread`] mode and the doorbell thread
+    /// with [`UserDoorbells::Page`].
     ///
     /// # Errors
     /// The soft HCA's refusal of an inconsistent configuration.
@@ -227,6 +320,8 @@ impl HostDevice {
             soft,
             doorbell,
             engine: Mutex::new(None),
+            user_doorbells: config.user_doorbells,
+            scanner: Scanner::default(),
             next_file: AtomicU64::new(1),
             cancel,
             completions: Arc::default(),
@@ -253,6 +348,10 @@ impl HostDevice {
                     })
                     .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
             *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        }
+        if config.user_doorbells == UserDoorbells::Page {
+            this.scanner
+                .start(this.platform.clone(), Arc::clone(&this.soft))?;
         }
         Ok(this)
     }
@@ -282,12 +381,24 @@ impl HostDevice {
     }
 
     /// Opens the device (`CreateFile`): a new file object, created in the
-    /// driver at PASSIVE_LEVEL.
+    /// driver at PASSIVE_LEVEL. With [`UserDoorbells::Page`] the file's
+    /// doorbell page is mapped too ([`HostFile::map_doorbells`]), as a
+    /// user-mode library on Windows maps it before it maps any ring.
     ///
     /// # Errors
-    /// What the driver's file-create callback returned.
+    /// What the driver's file-create callback returned; the doorbell page's
+    /// mapping failure (the file is closed again).
     pub fn open(self: &Arc<Self>, access: GrantedAccess) -> Result<HostFile, NtStatus> {
-        self.open_as(access, RequestorMode::User)
+        let file = self.open_as(access, RequestorMode::User)?;
+        if self.user_doorbells == UserDoorbells::Page {
+            file.map_doorbells()?;
+        }
+        Ok(file)
+    }
+
+    /// How user-mode files ring their doorbells.
+    pub fn user_doorbells(&self) -> UserDoorbells {
+        self.user_doorbells
     }
 
     /// Opens the device for a kernel ULP (the file object a kernel driver
@@ -314,6 +425,7 @@ impl HostDevice {
             access,
             mode,
             outstanding: Arc::new(AtomicUsize::new(0)),
+            page: OnceLock::new(),
         })
     }
 
@@ -415,20 +527,24 @@ impl HostDevice {
     /// What is still held.
     pub fn quiesce(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        let idle =
-            || self.device.snapshot() == DeviceSnapshot::default() && self.soft.live_objects() == 0;
+        let idle = || {
+            self.device.snapshot() == DeviceSnapshot::default()
+                && self.soft.live_objects() == 0
+                && self.soft.stats().doorbell_pages == 0
+        };
         if self.completions.wait_until(deadline, idle) {
             return Ok(());
         }
         Err(format!(
-            "device not quiescent: {:?}, soft HCA objects {}",
+            "device not quiescent: {:?}, soft HCA objects {}, doorbell pages {}",
             self.device.snapshot(),
-            self.soft.live_objects()
+            self.soft.live_objects(),
+            self.soft.stats().doorbell_pages
         ))
     }
 
-    /// Unloads the driver: stops the firmware thread and runs the
-    /// verifier's unload checks (pool leaks, outstanding requests, armed
+    /// Unloads the driver: stops the doorbell and firmware threads and runs
+    /// the verifier's unload checks (pool leaks, outstanding requests, armed
     /// timers). Files must be closed first, as on Windows.
     ///
     /// # Panics
@@ -438,6 +554,7 @@ impl HostDevice {
             return;
         }
         self.detach_udp();
+        self.scanner.stop();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self
@@ -455,6 +572,7 @@ impl HostDevice {
 impl Drop for HostDevice {
     fn drop(&mut self) {
         self.detach_udp();
+        self.scanner.stop();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self
@@ -561,6 +679,8 @@ pub struct HostFile {
     access: GrantedAccess,
     mode: RequestorMode,
     outstanding: Arc<AtomicUsize>,
+    /// The file's doorbell page, once mapped: its doorbells ring through it.
+    page: OnceLock<PageDoorbells>,
 }
 
 impl std::fmt::Debug for HostFile {
@@ -696,6 +816,39 @@ impl HostFile {
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Acquire)
     }
+
+    /// Maps the file's doorbell page (`IOCTL_IV_MAP_DOORBELLS`; once, later
+    /// calls return the same page): from now on the file's doorbells are
+    /// bits in the page, which the device's doorbell thread finds (rings
+    /// must be mapped after it to have slots in it).
+    ///
+    /// # Errors
+    /// The IOCTL's status (`STATUS_NOT_SUPPORTED` for a kernel-mode file,
+    /// which rings the direct-call doorbells); `STATUS_INVALID_PARAMETER`
+    /// for a response that is no doorbell page.
+    #[allow(unsafe_code, reason = "viewing the mapped doorbell page")]
+    pub fn map_doorbells(&self) -> Result<&PageDoorbells, NtStatus> {
+        if let Some(page) = self.page.get() {
+            return Ok(page);
+        }
+        let (status, out) = self.ioctl(IOCTL_IV_MAP_DOORBELLS, &[], size_of::<IvMapDoorbellsOut>());
+        if !nt_success(status) {
+            return Err(status);
+        }
+        let out = IvMapDoorbellsOut::read_from_bytes(&out).map_err(|_| STATUS_INVALID_PARAMETER)?;
+        // SAFETY: `out` is this file's IOCTL_IV_MAP_DOORBELLS response in
+        // this (the only) address space; the page stays mapped and
+        // allocated until the file's cleanup, which runs when the file is
+        // dropped, after which nothing can ring through it (the doorbells
+        // are reached only through `&self`).
+        let page = unsafe { PageDoorbells::from_map(&out) }?;
+        Ok(self.page.get_or_init(|| page))
+    }
+
+    /// The file's doorbell page, if [`HostFile::map_doorbells`] mapped it.
+    pub fn doorbell_page(&self) -> Option<&PageDoorbells> {
+        self.page.get()
+    }
 }
 
 impl irpverbs_verbs::IoctlTransport for HostFile {
@@ -721,37 +874,48 @@ impl Drop for HostFile {
 }
 
 /// The doorbells of the soft HCA: on hardware, writes to a UAR page; here
-/// direct calls of its [`Hca`] doorbell methods (IRQL <= DISPATCH_LEVEL, no
-/// blocking).
+/// direct calls of its [`Hca`] doorbell methods, by queue number (IRQL <=
+/// DISPATCH_LEVEL, no blocking).
 impl Doorbells for HostDevice {
-    fn sq(&self, qpn: u32) {
-        self.device.hca().sq_doorbell(qpn);
+    fn sq(&self, qp: Bell) {
+        self.device.hca().sq_doorbell(qp.number);
     }
-    fn rq(&self, qpn: u32) {
-        self.device.hca().rq_doorbell(qpn);
+    fn rq(&self, qp: Bell) {
+        self.device.hca().rq_doorbell(qp.number);
     }
-    fn srq(&self, srqn: u32) {
-        self.device.hca().srq_doorbell(srqn);
+    fn srq(&self, srq: Bell) {
+        self.device.hca().srq_doorbell(srq.number);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.device.hca().cq_arm_doorbell(cqn);
+    fn cq_arm(&self, cq: Bell) {
+        self.device.hca().cq_arm_doorbell(cq.number);
     }
 }
 
-/// The doorbells of the device the file is open on (on hardware: the UAR
-/// page mapped for this file).
+/// The doorbells of the file: its doorbell page once mapped
+/// ([`HostFile::map_doorbells`]; a [`Bell`] without a slot then rings
+/// nothing), else the device's direct calls.
 impl Doorbells for HostFile {
-    fn sq(&self, qpn: u32) {
-        self.dev.sq(qpn);
+    fn sq(&self, qp: Bell) {
+        self.bells().sq(qp);
     }
-    fn rq(&self, qpn: u32) {
-        self.dev.rq(qpn);
+    fn rq(&self, qp: Bell) {
+        self.bells().rq(qp);
     }
-    fn srq(&self, srqn: u32) {
-        self.dev.srq(srqn);
+    fn srq(&self, srq: Bell) {
+        self.bells().srq(srq);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.dev.cq_arm(cqn);
+    fn cq_arm(&self, cq: Bell) {
+        self.bells().cq_arm(cq);
+    }
+}
+
+impl HostFile {
+    /// What the file's doorbells ring: its page, or the device.
+    fn bells(&self) -> &dyn Doorbells {
+        match self.page.get() {
+            Some(page) => page,
+            None => &*self.dev,
+        }
     }
 }
 

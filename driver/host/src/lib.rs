@@ -7,7 +7,9 @@
 //!   a verifier that bugchecks with the real Windows codes when a rule is
 //!   broken;
 //! - [`device::HostDevice`] is the driver over a soft HCA, wired as PnP and
-//!   the I/O manager wire it on Windows;
+//!   the I/O manager wire it on Windows (with [`UserDoorbells::Page`], a
+//!   doorbell thread scans user files' doorbell pages, as irpverbs.sys's
+//!   timer does);
 //! - [`win32`] is the Win32 subset a C ULP links against
 //!   (`include/irpverbs_host.h`), exported from the cdylib;
 //! - [`user`] is the speed-path library for C ULPs
@@ -30,4 +32,4 @@ pub mod udp;
 pub mod user;
 pub mod win32;
 
-pub use device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted};
+pub use device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted, UserDoorbells};

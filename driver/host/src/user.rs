@@ -2,7 +2,10 @@
 //! `IvUserQpOpen` and friends over a device HANDLE of [`crate::win32`]: an
 //! open maps the object's rings into the process (`IOCTL_IV_MAP_RINGS`; the
 //! create IOCTLs return only their geometry to user mode), then posts and
-//! polls on them, with the doorbells going to the in-process soft HCA. Also the host-only stand-in
+//! polls on them with no IOCTL. The doorbells go to the in-process soft HCA
+//! by direct call, or (`IRPVERBS_DOORBELLS=page`, as on Windows) through the
+//! file's doorbell page, which the device maps when the file is opened and
+//! its doorbell thread scans. Also the host-only stand-in
 //! for a kernel ULP's `IRP_MN_QUERY_INTERFACE`
 //! ([`IrpverbsHostQueryInterface`], `include/irpverbs_host.h`).
 //!
@@ -137,7 +140,7 @@ pub unsafe extern "C" fn IvUserQpOpen(device: HANDLE, qp: *const IvCreateQpOut) 
             // this process until the QP is destroyed or its file closed; the
             // destroy is refused while the QP is held, and every ring access
             // takes the file's read lock and checks the file is still open.
-            unsafe { QpRings::from_create(&mapped) }
+            unsafe { QpRings::from_create(&mapped) }.map(|r| r.with_doorbells(&m))
         },
         IvUserQp,
     )
@@ -158,7 +161,7 @@ pub unsafe extern "C" fn IvUserCqOpen(device: HANDLE, cq: *const IvCreateCqOut) 
         device,
         (IOCTL_IV_DESTROY_CQ, out.cq),
         // SAFETY: as for the QP; resizes are refused while held too.
-        |m| unsafe { CqRings::from_map(out.cqn, &m.ring) },
+        |m| unsafe { CqRings::from_map(out.cqn, &m.ring) }.map(|r| r.with_doorbells(&m)),
         IvUserCq,
     )
 }
@@ -186,7 +189,7 @@ pub unsafe extern "C" fn IvUserSrqOpen(
                 ..out
             };
             // SAFETY: as for the QP.
-            unsafe { SrqRings::from_create(&mapped) }
+            unsafe { SrqRings::from_create(&mapped) }.map(|r| r.with_doorbells(&m))
         },
         IvUserSrq,
     )

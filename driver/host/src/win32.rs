@@ -10,7 +10,10 @@
 //! (`include/irpverbs_user.h`) is [`crate::user`]; the host-only stand-ins
 //! for a kernel ULP's file object and `IRP_MN_QUERY_INTERFACE` are
 //! [`IrpverbsHostCreateKernelFile`] and [`crate::user::IrpverbsHostQueryInterface`]. `IRPVERBS_ENGINE=thread` runs the soft HCA's firmware on
-//! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off.
+//! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off;
+//! `IRPVERBS_DOORBELLS=page` has user-mode files ring their doorbells
+//! through their doorbell page, as on Windows
+//! ([`crate::UserDoorbells::Page`]).
 //!
 //! Semantics kept from Windows: a pended overlapped call returns FALSE with
 //! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
@@ -30,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
+use crate::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells};
 use crate::platform::{HostConfig, RequestHandle, VerifierConfig};
 
 /// `HANDLE`.
@@ -253,6 +256,10 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             _ => Engine::Inline,
         };
         let enabled = std::env::var("IRPVERBS_VERIFIER").map_or(true, |v| v != "0");
+        let user_doorbells = match std::env::var("IRPVERBS_DOORBELLS").as_deref() {
+            Ok("page") => UserDoorbells::Page,
+            _ => UserDoorbells::Direct,
+        };
         HostDevice::new(HostDeviceConfig {
             platform: HostConfig {
                 verifier: VerifierConfig {
@@ -262,6 +269,7 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
                 ..HostConfig::default()
             },
             engine,
+            user_doorbells,
             ..HostDeviceConfig::default()
         })
     })

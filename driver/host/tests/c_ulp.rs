@@ -7,6 +7,10 @@
 //! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
 //!   engine).
 //!
+//! The user-mode ones also run with `IRPVERBS_DOORBELLS=page`: the library
+//! rings through the file's doorbell page and the device's doorbell thread
+//! scans it, the way a ULP's doorbells reach irpverbs.sys.
+//!
 //! The user-mode ones are Windows code too: they also build for Windows x64
 //! with MinGW when it is installed.
 
@@ -88,6 +92,12 @@ fn compile(name: &str) -> PathBuf {
 }
 
 fn run(exe: &Path, engine: &str) {
+    run_with(exe, engine, "direct");
+}
+
+/// Runs `exe` with the firmware `engine` and user-mode `doorbells`
+/// (`direct`, or `page`: through each file's doorbell page, as on Windows).
+fn run_with(exe: &Path, engine: &str, doorbells: &str) {
     // cargo runs tests with its deps folder on the library path, which may
     // hold a `libirpverbs_host.so` from another build (`cargo build`): the
     // loader would prefer it to the rpath (RUNPATH). Name ours first.
@@ -105,13 +115,14 @@ fn run(exe: &Path, engine: &str) {
         .env(var, path)
         .env("IRPVERBS_ENGINE", engine)
         .env("IRPVERBS_VERIFIER", "1")
+        .env("IRPVERBS_DOORBELLS", doorbells)
         .output()
         .expect("run the C test");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "{} ({engine}) failed:\n{stdout}\n{stderr}",
+        "{} ({engine}, {doorbells} doorbells) failed:\n{stdout}\n{stderr}",
         exe.display()
     );
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
@@ -155,6 +166,21 @@ fn c_ulp_data_inline_engine() {
 #[test]
 fn c_ulp_data_thread_engine() {
     run(&build("ulp_data"), "thread");
+}
+
+#[test]
+fn c_ulp_speed_path_doorbell_page() {
+    run_with(&build("ulp_speed"), "inline", "page");
+}
+
+#[test]
+fn c_ulp_data_doorbell_page_inline_engine() {
+    run_with(&build("ulp_data"), "inline", "page");
+}
+
+#[test]
+fn c_ulp_data_doorbell_page_thread_engine() {
+    run_with(&build("ulp_data"), "thread", "page");
 }
 
 /// The user-mode C ULPs are Windows programs: they compile for Windows x64

@@ -5,7 +5,8 @@
 //!
 //! - [`speed`]: the ring views of one object ([`QpRings`], [`CqRings`],
 //!   [`SrqRings`]) over rings mapped into the caller's address space, and the
-//!   [`Doorbells`] a post or an arm rings;
+//!   [`Doorbells`] a post or an arm rings (direct calls, or a user-mode
+//!   file's doorbell page: [`PageDoorbells`]);
 //! - [`kernel`]: the kernel ULPs' direct-call function table
 //!   (`include/irpverbs_kernel.h`), handed out through
 //!   `IRP_MN_QUERY_INTERFACE`.
@@ -18,7 +19,8 @@
 //!
 //! `unsafe` appears where a mapped address becomes a ring (the
 //! `from_create` / `from_map` constructors, whose callers vouch for the
-//! mapping) and in the table's C ABI. Every `unsafe` block holds one unsafe
+//! mapping; `PageDoorbells::from_map` for a doorbell page) and in the
+//! table's C ABI. Every `unsafe` block holds one unsafe
 //! operation and states why it is sound.
 #![no_std]
 #![warn(missing_docs)]
@@ -29,4 +31,7 @@ extern crate alloc;
 pub mod kernel;
 pub mod speed;
 
-pub use speed::{AsNtStatus, Corrupt, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};
+pub use speed::{
+    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, SendWr,
+    SrqRings,
+};

@@ -1,7 +1,10 @@
 //! The ring views of one object: [`QpRings`], [`CqRings`] and [`SrqRings`],
 //! built once from a create response (or an `IOCTL_IV_MAP_RINGS` response)
 //! by an `unsafe` constructor whose caller vouches that the mapping outlives
-//! the views, and the [`Doorbells`] a post or an arm rings.
+//! the views, and the [`Doorbells`] a post or an arm rings: the HCA's
+//! direct-call doorbells (kernel ULPs, host mode), or a user-mode file's
+//! doorbell page ([`PageDoorbells`]). Each view knows its queues' [`Bell`]s,
+//! which name a doorbell both ways.
 //!
 //! Every operation on them is callable at IRQL <= DISPATCH_LEVEL: no
 //! allocation, no blocking (a post or poll serializes with concurrent ones
@@ -11,55 +14,142 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 
 use irpverbs_abi::{
-    IV_RECV_WQE_HEADER, IV_SEND_WQE_HEADER, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge,
-    NtStatus, STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES,
-    STATUS_INVALID_PARAMETER,
+    IV_DOORBELL_NONE, IV_DOORBELL_SLOTS, IV_RECV_WQE_HEADER, IV_SEND_WQE_HEADER, IvCqe,
+    IvCreateQpOut, IvCreateSrqOut, IvMapDoorbellsOut, IvMapRingsOut, IvRingMap, IvSge, NtStatus,
+    STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
-use irpverbs_ring::Ring;
 use irpverbs_ring::wq::{CompletionQueue, RecvQueue, SendQueue};
+use irpverbs_ring::{DoorbellPage, Ring};
 
 pub use irpverbs_ring::{Corrupt, PostError, SendWr};
+
+/// One queue doorbell (a QP's send or receive queue, an SRQ, a CQ's arm),
+/// named both ways a ULP can ring it: the queue's number, for the HCA's
+/// direct-call doorbells, and its slot in the file's doorbell page, for a
+/// user-mode ULP ([`PageDoorbells`]; `IOCTL_IV_MAP_RINGS` reports it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bell {
+    /// The QP, SRQ or CQ number.
+    pub number: u32,
+    /// The slot in the file's doorbell page, or [`IV_DOORBELL_NONE`].
+    pub slot: u32,
+}
+
+impl Bell {
+    /// The doorbell of queue `number`, without a doorbell page slot (what
+    /// the views of a kernel ULP, or of a create response, ring).
+    #[must_use]
+    pub const fn direct(number: u32) -> Self {
+        Self {
+            number,
+            slot: IV_DOORBELL_NONE,
+        }
+    }
+}
 
 /// The doorbells of an HCA: how a ULP tells it that a queue has new work
 /// (or that a CQ was armed).
 ///
 /// On real hardware each is a write to a UAR (doorbell) page mapped into the
-/// ULP's address space; for the soft HCA the driver (host device, or
-/// irpverbs.sys for kernel ULPs) calls its doorbell methods
-/// (`irpverbs_core::Hca::sq_doorbell` and its siblings) directly.
+/// ULP's address space. For the soft HCA, kernel ULPs (and host mode's
+/// user files, by default) have the driver call its doorbell methods
+/// (`irpverbs_core::Hca::sq_doorbell` and its siblings) directly, by queue
+/// number; a user-mode ULP on Windows writes the slot of the queue in its
+/// file's doorbell page ([`PageDoorbells`]), which the soft HCA scans.
 ///
 /// IRQL: callable at <= DISPATCH_LEVEL, never blocking.
 pub trait Doorbells: Send + Sync {
-    /// New WQEs were published on the send queue of `qpn`.
-    fn sq(&self, qpn: u32);
-    /// New WQEs were published on the receive queue of `qpn`.
-    fn rq(&self, qpn: u32);
-    /// New WQEs were published on SRQ `srqn`.
-    fn srq(&self, srqn: u32);
-    /// The arm word of CQ `cqn` was written (`req_notify_cq`).
-    fn cq_arm(&self, cqn: u32);
+    /// New WQEs were published on the send queue of QP `qp.number`.
+    fn sq(&self, qp: Bell);
+    /// New WQEs were published on the receive queue of QP `qp.number`.
+    fn rq(&self, qp: Bell);
+    /// New WQEs were published on SRQ `srq.number`.
+    fn srq(&self, srq: Bell);
+    /// The arm word of CQ `cq.number` was written (`req_notify_cq`).
+    fn cq_arm(&self, cq: Bell);
 }
 
 /// Forwards every doorbell to the pointee.
 macro_rules! forward_doorbells {
     ($($ty:ty),*) => {$(
         impl<T: Doorbells + ?Sized> Doorbells for $ty {
-            fn sq(&self, qpn: u32) {
-                (**self).sq(qpn);
+            fn sq(&self, qp: Bell) {
+                (**self).sq(qp);
             }
-            fn rq(&self, qpn: u32) {
-                (**self).rq(qpn);
+            fn rq(&self, qp: Bell) {
+                (**self).rq(qp);
             }
-            fn srq(&self, srqn: u32) {
-                (**self).srq(srqn);
+            fn srq(&self, srq: Bell) {
+                (**self).srq(srq);
             }
-            fn cq_arm(&self, cqn: u32) {
-                (**self).cq_arm(cqn);
+            fn cq_arm(&self, cq: Bell) {
+                (**self).cq_arm(cq);
             }
         }
     )*};
 }
 forward_doorbells!(&T, Arc<T>, Box<T>);
+
+/// The doorbells of a user-mode file: its doorbell page
+/// (`IOCTL_IV_MAP_DOORBELLS`), where each doorbell is a bit the ULP sets
+/// with release ordering ([`irpverbs_ring::doorbell`]) and the HCA finds
+/// with no system call. A [`Bell`] without a slot ([`IV_DOORBELL_NONE`]:
+/// its rings were mapped before the page) rings nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageDoorbells {
+    page: DoorbellPage,
+}
+
+impl PageDoorbells {
+    /// The doorbell page `out` (an `IOCTL_IV_MAP_DOORBELLS` response issued
+    /// in this address space) describes.
+    ///
+    /// # Safety
+    /// `out` is that response, unmodified, and the page stays mapped while
+    /// the result lives: drop it before closing the file (the driver unmaps
+    /// the page at the file's cleanup).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a response that does not describe a
+    /// doorbell page of [`IV_DOORBELL_SLOTS`] slots.
+    pub unsafe fn from_map(out: &IvMapDoorbellsOut) -> Result<Self, NtStatus> {
+        if out.slots != IV_DOORBELL_SLOTS {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        // SAFETY: forwarded from the caller.
+        let page = unsafe { DoorbellPage::from_map(out.page_addr, out.page_len) }
+            .map_err(|_| STATUS_INVALID_PARAMETER)?;
+        Ok(Self { page })
+    }
+
+    /// Doorbells over `page` (the HCA's own view, in host mode's tests).
+    #[must_use]
+    pub fn new(page: DoorbellPage) -> Self {
+        Self { page }
+    }
+
+    /// The page.
+    #[must_use]
+    pub fn page(&self) -> &DoorbellPage {
+        &self.page
+    }
+}
+
+/// Every doorbell sets its slot's bit in the page.
+impl Doorbells for PageDoorbells {
+    fn sq(&self, qp: Bell) {
+        self.page.ring(qp.slot);
+    }
+    fn rq(&self, qp: Bell) {
+        self.page.ring(qp.slot);
+    }
+    fn srq(&self, srq: Bell) {
+        self.page.ring(srq.slot);
+    }
+    fn cq_arm(&self, cq: Bell) {
+        self.page.ring(cq.slot);
+    }
+}
 
 /// An NTSTATUS for a speed-path failure, as the kernel table and the C
 /// library return them.
@@ -117,6 +207,8 @@ pub struct QpRings {
     qpn: u32,
     sq: SendQueue,
     rq: Option<RecvQueue>,
+    sq_bell: Bell,
+    rq_bell: Bell,
 }
 
 impl QpRings {
@@ -158,13 +250,36 @@ impl QpRings {
             qpn: out.qpn,
             sq: SendQueue::new(sq, cap.max_send_sge, cap.max_inline_data),
             rq: rq.map(|r| RecvQueue::new(r, cap.max_recv_sge)),
+            sq_bell: Bell::direct(out.qpn),
+            rq_bell: Bell::direct(out.qpn),
         })
+    }
+
+    /// The views with the doorbell page slots `map` (the QP's
+    /// `IOCTL_IV_MAP_RINGS` response) reports.
+    #[must_use]
+    pub fn with_doorbells(mut self, map: &IvMapRingsOut) -> Self {
+        self.sq_bell.slot = map.ring_doorbell;
+        self.rq_bell.slot = map.rq_doorbell;
+        self
     }
 
     /// The QP number.
     #[must_use]
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The send queue's doorbell.
+    #[must_use]
+    pub fn sq_bell(&self) -> Bell {
+        self.sq_bell
+    }
+
+    /// The receive queue's doorbell.
+    #[must_use]
+    pub fn rq_bell(&self) -> Bell {
+        self.rq_bell
     }
 
     /// The send queue.
@@ -185,7 +300,7 @@ impl QpRings {
     /// [`PostError`]; nothing was posted and no doorbell rung.
     pub fn post_send(&self, db: &dyn Doorbells, wr: &SendWr<'_>) -> Result<(), PostError> {
         self.sq.post(wr)?;
-        db.sq(self.qpn);
+        db.sq(self.sq_bell);
         Ok(())
     }
 
@@ -209,7 +324,7 @@ impl QpRings {
             posted += 1;
         }
         if posted > 0 {
-            db.sq(self.qpn);
+            db.sq(self.sq_bell);
         }
         result
     }
@@ -229,7 +344,7 @@ impl QpRings {
             .as_ref()
             .ok_or(PostError::Invalid)?
             .post(wr_id, sges)?;
-        db.rq(self.qpn);
+        db.rq(self.rq_bell);
         Ok(())
     }
 }
@@ -239,6 +354,7 @@ impl QpRings {
 pub struct SrqRings {
     srqn: u32,
     rq: RecvQueue,
+    bell: Bell,
 }
 
 impl SrqRings {
@@ -261,13 +377,28 @@ impl SrqRings {
         Ok(Self {
             srqn: out.srqn,
             rq: RecvQueue::new(ring, out.max_sge),
+            bell: Bell::direct(out.srqn),
         })
+    }
+
+    /// The view with the doorbell page slot `map` (the SRQ's
+    /// `IOCTL_IV_MAP_RINGS` response) reports.
+    #[must_use]
+    pub fn with_doorbells(mut self, map: &IvMapRingsOut) -> Self {
+        self.bell.slot = map.ring_doorbell;
+        self
     }
 
     /// The SRQ number.
     #[must_use]
     pub fn srqn(&self) -> u32 {
         self.srqn
+    }
+
+    /// The SRQ's doorbell.
+    #[must_use]
+    pub fn bell(&self) -> Bell {
+        self.bell
     }
 
     /// The queue.
@@ -287,7 +418,7 @@ impl SrqRings {
         sges: &[IvSge],
     ) -> Result<(), PostError> {
         self.rq.post(wr_id, sges)?;
-        db.srq(self.srqn);
+        db.srq(self.bell);
         Ok(())
     }
 }
@@ -297,6 +428,7 @@ impl SrqRings {
 pub struct CqRings {
     cqn: u32,
     cq: CompletionQueue,
+    bell: Bell,
 }
 
 impl CqRings {
@@ -318,13 +450,28 @@ impl CqRings {
         Ok(Self {
             cqn,
             cq: CompletionQueue::new(ring),
+            bell: Bell::direct(cqn),
         })
+    }
+
+    /// The view with the doorbell page slot `map` (the CQ's
+    /// `IOCTL_IV_MAP_RINGS` response) reports.
+    #[must_use]
+    pub fn with_doorbells(mut self, map: &IvMapRingsOut) -> Self {
+        self.bell.slot = map.ring_doorbell;
+        self
     }
 
     /// The CQ number.
     #[must_use]
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// The CQ's arm doorbell.
+    #[must_use]
+    pub fn bell(&self) -> Bell {
+        self.bell
     }
 
     /// The queue.
@@ -349,6 +496,6 @@ impl CqRings {
     /// raises it at once, so "arm, then poll once more" loses nothing.
     pub fn req_notify(&self, db: &dyn Doorbells, solicited_only: bool) {
         self.cq.arm(solicited_only);
-        db.cq_arm(self.cqn);
+        db.cq_arm(self.bell);
     }
 }

@@ -10,11 +10,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use irpverbs_abi::*;
-use irpverbs_kernel_table::Doorbells;
 use irpverbs_kernel_table::kernel::{
     IV_KERNEL_INTERFACE_VERSION, IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr,
     IvKernelSendWr, IvKernelSrq, interface,
 };
+use irpverbs_kernel_table::{Bell as QueueBell, Doorbells};
 use irpverbs_ring::Ring;
 use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride};
 
@@ -37,18 +37,27 @@ impl Bells {
     }
 }
 
+impl Bells {
+    /// Records `bell`: a kernel ULP's views ring by number, with no
+    /// doorbell page slot.
+    fn record(&self, bell: Bell, rung: QueueBell) {
+        assert_eq!(rung.slot, IV_DOORBELL_NONE, "{bell:?}");
+        self.0.lock().unwrap().push(bell);
+    }
+}
+
 impl Doorbells for Bells {
-    fn sq(&self, qpn: u32) {
-        self.0.lock().unwrap().push(Bell::Sq(qpn));
+    fn sq(&self, qp: QueueBell) {
+        self.record(Bell::Sq(qp.number), qp);
     }
-    fn rq(&self, qpn: u32) {
-        self.0.lock().unwrap().push(Bell::Rq(qpn));
+    fn rq(&self, qp: QueueBell) {
+        self.record(Bell::Rq(qp.number), qp);
     }
-    fn srq(&self, srqn: u32) {
-        self.0.lock().unwrap().push(Bell::Srq(srqn));
+    fn srq(&self, srq: QueueBell) {
+        self.record(Bell::Srq(srq.number), srq);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.0.lock().unwrap().push(Bell::CqArm(cqn));
+    fn cq_arm(&self, cq: QueueBell) {
+        self.record(Bell::CqArm(cq.number), cq);
     }
 }
 

@@ -23,12 +23,14 @@
 //!   `InterfaceReference`.
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
-//!   event queue and re-arms it.
+//!   event queue and re-arms it. D0Entry starts the doorbell scanner (a
+//!   high-resolution timer, [`crate::doorbell`]) and D0Exit stops it.
 //! - Caller context: `EvtIoInCallerContext` runs every request through
 //!   [`Device::in_caller_context`] in the requestor's thread and process
 //!   (PASSIVE_LEVEL for user mode) before queueing what it returns: the one
-//!   place where a user range can be pinned and a ring mapped into the
-//!   process (`IOCTL_IV_MAP_RINGS` is completed there).
+//!   place where a user range can be pinned and a ring or doorbell page
+//!   mapped into the process (`IOCTL_IV_MAP_RINGS` and
+//!   `IOCTL_IV_MAP_DOORBELLS` are completed there).
 //! - File cleanup (the last handle closed, in the closing process, before a
 //!   process exit tears its address space down): [`Device::cleanup_file`]
 //!   unmaps the file's rings and starts its rundown, then the callback
@@ -56,6 +58,7 @@ use wdk_sys::{
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
 use crate::context::{context_type, object_attributes, struct_size};
+use crate::doorbell::DoorbellScanner;
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
@@ -79,6 +82,8 @@ pub(crate) struct DeviceState {
     /// The kernel ULPs' table, holding the device's reference to its
     /// context (dropped with the state, after the device is gone).
     kernel: KernelInterface,
+    /// The scanner of the user-mode doorbell pages: running in D0.
+    scanner: DoorbellScanner,
 }
 
 /// The device's context: the state, set right after `WdfDeviceCreate` and
@@ -362,6 +367,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         next_file: AtomicU64::new(1),
         instance,
         kernel: KernelInterface::new(soft.clone()),
+        scanner: DoorbellScanner::new(soft.clone()),
     });
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
@@ -643,34 +649,45 @@ extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
 
 // ------------------------------------------------------------- PnP, power
 
-/// `EvtDeviceD0Entry`: queues the DPC, which drains whatever the event
-/// queue holds and re-arms it (the host's "interrupt on power-up").
+/// `EvtDeviceD0Entry`: starts the doorbell scanner (user-mode doorbells
+/// are seen from now on) and queues the DPC, which drains whatever the
+/// event queue holds and re-arms it (the host's "interrupt on power-up").
 ///
 /// IRQL: PASSIVE_LEVEL.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` when the scanner's timer cannot be
+/// allocated: the device does not start.
 extern "C" fn evt_device_d0_entry(
     device: WDFDEVICE,
     _previous_state: WDF_POWER_DEVICE_STATE,
 ) -> NTSTATUS {
     // SAFETY: the framework passes our live device.
     if let Some(state) = unsafe { state(device) } {
+        if let Err(status) = state.scanner.start() {
+            return status;
+        }
         state.bus.interrupt();
     }
     STATUS_SUCCESS
 }
 
-/// `EvtDeviceD0Exit`: leaving D0 for good (D3Final: removal, disable,
-/// shutdown) is the core's device removal; a sleep transition keeps the
-/// soft HCA's state in memory and does nothing. The framework has stopped
-/// the (power-managed) queue and waited for the driver's requests by now.
+/// `EvtDeviceD0Exit`: stops the doorbell scanner (waiting for a scan in
+/// progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
+/// also the core's device removal, while a sleep transition keeps the soft
+/// HCA's state in memory (D0Entry starts the scanner again). The framework
+/// has stopped the (power-managed) queue and waited for the driver's
+/// requests by now.
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_device_d0_exit(
     device: WDFDEVICE,
     target_state: WDF_POWER_DEVICE_STATE,
 ) -> NTSTATUS {
-    if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
-        // SAFETY: the framework passes our live device.
-        if let Some(state) = unsafe { state(device) } {
+    // SAFETY: the framework passes our live device.
+    if let Some(state) = unsafe { state(device) } {
+        state.scanner.stop();
+        if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
             state.device.remove();
         }
     }

@@ -23,8 +23,8 @@
 use alloc::sync::Arc;
 
 use irpverbs_core::Hca;
-use irpverbs_kernel_table::Doorbells;
 use irpverbs_kernel_table::kernel::{IV_KERNEL_INTERFACE_GUID, IvKernelInterface, interface};
+use irpverbs_kernel_table::{Bell, Doorbells};
 use irpverbs_soft::SoftHca;
 use wdk_sys::GUID;
 
@@ -41,23 +41,24 @@ pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {
 };
 
 /// The soft HCA's doorbells, as the table rings them: direct calls of its
-/// [`Hca`] doorbell methods.
+/// [`Hca`] doorbell methods, by queue number (a kernel ULP's queues have no
+/// doorbell page slot).
 ///
 /// IRQL: <= DISPATCH_LEVEL, never blocking.
 struct SoftDoorbells(Arc<SoftHca<KmdfPlatform>>);
 
 impl Doorbells for SoftDoorbells {
-    fn sq(&self, qpn: u32) {
-        self.0.sq_doorbell(qpn);
+    fn sq(&self, qp: Bell) {
+        self.0.sq_doorbell(qp.number);
     }
-    fn rq(&self, qpn: u32) {
-        self.0.rq_doorbell(qpn);
+    fn rq(&self, qp: Bell) {
+        self.0.rq_doorbell(qp.number);
     }
-    fn srq(&self, srqn: u32) {
-        self.0.srq_doorbell(srqn);
+    fn srq(&self, srq: Bell) {
+        self.0.srq_doorbell(srq.number);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.0.cq_arm_doorbell(cqn);
+    fn cq_arm(&self, cq: Bell) {
+        self.0.cq_arm_doorbell(cq.number);
     }
 }
 

@@ -22,6 +22,7 @@
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
 //! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
+//! | a high-resolution `EX_TIMER`, armed in D0Entry, deleted in D0Exit | `SoftHca::poll_doorbells`: the doorbells user-mode ULPs ring in their doorbell pages ([`doorbell`]) |
 //!
 //! # User memory
 //! A user-mode ULP's rings and memory registrations need the requestor's
@@ -37,9 +38,17 @@
 //! for the pages its registrations locked to be unlocked (the exiting
 //! process must not keep locked pages).
 //!
+//! # User-mode doorbells
+//! A user-mode ULP rings its queues' doorbells by setting bits in its file's
+//! doorbell page (`IOCTL_IV_MAP_DOORBELLS`, mapped like a ring), with no
+//! system call. The soft HCA has no MMIO to trap those writes, so a
+//! periodic high-resolution timer runs its scanner at DISPATCH_LEVEL
+//! ([`doorbell`]: latency about one clock tick at the highest clock rate,
+//! typically 0.5 ms; next to no CPU when nothing was rung). Kernel ULPs keep
+//! the direct-call doorbells.
+//!
 //! Not here yet: work items and timers, which the core's `Platform` does
-//! not ask for yet; physical (bus address) registrations; a doorbell page
-//! for user-mode ULPs (the soft HCA has no MMIO).
+//! not ask for yet; physical (bus address) registrations.
 //!
 //! Every `unsafe` block holds one unsafe operation and states why it is
 //! sound; every WDF call goes through wdk-sys's
@@ -53,6 +62,7 @@ extern crate wdk_panic;
 
 mod context;
 mod device;
+pub mod doorbell;
 pub mod kernel;
 pub mod mdl;
 pub mod platform;

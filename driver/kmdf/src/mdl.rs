@@ -10,9 +10,10 @@
 //!   HCA reaches the pages through. Dropped (the MR's last reference): the
 //!   system mapping is undone, the pages unlocked, the MDL freed, at IRQL <=
 //!   DISPATCH_LEVEL in any context.
-//! - [`UserMapping`]: a ring mapped into the requestor's process.
-//!   `IoAllocateMdl` + `MmBuildMdlForNonPagedPool` over the ring's memory
-//!   (whole pages of nonpaged pool, `Ring::alloc`), then
+//! - [`UserMapping`]: a ring (or a file's doorbell page) mapped into the
+//!   requestor's process. `IoAllocateMdl` + `MmBuildMdlForNonPagedPool`
+//!   over its memory (whole pages of nonpaged pool, `Ring::alloc`,
+//!   `DoorbellPage::alloc`), then
 //!   `MmMapLockedPagesSpecifyCache(UserMode, MmCached, NULL, FALSE,
 //!   NormalPagePriority | MdlMappingNoExecute)` through the SEH shim.
 //!   [`UserMapping::unmap`] undoes it in the process it was made in
@@ -325,13 +326,33 @@ impl UserMapping {
     /// The mapping's exception status, or `STATUS_INSUFFICIENT_RESOURCES`.
     pub(crate) fn map(ring: &Ring) -> Result<(IvRingMap, Self), NtStatus> {
         let region = ring.region();
+        let (user, mapping) = Self::map_region(region)?;
+        let offset = |kernel: u64| user + (kernel - region.addr());
+        let kernel = ring.map();
+        let map = IvRingMap {
+            entries_addr: offset(kernel.entries_addr),
+            control_addr: offset(kernel.control_addr),
+            ..kernel
+        };
+        Ok((map, mapping))
+    }
+
+    /// Maps all of `region` (whole pages of nonpaged pool: a ring, or a
+    /// doorbell page) into the current process, writable, and returns its
+    /// user address.
+    ///
+    /// IRQL: <= APC_LEVEL, in the context of the process to map into.
+    ///
+    /// # Errors
+    /// The mapping's exception status, or `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn map_region(region: &Region) -> Result<(u64, Self), NtStatus> {
         let base = core::ptr::with_exposed_provenance_mut::<c_void>(
             usize::try_from(region.addr()).map_err(|_| STATUS_INVALID_PARAMETER)?,
         );
         let mdl = Mdl::new(base, region.len())?;
-        // SAFETY: the MDL describes the ring's region, nonpaged pool that
-        // stays allocated while the core keeps the mapping (it holds the
-        // region until after `unmap`); IRQL <= DISPATCH_LEVEL.
+        // SAFETY: the MDL describes the region, nonpaged pool that stays
+        // allocated while the core keeps the mapping (it holds the region
+        // until after `unmap`); IRQL <= DISPATCH_LEVEL.
         unsafe { MmBuildMdlForNonPagedPool(mdl.0) };
         let mut user: PVOID = core::ptr::null_mut();
         // SAFETY: the MDL describes resident nonpaged pages (built just
@@ -346,15 +367,8 @@ impl UserMapping {
         // SAFETY: the current process is a live object; the reference keeps
         // it until `unmap` gives it back.
         let _ = unsafe { ObfReferenceObject(process.cast()) };
-        let offset = |kernel: u64| (user.addr() as u64) + (kernel - region.addr());
-        let kernel = ring.map();
-        let map = IvRingMap {
-            entries_addr: offset(kernel.entries_addr),
-            control_addr: offset(kernel.control_addr),
-            ..kernel
-        };
         Ok((
-            map,
+            user.addr() as u64,
             Self {
                 mdl: ManuallyDrop::new(mdl),
                 user,

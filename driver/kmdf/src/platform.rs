@@ -7,7 +7,7 @@
 //! | `Platform::pool_charge` / `pool_release` | a real `ExAllocatePool2(POOL_FLAG_NON_PAGED, bytes, tag)` per charge, freed with `ExFreePoolWithTag` |
 //! | `Platform::Request`   | [`KmdfRequest`]                                    |
 //! | `Platform::pin_memory` | user mode: [`crate::mdl::UserPin`] (an MDL, `MmProbeAndLockPages` through the SEH shim, a system mapping); kernel mode: the ULP's own nonpaged memory, wrapped |
-//! | `Platform::map_ring` / `unmap_ring` | [`crate::mdl::UserMapping`] (an MDL over the ring's nonpaged pool, `MmMapLockedPagesSpecifyCache(UserMode)` through the SEH shim; unmapped in its process) |
+//! | `Platform::map_ring`, `map_doorbell_page` / `unmap_ring` | [`crate::mdl::UserMapping`] (an MDL over the ring's or doorbell page's nonpaged pool, `MmMapLockedPagesSpecifyCache(UserMode)` through the SEH shim; unmapped in its process) |
 //!
 //! What the host platform's verifier checks (IRQL rules, lock order, pool
 //! leaks, request ownership) Driver Verifier checks here: the charges are
@@ -162,6 +162,21 @@ impl Platform for KmdfPlatform {
         ring: &Ring,
     ) -> Result<(IvRingMap, UserMapping), NtStatus> {
         UserMapping::map(ring)
+    }
+
+    /// An MDL over the doorbell page's nonpaged memory mapped into the
+    /// requestor's process, as a ring is (see [`UserMapping::map_region`]).
+    ///
+    /// IRQL: <= APC_LEVEL, in the requestor's process.
+    ///
+    /// # Errors
+    /// The mapping's exception status, or `STATUS_INSUFFICIENT_RESOURCES`.
+    fn map_doorbell_page(
+        &self,
+        _request: &KmdfRequest,
+        page: &Arc<Region>,
+    ) -> Result<(u64, UserMapping), NtStatus> {
+        UserMapping::map_region(page)
     }
 
     /// Undone in the process it was made in (see [`UserMapping::unmap`]).

@@ -5,19 +5,23 @@
 //! atomics), the single-producer/single-consumer [`ring`] protocol, and the
 //! work and completion queue operations over it — the ULP's side
 //! (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`) and the HCA's side
-//! (read and validate a WQE, append a CQE).
+//! (read and validate a WQE, append a CQE) — and the [`doorbell`] page a
+//! user-mode ULP rings its queues through.
 //!
-//! `no_std` + `alloc`; every `unsafe` block is in [`region`] and carries its
-//! `// SAFETY:` argument.
+//! `no_std` + `alloc`; the `unsafe` blocks are in [`region`] and in the
+//! constructors that view a mapping (`Ring::from_map`,
+//! `DoorbellPage::from_map`), each with its `// SAFETY:` argument.
 #![no_std]
 #![warn(missing_docs)]
 
 extern crate alloc;
 
+pub mod doorbell;
 pub mod region;
 pub mod ring;
 pub mod wq;
 
+pub use doorbell::DoorbellPage;
 pub use region::{OutOfBounds, Region};
 pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring};
 pub use wq::{CompletionQueue, PostError, RecvQueue, SendQueue, SendWr};

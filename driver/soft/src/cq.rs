@@ -217,6 +217,8 @@ impl Firmware {
         self.cqs.get(cqn)?.refs.check_idle()?;
         let cq = self.cqs.remove(cqn)?;
         self.rings.retire(cq.ring);
+        self.doorbells
+            .unbind(irpverbs_core::DoorbellTarget::CqArm(cqn));
         Ok(CommandOut::None)
     }
 }

@@ -111,6 +111,8 @@ pub(crate) struct Firmware {
     pub(crate) raised: Option<AsyncEvent>,
     /// Ring memory of destroyed queues, for new ones.
     pub(crate) rings: crate::shared::RingPool,
+    /// Doorbell pages and the queues their slots ring.
+    pub(crate) doorbells: crate::doorbell::Doorbells,
     /// The data path's state (not compared: see [`crate::engine::DataPath`]).
     pub(crate) dp: crate::engine::DataPath,
 }
@@ -143,6 +145,7 @@ impl Firmware {
             ahs: Table::new(config.max_ah),
             raised: None,
             rings: crate::shared::RingPool::default(),
+            doorbells: crate::doorbell::Doorbells::default(),
             config: config.clone(),
         }
     }

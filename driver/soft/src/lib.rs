@@ -79,6 +79,16 @@
 //! - UC and UD send completions are written when the packet has left the
 //!   source buffers: when the receiving HCA consumed (or dropped) it.
 //!
+//! User-mode ULPs cannot call the doorbell methods: they ring through their
+//! file's doorbell page, the soft HCA's UAR page ([`Hca::alloc_doorbell_page`],
+//! [`Hca::bind_doorbell`]; one page per file, a slot per queue doorbell). With
+//! no MMIO to trap the writes, the soft HCA scans the pages when the
+//! platform calls [`SoftHca::poll_doorbells`] (irpverbs.sys from a
+//! high-resolution timer, host mode from a doorbell thread) and rings the
+//! queue bound to each slot found, as the direct call would. The slot table
+//! is the HCA's, under `HCA_LOCK` with the queues: whatever user mode writes
+//! into its page makes the HCA look, at worst, at that page's own queues.
+//!
 //! Two soft HCAs in one process reach each other through a [`Fabric`]:
 //!
 //! ```ignore
@@ -112,6 +122,9 @@
 //!   receiver's inbox lock, holding its own `HCA_LOCK`, to append frames
 //!   (this keeps a QP's packets in order whichever thread sends); the
 //!   receiver takes it under its own `HCA_LOCK` to drain it. It is a leaf.
+//! - [`DOORBELL_LOCK`] (rank 27): the list of doorbell pages the scanner
+//!   looks at first; taken alone, or under `HCA_LOCK` to add and remove a
+//!   page. A leaf.
 //! - `EQ_LOCK` (rank 30): the event queue.
 //!
 //! An HCA never holds two `HCA_LOCK`s: it never calls into another HCA's
@@ -132,6 +145,7 @@ mod completer;
 mod config;
 mod cq;
 mod dma;
+mod doorbell;
 mod engine;
 mod eq;
 pub mod fabric;
@@ -150,6 +164,8 @@ pub mod sim;
 mod srq;
 mod table;
 #[cfg(test)]
+mod tests_doorbell;
+#[cfg(test)]
 mod tests_dp;
 #[cfg(test)]
 mod tests_sim;
@@ -162,9 +178,12 @@ use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use irpverbs_abi::{IvQueryDeviceOut, NtStatus, STATUS_INVALID_PARAMETER, nt_success};
+use irpverbs_abi::{
+    IvQueryDeviceOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, nt_success,
+};
 use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK, LockClass};
-use irpverbs_core::{Command, Event, Hca, Platform, SpinLock};
+use irpverbs_core::{Command, DoorbellPageInfo, DoorbellTarget, Event, Hca, Platform, SpinLock};
+use irpverbs_ring::DoorbellPage;
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 
@@ -244,6 +263,13 @@ pub struct SoftStats {
     pub cqes_lost: u64,
     /// Completion and async events lost to a full event queue.
     pub events_lost: u64,
+    /// Doorbell pages allocated and not freed.
+    pub doorbell_pages: usize,
+    /// Doorbell page slots the scanner took that rang a queue.
+    pub page_doorbells: u64,
+    /// Doorbell page slots the scanner took that were bound to no queue
+    /// (a stale slot, or garbage user mode wrote): ignored.
+    pub stray_doorbells: u64,
 }
 
 /// Datagrams for a link, and the tap that sees them.
@@ -262,6 +288,13 @@ struct TxQueue {
 pub static TX_LOCK: LockClass = LockClass {
     name: "irpverbs.soft.tx",
     rank: 26,
+};
+
+/// The doorbell pages, for the scanner's first look (taken alone, and
+/// under `HCA_LOCK` to add or remove a page; a leaf).
+pub static DOORBELL_LOCK: LockClass = LockClass {
+    name: "irpverbs.soft.doorbells",
+    rank: 27,
 };
 
 /// The firmware and its command queue, under `HCA_LOCK`.
@@ -292,6 +325,9 @@ pub struct SoftHca<P: Platform> {
     tx_pending: AtomicBool,
     /// The data path's [`engine::DataPath::attention`].
     attention: Arc<core::sync::atomic::AtomicU32>,
+    /// Every doorbell page, for [`SoftHca::poll_doorbells`]'s first look
+    /// (the firmware's copy, with the slot bindings, is under `HCA_LOCK`).
+    doorbell_pages: P::Lock<Vec<DoorbellPage>>,
 }
 
 impl<P: Platform> core::fmt::Debug for SoftHca<P> {
@@ -332,6 +368,7 @@ impl<P: Platform> SoftHca<P> {
             inbox_pending: AtomicBool::new(false),
             txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
             tx_pending: AtomicBool::new(false),
+            doorbell_pages: platform.new_lock(&DOORBELL_LOCK, Vec::new()),
         })
     }
 
@@ -849,6 +886,45 @@ impl<P: Platform> SoftHca<P> {
         }
     }
 
+    /// The doorbell scanner: takes every slot rung on every doorbell page
+    /// since the last call and rings the doorbell of the queue each is bound
+    /// to, as the direct-call doorbells would: inline, the work runs now, on
+    /// this thread; deferred, the hardware thread is woken. Returns how many
+    /// slots rang a queue. The platform calls it periodically (irpverbs.sys
+    /// from a high-resolution timer, host mode from its doorbell thread):
+    /// user-mode ULPs ring through their doorbell page with no system call,
+    /// and this is how the soft HCA, which has no MMIO to trap the writes,
+    /// notices. See the `doorbell` module.
+    ///
+    /// Cheap when nothing was rung: one spin lock and one load per page.
+    /// Callable concurrently (two timer expirations on two processors).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn poll_doorbells(&self) -> usize {
+        if !self
+            .doorbell_pages
+            .lock(|pages| pages.iter().any(DoorbellPage::peek))
+        {
+            return 0;
+        }
+        let (scan, raise) = self.state.lock(|st| {
+            let scan = st.firmware.scan_doorbells();
+            // An armed CQ with completions: its event goes out now.
+            let raise = self.push_events(&mut st.firmware.dp.events, &mut st.stats);
+            (scan, raise)
+        });
+        if raise {
+            self.bus.interrupt();
+        }
+        if scan.work {
+            match self.execution {
+                Execution::Inline => self.drive(|_| {}),
+                Execution::Deferred => self.bus.doorbell(),
+            }
+        }
+        scan.rung
+    }
+
     /// Counters.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
@@ -866,6 +942,9 @@ impl<P: Platform> SoftHca<P> {
                 retries: d.retries,
                 retry_causes: d.retry_causes,
                 cqes_lost: d.cqes_lost,
+                doorbell_pages: st.firmware.doorbells.len(),
+                page_doorbells: st.firmware.doorbells.rung,
+                stray_doorbells: st.firmware.doorbells.stray,
                 ..st.stats
             }
         });
@@ -1055,6 +1134,60 @@ impl<P: Platform> Hca for SoftHca<P> {
             return;
         }
         self.doorbell(|fw| fw.ring_srq(srqn));
+    }
+
+    /// A zeroed page of [`irpverbs_abi::IV_DOORBELL_SLOTS`] slots, scanned
+    /// by [`SoftHca::poll_doorbells`] from now on.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
+    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
+        self.state.lock(|st| {
+            let (page, memory) = st.firmware.doorbells.alloc()?;
+            let watched = self.doorbell_pages.lock(|pages| {
+                pages
+                    .try_reserve(1)
+                    .map(|()| pages.push(memory.clone()))
+                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+            });
+            if let Err(status) = watched {
+                st.firmware.doorbells.free(page);
+                return Err(status);
+            }
+            Ok(DoorbellPageInfo {
+                page,
+                region: Arc::clone(memory.region()),
+            })
+        })
+    }
+
+    /// Stops scanning page `page` and forgets its bindings.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn free_doorbell_page(&self, page: u32) {
+        self.state.lock(|st| {
+            if let Some(memory) = st.firmware.doorbells.free(page) {
+                self.doorbell_pages
+                    .lock(|pages| pages.retain(|p| *p != memory));
+            }
+        });
+    }
+
+    /// Binds a live queue to a free slot of `page` (see the `doorbell`
+    /// module); the queue's destroy ends the binding.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` for a queue that does not exist;
+    /// `STATUS_INVALID_PARAMETER` for a page that does not exist or a queue
+    /// bound to another page; `STATUS_INSUFFICIENT_RESOURCES` when the page
+    /// is full.
+    fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
+        self.state
+            .lock(|st| st.firmware.bind_doorbell(page, target))
     }
 
     /// The driver removed the device: the MRs (and the commands not yet

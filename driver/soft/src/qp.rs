@@ -512,6 +512,10 @@ impl Firmware {
     /// `STATUS_INVALID_HANDLE` for an unknown QPN.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<CommandOut, NtStatus> {
         let qp = self.qps.remove(qpn)?;
+        self.doorbells
+            .unbind(irpverbs_core::DoorbellTarget::Sq(qpn));
+        self.doorbells
+            .unbind(irpverbs_core::DoorbellTarget::Rq(qpn));
         if qp.state == QpState::Err {
             self.dp.unattend();
         }

@@ -162,6 +162,8 @@ impl Firmware {
         let srq = self.srqs.remove(srqn)?;
         self.pds.get_mut(srq.pdn)?.refs.put();
         self.rings.retire(srq.ring);
+        self.doorbells
+            .unbind(irpverbs_core::DoorbellTarget::Srq(srqn));
         Ok(CommandOut::None)
     }
 }

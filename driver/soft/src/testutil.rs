@@ -150,6 +150,14 @@ impl Platform for TestPlatform {
         unreachable!("no requests")
     }
 
+    fn map_doorbell_page(
+        &self,
+        _: &NoRequest,
+        _: &alloc::sync::Arc<irpverbs_ring::Region>,
+    ) -> Result<(u64, ()), NtStatus> {
+        unreachable!("no requests")
+    }
+
     fn unmap_ring(&self, (): ()) {}
 }
 

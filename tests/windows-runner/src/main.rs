@@ -33,12 +33,13 @@ mod win {
     use std::process::ExitCode;
 
     use irpverbs_abi::{
-        NtStatus, STATUS_ACCESS_DENIED, STATUS_BUFFER_TOO_SMALL, STATUS_CANCELLED,
-        STATUS_DELETE_PENDING, STATUS_DEVICE_REMOVED, STATUS_INFO_LENGTH_MISMATCH,
-        STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_REQUEST, STATUS_INVALID_HANDLE,
-        STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED, STATUS_PENDING,
+        IOCTL_IV_MAP_DOORBELLS, IvMapDoorbellsOut, NtStatus, STATUS_ACCESS_DENIED,
+        STATUS_BUFFER_TOO_SMALL, STATUS_CANCELLED, STATUS_DELETE_PENDING, STATUS_DEVICE_REMOVED,
+        STATUS_INFO_LENGTH_MISMATCH, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_REQUEST,
+        STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER, STATUS_PENDING, nt_success,
     };
     use irpverbs_conformance::{Client, Dut, DutFile, IoctlTransport, SUITE};
+    use irpverbs_verbs::{Doorbells, PageDoorbells, SpeedPath};
     use windows_sys::Win32::Foundation::{
         CloseHandle, ERROR_ACCESS_DENIED, ERROR_BAD_LENGTH, ERROR_DELETE_PENDING,
         ERROR_DEVICE_REMOVED, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_FUNCTION,
@@ -53,6 +54,7 @@ mod win {
         CancelIoEx, DeviceIoControl, GetOverlappedResult, GetOverlappedResultEx, OVERLAPPED,
     };
     use windows_sys::Win32::System::Threading::CreateEventW;
+    use zerocopy::FromBytes;
 
     /// How long one IOCTL may take before it is cancelled and reported.
     const IOCTL_TIMEOUT_MS: u32 = 30_000;
@@ -96,8 +98,9 @@ mod win {
         path: String,
     }
 
-    impl Dut for Device {
-        fn open(&self) -> Result<Box<DutFile>, NtStatus> {
+    impl Device {
+        /// `CreateFileW` on the device, for overlapped I/O.
+        fn open_file(&self) -> Result<File, NtStatus> {
             let wide: Vec<u16> = self.path.encode_utf16().chain(Some(0)).collect();
             // SAFETY: `wide` is a NUL-terminated UTF-16 path that outlives the
             // call; no security attributes or template file.
@@ -115,16 +118,38 @@ mod win {
             if handle == INVALID_HANDLE_VALUE {
                 return Err(last_error_status());
             }
-            Ok(Box::new(File(OwnedHandle(handle))))
+            Ok(File(OwnedHandle(handle)))
+        }
+    }
+
+    impl Dut for Device {
+        fn open(&self) -> Result<Box<DutFile>, NtStatus> {
+            Ok(Box::new(self.open_file()?))
         }
 
-        /// Not yet: the driver maps the rings into this process
-        /// (`IOCTL_IV_MAP_RINGS`), but a user-mode ULP also needs the soft
-        /// HCA's doorbells, which it has no way to ring from user mode yet
-        /// (no doorbell page: the soft HCA has no MMIO). The data-path
-        /// tests fail with this status.
+        /// A new open whose doorbells are its doorbell page: mapped into
+        /// this process first (`IOCTL_IV_MAP_DOORBELLS`), so that every
+        /// ring mapped after it (`IOCTL_IV_MAP_RINGS`) reports its slot;
+        /// posts then ring by setting bits in the page, with no system
+        /// call, and the driver's scanner finds them. A driver without
+        /// doorbell pages answers `STATUS_NOT_SUPPORTED`, and the data-path
+        /// tests fail with that status.
         fn open_speed(&self) -> Result<Client, NtStatus> {
-            Err(STATUS_NOT_SUPPORTED)
+            let file = self.open_file()?;
+            let (status, out) =
+                file.ioctl(IOCTL_IV_MAP_DOORBELLS, &[], size_of::<IvMapDoorbellsOut>());
+            if !nt_success(status) {
+                return Err(status);
+            }
+            let map =
+                IvMapDoorbellsOut::read_from_bytes(&out).map_err(|_| STATUS_INVALID_PARAMETER)?;
+            // SAFETY: `map` is this file's IOCTL_IV_MAP_DOORBELLS response,
+            // issued from this process; the driver keeps the page mapped
+            // until the file's cleanup, which runs when `SpeedFile` closes
+            // the handle, after its doorbells are gone (they are dropped
+            // with it, first).
+            let bells = unsafe { PageDoorbells::from_map(&map) }?;
+            Ok(Client::with_speed_path(Box::new(SpeedFile { bells, file })))
         }
 
         /// The installed driver cannot be asked what it holds; Driver
@@ -153,6 +178,28 @@ mod win {
     /// One open of the device: `CloseHandle` when dropped is the file's
     /// cleanup and close in the driver.
     struct File(OwnedHandle);
+
+    /// An open of the device with its doorbell page mapped: the speed path.
+    /// Fields drop in order: the doorbells before the handle.
+    struct SpeedFile {
+        bells: PageDoorbells,
+        file: File,
+    }
+
+    impl IoctlTransport for SpeedFile {
+        fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+            self.file.ioctl(code, input, output_len)
+        }
+    }
+
+    // SAFETY: a `SpeedFile` owns its handle (one open of the device, never
+    // duplicated): the objects created through it are destroyed or resized
+    // only by IOCTLs it issues, and run down only when it is dropped.
+    unsafe impl SpeedPath for SpeedFile {
+        fn doorbells(&self) -> &dyn Doorbells {
+            &self.bells
+        }
+    }
 
     impl IoctlTransport for File {
         fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {

@@ -38,7 +38,11 @@ impl Client {
         let bells = self.bells()?;
         let mut out: IvCreateCqOut = call(self, IOCTL_IV_CREATE_CQ, i)?;
         self.hold(Kind::Cq, out.cq);
-        let mapped = self.map_rings(out.cq).map(|m| out.ring = m.ring);
+        let mut map = IvMapRingsOut::default();
+        let mapped = self.map_rings(out.cq).map(|m| {
+            out.ring = m.ring;
+            map = m;
+        });
         // SAFETY: the ring is mapped into this process (IOCTL_IV_MAP_RINGS)
         // until the CQ is destroyed or resized or its file closed (the
         // driver's contract); the file is closed only when the client (which
@@ -50,7 +54,8 @@ impl Client {
                 client: self,
                 bells,
                 out,
-                rings: Some(rings),
+                map,
+                rings: Some(rings.with_doorbells(&map)),
                 destroyed: false,
             }),
             Err(status) => {
@@ -69,9 +74,11 @@ impl Client {
         let bells = self.bells()?;
         let mut out: IvCreateQpOut = call(self, IOCTL_IV_CREATE_QP, i)?;
         self.hold(Kind::Qp, out.qp);
-        let mapped = self
-            .map_rings(out.qp)
-            .map(|m| (out.sq, out.rq) = (m.ring, m.rq));
+        let mut map = IvMapRingsOut::default();
+        let mapped = self.map_rings(out.qp).map(|m| {
+            (out.sq, out.rq) = (m.ring, m.rq);
+            map = m;
+        });
         // SAFETY: as in `new_cq`, for the QP's rings.
         match mapped.and_then(|()| unsafe { QpRings::from_create(&out) }) {
             Ok(rings) => Ok(Qp {
@@ -79,7 +86,8 @@ impl Client {
                 bells,
                 qp_type: i.qp_type,
                 out,
-                rings: Some(rings),
+                map,
+                rings: Some(rings.with_doorbells(&map)),
             }),
             Err(status) => {
                 self.release(Kind::Qp, out.qp);
@@ -97,14 +105,19 @@ impl Client {
         let bells = self.bells()?;
         let mut out: IvCreateSrqOut = call(self, IOCTL_IV_CREATE_SRQ, i)?;
         self.hold(Kind::Srq, out.srq);
-        let mapped = self.map_rings(out.srq).map(|m| out.ring = m.ring);
+        let mut map = IvMapRingsOut::default();
+        let mapped = self.map_rings(out.srq).map(|m| {
+            out.ring = m.ring;
+            map = m;
+        });
         // SAFETY: as in `new_cq`, for the SRQ's ring.
         match mapped.and_then(|()| unsafe { SrqRings::from_create(&out) }) {
             Ok(rings) => Ok(Srq {
                 client: self,
                 bells,
                 out,
-                rings: Some(rings),
+                map,
+                rings: Some(rings.with_doorbells(&map)),
             }),
             Err(status) => {
                 self.release(Kind::Srq, out.srq);
@@ -128,6 +141,8 @@ pub struct Cq<'c> {
     client: &'c Client,
     bells: &'c dyn Doorbells,
     out: IvCreateCqOut,
+    /// The last `IOCTL_IV_MAP_RINGS` response: the ring's doorbell slot.
+    map: IvMapRingsOut,
     /// `None` inside `destroy`, `resize` and `drop`, and after a resize
     /// whose new ring could not be mapped.
     rings: Option<CqRings>,
@@ -212,7 +227,9 @@ impl Cq<'_> {
             // SAFETY: a failed verb changes nothing: the old ring is still
             // mapped for as long as the CQ lives, which is as long as `self`
             // (see `Client::new_cq`).
-            self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
+            self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }
+                .ok()
+                .map(|r| r.with_doorbells(&self.map));
         })?;
         self.out.cqe = r.cqe;
         // The old ring is gone (unmapped at the next request): only the
@@ -220,10 +237,11 @@ impl Cq<'_> {
         self.out.ring = IvRingMap::default();
         let m = self.client.map_rings(self.out.cq)?;
         self.out.ring = m.ring;
+        self.map = m;
         // SAFETY: the new ring is mapped for as long as the CQ lives (as in
         // `Client::new_cq`).
         let rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }?;
-        self.rings = Some(rings);
+        self.rings = Some(rings.with_doorbells(&self.map));
         Ok(())
     }
 
@@ -244,7 +262,9 @@ impl Cq<'_> {
                     // SAFETY: the destroy failed, so the CQ and its ring
                     // still exist (a failed verb changes nothing), held as
                     // before.
-                    self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }.ok();
+                    self.rings = unsafe { CqRings::from_map(self.out.cqn, &self.out.ring) }
+                        .ok()
+                        .map(|r| r.with_doorbells(&self.map));
                 }
                 Err((self, status))
             }
@@ -268,6 +288,8 @@ pub struct Qp<'c> {
     bells: &'c dyn Doorbells,
     qp_type: u32,
     out: IvCreateQpOut,
+    /// The `IOCTL_IV_MAP_RINGS` response: the queues' doorbell slots.
+    map: IvMapRingsOut,
     /// `None` only inside `destroy` and `drop`.
     rings: Option<QpRings>,
 }
@@ -384,7 +406,9 @@ impl<'c> Qp<'c> {
             Err(status) => {
                 // SAFETY: the destroy failed: the QP and its rings still
                 // exist, held as before.
-                self.rings = unsafe { QpRings::from_create(&self.out) }.ok();
+                self.rings = unsafe { QpRings::from_create(&self.out) }
+                    .ok()
+                    .map(|r| r.with_doorbells(&self.map));
                 Err((self, status))
             }
         }
@@ -406,6 +430,8 @@ pub struct Srq<'c> {
     client: &'c Client,
     bells: &'c dyn Doorbells,
     out: IvCreateSrqOut,
+    /// The `IOCTL_IV_MAP_RINGS` response: the ring's doorbell slot.
+    map: IvMapRingsOut,
     /// `None` only inside `destroy` and `drop`.
     rings: Option<SrqRings>,
 }
@@ -474,7 +500,9 @@ impl Srq<'_> {
             Err(status) => {
                 // SAFETY: the destroy failed: the SRQ and its ring still
                 // exist, held as before.
-                self.rings = unsafe { SrqRings::from_create(&self.out) }.ok();
+                self.rings = unsafe { SrqRings::from_create(&self.out) }
+                    .ok()
+                    .map(|r| r.with_doorbells(&self.map));
                 Err((self, status))
             }
         }

@@ -15,11 +15,14 @@ use irpverbs_abi::*;
 use crate::IoctlTransport;
 
 pub use irpverbs_kernel_table::speed::{
-    AsNtStatus, Corrupt, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings,
+    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, SendWr,
+    SrqRings,
 };
 
 /// An open of the device whose rings the speed path may use: an IOCTL
-/// transport that also reaches the HCA's doorbells.
+/// transport that also reaches the HCA's doorbells (direct calls, or the
+/// file's doorbell page, [`PageDoorbells`], mapped before any ring so that
+/// `IOCTL_IV_MAP_RINGS` reports each queue's slot in it).
 ///
 /// # Safety
 /// Implementing this promises that the driver objects created through this

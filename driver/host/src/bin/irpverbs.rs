@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use irpverbs_abi::{FILE_READ_ACCESS, FILE_WRITE_ACCESS, status_name};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use irpverbs_verbs::Client;
 
 #[derive(Parser)]
@@ -14,8 +14,27 @@ struct Cli {
     /// Where the soft HCA's firmware runs.
     #[arg(long, value_enum, default_value_t = EngineArg::Inline, global = true)]
     engine: EngineArg,
+    /// How user-mode files ring their doorbells (perf): direct calls, or
+    /// their doorbell pages scanned by a doorbell thread, as on Windows.
+    #[arg(long, value_enum, default_value_t = DoorbellsArg::Direct, global = true)]
+    doorbells: DoorbellsArg,
     #[command(subcommand)]
     command: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DoorbellsArg {
+    Direct,
+    Page,
+}
+
+impl From<DoorbellsArg> for UserDoorbells {
+    fn from(d: DoorbellsArg) -> Self {
+        match d {
+            DoorbellsArg::Direct => UserDoorbells::Direct,
+            DoorbellsArg::Page => UserDoorbells::Page,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -154,6 +173,7 @@ fn main() -> std::process::ExitCode {
             one_thread,
         } => perf(
             engine,
+            cli.doorbells.into(),
             &test,
             Remote {
                 server,
@@ -222,6 +242,7 @@ struct Remote {
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
 fn perf(
     engine: Engine,
+    doorbells: UserDoorbells,
     test: &str,
     remote: Remote,
     size: Option<u64>,
@@ -269,6 +290,7 @@ fn perf(
     cfg.events = events;
     cfg.tx_depth = tx_depth;
     cfg.engine = engine;
+    cfg.doorbells = doorbells;
     cfg.verifier = verifier;
     cfg.one_thread = one_thread;
     if remote.pcap.is_some() && !remote.server && remote.connect.is_none() {

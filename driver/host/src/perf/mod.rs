@@ -19,7 +19,7 @@ use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, qp_request, rts_steps};
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig};
+use crate::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use crate::platform::{HostConfig, VerifierConfig};
 
 mod remote;
@@ -120,6 +120,10 @@ pub struct PerfConfig {
     pub mtu: u32,
     /// Where the soft HCA's firmware runs.
     pub engine: Engine,
+    /// How the endpoints ring their doorbells: direct calls, or their
+    /// files' doorbell pages, scanned by the device's doorbell thread (what
+    /// a user-mode ULP does on Windows).
+    pub doorbells: UserDoorbells,
     /// Run the verifier (off by default: perftest measures the fast path).
     pub verifier: bool,
     /// Latency ping-pong on one thread (the driver's own cost, without the
@@ -143,6 +147,7 @@ impl PerfConfig {
             cq_mod: 32,
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
+            doorbells: UserDoorbells::Direct,
             verifier: false,
             one_thread: false,
         }
@@ -449,6 +454,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
             ..HostConfig::default()
         },
         engine: cfg.engine,
+        user_doorbells: cfg.doorbells,
         soft,
     })
     .map_err(|s| format!("device: {}", status_name(s)))
@@ -1110,7 +1116,7 @@ fn format_header(cfg: &PerfConfig) -> String {
     let _ = writeln!(
         s,
         "---------------------------------------------------------------------------------------\n \
-         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | verifier {}\n\
+         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
          ---------------------------------------------------------------------------------------",
         cfg.test.name(),
         cfg.qps,
@@ -1119,6 +1125,7 @@ fn format_header(cfg: &PerfConfig) -> String {
         cfg.inline,
         if cfg.events { "events" } else { "polling" },
         cfg.engine,
+        cfg.doorbells,
         if cfg.verifier { "on" } else { "off" }
     );
     s
@@ -1239,6 +1246,21 @@ mod tests {
         let l = event_wakeup(20, Engine::Inline).unwrap();
         assert_eq!(l.iters, 20);
         assert!(l.min > 0.0);
+    }
+
+    #[test]
+    fn through_doorbell_pages() {
+        for test in [Test::SendLat, Test::WriteBw] {
+            let cfg = PerfConfig {
+                doorbells: UserDoorbells::Page,
+                verifier: true,
+                iters: 50,
+                ..small(test)
+            };
+            let r = run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            assert_eq!(r.len(), 1);
+            assert!(format(&cfg, &r).contains("doorbells Page"));
+        }
     }
 
     #[test]

@@ -779,6 +779,28 @@ impl Platform for HostPlatform {
         Ok((ring.map(), HostMapping { id }))
     }
 
+    /// One address space: the doorbell page is "mapped" at its own address,
+    /// recorded by the verifier as a ring mapping is.
+    ///
+    /// IRQL: <= APC_LEVEL (the verifier bugchecks 0xC4/0xE5 above).
+    ///
+    /// # Errors
+    /// None in host mode.
+    #[track_caller]
+    fn map_doorbell_page(
+        &self,
+        request: &HostRequest,
+        page: &Arc<irpverbs_ring::Region>,
+    ) -> Result<(u64, HostMapping), NtStatus> {
+        use irpverbs_core::Request as _;
+        irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_doorbell_page");
+        let id = self.shared.next_id();
+        if self.shared.verify {
+            self.shared.files().mappings.insert(id, request.file());
+        }
+        Ok((page.addr(), HostMapping { id }))
+    }
+
     /// Forgets the mapping.
     ///
     /// IRQL: <= APC_LEVEL (else 0xC4/0xE5). The verifier bugchecks 0x76/0x1

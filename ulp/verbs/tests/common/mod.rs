@@ -31,18 +31,39 @@ impl Bells {
     }
 }
 
+/// The doorbell page slot the fake device's `MAP_RINGS` reports for each
+/// doorbell: a different one per queue and doorbell, so that a view that
+/// rings the wrong slot is caught.
+pub fn slot_of(bell: Bell) -> u32 {
+    match bell {
+        Bell::CqArm(n) => 1000 + n,
+        Bell::Sq(n) => 2000 + n,
+        Bell::Rq(n) => 3000 + n,
+        Bell::Srq(n) => 4000 + n,
+    }
+}
+
+impl Bells {
+    /// Records `bell`, which the views must ring with the slot `MAP_RINGS`
+    /// reported.
+    fn record(&self, bell: Bell, rung: irpverbs_verbs::Bell) {
+        assert_eq!(rung.slot, slot_of(bell), "{bell:?}");
+        self.0.lock().unwrap().push(bell);
+    }
+}
+
 impl Doorbells for Bells {
-    fn sq(&self, qpn: u32) {
-        self.0.lock().unwrap().push(Bell::Sq(qpn));
+    fn sq(&self, qp: irpverbs_verbs::Bell) {
+        self.record(Bell::Sq(qp.number), qp);
     }
-    fn rq(&self, qpn: u32) {
-        self.0.lock().unwrap().push(Bell::Rq(qpn));
+    fn rq(&self, qp: irpverbs_verbs::Bell) {
+        self.record(Bell::Rq(qp.number), qp);
     }
-    fn srq(&self, srqn: u32) {
-        self.0.lock().unwrap().push(Bell::Srq(srqn));
+    fn srq(&self, srq: irpverbs_verbs::Bell) {
+        self.record(Bell::Srq(srq.number), srq);
     }
-    fn cq_arm(&self, cqn: u32) {
-        self.0.lock().unwrap().push(Bell::CqArm(cqn));
+    fn cq_arm(&self, cq: irpverbs_verbs::Bell) {
+        self.record(Bell::CqArm(cq.number), cq);
     }
 }
 
@@ -220,9 +241,17 @@ impl IoctlTransport for FakeFile {
                     return (STATUS_INVALID_HANDLE, vec![]);
                 };
                 let mut rings = o.rings.iter().map(Ring::map);
+                let (ring_doorbell, rq_doorbell) = match o.code {
+                    IOCTL_IV_CREATE_CQ => (slot_of(Bell::CqArm(o.num)), IV_DOORBELL_NONE),
+                    IOCTL_IV_CREATE_SRQ => (slot_of(Bell::Srq(o.num)), IV_DOORBELL_NONE),
+                    _ if o.rings.len() == 2 => (slot_of(Bell::Sq(o.num)), slot_of(Bell::Rq(o.num))),
+                    _ => (slot_of(Bell::Sq(o.num)), IV_DOORBELL_NONE),
+                };
                 ok(&IvMapRingsOut {
                     ring: rings.next().unwrap_or_default(),
                     rq: rings.next().unwrap_or_default(),
+                    ring_doorbell,
+                    rq_doorbell,
                 })
             }
             IOCTL_IV_MODIFY_QP => (STATUS_SUCCESS, vec![]),

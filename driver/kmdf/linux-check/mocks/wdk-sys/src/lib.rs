@@ -97,6 +97,31 @@ pub type LARGE_INTEGER = _LARGE_INTEGER;
 pub type PLARGE_INTEGER = *mut _LARGE_INTEGER;
 zeroed_default!(_MDL, _LIST_ENTRY, _KAPC_STATE, _DISPATCHER_HEADER, _KEVENT, _LARGE_INTEGER);
 
+// wdm.h: EX_TIMER objects (Windows 8.1 and later). EX_TIMER is opaque
+// (`typedef struct _EX_TIMER *PEX_TIMER;`); EXT_CALLBACK and
+// EXT_DELETE_CALLBACK are function typedefs, rendered as Option<fn>.
+#[repr(C)] pub struct _EX_TIMER { _p: [u8; 0] }
+pub type PEX_TIMER = *mut _EX_TIMER;
+pub type EXT_CALLBACK = Option<unsafe extern "C" fn(Timer: PEX_TIMER, Context: PVOID)>;
+pub type PEXT_CALLBACK = EXT_CALLBACK;
+pub type EXT_DELETE_CALLBACK = Option<unsafe extern "C" fn(Context: PVOID)>;
+pub type PEXT_DELETE_CALLBACK = EXT_DELETE_CALLBACK;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _EXT_SET_PARAMETERS_V0 { pub Version: ULONG, pub Reserved: ULONG, pub NoWakeTolerance: LONGLONG }
+pub type EXT_SET_PARAMETERS = _EXT_SET_PARAMETERS_V0;
+pub type PEXT_SET_PARAMETERS = *mut _EXT_SET_PARAMETERS_V0;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _EXT_CANCEL_PARAMETERS { pub Version: ULONG, pub Reserved: ULONG, pub Reserved2: PVOID }
+pub type EXT_CANCEL_PARAMETERS = _EXT_CANCEL_PARAMETERS;
+pub type PEXT_CANCEL_PARAMETERS = *mut _EXT_CANCEL_PARAMETERS;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _EXT_DELETE_PARAMETERS { pub Version: ULONG, pub Reserved: ULONG, pub DeleteCallback: PEXT_DELETE_CALLBACK, pub DeleteContext: PVOID }
+pub type EXT_DELETE_PARAMETERS = _EXT_DELETE_PARAMETERS;
+pub type PEXT_DELETE_PARAMETERS = *mut _EXT_DELETE_PARAMETERS;
+// `#define EX_TIMER_HIGH_RESOLUTION 0x4` (also EX_TIMER_NO_WAKE 0x8,
+// EX_TIMER_NOTIFICATION (1UL << 31)).
+pub const EX_TIMER_HIGH_RESOLUTION: u32 = 4;
+
 macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
          WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__);
@@ -236,6 +261,10 @@ pub mod ntddk {
         pub fn KeSetEvent(Event: PRKEVENT, Increment: KPRIORITY, Wait: BOOLEAN) -> LONG;
         pub fn KeClearEvent(Event: PRKEVENT);
         pub fn KeWaitForSingleObject(Object: PVOID, WaitReason: KWAIT_REASON, WaitMode: KPROCESSOR_MODE, Alertable: BOOLEAN, Timeout: PLARGE_INTEGER) -> NTSTATUS;
+        pub fn ExAllocateTimer(Callback: PEXT_CALLBACK, CallbackContext: PVOID, Attributes: ULONG) -> PEX_TIMER;
+        pub fn ExSetTimer(Timer: PEX_TIMER, DueTime: LONGLONG, Period: LONGLONG, Parameters: PEXT_SET_PARAMETERS) -> BOOLEAN;
+        pub fn ExCancelTimer(Timer: PEX_TIMER, Parameters: PEXT_CANCEL_PARAMETERS) -> BOOLEAN;
+        pub fn ExDeleteTimer(Timer: PEX_TIMER, Cancel: BOOLEAN, Wait: BOOLEAN, Parameters: PEXT_DELETE_PARAMETERS) -> BOOLEAN;
     }
 }
 

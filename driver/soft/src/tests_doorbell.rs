@@ -1,0 +1,385 @@
+//! Doorbell pages: binding, the scanner, untrusted contents, isolation
+//! between pages, concurrent ringing, teardown.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use irpverbs_abi::*;
+use irpverbs_core::{Command, DoorbellTarget, Event, Hca};
+use irpverbs_ring::DoorbellPage;
+use irpverbs_ring::wq::SendWr;
+
+use crate::tests_dp::{Conn, Node, Pair, TOPOS, Topo, one, signaled};
+
+/// A doorbell page of `node`'s HCA, as the driver gets it, and the user's
+/// view of it.
+fn page(node: &Node) -> (u32, DoorbellPage) {
+    let info = node.d.hca.alloc_doorbell_page().expect("a page");
+    (info.page, DoorbellPage::new(info.region).expect("a page"))
+}
+
+/// Binds `target` on `page`.
+fn bind(node: &Node, page: u32, target: DoorbellTarget) -> u32 {
+    node.d.hca.bind_doorbell(page, target).expect("bound")
+}
+
+/// Writes and publishes a signaled SEND of `len` bytes of `p.ma` on the
+/// requester's send queue, without ringing anything.
+fn publish_send(p: &Pair, wr_id: u64, len: u32) {
+    let sges = [p.ma.sge(0, len)];
+    p.qa.sq
+        .post(&SendWr {
+            sges: &sges,
+            ..signaled(wr_id, IV_WR_SEND)
+        })
+        .unwrap();
+}
+
+/// Scans until nothing is rung, settling a deferred pair in between;
+/// returns the slots that rang a queue.
+fn scan(p: &Pair) -> usize {
+    let mut n = 0;
+    loop {
+        let a = p.a.d.hca.poll_doorbells();
+        let b = if Arc::ptr_eq(&p.a, &p.b) {
+            0
+        } else {
+            p.b.d.hca.poll_doorbells()
+        };
+        p.settle();
+        if a + b == 0 {
+            return n;
+        }
+        n += a + b;
+    }
+}
+
+#[test]
+fn a_bound_slot_rings_its_queue_like_the_direct_doorbell() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        let (pa, ua) = page(&p.a);
+        let (pb, ub) = if Arc::ptr_eq(&p.a, &p.b) {
+            (pa, ua.clone())
+        } else {
+            page(&p.b)
+        };
+        let sq = bind(&p.a, pa, DoorbellTarget::Sq(p.qa.qpn));
+        let rq = bind(&p.b, pb, DoorbellTarget::Rq(p.qb.qpn));
+        let arm = bind(&p.b, pb, DoorbellTarget::CqArm(p.cqb.cqn));
+        // A SEND before any receive: the responder RNR-NAKs and waits.
+        p.ma.write(0, b"paged!");
+        publish_send(&p, 1, 6);
+        assert!(ua.ring(sq));
+        assert_eq!(scan(&p), 1, "{topo:?}");
+        assert!(p.cqb.poll().is_empty() && p.cqa.poll().is_empty());
+        // The receive, rung through the page, lets the requester retry;
+        // the arm, rung too, raises the event for the receive completion.
+        p.cqb.q.arm(false);
+        p.qb.rq
+            .as_ref()
+            .unwrap()
+            .post(9, &[p.mb.sge(0, 64)])
+            .unwrap();
+        assert!(ub.ring(rq) && ub.ring(arm));
+        assert!(scan(&p) >= 2, "{topo:?}");
+        let r = one(&p.cqb);
+        assert_eq!((r.wr_id, r.status, r.byte_len), (9, IV_WC_SUCCESS, 6));
+        assert_eq!(p.mb.read(0, 6), b"paged!");
+        assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS);
+        assert!(
+            p.b.events().contains(&Event::Completion { cqn: p.cqb.cqn }),
+            "{topo:?}: the arm rung through the page"
+        );
+        let stats = p.a.d.hca.stats();
+        assert!(stats.page_doorbells >= 1 && stats.stray_doorbells == 0);
+    }
+}
+
+#[test]
+fn an_srq_slot_rings_the_srq() {
+    let n = Node::new(1);
+    let cq = n.cq(16);
+    let (srqn, srq) = n.srq(8, 1, 0);
+    let qa = n.qp_full(n.pd, IV_QPT_RC, &cq, &cq, None, false, crate::tests_dp::BIG);
+    let qb = n.qp_full(
+        n.pd,
+        IV_QPT_RC,
+        &cq,
+        &cq,
+        Some(srqn),
+        false,
+        crate::tests_dp::BIG,
+    );
+    let c = Conn::default();
+    n.connect(&qa, n.gid(), qb.qpn, &c);
+    n.connect(&qb, n.gid(), qa.qpn, &c);
+    let (id, user) = page(&n);
+    let slot = bind(&n, id, DoorbellTarget::Srq(srqn));
+    assert_eq!(
+        n.d.hca.bind_doorbell(id, DoorbellTarget::Rq(qb.qpn)),
+        Err(STATUS_INVALID_HANDLE),
+        "a QP with an SRQ has no receive queue to ring"
+    );
+    let m = n.mem(4096, IV_ACCESS_ALL);
+    n.post(
+        &qa,
+        &SendWr {
+            sges: &[m.sge(0, 4)],
+            ..signaled(1, IV_WR_SEND)
+        },
+    );
+    assert!(cq.poll().is_empty(), "RNR: no receive yet");
+    srq.post(5, &[m.sge(64, 64)]).unwrap();
+    assert!(user.ring(slot));
+    assert_eq!(n.d.hca.poll_doorbells(), 1);
+    let mut got: Vec<u64> = cq.poll().iter().map(|c| c.wr_id).collect();
+    got.sort_unstable();
+    assert_eq!(got, [1, 5]);
+}
+
+#[test]
+fn binding_rules() {
+    let n = Node::new(1);
+    let cq = n.cq(16);
+    let qp = n.qp(IV_QPT_RC, &cq);
+    let (p1, _) = page(&n);
+    let (p2, _) = page(&n);
+    assert_ne!(p1, p2);
+    let s = bind(&n, p1, DoorbellTarget::Sq(qp.qpn));
+    assert_eq!(s, 0, "the lowest free slot");
+    assert_eq!(bind(&n, p1, DoorbellTarget::Sq(qp.qpn)), s, "bound once");
+    let hca = &n.d.hca;
+    assert_eq!(
+        hca.bind_doorbell(p2, DoorbellTarget::Sq(qp.qpn)),
+        Err(STATUS_INVALID_PARAMETER),
+        "a queue rings through one page"
+    );
+    assert_eq!(
+        hca.bind_doorbell(999, DoorbellTarget::CqArm(cq.cqn)),
+        Err(STATUS_INVALID_PARAMETER),
+        "no such page"
+    );
+    for missing in [
+        DoorbellTarget::Sq(qp.qpn + 100),
+        DoorbellTarget::Rq(qp.qpn + 100),
+        DoorbellTarget::Srq(77),
+        DoorbellTarget::CqArm(cq.cqn + 100),
+    ] {
+        assert_eq!(
+            hca.bind_doorbell(p1, missing),
+            Err(STATUS_INVALID_HANDLE),
+            "{missing:?}"
+        );
+    }
+    assert_eq!(bind(&n, p1, DoorbellTarget::Rq(qp.qpn)), 1);
+    assert_eq!(bind(&n, p1, DoorbellTarget::CqArm(cq.cqn)), 2);
+    // A destroy unbinds: the slots are free again.
+    n.d.ok(Command::DestroyQp { qpn: qp.qpn });
+    let qp2 = n.qp(IV_QPT_RC, &cq);
+    assert_eq!(bind(&n, p1, DoorbellTarget::Rq(qp2.qpn)), 0);
+    assert_eq!(bind(&n, p1, DoorbellTarget::Sq(qp2.qpn)), 1);
+    assert_eq!(hca.stats().doorbell_pages, 2);
+    // Freeing a page frees its bindings; its number is not reused.
+    hca.free_doorbell_page(p1);
+    hca.free_doorbell_page(p1);
+    assert_eq!(hca.stats().doorbell_pages, 1);
+    let (p3, _) = page(&n);
+    assert!(p3 != p1 && p3 != p2);
+    assert_eq!(
+        bind(&n, p3, DoorbellTarget::Sq(qp2.qpn)),
+        0,
+        "unbound with p1"
+    );
+}
+
+#[test]
+fn a_full_page_refuses_more_bindings() {
+    let n = Node::with(1, |c| c.max_cq = 5000);
+    let (id, _) = page(&n);
+    for slot in 0..IV_DOORBELL_SLOTS {
+        let cqn = n.d.cq(1);
+        assert_eq!(bind(&n, id, DoorbellTarget::CqArm(cqn)), slot);
+    }
+    let cqn = n.d.cq(1);
+    assert_eq!(
+        n.d.hca.bind_doorbell(id, DoorbellTarget::CqArm(cqn)),
+        Err(STATUS_INSUFFICIENT_RESOURCES)
+    );
+}
+
+#[test]
+fn garbage_in_a_page_reaches_only_its_own_queues() {
+    for topo in [Topo::Loopback, Topo::TwoHcaDeferred] {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        // Two "files" on HCA a: page 1 has the requester's send queue,
+        // page 2 a CQ of its own.
+        let (p1, u1) = page(&p.a);
+        let (p2, u2) = page(&p.a);
+        let sq = bind(&p.a, p1, DoorbellTarget::Sq(p.qa.qpn));
+        let cq2 = p.a.cq(4);
+        bind(&p.a, p2, DoorbellTarget::CqArm(cq2.cqn));
+        // A WQE written and published, not rung.
+        p.b.recv(&p.qb, 3, &[p.mb.sge(0, 64)]);
+        p.settle();
+        publish_send(&p, 1, 8);
+        // Page 2 is all ones, reserved words too: only its CQ is looked
+        // at; every other slot is stray, and nothing panics.
+        u2.region().fill(0, 4096, 0xFF).unwrap();
+        assert_eq!(scan(&p), 1, "{topo:?}: page 2's one queue");
+        let stats = p.a.d.hca.stats();
+        assert_eq!(stats.stray_doorbells, u64::from(IV_DOORBELL_SLOTS) - 1);
+        assert!(p.cqa.poll().is_empty(), "{topo:?}: page 1's queue not run");
+        assert!(p.cqb.poll().is_empty(), "{topo:?}: nothing sent");
+        // Garbage in page 1's reserved words and in unbound slots only:
+        // still nothing runs.
+        u1.region().fill(1024, 3072, 0xA5).unwrap();
+        u1.ring(sq + 1);
+        u1.ring(4000);
+        scan(&p);
+        assert!(p.cqa.poll().is_empty(), "{topo:?}");
+        // Its own slot runs it.
+        u1.ring(sq);
+        assert_eq!(scan(&p), 1);
+        assert_eq!(one(&p.cqb).wr_id, 3);
+        assert_eq!(one(&p.cqa).wr_id, 1);
+    }
+}
+
+#[test]
+fn nothing_rung_is_cheap_and_does_nothing() {
+    let n = Node::new(1);
+    assert_eq!(n.d.hca.poll_doorbells(), 0, "no page");
+    let (id, user) = page(&n);
+    let before = n.d.snapshot();
+    assert_eq!(n.d.hca.poll_doorbells(), 0);
+    assert_eq!(n.d.snapshot(), before, "the firmware is untouched");
+    // A summary bit with no slot behind it: looked at, nothing found.
+    user.region().write(0, &1u64.to_ne_bytes()).unwrap();
+    assert_eq!(n.d.hca.poll_doorbells(), 0);
+    assert_eq!(n.d.hca.stats().stray_doorbells, 0);
+    assert!(!user.peek(), "taken");
+    n.d.hca.free_doorbell_page(id);
+    assert_eq!(n.d.hca.poll_doorbells(), 0);
+}
+
+#[test]
+fn teardown_a_destroyed_queue_or_freed_page_rings_nothing() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let n = &p.a;
+    let (id, user) = page(n);
+    let cq = n.cq(4);
+    let arm = bind(n, id, DoorbellTarget::CqArm(cq.cqn));
+    let qp = n.qp(IV_QPT_RC, &cq);
+    let sq = bind(n, id, DoorbellTarget::Sq(qp.qpn));
+    // Rung, then destroyed before the scan: the slots are stale.
+    user.ring(sq);
+    user.ring(arm);
+    n.d.ok(Command::DestroyQp { qpn: qp.qpn });
+    n.d.ok(Command::DestroyCq { cqn: cq.cqn });
+    assert_eq!(n.d.hca.poll_doorbells(), 0);
+    assert_eq!(n.d.hca.stats().stray_doorbells, 2);
+    // A slot rung on a freed page is never looked at.
+    let s = bind(n, id, DoorbellTarget::Sq(p.qa.qpn));
+    p.qa.sq.post(&signaled(1, IV_WR_RDMA_WRITE)).unwrap();
+    user.ring(s);
+    n.d.hca.free_doorbell_page(id);
+    assert_eq!(n.d.hca.poll_doorbells(), 0);
+    assert!(p.cqa.poll().is_empty());
+    assert_eq!(n.d.hca.stats().doorbell_pages, 0);
+    // The direct doorbell still works (the kernel path).
+    n.d.hca.sq_doorbell(p.qa.qpn);
+    assert_eq!(one(&p.cqa).wr_id, 1);
+}
+
+/// Several threads post on their own QPs and ring through one page while
+/// a scanner thread polls (and, deferred, a hardware thread runs the
+/// firmware): every WQE completes, once.
+#[test]
+fn concurrent_ringers_and_a_scanner_lose_nothing() {
+    const THREADS: usize = 4;
+    const PER_THREAD: u64 = 200;
+    for execution in [crate::Execution::Inline, crate::Execution::Deferred] {
+        let n = Node::with(1, |c| c.execution = execution);
+        let (id, user) = page(&n);
+        let cq = n.cq(1024);
+        let m = n.mem(4096, IV_ACCESS_ALL);
+        let c = Conn::default();
+        let eps: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let a = n.qp(IV_QPT_RC, &cq);
+                let b = n.qp(IV_QPT_RC, &cq);
+                n.connect(&a, n.gid(), b.qpn, &c);
+                n.connect(&b, n.gid(), a.qpn, &c);
+                let slot = bind(&n, id, DoorbellTarget::Sq(a.qpn));
+                (a, b, slot)
+            })
+            .collect();
+        n.run();
+        n.events();
+        let stop = AtomicBool::new(false);
+        let mut done = Vec::new();
+        std::thread::scope(|s| {
+            let scanner = s.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    if n.d.hca.poll_doorbells() == 0 {
+                        if execution == crate::Execution::Deferred {
+                            n.d.hca.run_firmware();
+                        }
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let posters: Vec<_> = eps
+                .iter()
+                .enumerate()
+                .map(|(t, (a, _, slot))| {
+                    let (user, m) = (&user, &m);
+                    s.spawn(move || {
+                        for i in 0..PER_THREAD {
+                            let wr = SendWr {
+                                remote_addr: m.addr,
+                                rkey: m.lkey,
+                                sges: &[m.sge(8, 8)],
+                                ..signaled(t as u64 * 1000 + i, IV_WR_RDMA_WRITE)
+                            };
+                            while a.sq.post(&wr).is_err() {
+                                std::thread::yield_now();
+                            }
+                            assert!(user.ring(*slot));
+                        }
+                    })
+                })
+                .collect();
+            for p in posters {
+                p.join().unwrap();
+            }
+            let want = THREADS * PER_THREAD as usize;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while done.len() < want {
+                let got = cq.poll();
+                if got.is_empty() {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{execution:?}: {} of {want} completions",
+                        done.len()
+                    );
+                    std::thread::yield_now();
+                }
+                done.extend(got.iter().map(|c| (c.wr_id, c.status)));
+            }
+            stop.store(true, Ordering::Release);
+            scanner.join().unwrap();
+        });
+        assert!(done.iter().all(|&(_, st)| st == IV_WC_SUCCESS));
+        let mut ids: Vec<u64> = done.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        let want: Vec<u64> = (0..THREADS as u64)
+            .flat_map(|t| (0..PER_THREAD).map(move |i| t * 1000 + i))
+            .collect();
+        assert_eq!(ids, want, "{execution:?}: each once");
+        assert!(n.d.hca.stats().page_doorbells > 0);
+        drop(eps);
+    }
+}
