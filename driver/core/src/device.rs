@@ -147,6 +147,8 @@ pub struct DeviceStats {
     pub async_events: u64,
     /// Async events dropped because a file queued too many.
     pub async_events_dropped: u64,
+    /// MADs taken from the HCA's general services interface.
+    pub mads_received: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -957,6 +959,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Event::Async(ev) => {
                 s.stats.async_events += 1;
                 self.async_event(s, ev);
+                return None;
+            }
+            Event::Mad => {
+                while self.hca.poll_mad().is_some() {
+                    s.stats.mads_received += 1;
+                }
                 return None;
             }
         };

@@ -200,6 +200,9 @@ struct FakeHca {
     next: AtomicU32,
     /// `device_removed` was called.
     removed: std::sync::atomic::AtomicBool,
+    /// MADs the GSI received, and those sent.
+    mads_in: Mutex<VecDeque<MadIn>>,
+    mads_out: Mutex<Vec<MadOut>>,
 }
 
 impl FakeHca {
@@ -230,6 +233,8 @@ impl FakeHca {
             eq: Mutex::new(VecDeque::new()),
             next: AtomicU32::new(2),
             removed: std::sync::atomic::AtomicBool::new(false),
+            mads_in: Mutex::new(VecDeque::new()),
+            mads_out: Mutex::new(Vec::new()),
         }
     }
 
@@ -308,6 +313,13 @@ impl Hca for FakeHca {
     fn cq_arm_doorbell(&self, _: u32) {}
     fn device_removed(&self) {
         self.removed.store(true, Ordering::SeqCst);
+    }
+    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
+        self.mads_out.lock().unwrap().push(*mad);
+        Ok(())
+    }
+    fn poll_mad(&self) -> Option<MadIn> {
+        self.mads_in.lock().unwrap().pop_front()
     }
 }
 
@@ -1403,4 +1415,25 @@ fn queries_overlap_and_a_destroy_waits_for_them() {
     }
     assert_eq!(outcome(&m).unwrap().0, STATUS_SUCCESS);
     assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &q), Ok(()));
+}
+
+#[test]
+fn the_dpc_takes_every_mad_an_event_announces() {
+    let r = Rig::new(8);
+    let m = MadIn {
+        port: 1,
+        pkey_index: 0,
+        dgid_index: 0,
+        sgid: [1; 16],
+        src_qpn: GSI_QPN,
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+        mad: [0; MAD_SIZE],
+    };
+    r.hca.mads_in.lock().unwrap().extend([m, m, m]);
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    assert!(r.hca.mads_in.lock().unwrap().is_empty());
+    assert_eq!(r.dev.stats().mads_received, 3);
 }

@@ -296,7 +296,7 @@ impl Dev {
         self.hca.run_firmware();
         let done = loop {
             match self.hca.poll_event() {
-                Some(e @ (Event::Completion { .. } | Event::Async(_))) => {
+                Some(e @ (Event::Completion { .. } | Event::Async(_) | Event::Mad)) => {
                     self.extra.lock().unwrap().push(e);
                 }
                 other => break other,
