@@ -149,6 +149,10 @@ pub struct DeviceStats {
     pub async_events_dropped: u64,
     /// MADs taken from the HCA's general services interface.
     pub mads_received: u64,
+    /// Received MADs the connection manager refused to parse.
+    pub cm_mads_malformed: u64,
+    /// MADs of the connection manager the HCA refused to send.
+    pub cm_send_failures: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -183,6 +187,8 @@ pub(crate) struct State<R> {
     pub deferred: Vec<crate::notify::Done<R>>,
     /// CQ, QP and SRQ numbers to (file, index), for events.
     pub by_number: BTreeMap<(u8, u32), (FileKey, u32)>,
+    /// The connection manager.
+    pub(crate) cm: crate::cm::Cm,
 }
 
 impl<R> State<R> {
@@ -326,6 +332,13 @@ impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
 
 const FILE_TAG: u32 = pool_tag(b"IvFl");
 
+/// The seed of the CM's communication IDs: the clock at load, so that IDs
+/// differ from the last run's.
+fn cm_seed<P: Platform>(platform: &P) -> u32 {
+    let t = platform.now_ns();
+    (t ^ (t >> 32)) as u32
+}
+
 /// Event-queue entries the DPC takes per hold of the device lock.
 const DPC_BATCH: usize = 4;
 
@@ -350,6 +363,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 next_wait: 0,
                 deferred: Vec::new(),
                 by_number: BTreeMap::new(),
+                cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
         let maps = platform.new_lock(&MAP_LOCK, Maps::new());
@@ -927,8 +941,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                 }
                 self.flush_backlog(s);
-                core::mem::take(&mut s.deferred)
+                (core::mem::take(&mut s.deferred), s.cm.take())
             });
+            let (deferred, cm) = deferred;
+            self.cm_flush(cm);
             for (req, status, response) in done.iter_mut().filter_map(Option::take) {
                 self.complete(req, status, &response);
             }
@@ -962,9 +978,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 return None;
             }
             Event::Mad => {
-                while self.hca.poll_mad().is_some() {
-                    s.stats.mads_received += 1;
-                }
+                self.cm_receive(s);
                 return None;
             }
         };

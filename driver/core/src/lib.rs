@@ -17,6 +17,7 @@
 extern crate alloc;
 
 mod ah;
+pub mod cm;
 mod cq;
 pub mod device;
 mod handle;

@@ -17,6 +17,8 @@ use crate::*;
 
 #[derive(Default)]
 struct FakePlatform {
+    /// The clock ([`Platform::now_ns`]).
+    now: AtomicU64,
     live_charges: AtomicU64,
     next_id: AtomicU64,
     fail_pool: AtomicU32,
@@ -121,6 +123,9 @@ impl Platform for FakePlatform {
     }
     fn irql(&self) -> Irql {
         DISPATCH_LEVEL
+    }
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
     }
     fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
         if self.fail_pool.load(Ordering::SeqCst) > 0 {
@@ -1436,4 +1441,132 @@ fn the_dpc_takes_every_mad_an_event_announces() {
     r.dev.dpc();
     assert!(r.hca.mads_in.lock().unwrap().is_empty());
     assert_eq!(r.dev.stats().mads_received, 3);
+}
+
+/// The GSI of a remote CM engine, as the device's HCA sees it.
+fn remote_gsi() -> irpverbs_cm::MadAddr {
+    irpverbs_cm::MadAddr {
+        port_num: 1,
+        pkey_index: 0,
+        sgid_index: 0,
+        gid: [7; 16],
+        lid: 0,
+        qpn: GSI_QPN,
+        sl: 0,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    }
+}
+
+/// `t` as the device's GSI receives it from [`remote_gsi`].
+fn mad_in(t: &irpverbs_cm::Transmit) -> MadIn {
+    MadIn {
+        port: 1,
+        pkey_index: 0,
+        dgid_index: 0,
+        sgid: [7; 16],
+        src_qpn: GSI_QPN,
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+        mad: t.mad,
+    }
+}
+
+#[test]
+fn the_dpc_feeds_mads_to_the_cm_and_sends_its_answers() {
+    let r = Rig::new(8);
+    // A REQ from a remote CM for a service nobody listens on.
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let cep = remote.create(0).unwrap();
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    let p = irpverbs_cm::ConnectParams {
+        dest,
+        service_id: 0x1234,
+        qpn: 0x99,
+        max_cm_retries: 3,
+        primary: irpverbs_cm::msg::Path {
+            local_gid: [7; 16],
+            remote_gid: [9; 16],
+            hop_limit: 64,
+            local_ack_timeout: 10,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    remote.connect(cep, &p, 0).unwrap();
+    let req = remote.poll_transmit().unwrap();
+    let mut garbage = req.mad;
+    garbage[1] = 0x42; // not the CM class
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.mads_in.lock().unwrap().push_back(MadIn {
+        mad: garbage,
+        ..mad_in(&req)
+    });
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    let st = r.dev.stats();
+    assert_eq!((st.mads_received, st.cm_mads_malformed), (2, 1));
+    // The device's CM rejected it (no listener), through the HCA's GSI.
+    let out = core::mem::take(&mut *r.hca.mads_out.lock().unwrap());
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].dgid, out[0].dest_qpn, out[0].port), ([7; 16], 1, 1));
+    remote.receive(0, &dest, &out[0].mad).unwrap();
+    assert_eq!(remote.poll_ready().map(|(id, _)| id), Some(cep));
+    assert!(matches!(
+        remote.poll_event(cep),
+        Some(irpverbs_cm::Event::Rejected { .. })
+    ));
+    assert_eq!(r.dev.cm_stats().rejects, 1);
+}
+
+#[test]
+fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
+    let r = Rig::new(8);
+    let armed: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let a = Arc::clone(&armed);
+    r.dev
+        .set_cm_timer(Arc::new(move |d| a.lock().unwrap().push(d)));
+    assert!(armed.lock().unwrap().is_empty(), "nothing to wait for");
+    // A connect from the device's CM (as the connect request will do).
+    r.platform.now.store(1_000, Ordering::SeqCst);
+    let flush = r.dev.state.lock(|s| {
+        let cep = s.cm.engine.create(0).unwrap();
+        let p = irpverbs_cm::ConnectParams {
+            dest: remote_gsi(),
+            service_id: 0x1234,
+            qpn: 0x99,
+            max_cm_retries: 1,
+            remote_cm_response_timeout: 4,
+            primary: irpverbs_cm::msg::Path {
+                local_gid: [9; 16],
+                remote_gid: [7; 16],
+                hop_limit: 64,
+                local_ack_timeout: 10,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        s.cm.engine.connect(cep, &p, 1_000).unwrap();
+        s.cm.take()
+    });
+    r.dev.cm_flush(flush);
+    assert_eq!(r.hca.mads_out.lock().unwrap().len(), 1, "the REQ");
+    let deadline = *armed.lock().unwrap().last().expect("armed");
+    assert!(deadline > 1_000);
+    // The timer fires: the REQ again, and the timer re-armed.
+    r.platform.now.store(deadline, Ordering::SeqCst);
+    r.dev.cm_timer();
+    assert_eq!(r.hca.mads_out.lock().unwrap().len(), 2, "retransmitted");
+    assert_eq!(r.dev.cm_stats().retransmits, 1);
+    let next = *armed.lock().unwrap().last().unwrap();
+    assert!(next > deadline);
+    // Stopped: no more arming.
+    r.dev.stop_cm_timer();
+    let n = armed.lock().unwrap().len();
+    r.platform.now.store(next, Ordering::SeqCst);
+    r.dev.cm_timer();
+    assert_eq!(armed.lock().unwrap().len(), n);
 }

@@ -115,6 +115,11 @@ impl Platform for TestPlatform {
         }
     }
 
+    /// Time stands still: the soft HCA's tests drive no CM.
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
     fn irql(&self) -> Irql {
         if held_ranks().is_empty() {
             PASSIVE_LEVEL
