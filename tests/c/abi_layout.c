@@ -359,6 +359,34 @@ IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, port_num) == 4, "offsetof(IvAsyncEven
 IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, handle) == 8, "offsetof(IvAsyncEventOut, handle)");
 IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, user_context) == 16, "offsetof(IvAsyncEventOut, user_context)");
 
+IV_STATIC_ASSERT(sizeof(IvCreateCepIn) == 8, "sizeof(IvCreateCepIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateCepIn) == 8, "alignof(IvCreateCepIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCreateCepIn) == sizeof(IvCreateCepIn), "struct IvCreateCepIn");
+IV_STATIC_ASSERT(offsetof(IvCreateCepIn, user_context) == 0, "offsetof(IvCreateCepIn, user_context)");
+
+IV_STATIC_ASSERT(sizeof(IvCreateCepOut) == 8, "sizeof(IvCreateCepOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateCepOut) == 8, "alignof(IvCreateCepOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCreateCepOut) == sizeof(IvCreateCepOut), "struct IvCreateCepOut");
+IV_STATIC_ASSERT(offsetof(IvCreateCepOut, cep) == 0, "offsetof(IvCreateCepOut, cep)");
+
+IV_STATIC_ASSERT(sizeof(IvListenIn) == 16, "sizeof(IvListenIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvListenIn) == 8, "alignof(IvListenIn)");
+IV_STATIC_ASSERT(sizeof(struct IvListenIn) == sizeof(IvListenIn), "struct IvListenIn");
+IV_STATIC_ASSERT(offsetof(IvListenIn, cep) == 0, "offsetof(IvListenIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvListenIn, service_id) == 8, "offsetof(IvListenIn, service_id)");
+
+IV_STATIC_ASSERT(sizeof(IvCepEventOut) == 56, "sizeof(IvCepEventOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCepEventOut) == 8, "alignof(IvCepEventOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCepEventOut) == sizeof(IvCepEventOut), "struct IvCepEventOut");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, event_type) == 0, "offsetof(IvCepEventOut, event_type)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, reason) == 4, "offsetof(IvCepEventOut, reason)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, cep) == 8, "offsetof(IvCepEventOut, cep)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, user_context) == 16, "offsetof(IvCepEventOut, user_context)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, service_id) == 24, "offsetof(IvCepEventOut, service_id)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_gid) == 32, "offsetof(IvCepEventOut, remote_gid)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_qpn) == 48, "offsetof(IvCepEventOut, remote_qpn)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, reserved) == 52, "offsetof(IvCepEventOut, reserved)");
+
 IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
 IV_STATIC_ASSERT(sizeof(struct IvRingIndex) == sizeof(IvRingIndex), "struct IvRingIndex");
@@ -463,6 +491,10 @@ IV_STATIC_ASSERT(IOCTL_IV_ACK_CQ_EVENTS == 0x003BE10Cu, "IOCTL_IV_ACK_CQ_EVENTS"
 IV_STATIC_ASSERT(IOCTL_IV_GET_ASYNC_EVENT == 0x003BE120u, "IOCTL_IV_GET_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_ACK_ASYNC_EVENT == 0x003BE124u, "IOCTL_IV_ACK_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_MAP_RINGS == 0x003BE140u, "IOCTL_IV_MAP_RINGS");
+IV_STATIC_ASSERT(IOCTL_IV_CREATE_CEP == 0x003BE180u, "IOCTL_IV_CREATE_CEP");
+IV_STATIC_ASSERT(IOCTL_IV_LISTEN == 0x003BE184u, "IOCTL_IV_LISTEN");
+IV_STATIC_ASSERT(IOCTL_IV_GET_CEP_EVENT == 0x003BE188u, "IOCTL_IV_GET_CEP_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CEP == 0x003BE18Cu, "IOCTL_IV_DESTROY_CEP");
 
 /* ---- constants */
 
@@ -537,6 +569,20 @@ IV_STATIC_ASSERT(IV_DEVICE_RESIZE_MAX_WR == 0x00000001u, "IV_DEVICE_RESIZE_MAX_W
 IV_STATIC_ASSERT(STATUS_SUCCESS == 0x00000000u, "STATUS_SUCCESS");
 IV_STATIC_ASSERT(IV_CQ_ARM_NEXT == 0x80000000u, "IV_CQ_ARM_NEXT");
 IV_STATIC_ASSERT(IV_CQ_ARM_SOLICITED == 0x40000000u, "IV_CQ_ARM_SOLICITED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_CONNECT_REQUEST == 0x00000001u, "IV_CEP_EVENT_CONNECT_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_REPLY == 0x00000002u, "IV_CEP_EVENT_REPLY");
+IV_STATIC_ASSERT(IV_CEP_EVENT_ESTABLISHED == 0x00000003u, "IV_CEP_EVENT_ESTABLISHED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_REJECTED == 0x00000004u, "IV_CEP_EVENT_REJECTED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_MRA == 0x00000005u, "IV_CEP_EVENT_MRA");
+IV_STATIC_ASSERT(IV_CEP_EVENT_TIMEOUT == 0x00000006u, "IV_CEP_EVENT_TIMEOUT");
+IV_STATIC_ASSERT(IV_CEP_EVENT_DISCONNECT_REQUEST == 0x00000007u, "IV_CEP_EVENT_DISCONNECT_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_DISCONNECT_REPLY == 0x00000008u, "IV_CEP_EVENT_DISCONNECT_REPLY");
+IV_STATIC_ASSERT(IV_CEP_EVENT_STALE == 0x00000009u, "IV_CEP_EVENT_STALE");
+IV_STATIC_ASSERT(IV_CEP_EVENT_TIMEWAIT_EXIT == 0x0000000Au, "IV_CEP_EVENT_TIMEWAIT_EXIT");
+IV_STATIC_ASSERT(IV_CEP_EVENT_LAP == 0x0000000Bu, "IV_CEP_EVENT_LAP");
+IV_STATIC_ASSERT(IV_CEP_EVENT_APR == 0x0000000Cu, "IV_CEP_EVENT_APR");
+IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REQUEST == 0x0000000Du, "IV_CEP_EVENT_SIDR_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REPLY == 0x0000000Eu, "IV_CEP_EVENT_SIDR_REPLY");
 IV_STATIC_ASSERT(IV_EVENT_COMM_EST == 0x00000004u, "IV_EVENT_COMM_EST");
 IV_STATIC_ASSERT(IV_EVENT_CQ_ERR == 0x00000000u, "IV_EVENT_CQ_ERR");
 IV_STATIC_ASSERT(IV_EVENT_DEVICE_FATAL == 0x00000008u, "IV_EVENT_DEVICE_FATAL");

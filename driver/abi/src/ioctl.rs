@@ -231,6 +231,30 @@ pub const IOCTL_IV_MAP_RINGS: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x850 << 2)
     | METHOD_BUFFERED;
 
+/// Create a connection endpoint (CEP) of the device's connection manager. In: [`IvCreateCepIn`]. Out: [`IvCreateCepOut`].
+pub const IOCTL_IV_CREATE_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x860 << 2)
+    | METHOD_BUFFERED;
+
+/// Listen on a service ID with an idle CEP; `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle, `STATUS_DEVICE_BUSY` if the service ID has a listener. In: [`IvListenIn`]. Out: none.
+pub const IOCTL_IV_LISTEN: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x861 << 2)
+    | METHOD_BUFFERED;
+
+/// Take the next event of a CEP. Pended until there is one; cancelable; one at a time per CEP (a second gets `STATUS_DEVICE_BUSY`); completes with `STATUS_CANCELLED` if the CEP is destroyed. In: [`IvHandleIn`] (the CEP). Out: [`IvCepEventOut`].
+pub const IOCTL_IV_GET_CEP_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x862 << 2)
+    | METHOD_BUFFERED;
+
+/// Destroy a CEP: its connection is abandoned (a REJ or DREQ goes out as the state asks) and its pended request completes with `STATUS_CANCELLED`. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x863 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -461,6 +485,34 @@ pub const IOCTLS: &[IoctlInfo] = &[
         code: IOCTL_IV_MAP_RINGS,
         input_len: core::mem::size_of::<IvHandleIn>(),
         output_len: core::mem::size_of::<IvMapRingsOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_CEP",
+        code: IOCTL_IV_CREATE_CEP,
+        input_len: core::mem::size_of::<IvCreateCepIn>(),
+        output_len: core::mem::size_of::<IvCreateCepOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "LISTEN",
+        code: IOCTL_IV_LISTEN,
+        input_len: core::mem::size_of::<IvListenIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "GET_CEP_EVENT",
+        code: IOCTL_IV_GET_CEP_EVENT,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvCepEventOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_CEP",
+        code: IOCTL_IV_DESTROY_CEP,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
 ];

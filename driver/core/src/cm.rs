@@ -28,9 +28,13 @@ use alloc::vec::Vec;
 
 use irpverbs_cm::{Config, Engine, MadAddr, Transmit};
 
-use crate::device::State;
+use irpverbs_abi::*;
+
+use crate::device::{Response, State, Verb};
 use crate::hca::{MadIn, MadOut};
-use crate::{Device, Hca, Platform, SpinLock};
+use crate::notify::{Done, WaitKind, pend, take_wait};
+use crate::object::{Body, Life};
+use crate::{Device, FileKey, Hca, Kind, Platform, SpinLock};
 
 /// Arms the CM's platform timer to fire at an absolute time (ns on the
 /// clock of [`Platform::now_ns`]), replacing any earlier arming. Called
@@ -180,11 +184,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// IRQL: DISPATCH_LEVEL (any IRQL <= DISPATCH_LEVEL).
     pub fn cm_timer(&self) {
         let now = self.platform.now_ns();
-        let flush = self.state.lock(|s| {
+        let (flush, done) = self.state.lock(|s| {
             s.cm.armed = None;
             s.cm.engine.on_timer(now);
-            s.cm.take()
+            self.cep_deliver(s);
+            (s.cm.take(), core::mem::take(&mut s.deferred))
         });
+        self.complete_all(done);
         self.cm_flush(flush);
     }
 
@@ -195,3 +201,238 @@ impl<P: Platform, H: Hca> Device<P, H> {
         self.state.lock(|s| s.cm.engine.stats())
     }
 }
+
+/// The statuses of the CM's refusals.
+pub(crate) fn cm_status(e: irpverbs_cm::CmError) -> NtStatus {
+    use irpverbs_cm::CmError;
+    match e {
+        CmError::UnknownCep => STATUS_INVALID_HANDLE,
+        CmError::InvalidState(_) => STATUS_INVALID_DEVICE_STATE,
+        CmError::InvalidParam(_) => STATUS_INVALID_PARAMETER,
+        CmError::ServiceInUse => STATUS_DEVICE_BUSY,
+        CmError::TableFull => STATUS_INSUFFICIENT_RESOURCES,
+    }
+}
+
+/// The CEP object at `idx` of `file`.
+fn cep_mut<R>(s: &mut State<R>, file: FileKey, idx: u32) -> Option<&mut crate::object::Cep> {
+    match &mut s.files.get_mut(&file)?.objects.get_mut(idx).body {
+        Body::Cep(c) => Some(c),
+        _ => None,
+    }
+}
+
+impl<P: Platform, H: Hca> Device<P, H> {
+    /// Runs a CEP verb (`CREATE_CEP`, `LISTEN`, `GET_CEP_EVENT`,
+    /// `DESTROY_CEP`) under the device lock: answered at once (returned)
+    /// or pended (`None`).
+    pub(crate) fn cep_start(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        verb: Verb,
+        request: P::Request,
+    ) -> Option<Done<P::Request>> {
+        let fail = |r: P::Request, st: NtStatus| Some((r, st, Response::None));
+        match verb {
+            Verb::CreateCep(i) => {
+                let id = match s.cm.engine.create(0) {
+                    Ok(id) => id,
+                    Err(e) => return fail(request, cm_status(e)),
+                };
+                match self.new_cep(s, file, id, i.user_context) {
+                    Ok(cep) => Some((
+                        request,
+                        STATUS_SUCCESS,
+                        Response::Cep(IvCreateCepOut { cep }),
+                    )),
+                    Err(st) => {
+                        let _ = s.cm.engine.destroy(id, self.platform.now_ns());
+                        fail(request, st)
+                    }
+                }
+            }
+            Verb::Listen(i) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(i.cep, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
+                    return fail(request, STATUS_INVALID_HANDLE);
+                };
+                match s.cm.engine.listen(id, i.service_id) {
+                    Ok(()) => Some((request, STATUS_SUCCESS, Response::None)),
+                    Err(e) => fail(request, cm_status(e)),
+                }
+            }
+            Verb::GetCepEvent(h) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(h.handle, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                let wait = cep_mut(s, file, idx).and_then(|c| c.wait);
+                if wait.is_some_and(|k| s.waits.contains_key(&k)) {
+                    return fail(request, STATUS_DEVICE_BUSY);
+                }
+                if let Some(out) = self.next_cep_event(s, file, idx) {
+                    return Some((request, STATUS_SUCCESS, Response::CepEvent(out)));
+                }
+                let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
+                    Ok(k) => k,
+                    Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                };
+                if let Some(c) = cep_mut(s, file, idx) {
+                    c.wait = Some(key);
+                }
+                None
+            }
+            Verb::Destroy(h, Kind::Cep) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(h.handle, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                self.free_object(s, file, idx);
+                Some((request, STATUS_SUCCESS, Response::None))
+            }
+            _ => fail(request, STATUS_INVALID_DEVICE_REQUEST),
+        }
+    }
+
+    /// A CEP object for the engine's CEP `id` in `file`; its handle.
+    fn new_cep(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        id: irpverbs_cm::CepId,
+        user_context: u64,
+    ) -> Result<IvHandle, NtStatus> {
+        let body = Body::Cep(crate::object::Cep {
+            id,
+            user_context,
+            wait: None,
+        });
+        let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
+        let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
+        f.objects.get_mut(idx).life = Life::Live;
+        s.ceps.insert(id, (file, idx));
+        Ok(s.files.get(&file).map_or(0, |f| f.objects.handle_of(idx)))
+    }
+
+    /// Ends a CEP object's engine side (from [`Device::free_object`]): the
+    /// engine destroys it (sending the REJ or DREQ its state asks for) and
+    /// its pended request completes with `STATUS_CANCELLED`.
+    pub(crate) fn cep_freed(&self, s: &mut State<P::Request>, cep: &crate::object::Cep) {
+        if s.ceps.remove(&cep.id).is_some() {
+            let _ = s.cm.engine.destroy(cep.id, self.platform.now_ns());
+        }
+        if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
+            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+        }
+    }
+
+    /// The next event of the CEP at `idx` the owner should see, converted;
+    /// `None` when it has none (which re-arms it in the engine).
+    fn next_cep_event(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        idx: u32,
+    ) -> Option<IvCepEventOut> {
+        let c = cep_mut(s, file, idx)?;
+        let (id, user_context) = (c.id, c.user_context);
+        let handle = s.files.get(&file)?.objects.handle_of(idx);
+        loop {
+            let ev = s.cm.engine.poll_event(id)?;
+            let mut out = IvCepEventOut {
+                cep: handle,
+                user_context,
+                ..IvCepEventOut::default()
+            };
+            use irpverbs_cm::Event as E;
+            out.event_type = match ev {
+                E::ConnectRequest { cep, src, req } => {
+                    match self.new_cep(s, file, cep, user_context) {
+                        Ok(h) => out.cep = h,
+                        Err(_) => {
+                            // No room for it: the engine rejects it.
+                            let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                            continue;
+                        }
+                    }
+                    out.service_id = req.service_id;
+                    out.remote_gid = src.gid;
+                    out.remote_qpn = req.local_qpn;
+                    IV_CEP_EVENT_CONNECT_REQUEST
+                }
+                E::Reply { rep } => {
+                    out.remote_qpn = rep.local_qpn;
+                    IV_CEP_EVENT_REPLY
+                }
+                E::Established => IV_CEP_EVENT_ESTABLISHED,
+                E::Rejected { rej, .. } => {
+                    out.reason = u32::from(rej.reason.0);
+                    IV_CEP_EVENT_REJECTED
+                }
+                E::MraReceived { .. } => IV_CEP_EVENT_MRA,
+                E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
+                E::DisconnectRequest { .. } => IV_CEP_EVENT_DISCONNECT_REQUEST,
+                E::DisconnectReply { .. } => IV_CEP_EVENT_DISCONNECT_REPLY,
+                E::StaleConnection => IV_CEP_EVENT_STALE,
+                E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
+                E::LapReceived { .. } => IV_CEP_EVENT_LAP,
+                E::AprReceived { .. } => IV_CEP_EVENT_APR,
+                E::SidrRequest { .. } => IV_CEP_EVENT_SIDR_REQUEST,
+                E::SidrReply { .. } => IV_CEP_EVENT_SIDR_REPLY,
+                // Only `destroy` returns it, never `poll_event`.
+                E::Canceled { .. } => continue,
+            };
+            return Some(out);
+        }
+    }
+
+    /// Completes the pended `GET_CEP_EVENT` of every CEP the engine names
+    /// as having events (the polling model); a CEP with no request pended
+    /// keeps its events for the next one.
+    pub(crate) fn cep_deliver(&self, s: &mut State<P::Request>) {
+        while let Some((id, _)) = s.cm.engine.poll_ready() {
+            let Some(&(file, idx)) = s.ceps.get(&id) else {
+                continue;
+            };
+            let Some(key) = cep_mut(s, file, idx).and_then(|c| c.wait) else {
+                continue;
+            };
+            let Some(r) = take_wait(s, key) else {
+                continue;
+            };
+            if let Some(c) = cep_mut(s, file, idx) {
+                c.wait = None;
+            }
+            match self.next_cep_event(s, file, idx) {
+                Some(out) => s
+                    .deferred
+                    .push((r, STATUS_SUCCESS, Response::CepEvent(out))),
+                None => {
+                    if let Ok(k) = pend(s, file, WaitKind::CepEvent(idx), r).map_err(|r| {
+                        s.deferred.push((r, STATUS_CANCELLED, Response::None));
+                    }) {
+                        if let Some(c) = cep_mut(s, file, idx) {
+                            c.wait = Some(k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// CEP objects a device holds at most (the engine's table is larger).
+pub const MAX_CEPS_PER_DEVICE: u32 = 1 << 20;

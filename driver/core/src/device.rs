@@ -53,6 +53,8 @@ pub(crate) enum Response {
     Ah(IvCreateAhOut),
     CqEvent(IvCqEventOut),
     Channel(IvCreateChannelOut),
+    Cep(IvCreateCepOut),
+    CepEvent(IvCepEventOut),
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
 }
@@ -76,6 +78,8 @@ impl Response {
             Response::Ah(v) => v.as_bytes(),
             Response::CqEvent(v) => v.as_bytes(),
             Response::Channel(v) => v.as_bytes(),
+            Response::Cep(v) => v.as_bytes(),
+            Response::CepEvent(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
         }
@@ -161,7 +165,7 @@ pub struct DeviceSnapshot {
     /// Open (or not yet run down) files.
     pub files: usize,
     /// Live objects of each kind, indexed by `Kind as usize - 1`.
-    pub objects: [u32; 7],
+    pub objects: [u32; 8],
     /// Pended (cancelable) requests.
     pub waits: usize,
     /// Commands in flight or backlogged.
@@ -177,7 +181,7 @@ pub(crate) struct State<R> {
     pending_len: usize,
     backlog: VecDeque<(u64, Command)>,
     next_generation: u32,
-    pub counts: [u32; 7],
+    pub counts: [u32; 8],
     pub removed: bool,
     pub stats: DeviceStats,
     /// Pended requests by cancel key.
@@ -189,6 +193,8 @@ pub(crate) struct State<R> {
     pub by_number: BTreeMap<(u8, u32), (FileKey, u32)>,
     /// The connection manager.
     pub(crate) cm: crate::cm::Cm,
+    /// CEP objects by their engine ID.
+    pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
 }
 
 impl<R> State<R> {
@@ -287,9 +293,23 @@ pub(crate) enum Verb {
     GetAsyncEvent,
     AckAsyncEvent(IvAckIn),
     MapRings(IvHandleIn),
+    CreateCep(IvCreateCepIn),
+    Listen(IvListenIn),
+    GetCepEvent(IvHandleIn),
 }
 
 impl Verb {
+    /// The connection manager's verbs (`crate::cm`).
+    fn is_cep(&self) -> bool {
+        matches!(
+            self,
+            Verb::CreateCep(_)
+                | Verb::Listen(_)
+                | Verb::GetCepEvent(_)
+                | Verb::Destroy(_, Kind::Cep)
+        )
+    }
+
     /// Verbs that pend on events (or answer at once) instead of posting a
     /// command.
     fn is_notification(&self) -> bool {
@@ -302,6 +322,10 @@ impl Verb {
                 | Verb::GetAsyncEvent
                 | Verb::AckAsyncEvent(_)
                 | Verb::Destroy(_, Kind::Channel)
+                | Verb::CreateCep(_)
+                | Verb::Listen(_)
+                | Verb::GetCepEvent(_)
+                | Verb::Destroy(_, Kind::Cep)
         )
     }
 }
@@ -356,13 +380,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 pending_len: 0,
                 backlog: VecDeque::new(),
                 next_generation: 0,
-                counts: [0; 7],
+                counts: [0; 8],
                 removed: false,
                 stats: DeviceStats::default(),
                 waits: BTreeMap::new(),
                 next_wait: 0,
                 deferred: Vec::new(),
                 by_number: BTreeMap::new(),
+                ceps: BTreeMap::new(),
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
@@ -545,6 +570,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return;
         };
         let o = f.objects.remove(idx);
+        if let Body::Cep(c) = &o.body {
+            self.cep_freed(s, c);
+        }
         if let Some(key) = o.number_key() {
             if s.by_number.get(&key) == Some(&(file, idx)) {
                 s.by_number.remove(&key);
@@ -603,6 +631,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             _ => {}
         }
+        let mut cm_flush = None;
         let (outcome, deferred) = self.state.lock(|s| {
             let outcome =
                 if s.removed && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_)) {
@@ -614,6 +643,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     } else {
                         Err((request, STATUS_DEVICE_REMOVED, Response::None))
                     }
+                } else if verb.is_cep() {
+                    let r = self.cep_start(s, file, verb, request).map_or(Ok(()), Err);
+                    let flush = s.cm.take();
+                    cm_flush = Some(flush);
+                    r
                 } else if verb.is_notification() {
                     crate::notify::start(self, s, file, verb, request).map_or(Ok(()), Err)
                 } else {
@@ -631,6 +665,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.complete(req, status, &response);
         }
         self.complete_all(deferred);
+        if let Some(flush) = cm_flush {
+            self.cm_flush(flush);
+        }
     }
 
     /// Completes requests collected under the lock.
@@ -709,6 +746,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_CQ_NOTIFY => Verb::CqNotify(read(input)?),
             IOCTL_IV_CREATE_CHANNEL => Verb::CreateChannel(read(input)?),
             IOCTL_IV_DESTROY_CHANNEL => Verb::Destroy(read(input)?, Kind::Channel),
+            IOCTL_IV_CREATE_CEP => Verb::CreateCep(read(input)?),
+            IOCTL_IV_LISTEN => Verb::Listen(read(input)?),
+            IOCTL_IV_GET_CEP_EVENT => Verb::GetCepEvent(read(input)?),
+            IOCTL_IV_DESTROY_CEP => Verb::Destroy(read(input)?, Kind::Cep),
             IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
@@ -979,6 +1020,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             Event::Mad => {
                 self.cm_receive(s);
+                self.cep_deliver(s);
                 return None;
             }
         };

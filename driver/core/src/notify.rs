@@ -35,6 +35,8 @@ pub(crate) enum WaitKind {
     CqEvent(u32),
     /// An async event on the file.
     Async,
+    /// An event on the CEP at this index.
+    CepEvent(u32),
 }
 
 /// A pended request.

@@ -609,7 +609,7 @@ fn pool_failure_changes_nothing() {
         r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
         Err(STATUS_INSUFFICIENT_RESOURCES)
     );
-    assert_eq!(r.dev.snapshot().objects, [0; 7]);
+    assert_eq!(r.dev.snapshot().objects, [0; 8]);
     pd(&r, 1);
 }
 
@@ -1569,4 +1569,148 @@ fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
     r.platform.now.store(next, Ordering::SeqCst);
     r.dev.cm_timer();
     assert_eq!(armed.lock().unwrap().len(), n);
+}
+
+/// A remote CM's REQ for `service_id` to the device's GSI ([9; 16]).
+fn remote_req(remote: &mut irpverbs_cm::Engine, service_id: u64) -> irpverbs_cm::Transmit {
+    let cep = remote.create(0).unwrap();
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    let p = irpverbs_cm::ConnectParams {
+        dest,
+        service_id,
+        qpn: 0x99,
+        max_cm_retries: 3,
+        primary: irpverbs_cm::msg::Path {
+            local_gid: [7; 16],
+            remote_gid: [9; 16],
+            hop_limit: 64,
+            local_ack_timeout: 10,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    remote.connect(cep, &p, 0).unwrap();
+    remote.poll_transmit().unwrap()
+}
+
+#[test]
+fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
+    let r = Rig::new(8);
+    let cep: IvCreateCepOut = r
+        .call(
+            1,
+            IOCTL_IV_CREATE_CEP,
+            &IvCreateCepIn { user_context: 0x77 },
+        )
+        .unwrap();
+    let listen = IvListenIn {
+        cep: cep.cep,
+        service_id: 0x1234,
+    };
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_LISTEN, &listen), Ok(()));
+    // A second listener on the service, a listen on no CEP, another file's.
+    let other: IvCreateCepOut = r
+        .call(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 0 })
+        .unwrap();
+    assert_eq!(
+        r.call::<_, ()>(
+            1,
+            IOCTL_IV_LISTEN,
+            &IvListenIn {
+                cep: other.cep,
+                ..listen
+            }
+        ),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    assert_eq!(
+        r.call::<_, ()>(2, IOCTL_IV_LISTEN, &listen),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_LISTEN, &IvListenIn { cep: 0, ..listen }),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    let get = IvHandleIn { handle: cep.cep };
+    let w = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
+    assert!(outcome(&w).is_none(), "pended");
+    assert_eq!(
+        r.call::<_, IvCepEventOut>(1, IOCTL_IV_GET_CEP_EVENT, &get),
+        Err(STATUS_DEVICE_BUSY),
+        "one request per CEP"
+    );
+    // The REQ arrives: the pended request completes in the DPC.
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let req = remote_req(&mut remote, 0x1234);
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    let (st, out) = outcome(&w).expect("completed");
+    assert_eq!(st, STATUS_SUCCESS);
+    let ev = IvCepEventOut::read_from_bytes(&out).unwrap();
+    assert_eq!(ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    assert_eq!((ev.service_id, ev.remote_qpn), (0x1234, 0x99));
+    assert_eq!((ev.remote_gid, ev.user_context), ([7; 16], 0x77));
+    assert_ne!(ev.cep, cep.cep);
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 3);
+    // The listener has no more events: its next request pends.
+    let w2 = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
+    assert!(outcome(&w2).is_none());
+    // Destroying the new CEP rejects the REQ; destroying the listener
+    // completes its pended request with STATUS_CANCELLED.
+    let conn = IvHandleIn { handle: ev.cep };
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &conn), Ok(()));
+    let out = core::mem::take(&mut *r.hca.mads_out.lock().unwrap());
+    assert_eq!(out.len(), 1, "the REJ");
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    remote.receive(0, &dest, &out[0].mad).unwrap();
+    let (id, _) = remote.poll_ready().unwrap();
+    assert!(matches!(
+        remote.poll_event(id),
+        Some(irpverbs_cm::Event::Rejected { .. })
+    ));
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get), Ok(()));
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 1);
+    assert_eq!(r.dev.cm_stats().rejects, 1);
+}
+
+#[test]
+fn a_cep_event_waiting_completes_the_next_request_at_once_and_cleanup_frees_ceps() {
+    let r = Rig::new(8);
+    let cep: IvCreateCepOut = r
+        .call(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 1 })
+        .unwrap();
+    let listen = IvListenIn {
+        cep: cep.cep,
+        service_id: 0x55,
+    };
+    r.call::<_, ()>(1, IOCTL_IV_LISTEN, &listen).unwrap();
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let req = remote_req(&mut remote, 0x55);
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    // No request was pended: the event waits for one.
+    let ev: IvCepEventOut = r
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: cep.cep })
+        .unwrap();
+    assert_eq!(ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    // A pended request is cancelable.
+    let w = r.issue(
+        1,
+        IOCTL_IV_GET_CEP_EVENT,
+        &IvHandleIn { handle: ev.cep },
+        size_of::<IvCepEventOut>(),
+    );
+    assert!(outcome(&w).is_none());
+    r.dev.cleanup_file(1);
+    assert_eq!(outcome(&w).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 0);
 }
