@@ -246,6 +246,26 @@
 #define IOCTL_IV_DESTROY_CEP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2147 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_CONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2148 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP; completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_ACCEPT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2149 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_REJECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2150 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+ */
+#define IOCTL_IV_CM_DISCONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2151 << 2)) | METHOD_BUFFERED)
+
+/**
  * Size of a cache line, and of one ring index slot.
  */
 #define IV_CACHE_LINE 64
@@ -1998,6 +2018,94 @@ typedef struct IvCepEventOut {
 } IvCepEventOut;
 
 /**
+ * Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
+ * RESET) to the listener of `service_id` at `remote_gid`.
+ */
+typedef struct IvCmConnectIn {
+  /**
+   * The CEP (idle).
+   */
+  IvHandle cep;
+  /**
+   * The RC QP (RESET).
+   */
+  IvHandle qp;
+  /**
+   * The remote listener's service ID.
+   */
+  uint64_t service_id;
+  /**
+   * This port's GID (port 1, GID index 0).
+   */
+  uint8_t local_gid[16];
+  /**
+   * The remote port's GID.
+   */
+  uint8_t remote_gid[16];
+  /**
+   * The QP's starting send PSN (24 bits).
+   */
+  uint32_t starting_psn;
+  /**
+   * CM response timeout, both ways (4.096 us * 2^t; at most 31).
+   */
+  uint8_t cm_response_timeout;
+  /**
+   * Retries of each CM message (at most 15).
+   */
+  uint8_t max_cm_retries;
+  /**
+   * The path's local ACK timeout (4.096 us * 2^t; at most 31).
+   */
+  uint8_t local_ack_timeout;
+  /**
+   * `IV_MTU_*`.
+   */
+  uint8_t path_mtu;
+} IvCmConnectIn;
+
+/**
+ * Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
+ * with `qp` (in RESET).
+ */
+typedef struct IvCmAcceptIn {
+  /**
+   * The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
+   */
+  IvHandle cep;
+  /**
+   * The RC QP (RESET).
+   */
+  IvHandle qp;
+  /**
+   * The QP's starting send PSN (24 bits).
+   */
+  uint32_t starting_psn;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvCmAcceptIn;
+
+/**
+ * Request of `IOCTL_IV_CM_REJECT`.
+ */
+typedef struct IvCmRejectIn {
+  /**
+   * The CEP (a connect request received, or a REP received).
+   */
+  IvHandle cep;
+  /**
+   * The IBTA REJ reason code (e.g. 28: consumer reject).
+   */
+  uint32_t reason;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvCmRejectIn;
+
+/**
  * One ring index, alone on its cache line (64 bytes; the ring memory is
  * page-aligned, so every index starts a cache line).
  */
@@ -2317,6 +2425,22 @@ typedef struct IvCqe {
  */
 #ifndef STATUS_INVALID_DEVICE_STATE
 #define STATUS_INVALID_DEVICE_STATE -1073741436
+#endif
+
+/**
+ * A connect or accept ended with a REJ from the remote.
+ * `ntstatus.h`: `0xC0000236`.
+ */
+#ifndef STATUS_CONNECTION_REFUSED
+#define STATUS_CONNECTION_REFUSED -1073741258
+#endif
+
+/**
+ * A connection exchange gave up after its retries.
+ * `ntstatus.h`: `0xC00000B5`.
+ */
+#ifndef STATUS_IO_TIMEOUT
+#define STATUS_IO_TIMEOUT -1073741643
 #endif
 
 /**

@@ -387,6 +387,35 @@ IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_gid) == 32, "offsetof(IvCepEvent
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_qpn) == 48, "offsetof(IvCepEventOut, remote_qpn)");
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, reserved) == 52, "offsetof(IvCepEventOut, reserved)");
 
+IV_STATIC_ASSERT(sizeof(IvCmConnectIn) == 64, "sizeof(IvCmConnectIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmConnectIn) == 8, "alignof(IvCmConnectIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmConnectIn) == sizeof(IvCmConnectIn), "struct IvCmConnectIn");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cep) == 0, "offsetof(IvCmConnectIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, qp) == 8, "offsetof(IvCmConnectIn, qp)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, service_id) == 16, "offsetof(IvCmConnectIn, service_id)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, local_gid) == 24, "offsetof(IvCmConnectIn, local_gid)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, remote_gid) == 40, "offsetof(IvCmConnectIn, remote_gid)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, starting_psn) == 56, "offsetof(IvCmConnectIn, starting_psn)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cm_response_timeout) == 60, "offsetof(IvCmConnectIn, cm_response_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, max_cm_retries) == 61, "offsetof(IvCmConnectIn, max_cm_retries)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, local_ack_timeout) == 62, "offsetof(IvCmConnectIn, local_ack_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, path_mtu) == 63, "offsetof(IvCmConnectIn, path_mtu)");
+
+IV_STATIC_ASSERT(sizeof(IvCmAcceptIn) == 24, "sizeof(IvCmAcceptIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmAcceptIn) == 8, "alignof(IvCmAcceptIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmAcceptIn) == sizeof(IvCmAcceptIn), "struct IvCmAcceptIn");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, cep) == 0, "offsetof(IvCmAcceptIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, qp) == 8, "offsetof(IvCmAcceptIn, qp)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, starting_psn) == 16, "offsetof(IvCmAcceptIn, starting_psn)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved) == 20, "offsetof(IvCmAcceptIn, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvCmRejectIn) == 16, "sizeof(IvCmRejectIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmRejectIn) == 8, "alignof(IvCmRejectIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmRejectIn) == sizeof(IvCmRejectIn), "struct IvCmRejectIn");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, cep) == 0, "offsetof(IvCmRejectIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reason) == 8, "offsetof(IvCmRejectIn, reason)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved) == 12, "offsetof(IvCmRejectIn, reserved)");
+
 IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
 IV_STATIC_ASSERT(sizeof(struct IvRingIndex) == sizeof(IvRingIndex), "struct IvRingIndex");
@@ -494,6 +523,10 @@ IV_STATIC_ASSERT(IOCTL_IV_MAP_RINGS == 0x003BE140u, "IOCTL_IV_MAP_RINGS");
 IV_STATIC_ASSERT(IOCTL_IV_CREATE_CEP == 0x003BE180u, "IOCTL_IV_CREATE_CEP");
 IV_STATIC_ASSERT(IOCTL_IV_LISTEN == 0x003BE184u, "IOCTL_IV_LISTEN");
 IV_STATIC_ASSERT(IOCTL_IV_GET_CEP_EVENT == 0x003BE188u, "IOCTL_IV_GET_CEP_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_CONNECT == 0x003BE190u, "IOCTL_IV_CM_CONNECT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_ACCEPT == 0x003BE194u, "IOCTL_IV_CM_ACCEPT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_REJECT == 0x003BE198u, "IOCTL_IV_CM_REJECT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_DISCONNECT == 0x003BE19Cu, "IOCTL_IV_CM_DISCONNECT");
 IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CEP == 0x003BE18Cu, "IOCTL_IV_DESTROY_CEP");
 
 /* ---- constants */
@@ -670,3 +703,7 @@ IV_STATIC_ASSERT(STATUS_DATATYPE_MISALIGNMENT_ERROR == -1073741115, "STATUS_DATA
 IV_STATIC_ASSERT((uint32_t)STATUS_DATATYPE_MISALIGNMENT_ERROR == 0xC00002C5u, "STATUS_DATATYPE_MISALIGNMENT_ERROR bits");
 IV_STATIC_ASSERT(STATUS_DEVICE_HARDWARE_ERROR == -1073740669, "STATUS_DEVICE_HARDWARE_ERROR");
 IV_STATIC_ASSERT((uint32_t)STATUS_DEVICE_HARDWARE_ERROR == 0xC0000483u, "STATUS_DEVICE_HARDWARE_ERROR bits");
+IV_STATIC_ASSERT(STATUS_CONNECTION_REFUSED == -1073741258, "STATUS_CONNECTION_REFUSED");
+IV_STATIC_ASSERT((uint32_t)STATUS_CONNECTION_REFUSED == 0xC0000236u, "STATUS_CONNECTION_REFUSED bits");
+IV_STATIC_ASSERT(STATUS_IO_TIMEOUT == -1073741643, "STATUS_IO_TIMEOUT");
+IV_STATIC_ASSERT((uint32_t)STATUS_IO_TIMEOUT == 0xC00000B5u, "STATUS_IO_TIMEOUT bits");

@@ -1181,6 +1181,89 @@ abi_layout!(IvCepEventOut {
     reserved
 });
 
+/// Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
+/// RESET) to the listener of `service_id` at `remote_gid`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmConnectIn {
+    /// The CEP (idle).
+    pub cep: IvHandle,
+    /// The RC QP (RESET).
+    pub qp: IvHandle,
+    /// The remote listener's service ID.
+    pub service_id: u64,
+    /// This port's GID (port 1, GID index 0).
+    pub local_gid: [u8; 16],
+    /// The remote port's GID.
+    pub remote_gid: [u8; 16],
+    /// The QP's starting send PSN (24 bits).
+    pub starting_psn: u32,
+    /// CM response timeout, both ways (4.096 us * 2^t; at most 31).
+    pub cm_response_timeout: u8,
+    /// Retries of each CM message (at most 15).
+    pub max_cm_retries: u8,
+    /// The path's local ACK timeout (4.096 us * 2^t; at most 31).
+    pub local_ack_timeout: u8,
+    /// `IV_MTU_*`.
+    pub path_mtu: u8,
+}
+abi_layout!(IvCmConnectIn {
+    cep,
+    qp,
+    service_id,
+    local_gid,
+    remote_gid,
+    starting_psn,
+    cm_response_timeout,
+    max_cm_retries,
+    local_ack_timeout,
+    path_mtu
+});
+
+/// Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
+/// with `qp` (in RESET).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmAcceptIn {
+    /// The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
+    pub cep: IvHandle,
+    /// The RC QP (RESET).
+    pub qp: IvHandle,
+    /// The QP's starting send PSN (24 bits).
+    pub starting_psn: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCmAcceptIn {
+    cep,
+    qp,
+    starting_psn,
+    reserved
+});
+
+/// Request of `IOCTL_IV_CM_REJECT`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmRejectIn {
+    /// The CEP (a connect request received, or a REP received).
+    pub cep: IvHandle,
+    /// The IBTA REJ reason code (e.g. 28: consumer reject).
+    pub reason: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCmRejectIn {
+    cep,
+    reason,
+    reserved
+});
+
 /// The layout of an ABI struct as Rust lays it out: the C layout tests
 /// static-assert the header's layout against it.
 pub trait AbiLayout: Sized {
@@ -1258,6 +1341,9 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvCreateCepOut>(),
     layout::<IvListenIn>(),
     layout::<IvCepEventOut>(),
+    layout::<IvCmConnectIn>(),
+    layout::<IvCmAcceptIn>(),
+    layout::<IvCmRejectIn>(),
     layout::<crate::ring::IvRingIndex>(),
     layout::<crate::ring::IvRingControl>(),
     layout::<crate::ring::IvRingMap>(),

@@ -26,7 +26,11 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use irpverbs_cm::{Config, Engine, MadAddr, Transmit};
+use irpverbs_cm::msg::RejReason;
+use irpverbs_cm::{
+    AcceptParams, Config, ConnectParams, Engine, MadAddr, QpModify, QpTarget, State as CmState,
+    Transmit,
+};
 
 use irpverbs_abi::*;
 
@@ -280,7 +284,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if wait.is_some_and(|k| s.waits.contains_key(&k)) {
                     return fail(request, STATUS_DEVICE_BUSY);
                 }
-                if let Some(out) = self.next_cep_event(s, file, idx) {
+                self.cm_route(s, file, idx);
+                if let Some(out) = cep_mut(s, file, idx).and_then(|c| c.events.pop_front()) {
                     return Some((request, STATUS_SUCCESS, Response::CepEvent(out)));
                 }
                 let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
@@ -319,6 +324,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             id,
             user_context,
             wait: None,
+            events: alloc::collections::VecDeque::new(),
+            qp: None,
         });
         let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
         let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
@@ -337,101 +344,543 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
             s.deferred.push((r, STATUS_CANCELLED, Response::None));
         }
+        if let Some(r) = s.cm_ops.remove(&cep.id).and_then(|p| p.request) {
+            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+        }
     }
 
-    /// The next event of the CEP at `idx` the owner should see, converted;
-    /// `None` when it has none (which re-arms it in the engine).
-    fn next_cep_event(
+    /// Converts a CEP's engine event for its owner; `None` for one the
+    /// owner never sees (a connect request there is no room for, which the
+    /// engine rejects; `Canceled`, which only `destroy` returns).
+    fn convert(
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
         idx: u32,
+        ev: irpverbs_cm::Event,
     ) -> Option<IvCepEventOut> {
+        use irpverbs_cm::Event as E;
         let c = cep_mut(s, file, idx)?;
-        let (id, user_context) = (c.id, c.user_context);
+        let user_context = c.user_context;
         let handle = s.files.get(&file)?.objects.handle_of(idx);
-        loop {
-            let ev = s.cm.engine.poll_event(id)?;
-            let mut out = IvCepEventOut {
-                cep: handle,
-                user_context,
-                ..IvCepEventOut::default()
-            };
-            use irpverbs_cm::Event as E;
-            out.event_type = match ev {
-                E::ConnectRequest { cep, src, req } => {
-                    match self.new_cep(s, file, cep, user_context) {
-                        Ok(h) => out.cep = h,
-                        Err(_) => {
-                            // No room for it: the engine rejects it.
-                            let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
-                            continue;
-                        }
+        let mut out = IvCepEventOut {
+            cep: handle,
+            user_context,
+            ..IvCepEventOut::default()
+        };
+        out.event_type = match ev {
+            E::ConnectRequest { cep, src, req } => {
+                match self.new_cep(s, file, cep, user_context) {
+                    Ok(h) => out.cep = h,
+                    Err(_) => {
+                        // No room for it: the engine rejects it.
+                        let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                        return None;
                     }
-                    out.service_id = req.service_id;
-                    out.remote_gid = src.gid;
-                    out.remote_qpn = req.local_qpn;
-                    IV_CEP_EVENT_CONNECT_REQUEST
                 }
-                E::Reply { rep } => {
-                    out.remote_qpn = rep.local_qpn;
-                    IV_CEP_EVENT_REPLY
-                }
-                E::Established => IV_CEP_EVENT_ESTABLISHED,
-                E::Rejected { rej, .. } => {
-                    out.reason = u32::from(rej.reason.0);
-                    IV_CEP_EVENT_REJECTED
-                }
-                E::MraReceived { .. } => IV_CEP_EVENT_MRA,
-                E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
-                E::DisconnectRequest { .. } => IV_CEP_EVENT_DISCONNECT_REQUEST,
-                E::DisconnectReply { .. } => IV_CEP_EVENT_DISCONNECT_REPLY,
-                E::StaleConnection => IV_CEP_EVENT_STALE,
-                E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
-                E::LapReceived { .. } => IV_CEP_EVENT_LAP,
-                E::AprReceived { .. } => IV_CEP_EVENT_APR,
-                E::SidrRequest { .. } => IV_CEP_EVENT_SIDR_REQUEST,
-                E::SidrReply { .. } => IV_CEP_EVENT_SIDR_REPLY,
-                // Only `destroy` returns it, never `poll_event`.
-                E::Canceled { .. } => continue,
+                out.service_id = req.service_id;
+                out.remote_gid = src.gid;
+                out.remote_qpn = req.local_qpn;
+                IV_CEP_EVENT_CONNECT_REQUEST
+            }
+            E::Reply { rep } => {
+                out.remote_qpn = rep.local_qpn;
+                IV_CEP_EVENT_REPLY
+            }
+            E::Established => IV_CEP_EVENT_ESTABLISHED,
+            E::Rejected { rej, .. } => {
+                out.reason = u32::from(rej.reason.0);
+                IV_CEP_EVENT_REJECTED
+            }
+            E::MraReceived { .. } => IV_CEP_EVENT_MRA,
+            E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
+            E::DisconnectRequest { .. } => IV_CEP_EVENT_DISCONNECT_REQUEST,
+            E::DisconnectReply { .. } => IV_CEP_EVENT_DISCONNECT_REPLY,
+            E::StaleConnection => IV_CEP_EVENT_STALE,
+            E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
+            E::LapReceived { .. } => IV_CEP_EVENT_LAP,
+            E::AprReceived { .. } => IV_CEP_EVENT_APR,
+            E::SidrRequest { .. } => IV_CEP_EVENT_SIDR_REQUEST,
+            E::SidrReply { .. } => IV_CEP_EVENT_SIDR_REPLY,
+            E::Canceled { .. } => return None,
+        };
+        Some(out)
+    }
+
+    /// Takes every event the engine holds for the CEP at `idx` (which
+    /// re-arms it there): a multi-phase request in progress on the CEP
+    /// consumes the events it waits for; the rest queue on the CEP for
+    /// `GET_CEP_EVENT`.
+    fn cm_route(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
+            return;
+        };
+        while let Some(ev) = s.cm.engine.poll_event(id) {
+            let ev = match self.cm_consume(s, id, ev) {
+                Some(ev) => ev,
+                None => continue,
             };
-            return Some(out);
+            if let Some(out) = self.convert(s, file, idx, ev) {
+                if let Some(c) = cep_mut(s, file, idx) {
+                    c.events.push_back(out);
+                }
+            }
         }
     }
 
-    /// Completes the pended `GET_CEP_EVENT` of every CEP the engine names
-    /// as having events (the polling model); a CEP with no request pended
-    /// keeps its events for the next one.
+    /// Completes the CEP's pended `GET_CEP_EVENT` if it has an event.
+    fn cep_serve(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let Some(c) = cep_mut(s, file, idx) else {
+            return;
+        };
+        let Some(key) = c.wait.filter(|_| !c.events.is_empty()) else {
+            return;
+        };
+        let Some(r) = take_wait(s, key) else {
+            return;
+        };
+        if let Some(c) = cep_mut(s, file, idx) {
+            c.wait = None;
+            if let Some(out) = c.events.pop_front() {
+                s.deferred
+                    .push((r, STATUS_SUCCESS, Response::CepEvent(out)));
+            }
+        }
+    }
+
+    /// Routes the events of every CEP the engine names as having some,
+    /// then completes their pended `GET_CEP_EVENT`s (the polling model).
     pub(crate) fn cep_deliver(&self, s: &mut State<P::Request>) {
         while let Some((id, _)) = s.cm.engine.poll_ready() {
             let Some(&(file, idx)) = s.ceps.get(&id) else {
                 continue;
             };
-            let Some(key) = cep_mut(s, file, idx).and_then(|c| c.wait) else {
-                continue;
-            };
-            let Some(r) = take_wait(s, key) else {
-                continue;
-            };
-            if let Some(c) = cep_mut(s, file, idx) {
-                c.wait = None;
-            }
-            match self.next_cep_event(s, file, idx) {
-                Some(out) => s
-                    .deferred
-                    .push((r, STATUS_SUCCESS, Response::CepEvent(out))),
-                None => {
-                    if let Ok(k) = pend(s, file, WaitKind::CepEvent(idx), r).map_err(|r| {
-                        s.deferred.push((r, STATUS_CANCELLED, Response::None));
-                    }) {
-                        if let Some(c) = cep_mut(s, file, idx) {
-                            c.wait = Some(k);
+            self.cm_route(s, file, idx);
+            self.cep_serve(s, file, idx);
+        }
+    }
+
+    /// Gives `ev` to the multi-phase request in progress on `id`, if it
+    /// waits for it; returns it otherwise.
+    fn cm_consume(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        ev: irpverbs_cm::Event,
+    ) -> Option<irpverbs_cm::Event> {
+        use irpverbs_cm::Event as E;
+        let Some(p) = s.cm_ops.get_mut(&id) else {
+            return Some(ev);
+        };
+        let status = match (p.kind, &ev) {
+            (CmKind::Connect, E::Reply { .. }) => {
+                let Some(r) = p.request.take() else {
+                    return Some(ev);
+                };
+                let (file, qp) = (p.file, p.qp);
+                match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
+                    Ok(m) => {
+                        if let Err((r, st)) = self.cm_modify(s, file, qp, m, id, Phase::Rtr, r) {
+                            self.cm_end(s, id, r, st);
                         }
                     }
+                    Err(e) => self.cm_end(s, id, r, cm_status(e)),
                 }
+                return None;
+            }
+            (CmKind::Accept, E::Established) => STATUS_SUCCESS,
+            (CmKind::Disconnect, E::DisconnectReply { .. }) => STATUS_SUCCESS,
+            (CmKind::Connect | CmKind::Accept, E::Rejected { .. }) => STATUS_CONNECTION_REFUSED,
+            (_, E::Timeout { .. }) => STATUS_IO_TIMEOUT,
+            _ => return Some(ev),
+        };
+        match p.request.take() {
+            Some(r) => self.cm_end(s, id, r, status),
+            // A QP modify is in flight: its completion ends the request.
+            None => p.result = Some(status),
+        }
+        None
+    }
+
+    /// Ends the multi-phase request on `id` with `status`.
+    fn cm_end(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        r: P::Request,
+        st: NtStatus,
+    ) {
+        s.cm_ops.remove(&id);
+        s.deferred.push((r, st, Response::None));
+    }
+
+    /// Posts a modify of the QP at `qp` for a multi-phase request, which
+    /// travels with the command.
+    #[allow(clippy::too_many_arguments)]
+    fn cm_modify(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        qp: u32,
+        m: QpModify,
+        cep: irpverbs_cm::CepId,
+        phase: Phase,
+        request: P::Request,
+    ) -> Result<(), (P::Request, NtStatus)> {
+        let Some(f) = s.files.get_mut(&file) else {
+            return Err((request, STATUS_INVALID_HANDLE));
+        };
+        let o = f.objects.get_mut(qp);
+        if o.busy || o.life != Life::Live {
+            return Err((request, STATUS_DEVICE_BUSY));
+        }
+        let Body::Qp(q) = &o.body else {
+            return Err((request, STATUS_INVALID_HANDLE));
+        };
+        let next = match crate::qp_state::check_modify(q.qp_type, q.state, m.mask, &m.attr) {
+            Ok(n) => n,
+            Err(e) => return Err((request, e.status())),
+        };
+        let cmd = crate::Command::ModifyQp {
+            qpn: q.qpn,
+            cur_state: q.state,
+            mask: m.mask,
+            attr: m.attr,
+        };
+        o.busy = true;
+        self.post(
+            s,
+            file,
+            Some(request),
+            crate::device::Op::CmStep {
+                qp,
+                next,
+                cep,
+                phase,
+            },
+            cmd,
+        );
+        Ok(())
+    }
+
+    /// A QP modify of a multi-phase request completed: the next phase.
+    pub(crate) fn cm_step_done(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        (qp, next, id, phase): (u32, u32, irpverbs_cm::CepId, Phase),
+        status: NtStatus,
+        request: Option<P::Request>,
+    ) -> Option<Done<P::Request>> {
+        let ok = nt_success(status);
+        crate::qp::finish_modify_qp(s, file, qp, next, ok);
+        let r = request?;
+        let Some(p) = s.cm_ops.get_mut(&id) else {
+            // The CEP was destroyed meanwhile.
+            return Some((r, STATUS_CANCELLED, Response::None));
+        };
+        if !ok {
+            s.cm_ops.remove(&id);
+            return Some((r, status, Response::None));
+        }
+        if let Some(st) = p.result.take() {
+            s.cm_ops.remove(&id);
+            return Some((r, st, Response::None));
+        }
+        let now = self.platform.now_ns();
+        let (kind, connect, accept) = (p.kind, p.connect, p.accept);
+        let step = |s: &mut State<P::Request>, t: QpTarget, ph: Phase, r: P::Request| {
+            let m = match kind {
+                CmKind::Accept => accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
+                    s.cm.engine.accept_qp_attr(id, &a, t)
+                }),
+                _ => s.cm.engine.qp_attr(id, t),
+            };
+            match m {
+                Ok(m) => self.cm_modify(s, file, qp, m, id, ph, r),
+                Err(e) => Err((r, cm_status(e))),
+            }
+        };
+        let ended = match (kind, phase) {
+            (CmKind::Connect, Phase::Init) => {
+                let res = connect.map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
+                    s.cm.engine.connect(id, &c, now)
+                });
+                match res {
+                    Ok(()) => park(s, id, r),
+                    Err(e) => Err((r, cm_status(e))),
+                }
+            }
+            (CmKind::Connect, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
+            (CmKind::Connect, Phase::Rts) => match s.cm.engine.rtu(id, &[]) {
+                Ok(()) => Err((r, STATUS_SUCCESS)),
+                Err(e) => Err((r, cm_status(e))),
+            },
+            (CmKind::Accept, Phase::Init) => step(s, QpTarget::Rtr, Phase::Rtr, r),
+            (CmKind::Accept, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
+            (CmKind::Accept, Phase::Rts) => {
+                let res = accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
+                    s.cm.engine.accept(id, &a, now)
+                });
+                match res {
+                    Ok(()) => park(s, id, r),
+                    Err(e) => Err((r, cm_status(e))),
+                }
+            }
+            (CmKind::Disconnect, _) => park(s, id, r),
+            (CmKind::PassiveDisconnect, _) => match s.cm.engine.drep(id, &[], now) {
+                Ok(()) => Err((r, STATUS_SUCCESS)),
+                Err(e) => Err((r, cm_status(e))),
+            },
+            _ => Err((r, STATUS_INVALID_DEVICE_STATE)),
+        };
+        match ended {
+            Ok(()) => None,
+            Err((r, st)) => {
+                s.cm_ops.remove(&id);
+                Some((r, st, Response::None))
             }
         }
     }
+
+    /// Starts a multi-phase request (`CM_CONNECT`, `CM_ACCEPT`,
+    /// `CM_DISCONNECT`) or a `CM_REJECT`.
+    pub(crate) fn cm_request(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        verb: Verb,
+        request: P::Request,
+    ) -> Option<Done<P::Request>> {
+        let now = self.platform.now_ns();
+        let cep_handle = match &verb {
+            Verb::CmConnect(i) => i.cep,
+            Verb::CmAccept(i) => i.cep,
+            Verb::CmReject(i) => i.cep,
+            Verb::CmDisconnect(h) => h.handle,
+            _ => 0,
+        };
+        let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
+            s.file(file).and_then(|f| f.objects.lookup(h, k))
+        };
+        let cep = match lookup(s, cep_handle, Kind::Cep) {
+            Ok(i) => i,
+            Err(st) => return Some((request, st, Response::None)),
+        };
+        let Some(id) = cep_mut(s, file, cep).map(|c| c.id) else {
+            return Some((request, STATUS_INVALID_HANDLE, Response::None));
+        };
+        if s.cm_ops.contains_key(&id) {
+            return Some((request, STATUS_DEVICE_BUSY, Response::None));
+        }
+        let state = s.cm.engine.state(id);
+        let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(u32, u32), NtStatus> {
+            let idx = lookup(s, h, Kind::Qp)?;
+            match &s.files.get(&file).map(|f| &f.objects.get(idx).body) {
+                Some(Body::Qp(q)) if q.qp_type == IV_QPT_RC => Ok((idx, q.qpn)),
+                _ => Err(STATUS_INVALID_PARAMETER),
+            }
+        };
+        let parked = |kind, qp| Parked {
+            kind,
+            file,
+            qp,
+            request: None,
+            connect: None,
+            accept: None,
+            result: None,
+        };
+        let started = match verb {
+            Verb::CmConnect(i) => {
+                if state != Some(CmState::Idle) {
+                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
+                }
+                let (qp, qpn) = match qp_of(s, i.qp) {
+                    Ok(q) => q,
+                    Err(st) => return Some((request, st, Response::None)),
+                };
+                if i.cm_response_timeout > 31
+                    || i.local_ack_timeout > 31
+                    || i.max_cm_retries > 15
+                    || i.starting_psn > 0xFF_FFFF
+                    || u32::from(i.path_mtu) > IV_MTU_4096
+                {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let dest = MadAddr {
+                    port_num: 1,
+                    pkey_index: 0,
+                    sgid_index: 0,
+                    gid: i.remote_gid,
+                    lid: 0,
+                    qpn: crate::hca::GSI_QPN,
+                    sl: 0,
+                    traffic_class: 0,
+                    hop_limit: 64,
+                    flow_label: 0,
+                };
+                let mut c = ConnectParams {
+                    dest,
+                    service_id: i.service_id,
+                    qpn,
+                    starting_psn: i.starting_psn,
+                    remote_cm_response_timeout: i.cm_response_timeout,
+                    local_cm_response_timeout: i.cm_response_timeout,
+                    max_cm_retries: i.max_cm_retries,
+                    primary: irpverbs_cm::msg::Path {
+                        local_gid: i.local_gid,
+                        remote_gid: i.remote_gid,
+                        hop_limit: 64,
+                        local_ack_timeout: i.local_ack_timeout,
+                        ..Default::default()
+                    },
+                    ..ConnectParams::default()
+                };
+                if i.path_mtu != 0 {
+                    c.path_mtu = i.path_mtu;
+                }
+                let m = c.init_attr();
+                s.cm_ops.insert(
+                    id,
+                    Parked {
+                        connect: Some(c),
+                        ..parked(CmKind::Connect, qp)
+                    },
+                );
+                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+            }
+            Verb::CmAccept(i) => {
+                if i.reserved != 0 || i.starting_psn > 0xFF_FFFF {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let (qp, qpn) = match qp_of(s, i.qp) {
+                    Ok(q) => q,
+                    Err(st) => return Some((request, st, Response::None)),
+                };
+                let a = AcceptParams {
+                    qpn,
+                    starting_psn: i.starting_psn,
+                    ..AcceptParams::default()
+                };
+                let m = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Init) {
+                    Ok(m) => m,
+                    Err(e) => return Some((request, cm_status(e), Response::None)),
+                };
+                s.cm_ops.insert(
+                    id,
+                    Parked {
+                        accept: Some(a),
+                        ..parked(CmKind::Accept, qp)
+                    },
+                );
+                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+            }
+            Verb::CmReject(i) => {
+                let st = match u16::try_from(i.reason) {
+                    Ok(reason) if i.reserved == 0 => {
+                        s.cm.engine
+                            .reject(id, RejReason(reason), &[], &[], now)
+                            .map_or_else(cm_status, |()| STATUS_SUCCESS)
+                    }
+                    _ => STATUS_INVALID_PARAMETER,
+                };
+                return Some((request, st, Response::None));
+            }
+            Verb::CmDisconnect(_) => {
+                let Some(qp) = self.qp_of_cep(s, file, id) else {
+                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
+                };
+                let m = match s.cm.engine.qp_attr(id, QpTarget::Error) {
+                    Ok(m) => m,
+                    Err(e) => return Some((request, cm_status(e), Response::None)),
+                };
+                let kind = match state {
+                    Some(CmState::Established) => {
+                        if let Err(e) = s.cm.engine.disconnect(id, &[], now) {
+                            return Some((request, cm_status(e), Response::None));
+                        }
+                        CmKind::Disconnect
+                    }
+                    Some(CmState::DreqRcvd) => CmKind::PassiveDisconnect,
+                    _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
+                };
+                s.cm_ops.insert(id, parked(kind, qp));
+                self.cm_modify(s, file, qp, m, id, Phase::Err, request)
+            }
+            _ => return Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
+        };
+        match started {
+            Ok(()) => {
+                let qp = s.cm_ops.get(&id).map(|p| p.qp);
+                if let (Some(c), Some(qp)) = (cep_mut(s, file, cep), qp) {
+                    c.qp = Some(qp);
+                }
+                None
+            }
+            Err((r, st)) => {
+                s.cm_ops.remove(&id);
+                Some((r, st, Response::None))
+            }
+        }
+    }
+
+    /// The QP a connect or accept on the CEP `id` used.
+    fn qp_of_cep(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        id: irpverbs_cm::CepId,
+    ) -> Option<u32> {
+        let &(f, idx) = s.ceps.get(&id)?;
+        if f != file {
+            return None;
+        }
+        cep_mut(s, file, idx)?.qp
+    }
+}
+
+/// Parks a multi-phase request on its CEP until the event it waits for.
+fn park<R>(s: &mut State<R>, id: irpverbs_cm::CepId, r: R) -> Result<(), (R, NtStatus)> {
+    match s.cm_ops.get_mut(&id) {
+        Some(p) => {
+            p.request = Some(r);
+            Ok(())
+        }
+        None => Err((r, STATUS_CANCELLED)),
+    }
+}
+
+/// What a multi-phase request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmKind {
+    Connect,
+    Accept,
+    Disconnect,
+    PassiveDisconnect,
+}
+
+/// The QP state a multi-phase request's modify moves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Init,
+    Rtr,
+    Rts,
+    Err,
+}
+
+/// A multi-phase request in progress on a CEP.
+pub(crate) struct Parked<R> {
+    kind: CmKind,
+    file: FileKey,
+    /// The QP's index in `file`.
+    qp: u32,
+    /// The request, while it waits for a CM event (a QP modify in flight
+    /// carries it otherwise).
+    request: Option<R>,
+    connect: Option<ConnectParams<'static>>,
+    accept: Option<AcceptParams<'static>>,
+    /// How it ends, learnt while a QP modify was in flight.
+    result: Option<NtStatus>,
 }
 
 /// CEP objects a device holds at most (the engine's table is larger).

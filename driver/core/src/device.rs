@@ -107,6 +107,13 @@ pub(crate) enum Op {
         max_wr: u32,
     },
     QuerySrq(u32),
+    /// A QP modify of a multi-phase CM request (`crate::cm`).
+    CmStep {
+        qp: u32,
+        next: u32,
+        cep: irpverbs_cm::CepId,
+        phase: crate::cm::Phase,
+    },
 }
 
 pub(crate) struct Pending<R> {
@@ -195,6 +202,8 @@ pub(crate) struct State<R> {
     pub(crate) cm: crate::cm::Cm,
     /// CEP objects by their engine ID.
     pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
+    /// Multi-phase CM requests in progress, by CEP.
+    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked<R>>,
 }
 
 impl<R> State<R> {
@@ -296,6 +305,10 @@ pub(crate) enum Verb {
     CreateCep(IvCreateCepIn),
     Listen(IvListenIn),
     GetCepEvent(IvHandleIn),
+    CmConnect(IvCmConnectIn),
+    CmAccept(IvCmAcceptIn),
+    CmReject(IvCmRejectIn),
+    CmDisconnect(IvHandleIn),
 }
 
 impl Verb {
@@ -307,6 +320,10 @@ impl Verb {
                 | Verb::Listen(_)
                 | Verb::GetCepEvent(_)
                 | Verb::Destroy(_, Kind::Cep)
+                | Verb::CmConnect(_)
+                | Verb::CmAccept(_)
+                | Verb::CmReject(_)
+                | Verb::CmDisconnect(_)
         )
     }
 
@@ -388,6 +405,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 deferred: Vec::new(),
                 by_number: BTreeMap::new(),
                 ceps: BTreeMap::new(),
+                cm_ops: BTreeMap::new(),
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
@@ -644,7 +662,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         Err((request, STATUS_DEVICE_REMOVED, Response::None))
                     }
                 } else if verb.is_cep() {
-                    let r = self.cep_start(s, file, verb, request).map_or(Ok(()), Err);
+                    let r = match verb {
+                        Verb::CmConnect(_)
+                        | Verb::CmAccept(_)
+                        | Verb::CmReject(_)
+                        | Verb::CmDisconnect(_) => self.cm_request(s, file, verb, request),
+                        _ => self.cep_start(s, file, verb, request),
+                    }
+                    .map_or(Ok(()), Err);
                     let flush = s.cm.take();
                     cm_flush = Some(flush);
                     r
@@ -750,6 +775,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_LISTEN => Verb::Listen(read(input)?),
             IOCTL_IV_GET_CEP_EVENT => Verb::GetCepEvent(read(input)?),
             IOCTL_IV_DESTROY_CEP => Verb::Destroy(read(input)?, Kind::Cep),
+            IOCTL_IV_CM_CONNECT => Verb::CmConnect(read(input)?),
+            IOCTL_IV_CM_ACCEPT => Verb::CmAccept(read(input)?),
+            IOCTL_IV_CM_REJECT => Verb::CmReject(read(input)?),
+            IOCTL_IV_CM_DISCONNECT => Verb::CmDisconnect(read(input)?),
             IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
@@ -906,7 +935,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Posts a command (or backlogs it behind earlier ones).
-    fn post(
+    pub(crate) fn post(
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
@@ -1038,6 +1067,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
             .request
             .as_ref()
             .map_or(RequestorMode::User, Request::requestor_mode);
+        if let Op::CmStep {
+            qp,
+            next,
+            cep,
+            phase,
+        } = p.op
+        {
+            let done = self.cm_step_done(s, p.file, (qp, next, cep, phase), status, p.request);
+            if let Some(c) = self.advance_rundown(s, p.file) {
+                self.platform.pool_release(c);
+            }
+            return done;
+        }
         let (status, response) = self.apply(s, p.file, p.op, status, out, mode);
         let charge = self.advance_rundown(s, p.file);
         if let Some(c) = charge {
@@ -1118,6 +1160,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 (status, Response::None)
             }
             Op::QuerySrq(srq) => crate::srq::finish_query_srq(s, file, srq, status, out),
+            // `handle_event` gives these to `cm_step_done`.
+            Op::CmStep { qp, next, .. } => {
+                crate::qp::finish_modify_qp(s, file, qp, next, ok);
+                (status, Response::None)
+            }
         }
     }
 
@@ -1166,6 +1213,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     Op::QueryQp(idx) | Op::QuerySrq(idx) => {
                         s.end_query(p.file, idx);
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::CmStep { qp, cep, .. } => {
+                        if let Some(f) = s.files.get_mut(&p.file) {
+                            f.objects.get_mut(qp).busy = false;
+                        }
+                        s.cm_ops.remove(&cep);
                         STATUS_DEVICE_REMOVED
                     }
                     Op::QueryPort | Op::QueryGid => STATUS_DEVICE_REMOVED,

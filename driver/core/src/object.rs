@@ -157,6 +157,10 @@ pub(crate) struct Cep {
     pub user_context: u64,
     /// The pended `GET_CEP_EVENT` (its wait key), if any.
     pub wait: Option<u64>,
+    /// Events for the owner, oldest first.
+    pub events: alloc::collections::VecDeque<irpverbs_abi::IvCepEventOut>,
+    /// The QP (index in the file) a connect or accept used.
+    pub qp: Option<u32>,
 }
 
 #[derive(Debug)]

@@ -1714,3 +1714,234 @@ fn a_cep_event_waiting_completes_the_next_request_at_once_and_cleanup_frees_ceps
     assert_eq!(outcome(&w).map(|o| o.0), Some(STATUS_CANCELLED));
     assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 0);
 }
+
+const GID_A: [u8; 16] = [0xA; 16];
+const GID_B: [u8; 16] = [0xB; 16];
+
+/// Moves the MADs `from` sent (it has GID `sgid`) to `to`'s GSI, and lets
+/// both settle.
+fn shuttle(from: &Rig, sgid: [u8; 16], to: &Rig) -> usize {
+    let out = core::mem::take(&mut *from.hca.mads_out.lock().unwrap());
+    let n = out.len();
+    for m in out {
+        to.hca.mads_in.lock().unwrap().push_back(MadIn {
+            port: 1,
+            pkey_index: 0,
+            dgid_index: 0,
+            sgid,
+            src_qpn: GSI_QPN,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            mad: m.mad,
+        });
+    }
+    if n > 0 {
+        to.hca.eq.lock().unwrap().push_back(Event::Mad);
+    }
+    to.settle();
+    from.settle();
+    n
+}
+
+/// An RC QP (RESET) on file 1.
+fn rc_qp(r: &Rig) -> IvCreateQpOut {
+    let p = pd(r, 1);
+    let cq = r
+        .call::<_, IvCreateCqOut>(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .cq;
+    qp_on(r, 1, p, cq)
+}
+
+/// The driver's view of a QP's state.
+fn qp_state(r: &Rig, qp: IvHandle) -> u32 {
+    r.dev.state.lock(|s| {
+        let f = s.files.get(&1).unwrap();
+        let idx = f.objects.lookup(qp, Kind::Qp).unwrap();
+        match &f.objects.get(idx).body {
+            crate::object::Body::Qp(q) => q.state,
+            _ => unreachable!(),
+        }
+    })
+}
+
+fn cep(r: &Rig) -> IvHandle {
+    r.call::<_, IvCreateCepOut>(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 0 })
+        .unwrap()
+        .cep
+}
+
+fn connect_in(cep: IvHandle, qp: IvHandle, service_id: u64) -> IvCmConnectIn {
+    IvCmConnectIn {
+        cep,
+        qp,
+        service_id,
+        local_gid: GID_A,
+        remote_gid: GID_B,
+        starting_psn: 100,
+        cm_response_timeout: 16,
+        max_cm_retries: 3,
+        local_ack_timeout: 14,
+        path_mtu: IV_MTU_1024 as u8,
+    }
+}
+
+fn cep_event(o: &Outcome) -> IvCepEventOut {
+    let (st, out) = outcome(o).expect("completed");
+    assert_eq!(st, STATUS_SUCCESS);
+    IvCepEventOut::read_from_bytes(&out).unwrap()
+}
+
+#[test]
+fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    // B listens.
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 0x42,
+        },
+    )
+    .unwrap();
+    let get = |r: &Rig, cep| {
+        r.issue(
+            1,
+            IOCTL_IV_GET_CEP_EVENT,
+            &IvHandleIn { handle: cep },
+            size_of::<IvCepEventOut>(),
+        )
+    };
+    let wl = get(&b, listener);
+    // A connects: its QP to INIT, then the REQ.
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42), 1);
+    a.settle();
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_INIT);
+    assert!(outcome(&wc).is_none());
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42)),
+        Err(STATUS_DEVICE_BUSY),
+        "one request per CEP"
+    );
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REQ");
+    let req = cep_event(&wl);
+    assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    assert_eq!(req.remote_qpn, qa.qpn);
+    // B accepts: its QP to INIT, RTR and RTS, then the REP.
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 200,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    assert_eq!(qp_state(&b, qb.qp), IV_QPS_RTS);
+    assert!(outcome(&wa).is_none(), "waits for the RTU");
+    // The REP: A's QP to RTR and RTS, the RTU; the connect completes.
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REP");
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_RTS);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the RTU");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+    // A disconnects: the DREQ, its QP to ERR; B sees the request and
+    // disconnects too (its QP to ERR, the DREP); A's request completes.
+    let wb = get(&b, req.cep);
+    let wd = a.issue(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: ca }, 1);
+    a.settle();
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_ERR);
+    assert!(outcome(&wd).is_none(), "waits for the DREP");
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the DREQ");
+    assert_eq!(cep_event(&wb).event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
+    assert_eq!(
+        b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep }),
+        Ok(())
+    );
+    assert_eq!(qp_state(&b, qb.qp), IV_QPS_ERR);
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the DREP");
+    assert_eq!(outcome(&wd).map(|o| o.0), Some(STATUS_SUCCESS));
+}
+
+#[test]
+fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 7,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 7), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    assert_eq!(
+        b.call::<_, ()>(
+            1,
+            IOCTL_IV_CM_REJECT,
+            &IvCmRejectIn {
+                cep: req.cep,
+                reason: 28,
+                reserved: 0,
+            },
+        ),
+        Ok(())
+    );
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // A connect to nobody, its CEP destroyed while it waits for the REP.
+    let (c2, q2) = (cep(&a), rc_qp(&a));
+    let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 9), 1);
+    a.settle();
+    assert!(outcome(&w2).is_none());
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &IvHandleIn { handle: c2 }),
+        Ok(())
+    );
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    // Requests on the wrong objects.
+    let c3 = cep(&a);
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_CONNECT, &connect_in(c3, c3, 9)),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: c3 }),
+        Err(STATUS_INVALID_DEVICE_STATE)
+    );
+    assert_eq!(
+        a.call::<_, ()>(
+            1,
+            IOCTL_IV_CM_REJECT,
+            &IvCmRejectIn {
+                cep: c3,
+                reason: 0x1_0000,
+                reserved: 0,
+            },
+        ),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+}

@@ -429,6 +429,9 @@ enum Payload {
     ModifySrq(H, IvModifySrqIn),
     CreateAh(H, IvCreateAhIn),
     Listen(H, u64),
+    CmConnect(H, H, u64),
+    CmAccept(H, H),
+    CmReject(H, u32),
     Raw(Vec<u8>),
 }
 
@@ -506,6 +509,35 @@ impl Payload {
                 IvListenIn {
                     cep: r(*cep),
                     service_id: *service_id,
+                }
+                .as_bytes(),
+            ),
+            Payload::CmConnect(cep, qp, service_id) => bytes(
+                IvCmConnectIn {
+                    cep: r(*cep),
+                    qp: r(*qp),
+                    service_id: *service_id,
+                    remote_gid: [0xFE; 16],
+                    cm_response_timeout: 14,
+                    max_cm_retries: 2,
+                    local_ack_timeout: 14,
+                    ..IvCmConnectIn::default()
+                }
+                .as_bytes(),
+            ),
+            Payload::CmAccept(cep, qp) => bytes(
+                IvCmAcceptIn {
+                    cep: r(*cep),
+                    qp: r(*qp),
+                    ..IvCmAcceptIn::default()
+                }
+                .as_bytes(),
+            ),
+            Payload::CmReject(cep, reason) => bytes(
+                IvCmRejectIn {
+                    cep: r(*cep),
+                    reason: *reason,
+                    reserved: 0,
                 }
                 .as_bytes(),
             ),
@@ -1115,7 +1147,16 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         IOCTL_IV_LISTEN => (handle(Kind::Cep, mix), 0u64..4)
             .prop_map(|(cep, sid)| Payload::Listen(cep, sid))
             .boxed(),
-        IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP => {
+        IOCTL_IV_CM_CONNECT => (handle(Kind::Cep, mix), handle(Kind::Qp, mix), 0u64..4)
+            .prop_map(|(cep, qp, sid)| Payload::CmConnect(cep, qp, sid))
+            .boxed(),
+        IOCTL_IV_CM_ACCEPT => (handle(Kind::Cep, mix), handle(Kind::Qp, mix))
+            .prop_map(|(cep, qp)| Payload::CmAccept(cep, qp))
+            .boxed(),
+        IOCTL_IV_CM_REJECT => (handle(Kind::Cep, mix), 0u32..40)
+            .prop_map(|(cep, reason)| Payload::CmReject(cep, reason))
+            .boxed(),
+        IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP | IOCTL_IV_CM_DISCONNECT => {
             handle(Kind::Cep, mix).prop_map(Payload::Handle).boxed()
         }
         // Not a code of this ABI: the struct of some code that is.
@@ -1466,6 +1507,9 @@ fn waits_for_events(code: u32) -> bool {
             | IOCTL_IV_GET_CQ_EVENT
             | IOCTL_IV_GET_ASYNC_EVENT
             | IOCTL_IV_GET_CEP_EVENT
+            | IOCTL_IV_CM_CONNECT
+            | IOCTL_IV_CM_ACCEPT
+            | IOCTL_IV_CM_DISCONNECT
     )
 }
 

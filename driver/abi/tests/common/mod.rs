@@ -326,6 +326,8 @@ pub const CONSTS: &[(&str, i128)] = consts![
     STATUS_DEVICE_REMOVED,
     STATUS_DATATYPE_MISALIGNMENT_ERROR,
     STATUS_DEVICE_HARDWARE_ERROR,
+    STATUS_CONNECTION_REFUSED,
+    STATUS_IO_TIMEOUT,
 ];
 
 /// The names of the integer `pub const` items declared at the top level of
