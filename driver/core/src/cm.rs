@@ -824,6 +824,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
+    /// The QP at `qp` of `file` received its first message (COMM_EST): an
+    /// accept waiting for the RTU on it completes now (the RTU may be
+    /// lost or late; IBTA 12.9.6).
+    pub(crate) fn cm_comm_established(&self, s: &mut State<P::Request>, file: FileKey, qp: u32) {
+        let id = s
+            .cm_ops
+            .iter()
+            .find(|(_, p)| p.kind == CmKind::Accept && p.file == file && p.qp == qp)
+            .map(|(id, _)| *id);
+        if let Some(id) = id {
+            if s.cm.engine.notify_established(id).is_ok() {
+                self.cep_deliver(s);
+            }
+        }
+    }
+
     /// The QP a connect or accept on the CEP `id` used.
     fn qp_of_cep(
         &self,

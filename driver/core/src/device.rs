@@ -1285,6 +1285,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Some(&(file, idx)) = s.by_number.get(&(kind as u8, number)) else {
                     return;
                 };
+                if let crate::hca::AsyncEvent::CommEstablished(_) = ev {
+                    self.cm_comm_established(s, file, idx);
+                }
                 if kind == Kind::Cq {
                     if let Some(Body::Cq(c)) = s
                         .files

@@ -1945,3 +1945,50 @@ fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
         Err(STATUS_INVALID_PARAMETER)
     );
 }
+
+#[test]
+fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 3,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 3), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    // The RTU is lost; B's QP gets its first message.
+    a.hca.mads_out.lock().unwrap().clear();
+    assert!(outcome(&wa).is_none());
+    b.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Async(AsyncEvent::CommEstablished(qb.qpn)));
+    b.settle();
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+}
