@@ -20,6 +20,48 @@
 //!   [`Platform::now_ns`]. Retransmissions, giving up and time wait run
 //!   from there.
 //!
+//! - **CEPs.** Objects of the per-file handle table ([`Kind::Cep`]), each
+//!   naming an engine CEP. `IOCTL_IV_GET_CEP_EVENT` follows the polling
+//!   model: when the engine names a CEP ([`Engine::poll_ready`]) the device
+//!   takes all its events ([`Engine::poll_event`] until `None`), queues
+//!   them on the CEP, and completes its pended request with the oldest;
+//!   one request per CEP (a second: `STATUS_DEVICE_BUSY`). A connect
+//!   request's event carries the new connection's CEP, made in the
+//!   listener's file (if the file has no room, the engine rejects it).
+//!   Destroying a CEP (or closing its file) destroys the engine's CEP,
+//!   which sends the REJ or DREQ its state asks for, and completes its
+//!   pended requests with `STATUS_CANCELLED`.
+//!
+//! ## Multi-phase requests
+//!
+//! Each is one request (IRP) the device moves through phases; a phase is a
+//! QP modify command posted to the HCA (the request travels with it and
+//! the next phase runs from its completion in the DPC) or a CM event it
+//! waits for (the request is parked on the CEP and the event, taken from
+//! the CEP's queue before the owner sees it, resumes it). Nothing blocks.
+//! Every QP attribute comes from the engine.
+//!
+//! | request | phases | completes |
+//! |---|---|---|
+//! | `CM_CONNECT` | QP to INIT (`ConnectParams::init_attr`); REQ (`connect`); on the REP: QP to RTR, RTS (`qp_attr`); RTU | after the RTU is sent |
+//! | `CM_ACCEPT` | QP to INIT, RTR, RTS (`accept_qp_attr`); REP (`accept`) | on the RTU, or on the QP's first receive (COMM_EST: `notify_established`) |
+//! | `CM_REJECT` | REJ (`reject`) | at once |
+//! | `CM_DISCONNECT`, established | DREQ (`disconnect`); QP to ERR | on the DREP |
+//! | `CM_DISCONNECT`, after a DREQ | QP to ERR; DREP (`drep`) | after the DREP is sent |
+//!
+//! Errors: `STATUS_INVALID_HANDLE` (no such CEP or QP in the file),
+//! `STATUS_INVALID_PARAMETER` (not an RC QP, a value out of range),
+//! `STATUS_INVALID_DEVICE_STATE` (the CEP is not in a state the request
+//! starts from), `STATUS_DEVICE_BUSY` (a request in progress on the CEP, or
+//! the QP busy with another modify); then, while in progress: a QP
+//! modify's failure status, `STATUS_CONNECTION_REFUSED` (a REJ),
+//! `STATUS_IO_TIMEOUT` (the CM gave up after its retries),
+//! `STATUS_CANCELLED` (the CEP was destroyed), `STATUS_DEVICE_REMOVED`.
+//!
+//! IRQL: every entry point runs at IRQL <= DISPATCH_LEVEL (the IOCTL
+//! queue, the DPC, the timer's DPC) under the device's spin lock, and
+//! calls the HCA (`send_mad`, the timer's arming) after releasing it.
+//!
 //! [`DeviceStats::cm_mads_malformed`]: crate::DeviceStats::cm_mads_malformed
 //! [`DeviceStats::cm_send_failures`]: crate::DeviceStats::cm_send_failures
 
