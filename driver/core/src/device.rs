@@ -501,16 +501,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// file's own process, or the one it was handed to), when rings are
     /// mapped; <= DISPATCH_LEVEL otherwise. Never blocks.
     pub fn cleanup_file(&self, file: FileKey) {
-        let (charge, deferred) = self.state.lock(|s| {
+        let (charge, deferred, cm) = self.state.lock(|s| {
             let known = s.files.get_mut(&file).map(|f| f.cleaning_up = true);
             crate::notify::fail_file_waits(s, file, STATUS_CANCELLED);
             let charge = known.and_then(|()| self.advance_rundown(s, file));
-            (charge, core::mem::take(&mut s.deferred))
+            // The REJs and DREQs of the CEPs the rundown destroyed.
+            (charge, core::mem::take(&mut s.deferred), s.cm.take())
         });
         if let Some(c) = charge {
             self.platform.pool_release(c);
         }
         self.complete_all(deferred);
+        self.cm_flush(cm);
         self.unmap_file(file, false);
     }
 

@@ -1992,3 +1992,37 @@ fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
     b.settle();
     assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
 }
+
+#[test]
+fn closing_a_file_ends_its_connections_and_their_requests() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 4,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 4), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    // B's file goes away with the connect request unanswered: its CEPs are
+    // destroyed, the REQ rejected at once.
+    b.dev.cleanup_file(1);
+    b.settle();
+    assert_eq!(b.dev.snapshot().objects[Kind::Cep.index()], 0);
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // A's file goes away with a connect waiting for its REP.
+    let (c2, q2) = (cep(&a), rc_qp(&a));
+    let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 4), 1);
+    a.settle();
+    a.dev.cleanup_file(1);
+    a.settle();
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(a.dev.snapshot().objects[Kind::Cep.index()], 0);
+}
