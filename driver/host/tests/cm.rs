@@ -2,7 +2,9 @@
 //! in-process loopback wire (real RoCEv2 datagrams, the CM's MADs on the
 //! soft HCAs' GSI), one listening; an RC connection made with one
 //! `CM_CONNECT` and one `CM_ACCEPT` request, data moved over it, then
-//! disconnected from one side with the other answering; the verifier on.
+//! disconnected from one side with the other answering; a connect nobody
+//! answers timing out on the CM's platform timer (virtual clock); the
+//! verifier on.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
+use irpverbs_host::platform::{HostConfig, TimerClock};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr, qp_request};
@@ -39,14 +42,21 @@ impl Mem {
 }
 
 fn device(engine: Engine, last: u8) -> Arc<HostDevice> {
+    device_on(engine, last, TimerClock::Real)
+}
+
+fn device_on(engine: Engine, last: u8, clock: TimerClock) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
         engine,
+        platform: HostConfig {
+            clock,
+            ..HostConfig::default()
+        },
         soft: SoftConfig {
             ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
             node_guid: 0x0200_00FF_FE00_0000 | u64::from(last),
             ..SoftConfig::default()
         },
-        ..HostDeviceConfig::default()
     })
     .expect("host device")
 }
@@ -241,4 +251,52 @@ fn an_rc_connection_through_the_cm_firmware_inline() {
 #[test]
 fn an_rc_connection_through_the_cm_firmware_on_its_thread() {
     connect_and_move_data(Engine::Thread);
+}
+
+/// A connect to a GID nobody has: the CM's timer (a platform timer, here
+/// on the virtual clock) retransmits the REQ, then gives up, and the
+/// request fails with `STATUS_IO_TIMEOUT`.
+#[test]
+fn a_connect_nobody_answers_times_out_on_the_cm_timer() {
+    let d = device_on(Engine::Inline, 1, TimerClock::Virtual);
+    let c = d
+        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        .expect("open")
+        .into_client();
+    let e = End::new(&c);
+    let cep = e.cep();
+    let connect = IvCmConnectIn {
+        cep,
+        qp: e.qp.handle(),
+        service_id: 1,
+        local_gid: d.soft().gid(),
+        remote_gid: [0xFE; 16],
+        starting_psn: 1,
+        cm_response_timeout: 10,
+        max_cm_retries: 2,
+        local_ack_timeout: 14,
+        path_mtu: 0,
+    };
+    let st = std::thread::scope(|s| {
+        let t = s.spawn(|| e.status(IOCTL_IV_CM_CONNECT, connect));
+        // Virtual time: each step passes every CM timeout (4.096 us * 2^10).
+        for _ in 0..10_000 {
+            if t.is_finished() {
+                break;
+            }
+            d.platform().advance(Duration::from_millis(10));
+            std::thread::yield_now();
+        }
+        t.join().unwrap()
+    });
+    assert_eq!(st, STATUS_IO_TIMEOUT, "{}", status_name(st));
+    assert_eq!(
+        d.soft().stats().mads_sent,
+        4,
+        "the REQ, two retries, and the REJ (timeout) that gives up"
+    );
+    drop(e);
+    drop(c);
+    d.quiesce(Duration::from_secs(10)).expect("quiescent");
+    d.unload();
 }
