@@ -520,13 +520,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     return Some(ev);
                 };
                 let (file, qp) = (p.file, p.qp);
-                match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
-                    Ok(m) => {
-                        if let Err((r, st)) = self.cm_modify(s, file, qp, m, id, Phase::Rtr, r) {
-                            self.cm_end(s, id, r, st);
-                        }
-                    }
-                    Err(e) => self.cm_end(s, id, r, cm_status(e)),
+                let res = match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
+                    Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
+                    Err(e) => Err((r, cm_status(e))),
+                };
+                if let Err((r, st)) = res {
+                    self.cm_reject(s, id);
+                    self.cm_end(s, id, r, st);
                 }
                 return None;
             }
@@ -542,6 +542,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
             None => p.result = Some(status),
         }
         None
+    }
+
+    /// A connect or accept that failed on this side rejects the
+    /// connection, so that the remote does not wait for it (a REJ the
+    /// state does not allow is not sent).
+    fn cm_reject(&self, s: &mut State<P::Request>, id: irpverbs_cm::CepId) {
+        let now = self.platform.now_ns();
+        let _ =
+            s.cm.engine
+                .reject(id, RejReason::CONSUMER_REJECT, &[], &[], now);
     }
 
     /// Ends the multi-phase request on `id` with `status`.
@@ -563,7 +573,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
-        qp: u32,
+        qp_handle: IvHandle,
         m: QpModify,
         cep: irpverbs_cm::CepId,
         phase: Phase,
@@ -571,6 +581,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
     ) -> Result<(), (P::Request, NtStatus)> {
         let Some(f) = s.files.get_mut(&file) else {
             return Err((request, STATUS_INVALID_HANDLE));
+        };
+        // By handle: the QP may have been destroyed since the request began.
+        let qp = match f.objects.lookup(qp_handle, Kind::Qp) {
+            Ok(i) => i,
+            Err(st) => return Err((request, st)),
         };
         let o = f.objects.get_mut(qp);
         if o.busy || o.life != Life::Live {
@@ -622,6 +637,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, STATUS_CANCELLED, Response::None));
         };
         if !ok {
+            if matches!(p.kind, CmKind::Connect | CmKind::Accept) && p.result.is_none() {
+                self.cm_reject(s, id);
+            }
             s.cm_ops.remove(&id);
             return Some((r, status, Response::None));
         }
@@ -630,7 +648,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, st, Response::None));
         }
         let now = self.platform.now_ns();
-        let (kind, connect, accept) = (p.kind, p.connect, p.accept);
+        let (kind, connect, accept, qp_handle) = (p.kind, p.connect, p.accept, p.qp);
         let step = |s: &mut State<P::Request>, t: QpTarget, ph: Phase, r: P::Request| {
             let m = match kind {
                 CmKind::Accept => accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
@@ -639,7 +657,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 _ => s.cm.engine.qp_attr(id, t),
             };
             match m {
-                Ok(m) => self.cm_modify(s, file, qp, m, id, ph, r),
+                Ok(m) => self.cm_modify(s, file, qp_handle, m, id, ph, r),
                 Err(e) => Err((r, cm_status(e))),
             }
         };
@@ -679,6 +697,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
         match ended {
             Ok(()) => None,
             Err((r, st)) => {
+                if st != STATUS_SUCCESS && matches!(kind, CmKind::Connect | CmKind::Accept) {
+                    self.cm_reject(s, id);
+                }
                 s.cm_ops.remove(&id);
                 Some((r, st, Response::None))
             }
@@ -716,10 +737,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((request, STATUS_DEVICE_BUSY, Response::None));
         }
         let state = s.cm.engine.state(id);
-        let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(u32, u32), NtStatus> {
+        let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(IvHandle, u32), NtStatus> {
             let idx = lookup(s, h, Kind::Qp)?;
             match &s.files.get(&file).map(|f| &f.objects.get(idx).body) {
-                Some(Body::Qp(q)) if q.qp_type == IV_QPT_RC => Ok((idx, q.qpn)),
+                Some(Body::Qp(q)) if q.qp_type == IV_QPT_RC => Ok((h, q.qpn)),
                 _ => Err(STATUS_INVALID_PARAMETER),
             }
         };
@@ -870,6 +891,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// accept waiting for the RTU on it completes now (the RTU may be
     /// lost or late; IBTA 12.9.6).
     pub(crate) fn cm_comm_established(&self, s: &mut State<P::Request>, file: FileKey, qp: u32) {
+        let Some(qp) = s.files.get(&file).map(|f| f.objects.handle_of(qp)) else {
+            return;
+        };
         let id = s
             .cm_ops
             .iter()
@@ -888,7 +912,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         s: &mut State<P::Request>,
         file: FileKey,
         id: irpverbs_cm::CepId,
-    ) -> Option<u32> {
+    ) -> Option<IvHandle> {
         let &(f, idx) = s.ceps.get(&id)?;
         if f != file {
             return None;
@@ -930,8 +954,8 @@ pub(crate) enum Phase {
 pub(crate) struct Parked<R> {
     kind: CmKind,
     file: FileKey,
-    /// The QP's index in `file`.
-    qp: u32,
+    /// The QP's handle in `file`.
+    qp: IvHandle,
     /// The request, while it waits for a CM event (a QP modify in flight
     /// carries it otherwise).
     request: Option<R>,

@@ -159,8 +159,8 @@ pub(crate) struct Cep {
     pub wait: Option<u64>,
     /// Events for the owner, oldest first.
     pub events: alloc::collections::VecDeque<irpverbs_abi::IvCepEventOut>,
-    /// The QP (index in the file) a connect or accept used.
-    pub qp: Option<u32>,
+    /// The QP (its handle) a connect or accept used.
+    pub qp: Option<irpverbs_abi::IvHandle>,
 }
 
 #[derive(Debug)]

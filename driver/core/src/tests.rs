@@ -2026,3 +2026,55 @@ fn closing_a_file_ends_its_connections_and_their_requests() {
     assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
     assert_eq!(a.dev.snapshot().objects[Kind::Cep.index()], 0);
 }
+
+#[test]
+fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 6,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 6), 1);
+    a.settle();
+    // The QP goes while the connect waits for the REP.
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qa.qp }),
+        Ok(())
+    );
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_INVALID_HANDLE));
+    // A rejected the connection it could not finish: B's accept fails.
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // B's QP goes too: a disconnect then fails, and nothing panics.
+    assert_eq!(
+        b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
+        Ok(())
+    );
+    let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep });
+    assert!(st.is_err());
+}
