@@ -38,7 +38,9 @@
 //! QP modify command posted to the HCA (the request travels with it and
 //! the next phase runs from its completion in the DPC) or a CM event it
 //! waits for (the request is parked on the CEP and the event, taken from
-//! the CEP's queue before the owner sees it, resumes it). Nothing blocks.
+//! the CEP's queue before the owner sees it, resumes it; while parked the
+//! request is cancelable, and a cancelled connect or accept is rejected at
+//! the next event or request on the CEP). Nothing blocks.
 //! Every QP attribute comes from the engine.
 //!
 //! | request | phases | completes |
@@ -386,7 +388,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
             s.deferred.push((r, STATUS_CANCELLED, Response::None));
         }
-        if let Some(r) = s.cm_ops.remove(&cep.id).and_then(|p| p.request) {
+        if let Some(r) = s
+            .cm_ops
+            .remove(&cep.id)
+            .and_then(|p| p.wait)
+            .and_then(|k| take_wait(s, k))
+        {
             s.deferred.push((r, STATUS_CANCELLED, Response::None));
         }
     }
@@ -516,10 +523,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         let status = match (p.kind, &ev) {
             (CmKind::Connect, E::Reply { .. }) => {
-                let Some(r) = p.request.take() else {
+                let Some(key) = p.wait.take() else {
                     return Some(ev);
                 };
                 let (file, qp) = (p.file, p.qp);
+                let Some(r) = take_wait(s, key) else {
+                    // Cancelled: the connection is abandoned.
+                    self.cm_reject(s, id);
+                    s.cm_ops.remove(&id);
+                    return None;
+                };
                 let res = match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
                     Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
                     Err(e) => Err((r, cm_status(e))),
@@ -536,8 +549,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
             (_, E::Timeout { .. }) => STATUS_IO_TIMEOUT,
             _ => return Some(ev),
         };
-        match p.request.take() {
-            Some(r) => self.cm_end(s, id, r, status),
+        match p.wait.take() {
+            Some(key) => match take_wait(s, key) {
+                Some(r) => self.cm_end(s, id, r, status),
+                // Cancelled meanwhile.
+                None => {
+                    s.cm_ops.remove(&id);
+                }
+            },
             // A QP modify is in flight: its completion ends the request.
             None => p.result = Some(status),
         }
@@ -733,8 +752,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Some(id) = cep_mut(s, file, cep).map(|c| c.id) else {
             return Some((request, STATUS_INVALID_HANDLE, Response::None));
         };
-        if s.cm_ops.contains_key(&id) {
-            return Some((request, STATUS_DEVICE_BUSY, Response::None));
+        if let Some(p) = s.cm_ops.get(&id) {
+            // A parked request that was cancelled is over: its
+            // connection (if any) is abandoned.
+            if p.wait.is_some_and(|k| !s.waits.contains_key(&k)) {
+                let kind = p.kind;
+                s.cm_ops.remove(&id);
+                if matches!(kind, CmKind::Connect | CmKind::Accept) {
+                    self.cm_reject(s, id);
+                }
+            } else {
+                return Some((request, STATUS_DEVICE_BUSY, Response::None));
+            }
         }
         let state = s.cm.engine.state(id);
         let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(IvHandle, u32), NtStatus> {
@@ -748,7 +777,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             kind,
             file,
             qp,
-            request: None,
+            wait: None,
             connect: None,
             accept: None,
             result: None,
@@ -921,15 +950,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 }
 
-/// Parks a multi-phase request on its CEP until the event it waits for.
-fn park<R>(s: &mut State<R>, id: irpverbs_cm::CepId, r: R) -> Result<(), (R, NtStatus)> {
-    match s.cm_ops.get_mut(&id) {
-        Some(p) => {
-            p.request = Some(r);
-            Ok(())
-        }
-        None => Err((r, STATUS_CANCELLED)),
+/// Parks a multi-phase request on its CEP until the event it waits for:
+/// pended, cancelable (a cancelled one abandons the connection at the
+/// next event or request on the CEP).
+fn park<R: crate::Request>(
+    s: &mut State<R>,
+    id: irpverbs_cm::CepId,
+    r: R,
+) -> Result<(), (R, NtStatus)> {
+    let Some(file) = s.cm_ops.get(&id).map(|p| p.file) else {
+        return Err((r, STATUS_CANCELLED));
+    };
+    let key = pend(s, file, WaitKind::CmRequest, r).map_err(|r| (r, STATUS_CANCELLED))?;
+    if let Some(p) = s.cm_ops.get_mut(&id) {
+        p.wait = Some(key);
     }
+    Ok(())
 }
 
 /// What a multi-phase request does.
@@ -951,14 +987,14 @@ pub(crate) enum Phase {
 }
 
 /// A multi-phase request in progress on a CEP.
-pub(crate) struct Parked<R> {
+pub(crate) struct Parked {
     kind: CmKind,
     file: FileKey,
     /// The QP's handle in `file`.
     qp: IvHandle,
-    /// The request, while it waits for a CM event (a QP modify in flight
-    /// carries it otherwise).
-    request: Option<R>,
+    /// The request's wait key, while it waits for a CM event (a QP modify
+    /// in flight carries it otherwise).
+    wait: Option<u64>,
     connect: Option<ConnectParams<'static>>,
     accept: Option<AcceptParams<'static>>,
     /// How it ends, learnt while a QP modify was in flight.

@@ -203,7 +203,7 @@ pub(crate) struct State<R> {
     /// CEP objects by their engine ID.
     pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
     /// Multi-phase CM requests in progress, by CEP.
-    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked<R>>,
+    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked>,
 }
 
 impl<R> State<R> {

@@ -37,6 +37,8 @@ pub(crate) enum WaitKind {
     Async,
     /// An event on the CEP at this index.
     CepEvent(u32),
+    /// A multi-phase CM request waiting for a CM event.
+    CmRequest,
 }
 
 /// A pended request.

@@ -2078,3 +2078,46 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
     let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep });
     assert!(st.is_err());
 }
+
+#[test]
+fn a_connect_waiting_for_its_reply_is_cancelable() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 8,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 8), 1);
+    a.settle();
+    assert!(outcome(&wc).is_none());
+    // The first wait of A's device: the parked connect.
+    a.dev.cancel(1);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CANCELLED));
+    // The REP comes anyway: the abandoned connection is rejected.
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+}
