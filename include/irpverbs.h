@@ -241,6 +241,46 @@
 #define IOCTL_IV_MAP_DOORBELLS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2129 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Create a connection endpoint (CEP) of the device's connection manager. In: [`IvCreateCepIn`]. Out: [`IvCreateCepOut`].
+ */
+#define IOCTL_IV_CREATE_CEP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2144 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Listen on a service ID with an idle CEP; `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle, `STATUS_DEVICE_BUSY` if the service ID has a listener. In: [`IvListenIn`]. Out: none.
+ */
+#define IOCTL_IV_LISTEN ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2145 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Take the next event of a CEP. Pended until there is one; cancelable; one at a time per CEP (a second gets `STATUS_DEVICE_BUSY`); completes with `STATUS_CANCELLED` if the CEP is destroyed. In: [`IvHandleIn`] (the CEP). Out: [`IvCepEventOut`].
+ */
+#define IOCTL_IV_GET_CEP_EVENT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2146 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Destroy a CEP: its connection is abandoned (a REJ or DREQ goes out as the state asks) and its pended request completes with `STATUS_CANCELLED`. In: [`IvHandleIn`]. Out: none.
+ */
+#define IOCTL_IV_DESTROY_CEP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2147 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_CONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2148 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP; completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_ACCEPT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2149 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_REJECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2150 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+ */
+#define IOCTL_IV_CM_DISCONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2151 << 2)) | METHOD_BUFFERED)
+
+/**
  * Size of a cache line, and of one ring index slot.
  */
 #define IV_CACHE_LINE 64
@@ -849,6 +889,77 @@
  * Device capability: CQ resize.
  */
 #define IV_DEVICE_RESIZE_MAX_WR (1 << 0)
+
+/**
+ * CEP event: a REQ arrived for the listened service; `cep` is the new
+ * connection's CEP (in this file, with the listener's `user_context`).
+ */
+#define IV_CEP_EVENT_CONNECT_REQUEST 1
+
+/**
+ * CEP event: the REP arrived (active side).
+ */
+#define IV_CEP_EVENT_REPLY 2
+
+/**
+ * CEP event: the connection is established (passive side).
+ */
+#define IV_CEP_EVENT_ESTABLISHED 3
+
+/**
+ * CEP event: a REJ ended the attempt; `reason` is its reason code.
+ */
+#define IV_CEP_EVENT_REJECTED 4
+
+/**
+ * CEP event: the remote needs more time (MRA).
+ */
+#define IV_CEP_EVENT_MRA 5
+
+/**
+ * CEP event: an exchange gave up after its retries.
+ */
+#define IV_CEP_EVENT_TIMEOUT 6
+
+/**
+ * CEP event: the remote disconnects (DREQ).
+ */
+#define IV_CEP_EVENT_DISCONNECT_REQUEST 7
+
+/**
+ * CEP event: the disconnect completed (DREP).
+ */
+#define IV_CEP_EVENT_DISCONNECT_REPLY 8
+
+/**
+ * CEP event: the connection is stale (the CM sent a DREQ).
+ */
+#define IV_CEP_EVENT_STALE 9
+
+/**
+ * CEP event: time wait is over.
+ */
+#define IV_CEP_EVENT_TIMEWAIT_EXIT 10
+
+/**
+ * CEP event: the remote asks to load an alternate path (LAP).
+ */
+#define IV_CEP_EVENT_LAP 11
+
+/**
+ * CEP event: the answer to a load path request (APR).
+ */
+#define IV_CEP_EVENT_APR 12
+
+/**
+ * CEP event: a SIDR_REQ for the listened service.
+ */
+#define IV_CEP_EVENT_SIDR_REQUEST 13
+
+/**
+ * CEP event: the SIDR_REP.
+ */
+#define IV_CEP_EVENT_SIDR_REPLY 14
 
 /**
  * An NTSTATUS value.
@@ -1905,6 +2016,168 @@ typedef struct IvAsyncEventOut {
 } IvAsyncEventOut;
 
 /**
+ * Request of `IOCTL_IV_CREATE_CEP`.
+ */
+typedef struct IvCreateCepIn {
+  /**
+   * Returned in the CEP's events.
+   */
+  uint64_t user_context;
+} IvCreateCepIn;
+
+/**
+ * Response of `IOCTL_IV_CREATE_CEP`.
+ */
+typedef struct IvCreateCepOut {
+  /**
+   * The connection endpoint's handle.
+   */
+  IvHandle cep;
+} IvCreateCepOut;
+
+/**
+ * Request of `IOCTL_IV_LISTEN`.
+ */
+typedef struct IvListenIn {
+  /**
+   * The CEP (idle).
+   */
+  IvHandle cep;
+  /**
+   * The service ID to take REQs for.
+   */
+  uint64_t service_id;
+} IvListenIn;
+
+/**
+ * Response of `IOCTL_IV_GET_CEP_EVENT`: one event of the CEP.
+ */
+typedef struct IvCepEventOut {
+  /**
+   * `IV_CEP_EVENT_*`.
+   */
+  uint32_t event_type;
+  /**
+   * `IV_CEP_EVENT_REJECTED`: the REJ's reason code; else 0.
+   */
+  uint32_t reason;
+  /**
+   * The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST`: the new
+   * connection's CEP).
+   */
+  IvHandle cep;
+  /**
+   * That CEP's `user_context`.
+   */
+  uint64_t user_context;
+  /**
+   * `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's service ID.
+   */
+  uint64_t service_id;
+  /**
+   * `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's source GID.
+   */
+  uint8_t remote_gid[16];
+  /**
+   * The remote QP: the REQ's (`CONNECT_REQUEST`) or the REP's
+   * (`REPLY`); else 0.
+   */
+  uint32_t remote_qpn;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvCepEventOut;
+
+/**
+ * Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
+ * RESET) to the listener of `service_id` at `remote_gid`.
+ */
+typedef struct IvCmConnectIn {
+  /**
+   * The CEP (idle).
+   */
+  IvHandle cep;
+  /**
+   * The RC QP (RESET).
+   */
+  IvHandle qp;
+  /**
+   * The remote listener's service ID.
+   */
+  uint64_t service_id;
+  /**
+   * This port's GID (port 1, GID index 0).
+   */
+  uint8_t local_gid[16];
+  /**
+   * The remote port's GID.
+   */
+  uint8_t remote_gid[16];
+  /**
+   * The QP's starting send PSN (24 bits).
+   */
+  uint32_t starting_psn;
+  /**
+   * CM response timeout, both ways (4.096 us * 2^t; at most 31).
+   */
+  uint8_t cm_response_timeout;
+  /**
+   * Retries of each CM message (at most 15).
+   */
+  uint8_t max_cm_retries;
+  /**
+   * The path's local ACK timeout (4.096 us * 2^t; at most 31).
+   */
+  uint8_t local_ack_timeout;
+  /**
+   * `IV_MTU_*`.
+   */
+  uint8_t path_mtu;
+} IvCmConnectIn;
+
+/**
+ * Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
+ * with `qp` (in RESET).
+ */
+typedef struct IvCmAcceptIn {
+  /**
+   * The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
+   */
+  IvHandle cep;
+  /**
+   * The RC QP (RESET).
+   */
+  IvHandle qp;
+  /**
+   * The QP's starting send PSN (24 bits).
+   */
+  uint32_t starting_psn;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvCmAcceptIn;
+
+/**
+ * Request of `IOCTL_IV_CM_REJECT`.
+ */
+typedef struct IvCmRejectIn {
+  /**
+   * The CEP (a connect request received, or a REP received).
+   */
+  IvHandle cep;
+  /**
+   * The IBTA REJ reason code (e.g. 28: consumer reject).
+   */
+  uint32_t reason;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvCmRejectIn;
+
+/**
  * One ring index, alone on its cache line (64 bytes; the ring memory is
  * page-aligned, so every index starts a cache line).
  */
@@ -2264,6 +2537,22 @@ typedef struct IvCqe {
  */
 #ifndef STATUS_INVALID_DEVICE_STATE
 #define STATUS_INVALID_DEVICE_STATE -1073741436
+#endif
+
+/**
+ * A connect or accept ended with a REJ from the remote.
+ * `ntstatus.h`: `0xC0000236`.
+ */
+#ifndef STATUS_CONNECTION_REFUSED
+#define STATUS_CONNECTION_REFUSED -1073741258
+#endif
+
+/**
+ * A connection exchange gave up after its retries.
+ * `ntstatus.h`: `0xC00000B5`.
+ */
+#ifndef STATUS_IO_TIMEOUT
+#define STATUS_IO_TIMEOUT -1073741643
 #endif
 
 /**

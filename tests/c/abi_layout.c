@@ -368,6 +368,63 @@ IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, port_num) == 4, "offsetof(IvAsyncEven
 IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, handle) == 8, "offsetof(IvAsyncEventOut, handle)");
 IV_STATIC_ASSERT(offsetof(IvAsyncEventOut, user_context) == 16, "offsetof(IvAsyncEventOut, user_context)");
 
+IV_STATIC_ASSERT(sizeof(IvCreateCepIn) == 8, "sizeof(IvCreateCepIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateCepIn) == 8, "alignof(IvCreateCepIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCreateCepIn) == sizeof(IvCreateCepIn), "struct IvCreateCepIn");
+IV_STATIC_ASSERT(offsetof(IvCreateCepIn, user_context) == 0, "offsetof(IvCreateCepIn, user_context)");
+
+IV_STATIC_ASSERT(sizeof(IvCreateCepOut) == 8, "sizeof(IvCreateCepOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCreateCepOut) == 8, "alignof(IvCreateCepOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCreateCepOut) == sizeof(IvCreateCepOut), "struct IvCreateCepOut");
+IV_STATIC_ASSERT(offsetof(IvCreateCepOut, cep) == 0, "offsetof(IvCreateCepOut, cep)");
+
+IV_STATIC_ASSERT(sizeof(IvListenIn) == 16, "sizeof(IvListenIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvListenIn) == 8, "alignof(IvListenIn)");
+IV_STATIC_ASSERT(sizeof(struct IvListenIn) == sizeof(IvListenIn), "struct IvListenIn");
+IV_STATIC_ASSERT(offsetof(IvListenIn, cep) == 0, "offsetof(IvListenIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvListenIn, service_id) == 8, "offsetof(IvListenIn, service_id)");
+
+IV_STATIC_ASSERT(sizeof(IvCepEventOut) == 56, "sizeof(IvCepEventOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCepEventOut) == 8, "alignof(IvCepEventOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCepEventOut) == sizeof(IvCepEventOut), "struct IvCepEventOut");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, event_type) == 0, "offsetof(IvCepEventOut, event_type)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, reason) == 4, "offsetof(IvCepEventOut, reason)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, cep) == 8, "offsetof(IvCepEventOut, cep)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, user_context) == 16, "offsetof(IvCepEventOut, user_context)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, service_id) == 24, "offsetof(IvCepEventOut, service_id)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_gid) == 32, "offsetof(IvCepEventOut, remote_gid)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_qpn) == 48, "offsetof(IvCepEventOut, remote_qpn)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, reserved) == 52, "offsetof(IvCepEventOut, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvCmConnectIn) == 64, "sizeof(IvCmConnectIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmConnectIn) == 8, "alignof(IvCmConnectIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmConnectIn) == sizeof(IvCmConnectIn), "struct IvCmConnectIn");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cep) == 0, "offsetof(IvCmConnectIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, qp) == 8, "offsetof(IvCmConnectIn, qp)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, service_id) == 16, "offsetof(IvCmConnectIn, service_id)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, local_gid) == 24, "offsetof(IvCmConnectIn, local_gid)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, remote_gid) == 40, "offsetof(IvCmConnectIn, remote_gid)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, starting_psn) == 56, "offsetof(IvCmConnectIn, starting_psn)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cm_response_timeout) == 60, "offsetof(IvCmConnectIn, cm_response_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, max_cm_retries) == 61, "offsetof(IvCmConnectIn, max_cm_retries)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, local_ack_timeout) == 62, "offsetof(IvCmConnectIn, local_ack_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, path_mtu) == 63, "offsetof(IvCmConnectIn, path_mtu)");
+
+IV_STATIC_ASSERT(sizeof(IvCmAcceptIn) == 24, "sizeof(IvCmAcceptIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmAcceptIn) == 8, "alignof(IvCmAcceptIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmAcceptIn) == sizeof(IvCmAcceptIn), "struct IvCmAcceptIn");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, cep) == 0, "offsetof(IvCmAcceptIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, qp) == 8, "offsetof(IvCmAcceptIn, qp)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, starting_psn) == 16, "offsetof(IvCmAcceptIn, starting_psn)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved) == 20, "offsetof(IvCmAcceptIn, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvCmRejectIn) == 16, "sizeof(IvCmRejectIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmRejectIn) == 8, "alignof(IvCmRejectIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmRejectIn) == sizeof(IvCmRejectIn), "struct IvCmRejectIn");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, cep) == 0, "offsetof(IvCmRejectIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reason) == 8, "offsetof(IvCmRejectIn, reason)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved) == 12, "offsetof(IvCmRejectIn, reserved)");
+
 IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
 IV_STATIC_ASSERT(sizeof(struct IvRingIndex) == sizeof(IvRingIndex), "struct IvRingIndex");
@@ -481,6 +538,14 @@ IV_STATIC_ASSERT(IOCTL_IV_GET_ASYNC_EVENT == 0x003BE120u, "IOCTL_IV_GET_ASYNC_EV
 IV_STATIC_ASSERT(IOCTL_IV_ACK_ASYNC_EVENT == 0x003BE124u, "IOCTL_IV_ACK_ASYNC_EVENT");
 IV_STATIC_ASSERT(IOCTL_IV_MAP_RINGS == 0x003BE140u, "IOCTL_IV_MAP_RINGS");
 IV_STATIC_ASSERT(IOCTL_IV_MAP_DOORBELLS == 0x003BE144u, "IOCTL_IV_MAP_DOORBELLS");
+IV_STATIC_ASSERT(IOCTL_IV_CREATE_CEP == 0x003BE180u, "IOCTL_IV_CREATE_CEP");
+IV_STATIC_ASSERT(IOCTL_IV_LISTEN == 0x003BE184u, "IOCTL_IV_LISTEN");
+IV_STATIC_ASSERT(IOCTL_IV_GET_CEP_EVENT == 0x003BE188u, "IOCTL_IV_GET_CEP_EVENT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_CONNECT == 0x003BE190u, "IOCTL_IV_CM_CONNECT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_ACCEPT == 0x003BE194u, "IOCTL_IV_CM_ACCEPT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_REJECT == 0x003BE198u, "IOCTL_IV_CM_REJECT");
+IV_STATIC_ASSERT(IOCTL_IV_CM_DISCONNECT == 0x003BE19Cu, "IOCTL_IV_CM_DISCONNECT");
+IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CEP == 0x003BE18Cu, "IOCTL_IV_DESTROY_CEP");
 
 /* ---- constants */
 
@@ -559,6 +624,20 @@ IV_STATIC_ASSERT(IV_DOORBELL_SLOTS == 0x00001000u, "IV_DOORBELL_SLOTS");
 IV_STATIC_ASSERT(IV_DOORBELL_WORDS == 0x00000040u, "IV_DOORBELL_WORDS");
 IV_STATIC_ASSERT(IV_DOORBELL_NONE == 0xFFFFFFFFu, "IV_DOORBELL_NONE");
 IV_STATIC_ASSERT(IV_CQ_ARM_SOLICITED == 0x40000000u, "IV_CQ_ARM_SOLICITED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_CONNECT_REQUEST == 0x00000001u, "IV_CEP_EVENT_CONNECT_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_REPLY == 0x00000002u, "IV_CEP_EVENT_REPLY");
+IV_STATIC_ASSERT(IV_CEP_EVENT_ESTABLISHED == 0x00000003u, "IV_CEP_EVENT_ESTABLISHED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_REJECTED == 0x00000004u, "IV_CEP_EVENT_REJECTED");
+IV_STATIC_ASSERT(IV_CEP_EVENT_MRA == 0x00000005u, "IV_CEP_EVENT_MRA");
+IV_STATIC_ASSERT(IV_CEP_EVENT_TIMEOUT == 0x00000006u, "IV_CEP_EVENT_TIMEOUT");
+IV_STATIC_ASSERT(IV_CEP_EVENT_DISCONNECT_REQUEST == 0x00000007u, "IV_CEP_EVENT_DISCONNECT_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_DISCONNECT_REPLY == 0x00000008u, "IV_CEP_EVENT_DISCONNECT_REPLY");
+IV_STATIC_ASSERT(IV_CEP_EVENT_STALE == 0x00000009u, "IV_CEP_EVENT_STALE");
+IV_STATIC_ASSERT(IV_CEP_EVENT_TIMEWAIT_EXIT == 0x0000000Au, "IV_CEP_EVENT_TIMEWAIT_EXIT");
+IV_STATIC_ASSERT(IV_CEP_EVENT_LAP == 0x0000000Bu, "IV_CEP_EVENT_LAP");
+IV_STATIC_ASSERT(IV_CEP_EVENT_APR == 0x0000000Cu, "IV_CEP_EVENT_APR");
+IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REQUEST == 0x0000000Du, "IV_CEP_EVENT_SIDR_REQUEST");
+IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REPLY == 0x0000000Eu, "IV_CEP_EVENT_SIDR_REPLY");
 IV_STATIC_ASSERT(IV_EVENT_COMM_EST == 0x00000004u, "IV_EVENT_COMM_EST");
 IV_STATIC_ASSERT(IV_EVENT_CQ_ERR == 0x00000000u, "IV_EVENT_CQ_ERR");
 IV_STATIC_ASSERT(IV_EVENT_DEVICE_FATAL == 0x00000008u, "IV_EVENT_DEVICE_FATAL");
@@ -646,3 +725,7 @@ IV_STATIC_ASSERT(STATUS_DATATYPE_MISALIGNMENT_ERROR == -1073741115, "STATUS_DATA
 IV_STATIC_ASSERT((uint32_t)STATUS_DATATYPE_MISALIGNMENT_ERROR == 0xC00002C5u, "STATUS_DATATYPE_MISALIGNMENT_ERROR bits");
 IV_STATIC_ASSERT(STATUS_DEVICE_HARDWARE_ERROR == -1073740669, "STATUS_DEVICE_HARDWARE_ERROR");
 IV_STATIC_ASSERT((uint32_t)STATUS_DEVICE_HARDWARE_ERROR == 0xC0000483u, "STATUS_DEVICE_HARDWARE_ERROR bits");
+IV_STATIC_ASSERT(STATUS_CONNECTION_REFUSED == -1073741258, "STATUS_CONNECTION_REFUSED");
+IV_STATIC_ASSERT((uint32_t)STATUS_CONNECTION_REFUSED == 0xC0000236u, "STATUS_CONNECTION_REFUSED bits");
+IV_STATIC_ASSERT(STATUS_IO_TIMEOUT == -1073741643, "STATUS_IO_TIMEOUT");
+IV_STATIC_ASSERT((uint32_t)STATUS_IO_TIMEOUT == 0xC00000B5u, "STATUS_IO_TIMEOUT bits");

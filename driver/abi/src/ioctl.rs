@@ -246,6 +246,54 @@ pub const IOCTL_IV_MAP_DOORBELLS: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x851 << 2)
     | METHOD_BUFFERED;
 
+/// Create a connection endpoint (CEP) of the device's connection manager. In: [`IvCreateCepIn`]. Out: [`IvCreateCepOut`].
+pub const IOCTL_IV_CREATE_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x860 << 2)
+    | METHOD_BUFFERED;
+
+/// Listen on a service ID with an idle CEP; `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle, `STATUS_DEVICE_BUSY` if the service ID has a listener. In: [`IvListenIn`]. Out: none.
+pub const IOCTL_IV_LISTEN: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x861 << 2)
+    | METHOD_BUFFERED;
+
+/// Take the next event of a CEP. Pended until there is one; cancelable; one at a time per CEP (a second gets `STATUS_DEVICE_BUSY`); completes with `STATUS_CANCELLED` if the CEP is destroyed. In: [`IvHandleIn`] (the CEP). Out: [`IvCepEventOut`].
+pub const IOCTL_IV_GET_CEP_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x862 << 2)
+    | METHOD_BUFFERED;
+
+/// Destroy a CEP: its connection is abandoned (a REJ or DREQ goes out as the state asks) and its pended request completes with `STATUS_CANCELLED`. In: [`IvHandleIn`]. Out: none.
+pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x863 << 2)
+    | METHOD_BUFFERED;
+
+/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+pub const IOCTL_IV_CM_CONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x864 << 2)
+    | METHOD_BUFFERED;
+
+/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP; completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x865 << 2)
+    | METHOD_BUFFERED;
+
+/// Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+pub const IOCTL_IV_CM_REJECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x866 << 2)
+    | METHOD_BUFFERED;
+
+/// Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+pub const IOCTL_IV_CM_DISCONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x867 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -483,6 +531,62 @@ pub const IOCTLS: &[IoctlInfo] = &[
         code: IOCTL_IV_MAP_DOORBELLS,
         input_len: core::mem::size_of::<()>(),
         output_len: core::mem::size_of::<IvMapDoorbellsOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CREATE_CEP",
+        code: IOCTL_IV_CREATE_CEP,
+        input_len: core::mem::size_of::<IvCreateCepIn>(),
+        output_len: core::mem::size_of::<IvCreateCepOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "LISTEN",
+        code: IOCTL_IV_LISTEN,
+        input_len: core::mem::size_of::<IvListenIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "GET_CEP_EVENT",
+        code: IOCTL_IV_GET_CEP_EVENT,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<IvCepEventOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_CONNECT",
+        code: IOCTL_IV_CM_CONNECT,
+        input_len: core::mem::size_of::<IvCmConnectIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_ACCEPT",
+        code: IOCTL_IV_CM_ACCEPT,
+        input_len: core::mem::size_of::<IvCmAcceptIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_REJECT",
+        code: IOCTL_IV_CM_REJECT,
+        input_len: core::mem::size_of::<IvCmRejectIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_DISCONNECT",
+        code: IOCTL_IV_CM_DISCONNECT,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DESTROY_CEP",
+        code: IOCTL_IV_DESTROY_CEP,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
 ];

@@ -60,6 +60,12 @@ pub const STATUS_CANCELLED: NtStatus = -0x3FFF_FEE0;
 /// transition the IBTA state machine does not have).
 /// `ntstatus.h`: `0xC0000184`.
 pub const STATUS_INVALID_DEVICE_STATE: NtStatus = -0x3FFF_FE7C;
+/// A connect or accept ended with a REJ from the remote.
+/// `ntstatus.h`: `0xC0000236`.
+pub const STATUS_CONNECTION_REFUSED: NtStatus = -0x3FFF_FDCA;
+/// A connection exchange gave up after its retries.
+/// `ntstatus.h`: `0xC00000B5`.
+pub const STATUS_IO_TIMEOUT: NtStatus = -0x3FFF_FF4B;
 /// The device is gone (surprise or orderly removal).
 /// `ntstatus.h`: `0xC00002B6`.
 pub const STATUS_DEVICE_REMOVED: NtStatus = -0x3FFF_FD4A;
@@ -102,6 +108,8 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_DATATYPE_MISALIGNMENT_ERROR => "STATUS_DATATYPE_MISALIGNMENT_ERROR",
         STATUS_DEVICE_HARDWARE_ERROR => "STATUS_DEVICE_HARDWARE_ERROR",
         STATUS_DATA_OVERRUN => "STATUS_DATA_OVERRUN",
+        STATUS_CONNECTION_REFUSED => "STATUS_CONNECTION_REFUSED",
+        STATUS_IO_TIMEOUT => "STATUS_IO_TIMEOUT",
         _ => "STATUS_<unknown>",
     }
 }
@@ -117,6 +125,8 @@ mod tests {
         (STATUS_DEVICE_BUSY, 0x8000_0011),
         (STATUS_INFO_LENGTH_MISMATCH, 0xC000_0004),
         (STATUS_INVALID_HANDLE, 0xC000_0008),
+        (STATUS_CONNECTION_REFUSED, 0xC000_0236),
+        (STATUS_IO_TIMEOUT, 0xC000_00B5),
         (STATUS_INVALID_PARAMETER, 0xC000_000D),
         (STATUS_INVALID_DEVICE_REQUEST, 0xC000_0010),
         (STATUS_ACCESS_DENIED, 0xC000_0022),

@@ -1116,6 +1116,190 @@ abi_layout!(IvAsyncEventOut {
     user_context
 });
 
+/// Request of `IOCTL_IV_CREATE_CEP`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCreateCepIn {
+    /// Returned in the CEP's events.
+    pub user_context: u64,
+}
+abi_layout!(IvCreateCepIn { user_context });
+
+/// Response of `IOCTL_IV_CREATE_CEP`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCreateCepOut {
+    /// The connection endpoint's handle.
+    pub cep: IvHandle,
+}
+abi_layout!(IvCreateCepOut { cep });
+
+/// Request of `IOCTL_IV_LISTEN`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvListenIn {
+    /// The CEP (idle).
+    pub cep: IvHandle,
+    /// The service ID to take REQs for.
+    pub service_id: u64,
+}
+abi_layout!(IvListenIn { cep, service_id });
+
+/// CEP event: a REQ arrived for the listened service; `cep` is the new
+/// connection's CEP (in this file, with the listener's `user_context`).
+pub const IV_CEP_EVENT_CONNECT_REQUEST: u32 = 1;
+/// CEP event: the REP arrived (active side).
+pub const IV_CEP_EVENT_REPLY: u32 = 2;
+/// CEP event: the connection is established (passive side).
+pub const IV_CEP_EVENT_ESTABLISHED: u32 = 3;
+/// CEP event: a REJ ended the attempt; `reason` is its reason code.
+pub const IV_CEP_EVENT_REJECTED: u32 = 4;
+/// CEP event: the remote needs more time (MRA).
+pub const IV_CEP_EVENT_MRA: u32 = 5;
+/// CEP event: an exchange gave up after its retries.
+pub const IV_CEP_EVENT_TIMEOUT: u32 = 6;
+/// CEP event: the remote disconnects (DREQ).
+pub const IV_CEP_EVENT_DISCONNECT_REQUEST: u32 = 7;
+/// CEP event: the disconnect completed (DREP).
+pub const IV_CEP_EVENT_DISCONNECT_REPLY: u32 = 8;
+/// CEP event: the connection is stale (the CM sent a DREQ).
+pub const IV_CEP_EVENT_STALE: u32 = 9;
+/// CEP event: time wait is over.
+pub const IV_CEP_EVENT_TIMEWAIT_EXIT: u32 = 10;
+/// CEP event: the remote asks to load an alternate path (LAP).
+pub const IV_CEP_EVENT_LAP: u32 = 11;
+/// CEP event: the answer to a load path request (APR).
+pub const IV_CEP_EVENT_APR: u32 = 12;
+/// CEP event: a SIDR_REQ for the listened service.
+pub const IV_CEP_EVENT_SIDR_REQUEST: u32 = 13;
+/// CEP event: the SIDR_REP.
+pub const IV_CEP_EVENT_SIDR_REPLY: u32 = 14;
+
+/// Response of `IOCTL_IV_GET_CEP_EVENT`: one event of the CEP.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCepEventOut {
+    /// `IV_CEP_EVENT_*`.
+    pub event_type: u32,
+    /// `IV_CEP_EVENT_REJECTED`: the REJ's reason code; else 0.
+    pub reason: u32,
+    /// The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST`: the new
+    /// connection's CEP).
+    pub cep: IvHandle,
+    /// That CEP's `user_context`.
+    pub user_context: u64,
+    /// `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's service ID.
+    pub service_id: u64,
+    /// `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's source GID.
+    pub remote_gid: [u8; 16],
+    /// The remote QP: the REQ's (`CONNECT_REQUEST`) or the REP's
+    /// (`REPLY`); else 0.
+    pub remote_qpn: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCepEventOut {
+    event_type,
+    reason,
+    cep,
+    user_context,
+    service_id,
+    remote_gid,
+    remote_qpn,
+    reserved
+});
+
+/// Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
+/// RESET) to the listener of `service_id` at `remote_gid`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmConnectIn {
+    /// The CEP (idle).
+    pub cep: IvHandle,
+    /// The RC QP (RESET).
+    pub qp: IvHandle,
+    /// The remote listener's service ID.
+    pub service_id: u64,
+    /// This port's GID (port 1, GID index 0).
+    pub local_gid: [u8; 16],
+    /// The remote port's GID.
+    pub remote_gid: [u8; 16],
+    /// The QP's starting send PSN (24 bits).
+    pub starting_psn: u32,
+    /// CM response timeout, both ways (4.096 us * 2^t; at most 31).
+    pub cm_response_timeout: u8,
+    /// Retries of each CM message (at most 15).
+    pub max_cm_retries: u8,
+    /// The path's local ACK timeout (4.096 us * 2^t; at most 31).
+    pub local_ack_timeout: u8,
+    /// `IV_MTU_*`.
+    pub path_mtu: u8,
+}
+abi_layout!(IvCmConnectIn {
+    cep,
+    qp,
+    service_id,
+    local_gid,
+    remote_gid,
+    starting_psn,
+    cm_response_timeout,
+    max_cm_retries,
+    local_ack_timeout,
+    path_mtu
+});
+
+/// Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
+/// with `qp` (in RESET).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmAcceptIn {
+    /// The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
+    pub cep: IvHandle,
+    /// The RC QP (RESET).
+    pub qp: IvHandle,
+    /// The QP's starting send PSN (24 bits).
+    pub starting_psn: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCmAcceptIn {
+    cep,
+    qp,
+    starting_psn,
+    reserved
+});
+
+/// Request of `IOCTL_IV_CM_REJECT`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmRejectIn {
+    /// The CEP (a connect request received, or a REP received).
+    pub cep: IvHandle,
+    /// The IBTA REJ reason code (e.g. 28: consumer reject).
+    pub reason: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvCmRejectIn {
+    cep,
+    reason,
+    reserved
+});
+
 /// The layout of an ABI struct as Rust lays it out: the C layout tests
 /// static-assert the header's layout against it.
 pub trait AbiLayout: Sized {
@@ -1190,6 +1374,13 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvCreateChannelOut>(),
     layout::<IvAckIn>(),
     layout::<IvAsyncEventOut>(),
+    layout::<IvCreateCepIn>(),
+    layout::<IvCreateCepOut>(),
+    layout::<IvListenIn>(),
+    layout::<IvCepEventOut>(),
+    layout::<IvCmConnectIn>(),
+    layout::<IvCmAcceptIn>(),
+    layout::<IvCmRejectIn>(),
     layout::<crate::ring::IvRingIndex>(),
     layout::<crate::ring::IvRingControl>(),
     layout::<crate::ring::IvRingMap>(),

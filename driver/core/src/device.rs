@@ -53,6 +53,8 @@ pub(crate) enum Response {
     Ah(IvCreateAhOut),
     CqEvent(IvCqEventOut),
     Channel(IvCreateChannelOut),
+    Cep(IvCreateCepOut),
+    CepEvent(IvCepEventOut),
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
     Doorbells(IvMapDoorbellsOut),
@@ -77,6 +79,8 @@ impl Response {
             Response::Ah(v) => v.as_bytes(),
             Response::CqEvent(v) => v.as_bytes(),
             Response::Channel(v) => v.as_bytes(),
+            Response::Cep(v) => v.as_bytes(),
+            Response::CepEvent(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
             Response::Doorbells(v) => v.as_bytes(),
@@ -105,6 +109,13 @@ pub(crate) enum Op {
         max_wr: u32,
     },
     QuerySrq(u32),
+    /// A QP modify of a multi-phase CM request (`crate::cm`).
+    CmStep {
+        qp: u32,
+        next: u32,
+        cep: irpverbs_cm::CepId,
+        phase: crate::cm::Phase,
+    },
 }
 
 pub(crate) struct Pending<R> {
@@ -152,6 +163,12 @@ pub struct DeviceStats {
     pub async_events: u64,
     /// Async events dropped because a file queued too many.
     pub async_events_dropped: u64,
+    /// MADs taken from the HCA's general services interface.
+    pub mads_received: u64,
+    /// Received MADs the connection manager refused to parse.
+    pub cm_mads_malformed: u64,
+    /// MADs of the connection manager the HCA refused to send.
+    pub cm_send_failures: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -160,7 +177,7 @@ pub struct DeviceSnapshot {
     /// Open (or not yet run down) files.
     pub files: usize,
     /// Live objects of each kind, indexed by `Kind as usize - 1`.
-    pub objects: [u32; 7],
+    pub objects: [u32; 8],
     /// Pended (cancelable) requests.
     pub waits: usize,
     /// Commands in flight or backlogged.
@@ -176,7 +193,7 @@ pub(crate) struct State<R> {
     pending_len: usize,
     backlog: VecDeque<(u64, Command)>,
     next_generation: u32,
-    pub counts: [u32; 7],
+    pub counts: [u32; 8],
     pub removed: bool,
     pub stats: DeviceStats,
     /// Pended requests by cancel key.
@@ -186,6 +203,12 @@ pub(crate) struct State<R> {
     pub deferred: Vec<crate::notify::Done<R>>,
     /// CQ, QP and SRQ numbers to (file, index), for events.
     pub by_number: BTreeMap<(u8, u32), (FileKey, u32)>,
+    /// The connection manager.
+    pub(crate) cm: crate::cm::Cm,
+    /// CEP objects by their engine ID.
+    pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
+    /// Multi-phase CM requests in progress, by CEP.
+    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked>,
 }
 
 impl<R> State<R> {
@@ -285,9 +308,31 @@ pub(crate) enum Verb {
     AckAsyncEvent(IvAckIn),
     MapRings(IvHandleIn),
     MapDoorbells,
+    CreateCep(IvCreateCepIn),
+    Listen(IvListenIn),
+    GetCepEvent(IvHandleIn),
+    CmConnect(IvCmConnectIn),
+    CmAccept(IvCmAcceptIn),
+    CmReject(IvCmRejectIn),
+    CmDisconnect(IvHandleIn),
 }
 
 impl Verb {
+    /// The connection manager's verbs (`crate::cm`).
+    fn is_cep(&self) -> bool {
+        matches!(
+            self,
+            Verb::CreateCep(_)
+                | Verb::Listen(_)
+                | Verb::GetCepEvent(_)
+                | Verb::Destroy(_, Kind::Cep)
+                | Verb::CmConnect(_)
+                | Verb::CmAccept(_)
+                | Verb::CmReject(_)
+                | Verb::CmDisconnect(_)
+        )
+    }
+
     /// Verbs that pend on events (or answer at once) instead of posting a
     /// command.
     fn is_notification(&self) -> bool {
@@ -300,6 +345,10 @@ impl Verb {
                 | Verb::GetAsyncEvent
                 | Verb::AckAsyncEvent(_)
                 | Verb::Destroy(_, Kind::Channel)
+                | Verb::CreateCep(_)
+                | Verb::Listen(_)
+                | Verb::GetCepEvent(_)
+                | Verb::Destroy(_, Kind::Cep)
         )
     }
 }
@@ -330,6 +379,13 @@ impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
 
 const FILE_TAG: u32 = pool_tag(b"IvFl");
 
+/// The seed of the CM's communication IDs: the clock at load, so that IDs
+/// differ from the last run's.
+fn cm_seed<P: Platform>(platform: &P) -> u32 {
+    let t = platform.now_ns();
+    (t ^ (t >> 32)) as u32
+}
+
 /// Event-queue entries the DPC takes per hold of the device lock.
 const DPC_BATCH: usize = 4;
 
@@ -347,13 +403,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 pending_len: 0,
                 backlog: VecDeque::new(),
                 next_generation: 0,
-                counts: [0; 7],
+                counts: [0; 8],
                 removed: false,
                 stats: DeviceStats::default(),
                 waits: BTreeMap::new(),
                 next_wait: 0,
                 deferred: Vec::new(),
                 by_number: BTreeMap::new(),
+                ceps: BTreeMap::new(),
+                cm_ops: BTreeMap::new(),
+                cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
         let maps = platform.new_lock(&MAP_LOCK, Maps::new());
@@ -449,16 +508,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// file's own process, or the one it was handed to), when rings are
     /// mapped; <= DISPATCH_LEVEL otherwise. Never blocks.
     pub fn cleanup_file(&self, file: FileKey) {
-        let (charge, deferred) = self.state.lock(|s| {
+        let (charge, deferred, cm) = self.state.lock(|s| {
             let known = s.files.get_mut(&file).map(|f| f.cleaning_up = true);
             crate::notify::fail_file_waits(s, file, STATUS_CANCELLED);
             let charge = known.and_then(|()| self.advance_rundown(s, file));
-            (charge, core::mem::take(&mut s.deferred))
+            // The REJs and DREQs of the CEPs the rundown destroyed.
+            (charge, core::mem::take(&mut s.deferred), s.cm.take())
         });
         if let Some(c) = charge {
             self.platform.pool_release(c);
         }
         self.complete_all(deferred);
+        self.cm_flush(cm);
         self.unmap_file(file, false);
     }
 
@@ -543,6 +604,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return;
         };
         let o = f.objects.remove(idx);
+        if let Body::Cep(c) = &o.body {
+            self.cep_freed(s, c);
+        }
         if let Some(key) = o.number_key() {
             if s.by_number.get(&key) == Some(&(file, idx)) {
                 s.by_number.remove(&key);
@@ -602,6 +666,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             _ => {}
         }
+        let mut cm_flush = None;
         let (outcome, deferred) = self.state.lock(|s| {
             let outcome =
                 if s.removed && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_)) {
@@ -613,6 +678,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     } else {
                         Err((request, STATUS_DEVICE_REMOVED, Response::None))
                     }
+                } else if verb.is_cep() {
+                    let r = match verb {
+                        Verb::CmConnect(_)
+                        | Verb::CmAccept(_)
+                        | Verb::CmReject(_)
+                        | Verb::CmDisconnect(_) => self.cm_request(s, file, verb, request),
+                        _ => self.cep_start(s, file, verb, request),
+                    }
+                    .map_or(Ok(()), Err);
+                    let flush = s.cm.take();
+                    cm_flush = Some(flush);
+                    r
                 } else if verb.is_notification() {
                     crate::notify::start(self, s, file, verb, request).map_or(Ok(()), Err)
                 } else {
@@ -630,6 +707,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.complete(req, status, &response);
         }
         self.complete_all(deferred);
+        if let Some(flush) = cm_flush {
+            self.cm_flush(flush);
+        }
     }
 
     /// Completes requests collected under the lock.
@@ -708,6 +788,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_CQ_NOTIFY => Verb::CqNotify(read(input)?),
             IOCTL_IV_CREATE_CHANNEL => Verb::CreateChannel(read(input)?),
             IOCTL_IV_DESTROY_CHANNEL => Verb::Destroy(read(input)?, Kind::Channel),
+            IOCTL_IV_CREATE_CEP => Verb::CreateCep(read(input)?),
+            IOCTL_IV_LISTEN => Verb::Listen(read(input)?),
+            IOCTL_IV_GET_CEP_EVENT => Verb::GetCepEvent(read(input)?),
+            IOCTL_IV_DESTROY_CEP => Verb::Destroy(read(input)?, Kind::Cep),
+            IOCTL_IV_CM_CONNECT => Verb::CmConnect(read(input)?),
+            IOCTL_IV_CM_ACCEPT => Verb::CmAccept(read(input)?),
+            IOCTL_IV_CM_REJECT => Verb::CmReject(read(input)?),
+            IOCTL_IV_CM_DISCONNECT => Verb::CmDisconnect(read(input)?),
             IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
@@ -866,7 +954,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Posts a command (or backlogs it behind earlier ones).
-    fn post(
+    pub(crate) fn post(
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
@@ -942,8 +1030,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                 }
                 self.flush_backlog(s);
-                core::mem::take(&mut s.deferred)
+                (core::mem::take(&mut s.deferred), s.cm.take())
             });
+            let (deferred, cm) = deferred;
+            self.cm_flush(cm);
             for (req, status, response) in done.iter_mut().filter_map(Option::take) {
                 self.complete(req, status, &response);
             }
@@ -976,6 +1066,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.async_event(s, ev);
                 return None;
             }
+            Event::Mad => {
+                self.cm_receive(s);
+                self.cep_deliver(s);
+                return None;
+            }
         };
         let Some(p) = s.take_pending(token) else {
             s.stats.stray_events += 1;
@@ -991,6 +1086,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
             .request
             .as_ref()
             .map_or(RequestorMode::User, Request::requestor_mode);
+        if let Op::CmStep {
+            qp,
+            next,
+            cep,
+            phase,
+        } = p.op
+        {
+            let done = self.cm_step_done(s, p.file, (qp, next, cep, phase), status, p.request);
+            if let Some(c) = self.advance_rundown(s, p.file) {
+                self.platform.pool_release(c);
+            }
+            return done;
+        }
         let (status, response) = self.apply(s, p.file, p.op, status, out, mode);
         let charge = self.advance_rundown(s, p.file);
         if let Some(c) = charge {
@@ -1071,6 +1179,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 (status, Response::None)
             }
             Op::QuerySrq(srq) => crate::srq::finish_query_srq(s, file, srq, status, out),
+            // `handle_event` gives these to `cm_step_done`.
+            Op::CmStep { qp, next, .. } => {
+                crate::qp::finish_modify_qp(s, file, qp, next, ok);
+                (status, Response::None)
+            }
         }
     }
 
@@ -1119,6 +1232,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     Op::QueryQp(idx) | Op::QuerySrq(idx) => {
                         s.end_query(p.file, idx);
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::CmStep { qp, cep, .. } => {
+                        if let Some(f) = s.files.get_mut(&p.file) {
+                            f.objects.get_mut(qp).busy = false;
+                        }
+                        s.cm_ops.remove(&cep);
                         STATUS_DEVICE_REMOVED
                     }
                     Op::QueryPort | Op::QueryGid => STATUS_DEVICE_REMOVED,
@@ -1184,6 +1304,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Some(&(file, idx)) = s.by_number.get(&(kind as u8, number)) else {
                     return;
                 };
+                if let crate::hca::AsyncEvent::CommEstablished(_) = ev {
+                    self.cm_comm_established(s, file, idx);
+                }
                 if kind == Kind::Cq {
                     if let Some(Body::Cq(c)) = s
                         .files

@@ -280,6 +280,65 @@ pub enum Event {
     },
     /// An asynchronous event.
     Async(AsyncEvent),
+    /// MADs arrived on the general services interface (QP1): take them
+    /// with [`Hca::poll_mad`] until it returns `None`. Announced once
+    /// until then: the next MAD after an empty poll announces again.
+    Mad,
+}
+
+/// The general services interface's well-known Q_Key (IBTA 15.2.2.1):
+/// every MAD to QP1 carries it.
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The GSI's QP number.
+pub const GSI_QPN: u32 = 1;
+
+/// Bytes of a MAD (the GSI's UD payload).
+pub const MAD_SIZE: usize = 256;
+
+/// A MAD for the HCA's GSI to send: a UD SEND to `dest_qpn` (normally
+/// [`GSI_QPN`]) at `dgid`, with Q_Key [`GSI_QKEY`], from QP1 of `port`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MadOut {
+    /// Local port number, from 1.
+    pub port: u8,
+    /// Local source GID index.
+    pub sgid_index: u8,
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Destination QP (24 bits).
+    pub dest_qpn: u32,
+    /// IP traffic class.
+    pub traffic_class: u8,
+    /// IPv6 flow label (20 bits).
+    pub flow_label: u32,
+    /// IP hop limit.
+    pub hop_limit: u8,
+    /// The MAD.
+    pub mad: [u8; MAD_SIZE],
+}
+
+/// A MAD the HCA's GSI received (announced by [`Event::Mad`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MadIn {
+    /// Local port number it arrived on.
+    pub port: u8,
+    /// Local P_Key index it matched.
+    pub pkey_index: u16,
+    /// Local GID index it was addressed to.
+    pub dgid_index: u8,
+    /// Source GID (the sender's port).
+    pub sgid: [u8; 16],
+    /// Source QP (DETH).
+    pub src_qpn: u32,
+    /// IP traffic class.
+    pub traffic_class: u8,
+    /// IPv6 flow label.
+    pub flow_label: u32,
+    /// IP hop limit.
+    pub hop_limit: u8,
+    /// The MAD.
+    pub mad: [u8; MAD_SIZE],
 }
 
 /// A queue doorbell a slot of a doorbell page rings ([`Hca::bind_doorbell`]).
@@ -416,4 +475,25 @@ pub trait Hca: Send + Sync + 'static {
     /// The default does nothing: right for an HCA that holds no memory
     /// references of its own.
     fn device_removed(&self) {}
+
+    /// Sends a MAD from the general services interface (QP1). Like a
+    /// doorbell, it never waits: the MAD is queued for the wire (a lost
+    /// MAD is the CM's to retransmit).
+    ///
+    /// The default refuses: an HCA without a GSI.
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` without a GSI; `STATUS_INVALID_PARAMETER`
+    /// for a port, GID index or QP number out of range;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when no memory is left for it.
+    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
+        let _ = mad;
+        Err(irpverbs_abi::STATUS_NOT_SUPPORTED)
+    }
+
+    /// Takes the oldest MAD the GSI received, if any (see [`Event::Mad`]).
+    /// The default has none.
+    fn poll_mad(&self) -> Option<MadIn> {
+        None
+    }
 }

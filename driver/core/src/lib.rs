@@ -18,6 +18,7 @@
 extern crate alloc;
 
 mod ah;
+pub mod cm;
 mod cq;
 pub mod device;
 mod handle;
@@ -41,7 +42,10 @@ pub use mr::USER_ADDRESS_LIMIT;
 pub use object::Kind;
 pub use qp::CONTROLLED_QKEY;
 
-pub use hca::{AsyncEvent, Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, Hca};
+pub use hca::{
+    AsyncEvent, Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, GSI_QKEY, GSI_QPN,
+    Hca, MAD_SIZE, MadIn, MadOut,
+};
 pub use platform::{
     APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,
     PoolCharge, PoolTag, Request, RequestorMode, SpinLock, pool_tag,
@@ -90,5 +94,11 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     }
     fn device_removed(&self) {
         (**self).device_removed();
+    }
+    fn send_mad(&self, mad: &MadOut) -> Result<(), irpverbs_abi::NtStatus> {
+        (**self).send_mad(mad)
+    }
+    fn poll_mad(&self) -> Option<MadIn> {
+        (**self).poll_mad()
     }
 }

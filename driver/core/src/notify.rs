@@ -35,6 +35,10 @@ pub(crate) enum WaitKind {
     CqEvent(u32),
     /// An async event on the file.
     Async,
+    /// An event on the CEP at this index.
+    CepEvent(u32),
+    /// A multi-phase CM request waiting for a CM event.
+    CmRequest,
 }
 
 /// A pended request.

@@ -25,11 +25,13 @@ pub enum Kind {
     Ah = 6,
     /// Completion channel.
     Channel = 7,
+    /// Connection endpoint of the connection manager.
+    Cep = 8,
 }
 
 impl Kind {
     /// All kinds, for statistics.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Pd,
         Kind::Mr,
         Kind::Cq,
@@ -37,6 +39,7 @@ impl Kind {
         Kind::Srq,
         Kind::Ah,
         Kind::Channel,
+        Kind::Cep,
     ];
 
     pub(crate) const fn tag(self) -> PoolTag {
@@ -48,6 +51,7 @@ impl Kind {
             Kind::Srq => pool_tag(b"IvSr"),
             Kind::Ah => pool_tag(b"IvAh"),
             Kind::Channel => pool_tag(b"IvCh"),
+            Kind::Cep => pool_tag(b"IvCe"),
         }
     }
 
@@ -147,6 +151,19 @@ pub(crate) struct Channel {
     pub waits: alloc::collections::VecDeque<u64>,
 }
 
+/// A connection endpoint: its ID in the device's CM engine.
+#[derive(Debug)]
+pub(crate) struct Cep {
+    pub id: irpverbs_cm::CepId,
+    pub user_context: u64,
+    /// The pended `GET_CEP_EVENT` (its wait key), if any.
+    pub wait: Option<u64>,
+    /// Events for the owner, oldest first.
+    pub events: alloc::collections::VecDeque<irpverbs_abi::IvCepEventOut>,
+    /// The QP (its handle) a connect or accept used.
+    pub qp: Option<irpverbs_abi::IvHandle>,
+}
+
 #[derive(Debug)]
 pub(crate) enum Body {
     Pd(Pd),
@@ -156,6 +173,7 @@ pub(crate) enum Body {
     Srq(Srq),
     Ah(Ah),
     Channel(Channel),
+    Cep(Cep),
 }
 
 #[derive(Debug)]
@@ -187,13 +205,14 @@ impl Object {
             Body::Srq(_) => Kind::Srq,
             Body::Ah(_) => Kind::Ah,
             Body::Channel(_) => Kind::Channel,
+            Body::Cep(_) => Kind::Cep,
         }
     }
 
     /// Indices (in the same file's table) of the objects this one depends on.
     pub(crate) fn parents(&self) -> [Option<u32>; 4] {
         match &self.body {
-            Body::Pd(_) | Body::Channel(_) => [None; 4],
+            Body::Pd(_) | Body::Channel(_) | Body::Cep(_) => [None; 4],
             Body::Cq(c) => [c.channel, None, None, None],
             Body::Mr(m) => [Some(m.pd), None, None, None],
             Body::Srq(s) => [Some(s.pd), None, None, None],
@@ -213,7 +232,7 @@ impl Object {
             Body::Qp(q) => Command::DestroyQp { qpn: q.qpn },
             Body::Srq(s) => Command::DestroySrq { srqn: s.srqn },
             Body::Ah(a) => Command::DestroyAh { ahn: a.ahn },
-            Body::Channel(_) => return None,
+            Body::Channel(_) | Body::Cep(_) => return None,
         })
     }
 
@@ -259,6 +278,7 @@ impl Object {
             Body::Cq(c) => c.user_context,
             Body::Qp(q) => q.user_context,
             Body::Srq(s) => s.user_context,
+            Body::Cep(c) => c.user_context,
             _ => 0,
         }
     }

@@ -197,6 +197,13 @@ pub trait Platform: Send + Sync + 'static {
     /// The current processor's IRQL.
     fn irql(&self) -> Irql;
 
+    /// A monotonic clock in nanoseconds (Windows: the interrupt time,
+    /// `KeQueryInterruptTimePrecise`, times 100): the time base of the
+    /// connection manager's timers.
+    ///
+    /// IRQL: any.
+    fn now_ns(&self) -> u64;
+
     /// Charges a tagged nonpaged pool allocation for a driver object.
     ///
     /// IRQL: <= DISPATCH_LEVEL.

@@ -17,6 +17,8 @@ use crate::*;
 
 #[derive(Default)]
 struct FakePlatform {
+    /// The clock ([`Platform::now_ns`]).
+    now: AtomicU64,
     live_charges: AtomicU64,
     next_id: AtomicU64,
     fail_pool: AtomicU32,
@@ -145,6 +147,9 @@ impl Platform for FakePlatform {
     fn irql(&self) -> Irql {
         DISPATCH_LEVEL
     }
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
     fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
         if self.fail_pool.load(Ordering::SeqCst) > 0 {
             self.fail_pool.fetch_sub(1, Ordering::SeqCst);
@@ -228,6 +233,9 @@ struct FakeHca {
     pages_made: AtomicU32,
     /// The HCA has no doorbell pages.
     no_doorbells: std::sync::atomic::AtomicBool,
+    /// MADs the GSI received, and those sent.
+    mads_in: Mutex<VecDeque<MadIn>>,
+    mads_out: Mutex<Vec<MadOut>>,
 }
 
 impl FakeHca {
@@ -261,6 +269,8 @@ impl FakeHca {
             pages: Mutex::default(),
             pages_made: AtomicU32::new(0),
             no_doorbells: std::sync::atomic::AtomicBool::new(false),
+            mads_in: Mutex::new(VecDeque::new()),
+            mads_out: Mutex::new(Vec::new()),
         }
     }
 
@@ -377,6 +387,13 @@ impl Hca for FakeHca {
         }
         slots.push(target);
         Ok(slots.len() as u32 - 1)
+    }
+    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
+        self.mads_out.lock().unwrap().push(*mad);
+        Ok(())
+    }
+    fn poll_mad(&self) -> Option<MadIn> {
+        self.mads_in.lock().unwrap().pop_front()
     }
 }
 
@@ -661,7 +678,7 @@ fn pool_failure_changes_nothing() {
         r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
         Err(STATUS_INSUFFICIENT_RESOURCES)
     );
-    assert_eq!(r.dev.snapshot().objects, [0; 7]);
+    assert_eq!(r.dev.snapshot().objects, [0; 8]);
     pd(&r, 1);
 }
 
@@ -1599,4 +1616,704 @@ fn queries_overlap_and_a_destroy_waits_for_them() {
     }
     assert_eq!(outcome(&m).unwrap().0, STATUS_SUCCESS);
     assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &q), Ok(()));
+}
+
+#[test]
+fn the_dpc_takes_every_mad_an_event_announces() {
+    let r = Rig::new(8);
+    let m = MadIn {
+        port: 1,
+        pkey_index: 0,
+        dgid_index: 0,
+        sgid: [1; 16],
+        src_qpn: GSI_QPN,
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+        mad: [0; MAD_SIZE],
+    };
+    r.hca.mads_in.lock().unwrap().extend([m, m, m]);
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    assert!(r.hca.mads_in.lock().unwrap().is_empty());
+    assert_eq!(r.dev.stats().mads_received, 3);
+}
+
+/// The GSI of a remote CM engine, as the device's HCA sees it.
+fn remote_gsi() -> irpverbs_cm::MadAddr {
+    irpverbs_cm::MadAddr {
+        port_num: 1,
+        pkey_index: 0,
+        sgid_index: 0,
+        gid: [7; 16],
+        lid: 0,
+        qpn: GSI_QPN,
+        sl: 0,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    }
+}
+
+/// `t` as the device's GSI receives it from [`remote_gsi`].
+fn mad_in(t: &irpverbs_cm::Transmit) -> MadIn {
+    MadIn {
+        port: 1,
+        pkey_index: 0,
+        dgid_index: 0,
+        sgid: [7; 16],
+        src_qpn: GSI_QPN,
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+        mad: t.mad,
+    }
+}
+
+#[test]
+fn the_dpc_feeds_mads_to_the_cm_and_sends_its_answers() {
+    let r = Rig::new(8);
+    // A REQ from a remote CM for a service nobody listens on.
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let cep = remote.create(0).unwrap();
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    let p = irpverbs_cm::ConnectParams {
+        dest,
+        service_id: 0x1234,
+        qpn: 0x99,
+        max_cm_retries: 3,
+        primary: irpverbs_cm::msg::Path {
+            local_gid: [7; 16],
+            remote_gid: [9; 16],
+            hop_limit: 64,
+            local_ack_timeout: 10,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    remote.connect(cep, &p, 0).unwrap();
+    let req = remote.poll_transmit().unwrap();
+    let mut garbage = req.mad;
+    garbage[1] = 0x42; // not the CM class
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.mads_in.lock().unwrap().push_back(MadIn {
+        mad: garbage,
+        ..mad_in(&req)
+    });
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    let st = r.dev.stats();
+    assert_eq!((st.mads_received, st.cm_mads_malformed), (2, 1));
+    // The device's CM rejected it (no listener), through the HCA's GSI.
+    let out = core::mem::take(&mut *r.hca.mads_out.lock().unwrap());
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].dgid, out[0].dest_qpn, out[0].port), ([7; 16], 1, 1));
+    remote.receive(0, &dest, &out[0].mad).unwrap();
+    assert_eq!(remote.poll_ready().map(|(id, _)| id), Some(cep));
+    assert!(matches!(
+        remote.poll_event(cep),
+        Some(irpverbs_cm::Event::Rejected { .. })
+    ));
+    assert_eq!(r.dev.cm_stats().rejects, 1);
+}
+
+#[test]
+fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
+    let r = Rig::new(8);
+    let armed: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let a = Arc::clone(&armed);
+    r.dev
+        .set_cm_timer(Arc::new(move |d| a.lock().unwrap().push(d)));
+    assert!(armed.lock().unwrap().is_empty(), "nothing to wait for");
+    // A connect from the device's CM (as the connect request will do).
+    r.platform.now.store(1_000, Ordering::SeqCst);
+    let flush = r.dev.state.lock(|s| {
+        let cep = s.cm.engine.create(0).unwrap();
+        let p = irpverbs_cm::ConnectParams {
+            dest: remote_gsi(),
+            service_id: 0x1234,
+            qpn: 0x99,
+            max_cm_retries: 1,
+            remote_cm_response_timeout: 4,
+            primary: irpverbs_cm::msg::Path {
+                local_gid: [9; 16],
+                remote_gid: [7; 16],
+                hop_limit: 64,
+                local_ack_timeout: 10,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        s.cm.engine.connect(cep, &p, 1_000).unwrap();
+        s.cm.take()
+    });
+    r.dev.cm_flush(flush);
+    assert_eq!(r.hca.mads_out.lock().unwrap().len(), 1, "the REQ");
+    let deadline = *armed.lock().unwrap().last().expect("armed");
+    assert!(deadline > 1_000);
+    // The timer fires: the REQ again, and the timer re-armed.
+    r.platform.now.store(deadline, Ordering::SeqCst);
+    r.dev.cm_timer();
+    assert_eq!(r.hca.mads_out.lock().unwrap().len(), 2, "retransmitted");
+    assert_eq!(r.dev.cm_stats().retransmits, 1);
+    let next = *armed.lock().unwrap().last().unwrap();
+    assert!(next > deadline);
+    // Stopped: no more arming.
+    r.dev.stop_cm_timer();
+    let n = armed.lock().unwrap().len();
+    r.platform.now.store(next, Ordering::SeqCst);
+    r.dev.cm_timer();
+    assert_eq!(armed.lock().unwrap().len(), n);
+}
+
+/// A remote CM's REQ for `service_id` to the device's GSI ([9; 16]).
+fn remote_req(remote: &mut irpverbs_cm::Engine, service_id: u64) -> irpverbs_cm::Transmit {
+    let cep = remote.create(0).unwrap();
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    let p = irpverbs_cm::ConnectParams {
+        dest,
+        service_id,
+        qpn: 0x99,
+        max_cm_retries: 3,
+        primary: irpverbs_cm::msg::Path {
+            local_gid: [7; 16],
+            remote_gid: [9; 16],
+            hop_limit: 64,
+            local_ack_timeout: 10,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    remote.connect(cep, &p, 0).unwrap();
+    remote.poll_transmit().unwrap()
+}
+
+#[test]
+fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
+    let r = Rig::new(8);
+    let cep: IvCreateCepOut = r
+        .call(
+            1,
+            IOCTL_IV_CREATE_CEP,
+            &IvCreateCepIn { user_context: 0x77 },
+        )
+        .unwrap();
+    let listen = IvListenIn {
+        cep: cep.cep,
+        service_id: 0x1234,
+    };
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_LISTEN, &listen), Ok(()));
+    // A second listener on the service, a listen on no CEP, another file's.
+    let other: IvCreateCepOut = r
+        .call(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 0 })
+        .unwrap();
+    assert_eq!(
+        r.call::<_, ()>(
+            1,
+            IOCTL_IV_LISTEN,
+            &IvListenIn {
+                cep: other.cep,
+                ..listen
+            }
+        ),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    assert_eq!(
+        r.call::<_, ()>(2, IOCTL_IV_LISTEN, &listen),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_LISTEN, &IvListenIn { cep: 0, ..listen }),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    let get = IvHandleIn { handle: cep.cep };
+    let w = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
+    assert!(outcome(&w).is_none(), "pended");
+    assert_eq!(
+        r.call::<_, IvCepEventOut>(1, IOCTL_IV_GET_CEP_EVENT, &get),
+        Err(STATUS_DEVICE_BUSY),
+        "one request per CEP"
+    );
+    // The REQ arrives: the pended request completes in the DPC.
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let req = remote_req(&mut remote, 0x1234);
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    let (st, out) = outcome(&w).expect("completed");
+    assert_eq!(st, STATUS_SUCCESS);
+    let ev = IvCepEventOut::read_from_bytes(&out).unwrap();
+    assert_eq!(ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    assert_eq!((ev.service_id, ev.remote_qpn), (0x1234, 0x99));
+    assert_eq!((ev.remote_gid, ev.user_context), ([7; 16], 0x77));
+    assert_ne!(ev.cep, cep.cep);
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 3);
+    // The listener has no more events: its next request pends.
+    let w2 = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
+    assert!(outcome(&w2).is_none());
+    // Destroying the new CEP rejects the REQ; destroying the listener
+    // completes its pended request with STATUS_CANCELLED.
+    let conn = IvHandleIn { handle: ev.cep };
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &conn), Ok(()));
+    let out = core::mem::take(&mut *r.hca.mads_out.lock().unwrap());
+    assert_eq!(out.len(), 1, "the REJ");
+    let mut dest = remote_gsi();
+    dest.gid = [9; 16];
+    remote.receive(0, &dest, &out[0].mad).unwrap();
+    let (id, _) = remote.poll_ready().unwrap();
+    assert!(matches!(
+        remote.poll_event(id),
+        Some(irpverbs_cm::Event::Rejected { .. })
+    ));
+    assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get), Ok(()));
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 1);
+    assert_eq!(r.dev.cm_stats().rejects, 1);
+}
+
+#[test]
+fn a_cep_event_waiting_completes_the_next_request_at_once_and_cleanup_frees_ceps() {
+    let r = Rig::new(8);
+    let cep: IvCreateCepOut = r
+        .call(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 1 })
+        .unwrap();
+    let listen = IvListenIn {
+        cep: cep.cep,
+        service_id: 0x55,
+    };
+    r.call::<_, ()>(1, IOCTL_IV_LISTEN, &listen).unwrap();
+    let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+    let req = remote_req(&mut remote, 0x55);
+    r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+    r.hca.eq.lock().unwrap().push_back(Event::Mad);
+    r.dev.dpc();
+    // No request was pended: the event waits for one.
+    let ev: IvCepEventOut = r
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: cep.cep })
+        .unwrap();
+    assert_eq!(ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    // A pended request is cancelable.
+    let w = r.issue(
+        1,
+        IOCTL_IV_GET_CEP_EVENT,
+        &IvHandleIn { handle: ev.cep },
+        size_of::<IvCepEventOut>(),
+    );
+    assert!(outcome(&w).is_none());
+    r.dev.cleanup_file(1);
+    assert_eq!(outcome(&w).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 0);
+}
+
+const GID_A: [u8; 16] = [0xA; 16];
+const GID_B: [u8; 16] = [0xB; 16];
+
+/// Moves the MADs `from` sent (it has GID `sgid`) to `to`'s GSI, and lets
+/// both settle.
+fn shuttle(from: &Rig, sgid: [u8; 16], to: &Rig) -> usize {
+    let out = core::mem::take(&mut *from.hca.mads_out.lock().unwrap());
+    let n = out.len();
+    for m in out {
+        to.hca.mads_in.lock().unwrap().push_back(MadIn {
+            port: 1,
+            pkey_index: 0,
+            dgid_index: 0,
+            sgid,
+            src_qpn: GSI_QPN,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            mad: m.mad,
+        });
+    }
+    if n > 0 {
+        to.hca.eq.lock().unwrap().push_back(Event::Mad);
+    }
+    to.settle();
+    from.settle();
+    n
+}
+
+/// An RC QP (RESET) on file 1.
+fn rc_qp(r: &Rig) -> IvCreateQpOut {
+    let p = pd(r, 1);
+    let cq = r
+        .call::<_, IvCreateCqOut>(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .cq;
+    qp_on(r, 1, p, cq)
+}
+
+/// The driver's view of a QP's state.
+fn qp_state(r: &Rig, qp: IvHandle) -> u32 {
+    r.dev.state.lock(|s| {
+        let f = s.files.get(&1).unwrap();
+        let idx = f.objects.lookup(qp, Kind::Qp).unwrap();
+        match &f.objects.get(idx).body {
+            crate::object::Body::Qp(q) => q.state,
+            _ => unreachable!(),
+        }
+    })
+}
+
+fn cep(r: &Rig) -> IvHandle {
+    r.call::<_, IvCreateCepOut>(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 0 })
+        .unwrap()
+        .cep
+}
+
+fn connect_in(cep: IvHandle, qp: IvHandle, service_id: u64) -> IvCmConnectIn {
+    IvCmConnectIn {
+        cep,
+        qp,
+        service_id,
+        local_gid: GID_A,
+        remote_gid: GID_B,
+        starting_psn: 100,
+        cm_response_timeout: 16,
+        max_cm_retries: 3,
+        local_ack_timeout: 14,
+        path_mtu: IV_MTU_1024 as u8,
+    }
+}
+
+fn cep_event(o: &Outcome) -> IvCepEventOut {
+    let (st, out) = outcome(o).expect("completed");
+    assert_eq!(st, STATUS_SUCCESS);
+    IvCepEventOut::read_from_bytes(&out).unwrap()
+}
+
+#[test]
+fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    // B listens.
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 0x42,
+        },
+    )
+    .unwrap();
+    let get = |r: &Rig, cep| {
+        r.issue(
+            1,
+            IOCTL_IV_GET_CEP_EVENT,
+            &IvHandleIn { handle: cep },
+            size_of::<IvCepEventOut>(),
+        )
+    };
+    let wl = get(&b, listener);
+    // A connects: its QP to INIT, then the REQ.
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42), 1);
+    a.settle();
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_INIT);
+    assert!(outcome(&wc).is_none());
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42)),
+        Err(STATUS_DEVICE_BUSY),
+        "one request per CEP"
+    );
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REQ");
+    let req = cep_event(&wl);
+    assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    assert_eq!(req.remote_qpn, qa.qpn);
+    // B accepts: its QP to INIT, RTR and RTS, then the REP.
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 200,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    assert_eq!(qp_state(&b, qb.qp), IV_QPS_RTS);
+    assert!(outcome(&wa).is_none(), "waits for the RTU");
+    // The REP: A's QP to RTR and RTS, the RTU; the connect completes.
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REP");
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_RTS);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the RTU");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+    // A disconnects: the DREQ, its QP to ERR; B sees the request and
+    // disconnects too (its QP to ERR, the DREP); A's request completes.
+    let wb = get(&b, req.cep);
+    let wd = a.issue(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: ca }, 1);
+    a.settle();
+    assert_eq!(qp_state(&a, qa.qp), IV_QPS_ERR);
+    assert!(outcome(&wd).is_none(), "waits for the DREP");
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the DREQ");
+    assert_eq!(cep_event(&wb).event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
+    assert_eq!(
+        b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep }),
+        Ok(())
+    );
+    assert_eq!(qp_state(&b, qb.qp), IV_QPS_ERR);
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the DREP");
+    assert_eq!(outcome(&wd).map(|o| o.0), Some(STATUS_SUCCESS));
+}
+
+#[test]
+fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 7,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 7), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    assert_eq!(
+        b.call::<_, ()>(
+            1,
+            IOCTL_IV_CM_REJECT,
+            &IvCmRejectIn {
+                cep: req.cep,
+                reason: 28,
+                reserved: 0,
+            },
+        ),
+        Ok(())
+    );
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // A connect to nobody, its CEP destroyed while it waits for the REP.
+    let (c2, q2) = (cep(&a), rc_qp(&a));
+    let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 9), 1);
+    a.settle();
+    assert!(outcome(&w2).is_none());
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &IvHandleIn { handle: c2 }),
+        Ok(())
+    );
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    // Requests on the wrong objects.
+    let c3 = cep(&a);
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_CONNECT, &connect_in(c3, c3, 9)),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: c3 }),
+        Err(STATUS_INVALID_DEVICE_STATE)
+    );
+    assert_eq!(
+        a.call::<_, ()>(
+            1,
+            IOCTL_IV_CM_REJECT,
+            &IvCmRejectIn {
+                cep: c3,
+                reason: 0x1_0000,
+                reserved: 0,
+            },
+        ),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+}
+
+#[test]
+fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 3,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 3), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    // The RTU is lost; B's QP gets its first message.
+    a.hca.mads_out.lock().unwrap().clear();
+    assert!(outcome(&wa).is_none());
+    b.hca
+        .eq
+        .lock()
+        .unwrap()
+        .push_back(Event::Async(AsyncEvent::CommEstablished(qb.qpn)));
+    b.settle();
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+}
+
+#[test]
+fn closing_a_file_ends_its_connections_and_their_requests() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 4,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 4), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    // B's file goes away with the connect request unanswered: its CEPs are
+    // destroyed, the REQ rejected at once.
+    b.dev.cleanup_file(1);
+    b.settle();
+    assert_eq!(b.dev.snapshot().objects[Kind::Cep.index()], 0);
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // A's file goes away with a connect waiting for its REP.
+    let (c2, q2) = (cep(&a), rc_qp(&a));
+    let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 4), 1);
+    a.settle();
+    a.dev.cleanup_file(1);
+    a.settle();
+    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(a.dev.snapshot().objects[Kind::Cep.index()], 0);
+}
+
+#[test]
+fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 6,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 6), 1);
+    a.settle();
+    // The QP goes while the connect waits for the REP.
+    assert_eq!(
+        a.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qa.qp }),
+        Ok(())
+    );
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_INVALID_HANDLE));
+    // A rejected the connection it could not finish: B's accept fails.
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    // B's QP goes too: a disconnect then fails, and nothing panics.
+    assert_eq!(
+        b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
+        Ok(())
+    );
+    let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep });
+    assert!(st.is_err());
+}
+
+#[test]
+fn a_connect_waiting_for_its_reply_is_cancelable() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 8,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 8), 1);
+    a.settle();
+    assert!(outcome(&wc).is_none());
+    // The first wait of A's device: the parked connect.
+    a.dev.cancel(1);
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CANCELLED));
+    // The REP comes anyway: the abandoned connection is rejected.
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            reserved: 0,
+        },
+        1,
+    );
+    b.settle();
+    shuttle(&b, GID_B, &a);
+    assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
+    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
 }

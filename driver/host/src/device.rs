@@ -268,6 +268,8 @@ pub struct HostDevice {
     unloaded: AtomicBool,
     udp: Mutex<Option<UdpWire>>,
     udp_port: u16,
+    /// The connection manager's timer (its DPC: [`Device::cm_timer`]).
+    cm_timer: Arc<crate::platform::HostTimer>,
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -308,6 +310,19 @@ impl HostDevice {
             }
         });
         let _ = bus.dpc.set(dpc);
+        // The CM's timer: a one-shot kernel timer whose DPC runs the CM's
+        // timers, armed by the device at the CM's next deadline.
+        let weak: Weak<SoftDevice> = Arc::downgrade(&device);
+        let cm_timer = Arc::new(platform.new_timer(move || {
+            if let Some(d) = weak.upgrade() {
+                d.cm_timer();
+            }
+        }));
+        let (t, p) = (Arc::clone(&cm_timer), platform.clone());
+        device.set_cm_timer(Arc::new(move |deadline| {
+            let due = deadline.saturating_sub(irpverbs_core::Platform::now_ns(&p));
+            t.set(std::time::Duration::from_nanos(due), None);
+        }));
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let cancel: CancelRoutine = Arc::new(move |key| {
             if let Some(d) = weak.upgrade() {
@@ -328,6 +343,7 @@ impl HostDevice {
             unloaded: AtomicBool::new(false),
             udp: Mutex::new(None),
             udp_port,
+            cm_timer,
         });
         if config.engine == Engine::Thread {
             let soft = Arc::clone(&this.soft);
@@ -555,6 +571,8 @@ impl HostDevice {
         }
         self.detach_udp();
         self.scanner.stop();
+        self.device.stop_cm_timer();
+        self.cm_timer.cancel();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self

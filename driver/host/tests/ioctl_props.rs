@@ -246,6 +246,7 @@ fn creates(code: u32) -> Option<Kind> {
         IOCTL_IV_CREATE_QP => Kind::Qp,
         IOCTL_IV_CREATE_SRQ => Kind::Srq,
         IOCTL_IV_CREATE_AH => Kind::Ah,
+        IOCTL_IV_CREATE_CEP => Kind::Cep,
         _ => return None,
     })
 }
@@ -260,6 +261,7 @@ fn destroys(code: u32) -> bool {
             | IOCTL_IV_DESTROY_QP
             | IOCTL_IV_DESTROY_SRQ
             | IOCTL_IV_DESTROY_AH
+            | IOCTL_IV_DESTROY_CEP
     )
 }
 
@@ -426,6 +428,10 @@ enum Payload {
     CreateSrq(H, IvCreateSrqIn),
     ModifySrq(H, IvModifySrqIn),
     CreateAh(H, IvCreateAhIn),
+    Listen(H, u64),
+    CmConnect(H, H, u64),
+    CmAccept(H, H),
+    CmReject(H, u32),
     Raw(Vec<u8>),
 }
 
@@ -499,6 +505,42 @@ impl Payload {
             Payload::CreateSrq(pd, i) => bytes(IvCreateSrqIn { pd: r(*pd), ..*i }.as_bytes()),
             Payload::ModifySrq(srq, i) => bytes(IvModifySrqIn { srq: r(*srq), ..*i }.as_bytes()),
             Payload::CreateAh(pd, i) => bytes(IvCreateAhIn { pd: r(*pd), ..*i }.as_bytes()),
+            Payload::Listen(cep, service_id) => bytes(
+                IvListenIn {
+                    cep: r(*cep),
+                    service_id: *service_id,
+                }
+                .as_bytes(),
+            ),
+            Payload::CmConnect(cep, qp, service_id) => bytes(
+                IvCmConnectIn {
+                    cep: r(*cep),
+                    qp: r(*qp),
+                    service_id: *service_id,
+                    remote_gid: [0xFE; 16],
+                    cm_response_timeout: 14,
+                    max_cm_retries: 2,
+                    local_ack_timeout: 14,
+                    ..IvCmConnectIn::default()
+                }
+                .as_bytes(),
+            ),
+            Payload::CmAccept(cep, qp) => bytes(
+                IvCmAcceptIn {
+                    cep: r(*cep),
+                    qp: r(*qp),
+                    ..IvCmAcceptIn::default()
+                }
+                .as_bytes(),
+            ),
+            Payload::CmReject(cep, reason) => bytes(
+                IvCmRejectIn {
+                    cep: r(*cep),
+                    reason: *reason,
+                    reserved: 0,
+                }
+                .as_bytes(),
+            ),
             Payload::Raw(b) => bytes(b),
         }
     }
@@ -1097,6 +1139,26 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         IOCTL_IV_CREATE_AH => (handle(Kind::Pd, mix), ah_attr(mix))
             .prop_map(|(pd, attr)| Payload::CreateAh(pd, IvCreateAhIn { pd: 0, attr }))
             .boxed(),
+        IOCTL_IV_CREATE_CEP => any::<u64>()
+            .prop_map(|user_context| {
+                Payload::Raw(IvCreateCepIn { user_context }.as_bytes().to_vec())
+            })
+            .boxed(),
+        IOCTL_IV_LISTEN => (handle(Kind::Cep, mix), 0u64..4)
+            .prop_map(|(cep, sid)| Payload::Listen(cep, sid))
+            .boxed(),
+        IOCTL_IV_CM_CONNECT => (handle(Kind::Cep, mix), handle(Kind::Qp, mix), 0u64..4)
+            .prop_map(|(cep, qp, sid)| Payload::CmConnect(cep, qp, sid))
+            .boxed(),
+        IOCTL_IV_CM_ACCEPT => (handle(Kind::Cep, mix), handle(Kind::Qp, mix))
+            .prop_map(|(cep, qp)| Payload::CmAccept(cep, qp))
+            .boxed(),
+        IOCTL_IV_CM_REJECT => (handle(Kind::Cep, mix), 0u32..40)
+            .prop_map(|(cep, reason)| Payload::CmReject(cep, reason))
+            .boxed(),
+        IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP | IOCTL_IV_CM_DISCONNECT => {
+            handle(Kind::Cep, mix).prop_map(Payload::Handle).boxed()
+        }
         // Not a code of this ABI: the struct of some code that is.
         _ => select(IOCTLS.iter().map(|i| i.code).collect::<Vec<_>>())
             .prop_flat_map(move |code| typed_payload(code, mix))
@@ -1441,7 +1503,13 @@ fn settle<'a>(
 fn waits_for_events(code: u32) -> bool {
     matches!(
         code,
-        IOCTL_IV_CQ_NOTIFY | IOCTL_IV_GET_CQ_EVENT | IOCTL_IV_GET_ASYNC_EVENT
+        IOCTL_IV_CQ_NOTIFY
+            | IOCTL_IV_GET_CQ_EVENT
+            | IOCTL_IV_GET_ASYNC_EVENT
+            | IOCTL_IV_GET_CEP_EVENT
+            | IOCTL_IV_CM_CONNECT
+            | IOCTL_IV_CM_ACCEPT
+            | IOCTL_IV_CM_DISCONNECT
     )
 }
 
@@ -1864,7 +1932,12 @@ fn random_ioctls_from_two_files() {
         // event happens, which random control verbs rarely cause.
         let reachable = IOCTLS
             .iter()
-            .filter(|i| !waits_for_events(i.code) && i.code != IOCTL_IV_ACK_CQ_EVENTS)
+            .filter(|i| {
+                // A REJ needs a connect request from a peer: none here.
+                !waits_for_events(i.code)
+                    && i.code != IOCTL_IV_ACK_CQ_EVENTS
+                    && i.code != IOCTL_IV_CM_REJECT
+            })
             .count();
         assert!(
             succeeded.len() + 4 >= reachable,

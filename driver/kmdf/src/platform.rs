@@ -30,6 +30,7 @@ use irpverbs_core::{
 use irpverbs_ring::{Region, Ring};
 use wdk_sys::ntddk::{
     ExAllocatePool2, ExFreePoolWithTag, KeAcquireInStackQueuedSpinLock, KeGetCurrentIrql,
+    KeQueryInterruptTimePrecise,
     KeReleaseInStackQueuedSpinLock,
 };
 use wdk_sys::{KLOCK_QUEUE_HANDLE, KSPIN_LOCK, POOL_FLAG_NON_PAGED, SIZE_T};
@@ -59,6 +60,18 @@ impl Platform for KmdfPlatform {
         // SAFETY: KeGetCurrentIrql has no preconditions; it reads the
         // current processor's IRQL at any IRQL.
         unsafe { KeGetCurrentIrql() }
+    }
+
+    /// `KeQueryInterruptTimePrecise`, in 100 ns units, as nanoseconds.
+    ///
+    /// IRQL: any.
+    fn now_ns(&self) -> u64 {
+        let mut qpc = 0u64;
+        // SAFETY: KeQueryInterruptTimePrecise writes the performance
+        // counter to the valid u64 it is given and reads the interrupt
+        // time; callable at any IRQL.
+        let t = unsafe { KeQueryInterruptTimePrecise(&raw mut qpc) };
+        t.saturating_mul(100)
     }
 
     /// A nonpaged allocation of `bytes` (at least 1) tagged `tag`; its address

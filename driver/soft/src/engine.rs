@@ -246,6 +246,8 @@ pub(crate) struct DataPath {
     pub(crate) cq_errors: Vec<u32>,
     /// Counters.
     pub(crate) stats: DpStats,
+    /// The general services interface (QP1).
+    pub(crate) gsi: crate::gsi::Gsi,
     /// How many reasons a receive doorbell has to take the lock: QPs in
     /// ERR (their new receives are flushed) and responders waiting for a
     /// receive after an RNR NAK (their requesters get a retry). While it
@@ -296,6 +298,7 @@ impl DataPath {
             acks: Vec::new(),
             cq_errors: Vec::new(),
             stats: DpStats::default(),
+            gsi: crate::gsi::Gsi::default(),
             attention: Arc::new(AtomicU32::new(0)),
         }
     }
@@ -798,6 +801,10 @@ impl Firmware {
     /// burst whose ends do not belong together, are dropped.
     pub(crate) fn receive(&mut self, pkt: &Packet, burst: Burst, payload: &[crate::packet::Seg]) {
         self.dp.stats.packets_received += u64::from(burst.count);
+        if pkt.dest_qpn == irpverbs_core::GSI_QPN {
+            crate::gsi::receive(&mut self.dp, &self.port, pkt, burst, payload);
+            return;
+        }
         let k = pkt.mask();
         let (qps, mut env) = self.split();
         let qp = match qps.get_mut(pkt.dest_qpn) {

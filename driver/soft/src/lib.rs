@@ -151,6 +151,7 @@ mod eq;
 pub mod fabric;
 mod fast;
 mod firmware;
+mod gsi;
 pub mod link;
 mod mr;
 pub mod packet;
@@ -168,6 +169,8 @@ mod tests_doorbell;
 #[cfg(test)]
 mod tests_dp;
 #[cfg(test)]
+mod tests_gsi;
+#[cfg(test)]
 mod tests_sim;
 #[cfg(test)]
 mod testutil;
@@ -182,10 +185,13 @@ use irpverbs_abi::{
     IvQueryDeviceOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, nt_success,
 };
 use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK, LockClass};
-use irpverbs_core::{Command, DoorbellPageInfo, DoorbellTarget, Event, Hca, Platform, SpinLock};
+use irpverbs_core::{
+    Command, DoorbellPageInfo, DoorbellTarget, Event, Hca, MadIn, MadOut, Platform, SpinLock,
+};
 use irpverbs_ring::DoorbellPage;
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
+pub use gsi::MAD_QUEUE_DEPTH;
 
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
@@ -270,6 +276,14 @@ pub struct SoftStats {
     /// Doorbell page slots the scanner took that were bound to no queue
     /// (a stale slot, or garbage user mode wrote): ignored.
     pub stray_doorbells: u64,
+    /// MADs the GSI (QP1) sent.
+    pub mads_sent: u64,
+    /// MADs the GSI received and queued for the driver.
+    pub mads_received: u64,
+    /// Packets to QP1 dropped: not a valid MAD (see [`MAD_QUEUE_DEPTH`]'s
+    /// module: UD SEND ONLY, 256 bytes, the GSI Q_Key, base version 1), or
+    /// the MAD queue was full.
+    pub mads_dropped: u64,
 }
 
 /// Datagrams for a link, and the tap that sees them.
@@ -550,20 +564,12 @@ impl<P: Platform> SoftHca<P> {
 
     /// Moves the data path's events to the event queue (under `HCA_LOCK`);
     /// returns whether to raise the interrupt.
-    fn push_events(&self, events: &mut Vec<Event>, stats: &mut SoftStats) -> bool {
-        if events.is_empty() {
+    fn push_events(&self, dp: &mut engine::DataPath, stats: &mut SoftStats) -> bool {
+        if dp.events.is_empty() {
             return false;
         }
-        self.eq.lock(|eq| {
-            let mut raise = false;
-            for e in events.drain(..) {
-                match eq.push(e) {
-                    Some(r) => raise |= r,
-                    None => stats.events_lost += 1,
-                }
-            }
-            raise
-        })
+        self.eq
+            .lock(|eq| queue_events(eq, &mut dp.events, &mut dp.gsi.announced, stats))
     }
 
     /// One data-path step: `pre` (a doorbell's marking), the inbox, the
@@ -710,7 +716,7 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq.clear();
                 }
             }
-            let raise = self.push_events(&mut fw.dp.events, &mut st.stats);
+            let raise = self.push_events(&mut fw.dp, &mut st.stats);
             (raise, more)
         }
     }
@@ -856,7 +862,7 @@ impl<P: Platform> SoftHca<P> {
         if !nt_success(status) {
             stats.commands_failed += 1;
         }
-        let dp_events = &mut st.firmware.dp.events;
+        let dp = &mut st.firmware.dp;
         Ok(self.eq.lock(|eq| {
             let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
             let mut used = 1;
@@ -865,13 +871,7 @@ impl<P: Platform> SoftHca<P> {
                 used += 1;
             }
             eq.release(EVENTS_PER_COMMAND - used);
-            for e in dp_events.drain(..) {
-                match eq.push(e) {
-                    Some(r) => raise |= r,
-                    None => stats.events_lost += 1,
-                }
-            }
-            raise
+            raise | queue_events(eq, &mut dp.events, &mut dp.gsi.announced, stats)
         }))
     }
 
@@ -910,7 +910,7 @@ impl<P: Platform> SoftHca<P> {
         let (scan, raise) = self.state.lock(|st| {
             let scan = st.firmware.scan_doorbells();
             // An armed CQ with completions: its event goes out now.
-            let raise = self.push_events(&mut st.firmware.dp.events, &mut st.stats);
+            let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
             (scan, raise)
         });
         if raise {
@@ -945,6 +945,9 @@ impl<P: Platform> SoftHca<P> {
                 doorbell_pages: st.firmware.doorbells.len(),
                 page_doorbells: st.firmware.doorbells.rung,
                 stray_doorbells: st.firmware.doorbells.stray,
+                mads_sent: st.firmware.dp.gsi.sent,
+                mads_received: st.firmware.dp.gsi.received,
+                mads_dropped: st.firmware.dp.gsi.dropped,
                 ..st.stats
             }
         });
@@ -975,6 +978,31 @@ impl<P: Platform> SoftHca<P> {
     pub(crate) fn with_firmware<R>(&self, f: impl FnOnce(&mut Firmware) -> R) -> R {
         self.state.lock(|st| f(&mut st.firmware))
     }
+}
+
+/// Moves `events` to the event queue; returns whether to raise the
+/// interrupt. A lost [`Event::Mad`] clears `mad_announced`, so that the
+/// next MAD announces again.
+fn queue_events(
+    eq: &mut EventQueue,
+    events: &mut Vec<Event>,
+    mad_announced: &mut bool,
+    stats: &mut SoftStats,
+) -> bool {
+    let mut raise = false;
+    for e in events.drain(..) {
+        let mad = e == Event::Mad;
+        match eq.push(e) {
+            Some(r) => raise |= r,
+            None => {
+                stats.events_lost += 1;
+                if mad {
+                    *mad_announced = false;
+                }
+            }
+        }
+    }
+    raise
 }
 
 impl<P: Platform> Hca for SoftHca<P> {
@@ -1095,7 +1123,7 @@ impl<P: Platform> Hca for SoftHca<P> {
                     let dp = &st.firmware.dp;
                     let more =
                         !dp.ready.is_empty() || !dp.loopq.is_empty() || !dp.cq_errors.is_empty();
-                    let raise = self.push_events(&mut st.firmware.dp.events, &mut st.stats);
+                    let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
                     Some((raise, more))
                 });
                 match quick {
@@ -1215,11 +1243,33 @@ impl<P: Platform> Hca for SoftHca<P> {
     fn cq_arm_doorbell(&self, cqn: u32) {
         let raise = self.state.lock(|st| {
             st.firmware.arm_cq(cqn);
-            self.push_events(&mut st.firmware.dp.events, &mut st.stats)
+            self.push_events(&mut st.firmware.dp, &mut st.stats)
         });
         if raise {
             self.bus.interrupt();
         }
+    }
+
+    /// Sends a MAD from QP1 (see the `gsi` module in the crate's source:
+    /// a RoCEv2 UD SEND ONLY with a DETH, Q_Key 0x80010000, source QP 1).
+    /// Inline, the data path carries it now; deferred, the hardware
+    /// thread is woken.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
+        self.state.lock(|st| st.firmware.send_mad(mad))?;
+        match self.execution {
+            Execution::Inline => self.drive(|_| {}),
+            Execution::Deferred => self.bus.doorbell(),
+        }
+        Ok(())
+    }
+
+    /// The oldest MAD QP1 received ([`Event::Mad`] announced it).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn poll_mad(&self) -> Option<MadIn> {
+        self.state.lock(|st| st.firmware.dp.gsi.poll())
     }
 }
 

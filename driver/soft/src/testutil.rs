@@ -115,6 +115,11 @@ impl Platform for TestPlatform {
         }
     }
 
+    /// Time stands still: the soft HCA's tests drive no CM.
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
     fn irql(&self) -> Irql {
         if held_ranks().is_empty() {
             PASSIVE_LEVEL
@@ -304,7 +309,7 @@ impl Dev {
         self.hca.run_firmware();
         let done = loop {
             match self.hca.poll_event() {
-                Some(e @ (Event::Completion { .. } | Event::Async(_))) => {
+                Some(e @ (Event::Completion { .. } | Event::Async(_) | Event::Mad)) => {
                     self.extra.lock().unwrap().push(e);
                 }
                 other => break other,

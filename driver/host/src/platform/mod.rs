@@ -687,6 +687,14 @@ impl Platform for HostPlatform {
         current_irql()
     }
 
+    /// [`HostPlatform::now`] in nanoseconds: the real or virtual clock
+    /// timers run on.
+    ///
+    /// IRQL: any.
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.now().as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Charges tagged nonpaged pool.
     ///
     /// IRQL: <= DISPATCH_LEVEL. The verifier bugchecks 0xC4/0x02 above,

@@ -1,0 +1,1005 @@
+//! The connection manager in the device: one [`irpverbs_cm::Engine`] per
+//! [`Device`], under the device lock.
+//!
+//! - **Receive.** The HCA announces MADs its GSI (QP1) received with
+//!   [`Event::Mad`](crate::Event::Mad); the DPC takes them
+//!   ([`Hca::poll_mad`]) and feeds each to [`Engine::receive`] right there,
+//!   at DISPATCH_LEVEL, with no thread switch. A MAD the engine's parser
+//!   refuses is counted ([`DeviceStats::cm_mads_malformed`]).
+//! - **Send.** After every engine call the device drains
+//!   [`Engine::poll_transmit`] under its lock and, with the lock released,
+//!   hands each MAD to [`Hca::send_mad`] (a UD send from QP1 with Q_Key
+//!   0x80010000). A MAD the HCA refuses is counted
+//!   ([`DeviceStats::cm_send_failures`]) and left to the CM's
+//!   retransmission, as a MAD lost on the wire.
+//! - **Time.** The platform glue gives the device a way to arm a one-shot
+//!   platform timer ([`Device::set_cm_timer`]: on Windows a KTIMER and
+//!   KDPC, in host mode a `HostTimer`), whose DPC calls
+//!   [`Device::cm_timer`]. The device arms it at
+//!   [`Engine::next_deadline`] whenever that changes, on the clock of
+//!   [`Platform::now_ns`]. Retransmissions, giving up and time wait run
+//!   from there.
+//!
+//! - **CEPs.** Objects of the per-file handle table ([`Kind::Cep`]), each
+//!   naming an engine CEP. `IOCTL_IV_GET_CEP_EVENT` follows the polling
+//!   model: when the engine names a CEP ([`Engine::poll_ready`]) the device
+//!   takes all its events ([`Engine::poll_event`] until `None`), queues
+//!   them on the CEP, and completes its pended request with the oldest;
+//!   one request per CEP (a second: `STATUS_DEVICE_BUSY`). A connect
+//!   request's event carries the new connection's CEP, made in the
+//!   listener's file (if the file has no room, the engine rejects it).
+//!   Destroying a CEP (or closing its file) destroys the engine's CEP,
+//!   which sends the REJ or DREQ its state asks for, and completes its
+//!   pended requests with `STATUS_CANCELLED`.
+//!
+//! ## Multi-phase requests
+//!
+//! Each is one request (IRP) the device moves through phases; a phase is a
+//! QP modify command posted to the HCA (the request travels with it and
+//! the next phase runs from its completion in the DPC) or a CM event it
+//! waits for (the request is parked on the CEP and the event, taken from
+//! the CEP's queue before the owner sees it, resumes it; while parked the
+//! request is cancelable, and a cancelled connect or accept is rejected at
+//! the next event or request on the CEP). Nothing blocks.
+//! Every QP attribute comes from the engine.
+//!
+//! | request | phases | completes |
+//! |---|---|---|
+//! | `CM_CONNECT` | QP to INIT (`ConnectParams::init_attr`); REQ (`connect`); on the REP: QP to RTR, RTS (`qp_attr`); RTU | after the RTU is sent |
+//! | `CM_ACCEPT` | QP to INIT, RTR, RTS (`accept_qp_attr`); REP (`accept`) | on the RTU, or on the QP's first receive (COMM_EST: `notify_established`) |
+//! | `CM_REJECT` | REJ (`reject`) | at once |
+//! | `CM_DISCONNECT`, established | DREQ (`disconnect`); QP to ERR | on the DREP |
+//! | `CM_DISCONNECT`, after a DREQ | QP to ERR; DREP (`drep`) | after the DREP is sent |
+//!
+//! Errors: `STATUS_INVALID_HANDLE` (no such CEP or QP in the file),
+//! `STATUS_INVALID_PARAMETER` (not an RC QP, a value out of range),
+//! `STATUS_INVALID_DEVICE_STATE` (the CEP is not in a state the request
+//! starts from), `STATUS_DEVICE_BUSY` (a request in progress on the CEP, or
+//! the QP busy with another modify); then, while in progress: a QP
+//! modify's failure status, `STATUS_CONNECTION_REFUSED` (a REJ),
+//! `STATUS_IO_TIMEOUT` (the CM gave up after its retries),
+//! `STATUS_CANCELLED` (the CEP was destroyed), `STATUS_DEVICE_REMOVED`.
+//!
+//! IRQL: every entry point runs at IRQL <= DISPATCH_LEVEL (the IOCTL
+//! queue, the DPC, the timer's DPC) under the device's spin lock, and
+//! calls the HCA (`send_mad`, the timer's arming) after releasing it.
+//!
+//! [`DeviceStats::cm_mads_malformed`]: crate::DeviceStats::cm_mads_malformed
+//! [`DeviceStats::cm_send_failures`]: crate::DeviceStats::cm_send_failures
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use irpverbs_cm::msg::RejReason;
+use irpverbs_cm::{
+    AcceptParams, Config, ConnectParams, Engine, MadAddr, QpModify, QpTarget, State as CmState,
+    Transmit,
+};
+
+use irpverbs_abi::*;
+
+use crate::device::{Response, State, Verb};
+use crate::hca::{MadIn, MadOut};
+use crate::notify::{Done, WaitKind, pend, take_wait};
+use crate::object::{Body, Life};
+use crate::{Device, FileKey, Hca, Kind, Platform, SpinLock};
+
+/// Arms the CM's platform timer to fire at an absolute time (ns on the
+/// clock of [`Platform::now_ns`]), replacing any earlier arming. Called
+/// with no driver lock held, at IRQL <= DISPATCH_LEVEL.
+pub type CmTimerArm = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// The device's CM (part of the state under the device lock).
+pub(crate) struct Cm {
+    pub(crate) engine: Engine,
+    /// The timer's arming function, once the glue gave one.
+    arm: Option<CmTimerArm>,
+    /// The deadline the timer is armed for.
+    armed: Option<u64>,
+}
+
+/// What to do after releasing the device lock: send MADs, arm the timer.
+#[must_use]
+pub(crate) struct CmFlush {
+    transmits: Vec<Transmit>,
+    arm: Option<(CmTimerArm, u64)>,
+}
+
+impl Cm {
+    /// The CM of a CA whose node GUID is `ca_guid`; communication IDs
+    /// rotated by `seed`.
+    pub(crate) fn new(ca_guid: u64, seed: u32) -> Self {
+        let mut cfg = Config::new(ca_guid);
+        cfg.id_seed = seed;
+        Self {
+            engine: Engine::new(cfg),
+            arm: None,
+            armed: None,
+        }
+    }
+
+    /// The engine's transmits, and the timer to arm if its deadline
+    /// changed.
+    pub(crate) fn take(&mut self) -> CmFlush {
+        let mut transmits = Vec::new();
+        while let Some(t) = self.engine.poll_transmit() {
+            transmits.push(t);
+        }
+        let next = self.engine.next_deadline();
+        let arm = match (&self.arm, next) {
+            (Some(f), Some(d)) if self.armed != Some(d) => {
+                self.armed = Some(d);
+                Some((Arc::clone(f), d))
+            }
+            _ => None,
+        };
+        CmFlush { transmits, arm }
+    }
+}
+
+/// Where a received MAD came from, as the engine takes it.
+pub(crate) fn mad_addr(m: &MadIn) -> MadAddr {
+    MadAddr {
+        port_num: m.port,
+        pkey_index: m.pkey_index,
+        sgid_index: m.dgid_index,
+        gid: m.sgid,
+        lid: 0,
+        qpn: m.src_qpn,
+        sl: 0,
+        traffic_class: m.traffic_class,
+        hop_limit: m.hop_limit,
+        flow_label: m.flow_label,
+    }
+}
+
+/// A transmit as the HCA's GSI sends it.
+pub(crate) fn mad_out(t: &Transmit) -> MadOut {
+    MadOut {
+        port: t.dest.port_num,
+        sgid_index: t.dest.sgid_index,
+        dgid: t.dest.gid,
+        dest_qpn: t.dest.qpn,
+        traffic_class: t.dest.traffic_class,
+        flow_label: t.dest.flow_label,
+        hop_limit: if t.dest.hop_limit == 0 {
+            64
+        } else {
+            t.dest.hop_limit
+        },
+        mad: t.mad,
+    }
+}
+
+impl<P: Platform, H: Hca> Device<P, H> {
+    /// Takes every MAD the HCA's GSI holds into the CM (the DPC, on
+    /// [`crate::Event::Mad`], under the device lock).
+    pub(crate) fn cm_receive(&self, s: &mut State<P::Request>) {
+        let now = self.platform.now_ns();
+        while let Some(m) = self.hca.poll_mad() {
+            s.stats.mads_received += 1;
+            if s.cm.engine.receive(now, &mad_addr(&m), &m.mad).is_err() {
+                s.stats.cm_mads_malformed += 1;
+            }
+        }
+    }
+
+    /// Sends the MADs and arms the timer `flush` holds (no lock held).
+    pub(crate) fn cm_flush(&self, flush: CmFlush) {
+        let mut failed = 0u64;
+        for t in &flush.transmits {
+            if self.hca.send_mad(&mad_out(t)).is_err() {
+                failed += 1;
+            }
+        }
+        if failed != 0 {
+            self.state.lock(|s| s.stats.cm_send_failures += failed);
+        }
+        if let Some((arm, deadline)) = flush.arm {
+            arm(deadline);
+        }
+    }
+
+    /// Gives the device the function that arms its CM timer (see
+    /// [`CmTimerArm`]); the platform timer's DPC must call
+    /// [`Device::cm_timer`]. Arms it at once if the CM waits for time.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn set_cm_timer(&self, arm: CmTimerArm) {
+        let flush = self.state.lock(|s| {
+            s.cm.arm = Some(arm);
+            s.cm.armed = None;
+            s.cm.take()
+        });
+        self.cm_flush(flush);
+    }
+
+    /// Forgets the timer's arming function (before the driver unloads and
+    /// cancels the timer): the CM's timers stop.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn stop_cm_timer(&self) {
+        self.state.lock(|s| {
+            s.cm.arm = None;
+            s.cm.armed = None;
+        });
+    }
+
+    /// The CM timer's DPC: runs the CM's timers due now (retransmissions,
+    /// timeouts, time wait), sends what they produced and re-arms the
+    /// timer at the next deadline.
+    ///
+    /// IRQL: DISPATCH_LEVEL (any IRQL <= DISPATCH_LEVEL).
+    pub fn cm_timer(&self) {
+        let now = self.platform.now_ns();
+        let (flush, done) = self.state.lock(|s| {
+            s.cm.armed = None;
+            s.cm.engine.on_timer(now);
+            self.cep_deliver(s);
+            (s.cm.take(), core::mem::take(&mut s.deferred))
+        });
+        self.complete_all(done);
+        self.cm_flush(flush);
+    }
+
+    /// The CM engine's counters.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn cm_stats(&self) -> irpverbs_cm::Stats {
+        self.state.lock(|s| s.cm.engine.stats())
+    }
+}
+
+/// The statuses of the CM's refusals.
+pub(crate) fn cm_status(e: irpverbs_cm::CmError) -> NtStatus {
+    use irpverbs_cm::CmError;
+    match e {
+        CmError::UnknownCep => STATUS_INVALID_HANDLE,
+        CmError::InvalidState(_) => STATUS_INVALID_DEVICE_STATE,
+        CmError::InvalidParam(_) => STATUS_INVALID_PARAMETER,
+        CmError::ServiceInUse => STATUS_DEVICE_BUSY,
+        CmError::TableFull => STATUS_INSUFFICIENT_RESOURCES,
+    }
+}
+
+/// The CEP object at `idx` of `file`.
+fn cep_mut<R>(s: &mut State<R>, file: FileKey, idx: u32) -> Option<&mut crate::object::Cep> {
+    match &mut s.files.get_mut(&file)?.objects.get_mut(idx).body {
+        Body::Cep(c) => Some(c),
+        _ => None,
+    }
+}
+
+impl<P: Platform, H: Hca> Device<P, H> {
+    /// Runs a CEP verb (`CREATE_CEP`, `LISTEN`, `GET_CEP_EVENT`,
+    /// `DESTROY_CEP`) under the device lock: answered at once (returned)
+    /// or pended (`None`).
+    pub(crate) fn cep_start(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        verb: Verb,
+        request: P::Request,
+    ) -> Option<Done<P::Request>> {
+        let fail = |r: P::Request, st: NtStatus| Some((r, st, Response::None));
+        match verb {
+            Verb::CreateCep(i) => {
+                let id = match s.cm.engine.create(0) {
+                    Ok(id) => id,
+                    Err(e) => return fail(request, cm_status(e)),
+                };
+                match self.new_cep(s, file, id, i.user_context) {
+                    Ok(cep) => Some((
+                        request,
+                        STATUS_SUCCESS,
+                        Response::Cep(IvCreateCepOut { cep }),
+                    )),
+                    Err(st) => {
+                        let _ = s.cm.engine.destroy(id, self.platform.now_ns());
+                        fail(request, st)
+                    }
+                }
+            }
+            Verb::Listen(i) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(i.cep, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
+                    return fail(request, STATUS_INVALID_HANDLE);
+                };
+                match s.cm.engine.listen(id, i.service_id) {
+                    Ok(()) => Some((request, STATUS_SUCCESS, Response::None)),
+                    Err(e) => fail(request, cm_status(e)),
+                }
+            }
+            Verb::GetCepEvent(h) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(h.handle, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                let wait = cep_mut(s, file, idx).and_then(|c| c.wait);
+                if wait.is_some_and(|k| s.waits.contains_key(&k)) {
+                    return fail(request, STATUS_DEVICE_BUSY);
+                }
+                self.cm_route(s, file, idx);
+                if let Some(out) = cep_mut(s, file, idx).and_then(|c| c.events.pop_front()) {
+                    return Some((request, STATUS_SUCCESS, Response::CepEvent(out)));
+                }
+                let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
+                    Ok(k) => k,
+                    Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                };
+                if let Some(c) = cep_mut(s, file, idx) {
+                    c.wait = Some(key);
+                }
+                None
+            }
+            Verb::Destroy(h, Kind::Cep) => {
+                let idx = match s
+                    .file(file)
+                    .and_then(|f| f.objects.lookup(h.handle, Kind::Cep))
+                {
+                    Ok(i) => i,
+                    Err(st) => return fail(request, st),
+                };
+                self.free_object(s, file, idx);
+                Some((request, STATUS_SUCCESS, Response::None))
+            }
+            _ => fail(request, STATUS_INVALID_DEVICE_REQUEST),
+        }
+    }
+
+    /// A CEP object for the engine's CEP `id` in `file`; its handle.
+    fn new_cep(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        id: irpverbs_cm::CepId,
+        user_context: u64,
+    ) -> Result<IvHandle, NtStatus> {
+        let body = Body::Cep(crate::object::Cep {
+            id,
+            user_context,
+            wait: None,
+            events: alloc::collections::VecDeque::new(),
+            qp: None,
+        });
+        let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
+        let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
+        f.objects.get_mut(idx).life = Life::Live;
+        s.ceps.insert(id, (file, idx));
+        Ok(s.files.get(&file).map_or(0, |f| f.objects.handle_of(idx)))
+    }
+
+    /// Ends a CEP object's engine side (from [`Device::free_object`]): the
+    /// engine destroys it (sending the REJ or DREQ its state asks for) and
+    /// its pended request completes with `STATUS_CANCELLED`.
+    pub(crate) fn cep_freed(&self, s: &mut State<P::Request>, cep: &crate::object::Cep) {
+        if s.ceps.remove(&cep.id).is_some() {
+            let _ = s.cm.engine.destroy(cep.id, self.platform.now_ns());
+        }
+        if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
+            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+        }
+        if let Some(r) = s
+            .cm_ops
+            .remove(&cep.id)
+            .and_then(|p| p.wait)
+            .and_then(|k| take_wait(s, k))
+        {
+            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+        }
+    }
+
+    /// Converts a CEP's engine event for its owner; `None` for one the
+    /// owner never sees (a connect request there is no room for, which the
+    /// engine rejects; `Canceled`, which only `destroy` returns).
+    fn convert(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        idx: u32,
+        ev: irpverbs_cm::Event,
+    ) -> Option<IvCepEventOut> {
+        use irpverbs_cm::Event as E;
+        let c = cep_mut(s, file, idx)?;
+        let user_context = c.user_context;
+        let handle = s.files.get(&file)?.objects.handle_of(idx);
+        let mut out = IvCepEventOut {
+            cep: handle,
+            user_context,
+            ..IvCepEventOut::default()
+        };
+        out.event_type = match ev {
+            E::ConnectRequest { cep, src, req } => {
+                match self.new_cep(s, file, cep, user_context) {
+                    Ok(h) => out.cep = h,
+                    Err(_) => {
+                        // No room for it: the engine rejects it.
+                        let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                        return None;
+                    }
+                }
+                out.service_id = req.service_id;
+                out.remote_gid = src.gid;
+                out.remote_qpn = req.local_qpn;
+                IV_CEP_EVENT_CONNECT_REQUEST
+            }
+            E::Reply { rep } => {
+                out.remote_qpn = rep.local_qpn;
+                IV_CEP_EVENT_REPLY
+            }
+            E::Established => IV_CEP_EVENT_ESTABLISHED,
+            E::Rejected { rej, .. } => {
+                out.reason = u32::from(rej.reason.0);
+                IV_CEP_EVENT_REJECTED
+            }
+            E::MraReceived { .. } => IV_CEP_EVENT_MRA,
+            E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
+            E::DisconnectRequest { .. } => IV_CEP_EVENT_DISCONNECT_REQUEST,
+            E::DisconnectReply { .. } => IV_CEP_EVENT_DISCONNECT_REPLY,
+            E::StaleConnection => IV_CEP_EVENT_STALE,
+            E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
+            E::LapReceived { .. } => IV_CEP_EVENT_LAP,
+            E::AprReceived { .. } => IV_CEP_EVENT_APR,
+            E::SidrRequest { .. } => IV_CEP_EVENT_SIDR_REQUEST,
+            E::SidrReply { .. } => IV_CEP_EVENT_SIDR_REPLY,
+            E::Canceled { .. } => return None,
+        };
+        Some(out)
+    }
+
+    /// Takes every event the engine holds for the CEP at `idx` (which
+    /// re-arms it there): a multi-phase request in progress on the CEP
+    /// consumes the events it waits for; the rest queue on the CEP for
+    /// `GET_CEP_EVENT`.
+    fn cm_route(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
+            return;
+        };
+        while let Some(ev) = s.cm.engine.poll_event(id) {
+            let ev = match self.cm_consume(s, id, ev) {
+                Some(ev) => ev,
+                None => continue,
+            };
+            if let Some(out) = self.convert(s, file, idx, ev) {
+                if let Some(c) = cep_mut(s, file, idx) {
+                    c.events.push_back(out);
+                }
+            }
+        }
+    }
+
+    /// Completes the CEP's pended `GET_CEP_EVENT` if it has an event.
+    fn cep_serve(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let Some(c) = cep_mut(s, file, idx) else {
+            return;
+        };
+        let Some(key) = c.wait.filter(|_| !c.events.is_empty()) else {
+            return;
+        };
+        let Some(r) = take_wait(s, key) else {
+            return;
+        };
+        if let Some(c) = cep_mut(s, file, idx) {
+            c.wait = None;
+            if let Some(out) = c.events.pop_front() {
+                s.deferred
+                    .push((r, STATUS_SUCCESS, Response::CepEvent(out)));
+            }
+        }
+    }
+
+    /// Routes the events of every CEP the engine names as having some,
+    /// then completes their pended `GET_CEP_EVENT`s (the polling model).
+    pub(crate) fn cep_deliver(&self, s: &mut State<P::Request>) {
+        while let Some((id, _)) = s.cm.engine.poll_ready() {
+            let Some(&(file, idx)) = s.ceps.get(&id) else {
+                continue;
+            };
+            self.cm_route(s, file, idx);
+            self.cep_serve(s, file, idx);
+        }
+    }
+
+    /// Gives `ev` to the multi-phase request in progress on `id`, if it
+    /// waits for it; returns it otherwise.
+    fn cm_consume(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        ev: irpverbs_cm::Event,
+    ) -> Option<irpverbs_cm::Event> {
+        use irpverbs_cm::Event as E;
+        let Some(p) = s.cm_ops.get_mut(&id) else {
+            return Some(ev);
+        };
+        let status = match (p.kind, &ev) {
+            (CmKind::Connect, E::Reply { .. }) => {
+                let Some(key) = p.wait.take() else {
+                    return Some(ev);
+                };
+                let (file, qp) = (p.file, p.qp);
+                let Some(r) = take_wait(s, key) else {
+                    // Cancelled: the connection is abandoned.
+                    self.cm_reject(s, id);
+                    s.cm_ops.remove(&id);
+                    return None;
+                };
+                let res = match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
+                    Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
+                    Err(e) => Err((r, cm_status(e))),
+                };
+                if let Err((r, st)) = res {
+                    self.cm_reject(s, id);
+                    self.cm_end(s, id, r, st);
+                }
+                return None;
+            }
+            (CmKind::Accept, E::Established) => STATUS_SUCCESS,
+            (CmKind::Disconnect, E::DisconnectReply { .. }) => STATUS_SUCCESS,
+            (CmKind::Connect | CmKind::Accept, E::Rejected { .. }) => STATUS_CONNECTION_REFUSED,
+            (_, E::Timeout { .. }) => STATUS_IO_TIMEOUT,
+            _ => return Some(ev),
+        };
+        match p.wait.take() {
+            Some(key) => match take_wait(s, key) {
+                Some(r) => self.cm_end(s, id, r, status),
+                // Cancelled meanwhile.
+                None => {
+                    s.cm_ops.remove(&id);
+                }
+            },
+            // A QP modify is in flight: its completion ends the request.
+            None => p.result = Some(status),
+        }
+        None
+    }
+
+    /// A connect or accept that failed on this side rejects the
+    /// connection, so that the remote does not wait for it (a REJ the
+    /// state does not allow is not sent).
+    fn cm_reject(&self, s: &mut State<P::Request>, id: irpverbs_cm::CepId) {
+        let now = self.platform.now_ns();
+        let _ =
+            s.cm.engine
+                .reject(id, RejReason::CONSUMER_REJECT, &[], &[], now);
+    }
+
+    /// Ends the multi-phase request on `id` with `status`.
+    fn cm_end(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        r: P::Request,
+        st: NtStatus,
+    ) {
+        s.cm_ops.remove(&id);
+        s.deferred.push((r, st, Response::None));
+    }
+
+    /// Posts a modify of the QP at `qp` for a multi-phase request, which
+    /// travels with the command.
+    #[allow(clippy::too_many_arguments)]
+    fn cm_modify(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        qp_handle: IvHandle,
+        m: QpModify,
+        cep: irpverbs_cm::CepId,
+        phase: Phase,
+        request: P::Request,
+    ) -> Result<(), (P::Request, NtStatus)> {
+        let Some(f) = s.files.get_mut(&file) else {
+            return Err((request, STATUS_INVALID_HANDLE));
+        };
+        // By handle: the QP may have been destroyed since the request began.
+        let qp = match f.objects.lookup(qp_handle, Kind::Qp) {
+            Ok(i) => i,
+            Err(st) => return Err((request, st)),
+        };
+        let o = f.objects.get_mut(qp);
+        if o.busy || o.life != Life::Live {
+            return Err((request, STATUS_DEVICE_BUSY));
+        }
+        let Body::Qp(q) = &o.body else {
+            return Err((request, STATUS_INVALID_HANDLE));
+        };
+        let next = match crate::qp_state::check_modify(q.qp_type, q.state, m.mask, &m.attr) {
+            Ok(n) => n,
+            Err(e) => return Err((request, e.status())),
+        };
+        let cmd = crate::Command::ModifyQp {
+            qpn: q.qpn,
+            cur_state: q.state,
+            mask: m.mask,
+            attr: m.attr,
+        };
+        o.busy = true;
+        self.post(
+            s,
+            file,
+            Some(request),
+            crate::device::Op::CmStep {
+                qp,
+                next,
+                cep,
+                phase,
+            },
+            cmd,
+        );
+        Ok(())
+    }
+
+    /// A QP modify of a multi-phase request completed: the next phase.
+    pub(crate) fn cm_step_done(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        (qp, next, id, phase): (u32, u32, irpverbs_cm::CepId, Phase),
+        status: NtStatus,
+        request: Option<P::Request>,
+    ) -> Option<Done<P::Request>> {
+        let ok = nt_success(status);
+        crate::qp::finish_modify_qp(s, file, qp, next, ok);
+        let r = request?;
+        let Some(p) = s.cm_ops.get_mut(&id) else {
+            // The CEP was destroyed meanwhile.
+            return Some((r, STATUS_CANCELLED, Response::None));
+        };
+        if !ok {
+            if matches!(p.kind, CmKind::Connect | CmKind::Accept) && p.result.is_none() {
+                self.cm_reject(s, id);
+            }
+            s.cm_ops.remove(&id);
+            return Some((r, status, Response::None));
+        }
+        if let Some(st) = p.result.take() {
+            s.cm_ops.remove(&id);
+            return Some((r, st, Response::None));
+        }
+        let now = self.platform.now_ns();
+        let (kind, connect, accept, qp_handle) = (p.kind, p.connect, p.accept, p.qp);
+        let step = |s: &mut State<P::Request>, t: QpTarget, ph: Phase, r: P::Request| {
+            let m = match kind {
+                CmKind::Accept => accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
+                    s.cm.engine.accept_qp_attr(id, &a, t)
+                }),
+                _ => s.cm.engine.qp_attr(id, t),
+            };
+            match m {
+                Ok(m) => self.cm_modify(s, file, qp_handle, m, id, ph, r),
+                Err(e) => Err((r, cm_status(e))),
+            }
+        };
+        let ended = match (kind, phase) {
+            (CmKind::Connect, Phase::Init) => {
+                let res = connect.map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
+                    s.cm.engine.connect(id, &c, now)
+                });
+                match res {
+                    Ok(()) => park(s, id, r),
+                    Err(e) => Err((r, cm_status(e))),
+                }
+            }
+            (CmKind::Connect, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
+            (CmKind::Connect, Phase::Rts) => match s.cm.engine.rtu(id, &[]) {
+                Ok(()) => Err((r, STATUS_SUCCESS)),
+                Err(e) => Err((r, cm_status(e))),
+            },
+            (CmKind::Accept, Phase::Init) => step(s, QpTarget::Rtr, Phase::Rtr, r),
+            (CmKind::Accept, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
+            (CmKind::Accept, Phase::Rts) => {
+                let res = accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
+                    s.cm.engine.accept(id, &a, now)
+                });
+                match res {
+                    Ok(()) => park(s, id, r),
+                    Err(e) => Err((r, cm_status(e))),
+                }
+            }
+            (CmKind::Disconnect, _) => park(s, id, r),
+            (CmKind::PassiveDisconnect, _) => match s.cm.engine.drep(id, &[], now) {
+                Ok(()) => Err((r, STATUS_SUCCESS)),
+                Err(e) => Err((r, cm_status(e))),
+            },
+            _ => Err((r, STATUS_INVALID_DEVICE_STATE)),
+        };
+        match ended {
+            Ok(()) => None,
+            Err((r, st)) => {
+                if st != STATUS_SUCCESS && matches!(kind, CmKind::Connect | CmKind::Accept) {
+                    self.cm_reject(s, id);
+                }
+                s.cm_ops.remove(&id);
+                Some((r, st, Response::None))
+            }
+        }
+    }
+
+    /// Starts a multi-phase request (`CM_CONNECT`, `CM_ACCEPT`,
+    /// `CM_DISCONNECT`) or a `CM_REJECT`.
+    pub(crate) fn cm_request(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        verb: Verb,
+        request: P::Request,
+    ) -> Option<Done<P::Request>> {
+        let now = self.platform.now_ns();
+        let cep_handle = match &verb {
+            Verb::CmConnect(i) => i.cep,
+            Verb::CmAccept(i) => i.cep,
+            Verb::CmReject(i) => i.cep,
+            Verb::CmDisconnect(h) => h.handle,
+            _ => 0,
+        };
+        let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
+            s.file(file).and_then(|f| f.objects.lookup(h, k))
+        };
+        let cep = match lookup(s, cep_handle, Kind::Cep) {
+            Ok(i) => i,
+            Err(st) => return Some((request, st, Response::None)),
+        };
+        let Some(id) = cep_mut(s, file, cep).map(|c| c.id) else {
+            return Some((request, STATUS_INVALID_HANDLE, Response::None));
+        };
+        if let Some(p) = s.cm_ops.get(&id) {
+            // A parked request that was cancelled is over: its
+            // connection (if any) is abandoned.
+            if p.wait.is_some_and(|k| !s.waits.contains_key(&k)) {
+                let kind = p.kind;
+                s.cm_ops.remove(&id);
+                if matches!(kind, CmKind::Connect | CmKind::Accept) {
+                    self.cm_reject(s, id);
+                }
+            } else {
+                return Some((request, STATUS_DEVICE_BUSY, Response::None));
+            }
+        }
+        let state = s.cm.engine.state(id);
+        let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(IvHandle, u32), NtStatus> {
+            let idx = lookup(s, h, Kind::Qp)?;
+            match &s.files.get(&file).map(|f| &f.objects.get(idx).body) {
+                Some(Body::Qp(q)) if q.qp_type == IV_QPT_RC => Ok((h, q.qpn)),
+                _ => Err(STATUS_INVALID_PARAMETER),
+            }
+        };
+        let parked = |kind, qp| Parked {
+            kind,
+            file,
+            qp,
+            wait: None,
+            connect: None,
+            accept: None,
+            result: None,
+        };
+        let started = match verb {
+            Verb::CmConnect(i) => {
+                if state != Some(CmState::Idle) {
+                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
+                }
+                let (qp, qpn) = match qp_of(s, i.qp) {
+                    Ok(q) => q,
+                    Err(st) => return Some((request, st, Response::None)),
+                };
+                if i.cm_response_timeout > 31
+                    || i.local_ack_timeout > 31
+                    || i.max_cm_retries > 15
+                    || i.starting_psn > 0xFF_FFFF
+                    || u32::from(i.path_mtu) > IV_MTU_4096
+                {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let dest = MadAddr {
+                    port_num: 1,
+                    pkey_index: 0,
+                    sgid_index: 0,
+                    gid: i.remote_gid,
+                    lid: 0,
+                    qpn: crate::hca::GSI_QPN,
+                    sl: 0,
+                    traffic_class: 0,
+                    hop_limit: 64,
+                    flow_label: 0,
+                };
+                let mut c = ConnectParams {
+                    dest,
+                    service_id: i.service_id,
+                    qpn,
+                    starting_psn: i.starting_psn,
+                    remote_cm_response_timeout: i.cm_response_timeout,
+                    local_cm_response_timeout: i.cm_response_timeout,
+                    max_cm_retries: i.max_cm_retries,
+                    primary: irpverbs_cm::msg::Path {
+                        local_gid: i.local_gid,
+                        remote_gid: i.remote_gid,
+                        hop_limit: 64,
+                        local_ack_timeout: i.local_ack_timeout,
+                        ..Default::default()
+                    },
+                    ..ConnectParams::default()
+                };
+                if i.path_mtu != 0 {
+                    c.path_mtu = i.path_mtu;
+                }
+                let m = c.init_attr();
+                s.cm_ops.insert(
+                    id,
+                    Parked {
+                        connect: Some(c),
+                        ..parked(CmKind::Connect, qp)
+                    },
+                );
+                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+            }
+            Verb::CmAccept(i) => {
+                if i.reserved != 0 || i.starting_psn > 0xFF_FFFF {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let (qp, qpn) = match qp_of(s, i.qp) {
+                    Ok(q) => q,
+                    Err(st) => return Some((request, st, Response::None)),
+                };
+                let a = AcceptParams {
+                    qpn,
+                    starting_psn: i.starting_psn,
+                    ..AcceptParams::default()
+                };
+                let m = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Init) {
+                    Ok(m) => m,
+                    Err(e) => return Some((request, cm_status(e), Response::None)),
+                };
+                s.cm_ops.insert(
+                    id,
+                    Parked {
+                        accept: Some(a),
+                        ..parked(CmKind::Accept, qp)
+                    },
+                );
+                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+            }
+            Verb::CmReject(i) => {
+                let st = match u16::try_from(i.reason) {
+                    Ok(reason) if i.reserved == 0 => {
+                        s.cm.engine
+                            .reject(id, RejReason(reason), &[], &[], now)
+                            .map_or_else(cm_status, |()| STATUS_SUCCESS)
+                    }
+                    _ => STATUS_INVALID_PARAMETER,
+                };
+                return Some((request, st, Response::None));
+            }
+            Verb::CmDisconnect(_) => {
+                let Some(qp) = self.qp_of_cep(s, file, id) else {
+                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
+                };
+                let m = match s.cm.engine.qp_attr(id, QpTarget::Error) {
+                    Ok(m) => m,
+                    Err(e) => return Some((request, cm_status(e), Response::None)),
+                };
+                let kind = match state {
+                    Some(CmState::Established) => {
+                        if let Err(e) = s.cm.engine.disconnect(id, &[], now) {
+                            return Some((request, cm_status(e), Response::None));
+                        }
+                        CmKind::Disconnect
+                    }
+                    Some(CmState::DreqRcvd) => CmKind::PassiveDisconnect,
+                    _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
+                };
+                s.cm_ops.insert(id, parked(kind, qp));
+                self.cm_modify(s, file, qp, m, id, Phase::Err, request)
+            }
+            _ => return Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
+        };
+        match started {
+            Ok(()) => {
+                let qp = s.cm_ops.get(&id).map(|p| p.qp);
+                if let (Some(c), Some(qp)) = (cep_mut(s, file, cep), qp) {
+                    c.qp = Some(qp);
+                }
+                None
+            }
+            Err((r, st)) => {
+                s.cm_ops.remove(&id);
+                Some((r, st, Response::None))
+            }
+        }
+    }
+
+    /// The QP at `qp` of `file` received its first message (COMM_EST): an
+    /// accept waiting for the RTU on it completes now (the RTU may be
+    /// lost or late; IBTA 12.9.6).
+    pub(crate) fn cm_comm_established(&self, s: &mut State<P::Request>, file: FileKey, qp: u32) {
+        let Some(qp) = s.files.get(&file).map(|f| f.objects.handle_of(qp)) else {
+            return;
+        };
+        let id = s
+            .cm_ops
+            .iter()
+            .find(|(_, p)| p.kind == CmKind::Accept && p.file == file && p.qp == qp)
+            .map(|(id, _)| *id);
+        if let Some(id) = id {
+            if s.cm.engine.notify_established(id).is_ok() {
+                self.cep_deliver(s);
+            }
+        }
+    }
+
+    /// The QP a connect or accept on the CEP `id` used.
+    fn qp_of_cep(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        id: irpverbs_cm::CepId,
+    ) -> Option<IvHandle> {
+        let &(f, idx) = s.ceps.get(&id)?;
+        if f != file {
+            return None;
+        }
+        cep_mut(s, file, idx)?.qp
+    }
+}
+
+/// Parks a multi-phase request on its CEP until the event it waits for:
+/// pended, cancelable (a cancelled one abandons the connection at the
+/// next event or request on the CEP).
+fn park<R: crate::Request>(
+    s: &mut State<R>,
+    id: irpverbs_cm::CepId,
+    r: R,
+) -> Result<(), (R, NtStatus)> {
+    let Some(file) = s.cm_ops.get(&id).map(|p| p.file) else {
+        return Err((r, STATUS_CANCELLED));
+    };
+    let key = pend(s, file, WaitKind::CmRequest, r).map_err(|r| (r, STATUS_CANCELLED))?;
+    if let Some(p) = s.cm_ops.get_mut(&id) {
+        p.wait = Some(key);
+    }
+    Ok(())
+}
+
+/// What a multi-phase request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmKind {
+    Connect,
+    Accept,
+    Disconnect,
+    PassiveDisconnect,
+}
+
+/// The QP state a multi-phase request's modify moves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Init,
+    Rtr,
+    Rts,
+    Err,
+}
+
+/// A multi-phase request in progress on a CEP.
+pub(crate) struct Parked {
+    kind: CmKind,
+    file: FileKey,
+    /// The QP's handle in `file`.
+    qp: IvHandle,
+    /// The request's wait key, while it waits for a CM event (a QP modify
+    /// in flight carries it otherwise).
+    wait: Option<u64>,
+    connect: Option<ConnectParams<'static>>,
+    accept: Option<AcceptParams<'static>>,
+    /// How it ends, learnt while a QP modify was in flight.
+    result: Option<NtStatus>,
+}
+
+/// CEP objects a device holds at most (the engine's table is larger).
+pub const MAX_CEPS_PER_DEVICE: u32 = 1 << 20;
