@@ -168,7 +168,10 @@ proptest! {
             let _ = sim.e[h.to].receive(sim.now, &gsi(1 - h.to), &bytes);
             sim.poll_owner(&mut auto);
         }
-        prop_assert!(sim.run(&mut auto, sim.now + 600_000_000_000));
+        // Hostile MRAs and REQs may ask for the longest waits the engine
+        // takes from a remote (MAX_REMOTE_EXP, about 69 s a wait) and the
+        // most retries: 4 hours of virtual time covers them.
+        prop_assert!(sim.run(&mut auto, sim.now + 4 * 3_600_000_000_000));
         // At rest: every CEP idle, listening or established.
         let mut all = known.clone();
         all.extend(auto.log.iter().filter_map(|e| match e.2 {
@@ -186,7 +189,10 @@ proptest! {
                 sim.e[n].disconnect(c, &[], sim.now).unwrap();
             }
         }
-        prop_assert!(sim.run(&mut auto, sim.now + 600_000_000_000));
+        // Hostile MRAs and REQs may ask for the longest waits the engine
+        // takes from a remote (MAX_REMOTE_EXP, about 69 s a wait) and the
+        // most retries: 4 hours of virtual time covers them.
+        prop_assert!(sim.run(&mut auto, sim.now + 4 * 3_600_000_000_000));
         for &(n, c) in &all {
             if sim.e[n].contains(c) {
                 sim.e[n].destroy(c, sim.now).unwrap();

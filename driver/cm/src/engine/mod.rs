@@ -25,6 +25,11 @@ use crate::msg::{CmMsg, Info, MAD_SIZE, Mad, REJ_PDATA, Rej, RejReason, Rejected
 use crate::qp::{self, QpModify, QpTarget};
 use crate::types::{CepId, LapState, MadAddr, Nanos, State, Transmit, cm_time};
 
+/// The largest timeout exponent the engine takes from a remote CM (its
+/// response timeouts, an MRA's service timeout, the path's local ACK
+/// timeout): 4.096 us * 2^24, about 69 s.
+pub const MAX_REMOTE_EXP: u8 = 24;
+
 /// The engine's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -470,8 +475,13 @@ impl Engine {
     /// 4.096 us * 2^`exp`: that, plus a packet lifetime each way (together
     /// the path's local ACK timeout, 2 * 2^(t - 1); 4.096 us for SIDR,
     /// which has no path).
+    ///
+    /// Both exponents come from the remote (its REQ, REP or MRA): each is
+    /// capped at [`MAX_REMOTE_EXP`], so a broken or hostile peer can hold
+    /// a CEP for about 69 s per attempt, not hours.
     fn wait(cep: &Cep, exp: u8) -> Nanos {
-        cm_time(exp) + cm_time(cep.conn.primary.local_ack_timeout)
+        cm_time(exp.min(MAX_REMOTE_EXP))
+            + cm_time(cep.conn.primary.local_ack_timeout.min(MAX_REMOTE_EXP))
     }
 
     fn arm(&mut self, idx: u32, at: Nanos) {
@@ -551,7 +561,8 @@ impl Engine {
         c.state = State::Timewait;
         c.end_lap();
         c.sent = None;
-        let tw = cm_time(c.conn.primary.local_ack_timeout).max(self.cfg.min_timewait);
+        let tw = cm_time(c.conn.primary.local_ack_timeout.min(MAX_REMOTE_EXP))
+            .max(self.cfg.min_timewait);
         self.arm(idx, now.saturating_add(tw));
     }
 
