@@ -30,8 +30,7 @@ use irpverbs_core::{
 use irpverbs_ring::{Region, Ring};
 use wdk_sys::ntddk::{
     ExAllocatePool2, ExFreePoolWithTag, KeAcquireInStackQueuedSpinLock, KeGetCurrentIrql,
-    KeQueryInterruptTimePrecise,
-    KeReleaseInStackQueuedSpinLock,
+    KeQueryInterruptTimePrecise, KeReleaseInStackQueuedSpinLock,
 };
 use wdk_sys::{KLOCK_QUEUE_HANDLE, KSPIN_LOCK, POOL_FLAG_NON_PAGED, SIZE_T};
 

@@ -16,6 +16,7 @@ pub type KPROCESSOR_MODE = CCHAR;
 pub type ULONG_PTR = u64;
 pub type SIZE_T = ULONG_PTR;
 pub type ULONG64 = u64;
+pub type PULONG64 = *mut ULONG64;
 pub type PVOID = *mut c_void;
 pub type HANDLE = PVOID;
 pub type WCHAR = u16;
@@ -241,6 +242,8 @@ pub mod ntddk {
     use super::*;
     unsafe extern "C" {
         pub fn KeGetCurrentIrql() -> KIRQL;
+        // wdm.h: `ULONG64 KeQueryInterruptTimePrecise(_Out_ PULONG64 QpcTimeStamp);`
+        pub fn KeQueryInterruptTimePrecise(QpcTimeStamp: PULONG64) -> ULONG64;
         pub fn ExAllocatePool2(Flags: POOL_FLAGS, NumberOfBytes: SIZE_T, Tag: ULONG) -> PVOID;
         pub fn ExFreePoolWithTag(P: PVOID, Tag: ULONG);
         pub fn KeAcquireInStackQueuedSpinLock(SpinLock: PKSPIN_LOCK, LockHandle: PKLOCK_QUEUE_HANDLE);
