@@ -15,26 +15,13 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::NtStatus;
 use irpverbs_soft::SoftHca;
-use irpverbs_soft::link::{Datagram, Link, TxBatch};
-use irpverbs_soft::packet::Gid;
+use irpverbs_soft::link::{Link, OwnedDatagram, TxBatch};
 
 use crate::platform::HostPlatform;
 
-/// A datagram on the cable.
-struct Owned {
-    sgid: Gid,
-    dgid: Gid,
-    src_port: u16,
-    dst_port: u16,
-    traffic_class: u8,
-    flow_label: u32,
-    hop_limit: u8,
-    bytes: Vec<u8>,
-}
-
 #[derive(Default)]
 struct State {
-    queue: VecDeque<Owned>,
+    queue: VecDeque<OwnedDatagram>,
     hcas: Vec<Arc<SoftHca<HostPlatform>>>,
     stop: bool,
     delivered: u64,
@@ -82,16 +69,7 @@ impl Cable {
                 match hcas.iter().find(|h| h.gid() == d.dgid) {
                     Some(h) => {
                         delivered += 1;
-                        let _ = h.receive(&Datagram {
-                            sgid: d.sgid,
-                            dgid: d.dgid,
-                            src_port: d.src_port,
-                            dst_port: d.dst_port,
-                            traffic_class: d.traffic_class,
-                            flow_label: d.flow_label,
-                            hop_limit: d.hop_limit,
-                            payload: &d.bytes,
-                        });
+                        let _ = h.receive(&d.view());
                     }
                     None => unroutable += 1,
                 }
@@ -108,16 +86,7 @@ impl Cable {
 impl Link for Cable {
     fn transmit(&self, batch: &TxBatch) {
         let mut s = self.state();
-        s.queue.extend(batch.iter().map(|d| Owned {
-            sgid: d.sgid,
-            dgid: d.dgid,
-            src_port: d.src_port,
-            dst_port: d.dst_port,
-            traffic_class: d.traffic_class,
-            flow_label: d.flow_label,
-            hop_limit: d.hop_limit,
-            bytes: d.payload.to_vec(),
-        }));
+        s.queue.extend(batch.iter().map(|d| OwnedDatagram::of(&d)));
         drop(s);
         self.wake.notify_one();
     }

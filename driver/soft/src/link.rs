@@ -71,6 +71,60 @@ impl Datagram<'_> {
     }
 }
 
+/// A [`Datagram`] that owns its bytes: one on its way through a wire
+/// (queued, delayed, captured).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedDatagram {
+    /// See [`Datagram::sgid`].
+    pub sgid: Gid,
+    /// See [`Datagram::dgid`].
+    pub dgid: Gid,
+    /// See [`Datagram::src_port`].
+    pub src_port: u16,
+    /// See [`Datagram::dst_port`].
+    pub dst_port: u16,
+    /// See [`Datagram::traffic_class`].
+    pub traffic_class: u8,
+    /// See [`Datagram::flow_label`].
+    pub flow_label: u32,
+    /// See [`Datagram::hop_limit`].
+    pub hop_limit: u8,
+    /// The UDP payload.
+    pub bytes: Vec<u8>,
+}
+
+impl OwnedDatagram {
+    /// A copy of `d`.
+    #[must_use]
+    pub fn of(d: &Datagram<'_>) -> Self {
+        Self {
+            sgid: d.sgid,
+            dgid: d.dgid,
+            src_port: d.src_port,
+            dst_port: d.dst_port,
+            traffic_class: d.traffic_class,
+            flow_label: d.flow_label,
+            hop_limit: d.hop_limit,
+            bytes: d.payload.to_vec(),
+        }
+    }
+
+    /// The datagram, borrowing the bytes.
+    #[must_use]
+    pub fn view(&self) -> Datagram<'_> {
+        Datagram {
+            sgid: self.sgid,
+            dgid: self.dgid,
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            traffic_class: self.traffic_class,
+            flow_label: self.flow_label,
+            hop_limit: self.hop_limit,
+            payload: &self.bytes,
+        }
+    }
+}
+
 /// One datagram of a [`TxBatch`]: its headers' facts and where its bytes
 /// are in the batch's buffer.
 #[derive(Clone, Copy, Debug)]

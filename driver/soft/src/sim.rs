@@ -22,8 +22,7 @@ use irpverbs_core::platform::LockClass;
 use irpverbs_core::{Platform, SpinLock};
 
 use crate::SoftHca;
-use crate::link::{Datagram, Link, TxBatch};
-use crate::packet::Gid;
+use crate::link::{Datagram, Link, OwnedDatagram, TxBatch};
 
 /// The simulated wire's state (a leaf: taken by a transmitting HCA with no
 /// HCA lock held, and by [`SimNet`] to take the next datagram).
@@ -100,14 +99,7 @@ impl Rng {
 struct InFlight {
     at: u64,
     seq: u64,
-    sgid: Gid,
-    dgid: Gid,
-    src_port: u16,
-    dst_port: u16,
-    traffic_class: u8,
-    flow_label: u32,
-    hop_limit: u8,
-    bytes: Vec<u8>,
+    d: OwnedDatagram,
 }
 
 impl PartialEq for InFlight {
@@ -189,7 +181,8 @@ impl<P: Platform> SimWire<P> {
                 1
             };
             for _ in 0..copies {
-                let mut bytes = d.payload.to_vec();
+                let mut copy = OwnedDatagram::of(d);
+                let bytes = &mut copy.bytes;
                 if w.rng.chance(c.corrupt_ppm) && bytes.len() > MASKED_BTH_BYTE + 1 {
                     let mut byte = w.rng.upto(bytes.len() as u64 - 1) as usize;
                     if byte == MASKED_BTH_BYTE {
@@ -204,14 +197,7 @@ impl<P: Platform> SimWire<P> {
                 w.queue.push(Reverse(InFlight {
                     at,
                     seq: w.seq,
-                    sgid: d.sgid,
-                    dgid: d.dgid,
-                    src_port: d.src_port,
-                    dst_port: d.dst_port,
-                    traffic_class: d.traffic_class,
-                    flow_label: d.flow_label,
-                    hop_limit: d.hop_limit,
-                    bytes,
+                    d: copy,
                 }));
             }
         });
@@ -304,22 +290,13 @@ impl<P: Platform> SimNet<P> {
         let now = self.wire.clock.load(Ordering::Acquire).max(t);
         self.wire.clock.store(now, Ordering::Release);
         if next_datagram == Some(t) {
-            let Some(Reverse(d)) = self.wire.state.lock(|w| w.queue.pop()) else {
+            let Some(Reverse(InFlight { d, .. })) = self.wire.state.lock(|w| w.queue.pop()) else {
                 return true;
             };
             match self.hcas.iter().find(|h| h.gid() == d.dgid) {
                 Some(h) => {
                     self.wire.state.lock(|w| w.stats.delivered += 1);
-                    let _ = h.receive(&Datagram {
-                        sgid: d.sgid,
-                        dgid: d.dgid,
-                        src_port: d.src_port,
-                        dst_port: d.dst_port,
-                        traffic_class: d.traffic_class,
-                        flow_label: d.flow_label,
-                        hop_limit: d.hop_limit,
-                        payload: &d.bytes,
-                    });
+                    let _ = h.receive(&d.view());
                 }
                 None => self.wire.state.lock(|w| w.stats.unroutable += 1),
             }

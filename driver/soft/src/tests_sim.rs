@@ -19,6 +19,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use irpverbs_abi::*;
 use irpverbs_ring::wq::SendWr;
 
+use crate::link::OwnedDatagram;
 use crate::qp::QpState;
 use crate::sim::{SimConfig, SimNet};
 use crate::tests_dp::{ALL_ACCESS, Conn, Cq, Ep, Mem, Node, pattern};
@@ -741,32 +742,13 @@ fn rnr_on_a_clean_wire_costs_no_retry() {
     }
 }
 
-/// A datagram as a test link captured it.
-#[derive(Clone, Debug)]
-struct Captured {
-    sgid: crate::packet::Gid,
-    dgid: crate::packet::Gid,
-    src_port: u16,
-    dst_port: u16,
-    bytes: Vec<u8>,
-}
-
 /// A link that keeps what it is given, call by call.
 #[derive(Default)]
-struct Capture(std::sync::Mutex<Vec<Vec<Captured>>>);
+struct Capture(std::sync::Mutex<Vec<Vec<OwnedDatagram>>>);
 
 impl crate::link::Link for Capture {
     fn transmit(&self, batch: &crate::link::TxBatch) {
-        let call = batch
-            .iter()
-            .map(|d| Captured {
-                sgid: d.sgid,
-                dgid: d.dgid,
-                src_port: d.src_port,
-                dst_port: d.dst_port,
-                bytes: d.payload.to_vec(),
-            })
-            .collect();
+        let call = batch.iter().map(|d| OwnedDatagram::of(&d)).collect();
         self.0.lock().unwrap().push(call);
     }
     fn now_ns(&self) -> u64 {
@@ -775,24 +757,13 @@ impl crate::link::Link for Capture {
 }
 
 impl Capture {
-    fn take(&self) -> Vec<Vec<Captured>> {
+    fn take(&self) -> Vec<Vec<OwnedDatagram>> {
         core::mem::take(&mut *self.0.lock().unwrap())
     }
 }
 
-fn deliver(to: &Node, d: &Captured) {
-    to.d.hca
-        .receive_queued(&crate::link::Datagram {
-            sgid: d.sgid,
-            dgid: d.dgid,
-            src_port: d.src_port,
-            dst_port: d.dst_port,
-            traffic_class: 0,
-            flow_label: 0,
-            hop_limit: 64,
-            payload: &d.bytes,
-        })
-        .unwrap();
+fn deliver(to: &Node, d: &OwnedDatagram) {
+    to.d.hca.receive_queued(&d.view()).unwrap();
 }
 
 /// A busy-polling receiver holds the ACKs it owes (`run_deferred(false)`)
