@@ -385,6 +385,11 @@ pub(crate) fn serialize(
 #[derive(Debug, Default)]
 pub(crate) struct RxPool {
     bufs: Vec<Arc<Region>>,
+    /// Where the next search starts: after the buffer taken last. Frames
+    /// are processed in order, so the oldest buffer is the likeliest free
+    /// and a search usually ends at its first look, however many buffers
+    /// are in flight.
+    next: usize,
 }
 
 /// A copy of the data path starts with no buffers (sharing them would
@@ -407,7 +412,12 @@ impl RxPool {
         if bytes.len() > Self::BUF {
             return None;
         }
-        let i = match self.bufs.iter_mut().position(|r| Arc::get_mut(r).is_some()) {
+        let n = self.bufs.len();
+        let start = self.next.min(n);
+        let free = (start..n)
+            .chain(0..start)
+            .find(|&i| Arc::get_mut(&mut self.bufs[i]).is_some());
+        let i = match free {
             Some(i) => i,
             None if self.bufs.len() < Self::MAX => {
                 self.bufs.push(Arc::new(Region::alloc(Self::BUF)?));
@@ -415,6 +425,7 @@ impl RxPool {
             }
             None => return None,
         };
+        self.next = i + 1;
         let r = &self.bufs[i];
         r.write(0, bytes).ok()?;
         Some(Arc::clone(r))
