@@ -8,7 +8,6 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
@@ -16,30 +15,11 @@ use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, Qp, SendWr, qp_request};
+use irpverbs_verbs::{Client, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
-struct Mem(Box<[AtomicU8]>);
-
-impl Mem {
-    fn new(len: usize) -> Self {
-        Self((0..len).map(|_| AtomicU8::new(0)).collect())
-    }
-    fn addr(&self) -> u64 {
-        self.0.as_ptr() as u64
-    }
-    fn fill(&self, at: usize, bytes: &[u8]) {
-        for (i, b) in bytes.iter().enumerate() {
-            self.0[at + i].store(*b, Ordering::Relaxed);
-        }
-    }
-    fn read(&self, at: usize, len: usize) -> Vec<u8> {
-        self.0[at..at + len]
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect()
-    }
-}
+mod common;
+use common::End;
 
 fn device(engine: Engine, last: u8) -> Arc<HostDevice> {
     device_on(engine, last, TimerClock::Real)
@@ -62,40 +42,12 @@ fn device_on(engine: Engine, last: u8, clock: TimerClock) -> Arc<HostDevice> {
     .expect("host device")
 }
 
-/// A PD, memory, a CQ and an RC QP (left in RESET: the CM moves it).
-struct End<'c> {
-    c: &'c Client,
-    mem: Mem,
-    mr: IvRegMrOut,
-    cq: Cq<'c>,
-    qp: Qp<'c>,
-}
-
 const MEM: usize = 1 << 16;
 
 impl<'c> End<'c> {
+    /// A PD, memory, a CQ and an RC QP (left in RESET: the CM moves it).
     fn new(c: &'c Client) -> Self {
-        let pd = c.alloc_pd().unwrap().pd;
-        let mem = Mem::new(MEM);
-        let mr = c.reg_mr(pd, mem.addr(), MEM as u64, IV_ACCESS_ALL).unwrap();
-        let cq = c
-            .new_cq(&IvCreateCqIn {
-                cqe: 64,
-                ..IvCreateCqIn::default()
-            })
-            .unwrap();
-        let qp = c
-            .new_qp(&qp_request(pd, cq.handle(), 0, IV_QPT_RC))
-            .unwrap();
-        Self { c, mem, mr, cq, qp }
-    }
-
-    fn sge(&self, at: usize, len: usize) -> IvSge {
-        IvSge {
-            addr: self.mem.addr() + at as u64,
-            length: len as u32,
-            lkey: self.mr.lkey,
-        }
+        Self::with(c, MEM, 64, None)
     }
 
     /// Waits for one completion (a minute at most: the condition is what

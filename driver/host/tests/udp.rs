@@ -8,38 +8,17 @@
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::udp::UdpConfig;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, Qp, SendWr, qp_request, rts_steps};
+use irpverbs_verbs::{Client, SendWr, rts_steps};
 
-/// Registered memory the HCA writes behind Rust's back: bytes read and
-/// written atomically.
-struct Mem(Box<[AtomicU8]>);
-
-impl Mem {
-    fn new(len: usize) -> Self {
-        Self((0..len).map(|_| AtomicU8::new(0)).collect())
-    }
-    fn addr(&self) -> u64 {
-        self.0.as_ptr() as u64
-    }
-    fn fill(&self, at: usize, bytes: &[u8]) {
-        for (i, b) in bytes.iter().enumerate() {
-            self.0[at + i].store(*b, Ordering::Relaxed);
-        }
-    }
-    fn read(&self, at: usize, len: usize) -> Vec<u8> {
-        self.0[at..at + len]
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect()
-    }
-}
+mod common;
+use common::End;
 
 fn ip(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
@@ -92,33 +71,12 @@ fn finish(dev: &HostDevice) {
     assert!(dev.udp_stats().is_none(), "unload stops the wire");
 }
 
-/// One side: a PD, memory, a CQ and an RC QP.
-struct End<'c> {
-    c: &'c Client,
-    mem: Mem,
-    mr: IvRegMrOut,
-    cq: Cq<'c>,
-    qp: Qp<'c>,
-}
-
 const MEM: usize = 1 << 20;
 
 impl<'c> End<'c> {
+    /// One side: a PD, memory, a CQ and an RC QP.
     fn new(c: &'c Client) -> Self {
-        let pd = c.alloc_pd().unwrap().pd;
-        let mem = Mem::new(MEM);
-        let mr = c.reg_mr(pd, mem.addr(), MEM as u64, IV_ACCESS_ALL).unwrap();
-        let cq = c
-            .new_cq(&IvCreateCqIn {
-                cqe: 256,
-                ..IvCreateCqIn::default()
-            })
-            .unwrap();
-        let mut req = qp_request(pd, cq.handle(), 0, IV_QPT_RC);
-        req.cap.max_send_wr = 64;
-        req.cap.max_recv_wr = 64;
-        let qp = c.new_qp(&req).unwrap();
-        Self { c, mem, mr, cq, qp }
+        Self::with(c, MEM, 256, Some(64))
     }
 
     /// To RTS against `peer` on `gid`, with the local ACK timeout and
@@ -134,14 +92,6 @@ impl<'c> End<'c> {
                 attr.retry_cnt = retry_cnt;
             }
             self.qp.modify(mask, &attr).unwrap();
-        }
-    }
-
-    fn sge(&self, at: usize, len: usize) -> IvSge {
-        IvSge {
-            addr: self.mem.addr() + at as u64,
-            length: len as u32,
-            lkey: self.mr.lkey,
         }
     }
 

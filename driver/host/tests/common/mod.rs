@@ -1,0 +1,73 @@
+//! Helpers shared by the host tests that connect two devices (`cm.rs`,
+//! `udp.rs`): memory a ULP registers, and one side of a connection.
+#![allow(dead_code, reason = "each test crate uses its part")]
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use irpverbs_abi::*;
+use irpverbs_verbs::{Client, Cq, Qp, qp_request};
+
+/// Memory a ULP registers (bytes the HCA may write while the test reads).
+pub struct Mem(Box<[AtomicU8]>);
+
+impl Mem {
+    pub fn new(len: usize) -> Self {
+        Self((0..len).map(|_| AtomicU8::new(0)).collect())
+    }
+    pub fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    pub fn fill(&self, at: usize, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            self.0[at + i].store(*b, Ordering::Relaxed);
+        }
+    }
+    pub fn read(&self, at: usize, len: usize) -> Vec<u8> {
+        self.0[at..at + len]
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// One side: a PD, `mem_len` bytes of registered memory, a CQ of `cqe`
+/// entries and an RC QP (in RESET), its queues `depth` deep when given.
+pub struct End<'c> {
+    pub c: &'c Client,
+    pub mem: Mem,
+    pub mr: IvRegMrOut,
+    pub cq: Cq<'c>,
+    pub qp: Qp<'c>,
+}
+
+impl<'c> End<'c> {
+    pub fn with(c: &'c Client, mem_len: usize, cqe: u32, depth: Option<u32>) -> Self {
+        let pd = c.alloc_pd().unwrap().pd;
+        let mem = Mem::new(mem_len);
+        let mr = c
+            .reg_mr(pd, mem.addr(), mem_len as u64, IV_ACCESS_ALL)
+            .unwrap();
+        let cq = c
+            .new_cq(&IvCreateCqIn {
+                cqe,
+                ..IvCreateCqIn::default()
+            })
+            .unwrap();
+        let mut req = qp_request(pd, cq.handle(), 0, IV_QPT_RC);
+        if let Some(d) = depth {
+            req.cap.max_send_wr = d;
+            req.cap.max_recv_wr = d;
+        }
+        let qp = c.new_qp(&req).unwrap();
+        Self { c, mem, mr, cq, qp }
+    }
+
+    /// `len` bytes at `at` of the registered memory.
+    pub fn sge(&self, at: usize, len: usize) -> IvSge {
+        IvSge {
+            addr: self.mem.addr() + at as u64,
+            length: len as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+}
