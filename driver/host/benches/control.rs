@@ -15,6 +15,11 @@ fn main() {
         Ok("thread") => &[Engine::Thread],
         _ => &[Engine::Inline, Engine::Thread],
     };
-    let rates = control_suite(ioctls, engines);
+    let verifier: &[bool] = match std::env::var("IRPVERBS_BENCH_VERIFIER").as_deref() {
+        Ok("off") => &[false],
+        Ok("on") => &[true],
+        _ => &[false, true],
+    };
+    let rates = control_suite(ioctls, engines, verifier);
     print!("{}", format_rates(&rates));
 }

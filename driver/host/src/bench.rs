@@ -152,10 +152,10 @@ pub fn qp_lifecycle(rounds: u64, verifier: bool, engine: Engine) -> ControlRate 
 /// Runs both benchmarks with the verifier off and on (and the threaded
 /// engine), `ioctls` IOCTLs each.
 #[must_use]
-pub fn control_suite(ioctls: u64, engines: &[Engine]) -> Vec<ControlRate> {
+pub fn control_suite(ioctls: u64, engines: &[Engine], verifier: &[bool]) -> Vec<ControlRate> {
     let mut out = Vec::new();
     for &engine in engines {
-        for verifier in [false, true] {
+        for &verifier in verifier {
             let rounds = if engine == Engine::Thread {
                 ioctls / 20
             } else {

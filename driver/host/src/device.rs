@@ -47,7 +47,10 @@ use irpverbs_verbs::kernel::IvKernelInterface;
 use irpverbs_verbs::{Bell, Client, Doorbells, PageDoorbells, SpeedPath};
 use zerocopy::FromBytes;
 
-use crate::platform::{CancelRoutine, Dpc, HostConfig, HostPlatform, RequestHandle, RequestParams};
+use crate::platform::{
+    CancelRoutine, Completion, Dpc, HostConfig, HostPlatform, KeptNotify, RequestHandle,
+    RequestParams,
+};
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
 /// The driver over the soft HCA on the host platform.
@@ -435,12 +438,22 @@ impl HostDevice {
         let key: FileKey = self.next_file.fetch_add(1, Ordering::Relaxed);
         self.device.create_file(key)?;
         self.platform.file_opened(key);
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let kept_notify: KeptNotify = {
+            let outstanding = Arc::clone(&outstanding);
+            let completions = Arc::clone(&self.completions);
+            Arc::new(move || {
+                outstanding.fetch_sub(1, Ordering::AcqRel);
+                completions.notify();
+            })
+        };
         Ok(HostFile {
             dev: Arc::clone(self),
             key,
             access,
             mode,
-            outstanding: Arc::new(AtomicUsize::new(0)),
+            outstanding,
+            kept_notify,
             page: OnceLock::new(),
         })
     }
@@ -688,7 +701,6 @@ pub struct Submitted {
 }
 
 /// A completed request: status and output bytes.
-type Completed = (NtStatus, Vec<u8>);
 
 /// An open of the device.
 pub struct HostFile {
@@ -697,6 +709,9 @@ pub struct HostFile {
     access: GrantedAccess,
     mode: RequestorMode,
     outstanding: Arc<AtomicUsize>,
+    /// What a synchronous call's completion runs ([`Completion::Keep`]):
+    /// the request stops counting as outstanding and waiters wake.
+    kept_notify: KeptNotify,
     /// The file's doorbell page, once mapped: its doorbells ring through it.
     page: OnceLock<PageDoorbells>,
 }
@@ -730,17 +745,35 @@ impl HostFile {
         io: Ioctl<'_>,
         on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
     ) -> Submitted {
-        let required = ioctl_access(io.code);
-        if ioctl_device_type(io.code) == FILE_DEVICE_INFINIBAND && required & !self.access != 0 {
+        if !self.may_issue(io.code) {
             on_complete(STATUS_ACCESS_DENIED, 0, &[]);
             return Submitted {
                 pended: false,
                 handle: None,
             };
         }
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
         let outstanding = Arc::clone(&self.outstanding);
         let completions = Arc::clone(&self.dev.completions);
+        self.dispatch(
+            io,
+            Completion::Routine(Box::new(move |status, info, out: &[u8]| {
+                on_complete(status, info, out);
+                outstanding.fetch_sub(1, Ordering::AcqRel);
+                completions.notify();
+            })),
+        )
+    }
+
+    /// Whether the file's granted access allows `code`.
+    fn may_issue(&self, code: u32) -> bool {
+        let required = ioctl_access(code);
+        ioctl_device_type(code) != FILE_DEVICE_INFINIBAND || required & !self.access == 0
+    }
+
+    /// Builds the request (counted outstanding until `on_complete` ends),
+    /// runs EvtIoInCallerContext, and dispatches it at DISPATCH_LEVEL.
+    fn dispatch(&self, io: Ioctl<'_>, on_complete: Completion) -> Submitted {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
         let params = RequestParams {
             ioctl_code: io.code,
             major_function: io.major,
@@ -755,13 +788,9 @@ impl HostFile {
             },
             output_len: io.output_len,
         };
-        let request = self.dev.platform.new_request(
+        let request = self.dev.platform.new_request_with(
             params,
-            move |status, info, out| {
-                on_complete(status, info, out);
-                outstanding.fetch_sub(1, Ordering::AcqRel);
-                completions.notify();
-            },
+            on_complete,
             Some(Arc::clone(&self.dev.cancel)),
         );
         let handle = request.handle();
@@ -784,22 +813,25 @@ impl HostFile {
     }
 
     /// Issues an IOCTL and waits for its completion (a synchronous
-    /// `DeviceIoControl`): the status and the output bytes.
+    /// `DeviceIoControl`): the status and the output bytes. The result
+    /// stays in the request ([`Completion::Keep`]): no completion routine
+    /// and no output copy.
     pub fn call(&self, io: Ioctl<'_>) -> (NtStatus, Vec<u8>) {
-        let slot: Arc<Mutex<Option<Completed>>> = Arc::default();
-        let s = Arc::clone(&slot);
-        self.submit(io, move |status, _, out| {
-            *s.lock().unwrap_or_else(PoisonError::into_inner) = Some((status, out.to_vec()));
-        });
-        let take = || slot.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(r) = take() {
+        if !self.may_issue(io.code) {
+            return (STATUS_ACCESS_DENIED, Vec::new());
+        }
+        let submitted = self.dispatch(io, Completion::Keep(Arc::clone(&self.kept_notify)));
+        let Some(handle) = submitted.handle else {
+            return (STATUS_CANCELLED, Vec::new());
+        };
+        if let Some(r) = handle.take_result() {
             return r;
         }
         let mut result = None;
         self.dev
             .completions
             .wait_until(Instant::now() + Duration::from_secs(3600), || {
-                result = take();
+                result = handle.take_result();
                 result.is_some()
             });
         result.unwrap_or((STATUS_CANCELLED, Vec::new()))

@@ -197,7 +197,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench {
             what: BenchCmd::Control { ioctls },
         } => {
-            let rates = irpverbs_host::bench::control_suite(ioctls, &[engine]);
+            let rates = irpverbs_host::bench::control_suite(ioctls, &[engine], &[false, true]);
             print!("{}", irpverbs_host::bench::format_rates(&rates));
             Ok(())
         }

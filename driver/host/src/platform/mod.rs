@@ -108,7 +108,8 @@ pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
 pub use pool::{NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
 pub use request::{
-    CancelRoutine, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, RequestHandle, RequestParams,
+    CancelRoutine, Completion, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, KeptNotify,
+    RequestHandle, RequestParams,
 };
 pub use spinlock::{HostSpinLock, RawSpinLock};
 pub use timer::{HostTimer, TimerClock};
@@ -494,6 +495,22 @@ impl HostPlatform {
         on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
         cancel_routine: Option<CancelRoutine>,
     ) -> HostRequest {
+        self.new_request_with(
+            params,
+            Completion::Routine(Box::new(on_complete)),
+            cancel_routine,
+        )
+    }
+
+    /// [`new_request`](Self::new_request) with any [`Completion`]: a
+    /// [`Completion::Keep`] request keeps its result for
+    /// [`RequestHandle::take_result`].
+    pub fn new_request_with(
+        &self,
+        params: RequestParams,
+        on_complete: Completion,
+        cancel_routine: Option<CancelRoutine>,
+    ) -> HostRequest {
         let id = self.shared.next_id();
         if self.shared.verify {
             self.shared.track_request(params.file, id);
@@ -502,7 +519,7 @@ impl HostPlatform {
             id,
             Arc::clone(&self.shared),
             params,
-            Box::new(on_complete),
+            on_complete,
             cancel_routine,
         )
     }

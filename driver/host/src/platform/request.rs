@@ -31,6 +31,21 @@ use super::irql;
 /// the output buffer.
 pub type CompletionRoutine = Box<dyn FnOnce(NtStatus, usize, &[u8]) + Send>;
 
+/// Runs after a kept result ([`Completion::Keep`]) is stored.
+pub type KeptNotify = Arc<dyn Fn() + Send + Sync>;
+
+/// What happens when a request completes.
+pub enum Completion {
+    /// A routine is called with the status, the information value and the
+    /// first `information` bytes of the output buffer.
+    Routine(CompletionRoutine),
+    /// The status and the system buffer (truncated to `information` bytes)
+    /// stay in the request for its issuer to take
+    /// ([`RequestHandle::take_result`]): a synchronous call, with no
+    /// routine to allocate and no output copy. Then the notify runs.
+    Keep(KeptNotify),
+}
+
 /// The driver's cancel routine, called at DISPATCH_LEVEL with the key given
 /// to `mark_cancelable`; from then on it owns the request.
 pub type CancelRoutine = Arc<dyn Fn(u64) + Send + Sync>;
@@ -68,7 +83,9 @@ struct State {
     phase: Phase,
     /// A cancel was requested (CancelIoEx) at some point.
     cancel_requested: bool,
-    on_complete: Option<CompletionRoutine>,
+    on_complete: Option<Completion>,
+    /// A [`Completion::Keep`] request's result, until taken.
+    result: Option<(NtStatus, Vec<u8>)>,
 }
 
 struct RequestShared {
@@ -97,7 +114,7 @@ impl RequestShared {
     }
 
     #[track_caller]
-    fn complete(&self, status: NtStatus, information: usize, output: Option<&[u8]>) {
+    fn complete(&self, status: NtStatus, information: usize, output: Option<Vec<u8>>) {
         let verify = self.verify();
         if verify {
             let now = irql::current_irql();
@@ -160,16 +177,36 @@ impl RequestShared {
         }
         state.phase = Phase::Completed;
         let on_complete = state.on_complete.take();
-        drop(state);
+        let information = information.min(self.output_len);
+        let notify = match on_complete {
+            Some(Completion::Keep(notify)) => {
+                let mut buffer = output.unwrap_or_default();
+                buffer.resize(information, 0);
+                state.result = Some((status, buffer));
+                drop(state);
+                Some(notify)
+            }
+            Some(Completion::Routine(routine)) => {
+                drop(state);
+                if verify {
+                    self.platform.untrack_request(self.file, self.id);
+                }
+                match output {
+                    Some(buffer) => routine(status, information, &buffer[..information]),
+                    None => routine(status, information, &vec![0; information]),
+                }
+                return;
+            }
+            None => {
+                drop(state);
+                None
+            }
+        };
         if verify {
             self.platform.untrack_request(self.file, self.id);
         }
-        let information = information.min(self.output_len);
-        if let Some(on_complete) = on_complete {
-            match output {
-                Some(buffer) => on_complete(status, information, &buffer[..information]),
-                None => on_complete(status, information, &vec![0; information]),
-            }
+        if let Some(notify) = notify {
+            notify();
         }
     }
 
@@ -234,7 +271,7 @@ impl HostRequest {
         id: u64,
         platform: Arc<Shared>,
         params: RequestParams,
-        on_complete: CompletionRoutine,
+        on_complete: Completion,
         cancel_routine: Option<CancelRoutine>,
     ) -> Self {
         let RequestParams {
@@ -258,6 +295,7 @@ impl HostRequest {
                     phase: Phase::Owned,
                     cancel_requested: false,
                     on_complete: Some(on_complete),
+                    result: None,
                 }),
             }),
             ioctl_code,
@@ -326,8 +364,8 @@ impl Request for HostRequest {
     /// does nothing; information is clamped).
     #[track_caller]
     fn complete(self, status: NtStatus, information: usize) {
-        self.shared
-            .complete(status, information, Some(&self.buffer[..]));
+        let Self { shared, buffer, .. } = self;
+        shared.complete(status, information, Some(buffer));
     }
 
     /// Makes the request cancelable with `cancel_key`
@@ -485,5 +523,12 @@ impl RequestHandle {
     #[must_use]
     pub fn is_cancel_requested(&self) -> bool {
         self.shared.state().cancel_requested
+    }
+
+    /// A [`Completion::Keep`] request's status and output bytes, once it
+    /// has completed (then `None`: the result is taken once).
+    #[must_use]
+    pub fn take_result(&self) -> Option<(NtStatus, Vec<u8>)> {
+        self.shared.state().result.take()
     }
 }

@@ -1085,3 +1085,48 @@ fn a_user_range_is_pinned_at_passive_level_only() {
     req.complete(STATUS_SUCCESS, 0);
     drop(buf);
 }
+
+/// A kept-result request (a synchronous call): the driver's completion
+/// leaves the status and the output bytes (the system buffer, cut to the
+/// information value) for the issuer to take once, and the notify runs
+/// exactly once; a second completion bugchecks as for any request.
+#[test]
+fn kept_result_is_taken_once_and_notifies_once() {
+    let p = verified();
+    let notified = Arc::new(AtomicUsize::new(0));
+    let notify: KeptNotify = {
+        let notified = Arc::clone(&notified);
+        Arc::new(move || {
+            notified.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    let mut req = p.new_request_with(
+        params(3, b"abcdef", 8),
+        Completion::Keep(Arc::clone(&notify)),
+        None,
+    );
+    let handle = req.handle();
+    assert_eq!(handle.take_result(), None);
+    req.output()[..3].copy_from_slice(b"xyz");
+    p.run_at_dispatch(|| req.complete(STATUS_SUCCESS, 3));
+    assert_eq!(notified.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        handle.take_result(),
+        Some((STATUS_SUCCESS, b"xyz".to_vec()))
+    );
+    assert_eq!(handle.take_result(), None);
+    expect(
+        catch_bugcheck(|| p.run_at_dispatch(|| handle.complete(STATUS_SUCCESS, 0))),
+        codes::MULTIPLE_IRP_COMPLETE_REQUESTS,
+        handle.id(),
+    );
+    assert_eq!(notified.load(Ordering::SeqCst), 1);
+
+    // Completed through a handle (no system buffer): zeroed output bytes.
+    let req = p.new_request_with(params(3, b"", 4), Completion::Keep(notify), None);
+    let handle = req.handle();
+    p.run_at_dispatch(|| handle.complete(STATUS_CANCELLED, 2));
+    assert_eq!(handle.take_result(), Some((STATUS_CANCELLED, vec![0, 0])));
+    assert_eq!(notified.load(Ordering::SeqCst), 2);
+    drop(req);
+}
