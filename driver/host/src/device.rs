@@ -700,8 +700,6 @@ pub struct Submitted {
     pub handle: Option<RequestHandle>,
 }
 
-/// A completed request: status and output bytes.
-
 /// An open of the device.
 pub struct HostFile {
     dev: Arc<HostDevice>,
