@@ -513,11 +513,31 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Ends a CEP object's engine side (from [`Device::free_object`]): the
-    /// engine destroys it (sending the REJ or DREQ its state asks for) and
-    /// its pended request completes with `STATUS_CANCELLED`.
+    /// engine destroys it (sending the REJ or DREQ its state asks for), the
+    /// CEPs of the requests it received as a listener and its owner never
+    /// polled are destroyed too (rejecting them), and its pended request
+    /// completes with `STATUS_CANCELLED`.
     pub(crate) fn cep_freed(&self, s: &mut State<P::Request>, cep: &crate::object::Cep) {
+        let file = s.ceps.get(&cep.id).map(|&(f, _)| f);
         if s.ceps.remove(&cep.id).is_some() {
             let _ = s.cm.engine.destroy(cep.id, self.platform.now_ns());
+        }
+        // A listener's requests its owner never polled: their CEPs (made
+        // when the requests arrived) go too, rejecting them.
+        if let Some(file) = file {
+            for ev in &cep.events {
+                let child = matches!(
+                    ev.event_type,
+                    IV_CEP_EVENT_CONNECT_REQUEST | IV_CEP_EVENT_SIDR_REQUEST
+                ) && ev.cep != 0;
+                let idx = s
+                    .files
+                    .get(&file)
+                    .and_then(|f| f.objects.lookup(ev.cep, Kind::Cep).ok());
+                if let Some(idx) = idx.filter(|_| child) {
+                    self.free_object(s, file, idx);
+                }
+            }
         }
         if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
             s.deferred.push((r, STATUS_CANCELLED, Response::None));
