@@ -587,7 +587,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             for idx in ready {
                 let f = s.files.get_mut(&file)?;
-                let o = f.objects.get_mut(idx);
+                // Freed meanwhile (a listener frees its unpolled requests).
+                let Some(o) = f.objects.try_get_mut(idx) else {
+                    continue;
+                };
                 match o.destroy_command() {
                     Some(cmd) if !s.removed => {
                         o.life = Life::Destroying;
