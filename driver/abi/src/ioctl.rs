@@ -270,13 +270,13 @@ pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x863 << 2)
     | METHOD_BUFFERED;
 
-/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values or non-zero reserved fields: `STATUS_INVALID_PARAMETER`. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
 pub const IOCTL_IV_CM_CONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x864 << 2)
     | METHOD_BUFFERED;
 
-/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP; completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
 pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x865 << 2)

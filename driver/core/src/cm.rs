@@ -50,6 +50,16 @@
 //! | `CM_REJECT` | REJ (`reject`) | at once |
 //! | `CM_DISCONNECT`, established | DREQ (`disconnect`); QP to ERR | on the DREP |
 //! | `CM_DISCONNECT`, after a DREQ | QP to ERR; DREP (`drep`) | after the DREP is sent |
+//! | `CM_MRA` | MRA (`mra`) | at once |
+//! | `SIDR_REQUEST` | SIDR_REQ (`sidr_request`) | on the SIDR_REP (its values as output) |
+//! | `SIDR_REPLY` | SIDR_REP (`sidr_reply`) | at once |
+//!
+//! Private data (up to each message's size) and the connection's
+//! parameters travel in the requests; the events carry the received
+//! message's values and private data. A peer-to-peer `CM_CONNECT` whose
+//! REQ crossed the peer's goes on as an accept. Kernel ULPs may take a
+//! CEP's events through a callback at DISPATCH_LEVEL instead
+//! ([`Device::set_cep_callback`], [`Device::poll_cep_event`]).
 //!
 //! Errors: `STATUS_INVALID_HANDLE` (no such CEP or QP in the file),
 //! `STATUS_INVALID_PARAMETER` (not an RC QP, a value out of range),
