@@ -270,28 +270,46 @@ pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x863 << 2)
     | METHOD_BUFFERED;
 
-/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values or non-zero reserved fields: `STATUS_INVALID_PARAMETER`. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
 pub const IOCTL_IV_CM_CONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x864 << 2)
     | METHOD_BUFFERED;
 
-/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP; completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
 pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x865 << 2)
     | METHOD_BUFFERED;
 
-/// Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+/// Reject a connect request (or a REP) with a reason, additional rejection information and private data; completes at once. `STATUS_INVALID_PARAMETER` for a reason above 0xFFFF, too much ARI or private data, or non-zero reserved fields. In: [`IvCmRejectIn`]. Out: none.
 pub const IOCTL_IV_CM_REJECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x866 << 2)
     | METHOD_BUFFERED;
 
-/// Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+/// Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
 pub const IOCTL_IV_CM_DISCONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x867 << 2)
+    | METHOD_BUFFERED;
+
+/// Send an MRA for a connect request not yet answered (`IV_CEP_EVENT_CONNECT_REQUEST`): the requester waits up to 4.096 us * 2^`service_timeout` more for the REP (its connect does not time out meanwhile; the MRA goes again if the REQ comes again). Completes at once. `STATUS_INVALID_DEVICE_STATE` if the CEP has no unanswered connect request, `STATUS_INVALID_PARAMETER` for a bad value. In: [`IvCmMraIn`]. Out: none.
+pub const IOCTL_IV_CM_MRA: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x870 << 2)
+    | METHOD_BUFFERED;
+
+/// Service ID resolution (SIDR), as one request: sends the SIDR_REQ from an idle CEP and completes with the SIDR_REP (`STATUS_SUCCESS`; its status says whether the QP serves the service); `STATUS_IO_TIMEOUT` when the retries ran out, `STATUS_CANCELLED` when the CEP is destroyed; cancelable. In: [`IvSidrRequestIn`]. Out: [`IvSidrRequestOut`].
+pub const IOCTL_IV_SIDR_REQUEST: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x871 << 2)
+    | METHOD_BUFFERED;
+
+/// Answer a SIDR request (`IV_CEP_EVENT_SIDR_REQUEST`) with the UD QP and Q_Key that serve the service, or a status; completes at once (the CEP is idle again). In: [`IvSidrReplyIn`]. Out: none.
+pub const IOCTL_IV_SIDR_REPLY: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x872 << 2)
     | METHOD_BUFFERED;
 
 /// What the driver knows of one IOCTL: its name, code, exact input size,
@@ -578,7 +596,7 @@ pub const IOCTLS: &[IoctlInfo] = &[
     IoctlInfo {
         name: "CM_DISCONNECT",
         code: IOCTL_IV_CM_DISCONNECT,
-        input_len: core::mem::size_of::<IvHandleIn>(),
+        input_len: core::mem::size_of::<IvCmDisconnectIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
@@ -586,6 +604,27 @@ pub const IOCTLS: &[IoctlInfo] = &[
         name: "DESTROY_CEP",
         code: IOCTL_IV_DESTROY_CEP,
         input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_MRA",
+        code: IOCTL_IV_CM_MRA,
+        input_len: core::mem::size_of::<IvCmMraIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "SIDR_REQUEST",
+        code: IOCTL_IV_SIDR_REQUEST,
+        input_len: core::mem::size_of::<IvSidrRequestIn>(),
+        output_len: core::mem::size_of::<IvSidrRequestOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "SIDR_REPLY",
+        code: IOCTL_IV_SIDR_REPLY,
+        input_len: core::mem::size_of::<IvSidrReplyIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },

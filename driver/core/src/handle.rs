@@ -130,6 +130,11 @@ impl HandleTable {
             .expect("index refers to a live slot")
     }
 
+    /// The object at `index`, if the slot is live.
+    pub(crate) fn try_get_mut(&mut self, index: u32) -> Option<&mut Object> {
+        self.slots.get_mut(index as usize)?.object.as_mut()
+    }
+
     /// Removes the object at `index`; the handle becomes stale.
     pub(crate) fn remove(&mut self, index: u32) -> Object {
         let slot = &mut self.slots[index as usize];

@@ -24,7 +24,8 @@
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
 //!   event queue and re-arms it. D0Entry starts the doorbell scanner (a
-//!   high-resolution timer, [`crate::doorbell`]) and D0Exit stops it.
+//!   high-resolution timer, [`crate::doorbell`]) and the CM timer
+//!   ([`crate::cmtimer`]), and D0Exit stops them.
 //! - Caller context: `EvtIoInCallerContext` runs every request through
 //!   [`Device::in_caller_context`] in the requestor's thread and process
 //!   (PASSIVE_LEVEL for user mode) before queueing what it returns: the one
@@ -57,6 +58,7 @@ use wdk_sys::{
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
+use crate::cmtimer::CmTimer;
 use crate::context::{context_type, object_attributes, struct_size};
 use crate::doorbell::DoorbellScanner;
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
@@ -71,6 +73,9 @@ pub(crate) type SoftDevice = Device<KmdfPlatform, Arc<SoftHca<KmdfPlatform>>>;
 /// Everything one device instance holds, owned by its WDFDEVICE's context
 /// from `EvtDriverDeviceAdd` until the device object is destroyed.
 pub(crate) struct DeviceState {
+    /// The connection manager's timer (first, so that a drop cancels it
+    /// before the device it calls goes): armed by the core in D0.
+    cm_timer: CmTimer,
     /// The driver.
     pub(crate) device: SoftDevice,
     /// The soft HCA's bus: its interrupt queues the DPC.
@@ -362,6 +367,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         }
     };
     let state = Box::new(DeviceState {
+        cm_timer: CmTimer::new(),
         device: Device::new(Arc::new(platform), soft.clone()),
         bus,
         next_file: AtomicU64::new(1),
@@ -650,7 +656,8 @@ extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
 // ------------------------------------------------------------- PnP, power
 
 /// `EvtDeviceD0Entry`: starts the doorbell scanner (user-mode doorbells
-/// are seen from now on) and queues the DPC, which drains whatever the
+/// are seen from now on) and the CM timer ([`crate::cmtimer`]), and queues
+/// the DPC, which drains whatever the
 /// event queue holds and re-arms it (the host's "interrupt on power-up").
 ///
 /// IRQL: PASSIVE_LEVEL.
@@ -667,13 +674,19 @@ extern "C" fn evt_device_d0_entry(
         if let Err(status) = state.scanner.start() {
             return status;
         }
+        // SAFETY: the device lives in the state with the timer, which D0Exit
+        // stops (or the state's drop cancels, first) before the device goes.
+        if let Err(status) = unsafe { state.cm_timer.start(&state.device) } {
+            state.scanner.stop();
+            return status;
+        }
         state.bus.interrupt();
     }
     STATUS_SUCCESS
 }
 
-/// `EvtDeviceD0Exit`: stops the doorbell scanner (waiting for a scan in
-/// progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
+/// `EvtDeviceD0Exit`: stops the doorbell scanner and the CM timer
+/// (waiting for a scan or a CM timer callback in progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
 /// also the core's device removal, while a sleep transition keeps the soft
 /// HCA's state in memory (D0Entry starts the scanner again). The framework
 /// has stopped the (power-managed) queue and waited for the driver's
@@ -687,6 +700,7 @@ extern "C" fn evt_device_d0_exit(
     // SAFETY: the framework passes our live device.
     if let Some(state) = unsafe { state(device) } {
         state.scanner.stop();
+        state.cm_timer.stop(&state.device);
         if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
             state.device.remove();
         }

@@ -47,8 +47,13 @@
 //! typically 0.5 ms; next to no CPU when nothing was rung). Kernel ULPs keep
 //! the direct-call doorbells.
 //!
-//! Not here yet: work items and timers, which the core's `Platform` does
-//! not ask for yet; physical (bus address) registrations.
+//! # The connection manager's timer
+//! A one-shot kernel timer ([`cmtimer`]) the core arms at the CM's next
+//! deadline (`Device::set_cm_timer`); its callback runs `Device::cm_timer`
+//! at DISPATCH_LEVEL. Allocated in D0Entry, deleted in D0Exit.
+//!
+//! Not here yet: work items, which the core's `Platform` does not ask for
+//! yet; physical (bus address) registrations.
 //!
 //! Every `unsafe` block holds one unsafe operation and states why it is
 //! sound; every WDF call goes through wdk-sys's
@@ -60,6 +65,7 @@ extern crate alloc;
 #[cfg(not(test))]
 extern crate wdk_panic;
 
+pub mod cmtimer;
 mod context;
 mod device;
 pub mod doorbell;

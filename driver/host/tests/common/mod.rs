@@ -34,6 +34,7 @@ impl Mem {
 /// entries and an RC QP (in RESET), its queues `depth` deep when given.
 pub struct End<'c> {
     pub c: &'c Client,
+    pub pd: IvHandle,
     pub mem: Mem,
     pub mr: IvRegMrOut,
     pub cq: Cq<'c>,
@@ -42,6 +43,27 @@ pub struct End<'c> {
 
 impl<'c> End<'c> {
     pub fn with(c: &'c Client, mem_len: usize, cqe: u32, depth: Option<u32>) -> Self {
+        Self::of_type(c, mem_len, cqe, depth, IV_QPT_RC)
+    }
+
+    /// 64 KiB, a CQ of 64 and an RC QP.
+    pub fn new_rc(c: &'c Client) -> Self {
+        Self::of_type(c, 1 << 16, 64, None, IV_QPT_RC)
+    }
+
+    /// 64 KiB, a CQ of 64 and a UD QP.
+    pub fn new_ud(c: &'c Client) -> Self {
+        Self::of_type(c, 1 << 16, 64, None, IV_QPT_UD)
+    }
+
+    /// As [`End::with`], with a QP of `qp_type`.
+    pub fn of_type(
+        c: &'c Client,
+        mem_len: usize,
+        cqe: u32,
+        depth: Option<u32>,
+        qp_type: u32,
+    ) -> Self {
         let pd = c.alloc_pd().unwrap().pd;
         let mem = Mem::new(mem_len);
         let mr = c
@@ -53,13 +75,34 @@ impl<'c> End<'c> {
                 ..IvCreateCqIn::default()
             })
             .unwrap();
-        let mut req = qp_request(pd, cq.handle(), 0, IV_QPT_RC);
+        let mut req = qp_request(pd, cq.handle(), 0, qp_type);
         if let Some(d) = depth {
             req.cap.max_send_wr = d;
             req.cap.max_recv_wr = d;
         }
         let qp = c.new_qp(&req).unwrap();
-        Self { c, mem, mr, cq, qp }
+        Self {
+            c,
+            pd,
+            mem,
+            mr,
+            cq,
+            qp,
+        }
+    }
+
+    /// Waits for one completion (a minute at most: the condition is what
+    /// is tested, not the time).
+    pub fn wc(&self) -> IvCqe {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut buf = [IvCqe::default(); 1];
+        while std::time::Instant::now() < deadline {
+            if self.cq.poll(&mut buf).unwrap() == 1 {
+                return buf[0];
+            }
+            std::thread::yield_now();
+        }
+        panic!("no completion");
     }
 
     /// `len` bytes at `at` of the registered memory.
@@ -69,5 +112,23 @@ impl<'c> End<'c> {
             length: len as u32,
             lkey: self.mr.lkey,
         }
+    }
+}
+
+/// A connect request's usual values (the caller sets the CEP, QP, service
+/// and addresses): 4 reads in flight each way, 7 transport and RNR
+/// retries, flow control.
+pub fn connect_defaults() -> IvCmConnectIn {
+    IvCmConnectIn {
+        cm_response_timeout: 16,
+        max_cm_retries: 5,
+        local_ack_timeout: 14,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        min_rnr_timer: 12,
+        flags: IV_CM_FLOW_CONTROL as u8,
+        ..IvCmConnectIn::default()
     }
 }

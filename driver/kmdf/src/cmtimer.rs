@@ -1,0 +1,185 @@
+//! The connection manager's timer: a one-shot kernel timer
+//! (`ExAllocateTimer`, Windows 8.1 and later) that the core arms at the
+//! CM's next deadline ([`Device::set_cm_timer`]) and whose callback, at
+//! DISPATCH_LEVEL, runs [`Device::cm_timer`] (retransmissions, giving up,
+//! time wait), which re-arms it.
+//!
+//! The timer is allocated and handed to the core in D0Entry, and taken
+//! back and deleted in D0Exit ([`Device::stop_cm_timer`] first, so the core
+//! stops arming it). The core calls the arming function with no lock held,
+//! possibly on another processor while D0Exit runs: an arming counts
+//! itself in `users` and backs off once `stopping` is set, and D0Exit
+//! waits for the count to drop to zero before it deletes the timer, so
+//! `ExSetTimer` never meets a deleted timer.
+//!
+//! Millisecond-scale CM timeouts need no high resolution: the timer fires
+//! at the default clock rate (up to 15.6 ms late), which the CM's timeouts
+//! (4.096 us * 2^t, usually t >= 14, 67 ms) absorb.
+
+use alloc::sync::Arc;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+
+use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
+use irpverbs_core::Platform;
+use wdk_sys::ntddk::{ExAllocateTimer, ExDeleteTimer, ExSetTimer};
+use wdk_sys::{_EX_TIMER, BOOLEAN, LONGLONG, NTSTATUS, PEX_TIMER, PVOID};
+
+use crate::device::SoftDevice;
+use crate::platform::KmdfPlatform;
+
+/// `TRUE` as a `BOOLEAN`.
+const TRUE: BOOLEAN = 1;
+/// `FALSE` as a `BOOLEAN`.
+const FALSE: BOOLEAN = 0;
+
+/// What the arming function and D0Exit share.
+struct Shared {
+    /// The allocated timer (null while stopped).
+    timer: AtomicPtr<_EX_TIMER>,
+    /// Armings in progress.
+    users: AtomicUsize,
+    /// D0Exit is deleting the timer: no new arming.
+    stopping: AtomicBool,
+}
+
+// SAFETY: the timer pointer is only used through atomics and the kernel's
+// timer calls, which are thread-safe.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The core's arming function: the timer to expire at `deadline` (ns
+    /// on [`KmdfPlatform::now_ns`]'s clock), replacing an earlier arming.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn arm(&self, deadline: u64) {
+        self.users.fetch_add(1, Ordering::SeqCst);
+        let timer = self.timer.load(Ordering::SeqCst);
+        if !self.stopping.load(Ordering::SeqCst) && !timer.is_null() {
+            let now = KmdfPlatform.now_ns();
+            // Relative due time in 100 ns units, at least one.
+            let due = (deadline.saturating_sub(now) / 100).clamp(1, i64::MAX as u64);
+            let due = LONGLONG::try_from(due).unwrap_or(LONGLONG::MAX);
+            // SAFETY: `timer` is live: D0Exit deletes it only once `users`
+            // is zero, and this arming is counted; a negative due time is
+            // relative; period 0 makes it one-shot; no parameters
+            // (optional); IRQL <= DISPATCH_LEVEL.
+            let _ = unsafe { ExSetTimer(timer, -due, 0, core::ptr::null_mut()) };
+        }
+        self.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The device's CM timer.
+pub(crate) struct CmTimer {
+    shared: Arc<Shared>,
+}
+
+impl CmTimer {
+    /// A stopped timer.
+    pub(crate) fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                timer: AtomicPtr::new(core::ptr::null_mut()),
+                users: AtomicUsize::new(0),
+                stopping: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// D0Entry: allocates the timer, its callback running
+    /// [`SoftDevice::cm_timer`] on `device`, and gives the core its arming
+    /// function. Started already: nothing to do.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated.
+    ///
+    /// # Safety
+    /// `device` must outlive the timer: [`CmTimer::stop`] (or the drop of
+    /// the state holding both) runs before it goes.
+    pub(crate) unsafe fn start(&self, device: &SoftDevice) -> Result<(), NTSTATUS> {
+        if !self.shared.timer.load(Ordering::Acquire).is_null() {
+            return Ok(());
+        }
+        let context = core::ptr::from_ref(device).cast_mut().cast::<c_void>();
+        // SAFETY: `fire` has the EXT_CALLBACK signature; its context is the
+        // device, which outlives the timer (caller); no attributes (a
+        // default-resolution timer); IRQL PASSIVE_LEVEL.
+        let timer = unsafe { ExAllocateTimer(Some(fire), context, 0) };
+        if timer.is_null() {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        self.shared.stopping.store(false, Ordering::SeqCst);
+        self.shared.timer.store(timer, Ordering::SeqCst);
+        let shared = Arc::clone(&self.shared);
+        device.set_cm_timer(Arc::new(move |deadline| shared.arm(deadline)));
+        Ok(())
+    }
+
+    /// D0Exit: the core stops arming the timer; once no arming is in
+    /// progress the timer is cancelled and deleted, waiting for a callback
+    /// that is running. Stopped already: nothing to do.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the wait needs <= APC_LEVEL).
+    pub(crate) fn stop(&self, device: &SoftDevice) {
+        if self.shared.timer.load(Ordering::Acquire).is_null() {
+            return;
+        }
+        device.stop_cm_timer();
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        while self.shared.users.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
+        }
+        let timer = self
+            .shared
+            .timer
+            .swap(core::ptr::null_mut(), Ordering::SeqCst);
+        if timer.is_null() {
+            return;
+        }
+        // SAFETY: the live timer `start` allocated, swapped out so that it
+        // is deleted once, with no arming in progress or to come; Cancel
+        // and Wait both TRUE at PASSIVE_LEVEL; no parameters. No callback
+        // runs after it returns.
+        let _ = unsafe { ExDeleteTimer(timer, TRUE, TRUE, core::ptr::null_mut()) };
+    }
+}
+
+impl Drop for CmTimer {
+    /// The device is destroyed: D0Exit stopped the timer before. Should it
+    /// still be allocated, it is cancelled without waiting (the destroy
+    /// callback may run at DISPATCH_LEVEL).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        let timer = self
+            .shared
+            .timer
+            .swap(core::ptr::null_mut(), Ordering::SeqCst);
+        if timer.is_null() {
+            return;
+        }
+        // SAFETY: the live timer, swapped out (deleted once); Cancel without
+        // Wait may be called at IRQL <= DISPATCH_LEVEL; no parameters.
+        let _ = unsafe { ExDeleteTimer(timer, TRUE, FALSE, core::ptr::null_mut()) };
+    }
+}
+
+/// The timer's callback (`EXT_CALLBACK`): the CM's timers.
+///
+/// IRQL: DISPATCH_LEVEL.
+///
+/// # Safety
+/// Called by the kernel with the context [`CmTimer::start`] gave
+/// `ExAllocateTimer`.
+unsafe extern "C" fn fire(_timer: PEX_TIMER, context: PVOID) {
+    // SAFETY: the context is the device, which outlives the timer (the
+    // timer is deleted with Wait before the device goes).
+    let device = unsafe { &*context.cast_const().cast::<SoftDevice>() };
+    device.cm_timer();
+}
