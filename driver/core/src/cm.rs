@@ -79,6 +79,7 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use zerocopy::IntoBytes;
 
 use irpverbs_cm::msg::{Info, RejReason, SidrStatus};
 use irpverbs_cm::{
@@ -92,7 +93,7 @@ use crate::device::{Response, State, Verb};
 use crate::hca::{MadIn, MadOut};
 use crate::notify::{Done, WaitKind, pend, take_wait};
 use crate::object::{Body, Life};
-use crate::{Device, FileKey, Hca, Kind, Platform, SpinLock};
+use crate::{Device, FileKey, Hca, Kind, Platform, Request, SpinLock};
 
 /// Arms the CM's platform timer to fire at an absolute time (ns on the
 /// clock of [`Platform::now_ns`]), replacing any earlier arming. Called
@@ -471,7 +472,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
                 self.cm_route(s, file, idx);
                 if let Some(out) = cep_mut(s, file, idx).and_then(|c| c.events.pop_front()) {
-                    return Some((request, STATUS_SUCCESS, Response::CepEvent(out)));
+                    let mut request = request;
+                    let response = Response::write(&mut request, out.as_bytes());
+                    return Some((request, STATUS_SUCCESS, response));
                 }
                 let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
                     Ok(k) => k,
@@ -756,8 +759,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if let Some(c) = cep_mut(s, file, idx) {
             c.wait = None;
             if let Some(out) = c.events.pop_front() {
-                s.deferred
-                    .push((r, STATUS_SUCCESS, Response::CepEvent(out)));
+                let mut r = r;
+                let response = Response::write(&mut r, out.as_bytes());
+                s.deferred.push((r, STATUS_SUCCESS, response));
             }
         }
     }
@@ -860,7 +864,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 out.private_data.copy_from_slice(&rep.private_data);
                 out.private_data_len = rep.private_data.len() as u8;
                 match p.wait.take().and_then(|k| take_wait(s, k)) {
-                    Some(r) => self.cm_end(s, id, r, STATUS_SUCCESS, Response::Sidr(out)),
+                    Some(mut r) => {
+                        let response = Response::write(&mut r, out.as_bytes());
+                        self.cm_end(s, id, r, STATUS_SUCCESS, response);
+                    }
                     None => {
                         s.cm_ops.remove(&id);
                     }
@@ -1081,19 +1088,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
-        verb: Verb,
+        op: CmOp,
         request: P::Request,
     ) -> Option<Done<P::Request>> {
+        let verb = match CmIn::read(op, request.input()) {
+            Ok(v) => v,
+            Err(st) => return Some((request, st, Response::None)),
+        };
         let now = self.platform.now_ns();
         let cep_handle = match &verb {
-            Verb::CmConnect(i) => i.cep,
-            Verb::CmAccept(i) => i.cep,
-            Verb::CmReject(i) => i.cep,
-            Verb::CmDisconnect(i) => i.cep,
-            Verb::CmMra(i) => i.cep,
-            Verb::SidrRequest(i) => i.cep,
-            Verb::SidrReply(i) => i.cep,
-            _ => 0,
+            CmIn::CmConnect(i) => i.cep,
+            CmIn::CmAccept(i) => i.cep,
+            CmIn::CmReject(i) => i.cep,
+            CmIn::CmDisconnect(i) => i.cep,
+            CmIn::CmMra(i) => i.cep,
+            CmIn::SidrRequest(i) => i.cep,
+            CmIn::SidrReply(i) => i.cep,
         };
         let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
             s.file(file).and_then(|f| f.objects.lookup(h, k))
@@ -1137,7 +1147,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             result: None,
         };
         let started = match verb {
-            Verb::CmConnect(i) => {
+            CmIn::CmConnect(i) => {
                 if state != Some(CmState::Idle) {
                     return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
                 }
@@ -1208,7 +1218,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Init, request)
             }
-            Verb::CmAccept(i) => {
+            CmIn::CmAccept(i) => {
                 let flags = u32::from(i.flags);
                 let pd = pdata(
                     &i.private_data,
@@ -1259,7 +1269,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Init, request)
             }
-            Verb::CmReject(i) => {
+            CmIn::CmReject(i) => {
                 let ari = pdata(&i.ari, usize::from(i.ari_len), IV_CM_ARI_LEN);
                 let pd = pdata(
                     &i.private_data,
@@ -1278,7 +1288,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 return Some((request, st, Response::None));
             }
-            Verb::CmMra(i) => {
+            CmIn::CmMra(i) => {
                 let pd = pdata(
                     &i.private_data,
                     usize::from(i.private_data_len),
@@ -1298,7 +1308,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 return Some((request, st, Response::None));
             }
-            Verb::SidrReply(i) => {
+            CmIn::SidrReply(i) => {
                 let info =
                     pdata(&i.info, usize::from(i.info_len), IV_CM_ARI_LEN).and_then(Info::new);
                 let pd = pdata(
@@ -1323,7 +1333,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 return Some((request, st, Response::None));
             }
-            Verb::SidrRequest(i) => {
+            CmIn::SidrRequest(i) => {
                 let pd = pdata(
                     &i.private_data,
                     usize::from(i.private_data_len),
@@ -1348,7 +1358,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 s.cm_ops.insert(id, parked(CmKind::Sidr, 0));
                 park(s, id, request)
             }
-            Verb::CmDisconnect(i) => {
+            CmIn::CmDisconnect(i) => {
                 let Some(pd) = pdata(
                     &i.private_data,
                     i.private_data_len as usize,
@@ -1387,7 +1397,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Err, request)
             }
-            _ => return Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
         };
         match started {
             Ok(()) => {
@@ -1545,5 +1554,49 @@ fn gsi_dest(gid: [u8; 16]) -> MadAddr {
         traffic_class: 0,
         hop_limit: 64,
         flow_label: 0,
+    }
+}
+
+/// A connection-manager request's kind (`Verb::Cm`). Its input, large with
+/// private data, stays in the request's system buffer until
+/// [`Device::cm_request`] reads it ([`CmIn::read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmOp {
+    Connect,
+    Accept,
+    Reject,
+    Disconnect,
+    Mra,
+    SidrRequest,
+    SidrReply,
+}
+
+/// A connection-manager request's input.
+enum CmIn {
+    CmConnect(IvCmConnectIn),
+    CmAccept(IvCmAcceptIn),
+    CmReject(IvCmRejectIn),
+    CmDisconnect(IvCmDisconnectIn),
+    CmMra(IvCmMraIn),
+    SidrRequest(IvSidrRequestIn),
+    SidrReply(IvSidrReplyIn),
+}
+
+impl CmIn {
+    /// Reads the input of an `op` request (its length was checked at
+    /// dispatch; another length is `STATUS_INFO_LENGTH_MISMATCH`).
+    fn read(op: CmOp, input: &[u8]) -> Result<Self, NtStatus> {
+        fn read<T: zerocopy::FromBytes>(input: &[u8]) -> Result<T, NtStatus> {
+            T::read_from_bytes(input).map_err(|_| STATUS_INFO_LENGTH_MISMATCH)
+        }
+        Ok(match op {
+            CmOp::Connect => Self::CmConnect(read(input)?),
+            CmOp::Accept => Self::CmAccept(read(input)?),
+            CmOp::Reject => Self::CmReject(read(input)?),
+            CmOp::Disconnect => Self::CmDisconnect(read(input)?),
+            CmOp::Mra => Self::CmMra(read(input)?),
+            CmOp::SidrRequest => Self::SidrRequest(read(input)?),
+            CmOp::SidrReply => Self::SidrReply(read(input)?),
+        })
     }
 }

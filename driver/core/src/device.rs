@@ -15,6 +15,7 @@
 //! One spin lock (rank [`crate::platform::DEVICE_LOCK`]) guards all control
 //! state. Requests are completed outside it.
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -22,6 +23,7 @@ use alloc::vec::Vec;
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::cm::CmOp;
 use crate::handle::HandleTable;
 use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
@@ -35,11 +37,22 @@ use crate::platform::{
 pub const DRIVER_VERSION: u32 = 0x0001_0000;
 
 /// A response struct, written to the output buffer at completion.
+///
+/// Every request's completion moves one of these (often through arrays and
+/// closures), so no variant is large: a response of more than 64 bytes is
+/// written into the request's output where it is made
+/// ([`Response::write`]) or kept behind the box it arrived in.
 #[derive(Debug)]
 pub(crate) enum Response {
     None,
+    /// The output was written already (`Response::write`): this many
+    /// bytes.
+    Written(usize),
+    /// The output buffer could not take the response.
+    TooSmall,
     Version(IvGetVersionOut),
-    Device(IvQueryDeviceOut),
+    /// The HCA's capabilities (`IvQueryDeviceOut`), copied at completion.
+    Device,
     Port(IvQueryPortOut),
     Gid(IvQueryGidOut),
     Pd(IvAllocPdOut),
@@ -47,26 +60,36 @@ pub(crate) enum Response {
     Cq(IvCreateCqOut),
     CqResize(IvResizeCqOut),
     Qp(IvCreateQpOut),
-    QpAttr(IvQueryQpOut),
+    QpAttr(Box<IvQueryQpOut>),
     Srq(IvCreateSrqOut),
     SrqAttr(IvQuerySrqOut),
     Ah(IvCreateAhOut),
     CqEvent(IvCqEventOut),
     Channel(IvCreateChannelOut),
     Cep(IvCreateCepOut),
-    CepEvent(IvCepEventOut),
-    Sidr(IvSidrRequestOut),
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
     Doorbells(IvMapDoorbellsOut),
 }
 
 impl Response {
+    /// Writes a large response into the request's output now, with a
+    /// response that completes it with those bytes (`TooSmall` if the
+    /// output cannot take them).
+    pub(crate) fn write<R: Request>(request: &mut R, bytes: &[u8]) -> Response {
+        match request.output().get_mut(..bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                Response::Written(bytes.len())
+            }
+            None => Response::TooSmall,
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
-            Response::None => &[],
+            Response::None | Response::Written(_) | Response::TooSmall | Response::Device => &[],
             Response::Version(v) => v.as_bytes(),
-            Response::Device(v) => v.as_bytes(),
             Response::Port(v) => v.as_bytes(),
             Response::Gid(v) => v.as_bytes(),
             Response::Pd(v) => v.as_bytes(),
@@ -81,8 +104,6 @@ impl Response {
             Response::CqEvent(v) => v.as_bytes(),
             Response::Channel(v) => v.as_bytes(),
             Response::Cep(v) => v.as_bytes(),
-            Response::CepEvent(v) => v.as_bytes(),
-            Response::Sidr(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
             Response::Doorbells(v) => v.as_bytes(),
@@ -315,13 +336,10 @@ pub(crate) enum Verb {
     CreateCep(IvCreateCepIn),
     Listen(IvListenIn),
     GetCepEvent(IvHandleIn),
-    CmConnect(IvCmConnectIn),
-    CmAccept(IvCmAcceptIn),
-    CmReject(IvCmRejectIn),
-    CmDisconnect(IvCmDisconnectIn),
-    CmMra(IvCmMraIn),
-    SidrRequest(IvSidrRequestIn),
-    SidrReply(IvSidrReplyIn),
+    /// A connection-manager request (its large input is read again from
+    /// the request by `Device::cm_request`, so that it stays out of this
+    /// enum, which every IOCTL moves).
+    Cm(crate::cm::CmOp),
 }
 
 impl Verb {
@@ -333,13 +351,7 @@ impl Verb {
                 | Verb::Listen(_)
                 | Verb::GetCepEvent(_)
                 | Verb::Destroy(_, Kind::Cep)
-                | Verb::CmConnect(_)
-                | Verb::CmAccept(_)
-                | Verb::CmReject(_)
-                | Verb::CmDisconnect(_)
-                | Verb::CmMra(_)
-                | Verb::SidrRequest(_)
-                | Verb::SidrReply(_)
+                | Verb::Cm(_)
         )
     }
 
@@ -697,13 +709,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                 } else if verb.is_cep() {
                     let r = match verb {
-                        Verb::CmConnect(_)
-                        | Verb::CmAccept(_)
-                        | Verb::CmReject(_)
-                        | Verb::CmDisconnect(_)
-                        | Verb::CmMra(_)
-                        | Verb::SidrRequest(_)
-                        | Verb::SidrReply(_) => self.cm_request(s, file, verb, request),
+                        Verb::Cm(op) => self.cm_request(s, file, op, request),
                         _ => self.cep_start(s, file, verb, request),
                     }
                     .map_or(Ok(()), Err);
@@ -781,11 +787,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     driver_version: DRIVER_VERSION,
                 })));
             }
-            IOCTL_IV_QUERY_DEVICE => {
-                let mut caps = *self.hca.caps();
-                caps.abi_version = IV_ABI_VERSION;
-                return Ok(Err(Response::Device(caps)));
-            }
+            IOCTL_IV_QUERY_DEVICE => return Ok(Err(Response::Device)),
             IOCTL_IV_QUERY_PORT => Verb::QueryPort(read(input)?),
             IOCTL_IV_QUERY_GID => Verb::QueryGid(read(input)?),
             IOCTL_IV_ALLOC_PD => Verb::AllocPd(read(input)?),
@@ -813,13 +815,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_LISTEN => Verb::Listen(read(input)?),
             IOCTL_IV_GET_CEP_EVENT => Verb::GetCepEvent(read(input)?),
             IOCTL_IV_DESTROY_CEP => Verb::Destroy(read(input)?, Kind::Cep),
-            IOCTL_IV_CM_CONNECT => Verb::CmConnect(read(input)?),
-            IOCTL_IV_CM_ACCEPT => Verb::CmAccept(read(input)?),
-            IOCTL_IV_CM_REJECT => Verb::CmReject(read(input)?),
-            IOCTL_IV_CM_DISCONNECT => Verb::CmDisconnect(read(input)?),
-            IOCTL_IV_CM_MRA => Verb::CmMra(read(input)?),
-            IOCTL_IV_SIDR_REQUEST => Verb::SidrRequest(read(input)?),
-            IOCTL_IV_SIDR_REPLY => Verb::SidrReply(read(input)?),
+            IOCTL_IV_CM_CONNECT => Verb::Cm(CmOp::Connect),
+            IOCTL_IV_CM_ACCEPT => Verb::Cm(CmOp::Accept),
+            IOCTL_IV_CM_REJECT => Verb::Cm(CmOp::Reject),
+            IOCTL_IV_CM_DISCONNECT => Verb::Cm(CmOp::Disconnect),
+            IOCTL_IV_CM_MRA => Verb::Cm(CmOp::Mra),
+            IOCTL_IV_SIDR_REQUEST => Verb::Cm(CmOp::SidrRequest),
+            IOCTL_IV_SIDR_REPLY => Verb::Cm(CmOp::SidrReply),
             IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
@@ -1013,7 +1015,21 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     /// Writes the response and completes the request.
     pub(crate) fn complete(&self, mut request: P::Request, status: NtStatus, response: &Response) {
-        let bytes = response.bytes();
+        let caps;
+        let bytes = match response {
+            Response::Written(n) if nt_success(status) => return request.complete(status, *n),
+            Response::TooSmall if nt_success(status) => {
+                return request.complete(STATUS_BUFFER_TOO_SMALL, 0);
+            }
+            Response::Device => {
+                caps = IvQueryDeviceOut {
+                    abi_version: IV_ABI_VERSION,
+                    ..*self.hca.caps()
+                };
+                caps.as_bytes()
+            }
+            r => r.bytes(),
+        };
         let info = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
         let (status, written) = if nt_success(status) {
             let out = request.output();

@@ -209,7 +209,7 @@ pub(crate) fn finish_query_qp<R>(
         (Body::Qp(qp), CommandOut::QpAttr(a)) if nt_success(status) => {
             // Learn asynchronous moves (to ERR, SQE) the HCA made.
             qp.state = a.attr.qp_state;
-            (status, Response::QpAttr(*a))
+            (status, Response::QpAttr(a))
         }
         _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
         _ => (status, Response::None),
