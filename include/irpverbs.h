@@ -271,14 +271,29 @@
 #define IOCTL_IV_CM_ACCEPT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2149 << 2)) | METHOD_BUFFERED)
 
 /**
- * Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+ * Reject a connect request (or a REP) with a reason, additional rejection information and private data; completes at once. `STATUS_INVALID_PARAMETER` for a reason above 0xFFFF, too much ARI or private data, or non-zero reserved fields. In: [`IvCmRejectIn`]. Out: none.
  */
 #define IOCTL_IV_CM_REJECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2150 << 2)) | METHOD_BUFFERED)
 
 /**
- * Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+ * Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
  */
 #define IOCTL_IV_CM_DISCONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2151 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Send an MRA for a connect request not yet answered (`IV_CEP_EVENT_CONNECT_REQUEST`): the requester waits up to 4.096 us * 2^`service_timeout` more for the REP (its connect does not time out meanwhile; the MRA goes again if the REQ comes again). Completes at once. `STATUS_INVALID_DEVICE_STATE` if the CEP has no unanswered connect request, `STATUS_INVALID_PARAMETER` for a bad value. In: [`IvCmMraIn`]. Out: none.
+ */
+#define IOCTL_IV_CM_MRA ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2160 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Service ID resolution (SIDR), as one request: sends the SIDR_REQ from an idle CEP and completes with the SIDR_REP (`STATUS_SUCCESS`; its status says whether the QP serves the service); `STATUS_IO_TIMEOUT` when the retries ran out, `STATUS_CANCELLED` when the CEP is destroyed; cancelable. In: [`IvSidrRequestIn`]. Out: [`IvSidrRequestOut`].
+ */
+#define IOCTL_IV_SIDR_REQUEST ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2161 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Answer a SIDR request (`IV_CEP_EVENT_SIDR_REQUEST`) with the UD QP and Q_Key that serve the service, or a status; completes at once (the CEP is idle again). In: [`IvSidrReplyIn`]. Out: none.
+ */
+#define IOCTL_IV_SIDR_REPLY ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2162 << 2)) | METHOD_BUFFERED)
 
 /**
  * Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
@@ -294,7 +309,7 @@
  * source), `STATUS_NETWORK_UNREACHABLE` (no address of the family).
  * IRQL: <= DISPATCH_LEVEL. In: [`IvResolveAddrIn`]. Out: [`IvResolveAddrOut`].
  */
-#define IOCTL_IV_RESOLVE_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14)) | (2160 << 2)) | METHOD_BUFFERED)
+#define IOCTL_IV_RESOLVE_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14)) | (2176 << 2)) | METHOD_BUFFERED)
 
 /**
  * Listen on a service ID with an idle CEP for REQs addressed to one GID
@@ -306,7 +321,7 @@
  * `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
  * In: [`IvListenAddrIn`]. Out: none.
  */
-#define IOCTL_IV_LISTEN_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2161 << 2)) | METHOD_BUFFERED)
+#define IOCTL_IV_LISTEN_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2177 << 2)) | METHOD_BUFFERED)
 
 /**
  * Size of a cache line, and of one ring index slot.
@@ -988,6 +1003,68 @@
  * CEP event: the SIDR_REP.
  */
 #define IV_CEP_EVENT_SIDR_REPLY 14
+
+/**
+ * `flags` of the CM requests and events: end-to-end flow control.
+ */
+#define IV_CM_FLOW_CONTROL 1
+
+/**
+ * `flags`: the QP uses an SRQ.
+ */
+#define IV_CM_SRQ 2
+
+/**
+ * `flags` of `IvCmConnectIn`: a peer-to-peer connect (both sides connect
+ * to each other's service ID; one of them becomes the passive side,
+ * IBTA 12.9.8.3.2).
+ */
+#define IV_CM_PEER_TO_PEER 4
+
+/**
+ * Private data bytes of a REQ (`IvCmConnectIn`).
+ */
+#define IV_CM_REQ_PDATA 92
+
+/**
+ * Private data bytes of a REP (`IvCmAcceptIn`).
+ */
+#define IV_CM_REP_PDATA 196
+
+/**
+ * Private data bytes of a REJ (`IvCmRejectIn`).
+ */
+#define IV_CM_REJ_PDATA 148
+
+/**
+ * Bytes of a REJ's or SIDR_REP's additional (rejection) information.
+ */
+#define IV_CM_ARI_LEN 72
+
+/**
+ * Private data bytes of a DREQ (`IvCmDisconnectIn`, established).
+ */
+#define IV_CM_DREQ_PDATA 220
+
+/**
+ * Private data bytes of a DREP (`IvCmDisconnectIn`, after a DREQ).
+ */
+#define IV_CM_DREP_PDATA 224
+
+/**
+ * Private data bytes of an MRA (`IvCmMraIn`).
+ */
+#define IV_CM_MRA_PDATA 222
+
+/**
+ * Private data bytes of a SIDR_REQ (`IvSidrRequestIn`).
+ */
+#define IV_CM_SIDR_REQ_PDATA 216
+
+/**
+ * Private data bytes of a SIDR_REP (`IvSidrReplyIn`).
+ */
+#define IV_CM_SIDR_REP_PDATA 136
 
 /**
  * No address (`IvResolveAddrIn::src_family`: any source).
@@ -2110,7 +2187,9 @@ typedef struct IvListenIn {
 } IvListenIn;
 
 /**
- * Response of `IOCTL_IV_GET_CEP_EVENT`: one event of the CEP.
+ * Response of `IOCTL_IV_GET_CEP_EVENT` (and of
+ * `Device::poll_cep_event` for kernel ULPs): one event of the CEP, with
+ * the values of the message that caused it.
  */
 typedef struct IvCepEventOut {
   /**
@@ -2122,8 +2201,8 @@ typedef struct IvCepEventOut {
    */
   uint32_t reason;
   /**
-   * The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST`: the new
-   * connection's CEP).
+   * The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST` and
+   * `IV_CEP_EVENT_SIDR_REQUEST`: the new CEP that answers it).
    */
   IvHandle cep;
   /**
@@ -2131,22 +2210,99 @@ typedef struct IvCepEventOut {
    */
   uint64_t user_context;
   /**
-   * `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's service ID.
+   * `CONNECT_REQUEST`, `SIDR_REQUEST`: the request's service ID.
    */
   uint64_t service_id;
   /**
-   * `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's source GID.
+   * `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID.
    */
   uint8_t remote_gid[16];
   /**
-   * The remote QP: the REQ's (`CONNECT_REQUEST`) or the REP's
-   * (`REPLY`); else 0.
+   * The remote QP: the REQ's (`CONNECT_REQUEST`), the REP's (`REPLY`),
+   * the SIDR_REP's UD QP (`SIDR_REPLY`); else 0.
    */
   uint32_t remote_qpn;
   /**
    * Zero.
    */
   uint32_t reserved;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: the sender's CA GUID.
+   */
+  uint64_t remote_ca_guid;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: the sender's starting PSN.
+   */
+  uint32_t starting_psn;
+  /**
+   * `SIDR_REPLY`: the UD QP's Q_Key.
+   */
+  uint32_t qkey;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: the sender's responder resources.
+   */
+  uint8_t responder_resources;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: the sender's initiator depth.
+   */
+  uint8_t initiator_depth;
+  /**
+   * `CONNECT_REQUEST`: the path MTU (`IV_MTU_*`).
+   */
+  uint8_t path_mtu;
+  /**
+   * `CONNECT_REQUEST`: the transport retry count.
+   */
+  uint8_t retry_count;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: the RNR retry count.
+   */
+  uint8_t rnr_retry_count;
+  /**
+   * `CONNECT_REQUEST`, `REPLY`: `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`.
+   */
+  uint8_t flags;
+  /**
+   * `MRA`: the service timeout (4.096 us * 2^t); `CONNECT_REQUEST`: the
+   * requester's CM response timeout (how long it waits for the REP).
+   */
+  uint8_t service_timeout;
+  /**
+   * `SIDR_REPLY`: the SIDR status (0: valid); `TIMEOUT`: 0.
+   */
+  uint8_t status;
+  /**
+   * `CONNECT_REQUEST`, `SIDR_REQUEST`: the partition key.
+   */
+  uint16_t pkey;
+  /**
+   * Bytes of `private_data` the message carried (each message has a
+   * fixed size: REQ 92, REP 196, REJ 148, RTU 224, DREQ 220, DREP 224,
+   * MRA 222, SIDR_REQ 216, SIDR_REP 136, LAP 168, APR 148); 0 when the
+   * event came from no message.
+   */
+  uint16_t private_data_len;
+  /**
+   * Bytes of `ari` (`REJECTED`: the additional rejection information;
+   * `SIDR_REPLY`, `APR`: the additional information).
+   */
+  uint8_t ari_len;
+  /**
+   * `CONNECT_REQUEST`: the primary path's local ACK timeout.
+   */
+  uint8_t local_ack_timeout;
+  /**
+   * Zero.
+   */
+  uint16_t reserved2;
+  /**
+   * See `ari_len`.
+   */
+  uint8_t ari[72];
+  /**
+   * See `private_data_len`.
+   */
+  uint8_t private_data[224];
 } IvCepEventOut;
 
 /**
@@ -2194,6 +2350,47 @@ typedef struct IvCmConnectIn {
    * `IV_MTU_*`.
    */
   uint8_t path_mtu;
+  /**
+   * RDMA READs and atomics this side accepts in flight as responder.
+   */
+  uint8_t responder_resources;
+  /**
+   * RDMA READs and atomics this side keeps in flight as requester.
+   */
+  uint8_t initiator_depth;
+  /**
+   * Transport retry count of both QPs (at most 7).
+   */
+  uint8_t retry_count;
+  /**
+   * RNR retry count the remote's QP uses (at most 7; 7: infinite).
+   */
+  uint8_t rnr_retry_count;
+  /**
+   * This side's minimum RNR NAK timer (at most 31).
+   */
+  uint8_t min_rnr_timer;
+  /**
+   * `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`, `IV_CM_PEER_TO_PEER`.
+   */
+  uint8_t flags;
+  /**
+   * Bytes of `private_data` to send (at most `IV_CM_REQ_PDATA`; the
+   * REQ carries them zero-padded).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint8_t reserved;
+  /**
+   * The REQ's private data.
+   */
+  uint8_t private_data[92];
+  /**
+   * Zero.
+   */
+  uint32_t reserved2;
 } IvCmConnectIn;
 
 /**
@@ -2217,6 +2414,46 @@ typedef struct IvCmAcceptIn {
    * Zero.
    */
   uint32_t reserved;
+  /**
+   * Responder resources offered (cut to the REQ's initiator depth).
+   */
+  uint8_t responder_resources;
+  /**
+   * Initiator depth wanted (cut to the REQ's responder resources).
+   */
+  uint8_t initiator_depth;
+  /**
+   * RNR retry count the remote's QP uses (at most 7).
+   */
+  uint8_t rnr_retry_count;
+  /**
+   * This side's minimum RNR NAK timer (at most 31).
+   */
+  uint8_t min_rnr_timer;
+  /**
+   * Target ACK delay (at most 31).
+   */
+  uint8_t target_ack_delay;
+  /**
+   * `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`.
+   */
+  uint8_t flags;
+  /**
+   * Bytes of `private_data` to send (at most `IV_CM_REP_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint8_t reserved2;
+  /**
+   * The REP's private data.
+   */
+  uint8_t private_data[196];
+  /**
+   * Zero.
+   */
+  uint32_t reserved3;
 } IvCmAcceptIn;
 
 /**
@@ -2235,6 +2472,31 @@ typedef struct IvCmRejectIn {
    * Zero.
    */
   uint32_t reserved;
+  /**
+   * Bytes of `ari` (at most `IV_CM_ARI_LEN`).
+   */
+  uint8_t ari_len;
+  /**
+   * Bytes of `private_data` (at most `IV_CM_REJ_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint8_t reserved2[6];
+  /**
+   * Additional rejection information (its meaning depends on the
+   * reason, IBTA table 103).
+   */
+  uint8_t ari[72];
+  /**
+   * The REJ's private data.
+   */
+  uint8_t private_data[148];
+  /**
+   * Zero.
+   */
+  uint32_t reserved3;
 } IvCmRejectIn;
 
 /**
@@ -2341,6 +2603,184 @@ typedef struct IvListenAddrIn {
    */
   uint8_t gid[16];
 } IvListenAddrIn;
+
+/**
+ * Request of `IOCTL_IV_CM_DISCONNECT`.
+ */
+typedef struct IvCmDisconnectIn {
+  /**
+   * The CEP (established, or after `IV_CEP_EVENT_DISCONNECT_REQUEST`).
+   */
+  IvHandle cep;
+  /**
+   * Bytes of `private_data`: at most `IV_CM_DREQ_PDATA` for the DREQ
+   * (established), `IV_CM_DREP_PDATA` for the DREP (answering one).
+   */
+  uint32_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * The DREQ's or DREP's private data.
+   */
+  uint8_t private_data[224];
+} IvCmDisconnectIn;
+
+/**
+ * Request of `IOCTL_IV_CM_MRA`: the answer to a REQ takes longer.
+ */
+typedef struct IvCmMraIn {
+  /**
+   * The CEP (a connect request received, not yet answered).
+   */
+  IvHandle cep;
+  /**
+   * How much longer the remote waits: 4.096 us * 2^t (at most 31).
+   */
+  uint8_t service_timeout;
+  /**
+   * Bytes of `private_data` (at most `IV_CM_MRA_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint8_t reserved[6];
+  /**
+   * The MRA's private data.
+   */
+  uint8_t private_data[222];
+  /**
+   * Zero.
+   */
+  uint8_t reserved2[2];
+} IvCmMraIn;
+
+/**
+ * Request of `IOCTL_IV_SIDR_REQUEST`: which UD QP serves `service_id` at
+ * `remote_gid`?
+ */
+typedef struct IvSidrRequestIn {
+  /**
+   * The CEP (idle).
+   */
+  IvHandle cep;
+  /**
+   * The service.
+   */
+  uint64_t service_id;
+  /**
+   * The remote port's GID (reached from port 1, GID index 0).
+   */
+  uint8_t remote_gid[16];
+  /**
+   * Partition key (0: 0xFFFF).
+   */
+  uint16_t pkey;
+  /**
+   * How long to wait for the answer: 4.096 us * 2^t (at most 31).
+   */
+  uint8_t timeout;
+  /**
+   * Retransmissions (at most 15).
+   */
+  uint8_t max_retries;
+  /**
+   * Bytes of `private_data` (at most `IV_CM_SIDR_REQ_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint8_t reserved[3];
+  /**
+   * The SIDR_REQ's private data.
+   */
+  uint8_t private_data[216];
+} IvSidrRequestIn;
+
+/**
+ * Response of `IOCTL_IV_SIDR_REQUEST`: the SIDR_REP.
+ */
+typedef struct IvSidrRequestOut {
+  /**
+   * The SIDR status (IBTA table 114; 0: valid, the QP below serves
+   * the service).
+   */
+  uint32_t status;
+  /**
+   * The UD QP.
+   */
+  uint32_t qpn;
+  /**
+   * Its Q_Key.
+   */
+  uint32_t qkey;
+  /**
+   * Bytes of `info`.
+   */
+  uint8_t info_len;
+  /**
+   * Bytes of `private_data` (`IV_CM_SIDR_REP_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint16_t reserved;
+  /**
+   * Additional information.
+   */
+  uint8_t info[72];
+  /**
+   * The SIDR_REP's private data.
+   */
+  uint8_t private_data[136];
+} IvSidrRequestOut;
+
+/**
+ * Request of `IOCTL_IV_SIDR_REPLY`: the answer to
+ * `IV_CEP_EVENT_SIDR_REQUEST`.
+ */
+typedef struct IvSidrReplyIn {
+  /**
+   * The CEP of the `IV_CEP_EVENT_SIDR_REQUEST`.
+   */
+  IvHandle cep;
+  /**
+   * The SIDR status (IBTA table 114, at most 255; 0: valid).
+   */
+  uint32_t status;
+  /**
+   * The UD QP serving the service (24 bits).
+   */
+  uint32_t qpn;
+  /**
+   * Its Q_Key.
+   */
+  uint32_t qkey;
+  /**
+   * Bytes of `info` (at most `IV_CM_ARI_LEN`).
+   */
+  uint8_t info_len;
+  /**
+   * Bytes of `private_data` (at most `IV_CM_SIDR_REP_PDATA`).
+   */
+  uint8_t private_data_len;
+  /**
+   * Zero.
+   */
+  uint16_t reserved;
+  /**
+   * Additional information.
+   */
+  uint8_t info[72];
+  /**
+   * The SIDR_REP's private data.
+   */
+  uint8_t private_data[136];
+} IvSidrReplyIn;
 
 /**
  * One ring index, alone on its cache line (64 bytes; the ring memory is

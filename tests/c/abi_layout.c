@@ -384,7 +384,7 @@ IV_STATIC_ASSERT(sizeof(struct IvListenIn) == sizeof(IvListenIn), "struct IvList
 IV_STATIC_ASSERT(offsetof(IvListenIn, cep) == 0, "offsetof(IvListenIn, cep)");
 IV_STATIC_ASSERT(offsetof(IvListenIn, service_id) == 8, "offsetof(IvListenIn, service_id)");
 
-IV_STATIC_ASSERT(sizeof(IvCepEventOut) == 56, "sizeof(IvCepEventOut)");
+IV_STATIC_ASSERT(sizeof(IvCepEventOut) == 384, "sizeof(IvCepEventOut)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCepEventOut) == 8, "alignof(IvCepEventOut)");
 IV_STATIC_ASSERT(sizeof(struct IvCepEventOut) == sizeof(IvCepEventOut), "struct IvCepEventOut");
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, event_type) == 0, "offsetof(IvCepEventOut, event_type)");
@@ -395,8 +395,26 @@ IV_STATIC_ASSERT(offsetof(IvCepEventOut, service_id) == 24, "offsetof(IvCepEvent
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_gid) == 32, "offsetof(IvCepEventOut, remote_gid)");
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_qpn) == 48, "offsetof(IvCepEventOut, remote_qpn)");
 IV_STATIC_ASSERT(offsetof(IvCepEventOut, reserved) == 52, "offsetof(IvCepEventOut, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, remote_ca_guid) == 56, "offsetof(IvCepEventOut, remote_ca_guid)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, starting_psn) == 64, "offsetof(IvCepEventOut, starting_psn)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, qkey) == 68, "offsetof(IvCepEventOut, qkey)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, responder_resources) == 72, "offsetof(IvCepEventOut, responder_resources)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, initiator_depth) == 73, "offsetof(IvCepEventOut, initiator_depth)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, path_mtu) == 74, "offsetof(IvCepEventOut, path_mtu)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, retry_count) == 75, "offsetof(IvCepEventOut, retry_count)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, rnr_retry_count) == 76, "offsetof(IvCepEventOut, rnr_retry_count)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, flags) == 77, "offsetof(IvCepEventOut, flags)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, service_timeout) == 78, "offsetof(IvCepEventOut, service_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, status) == 79, "offsetof(IvCepEventOut, status)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, pkey) == 80, "offsetof(IvCepEventOut, pkey)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, private_data_len) == 82, "offsetof(IvCepEventOut, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, ari_len) == 84, "offsetof(IvCepEventOut, ari_len)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, local_ack_timeout) == 85, "offsetof(IvCepEventOut, local_ack_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, reserved2) == 86, "offsetof(IvCepEventOut, reserved2)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, ari) == 88, "offsetof(IvCepEventOut, ari)");
+IV_STATIC_ASSERT(offsetof(IvCepEventOut, private_data) == 160, "offsetof(IvCepEventOut, private_data)");
 
-IV_STATIC_ASSERT(sizeof(IvCmConnectIn) == 64, "sizeof(IvCmConnectIn)");
+IV_STATIC_ASSERT(sizeof(IvCmConnectIn) == 168, "sizeof(IvCmConnectIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCmConnectIn) == 8, "alignof(IvCmConnectIn)");
 IV_STATIC_ASSERT(sizeof(struct IvCmConnectIn) == sizeof(IvCmConnectIn), "struct IvCmConnectIn");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cep) == 0, "offsetof(IvCmConnectIn, cep)");
@@ -409,21 +427,47 @@ IV_STATIC_ASSERT(offsetof(IvCmConnectIn, cm_response_timeout) == 60, "offsetof(I
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, max_cm_retries) == 61, "offsetof(IvCmConnectIn, max_cm_retries)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, local_ack_timeout) == 62, "offsetof(IvCmConnectIn, local_ack_timeout)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, path_mtu) == 63, "offsetof(IvCmConnectIn, path_mtu)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, responder_resources) == 64, "offsetof(IvCmConnectIn, responder_resources)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, initiator_depth) == 65, "offsetof(IvCmConnectIn, initiator_depth)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, retry_count) == 66, "offsetof(IvCmConnectIn, retry_count)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, rnr_retry_count) == 67, "offsetof(IvCmConnectIn, rnr_retry_count)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, min_rnr_timer) == 68, "offsetof(IvCmConnectIn, min_rnr_timer)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, flags) == 69, "offsetof(IvCmConnectIn, flags)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data_len) == 70, "offsetof(IvCmConnectIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, reserved) == 71, "offsetof(IvCmConnectIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data) == 72, "offsetof(IvCmConnectIn, private_data)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, reserved2) == 164, "offsetof(IvCmConnectIn, reserved2)");
 
-IV_STATIC_ASSERT(sizeof(IvCmAcceptIn) == 24, "sizeof(IvCmAcceptIn)");
+IV_STATIC_ASSERT(sizeof(IvCmAcceptIn) == 232, "sizeof(IvCmAcceptIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCmAcceptIn) == 8, "alignof(IvCmAcceptIn)");
 IV_STATIC_ASSERT(sizeof(struct IvCmAcceptIn) == sizeof(IvCmAcceptIn), "struct IvCmAcceptIn");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, cep) == 0, "offsetof(IvCmAcceptIn, cep)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, qp) == 8, "offsetof(IvCmAcceptIn, qp)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, starting_psn) == 16, "offsetof(IvCmAcceptIn, starting_psn)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved) == 20, "offsetof(IvCmAcceptIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, responder_resources) == 24, "offsetof(IvCmAcceptIn, responder_resources)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, initiator_depth) == 25, "offsetof(IvCmAcceptIn, initiator_depth)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, rnr_retry_count) == 26, "offsetof(IvCmAcceptIn, rnr_retry_count)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, min_rnr_timer) == 27, "offsetof(IvCmAcceptIn, min_rnr_timer)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, target_ack_delay) == 28, "offsetof(IvCmAcceptIn, target_ack_delay)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, flags) == 29, "offsetof(IvCmAcceptIn, flags)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, private_data_len) == 30, "offsetof(IvCmAcceptIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved2) == 31, "offsetof(IvCmAcceptIn, reserved2)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, private_data) == 32, "offsetof(IvCmAcceptIn, private_data)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved3) == 228, "offsetof(IvCmAcceptIn, reserved3)");
 
-IV_STATIC_ASSERT(sizeof(IvCmRejectIn) == 16, "sizeof(IvCmRejectIn)");
+IV_STATIC_ASSERT(sizeof(IvCmRejectIn) == 248, "sizeof(IvCmRejectIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCmRejectIn) == 8, "alignof(IvCmRejectIn)");
 IV_STATIC_ASSERT(sizeof(struct IvCmRejectIn) == sizeof(IvCmRejectIn), "struct IvCmRejectIn");
 IV_STATIC_ASSERT(offsetof(IvCmRejectIn, cep) == 0, "offsetof(IvCmRejectIn, cep)");
 IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reason) == 8, "offsetof(IvCmRejectIn, reason)");
 IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved) == 12, "offsetof(IvCmRejectIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, ari_len) == 16, "offsetof(IvCmRejectIn, ari_len)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, private_data_len) == 17, "offsetof(IvCmRejectIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved2) == 18, "offsetof(IvCmRejectIn, reserved2)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, ari) == 24, "offsetof(IvCmRejectIn, ari)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, private_data) == 96, "offsetof(IvCmRejectIn, private_data)");
+IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved3) == 244, "offsetof(IvCmRejectIn, reserved3)");
 
 IV_STATIC_ASSERT(sizeof(IvResolveAddrIn) == 40, "sizeof(IvResolveAddrIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvResolveAddrIn) == 4, "alignof(IvResolveAddrIn)");
@@ -456,6 +500,62 @@ IV_STATIC_ASSERT(sizeof(struct IvListenAddrIn) == sizeof(IvListenAddrIn), "struc
 IV_STATIC_ASSERT(offsetof(IvListenAddrIn, cep) == 0, "offsetof(IvListenAddrIn, cep)");
 IV_STATIC_ASSERT(offsetof(IvListenAddrIn, service_id) == 8, "offsetof(IvListenAddrIn, service_id)");
 IV_STATIC_ASSERT(offsetof(IvListenAddrIn, gid) == 16, "offsetof(IvListenAddrIn, gid)");
+
+IV_STATIC_ASSERT(sizeof(IvCmDisconnectIn) == 240, "sizeof(IvCmDisconnectIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmDisconnectIn) == 8, "alignof(IvCmDisconnectIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmDisconnectIn) == sizeof(IvCmDisconnectIn), "struct IvCmDisconnectIn");
+IV_STATIC_ASSERT(offsetof(IvCmDisconnectIn, cep) == 0, "offsetof(IvCmDisconnectIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmDisconnectIn, private_data_len) == 8, "offsetof(IvCmDisconnectIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCmDisconnectIn, reserved) == 12, "offsetof(IvCmDisconnectIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmDisconnectIn, private_data) == 16, "offsetof(IvCmDisconnectIn, private_data)");
+
+IV_STATIC_ASSERT(sizeof(IvCmMraIn) == 240, "sizeof(IvCmMraIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmMraIn) == 8, "alignof(IvCmMraIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmMraIn) == sizeof(IvCmMraIn), "struct IvCmMraIn");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, cep) == 0, "offsetof(IvCmMraIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, service_timeout) == 8, "offsetof(IvCmMraIn, service_timeout)");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, private_data_len) == 9, "offsetof(IvCmMraIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, reserved) == 10, "offsetof(IvCmMraIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, private_data) == 16, "offsetof(IvCmMraIn, private_data)");
+IV_STATIC_ASSERT(offsetof(IvCmMraIn, reserved2) == 238, "offsetof(IvCmMraIn, reserved2)");
+
+IV_STATIC_ASSERT(sizeof(IvSidrRequestIn) == 256, "sizeof(IvSidrRequestIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvSidrRequestIn) == 8, "alignof(IvSidrRequestIn)");
+IV_STATIC_ASSERT(sizeof(struct IvSidrRequestIn) == sizeof(IvSidrRequestIn), "struct IvSidrRequestIn");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, cep) == 0, "offsetof(IvSidrRequestIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, service_id) == 8, "offsetof(IvSidrRequestIn, service_id)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, remote_gid) == 16, "offsetof(IvSidrRequestIn, remote_gid)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, pkey) == 32, "offsetof(IvSidrRequestIn, pkey)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, timeout) == 34, "offsetof(IvSidrRequestIn, timeout)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, max_retries) == 35, "offsetof(IvSidrRequestIn, max_retries)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, private_data_len) == 36, "offsetof(IvSidrRequestIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, reserved) == 37, "offsetof(IvSidrRequestIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestIn, private_data) == 40, "offsetof(IvSidrRequestIn, private_data)");
+
+IV_STATIC_ASSERT(sizeof(IvSidrRequestOut) == 224, "sizeof(IvSidrRequestOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvSidrRequestOut) == 4, "alignof(IvSidrRequestOut)");
+IV_STATIC_ASSERT(sizeof(struct IvSidrRequestOut) == sizeof(IvSidrRequestOut), "struct IvSidrRequestOut");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, status) == 0, "offsetof(IvSidrRequestOut, status)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, qpn) == 4, "offsetof(IvSidrRequestOut, qpn)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, qkey) == 8, "offsetof(IvSidrRequestOut, qkey)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, info_len) == 12, "offsetof(IvSidrRequestOut, info_len)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, private_data_len) == 13, "offsetof(IvSidrRequestOut, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, reserved) == 14, "offsetof(IvSidrRequestOut, reserved)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, info) == 16, "offsetof(IvSidrRequestOut, info)");
+IV_STATIC_ASSERT(offsetof(IvSidrRequestOut, private_data) == 88, "offsetof(IvSidrRequestOut, private_data)");
+
+IV_STATIC_ASSERT(sizeof(IvSidrReplyIn) == 232, "sizeof(IvSidrReplyIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvSidrReplyIn) == 8, "alignof(IvSidrReplyIn)");
+IV_STATIC_ASSERT(sizeof(struct IvSidrReplyIn) == sizeof(IvSidrReplyIn), "struct IvSidrReplyIn");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, cep) == 0, "offsetof(IvSidrReplyIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, status) == 8, "offsetof(IvSidrReplyIn, status)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, qpn) == 12, "offsetof(IvSidrReplyIn, qpn)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, qkey) == 16, "offsetof(IvSidrReplyIn, qkey)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, info_len) == 20, "offsetof(IvSidrReplyIn, info_len)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, private_data_len) == 21, "offsetof(IvSidrReplyIn, private_data_len)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, reserved) == 22, "offsetof(IvSidrReplyIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, info) == 24, "offsetof(IvSidrReplyIn, info)");
+IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, private_data) == 96, "offsetof(IvSidrReplyIn, private_data)");
 
 IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
@@ -578,8 +678,11 @@ IV_STATIC_ASSERT(IOCTL_IV_CM_ACCEPT == 0x003BE194u, "IOCTL_IV_CM_ACCEPT");
 IV_STATIC_ASSERT(IOCTL_IV_CM_REJECT == 0x003BE198u, "IOCTL_IV_CM_REJECT");
 IV_STATIC_ASSERT(IOCTL_IV_CM_DISCONNECT == 0x003BE19Cu, "IOCTL_IV_CM_DISCONNECT");
 IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CEP == 0x003BE18Cu, "IOCTL_IV_DESTROY_CEP");
-IV_STATIC_ASSERT(IOCTL_IV_RESOLVE_ADDR == 0x003B61C0u, "IOCTL_IV_RESOLVE_ADDR");
-IV_STATIC_ASSERT(IOCTL_IV_LISTEN_ADDR == 0x003BE1C4u, "IOCTL_IV_LISTEN_ADDR");
+IV_STATIC_ASSERT(IOCTL_IV_CM_MRA == 0x003BE1C0u, "IOCTL_IV_CM_MRA");
+IV_STATIC_ASSERT(IOCTL_IV_SIDR_REQUEST == 0x003BE1C4u, "IOCTL_IV_SIDR_REQUEST");
+IV_STATIC_ASSERT(IOCTL_IV_SIDR_REPLY == 0x003BE1C8u, "IOCTL_IV_SIDR_REPLY");
+IV_STATIC_ASSERT(IOCTL_IV_RESOLVE_ADDR == 0x003B6200u, "IOCTL_IV_RESOLVE_ADDR");
+IV_STATIC_ASSERT(IOCTL_IV_LISTEN_ADDR == 0x003BE204u, "IOCTL_IV_LISTEN_ADDR");
 
 /* ---- constants */
 
@@ -672,6 +775,18 @@ IV_STATIC_ASSERT(IV_CEP_EVENT_LAP == 0x0000000Bu, "IV_CEP_EVENT_LAP");
 IV_STATIC_ASSERT(IV_CEP_EVENT_APR == 0x0000000Cu, "IV_CEP_EVENT_APR");
 IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REQUEST == 0x0000000Du, "IV_CEP_EVENT_SIDR_REQUEST");
 IV_STATIC_ASSERT(IV_CEP_EVENT_SIDR_REPLY == 0x0000000Eu, "IV_CEP_EVENT_SIDR_REPLY");
+IV_STATIC_ASSERT(IV_CM_FLOW_CONTROL == 0x00000001u, "IV_CM_FLOW_CONTROL");
+IV_STATIC_ASSERT(IV_CM_SRQ == 0x00000002u, "IV_CM_SRQ");
+IV_STATIC_ASSERT(IV_CM_PEER_TO_PEER == 0x00000004u, "IV_CM_PEER_TO_PEER");
+IV_STATIC_ASSERT(IV_CM_REQ_PDATA == 0x0000005Cu, "IV_CM_REQ_PDATA");
+IV_STATIC_ASSERT(IV_CM_REP_PDATA == 0x000000C4u, "IV_CM_REP_PDATA");
+IV_STATIC_ASSERT(IV_CM_REJ_PDATA == 0x00000094u, "IV_CM_REJ_PDATA");
+IV_STATIC_ASSERT(IV_CM_ARI_LEN == 0x00000048u, "IV_CM_ARI_LEN");
+IV_STATIC_ASSERT(IV_CM_DREQ_PDATA == 0x000000DCu, "IV_CM_DREQ_PDATA");
+IV_STATIC_ASSERT(IV_CM_DREP_PDATA == 0x000000E0u, "IV_CM_DREP_PDATA");
+IV_STATIC_ASSERT(IV_CM_MRA_PDATA == 0x000000DEu, "IV_CM_MRA_PDATA");
+IV_STATIC_ASSERT(IV_CM_SIDR_REQ_PDATA == 0x000000D8u, "IV_CM_SIDR_REQ_PDATA");
+IV_STATIC_ASSERT(IV_CM_SIDR_REP_PDATA == 0x00000088u, "IV_CM_SIDR_REP_PDATA");
 IV_STATIC_ASSERT(IV_EVENT_COMM_EST == 0x00000004u, "IV_EVENT_COMM_EST");
 IV_STATIC_ASSERT(IV_EVENT_CQ_ERR == 0x00000000u, "IV_EVENT_CQ_ERR");
 IV_STATIC_ASSERT(IV_EVENT_DEVICE_FATAL == 0x00000008u, "IV_EVENT_DEVICE_FATAL");

@@ -282,16 +282,34 @@ pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x865 << 2)
     | METHOD_BUFFERED;
 
-/// Reject a connect request (or a REP); completes at once. In: [`IvCmRejectIn`]. Out: none.
+/// Reject a connect request (or a REP) with a reason, additional rejection information and private data; completes at once. `STATUS_INVALID_PARAMETER` for a reason above 0xFFFF, too much ARI or private data, or non-zero reserved fields. In: [`IvCmRejectIn`]. Out: none.
 pub const IOCTL_IV_CM_REJECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x866 << 2)
     | METHOD_BUFFERED;
 
-/// Disconnect, as one request. Established: the DREQ, the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP; then it completes. In: [`IvHandleIn`] (the CEP). Out: none.
+/// Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
 pub const IOCTL_IV_CM_DISCONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x867 << 2)
+    | METHOD_BUFFERED;
+
+/// Send an MRA for a connect request not yet answered (`IV_CEP_EVENT_CONNECT_REQUEST`): the requester waits up to 4.096 us * 2^`service_timeout` more for the REP (its connect does not time out meanwhile; the MRA goes again if the REQ comes again). Completes at once. `STATUS_INVALID_DEVICE_STATE` if the CEP has no unanswered connect request, `STATUS_INVALID_PARAMETER` for a bad value. In: [`IvCmMraIn`]. Out: none.
+pub const IOCTL_IV_CM_MRA: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x870 << 2)
+    | METHOD_BUFFERED;
+
+/// Service ID resolution (SIDR), as one request: sends the SIDR_REQ from an idle CEP and completes with the SIDR_REP (`STATUS_SUCCESS`; its status says whether the QP serves the service); `STATUS_IO_TIMEOUT` when the retries ran out, `STATUS_CANCELLED` when the CEP is destroyed; cancelable. In: [`IvSidrRequestIn`]. Out: [`IvSidrRequestOut`].
+pub const IOCTL_IV_SIDR_REQUEST: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x871 << 2)
+    | METHOD_BUFFERED;
+
+/// Answer a SIDR request (`IV_CEP_EVENT_SIDR_REQUEST`) with the UD QP and Q_Key that serve the service, or a status; completes at once (the CEP is idle again). In: [`IvSidrReplyIn`]. Out: none.
+pub const IOCTL_IV_SIDR_REPLY: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x872 << 2)
     | METHOD_BUFFERED;
 
 /// Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
@@ -307,7 +325,7 @@ pub const IOCTL_IV_CM_DISCONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
 /// source), `STATUS_NETWORK_UNREACHABLE` (no address of the family).
 /// IRQL: <= DISPATCH_LEVEL. In: [`IvResolveAddrIn`]. Out: [`IvResolveAddrOut`].
 pub const IOCTL_IV_RESOLVE_ADDR: u32 =
-    (FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14) | (0x870 << 2) | METHOD_BUFFERED;
+    (FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14) | (0x880 << 2) | METHOD_BUFFERED;
 
 /// Listen on a service ID with an idle CEP for REQs addressed to one GID
 /// (rdma_cm's listen on a bound address; all zero: any of the device's):
@@ -319,7 +337,7 @@ pub const IOCTL_IV_RESOLVE_ADDR: u32 =
 /// In: [`IvListenAddrIn`]. Out: none.
 pub const IOCTL_IV_LISTEN_ADDR: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
-    | (0x871 << 2)
+    | (0x881 << 2)
     | METHOD_BUFFERED;
 
 /// What the driver knows of one IOCTL: its name, code, exact input size,
@@ -606,7 +624,7 @@ pub const IOCTLS: &[IoctlInfo] = &[
     IoctlInfo {
         name: "CM_DISCONNECT",
         code: IOCTL_IV_CM_DISCONNECT,
-        input_len: core::mem::size_of::<IvHandleIn>(),
+        input_len: core::mem::size_of::<IvCmDisconnectIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
@@ -614,6 +632,27 @@ pub const IOCTLS: &[IoctlInfo] = &[
         name: "DESTROY_CEP",
         code: IOCTL_IV_DESTROY_CEP,
         input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_MRA",
+        code: IOCTL_IV_CM_MRA,
+        input_len: core::mem::size_of::<IvCmMraIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "SIDR_REQUEST",
+        code: IOCTL_IV_SIDR_REQUEST,
+        input_len: core::mem::size_of::<IvSidrRequestIn>(),
+        output_len: core::mem::size_of::<IvSidrRequestOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "SIDR_REPLY",
+        code: IOCTL_IV_SIDR_REPLY,
+        input_len: core::mem::size_of::<IvSidrReplyIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },

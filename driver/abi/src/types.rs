@@ -1181,30 +1181,71 @@ pub const IV_CEP_EVENT_SIDR_REQUEST: u32 = 13;
 /// CEP event: the SIDR_REP.
 pub const IV_CEP_EVENT_SIDR_REPLY: u32 = 14;
 
-/// Response of `IOCTL_IV_GET_CEP_EVENT`: one event of the CEP.
+/// Response of `IOCTL_IV_GET_CEP_EVENT` (and of
+/// `Device::poll_cep_event` for kernel ULPs): one event of the CEP, with
+/// the values of the message that caused it.
 #[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCepEventOut {
     /// `IV_CEP_EVENT_*`.
     pub event_type: u32,
     /// `IV_CEP_EVENT_REJECTED`: the REJ's reason code; else 0.
     pub reason: u32,
-    /// The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST`: the new
-    /// connection's CEP).
+    /// The CEP the event is on (`IV_CEP_EVENT_CONNECT_REQUEST` and
+    /// `IV_CEP_EVENT_SIDR_REQUEST`: the new CEP that answers it).
     pub cep: IvHandle,
     /// That CEP's `user_context`.
     pub user_context: u64,
-    /// `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's service ID.
+    /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the request's service ID.
     pub service_id: u64,
-    /// `IV_CEP_EVENT_CONNECT_REQUEST`: the REQ's source GID.
+    /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID.
     pub remote_gid: [u8; 16],
-    /// The remote QP: the REQ's (`CONNECT_REQUEST`) or the REP's
-    /// (`REPLY`); else 0.
+    /// The remote QP: the REQ's (`CONNECT_REQUEST`), the REP's (`REPLY`),
+    /// the SIDR_REP's UD QP (`SIDR_REPLY`); else 0.
     pub remote_qpn: u32,
     /// Zero.
     pub reserved: u32,
+    /// `CONNECT_REQUEST`, `REPLY`: the sender's CA GUID.
+    pub remote_ca_guid: u64,
+    /// `CONNECT_REQUEST`, `REPLY`: the sender's starting PSN.
+    pub starting_psn: u32,
+    /// `SIDR_REPLY`: the UD QP's Q_Key.
+    pub qkey: u32,
+    /// `CONNECT_REQUEST`, `REPLY`: the sender's responder resources.
+    pub responder_resources: u8,
+    /// `CONNECT_REQUEST`, `REPLY`: the sender's initiator depth.
+    pub initiator_depth: u8,
+    /// `CONNECT_REQUEST`: the path MTU (`IV_MTU_*`).
+    pub path_mtu: u8,
+    /// `CONNECT_REQUEST`: the transport retry count.
+    pub retry_count: u8,
+    /// `CONNECT_REQUEST`, `REPLY`: the RNR retry count.
+    pub rnr_retry_count: u8,
+    /// `CONNECT_REQUEST`, `REPLY`: `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`.
+    pub flags: u8,
+    /// `MRA`: the service timeout (4.096 us * 2^t); `CONNECT_REQUEST`: the
+    /// requester's CM response timeout (how long it waits for the REP).
+    pub service_timeout: u8,
+    /// `SIDR_REPLY`: the SIDR status (0: valid); `TIMEOUT`: 0.
+    pub status: u8,
+    /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the partition key.
+    pub pkey: u16,
+    /// Bytes of `private_data` the message carried (each message has a
+    /// fixed size: REQ 92, REP 196, REJ 148, RTU 224, DREQ 220, DREP 224,
+    /// MRA 222, SIDR_REQ 216, SIDR_REP 136, LAP 168, APR 148); 0 when the
+    /// event came from no message.
+    pub private_data_len: u16,
+    /// Bytes of `ari` (`REJECTED`: the additional rejection information;
+    /// `SIDR_REPLY`, `APR`: the additional information).
+    pub ari_len: u8,
+    /// `CONNECT_REQUEST`: the primary path's local ACK timeout.
+    pub local_ack_timeout: u8,
+    /// Zero.
+    pub reserved2: u16,
+    /// See `ari_len`.
+    pub ari: [u8; 72],
+    /// See `private_data_len`.
+    pub private_data: [u8; 224],
 }
 abi_layout!(IvCepEventOut {
     event_type,
@@ -1214,15 +1255,63 @@ abi_layout!(IvCepEventOut {
     service_id,
     remote_gid,
     remote_qpn,
-    reserved
+    reserved,
+    remote_ca_guid,
+    starting_psn,
+    qkey,
+    responder_resources,
+    initiator_depth,
+    path_mtu,
+    retry_count,
+    rnr_retry_count,
+    flags,
+    service_timeout,
+    status,
+    pkey,
+    private_data_len,
+    ari_len,
+    local_ack_timeout,
+    reserved2,
+    ari,
+    private_data
 });
+impl Default for IvCepEventOut {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// `flags` of the CM requests and events: end-to-end flow control.
+pub const IV_CM_FLOW_CONTROL: u32 = 1;
+/// `flags`: the QP uses an SRQ.
+pub const IV_CM_SRQ: u32 = 2;
+/// `flags` of `IvCmConnectIn`: a peer-to-peer connect (both sides connect
+/// to each other's service ID; one of them becomes the passive side,
+/// IBTA 12.9.8.3.2).
+pub const IV_CM_PEER_TO_PEER: u32 = 4;
+/// Private data bytes of a REQ (`IvCmConnectIn`).
+pub const IV_CM_REQ_PDATA: u32 = 92;
+/// Private data bytes of a REP (`IvCmAcceptIn`).
+pub const IV_CM_REP_PDATA: u32 = 196;
+/// Private data bytes of a REJ (`IvCmRejectIn`).
+pub const IV_CM_REJ_PDATA: u32 = 148;
+/// Bytes of a REJ's or SIDR_REP's additional (rejection) information.
+pub const IV_CM_ARI_LEN: u32 = 72;
+/// Private data bytes of a DREQ (`IvCmDisconnectIn`, established).
+pub const IV_CM_DREQ_PDATA: u32 = 220;
+/// Private data bytes of a DREP (`IvCmDisconnectIn`, after a DREQ).
+pub const IV_CM_DREP_PDATA: u32 = 224;
+/// Private data bytes of an MRA (`IvCmMraIn`).
+pub const IV_CM_MRA_PDATA: u32 = 222;
+/// Private data bytes of a SIDR_REQ (`IvSidrRequestIn`).
+pub const IV_CM_SIDR_REQ_PDATA: u32 = 216;
+/// Private data bytes of a SIDR_REP (`IvSidrReplyIn`).
+pub const IV_CM_SIDR_REP_PDATA: u32 = 136;
 
 /// Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
 /// RESET) to the listener of `service_id` at `remote_gid`.
 #[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCmConnectIn {
     /// The CEP (idle).
     pub cep: IvHandle,
@@ -1244,6 +1333,27 @@ pub struct IvCmConnectIn {
     pub local_ack_timeout: u8,
     /// `IV_MTU_*`.
     pub path_mtu: u8,
+    /// RDMA READs and atomics this side accepts in flight as responder.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics this side keeps in flight as requester.
+    pub initiator_depth: u8,
+    /// Transport retry count of both QPs (at most 7).
+    pub retry_count: u8,
+    /// RNR retry count the remote's QP uses (at most 7; 7: infinite).
+    pub rnr_retry_count: u8,
+    /// This side's minimum RNR NAK timer (at most 31).
+    pub min_rnr_timer: u8,
+    /// `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`, `IV_CM_PEER_TO_PEER`.
+    pub flags: u8,
+    /// Bytes of `private_data` to send (at most `IV_CM_REQ_PDATA`; the
+    /// REQ carries them zero-padded).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: u8,
+    /// The REQ's private data.
+    pub private_data: [u8; 92],
+    /// Zero.
+    pub reserved2: u32,
 }
 abi_layout!(IvCmConnectIn {
     cep,
@@ -1255,15 +1365,28 @@ abi_layout!(IvCmConnectIn {
     cm_response_timeout,
     max_cm_retries,
     local_ack_timeout,
-    path_mtu
+    path_mtu,
+    responder_resources,
+    initiator_depth,
+    retry_count,
+    rnr_retry_count,
+    min_rnr_timer,
+    flags,
+    private_data_len,
+    reserved,
+    private_data,
+    reserved2
 });
+impl Default for IvCmConnectIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
 
 /// Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
 /// with `qp` (in RESET).
 #[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCmAcceptIn {
     /// The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
     pub cep: IvHandle,
@@ -1273,19 +1396,52 @@ pub struct IvCmAcceptIn {
     pub starting_psn: u32,
     /// Zero.
     pub reserved: u32,
+    /// Responder resources offered (cut to the REQ's initiator depth).
+    pub responder_resources: u8,
+    /// Initiator depth wanted (cut to the REQ's responder resources).
+    pub initiator_depth: u8,
+    /// RNR retry count the remote's QP uses (at most 7).
+    pub rnr_retry_count: u8,
+    /// This side's minimum RNR NAK timer (at most 31).
+    pub min_rnr_timer: u8,
+    /// Target ACK delay (at most 31).
+    pub target_ack_delay: u8,
+    /// `IV_CM_FLOW_CONTROL`, `IV_CM_SRQ`.
+    pub flags: u8,
+    /// Bytes of `private_data` to send (at most `IV_CM_REP_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved2: u8,
+    /// The REP's private data.
+    pub private_data: [u8; 196],
+    /// Zero.
+    pub reserved3: u32,
 }
 abi_layout!(IvCmAcceptIn {
     cep,
     qp,
     starting_psn,
-    reserved
+    reserved,
+    responder_resources,
+    initiator_depth,
+    rnr_retry_count,
+    min_rnr_timer,
+    target_ack_delay,
+    flags,
+    private_data_len,
+    reserved2,
+    private_data,
+    reserved3
 });
+impl Default for IvCmAcceptIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
 
 /// Request of `IOCTL_IV_CM_REJECT`.
 #[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCmRejectIn {
     /// The CEP (a connect request received, or a REP received).
     pub cep: IvHandle,
@@ -1293,12 +1449,213 @@ pub struct IvCmRejectIn {
     pub reason: u32,
     /// Zero.
     pub reserved: u32,
+    /// Bytes of `ari` (at most `IV_CM_ARI_LEN`).
+    pub ari_len: u8,
+    /// Bytes of `private_data` (at most `IV_CM_REJ_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved2: [u8; 6],
+    /// Additional rejection information (its meaning depends on the
+    /// reason, IBTA table 103).
+    pub ari: [u8; 72],
+    /// The REJ's private data.
+    pub private_data: [u8; 148],
+    /// Zero.
+    pub reserved3: u32,
 }
 abi_layout!(IvCmRejectIn {
     cep,
     reason,
-    reserved
+    reserved,
+    ari_len,
+    private_data_len,
+    reserved2,
+    ari,
+    private_data,
+    reserved3
 });
+impl Default for IvCmRejectIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Request of `IOCTL_IV_CM_DISCONNECT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvCmDisconnectIn {
+    /// The CEP (established, or after `IV_CEP_EVENT_DISCONNECT_REQUEST`).
+    pub cep: IvHandle,
+    /// Bytes of `private_data`: at most `IV_CM_DREQ_PDATA` for the DREQ
+    /// (established), `IV_CM_DREP_PDATA` for the DREP (answering one).
+    pub private_data_len: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The DREQ's or DREP's private data.
+    pub private_data: [u8; 224],
+}
+abi_layout!(IvCmDisconnectIn {
+    cep,
+    private_data_len,
+    reserved,
+    private_data
+});
+impl Default for IvCmDisconnectIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Request of `IOCTL_IV_CM_MRA`: the answer to a REQ takes longer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvCmMraIn {
+    /// The CEP (a connect request received, not yet answered).
+    pub cep: IvHandle,
+    /// How much longer the remote waits: 4.096 us * 2^t (at most 31).
+    pub service_timeout: u8,
+    /// Bytes of `private_data` (at most `IV_CM_MRA_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: [u8; 6],
+    /// The MRA's private data.
+    pub private_data: [u8; 222],
+    /// Zero.
+    pub reserved2: [u8; 2],
+}
+abi_layout!(IvCmMraIn {
+    cep,
+    service_timeout,
+    private_data_len,
+    reserved,
+    private_data,
+    reserved2
+});
+impl Default for IvCmMraIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Request of `IOCTL_IV_SIDR_REQUEST`: which UD QP serves `service_id` at
+/// `remote_gid`?
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvSidrRequestIn {
+    /// The CEP (idle).
+    pub cep: IvHandle,
+    /// The service.
+    pub service_id: u64,
+    /// The remote port's GID (reached from port 1, GID index 0).
+    pub remote_gid: [u8; 16],
+    /// Partition key (0: 0xFFFF).
+    pub pkey: u16,
+    /// How long to wait for the answer: 4.096 us * 2^t (at most 31).
+    pub timeout: u8,
+    /// Retransmissions (at most 15).
+    pub max_retries: u8,
+    /// Bytes of `private_data` (at most `IV_CM_SIDR_REQ_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: [u8; 3],
+    /// The SIDR_REQ's private data.
+    pub private_data: [u8; 216],
+}
+abi_layout!(IvSidrRequestIn {
+    cep,
+    service_id,
+    remote_gid,
+    pkey,
+    timeout,
+    max_retries,
+    private_data_len,
+    reserved,
+    private_data
+});
+impl Default for IvSidrRequestIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Response of `IOCTL_IV_SIDR_REQUEST`: the SIDR_REP.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvSidrRequestOut {
+    /// The SIDR status (IBTA table 114; 0: valid, the QP below serves
+    /// the service).
+    pub status: u32,
+    /// The UD QP.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// Bytes of `info`.
+    pub info_len: u8,
+    /// Bytes of `private_data` (`IV_CM_SIDR_REP_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: u16,
+    /// Additional information.
+    pub info: [u8; 72],
+    /// The SIDR_REP's private data.
+    pub private_data: [u8; 136],
+}
+abi_layout!(IvSidrRequestOut {
+    status,
+    qpn,
+    qkey,
+    info_len,
+    private_data_len,
+    reserved,
+    info,
+    private_data
+});
+impl Default for IvSidrRequestOut {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Request of `IOCTL_IV_SIDR_REPLY`: the answer to
+/// `IV_CEP_EVENT_SIDR_REQUEST`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvSidrReplyIn {
+    /// The CEP of the `IV_CEP_EVENT_SIDR_REQUEST`.
+    pub cep: IvHandle,
+    /// The SIDR status (IBTA table 114, at most 255; 0: valid).
+    pub status: u32,
+    /// The UD QP serving the service (24 bits).
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// Bytes of `info` (at most `IV_CM_ARI_LEN`).
+    pub info_len: u8,
+    /// Bytes of `private_data` (at most `IV_CM_SIDR_REP_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: u16,
+    /// Additional information.
+    pub info: [u8; 72],
+    /// The SIDR_REP's private data.
+    pub private_data: [u8; 136],
+}
+abi_layout!(IvSidrReplyIn {
+    cep,
+    status,
+    qpn,
+    qkey,
+    info_len,
+    private_data_len,
+    reserved,
+    info,
+    private_data
+});
+impl Default for IvSidrReplyIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
 
 /// No address (`IvResolveAddrIn::src_family`: any source).
 pub const IV_ADDR_NONE: u16 = 0;
@@ -1497,6 +1854,11 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvResolveAddrIn>(),
     layout::<IvResolveAddrOut>(),
     layout::<IvListenAddrIn>(),
+    layout::<IvCmDisconnectIn>(),
+    layout::<IvCmMraIn>(),
+    layout::<IvSidrRequestIn>(),
+    layout::<IvSidrRequestOut>(),
+    layout::<IvSidrReplyIn>(),
     layout::<crate::ring::IvRingIndex>(),
     layout::<crate::ring::IvRingControl>(),
     layout::<crate::ring::IvRingMap>(),

@@ -70,10 +70,10 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use irpverbs_cm::msg::RejReason;
+use irpverbs_cm::msg::{Info, RejReason, SidrStatus};
 use irpverbs_cm::{
-    AcceptParams, Config, ConnectParams, Engine, MadAddr, QpModify, QpTarget, State as CmState,
-    Transmit,
+    AcceptParams, Config, ConnectParams, Engine, MadAddr, QpModify, QpTarget, SidrParams,
+    SidrReplyParams, State as CmState, Transmit,
 };
 
 use irpverbs_abi::*;
@@ -88,6 +88,42 @@ use crate::{Device, FileKey, Hca, Kind, Platform, SpinLock};
 /// clock of [`Platform::now_ns`]), replacing any earlier arming. Called
 /// with no driver lock held, at IRQL <= DISPATCH_LEVEL.
 pub type CmTimerArm = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// What a kernel ULP's CEP callback is told: the CEP has events; poll them
+/// with [`Device::poll_cep_event`] until it returns `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CepReady {
+    /// The file the CEP is in.
+    pub file: FileKey,
+    /// The CEP.
+    pub cep: IvHandle,
+    /// Its `user_context`.
+    pub user_context: u64,
+}
+
+/// A kernel ULP's CEP callback ([`Device::set_cep_callback`]).
+///
+/// Called once each time the CEP goes from no events to some (and once
+/// more after a poll that returned `None` if events came since): the owner
+/// then polls until `None`, which re-arms it.
+///
+/// IRQL: DISPATCH_LEVEL — from the DPC that received the MAD or the CM
+/// timer's DPC (the only places CM events arise on a CEP). Called with no
+/// device lock held, so it may call back into the device: poll events,
+/// issue requests (`CM_ACCEPT`, `CM_REJECT`, `CM_MRA`, ... as internal
+/// device control IRPs), destroy the CEP. It must not block, and a
+/// callback of another CEP may run on another processor at the same time.
+pub type CepCallback = Arc<dyn Fn(CepReady) + Send + Sync>;
+
+/// A CEP's callback as the CEP object keeps it.
+#[derive(Clone)]
+pub(crate) struct Callback(pub(crate) CepCallback);
+
+impl core::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Callback")
+    }
+}
 
 /// The device's CM (part of the state under the device lock).
 pub(crate) struct Cm {
@@ -252,6 +288,97 @@ impl<P: Platform, H: Hca> Device<P, H> {
     pub fn cm_stats(&self) -> irpverbs_cm::Stats {
         self.state.lock(|s| s.cm.engine.stats())
     }
+
+    /// Makes the CEP `cep` of `file` a kernel ULP's (or gives it back to
+    /// `GET_CEP_EVENT` with `None`): from now on, when it has events the
+    /// device calls `callback` (see [`CepCallback`]) instead of completing
+    /// a pended `GET_CEP_EVENT`, and the owner takes them with
+    /// [`Device::poll_cep_event`]. The CEPs of the connect requests it
+    /// receives as a listener get the same callback. Called at once if
+    /// the CEP already has events.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` (no such CEP in the file),
+    /// `STATUS_DEVICE_BUSY` (a `GET_CEP_EVENT` is pended on it); nothing
+    /// changes then.
+    pub fn set_cep_callback(
+        &self,
+        file: FileKey,
+        cep: IvHandle,
+        callback: Option<CepCallback>,
+    ) -> Result<(), NtStatus> {
+        let (r, done, flush) = self.state.lock(|s| {
+            let r = (|| {
+                let idx = s.file(file)?.objects.lookup(cep, Kind::Cep)?;
+                let wait = cep_mut(s, file, idx).and_then(|c| c.wait);
+                if wait.is_some_and(|k| s.waits.contains_key(&k)) {
+                    return Err(STATUS_DEVICE_BUSY);
+                }
+                let c = cep_mut(s, file, idx).ok_or(STATUS_INVALID_HANDLE)?;
+                c.callback = callback.map(Callback);
+                c.armed = true;
+                self.cm_route(s, file, idx);
+                self.cep_serve(s, file, idx);
+                Ok(())
+            })();
+            (r, core::mem::take(&mut s.deferred), s.cm.take())
+        });
+        self.complete_all(done);
+        self.cm_flush(flush);
+        r
+    }
+
+    /// Takes the CEP's next event (the polling model of kernel ULPs, whose
+    /// CEP has a callback: [`Device::set_cep_callback`]); `None` when it has
+    /// none, which re-arms the callback. Works on any CEP without a pended
+    /// `GET_CEP_EVENT`.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (typically from the callback).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` (no such CEP in the file),
+    /// `STATUS_DEVICE_BUSY` (a `GET_CEP_EVENT` is pended on it).
+    pub fn poll_cep_event(
+        &self,
+        file: FileKey,
+        cep: IvHandle,
+    ) -> Result<Option<IvCepEventOut>, NtStatus> {
+        let (r, done, flush) = self.state.lock(|s| {
+            let r = (|| {
+                let idx = s.file(file)?.objects.lookup(cep, Kind::Cep)?;
+                let wait = cep_mut(s, file, idx).and_then(|c| c.wait);
+                if wait.is_some_and(|k| s.waits.contains_key(&k)) {
+                    return Err(STATUS_DEVICE_BUSY);
+                }
+                self.cm_route(s, file, idx);
+                let c = cep_mut(s, file, idx).ok_or(STATUS_INVALID_HANDLE)?;
+                let ev = c.events.pop_front();
+                if ev.is_none() {
+                    c.armed = true;
+                }
+                Ok(ev)
+            })();
+            (r, core::mem::take(&mut s.deferred), s.cm.take())
+        });
+        self.complete_all(done);
+        self.cm_flush(flush);
+        r
+    }
+
+    /// Runs the CEP callbacks that became due (no lock held; from
+    /// [`Device::complete_all`]).
+    pub(crate) fn run_cep_callbacks(&self) {
+        use core::sync::atomic::Ordering;
+        if !self.cep_calls_pending.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let calls = self.state.lock(|s| core::mem::take(&mut s.cep_calls));
+        for (callback, ready) in calls {
+            callback(ready);
+        }
+    }
 }
 
 /// The statuses of the CM's refusals.
@@ -292,7 +419,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(id) => id,
                     Err(e) => return fail(request, cm_status(e)),
                 };
-                match self.new_cep(s, file, id, i.user_context) {
+                match self.new_cep(s, file, id, i.user_context, None) {
                     Ok(cep) => Some((
                         request,
                         STATUS_SUCCESS,
@@ -328,6 +455,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(i) => i,
                     Err(st) => return fail(request, st),
                 };
+                if cep_mut(s, file, idx).is_some_and(|c| c.callback.is_some()) {
+                    // A kernel ULP's CEP: its events go to the callback.
+                    return fail(request, STATUS_INVALID_DEVICE_STATE);
+                }
                 let wait = cep_mut(s, file, idx).and_then(|c| c.wait);
                 if wait.is_some_and(|k| s.waits.contains_key(&k)) {
                     return fail(request, STATUS_DEVICE_BUSY);
@@ -367,6 +498,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         file: FileKey,
         id: irpverbs_cm::CepId,
         user_context: u64,
+        callback: Option<Callback>,
     ) -> Result<IvHandle, NtStatus> {
         let body = Body::Cep(crate::object::Cep {
             id,
@@ -374,6 +506,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             wait: None,
             events: alloc::collections::VecDeque::new(),
             qp: None,
+            callback,
+            armed: true,
         });
         let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
         let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
@@ -416,6 +550,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         use irpverbs_cm::Event as E;
         let c = cep_mut(s, file, idx)?;
         let user_context = c.user_context;
+        let callback = c.callback.clone();
+        let own = c.id;
         let handle = s.files.get(&file)?.objects.handle_of(idx);
         let mut out = IvCepEventOut {
             cep: handle,
@@ -424,38 +560,103 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         out.event_type = match ev {
             E::ConnectRequest { cep, src, req } => {
-                match self.new_cep(s, file, cep, user_context) {
+                if cep != own {
+                    match self.new_cep(s, file, cep, user_context, callback) {
+                        Ok(h) => out.cep = h,
+                        Err(_) => {
+                            // No room for it: the engine rejects it.
+                            let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                            return None;
+                        }
+                    }
+                }
+                out.service_id = req.service_id;
+                out.remote_gid = src.gid;
+                out.remote_qpn = req.local_qpn;
+                out.remote_ca_guid = req.local_ca_guid;
+                out.starting_psn = req.starting_psn;
+                out.responder_resources = req.responder_resources;
+                out.initiator_depth = req.initiator_depth;
+                out.path_mtu = req.path_mtu;
+                out.retry_count = req.retry_count;
+                out.rnr_retry_count = req.rnr_retry_count;
+                out.flags = cm_flags(req.end_to_end_flow_control, req.srq);
+                out.service_timeout = req.remote_cm_response_timeout;
+                out.pkey = req.pkey;
+                out.local_ack_timeout = req.primary.local_ack_timeout;
+                set_pdata(&mut out, &req.private_data);
+                IV_CEP_EVENT_CONNECT_REQUEST
+            }
+            E::Reply { rep } => {
+                out.remote_qpn = rep.local_qpn;
+                out.remote_ca_guid = rep.local_ca_guid;
+                out.starting_psn = rep.starting_psn;
+                out.responder_resources = rep.responder_resources;
+                out.initiator_depth = rep.initiator_depth;
+                out.rnr_retry_count = rep.rnr_retry_count;
+                out.flags = cm_flags(rep.end_to_end_flow_control, rep.srq);
+                set_pdata(&mut out, &rep.private_data);
+                IV_CEP_EVENT_REPLY
+            }
+            E::Established => IV_CEP_EVENT_ESTABLISHED,
+            E::Rejected { rej, .. } => {
+                out.reason = u32::from(rej.reason.0);
+                set_ari(&mut out, rej.ari.as_bytes());
+                set_pdata(&mut out, &rej.private_data);
+                IV_CEP_EVENT_REJECTED
+            }
+            E::MraReceived {
+                service_timeout, ..
+            } => {
+                out.service_timeout = service_timeout;
+                IV_CEP_EVENT_MRA
+            }
+            E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
+            E::DisconnectRequest { dreq } => {
+                set_pdata(&mut out, &dreq.private_data);
+                IV_CEP_EVENT_DISCONNECT_REQUEST
+            }
+            E::DisconnectReply { private_data } => {
+                if let Some(pd) = private_data {
+                    set_pdata(&mut out, &pd);
+                }
+                IV_CEP_EVENT_DISCONNECT_REPLY
+            }
+            E::StaleConnection => IV_CEP_EVENT_STALE,
+            E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
+            E::LapReceived { lap } => {
+                set_pdata(&mut out, &lap.private_data);
+                IV_CEP_EVENT_LAP
+            }
+            E::AprReceived { apr } => {
+                out.status = apr.status.0;
+                set_ari(&mut out, apr.info.as_bytes());
+                set_pdata(&mut out, &apr.private_data);
+                IV_CEP_EVENT_APR
+            }
+            E::SidrRequest { cep, src, req } => {
+                match self.new_cep(s, file, cep, user_context, callback) {
                     Ok(h) => out.cep = h,
                     Err(_) => {
-                        // No room for it: the engine rejects it.
+                        // No room for it: the engine answers "rejected".
                         let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
                         return None;
                     }
                 }
                 out.service_id = req.service_id;
                 out.remote_gid = src.gid;
-                out.remote_qpn = req.local_qpn;
-                IV_CEP_EVENT_CONNECT_REQUEST
+                out.pkey = req.pkey;
+                set_pdata(&mut out, &req.private_data);
+                IV_CEP_EVENT_SIDR_REQUEST
             }
-            E::Reply { rep } => {
-                out.remote_qpn = rep.local_qpn;
-                IV_CEP_EVENT_REPLY
+            E::SidrReply { rep } => {
+                out.remote_qpn = rep.qpn;
+                out.qkey = rep.qkey;
+                out.status = rep.status.0;
+                set_ari(&mut out, rep.info.as_bytes());
+                set_pdata(&mut out, &rep.private_data);
+                IV_CEP_EVENT_SIDR_REPLY
             }
-            E::Established => IV_CEP_EVENT_ESTABLISHED,
-            E::Rejected { rej, .. } => {
-                out.reason = u32::from(rej.reason.0);
-                IV_CEP_EVENT_REJECTED
-            }
-            E::MraReceived { .. } => IV_CEP_EVENT_MRA,
-            E::Timeout { .. } => IV_CEP_EVENT_TIMEOUT,
-            E::DisconnectRequest { .. } => IV_CEP_EVENT_DISCONNECT_REQUEST,
-            E::DisconnectReply { .. } => IV_CEP_EVENT_DISCONNECT_REPLY,
-            E::StaleConnection => IV_CEP_EVENT_STALE,
-            E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
-            E::LapReceived { .. } => IV_CEP_EVENT_LAP,
-            E::AprReceived { .. } => IV_CEP_EVENT_APR,
-            E::SidrRequest { .. } => IV_CEP_EVENT_SIDR_REQUEST,
-            E::SidrReply { .. } => IV_CEP_EVENT_SIDR_REPLY,
             E::Canceled { .. } => return None,
         };
         Some(out)
@@ -464,14 +665,28 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// Takes every event the engine holds for the CEP at `idx` (which
     /// re-arms it there): a multi-phase request in progress on the CEP
     /// consumes the events it waits for; the rest queue on the CEP for
-    /// `GET_CEP_EVENT`.
+    /// `GET_CEP_EVENT`, and so do the consumed ones that carry a message
+    /// (`REPLY`, `REJECTED`, `DISCONNECT_REPLY` with the DREP's private
+    /// data), for their values.
     fn cm_route(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
         let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
             return;
         };
         while let Some(ev) = s.cm.engine.poll_event(id) {
+            // The messages a request consumes are reported too: their
+            // values and private data are the owner's.
+            use irpverbs_cm::Event as E;
+            let report = matches!(
+                ev,
+                E::Reply { .. }
+                    | E::Rejected { .. }
+                    | E::DisconnectReply {
+                        private_data: Some(_)
+                    }
+            );
             let ev = match self.cm_consume(s, id, ev) {
                 Some(ev) => ev,
+                None if report => ev,
                 None => continue,
             };
             if self.cm_refuse_unbound(s, id, &ev) {
@@ -485,11 +700,31 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    /// Completes the CEP's pended `GET_CEP_EVENT` if it has an event.
+    /// Completes the CEP's pended `GET_CEP_EVENT` if it has an event, or
+    /// queues its callback's call.
     fn cep_serve(&self, s: &mut State<P::Request>, file: FileKey, idx: u32) {
+        let handle = s.files.get(&file).map_or(0, |f| f.objects.handle_of(idx));
         let Some(c) = cep_mut(s, file, idx) else {
             return;
         };
+        if let Some(cb) = &c.callback {
+            // A kernel ULP's CEP: its callback, once until it polls `None`.
+            if c.armed && !c.events.is_empty() {
+                c.armed = false;
+                let call = (
+                    Arc::clone(&cb.0),
+                    CepReady {
+                        file,
+                        cep: handle,
+                        user_context: c.user_context,
+                    },
+                );
+                s.cep_calls.push(call);
+                self.cep_calls_pending
+                    .store(true, core::sync::atomic::Ordering::Release);
+            }
+            return;
+        }
         let Some(key) = c.wait.filter(|_| !c.events.is_empty()) else {
             return;
         };
@@ -547,7 +782,66 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 if let Err((r, st)) = res {
                     self.cm_reject(s, id);
-                    self.cm_end(s, id, r, st);
+                    self.cm_end(s, id, r, st, Response::None);
+                }
+                return None;
+            }
+            (CmKind::Connect, E::ConnectRequest { cep, .. }) if *cep == id => {
+                // Peer-to-peer: the remote's REQ made this the passive side
+                // (IBTA 12.9.8.3.2). The connect goes on as an accept: the
+                // QP (in INIT) to RTR and RTS, the REP, until the RTU.
+                let Some(key) = p.wait.take() else {
+                    return Some(ev);
+                };
+                let (file, qp) = (p.file, p.qp);
+                let Some(c) = p.connect else {
+                    return Some(ev);
+                };
+                let a = AcceptParams {
+                    qpn: c.qpn,
+                    starting_psn: c.starting_psn,
+                    responder_resources: c.responder_resources,
+                    initiator_depth: c.initiator_depth,
+                    flow_control: c.flow_control,
+                    rnr_retry_count: c.rnr_retry_count,
+                    srq: c.srq,
+                    min_rnr_timer: c.min_rnr_timer,
+                    ..AcceptParams::default()
+                };
+                p.kind = CmKind::Accept;
+                p.accept = Some(a);
+                let Some(r) = take_wait(s, key) else {
+                    self.cm_reject(s, id);
+                    s.cm_ops.remove(&id);
+                    return None;
+                };
+                let res = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Rtr) {
+                    Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
+                    Err(e) => Err((r, cm_status(e))),
+                };
+                if let Err((r, st)) = res {
+                    self.cm_reject(s, id);
+                    self.cm_end(s, id, r, st, Response::None);
+                }
+                return None;
+            }
+            (CmKind::Sidr, E::SidrReply { rep }) => {
+                let mut out = IvSidrRequestOut {
+                    status: u32::from(rep.status.0),
+                    qpn: rep.qpn,
+                    qkey: rep.qkey,
+                    ..IvSidrRequestOut::default()
+                };
+                let info = rep.info.as_bytes();
+                out.info[..info.len()].copy_from_slice(info);
+                out.info_len = info.len() as u8;
+                out.private_data.copy_from_slice(&rep.private_data);
+                out.private_data_len = rep.private_data.len() as u8;
+                match p.wait.take().and_then(|k| take_wait(s, k)) {
+                    Some(r) => self.cm_end(s, id, r, STATUS_SUCCESS, Response::Sidr(out)),
+                    None => {
+                        s.cm_ops.remove(&id);
+                    }
                 }
                 return None;
             }
@@ -559,7 +853,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         match p.wait.take() {
             Some(key) => match take_wait(s, key) {
-                Some(r) => self.cm_end(s, id, r, status),
+                Some(r) => self.cm_end(s, id, r, status, Response::None),
                 // Cancelled meanwhile.
                 None => {
                     s.cm_ops.remove(&id);
@@ -588,9 +882,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
         id: irpverbs_cm::CepId,
         r: P::Request,
         st: NtStatus,
+        response: Response,
     ) {
         s.cm_ops.remove(&id);
-        s.deferred.push((r, st, Response::None));
+        s.deferred.push((r, st, response));
     }
 
     /// Posts a modify of the QP at `qp` for a multi-phase request, which
@@ -690,7 +985,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         let ended = match (kind, phase) {
             (CmKind::Connect, Phase::Init) => {
+                let pd = s
+                    .cm_ops
+                    .get_mut(&id)
+                    .map(|p| core::mem::take(&mut p.pdata))
+                    .unwrap_or_default();
                 let res = connect.map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
+                    let c = ConnectParams {
+                        private_data: &pd,
+                        ..c
+                    };
                     s.cm.engine.connect(id, &c, now)
                 });
                 match res {
@@ -706,7 +1010,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
             (CmKind::Accept, Phase::Init) => step(s, QpTarget::Rtr, Phase::Rtr, r),
             (CmKind::Accept, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
             (CmKind::Accept, Phase::Rts) => {
+                let pd = s
+                    .cm_ops
+                    .get_mut(&id)
+                    .map(|p| core::mem::take(&mut p.pdata))
+                    .unwrap_or_default();
                 let res = accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
+                    let a = AcceptParams {
+                        private_data: &pd,
+                        ..a
+                    };
                     s.cm.engine.accept(id, &a, now)
                 });
                 match res {
@@ -715,7 +1028,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
             }
             (CmKind::Disconnect, _) => park(s, id, r),
-            (CmKind::PassiveDisconnect, _) => match s.cm.engine.drep(id, &[], now) {
+            (CmKind::PassiveDisconnect, _) => match s.cm.engine.drep(
+                id,
+                &s.cm_ops
+                    .get(&id)
+                    .map(|p| p.pdata.clone())
+                    .unwrap_or_default(),
+                now,
+            ) {
                 Ok(()) => Err((r, STATUS_SUCCESS)),
                 Err(e) => Err((r, cm_status(e))),
             },
@@ -747,7 +1067,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Verb::CmConnect(i) => i.cep,
             Verb::CmAccept(i) => i.cep,
             Verb::CmReject(i) => i.cep,
-            Verb::CmDisconnect(h) => h.handle,
+            Verb::CmDisconnect(i) => i.cep,
+            Verb::CmMra(i) => i.cep,
+            Verb::SidrRequest(i) => i.cep,
+            Verb::SidrReply(i) => i.cep,
             _ => 0,
         };
         let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
@@ -788,6 +1111,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             wait: None,
             connect: None,
             accept: None,
+            pdata: Vec::new(),
             result: None,
         };
         let started = match verb {
@@ -799,26 +1123,30 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(q) => q,
                     Err(st) => return Some((request, st, Response::None)),
                 };
+                let flags = u32::from(i.flags);
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_REQ_PDATA,
+                );
                 if i.cm_response_timeout > 31
                     || i.local_ack_timeout > 31
                     || i.max_cm_retries > 15
                     || i.starting_psn > 0xFF_FFFF
                     || u32::from(i.path_mtu) > IV_MTU_4096
+                    || i.retry_count > 7
+                    || i.rnr_retry_count > 7
+                    || i.min_rnr_timer > 31
+                    || flags & !(IV_CM_FLOW_CONTROL | IV_CM_SRQ | IV_CM_PEER_TO_PEER) != 0
+                    || i.reserved != 0
+                    || i.reserved2 != 0
                 {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 }
-                let dest = MadAddr {
-                    port_num: 1,
-                    pkey_index: 0,
-                    sgid_index: 0,
-                    gid: i.remote_gid,
-                    lid: 0,
-                    qpn: crate::hca::GSI_QPN,
-                    sl: 0,
-                    traffic_class: 0,
-                    hop_limit: 64,
-                    flow_label: 0,
+                let Some(pd) = pd.map(<[u8]>::to_vec) else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 };
+                let dest = gsi_dest(i.remote_gid);
                 let mut c = ConnectParams {
                     dest,
                     service_id: i.service_id,
@@ -827,6 +1155,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     remote_cm_response_timeout: i.cm_response_timeout,
                     local_cm_response_timeout: i.cm_response_timeout,
                     max_cm_retries: i.max_cm_retries,
+                    responder_resources: i.responder_resources,
+                    initiator_depth: i.initiator_depth,
+                    retry_count: i.retry_count,
+                    rnr_retry_count: i.rnr_retry_count,
+                    min_rnr_timer: i.min_rnr_timer,
+                    flow_control: flags & IV_CM_FLOW_CONTROL != 0,
+                    srq: flags & IV_CM_SRQ != 0,
+                    peer_to_peer: flags & IV_CM_PEER_TO_PEER != 0,
                     primary: irpverbs_cm::msg::Path {
                         local_gid: i.local_gid,
                         remote_gid: i.remote_gid,
@@ -844,15 +1180,33 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     id,
                     Parked {
                         connect: Some(c),
+                        pdata: pd,
                         ..parked(CmKind::Connect, qp)
                     },
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Init, request)
             }
             Verb::CmAccept(i) => {
-                if i.reserved != 0 || i.starting_psn > 0xFF_FFFF {
+                let flags = u32::from(i.flags);
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_REP_PDATA,
+                );
+                if i.reserved != 0
+                    || i.reserved2 != 0
+                    || i.reserved3 != 0
+                    || i.starting_psn > 0xFF_FFFF
+                    || i.rnr_retry_count > 7
+                    || i.min_rnr_timer > 31
+                    || i.target_ack_delay > 31
+                    || flags & !(IV_CM_FLOW_CONTROL | IV_CM_SRQ) != 0
+                {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 }
+                let Some(pd) = pd.map(<[u8]>::to_vec) else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
                 let (qp, qpn) = match qp_of(s, i.qp) {
                     Ok(q) => q,
                     Err(st) => return Some((request, st, Response::None)),
@@ -860,6 +1214,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let a = AcceptParams {
                     qpn,
                     starting_psn: i.starting_psn,
+                    responder_resources: i.responder_resources,
+                    initiator_depth: i.initiator_depth,
+                    target_ack_delay: i.target_ack_delay,
+                    flow_control: flags & IV_CM_FLOW_CONTROL != 0,
+                    rnr_retry_count: i.rnr_retry_count,
+                    srq: flags & IV_CM_SRQ != 0,
+                    min_rnr_timer: i.min_rnr_timer,
                     ..AcceptParams::default()
                 };
                 let m = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Init) {
@@ -870,23 +1231,111 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     id,
                     Parked {
                         accept: Some(a),
+                        pdata: pd,
                         ..parked(CmKind::Accept, qp)
                     },
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Init, request)
             }
             Verb::CmReject(i) => {
-                let st = match u16::try_from(i.reason) {
-                    Ok(reason) if i.reserved == 0 => {
+                let ari = pdata(&i.ari, usize::from(i.ari_len), IV_CM_ARI_LEN);
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_REJ_PDATA,
+                );
+                let st = match (u16::try_from(i.reason), ari, pd) {
+                    (Ok(reason), Some(ari), Some(pd))
+                        if i.reserved == 0 && i.reserved2 == [0; 6] && i.reserved3 == 0 =>
+                    {
                         s.cm.engine
-                            .reject(id, RejReason(reason), &[], &[], now)
+                            .reject(id, RejReason(reason), ari, pd, now)
                             .map_or_else(cm_status, |()| STATUS_SUCCESS)
                     }
                     _ => STATUS_INVALID_PARAMETER,
                 };
                 return Some((request, st, Response::None));
             }
-            Verb::CmDisconnect(_) => {
+            Verb::CmMra(i) => {
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_MRA_PDATA,
+                );
+                let st = match pd {
+                    Some(pd)
+                        if i.service_timeout <= 31
+                            && i.reserved == [0; 6]
+                            && i.reserved2 == [0; 2] =>
+                    {
+                        s.cm.engine
+                            .mra(id, i.service_timeout, pd)
+                            .map_or_else(cm_status, |()| STATUS_SUCCESS)
+                    }
+                    _ => STATUS_INVALID_PARAMETER,
+                };
+                return Some((request, st, Response::None));
+            }
+            Verb::SidrReply(i) => {
+                let info =
+                    pdata(&i.info, usize::from(i.info_len), IV_CM_ARI_LEN).and_then(Info::new);
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_SIDR_REP_PDATA,
+                );
+                let st = match (u8::try_from(i.status), info, pd) {
+                    (Ok(status), Some(info), Some(pd)) if i.reserved == 0 && i.qpn <= 0xFF_FFFF => {
+                        let p = SidrReplyParams {
+                            status: SidrStatus(status),
+                            qpn: i.qpn,
+                            qkey: i.qkey,
+                            info,
+                            private_data: pd,
+                        };
+                        s.cm.engine
+                            .sidr_reply(id, &p)
+                            .map_or_else(cm_status, |()| STATUS_SUCCESS)
+                    }
+                    _ => STATUS_INVALID_PARAMETER,
+                };
+                return Some((request, st, Response::None));
+            }
+            Verb::SidrRequest(i) => {
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_SIDR_REQ_PDATA,
+                );
+                let Some(pd) =
+                    pd.filter(|_| i.timeout <= 31 && i.max_retries <= 15 && i.reserved == [0; 3])
+                else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let p = SidrParams {
+                    dest: gsi_dest(i.remote_gid),
+                    service_id: i.service_id,
+                    pkey: if i.pkey == 0 { 0xFFFF } else { i.pkey },
+                    timeout: i.timeout,
+                    max_retries: i.max_retries,
+                    private_data: pd,
+                };
+                if let Err(e) = s.cm.engine.sidr_request(id, &p, now) {
+                    return Some((request, cm_status(e), Response::None));
+                }
+                s.cm_ops.insert(id, parked(CmKind::Sidr, 0));
+                park(s, id, request)
+            }
+            Verb::CmDisconnect(i) => {
+                let Some(pd) = pdata(
+                    &i.private_data,
+                    i.private_data_len as usize,
+                    IV_CM_DREP_PDATA,
+                )
+                .filter(|_| i.reserved == 0)
+                .map(<[u8]>::to_vec) else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
                 let Some(qp) = self.qp_of_cep(s, file, id) else {
                     return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
                 };
@@ -896,7 +1345,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 let kind = match state {
                     Some(CmState::Established) => {
-                        if let Err(e) = s.cm.engine.disconnect(id, &[], now) {
+                        if pd.len() > IV_CM_DREQ_PDATA as usize {
+                            return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                        }
+                        if let Err(e) = s.cm.engine.disconnect(id, &pd, now) {
                             return Some((request, cm_status(e), Response::None));
                         }
                         CmKind::Disconnect
@@ -904,14 +1356,20 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Some(CmState::DreqRcvd) => CmKind::PassiveDisconnect,
                     _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
                 };
-                s.cm_ops.insert(id, parked(kind, qp));
+                s.cm_ops.insert(
+                    id,
+                    Parked {
+                        pdata: pd,
+                        ..parked(kind, qp)
+                    },
+                );
                 self.cm_modify(s, file, qp, m, id, Phase::Err, request)
             }
             _ => return Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
         };
         match started {
             Ok(()) => {
-                let qp = s.cm_ops.get(&id).map(|p| p.qp);
+                let qp = s.cm_ops.get(&id).map(|p| p.qp).filter(|&q| q != 0);
                 if let (Some(c), Some(qp)) = (cep_mut(s, file, cep), qp) {
                     c.qp = Some(qp);
                 }
@@ -983,6 +1441,8 @@ pub(crate) enum CmKind {
     Accept,
     Disconnect,
     PassiveDisconnect,
+    /// `SIDR_REQUEST`: waits for the SIDR_REP.
+    Sidr,
 }
 
 /// The QP state a multi-phase request's modify moves to.
@@ -1005,12 +1465,66 @@ pub(crate) struct Parked {
     wait: Option<u64>,
     connect: Option<ConnectParams<'static>>,
     accept: Option<AcceptParams<'static>>,
+    /// The private data of the message the request sends next (the REQ
+    /// or the REP).
+    pdata: Vec<u8>,
     /// How it ends, learnt while a QP modify was in flight.
     result: Option<NtStatus>,
 }
 
 /// CEP objects a device holds at most (the engine's table is larger).
 pub const MAX_CEPS_PER_DEVICE: u32 = 1 << 20;
+
+/// `IV_CM_*` flags of a message's flow control and SRQ bits.
+fn cm_flags(flow_control: bool, srq: bool) -> u8 {
+    let mut f = 0;
+    if flow_control {
+        f |= IV_CM_FLOW_CONTROL as u8;
+    }
+    if srq {
+        f |= IV_CM_SRQ as u8;
+    }
+    f
+}
+
+/// A message's private data into an event.
+fn set_pdata(out: &mut IvCepEventOut, pd: &[u8]) {
+    let n = pd.len().min(out.private_data.len());
+    out.private_data[..n].copy_from_slice(&pd[..n]);
+    out.private_data_len = n as u16;
+}
+
+/// A message's additional information into an event.
+fn set_ari(out: &mut IvCepEventOut, ari: &[u8]) {
+    let n = ari.len().min(out.ari.len());
+    out.ari[..n].copy_from_slice(&ari[..n]);
+    out.ari_len = n as u8;
+}
+
+/// The first `len` bytes of a request's private data (`None` when `len`
+/// is beyond both the array and the message's `max`).
+fn pdata(bytes: &[u8], len: usize, max: u32) -> Option<&[u8]> {
+    if len > max as usize {
+        return None;
+    }
+    bytes.get(..len)
+}
+
+/// The GSI of the CM at `gid`, reached from port 1, GID index 0.
+fn gsi_dest(gid: [u8; 16]) -> MadAddr {
+    MadAddr {
+        port_num: 1,
+        pkey_index: 0,
+        sgid_index: 0,
+        gid,
+        lid: 0,
+        qpn: crate::hca::GSI_QPN,
+        sl: 0,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+    }
+}
 
 impl<P: Platform, H: Hca> Device<P, H> {
     /// `IOCTL_IV_LISTEN_ADDR`: `IOCTL_IV_LISTEN` for REQs addressed to one

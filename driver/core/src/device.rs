@@ -55,6 +55,7 @@ pub(crate) enum Response {
     Channel(IvCreateChannelOut),
     Cep(IvCreateCepOut),
     CepEvent(IvCepEventOut),
+    Sidr(IvSidrRequestOut),
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
     Doorbells(IvMapDoorbellsOut),
@@ -82,6 +83,7 @@ impl Response {
             Response::Channel(v) => v.as_bytes(),
             Response::Cep(v) => v.as_bytes(),
             Response::CepEvent(v) => v.as_bytes(),
+            Response::Sidr(v) => v.as_bytes(),
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
             Response::Doorbells(v) => v.as_bytes(),
@@ -217,6 +219,8 @@ pub(crate) struct State<R> {
     pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
     /// Multi-phase CM requests in progress, by CEP.
     pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked>,
+    /// CEP callbacks to call once the lock is released.
+    pub(crate) cep_calls: Vec<(crate::cm::CepCallback, crate::cm::CepReady)>,
 }
 
 impl<R> State<R> {
@@ -322,7 +326,10 @@ pub(crate) enum Verb {
     CmConnect(IvCmConnectIn),
     CmAccept(IvCmAcceptIn),
     CmReject(IvCmRejectIn),
-    CmDisconnect(IvHandleIn),
+    CmDisconnect(IvCmDisconnectIn),
+    CmMra(IvCmMraIn),
+    SidrRequest(IvSidrRequestIn),
+    SidrReply(IvSidrReplyIn),
     ResolveAddr(IvResolveAddrIn),
     ListenAddr(IvListenAddrIn),
 }
@@ -340,6 +347,9 @@ impl Verb {
                 | Verb::CmAccept(_)
                 | Verb::CmReject(_)
                 | Verb::CmDisconnect(_)
+                | Verb::CmMra(_)
+                | Verb::SidrRequest(_)
+                | Verb::SidrReply(_)
                 | Verb::ListenAddr(_)
         )
     }
@@ -380,6 +390,8 @@ pub struct Device<P: Platform, H: Hca> {
     /// A ring was ever mapped into a process: until then a request has no
     /// mapping to sweep and skips the maps' lock.
     pub(crate) any_mapped: core::sync::atomic::AtomicBool,
+    /// `State::cep_calls` is not empty.
+    pub(crate) cep_calls_pending: core::sync::atomic::AtomicBool,
 }
 
 impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
@@ -423,6 +435,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 by_number: BTreeMap::new(),
                 ceps: BTreeMap::new(),
                 cm_ops: BTreeMap::new(),
+                cep_calls: Vec::new(),
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
@@ -434,6 +447,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             state,
             maps,
             any_mapped: core::sync::atomic::AtomicBool::new(false),
+            cep_calls_pending: core::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -694,7 +708,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         Verb::CmConnect(_)
                         | Verb::CmAccept(_)
                         | Verb::CmReject(_)
-                        | Verb::CmDisconnect(_) => self.cm_request(s, file, verb, request),
+                        | Verb::CmDisconnect(_)
+                        | Verb::CmMra(_)
+                        | Verb::SidrRequest(_)
+                        | Verb::SidrReply(_) => self.cm_request(s, file, verb, request),
                         Verb::ListenAddr(i) => self.listen_addr(s, file, &i, request),
                         _ => self.cep_start(s, file, verb, request),
                     }
@@ -729,6 +746,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         for (r, status, response) in done {
             self.complete(r, status, &response);
         }
+        self.run_cep_callbacks();
     }
 
     /// [`Device::parse`] for a verb the caller context handles: the output
@@ -808,6 +826,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_CM_ACCEPT => Verb::CmAccept(read(input)?),
             IOCTL_IV_CM_REJECT => Verb::CmReject(read(input)?),
             IOCTL_IV_CM_DISCONNECT => Verb::CmDisconnect(read(input)?),
+            IOCTL_IV_CM_MRA => Verb::CmMra(read(input)?),
+            IOCTL_IV_SIDR_REQUEST => Verb::SidrRequest(read(input)?),
+            IOCTL_IV_SIDR_REPLY => Verb::SidrReply(read(input)?),
             IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
             IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
             IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,

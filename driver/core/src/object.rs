@@ -162,6 +162,11 @@ pub(crate) struct Cep {
     pub events: alloc::collections::VecDeque<irpverbs_abi::IvCepEventOut>,
     /// The QP (its handle) a connect or accept used.
     pub qp: Option<irpverbs_abi::IvHandle>,
+    /// A kernel ULP's callback, called instead of completing `wait`.
+    pub callback: Option<crate::cm::Callback>,
+    /// The callback is called when events arrive (until the owner polls
+    /// them all, once it was called).
+    pub armed: bool,
 }
 
 #[derive(Debug)]

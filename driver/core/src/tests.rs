@@ -1987,6 +1987,20 @@ fn connect_in(cep: IvHandle, qp: IvHandle, service_id: u64) -> IvCmConnectIn {
         max_cm_retries: 3,
         local_ack_timeout: 14,
         path_mtu: IV_MTU_1024 as u8,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        min_rnr_timer: 12,
+        flags: IV_CM_FLOW_CONTROL as u8,
+        ..IvCmConnectIn::default()
+    }
+}
+
+fn disc(cep: IvHandle) -> IvCmDisconnectIn {
+    IvCmDisconnectIn {
+        cep,
+        ..IvCmDisconnectIn::default()
     }
 }
 
@@ -2044,6 +2058,7 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
             qp: qb.qp,
             starting_psn: 200,
             reserved: 0,
+            ..IvCmAcceptIn::default()
         },
         1,
     );
@@ -2059,14 +2074,14 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
     // A disconnects: the DREQ, its QP to ERR; B sees the request and
     // disconnects too (its QP to ERR, the DREP); A's request completes.
     let wb = get(&b, req.cep);
-    let wd = a.issue(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: ca }, 1);
+    let wd = a.issue(1, IOCTL_IV_CM_DISCONNECT, &disc(ca), 1);
     a.settle();
     assert_eq!(qp_state(&a, qa.qp), IV_QPS_ERR);
     assert!(outcome(&wd).is_none(), "waits for the DREP");
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the DREQ");
     assert_eq!(cep_event(&wb).event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
     assert_eq!(
-        b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep }),
+        b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &disc(req.cep)),
         Ok(())
     );
     assert_eq!(qp_state(&b, qb.qp), IV_QPS_ERR);
@@ -2102,6 +2117,7 @@ fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
                 cep: req.cep,
                 reason: 28,
                 reserved: 0,
+                ..IvCmRejectIn::default()
             },
         ),
         Ok(())
@@ -2125,7 +2141,7 @@ fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
         Err(STATUS_INVALID_HANDLE)
     );
     assert_eq!(
-        a.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: c3 }),
+        a.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &disc(c3)),
         Err(STATUS_INVALID_DEVICE_STATE)
     );
     assert_eq!(
@@ -2136,6 +2152,7 @@ fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
                 cep: c3,
                 reason: 0x1_0000,
                 reserved: 0,
+                ..IvCmRejectIn::default()
             },
         ),
         Err(STATUS_INVALID_PARAMETER)
@@ -2171,6 +2188,7 @@ fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
             qp: qb.qp,
             starting_psn: 1,
             reserved: 0,
+            ..IvCmAcceptIn::default()
         },
         1,
     );
@@ -2257,6 +2275,7 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
             qp: qb.qp,
             starting_psn: 1,
             reserved: 0,
+            ..IvCmAcceptIn::default()
         },
         1,
     );
@@ -2271,7 +2290,7 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
         b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
         Ok(())
     );
-    let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &IvHandleIn { handle: req.cep });
+    let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &disc(req.cep));
     assert!(st.is_err());
 }
 
@@ -2309,6 +2328,7 @@ fn a_connect_waiting_for_its_reply_is_cancelable() {
             qp: qb.qp,
             starting_psn: 1,
             reserved: 0,
+            ..IvCmAcceptIn::default()
         },
         1,
     );

@@ -119,23 +119,52 @@ fn connect_and_move_data(engine: Engine) {
         max_cm_retries: 5,
         local_ack_timeout: 14,
         path_mtu: IV_MTU_1024 as u8,
+        private_data_len: 5,
+        ..common::connect_defaults()
     };
+    let mut connect = connect;
+    connect.private_data[..5].copy_from_slice(b"hello");
     // A's connect and B's accept are each one request, at once.
     let conn = std::thread::scope(|s| {
         let active = s.spawn(|| a.status(IOCTL_IV_CM_CONNECT, connect));
         let req = b.event(listener);
         assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
         assert_eq!((req.remote_qpn, req.user_context), (a.qp.qpn(), 5));
-        let accept = IvCmAcceptIn {
+        // The REQ's values and private data (all 92 bytes: the REQ's
+        // private data has a fixed size).
+        assert_eq!(usize::from(req.private_data_len), IV_CM_REQ_PDATA as usize);
+        assert_eq!(&req.private_data[..6], b"hello\0");
+        assert_eq!(req.remote_ca_guid, 0x0200_00FF_FE00_0001);
+        assert_eq!(req.remote_gid, da.soft().gid());
+        assert_eq!(req.starting_psn, 0x100);
+        assert_eq!((req.responder_resources, req.initiator_depth), (4, 4));
+        assert_eq!(u32::from(req.path_mtu), IV_MTU_1024);
+        assert_eq!((req.retry_count, req.rnr_retry_count), (7, 7));
+        assert_eq!(u32::from(req.flags), IV_CM_FLOW_CONTROL);
+        let mut accept = IvCmAcceptIn {
             cep: req.cep,
             qp: b.qp.handle(),
             starting_psn: 0x200,
-            reserved: 0,
+            responder_resources: 2,
+            initiator_depth: 2,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+            private_data_len: 3,
+            ..IvCmAcceptIn::default()
         };
+        accept.private_data[..3].copy_from_slice(b"rep");
         assert_eq!(b.status(IOCTL_IV_CM_ACCEPT, accept), STATUS_SUCCESS);
         assert_eq!(active.join().unwrap(), STATUS_SUCCESS);
         req.cep
     });
+    // The REP the connect consumed is reported too, with its values.
+    let rep = a.event(ca_cep);
+    assert_eq!(rep.event_type, IV_CEP_EVENT_REPLY);
+    assert_eq!(usize::from(rep.private_data_len), IV_CM_REP_PDATA as usize);
+    assert_eq!(&rep.private_data[..4], b"rep\0");
+    assert_eq!((rep.remote_qpn, rep.starting_psn), (b.qp.qpn(), 0x200));
+    assert_eq!((rep.responder_resources, rep.initiator_depth), (2, 2));
+    assert_eq!(rep.remote_ca_guid, 0x0200_00FF_FE00_0002);
     assert_eq!(a.qp.query().unwrap().attr.qp_state, IV_QPS_RTS);
     assert_eq!(b.qp.query().unwrap().attr.qp_state, IV_QPS_RTS);
     // Data both ways over the connection.
@@ -169,15 +198,29 @@ fn connect_and_move_data(engine: Engine) {
     assert_eq!(a.mem.read(100, 4), b"back");
     // A disconnects (one request: DREQ, QP to ERR, until the DREP); B
     // sees the request and answers (QP to ERR, DREP).
+    // Private data both ways: the DREQ's and the DREP's.
     std::thread::scope(|s| {
-        let active = s.spawn(|| a.status(IOCTL_IV_CM_DISCONNECT, IvHandleIn { handle: ca_cep }));
-        assert_eq!(b.event(conn).event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
+        let active = s.spawn(|| a.status(IOCTL_IV_CM_DISCONNECT, disconnect(ca_cep, b"bye")));
+        let dreq = b.event(conn);
+        assert_eq!(dreq.event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
         assert_eq!(
-            b.status(IOCTL_IV_CM_DISCONNECT, IvHandleIn { handle: conn }),
+            usize::from(dreq.private_data_len),
+            IV_CM_DREQ_PDATA as usize
+        );
+        assert_eq!(&dreq.private_data[..3], b"bye");
+        assert_eq!(
+            b.status(IOCTL_IV_CM_DISCONNECT, disconnect(conn, b"ok")),
             STATUS_SUCCESS
         );
         assert_eq!(active.join().unwrap(), STATUS_SUCCESS);
     });
+    let drep = a.event(ca_cep);
+    assert_eq!(drep.event_type, IV_CEP_EVENT_DISCONNECT_REPLY);
+    assert_eq!(
+        usize::from(drep.private_data_len),
+        IV_CM_DREP_PDATA as usize
+    );
+    assert_eq!(&drep.private_data[..3], b"ok\0");
     assert_eq!(a.qp.query().unwrap().attr.qp_state, IV_QPS_ERR);
     assert_eq!(b.qp.query().unwrap().attr.qp_state, IV_QPS_ERR);
     for (e, cep) in [(&a, ca_cep), (&b, conn), (&b, listener)] {
@@ -229,6 +272,7 @@ fn a_connect_nobody_answers_times_out_on_the_cm_timer() {
         max_cm_retries: 2,
         local_ack_timeout: 14,
         path_mtu: 0,
+        ..common::connect_defaults()
     };
     let st = std::thread::scope(|s| {
         let t = s.spawn(|| e.status(IOCTL_IV_CM_CONNECT, connect));
@@ -252,4 +296,15 @@ fn a_connect_nobody_answers_times_out_on_the_cm_timer() {
     drop(c);
     d.quiesce(Duration::from_secs(10)).expect("quiescent");
     d.unload();
+}
+
+/// A disconnect request with private data.
+fn disconnect(cep: IvHandle, pd: &[u8]) -> IvCmDisconnectIn {
+    let mut d = IvCmDisconnectIn {
+        cep,
+        private_data_len: pd.len() as u32,
+        ..IvCmDisconnectIn::default()
+    };
+    d.private_data[..pd.len()].copy_from_slice(pd);
+    d
 }

@@ -432,6 +432,8 @@ enum Payload {
     CmConnect(H, H, u64),
     CmAccept(H, H),
     CmReject(H, u32),
+    /// A CM request on a CEP with no other handle: its code.
+    CmOn(H, u32),
     Raw(Vec<u8>),
 }
 
@@ -537,10 +539,50 @@ impl Payload {
                 IvCmRejectIn {
                     cep: r(*cep),
                     reason: *reason,
-                    reserved: 0,
+                    ..IvCmRejectIn::default()
                 }
                 .as_bytes(),
             ),
+            Payload::CmOn(cep, code) => {
+                let cep = r(*cep);
+                match *code {
+                    IOCTL_IV_CM_MRA => bytes(
+                        IvCmMraIn {
+                            cep,
+                            service_timeout: 10,
+                            ..IvCmMraIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                    IOCTL_IV_SIDR_REQUEST => bytes(
+                        IvSidrRequestIn {
+                            cep,
+                            service_id: 1,
+                            remote_gid: [0xFE; 16],
+                            timeout: 10,
+                            max_retries: 1,
+                            ..IvSidrRequestIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                    IOCTL_IV_SIDR_REPLY => bytes(
+                        IvSidrReplyIn {
+                            cep,
+                            qpn: 2,
+                            qkey: 0x1234,
+                            ..IvSidrReplyIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                    _ => bytes(
+                        IvCmDisconnectIn {
+                            cep,
+                            ..IvCmDisconnectIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                }
+            }
             Payload::Raw(b) => bytes(b),
         }
     }
@@ -1156,8 +1198,13 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         IOCTL_IV_CM_REJECT => (handle(Kind::Cep, mix), 0u32..40)
             .prop_map(|(cep, reason)| Payload::CmReject(cep, reason))
             .boxed(),
-        IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP | IOCTL_IV_CM_DISCONNECT => {
+        IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP => {
             handle(Kind::Cep, mix).prop_map(Payload::Handle).boxed()
+        }
+        IOCTL_IV_CM_DISCONNECT | IOCTL_IV_CM_MRA | IOCTL_IV_SIDR_REQUEST | IOCTL_IV_SIDR_REPLY => {
+            handle(Kind::Cep, mix)
+                .prop_map(move |cep| Payload::CmOn(cep, code))
+                .boxed()
         }
         // Not a code of this ABI: the struct of some code that is.
         _ => select(IOCTLS.iter().map(|i| i.code).collect::<Vec<_>>())
@@ -1510,6 +1557,7 @@ fn waits_for_events(code: u32) -> bool {
             | IOCTL_IV_CM_CONNECT
             | IOCTL_IV_CM_ACCEPT
             | IOCTL_IV_CM_DISCONNECT
+            | IOCTL_IV_SIDR_REQUEST
     )
 }
 
@@ -1937,6 +1985,8 @@ fn random_ioctls_from_two_files() {
                 !waits_for_events(i.code)
                     && i.code != IOCTL_IV_ACK_CQ_EVENTS
                     && i.code != IOCTL_IV_CM_REJECT
+                    && i.code != IOCTL_IV_CM_MRA
+                    && i.code != IOCTL_IV_SIDR_REPLY
             })
             .count();
         assert!(

@@ -23,10 +23,13 @@
 //! Service IDs come from the port space as rdma_cm makes them:
 //! `0x0000_0000_0106_0000 | port` for [`PortSpace::Tcp`] (RDMA_PS_TCP).
 //!
-//! The peer's address on the passive side is the REQ's source GID as an IP
-//! address; the ABI carries no private data yet, so the peer's port (in
-//! rdma_cm the IP CM header at the front of the REQ's private data, IBTA
-//! annex A11) is not known there and reads 0.
+//! The REQ's private data starts with the IP CM header (IBTA annex A11,
+//! rdma_cm's): version, IP version, the source port, the source and
+//! destination addresses, 36 bytes ([`IpCmHeader`]); the caller's private
+//! data follows (at most [`MAX_REQ_PRIVATE_DATA`] bytes). The passive side
+//! reads the peer's address and port from it; a request whose header is
+//! malformed, or names another destination than the bound address, is
+//! rejected (REJ consumer reject) and skipped.
 
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -116,8 +119,84 @@ pub fn resolve(c: &Client, src: Option<IpAddr>, dst: IpAddr) -> IoctlResult<IvRe
     )
 }
 
-/// The connection's parameters ([`CmId::connect`], [`CmId::accept`]).
+/// Bytes of the IP CM header ([`IpCmHeader`]).
+pub const IP_CM_HEADER_LEN: usize = 36;
+/// The caller's private data a REQ carries after the IP CM header.
+pub const MAX_REQ_PRIVATE_DATA: usize = IV_CM_REQ_PDATA as usize - IP_CM_HEADER_LEN;
+/// The caller's private data a REP carries.
+pub const MAX_REP_PRIVATE_DATA: usize = IV_CM_REP_PDATA as usize;
+
+/// The IP CM header at the front of a REQ's private data (IBTA annex
+/// A11, "RDMA IP CM Service"): byte 0 the version (major in the high
+/// nibble, minor in the low: 0.0), byte 1 the IP version in the high
+/// nibble (4 or 6), bytes 2-3 the source port (big-endian), then the
+/// source and the destination address, 16 bytes each (an IPv4 address in
+/// the last 4, the 12 before zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpCmHeader {
+    /// The active side's address and port.
+    pub src: SocketAddr,
+    /// The address the active side connects to.
+    pub dst: IpAddr,
+}
+
+impl IpCmHeader {
+    /// The header's bytes. `src` and `dst` must be of one family (the
+    /// source's wins).
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; IP_CM_HEADER_LEN] {
+        let mut b = [0u8; IP_CM_HEADER_LEN];
+        let put = |b: &mut [u8], ip: IpAddr| match ip.to_canonical() {
+            IpAddr::V4(v4) => b[12..16].copy_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => b.copy_from_slice(&v6.octets()),
+        };
+        let v4 = src_is_v4(self.src.ip());
+        b[1] = if v4 { 4 << 4 } else { 6 << 4 };
+        b[2..4].copy_from_slice(&self.src.port().to_be_bytes());
+        put(&mut b[4..20], self.src.ip());
+        put(&mut b[20..36], self.dst);
+        b
+    }
+
+    /// Parses and checks a header at the front of `pd`: version 0.0, IP
+    /// version 4 or 6 (an IPv4 address's 12 leading bytes zero), neither
+    /// address unspecified.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a short or malformed header.
+    pub fn parse(pd: &[u8]) -> IoctlResult<Self> {
+        let b = pd.get(..IP_CM_HEADER_LEN).ok_or(STATUS_INVALID_PARAMETER)?;
+        if b[0] != 0 || b[1] & 0x0F != 0 {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let addr = |a: &[u8]| -> IoctlResult<IpAddr> {
+            let mut x = [0u8; 16];
+            x.copy_from_slice(a);
+            let ip = match b[1] >> 4 {
+                4 if x[..12] == [0; 12] => IpAddr::V4(Ipv4Addr::new(x[12], x[13], x[14], x[15])),
+                6 => IpAddr::V6(Ipv6Addr::from(x)),
+                _ => return Err(STATUS_INVALID_PARAMETER),
+            };
+            if ip.is_unspecified() {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            Ok(ip)
+        };
+        let src = addr(&b[4..20])?;
+        let dst = addr(&b[20..36])?;
+        Ok(Self {
+            src: SocketAddr::new(src, u16::from_be_bytes([b[2], b[3]])),
+            dst,
+        })
+    }
+}
+
+fn src_is_v4(ip: IpAddr) -> bool {
+    ip.to_canonical().is_ipv4()
+}
+
+/// The connection's parameters ([`CmId::connect`], [`CmId::accept`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnParam {
     /// The QP's starting send PSN (24 bits); random if `None`.
     pub starting_psn: Option<u32>,
@@ -127,17 +206,38 @@ pub struct ConnParam {
     pub max_cm_retries: u8,
     /// The path's local ACK timeout (4.096 us * 2^t).
     pub local_ack_timeout: u8,
+    /// RDMA READs and atomics accepted in flight as responder.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics kept in flight as requester.
+    pub initiator_depth: u8,
+    /// Transport retry count (at most 7).
+    pub retry_count: u8,
+    /// RNR retry count of the peer's QP (7: infinite).
+    pub rnr_retry_count: u8,
+    /// This side's minimum RNR NAK timer (IBTA encoding, 1 to 31).
+    pub min_rnr_timer: u8,
+    /// Private data: the REQ's after the IP CM header (at most
+    /// [`MAX_REQ_PRIVATE_DATA`]) or the REP's (at most
+    /// [`MAX_REP_PRIVATE_DATA`]).
+    pub private_data: Vec<u8>,
 }
 
 impl Default for ConnParam {
     /// rdma_cm's: CM response timeout 20 (about 4 s), 15 retries, ACK
-    /// timeout 14 (about 67 ms).
+    /// timeout 14 (about 67 ms), retry counts 7, 16 READs or atomics in
+    /// flight each way, RNR timer 12 (0.64 ms), no private data.
     fn default() -> Self {
         Self {
             starting_psn: None,
             cm_response_timeout: 20,
             max_cm_retries: 15,
             local_ack_timeout: 14,
+            responder_resources: 16,
+            initiator_depth: 16,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+            private_data: Vec::new(),
         }
     }
 }
@@ -191,6 +291,8 @@ pub struct CmId<'c> {
     peer: Option<SocketAddr>,
     route: Option<IvResolveAddrOut>,
     remote_qpn: u32,
+    remote_psn: u32,
+    private_data: Vec<u8>,
 }
 
 impl std::fmt::Debug for CmId<'_> {
@@ -221,6 +323,8 @@ impl<'c> CmId<'c> {
             peer: None,
             route: None,
             remote_qpn: 0,
+            remote_psn: 0,
+            private_data: Vec::new(),
         })
     }
 
@@ -237,8 +341,8 @@ impl<'c> CmId<'c> {
         self.local
     }
 
-    /// The peer's address: the destination (active side), or the REQ's
-    /// source GID as an address, port 0 (passive side; see the module).
+    /// The peer's address: the destination (active side), or the IP CM
+    /// header's source address and port (passive side).
     #[must_use]
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
@@ -250,10 +354,25 @@ impl<'c> CmId<'c> {
         self.route.as_ref()
     }
 
-    /// The peer's QP number: the REQ's (passive side, from the request).
+    /// The peer's QP number: the REQ's (passive side) or the REP's (active
+    /// side, once connected).
     #[must_use]
     pub fn remote_qpn(&self) -> u32 {
         self.remote_qpn
+    }
+
+    /// The peer's starting PSN, from the REQ or the REP as
+    /// [`CmId::remote_qpn`].
+    #[must_use]
+    pub fn remote_psn(&self) -> u32 {
+        self.remote_psn
+    }
+
+    /// The peer's private data: the REQ's after the IP CM header (passive
+    /// side), the REP's (active side, once connected).
+    #[must_use]
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
     }
 
     fn expect(&self, phases: &[Phase]) -> IoctlResult<()> {
@@ -362,7 +481,11 @@ impl<'c> CmId<'c> {
             (Some(r), Some(p)) => (r, p),
             _ => return Err(STATUS_INVALID_DEVICE_STATE),
         };
-        let i = IvCmConnectIn {
+        let local = self.local.ok_or(STATUS_INVALID_DEVICE_STATE)?;
+        if param.private_data.len() > MAX_REQ_PRIVATE_DATA {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let mut i = IvCmConnectIn {
             cep: self.cep,
             qp,
             service_id: self.ps.service_id(peer.port()),
@@ -373,15 +496,43 @@ impl<'c> CmId<'c> {
             max_cm_retries: param.max_cm_retries,
             local_ack_timeout: param.local_ack_timeout,
             path_mtu: route.path_mtu,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            retry_count: param.retry_count,
+            rnr_retry_count: param.rnr_retry_count,
+            min_rnr_timer: param.min_rnr_timer,
+            private_data_len: (IP_CM_HEADER_LEN + param.private_data.len()) as u8,
+            ..IvCmConnectIn::default()
         };
+        let header = IpCmHeader {
+            src: local,
+            dst: peer.ip(),
+        };
+        i.private_data[..IP_CM_HEADER_LEN].copy_from_slice(&header.to_bytes());
+        i.private_data[IP_CM_HEADER_LEN..][..param.private_data.len()]
+            .copy_from_slice(&param.private_data);
         call_none(self.c, IOCTL_IV_CM_CONNECT, &i)?;
         self.phase = Phase::Connected;
+        // The REP's values and private data, queued when it came.
+        let ev: IvCepEventOut = call(
+            self.c,
+            IOCTL_IV_GET_CEP_EVENT,
+            &IvHandleIn { handle: self.cep },
+        )?;
+        if ev.event_type == IV_CEP_EVENT_REPLY {
+            self.remote_qpn = ev.remote_qpn;
+            self.remote_psn = ev.starting_psn;
+            let n = usize::from(ev.private_data_len).min(ev.private_data.len());
+            self.private_data = ev.private_data[..n].to_vec();
+        }
         Ok(())
     }
 
     /// The next connect request on a listener (`rdma_get_request`): a new
     /// endpoint for the connection, to accept or reject. Waits for one.
-    /// Other events of the listener are skipped.
+    /// Other events of the listener are skipped; so are requests whose IP
+    /// CM header is malformed or names another destination than the bound
+    /// address, which are rejected (REJ consumer reject).
     ///
     /// # Errors
     /// `STATUS_INVALID_DEVICE_STATE` (not listening), `STATUS_CANCELLED`
@@ -397,16 +548,34 @@ impl<'c> CmId<'c> {
             if ev.event_type != IV_CEP_EVENT_CONNECT_REQUEST {
                 continue;
             }
-            return Ok(CmId {
+            let mut id = CmId {
                 c: self.c,
                 cep: ev.cep,
                 ps: self.ps,
                 phase: Phase::Request,
                 local: self.local,
-                peer: Some(SocketAddr::new(gid_ip(&ev.remote_gid), 0)),
+                peer: None,
                 route: None,
                 remote_qpn: ev.remote_qpn,
-            });
+                remote_psn: ev.starting_psn,
+                private_data: Vec::new(),
+            };
+            let n = usize::from(ev.private_data_len).min(ev.private_data.len());
+            let bound = self.local.map(|l| l.ip()).filter(|ip| !ip.is_unspecified());
+            match IpCmHeader::parse(&ev.private_data[..n]) {
+                Ok(h) if bound.is_none_or(|b| b == h.dst.to_canonical()) => {
+                    id.local = self
+                        .local
+                        .map(|l| SocketAddr::new(h.dst.to_canonical(), l.port()));
+                    id.peer = Some(SocketAddr::new(h.src.ip().to_canonical(), h.src.port()));
+                    id.private_data = ev.private_data[IP_CM_HEADER_LEN..n].to_vec();
+                    return Ok(id);
+                }
+                // Dropping `id` destroys its CEP after the REJ.
+                _ => {
+                    let _ = id.reject();
+                }
+            }
         }
     }
 
@@ -418,12 +587,21 @@ impl<'c> CmId<'c> {
     /// `STATUS_INVALID_DEVICE_STATE` (no request), `IOCTL_IV_CM_ACCEPT`'s.
     pub fn accept(&mut self, qp: IvHandle, param: &ConnParam) -> IoctlResult<()> {
         self.expect(&[Phase::Request])?;
-        let i = IvCmAcceptIn {
+        if param.private_data.len() > MAX_REP_PRIVATE_DATA {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let mut i = IvCmAcceptIn {
             cep: self.cep,
             qp,
             starting_psn: param.psn(qp.rotate_left(7)),
-            reserved: 0,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            rnr_retry_count: param.rnr_retry_count,
+            min_rnr_timer: param.min_rnr_timer,
+            private_data_len: param.private_data.len() as u8,
+            ..IvCmAcceptIn::default()
         };
+        i.private_data[..param.private_data.len()].copy_from_slice(&param.private_data);
         call_none(self.c, IOCTL_IV_CM_ACCEPT, &i)?;
         self.phase = Phase::Connected;
         Ok(())
@@ -441,7 +619,7 @@ impl<'c> CmId<'c> {
             &IvCmRejectIn {
                 cep: self.cep,
                 reason: 28,
-                reserved: 0,
+                ..IvCmRejectIn::default()
             },
         )?;
         self.phase = Phase::Idle;
@@ -537,5 +715,40 @@ mod tests {
             ..p
         };
         assert_eq!(fixed.psn(1), 0xFF_FFFF);
+    }
+
+    #[test]
+    fn the_ip_cm_header_round_trips_and_refuses_malformed_ones() {
+        let v4 = IpCmHeader {
+            src: "10.0.0.1:50000".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+        };
+        let b = v4.to_bytes();
+        assert_eq!(&b[..4], &[0, 0x40, 0xC3, 0x50]);
+        assert_eq!(
+            &b[4..20],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 1]
+        );
+        assert_eq!(&b[32..36], &[10, 0, 0, 2]);
+        assert_eq!(IpCmHeader::parse(&b), Ok(v4));
+        let v6 = IpCmHeader {
+            src: "[fd00::1]:7".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+        };
+        let mut pd = v6.to_bytes().to_vec();
+        pd.extend_from_slice(b"user data");
+        assert_eq!(IpCmHeader::parse(&pd), Ok(v6));
+        let bad = |f: &dyn Fn(&mut [u8; 36])| {
+            let mut x = b;
+            f(&mut x);
+            IpCmHeader::parse(&x)
+        };
+        assert_eq!(bad(&|x| x[0] = 0x10), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(bad(&|x| x[1] = 0x50), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(bad(&|x| x[1] = 0x41), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(bad(&|x| x[4] = 1), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(bad(&|x| x[32..].fill(0)), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(IpCmHeader::parse(&b[..35]), Err(STATUS_INVALID_PARAMETER));
+        assert_eq!(IpCmHeader::parse(&[]), Err(STATUS_INVALID_PARAMETER));
     }
 }

@@ -71,3 +71,21 @@ impl<'c> End<'c> {
         }
     }
 }
+
+/// A connect request's usual values (the caller sets the CEP, QP, service
+/// and addresses): 4 reads in flight each way, 7 transport and RNR
+/// retries, flow control.
+pub fn connect_defaults() -> IvCmConnectIn {
+    IvCmConnectIn {
+        cm_response_timeout: 16,
+        max_cm_retries: 5,
+        local_ack_timeout: 14,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        min_rnr_timer: 12,
+        flags: IV_CM_FLOW_CONTROL as u8,
+        ..IvCmConnectIn::default()
+    }
+}
