@@ -369,7 +369,8 @@ impl<'c> CmId<'c> {
     }
 
     /// The peer's private data: the REQ's after the IP CM header (passive
-    /// side), the REP's (active side, once connected).
+    /// side: 56 bytes), the REP's (active side, once connected: 196 bytes);
+    /// as CM messages carry it, zero-padded to the message's size.
     #[must_use]
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
@@ -657,7 +658,10 @@ impl<'c> CmId<'c> {
         call_none(
             self.c,
             IOCTL_IV_CM_DISCONNECT,
-            &IvHandleIn { handle: self.cep },
+            &IvCmDisconnectIn {
+                cep: self.cep,
+                ..IvCmDisconnectIn::default()
+            },
         )?;
         self.phase = Phase::Idle;
         Ok(())
