@@ -296,6 +296,34 @@
 #define IOCTL_IV_SIDR_REPLY ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2162 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
+ * path that reach it, as rdma_cm's address and route resolution do for
+ * RoCEv2: the device reads its ports and GID tables from the HCA (one
+ * command after another, asynchronously) and answers. The source is the
+ * GID equal to the source address if one is given, else the GID equal to
+ * the destination (loopback), else the first GID of the destination's
+ * family; only active Ethernet ports count. Changes nothing.
+ * `STATUS_INVALID_PARAMETER` (a bad family, non-zero reserved bytes or
+ * address padding, an unspecified, multicast or broadcast destination, a
+ * source of the other family), `STATUS_INVALID_ADDRESS` (no port owns the
+ * source), `STATUS_NETWORK_UNREACHABLE` (no address of the family).
+ * IRQL: <= DISPATCH_LEVEL. In: [`IvResolveAddrIn`]. Out: [`IvResolveAddrOut`].
+ */
+#define IOCTL_IV_RESOLVE_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14)) | (2176 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Listen on a service ID with an idle CEP for REQs addressed to one GID
+ * (rdma_cm's listen on a bound address; all zero: any of the device's):
+ * a REQ whose primary path names another GID as the passive side's is
+ * rejected (REJ reason 8, invalid service ID) and never seen.
+ * `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID has a listener,
+ * `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle,
+ * `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
+ * In: [`IvListenAddrIn`]. Out: none.
+ */
+#define IOCTL_IV_LISTEN_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2177 << 2)) | METHOD_BUFFERED)
+
+/**
  * Size of a cache line, and of one ring index slot.
  */
 #define IV_CACHE_LINE 64
@@ -1037,6 +1065,38 @@
  * Private data bytes of a SIDR_REP (`IvSidrReplyIn`).
  */
 #define IV_CM_SIDR_REP_PDATA 136
+
+/**
+ * No address (`IvResolveAddrIn::src_family`: any source).
+ */
+#define IV_ADDR_NONE 0
+
+/**
+ * An IPv4 address: its 4 bytes first, the other 12 zero.
+ */
+#define IV_ADDR_IPV4 4
+
+/**
+ * An IPv6 address, 16 bytes (an IPv4-mapped one, `::ffff:a.b.c.d`, is
+ * the IPv4 address).
+ */
+#define IV_ADDR_IPV6 6
+
+/**
+ * rdma_cm's TCP port space: service ID `0x0000_0000_0106_0000 | port`
+ * (`IV_RDMA_PS_TCP << 16 | port`).
+ */
+#define IV_RDMA_PS_TCP 262
+
+/**
+ * rdma_cm's UDP port space (`0x0111 << 16 | port`).
+ */
+#define IV_RDMA_PS_UDP 273
+
+/**
+ * rdma_cm's IB port space (`0x013F << 16 | port`).
+ */
+#define IV_RDMA_PS_IB 319
 
 /**
  * An NTSTATUS value.
@@ -2440,6 +2500,111 @@ typedef struct IvCmRejectIn {
 } IvCmRejectIn;
 
 /**
+ * Request of `IOCTL_IV_RESOLVE_ADDR`: which local port, GID and path
+ * reach `dst_addr` (from `src_addr`, if given).
+ */
+typedef struct IvResolveAddrIn {
+  /**
+   * The destination (`dst_family`): neither unspecified nor multicast
+   * (nor IPv4 broadcast).
+   */
+  uint8_t dst_addr[16];
+  /**
+   * The source (`src_family`); all zero when `src_family` is
+   * `IV_ADDR_NONE`. An unspecified address is no source (any).
+   */
+  uint8_t src_addr[16];
+  /**
+   * `IV_ADDR_IPV4` or `IV_ADDR_IPV6`.
+   */
+  uint16_t dst_family;
+  /**
+   * `IV_ADDR_NONE` (the device picks the source) or the destination's
+   * family.
+   */
+  uint16_t src_family;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+} IvResolveAddrIn;
+
+/**
+ * Response of `IOCTL_IV_RESOLVE_ADDR`: the route as RoCEv2 addresses it.
+ */
+typedef struct IvResolveAddrOut {
+  /**
+   * The source GID (the source address, IPv4-mapped or IPv6): the GID
+   * table entry `sgid_index` of `port_num`.
+   */
+  uint8_t sgid[16];
+  /**
+   * The destination GID (the destination address, IPv4-mapped or IPv6).
+   */
+  uint8_t dgid[16];
+  /**
+   * The local port, from 1.
+   */
+  uint8_t port_num;
+  /**
+   * The source GID's index in the port's GID table.
+   */
+  uint8_t sgid_index;
+  /**
+   * The path MTU (`IV_MTU_*`): the port's active MTU.
+   */
+  uint8_t path_mtu;
+  /**
+   * The IP hop limit (TTL) of the path.
+   */
+  uint8_t hop_limit;
+  /**
+   * The P_Key (the default, 0xFFFF).
+   */
+  uint16_t pkey;
+  /**
+   * The P_Key's index.
+   */
+  uint16_t pkey_index;
+  /**
+   * The IPv6 flow label (20 bits; 0 for IPv4).
+   */
+  uint32_t flow_label;
+  /**
+   * The traffic class (DSCP and ECN).
+   */
+  uint8_t traffic_class;
+  /**
+   * The service level.
+   */
+  uint8_t sl;
+  /**
+   * Zero.
+   */
+  uint16_t reserved;
+} IvResolveAddrOut;
+
+/**
+ * Request of `IOCTL_IV_LISTEN_ADDR`: listen on a service ID for REQs
+ * addressed to one of the device's GIDs, or to any.
+ */
+typedef struct IvListenAddrIn {
+  /**
+   * The CEP (idle).
+   */
+  IvHandle cep;
+  /**
+   * The service ID to take REQs for.
+   */
+  uint64_t service_id;
+  /**
+   * The GID the REQ's primary path must name as the passive side's
+   * (its remote port GID); all zero: any.
+   */
+  uint8_t gid[16];
+} IvListenAddrIn;
+
+/**
  * Request of `IOCTL_IV_CM_DISCONNECT`.
  */
 typedef struct IvCmDisconnectIn {
@@ -3025,6 +3190,30 @@ typedef struct IvCqe {
  */
 #ifndef STATUS_DEVICE_HARDWARE_ERROR
 #define STATUS_DEVICE_HARDWARE_ERROR -1073740669
+#endif
+
+/**
+ * `STATUS_INVALID_ADDRESS` (0xC0000141): an address no port of the
+ * device owns (a source address given to `IOCTL_IV_RESOLVE_ADDR`).
+ */
+#ifndef STATUS_INVALID_ADDRESS
+#define STATUS_INVALID_ADDRESS -1073741503
+#endif
+
+/**
+ * `STATUS_ADDRESS_ALREADY_EXISTS` (0xC000020A): the service ID (an IP
+ * port of a port space) already has a listener.
+ */
+#ifndef STATUS_ADDRESS_ALREADY_EXISTS
+#define STATUS_ADDRESS_ALREADY_EXISTS -1073741302
+#endif
+
+/**
+ * `STATUS_NETWORK_UNREACHABLE` (0xC000023C): no active port has an
+ * address of the destination's family.
+ */
+#ifndef STATUS_NETWORK_UNREACHABLE
+#define STATUS_NETWORK_UNREACHABLE -1073741252
 #endif
 
 #endif  /* IRPVERBS_H */

@@ -469,6 +469,38 @@ IV_STATIC_ASSERT(offsetof(IvCmRejectIn, ari) == 24, "offsetof(IvCmRejectIn, ari)
 IV_STATIC_ASSERT(offsetof(IvCmRejectIn, private_data) == 96, "offsetof(IvCmRejectIn, private_data)");
 IV_STATIC_ASSERT(offsetof(IvCmRejectIn, reserved3) == 244, "offsetof(IvCmRejectIn, reserved3)");
 
+IV_STATIC_ASSERT(sizeof(IvResolveAddrIn) == 40, "sizeof(IvResolveAddrIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvResolveAddrIn) == 4, "alignof(IvResolveAddrIn)");
+IV_STATIC_ASSERT(sizeof(struct IvResolveAddrIn) == sizeof(IvResolveAddrIn), "struct IvResolveAddrIn");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrIn, dst_addr) == 0, "offsetof(IvResolveAddrIn, dst_addr)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrIn, src_addr) == 16, "offsetof(IvResolveAddrIn, src_addr)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrIn, dst_family) == 32, "offsetof(IvResolveAddrIn, dst_family)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrIn, src_family) == 34, "offsetof(IvResolveAddrIn, src_family)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrIn, reserved) == 36, "offsetof(IvResolveAddrIn, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvResolveAddrOut) == 48, "sizeof(IvResolveAddrOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvResolveAddrOut) == 4, "alignof(IvResolveAddrOut)");
+IV_STATIC_ASSERT(sizeof(struct IvResolveAddrOut) == sizeof(IvResolveAddrOut), "struct IvResolveAddrOut");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, sgid) == 0, "offsetof(IvResolveAddrOut, sgid)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, dgid) == 16, "offsetof(IvResolveAddrOut, dgid)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, port_num) == 32, "offsetof(IvResolveAddrOut, port_num)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, sgid_index) == 33, "offsetof(IvResolveAddrOut, sgid_index)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, path_mtu) == 34, "offsetof(IvResolveAddrOut, path_mtu)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, hop_limit) == 35, "offsetof(IvResolveAddrOut, hop_limit)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, pkey) == 36, "offsetof(IvResolveAddrOut, pkey)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, pkey_index) == 38, "offsetof(IvResolveAddrOut, pkey_index)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, flow_label) == 40, "offsetof(IvResolveAddrOut, flow_label)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, traffic_class) == 44, "offsetof(IvResolveAddrOut, traffic_class)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, sl) == 45, "offsetof(IvResolveAddrOut, sl)");
+IV_STATIC_ASSERT(offsetof(IvResolveAddrOut, reserved) == 46, "offsetof(IvResolveAddrOut, reserved)");
+
+IV_STATIC_ASSERT(sizeof(IvListenAddrIn) == 32, "sizeof(IvListenAddrIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvListenAddrIn) == 8, "alignof(IvListenAddrIn)");
+IV_STATIC_ASSERT(sizeof(struct IvListenAddrIn) == sizeof(IvListenAddrIn), "struct IvListenAddrIn");
+IV_STATIC_ASSERT(offsetof(IvListenAddrIn, cep) == 0, "offsetof(IvListenAddrIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvListenAddrIn, service_id) == 8, "offsetof(IvListenAddrIn, service_id)");
+IV_STATIC_ASSERT(offsetof(IvListenAddrIn, gid) == 16, "offsetof(IvListenAddrIn, gid)");
+
 IV_STATIC_ASSERT(sizeof(IvCmDisconnectIn) == 240, "sizeof(IvCmDisconnectIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCmDisconnectIn) == 8, "alignof(IvCmDisconnectIn)");
 IV_STATIC_ASSERT(sizeof(struct IvCmDisconnectIn) == sizeof(IvCmDisconnectIn), "struct IvCmDisconnectIn");
@@ -649,6 +681,8 @@ IV_STATIC_ASSERT(IOCTL_IV_DESTROY_CEP == 0x003BE18Cu, "IOCTL_IV_DESTROY_CEP");
 IV_STATIC_ASSERT(IOCTL_IV_CM_MRA == 0x003BE1C0u, "IOCTL_IV_CM_MRA");
 IV_STATIC_ASSERT(IOCTL_IV_SIDR_REQUEST == 0x003BE1C4u, "IOCTL_IV_SIDR_REQUEST");
 IV_STATIC_ASSERT(IOCTL_IV_SIDR_REPLY == 0x003BE1C8u, "IOCTL_IV_SIDR_REPLY");
+IV_STATIC_ASSERT(IOCTL_IV_RESOLVE_ADDR == 0x003B6200u, "IOCTL_IV_RESOLVE_ADDR");
+IV_STATIC_ASSERT(IOCTL_IV_LISTEN_ADDR == 0x003BE204u, "IOCTL_IV_LISTEN_ADDR");
 
 /* ---- constants */
 
@@ -844,3 +878,15 @@ IV_STATIC_ASSERT(STATUS_CONNECTION_REFUSED == -1073741258, "STATUS_CONNECTION_RE
 IV_STATIC_ASSERT((uint32_t)STATUS_CONNECTION_REFUSED == 0xC0000236u, "STATUS_CONNECTION_REFUSED bits");
 IV_STATIC_ASSERT(STATUS_IO_TIMEOUT == -1073741643, "STATUS_IO_TIMEOUT");
 IV_STATIC_ASSERT((uint32_t)STATUS_IO_TIMEOUT == 0xC00000B5u, "STATUS_IO_TIMEOUT bits");
+IV_STATIC_ASSERT(STATUS_INVALID_ADDRESS == -1073741503, "STATUS_INVALID_ADDRESS");
+IV_STATIC_ASSERT((uint32_t)STATUS_INVALID_ADDRESS == 0xC0000141u, "STATUS_INVALID_ADDRESS bits");
+IV_STATIC_ASSERT(STATUS_ADDRESS_ALREADY_EXISTS == -1073741302, "STATUS_ADDRESS_ALREADY_EXISTS");
+IV_STATIC_ASSERT((uint32_t)STATUS_ADDRESS_ALREADY_EXISTS == 0xC000020Au, "STATUS_ADDRESS_ALREADY_EXISTS bits");
+IV_STATIC_ASSERT(STATUS_NETWORK_UNREACHABLE == -1073741252, "STATUS_NETWORK_UNREACHABLE");
+IV_STATIC_ASSERT((uint32_t)STATUS_NETWORK_UNREACHABLE == 0xC000023Cu, "STATUS_NETWORK_UNREACHABLE bits");
+IV_STATIC_ASSERT(IV_ADDR_NONE == 0x00000000u, "IV_ADDR_NONE");
+IV_STATIC_ASSERT(IV_ADDR_IPV4 == 0x00000004u, "IV_ADDR_IPV4");
+IV_STATIC_ASSERT(IV_ADDR_IPV6 == 0x00000006u, "IV_ADDR_IPV6");
+IV_STATIC_ASSERT(IV_RDMA_PS_TCP == 0x00000106u, "IV_RDMA_PS_TCP");
+IV_STATIC_ASSERT(IV_RDMA_PS_UDP == 0x00000111u, "IV_RDMA_PS_UDP");
+IV_STATIC_ASSERT(IV_RDMA_PS_IB == 0x0000013Fu, "IV_RDMA_PS_IB");

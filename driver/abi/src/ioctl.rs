@@ -312,6 +312,34 @@ pub const IOCTL_IV_SIDR_REPLY: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x872 << 2)
     | METHOD_BUFFERED;
 
+/// Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
+/// path that reach it, as rdma_cm's address and route resolution do for
+/// RoCEv2: the device reads its ports and GID tables from the HCA (one
+/// command after another, asynchronously) and answers. The source is the
+/// GID equal to the source address if one is given, else the GID equal to
+/// the destination (loopback), else the first GID of the destination's
+/// family; only active Ethernet ports count. Changes nothing.
+/// `STATUS_INVALID_PARAMETER` (a bad family, non-zero reserved bytes or
+/// address padding, an unspecified, multicast or broadcast destination, a
+/// source of the other family), `STATUS_INVALID_ADDRESS` (no port owns the
+/// source), `STATUS_NETWORK_UNREACHABLE` (no address of the family).
+/// IRQL: <= DISPATCH_LEVEL. In: [`IvResolveAddrIn`]. Out: [`IvResolveAddrOut`].
+pub const IOCTL_IV_RESOLVE_ADDR: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14) | (0x880 << 2) | METHOD_BUFFERED;
+
+/// Listen on a service ID with an idle CEP for REQs addressed to one GID
+/// (rdma_cm's listen on a bound address; all zero: any of the device's):
+/// a REQ whose primary path names another GID as the passive side's is
+/// rejected (REJ reason 8, invalid service ID) and never seen.
+/// `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID has a listener,
+/// `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle,
+/// `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
+/// In: [`IvListenAddrIn`]. Out: none.
+pub const IOCTL_IV_LISTEN_ADDR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x881 << 2)
+    | METHOD_BUFFERED;
+
 /// What the driver knows of one IOCTL: its name, code, exact input size,
 /// minimum output size, and whether user-mode callers are refused.
 ///
@@ -628,6 +656,20 @@ pub const IOCTLS: &[IoctlInfo] = &[
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
+    IoctlInfo {
+        name: "RESOLVE_ADDR",
+        code: IOCTL_IV_RESOLVE_ADDR,
+        input_len: core::mem::size_of::<IvResolveAddrIn>(),
+        output_len: core::mem::size_of::<IvResolveAddrOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "LISTEN_ADDR",
+        code: IOCTL_IV_LISTEN_ADDR,
+        input_len: core::mem::size_of::<IvListenAddrIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
 ];
 
 /// Looks up an IOCTL by code.
@@ -667,7 +709,9 @@ mod tests {
             for b in &IOCTLS[i + 1..] {
                 assert_ne!(a.code, b.code, "{} and {}", a.name, b.name);
             }
-            let writes = !(a.name.starts_with("QUERY") || a.name == "GET_VERSION");
+            let writes = !(a.name.starts_with("QUERY")
+                || a.name == "GET_VERSION"
+                || a.name == "RESOLVE_ADDR");
             let want = if a.name == "GET_VERSION" {
                 FILE_ANY_ACCESS
             } else if writes {

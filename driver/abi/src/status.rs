@@ -79,6 +79,18 @@ pub const STATUS_DATA_OVERRUN: NtStatus = -0x3FFF_FFC4;
 /// `ntstatus.h`: `0xC0000483`.
 pub const STATUS_DEVICE_HARDWARE_ERROR: NtStatus = -0x3FFF_FB7D;
 
+/// `STATUS_INVALID_ADDRESS` (0xC0000141): an address no port of the
+/// device owns (a source address given to `IOCTL_IV_RESOLVE_ADDR`).
+pub const STATUS_INVALID_ADDRESS: NtStatus = -0x3FFF_FEBF;
+
+/// `STATUS_ADDRESS_ALREADY_EXISTS` (0xC000020A): the service ID (an IP
+/// port of a port space) already has a listener.
+pub const STATUS_ADDRESS_ALREADY_EXISTS: NtStatus = -0x3FFF_FDF6;
+
+/// `STATUS_NETWORK_UNREACHABLE` (0xC000023C): no active port has an
+/// address of the destination's family.
+pub const STATUS_NETWORK_UNREACHABLE: NtStatus = -0x3FFF_FDC4;
+
 /// True for success and informational values (NT_SUCCESS).
 #[must_use]
 pub const fn nt_success(status: NtStatus) -> bool {
@@ -110,6 +122,9 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_DATA_OVERRUN => "STATUS_DATA_OVERRUN",
         STATUS_CONNECTION_REFUSED => "STATUS_CONNECTION_REFUSED",
         STATUS_IO_TIMEOUT => "STATUS_IO_TIMEOUT",
+        STATUS_INVALID_ADDRESS => "STATUS_INVALID_ADDRESS",
+        STATUS_ADDRESS_ALREADY_EXISTS => "STATUS_ADDRESS_ALREADY_EXISTS",
+        STATUS_NETWORK_UNREACHABLE => "STATUS_NETWORK_UNREACHABLE",
         _ => "STATUS_<unknown>",
     }
 }
@@ -141,6 +156,9 @@ mod tests {
         (STATUS_DATATYPE_MISALIGNMENT_ERROR, 0xC000_02C5),
         (STATUS_DEVICE_HARDWARE_ERROR, 0xC000_0483),
         (STATUS_DATA_OVERRUN, 0xC000_003C),
+        (STATUS_INVALID_ADDRESS, 0xC000_0141),
+        (STATUS_ADDRESS_ALREADY_EXISTS, 0xC000_020A),
+        (STATUS_NETWORK_UNREACHABLE, 0xC000_023C),
     ];
 
     #[test]

@@ -1657,6 +1657,119 @@ impl Default for IvSidrReplyIn {
     }
 }
 
+/// No address (`IvResolveAddrIn::src_family`: any source).
+pub const IV_ADDR_NONE: u16 = 0;
+/// An IPv4 address: its 4 bytes first, the other 12 zero.
+pub const IV_ADDR_IPV4: u16 = 4;
+/// An IPv6 address, 16 bytes (an IPv4-mapped one, `::ffff:a.b.c.d`, is
+/// the IPv4 address).
+pub const IV_ADDR_IPV6: u16 = 6;
+
+/// rdma_cm's TCP port space: service ID `0x0000_0000_0106_0000 | port`
+/// (`IV_RDMA_PS_TCP << 16 | port`).
+pub const IV_RDMA_PS_TCP: u16 = 0x0106;
+/// rdma_cm's UDP port space (`0x0111 << 16 | port`).
+pub const IV_RDMA_PS_UDP: u16 = 0x0111;
+/// rdma_cm's IB port space (`0x013F << 16 | port`).
+pub const IV_RDMA_PS_IB: u16 = 0x013F;
+
+/// Request of `IOCTL_IV_RESOLVE_ADDR`: which local port, GID and path
+/// reach `dst_addr` (from `src_addr`, if given).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvResolveAddrIn {
+    /// The destination (`dst_family`): neither unspecified nor multicast
+    /// (nor IPv4 broadcast).
+    pub dst_addr: [u8; 16],
+    /// The source (`src_family`); all zero when `src_family` is
+    /// `IV_ADDR_NONE`. An unspecified address is no source (any).
+    pub src_addr: [u8; 16],
+    /// `IV_ADDR_IPV4` or `IV_ADDR_IPV6`.
+    pub dst_family: u16,
+    /// `IV_ADDR_NONE` (the device picks the source) or the destination's
+    /// family.
+    pub src_family: u16,
+    /// Zero.
+    pub reserved: u32,
+}
+abi_layout!(IvResolveAddrIn {
+    dst_addr,
+    src_addr,
+    dst_family,
+    src_family,
+    reserved
+});
+
+/// Response of `IOCTL_IV_RESOLVE_ADDR`: the route as RoCEv2 addresses it.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvResolveAddrOut {
+    /// The source GID (the source address, IPv4-mapped or IPv6): the GID
+    /// table entry `sgid_index` of `port_num`.
+    pub sgid: [u8; 16],
+    /// The destination GID (the destination address, IPv4-mapped or IPv6).
+    pub dgid: [u8; 16],
+    /// The local port, from 1.
+    pub port_num: u8,
+    /// The source GID's index in the port's GID table.
+    pub sgid_index: u8,
+    /// The path MTU (`IV_MTU_*`): the port's active MTU.
+    pub path_mtu: u8,
+    /// The IP hop limit (TTL) of the path.
+    pub hop_limit: u8,
+    /// The P_Key (the default, 0xFFFF).
+    pub pkey: u16,
+    /// The P_Key's index.
+    pub pkey_index: u16,
+    /// The IPv6 flow label (20 bits; 0 for IPv4).
+    pub flow_label: u32,
+    /// The traffic class (DSCP and ECN).
+    pub traffic_class: u8,
+    /// The service level.
+    pub sl: u8,
+    /// Zero.
+    pub reserved: u16,
+}
+abi_layout!(IvResolveAddrOut {
+    sgid,
+    dgid,
+    port_num,
+    sgid_index,
+    path_mtu,
+    hop_limit,
+    pkey,
+    pkey_index,
+    flow_label,
+    traffic_class,
+    sl,
+    reserved
+});
+
+/// Request of `IOCTL_IV_LISTEN_ADDR`: listen on a service ID for REQs
+/// addressed to one of the device's GIDs, or to any.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvListenAddrIn {
+    /// The CEP (idle).
+    pub cep: IvHandle,
+    /// The service ID to take REQs for.
+    pub service_id: u64,
+    /// The GID the REQ's primary path must name as the passive side's
+    /// (its remote port GID); all zero: any.
+    pub gid: [u8; 16],
+}
+abi_layout!(IvListenAddrIn {
+    cep,
+    service_id,
+    gid
+});
+
 /// The layout of an ABI struct as Rust lays it out: the C layout tests
 /// static-assert the header's layout against it.
 pub trait AbiLayout: Sized {
@@ -1738,6 +1851,9 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvCmConnectIn>(),
     layout::<IvCmAcceptIn>(),
     layout::<IvCmRejectIn>(),
+    layout::<IvResolveAddrIn>(),
+    layout::<IvResolveAddrOut>(),
+    layout::<IvListenAddrIn>(),
     layout::<IvCmDisconnectIn>(),
     layout::<IvCmMraIn>(),
     layout::<IvSidrRequestIn>(),

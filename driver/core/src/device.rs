@@ -70,6 +70,7 @@ pub(crate) enum Response {
     Async(IvAsyncEventOut),
     Rings(IvMapRingsOut),
     Doorbells(IvMapDoorbellsOut),
+    Resolve(IvResolveAddrOut),
 }
 
 impl Response {
@@ -107,6 +108,7 @@ impl Response {
             Response::Async(v) => v.as_bytes(),
             Response::Rings(v) => v.as_bytes(),
             Response::Doorbells(v) => v.as_bytes(),
+            Response::Resolve(v) => v.as_bytes(),
         }
     }
 }
@@ -139,6 +141,9 @@ pub(crate) enum Op {
         cep: irpverbs_cm::CepId,
         phase: crate::cm::Phase,
     },
+    /// An address resolution walking the ports' GID tables
+    /// (`crate::resolve`).
+    Resolve(alloc::boxed::Box<crate::resolve::Resolve>),
 }
 
 pub(crate) struct Pending<R> {
@@ -192,6 +197,9 @@ pub struct DeviceStats {
     pub cm_mads_malformed: u64,
     /// MADs of the connection manager the HCA refused to send.
     pub cm_send_failures: u64,
+    /// Connect requests a listener bound to another GID rejected
+    /// (`IOCTL_IV_LISTEN_ADDR`).
+    pub cm_refused_unbound: u64,
 }
 
 /// A snapshot of what the device holds, for tests and the leak check.
@@ -340,6 +348,8 @@ pub(crate) enum Verb {
     /// the request by `Device::cm_request`, so that it stays out of this
     /// enum, which every IOCTL moves).
     Cm(crate::cm::CmOp),
+    ResolveAddr(IvResolveAddrIn),
+    ListenAddr(IvListenAddrIn),
 }
 
 impl Verb {
@@ -352,6 +362,7 @@ impl Verb {
                 | Verb::GetCepEvent(_)
                 | Verb::Destroy(_, Kind::Cep)
                 | Verb::Cm(_)
+                | Verb::ListenAddr(_)
         )
     }
 
@@ -710,6 +721,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 } else if verb.is_cep() {
                     let r = match verb {
                         Verb::Cm(op) => self.cm_request(s, file, op, request),
+                        Verb::ListenAddr(i) => self.listen_addr(s, file, &i, request),
                         _ => self.cep_start(s, file, verb, request),
                     }
                     .map_or(Ok(()), Err);
@@ -828,6 +840,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
             IOCTL_IV_MAP_RINGS => Verb::MapRings(read(input)?),
             IOCTL_IV_MAP_DOORBELLS => Verb::MapDoorbells,
+            IOCTL_IV_RESOLVE_ADDR => Verb::ResolveAddr(read(input)?),
+            IOCTL_IV_LISTEN_ADDR => Verb::ListenAddr(read(input)?),
             _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
         };
         Ok(Ok(v))
@@ -864,6 +878,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     },
                 ))
             }
+            Verb::ResolveAddr(i) => crate::resolve::Resolve::start(&i, caps)
+                .map(|(r, cmd)| (Op::Resolve(alloc::boxed::Box::new(r)), cmd))
+                .map_err(fail),
             Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
             Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),
             Verb::RegMr(i, physical, pinned) => {
@@ -1139,6 +1156,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             return done;
         }
+        if let Op::Resolve(r) = p.op {
+            let done = match r.step(status, out) {
+                crate::resolve::Step::Next(r, cmd) => {
+                    self.post(s, p.file, p.request, Op::Resolve(r), cmd);
+                    None
+                }
+                crate::resolve::Step::Done(Ok(route)) => p
+                    .request
+                    .map(|q| (q, STATUS_SUCCESS, Response::Resolve(route))),
+                crate::resolve::Step::Done(Err(st)) => p.request.map(|q| (q, st, Response::None)),
+            };
+            if let Some(c) = self.advance_rundown(s, p.file) {
+                self.platform.pool_release(c);
+            }
+            return done;
+        }
         let (status, response) = self.apply(s, p.file, p.op, status, out, mode);
         let charge = self.advance_rundown(s, p.file);
         if let Some(c) = charge {
@@ -1224,6 +1257,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 crate::qp::finish_modify_qp(s, file, qp, next, ok);
                 (status, Response::None)
             }
+            // `handle_event` walks these (`crate::resolve`).
+            Op::Resolve(_) => (STATUS_INVALID_DEVICE_STATE, Response::None),
         }
     }
 
@@ -1281,7 +1316,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         s.cm_ops.remove(&cep);
                         STATUS_DEVICE_REMOVED
                     }
-                    Op::QueryPort | Op::QueryGid => STATUS_DEVICE_REMOVED,
+                    Op::QueryPort | Op::QueryGid | Op::Resolve(_) => STATUS_DEVICE_REMOVED,
                 };
                 if let Some(r) = p.request {
                     s.stats.requests_completed += 1;

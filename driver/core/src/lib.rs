@@ -32,6 +32,7 @@ pub mod platform;
 mod port;
 mod qp;
 pub mod qp_state;
+mod resolve;
 mod srq;
 #[cfg(test)]
 mod tests;

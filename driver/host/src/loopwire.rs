@@ -66,7 +66,7 @@ impl Cable {
             };
             let (mut delivered, mut unroutable) = (0, 0);
             for d in &batch {
-                match hcas.iter().find(|h| h.gid() == d.dgid) {
+                match hcas.iter().find(|h| h.owns_gid(&d.dgid)) {
                     Some(h) => {
                         delivered += 1;
                         let _ = h.receive(&d.view());

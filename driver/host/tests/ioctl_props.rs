@@ -66,6 +66,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -429,6 +430,8 @@ enum Payload {
     ModifySrq(H, IvModifySrqIn),
     CreateAh(H, IvCreateAhIn),
     Listen(H, u64),
+    /// `LISTEN_ADDR`: the CEP, service ID and bound GID.
+    ListenAddr(H, u64, [u8; 16]),
     CmConnect(H, H, u64),
     CmAccept(H, H),
     CmReject(H, u32),
@@ -511,6 +514,14 @@ impl Payload {
                 IvListenIn {
                     cep: r(*cep),
                     service_id: *service_id,
+                }
+                .as_bytes(),
+            ),
+            Payload::ListenAddr(cep, service_id, gid) => bytes(
+                IvListenAddrIn {
+                    cep: r(*cep),
+                    service_id: *service_id,
+                    gid: *gid,
                 }
                 .as_bytes(),
             ),
@@ -1188,6 +1199,54 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
             .boxed(),
         IOCTL_IV_LISTEN => (handle(Kind::Cep, mix), 0u64..4)
             .prop_map(|(cep, sid)| Payload::Listen(cep, sid))
+            .boxed(),
+        IOCTL_IV_LISTEN_ADDR => (
+            handle(Kind::Cep, mix),
+            0u64..4,
+            prop_oneof![
+                Just([0u8; 16]),
+                Just(Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets()),
+                any::<[u8; 16]>(),
+            ],
+        )
+            .prop_map(|(cep, sid, gid)| Payload::ListenAddr(cep, sid, gid))
+            .boxed(),
+        // Mostly the device's own address (127.0.0.1) or another IPv4
+        // host, with or without it as the source; else anything.
+        IOCTL_IV_RESOLVE_ADDR => (
+            prop_oneof![
+                Just([127u8, 0, 0, 1]),
+                Just([10, 0, 0, 9]),
+                any::<[u8; 4]>()
+            ],
+            prop_oneof![Just(IV_ADDR_NONE), Just(IV_ADDR_IPV4), any::<u16>()],
+            prop_oneof![3 => Just(IV_ADDR_IPV4), 1 => Just(IV_ADDR_IPV6), 1 => any::<u16>()],
+            r32(),
+        )
+            .prop_map(|(a, src_family, dst_family, reserved)| {
+                let mut v4 = [0u8; 16];
+                v4[..4].copy_from_slice(&a);
+                let src_addr = if src_family == IV_ADDR_NONE {
+                    [0; 16]
+                } else {
+                    {
+                        let mut s = [0u8; 16];
+                        s[..4].copy_from_slice(&[127, 0, 0, 1]);
+                        s
+                    }
+                };
+                Payload::Raw(
+                    IvResolveAddrIn {
+                        dst_addr: v4,
+                        src_addr,
+                        dst_family,
+                        src_family,
+                        reserved,
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                )
+            })
             .boxed(),
         IOCTL_IV_CM_CONNECT => (handle(Kind::Cep, mix), handle(Kind::Qp, mix), 0u64..4)
             .prop_map(|(cep, qp, sid)| Payload::CmConnect(cep, qp, sid))

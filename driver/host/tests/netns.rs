@@ -249,3 +249,18 @@ fn read_and_atomic_latency_between_two_namespaces() {
     run("read_lat", &["-s", "4096", "-n", "200"], false, false);
     run("atomic_lat", &["-n", "200"], false, false);
 }
+
+/// The QPs connected through the CM by address (`--cm`, perftest's `-R`):
+/// the server listens on its address, the client resolves and connects;
+/// QPN, PSN, GID and the buffer's rkey and address travel in the CM's
+/// messages.
+#[test]
+fn write_bandwidth_and_send_latency_through_the_cm_between_two_namespaces() {
+    run(
+        "write_bw",
+        &["-s", "65536", "-n", "300", "--cm"],
+        false,
+        false,
+    );
+    run("send_lat", &["-s", "8", "-n", "300", "-R"], true, false);
+}

@@ -37,6 +37,13 @@ pub struct SoftConfig {
     /// The port's IP address. GID index 0 is its IPv4-mapped form
     /// (`::ffff:a.b.c.d`) or the IPv6 address itself. Default 127.0.0.1.
     pub ip: IpAddr,
+    /// More addresses of the port, at GID indexes 1, 2, ... (as a RoCE
+    /// port's GID table holds each IP address of its interface): at most
+    /// [`crate::GID_TBL_LEN`] - 1, none unspecified or repeated. The
+    /// GSI takes MADs for any of them, and wires that route by GID (the
+    /// loopback wire, [`crate::SoftHca::owns_gid`]) deliver to them; the
+    /// UDP wire binds `ip` only. Default none.
+    pub aliases: alloc::vec::Vec<IpAddr>,
     /// The UDP port the port's RoCEv2 datagrams are sent to (and that its
     /// link listens on). The ICRC covers it, so every HCA of a wire must
     /// agree. Default 4791 ([`crate::link::DEFAULT_PORT`]).
@@ -97,6 +104,7 @@ impl Default for SoftConfig {
         Self {
             node_guid: 0x0200_00FF_FE00_0001,
             ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            aliases: alloc::vec::Vec::new(),
             udp_port: crate::link::DEFAULT_PORT,
             execution: Execution::Inline,
             cmd_queue_depth: 64,
@@ -147,7 +155,8 @@ impl SoftConfig {
     /// below 2, `num_comp_vectors` is 0, `max_qp_wr`, `max_cqe` or
     /// `max_srq_wr` is not 2^k - 1 (k <= 31), `max_qp` exceeds 0xFF_FFFE,
     /// `max_mr` exceeds 0xFF_FFFF, `max_qp_rd_atom` or `max_qp_init_rd_atom`
-    /// exceeds 255, or `max_mr_size` is 0.
+    /// exceeds 255, `max_mr_size` is 0, or `aliases` are too many,
+    /// unspecified or repeated (`ip` included).
     pub fn validate(&self) -> Result<(), NtStatus> {
         let ok = self.cmd_queue_depth >= 1
             && self.eq_depth >= EVENTS_PER_COMMAND
@@ -159,7 +168,15 @@ impl SoftConfig {
             && self.max_mr <= MAX_MR_INDEX
             && self.max_qp_rd_atom <= u32::from(u8::MAX)
             && self.max_qp_init_rd_atom <= u32::from(u8::MAX)
-            && self.max_mr_size >= 1;
+            && self.max_mr_size >= 1
+            && self.aliases.len() < crate::port::GID_TBL_LEN as usize
+            && self.aliases.iter().enumerate().all(|(k, a)| {
+                !a.is_unspecified()
+                    && crate::port::ip_gid(*a) != crate::port::ip_gid(self.ip)
+                    && self.aliases[..k]
+                        .iter()
+                        .all(|b| crate::port::ip_gid(*b) != crate::port::ip_gid(*a))
+            });
         if ok {
             Ok(())
         } else {

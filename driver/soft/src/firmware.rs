@@ -131,7 +131,7 @@ pub(crate) struct Executed {
 impl Firmware {
     /// Firmware with empty tables. `config` must be valid.
     pub(crate) fn new(config: &SoftConfig) -> Self {
-        let port = Port::new(config.ip);
+        let port = Port::new(config.ip, &config.aliases);
         let mut dp = crate::engine::DataPath::new(port.gid(0).unwrap_or_default());
         dp.udp_port = config.udp_port;
         Self {

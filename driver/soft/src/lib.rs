@@ -326,6 +326,8 @@ pub struct SoftHca<P: Platform> {
     execution: Execution,
     bus: Arc<dyn SoftBus>,
     gid: Gid,
+    /// The port's GID table, as configured (it never changes).
+    port: port::Port,
     state: P::Lock<HcaState>,
     eq: P::Lock<EventQueue>,
     inbox: P::Lock<Batch>,
@@ -375,6 +377,7 @@ impl<P: Platform> SoftHca<P> {
             execution: config.execution,
             bus,
             gid: state.firmware.dp.gid,
+            port: state.firmware.port.clone(),
             attention: state.firmware.dp.attention.clone(),
             state: platform.new_lock(&HCA_LOCK, state),
             eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
@@ -392,6 +395,14 @@ impl<P: Platform> SoftHca<P> {
     /// IRQL: any.
     pub fn gid(&self) -> [u8; 16] {
         self.gid
+    }
+
+    /// True if `gid` is one of the port's GIDs: [`SoftHca::gid`] or an
+    /// alias ([`SoftConfig::aliases`]).
+    ///
+    /// IRQL: any.
+    pub fn owns_gid(&self, gid: &[u8; 16]) -> bool {
+        self.port.owns(gid)
     }
 
     /// Cables the port to a datagram wire: packets for GIDs that are

@@ -34,14 +34,19 @@ pub(crate) struct Port {
 }
 
 impl Port {
-    /// A port whose GID 0 is `ip` (IPv4-mapped for IPv4).
-    pub(crate) fn new(ip: IpAddr) -> Self {
+    /// A port whose GID 0 is `ip` (IPv4-mapped for IPv4), and GIDs 1, 2,
+    /// ... `aliases` (as many as fit).
+    pub(crate) fn new(ip: IpAddr, aliases: &[IpAddr]) -> Self {
         let mut gids = [[0; 16]; GID_TBL_LEN as usize];
-        gids[0] = match ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        };
+        for (g, a) in gids.iter_mut().zip(core::iter::once(&ip).chain(aliases)) {
+            *g = ip_gid(*a);
+        }
         Self { gids }
+    }
+
+    /// True if `gid` is one of the port's (non-zero) GIDs.
+    pub(crate) fn owns(&self, gid: &[u8; 16]) -> bool {
+        *gid != [0; 16] && self.gids.contains(gid)
     }
 
     /// GID table entry `index`, zero when unused.
@@ -92,6 +97,14 @@ impl Port {
     /// Largest path MTU (`IV_MTU_*`).
     pub(crate) const fn max_mtu(&self) -> u32 {
         IV_MTU_4096
+    }
+}
+
+/// The RoCEv2 GID of an IP address: IPv4-mapped for IPv4.
+pub(crate) fn ip_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
     }
 }
 
@@ -186,4 +199,41 @@ mod tests {
             CommandOut::Gid(expect)
         );
     }
+
+    #[test]
+    fn aliases_fill_the_gid_table_after_the_address() {
+        let alias: IpAddr = "10.0.0.9".parse().unwrap();
+        let d = Dev::with(|c| c.aliases = alloc::vec![alias, IpAddr::V6(IP6_ALIAS)]);
+        assert_eq!(
+            d.ok(Command::QueryGid { port: 1, index: 1 }),
+            CommandOut::Gid(ip_gid(alias))
+        );
+        assert_eq!(
+            d.ok(Command::QueryGid { port: 1, index: 2 }),
+            CommandOut::Gid(IP6_ALIAS.octets())
+        );
+        assert_eq!(
+            d.ok(Command::QueryGid { port: 1, index: 3 }),
+            CommandOut::Gid([0; 16])
+        );
+        let port = Port::new(IpAddr::V4(core::net::Ipv4Addr::LOCALHOST), &[alias]);
+        assert!(port.owns(&ip_gid(alias)) && !port.owns(&[0; 16]));
+        // Repeated, unspecified or too many: refused.
+        for bad in [
+            alloc::vec![alias, alias],
+            alloc::vec!["0.0.0.0".parse().unwrap()],
+            alloc::vec!["127.0.0.1".parse().unwrap()],
+            (1..=16u8)
+                .map(|k| IpAddr::V4(core::net::Ipv4Addr::new(10, 1, 0, k)))
+                .collect(),
+        ] {
+            let c = crate::SoftConfig {
+                aliases: bad,
+                ..crate::SoftConfig::default()
+            };
+            assert_eq!(c.validate(), Err(STATUS_INVALID_PARAMETER));
+        }
+    }
+
+    const IP6_ALIAS: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 8);
 }

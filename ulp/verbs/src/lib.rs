@@ -25,6 +25,7 @@
 pub mod devinfo;
 pub use irpverbs_kernel_table::kernel;
 mod objects;
+pub mod rdma_cm;
 pub mod speed;
 
 use std::sync::{Mutex, PoisonError};

@@ -344,6 +344,15 @@ pub const CONSTS: &[(&str, i128)] = consts![
     STATUS_DEVICE_HARDWARE_ERROR,
     STATUS_CONNECTION_REFUSED,
     STATUS_IO_TIMEOUT,
+    STATUS_INVALID_ADDRESS,
+    STATUS_ADDRESS_ALREADY_EXISTS,
+    STATUS_NETWORK_UNREACHABLE,
+    IV_ADDR_NONE,
+    IV_ADDR_IPV4,
+    IV_ADDR_IPV6,
+    IV_RDMA_PS_TCP,
+    IV_RDMA_PS_UDP,
+    IV_RDMA_PS_IB,
 ];
 
 /// The names of the integer `pub const` items declared at the top level of

@@ -97,6 +97,12 @@ enum Cmd {
         /// client mode.
         #[arg(long, value_name = "FILE")]
         pcap: Option<std::path::PathBuf>,
+        /// Connect the QPs through the connection manager by address, as
+        /// rdma_cm does (perftest's -R / --rdma_cm): the server listens on
+        /// its address and the --oob-port number (TCP port space); QPN,
+        /// PSN, GID, rkey and address travel in the CM's messages.
+        #[arg(short = 'R', long = "cm", visible_alias = "rdma_cm")]
+        cm: bool,
         /// Message size in bytes.
         #[arg(short = 's', long)]
         size: Option<u64>,
@@ -161,6 +167,7 @@ fn main() -> std::process::ExitCode {
             oob_port,
             bind,
             pcap,
+            cm,
             size,
             all,
             iters,
@@ -182,6 +189,7 @@ fn main() -> std::process::ExitCode {
                 oob_port,
                 bind,
                 pcap,
+                cm,
             },
             size,
             all,
@@ -237,6 +245,7 @@ struct Remote {
     oob_port: u16,
     bind: Option<std::net::IpAddr>,
     pcap: Option<std::path::PathBuf>,
+    cm: bool,
 }
 
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
@@ -296,6 +305,9 @@ fn perf(
     if remote.pcap.is_some() && !remote.server && remote.connect.is_none() {
         return Err("--pcap captures the UDP wire: use it with --server or a client".into());
     }
+    if remote.cm && !remote.server && remote.connect.is_none() {
+        return Err("--cm connects a client to a server: use it with --server or a client".into());
+    }
     if remote.server || remote.connect.is_some() {
         if one_thread {
             return Err("--one-thread runs both endpoints in one process".into());
@@ -306,6 +318,7 @@ fn perf(
             bind: remote.bind,
             mtu_given: mtu.is_some(),
             pcap: remote.pcap,
+            cm: remote.cm,
             ..irpverbs_host::perf::RemoteConfig::default()
         };
         let run = match remote.connect {

@@ -16,6 +16,18 @@
 //!    answering: `ok`.
 //! 4. client: `bye`.
 //!
+//! With [`RemoteConfig::cm`] (perftest's `-R`, `--rdma_cm`) step 2 goes
+//! through the connection manager instead, by address as rdma_cm does
+//! ([`irpverbs_verbs::rdma_cm`]): the server listens on its address and
+//! the out-of-band port number in the TCP port space (service ID
+//! `0x0106_0000 | port`) and says `listening`; the client resolves the
+//! server's address and connects each QP (its PSN in the REQ), its
+//! buffer's rkey, address and length in the REQ's private data after the
+//! IP CM header, the server's in the REP's. QPN, PSN and GID come from the
+//! CM exchange; the parameters and the per-size steps stay on TCP. The
+//! connections use the CM's path MTU (the port's active MTU) for every
+//! size, and the client disconnects them at the end.
+//!
 //! Each side's IP address (its HCA's GID) is the address its end of the
 //! TCP connection has, unless [`RemoteConfig::bind`] names one. The path
 //! MTU, unless the client was given one, is the largest IB MTU whose
@@ -36,6 +48,7 @@ use super::{
     bw_post, format_header, format_table, new_device, ok, ping, pong, post_ahead, stats,
 };
 use crate::udp::{UdpConfig, UdpStats, ib_mtu_for, path_mtu};
+use irpverbs_verbs::rdma_cm::{CmEvent, CmId, ConnParam, PortSpace, ip_gid};
 
 /// perftest's out-of-band TCP port.
 pub const OOB_PORT: u16 = 18515;
@@ -59,6 +72,9 @@ pub struct RemoteConfig {
     pub mtu_given: bool,
     /// Record every datagram sent and received into this pcap file.
     pub pcap: Option<std::path::PathBuf>,
+    /// Connect the QPs through the connection manager, by address
+    /// (perftest's `--rdma_cm`), instead of exchanging them over TCP.
+    pub cm: bool,
 }
 
 impl Default for RemoteConfig {
@@ -70,6 +86,7 @@ impl Default for RemoteConfig {
             connect_timeout: Duration::from_secs(15),
             mtu_given: false,
             pcap: None,
+            cm: false,
         }
     }
 }
@@ -125,15 +142,22 @@ impl RemoteRun {
 struct Oob {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    /// The peer's address.
+    peer: IpAddr,
 }
 
 impl Oob {
     fn new(stream: TcpStream) -> Result<Self, String> {
         let _ = stream.set_nodelay(true);
         let writer = stream.try_clone().map_err(|e| format!("oob: {e}"))?;
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.ip().to_canonical())
+            .map_err(|e| format!("oob: {e}"))?;
         Ok(Self {
             reader: BufReader::new(stream),
             writer,
+            peer,
         })
     }
 
@@ -458,7 +482,7 @@ fn endpoint(
         if !cfg.events {
             side.wire = Some(&dev);
         }
-        let r = run_sizes(cfg, &c, &side, &mut oob, client);
+        let r = run_sizes(cfg, rc, local, &c, &side, &mut oob, client);
         side.teardown();
         drop(c);
         r
@@ -472,10 +496,10 @@ fn endpoint(
     }
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
-    let (reports, addresses) =
+    let (reports, addresses, mtu) =
         result.map_err(|e| format!("{e} (UDP wire: {udp:?}; HCA: {link:?})"))?;
     Ok(RemoteRun {
-        cfg: cfg.clone(),
+        cfg: PerfConfig { mtu, ..cfg.clone() },
         reports,
         addresses,
         udp,
@@ -483,13 +507,125 @@ fn endpoint(
     })
 }
 
+/// The rkey, address and length of a buffer, as CM private data.
+fn memory_pdata(r: &Remote) -> Vec<u8> {
+    let mut v = Vec::with_capacity(20);
+    v.extend_from_slice(&r.rkey.to_be_bytes());
+    v.extend_from_slice(&r.addr.to_be_bytes());
+    v.extend_from_slice(&r.len.to_be_bytes());
+    v
+}
+
+fn parse_memory_pdata(pd: &[u8]) -> Result<Remote, String> {
+    let bad = || format!("bad memory private data {pd:02x?}");
+    let rkey = pd.get(..4).ok_or_else(bad)?;
+    let addr = pd.get(4..12).ok_or_else(bad)?;
+    let len = pd.get(12..20).ok_or_else(bad)?;
+    Ok(Remote {
+        rkey: u32::from_be_bytes(rkey.try_into().map_err(|_| bad())?),
+        addr: u64::from_be_bytes(addr.try_into().map_err(|_| bad())?),
+        len: u64::from_be_bytes(len.try_into().map_err(|_| bad())?),
+    })
+}
+
+/// The QPs connected through the CM, by address: the peers' QPN, PSN, GID
+/// and memory, and the connections (kept until the end of the run).
+fn cm_exchange<'c>(
+    rc: &RemoteConfig,
+    local: IpAddr,
+    c: &'c irpverbs_verbs::Client,
+    side: &Side<'_>,
+    oob: &mut Oob,
+    client: bool,
+    seed: u32,
+) -> Result<(Vec<QpInfo>, Vec<CmId<'c>>), String> {
+    let cm_err = |what: &str, st: NtStatus| format!("rdma_cm {what}: {}", status_name(st));
+    let mut ids = Vec::new();
+    let mut theirs = Vec::new();
+    if client {
+        let server = oob.peer;
+        oob.expect("listening")?;
+        for i in 0..side.qps.len() {
+            let mut id = CmId::new(c, PortSpace::Tcp).map_err(|s| cm_err("create_id", s))?;
+            id.resolve_addr(Some(local), SocketAddr::new(server, rc.oob_port))
+                .map_err(|s| cm_err("resolve_addr", s))?;
+            id.resolve_route().map_err(|s| cm_err("resolve_route", s))?;
+            let p = ConnParam {
+                starting_psn: Some(first_psn(seed, i, 0)),
+                private_data: memory_pdata(&side.remote()),
+                ..ConnParam::default()
+            };
+            id.connect(side.qps[i].handle(), &p)
+                .map_err(|s| cm_err("connect", s))?;
+            theirs.push(QpInfo {
+                qpn: id.remote_qpn(),
+                psn: id.remote_psn(),
+                gid: ip_gid(server),
+                remote: parse_memory_pdata(id.private_data())?,
+            });
+            ids.push(id);
+        }
+    } else {
+        let mut listener = CmId::new(c, PortSpace::Tcp).map_err(|s| cm_err("create_id", s))?;
+        listener
+            .bind_addr(SocketAddr::new(local, rc.oob_port))
+            .map_err(|s| cm_err("bind_addr", s))?;
+        listener.listen().map_err(|s| cm_err("listen", s))?;
+        oob.send("listening")?;
+        for i in 0..side.qps.len() {
+            let mut id = listener
+                .get_request()
+                .map_err(|s| cm_err("get_request", s))?;
+            let remote = parse_memory_pdata(id.private_data())?;
+            let peer = id.peer_addr().map_or(local, |a| a.ip());
+            let p = ConnParam {
+                starting_psn: Some(first_psn(seed, i, 0)),
+                private_data: memory_pdata(&side.remote()),
+                ..ConnParam::default()
+            };
+            id.accept(side.qps[i].handle(), &p)
+                .map_err(|s| cm_err("accept", s))?;
+            theirs.push(QpInfo {
+                qpn: id.remote_qpn(),
+                psn: id.remote_psn(),
+                gid: ip_gid(peer),
+                remote,
+            });
+            ids.push(id);
+        }
+    }
+    Ok((theirs, ids))
+}
+
+/// Ends the CM's connections: the client disconnects, the server answers
+/// each DREQ.
+fn cm_disconnect(ids: &mut [CmId<'_>], client: bool) -> Result<(), String> {
+    for id in ids {
+        if !client {
+            loop {
+                match id.get_event() {
+                    Ok(CmEvent::DisconnectRequest) => break,
+                    Ok(_) => {}
+                    Err(st) => return Err(format!("rdma_cm get_event: {}", status_name(st))),
+                }
+            }
+        }
+        id.disconnect()
+            .map_err(|st| format!("rdma_cm disconnect: {}", status_name(st)))?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_sizes(
     cfg: &PerfConfig,
+    rc: &RemoteConfig,
+    local: IpAddr,
     c: &irpverbs_verbs::Client,
     side: &Side<'_>,
     oob: &mut Oob,
     client: bool,
-) -> Result<(Vec<Report>, String), String> {
+) -> Result<(Vec<Report>, String, u32), String> {
     let gid = ok("query_gid", c.query_gid(1, 0))?;
     let seed = seed();
     let nq = side.qps.len();
@@ -511,7 +647,17 @@ fn run_sizes(
         }
         Ok(theirs)
     };
-    let theirs = exchange(oob)?;
+    let (theirs, mut cm_ids) = if rc.cm {
+        cm_exchange(rc, local, c, side, oob, client, seed)?
+    } else {
+        (exchange(oob)?, Vec::new())
+    };
+    // Through the CM, the QPs run at the path MTU the CM gave them.
+    let mtu = if rc.cm {
+        ok("query_qp", side.qps[0].query())?.attr.path_mtu
+    } else {
+        cfg.mtu
+    };
     let mut addresses = String::new();
     for (m, t) in mine.iter().zip(&theirs) {
         address_lines(&mut addresses, "local", m);
@@ -528,7 +674,9 @@ fn run_sizes(
                 ..*t
             })
             .collect();
-        side.connect_all(&psns, &peers, cfg.mtu, n > 0)?;
+        if !(rc.cm && n == 0) {
+            side.connect_all(&psns, &peers, mtu, n > 0)?;
+        }
         if cfg.test == Test::SendLat {
             post_ahead(side, if client { size } else { 0 }, size)?;
         }
@@ -557,11 +705,13 @@ fn run_sizes(
         }
     }
     if client {
+        cm_disconnect(&mut cm_ids, client)?;
         oob.send("bye")?;
     } else {
+        cm_disconnect(&mut cm_ids, client)?;
         oob.expect("bye")?;
     }
-    Ok((reports, addresses))
+    Ok((reports, addresses, mtu))
 }
 
 /// The server's part of one size: answer the ping-pong, or refill the
@@ -695,6 +845,60 @@ mod tests {
             assert!(text.contains(test.name()) && text.contains("remote address"));
             assert_eq!(run.cfg.mtu, IV_MTU_4096, "loopback's MTU is 64 KiB");
         }
+    }
+
+    /// Server and client through the CM (`--cm`), on 127.0.0.1 and
+    /// 127.0.0.2: the QPs connected by address, the memory in the private
+    /// data; two QPs, WRITE and READ (which need the peer's rkey and
+    /// address), SEND latency, and a sweep (later sizes reconnect from the
+    /// CM's QPNs and PSNs).
+    #[test]
+    fn server_and_client_connect_through_the_cm() {
+        for (test, sizes) in [
+            (Test::WriteBw, vec![4096]),
+            (Test::ReadLat, vec![64]),
+            (Test::SendLat, vec![2, 1024]),
+        ] {
+            let mut cfg = PerfConfig::new(test);
+            cfg.iters = 100;
+            cfg.tx_depth = 16;
+            cfg.cq_mod = 4;
+            cfg.qps = if test == Test::WriteBw { 2 } else { 1 };
+            cfg.sizes = sizes;
+            let Some((mut server, mut client)) = free_ports() else {
+                eprintln!("skipped: no free ports");
+                return;
+            };
+            server.cm = true;
+            client.cm = true;
+            let s_cfg = cfg.clone();
+            let srv = std::thread::spawn(move || serve(&s_cfg, &server));
+            let run = connect(&cfg, "127.0.0.1".parse().unwrap(), &client)
+                .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            let s_run = srv.join().unwrap().unwrap();
+            assert_eq!(run.reports.len(), cfg.sizes.len());
+            assert_eq!(format!("{:?}", run.reports), format!("{:?}", s_run.reports));
+            // The CM's path MTU: the soft HCA port's active MTU.
+            assert_eq!((run.cfg.mtu, s_run.cfg.mtu), (IV_MTU_1024, IV_MTU_1024));
+            assert!(run.udp.sent > 0 && run.udp.received > 0, "{:?}", run.udp);
+            let text = run.format();
+            assert!(text.contains("remote address"), "{text}");
+        }
+    }
+
+    #[test]
+    fn memory_private_data_round_trips() {
+        let r = Remote {
+            addr: 0x7F00_1234_5000,
+            rkey: 0x203,
+            len: 4096,
+        };
+        let mut pd = memory_pdata(&r);
+        assert_eq!(pd.len(), 20);
+        assert_eq!(parse_memory_pdata(&pd), Ok(r));
+        pd.resize(56, 0);
+        assert_eq!(parse_memory_pdata(&pd), Ok(r), "zero padding follows");
+        assert!(parse_memory_pdata(&pd[..19]).is_err());
     }
 
     /// A server on 127.0.0.1 and a client bound to 127.0.0.2, with an
