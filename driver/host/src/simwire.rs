@@ -142,7 +142,7 @@ impl SimHosts {
         // makes the driver do happens at its time. A net event due at the
         // same time runs in the next step.
         self.move_clocks(t);
-        if !platform.is_some_and(|p| p <= t) {
+        if platform.is_none_or(|p| p > t) {
             self.net.step(t);
         }
         true
