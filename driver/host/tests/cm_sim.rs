@@ -673,3 +673,193 @@ fn cm_over_a_faulty_wire_recovers_or_fails_cleanly() {
         assert!(connected > 0 && failed > 0, "{connected} {failed}");
     }
 }
+
+/// Two devices on a healthy simulated wire (the same harness, no faults).
+fn healthy() -> (Arc<HostDevice>, Arc<HostDevice>, SimHosts) {
+    let (da, db) = (device(1), device(2));
+    let net = SimHosts::new(SimConfig::default(), &[&da, &db]).expect("sim net");
+    (da, db, net)
+}
+
+fn finish(net: SimHosts, devices: [&Arc<HostDevice>; 2]) {
+    drop(net);
+    for d in devices {
+        d.quiesce(Duration::from_secs(10)).expect("quiescent");
+        assert_eq!(d.platform().pool_stats().live, 0, "pool leaked");
+        d.unload();
+    }
+}
+
+fn connect_in(
+    da: &HostDevice,
+    db: &HostDevice,
+    cep: IvHandle,
+    qp: IvHandle,
+    sid: u64,
+) -> IvCmConnectIn {
+    IvCmConnectIn {
+        cep,
+        qp,
+        service_id: sid,
+        local_gid: da.soft().gid(),
+        remote_gid: db.soft().gid(),
+        starting_psn: 0x10,
+        cm_response_timeout: 12,
+        max_cm_retries: 2,
+        local_ack_timeout: 12,
+        path_mtu: IV_MTU_1024 as u8,
+        ..connect_defaults()
+    }
+}
+
+/// IBTA 12.9.8.3: a REQ that reuses the remote QP of a connection the
+/// passive side holds established is stale. The passive side rejects it
+/// (reason 10, stale connection) and disconnects the old connection (a
+/// DREQ, and a STALE event for its owner). At driver level: A's QP, still
+/// connected to B in B's view, is reset by A and connected again; A's
+/// connect fails with `STATUS_CONNECTION_REFUSED` and a REJECTED event of
+/// reason 10; B's old CEP reports STALE; A's old CEP gets B's DREQ; B's
+/// listener sees no request.
+#[test]
+fn a_req_reusing_an_established_remote_qp_is_stale() {
+    let (da, db, net) = healthy();
+    let (ca, sa) = open(&da);
+    let (cb, sb) = open(&db);
+    let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
+    let listener = new_cep(&sb, 1);
+    let st = sync_status(
+        &sb,
+        IOCTL_IV_LISTEN,
+        IvListenIn {
+            cep: listener,
+            service_id: 0x57A1E,
+        }
+        .as_bytes(),
+    );
+    assert_eq!(st, STATUS_SUCCESS);
+    let old = new_cep(&sa, 2);
+    let c1 = connect_in(&da, &db, old, a.qp.handle(), 0x57A1E);
+    let conn = submit(&sa, IOCTL_IV_CM_CONNECT, c1.as_bytes(), 0);
+    let mut passive = Passive::new(&sb, listener, b.qp.handle());
+    drive(&net, "connect", || {
+        passive.pump();
+        status_of(&conn).is_some() && passive.accept_status().is_some()
+    });
+    assert_eq!(status_of(&conn), Some(STATUS_SUCCESS));
+    assert_eq!(passive.accept_status(), Some(STATUS_SUCCESS));
+    let (b_old, _) = passive.accepted.clone().unwrap();
+    let mut wa = Watch::new(&sa, old);
+    let mut wb = Watch::new(&sb, b_old);
+    // Neither answers the DREQ that comes: the test looks at the events.
+    wa.answer_dreq = false;
+    wb.answer_dreq = false;
+    // A forgets the connection (its QP reset, a new CEP) and connects the
+    // same QP again.
+    let reset = IvQpAttr {
+        qp_state: IV_QPS_RESET,
+        ..IvQpAttr::default()
+    };
+    a.c.modify_qp(a.qp.handle(), IV_QP_STATE, &reset).unwrap();
+    let again = new_cep(&sa, 3);
+    let c2 = connect_in(&da, &db, again, a.qp.handle(), 0x57A1E);
+    let conn2 = submit(&sa, IOCTL_IV_CM_CONNECT, c2.as_bytes(), 0);
+    let mut w2 = Watch::new(&sa, again);
+    drive(&net, "stale connect", || {
+        passive.pump();
+        wa.pump();
+        wb.pump();
+        if status_of(&conn2).is_some() {
+            w2.pump();
+        }
+        status_of(&conn2).is_some()
+    });
+    assert_eq!(
+        status_of(&conn2),
+        Some(STATUS_CONNECTION_REFUSED),
+        "{:?}",
+        status_of(&conn2).map(status_name)
+    );
+    let rej = w2.events.first().expect("the REJ is reported");
+    assert_eq!((rej.event_type, rej.reason), (IV_CEP_EVENT_REJECTED, 10));
+    assert!(wb.saw(IV_CEP_EVENT_STALE), "B's old CEP: {:?}", wb.events);
+    assert!(
+        wa.saw(IV_CEP_EVENT_DISCONNECT_REQUEST),
+        "A's old CEP: {:?}",
+        wa.events
+    );
+    assert_eq!(passive.rejected, 0, "the stale REQ reaches no listener");
+    assert!(status_of(passive.all.last().unwrap()).is_none());
+    for (s, c) in [(&sa, old), (&sa, again), (&sb, b_old), (&sb, listener)] {
+        destroy(s, c);
+    }
+    wa.pump();
+    wb.pump();
+    w2.pump();
+    passive.pump();
+    for s in wa
+        .all
+        .iter()
+        .chain(&wb.all)
+        .chain(&w2.all)
+        .chain(&passive.all)
+    {
+        assert!(status_of(s).is_some(), "a request never completed");
+    }
+    drop((a, b));
+    drop((ca, sa, cb, sb));
+    finish(net, [&da, &db]);
+}
+
+/// A SIDR request to a peer that never answers: the SIDR_REQ is sent
+/// again after each timeout, then the request fails with
+/// `STATUS_IO_TIMEOUT` (on the CM's platform timer, virtual clock).
+#[test]
+fn a_sidr_request_to_a_silent_peer_times_out() {
+    let (da, db, net) = healthy();
+    let (ca, sa) = open(&da);
+    let cep = new_cep(&sa, 1);
+    let req = IvSidrRequestIn {
+        cep,
+        service_id: 0x51D7,
+        // Nobody has this GID: the wire drops what is sent there.
+        remote_gid: [0xFE; 16],
+        // 4.096 us * 2^8 ~ 1 ms per try.
+        timeout: 8,
+        max_retries: 2,
+        ..IvSidrRequestIn::default()
+    };
+    let sent = da.soft().stats().mads_sent;
+    let slot = submit(
+        &sa,
+        IOCTL_IV_SIDR_REQUEST,
+        req.as_bytes(),
+        size_of::<IvSidrRequestOut>(),
+    );
+    let start = net.now();
+    drive(&net, "SIDR", || status_of(&slot).is_some());
+    assert_eq!(
+        status_of(&slot),
+        Some(STATUS_IO_TIMEOUT),
+        "{:?}",
+        status_of(&slot).map(status_name)
+    );
+    assert_eq!(
+        da.soft().stats().mads_sent - sent,
+        3,
+        "the SIDR_REQ and two retries"
+    );
+    assert!(net.now() > start, "virtual time passed");
+    // The CEP is idle again: a second request on it is accepted (and
+    // times out the same way).
+    let again = submit(
+        &sa,
+        IOCTL_IV_SIDR_REQUEST,
+        req.as_bytes(),
+        size_of::<IvSidrRequestOut>(),
+    );
+    drive(&net, "SIDR again", || status_of(&again).is_some());
+    assert_eq!(status_of(&again), Some(STATUS_IO_TIMEOUT));
+    destroy(&sa, cep);
+    drop((ca, sa));
+    finish(net, [&da, &db]);
+}
