@@ -863,3 +863,159 @@ fn a_sidr_request_to_a_silent_peer_times_out() {
     drop((ca, sa));
     finish(net, [&da, &db]);
 }
+
+/// What A's soft HCA receives (the REJs B's CM answers with).
+#[derive(Default)]
+struct Received(Mutex<Vec<Vec<u8>>>);
+
+impl irpverbs_soft::Tap for Received {
+    fn tap(&self, direction: irpverbs_soft::Direction, d: &irpverbs_soft::Datagram<'_>) {
+        if direction == irpverbs_soft::Direction::Received {
+            self.0.lock().unwrap().push(d.payload.to_vec());
+        }
+    }
+}
+
+/// REQs whose values the passive side's CM refuses, sent raw from A's GSI
+/// to B's listener: a path MTU outside 1..=5 (REJ reason 26, invalid MTU,
+/// with the largest supported MTU as its ARI) and the reliable datagram
+/// transport (reason 9, invalid transport type). Each gets its REJ back,
+/// addressed to the REQ's communication ID; B's listener never sees them;
+/// a good connect afterwards is B's first request.
+#[test]
+fn reqs_with_values_the_cm_refuses_are_rejected_with_their_reasons() {
+    use irpverbs_cm::msg::{CmMsg, Mad, Path, Req, TransportType, parse_header, parse_msg};
+    let (da, db, net) = healthy();
+    let (cb, sb) = open(&db);
+    let listener = new_cep(&sb, 1);
+    let sid = 0xBAD_0000;
+    let st = sync_status(
+        &sb,
+        IOCTL_IV_LISTEN,
+        IvListenIn {
+            cep: listener,
+            service_id: sid,
+        }
+        .as_bytes(),
+    );
+    assert_eq!(st, STATUS_SUCCESS);
+    let pending = get_event(&sb, listener);
+    let tap = Arc::new(Received::default());
+    da.soft()
+        .set_tap(Some(Arc::clone(&tap) as Arc<dyn irpverbs_soft::Tap>));
+    let req = |id: u32, transport, path_mtu| Req {
+        local_comm_id: id,
+        vendor_id: 0,
+        service_id: sid,
+        local_ca_guid: 0x0200_00FF_FE00_0201,
+        local_qkey: 0,
+        local_qpn: 0x99 + id,
+        responder_resources: 1,
+        local_eecn: 0,
+        initiator_depth: 1,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 12,
+        transport,
+        end_to_end_flow_control: true,
+        starting_psn: 1,
+        local_cm_response_timeout: 12,
+        retry_count: 7,
+        pkey: 0xFFFF,
+        path_mtu,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 2,
+        srq: false,
+        extended_transport_type: 0,
+        primary: Path {
+            local_gid: da.soft().gid(),
+            remote_gid: db.soft().gid(),
+            hop_limit: 64,
+            local_ack_timeout: 12,
+            ..Path::default()
+        },
+        alternate: None,
+        sap_supported: false,
+        private_data: [0; irpverbs_cm::msg::REQ_PDATA],
+    };
+    let cases = [
+        (0x0101, TransportType::Rc, 0, 26, vec![5u8]),
+        (0x0102, TransportType::Rc, 6, 26, vec![5]),
+        (0x0103, TransportType::Rd, 3, 9, vec![]),
+    ];
+    for (id, transport, mtu, reason, ari) in cases {
+        let mut mad = [0u8; 256];
+        Mad::new(u64::from(id), CmMsg::Req(req(id, transport, mtu))).emit(&mut mad);
+        let out = irpverbs_core::hca::MadOut {
+            port: 1,
+            sgid_index: 0,
+            dgid: db.soft().gid(),
+            dest_qpn: 1,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            mad,
+        };
+        tap.0.lock().unwrap().clear();
+        irpverbs_core::Hca::send_mad(&**da.soft(), &out).expect("the raw REQ is sent");
+        net.run(net.now() + 100 * MS);
+        let got = tap.0.lock().unwrap().clone();
+        let rejs: Vec<_> = got
+            .iter()
+            .filter(|p| p.len() >= 20 + 256)
+            .filter_map(|p| {
+                let (hdr, data) = parse_header(&p[20..20 + 256]).ok()?;
+                match parse_msg(&hdr, data).ok()? {
+                    CmMsg::Rej(r) => Some(r),
+                    _ => None,
+                }
+            })
+            .collect();
+        assert_eq!(rejs.len(), 1, "REQ {id:#x}: {rejs:?}");
+        assert_eq!(rejs[0].remote_comm_id, id);
+        assert_eq!(rejs[0].reason.0, reason, "REQ {id:#x}");
+        assert_eq!(rejs[0].ari.as_bytes(), &ari[..], "REQ {id:#x}");
+        assert!(
+            status_of(&pending).is_none(),
+            "the listener saw REQ {id:#x}"
+        );
+    }
+    da.soft().set_tap(None);
+    // A good connect is the listener's first request.
+    let (ca, sa) = open(&da);
+    let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
+    let c = new_cep(&sa, 2);
+    let conn = submit(
+        &sa,
+        IOCTL_IV_CM_CONNECT,
+        connect_in(&da, &db, c, a.qp.handle(), sid).as_bytes(),
+        0,
+    );
+    let mut passive = Passive {
+        sub: &sb,
+        listener,
+        qp: b.qp.handle(),
+        pending: Arc::clone(&pending),
+        accepted: None,
+        rejected: 0,
+        all: vec![pending],
+    };
+    drive(&net, "good connect", || {
+        passive.pump();
+        status_of(&conn).is_some() && passive.accept_status().is_some()
+    });
+    assert_eq!(status_of(&conn), Some(STATUS_SUCCESS));
+    assert_eq!(passive.accept_status(), Some(STATUS_SUCCESS));
+    assert_eq!(passive.rejected, 0);
+    let (bc, _) = passive.accepted.clone().unwrap();
+    for (s, x) in [(&sa, c), (&sb, bc), (&sb, listener)] {
+        destroy(s, x);
+    }
+    passive.pump();
+    for s in passive.all.iter().chain([&conn]) {
+        assert!(status_of(s).is_some(), "a request never completed");
+    }
+    drop((a, b));
+    drop((ca, sa, cb, sb));
+    finish(net, [&da, &db]);
+}
