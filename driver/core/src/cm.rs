@@ -889,6 +889,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
             _ => return Some(ev),
         };
         match p.wait.take() {
+            // A parked accept waits for the RTU with its QP in RTS: a
+            // failure moves the QP to ERR before the request completes,
+            // so that a connection its owner was told failed does not
+            // carry traffic (a REJ or timeout the remote never learns of
+            // would leave it half-open otherwise).
+            Some(key) if status != STATUS_SUCCESS && p.kind == CmKind::Accept => {
+                let (file, qp) = (p.file, p.qp);
+                p.result = Some(status);
+                if let Some(r) = take_wait(s, key) {
+                    if let Err((r, _)) = self.cm_fail_qp(s, file, qp, id, r) {
+                        self.cm_end(s, id, r, status, Response::None);
+                    }
+                } else {
+                    s.cm_ops.remove(&id);
+                }
+            }
             Some(key) => match take_wait(s, key) {
                 Some(r) => self.cm_end(s, id, r, status, Response::None),
                 // Cancelled meanwhile.
@@ -910,6 +926,23 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let _ =
             s.cm.engine
                 .reject(id, RejReason::CONSUMER_REJECT, &[], &[], now);
+    }
+
+    /// Moves the QP of a failed connect or accept to ERR (the request,
+    /// whose `result` holds the failure, completes with it when the modify
+    /// does).
+    fn cm_fail_qp(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        qp: IvHandle,
+        id: irpverbs_cm::CepId,
+        r: P::Request,
+    ) -> Result<(), (P::Request, NtStatus)> {
+        match s.cm.engine.qp_attr(id, QpTarget::Error) {
+            Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Err, r),
+            Err(e) => Err((r, cm_status(e))),
+        }
     }
 
     /// Ends the multi-phase request on `id` with `status`.
@@ -996,13 +1029,35 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, STATUS_CANCELLED, Response::None));
         };
         if !ok {
+            // A failure the CM reported first stays the request's status
+            // (the modify that failed was moving the QP to ERR for it).
+            let st = p
+                .result
+                .filter(|&st| st != STATUS_SUCCESS)
+                .unwrap_or(status);
             if matches!(p.kind, CmKind::Connect | CmKind::Accept) && p.result.is_none() {
                 self.cm_reject(s, id);
             }
             s.cm_ops.remove(&id);
-            return Some((r, status, Response::None));
+            return Some((r, st, Response::None));
         }
-        if let Some(st) = p.result.take() {
+        if let Some(st) = p.result {
+            // A connect or accept that failed (REJ, timeout) while this
+            // modify moved its QP to RTR or RTS: the QP goes to ERR first.
+            let past_init = matches!(phase, Phase::Rtr | Phase::Rts);
+            if st != STATUS_SUCCESS
+                && past_init
+                && matches!(p.kind, CmKind::Connect | CmKind::Accept)
+            {
+                let qp_handle = p.qp;
+                return match self.cm_fail_qp(s, file, qp_handle, id, r) {
+                    Ok(()) => None,
+                    Err((r, _)) => {
+                        s.cm_ops.remove(&id);
+                        Some((r, st, Response::None))
+                    }
+                };
+            }
             s.cm_ops.remove(&id);
             return Some((r, st, Response::None));
         }

@@ -860,6 +860,18 @@ impl HostFile {
         Client::with_speed_path(Box::new(self))
     }
 
+    /// The typed verbs over this file, with the speed path, and a
+    /// [`CmSubmitter`] that issues the connection manager's requests on the
+    /// same file asynchronously ([`HostFile::submit`]): a test can then run
+    /// a connect, an accept and the wire on one thread, deterministically
+    /// (the CM's requests name the client's QPs, so they must be the same
+    /// file). The file closes when both are dropped.
+    pub fn into_client_with_submitter(self) -> (Client, CmSubmitter) {
+        let file = Arc::new(self);
+        let client = Client::with_speed_path(Box::new(SharedFile(Arc::clone(&file))));
+        (client, CmSubmitter(file))
+    }
+
     /// Requests of this file not yet completed.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Acquire)
@@ -918,6 +930,93 @@ impl Drop for HostFile {
             });
         dev.platform.file_closing(self.key);
         dev.device.close_file(self.key);
+    }
+}
+
+/// A file a [`Client`] shares with a [`CmSubmitter`]
+/// ([`HostFile::into_client_with_submitter`]).
+struct SharedFile(Arc<HostFile>);
+
+impl irpverbs_verbs::IoctlTransport for SharedFile {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        self.0.ioctl(code, input, output_len)
+    }
+}
+
+// SAFETY: the only other holder of the file is the `CmSubmitter` made with
+// this value, which submits the connection manager's IOCTLs only
+// (`CmSubmitter::ISSUES`): none of them destroys, resizes or unmaps a QP,
+// CQ or SRQ (a CM request modifies its QP, as `IOCTL_IV_MODIFY_QP` through
+// the client would). The file is run down only when both are dropped, so
+// never while the client (and the objects borrowing it) lives.
+#[allow(unsafe_code, reason = "the SpeedPath contract, justified above")]
+unsafe impl SpeedPath for SharedFile {
+    fn doorbells(&self) -> &dyn Doorbells {
+        &*self.0
+    }
+}
+
+/// Issues the connection manager's requests asynchronously on a file a
+/// [`Client`] owns ([`HostFile::into_client_with_submitter`]).
+pub struct CmSubmitter(Arc<HostFile>);
+
+impl std::fmt::Debug for CmSubmitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CmSubmitter").field(&self.0.key()).finish()
+    }
+}
+
+impl CmSubmitter {
+    /// The IOCTLs it issues: the CEPs' and the CM's requests.
+    pub const ISSUES: [u32; 11] = [
+        IOCTL_IV_CREATE_CEP,
+        IOCTL_IV_LISTEN,
+        IOCTL_IV_GET_CEP_EVENT,
+        IOCTL_IV_DESTROY_CEP,
+        IOCTL_IV_CM_CONNECT,
+        IOCTL_IV_CM_ACCEPT,
+        IOCTL_IV_CM_REJECT,
+        IOCTL_IV_CM_DISCONNECT,
+        IOCTL_IV_CM_MRA,
+        IOCTL_IV_SIDR_REQUEST,
+        IOCTL_IV_SIDR_REPLY,
+    ];
+
+    /// [`HostFile::submit`] of a user-mode request (`on_complete` runs
+    /// exactly once, possibly before this returns).
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_DEVICE_REQUEST`, without reaching the driver, for a
+    /// code not in [`CmSubmitter::ISSUES`] (`on_complete` is not run).
+    pub fn submit(
+        &self,
+        code: u32,
+        input: &[u8],
+        output_len: usize,
+        on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
+    ) -> Result<Submitted, NtStatus> {
+        if !Self::ISSUES.contains(&code) {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        }
+        Ok(self
+            .0
+            .submit(self.0.request(code, input, output_len), on_complete))
+    }
+
+    /// A synchronous CM request ([`HostFile::ioctl`]); the same refusal as
+    /// [`CmSubmitter::submit`].
+    pub fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        if !Self::ISSUES.contains(&code) {
+            return (STATUS_INVALID_DEVICE_REQUEST, Vec::new());
+        }
+        self.0.ioctl(code, input, output_len)
+    }
+
+    /// The file's key.
+    pub fn key(&self) -> FileKey {
+        self.0.key()
     }
 }
 

@@ -16,6 +16,8 @@
 //!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
 //!   query interface (`include/irpverbs_kernel.h`), exported from it too;
 //! - [`pcap::Capture`] records RoCEv2 packets in a pcap file;
+//! - [`simwire`] cables host devices to the soft HCA's seeded simulated
+//!   wire on one virtual clock (deterministic fault-injection tests);
 //! - [`udp`] puts a host device's soft HCA on a real UDP wire
 //!   ([`HostDevice::attach_udp`]), so that processes and hosts talk.
 #![deny(unsafe_code)]
@@ -28,8 +30,11 @@ pub mod loopwire;
 pub mod pcap;
 pub mod perf;
 pub mod platform;
+pub mod simwire;
 pub mod udp;
 pub mod user;
 pub mod win32;
 
-pub use device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted, UserDoorbells};
+pub use device::{
+    CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted, UserDoorbells,
+};

@@ -274,6 +274,25 @@ impl<P: Platform> SimNet<P> {
         });
     }
 
+    /// When the next event is due: the earliest datagram's arrival or HCA
+    /// timer, whichever comes first (`None`: neither exists). For a
+    /// driver that merges other timers into the net's time (the host
+    /// platform's virtual clock).
+    #[must_use]
+    pub fn next_event(&self) -> Option<u64> {
+        let next_timer = self.hcas.iter().filter_map(|h| h.next_deadline()).min();
+        let next_datagram = self.wire.state.lock(|w| w.queue.peek().map(|r| r.0.at));
+        next_timer.into_iter().chain(next_datagram).min()
+    }
+
+    /// Moves the virtual clock forward to `t` (never back) without running
+    /// an event: for a driver that runs other timers due before the net's
+    /// next event ([`SimNet::next_event`]), so that what they transmit
+    /// leaves at their time.
+    pub fn set_now(&self, t: u64) {
+        self.wire.clock.fetch_max(t, Ordering::AcqRel);
+    }
+
     /// Runs one event: delivers the earliest datagram or fires the
     /// earliest timer, moving the clock to it. False when neither exists,
     /// or the next is after `limit` (the clock then stays).

@@ -437,6 +437,15 @@ impl HostPlatform {
         self.shared.timers.now()
     }
 
+    /// When the earliest armed timer is due, on the clock of
+    /// [`now`](Self::now); `None` when no timer is armed. With the
+    /// virtual clock, what a driver of simulated time ([`crate::simwire`])
+    /// advances to.
+    #[must_use]
+    pub fn next_timer_deadline(&self) -> Option<Duration> {
+        self.shared.timers.next_deadline()
+    }
+
     /// Virtual clock only: moves time forward by `by`, running every timer
     /// that comes due on this thread, in deadline order, at DISPATCH_LEVEL
     /// (deferred until this thread drops below DISPATCH_LEVEL if it is not

@@ -205,6 +205,23 @@ impl Timers {
         self.state().armed.contains_key(&timer)
     }
 
+    /// The earliest deadline of an armed timer (stale queue entries of
+    /// timers re-set or cancelled since are dropped on the way).
+    pub(crate) fn next_deadline(&self) -> Option<Duration> {
+        let mut state = self.state();
+        while let Some(Reverse(top)) = state.queue.peek() {
+            let live = state
+                .armed
+                .get(&top.timer)
+                .is_some_and(|a| a.generation == top.generation);
+            if live {
+                return Some(Duration::from_nanos(top.deadline));
+            }
+            state.queue.pop();
+        }
+        None
+    }
+
     /// Virtual clock: moves time forward by `by`, firing every timer that
     /// comes due, in deadline order, on this thread.
     pub(crate) fn advance(&self, by: Duration) {
