@@ -719,7 +719,7 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
                 service_id: SERVICE,
                 local_gid: gid_a,
                 remote_gid: gid_b,
-                starting_psn: 0x100 + i as u32 & 0xFF_FFFF,
+                starting_psn: (0x100 + i as u32) & 0xFF_FFFF,
                 cm_response_timeout: 18,
                 max_cm_retries: 5,
                 local_ack_timeout: 14,
