@@ -1,12 +1,13 @@
 //! `cargo bench -p irpverbs-host --bench cm`: RC connections established
-//! per second through the whole driver in host mode (two host devices on
-//! the loopback wire; `CM_CONNECT` and `CM_ACCEPT` requests, many in
-//! flight). Prints figures; it asserts nothing about speed.
+//! per second through the whole driver in host mode (two host devices;
+//! `CM_CONNECT` and `CM_ACCEPT` requests, many in flight): on one thread
+//! over the simulated wire (the path's CPU cost), and with the loopback
+//! wire's delivery thread. Prints figures; it asserts nothing about speed.
 //!
 //! `IRPVERBS_BENCH_CONNECTIONS` (default 20,000) and
 //! `IRPVERBS_BENCH_WINDOW` (default 1,000 and 100) set the sizes.
 
-use irpverbs_host::bench::cm_connect_rate;
+use irpverbs_host::bench::{cm_connect_rate, cm_connect_rate_one_thread};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -19,16 +20,26 @@ fn main() {
         "{:<48} {:>8} {:>12} {:>16}",
         "benchmark", "window", "connections", "connections/s"
     );
-    for window in windows {
-        match cm_connect_rate(connections, window) {
-            Ok(r) => println!(
-                "{:<48} {:>8} {:>12} {:>16.0}",
-                "connect + accept through the driver (LoopWire)",
-                r.window,
-                r.connections,
-                r.per_second()
-            ),
-            Err(e) => println!("connect + accept, window {window}: failed: {e}"),
+    type Run = fn(u64, u64) -> Result<irpverbs_host::bench::CmRate, String>;
+    let runs: [(&str, Run); 2] = [
+        (
+            "one thread, simulated wire (no faults)",
+            cm_connect_rate_one_thread,
+        ),
+        ("two threads, loopback wire", cm_connect_rate),
+    ];
+    for (name, run) in runs {
+        for &window in &windows {
+            match run(connections, window) {
+                Ok(r) => println!(
+                    "{:<48} {:>8} {:>12} {:>16.0}",
+                    name,
+                    r.window,
+                    r.connections,
+                    r.per_second()
+                ),
+                Err(e) => println!("{name}, window {window}: failed: {e}"),
+            }
         }
     }
 }

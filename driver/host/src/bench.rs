@@ -608,7 +608,7 @@ fn cm_call<O: zerocopy::FromBytes>(
 }
 
 impl CmSide {
-    fn new(last: u8, n: usize) -> Result<Self, String> {
+    fn new(last: u8, n: usize, clock: crate::platform::TimerClock) -> Result<Self, String> {
         use zerocopy::IntoBytes;
         let dev = HostDevice::new(HostDeviceConfig {
             platform: HostConfig {
@@ -616,8 +616,9 @@ impl CmSide {
                     enabled: false,
                     fail_pool: None,
                 },
-                ..HostConfig::default()
+                clock,
             },
+            engine: Engine::Inline,
             soft: irpverbs_soft::SoftConfig {
                 ip: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, last)),
                 node_guid: 0x0200_00FF_FE00_0000 | u64::from(last),
@@ -658,6 +659,68 @@ impl CmSide {
     }
 }
 
+/// The service the connection benchmarks listen on.
+const BENCH_SERVICE: u64 = 0x0000_0000_0106_4D2A;
+
+/// The benchmarks' connect request for connection `i`.
+fn bench_connect(
+    cep: IvHandle,
+    qp: IvHandle,
+    i: usize,
+    local_gid: [u8; 16],
+    remote_gid: [u8; 16],
+) -> IvCmConnectIn {
+    IvCmConnectIn {
+        cep,
+        qp,
+        service_id: BENCH_SERVICE,
+        local_gid,
+        remote_gid,
+        starting_psn: (0x100 + i as u32) & 0xFF_FFFF,
+        cm_response_timeout: 18,
+        max_cm_retries: 5,
+        local_ack_timeout: 14,
+        path_mtu: IV_MTU_1024 as u8,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        min_rnr_timer: 12,
+        flags: IV_CM_FLOW_CONTROL as u8,
+        ..IvCmConnectIn::default()
+    }
+}
+
+/// The benchmarks' accept of connect request `cep` with `qp`.
+fn bench_accept(cep: IvHandle, qp: IvHandle) -> IvCmAcceptIn {
+    IvCmAcceptIn {
+        cep,
+        qp,
+        starting_psn: 0x200,
+        responder_resources: 4,
+        initiator_depth: 4,
+        rnr_retry_count: 7,
+        min_rnr_timer: 12,
+        ..IvCmAcceptIn::default()
+    }
+}
+
+/// Creates `b`'s listener on [`BENCH_SERVICE`].
+fn bench_listen(b: &CmSide) -> Result<IvHandle, String> {
+    use zerocopy::IntoBytes;
+    let listener: IvCreateCepOut = cm_call(
+        &b.file,
+        IOCTL_IV_CREATE_CEP,
+        IvCreateCepIn::default().as_bytes(),
+    )?;
+    let listen = IvListenIn {
+        cep: listener.cep,
+        service_id: BENCH_SERVICE,
+    };
+    cm_call::<()>(&b.file, IOCTL_IV_LISTEN, listen.as_bytes())?;
+    Ok(listener.cep)
+}
+
 /// Connections per second through the whole driver in host mode: two host
 /// devices on the in-process loopback wire (RoCEv2 datagrams, the CM's
 /// MADs on their GSIs), `connections` RC connections made `window` at a
@@ -676,25 +739,16 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
 
     use crate::device::Ioctl;
 
-    const SERVICE: u64 = 0x0000_0000_0106_4D2A;
     let n = usize::try_from(connections).map_err(|e| e.to_string())?;
     let window = window.clamp(1, connections.max(1));
-    let (a, b) = (CmSide::new(1, n)?, CmSide::new(2, n)?);
+    let real = crate::platform::TimerClock::Real;
+    let (a, b) = (CmSide::new(1, n, real)?, CmSide::new(2, n, real)?);
     let wire = crate::loopwire::LoopWire::start();
     wire.attach(a.dev.soft())
         .map_err(|s| format!("attach: {}", status_name(s)))?;
     wire.attach(b.dev.soft())
         .map_err(|s| format!("attach: {}", status_name(s)))?;
-    let listener: IvCreateCepOut = cm_call(
-        &b.file,
-        IOCTL_IV_CREATE_CEP,
-        IvCreateCepIn::default().as_bytes(),
-    )?;
-    let listen = IvListenIn {
-        cep: listener.cep,
-        service_id: SERVICE,
-    };
-    cm_call::<()>(&b.file, IOCTL_IV_LISTEN, listen.as_bytes())?;
+    let listener = bench_listen(&b)?;
     let (gid_a, gid_b) = (a.dev.soft().gid(), b.dev.soft().gid());
     let done = std::sync::Arc::new(AtomicU64::new(0));
     let failed = std::sync::Arc::new(AtomicU64::new(0));
@@ -713,25 +767,7 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
     while next < n {
         let batch = (n - next).min(usize::try_from(window).unwrap_or(n));
         for i in next..next + batch {
-            let connect = IvCmConnectIn {
-                cep: a.ceps[i],
-                qp: a.qps[i],
-                service_id: SERVICE,
-                local_gid: gid_a,
-                remote_gid: gid_b,
-                starting_psn: (0x100 + i as u32) & 0xFF_FFFF,
-                cm_response_timeout: 18,
-                max_cm_retries: 5,
-                local_ack_timeout: 14,
-                path_mtu: IV_MTU_1024 as u8,
-                responder_resources: 4,
-                initiator_depth: 4,
-                retry_count: 7,
-                rnr_retry_count: 7,
-                min_rnr_timer: 12,
-                flags: IV_CM_FLOW_CONTROL as u8,
-                ..IvCmConnectIn::default()
-            };
+            let connect = bench_connect(a.ceps[i], a.qps[i], i, gid_a, gid_b);
             a.file.submit(
                 Ioctl::user(IOCTL_IV_CM_CONNECT, connect.as_bytes(), 0),
                 on_done(&done, &failed),
@@ -741,25 +777,13 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
             let req: IvCepEventOut = cm_call(
                 &b.file,
                 IOCTL_IV_GET_CEP_EVENT,
-                IvHandleIn {
-                    handle: listener.cep,
-                }
-                .as_bytes(),
+                IvHandleIn { handle: listener }.as_bytes(),
             )?;
             if req.event_type != IV_CEP_EVENT_CONNECT_REQUEST {
                 return Err(format!("listener event {}", req.event_type));
             }
             let idx = usize::try_from(accepted).map_err(|e| e.to_string())?;
-            let accept = IvCmAcceptIn {
-                cep: req.cep,
-                qp: b.qps[idx],
-                starting_psn: 0x200,
-                responder_resources: 4,
-                initiator_depth: 4,
-                rnr_retry_count: 7,
-                min_rnr_timer: 12,
-                ..IvCmAcceptIn::default()
-            };
+            let accept = bench_accept(req.cep, b.qps[idx]);
             b.file.submit(
                 Ioctl::user(IOCTL_IV_CM_ACCEPT, accept.as_bytes(), 0),
                 on_done(&done, &failed),
@@ -798,6 +822,140 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
     })
 }
 
+/// [`cm_connect_rate`] on one thread: the two devices on a fault-free
+/// simulated wire ([`crate::simwire::SimHosts`], no delay), firmware
+/// inline, every DPC and MAD delivery on the benchmark's thread, so the
+/// figure is the CPU cost of the whole path (driver, CM, QP modify
+/// commands, RoCEv2 datagrams with their ICRC) without thread hand-offs.
+/// The listener's events are taken with asynchronous `GET_CEP_EVENT`
+/// requests.
+///
+/// # Errors
+/// A request that failed, a device that could not be built, or a wire
+/// with nothing left to deliver before every connection was made.
+pub fn cm_connect_rate_one_thread(connections: u64, window: u64) -> Result<CmRate, String> {
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex, PoisonError};
+    use zerocopy::{FromBytes, IntoBytes};
+
+    use crate::device::Ioctl;
+
+    let n = usize::try_from(connections).map_err(|e| e.to_string())?;
+    let window = usize::try_from(window.clamp(1, connections.max(1))).unwrap_or(n);
+    let virt = crate::platform::TimerClock::Virtual;
+    let (a, b) = (CmSide::new(1, n, virt)?, CmSide::new(2, n, virt)?);
+    let net =
+        crate::simwire::SimHosts::new(irpverbs_soft::sim::SimConfig::default(), &[&a.dev, &b.dev])
+            .map_err(|s| format!("simulated wire: {}", status_name(s)))?;
+    let listener = bench_listen(&b)?;
+    let (gid_a, gid_b) = (a.dev.soft().gid(), b.dev.soft().gid());
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let requests: Arc<Mutex<VecDeque<IvCepEventOut>>> = Arc::default();
+    let get_pending = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let (mut next, mut accepted) = (0usize, 0usize);
+    while next < n {
+        let batch = (n - next).min(window);
+        for i in next..next + batch {
+            let (done, failed) = (Arc::clone(&done), Arc::clone(&failed));
+            let connect = bench_connect(a.ceps[i], a.qps[i], i, gid_a, gid_b);
+            a.file.submit(
+                Ioctl::user(IOCTL_IV_CM_CONNECT, connect.as_bytes(), 0),
+                move |st, _, _| {
+                    if st != STATUS_SUCCESS {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                },
+            );
+        }
+        next += batch;
+        while accepted < next {
+            if !get_pending.swap(true, Ordering::AcqRel) {
+                let (requests, pending, failed) = (
+                    Arc::clone(&requests),
+                    Arc::clone(&get_pending),
+                    Arc::clone(&failed),
+                );
+                b.file.submit(
+                    Ioctl::user(
+                        IOCTL_IV_GET_CEP_EVENT,
+                        IvHandleIn { handle: listener }.as_bytes(),
+                        size_of::<IvCepEventOut>(),
+                    ),
+                    move |st, _, out| {
+                        match IvCepEventOut::read_from_prefix(out) {
+                            Ok((e, _)) if st == STATUS_SUCCESS => requests
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .push_back(e),
+                            _ => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        pending.store(false, Ordering::Release);
+                    },
+                );
+            }
+            let got = requests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_front();
+            match got {
+                Some(req) if req.event_type == IV_CEP_EVENT_CONNECT_REQUEST => {
+                    let accept = bench_accept(req.cep, b.qps[accepted]);
+                    let (done, failed) = (Arc::clone(&done), Arc::clone(&failed));
+                    b.file.submit(
+                        Ioctl::user(IOCTL_IV_CM_ACCEPT, accept.as_bytes(), 0),
+                        move |st, _, _| {
+                            if st != STATUS_SUCCESS {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            done.fetch_add(1, Ordering::Relaxed);
+                        },
+                    );
+                    accepted += 1;
+                }
+                Some(req) => return Err(format!("listener event {}", req.event_type)),
+                None => {
+                    if failed.load(Ordering::Relaxed) > 0 {
+                        return Err("a listener event request failed".into());
+                    }
+                    if !net.step(u64::MAX) {
+                        return Err(format!("the wire went idle after {accepted} accepts"));
+                    }
+                }
+            }
+        }
+        let want = 2 * next as u64;
+        if !net.run_until(u64::MAX, || done.load(Ordering::Relaxed) >= want) {
+            return Err(format!(
+                "{} of {want} requests completed",
+                done.load(Ordering::Relaxed)
+            ));
+        }
+    }
+    let elapsed = start.elapsed();
+    let failures = failed.load(Ordering::Relaxed);
+    if failures > 0 {
+        return Err(format!("{failures} connects or accepts failed"));
+    }
+    drop((a.file, b.file));
+    net.run(net.now());
+    drop(net);
+    for d in [&a.dev, &b.dev] {
+        d.quiesce(Duration::from_secs(30))?;
+        d.unload();
+    }
+    Ok(CmRate {
+        connections,
+        window: window as u64,
+        elapsed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     /// The connection benchmark's path works: every connect and accept
@@ -806,6 +964,13 @@ mod tests {
     #[test]
     fn cm_connect_rate_connects_everything() {
         let r = super::cm_connect_rate(40, 16).expect("connections");
+        assert_eq!((r.connections, r.window), (40, 16));
+    }
+
+    /// The same on one thread over the simulated wire.
+    #[test]
+    fn cm_connect_rate_one_thread_connects_everything() {
+        let r = super::cm_connect_rate_one_thread(40, 16).expect("connections");
         assert_eq!((r.connections, r.window), (40, 16));
     }
 }
