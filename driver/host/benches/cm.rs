@@ -5,7 +5,9 @@
 //! wire's delivery thread. Prints figures; it asserts nothing about speed.
 //!
 //! `IRPVERBS_BENCH_CONNECTIONS` (default 20,000) and
-//! `IRPVERBS_BENCH_WINDOW` (default 1,000 and 100) set the sizes.
+//! `IRPVERBS_BENCH_WINDOW` (default 1,000 and 100) set the sizes;
+//! `IRPVERBS_BENCH_CM=one` (or `two`) runs only the one-thread (or the
+//! two-thread) form.
 
 use irpverbs_host::bench::{cm_connect_rate, cm_connect_rate_one_thread};
 
@@ -28,7 +30,12 @@ fn main() {
         ),
         ("two threads, loopback wire", cm_connect_rate),
     ];
-    for (name, run) in runs {
+    let only = std::env::var("IRPVERBS_BENCH_CM").ok();
+    for (i, (name, run)) in runs.into_iter().enumerate() {
+        // IRPVERBS_BENCH_CM=one or =two runs one of the two.
+        if only.as_deref().is_some_and(|o| o != ["one", "two"][i]) {
+            continue;
+        }
         for &window in &windows {
             match run(connections, window) {
                 Ok(r) => println!(
