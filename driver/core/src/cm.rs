@@ -1075,13 +1075,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 Err(e) => Err((r, cm_status(e))),
             }
         };
+        // The private data the request brought, for its REQ or REP.
+        let take_pdata = |s: &mut State<P::Request>| {
+            s.cm_ops
+                .get_mut(&id)
+                .map(|p| core::mem::take(&mut p.pdata))
+                .unwrap_or_default()
+        };
         let ended = match (kind, phase) {
             (CmKind::Connect, Phase::Init) => {
-                let pd = s
-                    .cm_ops
-                    .get_mut(&id)
-                    .map(|p| core::mem::take(&mut p.pdata))
-                    .unwrap_or_default();
+                let pd = take_pdata(s);
                 let res = connect.map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
                     let c = ConnectParams {
                         private_data: &pd,
@@ -1102,11 +1105,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             (CmKind::Accept, Phase::Init) => step(s, QpTarget::Rtr, Phase::Rtr, r),
             (CmKind::Accept, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
             (CmKind::Accept, Phase::Rts) => {
-                let pd = s
-                    .cm_ops
-                    .get_mut(&id)
-                    .map(|p| core::mem::take(&mut p.pdata))
-                    .unwrap_or_default();
+                let pd = take_pdata(s);
                 let res = accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
                     let a = AcceptParams {
                         private_data: &pd,
