@@ -483,13 +483,15 @@ impl<P: Platform> SoftHca<P> {
                     return Err(e);
                 }
             };
-            let mut frame = packet::Batch::default();
+            // Straight onto the inbound batch (its vectors keep their
+            // capacity between runs: no allocation per datagram).
+            let seg = u32::try_from(dp.inbound.segs.len()).unwrap_or(u32::MAX);
             if !payload.is_empty() {
                 let Some(region) = dp.rx.take(payload) else {
                     dp.link_stats.rx_no_buffer += 1;
                     return Err(wire::WireError::Truncated);
                 };
-                frame.segs.push(packet::Seg {
+                dp.inbound.segs.push(packet::Seg {
                     region,
                     offset: 0,
                     len: payload.len(),
@@ -497,14 +499,13 @@ impl<P: Platform> SoftHca<P> {
             }
             dp.link_stats.rx_datagrams += 1;
             dp.link_stats.rx_dropped.accepted += 1;
-            frame.frames.push(Frame::Packet {
+            dp.inbound.frames.push(Frame::Packet {
                 pkt,
                 burst: packet::Burst::one(pkt.opcode),
-                seg: 0,
+                seg,
                 nsegs: u32::from(!payload.is_empty()),
                 notify: None,
             });
-            dp.inbound.append(&mut frame);
             Ok(())
         });
         if let Some(tap) = tap {
