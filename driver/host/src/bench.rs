@@ -608,12 +608,17 @@ fn cm_call<O: zerocopy::FromBytes>(
 }
 
 impl CmSide {
-    fn new(last: u8, n: usize, clock: crate::platform::TimerClock) -> Result<Self, String> {
+    fn new(
+        last: u8,
+        n: usize,
+        clock: crate::platform::TimerClock,
+        verifier: bool,
+    ) -> Result<Self, String> {
         use zerocopy::IntoBytes;
         let dev = HostDevice::new(HostDeviceConfig {
             platform: HostConfig {
                 verifier: VerifierConfig {
-                    enabled: false,
+                    enabled: verifier,
                     fail_pool: None,
                 },
                 clock,
@@ -742,7 +747,10 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
     let n = usize::try_from(connections).map_err(|e| e.to_string())?;
     let window = window.clamp(1, connections.max(1));
     let real = crate::platform::TimerClock::Real;
-    let (a, b) = (CmSide::new(1, n, real)?, CmSide::new(2, n, real)?);
+    let (a, b) = (
+        CmSide::new(1, n, real, false)?,
+        CmSide::new(2, n, real, false)?,
+    );
     let wire = crate::loopwire::LoopWire::start();
     wire.attach(a.dev.soft())
         .map_err(|s| format!("attach: {}", status_name(s)))?;
@@ -834,6 +842,19 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
 /// A request that failed, a device that could not be built, or a wire
 /// with nothing left to deliver before every connection was made.
 pub fn cm_connect_rate_one_thread(connections: u64, window: u64) -> Result<CmRate, String> {
+    cm_connect_one_thread(connections, window, false)
+}
+
+/// [`cm_connect_rate_one_thread`] with the verifier on or off (the demo
+/// runs it on; both devices unload under its leak checks).
+///
+/// # Errors
+/// As [`cm_connect_rate_one_thread`].
+pub fn cm_connect_one_thread(
+    connections: u64,
+    window: u64,
+    verifier: bool,
+) -> Result<CmRate, String> {
     use std::collections::VecDeque;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex, PoisonError};
@@ -844,7 +865,10 @@ pub fn cm_connect_rate_one_thread(connections: u64, window: u64) -> Result<CmRat
     let n = usize::try_from(connections).map_err(|e| e.to_string())?;
     let window = usize::try_from(window.clamp(1, connections.max(1))).unwrap_or(n);
     let virt = crate::platform::TimerClock::Virtual;
-    let (a, b) = (CmSide::new(1, n, virt)?, CmSide::new(2, n, virt)?);
+    let (a, b) = (
+        CmSide::new(1, n, virt, verifier)?,
+        CmSide::new(2, n, virt, verifier)?,
+    );
     let net =
         crate::simwire::SimHosts::new(irpverbs_soft::sim::SimConfig::default(), &[&a.dev, &b.dev])
             .map_err(|s| format!("simulated wire: {}", status_name(s)))?;

@@ -310,5 +310,16 @@ pub fn run(pairs: u32, engine: Engine) -> Result<String, String> {
         pool.live,
         start.elapsed().as_secs_f64() * 1e3
     );
+    // The connection manager: RC connections between two more host
+    // devices on a (fault-free) simulated wire, each made by one
+    // CM_CONNECT request and one CM_ACCEPT request.
+    let cm = crate::bench::cm_connect_one_thread(256, 64, true)?;
+    let _ = writeln!(
+        w,
+        "connection manager: {} RC connections between two host devices (REQ, REP, RTU as RoCEv2 MADs on their GSIs; each one CM_CONNECT and one CM_ACCEPT request, {} in flight), all established, verifier clean, {:.1} ms",
+        cm.connections,
+        cm.window,
+        cm.elapsed.as_secs_f64() * 1e3
+    );
     Ok(out)
 }

@@ -50,6 +50,8 @@ fn demo_runs_the_control_path_and_unloads_clean() {
         "dealloc_pd with dependents: STATUS_DEVICE_BUSY",
         "every byte checked",
         "(live 0), verifier clean",
+        "connection manager: 256 RC connections",
+        "all established, verifier clean",
     ] {
         assert!(s.contains(want), "missing {want:?} in\n{s}");
     }
