@@ -672,15 +672,64 @@ pub const IOCTLS: &[IoctlInfo] = &[
     },
 ];
 
-/// Looks up an IOCTL by code.
+/// The first function code of this ABI's IOCTLs.
+const FUNCTION_BASE: u32 = 0x800;
+
+/// Function codes `FUNCTION_BASE..FUNCTION_BASE + 256` to their index in
+/// [`IOCTLS`] (`u8::MAX`: none), built at compile time; a code outside the
+/// range or a duplicate function fails the build.
+const BY_FUNCTION: [u8; 256] = {
+    let mut table = [u8::MAX; 256];
+    assert!(IOCTLS.len() < u8::MAX as usize);
+    let mut i = 0;
+    while i < IOCTLS.len() {
+        let f = ioctl_function(IOCTLS[i].code);
+        assert!(f >= FUNCTION_BASE && f < FUNCTION_BASE + 256);
+        let slot = (f - FUNCTION_BASE) as usize;
+        assert!(table[slot] == u8::MAX, "two IOCTLs share a function code");
+        table[slot] = i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// Looks up an IOCTL by code (by its function code, in constant time; the
+/// whole code must match: device type, method and access too).
 #[must_use]
 pub fn ioctl_info(code: u32) -> Option<&'static IoctlInfo> {
-    IOCTLS.iter().find(|i| i.code == code)
+    let slot = ioctl_function(code).checked_sub(FUNCTION_BASE)? as usize;
+    let index = *BY_FUNCTION.get(slot)?;
+    IOCTLS
+        .get(usize::from(index))
+        .filter(|info| info.code == code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The constant-time lookup answers as a search of the table does,
+    /// for every defined code and for codes that differ from one in any
+    /// field.
+    #[test]
+    fn lookup_by_function_matches_the_table() {
+        for info in IOCTLS {
+            assert_eq!(ioctl_info(info.code).map(|i| i.name), Some(info.name));
+            for bit in 0..32 {
+                let other = info.code ^ (1 << bit);
+                let want = IOCTLS.iter().find(|i| i.code == other).map(|i| i.name);
+                assert_eq!(ioctl_info(other).map(|i| i.name), want, "{other:#x}");
+            }
+        }
+        for code in [
+            0,
+            u32::MAX,
+            0x0022_2000,
+            ctl_code(FILE_DEVICE_INFINIBAND, 0x7FF, 0, 0),
+        ] {
+            assert_eq!(ioctl_info(code).map(|i| i.name), None);
+        }
+    }
 
     #[test]
     fn codes_are_ctl_codes_of_the_infiniband_device_type() {
