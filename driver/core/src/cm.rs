@@ -591,17 +591,28 @@ impl<P: Platform, H: Hca> Device<P, H> {
             user_context,
             ..IvCepEventOut::default()
         };
+        // A new connection's CEP (a connect or SIDR request to a listener),
+        // made in the listener's file with its context and callback; with
+        // no room for it the engine's CEP is destroyed (which refuses the
+        // request) and there is no event.
+        let adopt = |s: &mut State<P::Request>, cep| match self.new_cep(
+            s,
+            file,
+            cep,
+            user_context,
+            callback.clone(),
+        ) {
+            Ok(h) => Some(h),
+            Err(_) => {
+                let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                None
+            }
+        };
         out.event_type = match ev {
             E::ConnectRequest { cep, src, req } => {
                 if cep != own {
-                    match self.new_cep(s, file, cep, user_context, callback) {
-                        Ok(h) => out.cep = h,
-                        Err(_) => {
-                            // No room for it: the engine rejects it.
-                            let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
-                            return None;
-                        }
-                    }
+                    // No room for it: the engine rejects it.
+                    out.cep = adopt(s, cep)?;
                 }
                 out.service_id = req.service_id;
                 out.remote_gid = src.gid;
@@ -668,14 +679,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 IV_CEP_EVENT_APR
             }
             E::SidrRequest { cep, src, req } => {
-                match self.new_cep(s, file, cep, user_context, callback) {
-                    Ok(h) => out.cep = h,
-                    Err(_) => {
-                        // No room for it: the engine answers "rejected".
-                        let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
-                        return None;
-                    }
-                }
+                // No room for it: the engine answers "rejected".
+                out.cep = adopt(s, cep)?;
                 out.service_id = req.service_id;
                 out.remote_gid = src.gid;
                 out.pkey = req.pkey;

@@ -710,6 +710,22 @@ fn bench_accept(cep: IvHandle, qp: IvHandle) -> IvCmAcceptIn {
     }
 }
 
+/// A completion routine that counts the request in `done`, and in `failed`
+/// unless it succeeded.
+fn count_into(
+    done: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+    failed: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static {
+    use std::sync::atomic::Ordering;
+    let (done, failed) = (std::sync::Arc::clone(done), std::sync::Arc::clone(failed));
+    move |st, _, _| {
+        if st != STATUS_SUCCESS {
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
+        done.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Creates `b`'s listener on [`BENCH_SERVICE`].
 fn bench_listen(b: &CmSide) -> Result<IvHandle, String> {
     use zerocopy::IntoBytes;
@@ -760,15 +776,6 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
     let (gid_a, gid_b) = (a.dev.soft().gid(), b.dev.soft().gid());
     let done = std::sync::Arc::new(AtomicU64::new(0));
     let failed = std::sync::Arc::new(AtomicU64::new(0));
-    let on_done = |done: &std::sync::Arc<AtomicU64>, failed: &std::sync::Arc<AtomicU64>| {
-        let (done, failed) = (std::sync::Arc::clone(done), std::sync::Arc::clone(failed));
-        move |st: NtStatus, _: usize, _: &[u8]| {
-            if st != STATUS_SUCCESS {
-                failed.fetch_add(1, Ordering::Relaxed);
-            }
-            done.fetch_add(1, Ordering::Release);
-        }
-    };
     let start = Instant::now();
     let mut next = 0usize;
     let mut accepted = 0u64;
@@ -778,7 +785,7 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
             let connect = bench_connect(a.ceps[i], a.qps[i], i, gid_a, gid_b);
             a.file.submit(
                 Ioctl::user(IOCTL_IV_CM_CONNECT, connect.as_bytes(), 0),
-                on_done(&done, &failed),
+                count_into(&done, &failed),
             );
         }
         for _ in 0..batch {
@@ -794,7 +801,7 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
             let accept = bench_accept(req.cep, b.qps[idx]);
             b.file.submit(
                 Ioctl::user(IOCTL_IV_CM_ACCEPT, accept.as_bytes(), 0),
-                on_done(&done, &failed),
+                count_into(&done, &failed),
             );
             accepted += 1;
         }
@@ -883,16 +890,10 @@ pub fn cm_connect_one_thread(
     while next < n {
         let batch = (n - next).min(window);
         for i in next..next + batch {
-            let (done, failed) = (Arc::clone(&done), Arc::clone(&failed));
             let connect = bench_connect(a.ceps[i], a.qps[i], i, gid_a, gid_b);
             a.file.submit(
                 Ioctl::user(IOCTL_IV_CM_CONNECT, connect.as_bytes(), 0),
-                move |st, _, _| {
-                    if st != STATUS_SUCCESS {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                },
+                count_into(&done, &failed),
             );
         }
         next += batch;
@@ -930,15 +931,9 @@ pub fn cm_connect_one_thread(
             match got {
                 Some(req) if req.event_type == IV_CEP_EVENT_CONNECT_REQUEST => {
                     let accept = bench_accept(req.cep, b.qps[accepted]);
-                    let (done, failed) = (Arc::clone(&done), Arc::clone(&failed));
                     b.file.submit(
                         Ioctl::user(IOCTL_IV_CM_ACCEPT, accept.as_bytes(), 0),
-                        move |st, _, _| {
-                            if st != STATUS_SUCCESS {
-                                failed.fetch_add(1, Ordering::Relaxed);
-                            }
-                            done.fetch_add(1, Ordering::Relaxed);
-                        },
+                        count_into(&done, &failed),
                     );
                     accepted += 1;
                 }
