@@ -815,6 +815,39 @@ fn timer_fires_on_the_timer_thread_at_dispatch() {
     p.unload();
 }
 
+/// The timer thread, asleep until a far deadline (or with none), is woken
+/// by a timer set to fire sooner: the near timer fires long before the far
+/// one (a later one does not wake it, and need not).
+#[test]
+fn a_nearer_timer_wakes_the_sleeping_timer_thread() {
+    let p = verified();
+    let far_fired = p.new_event(EventKind::Notification, false);
+    let near_fired = p.new_event(EventKind::Notification, false);
+    let far = {
+        let e = far_fired.clone();
+        p.new_timer(move || {
+            e.set();
+        })
+    };
+    let near = {
+        let e = near_fired.clone();
+        p.new_timer(move || {
+            e.set();
+        })
+    };
+    far.set(Duration::from_secs(3_600), None);
+    // The thread is started and asleep until the far deadline.
+    thread::sleep(Duration::from_millis(20));
+    near.set(Duration::from_millis(5), None);
+    assert!(
+        near_fired.wait(Some(Duration::from_secs(60))),
+        "the near timer fired"
+    );
+    assert!(!far_fired.wait(Some(Duration::ZERO)), "the far one did not");
+    assert!(far.cancel());
+    p.unload();
+}
+
 #[test]
 fn periodic_timer_repeats_until_cancelled() {
     let p = verified();

@@ -56,6 +56,11 @@ struct State {
     armed: HashMap<u64, Armed>,
     next_seq: u64,
     stop: bool,
+    /// Real clock: the deadline the timer thread sleeps until (`u64::MAX`
+    /// with nothing armed), `None` while it runs. A timer set later than
+    /// that does not wake it (a futex wake and two context switches per
+    /// set, and the CM sets its timer on every MAD it sends).
+    sleeping_until: Option<u64>,
 }
 
 impl State {
@@ -189,10 +194,13 @@ impl Timers {
                 },
             )
             .is_some();
+        let wake = state.sleeping_until.is_some_and(|s| deadline < s);
         drop(state);
         if self.clock == TimerClock::Real {
             self.ensure_thread();
-            self.wake.notify_all();
+            if wake {
+                self.wake.notify_all();
+            }
         }
         was_armed
     }
@@ -275,7 +283,9 @@ impl Timers {
                 state = self.state();
                 continue;
             }
-            state = match state.earliest() {
+            let earliest = state.earliest();
+            state.sleeping_until = Some(earliest.unwrap_or(u64::MAX));
+            state = match earliest {
                 Some(deadline) => {
                     self.wake
                         .wait_timeout(state, Duration::from_nanos(deadline - now))
@@ -287,6 +297,7 @@ impl Timers {
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner),
             };
+            state.sleeping_until = None;
         }
     }
 
