@@ -9,7 +9,8 @@
 //!   destination QP (normally 1) at the destination GID, routed like every
 //!   packet: loopback, a fabric peer, or the link (the wire stage
 //!   serializes it as any UD packet). Its 256 bytes are copied into a
-//!   region of their own, so the caller's buffer is free at once. A MAD
+//!   buffer of the GSI's (one of a few it reuses once their packets let go
+//!   of them), so the caller's buffer is free at once. A MAD
 //!   with no route is lost (counted in `packets_dropped`).
 //! - **Receive** ([`receive`]): a packet to QP 1 is a MAD if it is a UD
 //!   SEND ONLY (no immediate) of exactly 256 bytes with the GSI Q_Key,
@@ -57,6 +58,37 @@ pub(crate) struct Gsi {
     pub(crate) received: u64,
     /// Packets to QP 1 dropped: not a valid MAD, or the queue was full.
     pub(crate) dropped: u64,
+    /// Buffers of MADs sent, reused once their packet let go of them.
+    spare: VecDeque<Arc<Region>>,
+}
+
+/// MAD buffers [`Gsi::spare`] keeps at most.
+const SPARE_MADS: usize = 64;
+
+impl Gsi {
+    /// A buffer holding `mad`: a spare no packet holds any more, or a new
+    /// one; `None` when no memory is left.
+    fn buffer(&mut self, mad: &[u8; MAD_SIZE]) -> Option<Arc<Region>> {
+        // The oldest spare is the likeliest to be free; a busy one goes to
+        // the back, and at most one is tried.
+        let reused = match self.spare.pop_front() {
+            Some(r) if Arc::strong_count(&r) == 1 => Some(r),
+            Some(busy) => {
+                self.spare.push_back(busy);
+                None
+            }
+            None => None,
+        };
+        let r = match reused {
+            Some(r) => r,
+            None => Arc::new(Region::alloc(MAD_SIZE)?),
+        };
+        r.write(0, mad).ok()?;
+        if self.spare.len() < SPARE_MADS {
+            self.spare.push_back(Arc::clone(&r));
+        }
+        Some(r)
+    }
 }
 
 impl Gsi {
@@ -86,11 +118,11 @@ impl Firmware {
             .port
             .valid_gid(u32::from(mad.sgid_index))
             .ok_or(STATUS_INVALID_PARAMETER)?;
-        let region = Region::alloc(MAD_SIZE).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-        region
-            .write(0, &mad.mad)
-            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let dp = &mut self.dp;
+        let region = dp
+            .gsi
+            .buffer(&mad.mad)
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
         let psn = dp.gsi.psn;
         dp.gsi.psn = psn_add(psn, 1);
         dp.gsi.sent += 1;
@@ -111,7 +143,6 @@ impl Firmware {
             payload_len: MAD_SIZE as u32,
             ..Packet::default()
         };
-        let region = Arc::new(region);
         let _ = dp.emit::<()>(pkt, Burst::one(pkt.opcode), None, |segs| {
             segs.push(Seg {
                 region,

@@ -110,6 +110,31 @@ fn mads_cross_a_simulated_wire_in_deferred_mode_too() {
     }
 }
 
+/// The GSI reuses the buffers of MADs sent, but never one a packet still
+/// holds: MADs queued (deferred mode, the data path not run yet) keep their
+/// bytes while more are sent, round after round.
+#[test]
+fn mad_buffers_are_reused_only_once_free() {
+    let deferred = |c: &mut crate::SoftConfig| c.execution = crate::Execution::Deferred;
+    let a = Node::with(1, deferred);
+    let b = Node::with(2, deferred);
+    let f = Fabric::new(&TestPlatform);
+    f.attach(&a.d.hca).unwrap();
+    f.attach(&b.d.hca).unwrap();
+    for round in 0..3u8 {
+        // More than the GSI keeps spare, all in flight at once.
+        let tags: Vec<u8> = (0..100u8).map(|i| i.wrapping_add(round * 100)).collect();
+        for &t in &tags {
+            a.d.hca.send_mad(&to(b.gid(), t)).unwrap();
+        }
+        a.run();
+        b.run();
+        let got: Vec<[u8; MAD_SIZE]> = mads(&b).into_iter().map(|m| m.mad).collect();
+        let want: Vec<[u8; MAD_SIZE]> = tags.iter().map(|&t| mad(t)).collect();
+        assert_eq!(got, want, "round {round}");
+    }
+}
+
 /// Feeds `pkt` with `payload` to `node`'s transport as if it arrived.
 fn inject(node: &Node, pkt: Packet, burst: Burst, payload: &[u8]) {
     let r = Arc::new(Region::alloc(payload.len().max(1)).unwrap());
