@@ -77,6 +77,7 @@
 //! [`DeviceStats::cm_mads_malformed`]: crate::DeviceStats::cm_mads_malformed
 //! [`DeviceStats::cm_send_failures`]: crate::DeviceStats::cm_send_failures
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use zerocopy::IntoBytes;
@@ -815,8 +816,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     s.cm_ops.remove(&id);
                     return None;
                 };
-                let res = match s.cm.engine.qp_attr(id, QpTarget::Rtr) {
-                    Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
+                let to_rts = [(QpTarget::Rtr, Phase::Rtr), (QpTarget::Rts, Phase::Rts)];
+                let res = match cm_steps(&s.cm.engine, id, None, &to_rts) {
+                    Ok((steps, n)) => self.cm_modify_chain(s, file, qp, &steps[..n], id, r),
                     Err(e) => Err((r, cm_status(e))),
                 };
                 if let Err((r, st)) = res {
@@ -854,8 +856,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     s.cm_ops.remove(&id);
                     return None;
                 };
-                let res = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Rtr) {
-                    Ok(m) => self.cm_modify(s, file, qp, m, id, Phase::Rtr, r),
+                let to_rts = [(QpTarget::Rtr, Phase::Rtr), (QpTarget::Rts, Phase::Rts)];
+                let res = match cm_steps(&s.cm.engine, id, Some(&a), &to_rts) {
+                    Ok((steps, n)) => self.cm_modify_chain(s, file, qp, &steps[..n], id, r),
                     Err(e) => Err((r, cm_status(e))),
                 };
                 if let Err((r, st)) = res {
@@ -976,6 +979,24 @@ impl<P: Platform, H: Hca> Device<P, H> {
         phase: Phase,
         request: P::Request,
     ) -> Result<(), (P::Request, NtStatus)> {
+        self.cm_modify_chain(s, file, qp_handle, &[(m, phase)], cep, request)
+    }
+
+    /// Posts `steps`, modifies of the QP at `qp` one after the other, for
+    /// a multi-phase request: all at once, since the HCA runs commands in
+    /// the order posted and refuses a modify whose current state is not
+    /// the QP's (so the ones after a failed step fail too). The request
+    /// travels with the last; the QP stays busy until it completes. One
+    /// round trip through the event queue instead of one per step.
+    fn cm_modify_chain(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        qp_handle: IvHandle,
+        steps: &[(QpModify, Phase)],
+        cep: irpverbs_cm::CepId,
+        request: P::Request,
+    ) -> Result<(), (P::Request, NtStatus)> {
         let Some(f) = s.files.get_mut(&file) else {
             return Err((request, STATUS_INVALID_HANDLE));
         };
@@ -991,29 +1012,47 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Body::Qp(q) = &o.body else {
             return Err((request, STATUS_INVALID_HANDLE));
         };
-        let next = match crate::qp_state::check_modify(q.qp_type, q.state, m.mask, &m.attr) {
-            Ok(n) => n,
-            Err(e) => return Err((request, e.status())),
-        };
-        let cmd = crate::Command::ModifyQp {
-            qpn: q.qpn,
-            cur_state: q.state,
-            mask: m.mask,
-            attr: m.attr,
-        };
+        let (qp_type, qpn) = (q.qp_type, q.qpn);
+        // Every step checked before any is posted, each from the state the
+        // one before leaves.
+        let mut nexts = [0u32; MAX_CHAIN];
+        let mut state = q.state;
+        if steps.is_empty() || steps.len() > MAX_CHAIN {
+            return Err((request, STATUS_INVALID_PARAMETER));
+        }
+        for ((m, _), next) in steps.iter().zip(nexts.iter_mut()) {
+            *next = match crate::qp_state::check_modify(qp_type, state, m.mask, &m.attr) {
+                Ok(n) => n,
+                Err(e) => return Err((request, e.status())),
+            };
+            state = *next;
+        }
         o.busy = true;
-        self.post(
-            s,
-            file,
-            Some(request),
-            crate::device::Op::CmStep {
-                qp,
-                next,
-                cep,
-                phase,
-            },
-            cmd,
-        );
+        let mut cur_state = q.state;
+        let mut request = Some(request);
+        for (i, ((m, phase), &next)) in steps.iter().zip(nexts.iter()).enumerate() {
+            let more = i + 1 < steps.len();
+            let cmd = crate::Command::ModifyQp {
+                qpn,
+                cur_state,
+                mask: m.mask,
+                attr: m.attr,
+            };
+            cur_state = next;
+            self.post(
+                s,
+                file,
+                if more { None } else { request.take() },
+                crate::device::Op::CmStep {
+                    qp,
+                    next,
+                    cep,
+                    phase: *phase,
+                    more,
+                },
+                cmd,
+            );
+        }
         Ok(())
     }
 
@@ -1022,10 +1061,24 @@ impl<P: Platform, H: Hca> Device<P, H> {
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
-        (qp, next, id, phase): (u32, u32, irpverbs_cm::CepId, Phase),
+        (qp, next, id, phase, more): (u32, u32, irpverbs_cm::CepId, Phase, bool),
         status: NtStatus,
         request: Option<P::Request>,
     ) -> Option<Done<P::Request>> {
+        if more {
+            // A step of a chain with more to come: the QP moved (or the
+            // chain's first failure is kept for its last step to report).
+            if nt_success(status) {
+                crate::qp::set_qp_state(s, file, qp, next);
+            } else if let Some(p) = s.cm_ops.get_mut(&id) {
+                p.step_failure.get_or_insert(status);
+            }
+            return request.map(|r| (r, STATUS_INVALID_DEVICE_STATE, Response::None));
+        }
+        let status = match s.cm_ops.get_mut(&id).and_then(|p| p.step_failure.take()) {
+            Some(first) => first,
+            None => status,
+        };
         let ok = nt_success(status);
         crate::qp::finish_modify_qp(s, file, qp, next, ok);
         let r = request?;
@@ -1067,19 +1120,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, st, Response::None));
         }
         let now = self.platform.now_ns();
-        let (kind, connect, accept, qp_handle) = (p.kind, p.connect, p.accept, p.qp);
-        let step = |s: &mut State<P::Request>, t: QpTarget, ph: Phase, r: P::Request| {
-            let m = match kind {
-                CmKind::Accept => accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
-                    s.cm.engine.accept_qp_attr(id, &a, t)
-                }),
-                _ => s.cm.engine.qp_attr(id, t),
-            };
-            match m {
-                Ok(m) => self.cm_modify(s, file, qp_handle, m, id, ph, r),
-                Err(e) => Err((r, cm_status(e))),
-            }
-        };
+        let (kind, connect, accept) = (p.kind, p.connect, p.accept);
         // The private data the request brought, for its REQ or REP.
         let take_pdata = |s: &mut State<P::Request>| {
             s.cm_ops
@@ -1102,13 +1143,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Err(e) => Err((r, cm_status(e))),
                 }
             }
-            (CmKind::Connect, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
             (CmKind::Connect, Phase::Rts) => match s.cm.engine.rtu(id, &[]) {
                 Ok(()) => Err((r, STATUS_SUCCESS)),
                 Err(e) => Err((r, cm_status(e))),
             },
-            (CmKind::Accept, Phase::Init) => step(s, QpTarget::Rtr, Phase::Rtr, r),
-            (CmKind::Accept, Phase::Rtr) => step(s, QpTarget::Rts, Phase::Rts, r),
             (CmKind::Accept, Phase::Rts) => {
                 let pd = take_pdata(s);
                 let res = accept.map_or(Err(irpverbs_cm::CmError::UnknownCep), |a| {
@@ -1212,6 +1250,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             accept: None,
             pdata: Vec::new(),
             result: None,
+            step_failure: None,
         };
         let started = match verb {
             CmIn::CmConnect(i) => {
@@ -1277,11 +1316,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let m = c.init_attr();
                 s.cm_ops.insert(
                     id,
-                    Parked {
+                    Box::new(Parked {
                         connect: Some(c),
                         pdata: pd,
                         ..parked(CmKind::Connect, qp)
-                    },
+                    }),
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Init, request)
             }
@@ -1322,19 +1361,26 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     min_rnr_timer: i.min_rnr_timer,
                     ..AcceptParams::default()
                 };
-                let m = match s.cm.engine.accept_qp_attr(id, &a, QpTarget::Init) {
-                    Ok(m) => m,
+                // INIT, RTR and RTS posted at once (the REP goes when the
+                // last completes).
+                let to_rts = [
+                    (QpTarget::Init, Phase::Init),
+                    (QpTarget::Rtr, Phase::Rtr),
+                    (QpTarget::Rts, Phase::Rts),
+                ];
+                let (steps, n) = match cm_steps(&s.cm.engine, id, Some(&a), &to_rts) {
+                    Ok(steps) => steps,
                     Err(e) => return Some((request, cm_status(e), Response::None)),
                 };
                 s.cm_ops.insert(
                     id,
-                    Parked {
+                    Box::new(Parked {
                         accept: Some(a),
                         pdata: pd,
                         ..parked(CmKind::Accept, qp)
-                    },
+                    }),
                 );
-                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+                self.cm_modify_chain(s, file, qp, &steps[..n], id, request)
             }
             CmIn::CmReject(i) => {
                 let ari = pdata(&i.ari, usize::from(i.ari_len), IV_CM_ARI_LEN);
@@ -1422,7 +1468,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if let Err(e) = s.cm.engine.sidr_request(id, &p, now) {
                     return Some((request, cm_status(e), Response::None));
                 }
-                s.cm_ops.insert(id, parked(CmKind::Sidr, 0));
+                s.cm_ops.insert(id, Box::new(parked(CmKind::Sidr, 0)));
                 park(s, id, request)
             }
             CmIn::CmDisconnect(i) => {
@@ -1457,10 +1503,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 s.cm_ops.insert(
                     id,
-                    Parked {
+                    Box::new(Parked {
                         pdata: pd,
                         ..parked(kind, qp)
-                    },
+                    }),
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Err, request)
             }
@@ -1568,6 +1614,34 @@ pub(crate) struct Parked {
     pdata: Vec<u8>,
     /// How it ends, learnt while a QP modify was in flight.
     result: Option<NtStatus>,
+    /// The first failure of a chain of modifies in flight
+    /// ([`Device::cm_modify_chain`]), which its last step reports.
+    step_failure: Option<NtStatus>,
+}
+
+/// Modifies a multi-phase request posts at once at most (INIT, RTR, RTS).
+const MAX_CHAIN: usize = 3;
+
+/// The modifies that move a connect's QP (`accept` is `None`) or an
+/// accept's to each of `targets` in turn, from the CM's attributes.
+fn cm_steps(
+    engine: &Engine,
+    id: irpverbs_cm::CepId,
+    accept: Option<&AcceptParams<'_>>,
+    targets: &[(QpTarget, Phase)],
+) -> Result<([(QpModify, Phase); MAX_CHAIN], usize), irpverbs_cm::CmError> {
+    let mut steps = [(QpModify::default(), Phase::Init); MAX_CHAIN];
+    if targets.len() > MAX_CHAIN {
+        return Err(irpverbs_cm::CmError::InvalidParam("modify chain"));
+    }
+    for (&(t, phase), step) in targets.iter().zip(steps.iter_mut()) {
+        let m = match accept {
+            Some(a) => engine.accept_qp_attr(id, a, t)?,
+            None => engine.qp_attr(id, t)?,
+        };
+        *step = (m, phase);
+    }
+    Ok((steps, targets.len()))
 }
 
 /// CEP objects a device holds at most (the engine's table is larger).

@@ -140,6 +140,9 @@ pub(crate) enum Op {
         next: u32,
         cep: irpverbs_cm::CepId,
         phase: crate::cm::Phase,
+        /// Not the last of a chain of modifies (it carries no request and
+        /// leaves the QP busy).
+        more: bool,
     },
     /// An address resolution walking the ports' GID tables
     /// (`crate::resolve`).
@@ -243,7 +246,7 @@ pub(crate) struct State<R> {
     /// CEP objects by their engine ID.
     pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
     /// Multi-phase CM requests in progress, by CEP.
-    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, crate::cm::Parked>,
+    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, alloc::boxed::Box<crate::cm::Parked>>,
     /// CEP callbacks to call once the lock is released.
     pub(crate) cep_calls: Vec<(crate::cm::CepCallback, crate::cm::CepReady)>,
 }
@@ -1162,9 +1165,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
             next,
             cep,
             phase,
+            more,
         } = p.op
         {
-            let done = self.cm_step_done(s, p.file, (qp, next, cep, phase), status, p.request);
+            let step = (qp, next, cep, phase, more);
+            let done = self.cm_step_done(s, p.file, step, status, p.request);
             if let Some(c) = self.advance_rundown(s, p.file) {
                 self.platform.pool_release(c);
             }

@@ -173,6 +173,18 @@ pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
     Ok((Op::ModifyQp { qp: idx, next }, cmd))
 }
 
+/// A modify that is not the last of a chain completed: the QP is in `next`
+/// and stays busy.
+pub(crate) fn set_qp_state<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u32) {
+    if let Some(Body::Qp(qp)) = s
+        .files
+        .get_mut(&file)
+        .map(|f| &mut f.objects.get_mut(idx).body)
+    {
+        qp.state = next;
+    }
+}
+
 pub(crate) fn finish_modify_qp<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u32, ok: bool) {
     let Some(f) = s.files.get_mut(&file) else {
         return;

@@ -236,6 +236,12 @@ struct FakeHca {
     /// MADs the GSI received, and those sent.
     mads_in: Mutex<VecDeque<MadIn>>,
     mads_out: Mutex<Vec<MadOut>>,
+    /// QP states by number, as `ModifyQp` left them (absent: RESET). A
+    /// modify whose current state is not the QP's fails, as an HCA's does.
+    qp_states: Mutex<std::collections::HashMap<u32, u32>>,
+    /// The next `ModifyQp` to this state fails with
+    /// `STATUS_INSUFFICIENT_RESOURCES` (0: none).
+    fail_modify_to: AtomicU32,
 }
 
 impl FakeHca {
@@ -271,6 +277,8 @@ impl FakeHca {
             no_doorbells: std::sync::atomic::AtomicBool::new(false),
             mads_in: Mutex::new(VecDeque::new()),
             mads_out: Mutex::new(Vec::new()),
+            qp_states: Mutex::new(std::collections::HashMap::new()),
+            fail_modify_to: AtomicU32::new(0),
         }
     }
 
@@ -289,6 +297,41 @@ impl FakeHca {
         let cmds: Vec<_> = self.queued.lock().unwrap().drain(..).collect();
         for (token, cmd) in cmds {
             let n = self.next.fetch_add(1, Ordering::SeqCst);
+            if let Command::ModifyQp {
+                qpn,
+                cur_state,
+                mask,
+                attr,
+            } = &cmd
+            {
+                let mut states = self.qp_states.lock().unwrap();
+                let now = states.get(qpn).copied().unwrap_or(IV_QPS_RESET);
+                let to = if mask & IV_QP_STATE != 0 {
+                    attr.qp_state
+                } else {
+                    now
+                };
+                let status = if *cur_state != now {
+                    STATUS_INVALID_DEVICE_STATE
+                } else if to != 0
+                    && self
+                        .fail_modify_to
+                        .compare_exchange(to, 0, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    STATUS_INSUFFICIENT_RESOURCES
+                } else {
+                    states.insert(*qpn, to);
+                    STATUS_SUCCESS
+                };
+                drop(states);
+                self.eq.lock().unwrap().push_back(Event::CommandDone {
+                    token,
+                    status,
+                    out: CommandOut::None,
+                });
+                continue;
+            }
             let out = match cmd {
                 Command::AllocPd => CommandOut::Pd { pdn: n },
                 Command::RegMr { .. } => CommandOut::Mr {
@@ -2292,6 +2335,79 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
     );
     let st = b.call::<_, ()>(1, IOCTL_IV_CM_DISCONNECT, &disc(req.cep));
     assert!(st.is_err());
+}
+
+/// An accept posts its QP's INIT, RTR and RTS modifies at once: when the
+/// RTR fails at the HCA, the RTS after it fails too (its current state is
+/// not the QP's), the accept completes with the RTR's status (not the
+/// RTS's), the QP stays in INIT and is not left busy, and the requester is
+/// rejected.
+#[test]
+fn an_accept_whose_rtr_fails_reports_that_failure_and_frees_the_qp() {
+    let (a, b) = (Rig::new(8), Rig::new(8));
+    let listener = cep(&b);
+    b.call::<_, ()>(
+        1,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: listener,
+            service_id: 9,
+        },
+    )
+    .unwrap();
+    let (ca, qa) = (cep(&a), rc_qp(&a));
+    let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 9), 1);
+    a.settle();
+    shuttle(&a, GID_A, &b);
+    let req: IvCepEventOut = b
+        .call(1, IOCTL_IV_GET_CEP_EVENT, &IvHandleIn { handle: listener })
+        .unwrap();
+    let qb = rc_qp(&b);
+    b.hca.fail_modify_to.store(IV_QPS_RTR, Ordering::SeqCst);
+    let modifies = |r: &Rig| r.dev.stats().commands_posted;
+    let before = modifies(&b);
+    let wa = b.issue(
+        1,
+        IOCTL_IV_CM_ACCEPT,
+        &IvCmAcceptIn {
+            cep: req.cep,
+            qp: qb.qp,
+            starting_psn: 1,
+            ..IvCmAcceptIn::default()
+        },
+        1,
+    );
+    assert_eq!(modifies(&b) - before, 3, "INIT, RTR and RTS posted at once");
+    b.settle();
+    assert_eq!(
+        outcome(&wa).map(|o| o.0),
+        Some(STATUS_INSUFFICIENT_RESOURCES),
+        "the RTR's status, not the RTS's"
+    );
+    assert_eq!(
+        b.hca.qp_states.lock().unwrap().get(&qb.qpn).copied(),
+        Some(IV_QPS_INIT),
+        "the HCA left the QP in INIT"
+    );
+    // Not busy: the QP takes a modify (back to RESET) and a destroy.
+    let reset = IvModifyQpIn {
+        qp: qb.qp,
+        attr_mask: IV_QP_STATE,
+        attr: IvQpAttr {
+            qp_state: IV_QPS_RESET,
+            ..IvQpAttr::default()
+        },
+        ..IvModifyQpIn::default()
+    };
+    assert_eq!(b.call::<_, ()>(1, IOCTL_IV_MODIFY_QP, &reset), Ok(()));
+    // The requester hears a REJ: its connect fails.
+    assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
+    a.settle();
+    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
+        Ok(())
+    );
 }
 
 #[test]
