@@ -28,7 +28,7 @@ fn main() {
             "one thread, simulated wire (no faults)",
             cm_connect_rate_one_thread,
         ),
-        ("two threads, loopback wire", cm_connect_rate),
+        ("two hosts, a thread each, cable", cm_connect_rate),
     ];
     let only = std::env::var("IRPVERBS_BENCH_CM").ok();
     for (i, (name, run)) in runs.into_iter().enumerate() {

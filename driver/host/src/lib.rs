@@ -27,6 +27,7 @@ pub mod bench;
 pub mod demo;
 pub mod device;
 pub mod loopwire;
+pub mod pairwire;
 pub mod pcap;
 pub mod perf;
 pub mod platform;
