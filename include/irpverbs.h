@@ -2323,7 +2323,9 @@ typedef struct IvCmConnectIn {
    */
   uint64_t service_id;
   /**
-   * This port's GID (port 1, GID index 0).
+   * This port's GID: entry `sgid_index` of port 1's GID table (the
+   * source GID `IOCTL_IV_RESOLVE_ADDR` found). The CM's messages and
+   * the connection's packets leave from it.
    */
   uint8_t local_gid[16];
   /**
@@ -2380,9 +2382,10 @@ typedef struct IvCmConnectIn {
    */
   uint8_t private_data_len;
   /**
-   * Zero.
+   * `local_gid`'s index in port 1's GID table (0: the port's first
+   * address).
    */
-  uint8_t reserved;
+  uint8_t sgid_index;
   /**
    * The REQ's private data.
    */

@@ -434,7 +434,7 @@ IV_STATIC_ASSERT(offsetof(IvCmConnectIn, rnr_retry_count) == 67, "offsetof(IvCmC
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, min_rnr_timer) == 68, "offsetof(IvCmConnectIn, min_rnr_timer)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, flags) == 69, "offsetof(IvCmConnectIn, flags)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data_len) == 70, "offsetof(IvCmConnectIn, private_data_len)");
-IV_STATIC_ASSERT(offsetof(IvCmConnectIn, reserved) == 71, "offsetof(IvCmConnectIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, sgid_index) == 71, "offsetof(IvCmConnectIn, sgid_index)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data) == 72, "offsetof(IvCmConnectIn, private_data)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, reserved2) == 164, "offsetof(IvCmConnectIn, reserved2)");
 

@@ -1319,7 +1319,9 @@ pub struct IvCmConnectIn {
     pub qp: IvHandle,
     /// The remote listener's service ID.
     pub service_id: u64,
-    /// This port's GID (port 1, GID index 0).
+    /// This port's GID: entry `sgid_index` of port 1's GID table (the
+    /// source GID `IOCTL_IV_RESOLVE_ADDR` found). The CM's messages and
+    /// the connection's packets leave from it.
     pub local_gid: [u8; 16],
     /// The remote port's GID.
     pub remote_gid: [u8; 16],
@@ -1348,8 +1350,9 @@ pub struct IvCmConnectIn {
     /// Bytes of `private_data` to send (at most `IV_CM_REQ_PDATA`; the
     /// REQ carries them zero-padded).
     pub private_data_len: u8,
-    /// Zero.
-    pub reserved: u8,
+    /// `local_gid`'s index in port 1's GID table (0: the port's first
+    /// address).
+    pub sgid_index: u8,
     /// The REQ's private data.
     pub private_data: [u8; 92],
     /// Zero.
@@ -1373,7 +1376,7 @@ abi_layout!(IvCmConnectIn {
     min_rnr_timer,
     flags,
     private_data_len,
-    reserved,
+    sgid_index,
     private_data,
     reserved2
 });

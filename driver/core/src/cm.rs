@@ -1056,6 +1056,41 @@ impl<P: Platform, H: Hca> Device<P, H> {
         Ok(())
     }
 
+    /// The GID table entry a `CM_CONNECT` names was read: the connect goes
+    /// on (its QP to INIT) if it is the request's local GID, and fails
+    /// with `STATUS_INVALID_ADDRESS` otherwise (no such entry, or another
+    /// address), its CEP still idle.
+    pub(crate) fn cm_gid_checked(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        (id, want): (irpverbs_cm::CepId, [u8; 16]),
+        status: NtStatus,
+        out: &crate::CommandOut,
+        request: Option<P::Request>,
+    ) -> Option<Done<P::Request>> {
+        let r = request?;
+        let Some(p) = s.cm_ops.get(&id) else {
+            // The CEP was destroyed meanwhile.
+            return Some((r, STATUS_CANCELLED, Response::None));
+        };
+        let found = nt_success(status) && matches!(out, crate::CommandOut::Gid(g) if *g == want);
+        let started = match p.connect {
+            Some(c) if found => {
+                let (qp, m) = (p.qp, c.init_attr());
+                self.cm_modify(s, file, qp, m, id, Phase::Init, r)
+            }
+            _ => Err((r, STATUS_INVALID_ADDRESS)),
+        };
+        match started {
+            Ok(()) => None,
+            Err((r, st)) => {
+                s.cm_ops.remove(&id);
+                Some((r, st, Response::None))
+            }
+        }
+    }
+
     /// A QP modify of a multi-phase request completed: the next phase.
     pub(crate) fn cm_step_done(
         &self,
@@ -1276,7 +1311,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     || i.rnr_retry_count > 7
                     || i.min_rnr_timer > 31
                     || flags & !(IV_CM_FLOW_CONTROL | IV_CM_SRQ | IV_CM_PEER_TO_PEER) != 0
-                    || i.reserved != 0
                     || i.reserved2 != 0
                 {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
@@ -1284,7 +1318,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Some(pd) = pd.map(<[u8]>::to_vec) else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 };
-                let dest = gsi_dest(i.remote_gid);
+                // The REQ, and later the QP's packets, leave from the
+                // local GID's entry.
+                let dest = MadAddr {
+                    sgid_index: i.sgid_index,
+                    ..gsi_dest(i.remote_gid)
+                };
                 let mut c = ConnectParams {
                     dest,
                     service_id: i.service_id,
@@ -1322,7 +1361,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         ..parked(CmKind::Connect, qp)
                     }),
                 );
-                self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+                if i.sgid_index != 0 {
+                    // Another of the port's addresses: its GID table entry
+                    // is read first ([`Device::cm_gid_checked`]).
+                    let cmd = crate::Command::QueryGid {
+                        port: 1,
+                        index: u32::from(i.sgid_index),
+                    };
+                    let op = crate::device::Op::CmCheckGid {
+                        cep: id,
+                        gid: i.local_gid,
+                    };
+                    self.post(s, file, Some(request), op, cmd);
+                    Ok(())
+                } else {
+                    self.cm_modify(s, file, qp, m, id, Phase::Init, request)
+                }
             }
             CmIn::CmAccept(i) => {
                 let flags = u32::from(i.flags);

@@ -147,6 +147,12 @@ pub(crate) enum Op {
     /// An address resolution walking the ports' GID tables
     /// (`crate::resolve`).
     Resolve(alloc::boxed::Box<crate::resolve::Resolve>),
+    /// A `CM_CONNECT` from a GID index other than 0: the entry is read to
+    /// check it is the request's local GID before the QP moves.
+    CmCheckGid {
+        cep: irpverbs_cm::CepId,
+        gid: [u8; 16],
+    },
 }
 
 pub(crate) struct Pending<R> {
@@ -1175,6 +1181,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             return done;
         }
+        if let Op::CmCheckGid { cep, gid } = p.op {
+            return self.cm_gid_checked(s, p.file, (cep, gid), status, &out, p.request);
+        }
         if let Op::Resolve(r) = p.op {
             let done = match r.step(status, out) {
                 crate::resolve::Step::Next(r, cmd) => {
@@ -1276,8 +1285,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 crate::qp::finish_modify_qp(s, file, qp, next, ok);
                 (status, Response::None)
             }
-            // `handle_event` walks these (`crate::resolve`).
-            Op::Resolve(_) => (STATUS_INVALID_DEVICE_STATE, Response::None),
+            // `handle_event` walks these (`crate::resolve`, `crate::cm`).
+            Op::Resolve(_) | Op::CmCheckGid { .. } => (STATUS_INVALID_DEVICE_STATE, Response::None),
         }
     }
 
@@ -1332,6 +1341,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         if let Some(f) = s.files.get_mut(&p.file) {
                             f.objects.get_mut(qp).busy = false;
                         }
+                        s.cm_ops.remove(&cep);
+                        STATUS_DEVICE_REMOVED
+                    }
+                    Op::CmCheckGid { cep, .. } => {
                         s.cm_ops.remove(&cep);
                         STATUS_DEVICE_REMOVED
                     }

@@ -204,10 +204,6 @@ fn bad_cm_input_is_refused_and_changes_nothing() {
             ..good
         },
         IvCmConnectIn {
-            reserved: 1,
-            ..good
-        },
-        IvCmConnectIn {
             reserved2: 1,
             ..good
         },
@@ -233,6 +229,20 @@ fn bad_cm_input_is_refused_and_changes_nothing() {
         );
         assert_eq!(qp_state(&a), IV_QPS_RESET);
     }
+    // A source GID index the port does not have: no such address. The
+    // QP stays in RESET and the CEP idle (it connects below).
+    assert_eq!(
+        status(
+            &ca,
+            IOCTL_IV_CM_CONNECT,
+            &IvCmConnectIn {
+                sgid_index: 7,
+                ..good
+            }
+        ),
+        STATUS_INVALID_ADDRESS
+    );
+    assert_eq!(qp_state(&a), IV_QPS_RESET);
     // Other requests on the idle CEP: bad input first, then state.
     let mut rej = IvCmRejectIn {
         cep: c,

@@ -20,6 +20,7 @@ use irpverbs_verbs::rdma_cm::{
     CmEvent, CmId, ConnParam, IpCmHeader, PortSpace, gid_ip, ip_gid, resolve,
 };
 use irpverbs_verbs::{Client, SendWr};
+use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
 use common::End;
@@ -194,6 +195,7 @@ fn connect_move_data_disconnect(
     client: &Client,
     listen_on: IpAddr,
     to: IpAddr,
+    src: Option<IpAddr>,
 ) -> SocketAddr {
     let (a, b) = (
         End::with(client, 1 << 16, 64, None),
@@ -205,9 +207,7 @@ fn connect_move_data_disconnect(
         .unwrap();
     listener.listen().unwrap();
     let mut active = CmId::new(client, PortSpace::Tcp).unwrap();
-    active
-        .resolve_addr(None, SocketAddr::new(to, 7471))
-        .unwrap();
+    active.resolve_addr(src, SocketAddr::new(to, 7471)).unwrap();
     assert_eq!(
         active.connect(a.qp.handle(), &ConnParam::default()),
         Err(STATUS_INVALID_DEVICE_STATE),
@@ -238,6 +238,11 @@ fn connect_move_data_disconnect(
         assert_eq!(t.join().unwrap(), Ok(()));
         conn
     });
+    // The connection's packets leave from the route's source GID.
+    assert_eq!(
+        a.qp.query().unwrap().attr.ah_attr.sgid_index,
+        active.route().unwrap().sgid_index
+    );
     assert!(active.private_data().starts_with(b"and from the server\0"));
     assert_eq!(active.private_data().len(), 196);
     assert_eq!(active.remote_qpn(), b.qp.qpn());
@@ -296,11 +301,58 @@ fn connect_by_address_over_the_loopback_wire_ipv4_and_ipv6() {
         wire.attach(db.soft()).unwrap();
         let (ca, cb) = (open(&da), open(&db));
         // Bound to the address, then to any.
-        let peer = connect_move_data_disconnect(&cb, &ca, ip(sb), ip(sb));
+        let peer = connect_move_data_disconnect(&cb, &ca, ip(sb), ip(sb), None);
         assert_eq!(peer.ip(), ip(sa));
         assert!(peer.port() >= 49152, "an ephemeral port: {peer}");
-        let peer = connect_move_data_disconnect(&cb, &ca, ip(wildcard), ip(sb));
+        let peer = connect_move_data_disconnect(&cb, &ca, ip(wildcard), ip(sb), None);
         assert_eq!(peer.ip(), ip(sa));
+        drop((ca, cb));
+        finish(&[&da, &db]);
+        drop(wire);
+    }
+}
+
+/// A client with two addresses connects from its second (an alias, GID
+/// index 1): the REQ, the IP CM header and the connection's packets all
+/// leave from the alias, which the server sees as the peer.
+#[test]
+fn connect_from_an_alias_address_leaves_from_the_alias() {
+    for (sa, alias, sb) in [
+        ("10.0.0.1", "10.0.0.11", "10.0.0.2"),
+        ("fd00::1", "fd00::11", "fd00::2"),
+    ] {
+        let wire = LoopWire::start();
+        let (da, db) = (device(sa, &[alias], 1, None), device(sb, &[], 2, None));
+        wire.attach(da.soft()).unwrap();
+        wire.attach(db.soft()).unwrap();
+        let (ca, cb) = (open(&da), open(&db));
+        let peer = connect_move_data_disconnect(&cb, &ca, ip(sb), ip(sb), Some(ip(alias)));
+        assert_eq!(peer.ip(), ip(alias));
+        // The alias's index with another address as the local GID: not
+        // this entry's address, refused before the QP moves.
+        let e = End::with(&ca, 4096, 4, None);
+        let (st, out) = ca.raw(
+            IOCTL_IV_CREATE_CEP,
+            IvCreateCepIn::default().as_bytes(),
+            size_of::<IvCreateCepOut>(),
+        );
+        assert_eq!(st, STATUS_SUCCESS);
+        let cep = IvCreateCepOut::read_from_bytes(&out).unwrap().cep;
+        let wrong = IvCmConnectIn {
+            cep,
+            qp: e.qp.handle(),
+            service_id: PortSpace::Tcp.service_id(7471),
+            local_gid: ip_gid(ip(sa)),
+            sgid_index: 1,
+            remote_gid: ip_gid(ip(sb)),
+            ..IvCmConnectIn::default()
+        };
+        assert_eq!(
+            ca.raw(IOCTL_IV_CM_CONNECT, wrong.as_bytes(), 0).0,
+            STATUS_INVALID_ADDRESS
+        );
+        assert_eq!(e.qp.query().unwrap().attr.qp_state, IV_QPS_RESET);
+        drop(e);
         drop((ca, cb));
         finish(&[&da, &db]);
         drop(wire);
@@ -332,7 +384,7 @@ fn connect_by_address_over_udp_on_127_0_0_1() {
         panic!("no UDP port free on both 127.0.0.1 and 127.0.0.2");
     };
     let (ca, cb) = (open(&da), open(&db));
-    let peer = connect_move_data_disconnect(&cb, &ca, ip("127.0.0.2"), ip("127.0.0.2"));
+    let peer = connect_move_data_disconnect(&cb, &ca, ip("127.0.0.2"), ip("127.0.0.2"), None);
     assert_eq!(peer.ip(), ip("127.0.0.1"));
     assert!(
         da.udp_stats().unwrap().sent > 0,

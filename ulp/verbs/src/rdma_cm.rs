@@ -491,6 +491,7 @@ impl<'c> CmId<'c> {
             qp,
             service_id: self.ps.service_id(peer.port()),
             local_gid: route.sgid,
+            sgid_index: route.sgid_index,
             remote_gid: route.dgid,
             starting_psn: param.psn(qp),
             cm_response_timeout: param.cm_response_timeout,
