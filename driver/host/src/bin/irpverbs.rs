@@ -126,7 +126,12 @@ enum Cmd {
         tx_depth: u32,
         /// Work requests per post_send call, one doorbell per list
         /// (bandwidth; perftest's --post_list).
-        #[arg(short = 'l', long = "post_list", visible_alias = "post-list", default_value_t = 1)]
+        #[arg(
+            short = 'l',
+            long = "post_list",
+            visible_alias = "post-list",
+            default_value_t = 1
+        )]
         post_list: u32,
         /// Path MTU in bytes (256 to 4096). Default 4096 in one process;
         /// between hosts, the largest that fits the IP path MTU.
