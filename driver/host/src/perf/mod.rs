@@ -234,7 +234,11 @@ struct Side<'c> {
 impl<'c> Side<'c> {
     fn new(c: &'c Client, cfg: &PerfConfig, bytes: usize) -> Result<Self, String> {
         let pd = ok("alloc_pd", c.alloc_pd())?.pd;
-        let buf = vec![0u8; bytes.max(64)];
+        // Written, as perftest writes its buffers before registering them:
+        // a zeroed allocation the process never wrote is the kernel's one
+        // shared zero page, which would make every read of it a cache hit.
+        // (Not 1: the first byte a WRITE ping-pong waits for.)
+        let buf = vec![0xA5u8; bytes.max(64)];
         let mr = ok(
             "reg_mr",
             c.reg_mr(pd, buf.as_ptr() as u64, buf.len() as u64, IV_ACCESS_ALL),
