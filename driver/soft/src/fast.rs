@@ -147,12 +147,15 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             dest.tx.comm_est = true;
             dps.raise(AsyncEvent::CommEstablished(dest_qpn));
         }
-        // The payload, from the slot (inline) or the gather list.
-        let src = if wqe.flags & IV_SEND_INLINE != 0 {
-            let ring = &qp.sq.0;
-            Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
-        } else {
-            Src::Sges(qp.tx.req.sges(index))
+        // The payload, from the slot (inline) or the gather list, where it
+        // is not one copy.
+        let src = || {
+            if wqe.flags & IV_SEND_INLINE != 0 {
+                let ring = &qp.sq.0;
+                Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
+            } else {
+                Src::Sges(qp.tx.req.sges(index))
+            }
         };
         let len = step.length;
         if wqe.opcode == IV_WR_SEND {
@@ -169,7 +172,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             } else {
                 let sges = &recv.sges[..recv.nsge];
                 let dpdn = dest.pdn;
-                let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
+                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
                     let mut done = 0;
                     for_each_piece(
                         mrs,
@@ -206,7 +209,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             let _ = Region::copy(dst, doff, src, soff, len as usize);
         } else if len > 0 {
             if let Some((region, base)) = step.write {
-                let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
+                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
                     s.copy(region, base + start, 0, n)
                 });
             }
