@@ -1026,6 +1026,10 @@ fn bw_post(
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(list as usize);
     let mut posted = vec![0u64; nq];
     let mut done = vec![0u64; nq];
+    // Per QP, advanced by each WR without a division (perftest steps its
+    // addresses the same way): the next of `sges`, the next offset in the
+    // peer's buffer, and the WRs left until the next signaled one.
+    let mut cursor = vec![(0usize, 0u64, cq_mod); nq];
     let per_qp = iters.div_ceil(nq as u64);
     let start = Instant::now();
     let mut last = start;
@@ -1042,12 +1046,27 @@ fn bw_post(
                 }
                 wrs.clear();
                 for k in posted[q]..posted[q] + n {
-                    let signaled = (k + 1) % cq_mod == 0 || k + 1 == per_qp;
-                    let mut wr = send_wr(cfg, me, op, size, &sges[(k % slots) as usize], peer);
+                    let (slot, off, until) = &mut cursor[q];
+                    *until -= 1;
+                    let signaled = *until == 0 || k + 1 == per_qp;
+                    if *until == 0 {
+                        *until = cq_mod;
+                    }
+                    let mut wr = send_wr(cfg, me, op, size, &sges[*slot], peer);
                     wr.wr_id = (q as u64) << 48 | k;
                     wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
-                    wr.remote_addr = peer.addr + (k * size) % peer.len.max(1);
+                    wr.remote_addr = peer.addr + *off;
                     wrs.push(wr);
+                    *slot = if *slot + 1 == sges.len() {
+                        0
+                    } else {
+                        *slot + 1
+                    };
+                    *off = if *off + 2 * size > peer.len {
+                        0
+                    } else {
+                        *off + size
+                    };
                 }
                 if n == 1 {
                     qp.post_send(&wrs[0])
