@@ -314,15 +314,11 @@ impl QpRings {
         db: &dyn Doorbells,
         wrs: &[SendWr<'_>],
     ) -> Result<(), (usize, PostError)> {
-        let mut result = Ok(());
-        let mut posted = 0;
-        for wr in wrs {
-            if let Err(e) = self.sq.post(wr) {
-                result = Err((posted, e));
-                break;
-            }
-            posted += 1;
-        }
+        let result = self.sq.post_list(wrs);
+        let posted = match result {
+            Ok(()) => wrs.len(),
+            Err((i, _)) => i,
+        };
         if posted > 0 {
             db.sq(self.sq_bell);
         }

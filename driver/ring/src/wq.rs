@@ -126,6 +126,44 @@ impl SendQueue {
     /// # Errors
     /// [`PostError`]; nothing was posted.
     pub fn post(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.post_list(core::slice::from_ref(wr))
+            .map_err(|(_, e)| e)
+    }
+
+    /// Writes `wrs` in order at the producer slots and publishes them
+    /// together (one hold of the queue's lock, one producer index store).
+    /// The caller then rings the doorbell once.
+    ///
+    /// # Errors
+    /// The index of the first work request not posted and why; the ones
+    /// before it were posted.
+    pub fn post_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        self.lock.with(|| {
+            let p = self.ring.producer();
+            let start = p.producer.load(Ordering::Relaxed);
+            let free = p.free();
+            let mut n = 0u32;
+            let mut result = Ok(());
+            for wr in wrs {
+                if n == free {
+                    result = Err((n as usize, PostError::Full));
+                    break;
+                }
+                if let Err(e) = self.write(start.wrapping_add(n), wr) {
+                    result = Err((n as usize, e));
+                    break;
+                }
+                n += 1;
+            }
+            if n > 0 {
+                p.publish(start.wrapping_add(n));
+            }
+            result
+        })
+    }
+
+    /// Checks `wr` and writes it into the (free) slot `index`.
+    fn write(&self, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
         if wr.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
             || wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
                 != 0
@@ -160,21 +198,15 @@ impl SendQueue {
             remote_qkey,
             reserved: 0,
         };
-        self.lock.with(|| {
-            let p = self.ring.producer();
-            let index = p.next_free().ok_or(PostError::Full)?;
-            let at = self.ring.slot_offset(index);
-            let region = self.ring.region();
-            let body = at + IV_SEND_WQE_HEADER;
-            match wr.inline {
-                Some(d) => region.write(body, d),
-                None => region.write(body, wr.sges.as_bytes()),
-            }
-            .and_then(|()| region.write_obj(at, &header))
-            .map_err(|OutOfBounds| PostError::Invalid)?;
-            p.publish(index.wrapping_add(1));
-            Ok(())
-        })
+        let at = self.ring.slot_offset(index);
+        let region = self.ring.region();
+        let body = at + IV_SEND_WQE_HEADER;
+        match wr.inline {
+            Some(d) => region.write(body, d),
+            None => region.write(body, wr.sges.as_bytes()),
+        }
+        .and_then(|()| region.write_obj(at, &header))
+        .map_err(|OutOfBounds| PostError::Invalid)
     }
 }
 
@@ -530,6 +562,38 @@ mod tests {
             length: 8,
             lkey: 0x101,
         }
+    }
+
+    #[test]
+    fn post_list_publishes_what_it_wrote_and_stops_at_the_first_refusal() {
+        let ring = Ring::alloc(4, send_stride(1, 0)).unwrap();
+        let sq = SendQueue::new(ring.clone(), 1, 0);
+        let sges = [sge(0x1000)];
+        let wr = |wr_id| SendWr {
+            wr_id,
+            sges: &sges,
+            ..Default::default()
+        };
+        let bad = SendWr {
+            opcode: 0xEE,
+            ..wr(99)
+        };
+        // A bad one in the middle: the one before it is posted.
+        assert_eq!(
+            sq.post_list(&[wr(1), bad, wr(2)]),
+            Err((1, PostError::Invalid))
+        );
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 1);
+        // Three free slots: the fourth of four is refused.
+        assert_eq!(
+            sq.post_list(&[wr(2), wr(3), wr(4), wr(5)]),
+            Err((3, PostError::Full))
+        );
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
+        let ids = [0, 1, 2, 3].map(|i| read_send_wqe(&ring, i, 1, 0).unwrap().header.wr_id);
+        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(sq.post(&wr(6)), Err(PostError::Full));
+        assert_eq!(sq.post_list(&[]), Ok(()));
     }
 
     #[test]

@@ -21,8 +21,9 @@
 use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_ACCESS_REMOTE_WRITE, IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED,
-    IV_SEND_WQE_HEADER, IV_WC_OP_RECV, IV_WC_SUCCESS, IV_WR_RDMA_WRITE, IV_WR_SEND, IvCqe, IvSge,
+    IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_WRITE, IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED,
+    IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WC_OP_RECV, IV_WC_SUCCESS, IV_WR_RDMA_WRITE,
+    IV_WR_SEND, IvCqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
@@ -101,6 +102,10 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
     let mrs: &Table<Mr> = &*env.mrs;
     let cqs = env.cqs;
     let dps = env.dp;
+    // Keys resolved in this run: the MRs cannot change while it holds the
+    // firmware, so a key that named a live MR still does.
+    let mut local = KeyCache::new(mrs);
+    let mut remote = KeyCache::new(mrs);
     loop {
         let req = &qp.tx.req;
         if req.next == pi {
@@ -111,7 +116,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         if posted > entries || req.next.wrapping_sub(req.ci) > posted || sent >= REQUESTER_BUDGET {
             break;
         }
-        let Some(step) = check(qp, dest, mrs, cqs) else {
+        let Some(step) = check(qp, dest, &mut local, &mut remote, cqs) else {
             break;
         };
         // Committed: nothing below fails.
@@ -142,12 +147,15 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             dest.tx.comm_est = true;
             dps.raise(AsyncEvent::CommEstablished(dest_qpn));
         }
-        // The payload, from the slot (inline) or the gather list.
-        let src = if wqe.flags & IV_SEND_INLINE != 0 {
-            let ring = &qp.sq.0;
-            Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
-        } else {
-            Src::Sges(qp.tx.req.sges(index))
+        // The payload, from the slot (inline) or the gather list, where it
+        // is not one copy.
+        let src = || {
+            if wqe.flags & IV_SEND_INLINE != 0 {
+                let ring = &qp.sq.0;
+                Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
+            } else {
+                Src::Sges(qp.tx.req.sges(index))
+            }
         };
         let len = step.length;
         if wqe.opcode == IV_WR_SEND {
@@ -158,24 +166,29 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
                 ring.consumer().release(resp.rq_ci);
             }
             let recv = &resp.recv;
-            let sges = &recv.sges[..recv.nsge];
-            let dpdn = dest.pdn;
-            let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
-                let mut done = 0;
-                for_each_piece(
-                    mrs,
-                    dpdn,
-                    sges,
-                    start as u64,
-                    n as u64,
-                    true,
-                    |mr, doff, k| {
-                        s.copy(mr.region(), doff, done, k)?;
-                        done += k;
-                        Ok(())
-                    },
-                )
-            });
+            if let Some((dst, doff, src, soff)) = step.one_copy {
+                // One SGE each side, both checked: one copy.
+                let _ = Region::copy(dst, doff, src, soff, len as usize);
+            } else {
+                let sges = &recv.sges[..recv.nsge];
+                let dpdn = dest.pdn;
+                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
+                    let mut done = 0;
+                    for_each_piece(
+                        mrs,
+                        dpdn,
+                        sges,
+                        start as u64,
+                        n as u64,
+                        true,
+                        |mr, doff, k| {
+                            s.copy(mr.region(), doff, done, k)?;
+                            done += k;
+                            Ok(())
+                        },
+                    )
+                });
+            }
             let cqe = IvCqe {
                 wr_id: recv.wr_id,
                 status: IV_WC_SUCCESS,
@@ -192,14 +205,13 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
                 &cqe,
                 wqe.flags & IV_SEND_SOLICITED != 0,
             );
+        } else if let Some((dst, doff, src, soff)) = step.one_copy {
+            let _ = Region::copy(dst, doff, src, soff, len as usize);
         } else if len > 0 {
-            if let Some((mr, base)) = step.write {
-                let region = mr_region(mrs, mr);
-                if let Some(region) = region {
-                    let _ = copy(mrs, qp.pdn, &src, len, |start, n, s| {
-                        s.copy(region, base + start, 0, n)
-                    });
-                }
+            if let Some((region, base)) = step.write {
+                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
+                    s.copy(region, base + start, 0, n)
+                });
             }
         }
         let resp = &mut dest.tx.resp;
@@ -227,17 +239,63 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
 }
 
 /// What a checked WQE needs to execute.
-struct Step {
+struct Step<'m> {
     /// Message length.
     length: u32,
-    /// WRITE: the target MR's key and region offset.
-    write: Option<(u32, usize)>,
+    /// WRITE: the target MR's region and offset.
+    write: Option<(&'m Region, usize)>,
+    /// The whole message is one copy (one SGE on each side, checked):
+    /// destination region and offset, source region and offset.
+    one_copy: Option<(&'m Region, usize, &'m Region, usize)>,
+}
+
+/// The last key looked up in the MR table, and the MR it named (see
+/// [`mr_by_key`]).
+struct KeyCache<'m> {
+    mrs: &'m Table<Mr>,
+    last: Option<(u32, &'m Mr)>,
+}
+
+impl<'m> KeyCache<'m> {
+    fn new(mrs: &'m Table<Mr>) -> Self {
+        Self { mrs, last: None }
+    }
+
+    /// [`mr_by_key`].
+    fn get(&mut self, key: u32) -> Option<&'m Mr> {
+        if let Some((k, mr)) = self.last
+            && k == key
+        {
+            return Some(mr);
+        }
+        let mr = mr_by_key(self.mrs, key)?;
+        self.last = Some((key, mr));
+        Some(mr)
+    }
+
+    /// The region and offset of a local SGE, checked as
+    /// [`crate::dma`]'s `local_sge` checks it.
+    fn local(&mut self, pdn: u32, sge: &IvSge, write: bool) -> Option<(&'m Region, usize)> {
+        let mr = self.get(sge.lkey)?;
+        if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
+            return None;
+        }
+        let off = mr.offset_of(sge.addr, u64::from(sge.length))?;
+        Some((&**mr.region(), off))
+    }
 }
 
 /// Reads and checks the next WQE of `qp` (into its shadow) and what it
 /// needs at `dest`, changing nothing else; `None` when the general path
 /// must take it.
-fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option<Step> {
+fn check<'m>(
+    qp: &mut Qp,
+    dest: &mut Qp,
+    local: &mut KeyCache<'m>,
+    remote: &mut KeyCache<'m>,
+    cqs: &Table<Cq>,
+) -> Option<Step<'m>> {
+    let mrs = local.mrs;
     let index = qp.tx.req.next;
     let req = &mut qp.tx.req;
     let k = req.slot_index(index);
@@ -260,8 +318,13 @@ fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option
         return None;
     }
     let inline = wqe.flags & IV_SEND_INLINE != 0;
+    // One SGE: checked here, and the source of a one-copy message.
+    let mut src = None;
     let length = if inline {
         u64::from(wqe.inline_len)
+    } else if nsge == 1 && shadow[0].length != 0 {
+        src = Some(local.local(qp.pdn, &shadow[0], false)?);
+        u64::from(shadow[0].length)
     } else {
         check_sges(mrs, qp.pdn, &shadow[..nsge], false).ok()?
     };
@@ -287,16 +350,26 @@ fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option
         resp.recv.wr_id = wr_id;
         resp.recv.nsge = rn;
         resp.recv.offset = 0;
-        for_each_piece(
-            mrs,
-            dest.pdn,
-            &resp.recv.sges[..rn],
-            0,
-            u64::from(length),
-            true,
-            |_, _, _| Ok(()),
-        )
-        .ok()?;
+        let mut one_copy = None;
+        let rsge = &resp.recv.sges[..rn];
+        if let (Some((sr, so)), [r]) = (src, rsge)
+            && length <= r.length
+        {
+            // The bytes land in the first SGE, checked as a whole.
+            let (dr, doff) = remote.local(dest.pdn, r, true)?;
+            one_copy = Some((dr, doff, sr, so));
+        } else {
+            for_each_piece(
+                mrs,
+                dest.pdn,
+                rsge,
+                0,
+                u64::from(length),
+                true,
+                |_, _, _| Ok(()),
+            )
+            .ok()?;
+        }
         let cq = cqs.get(dest.recv_cqn).ok()?;
         if cq.error || cq.used() >= cq.cqe {
             return None;
@@ -304,6 +377,7 @@ fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option
         Some(Step {
             length,
             write: None,
+            one_copy,
         })
     } else {
         if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
@@ -313,23 +387,21 @@ fn check(qp: &mut Qp, dest: &mut Qp, mrs: &Table<Mr>, cqs: &Table<Cq>) -> Option
             return Some(Step {
                 length,
                 write: None,
+                one_copy: None,
             });
         }
-        let mr = mr_by_key(mrs, wqe.rkey)?;
+        let mr = remote.get(wqe.rkey)?;
         if mr.pdn != dest.pdn || mr.access & IV_ACCESS_REMOTE_WRITE == 0 {
             return None;
         }
         let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
+        let region = &**mr.region();
         Some(Step {
             length,
-            write: Some((wqe.rkey, off)),
+            write: Some((region, off)),
+            one_copy: src.map(|(sr, so)| (region, off, sr, so)),
         })
     }
-}
-
-/// The region of the MR `key` names (checked again by [`check`]).
-fn mr_region(mrs: &Table<Mr>, key: u32) -> Option<&Region> {
-    mr_by_key(mrs, key).map(|mr| &**mr.region())
 }
 
 /// Where a message's bytes are.

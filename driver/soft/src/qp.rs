@@ -11,7 +11,8 @@
 //! requires or allows is the driver's check (the IBTA tables), not repeated
 //! here.
 
-use alloc::collections::BTreeMap;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
 use irpverbs_abi::{
     IV_ACCESS_ALL, IV_MIG_ARMED, IV_MIG_MIGRATED, IV_MIG_REARM, IV_QP_ACCESS_FLAGS, IV_QP_ALT_PATH,
@@ -163,10 +164,12 @@ pub(crate) struct QpInit {
     pub(crate) cap: IvQpCap,
 }
 
-/// QPs by number.
+/// QPs by number: a vector sorted by QPN (a binary search finds one; the
+/// data path looks up two per doorbell), each QP boxed so that inserting
+/// or removing moves only the (number, pointer) entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QpTable {
-    map: BTreeMap<u32, Qp>,
+    qps: Vec<(u32, Box<Qp>)>,
     /// The next number to try.
     pub(crate) next: u32,
     max: u32,
@@ -176,7 +179,7 @@ impl QpTable {
     /// An empty table of at most `max` QPs (`max` <= 0xFF_FFFE).
     pub(crate) const fn new(max: u32) -> Self {
         Self {
-            map: BTreeMap::new(),
+            qps: Vec::new(),
             next: FIRST_QPN,
             max,
         }
@@ -184,7 +187,12 @@ impl QpTable {
 
     /// Live QPs.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.qps.len()
+    }
+
+    /// The position of QP `qpn`, or where it would go.
+    fn find(&self, qpn: u32) -> Result<usize, usize> {
+        self.qps.binary_search_by_key(&qpn, |(n, _)| *n)
     }
 
     /// QP `qpn`.
@@ -192,7 +200,10 @@ impl QpTable {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn get(&self, qpn: u32) -> Result<&Qp, NtStatus> {
-        self.map.get(&qpn).ok_or(STATUS_INVALID_HANDLE)
+        match self.find(qpn) {
+            Ok(i) => Ok(&self.qps[i].1),
+            Err(_) => Err(STATUS_INVALID_HANDLE),
+        }
     }
 
     /// QP `qpn`, mutably.
@@ -200,47 +211,51 @@ impl QpTable {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn get_mut(&mut self, qpn: u32) -> Result<&mut Qp, NtStatus> {
-        self.map.get_mut(&qpn).ok_or(STATUS_INVALID_HANDLE)
+        match self.find(qpn) {
+            Ok(i) => Ok(&mut self.qps[i].1),
+            Err(_) => Err(STATUS_INVALID_HANDLE),
+        }
     }
 
     /// QPs `a` and `b` (two different ones), both mutably.
     pub(crate) fn pair_mut(&mut self, a: u32, b: u32) -> Option<(&mut Qp, &mut Qp)> {
-        if a == b {
+        let (i, j) = (self.find(a).ok()?, self.find(b).ok()?);
+        if i == j {
             return None;
         }
-        let (lo, hi) = (a.min(b), a.max(b));
-        let mut it = self.map.range_mut(lo..=hi);
-        let (klo, vlo) = it.next()?;
-        let (khi, vhi) = it.next_back()?;
-        if *klo != lo || *khi != hi {
-            return None;
-        }
-        Some(if a < b { (vlo, vhi) } else { (vhi, vlo) })
+        let (lo, hi) = (i.min(j), i.max(j));
+        let (head, tail) = self.qps.split_at_mut(hi);
+        let (vlo, vhi) = (&mut *head[lo].1, &mut *tail[0].1);
+        Some(if i < j { (vlo, vhi) } else { (vhi, vlo) })
     }
 
     /// Stores `qp` under the next free number.
     ///
     /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES` when `max` QPs exist.
+    /// `STATUS_INSUFFICIENT_RESOURCES` when `max` QPs exist or memory
+    /// runs out.
     pub(crate) fn insert(&mut self, qp: Qp) -> Result<u32, NtStatus> {
-        if self.map.len() >= self.max as usize {
+        if self.qps.len() >= self.max as usize {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        self.qps
+            .try_reserve(1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         // Fewer than max <= 0xFF_FFFE QPs exist, so a free number exists and
         // this ends within one trip round the number space.
         loop {
             let qpn = self.next;
             self.next = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
-            if let alloc::collections::btree_map::Entry::Vacant(e) = self.map.entry(qpn) {
-                e.insert(qp);
+            if let Err(at) = self.find(qpn) {
+                self.qps.insert(at, (qpn, Box::new(qp)));
                 return Ok(qpn);
             }
         }
     }
 
-    /// Every QP, mutably.
+    /// Every QP, mutably, by number.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Qp)> {
-        self.map.iter_mut().map(|(k, v)| (*k, v))
+        self.qps.iter_mut().map(|(k, v)| (*k, &mut **v))
     }
 
     /// Removes QP `qpn`.
@@ -248,7 +263,8 @@ impl QpTable {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn remove(&mut self, qpn: u32) -> Result<Qp, NtStatus> {
-        self.map.remove(&qpn).ok_or(STATUS_INVALID_HANDLE)
+        let i = self.find(qpn).map_err(|_| STATUS_INVALID_HANDLE)?;
+        Ok(*self.qps.remove(i).1)
     }
 }
 

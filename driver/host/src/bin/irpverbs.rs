@@ -124,6 +124,15 @@ enum Cmd {
         /// Operations in flight (bandwidth).
         #[arg(short = 't', long, default_value_t = 128)]
         tx_depth: u32,
+        /// Work requests per post_send call, one doorbell per list
+        /// (bandwidth; perftest's --post_list).
+        #[arg(
+            short = 'l',
+            long = "post_list",
+            visible_alias = "post-list",
+            default_value_t = 1
+        )]
+        post_list: u32,
         /// Path MTU in bytes (256 to 4096). Default 4096 in one process;
         /// between hosts, the largest that fits the IP path MTU.
         #[arg(short = 'm', long)]
@@ -175,6 +184,7 @@ fn main() -> std::process::ExitCode {
             inline_size,
             events,
             tx_depth,
+            post_list,
             mtu,
             verifier,
             one_thread,
@@ -197,7 +207,7 @@ fn main() -> std::process::ExitCode {
             qps,
             inline_size,
             events,
-            tx_depth,
+            (tx_depth, post_list),
             mtu,
             verifier,
             one_thread,
@@ -260,7 +270,7 @@ fn perf(
     qps: u32,
     inline: u32,
     events: bool,
-    tx_depth: u32,
+    (tx_depth, post_list): (u32, u32),
     mtu: Option<u32>,
     verifier: bool,
     one_thread: bool,
@@ -291,13 +301,14 @@ fn perf(
         4096 => irpverbs_abi::IV_MTU_4096,
         m => return Err(format!("MTU {m}: one of 256, 512, 1024, 2048, 4096")),
     };
-    if qps == 0 || tx_depth == 0 {
-        return Err("qps and tx depth must be at least 1".into());
+    if qps == 0 || tx_depth == 0 || post_list == 0 {
+        return Err("qps, tx depth and post list must be at least 1".into());
     }
     cfg.qps = qps;
     cfg.inline = inline;
     cfg.events = events;
     cfg.tx_depth = tx_depth;
+    cfg.post_list = post_list;
     cfg.engine = engine;
     cfg.doorbells = doorbells;
     cfg.verifier = verifier;

@@ -116,6 +116,10 @@ pub struct PerfConfig {
     pub tx_depth: u32,
     /// Signal every `cq_mod`-th operation (bandwidth).
     pub cq_mod: u32,
+    /// Work requests per `post_send` call (bandwidth; perftest's
+    /// `--post_list`): lists of this many are posted with one doorbell,
+    /// each when there is room for all of it in the `tx_depth` window.
+    pub post_list: u32,
     /// Path MTU (`IV_MTU_*`).
     pub mtu: u32,
     /// Where the soft HCA's firmware runs.
@@ -145,6 +149,7 @@ impl PerfConfig {
             events: false,
             tx_depth: 128,
             cq_mod: 32,
+            post_list: 1,
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
             doorbells: UserDoorbells::Direct,
@@ -229,7 +234,11 @@ struct Side<'c> {
 impl<'c> Side<'c> {
     fn new(c: &'c Client, cfg: &PerfConfig, bytes: usize) -> Result<Self, String> {
         let pd = ok("alloc_pd", c.alloc_pd())?.pd;
-        let buf = vec![0u8; bytes.max(64)];
+        // Written, as perftest writes its buffers before registering them:
+        // a zeroed allocation the process never wrote is the kernel's one
+        // shared zero page, which would make every read of it a cache hit.
+        // (Not 1: the first byte a WRITE ping-pong waits for.)
+        let buf = vec![0xA5u8; bytes.max(64)];
         let mr = ok(
             "reg_mr",
             c.reg_mr(pd, buf.as_ptr() as u64, buf.len() as u64, IV_ACCESS_ALL),
@@ -992,8 +1001,9 @@ fn bw_opcode(test: Test) -> u8 {
 }
 
 /// The posting side of a bandwidth test (perftest's client): keeps
-/// `tx_depth` operations in flight on each QP, signals every `cq_mod`-th,
-/// until `iters` are done; `between` runs after each poll of the send CQ
+/// `tx_depth` operations in flight on each QP, posted `post_list` at a
+/// time (one doorbell per list), signals every `cq_mod`-th, until `iters`
+/// are done; `between` runs after each poll of the send CQ
 /// (in process, the server's receive refill).
 fn bw_post(
     cfg: &PerfConfig,
@@ -1012,8 +1022,14 @@ fn bw_post(
     let sges: Vec<[IvSge; 1]> = (0..slots)
         .map(|k| [me.sge((k * size) % me.buf.len() as u64, size)])
         .collect();
+    let list = u64::from(cfg.post_list).clamp(1, depth.max(1));
+    let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(list as usize);
     let mut posted = vec![0u64; nq];
     let mut done = vec![0u64; nq];
+    // Per QP, advanced by each WR without a division (perftest steps its
+    // addresses the same way): the next of `sges`, the next offset in the
+    // peer's buffer, and the WRs left until the next signaled one.
+    let mut cursor = vec![(0usize, 0u64, cq_mod); nq];
     let per_qp = iters.div_ceil(nq as u64);
     let start = Instant::now();
     let mut last = start;
@@ -1023,15 +1039,43 @@ fn bw_post(
         let mut all = true;
         for q in 0..nq {
             let qp = &me.qps[q];
-            while posted[q] < per_qp && posted[q] - done[q] < depth {
-                let k = posted[q];
-                let signaled = (k + 1) % cq_mod == 0 || k + 1 == per_qp;
-                let mut wr = send_wr(cfg, me, op, size, &sges[(k % slots) as usize], peer);
-                wr.wr_id = (q as u64) << 48 | k;
-                wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
-                wr.remote_addr = peer.addr + (k * size) % peer.len.max(1);
-                qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
-                posted[q] += 1;
+            loop {
+                let n = list.min(per_qp - posted[q]);
+                if n == 0 || posted[q] - done[q] + n > depth {
+                    break;
+                }
+                wrs.clear();
+                for k in posted[q]..posted[q] + n {
+                    let (slot, off, until) = &mut cursor[q];
+                    *until -= 1;
+                    let signaled = *until == 0 || k + 1 == per_qp;
+                    if *until == 0 {
+                        *until = cq_mod;
+                    }
+                    let mut wr = send_wr(cfg, me, op, size, &sges[*slot], peer);
+                    wr.wr_id = (q as u64) << 48 | k;
+                    wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
+                    wr.remote_addr = peer.addr + *off;
+                    wrs.push(wr);
+                    *slot = if *slot + 1 == sges.len() {
+                        0
+                    } else {
+                        *slot + 1
+                    };
+                    *off = if *off + 2 * size > peer.len {
+                        0
+                    } else {
+                        *off + size
+                    };
+                }
+                if n == 1 {
+                    qp.post_send(&wrs[0])
+                        .map_err(|e| format!("post_send: {e:?}"))?;
+                } else {
+                    qp.post_send_list(&wrs)
+                        .map_err(|(i, e)| format!("post_send (list entry {i}): {e:?}"))?;
+                }
+                posted[q] += n;
             }
             all &= done[q] >= per_qp;
         }
@@ -1116,12 +1160,13 @@ fn format_header(cfg: &PerfConfig) -> String {
     let _ = writeln!(
         s,
         "---------------------------------------------------------------------------------------\n \
-         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
+         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | post list {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
          ---------------------------------------------------------------------------------------",
         cfg.test.name(),
         cfg.qps,
         128u32 << cfg.mtu,
         cfg.tx_depth,
+        cfg.post_list,
         cfg.inline,
         if cfg.events { "events" } else { "polling" },
         cfg.engine,
