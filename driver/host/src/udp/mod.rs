@@ -87,6 +87,26 @@ mod portable;
 #[cfg(not(target_os = "linux"))]
 use portable as sys;
 
+/// `d` as sent from UDP source port `port`: its header facts with that
+/// port, and a copy of its bytes with the ICRC computed again for it
+/// (`None` when the datagram is too short to carry one, or the ICRC cannot
+/// be computed: it is counted as failed).
+fn reseal<'a>(d: &Datagram<'a>, port: u16) -> (Datagram<'a>, Option<Vec<u8>>) {
+    let moved = Datagram {
+        src_port: port,
+        ..*d
+    };
+    let Some(body_len) = d.payload.len().checked_sub(4) else {
+        return (moved, None);
+    };
+    let Ok(crc) = irpverbs_soft::wire::icrc(&moved.ip(), &d.payload[..body_len]) else {
+        return (moved, None);
+    };
+    let mut bytes = d.payload.to_vec();
+    bytes[body_len..].copy_from_slice(&crc.to_le_bytes());
+    (moved, Some(bytes))
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -485,8 +505,27 @@ impl UdpLink {
             } else if let Some(s) = self.source(src) {
                 sys::send_run(&s, self.v6, src, &mut it, &mut report);
             } else {
+                // The source port could not be bound (another socket has
+                // it): the run leaves from the listening socket. The ICRC
+                // covers the UDP source port, so each datagram is sealed
+                // again for that port, or the receiver would drop it.
+                let mut run = Vec::new();
+                while let Some(d) = it.next_if(|d| d.src_port == src) {
+                    run.push(reseal(&d, self.port));
+                }
                 let before = report.sent + report.dropped + report.failed;
-                sys::send_run(&self.sock, self.v6, src, &mut it, &mut report);
+                let mut resealed = run
+                    .iter()
+                    .filter_map(|(d, bytes)| {
+                        let bytes = bytes.as_ref()?;
+                        Some(Datagram {
+                            payload: bytes,
+                            ..*d
+                        })
+                    })
+                    .peekable();
+                sys::send_run(&self.sock, self.v6, self.port, &mut resealed, &mut report);
+                report.failed += run.iter().filter(|(_, b)| b.is_none()).count() as u64;
                 add(
                     &self.counters.port_fallbacks,
                     report.sent + report.dropped + report.failed - before,

@@ -326,3 +326,39 @@ fn a_taken_address_is_refused_and_dropping_a_wire_joins_its_threads() {
     // The threads held the endpoint: joined, they released it.
     assert_eq!(Arc::strong_count(&ra), 1);
 }
+
+/// A datagram sent from the listening socket because its source port could
+/// not be bound is sealed again: same bytes but the ICRC, which is the one
+/// of the new source port (the receiver checks it over the UDP header), and
+/// it differs from the old one; one too short for an ICRC is refused.
+#[test]
+fn a_resealed_datagram_carries_the_icrc_of_its_new_source_port() {
+    let to = SocketAddr::new(v4(2), 4791);
+    // A BTH (SEND ONLY) and 8 bytes of payload, then the ICRC.
+    let mut bytes = vec![0x04, 0, 0xFF, 0xFF, 0, 0, 0, 2, 0x80, 0, 0, 1];
+    bytes.extend_from_slice(b"8 bytes!");
+    let body_len = bytes.len();
+    let old = datagram(v4(1), to, 0xC123, &[]);
+    let crc = irpverbs_soft::wire::icrc(&old.ip(), &bytes).unwrap();
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let d = Datagram {
+        payload: &bytes,
+        ..old
+    };
+    let (moved, resealed) = reseal(&d, 4791);
+    let resealed = resealed.expect("resealed");
+    assert_eq!(moved.src_port, 4791);
+    assert_eq!(
+        &resealed[..body_len],
+        &bytes[..body_len],
+        "the body is kept"
+    );
+    let new_crc = irpverbs_soft::wire::icrc(&moved.ip(), &bytes[..body_len]).unwrap();
+    assert_eq!(resealed[body_len..], new_crc.to_le_bytes());
+    assert_ne!(new_crc, crc, "the source port is under the ICRC");
+    let short = Datagram {
+        payload: &bytes[..3],
+        ..old
+    };
+    assert_eq!(reseal(&short, 4791).1, None);
+}
