@@ -1,13 +1,14 @@
 //! `cargo bench -p irpverbs-host --bench cm`: RC connections established
 //! per second through the whole driver in host mode (two host devices;
 //! `CM_CONNECT` and `CM_ACCEPT` requests, many in flight): on one thread
-//! over the simulated wire (the path's CPU cost), and with the loopback
-//! wire's delivery thread. Prints figures; it asserts nothing about speed.
+//! over the simulated wire (the path's CPU cost, both sides), and as two
+//! hosts with a thread each on a cable (the pair's rate). Prints figures;
+//! it asserts nothing about speed.
 //!
 //! `IRPVERBS_BENCH_CONNECTIONS` (default 20,000) and
 //! `IRPVERBS_BENCH_WINDOW` (default 1,000 and 100) set the sizes;
 //! `IRPVERBS_BENCH_CM=one` (or `two`) runs only the one-thread (or the
-//! two-thread) form.
+//! two-host) form.
 
 use irpverbs_host::bench::{cm_connect_rate, cm_connect_rate_one_thread};
 
