@@ -166,20 +166,29 @@ pub(crate) struct QpInit {
 
 /// QPs by number: a vector sorted by QPN (a binary search finds one; the
 /// data path looks up two per doorbell), each QP boxed so that inserting
-/// or removing moves only the (number, pointer) entries.
+/// moves only the (number, pointer) entries. A removed QP leaves its entry
+/// empty until empty entries are half the vector, which is then compacted:
+/// removal costs no shift of the later entries (O(1) amortized, where a
+/// shift was O(n) per destroy with many QPs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QpTable {
-    qps: Vec<(u32, Box<Qp>)>,
+    qps: Vec<(u32, Option<Box<Qp>>)>,
+    /// Empty entries in `qps`.
+    dead: usize,
     /// The next number to try.
     pub(crate) next: u32,
     max: u32,
 }
+
+/// Empty entries a [`QpTable`] keeps at least before compacting.
+const QP_TABLE_SLACK: usize = 64;
 
 impl QpTable {
     /// An empty table of at most `max` QPs (`max` <= 0xFF_FFFE).
     pub(crate) const fn new(max: u32) -> Self {
         Self {
             qps: Vec::new(),
+            dead: 0,
             next: FIRST_QPN,
             max,
         }
@@ -187,12 +196,18 @@ impl QpTable {
 
     /// Live QPs.
     pub(crate) fn len(&self) -> usize {
-        self.qps.len()
+        self.qps.len() - self.dead
     }
 
-    /// The position of QP `qpn`, or where it would go.
+    /// The position of QP `qpn`'s entry (live or empty), or where it would
+    /// go.
     fn find(&self, qpn: u32) -> Result<usize, usize> {
         self.qps.binary_search_by_key(&qpn, |(n, _)| *n)
+    }
+
+    /// The position of live QP `qpn`.
+    fn find_live(&self, qpn: u32) -> Option<usize> {
+        self.find(qpn).ok().filter(|&i| self.qps[i].1.is_some())
     }
 
     /// QP `qpn`.
@@ -201,7 +216,7 @@ impl QpTable {
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn get(&self, qpn: u32) -> Result<&Qp, NtStatus> {
         match self.find(qpn) {
-            Ok(i) => Ok(&self.qps[i].1),
+            Ok(i) => self.qps[i].1.as_deref().ok_or(STATUS_INVALID_HANDLE),
             Err(_) => Err(STATUS_INVALID_HANDLE),
         }
     }
@@ -212,20 +227,20 @@ impl QpTable {
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn get_mut(&mut self, qpn: u32) -> Result<&mut Qp, NtStatus> {
         match self.find(qpn) {
-            Ok(i) => Ok(&mut self.qps[i].1),
+            Ok(i) => self.qps[i].1.as_deref_mut().ok_or(STATUS_INVALID_HANDLE),
             Err(_) => Err(STATUS_INVALID_HANDLE),
         }
     }
 
     /// QPs `a` and `b` (two different ones), both mutably.
     pub(crate) fn pair_mut(&mut self, a: u32, b: u32) -> Option<(&mut Qp, &mut Qp)> {
-        let (i, j) = (self.find(a).ok()?, self.find(b).ok()?);
+        let (i, j) = (self.find_live(a)?, self.find_live(b)?);
         if i == j {
             return None;
         }
         let (lo, hi) = (i.min(j), i.max(j));
         let (head, tail) = self.qps.split_at_mut(hi);
-        let (vlo, vhi) = (&mut *head[lo].1, &mut *tail[0].1);
+        let (vlo, vhi) = (head[lo].1.as_deref_mut()?, tail[0].1.as_deref_mut()?);
         Some(if i < j { (vlo, vhi) } else { (vhi, vlo) })
     }
 
@@ -235,7 +250,7 @@ impl QpTable {
     /// `STATUS_INSUFFICIENT_RESOURCES` when `max` QPs exist or memory
     /// runs out.
     pub(crate) fn insert(&mut self, qp: Qp) -> Result<u32, NtStatus> {
-        if self.qps.len() >= self.max as usize {
+        if self.len() >= self.max as usize {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
         self.qps
@@ -246,16 +261,26 @@ impl QpTable {
         loop {
             let qpn = self.next;
             self.next = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
-            if let Err(at) = self.find(qpn) {
-                self.qps.insert(at, (qpn, Box::new(qp)));
-                return Ok(qpn);
+            match self.find(qpn) {
+                Err(at) => {
+                    self.qps.insert(at, (qpn, Some(Box::new(qp))));
+                    return Ok(qpn);
+                }
+                Ok(i) if self.qps[i].1.is_none() => {
+                    self.qps[i].1 = Some(Box::new(qp));
+                    self.dead -= 1;
+                    return Ok(qpn);
+                }
+                Ok(_) => {}
             }
         }
     }
 
     /// Every QP, mutably, by number.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Qp)> {
-        self.qps.iter_mut().map(|(k, v)| (*k, &mut **v))
+        self.qps
+            .iter_mut()
+            .filter_map(|(k, v)| Some((*k, &mut **v.as_mut()?)))
     }
 
     /// Removes QP `qpn`.
@@ -263,8 +288,20 @@ impl QpTable {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn remove(&mut self, qpn: u32) -> Result<Qp, NtStatus> {
-        let i = self.find(qpn).map_err(|_| STATUS_INVALID_HANDLE)?;
-        Ok(*self.qps.remove(i).1)
+        let i = self.find_live(qpn).ok_or(STATUS_INVALID_HANDLE)?;
+        let qp = self.qps[i].1.take().ok_or(STATUS_INVALID_HANDLE)?;
+        self.dead += 1;
+        if self.dead > QP_TABLE_SLACK && self.dead * 2 > self.qps.len() {
+            self.qps.retain(|(_, q)| q.is_some());
+            self.dead = 0;
+        }
+        Ok(*qp)
+    }
+
+    /// Entries the vector holds, live and empty (tests: compaction).
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.qps.len()
     }
 }
 
@@ -1237,6 +1274,47 @@ mod tests {
         let next = d.qp(pdn, cqn, None);
         assert!(next != second && next != kept && next > FIRST_QPN);
         assert_eq!(next, kept + 1, "skips {second} and {kept}, in use");
+    }
+
+    /// Destroying QPs empties their entries (no shift of the others): a
+    /// destroyed number is gone, the rest stay found, its number can be
+    /// taken again on the next trip round the space, the limit counts live
+    /// QPs only, and the empty entries are compacted away when they are
+    /// half of the table.
+    #[test]
+    fn destroyed_qps_leave_empty_entries_that_are_compacted() {
+        let d = Dev::with(|c| c.max_qp = 300);
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let qpns: Vec<u32> = (0..300).map(|_| d.qp(pdn, cqn, None)).collect();
+        for &q in qpns.iter().step_by(2) {
+            d.ok(Command::DestroyQp { qpn: q });
+        }
+        let (len, entries) = d.hca.with_firmware(|fw| (fw.qps.len(), fw.qps.entries()));
+        assert_eq!((len, entries), (150, 300), "150 empty entries kept");
+        for (i, &q) in qpns.iter().enumerate() {
+            let found = d.exec(Command::QueryQp { qpn: q }).0 == irpverbs_abi::STATUS_SUCCESS;
+            assert_eq!(found, i % 2 == 1, "QP {q}");
+        }
+        // Room again below the limit; a destroyed number is taken again once
+        // the numbers wrap round.
+        d.hca.with_firmware(|fw| fw.qps.next = qpns[0]);
+        assert_eq!(d.qp(pdn, cqn, None), qpns[0], "an empty entry reused");
+        let entries = d.hca.with_firmware(|fw| fw.qps.entries());
+        assert_eq!(entries, 300);
+        // Destroying most of the rest compacts the table.
+        for &q in qpns.iter().skip(1).step_by(2).take(100) {
+            d.ok(Command::DestroyQp { qpn: q });
+        }
+        let (len, entries) = d.hca.with_firmware(|fw| (fw.qps.len(), fw.qps.entries()));
+        assert_eq!(len, 51);
+        assert!(entries < 300, "compacted: {entries} entries");
+        for &q in qpns.iter().skip(201).step_by(2) {
+            assert_eq!(
+                d.exec(Command::QueryQp { qpn: q }).0,
+                irpverbs_abi::STATUS_SUCCESS
+            );
+        }
     }
 
     #[test]
