@@ -686,6 +686,23 @@ impl CmSide {
     }
 }
 
+/// Ends a connection benchmark: closes both sides' files (their
+/// connections are abandoned as the CM's state asks), runs `unplug` (the
+/// wire's last deliveries, then its removal), and unloads both devices
+/// once idle.
+///
+/// # Errors
+/// A device that did not go idle.
+fn finish_pair(a: CmSide, b: CmSide, unplug: impl FnOnce()) -> Result<(), String> {
+    drop((a.file, b.file));
+    unplug();
+    for d in [&a.dev, &b.dev] {
+        d.quiesce(Duration::from_secs(30))?;
+        d.unload();
+    }
+    Ok(())
+}
+
 /// The service the connection benchmarks listen on.
 const BENCH_SERVICE: u64 = 0x0000_0000_0106_4D2A;
 
@@ -850,12 +867,7 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
     let elapsed = start.get().map_or(Duration::ZERO, Instant::elapsed);
     connected?;
     accepted?;
-    drop((a.file, b.file));
-    drop(wire);
-    for d in [&a.dev, &b.dev] {
-        d.quiesce(Duration::from_secs(30))?;
-        d.unload();
-    }
+    finish_pair(a, b, || drop(wire))?;
     Ok(CmRate {
         connections,
         window: window as u64,
@@ -1118,13 +1130,10 @@ pub fn cm_connect_one_thread(
     if failures > 0 {
         return Err(format!("{failures} connects or accepts failed"));
     }
-    drop((a.file, b.file));
-    net.run(net.now());
-    drop(net);
-    for d in [&a.dev, &b.dev] {
-        d.quiesce(Duration::from_secs(30))?;
-        d.unload();
-    }
+    finish_pair(a, b, || {
+        net.run(net.now());
+        drop(net);
+    })?;
     Ok(CmRate {
         connections,
         window: window as u64,
