@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_verbs::speed::wc_status_name;
-use irpverbs_verbs::{Client, Cq, PostError, Qp, SendWr, Srq, Wc, rts_steps};
+use irpverbs_verbs::{Client, Cq, PostError, Qp, RecvWr, SendWr, Srq, Wc, rts_steps};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::Dut;
@@ -1398,10 +1398,22 @@ pub(crate) fn dp_srq_receive_and_limit_event(d: &dyn Dut) -> Result<(), String> 
         e.connect(a, b.qpn(), conn)?;
         e.connect(b, a.qpn(), conn)?;
     }
-    for i in 0..5u64 {
+    // Two one at a time, three as one list (one doorbell).
+    for i in 0..2u64 {
         srq.post_recv(i, &[rb.sge(i * 100, 100)])
             .map_err(|e| format!("post_srq_recv: {e:?}"))?;
     }
+    let sges: Vec<[IvSge; 1]> = (2..5u64).map(|i| [rb.sge(i * 100, 100)]).collect();
+    let list: Vec<RecvWr<'_>> = (2..5u64)
+        .zip(&sges)
+        .map(|(wr_id, sges)| RecvWr { wr_id, sges })
+        .collect();
+    srq.post_recv_list(&list)
+        .map_err(|e| format!("post_srq_recv list: {e:?}"))?;
+    check!(
+        b1.post_recv_list(&list) == Err((0, PostError::Invalid)),
+        "a receive list posted to a QP on an SRQ"
+    );
     // Armed at 3 with 5 posted: the event when fewer than 3 are left.
     ok("arm the SRQ limit", srq.modify(IV_SRQ_LIMIT, 0, 3))?;
     let (qa, qb) = ([&a1, &a2, &a1], [&b1, &b2, &b1]);

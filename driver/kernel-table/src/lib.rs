@@ -32,6 +32,6 @@ pub mod kernel;
 pub mod speed;
 
 pub use speed::{
-    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, SendWr,
-    SrqRings,
+    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,
+    SendWr, SrqRings,
 };

@@ -21,7 +21,7 @@ use irpverbs_abi::{
 use irpverbs_ring::wq::{CompletionQueue, RecvQueue, SendQueue};
 use irpverbs_ring::{DoorbellPage, Ring};
 
-pub use irpverbs_ring::{Corrupt, PostError, SendWr};
+pub use irpverbs_ring::{Corrupt, PostError, RecvWr, SendWr};
 
 /// One queue doorbell (a QP's send or receive queue, an SRQ, a CQ's arm),
 /// named both ways a ULP can ring it: the queue's number, for the HCA's
@@ -343,6 +343,26 @@ impl QpRings {
         db.rq(self.rq_bell);
         Ok(())
     }
+
+    /// `post_recv` with a chain: writes `wrs` in order, publishes them
+    /// together and rings the receive doorbell once (when any was posted).
+    ///
+    /// # Errors
+    /// The index of the first work request not posted and why
+    /// ([`PostError::Invalid`] at 0 for a QP that uses an SRQ); the ones
+    /// before it were posted (and the doorbell rung for them).
+    pub fn post_recv_list(
+        &self,
+        db: &dyn Doorbells,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), (usize, PostError)> {
+        let rq = self.rq.as_ref().ok_or((0, PostError::Invalid))?;
+        let result = rq.post_list(wrs);
+        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 {
+            db.rq(self.rq_bell);
+        }
+        result
+    }
 }
 
 /// The speed-path view of an SRQ.
@@ -416,6 +436,24 @@ impl SrqRings {
         self.rq.post(wr_id, sges)?;
         db.srq(self.bell);
         Ok(())
+    }
+
+    /// `post_srq_recv` with a chain: writes `wrs` in order, publishes them
+    /// together and rings the SRQ's doorbell once (when any was posted).
+    ///
+    /// # Errors
+    /// The index of the first work request not posted and why; the ones
+    /// before it were posted.
+    pub fn post_recv_list(
+        &self,
+        db: &dyn Doorbells,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), (usize, PostError)> {
+        let result = self.rq.post_list(wrs);
+        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 {
+            db.srq(self.bell);
+        }
+        result
     }
 }
 

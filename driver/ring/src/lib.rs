@@ -24,4 +24,4 @@ pub mod wq;
 pub use doorbell::DoorbellPage;
 pub use region::{OutOfBounds, Region};
 pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring};
-pub use wq::{CompletionQueue, PostError, RecvQueue, SendQueue, SendWr};
+pub use wq::{CompletionQueue, PostError, RecvQueue, RecvWr, SendQueue, SendWr};

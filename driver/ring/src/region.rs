@@ -217,6 +217,21 @@ impl Region {
         Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
     }
 
+    /// The `u32` at `offset` as an atomic, without the checks of
+    /// [`Region::atomic_u32`] (for the ring's control words, checked once
+    /// when the ring was built).
+    ///
+    /// # Safety
+    /// `offset + 4` is at most the region's length, and the address at
+    /// `offset` is 4-byte aligned.
+    pub(crate) unsafe fn atomic_u32_unchecked(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset + 4 <= self.len && (self.addr() as usize + offset) % 4 == 0);
+        // SAFETY: in bounds and aligned (the caller's contract); valid for
+        // the region's lifetime, which bounds the reference; all concurrent
+        // accesses to index words are atomic (the ring protocol).
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast::<u32>()) }
+    }
+
     /// The aligned `u64` at `offset` as an atomic (for RDMA atomics).
     ///
     /// # Errors

@@ -246,29 +246,68 @@ impl RecvQueue {
     /// doorbell.
     ///
     /// # Errors
-    /// [`PostError::Full`], [`PostError::TooManySge`].
+    /// [`PostError::Full`], [`PostError::TooManySge`]; nothing was posted.
     pub fn post(&self, wr_id: u64, sges: &[IvSge]) -> Result<(), PostError> {
-        if sges.len() > self.max_sge as usize {
-            return Err(PostError::TooManySge);
-        }
-        let header = IvRecvWqe {
-            wr_id,
-            num_sge: sges.len() as u32,
-            reserved: 0,
-        };
+        self.post_list(&[RecvWr { wr_id, sges }])
+            .map_err(|(_, e)| e)
+    }
+
+    /// Writes `wrs` in order at the producer slots and publishes them
+    /// together (one hold of the queue's lock, one producer index store):
+    /// `ibv_post_recv` with a chain. The caller then rings the doorbell
+    /// once.
+    ///
+    /// # Errors
+    /// The index of the first work request not posted and why
+    /// ([`PostError::Full`], [`PostError::TooManySge`]); the ones before it
+    /// were posted.
+    pub fn post_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         self.lock.with(|| {
             let p = self.ring.producer();
-            let index = p.next_free().ok_or(PostError::Full)?;
-            let at = self.ring.slot_offset(index);
+            let start = p.producer.load(Ordering::Relaxed);
+            let free = p.free();
             let region = self.ring.region();
-            region
-                .write(at + IV_RECV_WQE_HEADER, sges.as_bytes())
-                .and_then(|()| region.write_obj(at, &header))
-                .map_err(|OutOfBounds| PostError::Invalid)?;
-            p.publish(index.wrapping_add(1));
-            Ok(())
+            let mut n = 0u32;
+            let mut result = Ok(());
+            for wr in wrs {
+                if n == free {
+                    result = Err((n as usize, PostError::Full));
+                    break;
+                }
+                if wr.sges.len() > self.max_sge as usize {
+                    result = Err((n as usize, PostError::TooManySge));
+                    break;
+                }
+                let header = IvRecvWqe {
+                    wr_id: wr.wr_id,
+                    num_sge: wr.sges.len() as u32,
+                    reserved: 0,
+                };
+                let at = self.ring.slot_offset(start.wrapping_add(n));
+                let written = region
+                    .write(at + IV_RECV_WQE_HEADER, wr.sges.as_bytes())
+                    .and_then(|()| region.write_obj(at, &header));
+                if written.is_err() {
+                    result = Err((n as usize, PostError::Invalid));
+                    break;
+                }
+                n += 1;
+            }
+            if n > 0 {
+                p.publish(start.wrapping_add(n));
+            }
+            result
         })
     }
+}
+
+/// A receive work request, as `post_recv` takes it in a list.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: &'a [IvSge],
 }
 
 /// The ULP's side of a completion queue.
@@ -594,6 +633,40 @@ mod tests {
         assert_eq!(ids, [1, 2, 3, 4]);
         assert_eq!(sq.post(&wr(6)), Err(PostError::Full));
         assert_eq!(sq.post_list(&[]), Ok(()));
+    }
+
+    #[test]
+    fn recv_post_list_publishes_what_it_wrote_and_stops_at_the_first_refusal() {
+        let ring = Ring::alloc(4, recv_stride(1)).unwrap();
+        let rq = RecvQueue::new(ring.clone(), 1);
+        let one = [sge(0x1000)];
+        let two = [sge(0x1000), sge(0x2000)];
+        let wr = |wr_id| RecvWr { wr_id, sges: &one };
+        // Too many SGEs in the middle: the one before it is posted.
+        assert_eq!(
+            rq.post_list(&[
+                wr(1),
+                RecvWr {
+                    wr_id: 99,
+                    sges: &two
+                },
+                wr(2)
+            ]),
+            Err((1, PostError::TooManySge))
+        );
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 1);
+        // Three free slots: the fourth of four is refused.
+        assert_eq!(
+            rq.post_list(&[wr(2), wr(3), wr(4), wr(5)]),
+            Err((3, PostError::Full))
+        );
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
+        let ids = [0, 1, 2, 3].map(|i| read_recv_wqe(&ring, i, 1).unwrap().wr_id);
+        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(read_recv_wqe(&ring, 2, 1).unwrap().sges[0], one[0]);
+        assert_eq!(rq.post(6, &one), Err(PostError::Full));
+        assert_eq!(rq.post_list(&[]), Ok(()));
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
     }
 
     #[test]

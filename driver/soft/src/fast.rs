@@ -53,7 +53,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
     }
     let gid = dp.gid;
     let (qps, env) = fw.split();
-    let Ok(qp) = qps.get(qpn) else {
+    let Some((qp, dest)) = qps.with_dest_mut(qpn) else {
         return false;
     };
     let tx = &qp.tx;
@@ -71,9 +71,6 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         return false;
     }
     let dest_qpn = tx.path.dest_qpn;
-    let Some((qp, dest)) = qps.pair_mut(qpn, dest_qpn) else {
-        return false;
-    };
     let dtx = &dest.tx;
     let resp = &dtx.resp;
     if dest.qp_type != IV_QPT_RC

@@ -232,9 +232,18 @@ impl QpTable {
         }
     }
 
-    /// QPs `a` and `b` (two different ones), both mutably.
-    pub(crate) fn pair_mut(&mut self, a: u32, b: u32) -> Option<(&mut Qp, &mut Qp)> {
-        let (i, j) = (self.find_live(a)?, self.find_live(b)?);
+    /// QP `a` and the QP its path names (`tx.path.dest_qpn`: a loopback
+    /// RC QP's peer), both mutably, in two lookups; `None` when either is
+    /// missing or the QP names itself.
+    pub(crate) fn with_dest_mut(&mut self, a: u32) -> Option<(&mut Qp, &mut Qp)> {
+        let i = self.find_live(a)?;
+        let b = self.qps[i].1.as_deref()?.tx.path.dest_qpn;
+        let j = self.find_live(b)?;
+        self.pair_at(i, j)
+    }
+
+    /// The live entries at `i` and `j` (two different ones), both mutably.
+    fn pair_at(&mut self, i: usize, j: usize) -> Option<(&mut Qp, &mut Qp)> {
         if i == j {
             return None;
         }
@@ -1315,6 +1324,41 @@ mod tests {
                 irpverbs_abi::STATUS_SUCCESS
             );
         }
+    }
+
+    /// The fast path's lookup of a QP and the QP its path names: both, in
+    /// either table order; nothing for a missing or destroyed peer, or a
+    /// QP that names itself.
+    #[test]
+    fn with_dest_mut_finds_the_qp_and_its_peer() {
+        let d = Dev::with(|_| {});
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let (a, b, c) = (
+            d.qp(pdn, cqn, None),
+            d.qp(pdn, cqn, None),
+            d.qp(pdn, cqn, None),
+        );
+        d.hca.with_firmware(|fw| {
+            let name = |fw: &mut Firmware, q: u32, dest: u32| {
+                fw.qps.get_mut(q).unwrap().tx.path.dest_qpn = dest;
+            };
+            name(fw, a, c);
+            name(fw, c, a);
+            let (x, y) = fw.qps.with_dest_mut(a).expect("a and c");
+            assert_eq!((x.tx.path.dest_qpn, y.tx.path.dest_qpn), (c, a));
+            let (x, y) = fw.qps.with_dest_mut(c).expect("c and a");
+            assert_eq!((x.tx.path.dest_qpn, y.tx.path.dest_qpn), (a, c));
+            name(fw, b, b);
+            assert!(fw.qps.with_dest_mut(b).is_none(), "names itself");
+            name(fw, b, 0xAB_CDEF);
+            assert!(fw.qps.with_dest_mut(b).is_none(), "no such peer");
+            assert!(fw.qps.with_dest_mut(0xAB_CDEE).is_none(), "no such QP");
+        });
+        d.ok(Command::DestroyQp { qpn: c });
+        d.hca.with_firmware(|fw| {
+            assert!(fw.qps.with_dest_mut(a).is_none(), "peer destroyed");
+        });
     }
 
     #[test]

@@ -35,8 +35,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 pub use objects::{Cq, Qp, Srq};
 pub use speed::{
-    AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, SendWr, SpeedPath,
-    SrqRings, Wc,
+    AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr, SendWr,
+    SpeedPath, SrqRings, Wc,
 };
 
 /// Carries one IOCTL to the driver and waits for its completion.

@@ -17,7 +17,7 @@
 
 use irpverbs_abi::*;
 
-use crate::speed::{CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};
+use crate::speed::{CqRings, Doorbells, PostError, QpRings, RecvWr, SendWr, SrqRings};
 use crate::{Client, IoctlResult, Kind, call, call_none, rts_steps};
 
 const PRESENT: &str = "a live speed-path object holds its ring views";
@@ -367,6 +367,16 @@ impl<'c> Qp<'c> {
         self.rings().post_recv(self.bells, wr_id, sges)
     }
 
+    /// `post_recv` with a chain: posts `wrs` in order with one doorbell.
+    /// Callable at IRQL <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// The index of the first one not posted, and why; those before it
+    /// were posted.
+    pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        self.rings().post_recv_list(self.bells, wrs)
+    }
+
     /// `IOCTL_IV_MODIFY_QP`.
     ///
     /// # Errors
@@ -470,6 +480,16 @@ impl Srq<'_> {
     /// [`PostError`]; nothing was posted.
     pub fn post_recv(&self, wr_id: u64, sges: &[IvSge]) -> Result<(), PostError> {
         self.rings().post_recv(self.bells, wr_id, sges)
+    }
+
+    /// `post_srq_recv` with a chain: posts `wrs` in order with one
+    /// doorbell. Callable at IRQL <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// The index of the first one not posted, and why; those before it
+    /// were posted.
+    pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        self.rings().post_recv_list(self.bells, wrs)
     }
 
     /// `IOCTL_IV_MODIFY_SRQ`.

@@ -15,8 +15,8 @@ use irpverbs_abi::*;
 use crate::IoctlTransport;
 
 pub use irpverbs_kernel_table::speed::{
-    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, SendWr,
-    SrqRings,
+    AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,
+    SendWr, SrqRings,
 };
 
 /// An open of the device whose rings the speed path may use: an IOCTL

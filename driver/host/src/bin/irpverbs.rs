@@ -133,6 +133,24 @@ enum Cmd {
             default_value_t = 1
         )]
         post_list: u32,
+        /// Signal every cq_mod-th send (bandwidth, and the SEND and WRITE
+        /// ping-pongs; perftest's -Q / --cq-mod).
+        #[arg(
+            short = 'Q',
+            long = "cq-mod",
+            visible_alias = "cq_mod",
+            default_value_t = 32
+        )]
+        cq_mod: u32,
+        /// Receive work requests per post_recv call, one doorbell per list
+        /// (SEND bandwidth, the receiving side; perftest's
+        /// --recv_post_list).
+        #[arg(
+            long = "recv_post_list",
+            visible_alias = "recv-post-list",
+            default_value_t = 1
+        )]
+        recv_post_list: u32,
         /// Path MTU in bytes (256 to 4096). Default 4096 in one process;
         /// between hosts, the largest that fits the IP path MTU.
         #[arg(short = 'm', long)]
@@ -185,6 +203,8 @@ fn main() -> std::process::ExitCode {
             events,
             tx_depth,
             post_list,
+            recv_post_list,
+            cq_mod,
             mtu,
             verifier,
             one_thread,
@@ -207,7 +227,7 @@ fn main() -> std::process::ExitCode {
             qps,
             inline_size,
             events,
-            (tx_depth, post_list),
+            (tx_depth, post_list, recv_post_list, cq_mod),
             mtu,
             verifier,
             one_thread,
@@ -270,7 +290,7 @@ fn perf(
     qps: u32,
     inline: u32,
     events: bool,
-    (tx_depth, post_list): (u32, u32),
+    (tx_depth, post_list, recv_post_list, cq_mod): (u32, u32, u32, u32),
     mtu: Option<u32>,
     verifier: bool,
     one_thread: bool,
@@ -301,14 +321,16 @@ fn perf(
         4096 => irpverbs_abi::IV_MTU_4096,
         m => return Err(format!("MTU {m}: one of 256, 512, 1024, 2048, 4096")),
     };
-    if qps == 0 || tx_depth == 0 || post_list == 0 {
-        return Err("qps, tx depth and post list must be at least 1".into());
+    if qps == 0 || tx_depth == 0 || post_list == 0 || recv_post_list == 0 || cq_mod == 0 {
+        return Err("qps, tx depth, post lists and cq-mod must be at least 1".into());
     }
     cfg.qps = qps;
     cfg.inline = inline;
     cfg.events = events;
     cfg.tx_depth = tx_depth;
     cfg.post_list = post_list;
+    cfg.recv_post_list = recv_post_list;
+    cfg.cq_mod = cq_mod;
     cfg.engine = engine;
     cfg.doorbells = doorbells;
     cfg.verifier = verifier;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, qp_request, rts_steps};
+use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, RecvWr, qp_request, rts_steps};
 
 use crate::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use crate::platform::{HostConfig, VerifierConfig};
@@ -114,12 +114,18 @@ pub struct PerfConfig {
     pub events: bool,
     /// Operations in flight (bandwidth).
     pub tx_depth: u32,
-    /// Signal every `cq_mod`-th operation (bandwidth).
+    /// Signal every `cq_mod`-th operation (bandwidth, and the SEND and
+    /// WRITE ping-pongs, whose sender polls its send CQ only then, as
+    /// perftest's latency tests do).
     pub cq_mod: u32,
     /// Work requests per `post_send` call (bandwidth; perftest's
     /// `--post_list`): lists of this many are posted with one doorbell,
     /// each when there is room for all of it in the `tx_depth` window.
     pub post_list: u32,
+    /// Receive work requests per `post_recv` call (SEND bandwidth, the
+    /// receiving side; perftest's `--recv_post_list`): completed receives
+    /// are reposted in lists of this many, with one doorbell each.
+    pub recv_post_list: u32,
     /// Path MTU (`IV_MTU_*`).
     pub mtu: u32,
     /// Where the soft HCA's firmware runs.
@@ -150,6 +156,7 @@ impl PerfConfig {
             tx_depth: 128,
             cq_mod: 32,
             post_list: 1,
+            recv_post_list: 1,
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
             doorbells: UserDoorbells::Direct,
@@ -650,15 +657,28 @@ fn pong(
         let op = if send { IV_WR_SEND } else { IV_WR_RDMA_WRITE };
         let mut wr = send_wr(cfg, me, op, size, &sge, peer);
         wr.remote_addr = peer.addr + size;
+        let signaled = signals(cfg, i);
+        wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
         if !send {
             me.set_byte(2 * size - 1, (i as u8).wrapping_add(1));
             wr.inline = None;
             wr.sges = &sge;
         }
         qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
-        while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
+        if signaled {
+            while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
+        }
     }
     Ok(())
+}
+
+/// Whether ping-pong send `i` (of `cfg.iters`) is signaled: every
+/// `cq_mod`-th and the last, as perftest's latency tests signal theirs (a
+/// send queue of unsignaled sends is retired by the ACKs its signaled ones
+/// and the HCA's ACK requests bring).
+fn signals(cfg: &PerfConfig, i: u64) -> bool {
+    let cq_mod = u64::from(cfg.cq_mod.max(1));
+    (i + 1) % cq_mod == 0 || i + 1 == cfg.iters
 }
 
 /// The measuring side of a latency test (perftest's client): SEND or
@@ -683,16 +703,20 @@ fn ping(
                 if !send {
                     me.set_byte(size - 1, want);
                 }
+                let signaled = signals(cfg, i);
+                let mut wr = send_wr(cfg, me, op, size, &sge, peer);
+                wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
                 let t0 = Instant::now();
-                qp.post_send(&send_wr(cfg, me, op, size, &sge, peer))
-                    .map_err(|e| format!("post_send: {e:?}"))?;
+                qp.post_send(&wr).map_err(|e| format!("post_send: {e:?}"))?;
+                if signaled {
+                    while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
+                }
                 await_message(me, send, 2 * size - 1, want, &mut cqes)?;
                 samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
                 if send {
                     qp.post_recv(i + 16, &[me.sge(size, size.max(1))])
                         .map_err(|e| format!("post_recv: {e:?}"))?;
                 }
-                while me.poll_busy(&me.scq, &mut cqes)? == 0 {}
             }
         }
         Test::ReadLat | Test::AtomicLat => {
@@ -795,12 +819,17 @@ fn ping_pong_one_thread(
             client.set_byte(size - 1, want);
             server.set_byte(2 * size - 1, want);
         }
+        let signaled = signals(cfg, i);
+        let flags = if signaled { IV_SEND_SIGNALED } else { 0 };
+        let mut wr = send_wr(cfg, client, op, size, &csge, server.remote());
+        wr.flags = flags;
         let t0 = Instant::now();
-        cq0.post_send(&send_wr(cfg, client, op, size, &csge, server.remote()))
+        cq0.post_send(&wr)
             .map_err(|e| format!("post_send: {e:?}"))?;
         await_message(server, send, size - 1, want, &mut cqes)?;
         let mut wr = send_wr(cfg, server, op, size, &ssge, client.remote());
         wr.remote_addr = client.addr() + size;
+        wr.flags = flags;
         if !send {
             wr.inline = None;
         }
@@ -808,8 +837,10 @@ fn ping_pong_one_thread(
             .map_err(|e| format!("post_send: {e:?}"))?;
         await_message(client, send, 2 * size - 1, want, &mut cqes)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        while Side::poll(&client.scq, &mut cqes)? == 0 {}
-        while Side::poll(&server.scq, &mut cqes)? == 0 {}
+        if signaled {
+            while Side::poll(&client.scq, &mut cqes)? == 0 {}
+            while Side::poll(&server.scq, &mut cqes)? == 0 {}
+        }
         if send {
             sq0.post_recv(i + 16, &[server.sge(0, size.max(1))])
                 .map_err(|e| format!("post_recv: {e:?}"))?;
@@ -943,49 +974,82 @@ fn write_volatile_u8(p: *mut u8, v: u8) {
 }
 
 /// The receives of a SEND bandwidth test: `2 * tx_depth` per QP posted
-/// ahead, one reposted per completion (receives complete in order on each
-/// QP, so the QP with the fewest posted gets it).
+/// ahead, reposted as they complete (receives complete in order on each
+/// QP, so the QP with the fewest posted gets each one), in lists of
+/// `recv_post_list` with one doorbell per list.
 struct Refill {
     next: Vec<u64>,
+    /// Completed receives not reposted yet, per QP.
+    owed: Vec<u64>,
+    list: u64,
     size: u64,
     cqes: Vec<IvCqe>,
 }
 
 impl Refill {
     fn prime(cfg: &PerfConfig, side: &Side<'_>, size: u64) -> Result<Self, String> {
+        let depth = u64::from(cfg.tx_depth) * 2;
         let mut r = Self {
             next: vec![0; side.qps.len()],
+            owed: vec![0; side.qps.len()],
+            list: u64::from(cfg.recv_post_list).clamp(1, depth.max(1)),
             size,
             cqes: vec![IvCqe::default(); 256],
         };
         for q in 0..side.qps.len() {
-            for _ in 0..u64::from(cfg.tx_depth) * 2 {
-                r.post(side, q)?;
-            }
+            r.post(side, q, depth)?;
         }
         Ok(r)
     }
 
-    fn post(&mut self, side: &Side<'_>, q: usize) -> Result<(), String> {
-        side.qps[q]
-            .post_recv(self.next[q], &[side.sge(0, self.size)])
-            .map_err(|e| format!("post_recv: {e:?}"))?;
-        self.next[q] += 1;
+    /// Posts `n` receives on QP `q`, in lists of at most 64.
+    fn post(&mut self, side: &Side<'_>, q: usize, n: u64) -> Result<(), String> {
+        let sge = [side.sge(0, self.size)];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(64);
+            let first = self.next[q];
+            let r = if k == 1 {
+                side.qps[q]
+                    .post_recv(first, &sge)
+                    .map_err(|e| format!("post_recv: {e:?}"))
+            } else {
+                let wrs: Vec<RecvWr<'_>> = (first..first + k)
+                    .map(|wr_id| RecvWr { wr_id, sges: &sge })
+                    .collect();
+                side.qps[q]
+                    .post_recv_list(&wrs)
+                    .map_err(|(i, e)| format!("post_recv (list entry {i}): {e:?}"))
+            };
+            r?;
+            self.next[q] += k;
+            left -= k;
+        }
         Ok(())
     }
 
     /// Polls `side`'s receive CQ (busy-poll: [`Side::idle`] on nothing)
-    /// and reposts what completed; how many.
+    /// and reposts what completed, once a QP is owed a whole list; how
+    /// many completed.
     fn step(&mut self, side: &Side<'_>) -> Result<usize, String> {
         let n = side.poll_busy(&side.rcq, &mut self.cqes)?;
         for _ in 0..n {
             let q = self
                 .next
                 .iter()
+                .zip(&self.owed)
+                .map(|(next, owed)| next + owed)
                 .enumerate()
-                .min_by_key(|(_, v)| **v)
+                .min_by_key(|&(_, v)| v)
                 .map_or(0, |(i, _)| i);
-            self.post(side, q)?;
+            self.owed[q] += 1;
+        }
+        for q in 0..self.owed.len() {
+            if self.owed[q] >= self.list {
+                let k = self.owed[q];
+                self.owed[q] = 0;
+                self.post(side, q, k)?;
+            }
         }
         Ok(n)
     }
@@ -1277,6 +1341,32 @@ mod tests {
             ..small(Test::SendBw)
         };
         run(&cfg).unwrap();
+    }
+
+    #[test]
+    fn post_lists_send_and_repost_receives_in_lists() {
+        // Lists that do not divide the iterations or the depth; receives
+        // reposted in lists of 8 over two QPs: a receive not reposted
+        // would leave the sender RNR-retrying until it fails.
+        for (test, list, recv_list) in [
+            (Test::SendBw, 4, 8),
+            (Test::SendBw, 1, 5),
+            (Test::SendBw, 7, 1),
+            (Test::WriteBw, 5, 1),
+        ] {
+            let cfg = PerfConfig {
+                qps: 2,
+                iters: 2003,
+                post_list: list,
+                recv_post_list: recv_list,
+                ..small(test)
+            };
+            let r = run(&cfg).unwrap_or_else(|e| panic!("{} -l {list}: {e}", test.name()));
+            let Report::Bandwidth(b) = &r[0] else {
+                panic!("not a bandwidth report");
+            };
+            assert_eq!(b.iters, 2004, "{b:?}");
+        }
     }
 
     #[test]
