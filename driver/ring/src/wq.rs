@@ -92,6 +92,7 @@ pub struct SendQueue {
     max_sge: u32,
     max_inline: u32,
     lock: SpinFlag,
+    known_free: KnownFree,
 }
 
 impl core::fmt::Debug for SendQueue {
@@ -111,6 +112,7 @@ impl SendQueue {
             max_sge,
             max_inline,
             lock: SpinFlag(AtomicBool::new(false)),
+            known_free: KnownFree::default(),
         }
     }
 
@@ -141,11 +143,11 @@ impl SendQueue {
         self.lock.with(|| {
             let p = self.ring.producer();
             let start = p.producer.load(Ordering::Relaxed);
-            let free = p.free();
+            let mut free = self.known_free.get();
             let mut n = 0u32;
             let mut result = Ok(());
             for wr in wrs {
-                if n == free {
+                if n == free && !self.known_free.refresh(&p, n, &mut free) {
                     result = Err((n as usize, PostError::Full));
                     break;
                 }
@@ -155,6 +157,7 @@ impl SendQueue {
                 }
                 n += 1;
             }
+            self.known_free.set(free - n);
             if n > 0 {
                 p.publish(start.wrapping_add(n));
             }
@@ -215,6 +218,9 @@ pub struct RecvQueue {
     ring: Ring,
     max_sge: u32,
     lock: SpinFlag,
+    /// Free slots as of the last look at the consumer index, less those
+    /// posted since (see [`KnownFree`]).
+    known_free: KnownFree,
 }
 
 impl core::fmt::Debug for RecvQueue {
@@ -233,6 +239,7 @@ impl RecvQueue {
             ring,
             max_sge,
             lock: SpinFlag(AtomicBool::new(false)),
+            known_free: KnownFree::default(),
         }
     }
 
@@ -265,12 +272,12 @@ impl RecvQueue {
         self.lock.with(|| {
             let p = self.ring.producer();
             let start = p.producer.load(Ordering::Relaxed);
-            let free = p.free();
+            let mut free = self.known_free.get();
             let region = self.ring.region();
             let mut n = 0u32;
             let mut result = Ok(());
             for wr in wrs {
-                if n == free {
+                if n == free && !self.known_free.refresh(&p, n, &mut free) {
                     result = Err((n as usize, PostError::Full));
                     break;
                 }
@@ -293,11 +300,44 @@ impl RecvQueue {
                 }
                 n += 1;
             }
+            self.known_free.set(free - n);
             if n > 0 {
                 p.publish(start.wrapping_add(n));
             }
             result
         })
+    }
+}
+
+/// A queue's free slots as its poster last saw them: the consumer index
+/// only moves forward (the HCA frees slots; a reset empties the queue), so
+/// free slots minus those posted since is a lower bound, and `post` reads
+/// the consumer index (a cache line the HCA writes, on another processor)
+/// only when that bound runs out, as a hardware driver tracks its queue's
+/// tail instead of reading the device's. Read and written under the
+/// queue's lock.
+#[derive(Debug, Default)]
+struct KnownFree(AtomicU32);
+
+impl KnownFree {
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, free: u32) {
+        self.0.store(free, Ordering::Relaxed);
+    }
+
+    /// `n` of the `free` known slots are written: looks at the consumer
+    /// index again; true (and `free` updated) when more are free.
+    fn refresh(&self, p: &crate::ring::Producer<'_, AtomicU32>, n: u32, free: &mut u32) -> bool {
+        let fresh = p.free();
+        if fresh > n {
+            *free = fresh;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -667,6 +707,50 @@ mod tests {
         assert_eq!(rq.post(6, &one), Err(PostError::Full));
         assert_eq!(rq.post_list(&[]), Ok(()));
         assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
+        // The HCA takes two: two more fit (the consumer index is read
+        // again once the free slots the queue knew of are used up).
+        ring.consumer().release(2);
+        assert_eq!(
+            rq.post_list(&[wr(6), wr(7), wr(8)]),
+            Err((2, PostError::Full))
+        );
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 6);
+        assert_eq!(read_recv_wqe(&ring, 5, 1).unwrap().wr_id, 7);
+    }
+
+    /// A queue that knows of free slots posts into them without reading
+    /// the consumer index; when they run out it reads it again, and a
+    /// consumer index that jumped (a reset emptying the queue) frees every
+    /// slot.
+    #[test]
+    fn posts_track_free_slots_and_read_the_consumer_index_when_they_run_out() {
+        let ring = Ring::alloc(8, send_stride(1, 0)).unwrap();
+        let sq = SendQueue::new(ring.clone(), 1, 0);
+        let sges = [sge(0x1000)];
+        let wr = |wr_id| SendWr {
+            wr_id,
+            sges: &sges,
+            ..Default::default()
+        };
+        let eight: [SendWr<'_>; 8] = core::array::from_fn(|i| wr(i as u64));
+        assert_eq!(sq.post_list(&eight[..5]), Ok(()));
+        // The consumer index moves while the queue still knows of three
+        // free slots: they are used first, then the index is read again.
+        ring.consumer().release(4);
+        assert_eq!(
+            sq.post_list(&eight),
+            Err((7, PostError::Full)),
+            "3 known + 4 freed"
+        );
+        assert_eq!(sq.post(&wr(9)), Err(PostError::Full));
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 12);
+        // A reset: the HCA empties the queue (consumer = producer).
+        ring.consumer().release(12);
+        assert_eq!(sq.post_list(&eight), Ok(()));
+        assert_eq!(sq.post(&wr(9)), Err(PostError::Full));
+        // A consumer index past the producer (corrupt) frees nothing.
+        ring.consumer().release(100);
+        assert_eq!(sq.post(&wr(9)), Err(PostError::Full));
     }
 
     #[test]

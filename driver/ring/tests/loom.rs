@@ -106,6 +106,57 @@ fn ring_passes_every_item_once_in_order() {
     });
 }
 
+/// As [`ring_passes_every_item_once_in_order`], with the producer posting
+/// as `SendQueue` and `RecvQueue` do: it reads the consumer index only when
+/// the free slots it last saw are used up, and writes into those slots
+/// without looking again. A count that was not a lower bound would write a
+/// slot the consumer still reads (a race loom reports).
+#[test]
+fn posting_into_known_free_slots_never_overwrites_a_filled_one() {
+    loom::model(|| {
+        let m = Arc::new(Model::<2>::new(u32::MAX - 1));
+        let p = Arc::clone(&m);
+        let producer = thread::spawn(move || {
+            let (mut sent, mut known) = (0u32, 0u32);
+            while sent < 3 {
+                let pr = p.producer();
+                if known == 0 {
+                    known = pr.free();
+                    if known == 0 {
+                        thread::yield_now();
+                        continue;
+                    }
+                }
+                let i = pr.producer.load(Ordering::Relaxed);
+                p.slots[(i as usize) % 2].with_mut(|s| {
+                    // SAFETY: a free slot is the producer's until published.
+                    unsafe { *s = 100 + sent }
+                });
+                pr.publish(i.wrapping_add(1));
+                known -= 1;
+                sent += 1;
+            }
+        });
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            let c = m.consumer();
+            match c.next_filled().expect("indices stay consistent") {
+                Some(i) => {
+                    let v = m.slots[(i as usize) % 2].with(|s| {
+                        // SAFETY: the slot is the consumer's until released.
+                        unsafe { *s }
+                    });
+                    got.push(v);
+                    c.release(i.wrapping_add(1));
+                }
+                None => thread::yield_now(),
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(got, [100, 101, 102]);
+    });
+}
+
 /// The doorbell handshake of the deferred engine, as the host device does
 /// it: the ULP publishes, then sets the bell under the bell's mutex and
 /// signals; the engine sleeps on the condition variable until the bell is

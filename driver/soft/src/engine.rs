@@ -178,8 +178,11 @@ pub(crate) struct OutQueue {
     pub(crate) batch: Batch,
 }
 
-/// Counters.
+/// Counters, written for every message by whichever processor runs the
+/// data path: on cache lines of their own, away from the state the fast
+/// path only reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(align(128))]
 pub(crate) struct DpStats {
     /// Packets built by requesters and responders.
     pub(crate) packets_sent: u64,

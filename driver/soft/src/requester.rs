@@ -87,8 +87,10 @@ pub(crate) struct Progress {
     pub(crate) psn: u32,
 }
 
-/// Requester and completer state of a QP.
+/// Requester and completer state of a QP, on cache lines of its own (see
+/// [`crate::responder::RespState`]).
 #[derive(Clone, Debug)]
+#[repr(align(128))]
 pub(crate) struct ReqState {
     pub(crate) slots: Vec<SendSlot>,
     pub(crate) sges: Vec<IvSge>,

@@ -106,8 +106,11 @@ pub(crate) struct Resource {
     pub(crate) orig: u64,
 }
 
-/// Responder state of a QP.
+/// Responder state of a QP. On cache lines of its own: in loopback the
+/// peer's requester (on the peer's processor) writes it, while this QP's
+/// own requester writes [`crate::requester::ReqState`] beside it.
 #[derive(Clone, Debug)]
+#[repr(align(128))]
 pub(crate) struct RespState {
     /// Expected PSN.
     pub(crate) epsn: u32,
