@@ -434,6 +434,11 @@
 #define IV_RECV_WQE_HEADER 16
 
 /**
+ * Byte offset of [`IvCqe::seq`] in a CQE.
+ */
+#define IV_CQE_SEQ_OFFSET 60
+
+/**
  * Completion status: success.
  */
 #define IV_WC_SUCCESS 0
@@ -3022,7 +3027,16 @@ typedef struct IvCqe {
   /**
    * Reserved, zero.
    */
-  uint32_t reserved[4];
+  uint32_t reserved[3];
+  /**
+   * The CQ's producer index once this entry is in (its ring index + 1),
+   * stored last, with release ordering, after the rest of the entry
+   * ([`IV_CQE_SEQ_OFFSET`]). A poller that expects entry `i` and loads
+   * `i + 1` here (acquire) may read the entry without reading the
+   * producer index: one cache line per completion instead of two. A
+   * zeroed ring never shows the first expected value.
+   */
+  uint32_t seq;
 } IvCqe;
 
 /**

@@ -636,6 +636,7 @@ IV_STATIC_ASSERT(offsetof(IvCqe, sl) == 44, "offsetof(IvCqe, sl)");
 IV_STATIC_ASSERT(offsetof(IvCqe, dlid_path_bits) == 45, "offsetof(IvCqe, dlid_path_bits)");
 IV_STATIC_ASSERT(offsetof(IvCqe, reserved0) == 46, "offsetof(IvCqe, reserved0)");
 IV_STATIC_ASSERT(offsetof(IvCqe, reserved) == 48, "offsetof(IvCqe, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCqe, seq) == 60, "offsetof(IvCqe, seq)");
 
 /* ---- IOCTL codes (irpverbs_abi::IOCTLS) */
 
