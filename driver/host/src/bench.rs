@@ -4,6 +4,7 @@
 //! command interface, its event queue, the interrupt, the DPC and the
 //! completion. Figures are rates measured in one run, never asserted.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
@@ -225,12 +226,15 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
               depth: u32,
               post_list: u32|
      -> Result<crate::perf::Bandwidth, String> {
+        // The receiver reposts its receives in lists as long as the
+        // sender's (perftest's --recv_post_list beside --post_list).
         let cfg = PerfConfig {
             sizes: vec![size],
             iters,
             tx_depth: depth,
             cq_mod: depth / 4,
             post_list,
+            recv_post_list: post_list,
             ..PerfConfig::new(test)
         };
         match run(&cfg)?.remove(0) {
@@ -262,6 +266,12 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             l.typical, l.p99, l.p999
         );
     }
+    let floor = cross_core_one_way(100_000 * scale);
+    let _ = writeln!(
+        s,
+        "{:<52} {:>10.3} {:>10.3} {:>10.3}",
+        "reference: a cache line each way, two threads", floor.typical, floor.p99, floor.p999
+    );
     let w = event_wakeup(2000 * scale, Engine::Inline)?;
     let _ = writeln!(
         s,
@@ -311,6 +321,40 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
         }
     }
     Ok(s)
+}
+
+/// The floor under any two-thread ping-pong on this machine, measured the
+/// way the latency tests measure theirs: two threads pass a counter back
+/// and forth through two cache lines (one written by each), and each
+/// sample is half a round trip (microseconds). No driver, no rings: what
+/// one message costs in cache-line transfers alone between the two
+/// processors.
+#[must_use]
+pub fn cross_core_one_way(iters: u64) -> crate::perf::Latency {
+    use std::sync::atomic::AtomicU64;
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let (ping, pong) = (Line(AtomicU64::new(0)), Line(AtomicU64::new(0)));
+    let mut samples = Vec::with_capacity(iters as usize);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 1..=iters {
+                while ping.0.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                pong.0.store(i, Ordering::Release);
+            }
+        });
+        for i in 1..=iters {
+            let t0 = Instant::now();
+            ping.0.store(i, Ordering::Release);
+            while pong.0.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    });
+    crate::perf::latency_stats(samples, 8)
 }
 
 /// A server (a thread) and a client (this thread) of `irpverbs perf`'s
@@ -1205,6 +1249,18 @@ fn one_thread_connects(
 
 #[cfg(test)]
 mod tests {
+    /// The cross-core reference passes every round trip (a lost one would
+    /// hang) and reports one sample per round trip.
+    #[test]
+    fn cross_core_reference_runs_every_round_trip() {
+        let l = super::cross_core_one_way(2000);
+        assert_eq!(l.iters, 2000);
+        assert!(
+            l.min > 0.0 && l.min <= l.typical && l.typical <= l.max,
+            "{l:?}"
+        );
+    }
+
     /// The connection benchmark's path works: every connect and accept
     /// succeeds, both devices unload clean (a figure is printed by the
     /// bench, not checked here).
