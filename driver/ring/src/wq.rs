@@ -657,24 +657,37 @@ fn write_cqe(ring: &Ring, index: u32, cqe: &IvCqe) -> Result<(), Overrun> {
 }
 
 /// The HCA's side: appends a CQE to a CQ that holds at most `limit`
-/// entries (a CQ of 2^k - 1 entries on a ring of 2^k slots). Returns the
-/// producer index after it.
+/// entries (a CQ of 2^k - 1 entries on a ring of 2^k slots), for a writer
+/// that keeps `room`, the free entries it last saw less those it wrote since (a lower bound: only
+/// the ULP's polls free entries). It reads the ULP's consumer index (a
+/// cache line the polling processor writes) only when `room` runs out.
+/// Returns the producer index after the CQE.
 ///
 /// # Errors
 /// [`Overrun`] when `limit` entries (or the whole ring) are unconsumed, or
 /// the ULP's consumer index is impossible.
-pub fn push_cqe_within(ring: &Ring, cqe: &IvCqe, limit: u32) -> Result<u32, Overrun> {
-    let producer = ring.producer_word();
-    let p = producer.load(Ordering::Relaxed);
-    let c = ring.consumer_word().load(Ordering::Acquire);
-    let used = p.wrapping_sub(c);
-    if used >= limit.min(ring.entries()) {
-        return Err(Overrun);
+pub fn push_cqe_room(ring: &Ring, cqe: &IvCqe, limit: u32, room: &mut u32) -> Result<u32, Overrun> {
+    if *room == 0 {
+        *room = cq_room(ring, limit);
+        if *room == 0 {
+            return Err(Overrun);
+        }
     }
+    let p = ring.producer_word().load(Ordering::Relaxed);
     write_cqe(ring, p, cqe)?;
+    *room -= 1;
     let next = p.wrapping_add(1);
-    producer.store(next, Ordering::Release);
+    ring.producer_word().store(next, Ordering::Release);
     Ok(next)
+}
+
+/// Free entries of a CQ ring that holds at most `limit`: 0 when it is full
+/// or its consumer index is impossible.
+#[must_use]
+pub fn cq_room(ring: &Ring, limit: u32) -> u32 {
+    let p = ring.producer_word().load(Ordering::Relaxed);
+    let c = ring.consumer_word().load(Ordering::Acquire);
+    limit.min(ring.entries()).saturating_sub(p.wrapping_sub(c))
 }
 
 #[cfg(test)]
@@ -805,6 +818,47 @@ mod tests {
             byte_len: 8,
             ..IvCqe::default()
         }
+    }
+
+    /// The HCA writes into the room it knows of without reading the
+    /// consumer index, reads it again when that runs out, and finds the
+    /// CQ full (or the index impossible) as an overrun.
+    #[test]
+    fn cqes_fill_the_known_room_then_read_the_consumer_index() {
+        let ring = Ring::alloc(8, 64).unwrap();
+        let cq = CompletionQueue::new(ring.clone());
+        let mut out = [IvCqe::default(); 8];
+        let mut room = 0;
+        for k in 0..3 {
+            assert_eq!(
+                push_cqe_room(&ring, &cqe(k), 7, &mut room),
+                Ok(k as u32 + 1)
+            );
+        }
+        assert_eq!(room, 4, "a CQ of 7 with 3 in");
+        // An impossible consumer index is not read while room is known.
+        ring.consumer().release(1000);
+        for k in 3..7 {
+            push_cqe_room(&ring, &cqe(k), 7, &mut room).unwrap();
+        }
+        assert_eq!(push_cqe_room(&ring, &cqe(7), 7, &mut room), Err(Overrun));
+        ring.consumer().release(0);
+        assert_eq!(
+            push_cqe_room(&ring, &cqe(7), 7, &mut room),
+            Err(Overrun),
+            "full"
+        );
+        assert_eq!(cq.poll(&mut out[..5]), Ok(5));
+        assert_eq!(push_cqe_room(&ring, &cqe(7), 7, &mut room), Ok(8));
+        assert_eq!(room, 4);
+        assert_eq!(cq.poll(&mut out), Ok(3));
+        assert_eq!(
+            out[..3]
+                .iter()
+                .map(|c| c.wr_id)
+                .collect::<alloc::vec::Vec<_>>(),
+            [5, 6, 7]
+        );
     }
 
     /// A CQE is taken by its sequence word, without the producer index;
@@ -1013,8 +1067,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(push_cqe(&cq_ring, &IvCqe::default()), Err(Overrun));
+        let mut room = 0;
         assert_eq!(
-            push_cqe_within(&cq_ring, &IvCqe::default(), 5),
+            push_cqe_room(&cq_ring, &IvCqe::default(), 5, &mut room),
             Err(Overrun),
             "the ring is the limit too"
         );
@@ -1022,9 +1077,12 @@ mod tests {
         assert_eq!(out[0].wr_id, 1);
         assert_eq!(cq.poll(&mut out), Ok(1));
         assert_eq!(out[0].wr_id, 2);
-        assert_eq!(push_cqe_within(&cq_ring, &IvCqe::default(), 1), Ok(3));
         assert_eq!(
-            push_cqe_within(&cq_ring, &IvCqe::default(), 1),
+            push_cqe_room(&cq_ring, &IvCqe::default(), 1, &mut room),
+            Ok(3)
+        );
+        assert_eq!(
+            push_cqe_room(&cq_ring, &IvCqe::default(), 1, &mut room),
             Err(Overrun),
             "a CQ of 1 on a ring of 2"
         );

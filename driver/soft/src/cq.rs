@@ -24,7 +24,7 @@ use irpverbs_abi::{
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
 use irpverbs_core::{AsyncEvent, CommandOut, Event};
-use irpverbs_ring::wq::{push_cqe, push_cqe_within};
+use irpverbs_ring::wq::{cq_room, push_cqe, push_cqe_room};
 
 use crate::config::ring_entries;
 use crate::engine::DataPath;
@@ -44,6 +44,10 @@ pub(crate) struct Cq {
     pub(crate) last_sol: u32,
     /// The ring CQEs are written to.
     pub(crate) ring: crate::shared::RingRef,
+    /// Free entries as last read from the ring, less the CQEs written
+    /// since ([`push_cqe_room`]): the ULP's consumer index is read only
+    /// when they run out.
+    pub(crate) room: u32,
     /// QPs whose send or receive queue completes here (a QP using it for
     /// both counts twice).
     pub(crate) refs: Refs,
@@ -54,6 +58,15 @@ impl Cq {
     pub(crate) fn used(&self) -> u32 {
         let ring = &self.ring.0;
         ring.consumer().filled().unwrap_or(ring.entries())
+    }
+
+    /// Whether a CQE fits (reading the consumer index only when the room
+    /// it knew of is used up).
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.room == 0 {
+            self.room = cq_room(&self.ring.0, self.cqe);
+        }
+        self.room > 0
     }
 
     /// Copies the `used` unpolled completions to `new` (a resize), oldest
@@ -124,7 +137,7 @@ pub(crate) fn post_cqe(
     }
     let ring = &cq.ring.0;
     // The ring has a slot more than the CQ's size: the size is the limit.
-    let Ok(produced) = push_cqe_within(ring, cqe, cq.cqe) else {
+    let Ok(produced) = push_cqe_room(ring, cqe, cq.cqe, &mut cq.room) else {
         cq.error = true;
         dp.stats.cqes_lost += 1;
         dp.raise(AsyncEvent::CqError(cqn));
@@ -174,6 +187,7 @@ impl Firmware {
             error: false,
             last_sol: 0,
             ring: ring.clone(),
+            room: 0,
             refs: Refs::default(),
         })?;
         Ok(CommandOut::Cq {
@@ -199,6 +213,7 @@ impl Firmware {
         let cq = self.cqs.get_mut(cqn)?;
         cq.move_to(&ring.0, used);
         cq.cqe = cqe;
+        cq.room = 0;
         let old = core::mem::replace(&mut cq.ring, ring.clone());
         self.rings.retire(old);
         Ok(CommandOut::Cq {

@@ -290,7 +290,7 @@ fn check<'m>(
     dest: &mut Qp,
     local: &mut KeyCache<'m>,
     remote: &mut KeyCache<'m>,
-    cqs: &Table<Cq>,
+    cqs: &mut Table<Cq>,
 ) -> Option<Step<'m>> {
     let mrs = local.mrs;
     let index = qp.tx.req.next;
@@ -367,8 +367,8 @@ fn check<'m>(
             )
             .ok()?;
         }
-        let cq = cqs.get(dest.recv_cqn).ok()?;
-        if cq.error || cq.used() >= cq.cqe {
+        let cq = cqs.get_mut(dest.recv_cqn).ok()?;
+        if cq.error || !cq.has_room() {
             return None;
         }
         Some(Step {
