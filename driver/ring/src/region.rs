@@ -163,9 +163,11 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`].
     pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, OutOfBounds> {
-        let mut v = T::new_zeroed();
-        self.read(offset, v.as_mut_bytes())?;
-        Ok(v)
+        let src = self.range(offset, size_of::<T>())?;
+        // SAFETY: `src` is valid for `size_of::<T>()` bytes (checked);
+        // `read_unaligned` assumes no alignment and copies them out, and
+        // every byte pattern is a valid `T` (`FromBytes`).
+        Ok(unsafe { src.cast::<T>().read_unaligned() })
     }
 
     /// Writes a plain struct at `offset`.

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
-use crate::region::OutOfBounds;
+use crate::region::{OutOfBounds, Region};
 use crate::ring::{Corrupt, Ring};
 
 /// Why a post was refused. Nothing was written.
@@ -209,7 +209,7 @@ impl SendQueue {
         let body = at + IV_SEND_WQE_HEADER;
         match wr.inline {
             Some(d) => region.write(body, d),
-            None => region.write(body, wr.sges.as_bytes()),
+            None => write_sges(region, body, wr.sges),
         }
         .and_then(|()| region.write_obj(at, &header))
         .map_err(|OutOfBounds| PostError::Invalid)
@@ -297,8 +297,7 @@ impl RecvQueue {
                     reserved: 0,
                 };
                 let at = self.ring.slot_offset(start.wrapping_add(n));
-                let written = region
-                    .write(at + IV_RECV_WQE_HEADER, wr.sges.as_bytes())
+                let written = write_sges(region, at + IV_RECV_WQE_HEADER, wr.sges)
                     .and_then(|()| region.write_obj(at, &header));
                 if written.is_err() {
                     result = Err((n as usize, PostError::Invalid));
@@ -545,8 +544,7 @@ pub fn read_send_wqe_into(
         if n > max_sge as usize || n > MAX_SGE || n > sges.len() || n * 16 > room {
             return Err(WqeError::TooManySge);
         }
-        ring.region()
-            .read(at + IV_SEND_WQE_HEADER, sges[..n].as_mut_bytes())
+        read_sges(ring.region(), at + IV_SEND_WQE_HEADER, &mut sges[..n])
             .map_err(|OutOfBounds| WqeError::Malformed)?;
         Ok(n)
     }
@@ -617,10 +615,30 @@ pub fn read_recv_wqe_into(
     {
         return Err(WqeError::TooManySge);
     }
-    ring.region()
-        .read(at + IV_RECV_WQE_HEADER, sges[..n].as_mut_bytes())
+    read_sges(ring.region(), at + IV_RECV_WQE_HEADER, &mut sges[..n])
         .map_err(|OutOfBounds| WqeError::Malformed)?;
     Ok((header.wr_id, n))
+}
+
+/// Reads `out.len()` SGEs at byte `at` of `region`: the common single SGE
+/// as one fixed-size copy.
+fn read_sges(region: &Region, at: usize, out: &mut [IvSge]) -> Result<(), OutOfBounds> {
+    match out {
+        [one] => {
+            *one = region.read_obj(at)?;
+            Ok(())
+        }
+        _ => region.read(at, out.as_mut_bytes()),
+    }
+}
+
+/// Writes `sges` at byte `at` of `region`: the common single SGE as one
+/// fixed-size copy.
+fn write_sges(region: &Region, at: usize, sges: &[IvSge]) -> Result<(), OutOfBounds> {
+    match sges {
+        [one] => region.write_obj(at, one),
+        _ => region.write(at, sges.as_bytes()),
+    }
 }
 
 /// The CQ is full: the CQE was not written (a CQ overrun).
