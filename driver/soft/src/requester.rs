@@ -48,7 +48,7 @@ use crate::qp::{Qp, QpState};
 
 /// RC: a packet asks for an ACK at least this often (unsignaled WQEs retire
 /// when an ACK covers them).
-pub(crate) const ACK_EVERY: u32 = 16;
+pub(crate) const ACK_EVERY: u32 = 64;
 
 /// The IBTA rule of the Q_Key: a WR Q_Key with the high bit set means "use
 /// the QP's own" (a controlled Q_Key).
