@@ -11,6 +11,8 @@
 //! requires or allows is the driver's check (the IBTA tables), not repeated
 //! here.
 
+use core::cell::Cell;
+
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
@@ -178,7 +180,25 @@ pub(crate) struct QpTable {
     /// The next number to try.
     pub(crate) next: u32,
     max: u32,
+    /// Where the last two lookups found their QPs.
+    hints: Hints,
 }
+
+/// The positions of the last two QPs found (a doorbell's QP and its peer,
+/// or the two QPs of a ping-pong), tried before the binary search. A
+/// position counts only while its entry still has that number, so inserts
+/// and compaction, which move entries, need not update them. Not part of
+/// the table's value (equal tables may have different hints).
+#[derive(Clone, Debug, Default)]
+struct Hints([Cell<u32>; 2]);
+
+impl PartialEq for Hints {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Hints {}
 
 /// Empty entries a [`QpTable`] keeps at least before compacting.
 const QP_TABLE_SLACK: usize = 64;
@@ -191,6 +211,7 @@ impl QpTable {
             dead: 0,
             next: FIRST_QPN,
             max,
+            hints: Hints([Cell::new(0), Cell::new(0)]),
         }
     }
 
@@ -202,7 +223,19 @@ impl QpTable {
     /// The position of QP `qpn`'s entry (live or empty), or where it would
     /// go.
     fn find(&self, qpn: u32) -> Result<usize, usize> {
-        self.qps.binary_search_by_key(&qpn, |(n, _)| *n)
+        let [h0, h1] = &self.hints.0;
+        for h in [h0, h1] {
+            let i = h.get() as usize;
+            if self.qps.get(i).is_some_and(|(n, _)| *n == qpn) {
+                return Ok(i);
+            }
+        }
+        let found = self.qps.binary_search_by_key(&qpn, |(n, _)| *n);
+        if let Ok(i) = found {
+            h1.set(h0.get());
+            h0.set(i as u32);
+        }
+        found
     }
 
     /// The position of live QP `qpn`.
@@ -1359,6 +1392,31 @@ mod tests {
         d.hca.with_firmware(|fw| {
             assert!(fw.qps.with_dest_mut(a).is_none(), "peer destroyed");
         });
+    }
+
+    /// Lookups stay right when the entries their hints point at move: an
+    /// insert before them (after the numbers wrap) and a compaction.
+    #[test]
+    fn lookup_hints_follow_entries_that_move() {
+        let d = Dev::with(|c| c.max_qp = 300);
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let qpns: Vec<u32> = (0..200).map(|_| d.qp(pdn, cqn, None)).collect();
+        let found = |q: u32| d.exec(Command::QueryQp { qpn: q }).0 == irpverbs_abi::STATUS_SUCCESS;
+        assert!(found(qpns[150]) && found(qpns[199]), "hints set");
+        // A QP numbered below all of them: every entry moves one place.
+        d.ok(Command::DestroyQp { qpn: qpns[0] });
+        for &q in &qpns[1..100] {
+            d.ok(Command::DestroyQp { qpn: q });
+        }
+        assert!(found(qpns[150]) && found(qpns[199]), "after compaction");
+        d.hca.with_firmware(|fw| fw.qps.next = qpns[0]);
+        assert_eq!(d.qp(pdn, cqn, None), qpns[0]);
+        for &q in &qpns[100..] {
+            assert!(found(q), "QP {q}");
+        }
+        assert!(found(qpns[0]));
+        assert!(!found(qpns[1]), "destroyed");
     }
 
     #[test]
