@@ -419,8 +419,17 @@ impl CompletionQueue {
             if n == 0 {
                 // None by its sequence word: the producer index says (and
                 // checks the indices; an HCA that leaves the word alone is
-                // polled this way).
-                n = (c.filled()? as usize).min(out.len());
+                // polled this way). Entries taken by their sequence words
+                // may put the consumer index ahead of a producer index the
+                // HCA has not stored yet: by at most the ring, and nothing
+                // new then.
+                let p = self.ring.producer_word().load(Ordering::Acquire);
+                let ahead = start.wrapping_sub(p);
+                n = match c.filled() {
+                    Ok(filled) => (filled as usize).min(out.len()),
+                    Err(Corrupt) if ahead <= self.ring.entries() => 0,
+                    Err(Corrupt) => return Err(Corrupt),
+                };
                 for (i, slot) in out.iter_mut().take(n).enumerate() {
                     *slot = self.read(self.ring.slot_offset(start.wrapping_add(i as u32)))?;
                 }
@@ -906,9 +915,32 @@ mod tests {
         ring.producer().publish(3);
         assert_eq!(cq.poll(&mut out), Ok(1));
         assert_eq!(out[0].wr_id, 3);
-        // A producer index past the consumer by more than the ring.
+        // Taken by its sequence word before the HCA stored the producer
+        // index: the consumer index is ahead of it, which is no
+        // corruption, and nothing more is there.
+        push_cqe(&ring, &cqe(4)).unwrap();
+        ring.producer_word().store(3, Ordering::Relaxed);
+        assert_eq!(cq.poll(&mut out), Ok(1));
+        assert_eq!(out[0].wr_id, 4);
+        assert_eq!(cq.poll(&mut out), Ok(0), "consumer 4, producer 3");
+        ring.producer_word().store(4, Ordering::Relaxed);
+        assert_eq!(cq.poll(&mut out), Ok(0));
+        // A producer index past the consumer by more than the ring, or
+        // behind it by more than the ring.
         ring.producer().publish(9);
         assert_eq!(cq.poll(&mut out), Err(Corrupt));
+        ring.producer().publish(2);
+        assert_eq!(
+            cq.poll(&mut out),
+            Ok(0),
+            "behind by the ring: not stored yet"
+        );
+        ring.producer().publish(1);
+        assert_eq!(
+            cq.poll(&mut out),
+            Err(Corrupt),
+            "behind by more than the ring"
+        );
     }
 
     #[test]
