@@ -143,29 +143,13 @@ impl SendQueue {
     /// The index of the first work request not posted and why; the ones
     /// before it were posted.
     pub fn post_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
-        self.lock.with(|| {
-            let p = self.ring.producer();
-            let start = p.producer.load(Ordering::Relaxed);
-            let mut free = self.known_free.get();
-            let mut n = 0u32;
-            let mut result = Ok(());
-            for wr in wrs {
-                if n == free && !self.known_free.refresh(&p, n, &mut free) {
-                    result = Err((n as usize, PostError::Full));
-                    break;
-                }
-                if let Err(e) = self.write(start.wrapping_add(n), wr) {
-                    result = Err((n as usize, e));
-                    break;
-                }
-                n += 1;
-            }
-            self.known_free.set(free - n);
-            if n > 0 {
-                p.publish(start.wrapping_add(n));
-            }
-            result
-        })
+        post_each(
+            &self.lock,
+            &self.known_free,
+            &self.ring,
+            wrs,
+            |index, wr| self.write(index, wr),
+        )
     }
 
     /// Checks `wr` and writes it into the (free) slot `index`.
@@ -275,43 +259,68 @@ impl RecvQueue {
     /// ([`PostError::Full`], [`PostError::TooManySge`]); the ones before it
     /// were posted.
     pub fn post_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        self.lock.with(|| {
-            let p = self.ring.producer();
-            let start = p.producer.load(Ordering::Relaxed);
-            let mut free = self.known_free.get();
-            let region = self.ring.region();
-            let mut n = 0u32;
-            let mut result = Ok(());
-            for wr in wrs {
-                if n == free && !self.known_free.refresh(&p, n, &mut free) {
-                    result = Err((n as usize, PostError::Full));
-                    break;
-                }
-                if wr.sges.len() > self.max_sge as usize {
-                    result = Err((n as usize, PostError::TooManySge));
-                    break;
-                }
-                let header = IvRecvWqe {
-                    wr_id: wr.wr_id,
-                    num_sge: wr.sges.len() as u32,
-                    reserved: 0,
-                };
-                let at = self.ring.slot_offset(start.wrapping_add(n));
-                let written = write_sges(region, at + IV_RECV_WQE_HEADER, wr.sges)
-                    .and_then(|()| region.write_obj(at, &header));
-                if written.is_err() {
-                    result = Err((n as usize, PostError::Invalid));
-                    break;
-                }
-                n += 1;
-            }
-            self.known_free.set(free - n);
-            if n > 0 {
-                p.publish(start.wrapping_add(n));
-            }
-            result
-        })
+        post_each(
+            &self.lock,
+            &self.known_free,
+            &self.ring,
+            wrs,
+            |index, wr| self.write(index, wr),
+        )
     }
+
+    /// Checks `wr` and writes it into the (free) slot `index`.
+    fn write(&self, index: u32, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        if wr.sges.len() > self.max_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        let header = IvRecvWqe {
+            wr_id: wr.wr_id,
+            num_sge: wr.sges.len() as u32,
+            reserved: 0,
+        };
+        let at = self.ring.slot_offset(index);
+        let region = self.ring.region();
+        write_sges(region, at + IV_RECV_WQE_HEADER, wr.sges)
+            .and_then(|()| region.write_obj(at, &header))
+            .map_err(|OutOfBounds| PostError::Invalid)
+    }
+}
+
+/// The body of `post_list` for either queue: under the queue's lock,
+/// writes `items` at the producer slots (`write(index, item)`) into the
+/// free slots `known` knows of (reading the consumer index when they run
+/// out), stops at the first refusal or a full ring, and publishes what it
+/// wrote with one producer index store.
+fn post_each<T>(
+    lock: &SpinFlag,
+    known: &KnownFree,
+    ring: &Ring,
+    items: &[T],
+    mut write: impl FnMut(u32, &T) -> Result<(), PostError>,
+) -> Result<(), (usize, PostError)> {
+    lock.with(|| {
+        let p = ring.producer();
+        let start = p.producer.load(Ordering::Relaxed);
+        let mut free = known.get();
+        let mut n = 0u32;
+        let mut result = Ok(());
+        for item in items {
+            if n == free && !known.refresh(&p, n, &mut free) {
+                result = Err((n as usize, PostError::Full));
+                break;
+            }
+            if let Err(e) = write(start.wrapping_add(n), item) {
+                result = Err((n as usize, e));
+                break;
+            }
+            n += 1;
+        }
+        known.set(free - n);
+        if n > 0 {
+            p.publish(start.wrapping_add(n));
+        }
+        result
+    })
 }
 
 /// A queue's free slots as its poster last saw them: the consumer index

@@ -62,6 +62,27 @@ impl<const N: usize> Model<N> {
     }
 }
 
+/// The consumer's side of the ring tests: takes `count` items, in order,
+/// releasing each slot after reading it.
+fn consume(m: &Model<2>, count: usize) -> Vec<u32> {
+    let mut got = Vec::new();
+    while got.len() < count {
+        let c = m.consumer();
+        match c.next_filled().expect("indices stay consistent") {
+            Some(i) => {
+                let v = m.slots[(i as usize) % 2].with(|s| {
+                    // SAFETY: the slot is the consumer's until released.
+                    unsafe { *s }
+                });
+                got.push(v);
+                c.release(i.wrapping_add(1));
+            }
+            None => thread::yield_now(),
+        }
+    }
+    got
+}
+
 /// Items pass through a 2-slot ring in order, each exactly once, with no
 /// race on a slot, also across the 2^32 index wrap.
 #[test]
@@ -86,21 +107,7 @@ fn ring_passes_every_item_once_in_order() {
                 }
             }
         });
-        let mut got = Vec::new();
-        while got.len() < 3 {
-            let c = m.consumer();
-            match c.next_filled().expect("indices stay consistent") {
-                Some(i) => {
-                    let v = m.slots[(i as usize) % 2].with(|s| {
-                        // SAFETY: the slot is the consumer's until released.
-                        unsafe { *s }
-                    });
-                    got.push(v);
-                    c.release(i.wrapping_add(1));
-                }
-                None => thread::yield_now(),
-            }
-        }
+        let got = consume(&m, 3);
         producer.join().unwrap();
         assert_eq!(got, [100, 101, 102]);
     });
@@ -137,21 +144,7 @@ fn posting_into_known_free_slots_never_overwrites_a_filled_one() {
                 sent += 1;
             }
         });
-        let mut got = Vec::new();
-        while got.len() < 3 {
-            let c = m.consumer();
-            match c.next_filled().expect("indices stay consistent") {
-                Some(i) => {
-                    let v = m.slots[(i as usize) % 2].with(|s| {
-                        // SAFETY: the slot is the consumer's until released.
-                        unsafe { *s }
-                    });
-                    got.push(v);
-                    c.release(i.wrapping_add(1));
-                }
-                None => thread::yield_now(),
-            }
-        }
+        let got = consume(&m, 3);
         producer.join().unwrap();
         assert_eq!(got, [100, 101, 102]);
     });
