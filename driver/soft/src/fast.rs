@@ -146,8 +146,9 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         }
         // The payload, from the slot (inline) or the gather list, where it
         // is not one copy.
+        let inline = wqe.flags & IV_SEND_INLINE != 0;
         let src = || {
-            if wqe.flags & IV_SEND_INLINE != 0 {
+            if inline {
                 let ring = &qp.sq.0;
                 Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
             } else {
@@ -166,6 +167,11 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             if let Some((dst, doff, src, soff)) = step.one_copy {
                 // One SGE each side, both checked: one copy.
                 let _ = Region::copy(dst, doff, src, soff, len as usize);
+            } else if let (Some((dst, doff)), true) = (step.dst, inline) {
+                // Inline into one receive SGE: one copy from the slot.
+                let ring = &qp.sq.0;
+                let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
+                let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
             } else {
                 let sges = &recv.sges[..recv.nsge];
                 let dpdn = dest.pdn;
@@ -204,8 +210,12 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             );
         } else if let Some((dst, doff, src, soff)) = step.one_copy {
             let _ = Region::copy(dst, doff, src, soff, len as usize);
+        } else if let (Some((dst, doff)), true) = (step.dst, inline) {
+            let ring = &qp.sq.0;
+            let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
+            let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
         } else if len > 0 {
-            if let Some((region, base)) = step.write {
+            if let Some((region, base)) = step.dst {
                 let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
                     s.copy(region, base + start, 0, n)
                 });
@@ -239,8 +249,9 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
 struct Step<'m> {
     /// Message length.
     length: u32,
-    /// WRITE: the target MR's region and offset.
-    write: Option<(&'m Region, usize)>,
+    /// Where the whole message lands, checked, when that is one piece: a
+    /// WRITE's target, or a receive's one SGE that holds it.
+    dst: Option<(&'m Region, usize)>,
     /// The whole message is one copy (one SGE on each side, checked):
     /// destination region and offset, source region and offset.
     one_copy: Option<(&'m Region, usize, &'m Region, usize)>,
@@ -347,14 +358,16 @@ fn check<'m>(
         resp.recv.wr_id = wr_id;
         resp.recv.nsge = rn;
         resp.recv.offset = 0;
-        let mut one_copy = None;
+        let (mut dst, mut one_copy) = (None, None);
         let rsge = &resp.recv.sges[..rn];
-        if let (Some((sr, so)), [r]) = (src, rsge)
+        if let [r] = rsge
+            && length != 0
             && length <= r.length
         {
             // The bytes land in the first SGE, checked as a whole.
             let (dr, doff) = remote.local(dest.pdn, r, true)?;
-            one_copy = Some((dr, doff, sr, so));
+            dst = Some((dr, doff));
+            one_copy = src.map(|(sr, so)| (dr, doff, sr, so));
         } else {
             for_each_piece(
                 mrs,
@@ -373,7 +386,7 @@ fn check<'m>(
         }
         Some(Step {
             length,
-            write: None,
+            dst,
             one_copy,
         })
     } else {
@@ -383,7 +396,7 @@ fn check<'m>(
         if length == 0 {
             return Some(Step {
                 length,
-                write: None,
+                dst: None,
                 one_copy: None,
             });
         }
@@ -395,7 +408,7 @@ fn check<'m>(
         let region = &**mr.region();
         Some(Step {
             length,
-            write: Some((region, off)),
+            dst: Some((region, off)),
             one_copy: src.map(|(sr, so)| (region, off, sr, so)),
         })
     }

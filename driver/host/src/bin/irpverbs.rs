@@ -115,9 +115,10 @@ enum Cmd {
         /// QP pairs.
         #[arg(short = 'q', long, default_value_t = 1)]
         qps: u32,
-        /// Send up to this many bytes inline.
-        #[arg(short = 'I', long, default_value_t = 0)]
-        inline_size: u32,
+        /// Send up to this many bytes inline (default as perftest's: 236
+        /// for send_lat, 220 for write_lat, 0 otherwise).
+        #[arg(short = 'I', long)]
+        inline_size: Option<u32>,
         /// Wait for completions with CQ events instead of busy polling.
         #[arg(short = 'e', long)]
         events: bool,
@@ -288,7 +289,7 @@ fn perf(
     all: bool,
     iters: Option<u64>,
     qps: u32,
-    inline: u32,
+    inline: Option<u32>,
     events: bool,
     (tx_depth, post_list, recv_post_list, cq_mod): (u32, u32, u32, u32),
     mtu: Option<u32>,
@@ -325,7 +326,9 @@ fn perf(
         return Err("qps, tx depth, post lists and cq-mod must be at least 1".into());
     }
     cfg.qps = qps;
-    cfg.inline = inline;
+    if let Some(n) = inline {
+        cfg.inline = n;
+    }
     cfg.events = events;
     cfg.tx_depth = tx_depth;
     cfg.post_list = post_list;
