@@ -305,9 +305,15 @@ fn post_each<T>(
         let mut n = 0u32;
         let mut result = Ok(());
         for item in items {
-            if n == free && !known.refresh(&p, n, &mut free) {
-                result = Err((n as usize, PostError::Full));
-                break;
+            if n == free {
+                // The slots it knew of are used: the consumer index again
+                // (free slots from `start`, `n` of them written since).
+                let fresh = p.free();
+                if fresh <= n {
+                    result = Err((n as usize, PostError::Full));
+                    break;
+                }
+                free = fresh;
             }
             if let Err(e) = write(start.wrapping_add(n), item) {
                 result = Err((n as usize, e));
@@ -340,18 +346,6 @@ impl KnownFree {
 
     fn set(&self, free: u32) {
         self.0.store(free, Ordering::Relaxed);
-    }
-
-    /// `n` of the `free` known slots are written: looks at the consumer
-    /// index again; true (and `free` updated) when more are free.
-    fn refresh(&self, p: &crate::ring::Producer<'_, AtomicU32>, n: u32, free: &mut u32) -> bool {
-        let fresh = p.free();
-        if fresh > n {
-            *free = fresh;
-            true
-        } else {
-            false
-        }
     }
 }
 
