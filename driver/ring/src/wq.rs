@@ -427,11 +427,13 @@ impl CompletionQueue {
                 // HCA has not stored yet: by at most the ring, and nothing
                 // new then.
                 let p = self.ring.producer_word().load(Ordering::Acquire);
-                let ahead = start.wrapping_sub(p);
-                n = match c.filled() {
-                    Ok(filled) => (filled as usize).min(out.len()),
-                    Err(Corrupt) if ahead <= self.ring.entries() => 0,
-                    Err(Corrupt) => return Err(Corrupt),
+                let entries = self.ring.entries();
+                n = if p.wrapping_sub(start) <= entries {
+                    (p.wrapping_sub(start) as usize).min(out.len())
+                } else if start.wrapping_sub(p) <= entries {
+                    0
+                } else {
+                    return Err(Corrupt);
                 };
                 for (i, slot) in out.iter_mut().take(n).enumerate() {
                     *slot = self.read(self.ring.slot_offset(start.wrapping_add(i as u32)))?;
