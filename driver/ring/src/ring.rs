@@ -285,6 +285,12 @@ impl Ring {
         ENTRIES_OFFSET + (index & (self.entries - 1)) as usize * self.stride as usize
     }
 
+    /// Brings the slot of `index` into this processor's cache ahead of a
+    /// read ([`Region::prefetch`]: a hint, no effect on the contents).
+    pub fn prefetch_slot(&self, index: u32) {
+        self.region.prefetch(self.slot_offset(index));
+    }
+
     /// Where the ring is, as the create verbs report it (host mode: the
     /// ULP's addresses are the kernel's).
     #[must_use]

@@ -162,6 +162,12 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
             if let Some(ring) = rq {
                 resp.rq_ci = resp.rq_ci.wrapping_add(1);
                 ring.consumer().release(resp.rq_ci);
+                if resp.rq_seen != resp.rq_ci {
+                    // The next message's receive WQE, posted long ago
+                    // (from the ULP's processor): fetched now, it is not
+                    // waited for then.
+                    ring.prefetch_slot(resp.rq_ci);
+                }
             }
             let recv = &resp.recv;
             if let Some((dst, doff, src, soff)) = step.one_copy {
@@ -345,12 +351,13 @@ fn check<'m>(
         // its completion.
         let ring = &dest.rq.as_ref()?.0;
         let resp = &mut dest.tx.resp;
-        let n = ring
-            .producer_word()
-            .load(Ordering::Acquire)
-            .wrapping_sub(resp.rq_ci);
+        let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
         if n == 0 || n > ring.entries() {
-            return None;
+            resp.rq_seen = ring.producer_word().load(Ordering::Acquire);
+            let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
+            if n == 0 || n > ring.entries() {
+                return None;
+            }
         }
         let (wr_id, rn) =
             read_recv_wqe_into(ring, resp.rq_ci, dest.cap.max_recv_sge, &mut resp.recv.sges)

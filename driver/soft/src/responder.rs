@@ -118,6 +118,13 @@ pub(crate) struct RespState {
     pub(crate) msn: u32,
     /// Receive queue consumer index (published to the ring).
     pub(crate) rq_ci: u32,
+    /// The receive queue's producer index as the fast path last read it:
+    /// the WQEs before it were posted, so while `rq_ci` is behind it the
+    /// fast path takes the next one without reading the ULP's index (a
+    /// cache line the ULP's processor writes with every post). Stale when
+    /// another path moves `rq_ci` past it; the fast path then reads the
+    /// index again.
+    pub(crate) rq_seen: u32,
     /// `m::SEND` or `m::WRITE` while a multi-packet message is in
     /// progress, 0 between messages.
     pub(crate) in_msg: u32,
@@ -149,6 +156,7 @@ impl RespState {
             epsn: 0,
             msn: 0,
             rq_ci: 0,
+            rq_seen: 0,
             in_msg: 0,
             recv: RecvWqe {
                 wr_id: 0,

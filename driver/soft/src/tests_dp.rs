@@ -609,6 +609,63 @@ fn loopback_rc_send_and_write_take_the_fast_path_and_the_rest_does_not() {
     assert_eq!(two.a.d.hca.stats().fast_path_wqes, 0);
 }
 
+/// The fast path remembers the receive queue's producer index and takes
+/// the receives it saw posted without reading it again; once a flush and a
+/// reset move the consumer index past what it saw, it reads the index
+/// again and takes only what was posted since (a SEND with nothing posted
+/// waits for a receive, RNR, instead of taking an old slot).
+#[test]
+fn fast_path_reads_the_receive_index_again_after_a_flush_and_reset() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let sge = [p.mb.sge(0, 8)];
+    for i in 0..4 {
+        p.b.recv(&p.qb, i, &sge);
+    }
+    p.send(&SendWr {
+        inline: Some(b"one"),
+        ..signaled(10, IV_WR_SEND)
+    });
+    assert_eq!(statuses(&p.cqb), [(0, IV_WC_SUCCESS)]);
+    for i in 4..8 {
+        p.b.recv(&p.qb, i, &sge);
+    }
+    p.b.to_state(&p.qb, QpState::Rts, QpState::Err);
+    p.settle();
+    let flushed: Vec<_> = (1..8).map(|i| (i, IV_WC_WR_FLUSH_ERR)).collect();
+    assert_eq!(statuses(&p.cqb), flushed);
+    assert_eq!(statuses(&p.cqa), [(10, IV_WC_SUCCESS)]);
+    p.b.to_state(&p.qb, QpState::Err, QpState::Reset);
+    p.a.to_state(&p.qa, QpState::Rts, QpState::Reset);
+    let c = Conn::default();
+    p.a.connect(&p.qa, p.b.gid(), p.qb.qpn, &c);
+    p.b.connect(&p.qb, p.a.gid(), p.qa.qpn, &c);
+    let fast = p.a.d.hca.stats().fast_path_wqes;
+    for i in 20..22 {
+        p.b.recv(&p.qb, i, &sge);
+    }
+    for i in 11..13 {
+        p.send(&SendWr {
+            inline: Some(b"two"),
+            ..signaled(i, IV_WR_SEND)
+        });
+    }
+    assert_eq!(statuses(&p.cqb), [(20, IV_WC_SUCCESS), (21, IV_WC_SUCCESS)]);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, fast + 2, "fast path");
+    // Zero bytes: any slot would take it, the stale ones included.
+    p.send(&signaled(13, IV_WR_SEND));
+    assert!(p.cqb.poll().is_empty(), "nothing posted: RNR");
+    p.recv(22, &sge);
+    assert_eq!(statuses(&p.cqb), [(22, IV_WC_SUCCESS)]);
+    assert_eq!(
+        statuses(&p.cqa),
+        [
+            (11, IV_WC_SUCCESS),
+            (12, IV_WC_SUCCESS),
+            (13, IV_WC_SUCCESS)
+        ]
+    );
+}
+
 #[test]
 fn rc_every_opcode() {
     for topo in TOPOS {
