@@ -220,7 +220,11 @@ impl Firmware {
     /// send queues are scheduled and the receive sides woken as their
     /// doorbells do; an armed CQ with completions queues its event. The
     /// caller runs the data path when [`Scan::work`] says so.
-    pub(crate) fn scan_doorbells(&mut self) -> Scan {
+    ///
+    /// With `fast` (an inline HCA whose inbox is empty), a send queue runs
+    /// on the fast path first, as the direct-call doorbell runs it
+    /// ([`crate::fast::run`]), and is scheduled only for what that leaves.
+    pub(crate) fn scan_doorbells(&mut self, fast: bool) -> Scan {
         let mut scan = Scan::default();
         for at in 0..self.doorbells.pages.len() {
             let summary = self.doorbells.pages[at].page.take_summary();
@@ -230,7 +234,7 @@ impl Firmware {
                     match self.doorbells.target(at, word * 64 + bit) {
                         Some(target) => {
                             scan.rung += 1;
-                            scan.work |= self.ring_target(target);
+                            scan.work |= self.ring_target(target, fast);
                         }
                         None => scan.stray += 1,
                     }
@@ -242,10 +246,11 @@ impl Firmware {
         scan
     }
 
-    /// Rings `target`'s doorbell; true when the data path has work.
-    fn ring_target(&mut self, target: DoorbellTarget) -> bool {
+    /// Rings `target`'s doorbell (a send queue on the fast path first,
+    /// with `fast`); true when the data path has work.
+    fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
         match target {
-            DoorbellTarget::Sq(qpn) => self.ring_sq(qpn),
+            DoorbellTarget::Sq(qpn) => !(fast && crate::fast::run(self, qpn)) && self.ring_sq(qpn),
             DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
             DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
             DoorbellTarget::CqArm(cqn) => {

@@ -920,7 +920,13 @@ impl<P: Platform> SoftHca<P> {
             return 0;
         }
         let (scan, raise) = self.state.lock(|st| {
-            let scan = st.firmware.scan_doorbells();
+            let fast = matches!(self.execution, Execution::Inline)
+                && !self.inbox_pending.load(Ordering::Acquire);
+            let mut scan = st.firmware.scan_doorbells(fast);
+            // What the fast path left for the engine, as after the direct
+            // doorbell.
+            let dp = &st.firmware.dp;
+            scan.work |= !dp.ready.is_empty() || !dp.loopq.is_empty() || !dp.cq_errors.is_empty();
             // An armed CQ with completions: its event goes out now.
             let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
             (scan, raise)

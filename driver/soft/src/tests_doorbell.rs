@@ -383,3 +383,52 @@ fn concurrent_ringers_and_a_scanner_lose_nothing() {
         drop(eps);
     }
 }
+
+/// An inline HCA runs the send queues its scan finds rung on the fast
+/// path, as the direct doorbell does, and leaves the engine the WQEs the
+/// fast path does not take (a READ here), in order.
+#[test]
+fn a_scan_runs_rung_send_queues_on_the_fast_path() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let (pa, ua) = page(&p.a);
+    let sq = bind(&p.a, pa, DoorbellTarget::Sq(p.qa.qpn));
+    let rq = p.qb.rq.as_ref().unwrap();
+    for i in 0..3 {
+        rq.post(i, &[p.mb.sge(64 * i, 64)]).unwrap();
+    }
+    p.ma.write(0, b"quick");
+    p.mb.write(512, b"remote");
+    let before = p.a.d.hca.stats().fast_path_wqes;
+    for i in 10..13 {
+        publish_send(&p, i, 5);
+    }
+    assert!(ua.ring(sq));
+    assert_eq!(scan(&p), 1);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 3, "fast path");
+    let recvs: Vec<_> = p.cqb.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        recvs,
+        [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)]
+    );
+    assert_eq!(p.mb.read(128, 5), b"quick");
+    // A SEND the fast path takes, then a READ it leaves to the engine.
+    rq.post(3, &[p.mb.sge(256, 64)]).unwrap();
+    publish_send(&p, 13, 5);
+    let dst = [p.ma.sge(100, 6)];
+    p.qa.sq
+        .post(&SendWr {
+            sges: &dst,
+            remote_addr: p.mb.addr + 512,
+            rkey: p.mb.lkey,
+            ..signaled(14, IV_WR_RDMA_READ)
+        })
+        .unwrap();
+    assert!(ua.ring(sq));
+    assert_eq!(scan(&p), 1);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 4);
+    assert_eq!(one(&p.cqb).wr_id, 3);
+    let sends: Vec<_> = p.cqa.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    let want: Vec<_> = (10..15).map(|i| (i, IV_WC_SUCCESS)).collect();
+    assert_eq!(sends, want);
+    assert_eq!(p.ma.read(100, 6), b"remote");
+}
