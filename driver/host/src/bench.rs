@@ -242,12 +242,10 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             Report::Latency(_) => Err("not a bandwidth".into()),
         }
     };
-    let _ = writeln!(
-        s,
-        "{:<52} {:>10} {:>10} {:>10}",
-        "latency, 8 bytes (us)", "typical", "99%", "99.9%"
-    );
-    for (name, one, test) in [
+    // Every row keeps its best of three runs, the tests taking turns (as
+    // the bandwidth rows below): on a shared machine a single run of any
+    // of them can land in a slow moment of its neighbours.
+    let lat_tests = [
         ("RC SEND one-way, two polling threads", false, Test::SendLat),
         ("RC SEND one-way, one thread", true, Test::SendLat),
         (
@@ -258,20 +256,38 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
         ("RC WRITE one-way, one thread", true, Test::WriteLat),
         ("RC READ round trip", false, Test::ReadLat),
         ("atomic fetch-and-add round trip", false, Test::AtomicLat),
-    ] {
-        let l = lat(one, test)?;
+    ];
+    let mut best: Vec<Option<crate::perf::Latency>> = vec![None; lat_tests.len() + 1];
+    let keep = |slot: &mut Option<crate::perf::Latency>, l: crate::perf::Latency| {
+        if slot.as_ref().is_none_or(|b| l.typical < b.typical) {
+            *slot = Some(l);
+        }
+    };
+    for _ in 0..3 {
+        for (i, &(_, one, test)) in lat_tests.iter().enumerate() {
+            keep(&mut best[i], lat(one, test)?);
+        }
+        keep(
+            &mut best[lat_tests.len()],
+            cross_core_one_way(100_000 * scale),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<52} {:>10} {:>10} {:>10}",
+        "latency, 8 bytes (us, best of 3 alternating runs)", "typical", "99%", "99.9%"
+    );
+    let names = lat_tests
+        .iter()
+        .map(|&(name, _, _)| name)
+        .chain(["reference: a cache line each way, two threads"]);
+    for (name, l) in names.zip(best.iter().flatten()) {
         let _ = writeln!(
             s,
             "{name:<52} {:>10.3} {:>10.3} {:>10.3}",
             l.typical, l.p99, l.p999
         );
     }
-    let floor = cross_core_one_way(100_000 * scale);
-    let _ = writeln!(
-        s,
-        "{:<52} {:>10.3} {:>10.3} {:>10.3}",
-        "reference: a cache line each way, two threads", floor.typical, floor.p99, floor.p999
-    );
     let w = event_wakeup(2000 * scale, Engine::Inline)?;
     let _ = writeln!(
         s,
@@ -281,14 +297,23 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     let _ = writeln!(
         s,
         "\n{:<52} {:>12}",
-        "message rate, 8 bytes (tx depth 128)", "Mmsg/s"
+        "message rate, 8 bytes (tx depth 128, best of 3)", "Mmsg/s"
     );
-    for (name, test) in [("RC SEND", Test::SendBw), ("RC WRITE", Test::WriteBw)] {
-        for list in [1, 32] {
-            let b = bw(test, 8, 3_000_000 * scale, 128, list)?;
-            let label = format!("{name}, post list {list}");
-            let _ = writeln!(s, "{label:<52} {:>12.3}", b.mpps);
+    let rate_tests = [
+        ("RC SEND", Test::SendBw, 1),
+        ("RC SEND", Test::SendBw, 32),
+        ("RC WRITE", Test::WriteBw, 1),
+        ("RC WRITE", Test::WriteBw, 32),
+    ];
+    let mut rates = [0f64; 4];
+    for _ in 0..3 {
+        for (r, &(_, test, list)) in rates.iter_mut().zip(&rate_tests) {
+            *r = r.max(bw(test, 8, 3_000_000 * scale, 128, list)?.mpps);
         }
+    }
+    for (&(name, _, list), r) in rate_tests.iter().zip(rates) {
+        let label = format!("{name}, post list {list}");
+        let _ = writeln!(s, "{label:<52} {r:>12.3}");
     }
     let _ = writeln!(
         s,
