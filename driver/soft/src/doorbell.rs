@@ -250,7 +250,9 @@ impl Firmware {
     /// with `fast`); true when the data path has work.
     fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
         match target {
-            DoorbellTarget::Sq(qpn) => !(fast && crate::fast::run(self, qpn)) && self.ring_sq(qpn),
+            DoorbellTarget::Sq(qpn) => {
+                !(fast && crate::fast::run(self, qpn) == crate::fast::Ran::All) && self.ring_sq(qpn)
+            }
             DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
             DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
             DoorbellTarget::CqArm(cqn) => {

@@ -669,8 +669,15 @@ impl Firmware {
     /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
     /// lookup), unless it already waits on the ready list.
     pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
-        if crate::fast::run(self, qpn) {
-            return;
+        match crate::fast::run(self, qpn) {
+            crate::fast::Ran::All => return,
+            // Scheduled: the engine's next turn runs it on the fast path
+            // again.
+            crate::fast::Ran::Budget => {
+                self.ring_sq(qpn);
+                return;
+            }
+            crate::fast::Ran::Stopped => {}
         }
         let (qps, mut env) = self.split();
         if let Ok(qp) = qps.get_mut(qpn) {
@@ -751,11 +758,24 @@ impl Firmware {
                 return self.dp.has_work();
             }
             if let Some(qpn) = self.dp.ready.pop_front() {
-                let (qps, mut env) = self.split();
-                if let Ok(qp) = qps.get_mut(qpn) {
+                if let Ok(qp) = self.qps.get_mut(qpn) {
                     qp.tx.scheduled = false;
-                    let used = requester::run(qpn, qp, &mut env, budget);
-                    budget = budget.saturating_sub(used);
+                    // The fast path first, as the doorbells run it; the
+                    // requester takes what it leaves.
+                    match crate::fast::run(self, qpn) {
+                        crate::fast::Ran::All => {}
+                        crate::fast::Ran::Budget => {
+                            budget = 0;
+                            self.ring_sq(qpn);
+                        }
+                        crate::fast::Ran::Stopped => {
+                            let (qps, mut env) = self.split();
+                            if let Ok(qp) = qps.get_mut(qpn) {
+                                let used = requester::run(qpn, qp, &mut env, budget);
+                                budget = budget.saturating_sub(used);
+                            }
+                        }
+                    }
                 }
                 progressed = true;
             }

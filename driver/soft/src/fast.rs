@@ -40,21 +40,34 @@ use crate::qp::{Qp, QpState};
 use crate::requester::{ACK_EVERY, SendSlot, packets};
 use crate::table::Table;
 
+/// How far a fast-path run went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// It took every new WQE: nothing is left.
+    All,
+    /// It sent its budget of packets ([`REQUESTER_BUDGET`]) and the next
+    /// WQE may be the fast path's too: run it again (after releasing the
+    /// lock, so that others get their turn).
+    Budget,
+    /// It stopped at a WQE the general path must take (or could take
+    /// none): the general path takes the rest from the same state.
+    Stopped,
+}
+
 /// Runs QP `qpn`'s new send WQEs on the fast path, as far as it can.
-/// Returns true when none is left for the general path.
-pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
+pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let dp = &fw.dp;
     if !dp.loopq.is_empty()
         || !dp.inbound.is_empty()
         || !dp.acks.is_empty()
         || !dp.cq_errors.is_empty()
     {
-        return false;
+        return Ran::Stopped;
     }
     let gid = dp.gid;
     let (qps, env) = fw.split();
     let Some((qp, dest)) = qps.with_dest_mut(qpn) else {
-        return false;
+        return Ran::Stopped;
     };
     let tx = &qp.tx;
     let req = &tx.req;
@@ -68,7 +81,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         || req.rd_atomic != 0
         || tx.path.dgid != gid
     {
-        return false;
+        return Ran::Stopped;
     }
     let dest_qpn = tx.path.dest_qpn;
     let dtx = &dest.tx;
@@ -89,13 +102,13 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         || resp.rnr_wait
         || resp.epsn != qp.tx.req.psn
     {
-        return false;
+        return Ran::Stopped;
     }
     let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
     let entries = qp.sq.0.entries();
     let mut sent = 0usize;
     let mut ack: Option<u32> = None;
-    let mut all = false;
+    let mut ran = Ran::Stopped;
     let mrs: &Table<Mr> = &*env.mrs;
     let cqs = env.cqs;
     let dps = env.dp;
@@ -106,11 +119,15 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
     loop {
         let req = &qp.tx.req;
         if req.next == pi {
-            all = true;
+            ran = Ran::All;
             break;
         }
         let posted = pi.wrapping_sub(req.ci);
-        if posted > entries || req.next.wrapping_sub(req.ci) > posted || sent >= REQUESTER_BUDGET {
+        if posted > entries || req.next.wrapping_sub(req.ci) > posted {
+            break;
+        }
+        if sent >= REQUESTER_BUDGET {
+            ran = Ran::Budget;
             break;
         }
         let Some(step) = check(qp, dest, &mut local, &mut remote, cqs) else {
@@ -248,7 +265,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> bool {
         };
         crate::completer::acked(qpn, qp, &mut env, psn);
     }
-    all
+    ran
 }
 
 /// What a checked WQE needs to execute.

@@ -1130,13 +1130,20 @@ impl<P: Platform> Hca for SoftHca<P> {
         match self.execution {
             // One lock hold runs the QP's WQEs on the fast path (and
             // queues their events) when it can take them all and leaves
-            // the engine nothing to do; otherwise the engine runs.
+            // the engine nothing to do; otherwise the engine runs (a QP
+            // that used up the fast path's budget waits on the ready list,
+            // and the engine's turn runs the fast path again).
             Execution::Inline => {
                 let quick = self.state.lock(|st| {
-                    if self.inbox_pending.load(Ordering::Acquire)
-                        || !fast::run(&mut st.firmware, qpn)
-                    {
+                    if self.inbox_pending.load(Ordering::Acquire) {
                         return None;
+                    }
+                    match fast::run(&mut st.firmware, qpn) {
+                        fast::Ran::All => {}
+                        fast::Ran::Budget => {
+                            st.firmware.ring_sq(qpn);
+                        }
+                        fast::Ran::Stopped => return None,
                     }
                     let dp = &st.firmware.dp;
                     let more =

@@ -609,6 +609,48 @@ fn loopback_rc_send_and_write_take_the_fast_path_and_the_rest_does_not() {
     assert_eq!(two.a.d.hca.stats().fast_path_wqes, 0);
 }
 
+/// A doorbell for more packets than one fast-path run sends (its budget)
+/// stays on the fast path: the engine's next turn continues it, lock
+/// released in between, instead of the general path taking the rest.
+#[test]
+fn a_doorbell_past_the_fast_path_budget_stays_on_the_fast_path() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    // 40 WRITEs of 16 packets each (MTU 1024): 640 packets, past two
+    // budgets of 256.
+    let len = 16 * 1024u32;
+    for i in 0..40u64 {
+        p.ma.write(
+            (u64::from(len) * i) as usize,
+            &pattern(len as usize, i as u8),
+        );
+    }
+    let sges: Vec<[IvSge; 1]> = (0..40u64)
+        .map(|i| [p.ma.sge(u64::from(len) * i, len)])
+        .collect();
+    let wrs: Vec<SendWr<'_>> = (0..40u64)
+        .map(|i| SendWr {
+            sges: &sges[i as usize],
+            remote_addr: p.mb.addr + u64::from(len) * i,
+            rkey: p.mb.lkey,
+            ..signaled(i, IV_WR_RDMA_WRITE)
+        })
+        .collect();
+    let before = p.a.d.hca.stats().fast_path_wqes;
+    p.qa.sq.post_list(&wrs).unwrap();
+    p.a.d.hca.sq_doorbell(p.qa.qpn);
+    let want: Vec<_> = (0..40).map(|i| (i, IV_WC_SUCCESS)).collect();
+    assert_eq!(statuses(&p.cqa), want);
+    assert_eq!(
+        p.a.d.hca.stats().fast_path_wqes,
+        before + 40,
+        "all on the fast path"
+    );
+    for i in 0..40u64 {
+        let at = (u64::from(len) * i) as usize;
+        assert_eq!(p.mb.read(at, len as usize), pattern(len as usize, i as u8));
+    }
+}
+
 /// The fast path remembers the receive queue's producer index and takes
 /// the receives it saw posted without reading it again; once a flush and a
 /// reset move the consumer index past what it saw, it reads the index
