@@ -169,6 +169,8 @@ mod tests_doorbell;
 #[cfg(test)]
 mod tests_dp;
 #[cfg(test)]
+mod tests_fast;
+#[cfg(test)]
 mod tests_gsi;
 #[cfg(test)]
 mod tests_sim;
