@@ -127,26 +127,64 @@ impl SoftBus for Bus {
     }
 }
 
+/// The firmware thread's doorbell ([`Engine::Thread`]): like an HCA's
+/// processor, the thread polls for doorbells for a while after its last
+/// work ([`ENGINE_SPIN`]), then sleeps until one rings. A ring while it
+/// polls is one atomic exchange and one load (no lock, no system call);
+/// only a ring that finds it asleep takes the lock and wakes it.
 #[derive(Default)]
 struct Doorbell {
-    rung: Mutex<bool>,
+    rung: AtomicBool,
+    /// The thread is (about to be) blocked on `cv`.
+    sleeping: AtomicBool,
+    lock: Mutex<()>,
     cv: Condvar,
     stop: AtomicBool,
 }
 
+/// How long the firmware thread polls for a doorbell after its last work
+/// before it sleeps.
+pub const ENGINE_SPIN: Duration = Duration::from_micros(50);
+
 impl Doorbell {
     fn ring(&self) {
-        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.cv.notify_one();
+        // Sequentially consistent with the sleeper's store of `sleeping`
+        // and load of `rung`: either it sees this ring, or this sees it
+        // asleep (and wakes it under the lock it holds until it waits).
+        if self.rung.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            self.cv.notify_one();
+        }
     }
 
-    /// Waits for a ring (or stop); false when stopping.
+    /// Waits for a ring (or stop), polling for [`ENGINE_SPIN`] first;
+    /// false when stopping.
     fn wait(&self) -> bool {
-        let mut rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*rung && !self.stop.load(Ordering::Acquire) {
-            rung = self.cv.wait(rung).unwrap_or_else(PoisonError::into_inner);
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            if self.rung.swap(false, Ordering::SeqCst) {
+                return !self.stop.load(Ordering::Acquire);
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            polls += 1;
+            if polls % 64 == 0 && start.elapsed() >= ENGINE_SPIN {
+                break;
+            }
+            std::hint::spin_loop();
         }
-        *rung = false;
+        let mut g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sleeping.store(true, Ordering::SeqCst);
+        while !self.rung.swap(false, Ordering::SeqCst) && !self.stop.load(Ordering::Acquire) {
+            g = self.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+        drop(g);
         !self.stop.load(Ordering::Acquire)
     }
 }
@@ -1087,6 +1125,57 @@ pub fn caps(dev: &HostDevice) -> IvQueryDeviceOut {
 mod tests {
     use super::*;
     use crate::platform::{catch_bugcheck, codes};
+
+    /// No ring is lost, whether it finds the firmware thread polling or
+    /// asleep: every ring is followed by a return of `wait`, and `stop`
+    /// ends the thread either way.
+    #[test]
+    fn the_firmware_doorbell_loses_no_ring() {
+        let bell = Arc::new(Doorbell::default());
+        let seen = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (bell, seen) = (Arc::clone(&bell), Arc::clone(&seen));
+            std::thread::spawn(move || {
+                while bell.wait() {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        for round in 0..400u64 {
+            let before = seen.load(Ordering::SeqCst);
+            // Some rings land while the thread polls, some (after a pause
+            // past ENGINE_SPIN) while it sleeps.
+            if round % 40 == 0 {
+                std::thread::sleep(ENGINE_SPIN * 3);
+            }
+            bell.ring();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seen.load(Ordering::SeqCst) == before {
+                assert!(Instant::now() < deadline, "ring {round} was lost");
+                std::thread::yield_now();
+            }
+        }
+        // Rings from several threads at once all end in a wake-up.
+        let before = seen.load(Ordering::SeqCst);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        bell.ring();
+                    }
+                });
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.load(Ordering::SeqCst) == before {
+            assert!(Instant::now() < deadline, "concurrent rings lost");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(ENGINE_SPIN * 3);
+        bell.stop.store(true, Ordering::Release);
+        bell.ring();
+        thread.join().unwrap();
+    }
 
     /// A bugcheck in a DPC that runs on the firmware thread (here: the
     /// completion routine of a request that DPC completes touches paged
