@@ -396,6 +396,10 @@ pub(crate) enum Topo {
     TwoHca,
     /// Two HCAs, firmware on "hardware threads" (run by hand here).
     TwoHcaDeferred,
+    /// Both QPs on one HCA whose firmware runs on its "hardware thread"
+    /// (run by hand here): the engine's turns, not the doorbells, run the
+    /// fast path.
+    LoopbackDeferred,
 }
 
 /// A requester QP on `a` connected to a responder QP on `b` (the same
@@ -417,6 +421,10 @@ pub(crate) fn nodes(topo: Topo) -> (Arc<Node>, Arc<Node>, Option<Arc<Fabric<Test
     match topo {
         Topo::Loopback => {
             let a = Arc::new(Node::new(1));
+            (a.clone(), a, None)
+        }
+        Topo::LoopbackDeferred => {
+            let a = Arc::new(Node::with(1, |c| c.execution = Execution::Deferred));
             (a.clone(), a, None)
         }
         Topo::TwoHca | Topo::TwoHcaDeferred => {
@@ -480,7 +488,7 @@ impl Pair {
 
     /// Deferred: runs both HCAs' firmware until nothing is left.
     pub(crate) fn settle(&self) {
-        if self.topo == Topo::TwoHcaDeferred {
+        if matches!(self.topo, Topo::TwoHcaDeferred | Topo::LoopbackDeferred) {
             for _ in 0..1000 {
                 if !self.a.d.hca.busy() && !self.b.d.hca.busy() {
                     return;
