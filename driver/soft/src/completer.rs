@@ -469,6 +469,53 @@ pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
 /// signaled and failed ones, publishes the consumer index. Raises
 /// SqDrained when a draining SQD QP has nothing left in flight, and
 /// reschedules the requester if WQEs wait.
+/// The fast path's coalesced ACK of `psn`: what [`acked`] does with it,
+/// in one pass over the send queue, given what the fast path guarantees
+/// when it acknowledges (an RC QP in RTS, no WQE in progress, no READ or
+/// atomic awaiting its response): every WQE not done up to `psn` is a
+/// SEND or WRITE that the ACK covers. Retires them, in order, with their
+/// completions, and does what [`retire`] does after.
+pub(crate) fn acked_fast(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    debug_assert!(
+        qp.qp_type == IV_QPT_RC
+            && qp.state == QpState::Rts
+            && qp.tx.req.cur.is_none()
+            && qp.tx.req.rd_atomic == 0
+    );
+    let start = qp.tx.req.ci;
+    let sig_all = qp.sq_sig_all;
+    let req = &mut qp.tx.req;
+    let mask = req.slots.len().max(1) - 1;
+    let mut ci = req.ci;
+    let mut ok = false;
+    while ci != req.next {
+        let s = &mut req.slots[ci as usize & mask];
+        if !s.done {
+            if psn_diff(s.last_psn, psn) > 0 {
+                break;
+            }
+            s.done = true;
+            s.status = IV_WC_SUCCESS;
+        }
+        let status = s.status;
+        if status != IV_WC_SUCCESS || sig_all || s.wqe.flags & IV_SEND_SIGNALED != 0 {
+            let cqe = send_cqe(qpn, &s.wqe, status, s.length);
+            post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
+        }
+        if is_rd_atomic(s.wqe.opcode) {
+            req.rd_atomic = req.rd_atomic.saturating_sub(1);
+        }
+        ok |= status == IV_WC_SUCCESS;
+        ci = ci.wrapping_add(1);
+    }
+    req.ci = ci;
+    if ok {
+        req.retry_left = qp.attr.retry_cnt;
+        req.rnr_left = qp.attr.rnr_retry;
+    }
+    retired(qpn, qp, env, start);
+}
+
 pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let start = qp.tx.req.ci;
     loop {
@@ -495,6 +542,13 @@ pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
             post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
         }
     }
+    retired(qpn, qp, env, start);
+}
+
+/// After WQEs from `start` were retired: hands their slots back to the
+/// ULP and rearms or stops the retransmission timer, ends a drain, and
+/// schedules the QP if it has new WQEs.
+fn retired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, start: u32) {
     let req = &qp.tx.req;
     if req.ci == start {
         return;

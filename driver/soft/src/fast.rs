@@ -263,7 +263,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             port: env.port,
             dp: dps,
         };
-        crate::completer::acked(qpn, qp, &mut env, psn);
+        crate::completer::acked_fast(qpn, qp, &mut env, psn);
     }
     ran
 }
