@@ -223,7 +223,8 @@ impl Firmware {
     ///
     /// With `fast` (an inline HCA whose inbox is empty), a send queue runs
     /// on the fast path first, as the direct-call doorbell runs it
-    /// ([`crate::fast::run`]), and is scheduled only for what that leaves.
+    /// ([`Firmware::ring_sq_fast`]), and is scheduled only for what that
+    /// leaves.
     pub(crate) fn scan_doorbells(&mut self, fast: bool) -> Scan {
         let mut scan = Scan::default();
         for at in 0..self.doorbells.pages.len() {
@@ -250,9 +251,7 @@ impl Firmware {
     /// with `fast`); true when the data path has work.
     fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
         match target {
-            DoorbellTarget::Sq(qpn) => {
-                !(fast && crate::fast::run(self, qpn) == crate::fast::Ran::All) && self.ring_sq(qpn)
-            }
+            DoorbellTarget::Sq(qpn) => !(fast && self.ring_sq_fast(qpn)) && self.ring_sq(qpn),
             DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
             DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
             DoorbellTarget::CqArm(cqn) => {

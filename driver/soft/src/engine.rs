@@ -450,6 +450,12 @@ impl DataPath {
         self.events.push(Event::Async(event));
     }
 
+    /// What a fast-path run can leave for the engine: a requester on the
+    /// ready list, frames, an overrun CQ.
+    pub(crate) fn left_for_engine(&self) -> bool {
+        !self.ready.is_empty() || !self.loopq.is_empty() || !self.cq_errors.is_empty()
+    }
+
     /// True when frames or requesters wait.
     pub(crate) fn has_work(&self) -> bool {
         !self.ready.is_empty()
@@ -669,21 +675,29 @@ impl Firmware {
     /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
     /// lookup), unless it already waits on the ready list.
     pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
-        match crate::fast::run(self, qpn) {
-            crate::fast::Ran::All => return,
-            // Scheduled: the engine's next turn runs it on the fast path
-            // again.
-            crate::fast::Ran::Budget => {
-                self.ring_sq(qpn);
-                return;
-            }
-            crate::fast::Ran::Stopped => {}
+        if self.ring_sq_fast(qpn) {
+            return;
         }
         let (qps, mut env) = self.split();
         if let Ok(qp) = qps.get_mut(qpn) {
             if !qp.tx.scheduled {
                 requester::run(qpn, qp, &mut env, REQUESTER_BUDGET);
             }
+        }
+    }
+
+    /// Runs QP `qpn`'s new WQEs on the fast path ([`crate::fast::run`]); a
+    /// QP that used up the fast path's budget is scheduled, and the
+    /// engine's next turn runs the fast path again. False when the fast
+    /// path stopped at a WQE the requester must take.
+    pub(crate) fn ring_sq_fast(&mut self, qpn: u32) -> bool {
+        match crate::fast::run(self, qpn) {
+            crate::fast::Ran::All => true,
+            crate::fast::Ran::Budget => {
+                self.ring_sq(qpn);
+                true
+            }
+            crate::fast::Ran::Stopped => false,
         }
     }
 

@@ -927,8 +927,7 @@ impl<P: Platform> SoftHca<P> {
             let mut scan = st.firmware.scan_doorbells(fast);
             // What the fast path left for the engine, as after the direct
             // doorbell.
-            let dp = &st.firmware.dp;
-            scan.work |= !dp.ready.is_empty() || !dp.loopq.is_empty() || !dp.cq_errors.is_empty();
+            scan.work |= st.firmware.dp.left_for_engine();
             // An armed CQ with completions: its event goes out now.
             let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
             (scan, raise)
@@ -1137,19 +1136,11 @@ impl<P: Platform> Hca for SoftHca<P> {
             // and the engine's turn runs the fast path again).
             Execution::Inline => {
                 let quick = self.state.lock(|st| {
-                    if self.inbox_pending.load(Ordering::Acquire) {
+                    if self.inbox_pending.load(Ordering::Acquire) || !st.firmware.ring_sq_fast(qpn)
+                    {
                         return None;
                     }
-                    match fast::run(&mut st.firmware, qpn) {
-                        fast::Ran::All => {}
-                        fast::Ran::Budget => {
-                            st.firmware.ring_sq(qpn);
-                        }
-                        fast::Ran::Stopped => return None,
-                    }
-                    let dp = &st.firmware.dp;
-                    let more =
-                        !dp.ready.is_empty() || !dp.loopq.is_empty() || !dp.cq_errors.is_empty();
+                    let more = st.firmware.dp.left_for_engine();
                     let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
                     Some((raise, more))
                 });
