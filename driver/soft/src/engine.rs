@@ -774,9 +774,17 @@ impl Firmware {
             if let Some(qpn) = self.dp.ready.pop_front() {
                 if let Ok(qp) = self.qps.get_mut(qpn) {
                     qp.tx.scheduled = false;
-                    // The fast path first, as the doorbells run it; the
+                    // The fast path first, as the doorbells run it, for a
+                    // QP whose peer is on this HCA (the only one it can
+                    // take: the packet path's QPs skip its lookups); the
                     // requester takes what it leaves.
-                    match crate::fast::run(self, qpn) {
+                    let loopback = qp.tx.path.dgid == self.dp.gid;
+                    let ran = if loopback {
+                        crate::fast::run(self, qpn)
+                    } else {
+                        crate::fast::Ran::Stopped
+                    };
+                    match ran {
                         crate::fast::Ran::All => {}
                         crate::fast::Ran::Budget => {
                             budget = 0;
