@@ -716,6 +716,91 @@ fn fast_path_reads_the_receive_index_again_after_a_flush_and_reset() {
     );
 }
 
+/// The fast path remembers the last keys it checked for a QP (its source
+/// lkey, its destination key at the peer) across doorbells, only while no
+/// MR changes: a key whose slot was registered again (a new generation),
+/// a deregistered key and an rkey a SEND with invalidate invalidated each
+/// fail as the general path fails them, after a doorbell that took the
+/// same key on the fast path.
+#[test]
+fn fast_path_forgets_remembered_keys_when_mrs_change() {
+    let access = IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE;
+    // `old`'s range registered again, over the same memory: everything
+    // a remembered check looked at is as it was, but the key.
+    let reg_at = |n: &Node, old: &Mem, access: u32| {
+        let CommandOut::Mr { lkey, .. } = n.d.ok(Command::RegMr {
+            pdn: n.pd,
+            addr: old.addr,
+            length: old.len,
+            access,
+            physical: false,
+            region: old.region.clone(),
+        }) else {
+            unreachable!()
+        };
+        Mem {
+            lkey,
+            ..old.clone()
+        }
+    };
+    let write = |p: &Pair, wr_id: u64, src: &Mem, dst: &Mem| {
+        let s = [src.sge(0, 8)];
+        p.send(&SendWr {
+            sges: &s,
+            remote_addr: dst.addr,
+            rkey: dst.lkey,
+            ..signaled(wr_id, IV_WR_RDMA_WRITE)
+        });
+    };
+
+    // The destination's slot registered again: the old rkey names nothing.
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let dst = p.b.mem(4096, access);
+    p.ma.write(0, b"12345678");
+    let fast = p.a.d.hca.stats().fast_path_wqes;
+    write(&p, 1, &p.ma, &dst);
+    assert_eq!(statuses(&p.cqa), [(1, IV_WC_SUCCESS)]);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, fast + 1, "fast path");
+    p.b.d.ok(Command::DeregMr { lkey: dst.lkey });
+    let again = reg_at(&p.b, &dst, access);
+    assert_eq!(again.lkey >> 8, dst.lkey >> 8, "the same slot");
+    assert_ne!(again.lkey, dst.lkey, "a new generation");
+    again.write(0, &[0; 8]);
+    write(&p, 2, &p.ma, &dst);
+    assert_eq!(statuses(&p.cqa), [(2, IV_WC_REM_ACCESS_ERR)]);
+    assert_eq!(again.read(0, 8), [0; 8], "nothing written");
+
+    // The source deregistered after a WRITE from it.
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let src = p.a.mem(4096, IV_ACCESS_LOCAL_WRITE);
+    write(&p, 3, &src, &p.mb);
+    assert_eq!(statuses(&p.cqa), [(3, IV_WC_SUCCESS)]);
+    p.a.d.ok(Command::DeregMr { lkey: src.lkey });
+    let again = reg_at(&p.a, &src, IV_ACCESS_LOCAL_WRITE);
+    assert_eq!(again.lkey >> 8, src.lkey >> 8, "the same slot");
+    write(&p, 4, &src, &p.mb);
+    assert_eq!(statuses(&p.cqa), [(4, IV_WC_LOC_PROT_ERR)]);
+
+    // An rkey invalidated by a SEND with invalidate (on the general path)
+    // after a WRITE through it on the fast path.
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let dst = p.b.mem(4096, access);
+    write(&p, 5, &p.ma, &dst);
+    assert_eq!(statuses(&p.cqa), [(5, IV_WC_SUCCESS)]);
+    p.recv(6, &[p.mb.sge(0, 64)]);
+    p.send(&SendWr {
+        inline: Some(b"inv"),
+        imm_or_inv: dst.lkey,
+        ..signaled(6, IV_WR_SEND_WITH_INV)
+    });
+    assert_eq!(statuses(&p.cqa), [(6, IV_WC_SUCCESS)]);
+    assert_eq!(one(&p.cqb).status, IV_WC_SUCCESS);
+    dst.write(0, &[0; 8]);
+    write(&p, 7, &p.ma, &dst);
+    assert_eq!(statuses(&p.cqa), [(7, IV_WC_REM_ACCESS_ERR)]);
+    assert_eq!(dst.read(0, 8), [0; 8], "nothing written");
+}
+
 #[test]
 fn rc_every_opcode() {
     for topo in TOPOS {
