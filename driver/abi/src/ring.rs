@@ -53,7 +53,20 @@ pub struct IvRingControl {
     /// Consumer index (written by the consumer only).
     pub consumer: IvRingIndex,
     /// CQs: the arm word written by `req_notify_cq` (see [`IV_CQ_ARM_NEXT`]).
-    /// Work queues: unused.
+    ///
+    /// Receive queues and SRQs: the HCA's doorbell request, written by the
+    /// HCA only. While it is 0, posting receives need not ring the doorbell:
+    /// the HCA reads the producer index when it needs a receive WQE (as a
+    /// hardware HCA reads its doorbell record). The HCA sets it (nonzero)
+    /// while it must hear of new receives at once — the QP is in ERR (new
+    /// receives are flushed), or a responder waits for a receive after an
+    /// RNR NAK — and then reads the producer index again. So a ULP, after
+    /// publishing its producer index, issues a sequentially consistent fence,
+    /// reads this word, and rings the doorbell when it is nonzero; either it
+    /// sees the request, or the HCA's read after setting it sees the
+    /// receives. Ringing always is correct too (only slower).
+    ///
+    /// Send queues: unused.
     pub arm: IvRingIndex,
 }
 

@@ -326,7 +326,9 @@ impl QpRings {
     }
 
     /// `post_recv`: writes a receive WQE (scatter list `sges`) and rings the
-    /// receive doorbell.
+    /// receive doorbell if the HCA asks for it ([`RecvQueue::doorbell_wanted`]:
+    /// only while the QP is in ERR or waits for a receive after an RNR
+    /// NAK; otherwise the HCA finds the receive when it needs it).
     ///
     /// # Errors
     /// [`PostError`]; [`PostError::Invalid`] for a QP that uses an SRQ.
@@ -336,21 +338,22 @@ impl QpRings {
         wr_id: u64,
         sges: &[IvSge],
     ) -> Result<(), PostError> {
-        self.rq
-            .as_ref()
-            .ok_or(PostError::Invalid)?
-            .post(wr_id, sges)?;
-        db.rq(self.rq_bell);
+        let rq = self.rq.as_ref().ok_or(PostError::Invalid)?;
+        rq.post(wr_id, sges)?;
+        if rq.doorbell_wanted() {
+            db.rq(self.rq_bell);
+        }
         Ok(())
     }
 
     /// `post_recv` with a chain: writes `wrs` in order, publishes them
-    /// together and rings the receive doorbell once (when any was posted).
+    /// together and rings the receive doorbell once (when any was posted
+    /// and the HCA asks for it, as [`QpRings::post_recv`]).
     ///
     /// # Errors
     /// The index of the first work request not posted and why
     /// ([`PostError::Invalid`] at 0 for a QP that uses an SRQ); the ones
-    /// before it were posted (and the doorbell rung for them).
+    /// before it were posted (and the doorbell rung for them if asked).
     pub fn post_recv_list(
         &self,
         db: &dyn Doorbells,
@@ -358,7 +361,7 @@ impl QpRings {
     ) -> Result<(), (usize, PostError)> {
         let rq = self.rq.as_ref().ok_or((0, PostError::Invalid))?;
         let result = rq.post_list(wrs);
-        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 {
+        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 && rq.doorbell_wanted() {
             db.rq(self.rq_bell);
         }
         result
@@ -423,7 +426,9 @@ impl SrqRings {
         &self.rq
     }
 
-    /// `post_srq_recv`: writes a receive WQE and rings the SRQ's doorbell.
+    /// `post_srq_recv`: writes a receive WQE and rings the SRQ's doorbell
+    /// if the HCA asks for it (while responders of its QPs wait for a
+    /// receive after an RNR NAK; see [`RecvQueue::doorbell_wanted`]).
     ///
     /// # Errors
     /// [`PostError`]; nothing was posted.
@@ -434,12 +439,15 @@ impl SrqRings {
         sges: &[IvSge],
     ) -> Result<(), PostError> {
         self.rq.post(wr_id, sges)?;
-        db.srq(self.bell);
+        if self.rq.doorbell_wanted() {
+            db.srq(self.bell);
+        }
         Ok(())
     }
 
     /// `post_srq_recv` with a chain: writes `wrs` in order, publishes them
-    /// together and rings the SRQ's doorbell once (when any was posted).
+    /// together and rings the SRQ's doorbell once (when any was posted and
+    /// the HCA asks for it).
     ///
     /// # Errors
     /// The index of the first work request not posted and why; the ones
@@ -450,7 +458,8 @@ impl SrqRings {
         wrs: &[RecvWr<'_>],
     ) -> Result<(), (usize, PostError)> {
         let result = self.rq.post_list(wrs);
-        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 {
+        if result.as_ref().map_or_else(|&(i, _)| i, |()| wrs.len()) > 0 && self.rq.doorbell_wanted()
+        {
             db.srq(self.bell);
         }
         result

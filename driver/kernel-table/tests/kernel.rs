@@ -208,7 +208,10 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
     c.rings[0].region().read(off, &mut got[..len]).unwrap();
     assert_eq!(got, data);
 
-    // post_recv and post_srq_recv.
+    // post_recv and post_srq_recv, with the HCA asking for their
+    // doorbells (the rings' doorbell requests).
+    c.rings[1].doorbell_request().set(true);
+    c.rings[3].doorbell_request().set(true);
     let rwr = IvKernelRecvWr {
         wr_id: 0x61,
         sg_list: sges.as_ptr(),
@@ -238,6 +241,18 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
             Bell::Srq(0x41)
         ]
     );
+    // Not asked: posted, not rung.
+    c.rings[1].doorbell_request().set(false);
+    c.rings[3].doorbell_request().set(false);
+    // SAFETY: as above.
+    let st = unsafe { (t.post_recv)(t.context, o.qp, &rwr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    // SAFETY: as above.
+    let st = unsafe { (t.post_srq_recv)(t.context, o.srq, &swr) };
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(read_recv_wqe(&c.rings[1], 1, 2).unwrap().wr_id, 0x61);
+    assert_eq!(read_recv_wqe(&c.rings[3], 1, 1).unwrap().wr_id, 0x71);
+    assert_eq!(bells.take(), []);
 
     // poll_cq: what the HCA wrote, oldest first; max 0 needs no array.
     let mut wc = [IvCqe::default(); 4];

@@ -90,6 +90,9 @@ fn views_ring_their_slots_in_the_page() {
 
     let page = DoorbellPage::alloc().unwrap();
     let bells = PageDoorbells::new(page.clone());
+    // Receives ring only when the HCA asks (their doorbell requests).
+    rq.doorbell_request().set(true);
+    srq.doorbell_request().set(true);
     qp.post_send(&bells, &SendWr::default()).unwrap();
     qp.post_recv(&bells, 1, &[]).unwrap();
     cqv.req_notify(&bells, false);
@@ -98,6 +101,14 @@ fn views_ring_their_slots_in_the_page() {
     // The WQEs were published before the doorbells.
     assert_eq!(sq.consumer().filled(), Ok(1));
     assert_eq!(rq.consumer().filled(), Ok(1));
+    // Not asked: published, not rung.
+    rq.doorbell_request().set(false);
+    srq.doorbell_request().set(false);
+    qp.post_recv(&bells, 3, &[]).unwrap();
+    srqv.post_recv(&bells, 4, &[]).unwrap();
+    assert!(taken(&page).is_empty(), "not asked");
+    assert_eq!(rq.consumer().filled(), Ok(2));
+    assert_eq!(srq.consumer().filled(), Ok(2));
     // A refused post rings nothing.
     for _ in 0..7 {
         qp.post_send(&bells, &SendWr::default()).unwrap();

@@ -27,6 +27,11 @@ pub trait IndexWord {
     fn load(&self, order: Ordering) -> u32;
     /// Stores the index.
     fn store(&self, value: u32, order: Ordering);
+    /// A sequentially consistent fence, of the memory model these words
+    /// live in (loom's, in its tests).
+    fn fence_seq_cst(&self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
 }
 
 impl IndexWord for AtomicU32 {
@@ -35,6 +40,49 @@ impl IndexWord for AtomicU32 {
     }
     fn store(&self, value: u32, order: Ordering) {
         AtomicU32::store(self, value, order);
+    }
+}
+
+/// A receive queue's (or SRQ's) doorbell request: the ring's arm word,
+/// which the HCA sets while it must hear of new receives at once
+/// ([`IvRingControl::arm`] states the protocol). Posting receives rings
+/// the doorbell only when [`DoorbellRequest::wanted`] says so, as posting
+/// to a hardware HCA only writes its doorbell record.
+///
+/// The handshake is Dekker's: the ULP publishes its producer index, fences
+/// and reads the request; the HCA sets the request, fences and reads the
+/// producer index. The two fences are sequentially consistent, so at
+/// least one side sees the other's write: a receive published while the
+/// HCA starts asking is either rung or found by the HCA's read.
+#[derive(Debug)]
+pub struct DoorbellRequest<'a, W: IndexWord> {
+    /// The request word (the ring's arm word).
+    pub word: &'a W,
+}
+
+impl<W: IndexWord> DoorbellRequest<'_, W> {
+    /// The ULP's side, after publishing its producer index: whether the
+    /// HCA asks for the doorbell.
+    #[must_use]
+    pub fn wanted(&self) -> bool {
+        self.word.fence_seq_cst();
+        self.word.load(Ordering::Relaxed) != 0
+    }
+
+    /// The HCA's side: asks for doorbells (`true`) or stops asking. After
+    /// asking, the caller reads the producer index again: receives
+    /// published by a poster that saw no request are visible to that read.
+    pub fn set(&self, ask: bool) {
+        self.word.store(u32::from(ask), Ordering::Relaxed);
+        if ask {
+            self.word.fence_seq_cst();
+        }
+    }
+
+    /// Whether the HCA is asking (its own last [`DoorbellRequest::set`]).
+    #[must_use]
+    pub fn asking(&self) -> bool {
+        self.word.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -257,6 +305,14 @@ impl Ring {
     #[must_use]
     pub fn arm_word(&self) -> &AtomicU32 {
         self.word(ARM_OFFSET)
+    }
+
+    /// The doorbell request (receive queues and SRQs: the arm word).
+    #[must_use]
+    pub fn doorbell_request(&self) -> DoorbellRequest<'_, AtomicU32> {
+        DoorbellRequest {
+            word: self.arm_word(),
+        }
     }
 
     /// The producer's view.

@@ -239,8 +239,17 @@ impl RecvQueue {
         &self.ring
     }
 
+    /// After posting: whether the HCA asks for the doorbell
+    /// ([`crate::ring::DoorbellRequest::wanted`]; a full fence, then a read
+    /// of the ring's request word). When it does not, the HCA finds what
+    /// was posted when it needs a receive, and no doorbell is needed.
+    #[must_use]
+    pub fn doorbell_wanted(&self) -> bool {
+        self.ring.doorbell_request().wanted()
+    }
+
     /// Posts a receive buffer (scatter list). The caller then rings the
-    /// doorbell.
+    /// doorbell (if [`RecvQueue::doorbell_wanted`]).
     ///
     /// # Errors
     /// [`PostError::Full`], [`PostError::TooManySge`]; nothing was posted.

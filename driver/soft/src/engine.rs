@@ -542,12 +542,30 @@ pub(crate) fn enter_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, event: Optio
     }
     qp.state = QpState::Err;
     env.dp.attend();
+    // Before the flush reads the producer index: a receive posted by a ULP
+    // that saw no request is flushed now, any later one is rung.
+    ask_rq_doorbells(qp);
     qp.tx.last_wqe = false;
     if let Some(e) = event {
         env.dp.raise(e);
     }
     flush_sq(qpn, qp, env);
     flush_rq(qpn, qp, env);
+}
+
+/// Sets QP `qp`'s receive doorbell request ([`irpverbs_ring::ring::DoorbellRequest`])
+/// to what its state needs: asking while the QP is in ERR (its new
+/// receives are flushed) or its responder waits for a receive after an RNR
+/// NAK (its requester gets a retry), not otherwise. A caller that made it
+/// ask reads the producer index afterwards.
+pub(crate) fn ask_rq_doorbells(qp: &Qp) {
+    if let Some(rq) = &qp.rq {
+        let want = qp.state == QpState::Err || qp.tx.resp.rnr_wait;
+        let request = rq.0.doorbell_request();
+        if request.asking() != want {
+            request.set(want);
+        }
+    }
 }
 
 /// A send-side error on a UC or UD QP: the QP goes to SQE (its receive
@@ -737,6 +755,7 @@ impl Firmware {
                 let mut waiters = waiters;
                 waiters.clear();
                 srq.rnr_waiters = waiters;
+                srq.ring.0.doorbell_request().set(false);
             }
         }
         true
@@ -1007,6 +1026,7 @@ impl Firmware {
                 let sq_pi = qp.sq.0.producer_word().load(Ordering::Acquire);
                 qp.sq.0.consumer().release(sq_pi);
                 qp.tx.reset();
+                ask_rq_doorbells(qp);
                 qp.tx.req.resync(sq_pi);
                 if let Some(rq) = qp.rq.as_ref().map(|r| &r.0) {
                     let pi = rq.producer_word().load(Ordering::Acquire);

@@ -279,6 +279,7 @@ fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
 pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
     let waiting = core::mem::take(&mut qp.tx.resp.rnr_wait);
     if waiting {
+        crate::engine::ask_rq_doorbells(qp);
         env.dp.unattend();
         let path = qp.tx.path;
         env.dp
@@ -294,6 +295,7 @@ fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if !qp.tx.resp.rnr_wait {
         qp.tx.resp.rnr_wait = true;
         env.dp.attend();
+        crate::engine::ask_rq_doorbells(qp);
     }
     let posted = if let Some(srqn) = qp.srqn {
         match env.srqs.get_mut(srqn) {
@@ -301,6 +303,7 @@ fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
                 if !srq.rnr_waiters.contains(&qpn) {
                     srq.rnr_waiters.push(qpn);
                 }
+                srq.ring.0.doorbell_request().set(true);
                 srq.ring.0.producer_word().load(Ordering::SeqCst) != srq.ci
             }
             Err(_) => false,

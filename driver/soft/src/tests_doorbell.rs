@@ -131,12 +131,15 @@ fn an_srq_slot_rings_the_srq() {
         },
     );
     assert!(cq.poll().is_empty(), "RNR: no receive yet");
+    // A responder of the SRQ waits: the SRQ asks for its doorbell.
     srq.post(5, &[m.sge(64, 64)]).unwrap();
+    assert!(srq.doorbell_wanted(), "asked");
     assert!(user.ring(slot));
     assert_eq!(n.d.hca.poll_doorbells(), 1);
     let mut got: Vec<u64> = cq.poll().iter().map(|c| c.wr_id).collect();
     got.sort_unstable();
     assert_eq!(got, [1, 5]);
+    assert!(!srq.doorbell_wanted(), "nobody waits: no longer asked");
 }
 
 #[test]

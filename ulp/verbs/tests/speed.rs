@@ -144,11 +144,19 @@ fn post_recv_on_the_rq_and_on_an_srq() {
     let cq = c.new_cq(&cq_in(16)).unwrap();
     let qp = c.new_qp(&qp_in(cq.handle(), 0, 2, 0)).unwrap();
     let sges = [sge(0x4000, 64), sge(0x5000, 32)];
+    // The HCA asked for the doorbell (the ring's doorbell request): rung.
+    let rq = qp.rings().rq().unwrap().ring();
+    rq.doorbell_request().set(true);
     qp.post_recv(0x77, &sges).unwrap();
     assert_eq!(state.bells.take(), [Bell::Rq(qp.qpn())]);
-    let w = read_recv_wqe(qp.rings().rq().unwrap().ring(), 0, 2).unwrap();
+    let w = read_recv_wqe(rq, 0, 2).unwrap();
     assert_eq!((w.wr_id, w.num_sge), (0x77, 2));
     assert_eq!(&w.sges[..2], &sges);
+    // Not asked: posted, not rung.
+    rq.doorbell_request().set(false);
+    qp.post_recv(0x78, &sges).unwrap();
+    assert!(state.bells.take().is_empty());
+    assert_eq!(read_recv_wqe(rq, 1, 2).unwrap().wr_id, 0x78);
 
     let srq = c
         .new_srq(&IvCreateSrqIn {
@@ -160,9 +168,12 @@ fn post_recv_on_the_rq_and_on_an_srq() {
     let on_srq = c.new_qp(&qp_in(cq.handle(), srq.handle(), 1, 0)).unwrap();
     assert!(on_srq.rings().rq().is_none());
     assert_eq!(on_srq.post_recv(1, &sges[..1]), Err(PostError::Invalid));
+    srq.post_recv(0x87, &sges[..1]).unwrap();
+    assert!(state.bells.take().is_empty(), "not asked");
+    srq.rings().rq().ring().doorbell_request().set(true);
     srq.post_recv(0x88, &sges[..1]).unwrap();
     assert_eq!(state.bells.take(), [Bell::Srq(srq.srqn())]);
-    let w = read_recv_wqe(srq.rings().rq().ring(), 0, 1).unwrap();
+    let w = read_recv_wqe(srq.rings().rq().ring(), 1, 1).unwrap();
     assert_eq!((w.wr_id, w.sges[0]), (0x88, sges[0]));
 }
 
