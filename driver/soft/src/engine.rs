@@ -116,8 +116,6 @@ pub(crate) struct QpTx {
     pub(crate) rnr_at: Option<u64>,
     /// On [`DataPath::timed`].
     pub(crate) timed: bool,
-    /// The fast path's memory of the last keys (see [`crate::fast::Memo`]).
-    pub(crate) fast: crate::fast::Memo,
 }
 
 impl PartialEq for QpTx {
@@ -148,7 +146,6 @@ impl QpTx {
             rto_at: None,
             rnr_at: None,
             timed: false,
-            fast: crate::fast::Memo::default(),
         })
     }
 

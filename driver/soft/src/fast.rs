@@ -112,6 +112,10 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let mrs: &Table<Mr> = &*env.mrs;
     let cqs = env.cqs;
     let dps = env.dp;
+    // Keys resolved in this run: the MRs cannot change while it holds the
+    // firmware, so a key that named a live MR still does.
+    let mut local = KeyCache::new(mrs);
+    let mut remote = KeyCache::new(mrs);
     loop {
         let req = &qp.tx.req;
         if req.next == pi {
@@ -126,7 +130,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             ran = Ran::Budget;
             break;
         }
-        let Some(step) = check(qp, dest, mrs, cqs) else {
+        let Some(step) = check(qp, dest, &mut local, &mut remote, cqs) else {
             break;
         };
         // Committed: nothing below fails.
@@ -276,66 +280,37 @@ struct Step<'m> {
     one_copy: Option<(&'m Region, usize, &'m Region, usize)>,
 }
 
-/// A key the fast path checked, remembered across doorbells: the MR
-/// table's change count then ([`Table::changes`]), the key, and the PD and
-/// access it was checked for. While the count stands still no MR was
-/// registered, deregistered or invalidated, so the key still names the
-/// same valid MR and the checks still hold: the next message with that key
-/// skips them (a single-post stream pays for one lookup, not one per
-/// message).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct KeyMemo {
-    changes: u64,
-    key: u32,
-    pdn: u32,
-    need: u32,
+/// The last key looked up in the MR table, and the MR it named (see
+/// [`mr_by_key`]).
+struct KeyCache<'m> {
+    mrs: &'m Table<Mr>,
+    last: Option<(u32, &'m Mr)>,
 }
 
-/// What the fast path remembers of a QP between doorbells: the last
-/// source key of its WQEs, and the last destination key (a receive SGE's
-/// or a WRITE's) at its peer.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Memo {
-    src: KeyMemo,
-    dst: KeyMemo,
-}
+impl<'m> KeyCache<'m> {
+    fn new(mrs: &'m Table<Mr>) -> Self {
+        Self { mrs, last: None }
+    }
 
-impl KeyMemo {
-    /// The MR `key` names, if it is valid, belongs to `pdn` and allows
-    /// every access in `need` ([`mr_by_key`] and those checks); from
-    /// memory when it is the key last checked for the same and the MR
-    /// table has not changed since.
-    #[inline(always)]
-    fn mr<'m>(&mut self, mrs: &'m Table<Mr>, key: u32, pdn: u32, need: u32) -> Option<&'m Mr> {
-        let changes = mrs.changes();
-        if self.changes == changes && self.key == key && self.pdn == pdn && self.need == need {
-            return mrs.get(key >> 8).ok();
+    /// [`mr_by_key`].
+    fn get(&mut self, key: u32) -> Option<&'m Mr> {
+        if let Some((k, mr)) = self.last
+            && k == key
+        {
+            return Some(mr);
         }
-        let mr = mr_by_key(mrs, key)?;
-        if mr.pdn != pdn || mr.access & need != need {
-            return None;
-        }
-        *self = Self {
-            changes,
-            key,
-            pdn,
-            need,
-        };
+        let mr = mr_by_key(self.mrs, key)?;
+        self.last = Some((key, mr));
         Some(mr)
     }
 
-    /// The region and offset of a local SGE, checked as [`crate::dma`]'s
-    /// `local_sge` checks it (`write`: the HCA writes there).
-    #[inline(always)]
-    fn local<'m>(
-        &mut self,
-        mrs: &'m Table<Mr>,
-        pdn: u32,
-        sge: &IvSge,
-        write: bool,
-    ) -> Option<(&'m Region, usize)> {
-        let need = if write { IV_ACCESS_LOCAL_WRITE } else { 0 };
-        let mr = self.mr(mrs, sge.lkey, pdn, need)?;
+    /// The region and offset of a local SGE, checked as
+    /// [`crate::dma`]'s `local_sge` checks it.
+    fn local(&mut self, pdn: u32, sge: &IvSge, write: bool) -> Option<(&'m Region, usize)> {
+        let mr = self.get(sge.lkey)?;
+        if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
+            return None;
+        }
         let off = mr.offset_of(sge.addr, u64::from(sge.length))?;
         Some((&**mr.region(), off))
     }
@@ -350,9 +325,11 @@ impl KeyMemo {
 fn check<'m>(
     qp: &mut Qp,
     dest: &mut Qp,
-    mrs: &'m Table<Mr>,
+    local: &mut KeyCache<'m>,
+    remote: &mut KeyCache<'m>,
     cqs: &mut Table<Cq>,
 ) -> Option<Step<'m>> {
+    let mrs = local.mrs;
     let index = qp.tx.req.next;
     let req = &mut qp.tx.req;
     let k = req.slot_index(index);
@@ -380,7 +357,7 @@ fn check<'m>(
     let length = if inline {
         u64::from(wqe.inline_len)
     } else if nsge == 1 && shadow[0].length != 0 {
-        src = Some(qp.tx.fast.src.local(mrs, qp.pdn, &shadow[0], false)?);
+        src = Some(local.local(qp.pdn, &shadow[0], false)?);
         u64::from(shadow[0].length)
     } else {
         check_sges(mrs, qp.pdn, &shadow[..nsge], false).ok()?
@@ -415,7 +392,7 @@ fn check<'m>(
             && length <= r.length
         {
             // The bytes land in the first SGE, checked as a whole.
-            let (dr, doff) = qp.tx.fast.dst.local(mrs, dest.pdn, r, true)?;
+            let (dr, doff) = remote.local(dest.pdn, r, true)?;
             dst = Some((dr, doff));
             one_copy = src.map(|(sr, so)| (dr, doff, sr, so));
         } else {
@@ -450,11 +427,10 @@ fn check<'m>(
                 one_copy: None,
             });
         }
-        let mr = qp
-            .tx
-            .fast
-            .dst
-            .mr(mrs, wqe.rkey, dest.pdn, IV_ACCESS_REMOTE_WRITE)?;
+        let mr = remote.get(wqe.rkey)?;
+        if mr.pdn != dest.pdn || mr.access & IV_ACCESS_REMOTE_WRITE == 0 {
+            return None;
+        }
         let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
         let region = &**mr.region();
         Some(Step {

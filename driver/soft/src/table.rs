@@ -25,29 +25,6 @@ pub(crate) struct Table<T> {
     free: Vec<u32>,
     live: usize,
     max: u32,
-    /// Counts the calls that could change an object (insert, `get_mut`,
-    /// remove, `take_all`): while it stands still, every object is as it
-    /// was, so what was checked against one still holds.
-    changes: Changes,
-}
-
-/// A change count, from 1. Not part of the table's value: equal tables may
-/// have been changed a different number of times.
-#[derive(Clone, Copy, Debug)]
-struct Changes(u64);
-
-impl PartialEq for Changes {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Changes {}
-
-impl Changes {
-    fn bump(&mut self) {
-        self.0 = self.0.wrapping_add(1);
-    }
 }
 
 impl<T> Table<T> {
@@ -58,15 +35,7 @@ impl<T> Table<T> {
             free: Vec::new(),
             live: 0,
             max,
-            changes: Changes(1),
         }
-    }
-
-    /// The change count: it moves on every call that could change an
-    /// object (and never comes back to an earlier value in practice: it
-    /// is 64 bits), never 0.
-    pub(crate) const fn changes(&self) -> u64 {
-        self.changes.0
     }
 
     /// Live objects.
@@ -90,7 +59,6 @@ impl<T> Table<T> {
     /// runs out.
     pub(crate) fn insert(&mut self, value: T) -> Result<u32, NtStatus> {
         self.check_room()?;
-        self.changes.bump();
         let index = if let Some(index) = self.free.pop() {
             index
         } else {
@@ -141,7 +109,6 @@ impl<T> Table<T> {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn get_mut(&mut self, n: u32) -> Result<&mut T, NtStatus> {
-        self.changes.bump();
         Self::index(n)
             .and_then(|i| self.slots.get_mut(i))
             .and_then(|s| s.value.as_mut())
@@ -163,7 +130,6 @@ impl<T> Table<T> {
     /// Removes every object and frees their numbers (generations stay, so
     /// keys of the removed objects never match again); returns them.
     pub(crate) fn take_all(&mut self) -> Vec<T> {
-        self.changes.bump();
         let mut taken = Vec::with_capacity(self.live);
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(value) = slot.value.take() {
@@ -180,7 +146,6 @@ impl<T> Table<T> {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when there is none.
     pub(crate) fn remove(&mut self, n: u32) -> Result<T, NtStatus> {
-        self.changes.bump();
         let value = Self::index(n)
             .and_then(|i| self.slots.get_mut(i))
             .and_then(|s| s.value.take())

@@ -716,14 +716,14 @@ fn fast_path_reads_the_receive_index_again_after_a_flush_and_reset() {
     );
 }
 
-/// The fast path remembers the last keys it checked for a QP (its source
-/// lkey, its destination key at the peer) across doorbells, only while no
-/// MR changes: a key whose slot was registered again (a new generation),
-/// a deregistered key and an rkey a SEND with invalidate invalidated each
+/// A key the fast path took changes between doorbells: a key whose slot
+/// was registered again over the same memory (a new generation), a
+/// deregistered key and an rkey a SEND with invalidate invalidated each
 /// fail as the general path fails them, after a doorbell that took the
-/// same key on the fast path.
+/// same key on the fast path (nothing the fast path knew of the key may
+/// outlive the change).
 #[test]
-fn fast_path_forgets_remembered_keys_when_mrs_change() {
+fn keys_the_fast_path_took_fail_once_their_mrs_change() {
     let access = IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE;
     // `old`'s range registered again, over the same memory: everything
     // a remembered check looked at is as it was, but the key.
