@@ -158,8 +158,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         dps.stats.packets_received += u64::from(count);
         dps.stats.fast_path_wqes += 1;
         if dest.state == QpState::Rtr && !dest.tx.comm_est {
-            dest.tx.comm_est = true;
-            dps.raise(AsyncEvent::CommEstablished(dest_qpn));
+            comm_established(dest, dest_qpn, dps);
         }
         // The payload, from the slot (inline) or the gather list, where it
         // is not one copy.
@@ -196,24 +195,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
                 let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
             } else {
-                let sges = &recv.sges[..recv.nsge];
-                let dpdn = dest.pdn;
-                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
-                    let mut done = 0;
-                    for_each_piece(
-                        mrs,
-                        dpdn,
-                        sges,
-                        start as u64,
-                        n as u64,
-                        true,
-                        |mr, doff, k| {
-                            s.copy(mr.region(), doff, done, k)?;
-                            done += k;
-                            Ok(())
-                        },
-                    )
-                });
+                scatter(mrs, qp.pdn, &src(), len, dest.pdn, &recv.sges[..recv.nsge]);
             }
             let cqe = IvCqe {
                 wr_id: recv.wr_id,
@@ -239,9 +221,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
         } else if len > 0 {
             if let Some((region, base)) = step.dst {
-                let _ = copy(mrs, qp.pdn, &src(), len, |start, n, s| {
-                    s.copy(region, base + start, 0, n)
-                });
+                gather(mrs, qp.pdn, &src(), len, region, base);
             }
         }
         let resp = &mut dest.tx.resp;
@@ -266,6 +246,48 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         crate::completer::acked_fast(qpn, qp, &mut env, psn);
     }
     ran
+}
+
+/// The first message to a QP in RTR: communication established.
+#[cold]
+#[inline(never)]
+fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::engine::DataPath) {
+    dest.tx.comm_est = true;
+    dp.raise(AsyncEvent::CommEstablished(dest_qpn));
+}
+
+/// A SEND's payload where it is not one copy: gathered from `src` (PD
+/// `spdn`) and scattered over the receive SGEs `sges` (PD `dpdn`), all
+/// checked before.
+#[cold]
+#[inline(never)]
+fn scatter(mrs: &Table<Mr>, spdn: u32, src: &Src<'_>, len: u32, dpdn: u32, sges: &[IvSge]) {
+    let _ = copy(mrs, spdn, src, len, |start, n, s| {
+        let mut done = 0;
+        for_each_piece(
+            mrs,
+            dpdn,
+            sges,
+            start as u64,
+            n as u64,
+            true,
+            |mr, doff, k| {
+                s.copy(mr.region(), doff, done, k)?;
+                done += k;
+                Ok(())
+            },
+        )
+    });
+}
+
+/// A WRITE's payload where it is not one copy: gathered from `src` (PD
+/// `spdn`, checked) into `region` from `base`.
+#[cold]
+#[inline(never)]
+fn gather(mrs: &Table<Mr>, spdn: u32, src: &Src<'_>, len: u32, region: &Region, base: usize) {
+    let _ = copy(mrs, spdn, src, len, |start, n, s| {
+        s.copy(region, base + start, 0, n)
+    });
 }
 
 /// What a checked WQE needs to execute.
