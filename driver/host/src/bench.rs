@@ -220,11 +220,12 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             Report::Bandwidth(_) => Err("not a latency".into()),
         }
     };
-    let bw = |test: Test,
-              size: u64,
-              iters: u64,
-              depth: u32,
-              post_list: u32|
+    let bw_with = |test: Test,
+                   size: u64,
+                   iters: u64,
+                   depth: u32,
+                   post_list: u32,
+                   doorbells: crate::device::UserDoorbells|
      -> Result<crate::perf::Bandwidth, String> {
         // The receiver reposts its receives in lists as long as the
         // sender's (perftest's --recv_post_list beside --post_list).
@@ -235,12 +236,23 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             cq_mod: depth / 4,
             post_list,
             recv_post_list: post_list,
+            doorbells,
             ..PerfConfig::new(test)
         };
         match run(&cfg)?.remove(0) {
             Report::Bandwidth(b) => Ok(b),
             Report::Latency(_) => Err("not a bandwidth".into()),
         }
+    };
+    let bw = |test: Test, size: u64, iters: u64, depth: u32, post_list: u32| {
+        bw_with(
+            test,
+            size,
+            iters,
+            depth,
+            post_list,
+            crate::device::UserDoorbells::Direct,
+        )
     };
     // Every row keeps its best of three runs, the tests taking turns (as
     // the bandwidth rows below): on a shared machine a single run of any
@@ -299,19 +311,27 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
         "\n{:<52} {:>12}",
         "message rate, 8 bytes (tx depth 128, best of 3)", "Mmsg/s"
     );
+    // Direct doorbells run the soft HCA's transport on the posting thread
+    // (a kernel ULP's call); page doorbells leave it to the device's
+    // doorbell thread on another processor, as hardware would take it (a
+    // user-mode ULP's doorbell page, scanned by a spinning thread in host
+    // mode).
+    use crate::device::UserDoorbells::{Direct, Page};
     let rate_tests = [
-        ("RC SEND", Test::SendBw, 1),
-        ("RC SEND", Test::SendBw, 32),
-        ("RC WRITE", Test::WriteBw, 1),
-        ("RC WRITE", Test::WriteBw, 32),
+        ("RC SEND", Test::SendBw, 1, Direct),
+        ("RC SEND", Test::SendBw, 32, Direct),
+        ("RC WRITE", Test::WriteBw, 1, Direct),
+        ("RC WRITE", Test::WriteBw, 32, Direct),
+        ("RC SEND, doorbell page", Test::SendBw, 1, Page),
+        ("RC WRITE, doorbell page", Test::WriteBw, 1, Page),
     ];
-    let mut rates = [0f64; 4];
+    let mut rates = [0f64; 6];
     for _ in 0..3 {
-        for (r, &(_, test, list)) in rates.iter_mut().zip(&rate_tests) {
-            *r = r.max(bw(test, 8, 3_000_000 * scale, 128, list)?.mpps);
+        for (r, &(_, test, list, bells)) in rates.iter_mut().zip(&rate_tests) {
+            *r = r.max(bw_with(test, 8, 3_000_000 * scale, 128, list, bells)?.mpps);
         }
     }
-    for (&(name, _, list), r) in rate_tests.iter().zip(rates) {
+    for (&(name, _, list, _), r) in rate_tests.iter().zip(rates) {
         let label = format!("{name}, post list {list}");
         let _ = writeln!(s, "{label:<52} {r:>12.3}");
     }
