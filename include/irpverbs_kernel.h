@@ -146,7 +146,11 @@ typedef void (*IvKernelCloseSrqFn)(void *context, IvKernelSrq *srq);
 /* post_send: writes the WQE at the send queue's producer slot, publishes it
  * and rings the QP's send doorbell. */
 typedef NtStatus (*IvKernelPostSendFn)(void *context, IvKernelQp *qp, const IvKernelSendWr *wr);
-/* post_recv: the same on the QP's receive queue. */
+/* post_recv: the same on the QP's receive queue, but it rings the receive
+ * doorbell only while the HCA asks for it (the ring's doorbell request,
+ * IvRingControl.arm: a QP in ERR, or a responder waiting for a receive after
+ * an RNR NAK); otherwise the HCA finds the receive when a message needs one,
+ * as a hardware HCA reads its doorbell record. post_srq_recv likewise. */
 typedef NtStatus (*IvKernelPostRecvFn)(void *context, IvKernelQp *qp, const IvKernelRecvWr *wr);
 /* post_srq_recv: the same on an SRQ. */
 typedef NtStatus (*IvKernelPostSrqRecvFn)(void *context, IvKernelSrq *srq,

@@ -39,7 +39,11 @@
  * (IvMapRingsOut.ring_doorbell, .rq_doorbell). A post (or an arm) writes
  * the ring, publishes the producer index (or the arm word) with release
  * ordering, then sets the queue's slot bit in the page and the bit of that
- * word in the page's summary, both atomic ORs with release ordering. The
+ * word in the page's summary, both atomic ORs with release ordering. A
+ * receive post (RQ or SRQ) sets the bits only while the ring's doorbell
+ * request (IvRingControl.arm, written by the HCA) is nonzero, read after a
+ * full fence: the HCA asks only when it must hear of new receives at once
+ * (a QP in ERR, a responder waiting after an RNR NAK). The
  * soft HCA scans the pages (irpverbs.sys from a high-resolution timer, about
  * every 0.5 ms: a user-mode doorbell takes effect within about that long)
  * and rings the queue bound to each slot it finds; a slot of another
