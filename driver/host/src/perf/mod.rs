@@ -433,6 +433,11 @@ fn stats(mut samples: Vec<f64>, bytes: u64) -> Latency {
 /// # Errors
 /// A verb that failed, or a completion with an error status.
 pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
+    run_with_stats(cfg).map(|(reports, _)| reports)
+}
+
+/// [`run`], and the soft HCA's counters at the end of it.
+fn run_with_stats(cfg: &PerfConfig) -> Result<(Vec<Report>, irpverbs_soft::SoftStats), String> {
     let dev = new_device(cfg, SoftConfig::default())?;
     let open = || {
         dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
@@ -455,13 +460,14 @@ pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
         };
         out.push(r);
     }
+    let stats = dev.soft().stats();
     client.teardown();
     server.teardown();
     drop(cc);
     drop(sc);
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
-    Ok(out)
+    Ok((out, stats))
 }
 
 /// A host device for `cfg` (verifier and engine) with the soft HCA `soft`.
@@ -976,8 +982,7 @@ fn write_volatile_u8(p: *mut u8, v: u8) {
 }
 
 /// The receives of a SEND bandwidth test: `2 * tx_depth` per QP posted
-/// ahead, reposted as they complete (receives complete in order on each
-/// QP, so the QP with the fewest posted gets each one), in lists of
+/// ahead, each reposted on its QP as it completes, in lists of
 /// `recv_post_list` with one doorbell per list.
 struct Refill {
     next: Vec<u64>,
@@ -1031,21 +1036,28 @@ impl Refill {
     }
 
     /// Polls `side`'s receive CQ (busy-poll: [`Side::idle`] on nothing)
-    /// and reposts what completed, once a QP is owed a whole list; how
-    /// many completed.
+    /// and reposts what completed on the QP it completed on (as perftest's
+    /// server does), once that QP is owed a whole list; how many completed.
     fn step(&mut self, side: &Side<'_>) -> Result<usize, String> {
-        let n = side.poll_busy(&side.rcq, &mut self.cqes)?;
-        for _ in 0..n {
-            let q = self
-                .next
-                .iter()
-                .zip(&self.owed)
-                .map(|(next, owed)| next + owed)
-                .enumerate()
-                .min_by_key(|&(_, v)| v)
-                .map_or(0, |(i, _)| i);
-            self.owed[q] += 1;
+        // Everything that completed, however many polls that takes: receives
+        // left in the CQ are receives not reposted, and with several QPs
+        // their senders would run out of them (RNR).
+        let mut total = 0;
+        loop {
+            let n = side.poll_busy(&side.rcq, &mut self.cqes)?;
+            for c in &self.cqes[..n] {
+                let q = match side.qps.iter().position(|qp| qp.qpn() == c.qp_num) {
+                    Some(q) => q,
+                    None => return Err(format!("a receive completion of QP {:#x}", c.qp_num)),
+                };
+                self.owed[q] += 1;
+            }
+            total += n;
+            if n < self.cqes.len() {
+                break;
+            }
         }
+        let n = total;
         for q in 0..self.owed.len() {
             if self.owed[q] >= self.list {
                 let k = self.owed[q];
@@ -1343,6 +1355,25 @@ mod tests {
             ..small(Test::SendBw)
         };
         run(&cfg).unwrap();
+    }
+
+    /// SEND bandwidth over several QPs whose receives complete faster than
+    /// one poll takes them (four QPs of 128 in flight, a poll of 256): the
+    /// server reposts every receive on the QP it completed on, and no
+    /// sender ever runs out of receives (no RNR NAK, every message on the
+    /// fast path).
+    #[test]
+    fn send_bandwidth_over_several_qps_never_runs_out_of_receives() {
+        let cfg = PerfConfig {
+            qps: 4,
+            iters: 20_000,
+            sizes: vec![8],
+            ..PerfConfig::new(Test::SendBw)
+        };
+        let (r, stats) = run_with_stats(&cfg).unwrap();
+        assert!(matches!(&r[0], Report::Bandwidth(b) if b.iters == 20_000));
+        assert_eq!(stats.rnr_naks, 0, "{stats:?}");
+        assert_eq!(stats.fast_path_wqes, 20_000, "{stats:?}");
     }
 
     #[test]
