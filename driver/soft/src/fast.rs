@@ -1,15 +1,17 @@
-//! The send doorbell's fast path: RC SEND and RDMA WRITE between two QPs
-//! of this HCA (loopback), executed end to end under the one `HCA_LOCK`
-//! hold of the doorbell, without building packets.
+//! The send doorbell's fast path: RC SEND, RDMA WRITE and RDMA READ
+//! between two QPs of this HCA (loopback), executed end to end under the
+//! one `HCA_LOCK` hold of the doorbell, without building packets.
 //!
 //! For each new WQE it does what the requester, the responder and the
 //! completer would do with the packets of that WQE in one batch — the same
 //! PSNs, MSNs, ACK requests and coalesced ACK, the same receive WQE
-//! consumption and completions, the same counters — but straight from the
-//! QPs' state: the WQE is read into the requester's shadow, the payload is
-//! copied from the source MR (or the slot, inline) to its destination, the
-//! receive CQE is written, and at the end the coalesced ACK goes to the
-//! completer, which retires the WQEs and writes the send CQEs.
+//! consumption and completions, the same responder resources for READs,
+//! the same counters — but straight from the QPs' state: the WQE is read
+//! into the requester's shadow, the payload is copied from the source MR
+//! (or the slot, inline) to its destination (a READ's from the peer's MR
+//! to the local gather list), the receive CQE is written, and at the end
+//! the coalesced ACK (or a READ's response, which acknowledges as much)
+//! goes to the completer, which retires the WQEs and writes the send CQEs.
 //!
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
@@ -21,9 +23,9 @@
 use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_WRITE, IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED,
-    IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WC_OP_RECV, IV_WC_SUCCESS, IV_WR_RDMA_WRITE,
-    IV_WR_SEND, IvCqe, IvSge,
+    IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_QPT_RC,
+    IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WC_OP_RECV,
+    IV_WC_SUCCESS, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_SEND, IvCqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
@@ -107,7 +109,10 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
     let entries = qp.sq.0.entries();
     let mut sent = 0usize;
+    // The last PSN acknowledged so far, and whether that takes an ACK
+    // packet (a READ's response acknowledges without one).
     let mut ack: Option<u32> = None;
+    let mut ack_packet = false;
     let mut ran = Ran::Stopped;
     let mrs: &Table<Mr> = &*env.mrs;
     let cqs = env.cqs;
@@ -147,15 +152,19 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         slot.last_psn = last;
         slot.resp_next = first;
         let wqe = slot.wqe;
+        let read = wqe.opcode == IV_WR_RDMA_READ;
         let in_flight = req.next.wrapping_sub(req.ci);
-        let ack_req = wqe.flags & IV_SEND_SIGNALED != 0
+        let ack_req = read
+            || wqe.flags & IV_SEND_SIGNALED != 0
             || qp.sq_sig_all
             || req.unacked + count >= ACK_EVERY
             || in_flight > entries / 2;
         req.unacked = if ack_req { 0 } else { req.unacked + count };
         sent += count as usize;
-        dps.stats.packets_sent += u64::from(count);
-        dps.stats.packets_received += u64::from(count);
+        // A READ is one request packet and `count` responses.
+        let packets = u64::from(count) + u64::from(read);
+        dps.stats.packets_sent += packets;
+        dps.stats.packets_received += packets;
         dps.stats.fast_path_wqes += 1;
         if dest.state == QpState::Rtr && !dest.tx.comm_est {
             comm_established(dest, dest_qpn, dps);
@@ -213,6 +222,25 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 &cqe,
                 wqe.flags & IV_SEND_SOLICITED != 0,
             );
+        } else if read {
+            if let Some((dst, doff, src, soff)) = step.one_copy {
+                let _ = Region::copy(dst, doff, src, soff, len as usize);
+            } else if let (Some((region, base)), true) = (step.dst, len > 0) {
+                read_scatter(mrs, qp.pdn, qp.tx.req.sges(index), len, region, base);
+            }
+            // As the responder keeps it, for a duplicate of the request.
+            crate::responder::new_resource(
+                dest,
+                crate::responder::Resource {
+                    kind: crate::packet::m::READ,
+                    first_psn: first,
+                    last_psn: last,
+                    va: wqe.remote_addr,
+                    rkey: wqe.rkey,
+                    len,
+                    orig: 0,
+                },
+            );
         } else if let Some((dst, doff, src, soff)) = step.one_copy {
             let _ = Region::copy(dst, doff, src, soff, len as usize);
         } else if let (Some((dst, doff)), true) = (step.dst, inline) {
@@ -228,13 +256,24 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         resp.epsn = psn_add(last, 1);
         resp.msn = psn_add(resp.msn, 1);
         resp.nak_sent = false;
-        if ack_req {
+        if read {
+            // The responder sends the ACK it owes before the response.
+            if ack_packet {
+                dps.stats.packets_sent += 1;
+                dps.stats.packets_received += 1;
+            }
             ack = Some(last);
+            ack_packet = false;
+        } else if ack_req {
+            ack = Some(last);
+            ack_packet = true;
         }
     }
     if let Some(psn) = ack {
-        dps.stats.packets_sent += 1;
-        dps.stats.packets_received += 1;
+        if ack_packet {
+            dps.stats.packets_sent += 1;
+            dps.stats.packets_received += 1;
+        }
         let mut env = crate::engine::Env {
             mrs: env.mrs,
             cqs,
@@ -290,15 +329,31 @@ fn gather(mrs: &Table<Mr>, spdn: u32, src: &Src<'_>, len: u32, region: &Region, 
     });
 }
 
+/// A READ's payload where it is not one copy: from `region` at `base` (the
+/// peer's, checked) scattered over the local gather list `sges` (PD `pdn`,
+/// checked for local write).
+#[cold]
+#[inline(never)]
+fn read_scatter(mrs: &Table<Mr>, pdn: u32, sges: &[IvSge], len: u32, region: &Region, base: usize) {
+    let mut pos = 0usize;
+    let _ = for_each_piece(mrs, pdn, sges, 0, u64::from(len), true, |mr, off, n| {
+        Region::copy(mr.region(), off, region, base + pos, n).map_err(|_| DmaError::Prot)?;
+        pos += n;
+        Ok(())
+    });
+}
+
 /// What a checked WQE needs to execute.
 struct Step<'m> {
     /// Message length.
     length: u32,
-    /// Where the whole message lands, checked, when that is one piece: a
-    /// WRITE's target, or a receive's one SGE that holds it.
+    /// The peer's end of the message, checked, when that is one piece: a
+    /// WRITE's target, a receive's one SGE that holds it, or a READ's
+    /// source.
     dst: Option<(&'m Region, usize)>,
     /// The whole message is one copy (one SGE on each side, checked):
-    /// destination region and offset, source region and offset.
+    /// destination region and offset, source region and offset (a READ's
+    /// destination is local).
     one_copy: Option<(&'m Region, usize, &'m Region, usize)>,
 }
 
@@ -370,19 +425,24 @@ fn check<'m>(
     .ok()?;
     slot.nsge = u8::try_from(nsge).ok()?;
     let wqe = slot.wqe;
-    if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
+    let read = wqe.opcode == IV_WR_RDMA_READ;
+    if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE && !read {
         return None;
     }
     let inline = wqe.flags & IV_SEND_INLINE != 0;
-    // One SGE: checked here, and the source of a one-copy message.
+    if inline && read {
+        return None;
+    }
+    // One SGE: checked here, and the local end of a one-copy message (a
+    // READ writes into it).
     let mut src = None;
     let length = if inline {
         u64::from(wqe.inline_len)
     } else if nsge == 1 && shadow[0].length != 0 {
-        src = Some(local.local(qp.pdn, &shadow[0], false)?);
+        src = Some(local.local(qp.pdn, &shadow[0], read)?);
         u64::from(shadow[0].length)
     } else {
-        check_sges(mrs, qp.pdn, &shadow[..nsge], false).ok()?
+        check_sges(mrs, qp.pdn, &shadow[..nsge], read).ok()?
     };
     if length > u64::from(MAX_MSG_SZ) {
         return None;
@@ -437,6 +497,32 @@ fn check<'m>(
             length,
             dst,
             one_copy,
+        })
+    } else if read {
+        // The responder's checks of a READ request: access, a responder
+        // resource, the rkey.
+        if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_READ == 0
+            || dest.attr.max_dest_rd_atomic == 0
+        {
+            return None;
+        }
+        if length == 0 {
+            return Some(Step {
+                length,
+                dst: None,
+                one_copy: None,
+            });
+        }
+        let mr = remote.get(wqe.rkey)?;
+        if mr.pdn != dest.pdn || mr.access & IV_ACCESS_REMOTE_READ == 0 {
+            return None;
+        }
+        let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
+        let region = &**mr.region();
+        Some(Step {
+            length,
+            dst: Some((region, off)),
+            one_copy: src.map(|(lr, lo)| (lr, lo, region, off)),
         })
     } else {
         if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {

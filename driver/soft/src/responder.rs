@@ -722,7 +722,9 @@ fn write(
 }
 
 /// Takes the next responder resource.
-fn new_resource(qp: &mut Qp, r: Resource) {
+/// Keeps `r` (a READ or atomic executed) among the responder's resources,
+/// for a duplicate of its request.
+pub(crate) fn new_resource(qp: &mut Qp, r: Resource) {
     let resp = &mut qp.tx.resp;
     resp.res[resp.res_next] = r;
     resp.res_next = (resp.res_next + 1) % RESOURCES;

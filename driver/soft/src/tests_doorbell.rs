@@ -389,7 +389,7 @@ fn concurrent_ringers_and_a_scanner_lose_nothing() {
 
 /// An inline HCA runs the send queues its scan finds rung on the fast
 /// path, as the direct doorbell does, and leaves the engine the WQEs the
-/// fast path does not take (a READ here), in order.
+/// fast path does not take (an atomic here), in order.
 #[test]
 fn a_scan_runs_rung_send_queues_on_the_fast_path() {
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
@@ -414,16 +414,17 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
         [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)]
     );
     assert_eq!(p.mb.read(128, 5), b"quick");
-    // A SEND the fast path takes, then a READ it leaves to the engine.
+    // A SEND the fast path takes, then an atomic it leaves to the engine.
     rq.post(3, &[p.mb.sge(256, 64)]).unwrap();
     publish_send(&p, 13, 5);
-    let dst = [p.ma.sge(100, 6)];
+    let dst = [p.ma.sge(104, 8)];
     p.qa.sq
         .post(&SendWr {
             sges: &dst,
             remote_addr: p.mb.addr + 512,
             rkey: p.mb.lkey,
-            ..signaled(14, IV_WR_RDMA_READ)
+            compare_add: 1,
+            ..signaled(14, IV_WR_ATOMIC_FETCH_AND_ADD)
         })
         .unwrap();
     assert!(ua.ring(sq));
@@ -433,5 +434,6 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
     let sends: Vec<_> = p.cqa.poll().iter().map(|c| (c.wr_id, c.status)).collect();
     let want: Vec<_> = (10..15).map(|i| (i, IV_WC_SUCCESS)).collect();
     assert_eq!(sends, want);
-    assert_eq!(p.ma.read(100, 6), b"remote");
+    assert_eq!(p.ma.read(104, 6), b"remote", "the original value");
+    assert_eq!(p.mb.read(512, 6), b"semote", "plus one");
 }
