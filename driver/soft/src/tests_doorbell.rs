@@ -389,7 +389,7 @@ fn concurrent_ringers_and_a_scanner_lose_nothing() {
 
 /// An inline HCA runs the send queues its scan finds rung on the fast
 /// path, as the direct doorbell does, and leaves the engine the WQEs the
-/// fast path does not take (an atomic here), in order.
+/// fast path does not take (a WRITE with immediate here), in order.
 #[test]
 fn a_scan_runs_rung_send_queues_on_the_fast_path() {
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
@@ -414,26 +414,33 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
         [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)]
     );
     assert_eq!(p.mb.read(128, 5), b"quick");
-    // A SEND the fast path takes, then an atomic it leaves to the engine.
+    // A SEND the fast path takes, then a WRITE with immediate it leaves to
+    // the engine.
     rq.post(3, &[p.mb.sge(256, 64)]).unwrap();
+    rq.post(4, &[p.mb.sge(320, 64)]).unwrap();
     publish_send(&p, 13, 5);
-    let dst = [p.ma.sge(104, 8)];
+    let src = [p.ma.sge(0, 5)];
     p.qa.sq
         .post(&SendWr {
-            sges: &dst,
-            remote_addr: p.mb.addr + 512,
+            sges: &src,
+            remote_addr: p.mb.addr + 600,
             rkey: p.mb.lkey,
-            compare_add: 1,
-            ..signaled(14, IV_WR_ATOMIC_FETCH_AND_ADD)
+            imm_or_inv: 0xfeed,
+            ..signaled(14, IV_WR_RDMA_WRITE_WITH_IMM)
         })
         .unwrap();
     assert!(ua.ring(sq));
     assert_eq!(scan(&p), 1);
     assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 4);
-    assert_eq!(one(&p.cqb).wr_id, 3);
+    let recvs: Vec<_> = p
+        .cqb
+        .poll()
+        .iter()
+        .map(|c| (c.wr_id, c.imm_or_inv))
+        .collect();
+    assert_eq!(recvs, [(3, 0), (4, 0xfeed)]);
     let sends: Vec<_> = p.cqa.poll().iter().map(|c| (c.wr_id, c.status)).collect();
     let want: Vec<_> = (10..15).map(|i| (i, IV_WC_SUCCESS)).collect();
     assert_eq!(sends, want);
-    assert_eq!(p.ma.read(104, 6), b"remote", "the original value");
-    assert_eq!(p.mb.read(512, 6), b"semote", "plus one");
+    assert_eq!(p.mb.read(600, 5), b"quick");
 }

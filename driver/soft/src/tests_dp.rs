@@ -566,7 +566,7 @@ fn rc_send_8_bytes() {
 }
 
 #[test]
-fn loopback_rc_send_write_and_read_take_the_fast_path_and_the_rest_does_not() {
+fn loopback_rc_send_write_read_and_atomics_take_the_fast_path_and_the_rest_does_not() {
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
     p.ma.write(0, b"fast");
     let before = p.a.d.hca.stats().fast_path_wqes;
@@ -604,9 +604,7 @@ fn loopback_rc_send_write_and_read_take_the_fast_path_and_the_rest_does_not() {
     assert_eq!(statuses(&p.cqa), [(4, IV_WC_SUCCESS)]);
     assert_eq!(p.ma.read(200, 4), b"fast");
     assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 3, "the READ too");
-    // An atomic, a SEND with nothing to receive it (RNR), and two HCAs are
-    // the general engine's: same results, no fast-path count.
-    let after = p.a.d.hca.stats().fast_path_wqes;
+    // And an atomic.
     let old = [p.ma.sge(208, 8)];
     p.send(&SendWr {
         sges: &old,
@@ -618,6 +616,25 @@ fn loopback_rc_send_write_and_read_take_the_fast_path_and_the_rest_does_not() {
     assert_eq!(statuses(&p.cqa), [(5, IV_WC_SUCCESS)]);
     assert_eq!(p.ma.u64_at(208), 0, "the original value");
     assert_eq!(p.mb.u64_at(104), 1);
+    assert_eq!(
+        p.a.d.hca.stats().fast_path_wqes,
+        before + 4,
+        "the atomic too"
+    );
+    // A WRITE with immediate, a SEND with nothing to receive it (RNR), and
+    // two HCAs are the general engine's: same results, no fast-path count.
+    let after = p.a.d.hca.stats().fast_path_wqes;
+    p.recv(6, &[p.mb.sge(512, 64)]);
+    p.send(&SendWr {
+        sges: &sges,
+        remote_addr: p.mb.addr + 300,
+        rkey: p.mb.lkey,
+        imm_or_inv: 0xfeed,
+        ..signaled(6, IV_WR_RDMA_WRITE_WITH_IMM)
+    });
+    assert_eq!(statuses(&p.cqa), [(6, IV_WC_SUCCESS)]);
+    assert_eq!(one(&p.cqb).imm_or_inv, 0xfeed);
+    assert_eq!(p.mb.read(300, 4), b"fast");
     assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
     let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
     two.recv(1, &[two.mb.sge(0, 64)]);

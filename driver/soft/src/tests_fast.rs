@@ -16,13 +16,26 @@ use proptest::prelude::*;
 
 use crate::tests_dp::{Conn, Pair, Topo, pattern, signaled};
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Send,
     SendImm,
     Write,
     WriteImm,
     Read,
+    CmpSwap,
+    FetchAdd,
+}
+
+impl Kind {
+    /// A READ or an atomic: writes into its local gather list.
+    fn reads(self) -> bool {
+        matches!(self, Kind::Read | Kind::CmpSwap | Kind::FetchAdd)
+    }
+
+    fn atomic(self) -> bool {
+        matches!(self, Kind::CmpSwap | Kind::FetchAdd)
+    }
 }
 
 /// One work request of a round.
@@ -51,6 +64,8 @@ fn op() -> impl Strategy<Value = Op> {
             3 => Just(Kind::Write),
             1 => Just(Kind::WriteImm),
             1 => Just(Kind::Read),
+            1 => Just(Kind::CmpSwap),
+            1 => Just(Kind::FetchAdd),
         ],
         prop_oneof![Just(0u32), 1u32..64, 64u32..1025, 1025u32..4097],
         any::<bool>(),
@@ -61,7 +76,8 @@ fn op() -> impl Strategy<Value = Op> {
     )
         .prop_map(|(kind, len, split, inline, signaled, off, bad_key)| Op {
             kind,
-            len,
+            // An atomic's 8 bytes (in one SGE or two of 4).
+            len: if kind.atomic() { 8 } else { len },
             split,
             inline,
             signaled,
@@ -91,7 +107,8 @@ fn fnv(bytes: &[u8]) -> u64 {
 }
 
 /// Receive buffers start here in `mb`, one 4 KiB slot per receive; WRITEs
-/// land below, READs land in `ma` above `READ_BASE`.
+/// land below, READs and atomics' original values land in `ma` above
+/// `READ_BASE`.
 const RECV_BASE: u64 = 256 * 1024;
 const READ_BASE: u64 = 512 * 1024;
 
@@ -161,13 +178,9 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
         let local: Vec<Vec<IvSge>> = ops
             .iter()
             .map(|o| {
-                let base = if matches!(o.kind, Kind::Read) {
-                    READ_BASE
-                } else {
-                    0
-                };
+                let base = if o.kind.reads() { READ_BASE } else { 0 };
                 let mut s = sges(&p.ma, base + u64::from(o.off), o.len, o.split);
-                if o.bad_key && !matches!(o.kind, Kind::Write | Kind::WriteImm | Kind::Read) {
+                if o.bad_key && matches!(o.kind, Kind::Send | Kind::SendImm) {
                     s[0].lkey ^= 0x5a00;
                 }
                 s
@@ -188,13 +201,28 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
                     Kind::Write => IV_WR_RDMA_WRITE,
                     Kind::WriteImm => IV_WR_RDMA_WRITE_WITH_IMM,
                     Kind::Read => IV_WR_RDMA_READ,
+                    Kind::CmpSwap => IV_WR_ATOMIC_CMP_AND_SWP,
+                    Kind::FetchAdd => IV_WR_ATOMIC_FETCH_AND_ADD,
                 };
-                let use_inline =
-                    o.inline && o.len <= 256 && !matches!(o.kind, Kind::Read) && !o.bad_key;
+                let use_inline = o.inline && o.len <= 256 && !o.kind.reads() && !o.bad_key;
+                // A compare that matches the word as it is now, half the
+                // time (whether it still does when the swap runs depends on
+                // the WQEs before it: the same in every topology).
+                let compare = if o.signaled {
+                    p.mb.u64_at(o.off as usize)
+                } else {
+                    0x1234
+                };
                 let mut wr = SendWr {
                     sges: &local[i],
                     inline: use_inline.then(|| &inline[i][..]),
                     imm_or_inv: 0x1000 + wr_id as u32,
+                    compare_add: if o.kind == Kind::FetchAdd {
+                        wr_id
+                    } else {
+                        compare
+                    },
+                    swap: wr_id << 32 | 0xABCD,
                     remote_addr: p.mb.addr + u64::from(o.off),
                     rkey: if o.bad_key {
                         p.mb.lkey ^ 0x5a00
@@ -206,10 +234,10 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
                 if !o.signaled && i + 1 < ops.len() {
                     wr.flags &= !IV_SEND_SIGNALED;
                 }
-                // A WRITE to memory an earlier READ of the round reads may
-                // pass the READ unless fenced (IBTA: the responder may run
-                // it before the READ's data is fetched, as two HCAs do; the
-                // fast path's READ is done before the WRITE starts). Both
+                // A WRITE or atomic on memory an earlier READ of the round
+                // reads may pass the READ unless fenced (IBTA: the responder
+                // may run it before the READ's data is fetched, as two HCAs
+                // do; the fast path's READ is done before it starts). Both
                 // are right; a ULP that cares fences, and so does this.
                 let overlaps_read = |o: &Op| {
                     ops[..i].iter().any(|r| {
@@ -218,7 +246,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
                             && o.off < r.off + r.len
                     })
                 };
-                if matches!(o.kind, Kind::Write | Kind::WriteImm) && overlaps_read(o) {
+                if !matches!(o.kind, Kind::Send | Kind::SendImm | Kind::Read) && overlaps_read(o) {
                     wr.flags |= IV_SEND_FENCE;
                 }
                 wr
@@ -254,9 +282,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Rounds of up to eight WRs (SEND, SEND with immediate, WRITE, WRITE
-    /// with immediate, READ; 0 to 4096 bytes; one or two SGEs; inline or
-    /// not; signaled or not; now and then a bad key), each posted as one
-    /// list with one doorbell, after the receives it needs.
+    /// with immediate, READ, compare-and-swap, fetch-and-add; 0 to 4096
+    /// bytes; one or two SGEs; inline or not; signaled or not; now and then
+    /// a bad key), each posted as one list with one doorbell, after the
+    /// receives it needs.
     #[test]
     fn the_fast_path_gives_what_the_general_path_gives(
         rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7)
@@ -274,15 +303,26 @@ proptest! {
     }
 }
 
-/// The script above does reach the fast path, with SENDs, WRITEs and
-/// READs (the property would hold trivially if the loopback pair never
-/// took it).
+/// The script above does reach the fast path, with SENDs, WRITEs, READs
+/// and atomics (the property would hold trivially if the loopback pair
+/// never took it).
 #[test]
 fn the_differential_script_takes_the_fast_path() {
+    let kinds = [
+        Kind::Send,
+        Kind::Write,
+        Kind::Read,
+        Kind::FetchAdd,
+        Kind::CmpSwap,
+    ];
     let ops: Vec<Op> = (0..8)
         .map(|i| Op {
-            kind: [Kind::Send, Kind::Write, Kind::Read][i as usize % 3],
-            len: 8 + 300 * i,
+            kind: kinds[i as usize % kinds.len()],
+            len: if kinds[i as usize % kinds.len()].atomic() {
+                8
+            } else {
+                8 + 300 * i
+            },
             split: i % 3 == 0,
             inline: i % 4 == 0,
             signaled: i % 2 == 1,
