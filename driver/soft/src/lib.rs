@@ -249,8 +249,9 @@ pub struct SoftStats {
     pub eq_high_water: usize,
     /// Packets the transport built (requests, responses, ACKs).
     pub packets_sent: u64,
-    /// WQEs the loopback fast path executed (RC SEND/WRITE to a QP of this
-    /// HCA, nothing unusual in flight); the rest take the general engine.
+    /// WQEs the loopback fast path executed (RC SEND, WRITE, READ and
+    /// atomics to a QP of this HCA, nothing unusual in flight); the rest
+    /// take the general engine.
     pub fast_path_wqes: u64,
     /// Packets the transport processed.
     pub packets_received: u64,
