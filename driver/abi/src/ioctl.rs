@@ -328,10 +328,13 @@ pub const IOCTL_IV_RESOLVE_ADDR: u32 =
     (FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14) | (0x880 << 2) | METHOD_BUFFERED;
 
 /// Listen on a service ID with an idle CEP for REQs addressed to one GID
-/// (rdma_cm's listen on a bound address; all zero: any of the device's):
-/// a REQ whose primary path names another GID as the passive side's is
-/// rejected (REJ reason 8, invalid service ID) and never seen.
-/// `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID has a listener,
+/// (rdma_cm's listen on a bound address; all zero: any of the device's).
+/// Listeners on different GIDs share a service ID: a REQ goes to the one
+/// bound to the GID its primary path names as the passive side's, else to
+/// the one on any GID, else it is rejected (REJ reason 8, invalid service
+/// ID) and seen by none. `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID
+/// has a listener on that GID, or (all zero) any listener, or a listener on
+/// any GID (as a wildcard and a specific socket address conflict),
 /// `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle,
 /// `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
 /// In: [`IvListenAddrIn`]. Out: none.

@@ -109,7 +109,7 @@ mod qp;
 mod types;
 
 pub use cep::MAX_CEPS;
-pub use engine::{CmError, Config, Engine, Footprint, MAX_REMOTE_EXP, Stats};
+pub use engine::{ANY_GID, CmError, Config, Engine, Footprint, MAX_REMOTE_EXP, Stats};
 pub use event::Event;
 pub use params::{AcceptParams, ConnectParams, SidrParams, SidrReplyParams};
 pub use qp::{QpModify, QpTarget};

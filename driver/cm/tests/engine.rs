@@ -1468,3 +1468,77 @@ fn a_rej_after_the_rtu_or_during_disconnect_enters_time_wait() {
         assert!(take(&mut log).is_empty());
     }
 }
+
+/// Listeners bound to GIDs share a service ID: a REQ goes to the one bound
+/// to the GID its primary path names as the passive side's, else to the
+/// one on any GID; a REQ for a GID nobody listens on is rejected (invalid
+/// service ID). Any GID and a bound GID conflict, as a wildcard and a
+/// specific socket address do; a listener's destroy frees its GID alone.
+#[test]
+fn listeners_bound_to_gids_share_a_service_id() {
+    let mut s = sim();
+    let mut log = Log::default();
+    let mut alias = gid(1);
+    alias[15] = 0x77;
+    let on_gid = s.e[1].create(10).unwrap();
+    s.e[1].listen_on(on_gid, SID, gid(1)).unwrap();
+    let on_alias = s.e[1].create(20).unwrap();
+    s.e[1].listen_on(on_alias, SID, alias).unwrap();
+    let again = s.e[1].create(30).unwrap();
+    assert_eq!(
+        s.e[1].listen_on(again, SID, alias),
+        Err(CmError::ServiceInUse),
+        "the same GID"
+    );
+    assert_eq!(
+        s.e[1].listen(again, SID),
+        Err(CmError::ServiceInUse),
+        "any GID beside bound ones"
+    );
+    s.e[1].listen_on(again, SID + 1, alias).unwrap();
+
+    // Each REQ reaches the listener of the GID it names.
+    for (to, context) in [(gid(1), 10), (alias, 20)] {
+        let mut p = connect_params(0, 1, 0x100 + context as u32);
+        p.primary.remote_gid = to;
+        let a = s.e[0].create(1).unwrap();
+        s.e[0].connect(a, &p, s.now).unwrap();
+        s.deliver_now(&mut log);
+        let (_, ev) = only(&mut log, 1);
+        let Event::ConnectRequest { cep, .. } = ev else {
+            panic!("{ev:?}");
+        };
+        assert_eq!(s.e[1].context(cep), Some(context), "{to:?}");
+    }
+
+    // A GID nobody listens on: rejected before any listener sees it.
+    let mut other = gid(1);
+    other[15] = 0x78;
+    let mut p = connect_params(0, 1, 0x300);
+    p.primary.remote_gid = other;
+    let a = s.e[0].create(1).unwrap();
+    s.e[0].connect(a, &p, s.now).unwrap();
+    s.deliver_now(&mut log);
+    let evs = take(&mut log);
+    assert!(
+        evs.iter()
+            .all(|&(n, c, e)| n == 0 && c == a && matches!(e, Event::Rejected { .. })),
+        "{evs:#?}"
+    );
+    let Some(&(_, _, Event::Rejected { rej, .. })) = evs.first() else {
+        panic!("no REJ: {evs:#?}");
+    };
+    assert_eq!(rej.reason, RejReason::INVALID_SERVICE_ID);
+
+    // Destroying the alias's listener frees the alias only; then any GID
+    // still conflicts with the one left, and is free once it goes too.
+    s.e[1].destroy(on_alias, s.now).unwrap();
+    let l = s.e[1].create(40).unwrap();
+    s.e[1].listen_on(l, SID, alias).unwrap();
+    s.e[1].destroy(l, s.now).unwrap();
+    s.e[1].destroy(on_alias, s.now).unwrap_err();
+    let any = s.e[1].create(50).unwrap();
+    assert_eq!(s.e[1].listen(any, SID), Err(CmError::ServiceInUse));
+    s.e[1].destroy(on_gid, s.now).unwrap();
+    s.e[1].listen(any, SID).unwrap();
+}

@@ -144,9 +144,6 @@ pub(crate) struct Cm {
     arm: Option<CmTimerArm>,
     /// The deadline the timer is armed for.
     armed: Option<u64>,
-    /// Listeners bound to one GID (`IOCTL_IV_LISTEN_ADDR`): REQs naming
-    /// another are rejected.
-    pub(crate) bound: alloc::collections::BTreeMap<irpverbs_cm::CepId, [u8; 16]>,
 }
 
 /// What to do after releasing the device lock: send MADs, arm the timer.
@@ -166,7 +163,6 @@ impl Cm {
             engine: Engine::new(cfg),
             arm: None,
             armed: None,
-            bound: alloc::collections::BTreeMap::new(),
         }
     }
 
@@ -537,7 +533,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// completes with `STATUS_CANCELLED`.
     pub(crate) fn cep_freed(&self, s: &mut State<P::Request>, cep: &crate::object::Cep) {
         let file = s.ceps.get(&cep.id).map(|&(f, _)| f);
-        s.cm.bound.remove(&cep.id);
         if s.ceps.remove(&cep.id).is_some() {
             let _ = s.cm.engine.destroy(cep.id, self.platform.now_ns());
         }
@@ -728,9 +723,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 None if report => ev,
                 None => continue,
             };
-            if self.cm_refuse_unbound(s, id, &ev) {
-                continue;
-            }
             if let Some(out) = self.convert(s, file, idx, ev) {
                 if let Some(c) = cep_mut(s, file, idx) {
                     c.events.push_back(out);
@@ -1798,9 +1790,11 @@ impl CmIn {
 
 impl<P: Platform, H: Hca> Device<P, H> {
     /// `IOCTL_IV_LISTEN_ADDR`: `IOCTL_IV_LISTEN` for REQs addressed to one
-    /// GID (all zero: any). The GID is not checked against the HCA's
-    /// tables (a REQ for a GID the device does not own never arrives);
-    /// rdma_cm's bind resolves the address first.
+    /// GID (all zero: any), as the CM engine's `listen_on`: listeners on
+    /// different GIDs share a service ID, one on any GID shares it with
+    /// none. The GID is not checked against the HCA's tables (a REQ for a
+    /// GID the device does not own never arrives); rdma_cm's bind resolves
+    /// the address first.
     ///
     /// IRQL: DISPATCH_LEVEL, under the device lock.
     pub(crate) fn listen_addr(
@@ -1820,42 +1814,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
             return Some((request, STATUS_INVALID_HANDLE, Response::None));
         };
-        let st = match s.cm.engine.listen(id, i.service_id) {
-            Ok(()) => {
-                if i.gid != [0; 16] {
-                    s.cm.bound.insert(id, i.gid);
-                }
-                STATUS_SUCCESS
-            }
+        let st = match s.cm.engine.listen_on(id, i.service_id, i.gid) {
+            Ok(()) => STATUS_SUCCESS,
             Err(irpverbs_cm::CmError::ServiceInUse) => STATUS_ADDRESS_ALREADY_EXISTS,
             Err(e) => cm_status(e),
         };
         Some((request, st, Response::None))
-    }
-
-    /// A connect request on a listener bound to a GID that the REQ's
-    /// primary path does not name as the passive side's: rejected (REJ
-    /// invalid service ID) and freed, unseen by the owner. True if it was.
-    fn cm_refuse_unbound(
-        &self,
-        s: &mut State<P::Request>,
-        listener: irpverbs_cm::CepId,
-        ev: &irpverbs_cm::Event,
-    ) -> bool {
-        let irpverbs_cm::Event::ConnectRequest { cep, req, .. } = ev else {
-            return false;
-        };
-        match s.cm.bound.get(&listener) {
-            Some(gid) if *gid != req.primary.remote_gid => {
-                let now = self.platform.now_ns();
-                let _ =
-                    s.cm.engine
-                        .reject(*cep, RejReason::INVALID_SERVICE_ID, &[], &[], now);
-                let _ = s.cm.engine.destroy(*cep, now);
-                s.stats.cm_refused_unbound += 1;
-                true
-            }
-            _ => false,
-        }
     }
 }

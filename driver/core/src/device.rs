@@ -206,9 +206,6 @@ pub struct DeviceStats {
     pub cm_mads_malformed: u64,
     /// MADs of the connection manager the HCA refused to send.
     pub cm_send_failures: u64,
-    /// Connect requests a listener bound to another GID rejected
-    /// (`IOCTL_IV_LISTEN_ADDR`).
-    pub cm_refused_unbound: u64,
     /// Scans of a cleaned-up file's objects for ones the rundown can
     /// destroy: one per level of the object tree (and per batch of user
     /// commands that were in flight), not one per destroyed object.

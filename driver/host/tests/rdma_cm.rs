@@ -394,8 +394,13 @@ fn connect_by_address_over_udp_on_127_0_0_1() {
     finish(&[&da, &db]);
 }
 
+/// A listener bound to one address refuses a connect to another of the
+/// device's addresses (invalid service ID); listeners bound to different
+/// addresses share a port, each taking the connects to its own; a listener
+/// on any address shares the port with none; another port space is another
+/// service ID.
 #[test]
-fn a_listener_bound_to_one_address_refuses_another_and_a_port_is_listened_on_once() {
+fn listeners_bound_to_addresses_share_a_port_and_take_their_own_connects() {
     let wire = LoopWire::start();
     let da = device("10.0.0.1", &[], 1, None);
     let db = device("10.0.0.2", &["10.0.0.3"], 2, None);
@@ -410,8 +415,8 @@ fn a_listener_bound_to_one_address_refuses_another_and_a_port_is_listened_on_onc
     );
     listener.bind_addr("10.0.0.2:80".parse().unwrap()).unwrap();
     listener.listen().unwrap();
-    // The port again, on the alias or on any: in use.
-    for addr in ["10.0.0.3:80", "0.0.0.0:80"] {
+    // The port on any address, or on the same one: in use.
+    for addr in ["0.0.0.0:80", "10.0.0.2:80"] {
         let mut again = CmId::new(&cb, PortSpace::Tcp).unwrap();
         again.bind_addr(addr.parse().unwrap()).unwrap();
         assert_eq!(again.listen(), Err(STATUS_ADDRESS_ALREADY_EXISTS), "{addr}");
@@ -422,46 +427,52 @@ fn a_listener_bound_to_one_address_refuses_another_and_a_port_is_listened_on_onc
     udp_ps.listen().unwrap();
 
     // A connect to the alias reaches the device, and is rejected by the
-    // driver (invalid service ID) before the listener sees it.
-    let a = End::with(&ca, 4096, 16, None);
-    let mut active = CmId::new(&ca, PortSpace::Tcp).unwrap();
-    active
-        .resolve_addr(None, "10.0.0.3:80".parse().unwrap())
-        .unwrap();
-    active.resolve_route().unwrap();
+    // driver (invalid service ID): the listener is bound to the other
+    // address, and never sees it.
     let p = ConnParam {
         cm_response_timeout: 14,
         max_cm_retries: 2,
         ..ConnParam::default()
     };
-    assert_eq!(
-        active.connect(a.qp.handle(), &p),
-        Err(STATUS_CONNECTION_REFUSED)
-    );
+    let connect = |to: &str, end: &End<'_>, param: &ConnParam| {
+        let mut active = CmId::new(&ca, PortSpace::Tcp).unwrap();
+        active.resolve_addr(None, to.parse().unwrap()).unwrap();
+        active.resolve_route().unwrap();
+        let r = active.connect(end.qp.handle(), param);
+        (active, r)
+    };
+    let a = End::with(&ca, 4096, 16, None);
+    let (active, r) = connect("10.0.0.3:80", &a, &p);
+    assert_eq!(r, Err(STATUS_CONNECTION_REFUSED));
     assert_eq!(
         active.get_event(),
         Ok(CmEvent::Rejected(8)),
         "invalid service ID"
     );
-    assert_eq!(db.device().stats().cm_refused_unbound, 1);
-    // The listener saw nothing: a request to its own address is the first.
-    let b = End::with(&cb, 4096, 16, None);
-    let a2 = End::with(&ca, 4096, 16, None);
-    let mut active2 = CmId::new(&ca, PortSpace::Tcp).unwrap();
-    active2
-        .resolve_addr(None, "10.0.0.2:80".parse().unwrap())
-        .unwrap();
-    active2.resolve_route().unwrap();
-    std::thread::scope(|s| {
-        let t = s.spawn(|| active2.connect(a2.qp.handle(), &ConnParam::default()));
-        let mut conn = listener.get_request().unwrap();
-        assert_eq!(conn.remote_qpn(), a2.qp.qpn());
-        assert_eq!(conn.local_addr(), Some("10.0.0.2:80".parse().unwrap()));
-        conn.accept(b.qp.handle(), &ConnParam::default()).unwrap();
-        assert_eq!(t.join().unwrap(), Ok(()));
-    });
-    drop((active, active2, listener, udp_ps));
-    drop((a, a2, b));
+
+    // A second listener, on the alias, shares the port.
+    let mut on_alias = CmId::new(&cb, PortSpace::Tcp).unwrap();
+    on_alias.bind_addr("10.0.0.3:80".parse().unwrap()).unwrap();
+    on_alias.listen().unwrap();
+    // Each listener takes the connects to its own address, and nothing
+    // else (the first request either sees is the one for it).
+    for (to, l) in [
+        ("10.0.0.3:80", &mut on_alias),
+        ("10.0.0.2:80", &mut listener),
+    ] {
+        let b = End::with(&cb, 4096, 16, None);
+        let a2 = End::with(&ca, 4096, 16, None);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| connect(to, &a2, &ConnParam::default()).1);
+            let mut conn = l.get_request().unwrap();
+            assert_eq!(conn.remote_qpn(), a2.qp.qpn());
+            assert_eq!(conn.local_addr(), Some(to.parse().unwrap()));
+            conn.accept(b.qp.handle(), &ConnParam::default()).unwrap();
+            assert_eq!(t.join().unwrap(), Ok(()));
+        });
+    }
+    drop((active, listener, on_alias, udp_ps));
+    drop(a);
     drop((ca, cb));
     finish(&[&da, &db]);
     drop(wire);

@@ -404,11 +404,13 @@ impl<'c> CmId<'c> {
 
     /// Listens on the bound address and port (`rdma_listen`): the service
     /// ID of the port in the port space, REQs for the bound address only
-    /// (any of the device's if unspecified).
+    /// (any of the device's if unspecified, and then no other). Listeners
+    /// bound to different addresses of the device share a port.
     ///
     /// # Errors
     /// `STATUS_INVALID_DEVICE_STATE` (not bound), `STATUS_INVALID_PARAMETER`
-    /// (port 0), `STATUS_ADDRESS_ALREADY_EXISTS` (the port has a listener).
+    /// (port 0), `STATUS_ADDRESS_ALREADY_EXISTS` (the port has a listener on
+    /// this address, or this or that one is on any address).
     pub fn listen(&mut self) -> IoctlResult<()> {
         self.expect(&[Phase::Bound])?;
         let local = self.local.ok_or(STATUS_INVALID_DEVICE_STATE)?;

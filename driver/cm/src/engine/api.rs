@@ -1,5 +1,6 @@
 //! The owner's calls.
 
+use crate::Gid;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
@@ -37,17 +38,45 @@ impl Engine {
     }
 
     /// `Idle` to `Listen` on `service_id`: REQs and SIDR_REQs for it make
-    /// new CEPs, announced on this one.
+    /// new CEPs, announced on this one. [`Engine::listen_on`] any GID.
     ///
     /// # Errors
     /// [`CmError::UnknownCep`], [`CmError::InvalidState`],
     /// [`CmError::ServiceInUse`].
     pub fn listen(&mut self, id: CepId, service_id: u64) -> Result<(), CmError> {
+        self.listen_on(id, service_id, super::ANY_GID)
+    }
+
+    /// `Idle` to `Listen` on `service_id` for REQs whose primary path names
+    /// `gid` as the passive side's ([`super::ANY_GID`]: any GID no other
+    /// listener of the service ID is bound to), as rdma_cm listens on a
+    /// bound address. Several listeners may share a service ID on
+    /// different GIDs; one on any GID shares it with none (as a socket
+    /// bound to the wildcard address and one bound to a specific address
+    /// conflict). A REQ for a GID nobody listens on is rejected (invalid
+    /// service ID). A SIDR_REQ, which names no GID, goes to the listener
+    /// on any GID, else to the first bound to one.
+    ///
+    /// # Errors
+    /// [`CmError::UnknownCep`], [`CmError::InvalidState`],
+    /// [`CmError::ServiceInUse`] (the same GID, or any GID against any
+    /// listener of the service ID).
+    pub fn listen_on(&mut self, id: CepId, service_id: u64, gid: Gid) -> Result<(), CmError> {
         let idx = self.idle(id)?;
-        if self.listens.contains_key(&service_id) {
+        let any = super::ANY_GID;
+        let taken = if gid == any {
+            self.listens
+                .range((service_id, any)..=(service_id, [0xFF; 16]))
+                .next()
+                .is_some()
+        } else {
+            self.listens.contains_key(&(service_id, any))
+                || self.listens.contains_key(&(service_id, gid))
+        };
+        if taken {
             return Err(CmError::ServiceInUse);
         }
-        self.listens.insert(service_id, idx);
+        self.listens.insert((service_id, gid), idx);
         if let Some(c) = self.table.get_mut(idx) {
             c.state = State::Listen;
             c.service_id = service_id;

@@ -16,6 +16,9 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use core::fmt;
 
 use crate::Gid;
+
+/// The GID a listener on any of the device's GIDs is keyed by.
+pub const ANY_GID: Gid = [0; 16];
 use crate::cep::{
     CONN_READY, Cep, IN_LISTEN, IN_PEER, IN_QPN, IN_REMOTE, IN_SIDR, MAX_CEPS, ORPHAN, QUEUED,
     SIGNALED, Table,
@@ -144,8 +147,10 @@ pub struct Engine {
     by_remote: BTreeMap<(u64, u32), u32>,
     /// (remote CA GUID, remote QPN) -> CEP: stale connections.
     by_qpn: BTreeMap<(u64, u32), u32>,
-    /// Service ID -> listening CEP.
-    listens: BTreeMap<u64, u32>,
+    /// (service ID, GID) -> listening CEP: REQs for the service ID whose
+    /// primary path names that GID as the passive side's; the all-zero GID
+    /// ([`ANY_GID`]) takes any the others do not.
+    listens: BTreeMap<(u64, Gid), u32>,
     /// (service ID, remote port GID, CEP) of peer-to-peer connects.
     peers: BTreeSet<(u64, Gid, u32)>,
     /// (remote port GID, request ID) -> CEP answering a SIDR_REQ.
@@ -332,6 +337,28 @@ impl Engine {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.table.live() == 0
+    }
+
+    /// The CEP listening for `service_id` on `gid` (the passive side's GID
+    /// a REQ's primary path names), or on any GID; with no GID (a SIDR
+    /// request, which names none), the one on any GID, else the first bound
+    /// to one.
+    pub(crate) fn listener(&self, service_id: u64, gid: Option<Gid>) -> Option<u32> {
+        if let Some(g) = gid
+            && let Some(&l) = self.listens.get(&(service_id, g))
+        {
+            return Some(l);
+        }
+        if let Some(&l) = self.listens.get(&(service_id, ANY_GID)) {
+            return Some(l);
+        }
+        if gid.is_some() {
+            return None;
+        }
+        self.listens
+            .range((service_id, ANY_GID)..=(service_id, [0xFF; 16]))
+            .next()
+            .map(|(_, &l)| l)
     }
 
     /// What the engine holds.
@@ -528,8 +555,16 @@ impl Engine {
             self.peers
                 .remove(&(c.service_id, c.conn.primary.remote_gid, idx));
         }
-        if c.has(IN_LISTEN) && mine(self.listens.get(&c.service_id)) {
-            self.listens.remove(&c.service_id);
+        if c.has(IN_LISTEN) {
+            let sid = c.service_id;
+            let key = self
+                .listens
+                .range((sid, ANY_GID)..=(sid, [0xFF; 16]))
+                .find(|&(_, &l)| l == idx)
+                .map(|(&k, _)| k);
+            if let Some(k) = key {
+                self.listens.remove(&k);
+            }
         }
         if c.has(IN_SIDR) && mine(self.sidr.get(&(c.addr.gid, c.remote_id))) {
             self.sidr.remove(&(c.addr.gid, c.remote_id));

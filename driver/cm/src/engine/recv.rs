@@ -181,9 +181,8 @@ impl Engine {
             );
         }
         let Some((lidx, ctx)) = self
-            .listens
-            .get(&req.service_id)
-            .and_then(|&l| Some((l, self.table.get(l)?.context)))
+            .listener(req.service_id, Some(req.primary.remote_gid))
+            .and_then(|l| Some((l, self.table.get(l)?.context)))
         else {
             let m = RejectedMsg::Req;
             return self.reject_unmatched(hdr, src, theirs, m, RejReason::INVALID_SERVICE_ID, &[]);
@@ -665,9 +664,8 @@ impl Engine {
             return;
         }
         let listener = self
-            .listens
-            .get(&req.service_id)
-            .and_then(|&l| Some((l, self.table.get(l)?.context)));
+            .listener(req.service_id, None)
+            .and_then(|l| Some((l, self.table.get(l)?.context)));
         let alloc = listener.and_then(|(l, ctx)| Some((l, self.table.alloc(ctx)?)));
         let Some((lidx, (idx, id))) = alloc else {
             let status = if listener.is_some() {
