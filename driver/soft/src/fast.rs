@@ -319,25 +319,9 @@ fn rd_atomic<'m>(
     mrs: &'m Table<Mr>,
     dp: &mut crate::engine::DataPath,
 ) -> Option<(u32, u32)> {
-    let index = qp.tx.req.next;
-    let req = &mut qp.tx.req;
-    let k = req.slot_index(index);
-    let per = req.sge_per_slot;
-    let slot = &mut req.slots[k];
-    let shadow = &mut req.sges[k * per..(k + 1) * per];
-    *slot = SendSlot::default();
-    let nsge = read_send_wqe_into(
-        &qp.sq.0,
-        index,
-        qp.cap.max_send_sge,
-        qp.cap.max_inline_data,
-        &mut slot.wqe,
-        shadow,
-    )
-    .ok()?;
-    slot.nsge = u8::try_from(nsge).ok()?;
-    let wqe = slot.wqe;
-    let step = check_rd_atomic(&wqe, &shadow[..nsge], qp.pdn, dest, local, remote)?;
+    let pdn = qp.pdn;
+    let (wqe, shadow) = read_next(qp)?;
+    let step = check_rd_atomic(&wqe, shadow, pdn, dest, local, remote)?;
     Some(commit_rd_atomic(qp, dest, dest_qpn, &step, mrs, dp))
 }
 
@@ -578,24 +562,9 @@ fn check<'m>(
     cqs: &mut Table<Cq>,
 ) -> Option<Step<'m>> {
     let mrs = local.mrs;
-    let index = qp.tx.req.next;
-    let req = &mut qp.tx.req;
-    let k = req.slot_index(index);
-    let per = req.sge_per_slot;
-    let slot = &mut req.slots[k];
-    let shadow = &mut req.sges[k * per..(k + 1) * per];
-    *slot = SendSlot::default();
-    let nsge = read_send_wqe_into(
-        &qp.sq.0,
-        index,
-        qp.cap.max_send_sge,
-        qp.cap.max_inline_data,
-        &mut slot.wqe,
-        shadow,
-    )
-    .ok()?;
-    slot.nsge = u8::try_from(nsge).ok()?;
-    let wqe = slot.wqe;
+    let pdn = qp.pdn;
+    let (wqe, shadow) = read_next(qp)?;
+    let nsge = shadow.len();
     if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
         return None;
     }
@@ -605,10 +574,10 @@ fn check<'m>(
     let length = if inline {
         u64::from(wqe.inline_len)
     } else if nsge == 1 && shadow[0].length != 0 {
-        src = Some(local.local(qp.pdn, &shadow[0], false)?);
+        src = Some(local.local(pdn, &shadow[0], false)?);
         u64::from(shadow[0].length)
     } else {
-        check_sges(mrs, qp.pdn, &shadow[..nsge], false).ok()?
+        check_sges(mrs, pdn, shadow, false).ok()?
     };
     if length > u64::from(MAX_MSG_SZ) {
         return None;
@@ -687,6 +656,31 @@ fn check<'m>(
             one_copy: src.map(|(sr, so)| (region, off, sr, so)),
         })
     }
+}
+
+/// Reads the send queue's next WQE into the requester's shadow (its slot
+/// and gather list, read once from the ring and checked as
+/// [`read_send_wqe_into`] checks it): the header, and the gather list.
+#[inline(always)]
+fn read_next(qp: &mut Qp) -> Option<(IvSendWqe, &[IvSge])> {
+    let index = qp.tx.req.next;
+    let req = &mut qp.tx.req;
+    let k = req.slot_index(index);
+    let per = req.sge_per_slot;
+    let slot = &mut req.slots[k];
+    let shadow = &mut req.sges[k * per..(k + 1) * per];
+    *slot = SendSlot::default();
+    let nsge = read_send_wqe_into(
+        &qp.sq.0,
+        index,
+        qp.cap.max_send_sge,
+        qp.cap.max_inline_data,
+        &mut slot.wqe,
+        shadow,
+    )
+    .ok()?;
+    slot.nsge = u8::try_from(nsge).ok()?;
+    Some((slot.wqe, &shadow[..nsge]))
 }
 
 /// [`check`] for a READ or an atomic (`op`): the local gather list (which
