@@ -24,16 +24,26 @@ pub(crate) struct Node {
 }
 
 impl Drop for Node {
-    /// Every test checks the receive doorbells' attention count: exactly
-    /// the QPs in ERR plus the responders waiting for a receive.
+    /// Every test checks the receive doorbells' attention count (exactly
+    /// the QPs in ERR plus the responders waiting for a receive) and each
+    /// receive queue's doorbell request (asking exactly while its QP is in
+    /// ERR or its responder waits for a receive).
     fn drop(&mut self) {
         if std::thread::panicking() {
             return;
         }
         self.d.hca.with_firmware(|fw| {
             let mut want = 0;
-            for (_, qp) in fw.qps.iter_mut() {
+            for (qpn, qp) in fw.qps.iter_mut() {
+                let asks = qp.state == QpState::Err || qp.tx.resp.rnr_wait;
                 want += u32::from(qp.state == QpState::Err) + u32::from(qp.tx.resp.rnr_wait);
+                if let Some(rq) = &qp.rq {
+                    assert_eq!(
+                        rq.0.doorbell_request().asking(),
+                        asks,
+                        "QP {qpn:#x}'s receive doorbell request"
+                    );
+                }
             }
             assert_eq!(
                 fw.dp.attention.load(Ordering::SeqCst),
