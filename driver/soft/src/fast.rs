@@ -637,25 +637,36 @@ fn check<'m>(
         if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
             return None;
         }
-        if length == 0 {
-            return Some(Step {
-                length,
-                dst: None,
-                one_copy: None,
-            });
-        }
-        let mr = remote.get(wqe.rkey)?;
-        if mr.pdn != dest.pdn || mr.access & IV_ACCESS_REMOTE_WRITE == 0 {
-            return None;
-        }
-        let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
-        let region = &**mr.region();
+        let dst = remote_range(remote, dest, &wqe, length, IV_ACCESS_REMOTE_WRITE)?;
         Some(Step {
             length,
-            dst: Some((region, off)),
-            one_copy: src.map(|(sr, so)| (region, off, sr, so)),
+            dst,
+            one_copy: dst.zip(src).map(|((r, o), (sr, so))| (r, o, sr, so)),
         })
     }
+}
+
+/// The peer's `length` bytes at the WQE's remote address, checked as its
+/// responder checks them: the rkey names a valid MR of the peer's PD that
+/// allows `need` and holds them. `Some(None)` for no bytes (nothing to
+/// check); `None` when a check fails.
+#[inline(always)]
+fn remote_range<'m>(
+    remote: &mut KeyCache<'m>,
+    dest: &Qp,
+    wqe: &IvSendWqe,
+    length: u32,
+    need: u32,
+) -> Option<Option<(&'m Region, usize)>> {
+    if length == 0 {
+        return Some(None);
+    }
+    let mr = remote.get(wqe.rkey)?;
+    if mr.pdn != dest.pdn || mr.access & need == 0 {
+        return None;
+    }
+    let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
+    Some(Some((&**mr.region(), off)))
 }
 
 /// Reads the send queue's next WQE into the requester's shadow (its slot
@@ -728,28 +739,18 @@ fn check_rd_atomic<'m>(
     {
         return None;
     }
-    if length == 0 {
-        return Some(Step {
-            length,
-            dst: None,
-            one_copy: None,
-        });
-    }
-    let mr = remote.get(wqe.rkey)?;
-    if mr.pdn != dest.pdn || mr.access & need == 0 {
-        return None;
-    }
-    let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
-    let region = &**mr.region();
+    let remote_end = remote_range(remote, dest, wqe, length, need)?;
     if atomic {
+        // Eight bytes: a range; an aligned word in memory.
+        let (region, off) = remote_end?;
         region.atomic_u64(off).ok()?;
     }
     // `dst` is the peer's end (the source of a READ, the word of an
     // atomic); `one_copy` has the local end first.
     Some(Step {
         length,
-        dst: Some((region, off)),
-        one_copy: dst.map(|(lr, lo)| (lr, lo, region, off)),
+        dst: remote_end,
+        one_copy: dst.zip(remote_end).map(|((lr, lo), (r, o))| (lr, lo, r, o)),
     })
 }
 
