@@ -32,7 +32,7 @@ use irpverbs_abi::{
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
-use irpverbs_ring::wq::{read_recv_wqe_into, read_send_wqe_into};
+use irpverbs_ring::wq::read_recv_wqe_into;
 
 use crate::cq::{Cq, post_cqe};
 use crate::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
@@ -42,7 +42,7 @@ use crate::mr::Mr;
 use crate::packet::psn_add;
 use crate::port::MAX_MSG_SZ;
 use crate::qp::{Qp, QpState};
-use crate::requester::{ACK_EVERY, SendSlot, packets};
+use crate::requester::{ACK_EVERY, packets};
 use crate::table::Table;
 
 /// How far a fast-path run went.
@@ -669,29 +669,13 @@ fn remote_range<'m>(
     Some(Some((&**mr.region(), off)))
 }
 
-/// Reads the send queue's next WQE into the requester's shadow (its slot
-/// and gather list, read once from the ring and checked as
-/// [`read_send_wqe_into`] checks it): the header, and the gather list.
+/// Reads the send queue's next WQE into the requester's shadow
+/// ([`crate::requester::ReqState::read_shadow`]): the header, and the
+/// gather list.
 #[inline(always)]
 fn read_next(qp: &mut Qp) -> Option<(IvSendWqe, &[IvSge])> {
     let index = qp.tx.req.next;
-    let req = &mut qp.tx.req;
-    let k = req.slot_index(index);
-    let per = req.sge_per_slot;
-    let slot = &mut req.slots[k];
-    let shadow = &mut req.sges[k * per..(k + 1) * per];
-    *slot = SendSlot::default();
-    let nsge = read_send_wqe_into(
-        &qp.sq.0,
-        index,
-        qp.cap.max_send_sge,
-        qp.cap.max_inline_data,
-        &mut slot.wqe,
-        shadow,
-    )
-    .ok()?;
-    slot.nsge = u8::try_from(nsge).ok()?;
-    Some((slot.wqe, &shadow[..nsge]))
+    qp.tx.req.read_shadow(&qp.sq.0, index, &qp.cap).ok()
 }
 
 /// [`check`] for a READ or an atomic (`op`): the local gather list (which

@@ -38,7 +38,7 @@ use irpverbs_abi::{
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
-use irpverbs_ring::wq::{MAX_SGE, read_send_wqe_into};
+use irpverbs_ring::wq::{MAX_SGE, WqeError, read_send_wqe_into};
 
 use crate::dma::{DmaError, check_sges, gather};
 use crate::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
@@ -173,6 +173,38 @@ impl ReqState {
     pub(crate) fn slot_mut(&mut self, i: u32) -> &mut SendSlot {
         let k = self.slot_index(i);
         &mut self.slots[k]
+    }
+
+    /// Reads the WQE at ring index `i` of `ring` into its shadow (the slot,
+    /// cleared first, and the gather list), checked as
+    /// [`read_send_wqe_into`] checks it with the QP's `cap`: the header and
+    /// the gather list. On an error the slot holds what was read.
+    ///
+    /// # Errors
+    /// [`WqeError`], as the reader reports it.
+    #[inline(always)]
+    pub(crate) fn read_shadow(
+        &mut self,
+        ring: &Ring,
+        i: u32,
+        cap: &irpverbs_abi::IvQpCap,
+    ) -> Result<(IvSendWqe, &[IvSge]), WqeError> {
+        let k = self.slot_index(i);
+        let per = self.sge_per_slot;
+        let slot = &mut self.slots[k];
+        let shadow = &mut self.sges[k * per..(k + 1) * per];
+        *slot = SendSlot::default();
+        let nsge = read_send_wqe_into(
+            ring,
+            i,
+            cap.max_send_sge,
+            cap.max_inline_data,
+            &mut slot.wqe,
+            shadow,
+        )?;
+        // At most 32, checked by the reader.
+        slot.nsge = u8::try_from(nsge).unwrap_or(0);
+        Ok((slot.wqe, &shadow[..nsge]))
     }
 
     /// The gather list of ring index `i`.
@@ -334,31 +366,14 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
 /// (it counts as started).
 fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     let index = qp.tx.req.next;
-    let k = qp.tx.req.slot_index(index);
-    let per = qp.tx.req.sge_per_slot;
-    let req = &mut qp.tx.req;
-    let ReqState { slots, sges, .. } = req;
-    let slot = &mut slots[k];
-    let shadow = &mut sges[k * per..(k + 1) * per];
-    *slot = SendSlot::default();
-    let read = read_send_wqe_into(
-        &qp.sq.0,
-        index,
-        qp.cap.max_send_sge,
-        qp.cap.max_inline_data,
-        &mut slot.wqe,
-        shadow,
-    );
-    let wqe = slot.wqe;
-    let nsge = match read {
-        Ok(n) => n,
+    let (wqe, shadow) = match qp.tx.req.read_shadow(&qp.sq.0, index, &qp.cap) {
+        Ok(read) => read,
         Err(_) => {
-            req.next = index.wrapping_add(1);
+            qp.tx.req.next = index.wrapping_add(1);
             return Err(IV_WC_LOC_QP_OP_ERR);
         }
     };
-    // At most 32, checked by the reader.
-    slot.nsge = u8::try_from(nsge).unwrap_or(0);
+    let nsge = shadow.len();
     let inline = wqe.flags & IV_SEND_INLINE != 0;
     let rd_atomic = is_rd_atomic(wqe.opcode);
     let check = (|| {
