@@ -1,6 +1,9 @@
-//! The send doorbell's fast path: RC SEND, RDMA WRITE, RDMA READ and the
-//! atomics between two QPs of this HCA (loopback), executed end to end
-//! under the one `HCA_LOCK` hold of the doorbell, without building packets.
+//! The send doorbell's fast path: RC SEND, SEND with immediate, RDMA
+//! WRITE, WRITE with immediate, RDMA READ and the atomics between two QPs
+//! of this HCA (loopback), executed end to end under the one `HCA_LOCK`
+//! hold of the doorbell, without building packets. The receive WQE a
+//! message takes comes from the peer's receive queue or its SRQ (with the
+//! SRQ's limit event).
 //!
 //! For each new WQE it does what the requester, the responder and the
 //! completer would do with the packets of that WQE in one batch — the same
@@ -17,8 +20,8 @@
 //!
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
-//! WQE, a receive CQ without room, another opcode, segmentation state in
-//! progress, an SRQ, another HCA, frames waiting) stops the fast path
+//! WQE, a receive CQ without room, SEND with invalidate, segmentation
+//! state in progress, another HCA, frames waiting) stops the fast path
 //! there, and the general engine takes the rest of the send queue from
 //! the same state.
 
@@ -27,8 +30,9 @@ use core::sync::atomic::Ordering;
 use irpverbs_abi::{
     IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE,
     IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER,
-    IV_WC_OP_RECV, IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD,
-    IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_SEND, IvCqe, IvSendWqe, IvSge,
+    IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_SUCCESS, IV_WC_WITH_IMM,
+    IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
+    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IvCqe, IvSendWqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
@@ -43,6 +47,7 @@ use crate::packet::psn_add;
 use crate::port::MAX_MSG_SZ;
 use crate::qp::{Qp, QpState};
 use crate::requester::{ACK_EVERY, packets};
+use crate::srq::Srq;
 use crate::table::Table;
 
 /// How far a fast-path run went.
@@ -96,8 +101,6 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             dest.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         )
-        || dest.srqn.is_some()
-        || dest.rq.is_none()
         || dtx.path.dest_qpn != qpn
         || dtx.path.dgid != gid
         || dtx.mtu != qp.tx.mtu
@@ -125,10 +128,12 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     // firmware, so a key that named a live MR still does.
     let mut local = KeyCache::new(mrs);
     let mut remote = KeyCache::new(mrs);
-    // SENDs and WRITEs in the inner loop; a READ or atomic stops it, and
-    // the outer loop takes it out of line (so that the inner loop's code is
-    // what it is without them: callgrind counted 40 more instructions per
-    // single-post SEND with them inside), then goes on.
+    // SENDs (to a receive queue) and WRITEs in the inner loop; anything
+    // else (a READ, an atomic, immediate data, a SEND to an SRQ) stops it,
+    // and the outer loop takes it out of line (so that the inner loop's
+    // code is what it is without them: callgrind counted 40 more
+    // instructions per single-post SEND with READs and atomics inside),
+    // then goes on.
     'wqes: loop {
         let mut at_wqe = false;
         loop {
@@ -151,21 +156,10 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             };
             // Committed: nothing below fails.
             let (index, _, last, count) = issue(qp, step.length);
-            let req = &mut qp.tx.req;
-            let wqe = req.slot(index).wqe;
-            let in_flight = req.next.wrapping_sub(req.ci);
-            let ack_req = wqe.flags & IV_SEND_SIGNALED != 0
-                || qp.sq_sig_all
-                || req.unacked + count >= ACK_EVERY
-                || in_flight > entries / 2;
-            req.unacked = if ack_req { 0 } else { req.unacked + count };
+            let wqe = qp.tx.req.slot(index).wqe;
+            let ack_req = ack_request(qp, wqe.flags, count, entries);
             sent += count as usize;
-            dps.stats.packets_sent += u64::from(count);
-            dps.stats.packets_received += u64::from(count);
-            dps.stats.fast_path_wqes += 1;
-            if dest.state == QpState::Rtr && !dest.tx.comm_est {
-                comm_established(dest, dest_qpn, dps);
-            }
+            counted(dest, dest_qpn, count, dps);
             // The payload, from the slot (inline) or the gather list, where it
             // is not one copy.
             let inline = wqe.flags & IV_SEND_INLINE != 0;
@@ -179,19 +173,8 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             };
             let len = step.length;
             if wqe.opcode == IV_WR_SEND {
-                let rq = &dest.rq.as_ref().map(|r| &r.0);
-                let resp = &mut dest.tx.resp;
-                if let Some(ring) = rq {
-                    resp.rq_ci = resp.rq_ci.wrapping_add(1);
-                    ring.consumer().release(resp.rq_ci);
-                    if resp.rq_seen != resp.rq_ci {
-                        // The next message's receive WQE, posted long ago
-                        // (from the ULP's processor): fetched now, it is not
-                        // waited for then.
-                        ring.prefetch_slot(resp.rq_ci);
-                    }
-                }
-                let recv = &resp.recv;
+                consume_rq(dest);
+                let recv = &dest.tx.resp.recv;
                 if let Some((dst, doff, src, soff)) = step.one_copy {
                     // One SGE each side, both checked: one copy.
                     let _ = Region::copy(dst, doff, src, soff, len as usize);
@@ -238,18 +221,33 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         if !at_wqe {
             break;
         }
-        // Stopped at a WQE: a READ or an atomic the fast path takes?
-        let Some((count, last)) = rd_atomic(qp, dest, dest_qpn, &mut local, &mut remote, mrs, dps)
+        // Stopped at a WQE: one the fast path takes out of line?
+        let srqs = &mut *env.srqs;
+        let Some(done) = out_of_line(qp, dest, dest_qpn, &mut local, &mut remote, srqs, cqs, dps)
         else {
             break;
         };
-        // The responder sent the ACK it owed before the response.
-        if ack.take().is_some() {
-            dps.stats.packets_sent += 1;
-            dps.stats.packets_received += 1;
+        match done {
+            Done::Message {
+                count,
+                last,
+                ack_req,
+            } => {
+                sent += count as usize;
+                if ack_req {
+                    ack = Some(last);
+                }
+            }
+            Done::Response { count, last } => {
+                // The responder sent the ACK it owed before the response.
+                if ack.take().is_some() {
+                    dps.stats.packets_sent += 1;
+                    dps.stats.packets_received += 1;
+                }
+                sent += count as usize;
+                responded = Some(last);
+            }
         }
-        sent += count as usize;
-        responded = Some(last);
         ran = Ran::Stopped;
         continue 'wqes;
     }
@@ -302,27 +300,81 @@ fn delivered(dest: &mut Qp, last: u32) {
     resp.nak_sent = false;
 }
 
-/// A checked READ or atomic, executed end to end: [`issue`], the
-/// responder's work ([`respond`]) and [`delivered`], the counters (a
-/// request packet, and `count` responses). Returns the packet count and
-/// the last PSN, which the response acknowledges.
-/// The next WQE of `qp`, if it is a READ or an atomic the fast path takes:
-/// read and checked ([`check_rd_atomic`]), then executed
-/// ([`commit_rd_atomic`]); the packet count and its last PSN.
+/// Whether the requester asks for an ACK with a message of `count`
+/// packets (its WQE's `flags`), as the requester decides it: for a
+/// signaled WQE, every [`ACK_EVERY`] packets, and with half the send queue
+/// in flight (ACKs retire unsignaled WQEs and free their slots). Counts
+/// the packets not yet asked for.
+#[inline(always)]
+fn ack_request(qp: &mut Qp, flags: u8, count: u32, entries: u32) -> bool {
+    let req = &mut qp.tx.req;
+    let in_flight = req.next.wrapping_sub(req.ci);
+    let ack_req = flags & IV_SEND_SIGNALED != 0
+        || qp.sq_sig_all
+        || req.unacked + count >= ACK_EVERY
+        || in_flight > entries / 2;
+    req.unacked = if ack_req { 0 } else { req.unacked + count };
+    ack_req
+}
+
+/// The counters of a message of `count` packets taken by the fast path,
+/// and the peer's first message in RTR.
+#[inline(always)]
+fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::engine::DataPath) {
+    dp.stats.packets_sent += u64::from(count);
+    dp.stats.packets_received += u64::from(count);
+    dp.stats.fast_path_wqes += 1;
+    if dest.state == QpState::Rtr && !dest.tx.comm_est {
+        comm_established(dest, dest_qpn, dp);
+    }
+}
+
+/// What a WQE taken out of line did.
+enum Done {
+    /// A message (SEND, SEND with immediate, WRITE with immediate) of
+    /// `count` packets up to `last`, with an ACK request or not.
+    Message {
+        count: u32,
+        last: u32,
+        ack_req: bool,
+    },
+    /// A READ or an atomic of `count` response packets up to `last`,
+    /// which the response acknowledges.
+    Response { count: u32, last: u32 },
+}
+
+/// The next WQE of `qp`, when the inner loop's [`check`] did not take it:
+/// a READ or an atomic ([`check_rd_atomic`], [`commit_rd_atomic`]), or a
+/// SEND, SEND with immediate or WRITE with immediate, whose receive WQE
+/// may come from an SRQ ([`check_message`], [`commit_message`]).
 #[inline(never)]
-fn rd_atomic<'m>(
+#[allow(clippy::too_many_arguments)]
+fn out_of_line<'m>(
     qp: &mut Qp,
     dest: &mut Qp,
     dest_qpn: u32,
     local: &mut KeyCache<'m>,
     remote: &mut KeyCache<'m>,
-    mrs: &'m Table<Mr>,
+    srqs: &mut Table<Srq>,
+    cqs: &mut Table<Cq>,
     dp: &mut crate::engine::DataPath,
-) -> Option<(u32, u32)> {
+) -> Option<Done> {
+    let mrs = local.mrs;
     let pdn = qp.pdn;
     let (wqe, shadow) = read_next(qp)?;
-    let step = check_rd_atomic(&wqe, shadow, pdn, dest, local, remote)?;
-    Some(commit_rd_atomic(qp, dest, dest_qpn, &step, mrs, dp))
+    match wqe.opcode {
+        IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE_WITH_IMM => {
+            let (step, from) = check_message(qp, dest, local, remote, srqs, cqs)?;
+            Some(commit_message(
+                qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp,
+            ))
+        }
+        _ => {
+            let step = check_rd_atomic(&wqe, shadow, pdn, dest, local, remote)?;
+            let (count, last) = commit_rd_atomic(qp, dest, dest_qpn, &step, mrs, dp);
+            Some(Done::Response { count, last })
+        }
+    }
 }
 
 #[inline(always)]
@@ -336,13 +388,7 @@ fn commit_rd_atomic(
 ) -> (u32, u32) {
     let (index, first, last, count) = issue(qp, step.length);
     qp.tx.req.unacked = 0;
-    let packets = u64::from(count) + 1;
-    dp.stats.packets_sent += packets;
-    dp.stats.packets_received += packets;
-    dp.stats.fast_path_wqes += 1;
-    if dest.state == QpState::Rtr && !dest.tx.comm_est {
-        comm_established(dest, dest_qpn, dp);
-    }
+    counted(dest, dest_qpn, count + 1, dp);
     let wqe = qp.tx.req.slot(index).wqe;
     respond(
         step,
@@ -561,73 +607,18 @@ fn check<'m>(
     remote: &mut KeyCache<'m>,
     cqs: &mut Table<Cq>,
 ) -> Option<Step<'m>> {
-    let mrs = local.mrs;
     let pdn = qp.pdn;
     let (wqe, shadow) = read_next(qp)?;
-    let nsge = shadow.len();
     if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
         return None;
     }
-    let inline = wqe.flags & IV_SEND_INLINE != 0;
-    // One SGE: checked here, and the source of a one-copy message.
-    let mut src = None;
-    let length = if inline {
-        u64::from(wqe.inline_len)
-    } else if nsge == 1 && shadow[0].length != 0 {
-        src = Some(local.local(pdn, &shadow[0], false)?);
-        u64::from(shadow[0].length)
-    } else {
-        check_sges(mrs, pdn, shadow, false).ok()?
-    };
-    if length > u64::from(MAX_MSG_SZ) {
-        return None;
-    }
-    let length = u32::try_from(length).ok()?;
+    let (length, src) = source(&wqe, shadow, pdn, local)?;
     if wqe.opcode == IV_WR_SEND {
         // A receive WQE, well formed, that takes the message; room for
         // its completion.
-        let ring = &dest.rq.as_ref()?.0;
-        let resp = &mut dest.tx.resp;
-        let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
-        if n == 0 || n > ring.entries() {
-            resp.rq_seen = ring.producer_word().load(Ordering::Acquire);
-            let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
-            if n == 0 || n > ring.entries() {
-                return None;
-            }
-        }
-        let (wr_id, rn) =
-            read_recv_wqe_into(ring, resp.rq_ci, dest.cap.max_recv_sge, &mut resp.recv.sges)
-                .ok()?;
-        resp.recv.wr_id = wr_id;
-        resp.recv.nsge = rn;
-        resp.recv.offset = 0;
-        let (mut dst, mut one_copy) = (None, None);
-        let rsge = &resp.recv.sges[..rn];
-        if let [r] = rsge
-            && length != 0
-            && length <= r.length
-        {
-            // The bytes land in the first SGE, checked as a whole.
-            let (dr, doff) = remote.local(dest.pdn, r, true)?;
-            dst = Some((dr, doff));
-            one_copy = src.map(|(sr, so)| (dr, doff, sr, so));
-        } else {
-            for_each_piece(
-                mrs,
-                dest.pdn,
-                rsge,
-                0,
-                u64::from(length),
-                true,
-                |_, _, _| Ok(()),
-            )
-            .ok()?;
-        }
-        let cq = cqs.get_mut(dest.recv_cqn).ok()?;
-        if cq.error || !cq.has_room() {
-            return None;
-        }
+        read_rq(dest)?;
+        let (dst, one_copy) = recv_dst(dest, length, src, remote)?;
+        recv_cq_room(dest, cqs)?;
         Some(Step {
             length,
             dst,
@@ -643,6 +634,271 @@ fn check<'m>(
             dst,
             one_copy: dst.zip(src).map(|((r, o), (sr, so))| (r, o, sr, so)),
         })
+    }
+}
+
+/// A SEND's or WRITE's source, checked: its length, and its one piece
+/// (`None` inline, or with another number of SGEs than one).
+#[inline(always)]
+fn source<'m>(
+    wqe: &IvSendWqe,
+    sges: &[IvSge],
+    pdn: u32,
+    local: &mut KeyCache<'m>,
+) -> Option<(u32, Option<(&'m Region, usize)>)> {
+    let mut src = None;
+    let length = if wqe.flags & IV_SEND_INLINE != 0 {
+        u64::from(wqe.inline_len)
+    } else if let [one] = sges
+        && one.length != 0
+    {
+        // One SGE: checked here, and the source of a one-copy message.
+        src = Some(local.local(pdn, one, false)?);
+        u64::from(one.length)
+    } else {
+        check_sges(local.mrs, pdn, sges, false).ok()?
+    };
+    if length > u64::from(MAX_MSG_SZ) {
+        return None;
+    }
+    Some((u32::try_from(length).ok()?, src))
+}
+
+/// Reads the receive queue's next WQE into the responder's receive WQE
+/// (which holds none: the fast path runs only then), changing nothing
+/// else; `None` when there is none, or it is malformed, or the RQ is an
+/// SRQ.
+#[inline(always)]
+fn read_rq(dest: &mut Qp) -> Option<()> {
+    let ring = &dest.rq.as_ref()?.0;
+    let resp = &mut dest.tx.resp;
+    let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
+    if n == 0 || n > ring.entries() {
+        resp.rq_seen = ring.producer_word().load(Ordering::Acquire);
+        let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
+        if n == 0 || n > ring.entries() {
+            return None;
+        }
+    }
+    let (wr_id, rn) =
+        read_recv_wqe_into(ring, resp.rq_ci, dest.cap.max_recv_sge, &mut resp.recv.sges).ok()?;
+    resp.recv.wr_id = wr_id;
+    resp.recv.nsge = rn;
+    resp.recv.offset = 0;
+    Some(())
+}
+
+/// Consumes the receive WQE [`read_rq`] read.
+#[inline(always)]
+fn consume_rq(dest: &mut Qp) {
+    let rq = &dest.rq.as_ref().map(|r| &r.0);
+    let resp = &mut dest.tx.resp;
+    if let Some(ring) = rq {
+        resp.rq_ci = resp.rq_ci.wrapping_add(1);
+        ring.consumer().release(resp.rq_ci);
+        if resp.rq_seen != resp.rq_ci {
+            // The next message's receive WQE, posted long ago (from the
+            // ULP's processor): fetched now, it is not waited for then.
+            ring.prefetch_slot(resp.rq_ci);
+        }
+    }
+}
+
+/// The receive WQE's scatter list checked for a message of `length` bytes
+/// (whose one-piece source is `src`): the destination when the bytes land
+/// in its first SGE, and the one copy when the source is one piece too.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn recv_dst<'m>(
+    dest: &Qp,
+    length: u32,
+    src: Option<(&'m Region, usize)>,
+    remote: &mut KeyCache<'m>,
+) -> Option<(
+    Option<(&'m Region, usize)>,
+    Option<(&'m Region, usize, &'m Region, usize)>,
+)> {
+    let recv = &dest.tx.resp.recv;
+    let rsge = &recv.sges[..recv.nsge];
+    if let [r] = rsge
+        && length != 0
+        && length <= r.length
+    {
+        // The bytes land in the first SGE, checked as a whole.
+        let (dr, doff) = remote.local(dest.pdn, r, true)?;
+        Some((Some((dr, doff)), src.map(|(sr, so)| (dr, doff, sr, so))))
+    } else {
+        for_each_piece(
+            remote.mrs,
+            dest.pdn,
+            rsge,
+            0,
+            u64::from(length),
+            true,
+            |_, _, _| Ok(()),
+        )
+        .ok()?;
+        Some((None, None))
+    }
+}
+
+/// Room on the peer's receive CQ for a completion.
+#[inline(always)]
+fn recv_cq_room(dest: &Qp, cqs: &mut Table<Cq>) -> Option<()> {
+    let cq = cqs.get_mut(dest.recv_cqn).ok()?;
+    (!cq.error && cq.has_room()).then_some(())
+}
+
+/// Where a message's receive WQE comes from.
+#[derive(Clone, Copy)]
+enum RecvFrom {
+    /// The QP's receive queue ([`read_rq`]).
+    Rq,
+    /// SRQ `srqn`, which held `posted` WQEs.
+    Srq { srqn: u32, posted: u32 },
+}
+
+/// [`check`] for a SEND, SEND with immediate or WRITE with immediate
+/// (read into the shadow): its source, its receive WQE (from the RQ or an
+/// SRQ, read into the responder's receive WQE), the receive buffers or
+/// the WRITE's target, room on the receive CQ; changes nothing else.
+fn check_message<'m>(
+    qp: &mut Qp,
+    dest: &mut Qp,
+    local: &mut KeyCache<'m>,
+    remote: &mut KeyCache<'m>,
+    srqs: &mut Table<Srq>,
+    cqs: &mut Table<Cq>,
+) -> Option<(Step<'m>, RecvFrom)> {
+    let index = qp.tx.req.next;
+    let wqe = qp.tx.req.slot(index).wqe;
+    let (length, src) = source(&wqe, qp.tx.req.sges(index), qp.pdn, local)?;
+    let from = match dest.srqn {
+        None => {
+            read_rq(dest)?;
+            RecvFrom::Rq
+        }
+        Some(srqn) => {
+            let srq = srqs.get_mut(srqn).ok()?;
+            let ring = &srq.ring.0;
+            let posted = ring
+                .producer_word()
+                .load(Ordering::Acquire)
+                .wrapping_sub(srq.ci);
+            if posted == 0 || posted > ring.entries() {
+                return None;
+            }
+            let recv = &mut dest.tx.resp.recv;
+            let (wr_id, n) = read_recv_wqe_into(ring, srq.ci, srq.max_sge, &mut recv.sges).ok()?;
+            recv.wr_id = wr_id;
+            recv.nsge = n;
+            recv.offset = 0;
+            RecvFrom::Srq { srqn, posted }
+        }
+    };
+    let (dst, one_copy) = if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM {
+        if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
+            return None;
+        }
+        let dst = remote_range(remote, dest, &wqe, length, IV_ACCESS_REMOTE_WRITE)?;
+        (dst, dst.zip(src).map(|((r, o), (sr, so))| (r, o, sr, so)))
+    } else {
+        recv_dst(dest, length, src, remote)?
+    };
+    recv_cq_room(dest, cqs)?;
+    Some((
+        Step {
+            length,
+            dst,
+            one_copy,
+        },
+        from,
+    ))
+}
+
+/// Executes a message [`check_message`] checked: the requester's side,
+/// the receive WQE consumed (an SRQ's limit event), the payload placed,
+/// the receive completion with its immediate data.
+#[allow(clippy::too_many_arguments)]
+fn commit_message(
+    qp: &mut Qp,
+    dest: &mut Qp,
+    dest_qpn: u32,
+    step: &Step<'_>,
+    from: RecvFrom,
+    srqs: &mut Table<Srq>,
+    cqs: &mut Table<Cq>,
+    mrs: &Table<Mr>,
+    dp: &mut crate::engine::DataPath,
+) -> Done {
+    let entries = qp.sq.0.entries();
+    let (index, _, last, count) = issue(qp, step.length);
+    let wqe = qp.tx.req.slot(index).wqe;
+    let ack_req = ack_request(qp, wqe.flags, count, entries);
+    counted(dest, dest_qpn, count, dp);
+    match from {
+        RecvFrom::Rq => consume_rq(dest),
+        RecvFrom::Srq { srqn, posted } => {
+            if let Ok(srq) = srqs.get_mut(srqn) {
+                srq.ci = srq.ci.wrapping_add(1);
+                srq.ring.0.consumer().release(srq.ci);
+                if srq.srq_limit > 0 && posted - 1 < srq.srq_limit {
+                    srq.srq_limit = 0;
+                    dp.raise(AsyncEvent::SrqLimitReached(srqn));
+                }
+            }
+        }
+    }
+    let len = step.length;
+    let inline = wqe.flags & IV_SEND_INLINE != 0;
+    let ring = &qp.sq.0;
+    let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
+    let recv = &dest.tx.resp.recv;
+    if let Some((dst, doff, src, soff)) = step.one_copy {
+        let _ = Region::copy(dst, doff, src, soff, len as usize);
+    } else if let (Some((dst, doff)), true) = (step.dst, inline) {
+        let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
+    } else if len > 0 {
+        let src = if inline {
+            Src::Inline(ring.region(), at)
+        } else {
+            Src::Sges(qp.tx.req.sges(index))
+        };
+        match step.dst {
+            Some((region, base)) if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM => {
+                gather(mrs, qp.pdn, &src, len, region, base);
+            }
+            _ => scatter(mrs, qp.pdn, &src, len, dest.pdn, &recv.sges[..recv.nsge]),
+        }
+    }
+    let (opcode, imm) = match wqe.opcode {
+        IV_WR_SEND => (IV_WC_OP_RECV, false),
+        IV_WR_SEND_WITH_IMM => (IV_WC_OP_RECV, true),
+        _ => (IV_WC_OP_RECV_RDMA_WITH_IMM, true),
+    };
+    let cqe = IvCqe {
+        wr_id: recv.wr_id,
+        status: IV_WC_SUCCESS,
+        opcode,
+        wc_flags: if imm { IV_WC_WITH_IMM } else { 0 },
+        imm_or_inv: if imm { wqe.imm_or_inv } else { 0 },
+        byte_len: len,
+        qp_num: dest_qpn,
+        src_qp: dest.tx.path.dest_qpn,
+        ..IvCqe::default()
+    };
+    post_cqe(
+        cqs,
+        dp,
+        dest.recv_cqn,
+        &cqe,
+        wqe.flags & IV_SEND_SOLICITED != 0,
+    );
+    delivered(dest, last);
+    Done::Message {
+        count,
+        last,
+        ack_req,
     }
 }
 

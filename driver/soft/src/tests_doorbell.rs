@@ -414,8 +414,8 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
         [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)]
     );
     assert_eq!(p.mb.read(128, 5), b"quick");
-    // A SEND the fast path takes, then a WRITE with immediate it leaves to
-    // the engine.
+    // A SEND, then a WRITE with immediate (out of line): both the fast
+    // path's.
     rq.post(3, &[p.mb.sge(256, 64)]).unwrap();
     rq.post(4, &[p.mb.sge(320, 64)]).unwrap();
     publish_send(&p, 13, 5);
@@ -431,7 +431,7 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
         .unwrap();
     assert!(ua.ring(sq));
     assert_eq!(scan(&p), 1);
-    assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 4);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, before + 5);
     let recvs: Vec<_> = p
         .cqb
         .poll()

@@ -424,6 +424,8 @@ pub(crate) struct Pair {
     pub(crate) ma: Mem,
     pub(crate) mb: Mem,
     pub(crate) topo: Topo,
+    /// `qb`'s SRQ, when it has one instead of a receive queue.
+    pub(crate) srq: Option<(u32, RecvQueue)>,
     pub(crate) _fabric: Option<Arc<Fabric<TestPlatform>>>,
 }
 
@@ -469,11 +471,37 @@ impl Pair {
         cap: IvQpCap,
         sig_all: bool,
     ) -> Self {
+        Self::build(topo, qp_type, c, cap, sig_all, None)
+    }
+
+    /// An RC pair whose responder QP takes its receives from an SRQ of 63
+    /// WRs of two SGEs (limit unarmed).
+    pub(crate) fn on_srq(topo: Topo) -> Self {
+        Self::build(topo, IV_QPT_RC, Conn::default(), BIG, false, Some((63, 2)))
+    }
+
+    fn build(
+        topo: Topo,
+        qp_type: u32,
+        c: Conn,
+        cap: IvQpCap,
+        sig_all: bool,
+        srq: Option<(u32, u32)>,
+    ) -> Self {
         let (a, b, fabric) = nodes(topo);
         let cqa = a.cq(64);
         let cqb = b.cq(64);
+        let srq = srq.map(|(max_wr, max_sge)| b.srq(max_wr, max_sge, 0));
         let qa = a.qp_full(a.pd, qp_type, &cqa, &cqa, None, sig_all, cap);
-        let qb = b.qp_full(b.pd, qp_type, &cqb, &cqb, None, sig_all, cap);
+        let qb = b.qp_full(
+            b.pd,
+            qp_type,
+            &cqb,
+            &cqb,
+            srq.as_ref().map(|s| s.0),
+            sig_all,
+            cap,
+        );
         a.connect(&qa, b.gid(), qb.qpn, &c);
         b.connect(&qb, a.gid(), qa.qpn, &c);
         let ma = a.mem(1 << 20, ALL_ACCESS);
@@ -488,6 +516,7 @@ impl Pair {
             ma,
             mb,
             topo,
+            srq,
             _fabric: fabric,
         };
         p.settle();
@@ -576,7 +605,7 @@ fn rc_send_8_bytes() {
 }
 
 #[test]
-fn loopback_rc_send_write_read_and_atomics_take_the_fast_path_and_the_rest_does_not() {
+fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_does_not() {
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
     p.ma.write(0, b"fast");
     let before = p.a.d.hca.stats().fast_path_wqes;
@@ -631,9 +660,8 @@ fn loopback_rc_send_write_read_and_atomics_take_the_fast_path_and_the_rest_does_
         before + 4,
         "the atomic too"
     );
-    // A WRITE with immediate, a SEND with nothing to receive it (RNR), and
-    // two HCAs are the general engine's: same results, no fast-path count.
-    let after = p.a.d.hca.stats().fast_path_wqes;
+    // A WRITE with immediate and a SEND with immediate (out of line), with
+    // their receive completions' immediate data.
     p.recv(6, &[p.mb.sge(512, 64)]);
     p.send(&SendWr {
         sges: &sges,
@@ -643,8 +671,46 @@ fn loopback_rc_send_write_read_and_atomics_take_the_fast_path_and_the_rest_does_
         ..signaled(6, IV_WR_RDMA_WRITE_WITH_IMM)
     });
     assert_eq!(statuses(&p.cqa), [(6, IV_WC_SUCCESS)]);
-    assert_eq!(one(&p.cqb).imm_or_inv, 0xfeed);
+    let r = one(&p.cqb);
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm_or_inv, r.wc_flags),
+        (6, IV_WC_OP_RECV_RDMA_WITH_IMM, 4, 0xfeed, IV_WC_WITH_IMM)
+    );
     assert_eq!(p.mb.read(300, 4), b"fast");
+    p.recv(7, &[p.mb.sge(600, 64)]);
+    p.send(&SendWr {
+        sges: &sges,
+        imm_or_inv: 0xbeef,
+        ..signaled(7, IV_WR_SEND_WITH_IMM)
+    });
+    assert_eq!(statuses(&p.cqa), [(7, IV_WC_SUCCESS)]);
+    let r = one(&p.cqb);
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm_or_inv, r.wc_flags),
+        (7, IV_WC_OP_RECV, 4, 0xbeef, IV_WC_WITH_IMM)
+    );
+    assert_eq!(p.mb.read(600, 4), b"fast");
+    assert_eq!(
+        p.a.d.hca.stats().fast_path_wqes,
+        before + 6,
+        "both with immediate"
+    );
+    // A SEND with invalidate, a SEND with nothing to receive it (RNR), and
+    // two HCAs are the general engine's: same results, no fast-path count.
+    let after = p.a.d.hca.stats().fast_path_wqes;
+    let victim = p.b.mem(4096, ALL_ACCESS);
+    p.recv(8, &[p.mb.sge(700, 64)]);
+    p.send(&SendWr {
+        sges: &sges,
+        imm_or_inv: victim.lkey,
+        ..signaled(8, IV_WR_SEND_WITH_INV)
+    });
+    assert_eq!(statuses(&p.cqa), [(8, IV_WC_SUCCESS)]);
+    let r = one(&p.cqb);
+    assert_eq!(
+        (r.wr_id, r.imm_or_inv, r.wc_flags),
+        (8, victim.lkey, IV_WC_WITH_INV)
+    );
     assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
     let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
     two.recv(1, &[two.mb.sge(0, 64)]);

@@ -10,7 +10,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use irpverbs_abi::*;
-use irpverbs_core::Hca;
+use irpverbs_core::{AsyncEvent, Command, Hca};
 use irpverbs_ring::wq::{RecvWr, SendWr};
 use proptest::prelude::*;
 
@@ -98,6 +98,8 @@ struct Outcome {
     ma: u64,
     mb: u64,
     fast: u64,
+    /// SRQ limit events (the responder on an SRQ, armed every round).
+    limits: usize,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -122,8 +124,13 @@ fn sges(mem: &crate::tests_dp::Mem, off: u64, len: u32, split: bool) -> Vec<IvSg
     }
 }
 
-fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
-    let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+/// Runs the script in `topo`, the responder QP on an SRQ when `srq`.
+fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
+    let p = if srq {
+        Pair::on_srq(topo)
+    } else {
+        Pair::new(topo, IV_QPT_RC, Conn::default())
+    };
     p.ma.write(0, &pattern(1 << 20, 1));
     p.mb.write(0, &pattern(1 << 20, 2));
     let mut out = Outcome {
@@ -132,6 +139,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
         ma: 0,
         mb: 0,
         fast: p.a.d.hca.stats().fast_path_wqes,
+        limits: 0,
     };
     let take = |cq: &crate::tests_dp::Cq, v: &mut Vec<_>| {
         for c in cq.poll() {
@@ -168,7 +176,21 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
                 }
             })
             .collect();
-        if !recvs.is_empty() {
+        if let Some((srqn, srq)) = &p.srq {
+            // Armed below what the round posts now and then: the event
+            // comes at the same receive in every topology.
+            p.b.d.ok(Command::ModifySrq {
+                srqn: *srqn,
+                mask: IV_SRQ_LIMIT,
+                max_wr: 0,
+                srq_limit: 1 + r as u32 % 3,
+            });
+            if !recvs.is_empty() {
+                let _ = srq.post_list(&recvs);
+                p.b.d.hca.srq_doorbell(*srqn);
+                p.settle();
+            }
+        } else if !recvs.is_empty() {
             let _ = p.qb.rq.as_ref().unwrap().post_list(&recvs);
             p.b.d.hca.rq_doorbell(p.qb.qpn);
             p.settle();
@@ -271,6 +293,11 @@ fn run(topo: Topo, rounds: &[Vec<Op>]) -> Outcome {
         }
         take(&p.cqa, &mut out.cqa);
         take(&p.cqb, &mut out.cqb);
+        out.limits +=
+            p.b.asyncs()
+                .iter()
+                .filter(|e| matches!(e, AsyncEvent::SrqLimitReached(_)))
+                .count();
     }
     out.ma = fnv(&p.ma.read(0, 1 << 20));
     out.mb = fnv(&p.mb.read(0, 1 << 20));
@@ -285,27 +312,29 @@ proptest! {
     /// with immediate, READ, compare-and-swap, fetch-and-add; 0 to 4096
     /// bytes; one or two SGEs; inline or not; signaled or not; now and then
     /// a bad key), each posted as one list with one doorbell, after the
-    /// receives it needs.
+    /// receives it needs (on the responder's RQ, or its SRQ).
     #[test]
     fn the_fast_path_gives_what_the_general_path_gives(
-        rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7)
+        rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7),
+        srq in any::<bool>(),
     ) {
-        let general = run(Topo::TwoHca, &rounds);
+        let general = run(Topo::TwoHca, &rounds, srq);
         prop_assert_eq!(general.fast, 0, "two HCAs never take the fast path");
         // The doorbells' fast path (inline), and the engine's (deferred).
         for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
-            let fast = run(topo, &rounds);
+            let fast = run(topo, &rounds, srq);
             prop_assert_eq!(&fast.cqa, &general.cqa, "{:?}", topo);
             prop_assert_eq!(&fast.cqb, &general.cqb, "{:?}", topo);
             prop_assert_eq!(fast.ma, general.ma, "{:?}: the requester's buffer", topo);
             prop_assert_eq!(fast.mb, general.mb, "{:?}: the responder's buffer", topo);
+            prop_assert_eq!(fast.limits, general.limits, "{:?}: SRQ limit events", topo);
         }
     }
 }
 
-/// The script above does reach the fast path, with SENDs, WRITEs, READs
-/// and atomics (the property would hold trivially if the loopback pair
-/// never took it).
+/// The script above does reach the fast path, with every kind of WR, on
+/// an RQ and on an SRQ (the property would hold trivially if the loopback
+/// pair never took it), and the SRQ's limit event comes.
 #[test]
 fn the_differential_script_takes_the_fast_path() {
     let kinds = [
@@ -313,7 +342,9 @@ fn the_differential_script_takes_the_fast_path() {
         Kind::Write,
         Kind::Read,
         Kind::FetchAdd,
+        Kind::SendImm,
         Kind::CmpSwap,
+        Kind::WriteImm,
     ];
     let ops: Vec<Op> = (0..8)
         .map(|i| Op {
@@ -330,10 +361,13 @@ fn the_differential_script_takes_the_fast_path() {
             bad_key: false,
         })
         .collect();
-    let general = run(Topo::TwoHca, &[ops.clone(), ops.clone()]);
-    for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
-        let fast = run(topo, &[ops.clone(), ops.clone()]);
-        assert_eq!(fast.fast, 16, "{topo:?}");
-        assert_eq!(Outcome { fast: 0, ..fast }, general, "{topo:?}");
+    for srq in [false, true] {
+        let general = run(Topo::TwoHca, &[ops.clone(), ops.clone()], srq);
+        assert_eq!(general.limits, usize::from(srq) * 2, "srq {srq}");
+        for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
+            let fast = run(topo, &[ops.clone(), ops.clone()], srq);
+            assert_eq!(fast.fast, 16, "{topo:?}, srq {srq}");
+            assert_eq!(Outcome { fast: 0, ..fast }, general, "{topo:?}, srq {srq}");
+        }
     }
 }
