@@ -225,7 +225,8 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
                    iters: u64,
                    depth: u32,
                    post_list: u32,
-                   doorbells: crate::device::UserDoorbells|
+                   doorbells: crate::device::UserDoorbells,
+                   (use_srq, write_with_imm): (bool, bool)|
      -> Result<crate::perf::Bandwidth, String> {
         // The receiver reposts its receives in lists as long as the
         // sender's (perftest's --recv_post_list beside --post_list).
@@ -237,6 +238,8 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             post_list,
             recv_post_list: post_list,
             doorbells,
+            use_srq,
+            write_with_imm,
             ..PerfConfig::new(test)
         };
         match run(&cfg)?.remove(0) {
@@ -252,6 +255,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             depth,
             post_list,
             crate::device::UserDoorbells::Direct,
+            (false, false),
         )
     };
     // Every row keeps its best of three runs, the tests taking turns (as
@@ -317,21 +321,31 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     // user-mode ULP's doorbell page, scanned by a spinning thread in host
     // mode).
     use crate::device::UserDoorbells::{Direct, Page};
+    // (use_srq, write_with_imm)
+    let plain = (false, false);
     let rate_tests = [
-        ("RC SEND", Test::SendBw, 1, Direct),
-        ("RC SEND", Test::SendBw, 32, Direct),
-        ("RC WRITE", Test::WriteBw, 1, Direct),
-        ("RC WRITE", Test::WriteBw, 32, Direct),
-        ("RC SEND, doorbell page", Test::SendBw, 1, Page),
-        ("RC WRITE, doorbell page", Test::WriteBw, 1, Page),
+        ("RC SEND", Test::SendBw, 1, Direct, plain),
+        ("RC SEND", Test::SendBw, 32, Direct, plain),
+        ("RC WRITE", Test::WriteBw, 1, Direct, plain),
+        ("RC WRITE", Test::WriteBw, 32, Direct, plain),
+        ("RC SEND, doorbell page", Test::SendBw, 1, Page, plain),
+        ("RC WRITE, doorbell page", Test::WriteBw, 1, Page, plain),
+        ("RC SEND to an SRQ", Test::SendBw, 1, Direct, (true, false)),
+        (
+            "RC WRITE with immediate",
+            Test::WriteBw,
+            1,
+            Direct,
+            (false, true),
+        ),
     ];
-    let mut rates = [0f64; 6];
+    let mut rates = [0f64; 8];
     for _ in 0..3 {
-        for (r, &(_, test, list, bells)) in rates.iter_mut().zip(&rate_tests) {
-            *r = r.max(bw_with(test, 8, 3_000_000 * scale, 128, list, bells)?.mpps);
+        for (r, &(_, test, list, bells, opts)) in rates.iter_mut().zip(&rate_tests) {
+            *r = r.max(bw_with(test, 8, 3_000_000 * scale, 128, list, bells, opts)?.mpps);
         }
     }
-    for (&(name, _, list, _), r) in rate_tests.iter().zip(rates) {
+    for (&(name, _, list, _, _), r) in rate_tests.iter().zip(rates) {
         let label = format!("{name}, post list {list}");
         let _ = writeln!(s, "{label:<52} {r:>12.3}");
     }

@@ -162,6 +162,14 @@ enum Cmd {
         /// Latency ping-pong on one thread (the driver's own cost).
         #[arg(long)]
         one_thread: bool,
+        /// send_bw: the QPs take their receives from one SRQ (perftest's
+        /// --use_srq).
+        #[arg(long = "use_srq", visible_alias = "use-srq")]
+        use_srq: bool,
+        /// write_bw: RDMA WRITE with immediate, each consuming a receive
+        /// on the peer (perftest's --write_with_imm).
+        #[arg(long = "write_with_imm", visible_alias = "write-with-imm")]
+        write_with_imm: bool,
     },
     /// Benchmarks (figures, not pass/fail).
     Bench {
@@ -209,6 +217,8 @@ fn main() -> std::process::ExitCode {
             mtu,
             verifier,
             one_thread,
+            use_srq,
+            write_with_imm,
         } => perf(
             engine,
             cli.doorbells.into(),
@@ -231,7 +241,7 @@ fn main() -> std::process::ExitCode {
             (tx_depth, post_list, recv_post_list, cq_mod),
             mtu,
             verifier,
-            one_thread,
+            (one_thread, use_srq, write_with_imm),
         ),
         Cmd::Bench {
             what: BenchCmd::Control { ioctls },
@@ -294,7 +304,7 @@ fn perf(
     (tx_depth, post_list, recv_post_list, cq_mod): (u32, u32, u32, u32),
     mtu: Option<u32>,
     verifier: bool,
-    one_thread: bool,
+    (one_thread, use_srq, write_with_imm): (bool, bool, bool),
 ) -> Result<(), String> {
     use irpverbs_host::perf::{PerfConfig, Test, format, run};
     let test = Test::parse(test).ok_or_else(|| {
@@ -338,6 +348,9 @@ fn perf(
     cfg.doorbells = doorbells;
     cfg.verifier = verifier;
     cfg.one_thread = one_thread;
+    cfg.use_srq = use_srq;
+    cfg.write_with_imm = write_with_imm;
+    cfg.check()?;
     if remote.pcap.is_some() && !remote.server && remote.connect.is_none() {
         return Err("--pcap captures the UDP wire: use it with --server or a client".into());
     }

@@ -11,13 +11,13 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, RecvWr, qp_request, rts_steps};
+use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request, rts_steps};
 
 use crate::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use crate::platform::{HostConfig, VerifierConfig};
@@ -140,6 +140,13 @@ pub struct PerfConfig {
     /// Latency ping-pong on one thread (the driver's own cost, without the
     /// cross-core cache traffic of two polling threads).
     pub one_thread: bool,
+    /// SEND bandwidth: each side's QPs take their receives from one SRQ
+    /// (perftest's `--use_srq`).
+    pub use_srq: bool,
+    /// WRITE bandwidth: RDMA WRITE with immediate, each consuming a
+    /// receive on the peer, which polls and reposts them as the SEND
+    /// bandwidth server does (perftest's `--write_with_imm`).
+    pub write_with_imm: bool,
 }
 
 impl PerfConfig {
@@ -167,7 +174,30 @@ impl PerfConfig {
             doorbells: UserDoorbells::Direct,
             verifier: false,
             one_thread: false,
+            use_srq: false,
+            write_with_imm: false,
         }
+    }
+
+    /// Refuses options that do not apply to the test.
+    ///
+    /// # Errors
+    /// Which option, and where it applies.
+    pub fn check(&self) -> Result<(), String> {
+        if self.use_srq && self.test != Test::SendBw {
+            return Err("--use_srq applies to send_bw".into());
+        }
+        if self.write_with_imm && self.test != Test::WriteBw {
+            return Err("--write_with_imm applies to write_bw".into());
+        }
+        Ok(())
+    }
+
+    /// Whether the test's messages consume receives on the peer (which
+    /// then polls and reposts them).
+    #[must_use]
+    pub fn receives(&self) -> bool {
+        self.test == Test::SendBw || (self.test == Test::WriteBw && self.write_with_imm)
     }
 
     /// The sweep `ib_*` runs with `-a`: 2 bytes to 8 MiB.
@@ -237,6 +267,11 @@ struct Side<'c> {
     scq: Cq<'c>,
     rcq: Cq<'c>,
     qps: Vec<Qp<'c>>,
+    /// The SRQ the QPs take their receives from (`--use_srq`).
+    srq: Option<Srq<'c>>,
+    /// Receives on the SRQ not completed yet: a QP's reset between sizes
+    /// leaves them there (they are the SRQ's, not the QP's).
+    srq_posted: AtomicU64,
     pd: IvHandle,
     /// The device whose UDP wire the busy-poll loops poll when a CQ has
     /// nothing ([`Side::idle`]); none in process.
@@ -262,12 +297,30 @@ impl<'c> Side<'c> {
         };
         let scq = ok("create_cq", c.new_cq(&cq_in))?;
         let rcq = ok("create_cq", c.new_cq(&cq_in))?;
+        let srq = if cfg.use_srq {
+            let srq_in = IvCreateSrqIn {
+                pd,
+                max_wr: depth * cfg.qps,
+                max_sge: 1,
+                ..Default::default()
+            };
+            Some(ok("create_srq", c.new_srq(&srq_in))?)
+        } else {
+            None
+        };
         let mut qps = Vec::new();
         for _ in 0..cfg.qps {
-            let mut req = qp_request(pd, scq.handle(), 0, IV_QPT_RC);
+            let mut req = qp_request(
+                pd,
+                scq.handle(),
+                srq.as_ref().map_or(0, Srq::handle),
+                IV_QPT_RC,
+            );
             req.recv_cq = rcq.handle();
             req.cap.max_send_wr = depth;
-            req.cap.max_recv_wr = depth;
+            if srq.is_none() {
+                req.cap.max_recv_wr = depth;
+            }
             req.cap.max_inline_data = cfg.inline;
             qps.push(ok("create_qp", c.new_qp(&req))?);
         }
@@ -278,6 +331,8 @@ impl<'c> Side<'c> {
             scq,
             rcq,
             qps,
+            srq,
+            srq_posted: AtomicU64::new(0),
             pd,
             wire: None,
         })
@@ -362,7 +417,16 @@ impl<'c> Side<'c> {
         )?;
         let mut cqes = [IvCqe::default(); 64];
         for cq in [&self.scq, &self.rcq] {
-            while cq.poll(&mut cqes).map_err(|_| "corrupt CQ".to_string())? > 0 {}
+            loop {
+                let n = cq.poll(&mut cqes).map_err(|_| "corrupt CQ".to_string())?;
+                if n == 0 {
+                    break;
+                }
+                if std::ptr::eq(cq, &self.rcq) && self.srq.is_some() {
+                    // An SRQ receive the QP had begun: flushed.
+                    sub_posted(&self.srq_posted, n as u64);
+                }
+            }
         }
         ok(
             "modify_qp",
@@ -390,16 +454,25 @@ impl<'c> Side<'c> {
             scq,
             rcq,
             qps,
+            srq,
+            srq_posted: _,
             pd,
             wire: _,
         } = self;
         drop(qps);
+        drop(srq);
         drop(scq);
         drop(rcq);
         let _ = c.dereg_mr(mr.mr);
         let _ = c.dealloc_pd(pd);
         drop(buf);
     }
+}
+
+/// `n` receives on an SRQ completed (one thread updates the count).
+fn sub_posted(posted: &AtomicU64, n: u64) {
+    let left = posted.load(Ordering::Relaxed).saturating_sub(n);
+    posted.store(left, Ordering::Relaxed);
 }
 
 /// The latency figures of `samples` (microseconds) of `bytes`-byte
@@ -438,6 +511,7 @@ pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
 
 /// [`run`], and the soft HCA's counters at the end of it.
 fn run_with_stats(cfg: &PerfConfig) -> Result<(Vec<Report>, irpverbs_soft::SoftStats), String> {
+    cfg.check()?;
     let dev = new_device(cfg, SoftConfig::default())?;
     let open = || {
         dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
@@ -572,8 +646,10 @@ fn send_wr<'a>(
     sge: &'a [IvSge],
     peer: Remote,
 ) -> SendWr<'a> {
-    let inline =
-        (opcode == IV_WR_SEND || opcode == IV_WR_RDMA_WRITE) && size <= u64::from(cfg.inline);
+    let inline = matches!(
+        opcode,
+        IV_WR_SEND | IV_WR_RDMA_WRITE | IV_WR_RDMA_WRITE_WITH_IMM
+    ) && size <= u64::from(cfg.inline);
     // Inline, the bytes the gather list names, copied at the post.
     let at = sge.first().map_or(0, |g| (g.addr - side.addr()) as usize);
     SendWr {
@@ -585,6 +661,7 @@ fn send_wr<'a>(
         remote_addr: peer.addr,
         rkey: peer.rkey,
         compare_add: 1,
+        imm_or_inv: 0x1234_5678,
         ..SendWr::default()
     }
 }
@@ -1003,13 +1080,26 @@ impl Refill {
             size,
             cqes: vec![IvCqe::default(); 256],
         };
-        for q in 0..side.qps.len() {
-            r.post(side, q, depth)?;
+        if side.srq.is_some() {
+            // One queue for every QP's receives (queue 0 here), sized for
+            // the largest message of the run: topped up, since the last
+            // size's receives are still on it.
+            r.size = cfg.sizes.iter().copied().max().unwrap_or(size);
+            let want = depth * side.qps.len() as u64;
+            r.post(
+                side,
+                0,
+                want.saturating_sub(side.srq_posted.load(Ordering::Relaxed)),
+            )?;
+        } else {
+            for q in 0..side.qps.len() {
+                r.post(side, q, depth)?;
+            }
         }
         Ok(r)
     }
 
-    /// Posts `n` receives on QP `q`, in lists of at most 64.
+    /// Posts `n` receives on QP `q` (or the SRQ), in lists of at most 64.
     fn post(&mut self, side: &Side<'_>, q: usize, n: u64) -> Result<(), String> {
         let sge = [side.sge(0, self.size)];
         let mut left = n;
@@ -1017,18 +1107,25 @@ impl Refill {
             let k = left.min(64);
             let first = self.next[q];
             let r = if k == 1 {
-                side.qps[q]
-                    .post_recv(first, &sge)
-                    .map_err(|e| format!("post_recv: {e:?}"))
+                match &side.srq {
+                    Some(srq) => srq.post_recv(first, &sge),
+                    None => side.qps[q].post_recv(first, &sge),
+                }
+                .map_err(|e| format!("post_recv: {e:?}"))
             } else {
                 let wrs: Vec<RecvWr<'_>> = (first..first + k)
                     .map(|wr_id| RecvWr { wr_id, sges: &sge })
                     .collect();
-                side.qps[q]
-                    .post_recv_list(&wrs)
-                    .map_err(|(i, e)| format!("post_recv (list entry {i}): {e:?}"))
+                match &side.srq {
+                    Some(srq) => srq.post_recv_list(&wrs),
+                    None => side.qps[q].post_recv_list(&wrs),
+                }
+                .map_err(|(i, e)| format!("post_recv (list entry {i}): {e:?}"))
             };
             r?;
+            if side.srq.is_some() {
+                side.srq_posted.fetch_add(k, Ordering::Relaxed);
+            }
             self.next[q] += k;
             left -= k;
         }
@@ -1047,10 +1144,17 @@ impl Refill {
             let n = side.poll_busy(&side.rcq, &mut self.cqes)?;
             for c in &self.cqes[..n] {
                 let q = match side.qps.iter().position(|qp| qp.qpn() == c.qp_num) {
+                    Some(_) if side.srq.is_some() => 0,
                     Some(q) => q,
                     None => return Err(format!("a receive completion of QP {:#x}", c.qp_num)),
                 };
+                if c.status != IV_WC_SUCCESS {
+                    return Err(format!("a receive completed with status {}", c.status));
+                }
                 self.owed[q] += 1;
+            }
+            if side.srq.is_some() {
+                sub_posted(&side.srq_posted, n as u64);
             }
             total += n;
             if n < self.cqes.len() {
@@ -1069,9 +1173,10 @@ impl Refill {
     }
 }
 
-fn bw_opcode(test: Test) -> u8 {
-    match test {
+fn bw_opcode(cfg: &PerfConfig) -> u8 {
+    match cfg.test {
         Test::SendBw => IV_WR_SEND,
+        Test::WriteBw if cfg.write_with_imm => IV_WR_RDMA_WRITE_WITH_IMM,
         Test::WriteBw => IV_WR_RDMA_WRITE,
         Test::ReadBw => IV_WR_RDMA_READ,
         _ => IV_WR_ATOMIC_FETCH_AND_ADD,
@@ -1090,7 +1195,7 @@ fn bw_post(
     size: u64,
     between: &mut dyn FnMut() -> Result<(), String>,
 ) -> Result<Bandwidth, String> {
-    let op = bw_opcode(cfg.test);
+    let op = bw_opcode(cfg);
     let iters = cfg.iters;
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
@@ -1195,7 +1300,7 @@ fn bandwidth(
     server: &Side<'_>,
     size: u64,
 ) -> Result<Bandwidth, String> {
-    if cfg.test == Test::SendBw {
+    if cfg.receives() {
         let mut refill = Refill::prime(cfg, server, size)?;
         bw_post(cfg, client, server.remote(), size, &mut || {
             refill.step(server).map(|_| ())
@@ -1238,9 +1343,14 @@ fn format_header(cfg: &PerfConfig) -> String {
     let _ = writeln!(
         s,
         "---------------------------------------------------------------------------------------\n \
-         irpverbs perf {} | RC | qps {} | mtu {} | tx depth {} | post list {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
+         irpverbs perf {}{} | RC | qps {} | mtu {} | tx depth {} | post list {} | inline {} | {} | engine {:?} | doorbells {:?} | verifier {}\n\
          ---------------------------------------------------------------------------------------",
         cfg.test.name(),
+        match (cfg.use_srq, cfg.write_with_imm) {
+            (true, _) => " (SRQ)",
+            (_, true) => " (with immediate)",
+            _ => "",
+        },
         cfg.qps,
         128u32 << cfg.mtu,
         cfg.tx_depth,
@@ -1374,6 +1484,67 @@ mod tests {
         assert!(matches!(&r[0], Report::Bandwidth(b) if b.iters == 20_000));
         assert_eq!(stats.rnr_naks, 0, "{stats:?}");
         assert_eq!(stats.fast_path_wqes, 20_000, "{stats:?}");
+    }
+
+    /// `--use_srq`: four QPs' receives on one SRQ, reposted as they
+    /// complete, over three sizes (the SRQ keeps the last size's receives
+    /// across the QPs' resets: topped up, not overfilled), every message
+    /// on the fast path with none short of a receive; in lists too.
+    #[test]
+    fn send_bandwidth_on_an_srq() {
+        for post_list in [1, 8] {
+            let cfg = PerfConfig {
+                qps: 4,
+                iters: 8_000,
+                sizes: vec![8, 5000, 64],
+                use_srq: true,
+                post_list,
+                recv_post_list: post_list,
+                ..PerfConfig::new(Test::SendBw)
+            };
+            let (r, stats) = run_with_stats(&cfg).unwrap();
+            assert!(
+                r.iter()
+                    .all(|r| matches!(r, Report::Bandwidth(b) if b.iters == 8_000)),
+                "{r:?}"
+            );
+            assert_eq!(stats.rnr_naks, 0, "{stats:?}");
+            assert_eq!(stats.fast_path_wqes, 24_000, "{stats:?}");
+        }
+        let send_lat = PerfConfig {
+            use_srq: true,
+            ..PerfConfig::new(Test::SendLat)
+        };
+        assert_eq!(run(&send_lat).unwrap_err(), "--use_srq applies to send_bw");
+    }
+
+    /// `--write_with_imm`: every WRITE consumes a receive the server
+    /// reposts, on the fast path; refused for another test.
+    #[test]
+    fn write_bandwidth_with_immediate() {
+        let cfg = PerfConfig {
+            qps: 2,
+            iters: 10_000,
+            sizes: vec![8, 4096],
+            write_with_imm: true,
+            ..PerfConfig::new(Test::WriteBw)
+        };
+        let (r, stats) = run_with_stats(&cfg).unwrap();
+        assert!(
+            r.iter()
+                .all(|r| matches!(r, Report::Bandwidth(b) if b.iters == 10_000)),
+            "{r:?}"
+        );
+        assert_eq!(stats.rnr_naks, 0, "{stats:?}");
+        assert_eq!(stats.fast_path_wqes, 20_000, "{stats:?}");
+        let read = PerfConfig {
+            write_with_imm: true,
+            ..PerfConfig::new(Test::ReadBw)
+        };
+        assert_eq!(
+            run(&read).unwrap_err(),
+            "--write_with_imm applies to write_bw"
+        );
     }
 
     #[test]

@@ -208,6 +208,7 @@ fn read_line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
 /// # Errors
 /// The exchange's, the wire's, or the test's.
 pub fn serve(cfg: &PerfConfig, rc: &RemoteConfig) -> Result<RemoteRun, String> {
+    cfg.check()?;
     let listener = match rc.bind {
         Some(ip) => TcpListener::bind((ip, rc.oob_port)),
         None => TcpListener::bind((Ipv6Addr::UNSPECIFIED, rc.oob_port))
@@ -236,6 +237,7 @@ pub fn serve(cfg: &PerfConfig, rc: &RemoteConfig) -> Result<RemoteRun, String> {
 /// The exchange's (no server within [`RemoteConfig::connect_timeout`]),
 /// the wire's, or the test's.
 pub fn connect(cfg: &PerfConfig, server: IpAddr, rc: &RemoteConfig) -> Result<RemoteRun, String> {
+    cfg.check()?;
     let to = SocketAddr::new(server, rc.oob_port);
     let deadline = Instant::now() + rc.connect_timeout;
     let stream = loop {
@@ -273,7 +275,7 @@ fn local_ip(stream: &TcpStream, rc: &RemoteConfig) -> Result<IpAddr, String> {
 fn hello(cfg: &PerfConfig) -> String {
     let sizes: Vec<String> = cfg.sizes.iter().map(u64::to_string).collect();
     format!(
-        "{HELLO} {} sizes={} iters={} qps={} inline={} events={} tx_depth={} cq_mod={} mtu={}",
+        "{HELLO} {} sizes={} iters={} qps={} inline={} events={} tx_depth={} cq_mod={} mtu={} srq={} imm={}",
         cfg.test.name(),
         sizes.join(","),
         cfg.iters,
@@ -282,7 +284,9 @@ fn hello(cfg: &PerfConfig) -> String {
         u8::from(cfg.events),
         cfg.tx_depth,
         cfg.cq_mod,
-        cfg.mtu
+        cfg.mtu,
+        u8::from(cfg.use_srq),
+        u8::from(cfg.write_with_imm)
     )
 }
 
@@ -320,6 +324,8 @@ fn parse_hello(line: &str, own: &PerfConfig) -> Result<PerfConfig, String> {
             "tx_depth" => cfg.tx_depth = num(v)?,
             "cq_mod" => cfg.cq_mod = num(v)?,
             "mtu" => cfg.mtu = num(v)?,
+            "srq" => cfg.use_srq = num(v)? != 0,
+            "imm" => cfg.write_with_imm = num(v)? != 0,
             _ => return Err(format!("unknown field {k:?}")),
         }
     }
@@ -328,11 +334,11 @@ fn parse_hello(line: &str, own: &PerfConfig) -> Result<PerfConfig, String> {
         && (1..=1024).contains(&cfg.qps)
         && (1..=8192).contains(&cfg.tx_depth)
         && (IV_MTU_256..=IV_MTU_4096).contains(&cfg.mtu);
-    if sane {
-        Ok(cfg)
-    } else {
-        Err(format!("parameters out of range: {line:?}"))
+    if !sane {
+        return Err(format!("parameters out of range: {line:?}"));
     }
+    cfg.check()?;
+    Ok(cfg)
 }
 
 fn qp_line(q: &QpInfo) -> String {
@@ -693,7 +699,7 @@ fn run_sizes(
             oob.expect("ok")?;
             reports.push(report);
         } else {
-            let mut refill = if cfg.test == Test::SendBw {
+            let mut refill = if cfg.receives() {
                 Some(Refill::prime(cfg, side, size)?)
             } else {
                 None
@@ -844,6 +850,39 @@ mod tests {
             let text = run.format();
             assert!(text.contains(test.name()) && text.contains("remote address"));
             assert_eq!(run.cfg.mtu, IV_MTU_4096, "loopback's MTU is 64 KiB");
+        }
+    }
+
+    /// `--use_srq` and `--write_with_imm` between two processes' worth of
+    /// endpoints: the server adopts them from the client's parameters, and
+    /// reposts the receives both consume (on the SRQ for the first).
+    #[test]
+    fn server_and_client_with_an_srq_and_with_immediate() {
+        for (test, srq, imm) in [(Test::SendBw, true, false), (Test::WriteBw, false, true)] {
+            let mut cfg = PerfConfig::new(test);
+            cfg.iters = 400;
+            cfg.tx_depth = 16;
+            cfg.cq_mod = 4;
+            cfg.qps = 2;
+            cfg.sizes = vec![64, 8192];
+            let Some((server, client)) = free_ports() else {
+                eprintln!("skipped: no free ports");
+                return;
+            };
+            // The server is started without them: the client's hello
+            // carries them.
+            let s_cfg = cfg.clone();
+            cfg.use_srq = srq;
+            cfg.write_with_imm = imm;
+            let srv = std::thread::spawn(move || serve(&s_cfg, &server));
+            let run = connect(&cfg, "127.0.0.1".parse().unwrap(), &client)
+                .unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            let s_run = srv.join().unwrap().unwrap();
+            assert_eq!((s_run.cfg.use_srq, s_run.cfg.write_with_imm), (srq, imm));
+            assert_eq!(format!("{:?}", run.reports), format!("{:?}", s_run.reports));
+            for r in &run.reports {
+                assert!(matches!(r, Report::Bandwidth(b) if b.iters == 400), "{r:?}");
+            }
         }
     }
 
