@@ -1113,12 +1113,18 @@ impl Refill {
                 }
                 .map_err(|e| format!("post_recv: {e:?}"))
             } else {
-                let wrs: Vec<RecvWr<'_>> = (first..first + k)
-                    .map(|wr_id| RecvWr { wr_id, sges: &sge })
-                    .collect();
+                // On the stack: the server's refill allocates nothing.
+                let mut wrs = [RecvWr {
+                    wr_id: 0,
+                    sges: &sge,
+                }; 64];
+                let wrs = &mut wrs[..k as usize];
+                for (wr, wr_id) in wrs.iter_mut().zip(first..) {
+                    wr.wr_id = wr_id;
+                }
                 match &side.srq {
-                    Some(srq) => srq.post_recv_list(&wrs),
-                    None => side.qps[q].post_recv_list(&wrs),
+                    Some(srq) => srq.post_recv_list(wrs),
+                    None => side.qps[q].post_recv_list(wrs),
                 }
                 .map_err(|(i, e)| format!("post_recv (list entry {i}): {e:?}"))
             };

@@ -24,9 +24,9 @@ pub(crate) struct Held {
     pub name: &'static str,
 }
 
-/// One emulated processor.
+/// One emulated processor (its IRQL and the count of its queued DPCs
+/// are [`IRQL`] and [`QUEUED`]).
 struct Cpu {
-    irql: Cell<Irql>,
     /// DPCs queued on this processor, run when IRQL drops below DISPATCH.
     dpcs: RefCell<VecDeque<Dpc>>,
     /// How many DPC routines are running on this thread (nesting).
@@ -38,9 +38,15 @@ struct Cpu {
 }
 
 thread_local! {
+    /// This processor's IRQL. Apart from [`CPU`]: a thread-local without a
+    /// destructor is one load or store (every spin lock raises and lowers
+    /// it; `CPU`'s collections make each access of it check that its
+    /// destructor is registered).
+    static IRQL: Cell<Irql> = const { Cell::new(0) };
+    /// How many DPCs `CPU.dpcs` holds (lowering IRQL looks only at this).
+    static QUEUED: Cell<usize> = const { Cell::new(0) };
     static CPU: Cpu = const {
         Cpu {
-            irql: Cell::new(0),
             dpcs: RefCell::new(VecDeque::new()),
             dpc_depth: Cell::new(0),
             held: RefCell::new(Vec::new()),
@@ -55,20 +61,23 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 ///
 /// IRQL: any.
 #[must_use]
+#[inline]
 pub fn current_irql() -> Irql {
-    CPU.with(|c| c.irql.get())
+    IRQL.with(Cell::get)
 }
 
 /// Sets this thread's IRQL without any check and without running DPCs.
+#[inline]
 pub(crate) fn set_irql(new: Irql) {
-    CPU.with(|c| c.irql.set(new));
+    IRQL.with(|i| i.set(new));
 }
 
 /// Lowers (or sets) this thread's IRQL to `new`; if that is below
 /// DISPATCH_LEVEL, runs this processor's queued DPCs first, at
 /// DISPATCH_LEVEL. No checks.
+#[inline]
 pub(crate) fn lower_to(new: Irql) {
-    if new < DISPATCH_LEVEL && CPU.with(|c| !c.dpcs.borrow().is_empty()) {
+    if new < DISPATCH_LEVEL && QUEUED.with(Cell::get) != 0 {
         drain_dpcs();
     }
     set_irql(new);
@@ -98,11 +107,13 @@ pub(crate) fn with_held<R>(f: impl FnOnce(&mut Vec<Held>) -> R) -> R {
 }
 
 /// Runs every queued DPC at DISPATCH_LEVEL, including ones they queue.
+#[inline(never)]
 fn drain_dpcs() {
     set_irql(DISPATCH_LEVEL);
     loop {
         let next = CPU.with(|c| c.dpcs.borrow_mut().pop_front());
         let Some(dpc) = next else { break };
+        QUEUED.with(|q| q.set(q.get() - 1));
         dpc.run_now();
     }
 }
@@ -116,15 +127,15 @@ pub(crate) struct SavedState {
 
 pub(crate) fn save_state() -> SavedState {
     CPU.with(|c| SavedState {
-        irql: c.irql.get(),
+        irql: current_irql(),
         held: c.held.borrow().len(),
         dpc_depth: c.dpc_depth.get(),
     })
 }
 
 pub(crate) fn restore_state(saved: SavedState) {
+    set_irql(saved.irql);
     CPU.with(|c| {
-        c.irql.set(saved.irql);
         c.held.borrow_mut().truncate(saved.held);
         c.dpc_depth.set(saved.dpc_depth);
     });
@@ -213,6 +224,7 @@ impl Dpc {
             return false;
         }
         CPU.with(|c| c.dpcs.borrow_mut().push_back(self.clone()));
+        QUEUED.with(|q| q.set(q.get() + 1));
         let irql = current_irql();
         if irql < DISPATCH_LEVEL {
             lower_to(irql);
