@@ -150,8 +150,11 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 ran = Ran::Budget;
                 break;
             }
-            let Some(step) = check(qp, dest, &mut local, &mut remote, cqs) else {
-                at_wqe = true;
+            // Whether `check` read the WQE into the shadow (for the path
+            // out of line when it does not take it).
+            let mut read = false;
+            let Some(step) = check(qp, dest, &mut local, &mut remote, cqs, &mut read) else {
+                at_wqe = read;
                 break;
             };
             // Committed: nothing below fails.
@@ -343,7 +346,8 @@ enum Done {
     Response { count: u32, last: u32 },
 }
 
-/// The next WQE of `qp`, when the inner loop's [`check`] did not take it:
+/// The next WQE of `qp`, read into its shadow by the inner loop's [`check`]
+/// which did not take it:
 /// a READ or an atomic ([`check_rd_atomic`], [`commit_rd_atomic`]), or a
 /// SEND, SEND with immediate or WRITE with immediate, whose receive WQE
 /// may come from an SRQ ([`check_message`], [`commit_message`]).
@@ -361,7 +365,9 @@ fn out_of_line<'m>(
 ) -> Option<Done> {
     let mrs = local.mrs;
     let pdn = qp.pdn;
-    let (wqe, shadow) = read_next(qp)?;
+    let index = qp.tx.req.next;
+    let wqe = qp.tx.req.slot(index).wqe;
+    let shadow = qp.tx.req.sges(index);
     match wqe.opcode {
         IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE_WITH_IMM => {
             let (step, from) = check_message(qp, dest, local, remote, srqs, cqs)?;
@@ -606,9 +612,11 @@ fn check<'m>(
     local: &mut KeyCache<'m>,
     remote: &mut KeyCache<'m>,
     cqs: &mut Table<Cq>,
+    read: &mut bool,
 ) -> Option<Step<'m>> {
     let pdn = qp.pdn;
     let (wqe, shadow) = read_next(qp)?;
+    *read = true;
     if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
         return None;
     }
