@@ -190,6 +190,9 @@ impl PerfConfig {
         if self.write_with_imm && self.test != Test::WriteBw {
             return Err("--write_with_imm applies to write_bw".into());
         }
+        if self.test.is_atomic() && self.sizes.iter().any(|&s| s != 8) {
+            return Err(format!("{} moves 8 bytes: -s 8", self.test.name()));
+        }
         Ok(())
     }
 
@@ -1517,11 +1520,6 @@ mod tests {
             assert_eq!(stats.rnr_naks, 0, "{stats:?}");
             assert_eq!(stats.fast_path_wqes, 24_000, "{stats:?}");
         }
-        let send_lat = PerfConfig {
-            use_srq: true,
-            ..PerfConfig::new(Test::SendLat)
-        };
-        assert_eq!(run(&send_lat).unwrap_err(), "--use_srq applies to send_bw");
     }
 
     /// `--write_with_imm`: every WRITE consumes a receive the server
@@ -1543,6 +1541,17 @@ mod tests {
         );
         assert_eq!(stats.rnr_naks, 0, "{stats:?}");
         assert_eq!(stats.fast_path_wqes, 20_000, "{stats:?}");
+    }
+
+    /// Options that do not apply to the test are refused, with what
+    /// applies, before anything is created.
+    #[test]
+    fn options_that_do_not_apply_are_refused() {
+        let send_lat = PerfConfig {
+            use_srq: true,
+            ..PerfConfig::new(Test::SendLat)
+        };
+        assert_eq!(run(&send_lat).unwrap_err(), "--use_srq applies to send_bw");
         let read = PerfConfig {
             write_with_imm: true,
             ..PerfConfig::new(Test::ReadBw)
@@ -1551,6 +1560,11 @@ mod tests {
             run(&read).unwrap_err(),
             "--write_with_imm applies to write_bw"
         );
+        let atomic = PerfConfig {
+            sizes: vec![8, 16],
+            ..PerfConfig::new(Test::AtomicBw)
+        };
+        assert_eq!(run(&atomic).unwrap_err(), "atomic_bw moves 8 bytes: -s 8");
     }
 
     #[test]
