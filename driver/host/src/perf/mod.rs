@@ -193,6 +193,10 @@ impl PerfConfig {
         if self.test.is_atomic() && self.sizes.iter().any(|&s| s != 8) {
             return Err(format!("{} moves 8 bytes: -s 8", self.test.name()));
         }
+        if self.test == Test::WriteLat && self.sizes.contains(&0) {
+            // perftest's write_lat polls each message's last byte too.
+            return Err("write_lat polls the last byte of each message: sizes from 1".into());
+        }
         Ok(())
     }
 
@@ -265,7 +269,10 @@ fn ok<T>(what: &str, r: IoctlResult<T>) -> Result<T, String> {
 /// CQs and QPs.
 struct Side<'c> {
     c: &'c Client,
+    /// The registered buffer (owned here; reached through `mem`).
     buf: Vec<u8>,
+    /// `buf`'s memory as the HCA writes it, behind Rust's back.
+    mem: Registered,
     mr: IvRegMrOut,
     scq: Cq<'c>,
     rcq: Cq<'c>,
@@ -283,15 +290,23 @@ struct Side<'c> {
 
 impl<'c> Side<'c> {
     fn new(c: &'c Client, cfg: &PerfConfig, bytes: usize) -> Result<Self, String> {
+        let caps = ok("query_device", c.query_device())?;
+        if cfg.inline > caps.max_inline_data {
+            return Err(format!(
+                "inline size {} is above the device's max_inline_data ({})",
+                cfg.inline, caps.max_inline_data
+            ));
+        }
         let pd = ok("alloc_pd", c.alloc_pd())?.pd;
         // Written, as perftest writes its buffers before registering them:
         // a zeroed allocation the process never wrote is the kernel's one
         // shared zero page, which would make every read of it a cache hit.
         // (Not 1: the first byte a WRITE ping-pong waits for.)
-        let buf = vec![0xA5u8; bytes.max(64)];
+        let mut buf = vec![0xA5u8; bytes.max(64)];
+        let mem = Registered::new(&mut buf);
         let mr = ok(
             "reg_mr",
-            c.reg_mr(pd, buf.as_ptr() as u64, buf.len() as u64, IV_ACCESS_ALL),
+            c.reg_mr(pd, mem.addr(), buf.len() as u64, IV_ACCESS_ALL),
         )?;
         let depth = (cfg.tx_depth * 2).max(64);
         let cq_in = IvCreateCqIn {
@@ -330,6 +345,7 @@ impl<'c> Side<'c> {
         Ok(Self {
             c,
             buf,
+            mem,
             mr,
             scq,
             rcq,
@@ -366,14 +382,14 @@ impl<'c> Side<'c> {
 
     fn sge(&self, offset: u64, len: u64) -> IvSge {
         IvSge {
-            addr: self.buf.as_ptr() as u64 + offset,
+            addr: self.mem.addr() + offset,
             length: len as u32,
             lkey: self.mr.lkey,
         }
     }
 
     fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.mem.addr()
     }
 
     /// This endpoint's buffer, as its peer names it.
@@ -453,6 +469,7 @@ impl<'c> Side<'c> {
         let Side {
             c,
             buf,
+            mem: _,
             mr,
             scq,
             rcq,
@@ -1034,31 +1051,74 @@ pub fn event_wakeup(iters: u64, engine: Engine) -> Result<Latency, String> {
 
 impl Side<'_> {
     fn buf_byte(&self, at: u64) -> u8 {
-        // The HCA writes this memory behind Rust's back (registered memory):
-        // read it volatile.
-        std::hint::black_box(&self.buf);
-        let p = self.buf.as_ptr().wrapping_add(at as usize);
-        read_volatile_u8(p)
+        self.mem.byte(at)
     }
 
     fn set_byte(&self, at: u64, v: u8) {
-        let p = self.buf.as_ptr().wrapping_add(at as usize).cast_mut();
-        write_volatile_u8(p, v);
+        self.mem.set_byte(at, v);
     }
 }
 
-#[allow(unsafe_code)]
-fn read_volatile_u8(p: *const u8) -> u8 {
-    // SAFETY: `p` points inside a live registered buffer (callers index
-    // within it); the HCA may write it concurrently, which is why the read
-    // is volatile (registered memory is shared with the device).
-    unsafe { p.read_volatile() }
+/// A registered buffer's memory, which the HCA writes behind Rust's back:
+/// a pointer taken once with `Vec::as_mut_ptr` (no reference to the
+/// contents is made for it), and the length. Single bytes are read and
+/// written volatile, bounds checked.
+#[derive(Clone, Copy, Debug)]
+struct Registered {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
 }
 
+// SAFETY: `Registered` is an address and a length; the memory it names is
+// the registered buffer, which outlives every `Side` method that reads or
+// writes through it, and whose bytes are only read and written volatile
+// (they are shared with the HCA, on other threads, as a device's memory).
 #[allow(unsafe_code)]
-fn write_volatile_u8(p: *mut u8, v: u8) {
-    // SAFETY: as in `read_volatile_u8`; the buffer is the endpoint's own.
-    unsafe { p.write_volatile(v) }
+unsafe impl Send for Registered {}
+// SAFETY: as for `Send`.
+#[allow(unsafe_code)]
+unsafe impl Sync for Registered {}
+
+impl Registered {
+    fn new(buf: &mut Vec<u8>) -> Self {
+        Self {
+            ptr: std::ptr::NonNull::new(buf.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling()),
+            len: buf.len(),
+        }
+    }
+
+    /// The address registered for the HCA.
+    fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// The offset of byte `at`, which must be inside the buffer.
+    fn index(&self, at: u64) -> usize {
+        match usize::try_from(at) {
+            Ok(i) if i < self.len => i,
+            _ => panic!("byte {at} of a {}-byte buffer", self.len),
+        }
+    }
+
+    fn byte(&self, at: u64) -> u8 {
+        let p = self.ptr.as_ptr().wrapping_add(self.index(at));
+        #[allow(unsafe_code)]
+        // SAFETY: `p` is inside the live buffer (the index is checked);
+        // volatile, since the HCA may write it concurrently.
+        unsafe {
+            p.read_volatile()
+        }
+    }
+
+    fn set_byte(&self, at: u64, v: u8) {
+        let p = self.ptr.as_ptr().wrapping_add(self.index(at));
+        #[allow(unsafe_code)]
+        // SAFETY: as in `byte`; the pointer came from `as_mut_ptr`, so it
+        // may write.
+        unsafe {
+            p.write_volatile(v);
+        }
+    }
 }
 
 /// The receives of a SEND bandwidth test: `2 * tx_depth` per QP posted
@@ -1565,6 +1625,35 @@ mod tests {
             ..PerfConfig::new(Test::AtomicBw)
         };
         assert_eq!(run(&atomic).unwrap_err(), "atomic_bw moves 8 bytes: -s 8");
+        let empty_write = PerfConfig {
+            sizes: vec![0],
+            ..PerfConfig::new(Test::WriteLat)
+        };
+        assert_eq!(
+            run(&empty_write).unwrap_err(),
+            "write_lat polls the last byte of each message: sizes from 1"
+        );
+        let too_inline = PerfConfig {
+            inline: 1 << 20,
+            ..PerfConfig::new(Test::SendBw)
+        };
+        let e = run(&too_inline).unwrap_err();
+        assert!(
+            e.starts_with("inline size 1048576 is above the device's max_inline_data ("),
+            "{e}"
+        );
+    }
+
+    /// The registered buffer's byte accessors check their bounds (they
+    /// wrote past the buffer for a 0-byte WRITE ping-pong).
+    #[test]
+    #[should_panic(expected = "byte 64 of a 64-byte buffer")]
+    fn registered_bytes_are_bounds_checked() {
+        let mut buf = vec![0u8; 64];
+        let mem = Registered::new(&mut buf);
+        mem.set_byte(63, 7);
+        assert_eq!(mem.byte(63), 7);
+        mem.set_byte(64, 1);
     }
 
     #[test]
