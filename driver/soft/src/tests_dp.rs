@@ -2892,24 +2892,49 @@ impl Rng {
     }
 }
 
+/// Random bytes in a victim's send queue and receive queue (or SRQ), and
+/// doorbells for objects that do not exist, between two HCAs (the packet
+/// path) and within one (the fast path, from the doorbell or the engine):
+/// memory nobody named stays as it was, and a healthy pair beside the
+/// victim still works.
 #[test]
 fn garbage_from_the_ulp_stays_on_its_own_qp() {
-    for seed in [1u64, 2, 3, 0xDEAD_BEEF] {
+    let runs = [
+        (1u64, Topo::TwoHca, false),
+        (2, Topo::TwoHca, true),
+        (3, Topo::Loopback, false),
+        (4, Topo::Loopback, true),
+        (5, Topo::LoopbackDeferred, false),
+        (0xDEAD_BEEF, Topo::LoopbackDeferred, true),
+    ];
+    for (seed, topo, on_srq) in runs {
         let mut rng = Rng(seed);
-        let (a, b, _f) = nodes(Topo::TwoHca);
-        // A healthy pair, and a victim pair the ULP scribbles on.
+        let (a, b, _f) = nodes(topo);
+        let settle = || {
+            if topo == Topo::LoopbackDeferred {
+                for _ in 0..100 {
+                    if !a.d.hca.busy() {
+                        break;
+                    }
+                    a.d.hca.run_firmware();
+                }
+            }
+        };
+        // A healthy pair, and a victim pair the ULP scribbles on (its
+        // responder on an SRQ of its own when `on_srq`).
         let acq = a.cq(256);
         let bcq = b.cq(256);
         let c = Conn::default();
-        let mk = || {
+        let srq = on_srq.then(|| b.srq(63, 2, 4));
+        let mk = |srqn: Option<u32>| {
             let qa = a.qp(IV_QPT_RC, &acq);
-            let qb = b.qp(IV_QPT_RC, &bcq);
+            let qb = b.qp_full(b.pd, IV_QPT_RC, &bcq, &bcq, srqn, false, BIG);
             a.connect(&qa, b.gid(), qb.qpn, &c);
             b.connect(&qb, a.gid(), qa.qpn, &c);
             (qa, qb)
         };
-        let (good_a, good_b) = mk();
-        let (bad_a, bad_b) = mk();
+        let (good_a, good_b) = mk(None);
+        let (bad_a, bad_b) = mk(srq.as_ref().map(|s| s.0));
         let ma = a.mem(4096, ALL_ACCESS);
         let mb = b.mem(4096, ALL_ACCESS);
         let guard = a.mem(4096, ALL_ACCESS);
@@ -2931,25 +2956,41 @@ fn garbage_from_the_ulp_stays_on_its_own_qp() {
             };
             ring.producer_word().store(next, Ordering::Release);
             a.d.hca.sq_doorbell(bad_a.qpn);
-            // And the responder's receive ring.
-            let rring = bad_b.rq.as_ref().unwrap().ring();
+            // And the responder's receive ring (or SRQ).
+            let rring = match &srq {
+                Some((_, q)) => q.ring(),
+                None => bad_b.rq.as_ref().unwrap().ring(),
+            };
             let j = rring.producer_word().load(Ordering::Relaxed);
-            let rslot = rng.bytes(rring.stride() as usize);
+            let mut rslot = rng.bytes(rring.stride() as usize);
+            if round % 3 == 1 {
+                // A well-formed receive naming the guard's address with
+                // another MR's key: refused, never a way into the guard.
+                rslot[8..12].copy_from_slice(&1u32.to_ne_bytes());
+                rslot[12..16].fill(0);
+                rslot[16..24].copy_from_slice(&guard.addr.to_ne_bytes());
+                rslot[24..28].copy_from_slice(&64u32.to_ne_bytes());
+                rslot[28..32].copy_from_slice(&mb.lkey.to_ne_bytes());
+            }
             rring.region().write(rring.slot_offset(j), &rslot).unwrap();
             rring
                 .producer_word()
                 .store(j.wrapping_add(1), Ordering::Release);
-            b.d.hca.rq_doorbell(bad_b.qpn);
+            match &srq {
+                Some((srqn, _)) => b.d.hca.srq_doorbell(*srqn),
+                None => b.d.hca.rq_doorbell(bad_b.qpn),
+            }
             // Random doorbells for QPs, SRQs and CQs that don't exist.
             a.d.hca.sq_doorbell(rng.next() as u32);
             a.d.hca.rq_doorbell(rng.next() as u32);
             a.d.hca.srq_doorbell(rng.next() as u32);
             a.d.hca.cq_arm_doorbell(rng.next() as u32);
+            settle();
         }
         assert_eq!(
             guard.read(0, 4096),
             [0x5A; 4096],
-            "seed {seed}: memory not touched"
+            "seed {seed}, {topo:?}: memory not touched"
         );
         // The healthy pair still works.
         acq.poll();
@@ -2969,7 +3010,11 @@ fn garbage_from_the_ulp_stays_on_its_own_qp() {
             .iter()
             .map(|c| (c.wr_id, c.qp_num, c.status))
             .collect();
-        assert_eq!(got, [(1, good_b.qpn, IV_WC_SUCCESS)], "seed {seed}");
+        assert_eq!(
+            got,
+            [(1, good_b.qpn, IV_WC_SUCCESS)],
+            "seed {seed}, {topo:?}"
+        );
         let got: Vec<(u64, u32)> = acq.poll().iter().map(|c| (c.wr_id, c.qp_num)).collect();
         assert_eq!(got, [(42, good_a.qpn)]);
         assert_eq!(mb.read(0, 10), b"still fine");

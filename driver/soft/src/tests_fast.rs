@@ -51,9 +51,28 @@ struct Op {
     signaled: bool,
     /// Where in the buffers (a multiple of 8).
     off: u32,
-    /// A key the other side does not know: the WQE fails (and the QP with
-    /// it), and everything after it is flushed.
-    bad_key: bool,
+    /// Something wrong with it (now and then): the WQE fails (and the QP
+    /// with it), and everything after it is flushed.
+    fault: Fault,
+}
+
+/// What is wrong with a WR of the script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// A key the other side does not know (a SEND's local key, the remote
+    /// key of the others).
+    Key,
+    /// The local gather list runs past the end of its MR.
+    LocalRange,
+    /// The remote range runs past the end of the peer's MR (WRITE, READ,
+    /// atomics).
+    RemoteRange,
+    /// An atomic's remote address not 8-byte aligned.
+    Misaligned,
+    /// The receive a SEND (or WRITE with immediate) takes is shorter than
+    /// the message.
+    ShortReceive,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -72,9 +91,16 @@ fn op() -> impl Strategy<Value = Op> {
         any::<bool>(),
         any::<bool>(),
         0u32..2048,
-        prop::bool::weighted(0.03),
+        prop_oneof![
+            90 => Just(Fault::None),
+            3 => Just(Fault::Key),
+            2 => Just(Fault::LocalRange),
+            2 => Just(Fault::RemoteRange),
+            1 => Just(Fault::Misaligned),
+            2 => Just(Fault::ShortReceive),
+        ],
     )
-        .prop_map(|(kind, len, split, inline, signaled, off, bad_key)| Op {
+        .prop_map(|(kind, len, split, inline, signaled, off, fault)| Op {
             kind,
             // An atomic's 8 bytes (in one SGE or two of 4).
             len: if kind.atomic() { 8 } else { len },
@@ -82,14 +108,14 @@ fn op() -> impl Strategy<Value = Op> {
             inline,
             signaled,
             off: off * 8,
-            bad_key,
+            fault,
         })
 }
 
 /// What one run of a script produced: each CQ's completions (what a
 /// verbs user reads, less the QP numbers, which differ between the
 /// topologies) and both buffers.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Outcome {
     cqa: Vec<(u64, u32, u32, u32, u32, u32)>,
     cqb: Vec<(u64, u32, u32, u32, u32, u32)>,
@@ -163,7 +189,12 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             .filter(|(_, o)| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm))
             .map(|(i, o)| {
                 let slot = RECV_BASE + ((r * 8 + i) % 32) as u64 * 8192;
-                sges(&p.mb, slot, 4096, o.split)
+                let room = if o.fault == Fault::ShortReceive {
+                    o.len / 2
+                } else {
+                    4096
+                };
+                sges(&p.mb, slot, room, o.split)
             })
             .collect();
         let recvs: Vec<RecvWr<'_>> = recv_sges
@@ -202,8 +233,12 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             .map(|o| {
                 let base = if o.kind.reads() { READ_BASE } else { 0 };
                 let mut s = sges(&p.ma, base + u64::from(o.off), o.len, o.split);
-                if o.bad_key && matches!(o.kind, Kind::Send | Kind::SendImm) {
-                    s[0].lkey ^= 0x5a00;
+                match o.fault {
+                    Fault::Key if matches!(o.kind, Kind::Send | Kind::SendImm) => {
+                        s[0].lkey ^= 0x5a00;
+                    }
+                    Fault::LocalRange => s[0].addr = p.ma.addr + p.ma.len - 4,
+                    _ => {}
                 }
                 s
             })
@@ -226,7 +261,8 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                     Kind::CmpSwap => IV_WR_ATOMIC_CMP_AND_SWP,
                     Kind::FetchAdd => IV_WR_ATOMIC_FETCH_AND_ADD,
                 };
-                let use_inline = o.inline && o.len <= 256 && !o.kind.reads() && !o.bad_key;
+                let use_inline =
+                    o.inline && o.len <= 256 && !o.kind.reads() && o.fault == Fault::None;
                 // A compare that matches the word as it is now, half the
                 // time (whether it still does when the swap runs depends on
                 // the WQEs before it: the same in every topology).
@@ -245,8 +281,14 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                         compare
                     },
                     swap: wr_id << 32 | 0xABCD,
-                    remote_addr: p.mb.addr + u64::from(o.off),
-                    rkey: if o.bad_key {
+                    remote_addr: match o.fault {
+                        // (An atomic's 8 aligned bytes: just past the end.)
+                        Fault::RemoteRange if o.kind.atomic() => p.mb.addr + p.mb.len,
+                        Fault::RemoteRange => p.mb.addr + p.mb.len - 4,
+                        Fault::Misaligned => p.mb.addr + u64::from(o.off) + 4,
+                        _ => p.mb.addr + u64::from(o.off),
+                    },
+                    rkey: if o.fault == Fault::Key {
                         p.mb.lkey ^ 0x5a00
                     } else {
                         p.mb.lkey
@@ -274,7 +316,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                 wr
             })
             .collect();
-        if ops.iter().any(|o| o.bad_key) {
+        if ops.iter().any(|o| o.fault != Fault::None) {
             // A failing WQE: one doorbell each, so that the WQEs before it
             // are acknowledged before it fails. In one list, whether they
             // complete successfully or are flushed with it depends on
@@ -311,8 +353,10 @@ proptest! {
     /// Rounds of up to eight WRs (SEND, SEND with immediate, WRITE, WRITE
     /// with immediate, READ, compare-and-swap, fetch-and-add; 0 to 4096
     /// bytes; one or two SGEs; inline or not; signaled or not; now and then
-    /// a bad key), each posted as one list with one doorbell, after the
-    /// receives it needs (on the responder's RQ, or its SRQ).
+    /// a fault: a bad key, a local or remote range past its MR, a
+    /// misaligned atomic, a receive too short), each posted as one list
+    /// with one doorbell, after the receives it needs (on the responder's
+    /// RQ, or its SRQ).
     #[test]
     fn the_fast_path_gives_what_the_general_path_gives(
         rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7),
@@ -358,7 +402,7 @@ fn the_differential_script_takes_the_fast_path() {
             inline: i % 4 == 0,
             signaled: i % 2 == 1,
             off: 64 * i,
-            bad_key: false,
+            fault: Fault::None,
         })
         .collect();
     for srq in [false, true] {
@@ -368,6 +412,80 @@ fn the_differential_script_takes_the_fast_path() {
             let fast = run(topo, &[ops.clone(), ops.clone()], srq);
             assert_eq!(fast.fast, 16, "{topo:?}, srq {srq}");
             assert_eq!(Outcome { fast: 0, ..fast }, general, "{topo:?}, srq {srq}");
+        }
+    }
+}
+
+/// Each fault of the script fails its WQE with the status IBTA gives it,
+/// the same on the fast path as between two HCAs (so the property above,
+/// which draws them, compares failures and not only successes).
+#[test]
+fn each_fault_completes_with_its_status() {
+    let cases = [
+        (Kind::Send, Fault::Key, IV_WC_LOC_PROT_ERR, None),
+        (Kind::Write, Fault::Key, IV_WC_REM_ACCESS_ERR, None),
+        (Kind::Read, Fault::Key, IV_WC_REM_ACCESS_ERR, None),
+        (Kind::SendImm, Fault::LocalRange, IV_WC_LOC_PROT_ERR, None),
+        (Kind::Write, Fault::LocalRange, IV_WC_LOC_PROT_ERR, None),
+        (Kind::Read, Fault::LocalRange, IV_WC_LOC_PROT_ERR, None),
+        (
+            Kind::WriteImm,
+            Fault::RemoteRange,
+            IV_WC_REM_ACCESS_ERR,
+            None,
+        ),
+        (Kind::Read, Fault::RemoteRange, IV_WC_REM_ACCESS_ERR, None),
+        (
+            Kind::FetchAdd,
+            Fault::RemoteRange,
+            IV_WC_REM_ACCESS_ERR,
+            None,
+        ),
+        (
+            Kind::CmpSwap,
+            Fault::Misaligned,
+            IV_WC_REM_INV_REQ_ERR,
+            None,
+        ),
+        (
+            Kind::Send,
+            Fault::ShortReceive,
+            IV_WC_REM_INV_REQ_ERR,
+            Some(IV_WC_LOC_LEN_ERR),
+        ),
+    ];
+    for (kind, fault, status, recv_status) in cases {
+        let op = Op {
+            kind,
+            len: if kind.atomic() { 8 } else { 64 },
+            split: false,
+            inline: false,
+            signaled: true,
+            off: 64,
+            fault,
+        };
+        for srq in [false, true] {
+            let general = run(Topo::TwoHca, &[vec![op.clone()]], srq);
+            assert_eq!(
+                general.cqa.iter().map(|c| c.1).collect::<Vec<_>>(),
+                [status],
+                "{kind:?} {fault:?}"
+            );
+            if let Some(r) = recv_status {
+                assert_eq!(
+                    general.cqb.first().map(|c| c.1),
+                    Some(r),
+                    "{kind:?} {fault:?}"
+                );
+            }
+            for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
+                let fast = run(topo, &[vec![op.clone()]], srq);
+                assert_eq!(
+                    Outcome { fast: 0, ..fast },
+                    general.clone(),
+                    "{kind:?} {fault:?} {topo:?}"
+                );
+            }
         }
     }
 }
