@@ -592,3 +592,205 @@ fn loopback_rc_send_through_the_kernel_table() {
         finish(&dev);
     }
 }
+
+/// Four RC pairs whose responders share one SRQ, verifier on, firmware
+/// inline and on its own thread: one thread sends (SENDs and WRITEs with
+/// immediate, alternating, each 64 bytes of its own) while another polls
+/// the shared receive CQ and reposts each receive buffer on the SRQ once
+/// it has checked it, granting the sender a credit per receive posted (a
+/// ULP's flow control: no RNR NAK). Every message arrives once, whole and
+/// in order per QP; the SRQ's limit event comes (armed at creation above
+/// what was posted); the fast path took every message.
+#[test]
+fn an_srq_shared_by_four_qps_under_two_threads() {
+    const QPS: usize = 4;
+    const MSGS: u64 = 2000;
+    /// Sends in flight per QP (and never more than the receives posted).
+    const WINDOW: u64 = 12;
+    const MSG: usize = 64;
+    /// Receive buffers (one per SRQ WQE, reposted after each check).
+    const RBUFS: usize = 63;
+    const WRITES: usize = RBUFS * MSG;
+    const BYTES: usize = WRITES + QPS * MSGS as usize * MSG;
+    for engine in ENGINES {
+        let dev = device(engine);
+        let c = dev
+            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .unwrap()
+            .into_client();
+        let pd = c.alloc_pd().unwrap().pd;
+        // Sender's messages (source) and the receiver's memory: one MR of
+        // words written and read atomically (the HCA writes behind Rust).
+        let src: Vec<u8> = (0..QPS * MSGS as usize * MSG)
+            .map(|i| (i * 7 + 3) as u8)
+            .collect();
+        let mem: Box<[std::sync::atomic::AtomicU8]> = (0..BYTES)
+            .map(|_| std::sync::atomic::AtomicU8::new(0))
+            .collect();
+        let base = mem.as_ptr() as u64;
+        let access = IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE;
+        let mr = c.reg_mr(pd, base, BYTES as u64, access).unwrap();
+        let smr = c
+            .reg_mr(pd, src.as_ptr() as u64, src.len() as u64, 0)
+            .unwrap();
+        let msg_at = |q: usize, k: u64| (q * MSGS as usize + k as usize) * MSG;
+        let cqa = c.new_cq(&cq_in(256)).unwrap();
+        let cqb = c.new_cq(&cq_in(256)).unwrap();
+        let srq = c
+            .new_srq(&IvCreateSrqIn {
+                pd,
+                max_wr: 63,
+                max_sge: 1,
+                srq_limit: 4,
+                ..IvCreateSrqIn::default()
+            })
+            .unwrap();
+        let gid = c.query_gid(1, 0).unwrap();
+        let mut senders = Vec::new();
+        let mut receivers = Vec::new();
+        for _ in 0..QPS {
+            let mut a_in = qp_in(pd, cqa.handle(), 0);
+            a_in.cap.max_send_wr = WINDOW as u32 * 2;
+            let a = c.new_qp(&a_in).unwrap();
+            let b = c.new_qp(&qp_in(pd, cqb.handle(), srq.handle())).unwrap();
+            a.connect(b.qpn(), gid).unwrap();
+            b.connect(a.qpn(), gid).unwrap();
+            senders.push(a);
+            receivers.push(b);
+        }
+        let rqpns: Vec<u32> = receivers.iter().map(Qp::qpn).collect();
+        let recv_sge = |slot: u64| [sge(base + slot * MSG as u64, MSG as u32, mr.lkey)];
+        // The limit (4) is armed: post 4, so that the first message takes
+        // the SRQ below it.
+        for slot in 0..4 {
+            srq.post_recv(slot, &recv_sge(slot)).unwrap();
+        }
+        // Receives posted and not yet taken by a message sent.
+        let credits = std::sync::atomic::AtomicI64::new(4);
+        let before = dev.soft().stats();
+        let fault = std::thread::scope(|s| {
+            let receiver = s.spawn(|| -> Result<(), String> {
+                let mut next = [0u64; QPS];
+                let mut posted = 4u64;
+                let mut cqes = [IvCqe::default(); 32];
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while next.iter().sum::<u64>() < QPS as u64 * MSGS {
+                    // Keep the SRQ topped up to all its buffers.
+                    while posted < RBUFS as u64 {
+                        srq.post_recv(posted, &recv_sge(posted))
+                            .map_err(|e| format!("post_srq_recv: {e:?}"))?;
+                        credits.fetch_add(1, Ordering::Release);
+                        posted += 1;
+                    }
+                    let n = cqb.poll(&mut cqes).map_err(|_| "corrupt CQ")?;
+                    if n == 0 && Instant::now() > deadline {
+                        return Err(format!("stalled at {next:?}"));
+                    }
+                    for c in &cqes[..n] {
+                        if c.status != IV_WC_SUCCESS {
+                            return Err(format!("receive status {}", c.status));
+                        }
+                        let q = rqpns
+                            .iter()
+                            .position(|&n| n == c.qp_num)
+                            .ok_or("a receive on no QP of the test")?;
+                        let k = next[q];
+                        let slot = c.wr_id as usize;
+                        let (data_at, imm) = if k % 2 == 0 {
+                            (slot * MSG, None)
+                        } else {
+                            (WRITES + msg_at(q, k), Some(k as u32))
+                        };
+                        let got: Vec<u8> = mem[data_at..data_at + MSG]
+                            .iter()
+                            .map(|b| b.load(Ordering::Relaxed))
+                            .collect();
+                        let want = &src[msg_at(q, k)..msg_at(q, k) + MSG];
+                        if got != want || Wc::new(c).imm() != imm || c.byte_len != MSG as u32 {
+                            return Err(format!("QP {q} message {k}: wrong"));
+                        }
+                        next[q] += 1;
+                        // The buffer is checked: back on the SRQ.
+                        srq.post_recv(c.wr_id, &recv_sge(c.wr_id))
+                            .map_err(|e| format!("post_srq_recv: {e:?}"))?;
+                        credits.fetch_add(1, Ordering::Release);
+                    }
+                }
+                Ok(())
+            });
+            let sent: Result<(), String> = (|| {
+                let mut posted = [0u64; QPS];
+                let mut done = [0u64; QPS];
+                let mut cqes = [IvCqe::default(); 32];
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while done.iter().sum::<u64>() < QPS as u64 * MSGS {
+                    for q in 0..QPS {
+                        while posted[q] < MSGS
+                            && posted[q] - done[q] < WINDOW
+                            && credits.load(Ordering::Acquire) > 0
+                        {
+                            credits.fetch_sub(1, Ordering::Relaxed);
+                            let k = posted[q];
+                            let at = msg_at(q, k);
+                            let g = [sge(src.as_ptr() as u64 + at as u64, MSG as u32, smr.lkey)];
+                            let write = k % 2 == 1;
+                            senders[q]
+                                .post_send(&SendWr {
+                                    wr_id: (q as u64) << 32 | k,
+                                    opcode: if write {
+                                        IV_WR_RDMA_WRITE_WITH_IMM
+                                    } else {
+                                        IV_WR_SEND
+                                    },
+                                    flags: IV_SEND_SIGNALED,
+                                    sges: &g,
+                                    remote_addr: base + (WRITES + at) as u64,
+                                    rkey: mr.rkey,
+                                    imm_or_inv: k as u32,
+                                    ..SendWr::default()
+                                })
+                                .map_err(|e| format!("post_send: {e:?}"))?;
+                            posted[q] += 1;
+                        }
+                    }
+                    let n = cqa.poll(&mut cqes).map_err(|_| "corrupt CQ")?;
+                    if n == 0 && Instant::now() > deadline {
+                        return Err(format!("sends stalled at {done:?}"));
+                    }
+                    for c in &cqes[..n] {
+                        if c.status != IV_WC_SUCCESS {
+                            return Err(format!("send status {}", c.status));
+                        }
+                        done[(c.wr_id >> 32) as usize] += 1;
+                    }
+                }
+                Ok(())
+            })();
+            let received = receiver.join().unwrap();
+            sent.and(received)
+        });
+        assert_eq!(fault, Ok(()), "{engine:?}");
+        let after = dev.soft().stats();
+        assert_eq!(
+            (
+                after.fast_path_wqes - before.fast_path_wqes,
+                after.rnr_naks - before.rnr_naks
+            ),
+            (QPS as u64 * MSGS, 0),
+            "{engine:?}: {after:?}"
+        );
+        let e = c.get_async_event().unwrap();
+        assert_eq!(
+            (e.event_type, e.handle),
+            (IV_EVENT_SRQ_LIMIT_REACHED, srq.handle())
+        );
+        c.ack_async_event(e.handle, e.event_type).unwrap();
+        drop((senders, receivers, srq, cqa, cqb));
+        c.dereg_mr(mr.mr).unwrap();
+        c.dereg_mr(smr.mr).unwrap();
+        c.dealloc_pd(pd).unwrap();
+        drop(c);
+        drop(mem);
+        finish(&dev);
+    }
+}
