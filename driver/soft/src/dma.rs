@@ -27,7 +27,7 @@ pub(crate) fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
     let index = key >> 8;
     let mr = mrs.get(index).ok()?;
     let generation = mrs.generation(index).ok()?;
-    (make_key(index, generation) == key && !mr.invalid).then_some(mr)
+    (make_key(index, generation) == key && !mr.invalid.get()).then_some(mr)
 }
 
 impl Mr {

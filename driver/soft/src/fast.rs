@@ -1,5 +1,6 @@
-//! The send doorbell's fast path: RC SEND, SEND with immediate, RDMA
-//! WRITE, WRITE with immediate, RDMA READ and the atomics between two QPs
+//! The send doorbell's fast path: RC SEND (with immediate data, with
+//! invalidate), RDMA WRITE (with immediate data), RDMA READ and the
+//! atomics between two QPs
 //! of this HCA (loopback), executed end to end under the one `HCA_LOCK`
 //! hold of the doorbell, without building packets. The receive WQE a
 //! message takes comes from the peer's receive queue or its SRQ (with the
@@ -20,8 +21,9 @@
 //!
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
-//! WQE, a receive CQ without room, SEND with invalidate, segmentation
-//! state in progress, another HCA, frames waiting) stops the fast path
+//! WQE, a receive CQ without room, a key to invalidate that is not the
+//! peer's, segmentation state in progress, another HCA, frames waiting)
+//! stops the fast path
 //! there, and the general engine takes the rest of the send queue from
 //! the same state.
 
@@ -30,9 +32,10 @@ use core::sync::atomic::Ordering;
 use irpverbs_abi::{
     IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE,
     IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER,
-    IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_SUCCESS, IV_WC_WITH_IMM,
+    IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_SUCCESS, IV_WC_WITH_IMM, IV_WC_WITH_INV,
     IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
-    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IvCqe, IvSendWqe, IvSge,
+    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvCqe,
+    IvSendWqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
@@ -334,8 +337,9 @@ fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::engine::Dat
 
 /// What a WQE taken out of line did.
 enum Done {
-    /// A message (SEND, SEND with immediate, WRITE with immediate) of
-    /// `count` packets up to `last`, with an ACK request or not.
+    /// A message (SEND, with immediate data or invalidate; WRITE with
+    /// immediate) of `count` packets up to `last`, with an ACK request or
+    /// not.
     Message {
         count: u32,
         last: u32,
@@ -349,8 +353,10 @@ enum Done {
 /// The next WQE of `qp`, read into its shadow by the inner loop's [`check`]
 /// which did not take it:
 /// a READ or an atomic ([`check_rd_atomic`], [`commit_rd_atomic`]), or a
-/// SEND, SEND with immediate or WRITE with immediate, whose receive WQE
-/// may come from an SRQ ([`check_message`], [`commit_message`]).
+/// SEND (with immediate data or invalidate) or WRITE with immediate, whose
+/// receive WQE may come from an SRQ ([`check_message`],
+/// [`commit_message`]). A SEND with invalidate empties the key caches: an
+/// MR they hold may be the one it invalidated.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn out_of_line<'m>(
@@ -369,11 +375,16 @@ fn out_of_line<'m>(
     let wqe = qp.tx.req.slot(index).wqe;
     let shadow = qp.tx.req.sges(index);
     match wqe.opcode {
-        IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE_WITH_IMM => {
+        IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV | IV_WR_RDMA_WRITE_WITH_IMM => {
             let (step, from) = check_message(qp, dest, local, remote, srqs, cqs)?;
-            Some(commit_message(
-                qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp,
-            ))
+            let done = commit_message(qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp);
+            if wqe.opcode == IV_WR_SEND_WITH_INV {
+                // An MR the caches may hold is invalid now: look keys up
+                // again.
+                local.last = None;
+                remote.last = None;
+            }
+            Some(done)
         }
         _ => {
             let step = check_rd_atomic(&wqe, shadow, pdn, dest, local, remote)?;
@@ -766,10 +777,11 @@ enum RecvFrom {
     Srq { srqn: u32, posted: u32 },
 }
 
-/// [`check`] for a SEND, SEND with immediate or WRITE with immediate
-/// (read into the shadow): its source, its receive WQE (from the RQ or an
-/// SRQ, read into the responder's receive WQE), the receive buffers or
-/// the WRITE's target, room on the receive CQ; changes nothing else.
+/// [`check`] for a SEND (with immediate data or invalidate) or WRITE with
+/// immediate (read into the shadow): its source, its receive WQE (from the
+/// RQ or an SRQ, read into the responder's receive WQE), the receive
+/// buffers or the WRITE's target, the key to invalidate, room on the
+/// receive CQ; changes nothing else.
 fn check_message<'m>(
     qp: &mut Qp,
     dest: &mut Qp,
@@ -804,6 +816,13 @@ fn check_message<'m>(
             RecvFrom::Srq { srqn, posted }
         }
     };
+    if wqe.opcode == IV_WR_SEND_WITH_INV {
+        // The key to invalidate names a valid MR of the responder's PD (as
+        // the responder checks it; it invalidates after placing the data).
+        if !mr_by_key(local.mrs, wqe.imm_or_inv).is_some_and(|mr| mr.pdn == dest.pdn) {
+            return None;
+        }
+    }
     let (dst, one_copy) = if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM {
         if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
             return None;
@@ -879,17 +898,23 @@ fn commit_message(
             _ => scatter(mrs, qp.pdn, &src, len, dest.pdn, &recv.sges[..recv.nsge]),
         }
     }
-    let (opcode, imm) = match wqe.opcode {
-        IV_WR_SEND => (IV_WC_OP_RECV, false),
-        IV_WR_SEND_WITH_IMM => (IV_WC_OP_RECV, true),
-        _ => (IV_WC_OP_RECV_RDMA_WITH_IMM, true),
+    let (opcode, wc_flags) = match wqe.opcode {
+        IV_WR_SEND => (IV_WC_OP_RECV, 0),
+        IV_WR_SEND_WITH_IMM => (IV_WC_OP_RECV, IV_WC_WITH_IMM),
+        IV_WR_SEND_WITH_INV => {
+            if let Some(mr) = mr_by_key(mrs, wqe.imm_or_inv) {
+                mr.invalid.set(true);
+            }
+            (IV_WC_OP_RECV, IV_WC_WITH_INV)
+        }
+        _ => (IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_WITH_IMM),
     };
     let cqe = IvCqe {
         wr_id: recv.wr_id,
         status: IV_WC_SUCCESS,
         opcode,
-        wc_flags: if imm { IV_WC_WITH_IMM } else { 0 },
-        imm_or_inv: if imm { wqe.imm_or_inv } else { 0 },
+        wc_flags,
+        imm_or_inv: if wc_flags != 0 { wqe.imm_or_inv } else { 0 },
         byte_len: len,
         qp_num: dest_qpn,
         src_qp: dest.tx.path.dest_qpn,

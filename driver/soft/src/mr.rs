@@ -27,8 +27,10 @@ pub(crate) struct Mr {
     pub(crate) physical: bool,
     /// The pinned memory: the only way the HCA reaches it.
     pub(crate) region: crate::shared::RegionRef,
-    /// Invalidated by a SEND with invalidate: its keys no longer work.
-    pub(crate) invalid: bool,
+    /// Invalidated by a SEND with invalidate: its keys no longer work. A
+    /// cell: the fast path invalidates while it holds the MR table shared
+    /// (its key caches borrow MRs from it).
+    pub(crate) invalid: core::cell::Cell<bool>,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -82,7 +84,7 @@ impl Firmware {
             access,
             physical,
             region: crate::shared::RegionRef(region),
-            invalid: false,
+            invalid: core::cell::Cell::new(false),
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();

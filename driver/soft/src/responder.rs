@@ -646,8 +646,8 @@ fn send(
         if !valid {
             return Err(INVALID);
         }
-        if let Ok(mr) = env.mrs.get_mut(pkt.ieth >> 8) {
-            mr.invalid = true;
+        if let Ok(mr) = env.mrs.get(pkt.ieth >> 8) {
+            mr.invalid.set(true);
         }
         cqe.wc_flags |= IV_WC_WITH_INV;
         cqe.imm_or_inv = pkt.ieth;

@@ -695,23 +695,45 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
         before + 6,
         "both with immediate"
     );
-    // A SEND with invalidate, a SEND with nothing to receive it (RNR), and
-    // two HCAs are the general engine's: same results, no fast-path count.
-    let after = p.a.d.hca.stats().fast_path_wqes;
+    // A SEND with invalidate, and in the same list a WRITE with the key it
+    // invalidated: the SEND lands in the victim MR itself (so the run's
+    // key cache holds the victim when it is invalidated), the WRITE after
+    // it must not get through on that cached lookup. The SEND on the fast
+    // path, the WRITE refused (REM_ACCESS_ERR, the general path's status),
+    // the QP in ERR.
     let victim = p.b.mem(4096, ALL_ACCESS);
-    p.recv(8, &[p.mb.sge(700, 64)]);
-    p.send(&SendWr {
-        sges: &sges,
-        imm_or_inv: victim.lkey,
-        ..signaled(8, IV_WR_SEND_WITH_INV)
-    });
-    assert_eq!(statuses(&p.cqa), [(8, IV_WC_SUCCESS)]);
+    p.recv(8, &[victim.sge(0, 64)]);
+    let after = p.a.d.hca.stats().fast_path_wqes;
+    p.qa.sq
+        .post_list(&[
+            SendWr {
+                inline: Some(b"last"),
+                imm_or_inv: victim.lkey,
+                ..signaled(8, IV_WR_SEND_WITH_INV)
+            },
+            SendWr {
+                sges: &sges,
+                remote_addr: victim.addr + 64,
+                rkey: victim.lkey,
+                ..signaled(9, IV_WR_RDMA_WRITE)
+            },
+        ])
+        .unwrap();
+    p.a.d.hca.sq_doorbell(p.qa.qpn);
+    p.settle();
+    assert_eq!(
+        statuses(&p.cqa),
+        [(8, IV_WC_SUCCESS), (9, IV_WC_REM_ACCESS_ERR)]
+    );
+    assert_eq!(victim.read(0, 4), b"last");
+    assert_eq!(victim.read(64, 4), [0; 4], "nothing written after");
     let r = one(&p.cqb);
     assert_eq!(
         (r.wr_id, r.imm_or_inv, r.wc_flags),
         (8, victim.lkey, IV_WC_WITH_INV)
     );
-    assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, after + 1);
+    // Two HCAs never take the fast path.
     let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
     two.recv(1, &[two.mb.sge(0, 64)]);
     let s2 = [two.ma.sge(0, 4)];

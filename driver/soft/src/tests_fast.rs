@@ -14,12 +14,15 @@ use irpverbs_core::{AsyncEvent, Command, Hca};
 use irpverbs_ring::wq::{RecvWr, SendWr};
 use proptest::prelude::*;
 
-use crate::tests_dp::{Conn, Pair, Topo, pattern, signaled};
+use crate::tests_dp::{ALL_ACCESS, Conn, Pair, Topo, pattern, signaled};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Send,
     SendImm,
+    /// SEND with invalidate, of a key of its own (an MR registered for it
+    /// on the responder).
+    SendInv,
     Write,
     WriteImm,
     Read,
@@ -35,6 +38,14 @@ impl Kind {
 
     fn atomic(self) -> bool {
         matches!(self, Kind::CmpSwap | Kind::FetchAdd)
+    }
+
+    /// Takes a receive WQE on the responder.
+    fn receives(self) -> bool {
+        matches!(
+            self,
+            Kind::Send | Kind::SendImm | Kind::SendInv | Kind::WriteImm
+        )
     }
 }
 
@@ -80,6 +91,7 @@ fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => Just(Kind::Send),
             1 => Just(Kind::SendImm),
+            1 => Just(Kind::SendInv),
             3 => Just(Kind::Write),
             1 => Just(Kind::WriteImm),
             1 => Just(Kind::Read),
@@ -167,16 +179,20 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
         fast: p.a.d.hca.stats().fast_path_wqes,
         limits: 0,
     };
-    let take = |cq: &crate::tests_dp::Cq, v: &mut Vec<_>| {
+    // The keys SENDs with invalidate name, in order: a completion shows a
+    // key's place here (the numbers differ between topologies).
+    let mut victims: Vec<u32> = Vec::new();
+    let take = |cq: &crate::tests_dp::Cq, v: &mut Vec<_>, victims: &[u32]| {
         for c in cq.poll() {
-            v.push((
-                c.wr_id,
-                c.status,
-                c.opcode,
-                c.byte_len,
-                c.imm_or_inv,
-                c.wc_flags,
-            ));
+            let imm = if c.wc_flags & IV_WC_WITH_INV != 0 {
+                victims
+                    .iter()
+                    .position(|&k| k == c.imm_or_inv)
+                    .map_or(u32::MAX, |i| 0x8000_0000 | i as u32)
+            } else {
+                c.imm_or_inv
+            };
+            v.push((c.wr_id, c.status, c.opcode, c.byte_len, imm, c.wc_flags));
         }
     };
     let mut wr_id = 0u64;
@@ -186,7 +202,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
         let recv_sges: Vec<Vec<IvSge>> = ops
             .iter()
             .enumerate()
-            .filter(|(_, o)| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm))
+            .filter(|(_, o)| o.kind.receives())
             .map(|(i, o)| {
                 let slot = RECV_BASE + ((r * 8 + i) % 32) as u64 * 8192;
                 let room = if o.fault == Fault::ShortReceive {
@@ -247,6 +263,13 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             .iter()
             .map(|o| p.ma.read(o.off as usize, o.len as usize))
             .collect();
+        // An MR on the responder for each SEND with invalidate to
+        // invalidate (a key one bit off when the fault is the key).
+        let victim_mrs: Vec<Option<crate::tests_dp::Mem>> = ops
+            .iter()
+            .map(|o| (o.kind == Kind::SendInv).then(|| p.b.mem(4096, ALL_ACCESS)))
+            .collect();
+        victims.extend(victim_mrs.iter().flatten().map(|m| m.lkey));
         let wrs: Vec<SendWr<'_>> = ops
             .iter()
             .enumerate()
@@ -255,6 +278,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                 let opcode = match o.kind {
                     Kind::Send => IV_WR_SEND,
                     Kind::SendImm => IV_WR_SEND_WITH_IMM,
+                    Kind::SendInv => IV_WR_SEND_WITH_INV,
                     Kind::Write => IV_WR_RDMA_WRITE,
                     Kind::WriteImm => IV_WR_RDMA_WRITE_WITH_IMM,
                     Kind::Read => IV_WR_RDMA_READ,
@@ -274,7 +298,11 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                 let mut wr = SendWr {
                     sges: &local[i],
                     inline: use_inline.then(|| &inline[i][..]),
-                    imm_or_inv: 0x1000 + wr_id as u32,
+                    imm_or_inv: match &victim_mrs[i] {
+                        Some(m) if o.fault == Fault::Key => m.lkey ^ 0x5a00,
+                        Some(m) => m.lkey,
+                        None => 0x1000 + wr_id as u32,
+                    },
                     compare_add: if o.kind == Kind::FetchAdd {
                         wr_id
                     } else {
@@ -310,7 +338,11 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                             && o.off < r.off + r.len
                     })
                 };
-                if !matches!(o.kind, Kind::Send | Kind::SendImm | Kind::Read) && overlaps_read(o) {
+                if !matches!(
+                    o.kind,
+                    Kind::Send | Kind::SendImm | Kind::SendInv | Kind::Read
+                ) && overlaps_read(o)
+                {
                     wr.flags |= IV_SEND_FENCE;
                 }
                 wr
@@ -333,8 +365,8 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             p.a.d.hca.sq_doorbell(p.qa.qpn);
             p.settle();
         }
-        take(&p.cqa, &mut out.cqa);
-        take(&p.cqb, &mut out.cqb);
+        take(&p.cqa, &mut out.cqa, &victims);
+        take(&p.cqb, &mut out.cqb, &victims);
         out.limits +=
             p.b.asyncs()
                 .iter()
@@ -389,6 +421,7 @@ fn the_differential_script_takes_the_fast_path() {
         Kind::SendImm,
         Kind::CmpSwap,
         Kind::WriteImm,
+        Kind::SendInv,
     ];
     let ops: Vec<Op> = (0..8)
         .map(|i| Op {
@@ -423,6 +456,12 @@ fn the_differential_script_takes_the_fast_path() {
 fn each_fault_completes_with_its_status() {
     let cases = [
         (Kind::Send, Fault::Key, IV_WC_LOC_PROT_ERR, None),
+        (
+            Kind::SendInv,
+            Fault::Key,
+            IV_WC_REM_INV_REQ_ERR,
+            Some(IV_WC_REM_INV_REQ_ERR),
+        ),
         (Kind::Write, Fault::Key, IV_WC_REM_ACCESS_ERR, None),
         (Kind::Read, Fault::Key, IV_WC_REM_ACCESS_ERR, None),
         (Kind::SendImm, Fault::LocalRange, IV_WC_LOC_PROT_ERR, None),
