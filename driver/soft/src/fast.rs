@@ -819,7 +819,7 @@ fn check_message<'m>(
     if wqe.opcode == IV_WR_SEND_WITH_INV {
         // The key to invalidate names a valid MR of the responder's PD (as
         // the responder checks it; it invalidates after placing the data).
-        if !mr_by_key(local.mrs, wqe.imm_or_inv).is_some_and(|mr| mr.pdn == dest.pdn) {
+        if mr_by_key(local.mrs, wqe.imm_or_inv).is_none_or(|mr| mr.pdn != dest.pdn) {
             return None;
         }
     }
