@@ -502,8 +502,10 @@ fn endpoint(
     }
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
-    let (reports, addresses, mtu) =
-        result.map_err(|e| format!("{e} (UDP wire: {udp:?}; HCA: {link:?})"))?;
+    let (reports, addresses, mtu) = result.map_err(|e| {
+        let hint = congestion_hint(cfg, &e, UdpConfig::default().socket_buffer);
+        format!("{e} (UDP wire: {udp:?}; HCA: {link:?}){hint}")
+    })?;
     Ok(RemoteRun {
         cfg: PerfConfig { mtu, ..cfg.clone() },
         reports,
@@ -720,6 +722,30 @@ fn run_sizes(
     Ok((reports, addresses, mtu))
 }
 
+/// What to tell a user whose bandwidth test over the wire ran out of
+/// retries with more bytes in flight than the receiving socket can hold:
+/// the soft HCA has no congestion window (yet), so such a window is lost
+/// and sent again until the retries run out.
+fn congestion_hint(cfg: &PerfConfig, error: &str, socket_buffer: usize) -> String {
+    let largest = cfg.sizes.iter().copied().max().unwrap_or(0);
+    let in_flight = largest
+        .saturating_mul(u64::from(cfg.tx_depth))
+        .saturating_mul(u64::from(cfg.qps));
+    if cfg.test.is_latency()
+        || !error.contains("RETRY_EXC_ERR")
+        || in_flight <= socket_buffer as u64
+    {
+        return String::new();
+    }
+    let depth = (socket_buffer as u64 / 2 / largest.max(1) / u64::from(cfg.qps.max(1))).max(1);
+    format!(
+        "; {} MiB in flight against {} MiB socket buffers, and the soft HCA has no congestion \
+         window: try -t {depth}",
+        in_flight >> 20,
+        socket_buffer >> 20
+    )
+}
+
 /// The server's part of one size: answer the ping-pong, or refill the
 /// receives of a SEND stream, until the client's `done` (read on a thread
 /// of its own) stops it; the client's figures.
@@ -851,6 +877,29 @@ mod tests {
             assert!(text.contains(test.name()) && text.contains("remote address"));
             assert_eq!(run.cfg.mtu, IV_MTU_4096, "loopback's MTU is 64 KiB");
         }
+    }
+
+    /// A bandwidth test that ran out of retries with more in flight than
+    /// the socket buffers hold gets a hint with a depth that fits; nothing
+    /// else does.
+    #[test]
+    fn retries_exhausted_by_an_oversized_window_get_a_hint() {
+        let mut cfg = PerfConfig::new(Test::SendBw);
+        cfg.sizes = vec![2 << 20];
+        let e = "completion 47 failed: RETRY_EXC_ERR";
+        assert_eq!(
+            congestion_hint(&cfg, e, 32 << 20),
+            "; 256 MiB in flight against 32 MiB socket buffers, and the soft HCA has no \
+             congestion window: try -t 8"
+        );
+        assert_eq!(
+            congestion_hint(&cfg, "completion 1 failed: REM_ACCESS_ERR", 32 << 20),
+            ""
+        );
+        cfg.sizes = vec![4096];
+        assert_eq!(congestion_hint(&cfg, e, 32 << 20), "", "512 KiB fits");
+        let lat = PerfConfig::new(Test::SendLat);
+        assert_eq!(congestion_hint(&lat, e, 32 << 20), "");
     }
 
     /// `--use_srq` and `--write_with_imm` between two processes' worth of
