@@ -34,6 +34,13 @@ fn device(engine: Engine) -> Arc<HostDevice> {
     .expect("host device")
 }
 
+/// A ULP's open of the device (read and write access).
+fn client(dev: &Arc<HostDevice>) -> Client {
+    dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        .unwrap()
+        .into_client()
+}
+
 fn finish(dev: &HostDevice) {
     dev.quiesce(Duration::from_secs(10)).expect("quiescent");
     assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
@@ -74,10 +81,7 @@ fn sge(addr: u64, length: u32, lkey: u32) -> IvSge {
 fn posts_land_in_the_drivers_rings() {
     for engine in ENGINES {
         let dev = device(engine);
-        let c = dev
-            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-            .unwrap()
-            .into_client();
+        let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         let cq = c.new_cq(&cq_in(32)).unwrap();
         let qp = c.new_qp(&qp_in(pd, cq.handle(), 0)).unwrap();
@@ -150,10 +154,7 @@ fn posts_land_in_the_drivers_rings() {
 fn poll_and_arm_on_a_driver_cq() {
     for engine in ENGINES {
         let dev = device(engine);
-        let c = dev
-            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-            .unwrap()
-            .into_client();
+        let c = client(&dev);
         // No QP uses this CQ: the test writes CQEs as the HCA would.
         let mut cq = c.new_cq(&cq_in(8)).unwrap();
         let mut wc = [IvCqe::default(); 4];
@@ -197,10 +198,7 @@ fn poll_and_arm_on_a_driver_cq() {
 fn dropping_the_client_objects_first_runs_everything_down() {
     let dev = device(Engine::Inline);
     {
-        let c = dev
-            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-            .unwrap()
-            .into_client();
+        let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         let cq = c.new_cq(&cq_in(8)).unwrap();
         let _qp = c.new_qp(&qp_in(pd, cq.handle(), 0)).unwrap();
@@ -401,10 +399,7 @@ fn connected_pair(c: &Client, pd: IvHandle) -> Pair<'_> {
 fn loopback_rc_send_write_read_through_the_rust_api() {
     for engine in ENGINES {
         let dev = device(engine);
-        let c = dev
-            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-            .unwrap()
-            .into_client();
+        let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         let mut buf = vec![0u8; BUF];
         for (i, b) in buf[SRC..SRC + 1024].iter_mut().enumerate() {
@@ -593,6 +588,24 @@ fn loopback_rc_send_through_the_kernel_table() {
     }
 }
 
+/// Polls `cq` into `cqes`: how many completed, all successfully; an error
+/// naming `what` for a failed one, or for nothing past `deadline`.
+fn poll_ok(
+    cq: &Cq<'_>,
+    cqes: &mut [IvCqe],
+    deadline: Instant,
+    what: &str,
+) -> Result<usize, String> {
+    let n = cq.poll(cqes).map_err(|_| "corrupt CQ")?;
+    if n == 0 && Instant::now() > deadline {
+        return Err(format!("{what} stalled"));
+    }
+    match cqes[..n].iter().find(|c| c.status != IV_WC_SUCCESS) {
+        Some(c) => Err(format!("{what}: status {}", c.status)),
+        None => Ok(n),
+    }
+}
+
 /// Four RC pairs whose responders share one SRQ, verifier on, firmware
 /// inline and on its own thread: one thread sends (SENDs and WRITEs with
 /// immediate, alternating, each 64 bytes of its own) while another polls
@@ -614,10 +627,7 @@ fn an_srq_shared_by_four_qps_under_two_threads() {
     const BYTES: usize = WRITES + QPS * MSGS as usize * MSG;
     for engine in ENGINES {
         let dev = device(engine);
-        let c = dev
-            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
-            .unwrap()
-            .into_client();
+        let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         // Sender's messages (source) and the receiver's memory: one MR of
         // words written and read atomically (the HCA writes behind Rust).
@@ -682,14 +692,8 @@ fn an_srq_shared_by_four_qps_under_two_threads() {
                         credits.fetch_add(1, Ordering::Release);
                         posted += 1;
                     }
-                    let n = cqb.poll(&mut cqes).map_err(|_| "corrupt CQ")?;
-                    if n == 0 && Instant::now() > deadline {
-                        return Err(format!("stalled at {next:?}"));
-                    }
+                    let n = poll_ok(&cqb, &mut cqes, deadline, "receives")?;
                     for c in &cqes[..n] {
-                        if c.status != IV_WC_SUCCESS {
-                            return Err(format!("receive status {}", c.status));
-                        }
                         let q = rqpns
                             .iter()
                             .position(|&n| n == c.qp_num)
@@ -753,14 +757,8 @@ fn an_srq_shared_by_four_qps_under_two_threads() {
                             posted[q] += 1;
                         }
                     }
-                    let n = cqa.poll(&mut cqes).map_err(|_| "corrupt CQ")?;
-                    if n == 0 && Instant::now() > deadline {
-                        return Err(format!("sends stalled at {done:?}"));
-                    }
+                    let n = poll_ok(&cqa, &mut cqes, deadline, "sends")?;
                     for c in &cqes[..n] {
-                        if c.status != IV_WC_SUCCESS {
-                            return Err(format!("send status {}", c.status));
-                        }
                         done[(c.wr_id >> 32) as usize] += 1;
                     }
                 }
