@@ -661,35 +661,33 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
         "the atomic too"
     );
     // A WRITE with immediate and a SEND with immediate (out of line), with
-    // their receive completions' immediate data.
-    p.recv(6, &[p.mb.sge(512, 64)]);
-    p.send(&SendWr {
+    // their receive completions' immediate data; the bytes land at `at`
+    // (the WRITE's target, the SEND's receive buffer).
+    let with_imm = |wr: SendWr<'_>, recv_at: u64, at: usize, opcode: u32| {
+        p.recv(wr.wr_id, &[p.mb.sge(recv_at, 64)]);
+        p.send(&wr);
+        assert_eq!(statuses(&p.cqa), [(wr.wr_id, IV_WC_SUCCESS)]);
+        let r = one(&p.cqb);
+        assert_eq!(
+            (r.wr_id, r.opcode, r.byte_len, r.imm_or_inv, r.wc_flags),
+            (wr.wr_id, opcode, 4, wr.imm_or_inv, IV_WC_WITH_IMM)
+        );
+        assert_eq!(p.mb.read(at, 4), b"fast");
+    };
+    let write_imm = SendWr {
         sges: &sges,
         remote_addr: p.mb.addr + 300,
         rkey: p.mb.lkey,
         imm_or_inv: 0xfeed,
         ..signaled(6, IV_WR_RDMA_WRITE_WITH_IMM)
-    });
-    assert_eq!(statuses(&p.cqa), [(6, IV_WC_SUCCESS)]);
-    let r = one(&p.cqb);
-    assert_eq!(
-        (r.wr_id, r.opcode, r.byte_len, r.imm_or_inv, r.wc_flags),
-        (6, IV_WC_OP_RECV_RDMA_WITH_IMM, 4, 0xfeed, IV_WC_WITH_IMM)
-    );
-    assert_eq!(p.mb.read(300, 4), b"fast");
-    p.recv(7, &[p.mb.sge(600, 64)]);
-    p.send(&SendWr {
+    };
+    with_imm(write_imm, 512, 300, IV_WC_OP_RECV_RDMA_WITH_IMM);
+    let send_imm = SendWr {
         sges: &sges,
         imm_or_inv: 0xbeef,
         ..signaled(7, IV_WR_SEND_WITH_IMM)
-    });
-    assert_eq!(statuses(&p.cqa), [(7, IV_WC_SUCCESS)]);
-    let r = one(&p.cqb);
-    assert_eq!(
-        (r.wr_id, r.opcode, r.byte_len, r.imm_or_inv, r.wc_flags),
-        (7, IV_WC_OP_RECV, 4, 0xbeef, IV_WC_WITH_IMM)
-    );
-    assert_eq!(p.mb.read(600, 4), b"fast");
+    };
+    with_imm(send_imm, 600, 600, IV_WC_OP_RECV);
     assert_eq!(
         p.a.d.hca.stats().fast_path_wqes,
         before + 6,
