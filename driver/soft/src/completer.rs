@@ -65,12 +65,20 @@ pub(crate) fn handle(
         env.dp.stats.packets_dropped += 1;
         return;
     }
+    // What the response acknowledges: an ACK (or an atomic's) its PSN, a
+    // NAK the PSNs before it, READ responses theirs.
+    let through = match pkt.opcode {
+        op::RC_ACKNOWLEDGE if pkt.aeth.syndrome & aeth::TYPE_MASK != aeth::ACK => pkt.psn,
+        op::RC_ACKNOWLEDGE | op::RC_ATOMIC_ACKNOWLEDGE => psn_add(pkt.psn, 1),
+        _ => psn_add(pkt.psn, burst.count.max(1)),
+    };
     match pkt.opcode {
         op::RC_ACKNOWLEDGE => ack(qpn, qp, env, pkt.psn, pkt.aeth.syndrome),
         op::RC_ATOMIC_ACKNOWLEDGE => atomic_ack(qpn, qp, env, pkt),
         _ => read_response(qpn, qp, env, pkt, burst, payload),
     }
     if qp.state != QpState::Err {
+        window_acknowledged(qpn, qp, env, through);
         retire(qpn, qp, env);
     }
 }
@@ -84,7 +92,16 @@ pub(crate) fn acked(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     }
     ack(qpn, qp, env, psn, aeth::ACK | aeth::ACK_UNLIMITED);
     if qp.state != QpState::Err {
+        window_acknowledged(qpn, qp, env, psn_add(psn, 1));
         retire(qpn, qp, env);
+    }
+}
+
+/// The PSNs before `through` are acknowledged: the congestion window
+/// slides (and grows); a requester waiting at it runs again.
+fn window_acknowledged(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, through: u32) {
+    if qp.tx.req.window.acknowledge(through) {
+        env.dp.schedule(qpn, &mut qp.tx);
     }
 }
 
@@ -367,6 +384,7 @@ fn retry_by(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32, cause: u
     }
     qp.tx.req.retry_left -= 1;
     env.dp.stats.retries += 1;
+    qp.tx.req.window.shrink(cause == 3);
     rewind(qpn, qp, env, i, psn);
 }
 
@@ -485,6 +503,9 @@ pub(crate) fn acked_fast(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     let start = qp.tx.req.ci;
     let sig_all = qp.sq_sig_all;
     let req = &mut qp.tx.req;
+    // (Nothing waits at the window here: the fast path runs only when no
+    // WQE is in progress.)
+    req.window.acknowledge(psn_add(psn, 1));
     let mask = req.slots.len().max(1) - 1;
     let mut ci = req.ci;
     let mut ok = false;

@@ -1093,7 +1093,7 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
         tx.resp.epsn = a.rq_psn;
     }
     if mask & IV_QP_SQ_PSN != 0 && to != QpState::Rtr {
-        tx.req.psn = a.sq_psn;
+        tx.req.set_psn(a.sq_psn);
     }
     if mask & IV_QP_RETRY_CNT != 0 || from == QpState::Rtr {
         tx.req.retry_left = a.retry_cnt;

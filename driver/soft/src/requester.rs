@@ -122,6 +122,94 @@ pub(crate) struct ReqState {
     /// SQD: ask for an ACK of what is in flight (send the last packet
     /// again, asking for one).
     pub(crate) solicit: bool,
+    /// RC: the congestion window ([`Window`]).
+    pub(crate) window: Window,
+}
+
+/// An RC requester's congestion window, in packets: how many PSNs past the
+/// last one acknowledged it may have sent. A burst is cut at the window
+/// (and asks for an ACK); the requester then waits for an ACK to open it.
+/// The window grows as ACKs come (doubling per round trip up to the
+/// threshold, then one packet per window acknowledged) and shrinks on a
+/// retry: halved for a NAK or an implicit NAK, quartered for a timeout
+/// (the threshold follows). Without it a requester with more in flight
+/// than the path holds (a UDP socket's buffer) loses most of it and goes
+/// back N until its retries run out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    /// Every PSN before this one is acknowledged.
+    pub(crate) acked: u32,
+    /// The window (packets).
+    pub(crate) cwnd: u32,
+    /// Up to here the window grows by what is acknowledged.
+    pub(crate) threshold: u32,
+    /// Packets acknowledged toward the next one-packet growth.
+    grown: u32,
+    /// The requester stopped at the window: the next ACK schedules it.
+    pub(crate) waiting: bool,
+}
+
+impl Window {
+    /// The first window: 2,048 packets (8 MiB at a 4096-byte MTU).
+    pub(crate) const INITIAL: u32 = 2048;
+    /// Never below two ACK requests' worth of packets: a full window always
+    /// has an ACK on its way (a requester asks every [`ACK_EVERY`] packets,
+    /// and at a full window).
+    pub(crate) const MIN: u32 = 2 * ACK_EVERY;
+    /// 65,536 packets (256 MiB at 4096 bytes).
+    pub(crate) const MAX: u32 = 1 << 16;
+
+    /// A window starting at `psn` (nothing in flight).
+    pub(crate) const fn at(psn: u32) -> Self {
+        Self {
+            acked: psn,
+            cwnd: Self::INITIAL,
+            threshold: Self::MAX,
+            grown: 0,
+            waiting: false,
+        }
+    }
+
+    /// Packets the requester may still send from `next` (the PSN it sends
+    /// next).
+    pub(crate) fn room(&self, next: u32) -> u32 {
+        let out = u32::try_from(crate::packet::psn_diff(next, self.acked).max(0)).unwrap_or(0);
+        self.cwnd.saturating_sub(out)
+    }
+
+    /// Everything before `psn` is acknowledged: the window slides and
+    /// grows. Returns true when the requester was waiting for it.
+    pub(crate) fn acknowledge(&mut self, psn: u32) -> bool {
+        let n = crate::packet::psn_diff(psn, self.acked);
+        if n <= 0 {
+            return false;
+        }
+        self.acked = psn;
+        let n = u32::try_from(n).unwrap_or(0);
+        if self.cwnd < self.threshold {
+            self.cwnd = self.cwnd.saturating_add(n).min(self.threshold);
+        } else {
+            self.grown = self.grown.saturating_add(n);
+            if self.grown >= self.cwnd {
+                self.grown = 0;
+                self.cwnd = (self.cwnd + 1).min(Self::MAX);
+            }
+        }
+        core::mem::take(&mut self.waiting)
+    }
+
+    /// A retry: the window shrinks (to a quarter after a timeout, else
+    /// half), and the threshold with it.
+    pub(crate) fn shrink(&mut self, timeout: bool) {
+        let cwnd = if timeout {
+            self.cwnd / 4
+        } else {
+            self.cwnd / 2
+        };
+        self.cwnd = cwnd.max(Self::MIN);
+        self.threshold = self.cwnd;
+        self.grown = 0;
+    }
 }
 
 impl ReqState {
@@ -157,6 +245,7 @@ impl ReqState {
             rnr_wait: false,
             unacked: 0,
             solicit: false,
+            window: Window::at(0),
         })
     }
 
@@ -217,10 +306,16 @@ impl ReqState {
     /// Back to a new QP's state (RESET), keeping the shadow.
     pub(crate) fn reset(&mut self) {
         self.resync(0);
-        self.psn = 0;
+        self.set_psn(0);
         self.retry_left = 0;
         self.rewound_to = None;
         self.rnr_left = 0;
+    }
+
+    /// The next PSN is `psn`, nothing in flight (a new window).
+    pub(crate) fn set_psn(&mut self, psn: u32) {
+        self.psn = psn;
+        self.window = Window::at(psn);
     }
 
     /// Nothing outstanding from `pi` on: every WQE before it is retired.
@@ -304,6 +399,8 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
                 break;
             }
             match emit_next(qpn, qp, env, p) {
+                // The window is full: an ACK schedules the requester.
+                Ok(0) => break,
                 Ok(n) => sent += n as usize,
                 Err(status) => {
                     fail(qpn, qp, env, p.index, status);
@@ -567,6 +664,12 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
     let path = &qp.tx.path;
     let mrs = &*env.mrs;
     let mut count = 1;
+    // A READ's or atomic's request: its PSNs (a READ's responses) count
+    // in the window too.
+    if rc && is_rd_atomic(wqe.opcode) && qp.tx.req.window.room(p.psn) == 0 {
+        qp.tx.req.window.waiting = true;
+        return Ok(0);
+    }
     match wqe.opcode {
         IV_WR_RDMA_READ => {
             let mut pkt = path.packet(op::RC_READ_REQUEST, p.psn);
@@ -598,11 +701,28 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             env.dp.emit_bare(pkt);
         }
         _ => {
-            let rest = slot.length - p.offset.min(slot.length);
-            count = packets(rest, qp.tx.mtu);
+            let mtu = qp.tx.mtu;
+            let mut rest = slot.length - p.offset.min(slot.length);
+            count = packets(rest, mtu);
+            // RC: no further than the congestion window; a burst cut there
+            // ends mid-message and asks for the ACK that opens it again.
+            let room = if rc {
+                qp.tx.req.window.room(p.psn)
+            } else {
+                u32::MAX
+            };
+            if room == 0 {
+                qp.tx.req.window.waiting = true;
+                return Ok(0);
+            }
+            let cut = count > room;
+            if cut {
+                count = room;
+                rest = room * mtu;
+            }
             let first = p.offset == 0;
-            let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1);
-            let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, true);
+            let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1 && !cut);
+            let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, !cut);
             let (kf, kl) = (
                 crate::packet::mask(opcode),
                 crate::packet::mask(last_opcode),
@@ -618,7 +738,8 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                     || qp.sq_sig_all
                     || req.unacked + count >= ACK_EVERY
                     || in_flight > qp.sq.0.entries() / 2
-                    || req.solicit);
+                    || req.solicit
+                    || cut);
             pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
                 && matches!(
                     wqe.opcode,
@@ -653,6 +774,15 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             let req = &mut qp.tx.req;
             req.unacked = if ack_req { 0 } else { req.unacked + count };
             req.solicit = false;
+            if cut {
+                // The rest of the message when the window opens.
+                req.cur = Some(Progress {
+                    index: p.index,
+                    offset: p.offset + rest,
+                    psn: psn_add(p.psn, count),
+                });
+                return Ok(count);
+            }
         }
     }
     qp.tx.req.cur = None;
@@ -683,4 +813,56 @@ pub(crate) fn solicit_ack(qp: &mut Qp) {
 
 fn psn_sub(a: u32, b: u32) -> u32 {
     u32::try_from(crate::packet::psn_diff(a, b).max(0)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::Window;
+
+    #[test]
+    fn room_counts_from_the_last_acknowledged_psn_across_the_wrap() {
+        let w = Window::at(0xFF_FFF0);
+        assert_eq!(w.room(0xFF_FFF0), Window::INITIAL);
+        // 0x20 PSNs sent, across the 24-bit wrap.
+        assert_eq!(w.room(0x10), Window::INITIAL - 0x20);
+        // A PSN before the acknowledged one (a resend): the whole window.
+        assert_eq!(w.room(0xFF_FF00), Window::INITIAL);
+        assert_eq!(w.room(0xFF_FFF0 + Window::INITIAL - 0x100_0000), 0);
+    }
+
+    #[test]
+    fn acknowledgements_slide_and_grow_it_and_wake_a_waiting_requester() {
+        let mut w = Window::at(100);
+        w.waiting = true;
+        assert!(!w.acknowledge(100), "nothing new");
+        assert!(!w.acknowledge(50), "old");
+        assert!(w.acknowledge(164), "64 new: wakes");
+        assert!(!w.waiting);
+        // Below the threshold: grows by what is acknowledged.
+        assert_eq!((w.acked, w.cwnd), (164, Window::INITIAL + 64));
+        w.shrink(false);
+        let half = (Window::INITIAL + 64) / 2;
+        assert_eq!((w.cwnd, w.threshold), (half, half));
+        // At the threshold: one packet per window acknowledged.
+        assert!(!w.acknowledge(164 + half - 1));
+        assert_eq!(w.cwnd, half);
+        w.acknowledge(164 + half);
+        assert_eq!(w.cwnd, half + 1);
+    }
+
+    #[test]
+    fn retries_shrink_it_down_to_its_floor() {
+        let mut w = Window::at(0);
+        w.shrink(true);
+        assert_eq!(w.cwnd, Window::INITIAL / 4);
+        for _ in 0..20 {
+            w.shrink(false);
+        }
+        assert_eq!(w.cwnd, Window::MIN);
+        let mut big = Window::at(0);
+        for k in 0..200 {
+            big.acknowledge(k * 4096);
+        }
+        assert!(big.cwnd <= Window::MAX);
+    }
 }

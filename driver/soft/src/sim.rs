@@ -50,6 +50,10 @@ pub struct SimConfig {
     pub delay_ns: u64,
     /// See `delay_ns`.
     pub jitter_ns: u64,
+    /// Datagrams the wire holds in flight at most (0: no limit): one sent
+    /// while it holds this many is dropped, as a receiving socket's full
+    /// buffer drops it.
+    pub queue_limit: usize,
 }
 
 /// Counters of the wire.
@@ -57,8 +61,10 @@ pub struct SimConfig {
 pub struct SimStats {
     /// Datagrams transmitted by the HCAs.
     pub transmitted: u64,
-    /// Lost.
+    /// Lost (at random, or past the queue limit).
     pub lost: u64,
+    /// Of those, lost past the queue limit.
+    pub overflowed: u64,
     /// Extra copies made.
     pub duplicated: u64,
     /// Copies with a flipped bit.
@@ -170,6 +176,11 @@ impl<P: Platform> SimWire<P> {
         self.state.lock(|w| {
             w.stats.transmitted += 1;
             let c = w.config;
+            if c.queue_limit != 0 && w.queue.len() >= c.queue_limit {
+                w.stats.lost += 1;
+                w.stats.overflowed += 1;
+                return;
+            }
             if w.rng.chance(c.loss_ppm) {
                 w.stats.lost += 1;
                 return;

@@ -515,6 +515,7 @@ fn faults(r: &mut Rng, seed: u64, harsh: bool) -> SimConfig {
         corrupt_ppm: pct(r, 5),
         delay_ns: 5_000,
         jitter_ns: r.below(3) * 20_000,
+        queue_limit: 0,
     }
 }
 
@@ -835,4 +836,75 @@ fn deferred_acks_leave_with_the_answer() {
     assert!(lb.take().is_empty());
     a.d.hca.detach_link();
     b.d.hca.detach_link();
+}
+
+/// A wire that holds at most 512 datagrams in flight, as a receiving
+/// socket's buffer does: two 768 KiB WRITEs and a 256 KiB READ at a
+/// 256-byte MTU (3,072 packets each WRITE, half again the first congestion
+/// window) lose what does not fit at first; the window shrinks and each
+/// go-back-N resends no more than it, until what is sent fits. Every WR
+/// completes with its data, within the retries (without the window each
+/// resend is lost again the same way and the QP fails with
+/// RETRY_EXC_ERR).
+#[test]
+fn a_window_past_the_wire_s_buffer_shrinks_instead_of_collapsing() {
+    const WRITE: u64 = 768 << 10;
+    const READ: u64 = 256 << 10;
+    let wire = SimConfig {
+        seed: 7,
+        delay_ns: 20_000,
+        queue_limit: 512,
+        ..SimConfig::default()
+    };
+    let (a, b) = (Node::new(1), Node::new(2));
+    let mut net = SimNet::new(&TestPlatform, wire);
+    net.attach(&a.d.hca).unwrap();
+    net.attach(&b.d.hca).unwrap();
+    let (cqa, cqb) = (a.cq(64), b.cq(64));
+    let (qa, qb) = (a.qp(IV_QPT_RC, &cqa), b.qp(IV_QPT_RC, &cqb));
+    let (ma, mb) = (a.mem(1 << 20, ALL_ACCESS), b.mem(1 << 20, ALL_ACCESS));
+    let conn = Conn {
+        mtu: IV_MTU_256,
+        ..Conn::default()
+    };
+    a.connect(&qa, b.gid(), qb.qpn, &conn);
+    b.connect(&qb, a.gid(), qa.qpn, &conn);
+    ma.write(0, &pattern(WRITE as usize, 1));
+    mb.write(WRITE as usize, &pattern(READ as usize, 2));
+    let src = [ma.sge(0, WRITE as u32)];
+    let dst = [ma.sge(WRITE, READ as u32)];
+    for k in 0..2 {
+        a.post(
+            &qa,
+            &SendWr {
+                sges: &src,
+                remote_addr: mb.addr,
+                rkey: mb.lkey,
+                ..crate::tests_dp::signaled(k, IV_WR_RDMA_WRITE)
+            },
+        );
+    }
+    a.post(
+        &qa,
+        &SendWr {
+            sges: &dst,
+            remote_addr: mb.addr + WRITE,
+            rkey: mb.lkey,
+            ..crate::tests_dp::signaled(2, IV_WR_RDMA_READ)
+        },
+    );
+    net.run(PHASE_LIMIT_NS);
+    let done: Vec<(u64, u32)> = cqa.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    let (s, w) = (a.d.hca.stats(), net.stats());
+    assert_eq!(
+        done,
+        [(0, IV_WC_SUCCESS), (1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)],
+        "{s:?} {w:?}"
+    );
+    assert!(mb.read(0, WRITE as usize) == pattern(WRITE as usize, 1));
+    assert!(ma.read(WRITE as usize, READ as usize) == pattern(READ as usize, 2));
+    assert!(
+        w.overflowed > 0 && s.retries > 0,
+        "the first window did not fit: {s:?} {w:?}"
+    );
 }
