@@ -724,8 +724,10 @@ fn run_sizes(
 
 /// What to tell a user whose bandwidth test over the wire ran out of
 /// retries with more bytes in flight than the receiving socket can hold:
-/// the soft HCA has no congestion window (yet), so such a window is lost
-/// and sent again until the retries run out.
+/// the requester's congestion window could not keep up with the losses
+/// (a path shared with other traffic, a receiver slower than its socket),
+/// and a smaller tx depth keeps the window within the buffers from the
+/// start.
 fn congestion_hint(cfg: &PerfConfig, error: &str, socket_buffer: usize) -> String {
     let largest = cfg.sizes.iter().copied().max().unwrap_or(0);
     let in_flight = largest
@@ -739,8 +741,8 @@ fn congestion_hint(cfg: &PerfConfig, error: &str, socket_buffer: usize) -> Strin
     }
     let depth = (socket_buffer as u64 / 2 / largest.max(1) / u64::from(cfg.qps.max(1))).max(1);
     format!(
-        "; {} MiB in flight against {} MiB socket buffers, and the soft HCA has no congestion \
-         window: try -t {depth}",
+        "; {} MiB in flight against {} MiB socket buffers, more than the congestion window \
+         recovered from: try -t {depth}",
         in_flight >> 20,
         socket_buffer >> 20
     )
@@ -889,8 +891,8 @@ mod tests {
         let e = "completion 47 failed: RETRY_EXC_ERR";
         assert_eq!(
             congestion_hint(&cfg, e, 32 << 20),
-            "; 256 MiB in flight against 32 MiB socket buffers, and the soft HCA has no \
-             congestion window: try -t 8"
+            "; 256 MiB in flight against 32 MiB socket buffers, more than the congestion \
+             window recovered from: try -t 8"
         );
         assert_eq!(
             congestion_hint(&cfg, "completion 1 failed: REM_ACCESS_ERR", 32 << 20),
