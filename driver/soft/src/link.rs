@@ -403,8 +403,12 @@ impl Clone for RxPool {
 impl RxPool {
     /// Bytes of a buffer: the largest payload of a 4096-byte MTU.
     pub(crate) const BUF: usize = 4096;
-    /// Buffers kept at most.
-    const MAX: usize = 1024;
+    /// Buffers kept at most: 32 MiB, as much as the UDP wire's socket
+    /// buffer holds (1,024 lost READ responses to a firmware thread that
+    /// fell behind the receive thread: `--engine thread perf read_bw -s
+    /// 1048576` between two hosts failed with RETRY_EXC_ERR). Allocated
+    /// as needed.
+    const MAX: usize = 8192;
 
     /// A buffer holding `bytes` (at most [`Self::BUF`]); `None` when none
     /// can be had.
@@ -574,5 +578,15 @@ mod tests {
         let c = pool.take(&[5]).unwrap();
         assert_eq!(c.addr(), a_addr);
         assert!(pool.take(&[0; RxPool::BUF + 1]).is_none());
+    }
+
+    #[test]
+    fn receive_buffers_stop_at_their_cap() {
+        let mut pool = RxPool::default();
+        let held: Vec<_> = (0..RxPool::MAX).map(|_| pool.take(&[7]).unwrap()).collect();
+        assert!(pool.take(&[8]).is_none(), "every buffer is in use");
+        drop(held);
+        assert!(pool.take(&[8]).is_some());
+        assert_eq!(pool.bufs.len(), RxPool::MAX);
     }
 }

@@ -156,8 +156,11 @@ impl Window {
     /// has an ACK on its way (a requester asks every [`ACK_EVERY`] packets,
     /// and at a full window).
     pub(crate) const MIN: u32 = 2 * ACK_EVERY;
-    /// 65,536 packets (256 MiB at 4096 bytes).
-    pub(crate) const MAX: u32 = 1 << 16;
+    /// 4,096 packets (16 MiB at 4096 bytes): half a UDP socket's buffer,
+    /// which drains within the usual local ACK timeout (67 ms at timeout
+    /// 14) at the wire's few hundred MiB/s; a larger window only queues
+    /// longer, until the timer fires for packets that were not lost.
+    pub(crate) const MAX: u32 = 1 << 12;
 
     /// A window starting at `psn` (nothing in flight).
     pub(crate) const fn at(psn: u32) -> Self {
