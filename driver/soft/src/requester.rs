@@ -667,9 +667,15 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
     let path = &qp.tx.path;
     let mrs = &*env.mrs;
     let mut count = 1;
-    // A READ's or atomic's request: its PSNs (a READ's responses) count
-    // in the window too.
-    if rc && is_rd_atomic(wqe.opcode) && qp.tx.req.window.room(p.psn) == 0 {
+    // RC: no further than the congestion window (a READ's or atomic's
+    // request too: its PSNs, a READ's responses, count in it); an ACK
+    // schedules the requester when it opens.
+    let room = if rc {
+        qp.tx.req.window.room(p.psn)
+    } else {
+        u32::MAX
+    };
+    if room == 0 {
         qp.tx.req.window.waiting = true;
         return Ok(0);
     }
@@ -707,17 +713,8 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             let mtu = qp.tx.mtu;
             let mut rest = slot.length - p.offset.min(slot.length);
             count = packets(rest, mtu);
-            // RC: no further than the congestion window; a burst cut there
-            // ends mid-message and asks for the ACK that opens it again.
-            let room = if rc {
-                qp.tx.req.window.room(p.psn)
-            } else {
-                u32::MAX
-            };
-            if room == 0 {
-                qp.tx.req.window.waiting = true;
-                return Ok(0);
-            }
+            // A burst cut at the window ends mid-message and asks for the
+            // ACK that opens it again.
             let cut = count > room;
             if cut {
                 count = room;
