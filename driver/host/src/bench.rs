@@ -419,7 +419,22 @@ pub fn cross_core_one_way(iters: u64) -> crate::perf::Latency {
 /// A server (a thread) and a client (this thread) of `irpverbs perf`'s
 /// remote mode on 127.0.0.1 and 127.0.0.2, each with its own host device
 /// and UDP wire, on free ports; the client's one figure.
-fn udp_perf(cfg: &crate::perf::PerfConfig) -> Result<crate::perf::Report, String> {
+///
+/// # Errors
+/// Either side's, as text.
+pub fn udp_perf(cfg: &crate::perf::PerfConfig) -> Result<crate::perf::Report, String> {
+    let (mut client, _) = udp_perf_runs(cfg)?;
+    Ok(client.reports.remove(0))
+}
+
+/// [`udp_perf`], with both endpoints' whole results: the client's, then
+/// the server's.
+///
+/// # Errors
+/// Either side's, as text.
+pub fn udp_perf_runs(
+    cfg: &crate::perf::PerfConfig,
+) -> Result<(crate::perf::RemoteRun, crate::perf::RemoteRun), String> {
     use crate::perf::{RemoteConfig, connect, serve};
     let (server, client) = loopback_pair()?;
     let s_cfg = cfg.clone();
@@ -434,9 +449,7 @@ fn udp_perf(cfg: &crate::perf::PerfConfig) -> Result<crate::perf::Report, String
     let srv = std::thread::spawn(move || serve(&s_cfg, &s_rc));
     let run = connect(cfg, server, &c_rc);
     let served = srv.join().map_err(|_| "server panicked".to_string())?;
-    let mut run = run?;
-    served?;
-    Ok(run.reports.remove(0))
+    Ok((run?, served?))
 }
 
 fn loopback_pair() -> Result<(std::net::IpAddr, std::net::IpAddr), String> {

@@ -298,6 +298,67 @@ struct TxQueue {
     batches: VecDeque<Transmit>,
     /// A thread is handing batches over.
     draining: bool,
+    /// Transmitted batches, cleared with their capacity kept (at most
+    /// [`TX_SPARES`]): the next serialization reuses one, so that a
+    /// steady stream of packets allocates nothing.
+    spare: Vec<link::TxBatch>,
+}
+
+/// How many transmitted batches [`TxQueue`] keeps for reuse: one being
+/// filled under `HCA_LOCK` while others wait for the link (a slow link
+/// lets several queue up).
+const TX_SPARES: usize = 16;
+
+impl TxQueue {
+    /// Queues `tx` for `link`: appended to the last batch queued when that
+    /// is for the same link and tap and no thread has taken it yet (the
+    /// batch is then recycled), so that however far the link falls behind,
+    /// a few batches wait, each grown to its high-water mark.
+    fn queue(
+        &mut self,
+        link: Arc<dyn Link>,
+        mut tx: link::TxBatch,
+        tap: Option<Arc<dyn link::Tap>>,
+    ) {
+        let same_tap = |t: &Option<Arc<dyn link::Tap>>| match (t, &tap) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        match self.batches.back_mut() {
+            Some((l, last, t)) if Arc::ptr_eq(l, &link) && same_tap(t) => {
+                last.append(&mut tx);
+                self.recycle(tx);
+            }
+            _ => self.batches.push_back((link, tx, tap)),
+        }
+    }
+
+    /// The largest spare batch, if any.
+    fn spare(&mut self) -> Option<link::TxBatch> {
+        let (at, _) = self
+            .spare
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, b)| b.capacity())?;
+        Some(self.spare.swap_remove(at))
+    }
+
+    /// Keeps `tx` (cleared) for reuse: while there is room, or in place
+    /// of a smaller spare, so that the spares grow to the largest batches
+    /// and stop reallocating.
+    fn recycle(&mut self, mut tx: link::TxBatch) {
+        tx.clear();
+        if self.spare.len() < TX_SPARES {
+            self.spare.push(tx);
+        } else if let Some(small) = self
+            .spare
+            .iter_mut()
+            .min_by_key(|b| b.capacity())
+            .filter(|b| b.capacity() < tx.capacity())
+        {
+            *small = tx;
+        }
+    }
 }
 
 /// The queue of serialized datagrams (taken under `HCA_LOCK` to append,
@@ -562,7 +623,13 @@ impl<P: Platform> SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn link_stats(&self) -> LinkStats {
-        self.state.lock(|st| st.firmware.dp.link_stats)
+        self.state.lock(|st| {
+            let dp = &st.firmware.dp;
+            LinkStats {
+                rx_buffers: dp.rx.len() as u64,
+                ..dp.link_stats
+            }
+        })
     }
 
     /// Gives the data path a router (a fabric), or takes it away.
@@ -643,6 +710,7 @@ impl<P: Platform> SoftHca<P> {
                     }
                     if let Some((_, mut more, _)) = q.batches.pop_front() {
                         tx.append(&mut more);
+                        q.recycle(more);
                     }
                 }
             });
@@ -652,7 +720,10 @@ impl<P: Platform> SoftHca<P> {
                 }
             }
             link.transmit(&tx);
-            next = self.txq.lock(|q| take(q, true));
+            next = self.txq.lock(|q| {
+                q.recycle(tx);
+                take(q, true)
+            });
         }
     }
 
@@ -708,7 +779,8 @@ impl<P: Platform> SoftHca<P> {
             }
             if !dp.wireq.is_empty() {
                 if let Some(link) = dp.link.clone() {
-                    let mut tx = link::TxBatch::default();
+                    // A transmitted batch's buffers, when one is back.
+                    let mut tx = self.txq.lock(TxQueue::spare).unwrap_or_default();
                     let wireq = core::mem::take(&mut dp.wireq);
                     link::serialize(
                         &wireq,
@@ -722,9 +794,11 @@ impl<P: Platform> SoftHca<P> {
                     wireq.clear();
                     dp.wireq = wireq;
                     more |= !dp.loopq.is_empty();
-                    if !tx.is_empty() {
+                    if tx.is_empty() {
+                        self.txq.lock(|q| q.recycle(tx));
+                    } else {
                         let tap = dp.tap.clone();
-                        self.txq.lock(|q| q.batches.push_back((link, tx, tap)));
+                        self.txq.lock(|q| q.queue(link, tx, tap));
                         self.tx_pending.store(true, Ordering::Release);
                     }
                 } else {

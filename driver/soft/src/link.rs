@@ -186,6 +186,12 @@ impl TxBatch {
         }));
     }
 
+    /// Bytes the batch holds without reallocating.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Drops every datagram, keeping the capacity.
     pub fn clear(&mut self) {
         self.buf.clear();
@@ -280,6 +286,9 @@ pub struct LinkStats {
     pub rx_dropped: wire::WireStats,
     /// Datagrams dropped for want of a receive buffer.
     pub rx_no_buffer: u64,
+    /// Receive buffers allocated (of [`RxPool::BUF`] bytes each): the
+    /// pool grows to the most datagrams in flight at once, and keeps them.
+    pub rx_buffers: u64,
     /// Local ACK timeouts that fired.
     pub ack_timeouts: u64,
     /// RNR timers that fired.
@@ -409,6 +418,11 @@ impl RxPool {
     /// 1048576` between two hosts failed with RETRY_EXC_ERR). Allocated
     /// as needed.
     const MAX: usize = 8192;
+
+    /// Buffers allocated.
+    pub(crate) fn len(&self) -> usize {
+        self.bufs.len()
+    }
 
     /// A buffer holding `bytes` (at most [`Self::BUF`]); `None` when none
     /// can be had.
