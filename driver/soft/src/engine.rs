@@ -34,7 +34,7 @@ use crate::ah::Ah;
 use crate::cq::{Cq, post_cqe};
 use crate::fabric::{Peer, Router};
 use crate::firmware::Firmware;
-use crate::link::{Link, LinkStats, RxPool};
+use crate::link::{Link, LinkStats, RxPool, TxBatch};
 use crate::mr::Mr;
 use crate::packet::{Batch, Burst, Frame, Gid, Packet, m};
 use crate::port::Port;
@@ -243,6 +243,9 @@ pub(crate) struct DataPath {
     pub(crate) link_stats: LinkStats,
     /// A message's payload, gathered to be cut into packets.
     pub(crate) scratch: Vec<u8>,
+    /// The batch the next step's datagrams for the link are serialized
+    /// into: a transmitted one, given back with its capacity.
+    pub(crate) tx: TxBatch,
     /// Responder QPs with a coalesced ACK to send.
     pub(crate) acks: Vec<u32>,
     /// CQs that overran: their QPs go to ERR.
@@ -298,6 +301,7 @@ impl DataPath {
             rx: RxPool::default(),
             link_stats: LinkStats::default(),
             scratch: Vec::new(),
+            tx: TxBatch::default(),
             acks: Vec::new(),
             cq_errors: Vec::new(),
             stats: DpStats::default(),

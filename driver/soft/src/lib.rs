@@ -779,8 +779,7 @@ impl<P: Platform> SoftHca<P> {
             }
             if !dp.wireq.is_empty() {
                 if let Some(link) = dp.link.clone() {
-                    // A transmitted batch's buffers, when one is back.
-                    let mut tx = self.txq.lock(TxQueue::spare).unwrap_or_default();
+                    let mut tx = core::mem::take(&mut dp.tx);
                     let wireq = core::mem::take(&mut dp.wireq);
                     link::serialize(
                         &wireq,
@@ -795,10 +794,18 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq = wireq;
                     more |= !dp.loopq.is_empty();
                     if tx.is_empty() {
-                        self.txq.lock(|q| q.recycle(tx));
+                        dp.tx = tx;
                     } else {
+                        // Queued, and a transmitted batch's buffers (when
+                        // one is back) for the next step, in one hold.
                         let tap = dp.tap.clone();
-                        self.txq.lock(|q| q.queue(link, tx, tap));
+                        dp.tx = self
+                            .txq
+                            .lock(|q| {
+                                q.queue(link, tx, tap);
+                                q.spare()
+                            })
+                            .unwrap_or_default();
                         self.tx_pending.store(true, Ordering::Release);
                     }
                 } else {
