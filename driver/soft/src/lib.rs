@@ -304,9 +304,9 @@ struct TxQueue {
     spare: Vec<link::TxBatch>,
 }
 
-/// How many transmitted batches [`TxQueue`] keeps for reuse: one being
-/// filled under `HCA_LOCK` while others wait for the link (a slow link
-/// lets several queue up).
+/// How many transmitted batches [`TxQueue`] keeps for reuse (besides the
+/// one the data path fills under `HCA_LOCK`): batches of other links, or
+/// of another tap, may wait between them.
 const TX_SPARES: usize = 16;
 
 impl TxQueue {
