@@ -122,6 +122,14 @@ impl Region {
         Ok(unsafe { self.ptr.as_ptr().add(offset) })
     }
 
+    /// Whether `len` bytes at `offset` are inside the region.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    pub fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
+        self.range(offset, len).map(|_| ())
+    }
+
     /// Copies `dst.len()` bytes at `offset` out of the region.
     ///
     /// # Errors
@@ -198,6 +206,21 @@ impl Region {
     ) -> Result<(), OutOfBounds> {
         let d = dst.range(dst_offset, len)?;
         let s = src.range(src_offset, len)?;
+        if (8..=16).contains(&len) {
+            // Small messages (8-byte SENDs and WRITEs, atomics' operands)
+            // without a `memmove` call: the first and the last 8 bytes, both
+            // read before either is written (so overlap is handled), and
+            // overlapping each other for lengths under 16.
+            // SAFETY: `s` is valid for `len` >= 8 bytes (checked); unaligned read.
+            let head = unsafe { s.cast::<u64>().read_unaligned() };
+            // SAFETY: `s + len - 8 .. s + len` is inside the checked range.
+            let tail = unsafe { s.add(len - 8).cast::<u64>().read_unaligned() };
+            // SAFETY: `d` is valid for `len` >= 8 bytes (checked); unaligned write.
+            unsafe { d.cast::<u64>().write_unaligned(head) };
+            // SAFETY: `d + len - 8 .. d + len` is inside the checked range.
+            unsafe { d.add(len - 8).cast::<u64>().write_unaligned(tail) };
+            return Ok(());
+        }
         // SAFETY: both ranges are valid for `len` bytes (checked); `copy`
         // (memmove) is correct even if they overlap.
         unsafe { core::ptr::copy(s, d, len) };

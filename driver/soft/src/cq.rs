@@ -128,6 +128,21 @@ pub(crate) fn post_cqe(
     cqe: &IvCqe,
     solicited: bool,
 ) -> bool {
+    post_cqe_inline(cqs, dp, cqn, cqe, solicited)
+}
+
+/// [`post_cqe`], inlined where the CQE is built (the fast path's receive
+/// completion): called, the CQE the caller had just stored field by field
+/// was read back in 16-byte loads, a store-forwarding stall per message
+/// (`perf record -e cycles`: a fifth of `post_cqe`'s cycles).
+#[inline(always)]
+pub(crate) fn post_cqe_inline(
+    cqs: &mut Table<Cq>,
+    dp: &mut DataPath,
+    cqn: u32,
+    cqe: &IvCqe,
+    solicited: bool,
+) -> bool {
     let Ok(cq) = cqs.get_mut(cqn) else {
         return false;
     };
@@ -138,10 +153,7 @@ pub(crate) fn post_cqe(
     let ring = &cq.ring.0;
     // The ring has a slot more than the CQ's size: the size is the limit.
     let Ok(produced) = push_cqe_room(ring, cqe, cq.cqe, &mut cq.room) else {
-        cq.error = true;
-        dp.stats.cqes_lost += 1;
-        dp.raise(AsyncEvent::CqError(cqn));
-        dp.cq_errors.push(cqn);
+        overran(cq, dp, cqn);
         return false;
     };
     let qualifies = solicited || cqe.status != IV_WC_SUCCESS;
@@ -155,6 +167,16 @@ pub(crate) fn post_cqe(
         dp.events.push(Event::Completion { cqn });
     }
     true
+}
+
+/// CQ `cqn` overran: it is in error from now on, and its async event and
+/// the engine's flush of it are queued.
+#[cold]
+fn overran(cq: &mut Cq, dp: &mut DataPath, cqn: u32) {
+    cq.error = true;
+    dp.stats.cqes_lost += 1;
+    dp.raise(AsyncEvent::CqError(cqn));
+    dp.cq_errors.push(cqn);
 }
 
 impl Firmware {

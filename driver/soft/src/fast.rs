@@ -41,7 +41,7 @@ use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
 use irpverbs_ring::wq::read_recv_wqe_into;
 
-use crate::cq::{Cq, post_cqe};
+use crate::cq::{Cq, post_cqe, post_cqe_inline};
 use crate::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
 use crate::engine::REQUESTER_BUDGET;
 use crate::firmware::Firmware;
@@ -201,7 +201,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                     src_qp: qpn,
                     ..IvCqe::default()
                 };
-                post_cqe(
+                post_cqe_inline(
                     cqs,
                     dps,
                     dest.recv_cqn,

@@ -1274,6 +1274,12 @@ fn bw_post(
     let sges: Vec<[IvSge; 1]> = (0..slots)
         .map(|k| [me.sge((k * size) % me.buf.len() as u64, size)])
         .collect();
+    // Each slot's WR built once (as perftest builds its WRs before the
+    // loop); the loop sets what changes.
+    let mut slot_wrs: Vec<SendWr<'_>> = sges
+        .iter()
+        .map(|sge| send_wr(cfg, me, op, size, sge, peer))
+        .collect();
     let list = u64::from(cfg.post_list).clamp(1, depth.max(1));
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(list as usize);
     let mut posted = vec![0u64; nq];
@@ -1304,12 +1310,19 @@ fn bw_post(
                     if *until == 0 {
                         *until = cq_mod;
                     }
-                    let mut wr = send_wr(cfg, me, op, size, &sges[*slot], peer);
+                    // Set in place: a copy stored just before the post would
+                    // be read back by it over different store boundaries (a
+                    // store-forwarding stall per post).
+                    let wr = &mut slot_wrs[*slot];
                     wr.wr_id = (q as u64) << 48 | k;
                     wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
                     wr.remote_addr = peer.addr + *off;
-                    wrs.push(wr);
-                    *slot = if *slot + 1 == sges.len() {
+                    if n == 1 {
+                        qp.post_send(wr).map_err(|e| format!("post_send: {e:?}"))?;
+                    } else {
+                        wrs.push(*wr);
+                    }
+                    *slot = if *slot + 1 == slot_wrs.len() {
                         0
                     } else {
                         *slot + 1
@@ -1320,10 +1333,7 @@ fn bw_post(
                         *off + size
                     };
                 }
-                if n == 1 {
-                    qp.post_send(&wrs[0])
-                        .map_err(|e| format!("post_send: {e:?}"))?;
-                } else {
+                if n > 1 {
                     qp.post_send_list(&wrs)
                         .map_err(|(i, e)| format!("post_send (list entry {i}): {e:?}"))?;
                 }
