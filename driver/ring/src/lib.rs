@@ -22,6 +22,6 @@ pub mod ring;
 pub mod wq;
 
 pub use doorbell::DoorbellPage;
-pub use region::{OutOfBounds, Region};
-pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring};
+pub use region::{OutOfBounds, Region, Window};
+pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring, Slots};
 pub use wq::{CompletionQueue, PostError, RecvQueue, RecvWr, SendQueue, SendWr};

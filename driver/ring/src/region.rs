@@ -113,13 +113,22 @@ impl Region {
     }
 
     fn range(&self, offset: usize, len: usize) -> Result<*mut u8, OutOfBounds> {
-        let end = offset.checked_add(len).ok_or(OutOfBounds)?;
-        if end > self.len {
-            return Err(OutOfBounds);
+        self.window().range(offset, len)
+    }
+
+    /// The region's bounds as a value: the same checked accessors, for a
+    /// loop that makes many accesses (its start and length stay in
+    /// registers, where through `&Region` they are loaded again after every
+    /// write into the region, which might have changed them as far as the
+    /// compiler knows).
+    #[must_use]
+    #[inline(always)]
+    pub fn window(&self) -> Window<'_> {
+        Window {
+            ptr: self.ptr,
+            len: self.len,
+            _region: core::marker::PhantomData,
         }
-        // SAFETY: offset + len <= self.len, so the result stays inside (or
-        // one past) the allocation.
-        Ok(unsafe { self.ptr.as_ptr().add(offset) })
     }
 
     /// Whether `len` bytes at `offset` are inside the region.
@@ -127,7 +136,7 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`].
     pub fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
-        self.range(offset, len).map(|_| ())
+        self.window().check(offset, len)
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the region.
@@ -135,11 +144,7 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`]; nothing is copied.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfBounds> {
-        let src = self.range(offset, dst.len())?;
-        // SAFETY: `src` is valid for `dst.len()` bytes (checked), and `dst`
-        // is a distinct Rust buffer, so the ranges don't overlap.
-        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        self.window().read(offset, dst)
     }
 
     /// Copies `src` into the region at `offset`.
@@ -147,11 +152,7 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`]; nothing is written.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
-        let dst = self.range(offset, src.len())?;
-        // SAFETY: `dst` is valid for `src.len()` bytes (checked); `src` is a
-        // Rust buffer, not part of any region, so they don't overlap.
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        Ok(())
+        self.window().write(offset, src)
     }
 
     /// Fills `len` bytes at `offset` with `byte`.
@@ -171,11 +172,7 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`].
     pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, OutOfBounds> {
-        let src = self.range(offset, size_of::<T>())?;
-        // SAFETY: `src` is valid for `size_of::<T>()` bytes (checked);
-        // `read_unaligned` assumes no alignment and copies them out, and
-        // every byte pattern is a valid `T` (`FromBytes`).
-        Ok(unsafe { src.cast::<T>().read_unaligned() })
+        self.window().read_obj(offset)
     }
 
     /// Writes a plain struct at `offset`.
@@ -187,7 +184,7 @@ impl Region {
         offset: usize,
         v: &T,
     ) -> Result<(), OutOfBounds> {
-        self.write(offset, v.as_bytes())
+        self.window().write(offset, v.as_bytes())
     }
 
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at
@@ -232,14 +229,7 @@ impl Region {
     /// # Errors
     /// [`OutOfBounds`] if outside the region or not 4-byte aligned.
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, OutOfBounds> {
-        let p = self.range(offset, 4)?;
-        if (p as usize) % 4 != 0 {
-            return Err(OutOfBounds);
-        }
-        // SAFETY: `p` is in bounds, 4-byte aligned and valid for the region's
-        // lifetime, which bounds the returned reference; all concurrent
-        // accesses to index words are atomic (the ring protocol).
-        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+        self.window().atomic_u32(offset)
     }
 
     /// The `u32` at `offset` as an atomic, without the checks of
@@ -289,6 +279,107 @@ impl Region {
         }
         // SAFETY: as in `atomic_u32`, for 8 aligned bytes.
         Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+}
+
+/// A [`Region`]'s bounds held by value ([`Region::window`]), for the
+/// duration of a borrow of the region: the same bounds-checked, race-
+/// tolerant accessors.
+#[derive(Clone, Copy)]
+pub struct Window<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _region: core::marker::PhantomData<&'a Region>,
+}
+
+impl<'a> Window<'a> {
+    #[inline(always)]
+    fn range(&self, offset: usize, len: usize) -> Result<*mut u8, OutOfBounds> {
+        let end = offset.checked_add(len).ok_or(OutOfBounds)?;
+        if end > self.len {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: offset + len <= self.len, the region's length, so the
+        // result stays inside (or one past) the region, which the borrow
+        // keeps alive.
+        Ok(unsafe { self.ptr.as_ptr().add(offset) })
+    }
+
+    /// [`Region::check`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    #[inline(always)]
+    pub fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
+        self.range(offset, len).map(|_| ())
+    }
+
+    /// [`Region::read`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`]; nothing is copied.
+    #[inline(always)]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfBounds> {
+        let src = self.range(offset, dst.len())?;
+        // SAFETY: `src` is valid for `dst.len()` bytes (checked), and `dst`
+        // is a distinct Rust buffer, so the ranges don't overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// [`Region::write`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`]; nothing is written.
+    #[inline(always)]
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
+        let dst = self.range(offset, src.len())?;
+        // SAFETY: `dst` is valid for `src.len()` bytes (checked); `src` is a
+        // Rust buffer, not part of any region, so they don't overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// [`Region::read_obj`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    #[inline(always)]
+    pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, OutOfBounds> {
+        let src = self.range(offset, size_of::<T>())?;
+        // SAFETY: `src` is valid for `size_of::<T>()` bytes (checked);
+        // `read_unaligned` assumes no alignment and copies them out, and
+        // every byte pattern is a valid `T` (`FromBytes`).
+        Ok(unsafe { src.cast::<T>().read_unaligned() })
+    }
+
+    /// [`Region::atomic_u32`], for as long as the region is borrowed.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if outside the region or not 4-byte aligned.
+    #[inline(always)]
+    pub fn atomic_u32(&self, offset: usize) -> Result<&'a AtomicU32, OutOfBounds> {
+        let p = self.range(offset, 4)?;
+        if (p as usize) % 4 != 0 {
+            return Err(OutOfBounds);
+        }
+        // SAFETY: `p` is in bounds, 4-byte aligned and valid while the
+        // region is borrowed ('a), which bounds the returned reference; all
+        // concurrent accesses to index words are atomic (the ring protocol).
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// [`Region::write_obj`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`].
+    #[inline(always)]
+    pub fn write_obj<T: IntoBytes + Immutable>(
+        &self,
+        offset: usize,
+        v: &T,
+    ) -> Result<(), OutOfBounds> {
+        self.write(offset, v.as_bytes())
     }
 }
 

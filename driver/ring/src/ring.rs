@@ -19,7 +19,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use alloc::sync::Arc;
 use irpverbs_abi::{IV_CACHE_LINE, IvRingControl, IvRingMap};
 
-use crate::region::{OutOfBounds, REGION_ALIGN, Region};
+use crate::region::{OutOfBounds, REGION_ALIGN, Region, Window};
 
 /// An index word shared between producer and consumer.
 pub trait IndexWord {
@@ -341,6 +341,18 @@ impl Ring {
         ENTRIES_OFFSET + (index & (self.entries - 1)) as usize * self.stride as usize
     }
 
+    /// The slots' geometry and the region's bounds as a value, for a loop
+    /// over many slots ([`Region::window`]).
+    #[must_use]
+    #[inline(always)]
+    pub fn slots(&self) -> Slots<'_> {
+        Slots {
+            window: self.region.window(),
+            mask: self.entries - 1,
+            stride: self.stride,
+        }
+    }
+
     /// Brings the slot of `index` into this processor's cache ahead of a
     /// read ([`Region::prefetch`]: a hint, no effect on the contents).
     pub fn prefetch_slot(&self, index: u32) {
@@ -357,6 +369,26 @@ impl Ring {
             entries: self.entries,
             stride: self.stride,
         }
+    }
+}
+
+/// A ring's slots as a value ([`Ring::slots`]): where each slot is, and the
+/// region's checked accessors.
+#[derive(Clone, Copy)]
+pub struct Slots<'a> {
+    /// The region's bounds.
+    pub window: Window<'a>,
+    mask: u32,
+    stride: u32,
+}
+
+impl Slots<'_> {
+    /// Byte offset (in the region) of the slot of `index`
+    /// ([`Ring::slot_offset`]).
+    #[must_use]
+    #[inline(always)]
+    pub fn offset(&self, index: u32) -> usize {
+        ENTRIES_OFFSET + (index & self.mask) as usize * self.stride as usize
     }
 }
 

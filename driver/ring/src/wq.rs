@@ -11,8 +11,8 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
-use crate::region::{OutOfBounds, Region};
-use crate::ring::{Corrupt, Ring};
+use crate::region::{OutOfBounds, Region, Window};
+use crate::ring::{Corrupt, Ring, Slots};
 
 /// Why a post was refused. Nothing was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,8 +131,8 @@ impl SendQueue {
     /// # Errors
     /// [`PostError`]; nothing was posted.
     pub fn post(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        post_one(&self.lock, &self.known_free, &self.ring, |index| {
-            self.write(index, wr)
+        post_one(&self.lock, &self.known_free, &self.ring, |slots, index| {
+            self.write(slots, index, wr)
         })
     }
 
@@ -149,12 +149,13 @@ impl SendQueue {
             &self.known_free,
             &self.ring,
             wrs,
-            |index, wr| self.write(index, wr),
+            |slots, index, wr| self.write(slots, index, wr),
         )
     }
 
     /// Checks `wr` and writes it into the (free) slot `index`.
-    fn write(&self, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
+    #[inline(always)]
+    fn write(&self, slots: Slots<'_>, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
         if wr.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
             || wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
                 != 0
@@ -189,8 +190,8 @@ impl SendQueue {
             remote_qkey,
             reserved: 0,
         };
-        let at = self.ring.slot_offset(index);
-        let region = self.ring.region();
+        let at = slots.offset(index);
+        let region = slots.window;
         let body = at + IV_SEND_WQE_HEADER;
         match wr.inline {
             Some(d) => region.write(body, d),
@@ -255,8 +256,8 @@ impl RecvQueue {
     /// # Errors
     /// [`PostError::Full`], [`PostError::TooManySge`]; nothing was posted.
     pub fn post(&self, wr_id: u64, sges: &[IvSge]) -> Result<(), PostError> {
-        post_one(&self.lock, &self.known_free, &self.ring, |index| {
-            self.write(index, &RecvWr { wr_id, sges })
+        post_one(&self.lock, &self.known_free, &self.ring, |slots, index| {
+            self.write(slots, index, &RecvWr { wr_id, sges })
         })
     }
 
@@ -275,12 +276,13 @@ impl RecvQueue {
             &self.known_free,
             &self.ring,
             wrs,
-            |index, wr| self.write(index, wr),
+            |slots, index, wr| self.write(slots, index, wr),
         )
     }
 
     /// Checks `wr` and writes it into the (free) slot `index`.
-    fn write(&self, index: u32, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    #[inline(always)]
+    fn write(&self, slots: Slots<'_>, index: u32, wr: &RecvWr<'_>) -> Result<(), PostError> {
         if wr.sges.len() > self.max_sge as usize {
             return Err(PostError::TooManySge);
         }
@@ -289,8 +291,8 @@ impl RecvQueue {
             num_sge: wr.sges.len() as u32,
             reserved: 0,
         };
-        let at = self.ring.slot_offset(index);
-        let region = self.ring.region();
+        let at = slots.offset(index);
+        let region = slots.window;
         write_sges(region, at + IV_RECV_WQE_HEADER, wr.sges)
             .and_then(|()| region.write_obj(at, &header))
             .map_err(|OutOfBounds| PostError::Invalid)
@@ -307,10 +309,11 @@ fn post_each<T>(
     known: &KnownFree,
     ring: &Ring,
     items: &[T],
-    mut write: impl FnMut(u32, &T) -> Result<(), PostError>,
+    mut write: impl FnMut(Slots<'_>, u32, &T) -> Result<(), PostError>,
 ) -> Result<(), (usize, PostError)> {
     lock.with(|| {
         let p = ring.producer();
+        let slots = ring.slots();
         let start = p.producer.load(Ordering::Relaxed);
         let mut free = known.get();
         let mut n = 0u32;
@@ -326,7 +329,7 @@ fn post_each<T>(
                 }
                 free = fresh;
             }
-            if let Err(e) = write(start.wrapping_add(n), item) {
+            if let Err(e) = write(slots, start.wrapping_add(n), item) {
                 result = Err((n as usize, e));
                 break;
             }
@@ -347,7 +350,7 @@ fn post_one(
     lock: &SpinFlag,
     known: &KnownFree,
     ring: &Ring,
-    write: impl FnOnce(u32) -> Result<(), PostError>,
+    write: impl FnOnce(Slots<'_>, u32) -> Result<(), PostError>,
 ) -> Result<(), PostError> {
     lock.with(|| {
         let p = ring.producer();
@@ -361,7 +364,7 @@ fn post_one(
         }
         // On a refusal the bound it had stays a bound (the consumer only
         // moves forward).
-        write(start)?;
+        write(ring.slots(), start)?;
         known.set(free - 1);
         p.publish(start.wrapping_add(1));
         Ok(())
@@ -440,22 +443,22 @@ impl CompletionQueue {
         self.lock.with(|| {
             let c = self.ring.consumer();
             let start = self.ring.consumer_word().load(Ordering::Relaxed);
+            let slots = self.ring.slots();
             // The entries whose sequence words say they are in: the common
             // case reads one cache line per completion, never the producer
             // index.
             let mut n = 0;
             while n < out.len() {
                 let index = start.wrapping_add(n as u32);
-                let at = self.ring.slot_offset(index);
-                let seq = self
-                    .ring
-                    .region()
+                let at = slots.offset(index);
+                let seq = slots
+                    .window
                     .atomic_u32(at + IV_CQE_SEQ_OFFSET)
                     .map_err(|OutOfBounds| Corrupt)?;
                 if seq.load(Ordering::Acquire) != index.wrapping_add(1) {
                     break;
                 }
-                out[n] = self.read(at)?;
+                out[n] = slots.window.read_obj(at).map_err(|OutOfBounds| Corrupt)?;
                 n += 1;
             }
             if n == 0 {
@@ -694,7 +697,7 @@ fn read_sges(region: &Region, at: usize, out: &mut [IvSge]) -> Result<(), OutOfB
 /// variable-length copy is a `memcpy` call, and the compiler merged the
 /// single-SGE case into it (callgrind: 30 instructions more per single-SGE
 /// post, the call and the spills around it).
-fn write_sges(region: &Region, at: usize, sges: &[IvSge]) -> Result<(), OutOfBounds> {
+fn write_sges(region: Window<'_>, at: usize, sges: &[IvSge]) -> Result<(), OutOfBounds> {
     match sges {
         [one] => region.write_obj(at, one),
         _ => {

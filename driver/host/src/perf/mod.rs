@@ -1282,12 +1282,30 @@ fn bw_post(
         .collect();
     let list = u64::from(cfg.post_list).clamp(1, depth.max(1));
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(list as usize);
-    let mut posted = vec![0u64; nq];
-    let mut done = vec![0u64; nq];
     // Per QP, advanced by each WR without a division (perftest steps its
-    // addresses the same way): the next of `sges`, the next offset in the
-    // peer's buffer, and the WRs left until the next signaled one.
-    let mut cursor = vec![(0usize, 0u64, cq_mod); nq];
+    // addresses the same way).
+    #[derive(Clone)]
+    struct Cursor {
+        /// WRs posted and completed.
+        posted: u64,
+        done: u64,
+        /// The next of `slot_wrs`.
+        slot: usize,
+        /// The next offset in the peer's buffer.
+        off: u64,
+        /// WRs left until the next signaled one.
+        until: u64,
+    }
+    let mut cursors = vec![
+        Cursor {
+            posted: 0,
+            done: 0,
+            slot: 0,
+            off: 0,
+            until: cq_mod,
+        };
+        nq
+    ];
     let per_qp = iters.div_ceil(nq as u64);
     let start = Instant::now();
     let mut last = start;
@@ -1295,62 +1313,61 @@ fn bw_post(
     let mut peak = 0f64;
     loop {
         let mut all = true;
-        for q in 0..nq {
-            let qp = &me.qps[q];
+        for (q, (qp, c)) in me.qps.iter().zip(cursors.iter_mut()).enumerate() {
             loop {
-                let n = list.min(per_qp - posted[q]);
-                if n == 0 || posted[q] - done[q] + n > depth {
+                let n = list.min(per_qp - c.posted);
+                if n == 0 || c.posted - c.done + n > depth {
                     break;
                 }
                 wrs.clear();
-                for k in posted[q]..posted[q] + n {
-                    let (slot, off, until) = &mut cursor[q];
-                    *until -= 1;
-                    let signaled = *until == 0 || k + 1 == per_qp;
-                    if *until == 0 {
-                        *until = cq_mod;
+                for k in c.posted..c.posted + n {
+                    c.until -= 1;
+                    let signaled = c.until == 0 || k + 1 == per_qp;
+                    if c.until == 0 {
+                        c.until = cq_mod;
                     }
                     // Set in place: a copy stored just before the post would
                     // be read back by it over different store boundaries (a
                     // store-forwarding stall per post).
-                    let wr = &mut slot_wrs[*slot];
+                    let wr = &mut slot_wrs[c.slot];
                     wr.wr_id = (q as u64) << 48 | k;
                     wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
-                    wr.remote_addr = peer.addr + *off;
+                    wr.remote_addr = peer.addr + c.off;
                     if n == 1 {
                         qp.post_send(wr).map_err(|e| format!("post_send: {e:?}"))?;
                     } else {
                         wrs.push(*wr);
                     }
-                    *slot = if *slot + 1 == slot_wrs.len() {
+                    c.slot = if c.slot + 1 == slot_wrs.len() {
                         0
                     } else {
-                        *slot + 1
+                        c.slot + 1
                     };
-                    *off = if *off + 2 * size > peer.len {
+                    c.off = if c.off + 2 * size > peer.len {
                         0
                     } else {
-                        *off + size
+                        c.off + size
                     };
                 }
                 if n > 1 {
                     qp.post_send_list(&wrs)
                         .map_err(|(i, e)| format!("post_send (list entry {i}): {e:?}"))?;
                 }
-                posted[q] += n;
+                c.posted += n;
             }
-            all &= done[q] >= per_qp;
+            all &= c.done >= per_qp;
         }
         if all {
             break;
         }
         let n = me.poll_busy(&me.scq, &mut cqes)?;
         for c in &cqes[..n] {
-            let q = (c.wr_id >> 48) as usize;
-            done[q] = (c.wr_id & ((1 << 48) - 1)) + 1;
+            if let Some(cursor) = cursors.get_mut((c.wr_id >> 48) as usize) {
+                cursor.done = (c.wr_id & ((1 << 48) - 1)) + 1;
+            }
         }
         between()?;
-        let total: u64 = done.iter().sum();
+        let total: u64 = cursors.iter().map(|c| c.done).sum();
         if n > 0 && total - last_done >= depth {
             let now = Instant::now();
             let dt = (now - last).as_secs_f64();
@@ -1362,7 +1379,7 @@ fn bw_post(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let total: u64 = done.iter().sum();
+    let total: u64 = cursors.iter().map(|c| c.done).sum();
     let avg = total as f64 * size as f64 / secs;
     Ok(Bandwidth {
         bytes: size,
