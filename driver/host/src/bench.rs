@@ -208,11 +208,29 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     use crate::perf::{PerfConfig, Report, Test, event_wakeup, memcpy_mib, run};
     use std::fmt::Write as _;
     let mut s = String::new();
-    let lat = |one_thread: bool, test: Test| -> Result<crate::perf::Latency, String> {
+    use crate::device::UserDoorbells;
+    // Where the soft HCA's transport runs: on the posting thread (direct
+    // doorbells, the firmware inline), or on a thread of its own (the
+    // firmware thread; the doorbell thread that scans doorbell pages).
+    #[derive(Clone, Copy)]
+    enum Hca {
+        Posting,
+        FirmwareThread,
+        DoorbellPage,
+    }
+    let lat = |one_thread: bool, test: Test, hca: Hca| -> Result<crate::perf::Latency, String> {
+        let (engine, doorbells, iters) = match hca {
+            Hca::Posting => (Engine::Inline, UserDoorbells::Direct, 100_000),
+            // A few microseconds each: fewer of them.
+            Hca::FirmwareThread => (Engine::Thread, UserDoorbells::Direct, 20_000),
+            Hca::DoorbellPage => (Engine::Inline, UserDoorbells::Page, 20_000),
+        };
         let cfg = PerfConfig {
             sizes: vec![8],
-            iters: 100_000 * scale,
+            iters: iters * scale,
             one_thread,
+            engine,
+            doorbells,
             ..PerfConfig::new(test)
         };
         match run(&cfg)?.remove(0) {
@@ -262,16 +280,49 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     // the bandwidth rows below): on a shared machine a single run of any
     // of them can land in a slow moment of its neighbours.
     let lat_tests = [
-        ("RC SEND one-way, two polling threads", false, Test::SendLat),
-        ("RC SEND one-way, one thread", true, Test::SendLat),
+        (
+            "RC SEND one-way, two polling threads",
+            false,
+            Test::SendLat,
+            Hca::Posting,
+        ),
+        (
+            "RC SEND one-way, one thread",
+            true,
+            Test::SendLat,
+            Hca::Posting,
+        ),
         (
             "RC WRITE one-way, two polling threads",
             false,
             Test::WriteLat,
+            Hca::Posting,
         ),
-        ("RC WRITE one-way, one thread", true, Test::WriteLat),
-        ("RC READ round trip", false, Test::ReadLat),
-        ("atomic fetch-and-add round trip", false, Test::AtomicLat),
+        (
+            "RC WRITE one-way, one thread",
+            true,
+            Test::WriteLat,
+            Hca::Posting,
+        ),
+        ("RC READ round trip", false, Test::ReadLat, Hca::Posting),
+        (
+            "atomic fetch-and-add round trip",
+            false,
+            Test::AtomicLat,
+            Hca::Posting,
+        ),
+        (
+            "RC SEND one-way, two threads, firmware thread",
+            false,
+            Test::SendLat,
+            Hca::FirmwareThread,
+        ),
+        (
+            "RC SEND one-way, two threads, doorbell page",
+            false,
+            Test::SendLat,
+            Hca::DoorbellPage,
+        ),
     ];
     let mut best: Vec<Option<crate::perf::Latency>> = vec![None; lat_tests.len() + 1];
     let keep = |slot: &mut Option<crate::perf::Latency>, l: crate::perf::Latency| {
@@ -280,8 +331,8 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
         }
     };
     for _ in 0..3 {
-        for (i, &(_, one, test)) in lat_tests.iter().enumerate() {
-            keep(&mut best[i], lat(one, test)?);
+        for (i, &(_, one, test, hca)) in lat_tests.iter().enumerate() {
+            keep(&mut best[i], lat(one, test, hca)?);
         }
         keep(
             &mut best[lat_tests.len()],
@@ -295,7 +346,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     );
     let names = lat_tests
         .iter()
-        .map(|&(name, _, _)| name)
+        .map(|&(name, _, _, _)| name)
         .chain(["reference: a cache line each way, two threads"]);
     for (name, l) in names.zip(best.iter().flatten()) {
         let _ = writeln!(

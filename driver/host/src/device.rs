@@ -176,7 +176,9 @@ impl Doorbell {
             if polls % 64 == 0 && start.elapsed() >= ENGINE_SPIN {
                 break;
             }
-            std::hint::spin_loop();
+            // Polling, it leaves the processor to any thread that wants it
+            // (a ULP on the same processor that this HCA must answer).
+            std::thread::yield_now();
         }
         let mut g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         self.sleeping.store(true, Ordering::SeqCst);

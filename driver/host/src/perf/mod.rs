@@ -286,6 +286,30 @@ struct Side<'c> {
     /// The device whose UDP wire the busy-poll loops poll when a CQ has
     /// nothing ([`Side::idle`]); none in process.
     wire: Option<&'c HostDevice>,
+    /// Busy-poll loops yield the processor when their CQ has nothing
+    /// ([`yields_when_idle`]).
+    yield_idle: bool,
+}
+
+/// Whether a busy-poll loop of a test configured as `cfg` yields the
+/// processor when it finds nothing: when the soft HCA's work runs on a
+/// thread of its own (the firmware thread, or the doorbell thread that
+/// scans doorbell pages) and the spinning threads (one poller per side of
+/// a two-thread ping-pong, one otherwise, and the HCA's) outnumber the
+/// processors. A thread that spins there holds the processor the HCA needs
+/// to answer it until the scheduler preempts it, milliseconds later (on 2
+/// processors a two-thread SEND ping-pong with the firmware on its own
+/// thread took 35 us one way, with the doorbell page 2 ms). Hardware needs
+/// no processor of the host's: perftest spins.
+fn yields_when_idle(cfg: &PerfConfig, cpus: usize) -> bool {
+    let hca = usize::from(cfg.engine == Engine::Thread)
+        + usize::from(cfg.doorbells == UserDoorbells::Page);
+    let pollers = if cfg.test.is_latency() && !cfg.one_thread {
+        2
+    } else {
+        1
+    };
+    hca > 0 && pollers + hca > cpus
 }
 
 impl<'c> Side<'c> {
@@ -354,6 +378,10 @@ impl<'c> Side<'c> {
             srq_posted: AtomicU64::new(0),
             pd,
             wire: None,
+            yield_idle: yields_when_idle(
+                cfg,
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            ),
         })
     }
 
@@ -366,6 +394,7 @@ impl<'c> Side<'c> {
             Some(dev) => {
                 dev.poll_wire();
             }
+            None if self.yield_idle => std::thread::yield_now(),
             None => std::hint::spin_loop(),
         }
     }
@@ -478,6 +507,7 @@ impl<'c> Side<'c> {
             srq_posted: _,
             pd,
             wire: _,
+            yield_idle: _,
         } = self;
         drop(qps);
         drop(srq);
@@ -1530,6 +1560,47 @@ mod tests {
             }
             assert!(format(&cfg, &r).contains(test.name()));
         }
+    }
+
+    /// Pollers yield only when they and the HCA's own thread outnumber the
+    /// processors, and never when the HCA runs on the polling threads.
+    #[test]
+    fn busy_polls_yield_only_to_an_hca_thread_short_of_processors() {
+        let with = |test, engine, doorbells, one_thread| PerfConfig {
+            engine,
+            doorbells,
+            one_thread,
+            ..small(test)
+        };
+        let (inline, thread) = (Engine::Inline, Engine::Thread);
+        let (direct, page) = (UserDoorbells::Direct, UserDoorbells::Page);
+        // The HCA on the posting thread: nobody to yield to.
+        for cpus in [1, 2, 64] {
+            assert!(!yields_when_idle(
+                &with(Test::SendLat, inline, direct, false),
+                cpus
+            ));
+            assert!(!yields_when_idle(
+                &with(Test::SendBw, inline, direct, false),
+                cpus
+            ));
+        }
+        // Two pollers and the firmware thread (or the doorbell thread).
+        for hca in [(thread, direct), (inline, page)] {
+            let lat = with(Test::SendLat, hca.0, hca.1, false);
+            assert!(yields_when_idle(&lat, 2));
+            assert!(!yields_when_idle(&lat, 3));
+            // One poller and the HCA's thread fit on two processors.
+            let bw = with(Test::SendBw, hca.0, hca.1, false);
+            assert!(yields_when_idle(&bw, 1));
+            assert!(!yields_when_idle(&bw, 2));
+            let one = with(Test::SendLat, hca.0, hca.1, true);
+            assert!(!yields_when_idle(&one, 2));
+        }
+        // Both HCA threads and two pollers.
+        let both = with(Test::WriteLat, thread, page, false);
+        assert!(yields_when_idle(&both, 3));
+        assert!(!yields_when_idle(&both, 4));
     }
 
     #[test]
