@@ -1356,17 +1356,24 @@ fn bw_post(
                     if c.until == 0 {
                         c.until = cq_mod;
                     }
-                    // Set in place: a copy stored just before the post would
-                    // be read back by it over different store boundaries (a
-                    // store-forwarding stall per post).
-                    let wr = &mut slot_wrs[c.slot];
+                    // The fields that change are set last, on the WR the
+                    // post reads (the slot's own for a single post, the
+                    // list's copy otherwise): a WR copied after they were
+                    // stored would read them back over different store
+                    // boundaries, a store-forwarding stall per WR (`perf
+                    // stat -e ls_bad_status2.stli_other`).
+                    let wr = if n == 1 {
+                        &mut slot_wrs[c.slot]
+                    } else {
+                        wrs.push(slot_wrs[c.slot]);
+                        let last = wrs.len() - 1;
+                        &mut wrs[last]
+                    };
                     wr.wr_id = (q as u64) << 48 | k;
                     wr.flags = if signaled { IV_SEND_SIGNALED } else { 0 };
                     wr.remote_addr = peer.addr + c.off;
                     if n == 1 {
                         qp.post_send(wr).map_err(|e| format!("post_send: {e:?}"))?;
-                    } else {
-                        wrs.push(*wr);
                     }
                     c.slot = if c.slot + 1 == slot_wrs.len() {
                         0
