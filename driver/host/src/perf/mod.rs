@@ -1305,17 +1305,30 @@ fn bw_post(
         .map(|k| [me.sge((k * size) % me.buf.len() as u64, size)])
         .collect();
     // Each slot's WR built once (as perftest builds its WRs before the
-    // loop); the loop sets what changes.
-    let mut slot_wrs: Vec<SendWr<'_>> = sges
+    // loop); the loop sets what changes. Single posts reuse one WR per QP
+    // (as perftest does), which stays in the cache: a slot's WR is touched
+    // once per tx depth of messages, and its cache lines are gone by then.
+    let slot_wrs: Vec<SendWr<'_>> = sges
         .iter()
         .map(|sge| send_wr(cfg, me, op, size, sge, peer))
         .collect();
+    let inline = slot_wrs.first().is_some_and(|w| w.inline.is_some());
+    let source = |slot: usize| -> (&[IvSge], Option<&[u8]>) {
+        let sge = &sges[slot];
+        let data = inline.then(|| {
+            let at = (sge[0].addr - me.addr()) as usize;
+            &me.buf[at..at + size as usize]
+        });
+        (sge, data)
+    };
     let list = u64::from(cfg.post_list).clamp(1, depth.max(1));
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(list as usize);
     // Per QP, advanced by each WR without a division (perftest steps its
     // addresses the same way).
     #[derive(Clone)]
-    struct Cursor {
+    struct Cursor<'w> {
+        /// The WR of single posts.
+        one: SendWr<'w>,
         /// WRs posted and completed.
         posted: u64,
         done: u64,
@@ -1328,6 +1341,7 @@ fn bw_post(
     }
     let mut cursors = vec![
         Cursor {
+            one: slot_wrs[0],
             posted: 0,
             done: 0,
             slot: 0,
@@ -1357,13 +1371,14 @@ fn bw_post(
                         c.until = cq_mod;
                     }
                     // The fields that change are set last, on the WR the
-                    // post reads (the slot's own for a single post, the
-                    // list's copy otherwise): a WR copied after they were
+                    // post reads (the QP's single-post WR, or the list's
+                    // copy of the slot's): a WR copied after they were
                     // stored would read them back over different store
                     // boundaries, a store-forwarding stall per WR (`perf
                     // stat -e ls_bad_status2.stli_other`).
                     let wr = if n == 1 {
-                        &mut slot_wrs[c.slot]
+                        (c.one.sges, c.one.inline) = source(c.slot);
+                        &mut c.one
                     } else {
                         wrs.push(slot_wrs[c.slot]);
                         let last = wrs.len() - 1;
