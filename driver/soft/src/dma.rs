@@ -35,13 +35,11 @@ impl Mr {
     /// lie inside the MR and the region.
     pub(crate) fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
         let end = addr.checked_add(len)?;
-        let mr_end = self.addr.checked_add(self.length)?;
-        if addr < self.addr || end > mr_end {
+        if addr < self.addr || end > self.end {
             return None;
         }
-        let off = usize::try_from(addr - self.addr).ok()?;
-        let len = usize::try_from(len).ok()?;
-        (off.checked_add(len)? <= self.region.0.len()).then_some(off)
+        // Inside the region too: `end` is at most its length past `addr`.
+        usize::try_from(addr - self.addr).ok()
     }
 
     /// The region.

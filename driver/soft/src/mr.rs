@@ -21,6 +21,10 @@ pub(crate) struct Mr {
     pub(crate) addr: u64,
     /// Length in bytes.
     pub(crate) length: u64,
+    /// The end of what the HCA may reach: `addr` plus the length or the
+    /// pinned region's, whichever is less (computed at registration, so
+    /// that checking an access reads neither the region nor a sum).
+    pub(crate) end: u64,
     /// `IV_ACCESS_*`.
     pub(crate) access: u32,
     /// `addr` is physical.
@@ -77,10 +81,13 @@ impl Firmware {
         if length > self.config.max_mr_size {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        // No wrap: `addr + length` was checked above.
+        let end = addr + length.min(u64::try_from(region.len()).unwrap_or(u64::MAX));
         let index = self.mrs.insert(Mr {
             pdn,
             addr,
             length,
+            end,
             access,
             physical,
             region: crate::shared::RegionRef(region),
@@ -163,6 +170,50 @@ mod tests {
             physical: true,
             region: crate::testutil::region(4096),
         });
+    }
+
+    /// An access is checked against the MR and against the memory pinned
+    /// for it: an MR longer than its region reaches the region only.
+    #[test]
+    fn accesses_stay_inside_the_mr_and_its_region() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr {
+            pdn,
+            addr: 0x1000,
+            length: 8192,
+            access: IV_ACCESS_ALL,
+            physical: false,
+            region: crate::testutil::region(4096),
+        }) else {
+            panic!()
+        };
+        let snapshot = d.snapshot();
+        let mr = snapshot.mrs.get(lkey >> 8).unwrap();
+        assert_eq!(mr.end, 0x2000, "the region's end, not the MR's");
+        assert_eq!(mr.offset_of(0x1000, 4096), Some(0));
+        assert_eq!(mr.offset_of(0x1ff8, 8), Some(0xff8));
+        assert_eq!(
+            mr.offset_of(0x2000, 0),
+            Some(0x1000),
+            "an empty access at the end"
+        );
+        assert_eq!(mr.offset_of(0x1ff8, 9), None, "past the region");
+        assert_eq!(
+            mr.offset_of(0x2000, 1),
+            None,
+            "inside the MR, past the region"
+        );
+        assert_eq!(mr.offset_of(0xfff, 1), None, "below the MR");
+        assert_eq!(mr.offset_of(u64::MAX, 2), None, "wraps");
+        let CommandOut::Mr { lkey, .. } = d.ok(reg(pdn, 0x1000, 4096, IV_ACCESS_ALL)) else {
+            panic!()
+        };
+        let snapshot = d.snapshot();
+        let mr = snapshot.mrs.get(lkey >> 8).unwrap();
+        assert_eq!(mr.end, 0x2000, "the MR's end");
+        assert_eq!(mr.offset_of(0x1800, 0x800), Some(0x800));
+        assert_eq!(mr.offset_of(0x1800, 0x801), None);
     }
 
     #[test]
