@@ -156,6 +156,48 @@ impl SendQueue {
     /// Checks `wr` and writes it into the (free) slot `index`.
     #[inline(always)]
     fn write(&self, slots: Slots<'_>, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // The common WR (one SGE, not inline, not UD) on a path of its own,
+        // with few values live: the general one spilled and reloaded a
+        // dozen (callgrind: 20 instructions more per single-SGE post).
+        if let ([sge], None, None) = (wr.sges, wr.inline, wr.ud)
+            && wr.opcode <= IV_WR_ATOMIC_FETCH_AND_ADD
+            && wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_FENCE) == 0
+            && self.max_sge >= 1
+        {
+            let at = slots.offset(index);
+            let region = slots.window;
+            let header = IvSendWqe {
+                wr_id: wr.wr_id,
+                opcode: wr.opcode,
+                flags: wr.flags,
+                num_sge: 1,
+                imm_or_inv: wr.imm_or_inv,
+                remote_addr: wr.remote_addr,
+                rkey: wr.rkey,
+                inline_len: 0,
+                compare_add: wr.compare_add,
+                swap: wr.swap,
+                ahn: 0,
+                remote_qpn: 0,
+                remote_qkey: 0,
+                reserved: 0,
+            };
+            return region
+                .write_obj(at + IV_SEND_WQE_HEADER, sge)
+                .and_then(|()| region.write_obj(at, &header))
+                .map_err(|OutOfBounds| PostError::Invalid);
+        }
+        self.write_general(slots, index, wr)
+    }
+
+    /// [`SendQueue::write`] for any WR.
+    #[inline(never)]
+    fn write_general(
+        &self,
+        slots: Slots<'_>,
+        index: u32,
+        wr: &SendWr<'_>,
+    ) -> Result<(), PostError> {
         if wr.opcode > IV_WR_ATOMIC_FETCH_AND_ADD
             || wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
                 != 0
