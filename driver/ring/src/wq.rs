@@ -612,6 +612,10 @@ pub fn read_send_wqe(
 ///
 /// # Errors
 /// [`WqeError`].
+// Inlined into the HCA's requester: called, it cost the call, the spills
+// around it and its result passed back (callgrind: 27 instructions per
+// single-post SEND).
+#[inline(always)]
 pub fn read_send_wqe_into(
     ring: &Ring,
     index: u32,
