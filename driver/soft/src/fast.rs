@@ -162,23 +162,19 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             };
             // Committed: nothing below fails.
             let (index, _, last, count) = issue(qp, step.length);
-            let wqe = qp.tx.req.slot(index).wqe;
-            let ack_req = ack_request(qp, wqe.flags, count, entries);
+            // The two fields it needs, not a copy of the WQE.
+            let (flags, opcode) = {
+                let wqe = &qp.tx.req.slot(index).wqe;
+                (wqe.flags, wqe.opcode)
+            };
+            let ack_req = ack_request(qp, flags, count, entries);
             sent += count as usize;
             counted(dest, dest_qpn, count, dps);
             // The payload, from the slot (inline) or the gather list, where it
             // is not one copy.
-            let inline = wqe.flags & IV_SEND_INLINE != 0;
-            let src = || {
-                if inline {
-                    let ring = &qp.sq.0;
-                    Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
-                } else {
-                    Src::Sges(qp.tx.req.sges(index))
-                }
-            };
+            let inline = flags & IV_SEND_INLINE != 0;
             let len = step.length;
-            if wqe.opcode == IV_WR_SEND {
+            if opcode == IV_WR_SEND {
                 consume_rq(dest);
                 let recv = &dest.tx.resp.recv;
                 if let Some((dst, doff, src, soff)) = step.one_copy {
@@ -190,7 +186,8 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                     let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
                     let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
                 } else {
-                    scatter(mrs, qp.pdn, &src(), len, dest.pdn, &recv.sges[..recv.nsge]);
+                    let src = Src::of(qp, index, inline);
+                    scatter(mrs, qp.pdn, &src, len, dest.pdn, &recv.sges[..recv.nsge]);
                 }
                 let cqe = IvCqe {
                     wr_id: recv.wr_id,
@@ -206,7 +203,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                     dps,
                     dest.recv_cqn,
                     &cqe,
-                    wqe.flags & IV_SEND_SOLICITED != 0,
+                    flags & IV_SEND_SOLICITED != 0,
                 );
             } else if let Some((dst, doff, src, soff)) = step.one_copy {
                 let _ = Region::copy(dst, doff, src, soff, len as usize);
@@ -216,7 +213,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
             } else if len > 0 {
                 if let Some((region, base)) = step.dst {
-                    gather(mrs, qp.pdn, &src(), len, region, base);
+                    gather(mrs, qp.pdn, &Src::of(qp, index, inline), len, region, base);
                 }
             }
             delivered(dest, last);
@@ -1033,6 +1030,19 @@ enum Src<'a> {
     Inline(&'a alloc::sync::Arc<Region>, usize),
     /// A checked gather list.
     Sges(&'a [IvSge]),
+}
+
+impl<'a> Src<'a> {
+    /// The payload of QP `qp`'s WQE at ring index `index`: in its slot
+    /// (`inline`), or its gather list.
+    fn of(qp: &'a Qp, index: u32, inline: bool) -> Self {
+        if inline {
+            let ring = &qp.sq.0;
+            Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
+        } else {
+            Src::Sges(qp.tx.req.sges(index))
+        }
+    }
 }
 
 /// A contiguous piece of the source: a region from an offset.
