@@ -778,16 +778,49 @@ pub fn push_cqe(ring: &Ring, cqe: &IvCqe) -> Result<(), Overrun> {
 /// Writes `cqe` into slot `index`: everything but the sequence word, then
 /// the sequence word (`index + 1`, release), so that a poller that sees it
 /// sees the whole entry ([`IvCqe::seq`]).
+#[inline(always)]
 fn write_cqe(ring: &Ring, index: u32, cqe: &IvCqe) -> Result<(), Overrun> {
     let at = ring.slot_offset(index);
-    let region = ring.region();
-    region
-        .write(at, &cqe.as_bytes()[..IV_CQE_SEQ_OFFSET])
-        .map_err(|OutOfBounds| Overrun)?;
+    let region = ring.region().window();
+    write_cqe_body(region, at, cqe).map_err(|OutOfBounds| Overrun)?;
     region
         .atomic_u32(at + IV_CQE_SEQ_OFFSET)
         .map_err(|OutOfBounds| Overrun)?
         .store(index.wrapping_add(1), Ordering::Release);
+    Ok(())
+}
+
+/// Writes everything of `cqe` but its sequence word at byte `at`, a field
+/// at a time: inlined where the CQE is built, its fields go from registers
+/// to the ring (a copy as bytes went through a CQE on the stack, and read
+/// it back in loads wider than the stores that built it).
+#[inline(always)]
+fn write_cqe_body(w: Window<'_>, at: usize, cqe: &IvCqe) -> Result<(), OutOfBounds> {
+    use core::mem::offset_of;
+    const { assert!(offset_of!(IvCqe, seq) == IV_CQE_SEQ_OFFSET) };
+    w.check(at, IV_CQE_SEQ_OFFSET)?;
+    macro_rules! field {
+        ($($f:ident),*) => {
+            $(w.write_obj(at + offset_of!(IvCqe, $f), &cqe.$f)?;)*
+        };
+    }
+    field!(
+        wr_id,
+        status,
+        opcode,
+        vendor_err,
+        byte_len,
+        imm_or_inv,
+        qp_num,
+        src_qp,
+        wc_flags,
+        pkey_index,
+        slid,
+        sl,
+        dlid_path_bits,
+        reserved0,
+        reserved
+    );
     Ok(())
 }
 
@@ -801,6 +834,8 @@ fn write_cqe(ring: &Ring, index: u32, cqe: &IvCqe) -> Result<(), Overrun> {
 /// # Errors
 /// [`Overrun`] when `limit` entries (or the whole ring) are unconsumed, or
 /// the ULP's consumer index is impossible.
+// Inlined where the CQE is built (see `write_cqe_body`).
+#[inline(always)]
 pub fn push_cqe_room(ring: &Ring, cqe: &IvCqe, limit: u32, room: &mut u32) -> Result<u32, Overrun> {
     if *room == 0 {
         *room = cq_room(ring, limit);
