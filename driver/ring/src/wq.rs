@@ -130,6 +130,7 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`PostError`]; nothing was posted.
+    #[inline]
     pub fn post(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
         post_one(&self.lock, &self.known_free, &self.ring, |slots, index| {
             self.write(slots, index, wr)
