@@ -628,7 +628,7 @@ fn check<'m>(
     if wqe.opcode != IV_WR_SEND && wqe.opcode != IV_WR_RDMA_WRITE {
         return None;
     }
-    let (length, src) = source(&wqe, shadow, pdn, local)?;
+    let (length, src) = source(wqe, shadow, pdn, local)?;
     if wqe.opcode == IV_WR_SEND {
         // A receive WQE, well formed, that takes the message; room for
         // its completion.
@@ -644,7 +644,7 @@ fn check<'m>(
         if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
             return None;
         }
-        let dst = remote_range(remote, dest, &wqe, length, IV_ACCESS_REMOTE_WRITE)?;
+        let dst = remote_range(remote, dest, wqe, length, IV_ACCESS_REMOTE_WRITE)?;
         Some(Step {
             length,
             dst,
@@ -959,7 +959,7 @@ fn remote_range<'m>(
 /// ([`crate::requester::ReqState::read_shadow`]): the header, and the
 /// gather list.
 #[inline(always)]
-fn read_next(qp: &mut Qp) -> Option<(IvSendWqe, &[IvSge])> {
+fn read_next(qp: &mut Qp) -> Option<(&IvSendWqe, &[IvSge])> {
     let index = qp.tx.req.next;
     qp.tx.req.read_shadow(&qp.sq.0, index, &qp.cap).ok()
 }

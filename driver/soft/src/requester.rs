@@ -280,7 +280,7 @@ impl ReqState {
         ring: &Ring,
         i: u32,
         cap: &irpverbs_abi::IvQpCap,
-    ) -> Result<(IvSendWqe, &[IvSge]), WqeError> {
+    ) -> Result<(&IvSendWqe, &[IvSge]), WqeError> {
         let k = self.slot_index(i);
         let per = self.sge_per_slot;
         let slot = &mut self.slots[k];
@@ -296,7 +296,7 @@ impl ReqState {
         )?;
         // At most 32, checked by the reader.
         slot.nsge = u8::try_from(nsge).unwrap_or(0);
-        Ok((slot.wqe, &shadow[..nsge]))
+        Ok((&slot.wqe, &shadow[..nsge]))
     }
 
     /// The gather list of ring index `i`.
@@ -467,7 +467,7 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
 fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     let index = qp.tx.req.next;
     let (wqe, shadow) = match qp.tx.req.read_shadow(&qp.sq.0, index, &qp.cap) {
-        Ok(read) => read,
+        Ok((wqe, shadow)) => (*wqe, shadow),
         Err(_) => {
             qp.tx.req.next = index.wrapping_add(1);
             return Err(IV_WC_LOC_QP_OP_ERR);
