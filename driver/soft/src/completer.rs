@@ -510,15 +510,16 @@ pub(crate) fn acked_fast(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     let mut ci = req.ci;
     let mut ok = false;
     while ci != req.next {
-        let s = &mut req.slots[ci as usize & mask];
-        if !s.done {
-            if psn_diff(s.last_psn, psn) > 0 {
-                break;
-            }
-            s.done = true;
-            s.status = IV_WC_SUCCESS;
-        }
-        let status = s.status;
+        let s = &req.slots[ci as usize & mask];
+        // Not done yet: done now, successfully, if the ACK covers it. (Its
+        // slot is retired below: nothing reads its state again.)
+        let status = if s.done {
+            s.status
+        } else if psn_diff(s.last_psn, psn) > 0 {
+            break;
+        } else {
+            IV_WC_SUCCESS
+        };
         if status != IV_WC_SUCCESS || sig_all || s.wqe.flags & IV_SEND_SIGNALED != 0 {
             let cqe = send_cqe(qpn, &s.wqe, status, s.length);
             post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
