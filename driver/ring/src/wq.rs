@@ -991,6 +991,28 @@ mod tests {
         }
     }
 
+    /// A CQE written a field at a time lands byte for byte, every byte
+    /// before the sequence word (a field left out of the list would not),
+    /// and the sequence word says it is in.
+    #[test]
+    fn every_byte_of_a_cqe_reaches_the_ring() {
+        use zerocopy::FromBytes;
+        let mut bytes = [0u8; size_of::<IvCqe>()];
+        for (k, b) in bytes.iter_mut().enumerate() {
+            *b = (k as u8).wrapping_mul(7) | 1;
+        }
+        let cqe = IvCqe::read_from_bytes(&bytes).unwrap();
+        let ring = Ring::alloc(4, 64).unwrap();
+        push_cqe(&ring, &cqe).unwrap();
+        let mut got = [0u8; size_of::<IvCqe>()];
+        ring.region().read(ring.slot_offset(0), &mut got).unwrap();
+        assert_eq!(got[..IV_CQE_SEQ_OFFSET], bytes[..IV_CQE_SEQ_OFFSET]);
+        assert_eq!(
+            got[IV_CQE_SEQ_OFFSET..IV_CQE_SEQ_OFFSET + 4],
+            1u32.to_le_bytes()
+        );
+    }
+
     /// The HCA writes into the room it knows of without reading the
     /// consumer index, reads it again when that runs out, and finds the
     /// CQ full (or the index impossible) as an overrun.
