@@ -131,14 +131,6 @@ impl Region {
         }
     }
 
-    /// Whether `len` bytes at `offset` are inside the region.
-    ///
-    /// # Errors
-    /// [`OutOfBounds`].
-    pub fn check(&self, offset: usize, len: usize) -> Result<(), OutOfBounds> {
-        self.window().check(offset, len)
-    }
-
     /// Copies `dst.len()` bytes at `offset` out of the region.
     ///
     /// # Errors
@@ -305,7 +297,7 @@ impl<'a> Window<'a> {
         Ok(unsafe { self.ptr.as_ptr().add(offset) })
     }
 
-    /// [`Region::check`].
+    /// Whether `len` bytes at `offset` are inside the region.
     ///
     /// # Errors
     /// [`OutOfBounds`].

@@ -338,7 +338,7 @@ impl Ring {
     /// Byte offset (in the region) of the slot of `index`.
     #[must_use]
     pub fn slot_offset(&self, index: u32) -> usize {
-        ENTRIES_OFFSET + (index & (self.entries - 1)) as usize * self.stride as usize
+        self.slots().offset(index)
     }
 
     /// The slots' geometry and the region's bounds as a value, for a loop
