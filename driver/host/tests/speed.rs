@@ -685,8 +685,13 @@ fn an_srq_shared_by_four_qps_under_two_threads() {
                 let mut cqes = [IvCqe::default(); 32];
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while next.iter().sum::<u64>() < QPS as u64 * MSGS {
-                    // Keep the SRQ topped up to all its buffers.
-                    while posted < RBUFS as u64 {
+                    // Keep the SRQ topped up to all its buffers, once the
+                    // first message has taken it below its limit (topped
+                    // up before, it would never go below: a thread that
+                    // got a processor before the sender's first post, as
+                    // on 2 processors with the firmware thread yielding,
+                    // left the test waiting for the limit event forever).
+                    while posted < RBUFS as u64 && next.iter().sum::<u64>() > 0 {
                         srq.post_recv(posted, &recv_sge(posted))
                             .map_err(|e| format!("post_srq_recv: {e:?}"))?;
                         credits.fetch_add(1, Ordering::Release);
