@@ -2361,3 +2361,99 @@ pub(crate) fn dp_cq_overrun_cq_error(d: &dyn Dut) -> Result<(), String> {
         STATUS_INVALID_HANDLE,
     )
 }
+
+/// A work queue takes as many work requests as the depth its create
+/// reported, and no more: a send queue and a receive queue created with
+/// depth 0 (capacity 0) refuse every post; queues of depth 1 and of a
+/// rounded-up depth take exactly that many; an SRQ likewise. Nothing was
+/// rung for a refused post and the QP stays in RESET.
+pub(crate) fn dp_work_queues_take_their_reported_depth(d: &dyn Dut) -> Result<(), String> {
+    let e = Env::open(d)?;
+    let cq = e.cq(256)?;
+    let create = |send: u32, recv: u32| {
+        ok(
+            "create QP",
+            e.c.new_qp(&IvCreateQpIn {
+                pd: e.pd,
+                send_cq: cq.handle(),
+                recv_cq: cq.handle(),
+                srq: 0,
+                user_context: QP_CONTEXT,
+                qp_type: IV_QPT_RC,
+                sq_sig_all: 0,
+                cap: IvQpCap {
+                    max_send_wr: send,
+                    max_recv_wr: recv,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                    reserved: 0,
+                },
+            }),
+        )
+    };
+    // Posts until one is refused: how many were taken, and why it stopped.
+    let fill = |what: &str, post: &dyn Fn(u64) -> Result<(), PostError>| {
+        let mut n = 0u64;
+        loop {
+            match post(n) {
+                Ok(()) => n += 1,
+                Err(PostError::Full) => return Ok(n),
+                Err(e) => return Err(format!("{what}: post {n} refused with {e:?}, not Full")),
+            }
+            if n > 1 << 16 {
+                return Err(format!("{what}: never full"));
+            }
+        }
+    };
+    for (send, recv) in [(0, 0), (0, 1), (1, 0), (5, 3)] {
+        let qp = create(send, recv)?;
+        let cap = qp.cap();
+        let what = format!("QP asked ({send}, {recv}), created {cap:?}");
+        check!(
+            (cap.max_send_wr == 0) == (send == 0)
+                && (cap.max_recv_wr == 0) == (recv == 0)
+                && cap.max_send_wr >= send
+                && cap.max_recv_wr >= recv,
+            "{what}: depths"
+        );
+        let sends = fill(&what, &|i| qp.post_send(&wr(i, IV_WR_SEND)))?;
+        let recvs = fill(&what, &|i| qp.post_recv(i, &[]))?;
+        check!(
+            (sends, recvs) == (u64::from(cap.max_send_wr), u64::from(cap.max_recv_wr)),
+            "{what}: took {sends} sends and {recvs} receives"
+        );
+        if cap.max_send_wr == 0 {
+            let list = [wr(1, IV_WR_SEND)];
+            check!(
+                matches!(qp.post_send_list(&list), Err((0, PostError::Full))),
+                "{what}: a list posted to a send queue of depth 0"
+            );
+        }
+        state(&qp, IV_QPS_RESET, &what)?;
+        destroy_qp(qp, &what)?;
+    }
+    for depth in [1, 6] {
+        let srq = ok(
+            "create SRQ",
+            e.c.new_srq(&IvCreateSrqIn {
+                pd: e.pd,
+                user_context: SRQ_CONTEXT,
+                max_wr: depth,
+                max_sge: 1,
+                srq_limit: 0,
+                reserved: 0,
+            }),
+        )?;
+        let q = ok("query SRQ", e.c.query_srq(srq.handle()))?;
+        let what = format!("SRQ of depth {depth} (reported {})", q.max_wr);
+        let n = fill(&what, &|i| srq.post_recv(i, &[]))?;
+        check!(
+            n == u64::from(q.max_wr) && q.max_wr >= depth,
+            "{what}: took {n}"
+        );
+        srq.destroy()
+            .map_err(|(_, st)| format!("{what}: destroy: {}", status_name(st)))?;
+    }
+    destroy_cq(cq, "teardown")
+}

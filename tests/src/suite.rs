@@ -77,6 +77,10 @@ pub const SUITE: &[(&str, Test)] = &[
         dp::dp_wr_flush_err_exactly_once,
     ),
     ("dp_cq_overrun_cq_error", dp::dp_cq_overrun_cq_error),
+    (
+        "dp_work_queues_take_their_reported_depth",
+        dp::dp_work_queues_take_their_reported_depth,
+    ),
 ];
 
 pub(crate) fn expect<T: std::fmt::Debug>(

@@ -265,6 +265,17 @@ impl Ring {
         self.entries
     }
 
+    /// Work requests a work queue (send, receive or shared receive queue)
+    /// over this ring holds at most: one less than its slots, the depth the
+    /// verbs report for it (2^k - 1 for 2^k slots), so that a queue
+    /// created with a depth of 0 (one slot) holds nothing. The ULP's post
+    /// refuses a work request beyond it ([`crate::wq`]) and the HCA treats
+    /// a producer index beyond it as a corrupt ring.
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        self.entries - 1
+    }
+
     /// Bytes per slot.
     #[must_use]
     pub fn stride(&self) -> u32 {

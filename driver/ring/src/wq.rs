@@ -365,7 +365,7 @@ fn post_each<T>(
             if n == free {
                 // The slots it knew of are used: the consumer index again
                 // (free slots from `start`, `n` of them written since).
-                let fresh = p.free();
+                let fresh = wq_free(&p);
                 if fresh <= n {
                     result = Err((n as usize, PostError::Full));
                     break;
@@ -386,6 +386,13 @@ fn post_each<T>(
     })
 }
 
+/// Free slots of a work queue: its ring's free slots less the one a work
+/// queue never fills ([`Ring::capacity`]).
+#[inline]
+fn wq_free(p: &crate::ring::Producer<'_, AtomicU32>) -> u32 {
+    p.free().saturating_sub(1)
+}
+
 /// [`post_each`] for one work request, without the list's loop (the
 /// common `post_send` of one WR): under the queue's lock, writes it at the
 /// producer slot if one is free and publishes it.
@@ -400,7 +407,7 @@ fn post_one(
         let start = p.producer.load(Ordering::Relaxed);
         let mut free = known.get();
         if free == 0 {
-            free = p.free();
+            free = wq_free(&p);
             if free == 0 {
                 return Err(PostError::Full);
             }

@@ -592,7 +592,7 @@ pub(crate) fn flush_sq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let pi = ring.producer_word().load(Ordering::Acquire);
     let ci = req.ci;
     let n = pi.wrapping_sub(ci);
-    if n > ring.entries() {
+    if n > ring.capacity() {
         req.resync(pi);
         ring.consumer().release(pi);
         return;
@@ -644,7 +644,7 @@ pub(crate) fn flush_rq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let resp = &mut qp.tx.resp;
     let pi = ring.producer_word().load(Ordering::Acquire);
     let n = pi.wrapping_sub(resp.rq_ci);
-    if n <= ring.entries() {
+    if n <= ring.capacity() {
         for k in 0..n {
             let i = resp.rq_ci.wrapping_add(k);
             let wqe: IvRecvWqe = ring

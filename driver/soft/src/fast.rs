@@ -117,6 +117,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     }
     let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
     let entries = qp.sq.0.entries();
+    let capacity = qp.sq.0.capacity();
     let mut sent = 0usize;
     // The last PSN an ACK acknowledges (one ACK packet, coalesced), and the
     // last a READ's or atomic's response acknowledges (no ACK packet of its
@@ -146,7 +147,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 break;
             }
             let posted = pi.wrapping_sub(req.ci);
-            if posted > entries || req.next.wrapping_sub(req.ci) > posted {
+            if posted > capacity || req.next.wrapping_sub(req.ci) > posted {
                 break;
             }
             if sent >= REQUESTER_BUDGET {
@@ -689,10 +690,10 @@ fn read_rq(dest: &mut Qp) -> Option<()> {
     let ring = &dest.rq.as_ref()?.0;
     let resp = &mut dest.tx.resp;
     let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
-    if n == 0 || n > ring.entries() {
+    if n == 0 || n > ring.capacity() {
         resp.rq_seen = ring.producer_word().load(Ordering::Acquire);
         let n = resp.rq_seen.wrapping_sub(resp.rq_ci);
-        if n == 0 || n > ring.entries() {
+        if n == 0 || n > ring.capacity() {
             return None;
         }
     }
@@ -802,7 +803,7 @@ fn check_message<'m>(
                 .producer_word()
                 .load(Ordering::Acquire)
                 .wrapping_sub(srq.ci);
-            if posted == 0 || posted > ring.entries() {
+            if posted == 0 || posted > ring.capacity() {
                 return None;
             }
             let recv = &mut dest.tx.resp.recv;

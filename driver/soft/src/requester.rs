@@ -422,7 +422,7 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
             break;
         }
         let posted = pi.wrapping_sub(req.ci);
-        if posted > ring.entries() || req.next.wrapping_sub(req.ci) > posted {
+        if posted > ring.capacity() || req.next.wrapping_sub(req.ci) > posted {
             // The ULP published an impossible producer index.
             enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));
             break;

@@ -337,7 +337,7 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
         if n == 0 {
             return Ok(false);
         }
-        if n > ring.entries() {
+        if n > ring.capacity() {
             srq.ci = pi;
             ring.consumer().release(pi);
             env.dp.raise(AsyncEvent::SrqError(srqn));
@@ -366,7 +366,7 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
         if n == 0 {
             return Ok(false);
         }
-        if n > ring.entries() {
+        if n > ring.capacity() {
             resp.rq_ci = pi;
             ring.consumer().release(pi);
             enter_error(qpn, qp, env, Some(AsyncEvent::QpFatal(qpn)));

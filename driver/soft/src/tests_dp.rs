@@ -3555,6 +3555,45 @@ fn an_impossible_producer_index_is_fatal_to_its_qp_only() {
     assert!(p.b.asyncs().contains(&AsyncEvent::QpFatal(p.qb.qpn)));
 }
 
+/// A work queue holds its reported depth, one less than its ring's slots:
+/// a producer index that publishes every slot (one work request past the
+/// depth, which the ULP's post refuses) is a corrupt ring, fatal to the
+/// QP, and none of its work requests runs.
+#[test]
+fn a_producer_index_past_the_queue_depth_is_fatal() {
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let ring = p.qa.sq.ring();
+    assert_eq!(ring.capacity(), ring.entries() - 1);
+    let c = ring.consumer_word().load(Ordering::SeqCst);
+    ring.producer_word()
+        .store(c.wrapping_add(ring.entries()), Ordering::SeqCst);
+    p.a.d.hca.sq_doorbell(p.qa.qpn);
+    assert_eq!(p.a.state(&p.qa), IV_QPS_ERR);
+    assert!(p.a.asyncs().contains(&AsyncEvent::QpFatal(p.qa.qpn)));
+    assert!(p.cqa.poll().is_empty(), "no completions for a broken ring");
+    assert_eq!(p.b.d.hca.stats().packets_received, 0, "nothing was sent");
+    let rring = p.qb.rq.as_ref().unwrap().ring();
+    let c = rring.consumer_word().load(Ordering::SeqCst);
+    rring
+        .producer_word()
+        .store(c.wrapping_add(rring.entries()), Ordering::SeqCst);
+    inject(
+        &p.b,
+        Packet {
+            opcode: op::RC_SEND_ONLY,
+            dest_qpn: p.qb.qpn,
+            psn: PSN0,
+            sgid: p.a.gid(),
+            dgid: p.b.gid(),
+            ..Packet::default()
+        },
+        &[],
+    );
+    assert_eq!(p.b.state(&p.qb), IV_QPS_ERR);
+    assert!(p.b.asyncs().contains(&AsyncEvent::QpFatal(p.qb.qpn)));
+    assert!(p.cqb.poll().is_empty(), "no receive completed");
+}
+
 #[test]
 fn retransmit_timeout_seam() {
     let s = Stuck::new(Conn {
