@@ -261,12 +261,12 @@
 #define IOCTL_IV_DESTROY_CEP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2147 << 2)) | METHOD_BUFFERED)
 
 /**
- * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values or non-zero reserved fields: `STATUS_INVALID_PARAMETER`. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+ * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
  */
 #define IOCTL_IV_CM_CONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2148 << 2)) | METHOD_BUFFERED)
 
 /**
- * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+ * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). In: [`IvCmAcceptIn`]. Out: none.
  */
 #define IOCTL_IV_CM_ACCEPT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2149 << 2)) | METHOD_BUFFERED)
 
@@ -320,8 +320,10 @@
  * ID) and seen by none. `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID
  * has a listener on that GID, or (all zero) any listener, or a listener on
  * any GID (as a wildcard and a specific socket address conflict),
- * `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle,
- * `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
+ * `STATUS_INVALID_ADDRESS` if the GID is not in the GID table of an
+ * active port of the device (the tables are read, one command per entry,
+ * before the listen), `STATUS_INVALID_DEVICE_STATE` if the CEP is not
+ * idle, `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
  * In: [`IvListenAddrIn`]. Out: none.
  */
 #define IOCTL_IV_LISTEN_ADDR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2177 << 2)) | METHOD_BUFFERED)
@@ -3247,6 +3249,16 @@ typedef struct IvCqe {
  */
 #ifndef STATUS_NETWORK_UNREACHABLE
 #define STATUS_NETWORK_UNREACHABLE -1073741252
+#endif
+
+/**
+ * `STATUS_QUOTA_EXCEEDED` (0xC0000044): the file (one open of the
+ * device) holds as many objects of the kind, or as many bytes of ring or
+ * pinned memory, as its per-file quota allows; nothing was created. Other
+ * files are not affected, and destroying the file's objects frees quota.
+ */
+#ifndef STATUS_QUOTA_EXCEEDED
+#define STATUS_QUOTA_EXCEEDED -1073741756
 #endif
 
 #endif  /* IRPVERBS_H */

@@ -270,13 +270,13 @@ pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x863 << 2)
     | METHOD_BUFFERED;
 
-/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values or non-zero reserved fields: `STATUS_INVALID_PARAMETER`. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
 pub const IOCTL_IV_CM_CONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x864 << 2)
     | METHOD_BUFFERED;
 
-/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT`. In: [`IvCmAcceptIn`]. Out: none.
+/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). In: [`IvCmAcceptIn`]. Out: none.
 pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x865 << 2)
@@ -335,8 +335,10 @@ pub const IOCTL_IV_RESOLVE_ADDR: u32 =
 /// ID) and seen by none. `STATUS_ADDRESS_ALREADY_EXISTS` if the service ID
 /// has a listener on that GID, or (all zero) any listener, or a listener on
 /// any GID (as a wildcard and a specific socket address conflict),
-/// `STATUS_INVALID_DEVICE_STATE` if the CEP is not idle,
-/// `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
+/// `STATUS_INVALID_ADDRESS` if the GID is not in the GID table of an
+/// active port of the device (the tables are read, one command per entry,
+/// before the listen), `STATUS_INVALID_DEVICE_STATE` if the CEP is not
+/// idle, `STATUS_INVALID_HANDLE`. IRQL: <= DISPATCH_LEVEL.
 /// In: [`IvListenAddrIn`]. Out: none.
 pub const IOCTL_IV_LISTEN_ADDR: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)

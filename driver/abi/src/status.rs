@@ -91,6 +91,12 @@ pub const STATUS_ADDRESS_ALREADY_EXISTS: NtStatus = -0x3FFF_FDF6;
 /// address of the destination's family.
 pub const STATUS_NETWORK_UNREACHABLE: NtStatus = -0x3FFF_FDC4;
 
+/// `STATUS_QUOTA_EXCEEDED` (0xC0000044): the file (one open of the
+/// device) holds as many objects of the kind, or as many bytes of ring or
+/// pinned memory, as its per-file quota allows; nothing was created. Other
+/// files are not affected, and destroying the file's objects frees quota.
+pub const STATUS_QUOTA_EXCEEDED: NtStatus = -0x3FFF_FFBC;
+
 /// True for success and informational values (NT_SUCCESS).
 #[must_use]
 pub const fn nt_success(status: NtStatus) -> bool {
@@ -125,6 +131,7 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_INVALID_ADDRESS => "STATUS_INVALID_ADDRESS",
         STATUS_ADDRESS_ALREADY_EXISTS => "STATUS_ADDRESS_ALREADY_EXISTS",
         STATUS_NETWORK_UNREACHABLE => "STATUS_NETWORK_UNREACHABLE",
+        STATUS_QUOTA_EXCEEDED => "STATUS_QUOTA_EXCEEDED",
         _ => "STATUS_<unknown>",
     }
 }
@@ -159,6 +166,7 @@ mod tests {
         (STATUS_INVALID_ADDRESS, 0xC000_0141),
         (STATUS_ADDRESS_ALREADY_EXISTS, 0xC000_020A),
         (STATUS_NETWORK_UNREACHABLE, 0xC000_023C),
+        (STATUS_QUOTA_EXCEEDED, 0xC000_0044),
     ];
 
     #[test]

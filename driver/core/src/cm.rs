@@ -1005,6 +1005,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Err((request, STATUS_INVALID_HANDLE));
         };
         let (qp_type, qpn) = (q.qp_type, q.qpn);
+        // A connect or accept walks its QP from RESET (the ABI's
+        // precondition), checked again here: it may have moved since the
+        // request began (a connect reads its GID entry first).
+        if matches!(steps.first(), Some((_, Phase::Init))) && q.state != IV_QPS_RESET {
+            return Err((request, STATUS_INVALID_DEVICE_STATE));
+        }
         // Every step checked before any is posted, each from the state the
         // one before leaves.
         let mut nexts = [0u32; MAX_CHAIN];
@@ -1261,10 +1267,20 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
         }
         let state = s.cm.engine.state(id);
+        // The QP of a connect or accept: an RC QP in RESET (the request
+        // walks it from there), with no modify in flight.
         let qp_of = |s: &mut State<P::Request>, h: IvHandle| -> Result<(IvHandle, u32), NtStatus> {
             let idx = lookup(s, h, Kind::Qp)?;
-            match &s.files.get(&file).map(|f| &f.objects.get(idx).body) {
-                Some(Body::Qp(q)) if q.qp_type == IV_QPT_RC => Ok((h, q.qpn)),
+            let o = s
+                .files
+                .get(&file)
+                .map(|f| f.objects.get(idx))
+                .ok_or(STATUS_INVALID_HANDLE)?;
+            match &o.body {
+                Body::Qp(q) if q.qp_type != IV_QPT_RC => Err(STATUS_INVALID_PARAMETER),
+                Body::Qp(_) if o.busy => Err(STATUS_DEVICE_BUSY),
+                Body::Qp(q) if q.state != IV_QPS_RESET => Err(STATUS_INVALID_DEVICE_STATE),
+                Body::Qp(q) => Ok((h, q.qpn)),
                 _ => Err(STATUS_INVALID_PARAMETER),
             }
         };
@@ -1344,7 +1360,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if i.path_mtu != 0 {
                     c.path_mtu = i.path_mtu;
                 }
-                let m = c.init_attr();
                 s.cm_ops.insert(
                     id,
                     Box::new(Parked {
@@ -1353,22 +1368,21 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         ..parked(CmKind::Connect, qp)
                     }),
                 );
-                if i.sgid_index != 0 {
-                    // Another of the port's addresses: its GID table entry
-                    // is read first ([`Device::cm_gid_checked`]).
-                    let cmd = crate::Command::QueryGid {
-                        port: 1,
-                        index: u32::from(i.sgid_index),
-                    };
-                    let op = crate::device::Op::CmCheckGid {
-                        cep: id,
-                        gid: i.local_gid,
-                    };
-                    self.post(s, file, Some(request), op, cmd);
-                    Ok(())
-                } else {
-                    self.cm_modify(s, file, qp, m, id, Phase::Init, request)
-                }
+                // The REQ carries `local_gid` as the requester's port GID:
+                // the GID table entry it names is read first, whatever the
+                // index, and must hold it ([`Device::cm_gid_checked`]), so
+                // that no REQ leaves with an address the port does not
+                // have.
+                let cmd = crate::Command::QueryGid {
+                    port: 1,
+                    index: u32::from(i.sgid_index),
+                };
+                let op = crate::device::Op::CmCheckGid {
+                    cep: id,
+                    gid: i.local_gid,
+                };
+                self.post(s, file, Some(request), op, cmd);
+                Ok(())
             }
             CmIn::CmAccept(i) => {
                 let flags = u32::from(i.flags);
@@ -1792,9 +1806,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// `IOCTL_IV_LISTEN_ADDR`: `IOCTL_IV_LISTEN` for REQs addressed to one
     /// GID (all zero: any), as the CM engine's `listen_on`: listeners on
     /// different GIDs share a service ID, one on any GID shares it with
-    /// none. The GID is not checked against the HCA's tables (a REQ for a
-    /// GID the device does not own never arrives); rdma_cm's bind resolves
-    /// the address first.
+    /// none. A GID must be one of the device's: the ports' GID tables are
+    /// walked first ([`crate::resolve::Resolve::owner`], an asynchronous
+    /// command per entry) and the listen happens in the DPC when the walk
+    /// finds it ([`Device::listen_addr_checked`]); `STATUS_INVALID_ADDRESS`
+    /// when no active port has it.
     ///
     /// IRQL: DISPATCH_LEVEL, under the device lock.
     pub(crate) fn listen_addr(
@@ -1804,21 +1820,64 @@ impl<P: Platform, H: Hca> Device<P, H> {
         i: &IvListenAddrIn,
         request: P::Request,
     ) -> Option<Done<P::Request>> {
-        let idx = match s
-            .file(file)
-            .and_then(|f| f.objects.lookup(i.cep, Kind::Cep))
-        {
-            Ok(x) => x,
+        let id = match self.listen_cep(s, file, i.cep) {
+            Ok(id) => id,
             Err(st) => return Some((request, st, Response::None)),
         };
-        let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
-            return Some((request, STATUS_INVALID_HANDLE, Response::None));
-        };
-        let st = match s.cm.engine.listen_on(id, i.service_id, i.gid) {
-            Ok(()) => STATUS_SUCCESS,
-            Err(irpverbs_cm::CmError::ServiceInUse) => STATUS_ADDRESS_ALREADY_EXISTS,
-            Err(e) => cm_status(e),
-        };
-        Some((request, st, Response::None))
+        if i.gid == [0; 16] {
+            return Some((request, listen_on(s, id, i), Response::None));
+        }
+        match crate::resolve::Resolve::owner(i, self.hca.caps()) {
+            Ok((walk, cmd)) => {
+                let op = crate::device::Op::Resolve(Box::new(walk));
+                self.post(s, file, Some(request), op, cmd);
+                None
+            }
+            Err(st) => Some((request, st, Response::None)),
+        }
+    }
+
+    /// The CEP `LISTEN_ADDR` names, idle.
+    fn listen_cep(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        cep: IvHandle,
+    ) -> Result<irpverbs_cm::CepId, NtStatus> {
+        let idx = s
+            .file(file)
+            .and_then(|f| f.objects.lookup(cep, Kind::Cep))?;
+        let id = cep_mut(s, file, idx)
+            .map(|c| c.id)
+            .ok_or(STATUS_INVALID_HANDLE)?;
+        if s.cm.engine.state(id) != Some(CmState::Idle) {
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
+        Ok(id)
+    }
+
+    /// The GID walk of a `LISTEN_ADDR` ended: found, the listen (its CEP
+    /// looked up again: it may be gone or busy by now); else the walk's
+    /// status.
+    pub(crate) fn listen_addr_checked(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        i: &IvListenAddrIn,
+        found: Result<(), NtStatus>,
+    ) -> NtStatus {
+        match found.and_then(|()| self.listen_cep(s, file, i.cep)) {
+            Ok(id) => listen_on(s, id, i),
+            Err(st) => st,
+        }
+    }
+}
+
+/// The engine's listen for `LISTEN_ADDR` on an idle CEP.
+fn listen_on<R>(s: &mut State<R>, id: irpverbs_cm::CepId, i: &IvListenAddrIn) -> NtStatus {
+    match s.cm.engine.listen_on(id, i.service_id, i.gid) {
+        Ok(()) => STATUS_SUCCESS,
+        Err(irpverbs_cm::CmError::ServiceInUse) => STATUS_ADDRESS_ALREADY_EXISTS,
+        Err(e) => cm_status(e),
     }
 }

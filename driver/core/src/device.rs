@@ -145,10 +145,11 @@ pub(crate) enum Op {
         more: bool,
     },
     /// An address resolution walking the ports' GID tables
-    /// (`crate::resolve`).
+    /// (`crate::resolve`), or a `LISTEN_ADDR`'s check that its GID is
+    /// the device's.
     Resolve(alloc::boxed::Box<crate::resolve::Resolve>),
-    /// A `CM_CONNECT` from a GID index other than 0: the entry is read to
-    /// check it is the request's local GID before the QP moves.
+    /// A `CM_CONNECT`: the GID table entry its `sgid_index` names is read
+    /// to check it is the request's local GID before the QP moves.
     CmCheckGid {
         cep: irpverbs_cm::CepId,
         gid: [u8; 16],
@@ -1182,10 +1183,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return self.cm_gid_checked(s, p.file, (cep, gid), status, &out, p.request);
         }
         if let Op::Resolve(r) = p.op {
+            let listen = r.listen();
             let done = match r.step(status, out) {
                 crate::resolve::Step::Next(r, cmd) => {
                     self.post(s, p.file, p.request, Op::Resolve(r), cmd);
                     None
+                }
+                // A `LISTEN_ADDR`'s walk: the GID is the device's or not.
+                crate::resolve::Step::Done(found) if let Some(i) = listen => {
+                    let st = self.listen_addr_checked(s, p.file, &i, found.map(|_| ()));
+                    p.request.map(|q| (q, st, Response::None))
                 }
                 crate::resolve::Step::Done(Ok(route)) => p
                     .request

@@ -92,6 +92,9 @@ pub(crate) struct Resolve {
     mtu: u32,
     /// The first GID of the destination's family seen (no source given).
     first: Option<IvResolveAddrOut>,
+    /// A `LISTEN_ADDR`'s input, for a walk that checks its GID
+    /// ([`Resolve::owner`]).
+    listen: Option<IvListenAddrIn>,
 }
 
 /// What to do after a step.
@@ -129,17 +132,55 @@ impl Resolve {
         if caps.phys_port_cnt == 0 {
             return Err(STATUS_NETWORK_UNREACHABLE);
         }
+        Ok(Self::walk(dgid, sgid, None, caps.phys_port_cnt))
+    }
+
+    /// A walk of `ports` ports from the first one's query.
+    fn walk(
+        dgid: [u8; 16],
+        sgid: Option<[u8; 16]>,
+        listen: Option<IvListenAddrIn>,
+        ports: u8,
+    ) -> (Self, Command) {
         let r = Self {
+            listen,
             dgid,
             sgid,
-            ports: caps.phys_port_cnt,
+            ports,
             port: 1,
             next: 0,
             table: 0,
             mtu: 0,
             first: None,
         };
-        Ok((r, Command::QueryPort { port: 1 }))
+        (r, Command::QueryPort { port: 1 })
+    }
+
+    /// Starts a walk that finds the GID of a `LISTEN_ADDR` in the active
+    /// ports' GID tables (the check that the address is the device's): it
+    /// ends with the route through it, or `STATUS_INVALID_ADDRESS`.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_ADDRESS` for a device without ports.
+    pub(crate) fn owner(
+        listen: &IvListenAddrIn,
+        caps: &IvQueryDeviceOut,
+    ) -> Result<(Self, Command), NtStatus> {
+        if caps.phys_port_cnt == 0 {
+            return Err(STATUS_INVALID_ADDRESS);
+        }
+        let gid = listen.gid;
+        Ok(Self::walk(
+            gid,
+            Some(gid),
+            Some(*listen),
+            caps.phys_port_cnt,
+        ))
+    }
+
+    /// The `LISTEN_ADDR` this walk checks the GID of, if it is one.
+    pub(crate) fn listen(&self) -> Option<IvListenAddrIn> {
+        self.listen
     }
 
     /// The route through GID `index` of the current port.

@@ -333,6 +333,17 @@ impl FakeHca {
                 continue;
             }
             let out = match cmd {
+                // A GID table of one entry: the address the connects of
+                // these tests leave from.
+                Command::QueryGid { index: 0, .. } => CommandOut::Gid(GID_A),
+                Command::QueryGid { .. } => {
+                    self.eq.lock().unwrap().push_back(Event::CommandDone {
+                        token,
+                        status: STATUS_INVALID_PARAMETER,
+                        out: CommandOut::None,
+                    });
+                    continue;
+                }
                 Command::AllocPd => CommandOut::Pd { pdn: n },
                 Command::RegMr { .. } => CommandOut::Mr {
                     lkey: n << 8,

@@ -860,3 +860,97 @@ fn a_listener_destroyed_with_requests_arriving_rejects_them() {
     drop((ca, cb));
     net.finish();
 }
+
+/// The preconditions of `CM_CONNECT`, `CM_ACCEPT` and `LISTEN_ADDR` that
+/// name the device's state: the local GID must be the entry `sgid_index`
+/// names (index 0 too: a REQ must not leave with a forged GID), the QP
+/// must be in RESET, a listen address must be one of the device's. Each
+/// refusal sends nothing and changes nothing; the good request after it
+/// works.
+#[test]
+fn connect_accept_and_listen_check_gid_and_qp_state() {
+    let net = Net::new();
+    let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
+    let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
+    let sent = |d: &Arc<HostDevice>| d.soft().link_stats().tx_datagrams;
+    // LISTEN_ADDR: only the device's addresses.
+    let l = cep(&cb, 1);
+    let foreign = Ipv4Addr::new(10, 0, 1, 99).to_ipv6_mapped().octets();
+    let listen_addr = |cep, gid| {
+        status(
+            &cb,
+            IOCTL_IV_LISTEN_ADDR,
+            &IvListenAddrIn {
+                cep,
+                service_id: 7,
+                gid,
+            },
+        )
+    };
+    assert_eq!(listen_addr(l, foreign), STATUS_INVALID_ADDRESS);
+    assert_eq!(
+        listen_addr(l, net.a.soft().gid()),
+        STATUS_INVALID_ADDRESS,
+        "the other device's address"
+    );
+    assert_eq!(listen_addr(l, net.b.soft().gid()), STATUS_SUCCESS);
+    assert_eq!(
+        listen_addr(l, net.b.soft().gid()),
+        STATUS_INVALID_DEVICE_STATE,
+        "the CEP listens already"
+    );
+    let c = cep(&ca, 2);
+    let good = connect_in(&net, c, a.qp.handle(), 7);
+    let before = sent(&net.a);
+    // A forged local GID at index 0.
+    let forged = IvCmConnectIn {
+        local_gid: foreign,
+        sgid_index: 0,
+        ..good
+    };
+    assert_eq!(
+        status(&ca, IOCTL_IV_CM_CONNECT, &forged),
+        STATUS_INVALID_ADDRESS
+    );
+    assert_eq!(qp_state(&a), IV_QPS_RESET);
+    // A QP in INIT (the header says RESET).
+    let (init_mask, init) = irpverbs_verbs::rts_steps(IV_QPT_RC, 0, [0; 16])[0];
+    a.qp.modify(init_mask, &init).unwrap();
+    assert_eq!(
+        status(&ca, IOCTL_IV_CM_CONNECT, &good),
+        STATUS_INVALID_DEVICE_STATE
+    );
+    assert_eq!(
+        qp_state(&a),
+        IV_QPS_INIT,
+        "the refused connect moved the QP"
+    );
+    net.settle();
+    assert_eq!(sent(&net.a), before, "a refused connect sent a REQ");
+    let reset = IvQpAttr {
+        qp_state: IV_QPS_RESET,
+        ..IvQpAttr::default()
+    };
+    a.qp.modify(IV_QP_STATE, &reset).unwrap();
+    // The good connect; the accept with a QP in INIT is refused first.
+    b.qp.modify(init_mask, &init).unwrap();
+    let st = std::thread::scope(|s| {
+        let t = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &good));
+        let req = event(&cb, l);
+        assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+        let acc = accept_in(req.cep, b.qp.handle());
+        assert_eq!(
+            status(&cb, IOCTL_IV_CM_ACCEPT, &acc),
+            STATUS_INVALID_DEVICE_STATE
+        );
+        assert_eq!(qp_state(&b), IV_QPS_INIT);
+        b.qp.modify(IV_QP_STATE, &reset).unwrap();
+        assert_eq!(status(&cb, IOCTL_IV_CM_ACCEPT, &acc), STATUS_SUCCESS);
+        t.join().unwrap()
+    });
+    assert_eq!(st, STATUS_SUCCESS, "{}", status_name(st));
+    assert_eq!((qp_state(&a), qp_state(&b)), (IV_QPS_RTS, IV_QPS_RTS));
+    drop((a, b));
+    drop((ca, cb));
+    net.finish();
+}
