@@ -29,9 +29,10 @@
 
 /**
  * ABI minor version. 1: `IOCTL_IV_MAP_DOORBELLS` and the doorbell slots of
- * `IvMapRingsOut`.
+ * `IvMapRingsOut`. 2: `IOCTL_IV_RING_DOORBELLS` and the doorbell page's
+ * `polling` word.
  */
-#define IV_ABI_MINOR 1
+#define IV_ABI_MINOR 2
 
 /**
  * `FILE_DEVICE_INFINIBAND` from `devioctl.h`.
@@ -239,6 +240,21 @@
  * Out: [`IvMapDoorbellsOut`].
  */
 #define IOCTL_IV_MAP_DOORBELLS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2129 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Ring the file's doorbell page now: the HCA takes every slot rung in the
+ * page (and in every other page) at once, as its poller would, and its
+ * poller starts polling the pages again. A user-mode ULP issues it after
+ * ringing a slot when the page's `polling` word reads 0 (after a full
+ * fence): the HCA is not polling, and without this call would see the
+ * doorbell only when it next looks. While `polling` is nonzero no call is
+ * needed. Completed in the caller's context, with no buffers: the cheapest
+ * IOCTL. `STATUS_NOT_SUPPORTED` from kernel callers (they ring the
+ * direct-call doorbells) and from an HCA without doorbell pages;
+ * `STATUS_INVALID_DEVICE_STATE` when the file has no doorbell page
+ * (`IOCTL_IV_MAP_DOORBELLS` first). In: none. Out: none.
+ */
+#define IOCTL_IV_RING_DOORBELLS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2130 << 2)) | METHOD_BUFFERED)
 
 /**
  * Create a connection endpoint (CEP) of the device's connection manager. In: [`IvCreateCepIn`]. Out: [`IvCreateCepOut`].
@@ -2878,9 +2894,23 @@ typedef struct IvDoorbellPage {
    */
   uint64_t rung[64];
   /**
+   * Written by the HCA, never read by it: nonzero while it polls the
+   * page (a ring is seen without a system call), 0 when it sleeps. After
+   * ringing a slot, the ULP issues a full fence and reads this word; 0
+   * means it must wake the HCA with `IOCTL_IV_RING_DOORBELLS`. The HCA
+   * writes 0 before it makes its last look at the summaries (with a full
+   * fence between), so a ring is either seen by that look or followed by
+   * the IOCTL.
+   */
+  uint64_t polling;
+  /**
+   * Padding: `polling` is alone on its cache line.
+   */
+  uint64_t reserved2[7];
+  /**
    * Reserved to the end of the page; the HCA never reads it.
    */
-  uint64_t reserved1[440];
+  uint64_t reserved1[432];
 } IvDoorbellPage;
 
 /**

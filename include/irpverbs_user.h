@@ -43,10 +43,13 @@
  * receive post (RQ or SRQ) sets the bits only while the ring's doorbell
  * request (IvRingControl.arm, written by the HCA) is nonzero, read after a
  * full fence: the HCA asks only when it must hear of new receives at once
- * (a QP in ERR, a responder waiting after an RNR NAK). The
- * soft HCA scans the pages (irpverbs.sys from a high-resolution timer, about
- * every 0.5 ms: a user-mode doorbell takes effect within about that long)
- * and rings the queue bound to each slot it finds; a slot of another
+ * (a QP in ERR, a responder waiting after an RNR NAK). Then,
+ * after another full fence, it reads the page's polling word: while the
+ * soft HCA polls the pages (a thread that keeps scanning while doorbells
+ * come) it is nonzero and nothing else is needed; 0 means the HCA sleeps,
+ * and the library issues IOCTL_IV_RING_DOORBELLS (no buffers), which runs
+ * the doorbell in that call and wakes the HCA's poller. The HCA rings the
+ * queue bound to each slot it finds; a slot of another
  * file's queue cannot be named, and garbage in the page makes the HCA look
  * at this file's queues at most. A ULP that maps its own rings must map the
  * doorbell page first, or those rings get IV_DOORBELL_NONE (no slot).

@@ -796,21 +796,31 @@ fn user_memory_goes_through_the_seh_shim() {
 
 #[test]
 fn user_doorbells_are_scanned_by_both_layers() {
-    // Host mode's doorbell thread and irpverbs.sys's timer drive the same
-    // scanner, at DISPATCH_LEVEL.
-    let soft = code_of(&read("driver/soft/src/lib.rs"));
-    assert!(soft.contains("pub fn poll_doorbells(&self) -> usize"));
+    // Host mode's doorbell thread and irpverbs.sys's system thread run the
+    // same poller steps; the ring IOCTL wakes both through the bus.
+    let soft = code_of(&read("driver/soft/src/poller.rs"));
+    assert!(soft.contains("pub fn poll_doorbells_step("));
     let host = code_of(&read("driver/host/src/device.rs"));
-    assert!(host.contains("run_at_dispatch(|| soft.poll_doorbells())"));
-    let timer = code_of(&read("driver/kmdf/src/doorbell.rs"));
-    assert!(timer.contains("hca.poll_doorbells()"), "the timer scans");
+    assert!(host.contains("soft.poll_doorbells_step(&mut poller, now)"));
+    assert!(host.contains("fn wake_doorbell_poller(&self)"));
+    let thread = code_of(&read("driver/kmdf/src/doorbell.rs"));
     assert!(
-        timer.contains("EX_TIMER_HIGH_RESOLUTION") && timer.contains("ExAllocateTimer("),
-        "a high-resolution EX_TIMER"
+        thread.contains("hca.poll_doorbells_step(&mut poller, now)"),
+        "the thread runs the poller"
     );
     assert!(
-        timer.contains("ExDeleteTimer(timer, TRUE, TRUE,"),
-        "stopped with a wait for the running callback"
+        thread.contains("PsCreateSystemThread(") && thread.contains("KeWaitForSingleObject("),
+        "a system thread that sleeps on an event"
+    );
+    assert!(
+        !thread.contains("ExAllocateTimer(") && !thread.contains("EX_TIMER_HIGH_RESOLUTION"),
+        "no high-resolution timer pinning the clock rate"
+    );
+    assert!(thread.contains("PsTerminateSystemThread("));
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    assert!(
+        device.contains("fn wake_doorbell_poller(&self)") && device.contains("self.poller.set()"),
+        "the ring IOCTL sets the thread's event"
     );
     // Started in D0Entry, stopped in D0Exit.
     let device = code_of(&read("driver/kmdf/src/device.rs"));

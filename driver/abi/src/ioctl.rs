@@ -246,6 +246,22 @@ pub const IOCTL_IV_MAP_DOORBELLS: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x851 << 2)
     | METHOD_BUFFERED;
 
+/// Ring the file's doorbell page now: the HCA takes every slot rung in the
+/// page (and in every other page) at once, as its poller would, and its
+/// poller starts polling the pages again. A user-mode ULP issues it after
+/// ringing a slot when the page's `polling` word reads 0 (after a full
+/// fence): the HCA is not polling, and without this call would see the
+/// doorbell only when it next looks. While `polling` is nonzero no call is
+/// needed. Completed in the caller's context, with no buffers: the cheapest
+/// IOCTL. `STATUS_NOT_SUPPORTED` from kernel callers (they ring the
+/// direct-call doorbells) and from an HCA without doorbell pages;
+/// `STATUS_INVALID_DEVICE_STATE` when the file has no doorbell page
+/// (`IOCTL_IV_MAP_DOORBELLS` first). In: none. Out: none.
+pub const IOCTL_IV_RING_DOORBELLS: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x852 << 2)
+    | METHOD_BUFFERED;
+
 /// Create a connection endpoint (CEP) of the device's connection manager. In: [`IvCreateCepIn`]. Out: [`IvCreateCepOut`].
 pub const IOCTL_IV_CREATE_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
@@ -582,6 +598,13 @@ pub const IOCTLS: &[IoctlInfo] = &[
         code: IOCTL_IV_MAP_DOORBELLS,
         input_len: core::mem::size_of::<()>(),
         output_len: core::mem::size_of::<IvMapDoorbellsOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "RING_DOORBELLS",
+        code: IOCTL_IV_RING_DOORBELLS,
+        input_len: core::mem::size_of::<()>(),
+        output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },
     IoctlInfo {

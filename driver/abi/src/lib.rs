@@ -37,8 +37,9 @@ pub const IV_ABI_VERSION: u32 = (IV_ABI_MAJOR << 16) | IV_ABI_MINOR;
 /// ABI major version.
 pub const IV_ABI_MAJOR: u32 = 1;
 /// ABI minor version. 1: `IOCTL_IV_MAP_DOORBELLS` and the doorbell slots of
-/// `IvMapRingsOut`.
-pub const IV_ABI_MINOR: u32 = 1;
+/// `IvMapRingsOut`. 2: `IOCTL_IV_RING_DOORBELLS` and the doorbell page's
+/// `polling` word.
+pub const IV_ABI_MINOR: u32 = 2;
 
 /// A handle to a driver object, valid only on the file (open of the device)
 /// that created it. Zero is never a valid handle.

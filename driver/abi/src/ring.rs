@@ -129,8 +129,18 @@ pub struct IvDoorbellPage {
     pub reserved0: [u64; 7],
     /// Bit `s % 64` of word `s / 64`: slot `s` was rung.
     pub rung: [u64; 64],
+    /// Written by the HCA, never read by it: nonzero while it polls the
+    /// page (a ring is seen without a system call), 0 when it sleeps. After
+    /// ringing a slot, the ULP issues a full fence and reads this word; 0
+    /// means it must wake the HCA with `IOCTL_IV_RING_DOORBELLS`. The HCA
+    /// writes 0 before it makes its last look at the summaries (with a full
+    /// fence between), so a ring is either seen by that look or followed by
+    /// the IOCTL.
+    pub polling: u64,
+    /// Padding: `polling` is alone on its cache line.
+    pub reserved2: [u64; 7],
     /// Reserved to the end of the page; the HCA never reads it.
-    pub reserved1: [u64; 440],
+    pub reserved1: [u64; 432],
 }
 
 impl Default for IvDoorbellPage {
@@ -139,7 +149,9 @@ impl Default for IvDoorbellPage {
             summary: 0,
             reserved0: [0; 7],
             rung: [0; 64],
-            reserved1: [0; 440],
+            polling: 0,
+            reserved2: [0; 7],
+            reserved1: [0; 432],
         }
     }
 }
@@ -368,6 +380,8 @@ abi_layout!(IvDoorbellPage {
     summary,
     reserved0,
     rung,
+    polling,
+    reserved2,
     reserved1
 });
 abi_layout!(IvSendWqe {

@@ -352,6 +352,7 @@ pub(crate) enum Verb {
     AckAsyncEvent(IvAckIn),
     MapRings(IvHandleIn),
     MapDoorbells,
+    RingDoorbells,
     CreateCep(IvCreateCepIn),
     Listen(IvListenIn),
     GetCepEvent(IvHandleIn),
@@ -711,6 +712,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         match &mut verb {
             Verb::MapRings(_) => return self.map_rings(request, false),
             Verb::MapDoorbells => return self.map_doorbells(request, false),
+            Verb::RingDoorbells => return self.ring_doorbells(request),
             Verb::RegMr(i, physical, pinned) => {
                 *pinned = request.take_pin();
                 if pinned.is_none() && mode == RequestorMode::Kernel {
@@ -861,6 +863,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
             IOCTL_IV_MAP_RINGS => Verb::MapRings(read(input)?),
             IOCTL_IV_MAP_DOORBELLS => Verb::MapDoorbells,
+            IOCTL_IV_RING_DOORBELLS => Verb::RingDoorbells,
             IOCTL_IV_RESOLVE_ADDR => Verb::ResolveAddr(read(input)?),
             IOCTL_IV_LISTEN_ADDR => Verb::ListenAddr(read(input)?),
             _ => return Err(STATUS_INVALID_DEVICE_REQUEST),

@@ -464,6 +464,21 @@ pub trait Hca: Send + Sync + 'static {
         Err(STATUS_NOT_SUPPORTED)
     }
 
+    /// A user-mode ULP found the HCA not polling its doorbell page (the
+    /// page's `polling` word was 0) after ringing it
+    /// (`IOCTL_IV_RING_DOORBELLS`): the HCA takes what was rung in its
+    /// pages now and polls them again for a while. Called with no driver
+    /// lock held; never blocks.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` (the default) for an HCA without doorbell
+    /// pages.
+    fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
+        Err(STATUS_NOT_SUPPORTED)
+    }
+
     /// The device is gone ([`crate::Device::remove`] ran): no command will be
     /// posted again, and the driver forgot every object without destroying
     /// it. The HCA drops every reference it holds to registered memory (the

@@ -93,6 +93,9 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     ) -> Result<u32, irpverbs_abi::NtStatus> {
         (**self).bind_doorbell(page, target)
     }
+    fn ring_doorbell_pages(&self) -> Result<(), irpverbs_abi::NtStatus> {
+        (**self).ring_doorbell_pages()
+    }
     fn device_removed(&self) {
         (**self).device_removed();
     }

@@ -209,6 +209,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.map_doorbells(request, true);
                 None
             }
+            IOCTL_IV_RING_DOORBELLS => {
+                self.ring_doorbells(request);
+                None
+            }
             IOCTL_IV_REG_MR if user => match self.pin_in_caller_context(&mut request) {
                 Ok(()) => Some(request),
                 Err(status) => {
@@ -446,6 +450,43 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.platform.unmap_ring(mapping);
         }
         result.map(doorbells_out)
+    }
+
+    /// `IOCTL_IV_RING_DOORBELLS`, completed at once (in the caller's
+    /// context, or from the queue): the HCA takes what was rung in the
+    /// doorbell pages now and polls them again ([`Hca::ring_doorbell_pages`],
+    /// called with no driver lock held). Kernel callers ring the
+    /// direct-call doorbells: `STATUS_NOT_SUPPORTED`; a file without a
+    /// doorbell page: `STATUS_INVALID_DEVICE_STATE`; a removed device:
+    /// `STATUS_DEVICE_REMOVED`.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub(crate) fn ring_doorbells(&self, mut request: P::Request) {
+        let status = match self.try_ring_doorbells(&mut request) {
+            Ok(()) => STATUS_SUCCESS,
+            Err(status) => status,
+        };
+        self.complete(request, status, &Response::None);
+    }
+
+    fn try_ring_doorbells(&self, request: &mut P::Request) -> Result<(), NtStatus> {
+        let Verb::RingDoorbells = self.parse_request(request)? else {
+            return Err(STATUS_INVALID_DEVICE_REQUEST);
+        };
+        if request.requestor_mode() == RequestorMode::Kernel {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        let file = request.file();
+        self.state.lock(|s| {
+            if s.removed {
+                return Err(STATUS_DEVICE_REMOVED);
+            }
+            match s.file(file)?.doorbell_page {
+                Some(_) => Ok(()),
+                None => Err(STATUS_INVALID_DEVICE_STATE),
+            }
+        })?;
+        self.hca.ring_doorbell_pages()
     }
 
     /// Unmaps the file's rings whose objects are gone (or whose CQ was

@@ -233,6 +233,8 @@ struct FakeHca {
     pages_made: AtomicU32,
     /// The HCA has no doorbell pages.
     no_doorbells: std::sync::atomic::AtomicBool,
+    /// `ring_doorbell_pages` calls.
+    page_rings: std::sync::atomic::AtomicUsize,
     /// MADs the GSI received, and those sent.
     mads_in: Mutex<VecDeque<MadIn>>,
     mads_out: Mutex<Vec<MadOut>>,
@@ -275,6 +277,7 @@ impl FakeHca {
             pages: Mutex::default(),
             pages_made: AtomicU32::new(0),
             no_doorbells: std::sync::atomic::AtomicBool::new(false),
+            page_rings: std::sync::atomic::AtomicUsize::new(0),
             mads_in: Mutex::new(VecDeque::new()),
             mads_out: Mutex::new(Vec::new()),
             qp_states: Mutex::new(std::collections::HashMap::new()),
@@ -425,6 +428,10 @@ impl Hca for FakeHca {
             .unwrap()
             .insert(page, (Arc::clone(&region), Vec::new()));
         Ok(DoorbellPageInfo { page, region })
+    }
+    fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
+        self.page_rings.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
     fn free_doorbell_page(&self, page: u32) {
         assert!(
@@ -1372,6 +1379,39 @@ fn map_doorbells_maps_one_page_per_file_once() {
     r.dev.close_file(1);
     assert_eq!(r.hca.pages.lock().unwrap().len(), 1, "freed at close");
     assert_eq!(memory.strong_count(), 0);
+    finish(&r);
+}
+
+/// `IOCTL_IV_RING_DOORBELLS`: a user-mode file with a doorbell page wakes
+/// the HCA, from its context or from the queue; a kernel caller, a file
+/// without a page and a removed device are refused, and the HCA is not
+/// called.
+#[test]
+fn ring_doorbells_wakes_the_hca_for_a_file_with_a_page() {
+    let r = Rig::new(16);
+    let rings = || r.hca.page_rings.load(Ordering::SeqCst);
+    let ring = |file, via| r.call_as::<(), ()>(file, IOCTL_IV_RING_DOORBELLS, &(), via);
+    let user = Via::Caller(RequestorMode::User, 1);
+    assert_eq!(ring(1, user), Err(STATUS_INVALID_DEVICE_STATE), "no page");
+    assert_eq!(rings(), 0);
+    let _ = map_doorbells(&r, 1).unwrap();
+    assert_eq!(ring(1, user), Ok(()));
+    assert_eq!(
+        ring(1, Via::QueueOnly(RequestorMode::User, 1)),
+        Ok(()),
+        "from the queue too: it needs no address space"
+    );
+    assert_eq!(rings(), 2);
+    assert_eq!(
+        ring(1, Via::Caller(RequestorMode::Kernel, 0)),
+        Err(STATUS_NOT_SUPPORTED)
+    );
+    assert_eq!(ring(77, user), Err(STATUS_INVALID_HANDLE), "no such file");
+    r.dev.remove();
+    assert_eq!(ring(1, user), Err(STATUS_DEVICE_REMOVED));
+    assert_eq!(rings(), 2);
+    r.dev.cleanup_file(1);
+    r.dev.close_file(1);
     finish(&r);
 }
 

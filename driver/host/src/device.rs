@@ -28,10 +28,11 @@
 //! - [`UserDoorbells::Page`]: user-mode files ring their doorbells the way
 //!   they must on Windows, through their doorbell page
 //!   (`IOCTL_IV_MAP_DOORBELLS`, mapped when the file is opened), and a
-//!   "doorbell thread" drives the soft HCA's scanner
-//!   ([`SoftHca::poll_doorbells`]) at DISPATCH_LEVEL, as irpverbs.sys's
-//!   timer does: the same code path, exercised on any OS. Kernel-mode files
-//!   keep the direct calls.
+//!   "doorbell thread" runs the soft HCA's doorbell poller
+//!   ([`SoftHca::poll_doorbells_step`]) at DISPATCH_LEVEL, sleeping on an
+//!   event when the pages are quiet until `IOCTL_IV_RING_DOORBELLS` wakes
+//!   it, as irpverbs.sys's system thread does: the same code path,
+//!   exercised on any OS. Kernel-mode files keep the direct calls.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
@@ -92,16 +93,13 @@ pub struct HostDeviceConfig {
     pub soft: SoftConfig,
     /// How user-mode files ring their doorbells.
     pub user_doorbells: UserDoorbells,
+    /// With [`UserDoorbells::Page`]: how long the doorbell thread polls
+    /// the pages after the last doorbell it found before it sleeps (and
+    /// user-mode doorbells cost an `IOCTL_IV_RING_DOORBELLS`). `None`:
+    /// [`irpverbs_soft::DEFAULT_POLL_WINDOW_NS`]; zero: it sleeps after
+    /// every quiet scan.
+    pub doorbell_poll_window: Option<Duration>,
 }
-
-/// Scans the doorbell thread makes in a row, yielding between them, after
-/// the last one that found a doorbell, before it sleeps between scans.
-pub const DOORBELL_SPIN_SCANS: u32 = 256;
-
-/// How long the doorbell thread sleeps between scans once it stopped
-/// spinning: the latency of a doorbell rung after a quiet spell (plus the
-/// OS's timer slack).
-pub const DOORBELL_IDLE_PERIOD: Duration = Duration::from_micros(50);
 
 /// Access a file was opened with (`GENERIC_READ` / `GENERIC_WRITE`), as
 /// `FILE_READ_ACCESS | FILE_WRITE_ACCESS` bits.
@@ -111,6 +109,8 @@ struct Bus {
     platform: HostPlatform,
     dpc: OnceLock<Dpc>,
     doorbell: Arc<Doorbell>,
+    /// The doorbell thread's event.
+    poller: Arc<PollerEvent>,
 }
 
 impl SoftBus for Bus {
@@ -124,6 +124,35 @@ impl SoftBus for Bus {
 
     fn doorbell(&self) {
         self.doorbell.ring();
+    }
+
+    fn wake_doorbell_poller(&self) {
+        self.poller.set();
+    }
+}
+
+/// The doorbell thread's event (irpverbs.sys's `KEVENT`, a synchronization
+/// event): set by `IOCTL_IV_RING_DOORBELLS`, taken by the thread's wait.
+#[derive(Default)]
+struct PollerEvent {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl PollerEvent {
+    /// Sets the event (wakes the waiter, or the next wait returns at once).
+    fn set(&self) {
+        *self.set.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_one();
+    }
+
+    /// Waits until the event is set, and resets it.
+    fn wait(&self) {
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*set {
+            set = self.cv.wait(set).unwrap_or_else(PoisonError::into_inner);
+        }
+        *set = false;
     }
 }
 
@@ -237,42 +266,45 @@ impl Completions {
     }
 }
 
-/// The doorbell thread: a stop flag, and the thread.
+/// The doorbell thread: a stop flag, its event, and the thread.
 #[derive(Default)]
 struct Scanner {
     stop: Arc<AtomicBool>,
+    event: Arc<PollerEvent>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Scanner {
-    /// Starts the thread: it drives `soft.poll_doorbells()` at
-    /// DISPATCH_LEVEL (as irpverbs.sys's timer callback runs), spinning
-    /// (yielding) for [`DOORBELL_SPIN_SCANS`] scans after the last doorbell
-    /// it found, then sleeping [`DOORBELL_IDLE_PERIOD`] between scans.
+    /// Starts the thread: it runs the soft HCA's doorbell poller
+    /// ([`SoftHca::poll_doorbells_step`]) at DISPATCH_LEVEL, as
+    /// irpverbs.sys's system thread does: polling (yielding between scans)
+    /// while doorbells come, waiting on its event once a window of
+    /// `window_ns` passed without one, until `IOCTL_IV_RING_DOORBELLS` sets
+    /// it.
     fn start(
         &self,
         platform: HostPlatform,
         soft: Arc<SoftHca<HostPlatform>>,
+        window_ns: u64,
     ) -> Result<(), NtStatus> {
         let stop = Arc::clone(&self.stop);
+        let event = Arc::clone(&self.event);
         let handle = std::thread::Builder::new()
             .name("irpverbs-doorbells".into())
             .spawn(move || {
-                let mut idle = 0u32;
+                let mut poller = irpverbs_soft::DoorbellPoller::new(window_ns);
                 while !stop.load(Ordering::Acquire) {
-                    let mut rung = 0;
+                    let mut step = irpverbs_soft::PollerStep::Again;
                     // A bugcheck in the scan (or the DPCs it queued) is
                     // recorded for unload, and the thread goes on.
                     platform.run_guarded("irpverbs-doorbells", || {
-                        rung = platform.run_at_dispatch(|| soft.poll_doorbells());
+                        let now = irpverbs_core::Platform::now_ns(&platform);
+                        step =
+                            platform.run_at_dispatch(|| soft.poll_doorbells_step(&mut poller, now));
                     });
-                    if rung > 0 {
-                        idle = 0;
-                    } else if idle < DOORBELL_SPIN_SCANS {
-                        idle += 1;
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::park_timeout(DOORBELL_IDLE_PERIOD);
+                    match step {
+                        irpverbs_soft::PollerStep::Again => std::thread::yield_now(),
+                        irpverbs_soft::PollerStep::Sleep => event.wait(),
                     }
                 }
             })
@@ -290,7 +322,7 @@ impl Scanner {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(t) = thread {
-            t.thread().unpark();
+            self.event.set();
             let _ = t.join();
         }
     }
@@ -333,10 +365,12 @@ impl HostDevice {
     pub fn new(config: HostDeviceConfig) -> Result<Arc<Self>, NtStatus> {
         let platform = HostPlatform::new(config.platform);
         let doorbell = Arc::new(Doorbell::default());
+        let scanner = Scanner::default();
         let bus = Arc::new(Bus {
             platform: platform.clone(),
             dpc: OnceLock::new(),
             doorbell: Arc::clone(&doorbell),
+            poller: Arc::clone(&scanner.event),
         });
         let mut soft_config = config.soft;
         let udp_port = soft_config.udp_port;
@@ -379,7 +413,7 @@ impl HostDevice {
             doorbell,
             engine: Mutex::new(None),
             user_doorbells: config.user_doorbells,
-            scanner: Scanner::default(),
+            scanner,
             next_file: AtomicU64::new(1),
             cancel,
             completions: Arc::default(),
@@ -409,8 +443,13 @@ impl HostDevice {
             *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
         if config.user_doorbells == UserDoorbells::Page {
+            let window = config
+                .doorbell_poll_window
+                .map_or(irpverbs_soft::DEFAULT_POLL_WINDOW_NS, |w| {
+                    u64::try_from(w.as_nanos()).unwrap_or(u64::MAX)
+                });
             this.scanner
-                .start(this.platform.clone(), Arc::clone(&this.soft))?;
+                .start(this.platform.clone(), Arc::clone(&this.soft), window)?;
         }
         Ok(this)
     }
@@ -1081,27 +1120,43 @@ impl Doorbells for HostDevice {
 /// The doorbells of the file: its doorbell page once mapped
 /// ([`HostFile::map_doorbells`]; a [`Bell`] without a slot then rings
 /// nothing), else the device's direct calls.
+/// A file with its doorbell page mapped rings through it, and wakes the
+/// device's doorbell thread with `IOCTL_IV_RING_DOORBELLS` when the page
+/// says that it sleeps; other files call the device's doorbells.
 impl Doorbells for HostFile {
     fn sq(&self, qp: Bell) {
-        self.bells().sq(qp);
+        match self.page.get() {
+            Some(page) => self.ring_page(page, qp),
+            None => self.dev.sq(qp),
+        }
     }
     fn rq(&self, qp: Bell) {
-        self.bells().rq(qp);
+        match self.page.get() {
+            Some(page) => self.ring_page(page, qp),
+            None => self.dev.rq(qp),
+        }
     }
     fn srq(&self, srq: Bell) {
-        self.bells().srq(srq);
+        match self.page.get() {
+            Some(page) => self.ring_page(page, srq),
+            None => self.dev.srq(srq),
+        }
     }
     fn cq_arm(&self, cq: Bell) {
-        self.bells().cq_arm(cq);
+        match self.page.get() {
+            Some(page) => self.ring_page(page, cq),
+            None => self.dev.cq_arm(cq),
+        }
     }
 }
 
 impl HostFile {
-    /// What the file's doorbells ring: its page, or the device.
-    fn bells(&self) -> &dyn Doorbells {
-        match self.page.get() {
-            Some(page) => page,
-            None => &*self.dev,
+    /// Rings `bell`'s slot in the page; if the HCA does not poll the page,
+    /// wakes it (`IOCTL_IV_RING_DOORBELLS`, as a Windows ULP would).
+    fn ring_page(&self, page: &PageDoorbells, bell: Bell) {
+        let page = page.page();
+        if page.ring(bell.slot) && page.must_wake() {
+            let _ = self.ioctl(IOCTL_IV_RING_DOORBELLS, &[], 0);
         }
     }
 }

@@ -8,8 +8,8 @@
 //!   broken;
 //! - [`device::HostDevice`] is the driver over a soft HCA, wired as PnP and
 //!   the I/O manager wire it on Windows (with [`UserDoorbells::Page`], a
-//!   doorbell thread scans user files' doorbell pages, as irpverbs.sys's
-//!   timer does);
+//!   doorbell thread polls user files' doorbell pages and sleeps when they
+//!   are quiet, as irpverbs.sys's system thread does);
 //! - [`win32`] is the Win32 subset a C ULP links against
 //!   (`include/irpverbs_host.h`), exported from the cdylib;
 //! - [`user`] is the speed-path library for C ULPs

@@ -36,7 +36,7 @@ fn finish(dev: &HostDevice) {
     dev.unload();
 }
 
-/// Runs the soft HCA's scanner as irpverbs.sys's timer callback does: at
+/// Runs the soft HCA's scanner as the doorbell thread does: at
 /// DISPATCH_LEVEL (the DPCs it queues run when it returns).
 fn scan(dev: &HostDevice) -> usize {
     dev.platform()
@@ -227,12 +227,14 @@ fn page_mode_user_files_ring_through_their_page_and_kernel_files_directly() {
 /// Posting receives rings the receive doorbell only when the HCA asks for
 /// it (the ring's doorbell request: a QP in ERR, or a responder waiting for
 /// a receive after an RNR NAK); otherwise the HCA finds the receives when a
-/// message needs one. Doorbells scanned by hand, so every page ring counts.
+/// message needs one. Doorbells scanned by hand, so every page ring counts
+/// (the page says the HCA polls: no ring IOCTL takes them first).
 #[test]
 fn receives_ring_their_doorbell_only_when_the_hca_asks() {
     let dev = device(Engine::Inline, UserDoorbells::Direct);
     let file = open(&dev);
     let page = file.map_doorbells().unwrap().clone();
+    page.page().set_polling(true);
     let c = file.into_client();
     let pd = c.alloc_pd().unwrap().pd;
     let m = Mem::new(&c, pd, 4096);
@@ -468,4 +470,79 @@ fn teardown_with_doorbells_rung_and_pages_mapped() {
         assert!(slot < IV_DOORBELL_SLOTS);
         finish(&dev);
     }
+}
+
+/// Waits until the device's doorbell thread sleeps (the page says so).
+fn until_asleep(page: &PageDoorbells) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !page.page().must_wake() {
+        assert!(Instant::now() < deadline, "the doorbell thread never slept");
+        std::thread::yield_now();
+    }
+}
+
+/// The doorbell thread sleeps once its window passed without a doorbell;
+/// a post then wakes the HCA with `IOCTL_IV_RING_DOORBELLS`, which runs the
+/// doorbell before the post returns (inline engine: the completion is
+/// there at once, not a tick later), and the thread polls again. Many
+/// sleeps and wake-ups in a row lose nothing, with the verifier watching
+/// the IOCTL and the thread.
+#[test]
+fn a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl() {
+    let dev = HostDevice::new(HostDeviceConfig {
+        user_doorbells: UserDoorbells::Page,
+        doorbell_poll_window: Some(Duration::ZERO),
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
+    let file = open(&dev);
+    let page = file.doorbell_page().expect("mapped at open").clone();
+    let c = file.into_client();
+    let pd = c.alloc_pd().unwrap().pd;
+    let m = Mem::new(&c, pd, 4096);
+    let p = pair(&c, pd);
+    let mut wc = [IvCqe::default(); 4];
+    for i in 0..50 {
+        until_asleep(&page);
+        p.a.post_send(&write(i, &m, 0, 2048, 8)).unwrap();
+        assert_eq!(p.cqa.poll(&mut wc).unwrap(), 1, "run in the IOCTL");
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, IV_WC_SUCCESS));
+    }
+    assert!(dev.soft().stats().page_doorbells >= 50);
+    drop(p);
+    drop(m);
+    drop(c);
+    finish(&dev);
+}
+
+/// While the doorbell thread polls (its window open), doorbells cost no
+/// system call: the page says "polling" and the HCA finds them.
+#[test]
+fn a_polling_doorbell_thread_needs_no_ioctl() {
+    let dev = HostDevice::new(HostDeviceConfig {
+        user_doorbells: UserDoorbells::Page,
+        doorbell_poll_window: Some(Duration::from_secs(3600)),
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
+    let file = open(&dev);
+    let page = file.doorbell_page().expect("mapped at open").clone();
+    let c = file.into_client();
+    let pd = c.alloc_pd().unwrap().pd;
+    let m = Mem::new(&c, pd, 4096);
+    let p = pair(&c, pd);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while page.page().must_wake() {
+        assert!(Instant::now() < deadline, "never polled");
+        std::thread::yield_now();
+    }
+    for i in 0..20 {
+        p.a.post_send(&write(i, &m, 0, 2048, 8)).unwrap();
+        assert_eq!(completions(&dev, false, &p.cqa, 1)[0].wr_id, i);
+    }
+    assert!(!page.page().must_wake(), "still polling");
+    drop(p);
+    drop(m);
+    drop(c);
+    finish(&dev);
 }

@@ -33,5 +33,5 @@ pub mod speed;
 
 pub use speed::{
     AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,
-    SendWr, SrqRings,
+    SendWr, SrqRings, WakeHca,
 };

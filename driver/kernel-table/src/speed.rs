@@ -90,15 +90,47 @@ macro_rules! forward_doorbells {
 }
 forward_doorbells!(&T, Arc<T>, Box<T>);
 
+/// How a user-mode ULP wakes an HCA that stopped polling its doorbell
+/// page: `IOCTL_IV_RING_DOORBELLS` on the file.
+///
+/// IRQL: PASSIVE_LEVEL (a user-mode system call).
+pub trait WakeHca: Send + Sync {
+    /// Issues the wake-up (its failure changes nothing: the doorbell stays
+    /// rung in the page, for the HCA's next look).
+    fn wake_hca(&self);
+}
+
 /// The doorbells of a user-mode file: its doorbell page
 /// (`IOCTL_IV_MAP_DOORBELLS`), where each doorbell is a bit the ULP sets
 /// with release ordering ([`irpverbs_ring::doorbell`]) and the HCA finds
-/// with no system call. A [`Bell`] without a slot ([`IV_DOORBELL_NONE`]:
-/// its rings were mapped before the page) rings nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// with no system call while it polls; when the page says it does not
+/// (its `polling` word, read after a full fence), the doorbell also wakes
+/// it through [`WakeHca`] (`IOCTL_IV_RING_DOORBELLS`), if one was given. A
+/// [`Bell`] without a slot ([`IV_DOORBELL_NONE`]: its rings were mapped
+/// before the page) rings nothing.
+#[derive(Clone)]
 pub struct PageDoorbells {
     page: DoorbellPage,
+    wake: Option<Arc<dyn WakeHca>>,
 }
+
+impl core::fmt::Debug for PageDoorbells {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PageDoorbells")
+            .field("page", &self.page)
+            .field("wakes", &self.wake.is_some())
+            .finish()
+    }
+}
+
+/// Doorbells are equal when they ring the same page.
+impl PartialEq for PageDoorbells {
+    fn eq(&self, other: &Self) -> bool {
+        self.page == other.page
+    }
+}
+
+impl Eq for PageDoorbells {}
 
 impl PageDoorbells {
     /// The doorbell page `out` (an `IOCTL_IV_MAP_DOORBELLS` response issued
@@ -119,13 +151,22 @@ impl PageDoorbells {
         // SAFETY: forwarded from the caller.
         let page = unsafe { DoorbellPage::from_map(out.page_addr, out.page_len) }
             .map_err(|_| STATUS_INVALID_PARAMETER)?;
-        Ok(Self { page })
+        Ok(Self { page, wake: None })
     }
 
     /// Doorbells over `page` (the HCA's own view, in host mode's tests).
     #[must_use]
     pub fn new(page: DoorbellPage) -> Self {
-        Self { page }
+        Self { page, wake: None }
+    }
+
+    /// The same doorbells, waking a sleeping HCA through `wake`.
+    #[must_use]
+    pub fn with_wake(self, wake: Arc<dyn WakeHca>) -> Self {
+        Self {
+            wake: Some(wake),
+            ..self
+        }
     }
 
     /// The page.
@@ -133,21 +174,31 @@ impl PageDoorbells {
     pub fn page(&self) -> &DoorbellPage {
         &self.page
     }
+
+    /// Rings `slot`, then wakes the HCA if it does not poll the page.
+    fn ring(&self, slot: u32) {
+        if self.page.ring(slot) && self.page.must_wake() {
+            if let Some(wake) = &self.wake {
+                wake.wake_hca();
+            }
+        }
+    }
 }
 
-/// Every doorbell sets its slot's bit in the page.
+/// Every doorbell sets its slot's bit in the page (and wakes a sleeping
+/// HCA).
 impl Doorbells for PageDoorbells {
     fn sq(&self, qp: Bell) {
-        self.page.ring(qp.slot);
+        self.ring(qp.slot);
     }
     fn rq(&self, qp: Bell) {
-        self.page.ring(qp.slot);
+        self.ring(qp.slot);
     }
     fn srq(&self, srq: Bell) {
-        self.page.ring(srq.slot);
+        self.ring(srq.slot);
     }
     fn cq_arm(&self, cq: Bell) {
-        self.page.ring(cq.slot);
+        self.ring(cq.slot);
     }
 }
 

@@ -152,3 +152,36 @@ fn a_doorbell_page_map_is_checked() {
         assert_eq!(r.err(), Some(STATUS_INVALID_PARAMETER), "{bad:?}");
     }
 }
+
+/// Counts its wake-ups.
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl irpverbs_kernel_table::WakeHca for Wakes {
+    fn wake_hca(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A doorbell wakes the HCA (`IOCTL_IV_RING_DOORBELLS`) only when the page
+/// says it does not poll; a slot the page does not have wakes nothing.
+#[test]
+fn a_doorbell_wakes_an_hca_that_does_not_poll() {
+    let page = DoorbellPage::alloc().unwrap();
+    let wakes = std::sync::Arc::new(Wakes::default());
+    let bells = PageDoorbells::new(page.clone()).with_wake(wakes.clone());
+    let woken = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+    bells.sq(Bell { number: 1, slot: 3 });
+    assert_eq!(woken(), 1, "a new page: the HCA is asleep");
+    page.set_polling(true);
+    bells.sq(Bell { number: 1, slot: 3 });
+    bells.cq_arm(Bell { number: 2, slot: 4 });
+    assert_eq!(woken(), 1, "polling: no system call");
+    page.set_polling(false);
+    bells.rq(Bell { number: 1, slot: 5 });
+    assert_eq!(woken(), 2);
+    bells.sq(Bell::direct(1));
+    assert_eq!(woken(), 2, "no slot, no ring, no wake-up");
+    assert_eq!(taken(&page), [3, 4, 5]);
+    assert_eq!(bells, PageDoorbells::new(page));
+}

@@ -23,8 +23,8 @@
 //!   `InterfaceReference`.
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
-//!   event queue and re-arms it. D0Entry starts the doorbell scanner (a
-//!   high-resolution timer, [`crate::doorbell`]) and the CM timer
+//!   event queue and re-arms it. D0Entry starts the doorbell poller (a
+//!   system thread, [`crate::doorbell`]) and the CM timer
 //!   ([`crate::cmtimer`]), and D0Exit stops them.
 //! - Caller context: `EvtIoInCallerContext` runs every request through
 //!   [`Device::in_caller_context`] in the requestor's thread and process
@@ -60,7 +60,7 @@ use wdk_sys::{
 use crate::GUID_DEVINTERFACE_IRPVERBS;
 use crate::cmtimer::CmTimer;
 use crate::context::{context_type, object_attributes, struct_size};
-use crate::doorbell::DoorbellScanner;
+use crate::doorbell::{DoorbellThread, PollerEvent};
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
@@ -87,8 +87,8 @@ pub(crate) struct DeviceState {
     /// The kernel ULPs' table, holding the device's reference to its
     /// context (dropped with the state, after the device is gone).
     kernel: KernelInterface,
-    /// The scanner of the user-mode doorbell pages: running in D0.
-    scanner: DoorbellScanner,
+    /// The poller of the user-mode doorbell pages: a system thread in D0.
+    scanner: DoorbellThread,
 }
 
 /// The device's context: the state, set right after `WdfDeviceCreate` and
@@ -114,6 +114,8 @@ pub(crate) struct Bus {
     /// The device's WDFDPC; null before it exists and once it is being
     /// deleted.
     dpc: AtomicPtr<c_void>,
+    /// The event the doorbell poller's thread sleeps on.
+    poller: Arc<PollerEvent>,
 }
 
 impl SoftBus for Bus {
@@ -137,6 +139,13 @@ impl SoftBus for Bus {
 
     /// Never rung: the firmware runs inline (`Execution::Inline`).
     fn doorbell(&self) {}
+
+    /// `IOCTL_IV_RING_DOORBELLS` ran: sets the doorbell thread's event.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn wake_doorbell_poller(&self) {
+        self.poller.set();
+    }
 }
 
 /// The device state of `device`, if `EvtDriverDeviceAdd` got that far.
@@ -357,6 +366,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
     let instance = claim_instance().ok_or(STATUS_INVALID_DEVICE_STATE)?;
     let bus = Arc::new(Bus {
         dpc: AtomicPtr::new(core::ptr::null_mut()),
+        poller: PollerEvent::new(),
     });
     let platform = KmdfPlatform;
     let soft = match SoftHca::new(&platform, SoftConfig::default(), bus.clone()) {
@@ -366,6 +376,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
             return Err(status);
         }
     };
+    let poller = Arc::clone(&bus.poller);
     let state = Box::new(DeviceState {
         cm_timer: CmTimer::new(),
         device: Device::new(Arc::new(platform), soft.clone()),
@@ -373,7 +384,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         next_file: AtomicU64::new(1),
         instance,
         kernel: KernelInterface::new(soft.clone()),
-        scanner: DoorbellScanner::new(soft.clone()),
+        scanner: DoorbellThread::new(soft.clone(), poller),
     });
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
@@ -655,16 +666,15 @@ extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
 
 // ------------------------------------------------------------- PnP, power
 
-/// `EvtDeviceD0Entry`: starts the doorbell scanner (user-mode doorbells
-/// are seen from now on) and the CM timer ([`crate::cmtimer`]), and queues
+/// `EvtDeviceD0Entry`: starts the doorbell poller's thread (user-mode
+/// doorbells are seen from now on) and the CM timer ([`crate::cmtimer`]), and queues
 /// the DPC, which drains whatever the
 /// event queue holds and re-arms it (the host's "interrupt on power-up").
 ///
 /// IRQL: PASSIVE_LEVEL.
 ///
 /// # Errors
-/// `STATUS_INSUFFICIENT_RESOURCES` when the scanner's timer cannot be
-/// allocated: the device does not start.
+/// The doorbell thread's creation failure: the device does not start.
 extern "C" fn evt_device_d0_entry(
     device: WDFDEVICE,
     _previous_state: WDF_POWER_DEVICE_STATE,
@@ -685,10 +695,10 @@ extern "C" fn evt_device_d0_entry(
     STATUS_SUCCESS
 }
 
-/// `EvtDeviceD0Exit`: stops the doorbell scanner and the CM timer
-/// (waiting for a scan or a CM timer callback in progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
+/// `EvtDeviceD0Exit`: stops the doorbell poller's thread and the CM timer
+/// (waiting for the thread to end and for a CM timer callback in progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
 /// also the core's device removal, while a sleep transition keeps the soft
-/// HCA's state in memory (D0Entry starts the scanner again). The framework
+/// HCA's state in memory (D0Entry starts the poller again). The framework
 /// has stopped the (power-managed) queue and waited for the driver's
 /// requests by now.
 ///

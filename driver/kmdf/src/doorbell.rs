@@ -1,174 +1,304 @@
-//! The doorbell scanner: how the soft HCA notices the doorbells user-mode
-//! ULPs ring in their files' doorbell pages (`IOCTL_IV_MAP_DOORBELLS`) with
-//! no system call.
+//! The doorbell poller's system thread: how the soft HCA notices the
+//! doorbells user-mode ULPs ring in their files' doorbell pages
+//! (`IOCTL_IV_MAP_DOORBELLS`).
 //!
 //! A real HCA traps a write to its doorbell (UAR) page in hardware; the soft
 //! HCA's pages are ordinary nonpaged memory, so something must look at
-//! them. Here that is a periodic high-resolution kernel timer
-//! (`ExAllocateTimer(.., EX_TIMER_HIGH_RESOLUTION)`, Windows 8.1 and later)
-//! whose callback, at DISPATCH_LEVEL, runs the soft HCA's scanner
-//! ([`SoftHca::poll_doorbells`]): it takes every slot rung since the last
-//! expiration and rings the queue bound to it, running the work inline
-//! (the soft HCA's firmware runs inline on Windows) — in the timer's DPC,
-//! like any doorbell rung at DISPATCH_LEVEL.
+//! them. Here that is a system thread (`PsCreateSystemThread`) running the
+//! soft HCA's poller ([`SoftHca::poll_doorbells_step`], the logic host mode
+//! tests; see `irpverbs_soft`'s `poller` module):
 //!
-//! The timer is armed at [`SCAN_PERIOD`] (100 µs) in D0Entry and deleted
-//! in D0Exit. What it costs and gives:
+//! - while doorbells come, it scans the pages back to back, yielding the
+//!   processor between scans (`KeDelayExecutionThread` with a zero
+//!   interval), and every page's `polling` word says so: a ULP rings with
+//!   no system call, seen within a scan (microseconds);
+//! - once [`DEFAULT_POLL_WINDOW_NS`] passed without a doorbell, it clears
+//!   the `polling` words, looks once more, and waits on a synchronization
+//!   `KEVENT` (no timer, no CPU, no raised clock rate);
+//! - a ULP that rang and read `polling` 0 issues `IOCTL_IV_RING_DOORBELLS`:
+//!   the core runs the doorbell at once, in that call
+//!   (`Hca::ring_doorbell_pages`), and the bus's
+//!   [`SoftBus::wake_doorbell_poller`] sets the event (`KeSetEvent`, at
+//!   <= DISPATCH_LEVEL): the thread polls again.
 //!
-//! - **Latency**: a user-mode doorbell waits for the next expiration. A
-//!   high-resolution timer expires at the system clock's finest rate
-//!   (typically 0.5 ms; Windows raises the clock rate while the timer is
-//!   set), so a doorbell is seen within about half a millisecond, and a
-//!   round trip that needs two user doorbells (send, then the reply's) takes
-//!   about a millisecond. Kernel ULPs are not affected: they keep the
-//!   direct-call doorbells of the kernel table.
-//! - **CPU**: one DPC per expiration; with nothing rung it takes one spin
-//!   lock and reads one word per mapped page, a fraction of a microsecond.
-//!   The larger cost is the system clock kept at its highest rate while the
-//!   device is in D0 (more timer interrupts, less idle power).
-//! - Rejected: a `KTIMER` (`KeSetCoalescableTimer`) fires at the default
-//!   clock rate, every 15.6 ms; a system thread spinning on the pages gives
-//!   microsecond latency but burns a processor (and would need an adaptive
-//!   back-off to a wait, whose wake-up latency is again the clock's).
+//! The thread starts in D0Entry and is stopped in D0Exit (the stop flag,
+//! the event set, then a wait on the thread object, referenced with
+//! `ObReferenceObjectByHandle` when it was created). It runs at
+//! PASSIVE_LEVEL; the scan takes the soft HCA's spin locks (raising to
+//! DISPATCH_LEVEL) and queues the device's DPC for what it completes, as a
+//! doorbell rung at PASSIVE_LEVEL does.
 //!
-//! The callback may run on two processors at once (two expirations); the
-//! scanner is reentrant.
+//! [`SoftBus::wake_doorbell_poller`]: irpverbs_soft::SoftBus::wake_doorbell_poller
 
 use alloc::sync::Arc;
+use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
-use irpverbs_soft::SoftHca;
-use wdk_sys::ntddk::{ExAllocateTimer, ExDeleteTimer, ExSetTimer};
-use wdk_sys::{_EX_TIMER, BOOLEAN, EX_TIMER_HIGH_RESOLUTION, LONGLONG, NTSTATUS, PEX_TIMER, PVOID};
+use irpverbs_abi::nt_success;
+use irpverbs_core::Platform;
+use irpverbs_soft::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep, SoftHca};
+use wdk_sys::ntddk::{
+    KeDelayExecutionThread, KeInitializeEvent, KeSetEvent, KeWaitForSingleObject,
+    ObReferenceObjectByHandle, ObfDereferenceObject, PsCreateSystemThread, PsTerminateSystemThread,
+    ZwClose,
+};
+use wdk_sys::{
+    _EVENT_TYPE, _KWAIT_REASON, HANDLE, KEVENT, KPROCESSOR_MODE, LARGE_INTEGER, NTSTATUS,
+    OBJECT_ATTRIBUTES, PVOID, ULONG,
+};
 
 use crate::platform::KmdfPlatform;
 
-/// The timer's period, in 100 ns units: 100 µs. The system rounds it up to
-/// the clock's finest resolution (see the module docs).
-pub const SCAN_PERIOD: LONGLONG = 1_000;
+/// `THREAD_ALL_ACCESS` (wdm.h: `STANDARD_RIGHTS_REQUIRED | SYNCHRONIZE |
+/// 0xFFFF`): what the driver asks of its own thread's handle.
+const THREAD_ALL_ACCESS: ULONG = 0x000F_0000 | 0x0010_0000 | 0xFFFF;
+/// `OBJ_KERNEL_HANDLE` (wdm.h): the handle lives in the kernel's table,
+/// whatever process D0Entry runs in.
+const OBJ_KERNEL_HANDLE: ULONG = 0x0000_0200;
+/// `KernelMode` (`MODE`, 0) as a `KPROCESSOR_MODE`.
+const KERNEL_MODE: KPROCESSOR_MODE = 0;
+/// `STATUS_SUCCESS`.
+const STATUS_SUCCESS: NTSTATUS = 0;
 
-/// `TRUE` as a `BOOLEAN`.
-const TRUE: BOOLEAN = 1;
-/// `FALSE` as a `BOOLEAN`.
-const FALSE: BOOLEAN = 0;
-
-/// The device's doorbell scanner: its soft HCA and, while the device is in
-/// D0, the timer.
-pub(crate) struct DoorbellScanner {
-    hca: Arc<SoftHca<KmdfPlatform>>,
-    /// The armed timer (null while stopped) and the HCA reference its
-    /// callback context holds.
-    armed: AtomicPtr<_EX_TIMER>,
-    context: AtomicPtr<SoftHca<KmdfPlatform>>,
+/// What the thread, the device and the bus share: the event the thread
+/// sleeps on and its stop flag. Lives in an `Arc` (nonpaged pool) for as
+/// long as anyone may set the event.
+pub(crate) struct PollerEvent {
+    /// A synchronization event: a set wakes one wait and resets.
+    event: UnsafeCell<KEVENT>,
+    stop: AtomicBool,
 }
 
-impl DoorbellScanner {
-    /// A stopped scanner for `hca`.
-    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>) -> Self {
+// SAFETY: the event is only touched through the kernel's event routines,
+// which synchronize internally and may be called from any thread at IRQL <=
+// DISPATCH_LEVEL; the flag is atomic.
+unsafe impl Send for PollerEvent {}
+// SAFETY: as above.
+unsafe impl Sync for PollerEvent {}
+
+impl PollerEvent {
+    /// The event, initialized not signaled.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (nonpaged pool).
+    pub(crate) fn new() -> Arc<Self> {
+        let this = Arc::new(Self {
+            event: UnsafeCell::new(KEVENT::default()),
+            stop: AtomicBool::new(false),
+        });
+        // SAFETY: the event is in nonpaged pool (the Arc), stays there for
+        // the Arc's life, and nothing else can reach it yet; an event may be
+        // initialized at any IRQL.
+        unsafe {
+            KeInitializeEvent(this.event.get(), _EVENT_TYPE::SynchronizationEvent, 0);
+        };
+        this
+    }
+
+    /// Sets the event: the sleeping thread wakes (or its next wait returns
+    /// at once).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub(crate) fn set(&self) {
+        // SAFETY: an initialized event in nonpaged memory; KeSetEvent with
+        // Wait = FALSE may be called at IRQL <= DISPATCH_LEVEL.
+        let _ = unsafe { KeSetEvent(self.event.get(), 0, 0) };
+    }
+
+    /// Waits for the event.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the thread).
+    fn wait(&self) {
+        // SAFETY: the event lives as long as `self`; a wait with no timeout
+        // is allowed at PASSIVE_LEVEL, kernel mode, not alertable.
+        let _ = unsafe {
+            KeWaitForSingleObject(
+                self.event.get().cast(),
+                _KWAIT_REASON::Executive,
+                KERNEL_MODE,
+                0,
+                core::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+/// The thread's context: the HCA it polls and the event it sleeps on (one
+/// reference each, given back when the thread ends).
+struct ThreadContext {
+    hca: Arc<SoftHca<KmdfPlatform>>,
+    event: Arc<PollerEvent>,
+}
+
+/// The device's doorbell poller: its soft HCA, its event and, while the
+/// device is in D0, the thread.
+pub(crate) struct DoorbellThread {
+    hca: Arc<SoftHca<KmdfPlatform>>,
+    event: Arc<PollerEvent>,
+    /// The running thread's object (referenced), null while stopped.
+    thread: AtomicPtr<c_void>,
+}
+
+impl DoorbellThread {
+    /// A stopped poller for `hca`, sleeping on `event` (the bus's).
+    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>, event: Arc<PollerEvent>) -> Self {
         Self {
             hca,
-            armed: AtomicPtr::new(core::ptr::null_mut()),
-            context: AtomicPtr::new(core::ptr::null_mut()),
+            event,
+            thread: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 
-    /// D0Entry: allocates the high-resolution timer and sets it to expire
-    /// every [`SCAN_PERIOD`]. Started already: nothing to do.
+    /// D0Entry: creates the system thread. Started already: nothing to do.
     ///
     /// IRQL: PASSIVE_LEVEL.
     ///
     /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated.
+    /// `PsCreateSystemThread`'s or `ObReferenceObjectByHandle`'s failure:
+    /// the device does not start.
     pub(crate) fn start(&self) -> Result<(), NTSTATUS> {
-        if !self.armed.load(Ordering::Acquire).is_null() {
+        if !self.thread.load(Ordering::Acquire).is_null() {
             return Ok(());
         }
-        // The callback's reference to the HCA, given back in `stop` once
-        // no callback can run.
-        let context = Arc::into_raw(Arc::clone(&self.hca)).cast_mut();
-        // SAFETY: `scan` has the EXT_CALLBACK signature; its context is a
-        // live reference to the HCA (just taken) that outlives the timer
-        // (`stop` releases it after the waited delete); high resolution is
-        // a valid attribute on its own; IRQL <= DISPATCH_LEVEL (PASSIVE).
-        let timer = unsafe {
-            ExAllocateTimer(
-                Some(scan),
-                context.cast::<c_void>(),
-                EX_TIMER_HIGH_RESOLUTION,
+        self.event.stop.store(false, Ordering::Release);
+        let context = Arc::into_raw(Arc::new(ThreadContext {
+            hca: Arc::clone(&self.hca),
+            event: Arc::clone(&self.event),
+        }))
+        .cast_mut();
+        let mut attributes = OBJECT_ATTRIBUTES {
+            Length: size_of::<OBJECT_ATTRIBUTES>() as ULONG,
+            RootDirectory: core::ptr::null_mut(),
+            ObjectName: core::ptr::null_mut(),
+            Attributes: OBJ_KERNEL_HANDLE,
+            SecurityDescriptor: core::ptr::null_mut(),
+            SecurityQualityOfService: core::ptr::null_mut(),
+        };
+        let mut handle: HANDLE = core::ptr::null_mut();
+        // SAFETY: the attributes are initialized (InitializeObjectAttributes
+        // with no name and a kernel handle); no process handle (the system
+        // process) and no client id, as for any driver thread; `poll` has
+        // the KSTART_ROUTINE signature and owns `context` (a live
+        // ThreadContext reference) from now on; PASSIVE_LEVEL.
+        let status = unsafe {
+            PsCreateSystemThread(
+                &raw mut handle,
+                THREAD_ALL_ACCESS,
+                &raw mut attributes,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                Some(poll),
+                context.cast(),
             )
         };
-        if timer.is_null() {
-            // SAFETY: the reference taken above, never handed to a timer.
-            drop(unsafe { Arc::from_raw(context) });
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        if !nt_success(status) {
+            // SAFETY: no thread was created: the context reference is still
+            // ours.
+            drop(unsafe { Arc::from_raw(context.cast_const()) });
+            return Err(status);
         }
-        self.context.store(context, Ordering::Release);
-        self.armed.store(timer, Ordering::Release);
-        // SAFETY: `timer` is the live timer just allocated; a
-        // high-resolution timer takes a relative (negative) due time; the
-        // period is below MAXLONG; no set parameters (optional); IRQL <=
-        // DISPATCH_LEVEL.
-        let _ = unsafe { ExSetTimer(timer, -SCAN_PERIOD, SCAN_PERIOD, core::ptr::null_mut()) };
+        let mut object: PVOID = core::ptr::null_mut();
+        // SAFETY: `handle` is the kernel handle just returned; kernel-mode
+        // access needs no object type; the object pointer is written to
+        // `object` with a reference, released in `stop`; PASSIVE_LEVEL.
+        let status = unsafe {
+            ObReferenceObjectByHandle(
+                handle,
+                THREAD_ALL_ACCESS,
+                core::ptr::null_mut(),
+                KERNEL_MODE,
+                &raw mut object,
+                core::ptr::null_mut(),
+            )
+        };
+        // SAFETY: the handle is ours (a kernel handle) and closed once; the
+        // thread lives on (its object is referenced, or it ends below).
+        let _ = unsafe { ZwClose(handle) };
+        if !nt_success(status) {
+            // The thread cannot be waited for: tell it to end, and let it
+            // release its context itself.
+            self.event.stop.store(true, Ordering::Release);
+            self.event.set();
+            return Err(status);
+        }
+        self.thread.store(object, Ordering::Release);
         Ok(())
     }
 
-    /// D0Exit: cancels and deletes the timer, waiting for a callback that
-    /// is running to return, then lets go of the callback's reference.
-    /// Stopped already: nothing to do.
+    /// D0Exit: stops the thread and waits for it to end. Stopped already:
+    /// nothing to do.
     ///
-    /// IRQL: PASSIVE_LEVEL (the wait needs <= APC_LEVEL).
+    /// IRQL: PASSIVE_LEVEL (the wait).
     pub(crate) fn stop(&self) {
-        let timer = self.armed.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if timer.is_null() {
+        let thread = self.thread.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if thread.is_null() {
             return;
         }
-        // SAFETY: `timer` is the live timer `start` armed, swapped out so
-        // that it is deleted once; Cancel and Wait are both TRUE (Wait
-        // requires Cancel), allowed at PASSIVE_LEVEL; no delete parameters
-        // (optional). After it returns no callback runs.
-        let _ = unsafe { ExDeleteTimer(timer, TRUE, TRUE, core::ptr::null_mut()) };
-        let context = self.context.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if !context.is_null() {
-            // SAFETY: the reference `start` gave the timer, which is gone:
-            // no callback can use it any more.
-            drop(unsafe { Arc::from_raw(context.cast_const()) });
-        }
+        self.event.stop.store(true, Ordering::Release);
+        self.event.set();
+        // SAFETY: `thread` is the referenced thread object `start` stored,
+        // swapped out (waited for and released once); a thread object is a
+        // dispatcher object, signaled when the thread ends; no timeout at
+        // PASSIVE_LEVEL.
+        let _ = unsafe {
+            KeWaitForSingleObject(
+                thread,
+                _KWAIT_REASON::Executive,
+                KERNEL_MODE,
+                0,
+                core::ptr::null_mut(),
+            )
+        };
+        // SAFETY: the reference `start` took; the object is not used again.
+        let _ = unsafe { ObfDereferenceObject(thread) };
     }
 }
 
-impl Drop for DoorbellScanner {
-    /// The device is destroyed: D0Exit stopped the scanner before. Should
-    /// the timer still be armed, it is cancelled without waiting (the
-    /// destroy callback may run at DISPATCH_LEVEL), and the callback's
-    /// reference to the HCA is leaked rather than freed under a callback
-    /// that may still run.
+impl Drop for DoorbellThread {
+    /// The device is destroyed: D0Exit stopped the thread before. Should it
+    /// still run, it is told to stop without waiting (the destroy callback
+    /// may run at DISPATCH_LEVEL); it holds its own references to the HCA
+    /// and the event, and the thread object's reference is leaked rather
+    /// than released under a running thread.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn drop(&mut self) {
-        let timer = self.armed.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if timer.is_null() {
-            return;
+        if !self.thread.load(Ordering::Acquire).is_null() {
+            self.event.stop.store(true, Ordering::Release);
+            self.event.set();
         }
-        // SAFETY: the live timer `start` armed, swapped out (deleted once);
-        // Cancel without Wait may be called at IRQL <= DISPATCH_LEVEL; no
-        // delete parameters.
-        let _ = unsafe { ExDeleteTimer(timer, TRUE, FALSE, core::ptr::null_mut()) };
     }
 }
 
-/// The timer's callback (`EXT_CALLBACK`): scans the doorbell pages.
+/// The thread (`KSTART_ROUTINE`): poller steps, yielding between scans and
+/// sleeping on the event when the poller says so, until stopped; then it
+/// releases its context and terminates.
 ///
-/// IRQL: DISPATCH_LEVEL.
+/// IRQL: PASSIVE_LEVEL.
 ///
 /// # Safety
-/// Called by the kernel with the context `DoorbellScanner::start` gave
-/// `ExAllocateTimer`.
-unsafe extern "C" fn scan(_timer: PEX_TIMER, context: PVOID) {
-    // SAFETY: the context is the HCA reference the scanner handed to the
-    // timer; it is released only after the timer is deleted with Wait (no
-    // callback runs then), or never.
-    let hca = unsafe { &*context.cast_const().cast::<SoftHca<KmdfPlatform>>() };
-    hca.poll_doorbells();
+/// Called by the kernel with the context `DoorbellThread::start` gave
+/// `PsCreateSystemThread`, once.
+unsafe extern "C" fn poll(context: PVOID) {
+    // SAFETY: the context is the ThreadContext reference `start` handed to
+    // this thread; it is ours to release.
+    let context = unsafe { Arc::from_raw(context.cast_const().cast::<ThreadContext>()) };
+    let mut poller = DoorbellPoller::new(DEFAULT_POLL_WINDOW_NS);
+    // A zero relative interval: give the processor to any ready thread.
+    let mut yield_now = LARGE_INTEGER { QuadPart: 0 };
+    while !context.event.stop.load(Ordering::Acquire) {
+        let now = KmdfPlatform.now_ns();
+        match context.hca.poll_doorbells_step(&mut poller, now) {
+            PollerStep::Again => {
+                // SAFETY: a kernel-mode, non-alertable delay of a valid
+                // interval at PASSIVE_LEVEL.
+                let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut yield_now) };
+            }
+            PollerStep::Sleep => context.event.wait(),
+        }
+    }
+    drop(context);
+    // SAFETY: called by a system thread on itself, at PASSIVE_LEVEL; it
+    // does not return.
+    let _ = unsafe { PsTerminateSystemThread(STATUS_SUCCESS) };
 }

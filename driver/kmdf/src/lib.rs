@@ -22,7 +22,7 @@
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
 //! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
-//! | a high-resolution `EX_TIMER`, armed in D0Entry, deleted in D0Exit | `SoftHca::poll_doorbells`: the doorbells user-mode ULPs ring in their doorbell pages ([`doorbell`]) |
+//! | a system thread (`PsCreateSystemThread`) started in D0Entry, ended in D0Exit, sleeping on a `KEVENT` that `IOCTL_IV_RING_DOORBELLS` sets | `SoftHca::poll_doorbells_step`: the doorbells user-mode ULPs ring in their doorbell pages ([`doorbell`]) |
 //!
 //! # User memory
 //! A user-mode ULP's rings and memory registrations need the requestor's
@@ -40,12 +40,16 @@
 //!
 //! # User-mode doorbells
 //! A user-mode ULP rings its queues' doorbells by setting bits in its file's
-//! doorbell page (`IOCTL_IV_MAP_DOORBELLS`, mapped like a ring), with no
-//! system call. The soft HCA has no MMIO to trap those writes, so a
-//! periodic high-resolution timer runs its scanner at DISPATCH_LEVEL
-//! ([`doorbell`]: latency about one clock tick at the highest clock rate,
-//! typically 0.5 ms; next to no CPU when nothing was rung). Kernel ULPs keep
-//! the direct-call doorbells.
+//! doorbell page (`IOCTL_IV_MAP_DOORBELLS`, mapped like a ring). The soft
+//! HCA has no MMIO to trap those writes: a system thread polls the pages
+//! while doorbells come and sleeps on an event once they stop, and the page
+//! tells the ULP which (its `polling` word): while the HCA polls, a
+//! doorbell costs no system call and is seen within microseconds; while it
+//! sleeps, the ULP follows the doorbell with `IOCTL_IV_RING_DOORBELLS`,
+//! which runs the doorbell in that call and wakes the thread
+//! ([`doorbell`]; the logic is `irpverbs_soft`'s poller, tested in host
+//! mode). No timer, no raised clock rate. Kernel ULPs keep the direct-call
+//! doorbells.
 //!
 //! # The connection manager's timer
 //! A one-shot kernel timer ([`cmtimer`]) the core arms at the CM's next

@@ -67,6 +67,13 @@ pub trait BellWords {
     fn summary(&self) -> &Self::Word;
     /// `rung` word `index`, `None` past the last.
     fn rung(&self, index: u32) -> Option<&Self::Word>;
+    /// The HCA's `polling` word (written by the HCA, read by the ULP).
+    fn polling(&self) -> &Self::Word;
+    /// A full (sequentially consistent) fence, of the same memory model as
+    /// the words (loom's in loom tests).
+    fn full_fence(&self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
 }
 
 /// The ULP's side: rings `slot` (its `rung` bit, then its summary bit,
@@ -83,6 +90,31 @@ pub fn ring<B: BellWords + ?Sized>(page: &B, slot: u32) -> bool {
     rung.fetch_or(1 << (slot % 64), Ordering::Release);
     page.summary().fetch_or(1 << word, Ordering::Release);
     true
+}
+
+/// The ULP's side, after [`ring`]: true when the HCA is not polling the
+/// page (its `polling` word is 0), so the ULP must wake it
+/// (`IOCTL_IV_RING_DOORBELLS`). A full fence first orders the ring before
+/// the read: the HCA clears the word and then looks at the summary with a
+/// fence between, so either it sees this ring or this read sees its 0.
+pub fn must_wake<B: BellWords + ?Sized>(page: &B) -> bool {
+    page.full_fence();
+    page.polling().load(Ordering::Relaxed) == 0
+}
+
+/// The HCA's side: publishes whether it polls the page (it never reads the
+/// word back: the ULP may write anything there and only fools itself).
+/// Before the last look at a page it stops polling ([`peek`] after
+/// [`stopped_polling`]).
+pub fn set_polling<B: BellWords + ?Sized>(page: &B, polling: bool) {
+    page.polling().swap(u64::from(polling), Ordering::Relaxed);
+}
+
+/// The HCA's side, between clearing the `polling` words ([`set_polling`])
+/// and its last look at the summaries ([`peek`]): a full fence (the other
+/// half of [`must_wake`]'s), of `page`'s memory model.
+pub fn stopped_polling<B: BellWords + ?Sized>(page: &B) {
+    page.full_fence();
 }
 
 /// The HCA's first look: true when a summary bit is set (a relaxed load: a
@@ -127,6 +159,7 @@ pub fn for_each_bit(mut bits: u64, mut f: impl FnMut(u32)) {
 
 const SUMMARY_OFFSET: usize = core::mem::offset_of!(IvDoorbellPage, summary);
 const RUNG_OFFSET: usize = core::mem::offset_of!(IvDoorbellPage, rung);
+const POLLING_OFFSET: usize = core::mem::offset_of!(IvDoorbellPage, polling);
 
 /// A doorbell page in shared memory: the HCA's (allocated, whole page) or
 /// the ULP's view of its mapping. Pages are equal when they are the same
@@ -196,6 +229,17 @@ impl DoorbellPage {
         peek(self)
     }
 
+    /// [`must_wake`].
+    #[must_use]
+    pub fn must_wake(&self) -> bool {
+        must_wake(self)
+    }
+
+    /// [`set_polling`].
+    pub fn set_polling(&self, polling: bool) {
+        set_polling(self, polling);
+    }
+
     /// [`take_summary`].
     #[must_use]
     pub fn take_summary(&self) -> u64 {
@@ -220,6 +264,12 @@ impl BellWords for DoorbellPage {
     fn summary(&self) -> &AtomicU64 {
         self.region
             .atomic_u64(SUMMARY_OFFSET)
+            .expect("the page's size and alignment are checked in DoorbellPage::new")
+    }
+
+    fn polling(&self) -> &AtomicU64 {
+        self.region
+            .atomic_u64(POLLING_OFFSET)
             .expect("the page's size and alignment are checked in DoorbellPage::new")
     }
 
@@ -260,6 +310,24 @@ mod tests {
         assert_eq!(taken(&page), [0, 63, 64, 700, 4095]);
         assert!(!page.peek());
         assert!(taken(&page).is_empty());
+    }
+
+    #[test]
+    fn the_polling_word_tells_the_ulp_whether_to_wake_the_hca() {
+        let page = DoorbellPage::alloc().unwrap();
+        assert!(page.must_wake(), "a new page: the HCA is asleep");
+        page.set_polling(true);
+        assert!(page.ring(5));
+        assert!(!page.must_wake());
+        page.set_polling(false);
+        assert!(page.must_wake());
+        let mut word = [0u8; 8];
+        page.region().read(POLLING_OFFSET, &mut word).unwrap();
+        assert_eq!(word, [0; 8]);
+        assert_eq!(
+            POLLING_OFFSET, 576,
+            "its own cache line, after the rung words"
+        );
     }
 
     #[test]

@@ -278,6 +278,7 @@ fn doorbell_never_loses_a_wakeup() {
 struct Page {
     summary: Bits,
     rung: [Bits; 2],
+    polling: Bits,
 }
 
 struct Bits(loom::sync::atomic::AtomicU64);
@@ -308,6 +309,43 @@ impl irpverbs_ring::doorbell::BellWords for Page {
     fn rung(&self, index: u32) -> Option<&Self::Word> {
         self.rung.get(index as usize)
     }
+    fn polling(&self) -> &Self::Word {
+        &self.polling
+    }
+    fn full_fence(&self) {
+        loom::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
+/// The poller going to sleep while a ULP rings: the HCA clears `polling`,
+/// fences and looks at the summary once more; the ULP rings, fences and
+/// reads `polling`. However they interleave, the doorbell is not lost: the
+/// HCA's last look finds it, or the ULP reads 0 and wakes the HCA (both may
+/// happen; neither missing is the bug the fences prevent).
+#[test]
+fn a_doorbell_rung_while_the_poller_stops_is_found_or_wakes_it() {
+    use irpverbs_ring::doorbell::{must_wake, peek, ring, set_polling, stopped_polling};
+    loom::model(|| {
+        let page = Arc::new(Page {
+            summary: Bits::new(),
+            rung: [Bits::new(), Bits::new()],
+            polling: Bits::new(),
+        });
+        set_polling(&*page, true);
+        let p = Arc::clone(&page);
+        let ulp = thread::spawn(move || {
+            assert!(ring(&*p, 3));
+            must_wake(&*p)
+        });
+        set_polling(&*page, false);
+        stopped_polling(&*page);
+        let found = peek(&*page);
+        let woke = ulp.join().unwrap();
+        assert!(
+            found || woke,
+            "the doorbell was neither seen nor woke the HCA"
+        );
+    });
 }
 
 /// The doorbell page protocol: two ULP threads each publish an entry on
@@ -330,6 +368,7 @@ fn doorbell_page_model(slots: [u32; 2]) {
         let page = Arc::new(Page {
             summary: Bits::new(),
             rung: [Bits::new(), Bits::new()],
+            polling: Bits::new(),
         });
         let queues = Arc::new([Model::<2>::new(0), Model::<2>::new(0)]);
         let ulps: Vec<_> = (0..2)

@@ -83,8 +83,9 @@
 //! file's doorbell page, the soft HCA's UAR page ([`Hca::alloc_doorbell_page`],
 //! [`Hca::bind_doorbell`]; one page per file, a slot per queue doorbell). With
 //! no MMIO to trap the writes, the soft HCA scans the pages when the
-//! platform calls [`SoftHca::poll_doorbells`] (irpverbs.sys from a
-//! high-resolution timer, host mode from a doorbell thread) and rings the
+//! platform calls [`SoftHca::poll_doorbells`] (a poller thread while the
+//! pages are busy, [`SoftHca::poll_doorbells_step`]; the ring IOCTL when the
+//! poller sleeps) and rings the
 //! queue bound to each slot found, as the direct call would. The slot table
 //! is the HCA's, under `HCA_LOCK` with the queues: whatever user mode writes
 //! into its page makes the HCA look, at worst, at that page's own queues.
@@ -156,6 +157,7 @@ pub mod link;
 mod mr;
 pub mod packet;
 mod pd;
+mod poller;
 mod port;
 mod qp;
 mod requester;
@@ -194,6 +196,7 @@ use irpverbs_ring::DoorbellPage;
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use gsi::MAD_QUEUE_DEPTH;
+pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{Execution, SoftConfig};
@@ -232,6 +235,14 @@ pub trait SoftBus: Send + Sync {
     ///
     /// IRQL: called at <= DISPATCH_LEVEL.
     fn doorbell(&self);
+
+    /// A ULP woke the doorbell poller (`IOCTL_IV_RING_DOORBELLS`): set the
+    /// event the poller's thread sleeps on ([`PollerStep::Sleep`]). The
+    /// default does nothing: right for a platform without a poller thread
+    /// (every doorbell then costs the IOCTL, which scans the pages itself).
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn wake_doorbell_poller(&self) {}
 }
 
 /// Counters for tools and tests.
@@ -408,6 +419,9 @@ pub struct SoftHca<P: Platform> {
     /// Every doorbell page, for [`SoftHca::poll_doorbells`]'s first look
     /// (the firmware's copy, with the slot bindings, is under `HCA_LOCK`).
     doorbell_pages: P::Lock<Vec<DoorbellPage>>,
+    /// The poller polls the pages: what their `polling` words say (changed
+    /// under `DOORBELL_LOCK`, see the `poller` module).
+    pages_polled: AtomicBool,
 }
 
 impl<P: Platform> core::fmt::Debug for SoftHca<P> {
@@ -450,6 +464,7 @@ impl<P: Platform> SoftHca<P> {
             txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
             tx_pending: AtomicBool::new(false),
             doorbell_pages: platform.new_lock(&DOORBELL_LOCK, Vec::new()),
+            pages_polled: AtomicBool::new(false),
         })
     }
 
@@ -986,14 +1001,15 @@ impl<P: Platform> SoftHca<P> {
     /// since the last call and rings the doorbell of the queue each is bound
     /// to, as the direct-call doorbells would: inline, the work runs now, on
     /// this thread; deferred, the hardware thread is woken. Returns how many
-    /// slots rang a queue. The platform calls it periodically (irpverbs.sys
-    /// from a high-resolution timer, host mode from its doorbell thread):
-    /// user-mode ULPs ring through their doorbell page with no system call,
-    /// and this is how the soft HCA, which has no MMIO to trap the writes,
-    /// notices. See the `doorbell` module.
+    /// slots rang a queue. The doorbell poller calls it
+    /// ([`SoftHca::poll_doorbells_step`], from a platform thread), and so
+    /// does `IOCTL_IV_RING_DOORBELLS`: user-mode ULPs ring through their
+    /// doorbell page with no system call, and this is how the soft HCA,
+    /// which has no MMIO to trap the writes, notices. See the `doorbell`
+    /// and `poller` modules.
     ///
     /// Cheap when nothing was rung: one spin lock and one load per page.
-    /// Callable concurrently (two timer expirations on two processors).
+    /// Callable concurrently (the poller and an IOCTL on two processors).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn poll_doorbells(&self) -> usize {
@@ -1275,6 +1291,7 @@ impl<P: Platform> Hca for SoftHca<P> {
         self.state.lock(|st| {
             let (page, memory) = st.firmware.doorbells.alloc()?;
             let watched = self.doorbell_pages.lock(|pages| {
+                memory.set_polling(self.pages_polled.load(Ordering::Relaxed));
                 pages
                     .try_reserve(1)
                     .map(|()| pages.push(memory.clone()))
@@ -1289,6 +1306,15 @@ impl<P: Platform> Hca for SoftHca<P> {
                 region: Arc::clone(memory.region()),
             })
         })
+    }
+
+    /// Scans the doorbell pages now and wakes the doorbell poller (see
+    /// the `poller` module).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
+        self.wake_doorbells();
+        Ok(())
     }
 
     /// Stops scanning page `page` and forgets its bindings.

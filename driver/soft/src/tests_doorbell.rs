@@ -444,3 +444,108 @@ fn a_scan_runs_rung_send_queues_on_the_fast_path() {
     assert_eq!(sends, want);
     assert_eq!(p.mb.read(600, 5), b"quick");
 }
+
+/// The doorbell poller: it polls (the pages say so) for its window after
+/// the last doorbell it found, then clears the pages' `polling` words and
+/// sleeps; a ULP that then finds 0 wakes it with the ring IOCTL, which
+/// runs the doorbell at once and wakes the poller, whose next step polls
+/// again. The work is done exactly as a scan does it.
+#[test]
+fn the_poller_polls_for_its_window_then_sleeps_until_woken() {
+    use crate::{DoorbellPoller, PollerStep};
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let (pa, ua) = page(&p.a);
+    let sq = bind(&p.a, pa, DoorbellTarget::Sq(p.qa.qpn));
+    let rq = p.qb.rq.as_ref().unwrap();
+    rq.post(1, &[p.mb.sge(0, 64)]).unwrap();
+    rq.post(2, &[p.mb.sge(64, 64)]).unwrap();
+    let hca = &p.a.d.hca;
+    let mut poller = DoorbellPoller::new(1_000);
+    assert!(ua.must_wake(), "asleep before the first step");
+    assert_eq!(hca.poll_doorbells_step(&mut poller, 0), PollerStep::Again);
+    assert!(poller.polling() && !ua.must_wake(), "polling: no IOCTL");
+    publish_send(&p, 10, 8);
+    assert!(ua.ring(sq));
+    assert_eq!(hca.poll_doorbells_step(&mut poller, 500), PollerStep::Again);
+    assert_eq!(one(&p.cqa).wr_id, 10, "found by the poll");
+    assert_eq!(
+        hca.poll_doorbells_step(&mut poller, 1_400),
+        PollerStep::Again
+    );
+    assert_eq!(
+        hca.poll_doorbells_step(&mut poller, 1_500),
+        PollerStep::Sleep
+    );
+    assert!(!poller.polling() && ua.must_wake(), "asleep: wake it");
+    assert_eq!(poller.sleeps, 1);
+    // Asleep: the ULP rings, reads 0, and issues the IOCTL.
+    publish_send(&p, 11, 8);
+    assert!(ua.ring(sq) && ua.must_wake());
+    assert_eq!(p.a.d.bus.poller_wakes(), 0);
+    assert_eq!(hca.ring_doorbell_pages(), Ok(()));
+    assert_eq!(one(&p.cqa).wr_id, 11, "run in the IOCTL, not a tick later");
+    assert_eq!(p.a.d.bus.poller_wakes(), 1);
+    // Woken: it polls again, for a window from now.
+    assert_eq!(
+        hca.poll_doorbells_step(&mut poller, 9_000),
+        PollerStep::Again
+    );
+    assert!(!ua.must_wake());
+    assert_eq!(
+        hca.poll_doorbells_step(&mut poller, 9_999),
+        PollerStep::Again
+    );
+    assert_eq!(
+        hca.poll_doorbells_step(&mut poller, 10_000),
+        PollerStep::Sleep
+    );
+    assert_eq!(p.cqb.poll().len(), 2);
+}
+
+/// A doorbell rung before the poller's last look is found by it: the
+/// poller polls on instead of sleeping. A window of 0 sleeps at the first
+/// quiet scan.
+#[test]
+fn a_doorbell_found_by_the_last_look_keeps_the_poller_polling() {
+    use crate::{DoorbellPoller, PollerStep};
+    let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
+    let (pa, ua) = page(&p.a);
+    let sq = bind(&p.a, pa, DoorbellTarget::Sq(p.qa.qpn));
+    p.qb.rq
+        .as_ref()
+        .unwrap()
+        .post(1, &[p.mb.sge(0, 64)])
+        .unwrap();
+    let hca = &p.a.d.hca;
+    let mut poller = DoorbellPoller::new(0);
+    assert_eq!(hca.poll_doorbells_step(&mut poller, 0), PollerStep::Sleep);
+    publish_send(&p, 7, 8);
+    assert!(ua.ring(sq));
+    assert_eq!(hca.poll_doorbells_step(&mut poller, 1), PollerStep::Again);
+    assert_eq!(one(&p.cqa).wr_id, 7);
+    assert_eq!(hca.poll_doorbells_step(&mut poller, 2), PollerStep::Sleep);
+    assert_eq!(poller.sleeps, 2);
+}
+
+/// A page made while the HCA polls reads "polling"; one made while it
+/// sleeps reads 0 (its ULP wakes the HCA).
+#[test]
+fn new_pages_say_what_the_poller_does() {
+    use crate::{DoorbellPoller, PollerStep};
+    let n = Node::new(1);
+    let mut poller = DoorbellPoller::new(10);
+    let (_, asleep) = page(&n);
+    assert!(asleep.must_wake());
+    assert_eq!(
+        n.d.hca.poll_doorbells_step(&mut poller, 0),
+        PollerStep::Again
+    );
+    let (_, polled) = page(&n);
+    assert!(!polled.must_wake() && !asleep.must_wake());
+    assert_eq!(
+        n.d.hca.poll_doorbells_step(&mut poller, 10),
+        PollerStep::Sleep
+    );
+    let (_, later) = page(&n);
+    assert!(later.must_wake() && polled.must_wake() && asleep.must_wake());
+}

@@ -178,6 +178,7 @@ pub(crate) fn region(length: u64) -> alloc::sync::Arc<irpverbs_ring::Region> {
 pub(crate) struct CountingBus {
     interrupts: AtomicUsize,
     doorbells: AtomicUsize,
+    poller_wakes: AtomicUsize,
 }
 
 impl CountingBus {
@@ -196,6 +197,10 @@ impl CountingBus {
     pub(crate) fn doorbells(&self) -> usize {
         self.doorbells.load(Ordering::SeqCst)
     }
+
+    pub(crate) fn poller_wakes(&self) -> usize {
+        self.poller_wakes.load(Ordering::SeqCst)
+    }
 }
 
 impl SoftBus for CountingBus {
@@ -207,6 +212,11 @@ impl SoftBus for CountingBus {
     fn doorbell(&self) {
         Self::check_unlocked();
         self.doorbells.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn wake_doorbell_poller(&self) {
+        Self::check_unlocked();
+        self.poller_wakes.fetch_add(1, Ordering::SeqCst);
     }
 }
 

@@ -31,15 +31,17 @@ fn main() -> ExitCode {
 mod win {
     use std::ffi::c_void;
     use std::process::ExitCode;
+    use std::sync::Arc;
 
     use irpverbs_abi::{
-        IOCTL_IV_MAP_DOORBELLS, IvMapDoorbellsOut, NtStatus, STATUS_ACCESS_DENIED,
-        STATUS_BUFFER_TOO_SMALL, STATUS_CANCELLED, STATUS_DELETE_PENDING, STATUS_DEVICE_REMOVED,
-        STATUS_INFO_LENGTH_MISMATCH, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_REQUEST,
-        STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER, STATUS_PENDING, nt_success,
+        IOCTL_IV_MAP_DOORBELLS, IOCTL_IV_RING_DOORBELLS, IvMapDoorbellsOut, NtStatus,
+        STATUS_ACCESS_DENIED, STATUS_BUFFER_TOO_SMALL, STATUS_CANCELLED, STATUS_DELETE_PENDING,
+        STATUS_DEVICE_REMOVED, STATUS_INFO_LENGTH_MISMATCH, STATUS_INSUFFICIENT_RESOURCES,
+        STATUS_INVALID_DEVICE_REQUEST, STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER,
+        STATUS_PENDING, nt_success,
     };
     use irpverbs_conformance::{Client, Dut, DutFile, IoctlTransport, SUITE};
-    use irpverbs_verbs::{Doorbells, PageDoorbells, SpeedPath};
+    use irpverbs_verbs::{Doorbells, PageDoorbells, SpeedPath, WakeHca};
     use windows_sys::Win32::Foundation::{
         CloseHandle, ERROR_ACCESS_DENIED, ERROR_BAD_LENGTH, ERROR_DELETE_PENDING,
         ERROR_DEVICE_REMOVED, ERROR_INSUFFICIENT_BUFFER, ERROR_INVALID_FUNCTION,
@@ -118,7 +120,7 @@ mod win {
             if handle == INVALID_HANDLE_VALUE {
                 return Err(last_error_status());
             }
-            Ok(File(OwnedHandle(handle)))
+            Ok(File(Arc::new(OwnedHandle(handle))))
         }
     }
 
@@ -148,7 +150,8 @@ mod win {
             // until the file's cleanup, which runs when `SpeedFile` closes
             // the handle, after its doorbells are gone (they are dropped
             // with it, first).
-            let bells = unsafe { PageDoorbells::from_map(&map) }?;
+            let bells = unsafe { PageDoorbells::from_map(&map) }?
+                .with_wake(Arc::new(File(Arc::clone(&file.0))));
             Ok(Client::with_speed_path(Box::new(SpeedFile { bells, file })))
         }
 
@@ -175,9 +178,19 @@ mod win {
         }
     }
 
-    /// One open of the device: `CloseHandle` when dropped is the file's
-    /// cleanup and close in the driver.
-    struct File(OwnedHandle);
+    /// One open of the device: `CloseHandle` when the last reference is
+    /// dropped is the file's cleanup and close in the driver (the speed
+    /// path's doorbells hold one, to wake the driver's doorbell poller).
+    struct File(Arc<OwnedHandle>);
+
+    /// A doorbell rung while the driver's poller sleeps (the page's
+    /// `polling` word read 0): `IOCTL_IV_RING_DOORBELLS` runs it now and
+    /// wakes the poller. Its failure leaves the doorbell in the page.
+    impl WakeHca for File {
+        fn wake_hca(&self) {
+            let _ = self.call(IOCTL_IV_RING_DOORBELLS, &[], 0);
+        }
+    }
 
     /// An open of the device with its doorbell page mapped: the speed path.
     /// Fields drop in order: the doorbells before the handle.

@@ -36,7 +36,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 pub use objects::{Cq, Qp, Srq};
 pub use speed::{
     AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr, SendWr,
-    SpeedPath, SrqRings, Wc,
+    SpeedPath, SrqRings, WakeHca, Wc,
 };
 
 /// Carries one IOCTL to the driver and waits for its completion.

@@ -16,7 +16,7 @@ use crate::IoctlTransport;
 
 pub use irpverbs_kernel_table::speed::{
     AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,
-    SendWr, SrqRings,
+    SendWr, SrqRings, WakeHca,
 };
 
 /// An open of the device whose rings the speed path may use: an IOCTL

@@ -18,6 +18,11 @@ struct Cli {
     /// their doorbell pages scanned by a doorbell thread, as on Windows.
     #[arg(long, value_enum, default_value_t = DoorbellsArg::Direct, global = true)]
     doorbells: DoorbellsArg,
+    /// With `--doorbells page`: microseconds the doorbell thread polls the
+    /// pages after the last doorbell before it sleeps (0: every doorbell
+    /// after a quiet scan is an IOCTL_IV_RING_DOORBELLS). Default 200.
+    #[arg(long, global = true)]
+    doorbell_poll_us: Option<u64>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -186,6 +191,14 @@ enum BenchCmd {
         #[arg(long, default_value_t = 2_000_000)]
         ioctls: u64,
     },
+    /// 8-byte RC SEND one-way latency by doorbell path, in one run: direct
+    /// calls, the doorbell page with its thread polling, and the doorbell
+    /// page with its thread asleep (each doorbell an IOCTL).
+    Doorbells {
+        /// Ping-pong iterations per measurement (three each, alternating).
+        #[arg(long, default_value_t = 20_000)]
+        iters: u64,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -221,7 +234,10 @@ fn main() -> std::process::ExitCode {
             write_with_imm,
         } => perf(
             engine,
-            cli.doorbells.into(),
+            (
+                cli.doorbells.into(),
+                cli.doorbell_poll_us.map(std::time::Duration::from_micros),
+            ),
             &test,
             Remote {
                 server,
@@ -250,6 +266,9 @@ fn main() -> std::process::ExitCode {
             print!("{}", irpverbs_host::bench::format_rates(&rates));
             Ok(())
         }
+        Cmd::Bench {
+            what: BenchCmd::Doorbells { iters },
+        } => irpverbs_host::bench::doorbell_latency(iters).map(|r| print!("{r}")),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -292,7 +311,7 @@ struct Remote {
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
 fn perf(
     engine: Engine,
-    doorbells: UserDoorbells,
+    (doorbells, doorbell_poll_window): (UserDoorbells, Option<std::time::Duration>),
     test: &str,
     remote: Remote,
     size: Option<u64>,
@@ -346,6 +365,7 @@ fn perf(
     cfg.cq_mod = cq_mod;
     cfg.engine = engine;
     cfg.doorbells = doorbells;
+    cfg.doorbell_poll_window = doorbell_poll_window;
     cfg.verifier = verifier;
     cfg.one_thread = one_thread;
     cfg.use_srq = use_srq;

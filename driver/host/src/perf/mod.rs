@@ -135,6 +135,11 @@ pub struct PerfConfig {
     /// files' doorbell pages, scanned by the device's doorbell thread (what
     /// a user-mode ULP does on Windows).
     pub doorbells: UserDoorbells,
+    /// With page doorbells: how long the doorbell thread polls after the
+    /// last doorbell before it sleeps (`None`: the device's default; zero:
+    /// it sleeps after every quiet scan, so each doorbell is an
+    /// `IOCTL_IV_RING_DOORBELLS`, what a ULP meets when the HCA is idle).
+    pub doorbell_poll_window: Option<Duration>,
     /// Run the verifier (off by default: perftest measures the fast path).
     pub verifier: bool,
     /// Latency ping-pong on one thread (the driver's own cost, without the
@@ -172,6 +177,7 @@ impl PerfConfig {
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
             doorbells: UserDoorbells::Direct,
+            doorbell_poll_window: None,
             verifier: false,
             one_thread: false,
             use_srq: false,
@@ -606,6 +612,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
         },
         engine: cfg.engine,
         user_doorbells: cfg.doorbells,
+        doorbell_poll_window: cfg.doorbell_poll_window,
         soft,
     })
     .map_err(|s| format!("device: {}", status_name(s)))

@@ -123,6 +123,27 @@ pub type PEXT_DELETE_PARAMETERS = *mut _EXT_DELETE_PARAMETERS;
 // EX_TIMER_NOTIFICATION (1UL << 31)).
 pub const EX_TIMER_HIGH_RESOLUTION: u32 = 4;
 
+// wdm.h: system threads and object references.
+pub type ACCESS_MASK = ULONG;
+pub type PHANDLE = *mut HANDLE;
+pub type PUNICODE_STRING = *mut UNICODE_STRING;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _OBJECT_ATTRIBUTES { pub Length: ULONG, pub RootDirectory: HANDLE, pub ObjectName: PUNICODE_STRING, pub Attributes: ULONG, pub SecurityDescriptor: PVOID, pub SecurityQualityOfService: PVOID }
+pub type OBJECT_ATTRIBUTES = _OBJECT_ATTRIBUTES;
+pub type POBJECT_ATTRIBUTES = *mut _OBJECT_ATTRIBUTES;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _CLIENT_ID { pub UniqueProcess: HANDLE, pub UniqueThread: HANDLE }
+pub type CLIENT_ID = _CLIENT_ID;
+pub type PCLIENT_ID = *mut _CLIENT_ID;
+pub type KSTART_ROUTINE = Option<unsafe extern "C" fn(StartContext: PVOID)>;
+pub type PKSTART_ROUTINE = KSTART_ROUTINE;
+#[repr(C)] pub struct _OBJECT_TYPE { _p: [u8; 0] }
+pub type POBJECT_TYPE = *mut _OBJECT_TYPE;
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _OBJECT_HANDLE_INFORMATION { pub HandleAttributes: ULONG, pub GrantedAccess: ACCESS_MASK }
+pub type OBJECT_HANDLE_INFORMATION = _OBJECT_HANDLE_INFORMATION;
+pub type POBJECT_HANDLE_INFORMATION = *mut _OBJECT_HANDLE_INFORMATION;
+
 macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
          WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__);
@@ -267,6 +288,12 @@ pub mod ntddk {
         pub fn ExAllocateTimer(Callback: PEXT_CALLBACK, CallbackContext: PVOID, Attributes: ULONG) -> PEX_TIMER;
         pub fn ExSetTimer(Timer: PEX_TIMER, DueTime: LONGLONG, Period: LONGLONG, Parameters: PEXT_SET_PARAMETERS) -> BOOLEAN;
         pub fn ExCancelTimer(Timer: PEX_TIMER, Parameters: PEXT_CANCEL_PARAMETERS) -> BOOLEAN;
+        // wdm.h: system threads, handles, waits.
+        pub fn PsCreateSystemThread(ThreadHandle: PHANDLE, DesiredAccess: ULONG, ObjectAttributes: POBJECT_ATTRIBUTES, ProcessHandle: HANDLE, ClientId: PCLIENT_ID, StartRoutine: PKSTART_ROUTINE, StartContext: PVOID) -> NTSTATUS;
+        pub fn PsTerminateSystemThread(ExitStatus: NTSTATUS) -> NTSTATUS;
+        pub fn ObReferenceObjectByHandle(Handle: HANDLE, DesiredAccess: ACCESS_MASK, ObjectType: POBJECT_TYPE, AccessMode: KPROCESSOR_MODE, Object: *mut PVOID, HandleInformation: POBJECT_HANDLE_INFORMATION) -> NTSTATUS;
+        pub fn ZwClose(Handle: HANDLE) -> NTSTATUS;
+        pub fn KeDelayExecutionThread(WaitMode: KPROCESSOR_MODE, Alertable: BOOLEAN, Interval: PLARGE_INTEGER) -> NTSTATUS;
         pub fn ExDeleteTimer(Timer: PEX_TIMER, Cancel: BOOLEAN, Wait: BOOLEAN, Parameters: PEXT_DELETE_PARAMETERS) -> BOOLEAN;
     }
 }
