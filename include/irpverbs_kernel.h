@@ -35,12 +35,18 @@
  *     rings; a closed object is never touched again.
  *
  * IRQL and context: every function is callable at IRQL <= DISPATCH_LEVEL,
- * from any thread. The post, poll and notify functions never allocate and
- * never block (a post or poll serializes with concurrent ones on the same
- * queue by a short spin); the open functions allocate a small object from
- * nonpaged pool. Calls on different queues never contend. A caller below
- * DISPATCH_LEVEL that may be preempted by its own DPC touching the same
- * queue raises to DISPATCH_LEVEL around the call (as for any spin lock).
+ * from any thread and from DPCs. The post, poll and notify functions never
+ * allocate and never block. Each opened queue (a QP's send queue, its
+ * receive queue, an SRQ, a CQ) has its own KSPIN_LOCK: post_send,
+ * post_recv, post_srq_recv, poll_cq and req_notify_cq hold it, acquired
+ * with KeAcquireSpinLockRaiseToDpc, for the time they touch the ring, and
+ * return at the caller's IRQL. So one queue may be used from a thread at
+ * PASSIVE_LEVEL and from a DPC on the same processor (the DPC cannot run
+ * while the thread holds the lock); the caller needs no lock of its own
+ * for that. Calls on different queues never contend. The doorbell is rung
+ * after the lock is released. The open functions allocate a small object
+ * (and its locks) from nonpaged pool. Host mode's verifier checks that the
+ * rings' locks are only taken at DISPATCH_LEVEL (bugcheck 0xC4/0x40).
  *
  * Every function returns an NTSTATUS (poll_cq: a count or an NTSTATUS):
  *   STATUS_INSUFFICIENT_RESOURCES   the queue is full (nothing posted);

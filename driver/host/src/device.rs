@@ -40,17 +40,19 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
+use irpverbs_core::platform::LockClass;
 use irpverbs_core::{
     DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
 };
+use irpverbs_ring::wq::LockCheck;
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
-use irpverbs_verbs::kernel::IvKernelInterface;
+use irpverbs_verbs::kernel::{IvKernelInterface, SpeedLock, SpeedPlatform};
 use irpverbs_verbs::{Bell, Client, Doorbells, PageDoorbells, SpeedPath};
 use zerocopy::FromBytes;
 
 use crate::platform::{
-    CancelRoutine, Completion, Dpc, HostConfig, HostPlatform, KeptNotify, RequestHandle,
-    RequestParams,
+    CancelRoutine, Completion, Dpc, HostConfig, HostPlatform, KeptNotify, RawSpinLock,
+    RequestHandle, RequestParams,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -541,8 +543,17 @@ impl HostDevice {
     /// (`include/irpverbs_kernel.h`): post, poll and arm over the soft HCA's
     /// doorbells. Returned referenced: call `interface_dereference(context)`
     /// when done (the table keeps the device alive until then).
+    ///
+    /// Every post, poll and arm holds its queue's lock, a verifier-checked
+    /// spin lock of the platform ([`SPEED_LOCK`]) that raises to
+    /// DISPATCH_LEVEL; with the verifier on, the rings' own locks check
+    /// that they are taken at DISPATCH_LEVEL
+    /// ([`crate::platform::speed_lock_check`]).
     pub fn query_interface(self: &Arc<Self>) -> IvKernelInterface {
-        irpverbs_verbs::kernel::interface(Arc::clone(self) as Arc<dyn Doorbells>)
+        irpverbs_verbs::kernel::interface(
+            Arc::clone(self) as Arc<dyn Doorbells>,
+            Arc::new(HostSpeed(self.platform.clone())),
+        )
     }
 
     /// Puts the soft HCA on a UDP wire ([`crate::udp`]): a socket bound to
@@ -1096,6 +1107,40 @@ impl CmSubmitter {
     /// The file's key.
     pub fn key(&self) -> FileKey {
         self.0.key()
+    }
+}
+
+/// The class of the kernel table's queue locks: a leaf (nothing is taken
+/// under it; the doorbell is rung after it is released).
+pub static SPEED_LOCK: LockClass = LockClass {
+    name: "irpverbs.speed",
+    rank: 100,
+};
+
+/// The platform's side of the kernel table: a verifier-checked spin lock
+/// per queue, and the verifier's check of the rings' own locks.
+struct HostSpeed(HostPlatform);
+
+impl SpeedPlatform for HostSpeed {
+    fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
+        Ok(Box::new(self.0.new_raw_lock(&SPEED_LOCK)))
+    }
+
+    fn lock_check(&self) -> Option<LockCheck> {
+        self.0
+            .verifier_enabled()
+            .then_some(crate::platform::speed_lock_check as LockCheck)
+    }
+}
+
+/// `KeAcquireSpinLockRaiseToDpc` / `KeReleaseSpinLock`.
+impl SpeedLock for RawSpinLock {
+    fn acquire(&self) -> u8 {
+        RawSpinLock::acquire(self)
+    }
+
+    fn release(&self, old: u8) {
+        RawSpinLock::release(self, old);
     }
 }
 

@@ -16,13 +16,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
-use irpverbs_core::{DISPATCH_LEVEL, RequestorMode};
+use irpverbs_core::{DISPATCH_LEVEL, PASSIVE_LEVEL, RequestorMode};
+use irpverbs_host::platform::{catch_bugcheck, current_irql, speed_lock_check};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe};
 use irpverbs_verbs::kernel::{
     IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr, IvKernelSendWr,
 };
-use irpverbs_verbs::{Client, Cq, Qp, SendWr, Wc};
+use irpverbs_verbs::{Client, Cq, CqRings, Qp, SendWr, Wc};
 
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 
@@ -345,6 +346,128 @@ fn the_kernel_table_works_at_dispatch_level() {
         drop(table);
         finish(&dev);
     }
+}
+
+/// A kernel ULP may call the table at PASSIVE_LEVEL (a thread) and from a
+/// DPC on the same processor: every post and poll holds its queue's lock at
+/// DISPATCH_LEVEL, so the DPC cannot preempt a holder and spin on the same
+/// queue forever. The verifier checks the rings' own locks (0xC4/0x40
+/// below DISPATCH_LEVEL); a table whose lock left IRQL alone fails here.
+#[test]
+fn the_kernel_table_holds_its_queues_at_dispatch_level_from_passive_callers() {
+    let dev = device(Engine::Inline);
+    let table = Table(dev.query_interface());
+    let c = Client::new(Box::new(dev.open_kernel().unwrap()));
+    let pd = c.alloc_pd().unwrap().pd;
+    let cq_out = c.create_cq(8).unwrap();
+    let qp_out = c.create_qp_with(&qp_in(pd, cq_out.cq, 0)).unwrap();
+    let qp = table.open_qp(&qp_out);
+    let cq = table.open_cq(&cq_out);
+    let list = [sge(0x1000, 4, 1)];
+    let wr = IvKernelSendWr {
+        wr_id: 0x42,
+        opcode: IV_WR_SEND,
+        flags: IV_SEND_SIGNALED,
+        num_sge: 1,
+        sg_list: list.as_ptr(),
+        ..IvKernelSendWr::default()
+    };
+    let rwr = IvKernelRecvWr {
+        wr_id: 0x43,
+        sg_list: list.as_ptr(),
+        num_sge: 1,
+        reserved: 0,
+    };
+    assert_eq!(current_irql(), PASSIVE_LEVEL);
+    let at_passive = catch_bugcheck(|| {
+        let mut wc = [IvCqe::default(); 2];
+        (
+            table.post_send(qp, &wr),
+            table.post_recv(qp, &rwr),
+            table.poll(cq, &mut wc),
+            table.arm(cq, false),
+        )
+    });
+    assert_eq!(
+        at_passive,
+        Ok((STATUS_SUCCESS, STATUS_SUCCESS, 0, STATUS_SUCCESS)),
+        "the table's calls from PASSIVE_LEVEL"
+    );
+    assert_eq!(current_irql(), PASSIVE_LEVEL, "back at the caller's IRQL");
+    // And from a DPC of this processor, on the same queues.
+    let from_dpc = Arc::new(std::sync::Mutex::new(None));
+    let (t, out) = (SendTable(&raw const table, qp, cq), Arc::clone(&from_dpc));
+    let dpc = dev.platform().new_dpc(move || {
+        let list = [sge(0x1000, 4, 1)];
+        let rwr = IvKernelRecvWr {
+            wr_id: 0x44,
+            sg_list: list.as_ptr(),
+            num_sge: 1,
+            reserved: 0,
+        };
+        let mut wc = [IvCqe::default(); 2];
+        *out.lock().unwrap() = Some((current_irql(), t.post_recv(t.1, &rwr), t.poll(t.2, &mut wc)));
+    });
+    assert!(dpc.insert(), "runs at once from PASSIVE_LEVEL");
+    assert_eq!(
+        from_dpc.lock().unwrap().take(),
+        Some((DISPATCH_LEVEL, STATUS_SUCCESS, 0))
+    );
+
+    table.close_qp(qp);
+    table.close_cq(cq);
+    c.destroy_qp(qp_out.qp).unwrap();
+    c.destroy_cq(cq_out.cq).unwrap();
+    c.dealloc_pd(pd).unwrap();
+    drop(c);
+    drop(table);
+    finish(&dev);
+}
+
+/// The table and two objects opened through it, for a DPC routine.
+struct SendTable(*const Table, *mut IvKernelQp, *mut IvKernelCq);
+
+// SAFETY: the test's table and objects outlive the DPC, which runs on the
+// test's own thread (inserted at PASSIVE_LEVEL, it runs before `insert`
+// returns).
+unsafe impl Send for SendTable {}
+// SAFETY: as above.
+unsafe impl Sync for SendTable {}
+
+impl std::ops::Deref for SendTable {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        // SAFETY: see `Send` above.
+        unsafe { &*self.0 }
+    }
+}
+
+/// The verifier's check of a kernel caller's ring lock (the table's rings
+/// get it): taken below DISPATCH_LEVEL, it is the same-processor deadlock
+/// waiting for a DPC, and bugchecks 0xC4/0x40 (IRQL, lock); at
+/// DISPATCH_LEVEL it passes.
+#[test]
+fn the_verifier_bugchecks_a_kernel_ring_lock_taken_below_dispatch_level() {
+    let dev = device(Engine::Inline);
+    let c = Client::new(Box::new(dev.open_kernel().unwrap()));
+    let cq_out = c.create_cq(8).unwrap();
+    // SAFETY: the CQ's ring, alive until the destroy below.
+    let mut rings = unsafe { CqRings::from_map(cq_out.cqn, &cq_out.ring) }.unwrap();
+    rings.set_lock_check(speed_lock_check);
+    let mut wc = [IvCqe::default(); 2];
+    let check = catch_bugcheck(|| rings.poll(&mut wc)).unwrap_err();
+    assert_eq!(
+        (check.code, check.params[0], check.params[1]),
+        (0xC4, 0x40, u64::from(PASSIVE_LEVEL)),
+        "{check:?}"
+    );
+    let old = dev.platform().raise_irql(DISPATCH_LEVEL);
+    assert_eq!(rings.poll(&mut wc), Ok(0));
+    dev.platform().lower_irql(old);
+    drop(rings);
+    c.destroy_cq(cq_out.cq).unwrap();
+    drop(c);
+    finish(&dev);
 }
 
 // ---- data movement: these need the transport engine -------------------

@@ -13,6 +13,23 @@
 //! allocator: nonpaged pool in the kernel). It closes the object in the
 //! table before it destroys the driver object.
 //!
+//! # IRQL
+//! Each opened queue (a QP's send queue, its receive queue, an SRQ, a CQ)
+//! has a spin lock of the platform's ([`SpeedLock`]: a `KSPIN_LOCK` taken
+//! with `KeAcquireSpinLockRaiseToDpc`), and `post_send`, `post_recv`,
+//! `post_srq_recv` and `poll_cq` hold it while they touch the ring, at
+//! DISPATCH_LEVEL whatever IRQL the caller came in at; `req_notify_cq`
+//! writes the arm word at DISPATCH_LEVEL too. So a ULP may post to one
+//! queue from a thread at PASSIVE_LEVEL and from a DPC on the same
+//! processor: the DPC cannot run while the thread holds the queue (its
+//! IRQL keeps the DPC off the processor), where a lock that left IRQL
+//! alone would spin forever in the DPC. The doorbell is rung after the
+//! lock is released, at the caller's IRQL. The ring's own lock, taken
+//! inside, is then never contended on one processor; the platform may
+//! give it a check ([`SpeedPlatform::lock_check`]: the host verifier's,
+//! which bugchecks 0xC4/0x40 for a kernel queue's lock taken below
+//! DISPATCH_LEVEL).
+//!
 //! The table begins with the `INTERFACE` header Windows defines (`Size`,
 //! `Version`, `Context`, `InterfaceReference`, `InterfaceDereference`); the
 //! interface is returned referenced, and the ULP dereferences it when done.
@@ -28,9 +45,9 @@ use irpverbs_abi::{
     IV_SEND_INLINE, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge, Layout, NtStatus,
     STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
 };
-use irpverbs_ring::wq::MAX_SGE;
+use irpverbs_ring::wq::{LockCheck, MAX_SGE};
 
-use crate::speed::{AsNtStatus, CqRings, Doorbells, QpRings, SendWr, SrqRings};
+use crate::speed::{AsNtStatus, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};
 
 /// `IvKernelInterface::version` of this table.
 pub const IV_KERNEL_INTERFACE_VERSION: u16 = 1;
@@ -133,15 +150,103 @@ impl Default for IvKernelRecvWr {
     }
 }
 
-/// An opened QP (opaque to C).
-#[derive(Debug)]
-pub struct IvKernelQp(pub QpRings);
+/// A spin lock of the platform's that raises IRQL: on Windows a
+/// `KSPIN_LOCK` acquired with `KeAcquireSpinLockRaiseToDpc` and released
+/// with `KeReleaseSpinLock`; in host mode a verifier-checked spin lock.
+/// Each queue the table opens has one (see the module's IRQL section).
+pub trait SpeedLock: Send + Sync {
+    /// Acquires the lock, raising to DISPATCH_LEVEL; returns the IRQL to
+    /// give back to [`SpeedLock::release`].
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn acquire(&self) -> u8;
+    /// Releases the lock and goes back to `old`, what
+    /// [`SpeedLock::acquire`] returned.
+    ///
+    /// IRQL: DISPATCH_LEVEL (the holder's).
+    fn release(&self, old: u8);
+}
+
+/// What the table takes from the platform besides the doorbells.
+pub trait SpeedPlatform: Send + Sync {
+    /// A new lock for one queue of an object being opened.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`: the open fails.
+    fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus>;
+
+    /// A check the rings' own locks run each time they are taken (the host
+    /// verifier's: IRQL >= DISPATCH_LEVEL); `None` by default.
+    fn lock_check(&self) -> Option<LockCheck> {
+        None
+    }
+}
+
+/// One queue's lock, held for the guard's life.
+struct Held<'a> {
+    lock: &'a dyn SpeedLock,
+    old: u8,
+}
+
+impl<'a> Held<'a> {
+    #[inline]
+    fn new(lock: &'a dyn SpeedLock) -> Self {
+        Self {
+            old: lock.acquire(),
+            lock,
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.release(self.old);
+    }
+}
+
+/// An opened QP (opaque to C): its rings and a lock per queue.
+pub struct IvKernelQp {
+    rings: QpRings,
+    sq_lock: Box<dyn SpeedLock>,
+    rq_lock: Box<dyn SpeedLock>,
+}
 /// An opened CQ (opaque to C).
-#[derive(Debug)]
-pub struct IvKernelCq(pub CqRings);
+pub struct IvKernelCq {
+    rings: CqRings,
+    lock: Box<dyn SpeedLock>,
+}
 /// An opened SRQ (opaque to C).
-#[derive(Debug)]
-pub struct IvKernelSrq(pub SrqRings);
+pub struct IvKernelSrq {
+    rings: SrqRings,
+    lock: Box<dyn SpeedLock>,
+}
+
+macro_rules! opened {
+    ($($t:ident($r:ident)),*) => {$(
+        impl core::fmt::Debug for $t {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("rings", &self.rings)
+                    .finish_non_exhaustive()
+            }
+        }
+        impl $t {
+            /// The ring views.
+            #[must_use]
+            pub fn rings(&self) -> &$r {
+                &self.rings
+            }
+        }
+    )*};
+}
+opened!(
+    IvKernelQp(QpRings),
+    IvKernelCq(CqRings),
+    IvKernelSrq(SrqRings)
+);
 
 /// `PINTERFACE_REFERENCE` / `PINTERFACE_DEREFERENCE`.
 pub type IvInterfaceReferenceFn = unsafe extern "C" fn(context: *mut c_void);
@@ -247,17 +352,25 @@ unsafe impl Send for IvKernelInterface {}
 // SAFETY: as above.
 unsafe impl Sync for IvKernelInterface {}
 
-/// What `context` points to: the device's doorbells, reference counted.
+/// What `context` points to: the device's doorbells and the platform's
+/// locks, reference counted.
 struct Context {
     doorbells: Arc<dyn Doorbells>,
+    platform: Arc<dyn SpeedPlatform>,
 }
 
-/// The table over `doorbells`, referenced once: the receiver calls
-/// `interface_dereference(context)` when it no longer uses it (and no
-/// longer uses any object it opened through it).
+/// The table over `doorbells`, with `platform`'s locks, referenced once:
+/// the receiver calls `interface_dereference(context)` when it no longer
+/// uses it (and no longer uses any object it opened through it).
 #[must_use]
-pub fn interface(doorbells: Arc<dyn Doorbells>) -> IvKernelInterface {
-    let context = Arc::into_raw(Arc::new(Context { doorbells }));
+pub fn interface(
+    doorbells: Arc<dyn Doorbells>,
+    platform: Arc<dyn SpeedPlatform>,
+) -> IvKernelInterface {
+    let context = Arc::into_raw(Arc::new(Context {
+        doorbells,
+        platform,
+    }));
     IvKernelInterface {
         size: size_of::<IvKernelInterface>() as u16,
         version: IV_KERNEL_INTERFACE_VERSION,
@@ -278,14 +391,29 @@ pub fn interface(doorbells: Arc<dyn Doorbells>) -> IvKernelInterface {
     }
 }
 
-/// The doorbells behind `context`.
+/// The context behind `context`.
 ///
 /// # Safety
 /// `context` is null or came from [`interface`] and is still referenced.
-unsafe fn doorbells<'a>(context: *mut c_void) -> Option<&'a dyn Doorbells> {
+unsafe fn context<'a>(context: *mut c_void) -> Option<&'a Context> {
     // SAFETY: a non-null context points to a live `Context` (caller).
-    let ctx = unsafe { context.cast::<Context>().cast_const().as_ref() }?;
-    Some(&*ctx.doorbells)
+    unsafe { context.cast::<Context>().cast_const().as_ref() }
+}
+
+/// The doorbells behind `context`.
+///
+/// # Safety
+/// As [`context`].
+unsafe fn doorbells<'a>(ctx: *mut c_void) -> Option<&'a dyn Doorbells> {
+    // SAFETY: forwarded from the caller.
+    Some(&*unsafe { context(ctx) }?.doorbells)
+}
+
+impl Context {
+    /// A lock for one queue being opened.
+    fn lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
+        self.platform.new_lock()
+    }
 }
 
 unsafe extern "C" fn interface_reference(context: *mut c_void) {
@@ -314,10 +442,14 @@ unsafe fn store<T>(out: *mut *mut T, value: T) -> NtStatus {
 }
 
 unsafe extern "C" fn open_qp(
-    _context: *mut c_void,
+    context: *mut c_void,
     create: *const IvCreateQpOut,
     qp: *mut *mut IvKernelQp,
 ) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
     if qp.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
@@ -327,9 +459,19 @@ unsafe extern "C" fn open_qp(
     };
     // SAFETY: the C contract of open_qp: the response is the caller's,
     // unmodified, and it closes the QP before destroying it.
-    match unsafe { QpRings::from_create(create) } {
+    let opened = unsafe { QpRings::from_create(create) }.and_then(|mut rings| {
+        if let Some(check) = ctx.platform.lock_check() {
+            rings.set_lock_check(check);
+        }
+        Ok(IvKernelQp {
+            rings,
+            sq_lock: ctx.lock()?,
+            rq_lock: ctx.lock()?,
+        })
+    });
+    match opened {
         // SAFETY: `qp` is a valid out pointer (checked non-null; C contract).
-        Ok(rings) => unsafe { store(qp, IvKernelQp(rings)) },
+        Ok(opened) => unsafe { store(qp, opened) },
         Err(status) => status,
     }
 }
@@ -342,11 +484,15 @@ unsafe extern "C" fn close_qp(_context: *mut c_void, qp: *mut IvKernelQp) {
 }
 
 unsafe extern "C" fn open_cq(
-    _context: *mut c_void,
+    context: *mut c_void,
     cqn: u32,
     ring: *const IvRingMap,
     cq: *mut *mut IvKernelCq,
 ) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
     if cq.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
@@ -356,9 +502,18 @@ unsafe extern "C" fn open_cq(
     };
     // SAFETY: the C contract of open_cq: the ring is the CQ's current one,
     // and the caller closes the CQ before destroying or resizing it.
-    match unsafe { CqRings::from_map(cqn, ring) } {
+    let opened = unsafe { CqRings::from_map(cqn, ring) }.and_then(|mut rings| {
+        if let Some(check) = ctx.platform.lock_check() {
+            rings.set_lock_check(check);
+        }
+        Ok(IvKernelCq {
+            rings,
+            lock: ctx.lock()?,
+        })
+    });
+    match opened {
         // SAFETY: valid out pointer (checked non-null; C contract).
-        Ok(rings) => unsafe { store(cq, IvKernelCq(rings)) },
+        Ok(opened) => unsafe { store(cq, opened) },
         Err(status) => status,
     }
 }
@@ -371,10 +526,14 @@ unsafe extern "C" fn close_cq(_context: *mut c_void, cq: *mut IvKernelCq) {
 }
 
 unsafe extern "C" fn open_srq(
-    _context: *mut c_void,
+    context: *mut c_void,
     create: *const IvCreateSrqOut,
     srq: *mut *mut IvKernelSrq,
 ) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return STATUS_INVALID_PARAMETER;
+    };
     if srq.is_null() {
         return STATUS_INVALID_PARAMETER;
     }
@@ -383,9 +542,18 @@ unsafe extern "C" fn open_srq(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: the C contract of open_srq, as for open_qp.
-    match unsafe { SrqRings::from_create(create) } {
+    let opened = unsafe { SrqRings::from_create(create) }.and_then(|mut rings| {
+        if let Some(check) = ctx.platform.lock_check() {
+            rings.set_lock_check(check);
+        }
+        Ok(IvKernelSrq {
+            rings,
+            lock: ctx.lock()?,
+        })
+    });
+    match opened {
         // SAFETY: valid out pointer (checked non-null; C contract).
-        Ok(rings) => unsafe { store(srq, IvKernelSrq(rings)) },
+        Ok(opened) => unsafe { store(srq, opened) },
         Err(status) => status,
     }
 }
@@ -497,10 +665,18 @@ unsafe extern "C" fn post_send(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: the work request's list or data is valid (C contract).
-    match unsafe { send_wr_from_c(wr) } {
-        Ok(send) => status(qp.0.post_send(db, &send)),
-        Err(s) => s,
+    let send = match unsafe { send_wr_from_c(wr) } {
+        Ok(send) => send,
+        Err(s) => return s,
+    };
+    let posted = {
+        let _held = Held::new(&*qp.sq_lock);
+        qp.rings.sq().post(&send)
+    };
+    if posted.is_ok() {
+        db.sq(qp.rings.sq_bell());
     }
+    status(posted)
 }
 
 unsafe extern "C" fn post_recv(
@@ -521,10 +697,21 @@ unsafe extern "C" fn post_recv(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: the scatter list is valid (C contract).
-    match unsafe { recv_sges_from_c(wr) } {
-        Ok(sges) => status(qp.0.post_recv(db, wr.wr_id, sges)),
-        Err(s) => s,
+    let sges = match unsafe { recv_sges_from_c(wr) } {
+        Ok(sges) => sges,
+        Err(s) => return s,
+    };
+    let Some(rq) = qp.rings.rq() else {
+        return PostError::Invalid.nt_status();
+    };
+    let posted = {
+        let _held = Held::new(&*qp.rq_lock);
+        rq.post(wr.wr_id, sges)
+    };
+    if posted.is_ok() && rq.doorbell_wanted() {
+        db.rq(qp.rings.rq_bell());
     }
+    status(posted)
 }
 
 unsafe extern "C" fn post_srq_recv(
@@ -545,10 +732,19 @@ unsafe extern "C" fn post_srq_recv(
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: the scatter list is valid (C contract).
-    match unsafe { recv_sges_from_c(wr) } {
-        Ok(sges) => status(srq.0.post_recv(db, wr.wr_id, sges)),
-        Err(s) => s,
+    let sges = match unsafe { recv_sges_from_c(wr) } {
+        Ok(sges) => sges,
+        Err(s) => return s,
+    };
+    let rq = srq.rings.rq();
+    let posted = {
+        let _held = Held::new(&*srq.lock);
+        rq.post(wr.wr_id, sges)
+    };
+    if posted.is_ok() && rq.doorbell_wanted() {
+        db.srq(srq.rings.bell());
     }
+    status(posted)
 }
 
 /// Polls into a C array: the count, or a failure NTSTATUS (negative).
@@ -581,8 +777,9 @@ unsafe extern "C" fn poll_cq(
     let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
+    let _held = Held::new(&*cq.lock);
     // SAFETY: `wc` holds `max` entries (C contract).
-    unsafe { poll_into_c(&cq.0, wc, max) }
+    unsafe { poll_into_c(&cq.rings, wc, max) }
 }
 
 unsafe extern "C" fn req_notify_cq(
@@ -598,7 +795,11 @@ unsafe extern "C" fn req_notify_cq(
     let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    cq.0.req_notify(db, solicited_only != 0);
+    {
+        let _held = Held::new(&*cq.lock);
+        cq.rings.cq().arm(solicited_only != 0);
+    }
+    db.cq_arm(cq.rings.bell());
     STATUS_SUCCESS
 }
 

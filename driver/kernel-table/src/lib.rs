@@ -9,7 +9,8 @@
 //!   file's doorbell page: [`PageDoorbells`]);
 //! - [`kernel`]: the kernel ULPs' direct-call function table
 //!   (`include/irpverbs_kernel.h`), handed out through
-//!   `IRP_MN_QUERY_INTERFACE`.
+//!   `IRP_MN_QUERY_INTERFACE`. Its post, poll and arm hold a lock of the
+//!   platform's that raises to DISPATCH_LEVEL ([`kernel::SpeedLock`]).
 //!
 //! Users: `irpverbs-verbs` (the typed user-mode verbs, which re-exports
 //! both), the host device (`irpverbs-host`: the table of

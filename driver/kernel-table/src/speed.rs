@@ -8,7 +8,12 @@
 //!
 //! Every operation on them is callable at IRQL <= DISPATCH_LEVEL: no
 //! allocation, no blocking (a post or poll serializes with concurrent ones
-//! on the same queue by a short spin in the ring's queue object).
+//! on the same queue by a short spin in the ring's queue object). That spin
+//! leaves IRQL alone: a user-mode ULP needs no more, but a kernel caller
+//! must hold it at DISPATCH_LEVEL (a DPC that preempts a poster on the same
+//! processor would spin forever), which is why kernel ULPs post and poll
+//! through the direct-call table ([`crate::kernel`]), whose queues take a
+//! platform lock that raises to DISPATCH_LEVEL first.
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -306,6 +311,15 @@ impl QpRings {
         })
     }
 
+    /// Runs `check` each time one of the QP's queues is locked
+    /// ([`irpverbs_ring::wq::LockCheck`]).
+    pub fn set_lock_check(&mut self, check: irpverbs_ring::wq::LockCheck) {
+        self.sq.set_lock_check(check);
+        if let Some(rq) = &mut self.rq {
+            rq.set_lock_check(check);
+        }
+    }
+
     /// The views with the doorbell page slots `map` (the QP's
     /// `IOCTL_IV_MAP_RINGS` response) reports.
     #[must_use]
@@ -451,6 +465,12 @@ impl SrqRings {
         })
     }
 
+    /// Runs `check` each time the SRQ is locked
+    /// ([`irpverbs_ring::wq::LockCheck`]).
+    pub fn set_lock_check(&mut self, check: irpverbs_ring::wq::LockCheck) {
+        self.rq.set_lock_check(check);
+    }
+
     /// The view with the doorbell page slot `map` (the SRQ's
     /// `IOCTL_IV_MAP_RINGS` response) reports.
     #[must_use]
@@ -546,6 +566,12 @@ impl CqRings {
             cq: CompletionQueue::new(ring),
             bell: Bell::direct(cqn),
         })
+    }
+
+    /// Runs `check` each time the CQ is locked
+    /// ([`irpverbs_ring::wq::LockCheck`]).
+    pub fn set_lock_check(&mut self, check: irpverbs_ring::wq::LockCheck) {
+        self.cq.set_lock_check(check);
     }
 
     /// The view with the doorbell page slot `map` (the CQ's

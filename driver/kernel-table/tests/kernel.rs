@@ -6,17 +6,19 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use irpverbs_abi::*;
 use irpverbs_kernel_table::kernel::{
     IV_KERNEL_INTERFACE_VERSION, IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr,
-    IvKernelSendWr, IvKernelSrq, interface,
+    IvKernelSendWr, IvKernelSrq, SpeedLock, SpeedPlatform, interface,
 };
 use irpverbs_kernel_table::{Bell as QueueBell, Doorbells};
 use irpverbs_ring::Ring;
-use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride};
+use irpverbs_ring::wq::{
+    LockCheck, push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride,
+};
 
 /// A doorbell as recorded: which one and the queue number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +44,7 @@ impl Bells {
     /// doorbell page slot.
     fn record(&self, bell: Bell, rung: QueueBell) {
         assert_eq!(rung.slot, IV_DOORBELL_NONE, "{bell:?}");
+        assert_eq!(HELD.get(), 0, "{bell:?} rung with the queue's lock held");
         self.0.lock().unwrap().push(bell);
     }
 }
@@ -59,6 +62,54 @@ impl Doorbells for Bells {
     fn cq_arm(&self, cq: QueueBell) {
         self.record(Bell::CqArm(cq.number), cq);
     }
+}
+
+thread_local! {
+    /// The table's queue locks this thread holds (a stand-in for "raised
+    /// to DISPATCH_LEVEL").
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A platform whose locks count holds on the thread and in total, and
+/// whose ring-lock check asserts that the table's lock is held around it.
+#[derive(Debug, Default)]
+struct Locks {
+    holds: Arc<AtomicU32>,
+}
+
+struct CountingLock(Arc<AtomicU32>);
+
+impl SpeedLock for CountingLock {
+    fn acquire(&self) -> u8 {
+        HELD.set(HELD.get() + 1);
+        self.0.fetch_add(1, Ordering::Relaxed);
+        2
+    }
+    fn release(&self, old: u8) {
+        assert_eq!(old, 2, "released to what acquire returned");
+        HELD.set(HELD.get() - 1);
+    }
+}
+
+fn ring_lock_check(_lock: usize) {
+    assert!(HELD.get() > 0, "a ring locked outside the table's lock");
+}
+
+impl SpeedPlatform for Locks {
+    fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
+        Ok(Box::new(CountingLock(Arc::clone(&self.holds))))
+    }
+    fn lock_check(&self) -> Option<LockCheck> {
+        Some(ring_lock_check)
+    }
+}
+
+/// The table over `bells`, with counting locks.
+fn table(bells: &Arc<Bells>) -> IvKernelInterface {
+    interface(
+        Arc::clone(bells) as Arc<dyn Doorbells>,
+        Arc::new(Locks::default()),
+    )
 }
 
 /// What the driver would have returned from the internal-IOCTL creates,
@@ -147,7 +198,7 @@ fn close(t: &IvKernelInterface, o: Opened) {
 #[test]
 fn the_table_posts_polls_and_arms_through_its_function_pointers() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
+    let t = table(&bells);
     assert_eq!(t.size as usize, size_of::<IvKernelInterface>());
     assert_eq!(t.version, IV_KERNEL_INTERFACE_VERSION);
     let c = created();
@@ -301,7 +352,7 @@ fn the_table_posts_polls_and_arms_through_its_function_pointers() {
 #[test]
 fn bad_arguments_are_refused_with_a_status() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
+    let t = table(&bells);
     let c = created();
     let o = open(&t, &c);
     let three = [IvSge::default(); 3];
@@ -406,7 +457,7 @@ fn bad_arguments_are_refused_with_a_status() {
 #[test]
 fn the_interface_is_reference_counted() {
     let bells = Arc::new(Bells::default());
-    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>);
+    let t = table(&bells);
     assert_eq!(Arc::strong_count(&bells), 2);
     // SAFETY: a live context.
     unsafe { (t.interface_reference)(t.context) };
@@ -425,4 +476,77 @@ fn the_interface_is_reference_counted() {
     // SAFETY: the last reference.
     unsafe { (t.interface_dereference)(t.context) };
     assert_eq!(Arc::strong_count(&bells), 1);
+}
+
+/// Every post, poll and arm holds its queue's lock (the platform's, which
+/// raises to DISPATCH_LEVEL) once, around the ring only: the ring's own
+/// lock is taken inside it, the doorbell after it (both checked by
+/// [`Locks`] and [`Bells`]), and the caller's IRQL comes back.
+#[test]
+fn each_call_holds_its_queue_lock_around_the_ring() {
+    let bells = Arc::new(Bells::default());
+    let locks = Locks::default();
+    let holds = Arc::clone(&locks.holds);
+    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>, Arc::new(locks));
+    let c = created();
+    let o = open(&t, &c);
+    let sges = [IvSge {
+        addr: 0x1000,
+        length: 4,
+        lkey: 9,
+    }];
+    let wr = IvKernelSendWr {
+        wr_id: 1,
+        opcode: IV_WR_SEND,
+        num_sge: 1,
+        sg_list: sges.as_ptr(),
+        ..IvKernelSendWr::default()
+    };
+    let rwr = IvKernelRecvWr {
+        wr_id: 2,
+        sg_list: sges.as_ptr(),
+        num_sge: 1,
+        reserved: 0,
+    };
+    let mut wc = [IvCqe::default(); 4];
+    let wc_ptr = wc.as_mut_ptr();
+    // Each: an open object, a valid work request or array (SAFETY
+    // comments below).
+    let post_send = || {
+        // SAFETY: an open QP and a valid work request.
+        unsafe { (t.post_send)(t.context, o.qp, &wr) }
+    };
+    let post_recv = || {
+        // SAFETY: as above.
+        unsafe { (t.post_recv)(t.context, o.qp, &rwr) }
+    };
+    let post_srq_recv = || {
+        // SAFETY: an open SRQ and a valid work request.
+        unsafe { (t.post_srq_recv)(t.context, o.srq, &rwr) }
+    };
+    let poll_cq = || {
+        // SAFETY: an open CQ; the array holds 4 entries.
+        unsafe { (t.poll_cq)(t.context, o.cq, wc_ptr, 4) }
+    };
+    let req_notify_cq = || {
+        // SAFETY: an open CQ.
+        unsafe { (t.req_notify_cq)(t.context, o.cq, 0) }
+    };
+    let calls: [(&str, &dyn Fn() -> NtStatus); 5] = [
+        ("post_send", &post_send),
+        ("post_recv", &post_recv),
+        ("post_srq_recv", &post_srq_recv),
+        ("poll_cq", &poll_cq),
+        ("req_notify_cq", &req_notify_cq),
+    ];
+    for (name, call) in calls {
+        let before = holds.load(Ordering::Relaxed);
+        assert_eq!(call(), STATUS_SUCCESS, "{name}");
+        assert_eq!(holds.load(Ordering::Relaxed), before + 1, "{name}");
+        assert_eq!(HELD.get(), 0, "{name} released its lock");
+    }
+    assert_eq!(bells.take(), [Bell::Sq(c.qp.qpn), Bell::CqArm(c.cq.cqn)]);
+    close(&t, o);
+    // SAFETY: the table's own reference, given back once.
+    unsafe { (t.interface_dereference)(t.context) };
 }

@@ -19,14 +19,23 @@
 //!
 //! IRQL: every table function is callable at IRQL <= DISPATCH_LEVEL; none
 //! blocks; `open_*` allocate from nonpaged pool (the global allocator).
+//! Each opened queue has a `KSPIN_LOCK` ([`KmdfSpeedLock`]): post, poll
+//! and arm hold it, acquired with `KeAcquireSpinLockRaiseToDpc`, so a ULP
+//! may call from a thread and from a DPC on the same processor.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
+use core::cell::UnsafeCell;
 
+use irpverbs_abi::NtStatus;
 use irpverbs_core::Hca;
-use irpverbs_kernel_table::kernel::{IV_KERNEL_INTERFACE_GUID, IvKernelInterface, interface};
+use irpverbs_kernel_table::kernel::{
+    IV_KERNEL_INTERFACE_GUID, IvKernelInterface, SpeedLock, SpeedPlatform, interface,
+};
 use irpverbs_kernel_table::{Bell, Doorbells};
 use irpverbs_soft::SoftHca;
-use wdk_sys::GUID;
+use wdk_sys::ntddk::{KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock};
+use wdk_sys::{GUID, KSPIN_LOCK};
 
 use crate::platform::KmdfPlatform;
 
@@ -62,6 +71,49 @@ impl Doorbells for SoftDoorbells {
     }
 }
 
+/// One opened queue's lock: a `KSPIN_LOCK` (free is 0, all that
+/// `KeInitializeSpinLock` does), in its own nonpaged allocation so that it
+/// stays in place while held.
+struct KmdfSpeedLock(UnsafeCell<KSPIN_LOCK>);
+
+// SAFETY: the lock word is only touched by the kernel's spin lock routines,
+// which are made for concurrent use from any processor.
+unsafe impl Send for KmdfSpeedLock {}
+// SAFETY: as above.
+unsafe impl Sync for KmdfSpeedLock {}
+
+impl SpeedLock for KmdfSpeedLock {
+    /// `KeAcquireSpinLockRaiseToDpc`.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (the table's contract).
+    fn acquire(&self) -> u8 {
+        // SAFETY: a valid KSPIN_LOCK that does not move while held (it is
+        // boxed, and the table releases it before the box can be dropped);
+        // the caller is at <= DISPATCH_LEVEL.
+        unsafe { KeAcquireSpinLockRaiseToDpc(self.0.get()) }
+    }
+
+    /// `KeReleaseSpinLock`.
+    ///
+    /// IRQL: DISPATCH_LEVEL, on the processor that acquired it.
+    fn release(&self, old: u8) {
+        // SAFETY: releases the hold `acquire` took (the table pairs them
+        // within one call, on one processor at DISPATCH_LEVEL), back to
+        // the IRQL it returned.
+        unsafe { KeReleaseSpinLock(self.0.get(), old) };
+    }
+}
+
+/// The table's platform: a `KSPIN_LOCK` per opened queue.
+struct KmdfSpeed;
+
+impl SpeedPlatform for KmdfSpeed {
+    /// IRQL: <= DISPATCH_LEVEL (nonpaged pool, the global allocator).
+    fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
+        Ok(Box::new(KmdfSpeedLock(UnsafeCell::new(0))))
+    }
+}
+
 /// The device's table and its own reference to the table's context.
 pub(crate) struct KernelInterface {
     table: IvKernelInterface,
@@ -73,7 +125,7 @@ impl KernelInterface {
     /// IRQL: <= DISPATCH_LEVEL (it allocates the context from nonpaged pool).
     pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>) -> Self {
         Self {
-            table: interface(Arc::new(SoftDoorbells(hca))),
+            table: interface(Arc::new(SoftDoorbells(hca)), Arc::new(KmdfSpeed)),
         }
     }
 

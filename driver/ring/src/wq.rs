@@ -42,19 +42,46 @@ pub fn recv_stride(max_sge: u32) -> u32 {
         .max(32)
 }
 
-struct SpinFlag(AtomicBool);
+struct SpinFlag {
+    held: AtomicBool,
+    check: Option<LockCheck>,
+}
+
+/// A check run each time a queue's lock is taken, given the lock's address
+/// (see [`SendQueue::set_lock_check`]): the host verifier's check that a
+/// kernel caller's queue is locked at DISPATCH_LEVEL.
+///
+/// The lock itself never changes IRQL. A user-mode ULP needs no more (a
+/// thread preempted while holding it is rescheduled); a kernel caller must
+/// hold it at DISPATCH_LEVEL, or a DPC on the same processor that takes the
+/// same queue's lock spins forever on a holder that cannot run. The kernel
+/// direct-call table takes a platform spin lock that raises to
+/// DISPATCH_LEVEL around every post and poll, and gives its queues the
+/// platform's check of that.
+pub type LockCheck = fn(lock: usize);
 
 impl SpinFlag {
+    const fn new() -> Self {
+        Self {
+            held: AtomicBool::new(false),
+            check: None,
+        }
+    }
+
+    #[inline]
     fn with<R>(&self, f: impl FnOnce() -> R) -> R {
+        if let Some(check) = self.check {
+            check(core::ptr::from_ref(self).addr());
+        }
         while self
-            .0
+            .held
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             core::hint::spin_loop();
         }
         let r = f();
-        self.0.store(false, Ordering::Release);
+        self.held.store(false, Ordering::Release);
         r
     }
 }
@@ -114,7 +141,7 @@ impl SendQueue {
             ring,
             max_sge,
             max_inline,
-            lock: SpinFlag(AtomicBool::new(false)),
+            lock: SpinFlag::new(),
             known_free: KnownFree::default(),
         }
     }
@@ -123,6 +150,12 @@ impl SendQueue {
     #[must_use]
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// Runs `check` each time the queue's lock is taken (before spinning
+    /// on it). Set before the queue is shared; see [`LockCheck`].
+    pub fn set_lock_check(&mut self, check: LockCheck) {
+        self.lock.check = Some(check);
     }
 
     /// Writes `wr` at the producer slot and publishes it. The caller then
@@ -273,7 +306,7 @@ impl RecvQueue {
         Self {
             ring,
             max_sge,
-            lock: SpinFlag(AtomicBool::new(false)),
+            lock: SpinFlag::new(),
             known_free: KnownFree::default(),
         }
     }
@@ -282,6 +315,12 @@ impl RecvQueue {
     #[must_use]
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// Runs `check` each time the queue's lock is taken (before spinning
+    /// on it). Set before the queue is shared; see [`LockCheck`].
+    pub fn set_lock_check(&mut self, check: LockCheck) {
+        self.lock.check = Some(check);
     }
 
     /// After posting: whether the HCA asks for the doorbell
@@ -474,7 +513,7 @@ impl CompletionQueue {
     pub fn new(ring: Ring) -> Self {
         Self {
             ring,
-            lock: SpinFlag(AtomicBool::new(false)),
+            lock: SpinFlag::new(),
             arm_seq: AtomicU32::new(0),
         }
     }
@@ -483,6 +522,12 @@ impl CompletionQueue {
     #[must_use]
     pub fn ring(&self) -> &Ring {
         &self.ring
+    }
+
+    /// Runs `check` each time the queue's lock is taken (before spinning
+    /// on it). Set before the queue is shared; see [`LockCheck`].
+    pub fn set_lock_check(&mut self, check: LockCheck) {
+        self.lock.check = Some(check);
     }
 
     /// Takes up to `out.len()` completions, oldest first.

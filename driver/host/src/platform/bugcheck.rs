@@ -73,6 +73,9 @@ pub mod verifier {
     /// KeReleaseSpinLock at an IRQL other than DISPATCH_LEVEL.
     /// (IRQL, lock, 0)
     pub const SPIN_LOCK_RELEASE_NOT_DISPATCH: u64 = 0x32;
+    /// KeAcquireSpinLockAtDpcLevel below DISPATCH_LEVEL: here, a kernel
+    /// caller's speed-path queue locked below DISPATCH_LEVEL. (IRQL, lock, 0)
+    pub const SPIN_LOCK_AT_DPC_BELOW_DISPATCH: u64 = 0x40;
     /// KeAcquireSpinLock above DISPATCH_LEVEL. (IRQL, lock, 0)
     pub const SPIN_LOCK_ACQUIRE_ABOVE_DISPATCH: u64 = 0x42;
     /// Driver unloading with pool still allocated.

@@ -22,6 +22,7 @@
 //! | `raise_irql` to a lower IRQL (or > HIGH_LEVEL) | 0xC4 | 0x30 | IRQL, requested |
 //! | `lower_irql` to a higher IRQL; below DISPATCH inside a DPC | 0xC4 | 0x31 | IRQL, requested, 0 / 1 = in DPC |
 //! | spin lock acquired above DISPATCH_LEVEL | 0xC4 | 0x42 | IRQL, lock |
+//! | kernel speed-path queue lock taken below DISPATCH_LEVEL | 0xC4 | 0x40 | IRQL, lock |
 //! | spin lock released at IRQL != DISPATCH_LEVEL | 0xC4 | 0x32 | IRQL, lock |
 //! | spin lock released to an IRQL above DISPATCH_LEVEL | 0xC4 | 0x31 | IRQL, requested |
 //! | spin lock acquired recursively (self-deadlock) | 0xC4 | 0x1000 | lock |
@@ -111,7 +112,7 @@ pub use request::{
     CancelRoutine, Completion, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, KeptNotify,
     RequestHandle, RequestParams,
 };
-pub use spinlock::{HostSpinLock, RawSpinLock};
+pub use spinlock::{HostSpinLock, RawSpinLock, speed_lock_check};
 pub use timer::{HostTimer, TimerClock};
 pub use work::WorkItem;
 

@@ -382,6 +382,32 @@ impl<T: Send> SpinLock<T> for HostSpinLock<T> {
     }
 }
 
+/// The verifier's check of a kernel caller's speed-path queue lock (the
+/// ring's own spin, `irpverbs_ring::wq::LockCheck`), run each time it is
+/// taken: a lock that does not raise IRQL must be taken at DISPATCH_LEVEL
+/// or above, as `KeAcquireSpinLockAtDpcLevel` must (0xC4/0x40 otherwise).
+/// Below DISPATCH_LEVEL a DPC on the same processor could preempt the
+/// holder and spin on the same queue forever.
+#[track_caller]
+pub fn speed_lock_check(lock: usize) {
+    let now = irql::current_irql();
+    if now < DISPATCH_LEVEL {
+        stop(
+            codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+            [
+                verifier::SPIN_LOCK_AT_DPC_BELOW_DISPATCH,
+                now.into(),
+                lock as u64,
+                0,
+            ],
+            format!(
+                "a kernel speed-path queue lock taken at IRQL {now}: a DPC on this \
+                 processor posting to the same queue would deadlock"
+            ),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
