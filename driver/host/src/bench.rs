@@ -74,6 +74,7 @@ fn device(verifier: bool, engine: Engine) -> std::sync::Arc<HostDevice> {
             verifier: VerifierConfig {
                 enabled: verifier,
                 fail_pool: None,
+                ..VerifierConfig::default()
             },
             ..HostConfig::default()
         },
@@ -878,6 +879,7 @@ impl CmSide {
                 verifier: VerifierConfig {
                     enabled: verifier,
                     fail_pool: None,
+                    ..VerifierConfig::default()
                 },
                 clock,
             },

@@ -110,6 +110,9 @@ pub type GrantedAccess = u32;
 struct Bus {
     platform: HostPlatform,
     dpc: OnceLock<Dpc>,
+    /// The data path's DPC: the rest of a call that used its budget
+    /// ([`SoftHca::resume`]).
+    resume: OnceLock<Dpc>,
     doorbell: Arc<Doorbell>,
     /// The doorbell thread's event.
     poller: Arc<PollerEvent>,
@@ -126,6 +129,21 @@ impl SoftBus for Bus {
 
     fn doorbell(&self) {
         self.doorbell.ring();
+    }
+
+    /// Queues the data path's DPC on this processor: it runs when IRQL
+    /// drops below DISPATCH_LEVEL (at once from below it; after the
+    /// running DPC, from a DPC), each run a slice of its own for the DPC
+    /// watchdog.
+    fn resume(&self) {
+        if let Some(dpc) = self.resume.get() {
+            dpc.insert();
+        }
+    }
+
+    /// Charged to the DPC watchdog's slice running on this thread.
+    fn work(&self, packets: u64) {
+        self.platform.dispatch_work(packets);
     }
 
     fn wake_doorbell_poller(&self) {
@@ -371,6 +389,7 @@ impl HostDevice {
         let bus = Arc::new(Bus {
             platform: platform.clone(),
             dpc: OnceLock::new(),
+            resume: OnceLock::new(),
             doorbell: Arc::clone(&doorbell),
             poller: Arc::clone(&scanner.event),
         });
@@ -389,6 +408,12 @@ impl HostDevice {
             }
         });
         let _ = bus.dpc.set(dpc);
+        let weak_soft = Arc::downgrade(&soft);
+        let _ = bus.resume.set(platform.new_dpc(move || {
+            if let Some(soft) = weak_soft.upgrade() {
+                soft.resume();
+            }
+        }));
         // The CM's timer: a one-shot kernel timer whose DPC runs the CM's
         // timers, armed by the device at the CM's next deadline.
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);

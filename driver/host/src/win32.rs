@@ -265,6 +265,7 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
                 verifier: VerifierConfig {
                     enabled,
                     fail_pool: None,
+                    ..VerifierConfig::default()
                 },
                 ..HostConfig::default()
             },

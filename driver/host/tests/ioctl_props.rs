@@ -1698,6 +1698,7 @@ fn new_device(engine: Engine, fault_seed: Option<u64>) -> Arc<HostDevice> {
                     seed,
                     one_in: FAULT_ONE_IN,
                 }),
+                ..VerifierConfig::default()
             },
             ..HostConfig::default()
         },

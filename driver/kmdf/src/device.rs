@@ -41,7 +41,7 @@
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use irpverbs_abi::{
     FILE_DEVICE_INFINIBAND, STATUS_INVALID_DEVICE_STATE, STATUS_SUCCESS, nt_success,
@@ -116,6 +116,9 @@ pub(crate) struct Bus {
     dpc: AtomicPtr<c_void>,
     /// The event the doorbell poller's thread sleeps on.
     poller: Arc<PollerEvent>,
+    /// The data path left work after a call used its budget: the DPC runs
+    /// `SoftHca::resume` first.
+    resume: AtomicBool,
 }
 
 impl SoftBus for Bus {
@@ -124,6 +127,36 @@ impl SoftBus for Bus {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn interrupt(&self) {
+        self.enqueue();
+    }
+
+    /// Never rung: the firmware runs inline (`Execution::Inline`).
+    fn doorbell(&self) {}
+
+    /// The rest of a bounded data-path call: the same DPC, flagged to run
+    /// `SoftHca::resume` (one budget, requeueing what is still left), as a
+    /// driver requeues the rest of its DPC's work for the DPC watchdog.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn resume(&self) {
+        self.resume.store(true, Ordering::Release);
+        self.enqueue();
+    }
+
+    /// `IOCTL_IV_RING_DOORBELLS` ran: sets the doorbell thread's event.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn wake_doorbell_poller(&self) {
+        self.poller.set();
+    }
+}
+
+impl Bus {
+    /// `WdfDpcEnqueue` of the device's DPC (a DPC already queued stays
+    /// queued once).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn enqueue(&self) {
         let dpc: WDFDPC = self.dpc.load(Ordering::Acquire).cast();
         if dpc.is_null() {
             return;
@@ -135,16 +168,6 @@ impl SoftBus for Bus {
         // raise no interrupts). WdfDpcEnqueue may be called at any IRQL up
         // to HIGH_LEVEL.
         let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
-    }
-
-    /// Never rung: the firmware runs inline (`Execution::Inline`).
-    fn doorbell(&self) {}
-
-    /// `IOCTL_IV_RING_DOORBELLS` ran: sets the doorbell thread's event.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    fn wake_doorbell_poller(&self) {
-        self.poller.set();
     }
 }
 
@@ -367,6 +390,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
     let bus = Arc::new(Bus {
         dpc: AtomicPtr::new(core::ptr::null_mut()),
         poller: PollerEvent::new(),
+        resume: AtomicBool::new(false),
     });
     let platform = KmdfPlatform;
     let soft = match SoftHca::new(&platform, SoftConfig::default(), bus.clone()) {
@@ -943,8 +967,10 @@ fn dispatch(
     }
 }
 
-/// The DPC (`EvtDpcFunc`): [`Device::dpc`] drains the HCA's event queue,
-/// completes requests and re-arms the event queue.
+/// The DPC (`EvtDpcFunc`): first the rest of a bounded data-path call when
+/// the soft HCA asked for it (`SoftBus::resume`: one more budget of
+/// packets), then [`Device::dpc`] drains the HCA's event queue, completes
+/// requests and re-arms the event queue.
 ///
 /// IRQL: DISPATCH_LEVEL.
 extern "C" fn evt_dpc(dpc: WDFDPC) {
@@ -952,6 +978,9 @@ extern "C" fn evt_dpc(dpc: WDFDPC) {
     let parent = unsafe { call_unsafe_wdf_function_binding!(WdfDpcGetParentObject, dpc) };
     // SAFETY: its parent is our live device.
     if let Some(state) = unsafe { state(parent.cast()) } {
+        if state.bus.resume.swap(false, Ordering::AcqRel) {
+            state.device.hca().resume();
+        }
         state.device.dpc();
     }
 }

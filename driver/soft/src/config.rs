@@ -97,7 +97,20 @@ pub struct SoftConfig {
     pub max_qp_init_rd_atom: u32,
     /// Max responder resources for the whole device. Default 0x3_F000.
     pub max_res_rd_atom: u32,
+    /// The data path's work per call, in packets (sent and received, the
+    /// fast path's counted as the packets they stand for): a doorbell, a
+    /// received datagram, the timer, the doorbell scanner or a DPC runs at
+    /// most this much (plus the step that crosses it: one fast-path turn
+    /// of at most one message, or the requester's 256-packet turn)
+    /// and requeues the rest ([`crate::SoftBus::resume`]: another DPC;
+    /// deferred, the firmware's own doorbell), as a real driver bounds its
+    /// DPC for the watchdog. At least 1. Default [`DEFAULT_DPC_BUDGET`].
+    pub dpc_budget: u32,
 }
+
+/// [`SoftConfig::dpc_budget`]'s default: 4096 packets (4 MiB at the
+/// port's 1024-byte MTU).
+pub const DEFAULT_DPC_BUDGET: u32 = 4096;
 
 impl Default for SoftConfig {
     fn default() -> Self {
@@ -127,6 +140,7 @@ impl Default for SoftConfig {
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
             max_res_rd_atom: 0x3_F000,
+            dpc_budget: DEFAULT_DPC_BUDGET,
         }
     }
 }
@@ -155,8 +169,8 @@ impl SoftConfig {
     /// below 2, `num_comp_vectors` is 0, `max_qp_wr`, `max_cqe` or
     /// `max_srq_wr` is not 2^k - 1 (k <= 31), `max_qp` exceeds 0xFF_FFFE,
     /// `max_mr` exceeds 0xFF_FFFF, `max_qp_rd_atom` or `max_qp_init_rd_atom`
-    /// exceeds 255, `max_mr_size` is 0, or `aliases` are too many,
-    /// unspecified or repeated (`ip` included).
+    /// exceeds 255, `max_mr_size` is 0, `dpc_budget` is 0, or `aliases`
+    /// are too many, unspecified or repeated (`ip` included).
     pub fn validate(&self) -> Result<(), NtStatus> {
         let ok = self.cmd_queue_depth >= 1
             && self.eq_depth >= EVENTS_PER_COMMAND
@@ -169,6 +183,7 @@ impl SoftConfig {
             && self.max_qp_rd_atom <= u32::from(u8::MAX)
             && self.max_qp_init_rd_atom <= u32::from(u8::MAX)
             && self.max_mr_size >= 1
+            && self.dpc_budget >= 1
             && self.aliases.len() < crate::port::GID_TBL_LEN as usize
             && self.aliases.iter().enumerate().all(|(k, a)| {
                 !a.is_unspecified()

@@ -454,6 +454,13 @@ impl DataPath {
         self.events.push(Event::Async(event));
     }
 
+    /// Packets sent and received so far (the fast path's counted as the
+    /// packets they stand for): the measure of the data path's work that
+    /// [`crate::SoftConfig::dpc_budget`] bounds per call.
+    pub(crate) fn work_done(&self) -> u64 {
+        self.stats.packets_sent + self.stats.packets_received
+    }
+
     /// What a fast-path run can leave for the engine: a requester on the
     /// ready list, frames, an overrun CQ.
     pub(crate) fn left_for_engine(&self) -> bool {

@@ -56,8 +56,13 @@ pub(crate) trait Peer: Send + Sync {
     /// Called with no soft HCA lock held.
     fn ring(&self);
 
-    /// Runs one data-path step on this thread; true when work is left.
-    fn step(&self, todo: &mut Todo) -> bool;
+    /// Its work is left after the sender's call used its budget: requeued
+    /// to its own bus (another DPC). Called with no soft HCA lock held.
+    fn requeue(&self);
+
+    /// Runs one data-path step on this thread: (work is left, packets of
+    /// work done).
+    fn step(&self, todo: &mut Todo) -> (bool, u64);
 
     /// Identity, to compare peers.
     fn id(&self) -> usize;

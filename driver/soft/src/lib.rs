@@ -199,7 +199,7 @@ pub use gsi::MAD_QUEUE_DEPTH;
 pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
-pub use config::{Execution, SoftConfig};
+pub use config::{DEFAULT_DPC_BUDGET, Execution, SoftConfig};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
 pub use link::{Datagram, Direction, Link, LinkStats, Tap, TxBatch};
 pub use port::{
@@ -243,6 +243,24 @@ pub trait SoftBus: Send + Sync {
     ///
     /// IRQL: called at <= DISPATCH_LEVEL.
     fn wake_doorbell_poller(&self) {}
+
+    /// [`Execution::Inline`]: a call ran its budget of data-path work
+    /// ([`SoftConfig::dpc_budget`]) and work is left. The host calls
+    /// [`SoftHca::resume`] soon, at DISPATCH_LEVEL, from a DPC of its own
+    /// (queued here; never synchronously), as a driver requeues the rest of
+    /// a bounded DPC.
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn resume(&self);
+
+    /// The data path did `packets` of work (sent and received) in the
+    /// call running on this processor: what the host's DPC watchdog
+    /// measures. Nothing by default.
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn work(&self, packets: u64) {
+        let _ = packets;
+    }
 }
 
 /// Counters for tools and tests.
@@ -422,6 +440,8 @@ pub struct SoftHca<P: Platform> {
     /// The poller polls the pages: what their `polling` words say (changed
     /// under `DOORBELL_LOCK`, see the `poller` module).
     pages_polled: AtomicBool,
+    /// [`SoftConfig::dpc_budget`].
+    budget: u64,
 }
 
 impl<P: Platform> core::fmt::Debug for SoftHca<P> {
@@ -465,6 +485,7 @@ impl<P: Platform> SoftHca<P> {
             tx_pending: AtomicBool::new(false),
             doorbell_pages: platform.new_lock(&DOORBELL_LOCK, Vec::new()),
             pages_polled: AtomicBool::new(false),
+            budget: u64::from(config.dpc_budget),
         })
     }
 
@@ -603,7 +624,7 @@ impl<P: Platform> SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn run_deferred(&self, flush: bool) {
         match self.execution {
-            Execution::Inline => self.drive_with(|_| {}, flush),
+            Execution::Inline => self.drive_with(|_| {}, flush, 0),
             Execution::Deferred => self.bus.doorbell(),
         }
     }
@@ -674,22 +695,31 @@ impl<P: Platform> SoftHca<P> {
     /// for other HCAs into their inboxes and the events into the event
     /// queue. After releasing the lock: the interrupt, and the kicks of the
     /// HCAs that got frames. Returns true when work is left.
-    fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> bool {
+    fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> (bool, u64) {
         self.dp_step_with(todo, pre, true)
     }
 
-    fn dp_step_with(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware), flush: bool) -> bool {
-        let (raise, more) = self.state.lock(|st| {
+    /// [`Self::dp_step`]: (work is left, packets of work done).
+    fn dp_step_with(
+        &self,
+        todo: &mut Todo,
+        pre: impl FnOnce(&mut Firmware),
+        flush: bool,
+    ) -> (bool, u64) {
+        let (raise, more, work) = self.state.lock(|st| {
+            let before = st.firmware.dp.work_done();
             pre(&mut st.firmware);
-            self.dp_locked(st, todo)
+            let (raise, more) = self.dp_locked(st, todo);
+            (raise, more, st.firmware.dp.work_done() - before)
         });
+        self.bus.work(work);
         if flush {
             self.flush_tx();
         }
         if raise {
             self.bus.interrupt();
         }
-        more
+        (more, work)
     }
 
     /// Hands the serialized datagrams to their link, in the order they
@@ -832,42 +862,76 @@ impl<P: Platform> SoftHca<P> {
         }
     }
 
-    /// Runs the data path to quiescence on this thread, after `pre`: this
-    /// HCA's, and that of every inline HCA it sends to (a work list, never
-    /// recursion).
+    /// Runs the data path on this thread, after `pre`, for at most one
+    /// budget of work ([`SoftConfig::dpc_budget`]): this HCA's, and that of
+    /// every inline HCA it sends to (a work list, never recursion). What is
+    /// left is requeued ([`Self::requeue`]; an inline peer's, to its own
+    /// bus).
     fn drive(&self, pre: impl FnOnce(&mut Firmware)) {
-        self.drive_with(pre, true);
+        self.drive_with(pre, true, 0);
     }
 
-    /// [`Self::drive`]; with `flush` false this HCA's datagrams for its
-    /// link stay queued (see [`SoftHca::run_deferred`]).
-    fn drive_with(&self, pre: impl FnOnce(&mut Firmware), flush: bool) {
+    /// [`Self::drive`], `used` packets of the budget spent already; with
+    /// `flush` false this HCA's datagrams for its link stay queued (see
+    /// [`SoftHca::run_deferred`]).
+    fn drive_with(&self, pre: impl FnOnce(&mut Firmware), flush: bool, used: u64) {
         let mut todo = Todo::new();
-        let again = self.dp_step_with(&mut todo, pre, flush);
-        self.drive_rest_with(todo, again, flush);
+        let (again, work) = self.dp_step_with(&mut todo, pre, flush);
+        self.drive_rest_with(todo, again, flush, used + work);
     }
 
-    /// The rest of [`Self::drive`], after a first step.
-    fn drive_rest(&self, todo: Todo, again: bool) {
-        self.drive_rest_with(todo, again, true);
+    /// The rest of [`Self::drive`], after a first step that did `used`
+    /// packets of work.
+    fn drive_rest(&self, todo: Todo, again: bool, used: u64) {
+        self.drive_rest_with(todo, again, true, used);
     }
 
-    fn drive_rest_with(&self, mut todo: Todo, mut again: bool, flush: bool) {
+    fn drive_rest_with(&self, mut todo: Todo, mut again: bool, flush: bool, mut used: u64) {
         loop {
             while let Some(peer) = todo.pop() {
                 if peer.id() == self.id() {
                     again = true;
                 } else if !peer.inline() {
                     peer.ring();
-                } else if peer.step(&mut todo) {
-                    todo.push(peer);
+                } else if used >= self.budget {
+                    peer.requeue();
+                } else {
+                    let (more, work) = peer.step(&mut todo);
+                    used += work;
+                    if more {
+                        todo.push(peer);
+                    }
                 }
             }
             if !again {
                 return;
             }
-            again = self.dp_step_with(&mut todo, |_| {}, flush);
+            if used >= self.budget {
+                self.requeue();
+                return;
+            }
+            let (more, work) = self.dp_step_with(&mut todo, |_| {}, flush);
+            again = more;
+            used += work;
         }
+    }
+
+    /// Work is left after a call used its budget: inline, another DPC
+    /// ([`SoftBus::resume`]) runs the next budget; deferred, the
+    /// firmware's own doorbell.
+    fn requeue(&self) {
+        match self.execution {
+            Execution::Inline => self.bus.resume(),
+            Execution::Deferred => self.bus.doorbell(),
+        }
+    }
+
+    /// Runs the data path for one more budget of work, requeueing what is
+    /// still left: what the host's DPC calls after [`SoftBus::resume`].
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (the host: DISPATCH_LEVEL, in its DPC).
+    pub fn resume(&self) {
+        self.drive(|_| {});
     }
 
     /// A receive doorbell has nothing to do: no QP is in ERR and no
@@ -909,8 +973,13 @@ impl<P: Platform> SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn run_firmware(&self) -> usize {
         let mut todo = Todo::new();
-        let (ran, raise, more) = self.state.lock(|st| self.run_locked(st, &mut todo));
-        self.after_run(todo, raise, more);
+        let (ran, raise, more, work) = self.state.lock(|st| {
+            let before = st.firmware.dp.work_done();
+            let (ran, raise, more) = self.run_locked(st, &mut todo);
+            (ran, raise, more, st.firmware.dp.work_done() - before)
+        });
+        self.bus.work(work);
+        self.after_run(todo, raise, more, work);
         ran
     }
 
@@ -928,14 +997,15 @@ impl<P: Platform> SoftHca<P> {
         (ran, raise | r, more)
     }
 
-    /// After [`Self::run_locked`], with no lock held: the interrupt, then
-    /// the data path to quiescence.
-    fn after_run(&self, todo: Todo, raise: bool, more: bool) {
+    /// After [`Self::run_locked`] (which did `work` packets of work), with
+    /// no lock held: the interrupt, then the data path for the rest of the
+    /// budget.
+    fn after_run(&self, todo: Todo, raise: bool, more: bool, work: u64) {
         self.flush_tx();
         if raise {
             self.bus.interrupt();
         }
-        self.drive_rest(todo, more);
+        self.drive_rest(todo, more, work);
     }
 
     /// Executes the oldest queued command if the event queue has room for
@@ -1019,7 +1089,8 @@ impl<P: Platform> SoftHca<P> {
         {
             return 0;
         }
-        let (scan, raise) = self.state.lock(|st| {
+        let (scan, raise, work) = self.state.lock(|st| {
+            let before = st.firmware.dp.work_done();
             let fast = matches!(self.execution, Execution::Inline)
                 && !self.inbox_pending.load(Ordering::Acquire);
             let mut scan = st.firmware.scan_doorbells(fast);
@@ -1028,14 +1099,16 @@ impl<P: Platform> SoftHca<P> {
             scan.work |= st.firmware.dp.left_for_engine();
             // An armed CQ with completions: its event goes out now.
             let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
-            (scan, raise)
+            (scan, raise, st.firmware.dp.work_done() - before)
         });
+        self.bus.work(work);
         if raise {
             self.bus.interrupt();
         }
         if scan.work {
             match self.execution {
-                Execution::Inline => self.drive(|_| {}),
+                Execution::Inline if work >= self.budget => self.requeue(),
+                Execution::Inline => self.drive_with(|_| {}, true, work),
                 Execution::Deferred => self.bus.doorbell(),
             }
         }
@@ -1154,6 +1227,7 @@ impl<P: Platform> Hca for SoftHca<P> {
             }
             // Inline, the firmware runs now, under the same hold: this
             // command straight away when none waits before it.
+            let before = st.firmware.dp.work_done();
             let mut raise = false;
             if st.queue.is_empty() {
                 match self.execute_command(st, token, command) {
@@ -1164,10 +1238,14 @@ impl<P: Platform> Hca for SoftHca<P> {
                 st.queue.push_back((token, command));
             }
             let (ran, r, more) = self.run_locked(st, &mut todo);
-            Ok(Some((ran, raise | r, more)))
+            let work = st.firmware.dp.work_done() - before;
+            Ok(Some((ran, raise | r, more, work)))
         })?;
         match ran {
-            Some((_, raise, more)) => self.after_run(todo, raise, more),
+            Some((_, raise, more, work)) => {
+                self.bus.work(work);
+                self.after_run(todo, raise, more, work);
+            }
             None => self.bus.doorbell(),
         }
         Ok(())
@@ -1234,22 +1312,35 @@ impl<P: Platform> Hca for SoftHca<P> {
             // and the engine's turn runs the fast path again).
             Execution::Inline => {
                 let quick = self.state.lock(|st| {
-                    if self.inbox_pending.load(Ordering::Acquire) || !st.firmware.ring_sq_fast(qpn)
-                    {
+                    if self.inbox_pending.load(Ordering::Acquire) {
                         return None;
+                    }
+                    let before = st.firmware.dp.work_done();
+                    if !st.firmware.ring_sq_fast(qpn) {
+                        // Stopped before the WQE the requester must take:
+                        // nothing it ran counted yet (the engine's turn
+                        // counts it with its own).
+                        return Some(Err(st.firmware.dp.work_done() - before));
                     }
                     let more = st.firmware.dp.left_for_engine();
                     let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
-                    Some((raise, more))
+                    Some(Ok((raise, more, st.firmware.dp.work_done() - before)))
                 });
                 match quick {
-                    Some((raise, more)) => {
+                    Some(Ok((raise, more, work))) => {
+                        self.bus.work(work);
                         if raise {
                             self.bus.interrupt();
                         }
-                        if more {
-                            self.drive(|_| {});
+                        if more && work >= self.budget {
+                            self.requeue();
+                        } else if more {
+                            self.drive_with(|_| {}, true, work);
                         }
+                    }
+                    Some(Err(work)) => {
+                        self.bus.work(work);
+                        self.drive_with(|fw| fw.ring_sq_now(qpn), true, work);
                     }
                     None => self.drive(|fw| fw.ring_sq_now(qpn)),
                 }
@@ -1415,7 +1506,11 @@ impl<P: Platform> Peer for SoftHca<P> {
         self.bus.doorbell();
     }
 
-    fn step(&self, todo: &mut Todo) -> bool {
+    fn requeue(&self) {
+        SoftHca::requeue(self);
+    }
+
+    fn step(&self, todo: &mut Todo) -> (bool, u64) {
         self.dp_step(todo, |_| {})
     }
 

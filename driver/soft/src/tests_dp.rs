@@ -3623,3 +3623,74 @@ fn retransmit_timeout_seam() {
     assert_eq!(statuses(&s.cqa), [(1, IV_WC_RETRY_EXC_ERR)], "two retries");
     assert_eq!(s.a.d.hca.stats().retries, 2);
 }
+
+/// A call does at most its budget of work ([`crate::SoftConfig::dpc_budget`])
+/// and requeues the rest ([`crate::SoftBus::resume`]); each
+/// [`crate::SoftHca::resume`] does one more budget, and the QPs with work
+/// take turns: two QPs with eight 64 KiB WRITEs each both make progress
+/// before either is done, and nothing is lost.
+#[test]
+fn a_bounded_call_requeues_the_rest_and_the_qps_take_turns() {
+    const BUDGET: u32 = 64;
+    const WRS: u64 = 8;
+    const LEN: u32 = 64 * 1024;
+    let node = Node::with(1, |c| c.dpc_budget = BUDGET);
+    let cq = node.cq(64);
+    let eps: Vec<(Ep, Ep)> = (0..2)
+        .map(|_| {
+            let a = node.qp(IV_QPT_RC, &cq);
+            let b = node.qp(IV_QPT_RC, &cq);
+            let c = Conn::default();
+            node.connect(&a, node.gid(), b.qpn, &c);
+            node.connect(&b, node.gid(), a.qpn, &c);
+            (a, b)
+        })
+        .collect();
+    let mem = node.mem(1 << 20, ALL_ACCESS);
+    for (i, (a, _)) in eps.iter().enumerate() {
+        for k in 0..WRS {
+            let wr = SendWr {
+                wr_id: (i as u64) << 8 | k,
+                opcode: IV_WR_RDMA_WRITE,
+                flags: IV_SEND_SIGNALED,
+                sges: &[mem.sge(k * u64::from(LEN), LEN)],
+                remote_addr: mem.addr + (WRS + k) * u64::from(LEN) % (1 << 19),
+                rkey: mem.lkey,
+                ..SendWr::default()
+            };
+            a.sq.post(&wr).unwrap();
+        }
+    }
+    let sent = |n: &Node| n.d.hca.stats().packets_sent;
+    let before = sent(&node);
+    node.d.hca.sq_doorbell(eps[0].0.qpn);
+    node.d.hca.sq_doorbell(eps[1].0.qpn);
+    let first = sent(&node) - before;
+    assert!(node.d.bus.resumes() >= 1, "the rest was requeued");
+    // The two doorbells: a budget each, and a step may cross it by one turn
+    // of the requester (four 64 KiB WRITEs on the fast path).
+    assert!(first <= 2 * (u64::from(BUDGET) + 4 * 64), "{first} packets");
+    let mut done = [0u64; 2];
+    let mut both_partly = false;
+    let mut resumes = 0;
+    while done != [WRS; 2] {
+        for c in cq.poll() {
+            assert_eq!(c.status, IV_WC_SUCCESS, "{c:?}");
+            done[(c.wr_id >> 8) as usize] += 1;
+        }
+        both_partly |= done.iter().all(|&d| d > 0 && d < WRS);
+        let requeued = node.d.bus.resumes();
+        node.d.hca.resume();
+        resumes += 1;
+        assert!(resumes < 1000, "stuck at {done:?}");
+        if done != [WRS; 2] {
+            assert!(
+                node.d.bus.resumes() > requeued || !node.d.hca.busy(),
+                "lost work at {done:?}"
+            );
+        }
+    }
+    assert!(both_partly, "the QPs took turns");
+    assert!(resumes >= 2, "{resumes} resumes");
+    assert!(!node.d.hca.busy());
+}

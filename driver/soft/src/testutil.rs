@@ -179,6 +179,7 @@ pub(crate) struct CountingBus {
     interrupts: AtomicUsize,
     doorbells: AtomicUsize,
     poller_wakes: AtomicUsize,
+    resumes: AtomicUsize,
 }
 
 impl CountingBus {
@@ -201,6 +202,11 @@ impl CountingBus {
     pub(crate) fn poller_wakes(&self) -> usize {
         self.poller_wakes.load(Ordering::SeqCst)
     }
+
+    /// [`SoftBus::resume`] calls: work left after a call's budget.
+    pub(crate) fn resumes(&self) -> usize {
+        self.resumes.load(Ordering::SeqCst)
+    }
 }
 
 impl SoftBus for CountingBus {
@@ -217,6 +223,11 @@ impl SoftBus for CountingBus {
     fn wake_doorbell_poller(&self) {
         Self::check_unlocked();
         self.poller_wakes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn resume(&self) {
+        Self::check_unlocked();
+        self.resumes.fetch_add(1, Ordering::SeqCst);
     }
 }
 

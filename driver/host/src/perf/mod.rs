@@ -607,6 +607,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
             verifier: VerifierConfig {
                 enabled: cfg.verifier,
                 fail_pool: None,
+                ..VerifierConfig::default()
             },
             ..HostConfig::default()
         },

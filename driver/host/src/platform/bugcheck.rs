@@ -42,6 +42,10 @@ pub mod codes {
     /// 0x10D: KMDF detected a framework rule violation; parameter 1 is one
     /// of [`wdf`](super::wdf).
     pub const WDF_VIOLATION: u32 = 0x10D;
+    /// 0x133: the DPC watchdog: a DPC ran past its allotment, or the
+    /// processor stayed at DISPATCH_LEVEL too long; parameter 1 is one of
+    /// [`dpc_watchdog`](super::dpc_watchdog).
+    pub const DPC_WATCHDOG_VIOLATION: u32 = 0x133;
 }
 
 /// Parameter 1 values of 0x76 PROCESS_HAS_LOCKED_PAGES.
@@ -112,6 +116,23 @@ pub mod verifier {
     pub const DEADLOCK_WRONG_THREAD: u64 = 0x1004;
     /// Deadlock detection: released without being acquired. (lock, 0, 0)
     pub const DEADLOCK_UNACQUIRED: u64 = 0x1007;
+}
+
+/// Parameter 1 values of 0x133 DPC_WATCHDOG_VIOLATION, and the host's
+/// parameter 4 (Windows passes its triage block there): what the counts
+/// are in.
+pub mod dpc_watchdog {
+    /// One DPC routine (a timer's included) ran past its allotment.
+    /// (0, count, allotment, unit)
+    pub const SINGLE_DPC: u64 = 0;
+    /// A dispatch-level callback (an I/O queue callback, the doorbell
+    /// scanner's pass) kept the processor at DISPATCH_LEVEL past the
+    /// watchdog's period. (1, period, count, unit)
+    pub const CUMULATIVE: u64 = 1;
+    /// Parameter 4: the counts are work units (the soft HCA's packets).
+    pub const UNIT_WORK: u64 = 0;
+    /// Parameter 4: the counts are milliseconds.
+    pub const UNIT_MS: u64 = 1;
 }
 
 /// Parameter 1 values of 0xC2 BAD_POOL_CALLER.
@@ -216,6 +237,7 @@ pub const fn code_name(code: u32) -> &'static str {
         }
         codes::DRIVER_IRQL_NOT_LESS_OR_EQUAL => "DRIVER_IRQL_NOT_LESS_OR_EQUAL",
         codes::WDF_VIOLATION => "WDF_VIOLATION",
+        codes::DPC_WATCHDOG_VIOLATION => "DPC_WATCHDOG_VIOLATION",
         _ => "UNKNOWN_BUGCHECK",
     }
 }

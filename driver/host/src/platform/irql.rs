@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use irpverbs_core::platform::{DISPATCH_LEVEL, Irql};
 
-use super::bugcheck::{codes, stop, verifier, wdf};
+use super::DpcWatchdog;
+use super::bugcheck::{codes, dpc_watchdog, stop, verifier, wdf};
 
 /// HIGH_LEVEL on x64: the highest IRQL there is.
 pub const HIGH_LEVEL: Irql = 15;
@@ -56,6 +57,114 @@ thread_local! {
 }
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// The DPC watchdog's measure of the slice (a DPC routine, or a
+/// dispatch-level callback) running on this thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Meter {
+    /// The allotment; `None`: no slice, or no watchdog.
+    watchdog: Option<DpcWatchdog>,
+    /// A DPC routine (else a dispatch-level callback).
+    dpc: bool,
+    /// Work reported so far.
+    work: u64,
+    /// When the slice began (with a time allotment).
+    start: Option<std::time::Instant>,
+}
+
+impl Meter {
+    const IDLE: Self = Self {
+        watchdog: None,
+        dpc: false,
+        work: 0,
+        start: None,
+    };
+
+    /// Bugchecks 0x133 when the slice passed its allotment of work or
+    /// time.
+    #[track_caller]
+    fn check(&self) {
+        let Some(w) = self.watchdog else { return };
+        let kind = if self.dpc {
+            dpc_watchdog::SINGLE_DPC
+        } else {
+            dpc_watchdog::CUMULATIVE
+        };
+        let what = if self.dpc {
+            "a DPC routine"
+        } else {
+            "a dispatch-level callback"
+        };
+        let over = |count: u64, allotted: u64, unit: u64, name: &str| {
+            let (p2, p3) = if self.dpc {
+                (count, allotted)
+            } else {
+                (allotted, count)
+            };
+            stop(
+                codes::DPC_WATCHDOG_VIOLATION,
+                [kind, p2, p3, unit],
+                format!("{what} ran {count} {name}, past the DPC watchdog's {allotted}"),
+            );
+        };
+        if self.work > w.max_work {
+            over(self.work, w.max_work, dpc_watchdog::UNIT_WORK, "work units");
+        }
+        if let (Some(max), Some(start)) = (w.max_time, self.start) {
+            let ran = start.elapsed();
+            if ran > max {
+                let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                over(ms(ran), ms(max), dpc_watchdog::UNIT_MS, "ms");
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The slice running on this thread, for the DPC watchdog.
+    static METER: Cell<Meter> = const { Cell::new(Meter::IDLE) };
+}
+
+/// Begins a slice (a DPC routine when `dpc`, else a dispatch-level
+/// callback) measured against `watchdog`; returns the enclosing slice's
+/// meter, for [`end_slice`].
+#[inline]
+pub(crate) fn begin_slice(dpc: bool, watchdog: Option<DpcWatchdog>) -> Meter {
+    let start = watchdog
+        .and_then(|w| w.max_time)
+        .map(|_| std::time::Instant::now());
+    METER.replace(Meter {
+        watchdog,
+        dpc,
+        work: 0,
+        start,
+    })
+}
+
+/// Ends the slice running on this thread (checking its time) and goes
+/// back to the enclosing one, `outer`.
+#[inline]
+#[track_caller]
+pub(crate) fn end_slice(outer: Meter) {
+    let done = METER.replace(outer);
+    if done.watchdog.is_some() {
+        done.check();
+    }
+}
+
+/// Adds `units` of work to the slice running on this thread, and checks
+/// its allotment.
+#[inline]
+#[track_caller]
+pub(crate) fn charge(units: u64) {
+    let mut m = METER.get();
+    if m.watchdog.is_none() {
+        return;
+    }
+    m.work = m.work.saturating_add(units);
+    METER.set(m);
+    m.check();
+}
 
 /// The calling thread's (processor's) IRQL.
 ///
@@ -123,6 +232,7 @@ pub(crate) struct SavedState {
     irql: Irql,
     held: usize,
     dpc_depth: u32,
+    meter: Meter,
 }
 
 pub(crate) fn save_state() -> SavedState {
@@ -130,11 +240,13 @@ pub(crate) fn save_state() -> SavedState {
         irql: current_irql(),
         held: c.held.borrow().len(),
         dpc_depth: c.dpc_depth.get(),
+        meter: METER.get(),
     })
 }
 
 pub(crate) fn restore_state(saved: SavedState) {
     set_irql(saved.irql);
+    METER.set(saved.meter);
     CPU.with(|c| {
         c.held.borrow_mut().truncate(saved.held);
         c.dpc_depth.set(saved.dpc_depth);
@@ -177,6 +289,7 @@ struct DpcInner {
     queued: AtomicBool,
     routine: Arc<dyn Fn() + Send + Sync>,
     verify: bool,
+    watchdog: Option<DpcWatchdog>,
 }
 
 /// A deferred procedure call (KDPC): a routine run once at DISPATCH_LEVEL
@@ -200,13 +313,19 @@ impl std::fmt::Debug for Dpc {
 }
 
 impl Dpc {
-    pub(crate) fn new(id: u64, routine: Arc<dyn Fn() + Send + Sync>, verify: bool) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        routine: Arc<dyn Fn() + Send + Sync>,
+        verify: bool,
+        watchdog: Option<DpcWatchdog>,
+    ) -> Self {
         Self {
             inner: Arc::new(DpcInner {
                 id,
                 queued: AtomicBool::new(false),
                 routine,
                 verify,
+                watchdog,
             }),
         }
     }
@@ -242,7 +361,9 @@ impl Dpc {
     fn run_now(&self) {
         self.inner.queued.store(false, Ordering::Release);
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() + 1));
+        let outer = begin_slice(true, self.inner.watchdog);
         (self.inner.routine)();
+        end_slice(outer);
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() - 1));
         check_returned_at(self.inner.verify, DISPATCH_LEVEL, "a DPC routine");
         // A DPC that (with the verifier off) left IRQL elsewhere is put
@@ -266,6 +387,7 @@ mod tests {
                 c.fetch_add(1, Ordering::SeqCst);
             }),
             true,
+            None,
         )
     }
 

@@ -61,6 +61,8 @@
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
 //! | panic on a host thread (timer, worker, soft HCA firmware) | 0x7E | 0 | |
+//! | a DPC routine (a timer's too) past the watchdog's allotment ([`DpcWatchdog`]) | 0x133 | 0 | count, allotment, 0 = work units / 1 = ms |
+//! | a dispatch-level callback past the watchdog's allotment | 0x133 | 1 | allotment, count, 0 = work units / 1 = ms |
 //!
 //! Choices where Windows has no exact match: KMDF only traces and breaks
 //! into the debugger when a cancelable request is completed, so the host
@@ -102,8 +104,8 @@ use irpverbs_core::platform::{
 };
 
 pub use bugcheck::{
-    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, iomanager, locked_pages,
-    verifier, wdf,
+    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, dpc_watchdog, iomanager,
+    locked_pages, verifier, wdf,
 };
 pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
@@ -128,6 +130,26 @@ pub struct FaultInjection {
     pub one_in: u32,
 }
 
+/// The DPC watchdog's allotments (Windows: `DPC_WATCHDOG_VIOLATION`,
+/// 0x133). Each DPC routine (a timer's too) and each dispatch-level
+/// callback ([`HostPlatform::run_at_dispatch`]: I/O queue callbacks, the
+/// doorbell scanner's passes) is one slice; the verifier bugchecks when a
+/// slice does more work than `max_work` or runs longer than `max_time`.
+///
+/// Work is what the driver reports with [`HostPlatform::dispatch_work`]
+/// (the soft HCA: packets sent and received): a deterministic measure, the
+/// same on a loaded two-core machine as on an idle one, so a test can set a
+/// tight allotment without flaking. `max_time` is wall-clock time, checked
+/// when work is reported and when the slice ends: keep it generous (it
+/// measures the machine too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpcWatchdog {
+    /// Work units one slice may report.
+    pub max_work: u64,
+    /// Wall-clock time one slice may take (`None`: not checked).
+    pub max_time: Option<Duration>,
+}
+
 /// What the verifier checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifierConfig {
@@ -136,6 +158,8 @@ pub struct VerifierConfig {
     pub enabled: bool,
     /// Fail pool charges on purpose (applies whether or not `enabled`).
     pub fail_pool: Option<FaultInjection>,
+    /// The DPC watchdog (with `enabled`); default none.
+    pub dpc_watchdog: Option<DpcWatchdog>,
 }
 
 impl Default for VerifierConfig {
@@ -143,6 +167,7 @@ impl Default for VerifierConfig {
         Self {
             enabled: true,
             fail_pool: None,
+            dpc_watchdog: None,
         }
     }
 }
@@ -332,7 +357,9 @@ impl HostPlatform {
     #[track_caller]
     pub fn run_at_dispatch<R>(&self, f: impl FnOnce() -> R) -> R {
         let old = self.raise_irql(DISPATCH_LEVEL);
+        let outer = irql::begin_slice(false, self.watchdog());
         let result = f();
+        irql::end_slice(outer);
         irql::check_returned_at(
             self.shared.verify,
             DISPATCH_LEVEL,
@@ -394,7 +421,33 @@ impl HostPlatform {
     ///
     /// IRQL: any.
     pub fn new_dpc(&self, routine: impl Fn() + Send + Sync + 'static) -> Dpc {
-        Dpc::new(self.shared.next_id(), Arc::new(routine), self.shared.verify)
+        Dpc::new(
+            self.shared.next_id(),
+            Arc::new(routine),
+            self.shared.verify,
+            self.watchdog(),
+        )
+    }
+
+    /// The DPC watchdog, when the verifier runs with one.
+    fn watchdog(&self) -> Option<DpcWatchdog> {
+        self.shared
+            .verify
+            .then_some(self.shared.config.verifier.dpc_watchdog)
+            .flatten()
+    }
+
+    /// Reports `units` of work (the soft HCA: packets sent and received)
+    /// done in the DPC routine or dispatch-level callback running on this
+    /// thread, for the DPC watchdog ([`DpcWatchdog`]). Outside one (a
+    /// thread at PASSIVE_LEVEL between spin lock holds), or without a
+    /// watchdog, it does nothing.
+    ///
+    /// IRQL: any. The verifier bugchecks 0x133 when the slice passes its
+    /// allotment (parameter 1: 0 in a DPC, 1 in a dispatch-level callback).
+    #[track_caller]
+    pub fn dispatch_work(&self, units: u64) {
+        irql::charge(units);
     }
 
     /// A kernel event (KeInitializeEvent).

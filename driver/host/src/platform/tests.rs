@@ -26,6 +26,7 @@ fn unverified() -> HostPlatform {
         verifier: VerifierConfig {
             enabled: false,
             fail_pool: None,
+            ..VerifierConfig::default()
         },
         clock: TimerClock::Real,
     })
@@ -441,6 +442,7 @@ fn failure_pattern(seed: u64) -> Vec<bool> {
         verifier: VerifierConfig {
             enabled: true,
             fail_pool: Some(FaultInjection { seed, one_in: 4 }),
+            ..VerifierConfig::default()
         },
         clock: TimerClock::Virtual,
     });
