@@ -399,8 +399,14 @@ impl HostDevice {
             Engine::Inline => Execution::Inline,
             Engine::Thread => Execution::Deferred,
         };
-        let soft = Arc::new(SoftHca::new(&platform, soft_config, bus.clone())?);
-        let device = Arc::new(Device::new(Arc::new(platform.clone()), Arc::clone(&soft)));
+        // AddDevice: the driver's code, charged to the pool (the device
+        // objects' own blocks, the `Arc`s, stand for what the framework
+        // allocates in WdfDeviceCreate).
+        let soft =
+            Arc::new(platform.driver_code(|| SoftHca::new(&platform, soft_config, bus.clone()))?);
+        let shared_platform = Arc::new(platform.clone());
+        let device =
+            Arc::new(platform.driver_code(|| Device::new(shared_platform, Arc::clone(&soft))));
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let dpc = platform.new_dpc(move || {
             if let Some(d) = weak.upgrade() {
@@ -428,9 +434,10 @@ impl HostDevice {
             t.set(std::time::Duration::from_nanos(due), None);
         }));
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
+        let p = platform.clone();
         let cancel: CancelRoutine = Arc::new(move |key| {
             if let Some(d) = weak.upgrade() {
-                d.cancel(key);
+                p.driver_code(|| d.cancel(key));
             }
         });
         let this = Arc::new(Self {
@@ -453,20 +460,19 @@ impl HostDevice {
             let soft = Arc::clone(&this.soft);
             let bell = Arc::clone(&this.doorbell);
             let platform = this.platform.clone();
-            let handle =
-                std::thread::Builder::new()
-                    .name("irpverbs-soft-hca".into())
-                    .spawn(move || {
-                        while bell.wait() {
-                            // The DPCs the firmware's interrupts queue run here:
-                            // a bugcheck in one is recorded for unload rather
-                            // than ending the thread unseen.
-                            platform.run_guarded("irpverbs-soft-hca", || {
-                                while soft.run_firmware() > 0 {}
-                            });
-                        }
-                    })
-                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            let handle = std::thread::Builder::new()
+                .name("irpverbs-soft-hca".into())
+                .spawn(move || {
+                    while bell.wait() {
+                        // The DPCs the firmware's interrupts queue run here:
+                        // a bugcheck in one is recorded for unload rather
+                        // than ending the thread unseen.
+                        platform.run_guarded("irpverbs-soft-hca", || {
+                            platform.driver_code(|| while soft.run_firmware() > 0 {});
+                        });
+                    }
+                })
+                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
             *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
         if config.user_doorbells == UserDoorbells::Page {
@@ -542,7 +548,7 @@ impl HostDevice {
         mode: RequestorMode,
     ) -> Result<HostFile, NtStatus> {
         let key: FileKey = self.next_file.fetch_add(1, Ordering::Relaxed);
-        self.device.create_file(key)?;
+        self.platform.driver_code(|| self.device.create_file(key))?;
         self.platform.file_opened(key);
         let outstanding = Arc::new(AtomicUsize::new(0));
         let kept_notify: KeptNotify = {
@@ -699,7 +705,7 @@ impl HostDevice {
         }
         self.detach_udp();
         self.scanner.stop();
-        self.device.stop_cm_timer();
+        self.platform.driver_code(|| self.device.stop_cm_timer());
         self.cm_timer.cancel();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
@@ -712,6 +718,23 @@ impl HostDevice {
             let _ = h.join();
         }
         self.platform.unload();
+    }
+}
+
+impl HostDevice {
+    /// Device removal and unload, with every check: [`unload`](Self::unload)'s,
+    /// then, once the driver's device object is gone (this must be the last
+    /// reference to the device, files closed), the leak check of the
+    /// driver's heap ([`HostPlatform::check_heap_leaks`]): every block the
+    /// driver's code allocated must be freed.
+    ///
+    /// # Panics
+    /// With a verifier bugcheck when something leaked.
+    pub fn remove(this: Arc<Self>) {
+        this.unload();
+        let platform = this.platform.clone();
+        drop(this);
+        platform.check_heap_leaks();
     }
 }
 
@@ -742,20 +765,21 @@ struct DeviceEndpoint {
 impl Endpoint for DeviceEndpoint {
     fn receive(&self, d: &Datagram<'_>) {
         // A dropped datagram is counted by the HCA.
-        let _ = self.soft.receive(d);
+        let _ = self.platform.driver_code(|| self.soft.receive(d));
     }
 
     fn receive_queued(&self, d: &Datagram<'_>) {
         // A dropped datagram is counted by the HCA.
-        let _ = self.soft.receive_queued(d);
+        let _ = self.platform.driver_code(|| self.soft.receive_queued(d));
     }
 
     fn end_batch(&self, flush: bool) {
-        self.soft.run_deferred(flush);
+        self.platform.driver_code(|| self.soft.run_deferred(flush));
     }
 
     fn advance_clock(&self, now_ns: u64) -> Option<u64> {
-        self.soft.advance_clock(now_ns)
+        self.platform
+            .driver_code(|| self.soft.advance_clock(now_ns))
     }
 
     fn run_thread(&self, name: &str, body: &mut dyn FnMut()) {
@@ -909,14 +933,16 @@ impl HostFile {
         let handle = request.handle();
         // EvtIoInCallerContext: on the caller's thread, at its IRQL
         // (PASSIVE_LEVEL), before the request is queued.
-        let Some(request) = self.dev.device.in_caller_context(request) else {
+        let platform = &self.dev.platform;
+        let Some(request) = platform.driver_code(|| self.dev.device.in_caller_context(request))
+        else {
             return Submitted {
                 pended: !handle.is_completed(),
                 handle: Some(handle),
             };
         };
         let old = self.dev.platform.raise_irql(DISPATCH_LEVEL);
-        self.dev.device.dispatch_ioctl(request);
+        platform.driver_code(|| self.dev.device.dispatch_ioctl(request));
         let pended = !handle.is_completed();
         self.dev.platform.lower_irql(old);
         Submitted {
@@ -1037,14 +1063,15 @@ impl Drop for HostFile {
     /// request of the file is complete.
     fn drop(&mut self) {
         let dev = &self.dev;
-        dev.device.cleanup_file(self.key);
+        dev.platform
+            .driver_code(|| dev.device.cleanup_file(self.key));
         let outstanding = Arc::clone(&self.outstanding);
         dev.completions
             .wait_until(Instant::now() + CLOSE_TIMEOUT, || {
                 outstanding.load(Ordering::Acquire) == 0
             });
         dev.platform.file_closing(self.key);
-        dev.device.close_file(self.key);
+        dev.platform.driver_code(|| dev.device.close_file(self.key));
     }
 }
 
@@ -1174,16 +1201,20 @@ impl SpeedLock for RawSpinLock {
 /// DISPATCH_LEVEL, no blocking).
 impl Doorbells for HostDevice {
     fn sq(&self, qp: Bell) {
-        self.device.hca().sq_doorbell(qp.number);
+        let hca = self.device.hca();
+        self.platform.driver_code(|| hca.sq_doorbell(qp.number));
     }
     fn rq(&self, qp: Bell) {
-        self.device.hca().rq_doorbell(qp.number);
+        let hca = self.device.hca();
+        self.platform.driver_code(|| hca.rq_doorbell(qp.number));
     }
     fn srq(&self, srq: Bell) {
-        self.device.hca().srq_doorbell(srq.number);
+        let hca = self.device.hca();
+        self.platform.driver_code(|| hca.srq_doorbell(srq.number));
     }
     fn cq_arm(&self, cq: Bell) {
-        self.device.hca().cq_arm_doorbell(cq.number);
+        let hca = self.device.hca();
+        self.platform.driver_code(|| hca.cq_arm_doorbell(cq.number));
     }
 }
 

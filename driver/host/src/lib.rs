@@ -36,6 +36,12 @@ pub mod udp;
 pub mod user;
 pub mod win32;
 
+/// The verifier sees every allocation: driver code's heap allocations are
+/// charged to its platform's pool ([`platform::heap`]).
+#[cfg(feature = "global-allocator")]
+#[global_allocator]
+static GLOBAL: platform::heap::DriverHeap = platform::heap::DriverHeap;
+
 pub use device::{
     CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted, UserDoorbells,
 };

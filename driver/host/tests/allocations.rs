@@ -7,59 +7,20 @@
 //! high-water mark and are reused.
 //!
 //! Each case runs `irpverbs perf` with 5,000 and with 50,000 messages,
-//! counting every allocation and reallocation of the process (this test
-//! binary's global allocator). Setup and teardown are the same in both
+//! counting every allocation and reallocation of the process (the host
+//! library's global allocator counts them). Setup and teardown are the same in both
 //! runs, so the difference is what 45,000 more messages cost; it must stay
 //! under [`SLACK`]: buffers growing to a new high-water mark (a burst
 //! larger than any before, or transmit batches merged into a longer run
 //! than before), which timing moves. Before the wire's transmit batches
 //! were reused, 8-byte SENDs over UDP made 2 allocations per message and
 //! 64 KiB WRITEs 8.5.
-#![allow(unsafe_code, reason = "a counting global allocator")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use irpverbs_host::Engine;
 use irpverbs_host::perf::{PerfConfig, Test, run};
-
-/// Counts allocations and reallocations, then lets the system allocator
-/// do them.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments,
-// which carry `GlobalAlloc`'s contract unchanged; counting has no effect
-// on the memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded (see the impl).
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded (see the impl).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded (see the impl).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded (see the impl).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use irpverbs_host::platform::heap::process_allocations;
 
 /// The count is process-wide: one case at a time (the test harness runs
 /// tests on several threads).
@@ -72,9 +33,9 @@ const SLACK: u64 = 450;
 
 /// Allocations made by `f`, anywhere in the process.
 fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = process_allocations();
     f();
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    process_allocations() - before
 }
 
 /// Allocations of `go` with 50,000 messages less those with 5,000: what

@@ -13,6 +13,8 @@ use irpverbs_core::platform::{DISPATCH_LEVEL, Irql};
 
 use super::DpcWatchdog;
 use super::bugcheck::{codes, dpc_watchdog, stop, verifier, wdf};
+use super::heap;
+use super::pool::Pool;
 
 /// HIGH_LEVEL on x64: the highest IRQL there is.
 pub const HIGH_LEVEL: Irql = 15;
@@ -212,7 +214,7 @@ pub(crate) fn thread_token() -> u64 {
 
 /// Runs `f` with this thread's held-lock list.
 pub(crate) fn with_held<R>(f: impl FnOnce(&mut Vec<Held>) -> R) -> R {
-    CPU.with(|c| f(&mut c.held.borrow_mut()))
+    heap::uncharged(|| CPU.with(|c| f(&mut c.held.borrow_mut())))
 }
 
 /// Runs every queued DPC at DISPATCH_LEVEL, including ones they queue.
@@ -290,6 +292,8 @@ struct DpcInner {
     routine: Arc<dyn Fn() + Send + Sync>,
     verify: bool,
     watchdog: Option<DpcWatchdog>,
+    /// The pool the routine's allocations are charged to (a driver's DPC).
+    pool: Option<Arc<Pool>>,
 }
 
 /// A deferred procedure call (KDPC): a routine run once at DISPATCH_LEVEL
@@ -318,6 +322,7 @@ impl Dpc {
         routine: Arc<dyn Fn() + Send + Sync>,
         verify: bool,
         watchdog: Option<DpcWatchdog>,
+        pool: Option<Arc<Pool>>,
     ) -> Self {
         Self {
             inner: Arc::new(DpcInner {
@@ -326,6 +331,7 @@ impl Dpc {
                 routine,
                 verify,
                 watchdog,
+                pool,
             }),
         }
     }
@@ -342,7 +348,8 @@ impl Dpc {
         if self.inner.queued.swap(true, Ordering::AcqRel) {
             return false;
         }
-        CPU.with(|c| c.dpcs.borrow_mut().push_back(self.clone()));
+        // The processor's DPC queue is the kernel's, not the driver's.
+        heap::uncharged(|| CPU.with(|c| c.dpcs.borrow_mut().push_back(self.clone())));
         QUEUED.with(|q| q.set(q.get() + 1));
         let irql = current_irql();
         if irql < DISPATCH_LEVEL {
@@ -362,7 +369,10 @@ impl Dpc {
         self.inner.queued.store(false, Ordering::Release);
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() + 1));
         let outer = begin_slice(true, self.inner.watchdog);
-        (self.inner.routine)();
+        match &self.inner.pool {
+            Some(pool) => heap::driver(pool, || (self.inner.routine)()),
+            None => (self.inner.routine)(),
+        }
         end_slice(outer);
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() - 1));
         check_returned_at(self.inner.verify, DISPATCH_LEVEL, "a DPC routine");
@@ -387,6 +397,7 @@ mod tests {
                 c.fetch_add(1, Ordering::SeqCst);
             }),
             true,
+            None,
             None,
         )
     }

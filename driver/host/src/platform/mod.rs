@@ -82,6 +82,7 @@
 
 mod bugcheck;
 mod event;
+pub mod heap;
 mod irql;
 mod pool;
 mod request;
@@ -109,7 +110,7 @@ pub use bugcheck::{
 };
 pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
-pub use pool::{NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
+pub use pool::{ChargeSite, NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
 pub use request::{
     CancelRoutine, Completion, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, KeptNotify,
     RequestHandle, RequestParams,
@@ -160,6 +161,15 @@ pub struct VerifierConfig {
     pub fail_pool: Option<FaultInjection>,
     /// The DPC watchdog (with `enabled`); default none.
     pub dpc_watchdog: Option<DpcWatchdog>,
+    /// Refuse exactly the nth charge the platform is asked for (from 1;
+    /// pool charges and the driver's heap allocations counted together,
+    /// [`PoolStats::attempts`]), whether or not `enabled`: what a sweep of
+    /// the failure point through a scenario sets.
+    pub fail_nth: Option<u64>,
+    /// Record the backtrace of every heap charge from the start
+    /// ([`HostPlatform::record_charge_sites`]): slow, for a sweep's
+    /// counting run.
+    pub record_sites: bool,
 }
 
 impl Default for VerifierConfig {
@@ -168,6 +178,8 @@ impl Default for VerifierConfig {
             enabled: true,
             fail_pool: None,
             dpc_watchdog: None,
+            fail_nth: None,
+            record_sites: false,
         }
     }
 }
@@ -203,7 +215,7 @@ pub(crate) struct Shared {
     verify: bool,
     config: HostConfig,
     next_id: AtomicU64,
-    pool: pool::Pool,
+    pool: Arc<pool::Pool>,
     files: Mutex<Files>,
     timers: Arc<timer::Timers>,
     worker: Arc<work::Worker>,
@@ -220,7 +232,7 @@ impl Shared {
     }
 
     fn track_request(&self, file: FileKey, id: u64) {
-        self.files().outstanding.entry(file).or_default().insert(id);
+        heap::uncharged(|| self.files().outstanding.entry(file).or_default().insert(id));
     }
 
     pub(crate) fn untrack_request(&self, file: FileKey, id: u64) {
@@ -270,19 +282,31 @@ impl HostPlatform {
     pub fn new(config: HostConfig) -> Self {
         let verify = config.verifier.enabled;
         let background = Arc::new(Mutex::new(None));
+        let pool = Arc::new(pool::Pool::new(
+            verify,
+            config.verifier.fail_pool,
+            config.verifier.fail_nth,
+        ));
+        if config.verifier.record_sites {
+            pool.record_sites(true);
+        }
         Self {
             shared: Arc::new(Shared {
                 verify,
                 config,
                 next_id: AtomicU64::new(1),
-                pool: pool::Pool::new(verify, config.verifier.fail_pool),
+                pool: Arc::clone(&pool),
                 files: Mutex::new(Files::default()),
                 timers: Arc::new(timer::Timers::new(
                     config.clock,
                     verify,
                     Arc::clone(&background),
                 )),
-                worker: Arc::new(work::Worker::new(verify, Arc::clone(&background))),
+                worker: Arc::new(work::Worker::new(
+                    verify,
+                    Arc::clone(&background),
+                    Some(Arc::clone(&pool)),
+                )),
                 background,
             }),
         }
@@ -350,7 +374,8 @@ impl HostPlatform {
 
     /// Runs `f` at DISPATCH_LEVEL, as an I/O queue callback (or any
     /// dispatch-level callback) is run, then lowers back, which runs the
-    /// DPCs `f` queued.
+    /// DPCs `f` queued. `f` runs as driver code
+    /// ([`driver_code`](Self::driver_code)).
     ///
     /// IRQL: <= DISPATCH_LEVEL (0xC4/0x30 above). The verifier bugchecks
     /// 0x10D/0xE if `f` returns at another IRQL.
@@ -358,7 +383,7 @@ impl HostPlatform {
     pub fn run_at_dispatch<R>(&self, f: impl FnOnce() -> R) -> R {
         let old = self.raise_irql(DISPATCH_LEVEL);
         let outer = irql::begin_slice(false, self.watchdog());
-        let result = f();
+        let result = self.driver_code(f);
         irql::end_slice(outer);
         irql::check_returned_at(
             self.shared.verify,
@@ -378,7 +403,7 @@ impl HostPlatform {
     #[track_caller]
     pub fn interrupt<R>(&self, isr: impl FnOnce() -> R) -> R {
         let old = self.raise_irql(DEVICE_LEVEL);
-        let result = isr();
+        let result = self.driver_code(isr);
         let now = current_irql();
         if self.shared.verify && now != DEVICE_LEVEL {
             stop(
@@ -426,6 +451,7 @@ impl HostPlatform {
             Arc::new(routine),
             self.shared.verify,
             self.watchdog(),
+            Some(Arc::clone(&self.shared.pool)),
         )
     }
 
@@ -652,10 +678,69 @@ impl HostPlatform {
 
     // ---- pool and lifetime ------------------------------------------------
 
+    /// A new mapping's id, recorded against `file` (the verifier's own
+    /// table: uncharged).
+    fn track_mapping(&self, file: FileKey) -> u64 {
+        let id = self.shared.next_id();
+        if self.shared.verify {
+            heap::uncharged(|| self.shared.files().mappings.insert(id, file));
+        }
+        id
+    }
+
     /// The pool accounting so far.
     #[must_use]
     pub fn pool_stats(&self) -> PoolStats {
-        self.shared.pool.stats()
+        heap::uncharged(|| self.shared.pool.stats())
+    }
+
+    /// Runs `f` as driver code: what it allocates through the global
+    /// allocator is charged to this platform's pool (see [`heap`]). The
+    /// host runs the driver's entry points (I/O callbacks, DPCs, timers,
+    /// work items, the firmware and doorbell threads) inside it.
+    pub fn driver_code<R>(&self, f: impl FnOnce() -> R) -> R {
+        heap::driver(&self.shared.pool, f)
+    }
+
+    /// Runs `f` as the platform's own code (what Windows does with its own
+    /// memory): nothing it allocates is charged, even when called from
+    /// driver code.
+    pub fn os_code<R>(&self, f: impl FnOnce() -> R) -> R {
+        heap::uncharged(f)
+    }
+
+    /// Starts recording a backtrace of every heap charge (`on`), or stops
+    /// and returns what was recorded: where a scenario's allocations are
+    /// made. Slow; for a sweep's counting run.
+    pub fn record_charge_sites(&self, on: bool) -> Vec<ChargeSite> {
+        heap::uncharged(|| self.shared.pool.record_sites(on))
+    }
+
+    /// Driver Verifier's leak check for the driver's heap: the blocks its
+    /// code allocated through the global allocator and has not freed. The
+    /// host device runs it once the driver's device object is gone
+    /// ([`crate::HostDevice::remove`]), since the device's own memory
+    /// lives until then.
+    ///
+    /// The verifier bugchecks 0xC4/0x62 (0, bytes, count) for any left.
+    #[track_caller]
+    pub fn check_heap_leaks(&self) {
+        let stats = self.pool_stats();
+        if self.shared.verify && stats.heap_live > 0 {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [
+                    verifier::POOL_LEAK_AT_UNLOAD,
+                    0,
+                    stats.heap_live_bytes as u64,
+                    stats.heap_live as u64,
+                ],
+                format!(
+                    "driver gone with {} heap block(s) ({} bytes) it allocated still live",
+                    stats.heap_live, stats.heap_live_bytes
+                ),
+            );
+        }
     }
 
     /// Runs `f` on a host-owned thread (the host device's firmware thread):
@@ -727,7 +812,19 @@ impl HostPlatform {
                     format!("unload with {pending} work item(s) queued or running"),
                 );
             }
-            let stats = shared.pool.stats();
+            if let Some((irql, bytes)) = shared.pool.heap_above_dispatch() {
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [
+                        verifier::ALLOCATE_ABOVE_DISPATCH,
+                        irql.into(),
+                        NON_PAGED_POOL_NX,
+                        bytes as u64,
+                    ],
+                    format!("the driver allocated {bytes} bytes of heap at IRQL {irql}"),
+                );
+            }
+            let stats = self.pool_stats();
             if stats.live > 0 {
                 let tags: Vec<String> = stats
                     .by_tag
@@ -785,7 +882,7 @@ impl Platform for HostPlatform {
     /// refuses it.
     #[track_caller]
     fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
-        self.shared.pool.charge(tag, bytes)
+        heap::uncharged(|| self.shared.pool.charge(tag, bytes))
     }
 
     /// Gives a charge back.
@@ -795,7 +892,7 @@ impl Platform for HostPlatform {
     /// released, 0xC4/0x13F for other bytes, 0xC2/0x0A for another tag.
     #[track_caller]
     fn pool_release(&self, charge: PoolCharge) {
-        self.shared.pool.release(charge);
+        heap::uncharged(|| self.shared.pool.release(charge));
     }
 
     /// Host mode has one address space and no paging to pin against: the
@@ -836,8 +933,9 @@ impl Platform for HostPlatform {
         // so until deregistration, and is accessed by the HCA only through
         // this region (the contract `Region::from_raw_parts` states).
         let region = unsafe { irpverbs_ring::Region::from_raw_parts(addr as *mut u8, len, None) };
+        // The MDL is the system's memory.
         region
-            .map(Arc::new)
+            .map(|r| heap::uncharged(|| Arc::new(r)))
             .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
     }
 
@@ -860,10 +958,7 @@ impl Platform for HostPlatform {
     ) -> Result<(irpverbs_abi::IvRingMap, HostMapping), NtStatus> {
         use irpverbs_core::Request as _;
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_ring");
-        let id = self.shared.next_id();
-        if self.shared.verify {
-            self.shared.files().mappings.insert(id, request.file());
-        }
+        let id = self.track_mapping(request.file());
         Ok((ring.map(), HostMapping { id }))
     }
 
@@ -882,10 +977,7 @@ impl Platform for HostPlatform {
     ) -> Result<(u64, HostMapping), NtStatus> {
         use irpverbs_core::Request as _;
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_doorbell_page");
-        let id = self.shared.next_id();
-        if self.shared.verify {
-            self.shared.files().mappings.insert(id, request.file());
-        }
+        let id = self.track_mapping(request.file());
         Ok((page.addr(), HostMapping { id }))
     }
 

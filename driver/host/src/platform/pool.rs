@@ -39,6 +39,28 @@ pub struct PoolStats {
     pub charges: u64,
     /// Charges the low-resources simulation refused.
     pub injected_failures: u64,
+    /// Heap blocks charged to the pool (the global allocator's, made by
+    /// driver code) not yet freed.
+    pub heap_live: usize,
+    /// Their bytes.
+    pub heap_live_bytes: usize,
+    /// Heap blocks charged so far.
+    pub heap_charges: u64,
+    /// Charges asked for so far (pool and heap, refused ones included):
+    /// the numbering [`super::VerifierConfig::fail_nth`] counts in.
+    pub attempts: u64,
+}
+
+/// A heap allocation recorded while [`Pool::record_sites`] is on: its
+/// charge number and the backtrace of the allocation.
+#[derive(Clone, Debug)]
+pub struct ChargeSite {
+    /// The charge's number among all charges asked for (from 1).
+    pub attempt: u64,
+    /// Bytes asked for.
+    pub bytes: usize,
+    /// The allocation's backtrace, as `std::backtrace::Backtrace` prints it.
+    pub backtrace: String,
 }
 
 #[derive(Default)]
@@ -59,6 +81,17 @@ pub(crate) struct Pool {
     charges: AtomicU64,
     injected: AtomicU64,
     live: Mutex<Live>,
+    /// Refuse exactly this charge attempt (0: none).
+    fail_nth: u64,
+    /// Charge attempts so far (pool and heap).
+    attempts: AtomicU64,
+    heap_live: AtomicU64,
+    heap_bytes: AtomicU64,
+    heap_charges: AtomicU64,
+    /// Bytes of the first heap charge made above DISPATCH_LEVEL (0: none),
+    /// and the IRQL.
+    heap_above_dispatch: AtomicU64,
+    sites: Mutex<Option<Vec<ChargeSite>>>,
 }
 
 /// splitmix64's increment (the golden ratio in 64 bits).
@@ -78,8 +111,15 @@ pub(crate) const fn splitmix64_nth(seed: u64, n: u64) -> u64 {
 }
 
 impl Pool {
-    pub(crate) fn new(verify: bool, fail: Option<FaultInjection>) -> Self {
+    pub(crate) fn new(verify: bool, fail: Option<FaultInjection>, fail_nth: Option<u64>) -> Self {
         Self {
+            fail_nth: fail_nth.unwrap_or(0),
+            attempts: AtomicU64::new(0),
+            heap_live: AtomicU64::new(0),
+            heap_bytes: AtomicU64::new(0),
+            heap_charges: AtomicU64::new(0),
+            heap_above_dispatch: AtomicU64::new(0),
+            sites: Mutex::new(None),
             verify,
             fail,
             next_id: AtomicU64::new(1),
@@ -97,6 +137,10 @@ impl Pool {
     /// True if the low-resources simulation refuses this charge. The nth
     /// charge's fate depends only on the seed and n.
     fn inject_failure(&self) -> bool {
+        let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        if attempt == self.fail_nth {
+            return true;
+        }
         let Some(f) = self.fail else { return false };
         if f.one_in == 0 {
             return false;
@@ -241,9 +285,75 @@ impl Pool {
         }
     }
 
+    /// Charges a heap block of `bytes` made by driver code: false when the
+    /// low-resources simulation refuses it. Only atomics, and (while sites
+    /// are recorded) the record; the caller runs it uncharged.
+    pub(crate) fn charge_heap(&self, bytes: usize) -> bool {
+        if self.inject_failure() {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.verify {
+            let now = irql::current_irql();
+            if now > DISPATCH_LEVEL {
+                let first = (bytes as u64) << 8 | u64::from(now);
+                let _ = self.heap_above_dispatch.compare_exchange(
+                    0,
+                    first,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        self.heap_charges.fetch_add(1, Ordering::Relaxed);
+        self.heap_live.fetch_add(1, Ordering::Relaxed);
+        self.heap_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.record_site(bytes);
+        true
+    }
+
+    /// Credits a heap block charged with [`Pool::charge_heap`].
+    pub(crate) fn release_heap(&self, bytes: usize) {
+        self.heap_live.fetch_sub(1, Ordering::Relaxed);
+        self.heap_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The first heap charge made above DISPATCH_LEVEL: (IRQL, bytes).
+    pub(crate) fn heap_above_dispatch(&self) -> Option<(u8, usize)> {
+        let v = self.heap_above_dispatch.load(Ordering::Relaxed);
+        (v != 0).then_some(((v & 0xFF) as u8, (v >> 8) as usize))
+    }
+
+    /// Starts (or stops, returning what was recorded) recording a backtrace
+    /// of every heap charge.
+    pub(crate) fn record_sites(&self, on: bool) -> Vec<ChargeSite> {
+        let mut sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        let was = if on {
+            sites.replace(Vec::new())
+        } else {
+            sites.take()
+        };
+        was.unwrap_or_default()
+    }
+
+    fn record_site(&self, bytes: usize) {
+        let mut sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sites) = sites.as_mut() {
+            sites.push(ChargeSite {
+                attempt: self.attempts.load(Ordering::Relaxed),
+                bytes,
+                backtrace: std::backtrace::Backtrace::force_capture().to_string(),
+            });
+        }
+    }
+
     pub(crate) fn stats(&self) -> PoolStats {
         let live = self.live();
         PoolStats {
+            heap_live: self.heap_live.load(Ordering::Relaxed) as usize,
+            heap_live_bytes: self.heap_bytes.load(Ordering::Relaxed) as usize,
+            heap_charges: self.heap_charges.load(Ordering::Relaxed),
+            attempts: self.attempts.load(Ordering::Relaxed),
             live: live.charges.len(),
             live_bytes: live.bytes,
             by_tag: live.by_tag.clone(),
@@ -282,7 +392,7 @@ mod tests {
 
     #[test]
     fn accounting_by_tag() {
-        let p = Pool::new(true, None);
+        let p = Pool::new(true, None, None);
         let a = p.charge(pool_tag(b"IvPd"), 10).unwrap();
         let b = p.charge(pool_tag(b"IvPd"), 5).unwrap();
         let c = p.charge(pool_tag(b"IvQp"), 7).unwrap();

@@ -113,8 +113,13 @@ impl RequestShared {
             .map_or(0, |r| Arc::as_ptr(r).cast::<()>() as usize as u64)
     }
 
-    #[track_caller]
+    /// Completes the request (the I/O manager's work: uncharged, even when
+    /// the driver completes it).
     fn complete(&self, status: NtStatus, information: usize, output: Option<Vec<u8>>) {
+        super::heap::uncharged(|| self.complete_uncharged(status, information, output));
+    }
+
+    fn complete_uncharged(&self, status: NtStatus, information: usize, output: Option<Vec<u8>>) {
         let verify = self.verify();
         if verify {
             let now = irql::current_irql();

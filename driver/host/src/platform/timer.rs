@@ -364,7 +364,8 @@ impl HostTimer {
     #[track_caller]
     pub fn set(&self, due: Duration, period: Option<Duration>) -> bool {
         irql::check_irql_at_most(self.timers.verify, DISPATCH_LEVEL, "HostTimer::set");
-        self.timers.set(self.id, &self.dpc, due, period)
+        // The kernel's timer table: uncharged.
+        super::heap::uncharged(|| self.timers.set(self.id, &self.dpc, due, period))
     }
 
     /// Disarms the timer (KeCancelTimer); returns whether it was armed. A

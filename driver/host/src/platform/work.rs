@@ -10,6 +10,7 @@ use irpverbs_core::platform::{DISPATCH_LEVEL, PASSIVE_LEVEL};
 
 use super::bugcheck::{self, BugCheck};
 use super::irql;
+use super::{heap, pool::Pool};
 
 struct ItemInner {
     id: u64,
@@ -49,11 +50,18 @@ pub(crate) struct Worker {
     idle: Condvar,
     background: Arc<Mutex<Option<BugCheck>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The pool the driver's work items charge their allocations to.
+    pool: Option<Arc<Pool>>,
 }
 
 impl Worker {
-    pub(crate) fn new(verify: bool, background: Arc<Mutex<Option<BugCheck>>>) -> Self {
+    pub(crate) fn new(
+        verify: bool,
+        background: Arc<Mutex<Option<BugCheck>>>,
+        pool: Option<Arc<Pool>>,
+    ) -> Self {
         Self {
+            pool,
             verify,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -77,7 +85,12 @@ impl Worker {
         (state.pending, id)
     }
 
+    /// Queues `job` (the system's own memory: uncharged).
     fn push(self: &Arc<Self>, job: Job) {
+        heap::uncharged(|| self.push_uncharged(job));
+    }
+
+    fn push_uncharged(self: &Arc<Self>, job: Job) {
         let mut state = self.state();
         state.queue.push_back(job);
         state.pending += 1;
@@ -139,12 +152,16 @@ impl Worker {
             state.running = Some(job.id());
             drop(state);
             bugcheck::run_guarded(&self.background, "irpverbs-worker", || {
-                match job {
+                let run = || match job {
                     Job::Item(item) => {
                         item.queued.store(false, Ordering::Release);
                         (item.routine)();
                     }
                     Job::Once(_, f) => f(),
+                };
+                match &self.pool {
+                    Some(pool) => heap::driver(pool, run),
+                    None => run(),
                 }
                 irql::check_returned_at(self.verify, PASSIVE_LEVEL, "a work item");
             });
