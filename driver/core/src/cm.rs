@@ -91,8 +91,9 @@ use irpverbs_cm::{
 use irpverbs_abi::*;
 
 use crate::device::{Response, State, Verb};
+use crate::fallible::try_to_vec;
 use crate::hca::{MadIn, MadOut};
-use crate::notify::{Done, WaitKind, pend, take_wait};
+use crate::notify::{Done, WaitKind, pend, pend_reserved, take_wait};
 use crate::object::{Body, Life};
 use crate::{Device, FileKey, Hca, Kind, Platform, Request, SpinLock};
 
@@ -149,7 +150,6 @@ pub(crate) struct Cm {
 /// What to do after releasing the device lock: send MADs, arm the timer.
 #[must_use]
 pub(crate) struct CmFlush {
-    transmits: Vec<Transmit>,
     arm: Option<(CmTimerArm, u64)>,
 }
 
@@ -166,13 +166,10 @@ impl Cm {
         }
     }
 
-    /// The engine's transmits, and the timer to arm if its deadline
-    /// changed.
+    /// The timer to arm if the engine's deadline changed; its transmits
+    /// stay queued in the engine until [`Device::cm_flush`] takes them
+    /// (one at a time: no list to allocate).
     pub(crate) fn take(&mut self) -> CmFlush {
-        let mut transmits = Vec::new();
-        while let Some(t) = self.engine.poll_transmit() {
-            transmits.push(t);
-        }
         let next = self.engine.next_deadline();
         let arm = match (&self.arm, next) {
             (Some(f), Some(d)) if self.armed != Some(d) => {
@@ -181,7 +178,7 @@ impl Cm {
             }
             _ => None,
         };
-        CmFlush { transmits, arm }
+        CmFlush { arm }
     }
 }
 
@@ -235,8 +232,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// Sends the MADs and arms the timer `flush` holds (no lock held).
     pub(crate) fn cm_flush(&self, flush: CmFlush) {
         let mut failed = 0u64;
-        for t in &flush.transmits {
-            if self.hca.send_mad(&mad_out(t)).is_err() {
+        while let Some(t) = self.state.lock(|s| s.cm.engine.poll_transmit()) {
+            if self.hca.send_mad(&mad_out(&t)).is_err() {
                 failed += 1;
             }
         }
@@ -284,7 +281,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             s.cm.armed = None;
             s.cm.engine.on_timer(now);
             self.cep_deliver(s);
-            (s.cm.take(), core::mem::take(&mut s.deferred))
+            (s.cm.take(), crate::device::Drain)
         });
         self.complete_all(done);
         self.cm_flush(flush);
@@ -331,7 +328,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.cep_serve(s, file, idx);
                 Ok(())
             })();
-            (r, core::mem::take(&mut s.deferred), s.cm.take())
+            (r, crate::device::Drain, s.cm.take())
         });
         self.complete_all(done);
         self.cm_flush(flush);
@@ -368,7 +365,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
                 Ok(ev)
             })();
-            (r, core::mem::take(&mut s.deferred), s.cm.take())
+            (r, crate::device::Drain, s.cm.take())
         });
         self.complete_all(done);
         self.cm_flush(flush);
@@ -479,7 +476,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
                 let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
                     Ok(k) => k,
-                    Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                    Err((r, st)) => return Some((r, st, Response::None)),
                 };
                 if let Some(c) = cep_mut(s, file, idx) {
                     c.wait = Some(key);
@@ -519,10 +516,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
             callback,
             armed: true,
         });
+        s.ceps.reserve_total(s.ceps.len() + 1)?;
         let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
         let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
         f.objects.get_mut(idx).life = Life::Live;
-        s.ceps.insert(id, (file, idx));
+        let recorded = s.ceps.insert_reserved(id, (file, idx));
+        debug_assert!(recorded.is_ok());
         Ok(s.files.get(&file).map_or(0, |f| f.objects.handle_of(idx)))
     }
 
@@ -554,7 +553,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
         }
         if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
-            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+            s.deferred.push_back((r, STATUS_CANCELLED, Response::None));
         }
         if let Some(r) = s
             .cm_ops
@@ -562,7 +561,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             .and_then(|p| p.wait)
             .and_then(|k| take_wait(s, k))
         {
-            s.deferred.push((r, STATUS_CANCELLED, Response::None));
+            s.deferred.push_back((r, STATUS_CANCELLED, Response::None));
         }
     }
 
@@ -767,7 +766,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             if let Some(out) = c.events.pop_front() {
                 let mut r = r;
                 let response = Response::write(&mut r, out.as_bytes());
-                s.deferred.push((r, STATUS_SUCCESS, response));
+                s.deferred.push_back((r, STATUS_SUCCESS, response));
             }
         }
     }
@@ -955,7 +954,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         response: Response,
     ) {
         s.cm_ops.remove(&id);
-        s.deferred.push((r, st, response));
+        s.deferred.push_back((r, st, response));
     }
 
     /// Posts a modify of the QP at `qp` for a multi-phase request, which
@@ -1266,6 +1265,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 return Some((request, STATUS_DEVICE_BUSY, Response::None));
             }
         }
+        // The parked request's room, and its wait's, before anything
+        // changes.
+        if s.cm_ops.reserve_total(s.cm_ops.len() + 1).is_err()
+            || crate::notify::reserve_waits(s).is_err()
+        {
+            return Some((request, STATUS_INSUFFICIENT_RESOURCES, Response::None));
+        }
         let state = s.cm.engine.state(id);
         // The QP of a connect or accept: an RC QP in RESET (the request
         // walks it from there), with no modify in flight.
@@ -1323,8 +1329,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 }
-                let Some(pd) = pd.map(<[u8]>::to_vec) else {
+                let Some(pd) = pd else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let pd = match try_to_vec(pd) {
+                    Ok(pd) => pd,
+                    Err(st) => return Some((request, st, Response::None)),
                 };
                 // The REQ, and later the QP's packets, leave from the
                 // local GID's entry.
@@ -1360,13 +1370,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if i.path_mtu != 0 {
                     c.path_mtu = i.path_mtu;
                 }
-                s.cm_ops.insert(
+                let _ = s.cm_ops.insert_reserved(
                     id,
-                    Box::new(Parked {
+                    Parked {
                         connect: Some(c),
                         pdata: pd,
                         ..parked(CmKind::Connect, qp)
-                    }),
+                    },
                 );
                 // The REQ carries `local_gid` as the requester's port GID:
                 // the GID table entry it names is read first, whatever the
@@ -1402,8 +1412,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 }
-                let Some(pd) = pd.map(<[u8]>::to_vec) else {
+                let Some(pd) = pd else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let pd = match try_to_vec(pd) {
+                    Ok(pd) => pd,
+                    Err(st) => return Some((request, st, Response::None)),
                 };
                 let (qp, qpn) = match qp_of(s, i.qp) {
                     Ok(q) => q,
@@ -1432,13 +1446,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(steps) => steps,
                     Err(e) => return Some((request, cm_status(e), Response::None)),
                 };
-                s.cm_ops.insert(
+                let _ = s.cm_ops.insert_reserved(
                     id,
-                    Box::new(Parked {
+                    Parked {
                         accept: Some(a),
                         pdata: pd,
                         ..parked(CmKind::Accept, qp)
-                    }),
+                    },
                 );
                 self.cm_modify_chain(s, file, qp, &steps[..n], id, request)
             }
@@ -1528,7 +1542,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if let Err(e) = s.cm.engine.sidr_request(id, &p, now) {
                     return Some((request, cm_status(e), Response::None));
                 }
-                s.cm_ops.insert(id, Box::new(parked(CmKind::Sidr, 0)));
+                let _ = s.cm_ops.insert_reserved(id, parked(CmKind::Sidr, 0));
                 park(s, id, request)
             }
             CmIn::CmDisconnect(i) => {
@@ -1537,9 +1551,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     i.private_data_len as usize,
                     IV_CM_DREP_PDATA,
                 )
-                .filter(|_| i.reserved == 0)
-                .map(<[u8]>::to_vec) else {
+                .filter(|_| i.reserved == 0) else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let pd = match try_to_vec(pd) {
+                    Ok(pd) => pd,
+                    Err(st) => return Some((request, st, Response::None)),
                 };
                 let Some(qp) = self.qp_of_cep(s, file, id) else {
                     return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
@@ -1561,12 +1578,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Some(CmState::DreqRcvd) => CmKind::PassiveDisconnect,
                     _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
                 };
-                s.cm_ops.insert(
+                let _ = s.cm_ops.insert_reserved(
                     id,
-                    Box::new(Parked {
+                    Parked {
                         pdata: pd,
                         ..parked(kind, qp)
-                    }),
+                    },
                 );
                 self.cm_modify(s, file, qp, m, id, Phase::Err, request)
             }
@@ -1631,7 +1648,8 @@ fn park<R: crate::Request>(
     let Some(file) = s.cm_ops.get(&id).map(|p| p.file) else {
         return Err((r, STATUS_CANCELLED));
     };
-    let key = pend(s, file, WaitKind::CmRequest, r).map_err(|r| (r, STATUS_CANCELLED))?;
+    // The room was made when the request started (`reserve_waits`).
+    let key = pend_reserved(s, file, WaitKind::CmRequest, r)?;
     if let Some(p) = s.cm_ops.get_mut(&id) {
         p.wait = Some(key);
     }

@@ -16,7 +16,7 @@
 //! state. Requests are completed outside it.
 
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
@@ -24,6 +24,7 @@ use irpverbs_abi::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::cm::CmOp;
+use crate::fallible::{VecMap, reserve_total};
 use crate::handle::HandleTable;
 use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
@@ -229,7 +230,7 @@ pub struct DeviceSnapshot {
 }
 
 pub(crate) struct State<R> {
-    pub files: BTreeMap<FileKey, FileState>,
+    pub files: VecMap<FileKey, FileState>,
     pending: Vec<(u32, Option<Pending<R>>)>,
     pending_free: Vec<u32>,
     pending_len: usize,
@@ -239,18 +240,23 @@ pub(crate) struct State<R> {
     pub removed: bool,
     pub stats: DeviceStats,
     /// Pended requests by cancel key.
-    pub waits: BTreeMap<u64, crate::notify::Wait<R>>,
+    pub waits: VecMap<u64, crate::notify::Wait<R>>,
     pub next_wait: u64,
     /// Requests to complete once the lock is released.
-    pub deferred: Vec<crate::notify::Done<R>>,
+    /// Room for every request the device holds (taken as each is
+    /// pended or started): completing one never allocates. Drained one at
+    /// a time by [`Device::complete_all`].
+    pub deferred: VecDeque<crate::notify::Done<R>>,
     /// CQ, QP and SRQ numbers to (file, index), for events.
-    pub by_number: BTreeMap<(u8, u32), (FileKey, u32)>,
+    /// Room for every CQ, QP and SRQ (taken when each is created), so
+    /// that recording one when its create completes never allocates.
+    pub by_number: VecMap<(u8, u32), (FileKey, u32)>,
     /// The connection manager.
     pub(crate) cm: crate::cm::Cm,
     /// CEP objects by their engine ID.
-    pub(crate) ceps: BTreeMap<irpverbs_cm::CepId, (FileKey, u32)>,
+    pub(crate) ceps: VecMap<irpverbs_cm::CepId, (FileKey, u32)>,
     /// Multi-phase CM requests in progress, by CEP.
-    pub(crate) cm_ops: BTreeMap<irpverbs_cm::CepId, alloc::boxed::Box<crate::cm::Parked>>,
+    pub(crate) cm_ops: VecMap<irpverbs_cm::CepId, crate::cm::Parked>,
     /// CEP callbacks to call once the lock is released.
     pub(crate) cep_calls: Vec<(crate::cm::CepCallback, crate::cm::CepReady)>,
 }
@@ -264,6 +270,52 @@ impl<R> State<R> {
         self.next_generation
     }
 
+    /// Makes room for `more` commands beyond those in flight now, so that
+    /// posting, backlogging and retiring them never allocates.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when refused (nothing changes that
+    /// matters: only capacity grows).
+    pub(crate) fn reserve_commands(&mut self, more: usize) -> Result<(), NtStatus> {
+        let spare = self.pending_free.len() + (self.pending.capacity() - self.pending.len());
+        if spare < more {
+            self.pending
+                .try_reserve(more - spare)
+                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        }
+        reserve_total(&mut self.pending_free, self.pending.capacity())?;
+        let backlog = self.pending.capacity().saturating_sub(self.backlog.len());
+        self.backlog
+            .try_reserve(backlog)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        self.reserve_deferred()
+    }
+
+    /// Room in [`State::deferred`] for every request the device may hold:
+    /// the pended waits, the CM's multi-phase requests and the commands
+    /// in flight, plus those about to be added.
+    pub(crate) fn reserve_deferred(&mut self) -> Result<(), NtStatus> {
+        let total =
+            self.waits.len() + self.cm_ops.len() + self.pending_len + 2 * COMMANDS_PER_REQUEST;
+        let more = total.saturating_sub(self.deferred.len());
+        self.deferred
+            .try_reserve(more)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+    }
+
+    /// Objects of every kind on the device.
+    pub(crate) fn objects(&self) -> usize {
+        self.counts.iter().map(|&n| n as usize).sum()
+    }
+
+    /// Room for a command per object (its destroy, at rundown) and
+    /// [`COMMANDS_PER_REQUEST`] for the request being started.
+    pub(crate) fn reserve_request_commands(&mut self) -> Result<(), NtStatus> {
+        self.reserve_commands(self.objects() + COMMANDS_PER_REQUEST)
+    }
+
+    /// Posts within the room [`reserve_commands`](Self::reserve_commands)
+    /// made (a slot is reused, or the vector has the capacity).
     fn add_pending(&mut self, p: Pending<R>) -> u64 {
         let idx = if let Some(i) = self.pending_free.pop() {
             i
@@ -433,6 +485,14 @@ fn cm_seed<P: Platform>(platform: &P) -> u32 {
     (t ^ (t >> 32)) as u32
 }
 
+/// Requests completed under the device lock wait in [`State::deferred`]
+/// for [`Device::complete_all`] (what used to be handed over as a list).
+pub(crate) struct Drain;
+
+/// Commands one request may have in flight at once (a multi-phase CM
+/// request's QP modify and its GID query, say), reserved before it starts.
+const COMMANDS_PER_REQUEST: usize = 2;
+
 /// Event-queue entries the DPC takes per hold of the device lock.
 const DPC_BATCH: usize = 4;
 
@@ -444,7 +504,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let state = platform.new_lock(
             &DEVICE_LOCK,
             State {
-                files: BTreeMap::new(),
+                files: VecMap::new(),
                 pending: Vec::new(),
                 pending_free: Vec::new(),
                 pending_len: 0,
@@ -453,12 +513,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 counts: [0; 8],
                 removed: false,
                 stats: DeviceStats::default(),
-                waits: BTreeMap::new(),
+                waits: VecMap::new(),
                 next_wait: 0,
-                deferred: Vec::new(),
-                by_number: BTreeMap::new(),
-                ceps: BTreeMap::new(),
-                cm_ops: BTreeMap::new(),
+                deferred: VecDeque::new(),
+                by_number: VecMap::new(),
+                ceps: VecMap::new(),
+                cm_ops: VecMap::new(),
                 cep_calls: Vec::new(),
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
@@ -515,6 +575,23 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let charge = self
             .platform
             .pool_charge(FILE_TAG, size_of::<FileState>())?;
+        // The file's entry in the mapping table, taken now so that its
+        // cleanup never needs memory (the mapping lock before the device's).
+        let mapped = self.maps.lock(|maps| {
+            if maps.contains_key(&file) {
+                return Ok(false);
+            }
+            maps.try_insert(file, crate::maps::FileMaps::default())
+                .map(|_| true)
+                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+        });
+        let new_maps = match mapped {
+            Ok(inserted) => inserted,
+            Err(st) => {
+                self.platform.pool_release(charge);
+                return Err(st);
+            }
+        };
         let refused = self.state.lock(|s| {
             if s.removed {
                 return Some((charge, STATUS_DEVICE_REMOVED));
@@ -522,7 +599,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             if s.files.contains_key(&file) {
                 return Some((charge, STATUS_INVALID_PARAMETER));
             }
-            s.files.insert(
+            let inserted = s.files.try_insert(
                 file,
                 FileState {
                     objects: HandleTable::new(),
@@ -535,10 +612,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     doorbell_page: None,
                 },
             );
-            None
+            match inserted {
+                Ok(_) => None,
+                Err((_, f)) => f.charge.map(|c| (c, STATUS_INSUFFICIENT_RESOURCES)),
+            }
         });
         match refused {
             Some((charge, status)) => {
+                if new_maps {
+                    self.maps.lock(|maps| maps.remove(&file));
+                }
                 self.platform.pool_release(charge);
                 Err(status)
             }
@@ -562,7 +645,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             crate::notify::fail_file_waits(s, file, STATUS_CANCELLED);
             let charge = known.and_then(|()| self.advance_rundown(s, file));
             // The REJs and DREQs of the CEPs the rundown destroyed.
-            (charge, core::mem::take(&mut s.deferred), s.cm.take())
+            (charge, crate::device::Drain, s.cm.take())
         });
         if let Some(c) = charge {
             self.platform.pool_release(c);
@@ -618,24 +701,23 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 break;
             }
             s.stats.rundown_scans += 1;
-            let f = s.files.get_mut(&file)?;
-            let ready: Vec<u32> = f
-                .objects
-                .indices()
-                .filter(|&i| {
-                    let o = f.objects.get(i);
-                    o.life == Life::Live && !o.busy && o.queries == 0 && o.dependents == 0
-                })
-                .collect();
-            if ready.is_empty() {
-                break;
-            }
-            for idx in ready {
+            // The objects ready (nothing depends on them, nothing in
+            // flight), in index order, checked in place: no list to
+            // allocate. One a destroy below makes ready is taken in this
+            // scan if its index is higher, in the next one otherwise.
+            let slots = u32::try_from(s.files.get(&file)?.objects.slots_len()).unwrap_or(u32::MAX);
+            let mut destroyed = false;
+            for idx in 0..slots {
                 let f = s.files.get_mut(&file)?;
-                // Freed meanwhile (a listener frees its unpolled requests).
+                // Free, or freed meanwhile (a listener frees its unpolled
+                // requests).
                 let Some(o) = f.objects.try_get_mut(idx) else {
                     continue;
                 };
+                if o.life != Life::Live || o.busy || o.queries != 0 || o.dependents != 0 {
+                    continue;
+                }
+                destroyed = true;
                 match o.destroy_command() {
                     Some(cmd) if !s.removed => {
                         o.life = Life::Destroying;
@@ -644,6 +726,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     // The hardware is gone, or a software-only object.
                     _ => self.free_object(s, file, idx),
                 }
+            }
+            if !destroyed {
+                break;
             }
         }
         let f = s.files.get(&file)?;
@@ -741,6 +826,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     } else {
                         Err((request, STATUS_DEVICE_REMOVED, Response::None))
                     }
+                } else if let Err(st) = s.reserve_request_commands() {
+                    Err((request, st, Response::None))
                 } else if verb.is_cep() {
                     let r = match verb {
                         Verb::Cm(op) => self.cm_request(s, file, op, request),
@@ -762,7 +849,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         Err(Started::Done(st, r)) => Err((request, st, r)),
                     }
                 };
-            (outcome, core::mem::take(&mut s.deferred))
+            (outcome, crate::device::Drain)
         });
         if let Err((req, status, response)) = outcome {
             self.complete(req, status, &response);
@@ -773,9 +860,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    /// Completes requests collected under the lock.
-    pub(crate) fn complete_all(&self, done: Vec<crate::notify::Done<P::Request>>) {
-        for (r, status, response) in done {
+    /// Completes the requests collected under the lock (in
+    /// [`State::deferred`]), taking them one at a time: the queue keeps
+    /// its room.
+    pub(crate) fn complete_all(&self, _: Drain) {
+        while let Some((r, status, response)) = self.state.lock(|s| s.deferred.pop_front()) {
             self.complete(r, status, &response);
         }
         self.run_cep_callbacks();
@@ -948,6 +1037,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if s.counts[kind.index()] >= limit {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        if matches!(kind, Kind::Cq | Kind::Qp | Kind::Srq) {
+            let numbered = [Kind::Cq, Kind::Qp, Kind::Srq]
+                .iter()
+                .map(|k| s.counts[k.index()] as usize)
+                .sum::<usize>();
+            s.by_number.reserve_total(numbered + 1)?;
+        }
+        // A command slot for the object's destroy.
+        s.reserve_commands(s.objects() + 1 + COMMANDS_PER_REQUEST)?;
         let charge = self.platform.pool_charge(kind.tag(), size_of::<Object>())?;
         let generation = s.generation();
         let f = s.file(file)?;
@@ -1111,7 +1209,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                 }
                 self.flush_backlog(s);
-                (core::mem::take(&mut s.deferred), s.cm.take())
+                (crate::device::Drain, s.cm.take())
             });
             let (deferred, cm) = deferred;
             self.cm_flush(cm);
@@ -1251,7 +1349,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Some(response) => {
                         o.life = Life::Live;
                         if let Some(key) = o.number_key() {
-                            s.by_number.insert(key, (file, idx));
+                            // Room taken when the object was created.
+                            let recorded = s.by_number.insert_reserved(key, (file, idx));
+                            debug_assert!(recorded.is_ok());
                         }
                         (status, response)
                     }
@@ -1309,7 +1409,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn remove(&self) {
         let mut done = Vec::new();
-        let mut deferred = Vec::new();
+        let mut deferred = Drain;
         let mut charges = Vec::new();
         self.state.lock(|s| {
             s.removed = true;
@@ -1373,7 +1473,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     charges.push(c);
                 }
             }
-            deferred = core::mem::take(&mut s.deferred);
+            deferred = crate::device::Drain;
         });
         for c in charges {
             self.platform.pool_release(c);

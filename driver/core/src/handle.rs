@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 
 use irpverbs_abi::{IvHandle, NtStatus, STATUS_INVALID_HANDLE};
 
+use crate::fallible::reserve_total;
 use crate::object::{Kind, Life, Object};
 
 const INDEX_BITS: u32 = 24;
@@ -47,16 +48,21 @@ impl HandleTable {
     }
 
     /// Stores `object` under a new handle with `generation` (never 0).
+    /// A new slot takes its room in the free list at once, so that
+    /// [`remove`](Self::remove) never allocates.
     ///
     /// # Errors
     /// Gives the object back when the file holds [`MAX_OBJECTS_PER_FILE`]
-    /// objects.
+    /// objects, or when the memory for a new slot is refused.
     pub(crate) fn insert(&mut self, generation: u32, object: Object) -> Result<u32, Object> {
         debug_assert_ne!(generation, 0);
         let index = if let Some(i) = self.free.pop() {
             i
         } else {
-            if self.slots.len() >= MAX_OBJECTS_PER_FILE {
+            if self.slots.len() >= MAX_OBJECTS_PER_FILE
+                || self.slots.try_reserve(1).is_err()
+                || reserve_total(&mut self.free, self.slots.len() + 1).is_err()
+            {
                 return Err(object);
             }
             self.slots.push(Slot {
@@ -135,22 +141,20 @@ impl HandleTable {
         self.slots.get_mut(index as usize)?.object.as_mut()
     }
 
-    /// Removes the object at `index`; the handle becomes stale.
+    /// Removes the object at `index`; the handle becomes stale. Never
+    /// allocates: the free list has room for every slot.
     pub(crate) fn remove(&mut self, index: u32) -> Object {
         let slot = &mut self.slots[index as usize];
         let object = slot.object.take().expect("index refers to a live slot");
         slot.generation = 0;
+        debug_assert!(self.free.len() < self.free.capacity());
         self.free.push(index);
         self.len -= 1;
         object
     }
 
-    /// Indices of all objects, for rundown.
-    pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.object.is_some())
-            .map(|(i, _)| i as u32)
+    /// Slots in the table (live or free): indices are below it.
+    pub(crate) fn slots_len(&self) -> usize {
+        self.slots.len()
     }
 }

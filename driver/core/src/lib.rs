@@ -21,6 +21,7 @@ mod ah;
 pub mod cm;
 mod cq;
 pub mod device;
+pub mod fallible;
 mod handle;
 pub mod hca;
 mod maps;

@@ -36,7 +36,6 @@
 //!   live, so the binding always precedes the destroy that ends it) and
 //!   reports them.
 
-use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
@@ -45,11 +44,22 @@ use irpverbs_ring::{Region, Ring};
 
 use crate::Hca;
 use crate::device::{Device, Response, State, Verb};
+use crate::fallible::{VecMap, try_push};
 use crate::object::{Kind, Object};
 use crate::platform::{FileKey, Platform, Request, RequestorMode, SpinLock};
 
-/// The user mappings of every file, under [`crate::platform::MAP_LOCK`].
-pub(crate) type Maps<M> = BTreeMap<FileKey, FileMaps<M>>;
+/// The user mappings of every file, under [`crate::platform::MAP_LOCK`]:
+/// a file's entry is made when the file is created and goes when it is
+/// closed, so that nothing after the create needs memory for it.
+pub(crate) type Maps<M> = VecMap<FileKey, FileMaps<M>>;
+
+/// `file`'s mapping entry.
+///
+/// # Errors
+/// `STATUS_DELETE_PENDING` once the file is closed (its entry is gone).
+fn file_maps<M>(maps: &mut Maps<M>, file: FileKey) -> Result<&mut FileMaps<M>, NtStatus> {
+    maps.get_mut(&file).ok_or(STATUS_DELETE_PENDING)
+}
 
 /// One file's user mappings.
 pub(crate) struct FileMaps<M> {
@@ -238,8 +248,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             s.file(file).map(drop)
         })?;
         let space = request.address_space();
-        self.maps
-            .lock(|maps| maps.entry(file).or_default().bind(space))?;
+        self.maps.lock(|maps| file_maps(maps, file)?.bind(space))?;
         let write = crate::mr::writable(i.access);
         let region = self
             .platform
@@ -313,7 +322,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let space = request.address_space();
         let mut found: [Option<IvRingMap>; 2] = [None, None];
         self.maps.lock(|maps| {
-            let fm = maps.entry(file).or_default();
+            let fm = file_maps(maps, file)?;
             fm.bind(space)?;
             for (slot, ring) in found.iter_mut().zip(&rings) {
                 if let Some(ring) = ring {
@@ -324,16 +333,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
         })?;
         // Map what is not mapped yet: outside the locks, in the caller's
         // context (PASSIVE_LEVEL).
-        let mut fresh: Vec<(usize, IvRingMap, P::Mapping)> = Vec::new();
+        let mut fresh: [Option<(IvRingMap, P::Mapping)>; 2] = [None, None];
         for (i, ring) in rings.iter().enumerate() {
             let Some(ring) = ring else { continue };
             if found[i].is_some() {
                 continue;
             }
             match self.platform.map_ring(request, ring) {
-                Ok((map, mapping)) => fresh.push((i, map, mapping)),
+                Ok((map, mapping)) => fresh[i] = Some((map, mapping)),
                 Err(status) => {
-                    for (_, _, mapping) in fresh {
+                    for (_, mapping) in fresh.into_iter().flatten() {
                         self.platform.unmap_ring(mapping);
                     }
                     return Err(status);
@@ -341,37 +350,52 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
         }
         // Record them, unless the file was cleaned up meanwhile or another
-        // request mapped the same ring first: then give ours back.
+        // request mapped the same ring first (or the entry's room is
+        // refused): then give ours back.
         let (spare, status) = self.maps.lock(|maps| {
-            let fm = maps.entry(file).or_default();
-            if fm.closed {
-                let spare: Vec<P::Mapping> = fresh.into_iter().map(|(_, _, m)| m).collect();
-                return (spare, Err(STATUS_DELETE_PENDING));
-            }
-            let mut spare = Vec::new();
-            for (i, map, mapping) in fresh {
+            let mut spare: [Option<P::Mapping>; 2] = [None, None];
+            let fm = match file_maps(maps, file) {
+                Ok(fm) if !fm.closed => fm,
+                _ => {
+                    for (slot, f) in spare.iter_mut().zip(fresh) {
+                        *slot = f.map(|(_, m)| m);
+                    }
+                    return (spare, Err(STATUS_DELETE_PENDING));
+                }
+            };
+            let mut status = Ok(());
+            for (i, f) in fresh.into_iter().enumerate() {
+                let Some((map, mapping)) = f else { continue };
                 let Some(region) = rings[i].as_ref().map(|r| Arc::clone(r.region())) else {
-                    spare.push(mapping);
+                    spare[i] = Some(mapping);
                     continue;
                 };
                 if let Some(existing) = fm.find(handle, &region) {
                     found[i] = Some(existing);
-                    spare.push(mapping);
-                } else {
-                    found[i] = Some(map);
-                    self.any_mapped
-                        .store(true, core::sync::atomic::Ordering::Release);
-                    fm.entries.push(MapEntry {
-                        handle,
-                        region,
-                        map,
-                        mapping,
-                    });
+                    spare[i] = Some(mapping);
+                    continue;
+                }
+                let entry = MapEntry {
+                    handle,
+                    region,
+                    map,
+                    mapping,
+                };
+                match try_push(&mut fm.entries, entry) {
+                    Ok(()) => {
+                        found[i] = Some(map);
+                        self.any_mapped
+                            .store(true, core::sync::atomic::Ordering::Release);
+                    }
+                    Err((st, entry)) => {
+                        spare[i] = Some(entry.mapping);
+                        status = Err(st);
+                    }
                 }
             }
-            (spare, Ok(()))
+            (spare, status)
         });
-        for mapping in spare {
+        for mapping in spare.into_iter().flatten() {
             self.platform.unmap_ring(mapping);
         }
         status?;
@@ -420,7 +444,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         })?;
         let space = request.address_space();
         let mapped = self.maps.lock(|maps| {
-            let fm = maps.entry(file).or_default();
+            let fm = file_maps(maps, file)?;
             fm.bind(space)?;
             Ok::<_, NtStatus>(fm.page.as_ref().map(|p| p.addr))
         })?;
@@ -432,10 +456,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
         // Record it, unless the file was cleaned up meanwhile or another
         // request mapped the page first: then give ours back.
         let (spare, result) = self.maps.lock(|maps| {
-            let fm = maps.entry(file).or_default();
-            if fm.closed {
-                return (Some(mapping), Err(STATUS_DELETE_PENDING));
-            }
+            let fm = match file_maps(maps, file) {
+                Ok(fm) if !fm.closed => fm,
+                _ => return (Some(mapping), Err(STATUS_DELETE_PENDING)),
+            };
             if let Some(p) = &fm.page {
                 return (Some(mapping), Ok(p.addr));
             }
@@ -497,32 +521,24 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if !self.any_mapped.load(core::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let stale = self.maps.lock(|maps| {
-            let Some(fm) = maps.get_mut(&file) else {
-                return Vec::new();
-            };
-            if fm.entries.is_empty() || fm.space != Some(space) {
-                return Vec::new();
-            }
-            let keep: Vec<bool> = self.state.lock(|s| {
-                fm.entries
-                    .iter()
-                    .map(|e| still_mapped(s, file, e.handle, &e.region))
-                    .collect()
-            });
-            let mut stale = Vec::new();
-            let mut kept = Vec::with_capacity(fm.entries.len());
-            for (e, keep) in core::mem::take(&mut fm.entries).into_iter().zip(keep) {
-                if keep {
-                    kept.push(e);
-                } else {
-                    stale.push(e);
+        // One stale entry at a time, unmapped outside the locks: no list
+        // to allocate.
+        loop {
+            let stale = self.maps.lock(|maps| {
+                let fm = maps.get_mut(&file)?;
+                if fm.entries.is_empty() || fm.space != Some(space) {
+                    return None;
                 }
-            }
-            fm.entries = kept;
-            stale
-        });
-        self.unmap_all(stale);
+                let at = self.state.lock(|s| {
+                    fm.entries
+                        .iter()
+                        .position(|e| !still_mapped(s, file, e.handle, &e.region))
+                })?;
+                Some(fm.entries.swap_remove(at))
+            });
+            let Some(entry) = stale else { break };
+            self.unmap_all([entry]);
+        }
     }
 
     /// The file's cleanup (or close): every mapping of the file is undone,
@@ -538,7 +554,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     .map(|fm| (fm.entries, fm.page))
                     .unwrap_or_default();
             }
-            let fm = maps.entry(file).or_default();
+            // No entry: the file is closed already.
+            let Some(fm) = maps.get_mut(&file) else {
+                return (Vec::new(), None);
+            };
             fm.closed = true;
             (core::mem::take(&mut fm.entries), fm.page.take())
         });
@@ -553,7 +572,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    fn unmap_all(&self, entries: Vec<MapEntry<P::Mapping>>) {
+    fn unmap_all(&self, entries: impl IntoIterator<Item = MapEntry<P::Mapping>>) {
         for MapEntry {
             mapping, region, ..
         } in entries

@@ -83,21 +83,52 @@ pub(crate) fn pend<R: Request>(
     s: &mut State<R>,
     file: FileKey,
     kind: WaitKind,
+    request: R,
+) -> Result<u64, (R, NtStatus)> {
+    // The wait's room first: nothing to undo if it is refused.
+    if reserve_waits(s).is_err() {
+        return Err((request, STATUS_INSUFFICIENT_RESOURCES));
+    }
+    pend_reserved(s, file, kind, request)
+}
+
+/// Room in the wait table for one more wait, one for every multi-phase
+/// CM request in progress (each may park its request when the engine
+/// sends its MAD, in a completion path that cannot fail) and one more.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` when refused.
+pub(crate) fn reserve_waits<R>(s: &mut State<R>) -> Result<(), NtStatus> {
+    let total = s.waits.len() + s.cm_ops.len() + 2;
+    s.waits.reserve_total(total)?;
+    s.reserve_deferred()
+}
+
+/// [`pend`] in the room [`reserve_waits`] made: never allocates.
+///
+/// # Errors
+/// As [`pend`] (`STATUS_INSUFFICIENT_RESOURCES` only if no room was made).
+pub(crate) fn pend_reserved<R: Request>(
+    s: &mut State<R>,
+    file: FileKey,
+    kind: WaitKind,
     mut request: R,
-) -> Result<u64, R> {
+) -> Result<u64, (R, NtStatus)> {
     s.next_wait += 1;
     let key = s.next_wait;
     if request.mark_cancelable(key).is_err() {
-        return Err(request);
+        return Err((request, STATUS_CANCELLED));
     }
-    s.waits.insert(
-        key,
-        Wait {
-            file,
-            kind,
-            request,
-        },
-    );
+    let wait = Wait {
+        file,
+        kind,
+        request,
+    };
+    if let Err((_, mut wait)) = s.waits.insert_reserved(key, wait) {
+        // Not reached: the room was reserved above.
+        let _ = wait.request.unmark_cancelable();
+        return Err((wait.request, STATUS_INSUFFICIENT_RESOURCES));
+    }
     Ok(key)
 }
 
@@ -131,7 +162,7 @@ pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
     for key in waits {
         if let Some(r) = take_wait(s, key) {
             let out = cq_event_out(s, file, cq);
-            s.deferred.push((r, STATUS_SUCCESS, out));
+            s.deferred.push_back((r, STATUS_SUCCESS, out));
         }
     }
     if let Some(ch) = channel {
@@ -174,7 +205,7 @@ pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u
             return;
         };
         let out = cq_event_out(s, file, cq);
-        s.deferred.push((r, STATUS_SUCCESS, out));
+        s.deferred.push_back((r, STATUS_SUCCESS, out));
     }
 }
 
@@ -193,7 +224,7 @@ pub(crate) fn fail_cq_waits<R: Request>(
     };
     for key in core::mem::take(&mut c.notify_waits) {
         if let Some(r) = take_wait(s, key) {
-            s.deferred.push((r, status, Response::None));
+            s.deferred.push_back((r, status, Response::None));
         }
     }
 }
@@ -244,7 +275,7 @@ pub(crate) fn deliver_async<R: Request>(s: &mut State<R>, file: FileKey) {
             return;
         };
         let out = async_out(s, file, rec);
-        s.deferred.push((r, STATUS_SUCCESS, out));
+        s.deferred.push_back((r, STATUS_SUCCESS, out));
     }
 }
 
@@ -292,7 +323,7 @@ pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, statu
         .collect();
     for key in keys {
         if let Some(r) = take_wait(s, key) {
-            s.deferred.push((r, status, Response::None));
+            s.deferred.push_back((r, status, Response::None));
         }
     }
     if let Some(f) = s.files.get_mut(&file) {
@@ -359,7 +390,8 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if let Body::Channel(ch) = &mut f.objects.get_mut(idx).body {
                 for key in core::mem::take(&mut ch.waits) {
                     if let Some(r) = take_wait(s, key) {
-                        s.deferred.push((r, STATUS_DELETE_PENDING, Response::None));
+                        s.deferred
+                            .push_back((r, STATUS_DELETE_PENDING, Response::None));
                     }
                 }
             }
@@ -396,9 +428,19 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
                     c.cqn,
                 ))
             };
+            let room =
+                s.files
+                    .get_mut(&file)
+                    .is_some_and(|f| match &mut f.objects.get_mut(idx).body {
+                        Body::Cq(c) => c.notify_waits.try_reserve(1).is_ok(),
+                        _ => false,
+                    });
+            if !room {
+                return fail(request, STATUS_INSUFFICIENT_RESOURCES);
+            }
             let key = match pend(s, file, WaitKind::CqNotify(idx), request) {
                 Ok(k) => k,
-                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                Err((r, st)) => return Some((r, st, Response::None)),
             };
             if let Some(f) = s.files.get_mut(&file) {
                 if let Body::Cq(c) = &mut f.objects.get_mut(idx).body {
@@ -418,9 +460,16 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
                 Ok(i) => i,
                 Err(st) => return fail(request, st),
             };
+            let room = match &mut f.objects.get_mut(ch).body {
+                Body::Channel(c) => c.waits.try_reserve(1).is_ok(),
+                _ => false,
+            };
+            if !room {
+                return fail(request, STATUS_INSUFFICIENT_RESOURCES);
+            }
             let key = match pend(s, file, WaitKind::CqEvent(ch), request) {
                 Ok(k) => k,
-                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                Err((r, st)) => return Some((r, st, Response::None)),
             };
             if let Some(Body::Channel(c)) = s
                 .files
@@ -460,9 +509,16 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if removed {
                 return fail(request, STATUS_DEVICE_REMOVED);
             }
+            if !s
+                .files
+                .get_mut(&file)
+                .is_some_and(|f| f.async_waits.try_reserve(1).is_ok())
+            {
+                return fail(request, STATUS_INSUFFICIENT_RESOURCES);
+            }
             let key = match pend(s, file, WaitKind::Async, request) {
                 Ok(k) => k,
-                Err(r) => return Some((r, STATUS_CANCELLED, Response::None)),
+                Err((r, st)) => return Some((r, st, Response::None)),
             };
             if let Some(f) = s.files.get_mut(&file) {
                 f.async_waits.push_back(key);

@@ -43,7 +43,11 @@ const MUST_REACH: &[&str] = &["irpverbs_core::", "irpverbs_cm::", "irpverbs_soft
 
 /// Crates whose allocation sites the sweep refuses (the others are
 /// counted and shown but not failed).
-const SWEPT: &[&str] = &[];
+const SWEPT: &[&str] = &["irpverbs_core::"];
+
+/// Sites of the swept crates still allocating infallibly (a refusal
+/// there aborts): shown, not swept.
+const NOT_YET: &[&str] = &["::cm_route "];
 
 const MS: u64 = 1_000_000;
 const LIMIT: u64 = 120_000 * MS;
@@ -304,6 +308,7 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
     );
     let mut accept: Option<Slot> = None;
     let mut accepted_cep = 0;
+    let mut accept_in: Option<IvCmAcceptIn> = None;
     loop {
         drive(&net, "connect", || {
             status_of(&conn).is_some() || status_of(&req_event).is_some()
@@ -313,14 +318,28 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
             && st != STATUS_SUCCESS
             && accept.is_none()
         {
-            assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES, "{}", status_name(st));
+            // Refused here, or by the passive side (a REJ: no resources
+            // for the connection there).
+            let peer = fault.is_some_and(|f| f.device == 1);
+            assert!(
+                st == STATUS_INSUFFICIENT_RESOURCES || (peer && st == STATUS_CONNECTION_REFUSED),
+                "the connect failed with {}",
+                status_name(st)
+            );
+            assert_ne!(run.injected(), 0, "the connect failed with no refusal");
             run.report.failed_step = Some("cm_connect");
-            // A fresh CEP and a fresh try (the QP was left as it was).
+            // A fresh CEP, the QP back to RESET, and a fresh try.
             let _ = sa.ioctl(
                 IOCTL_IV_DESTROY_CEP,
                 IvHandleIn { handle: ccep }.as_bytes(),
                 0,
             );
+            let reset = IvQpAttr {
+                qp_state: IV_QPS_RESET,
+                ..IvQpAttr::default()
+            };
+            a.qp.modify(IV_QP_STATE, &reset)
+                .unwrap_or_else(|st| panic!("QP to RESET: {}", status_name(st)));
             ccep = create_cep(&mut run, &sa, 2);
             conn = submit(&sa, IOCTL_IV_CM_CONNECT, connect_in(ccep).as_bytes(), 0);
             continue;
@@ -352,14 +371,28 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
                 min_rnr_timer: 12,
                 ..IvCmAcceptIn::default()
             };
+            accept_in = Some(acc);
             accept = Some(submit(&sb, IOCTL_IV_CM_ACCEPT, acc.as_bytes(), 0));
         }
         break;
     }
-    let acc = accept.expect("the connect request reached B");
-    drive(&net, "accept", || {
-        status_of(&conn).is_some() && status_of(&acc).is_some()
-    });
+    let mut acc = accept.expect("the connect request reached B");
+    loop {
+        drive(&net, "accept", || {
+            status_of(&acc).is_some_and(|st| st != STATUS_SUCCESS)
+                || (status_of(&conn).is_some() && status_of(&acc).is_some())
+        });
+        match status_of(&acc) {
+            // Refused on the spot: the CEP is as it was; accept again.
+            Some(st) if st != STATUS_SUCCESS => {
+                assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES, "{}", status_name(st));
+                run.report.failed_step = Some("cm_accept");
+                let i = accept_in.expect("an accept");
+                acc = submit(&sb, IOCTL_IV_CM_ACCEPT, i.as_bytes(), 0);
+            }
+            _ => break,
+        }
+    }
     assert_eq!(status_of(&conn), Some(STATUS_SUCCESS), "connect");
     assert_eq!(status_of(&acc), Some(STATUS_SUCCESS), "accept");
 
@@ -454,7 +487,7 @@ fn site_of(backtrace: &str) -> Option<String> {
 }
 
 fn swept(site: &str) -> bool {
-    SWEPT.iter().any(|c| site.starts_with(c))
+    SWEPT.iter().any(|c| site.starts_with(c)) && !NOT_YET.iter().any(|f| site.contains(f))
 }
 
 #[test]
@@ -507,22 +540,22 @@ fn every_allocation_can_fail_cleanly() {
     }
     // The sweep: every index of a swept site (every `stride`th, and the
     // first of each site).
-    let mut faults: Vec<Fault> = Vec::new();
+    let mut faults: Vec<(Fault, &str)> = Vec::new();
     for (site, (_, at)) in &sites {
         if !swept(site) {
             continue;
         }
         for (k, f) in at.iter().enumerate() {
             if k == 0 || f.nth % stride == 0 {
-                faults.push(*f);
+                faults.push((*f, site));
             }
         }
     }
-    faults.sort_by_key(|f| (f.device, f.nth));
+    faults.sort_by_key(|(f, _)| (f.device, f.nth));
     let mut failed_verbs: BTreeMap<&str, usize> = BTreeMap::new();
     let mut absorbed = 0;
-    for f in &faults {
-        eprintln!("refusing charge {} of device {}", f.nth, f.device);
+    for (f, site) in &faults {
+        eprintln!("refusing charge {} of device {} at {site}", f.nth, f.device);
         let (report, _) = scenario(Some(*f), false);
         match (report.failed_step, report.absorbed) {
             (Some(step), _) => *failed_verbs.entry(step).or_default() += 1,
