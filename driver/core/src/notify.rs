@@ -509,10 +509,9 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if removed {
                 return fail(request, STATUS_DEVICE_REMOVED);
             }
-            if !s
-                .files
+            if s.files
                 .get_mut(&file)
-                .is_some_and(|f| f.async_waits.try_reserve(1).is_ok())
+                .is_none_or(|f| f.async_waits.try_reserve(1).is_err())
             {
                 return fail(request, STATUS_INSUFFICIENT_RESOURCES);
             }
