@@ -15,7 +15,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::event::Queue;
-use crate::msg::{MAD_SIZE, Path, TransportType};
+use crate::msg::{Path, TransportType};
 use crate::types::{CepId, LapState, MadAddr, Nanos, State};
 
 /// Most CEPs an engine can hold: the 24-bit index space.
@@ -116,13 +116,16 @@ pub(crate) struct Cep {
     pub conn: Conn,
     /// The last MAD sent that may be sent again: retransmitted on timeout
     /// or answered again on a duplicate.
-    pub sent: Option<Box<[u8; MAD_SIZE]>>,
+    /// (Allocated fallibly: when refused, the MAD is sent but not kept.)
+    pub sent: Option<Box<[u8]>>,
     /// Private data of the last RTU or DREP sent, when not all zero: they
-    /// are rebuilt to answer duplicates.
+    /// are rebuilt to answer duplicates (allocated fallibly: when refused,
+    /// a duplicate is answered with zeros).
     pub pdata: Option<Box<[u8]>>,
     /// An alternate path being loaded (LAP sent or received), this side's
     /// view.
-    pub alt_pending: Option<Box<Path>>,
+    /// (Allocated fallibly: see [`crate::fallible::try_box_slice`].)
+    pub alt_pending: Option<Box<[Path]>>,
     pub events: Queue,
 }
 
@@ -161,7 +164,11 @@ impl Cep {
     /// Keeps the private data of an RTU or DREP sent, to build it again
     /// for a duplicate (nothing kept when it is all zero).
     pub(crate) fn keep_pdata(&mut self, pd: &[u8]) {
-        self.pdata = pd.iter().any(|&b| b != 0).then(|| Box::from(pd));
+        self.pdata = if pd.iter().any(|&b| b != 0) {
+            crate::fallible::try_box_slice(pd)
+        } else {
+            None
+        };
     }
 
     /// The kept private data, zero-padded.
@@ -224,15 +231,28 @@ impl Table {
         self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
     }
 
-    /// A new CEP in `Idle`, or `None` when the table is full.
+    /// A new CEP in `Idle`, or `None` when the table is full or the memory
+    /// for a new chunk of slots is refused.
     pub(crate) fn alloc(&mut self, context: u64) -> Option<(u32, CepId)> {
         let reuse = self.free.len() >= REUSE_AFTER || self.used >= self.max;
         let idx = if reuse && let Some(idx) = self.free.pop_front() {
             idx
         } else if self.used < self.max {
             if self.used as usize % CHUNK == 0 {
-                self.chunks
-                    .push((0..CHUNK).map(|_| Slot::default()).collect());
+                // A new chunk, its room in the chunk list and in the free
+                // list (so that `free` never allocates): all or nothing.
+                let mut chunk = Vec::new();
+                if chunk.try_reserve_exact(CHUNK).is_err()
+                    || self.chunks.try_reserve(1).is_err()
+                    || self
+                        .free
+                        .try_reserve((self.used as usize + CHUNK).saturating_sub(self.free.len()))
+                        .is_err()
+                {
+                    return None;
+                }
+                chunk.extend((0..CHUNK).map(|_| Slot::default()));
+                self.chunks.push(chunk.into_boxed_slice());
             }
             self.used += 1;
             self.used - 1
@@ -252,7 +272,8 @@ impl Table {
         Some((idx, id))
     }
 
-    /// Frees the CEP at `idx`: its ID stops resolving.
+    /// Frees the CEP at `idx`: its ID stops resolving. Never allocates (the
+    /// free list has room for every slot).
     pub(crate) fn free(&mut self, idx: u32) {
         if let Some(slot) = self.slot_mut(idx)
             && slot.cep.take().is_some()

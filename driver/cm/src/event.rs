@@ -150,8 +150,19 @@ impl Queue {
 }
 
 impl Events {
-    /// Appends `ev` to `q`.
-    pub(crate) fn push(&mut self, q: &mut Queue, ev: Event) {
+    /// Room for `total` queued events in all (and their free-list
+    /// entries), so that [`Events::push`] and [`Events::pop`] never
+    /// allocate.
+    pub(crate) fn reserve_total(&mut self, total: usize) -> Result<(), ()> {
+        let more = total.saturating_sub(self.nodes.len());
+        self.nodes.try_reserve(more).map_err(drop)?;
+        let free = self.nodes.capacity().saturating_sub(self.free.len());
+        self.free.try_reserve(free).map_err(drop)
+    }
+
+    /// Appends `ev` to `q`, in the room [`Events::reserve_total`] made:
+    /// false (`ev` dropped) when there is none.
+    pub(crate) fn push(&mut self, q: &mut Queue, ev: Event) -> bool {
         let node = Node {
             ev: Some(ev),
             next: NIL,
@@ -161,9 +172,11 @@ impl Events {
                 *slot = node;
             }
             n
-        } else {
+        } else if self.nodes.len() < self.nodes.capacity() {
             self.nodes.push(node);
             u32::try_from(self.nodes.len() - 1).unwrap_or(NIL)
+        } else {
+            return false;
         };
         if let Some(tail) = self.nodes.get_mut(q.tail as usize) {
             tail.next = n;
@@ -171,6 +184,7 @@ impl Events {
             q.head = n;
         }
         q.tail = n;
+        true
     }
 
     /// Takes the first event of `q`.

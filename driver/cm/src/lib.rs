@@ -103,6 +103,7 @@ extern crate alloc;
 mod cep;
 mod engine;
 mod event;
+pub mod fallible;
 pub mod msg;
 mod params;
 mod qp;

@@ -94,6 +94,25 @@ use crate::device::{Response, State, Verb};
 use crate::fallible::try_to_vec;
 use crate::hca::{MadIn, MadOut};
 use crate::notify::{Done, WaitKind, pend, pend_reserved, take_wait};
+
+/// Events a CEP object holds for its owner (the engine queues no more per
+/// CEP: a connection's reply, establishment, disconnect request and reply,
+/// or a listener's next requests, which each made a CEP of their own),
+/// taken when the CEP is made.
+const CEP_EVENTS: usize = 4;
+
+/// Connection requests a listener holds for its owner before further ones
+/// are dropped (the remote retries them): its backlog, taken at listen.
+const LISTEN_BACKLOG: usize = 64;
+
+/// A listener's backlog room ([`LISTEN_BACKLOG`]).
+fn reserve_backlog<R>(s: &mut State<R>, file: FileKey, idx: u32) -> Result<(), NtStatus> {
+    let c = cep_mut(s, file, idx).ok_or(STATUS_INVALID_HANDLE)?;
+    let more = LISTEN_BACKLOG.saturating_sub(c.events.len());
+    c.events
+        .try_reserve_exact(more)
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
 use crate::object::{Body, Life};
 use crate::{Device, FileKey, Hca, Kind, Platform, Request, SpinLock};
 
@@ -431,7 +450,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         Response::Cep(IvCreateCepOut { cep }),
                     )),
                     Err(st) => {
-                        let _ = s.cm.engine.destroy(id, self.platform.now_ns());
+                        let _ = s.cm.engine.discard(id, self.platform.now_ns());
                         fail(request, st)
                     }
                 }
@@ -447,6 +466,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Some(id) = cep_mut(s, file, idx).map(|c| c.id) else {
                     return fail(request, STATUS_INVALID_HANDLE);
                 };
+                if let Err(st) = reserve_backlog(s, file, idx) {
+                    return fail(request, st);
+                }
                 match s.cm.engine.listen(id, i.service_id) {
                     Ok(()) => Some((request, STATUS_SUCCESS, Response::None)),
                     Err(e) => fail(request, cm_status(e)),
@@ -507,11 +529,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
         user_context: u64,
         callback: Option<Callback>,
     ) -> Result<IvHandle, NtStatus> {
+        let mut events = alloc::collections::VecDeque::new();
+        events
+            .try_reserve_exact(CEP_EVENTS)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let body = Body::Cep(crate::object::Cep {
             id,
             user_context,
             wait: None,
-            events: alloc::collections::VecDeque::new(),
+            events,
             qp: None,
             callback,
             armed: true,
@@ -533,7 +559,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     pub(crate) fn cep_freed(&self, s: &mut State<P::Request>, cep: &crate::object::Cep) {
         let file = s.ceps.get(&cep.id).map(|&(f, _)| f);
         if s.ceps.remove(&cep.id).is_some() {
-            let _ = s.cm.engine.destroy(cep.id, self.platform.now_ns());
+            let _ = s.cm.engine.discard(cep.id, self.platform.now_ns());
         }
         // A listener's requests its owner never polled: their CEPs (made
         // when the requests arrived) go too, rejecting them.
@@ -599,7 +625,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         ) {
             Ok(h) => Some(h),
             Err(_) => {
-                let _ = s.cm.engine.destroy(cep, self.platform.now_ns());
+                let _ = s.cm.engine.discard(cep, self.platform.now_ns());
                 None
             }
         };
@@ -723,8 +749,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 None => continue,
             };
             if let Some(out) = self.convert(s, file, idx, ev) {
-                if let Some(c) = cep_mut(s, file, idx) {
-                    c.events.push_back(out);
+                // In the room taken when the CEP was made; past it (an owner
+                // that does not poll) the event is dropped and counted.
+                match cep_mut(s, file, idx) {
+                    Some(c) if c.events.len() < c.events.capacity() => c.events.push_back(out),
+                    Some(_) => s.stats.cep_events_dropped += 1,
+                    None => {}
                 }
             }
         }
@@ -1871,6 +1901,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if s.cm.engine.state(id) != Some(CmState::Idle) {
             return Err(STATUS_INVALID_DEVICE_STATE);
         }
+        // The listener's backlog room, before it listens.
+        reserve_backlog(s, file, idx)?;
         Ok(id)
     }
 

@@ -186,6 +186,9 @@ pub struct DeviceStats {
     pub commands_posted: u64,
     /// Commands that had to wait because the HCA's command queue was full.
     pub commands_backlogged: u64,
+    /// CEP events dropped past the room their CEP took when it was made
+    /// (an owner that does not poll).
+    pub cep_events_dropped: u64,
     /// Events with a token that names no pending command (ignored).
     pub stray_events: u64,
     /// Rundown destroys the HCA refused (the object was dropped anyway).

@@ -84,6 +84,13 @@ pub enum UserDoorbells {
     Page,
 }
 
+/// The pool tag of the host I/O manager's requests ("IvIr").
+pub const IRP_TAG: irpverbs_core::PoolTag = irpverbs_core::pool_tag(b"IvIr");
+
+/// Bytes the host I/O manager charges per request besides its system
+/// buffer: an IRP with one stack location, as on x64.
+pub const IRP_BYTES: usize = 0x118;
+
 /// How to build a [`HostDevice`].
 #[derive(Clone, Debug, Default)]
 pub struct HostDeviceConfig {
@@ -911,6 +918,25 @@ impl HostFile {
     /// runs EvtIoInCallerContext, and dispatches it at DISPATCH_LEVEL.
     fn dispatch(&self, io: Ioctl<'_>, on_complete: Completion) -> Submitted {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
+        // IoAllocateIrp and the system buffer: the I/O manager's pool,
+        // which can be refused; the call then fails with
+        // STATUS_INSUFFICIENT_RESOURCES (`ERROR_NO_SYSTEM_RESOURCES` from
+        // `DeviceIoControl`) before the driver sees it.
+        let platform = self.dev.platform.clone();
+        let irp_bytes = IRP_BYTES + io.input.len().max(io.output_len);
+        let irp = match irpverbs_core::Platform::pool_charge(&platform, IRP_TAG, irp_bytes) {
+            Ok(irp) => irp,
+            Err(status) => {
+                match on_complete {
+                    Completion::Routine(routine) => routine(status, 0, &[]),
+                    Completion::Keep(notify) => notify(),
+                }
+                return Submitted {
+                    pended: false,
+                    handle: None,
+                };
+            }
+        };
         let params = RequestParams {
             ioctl_code: io.code,
             major_function: io.major,
@@ -930,6 +956,8 @@ impl HostFile {
             on_complete,
             Some(Arc::clone(&self.dev.cancel)),
         );
+        // Given back when the request completes.
+        request.attach_irp(irp);
         let handle = request.handle();
         // EvtIoInCallerContext: on the caller's thread, at its IRQL
         // (PASSIVE_LEVEL), before the request is queued.
@@ -960,8 +988,9 @@ impl HostFile {
             return (STATUS_ACCESS_DENIED, Vec::new());
         }
         let submitted = self.dispatch(io, Completion::Keep(Arc::clone(&self.kept_notify)));
+        // No request: the I/O manager refused its memory.
         let Some(handle) = submitted.handle else {
-            return (STATUS_CANCELLED, Vec::new());
+            return (STATUS_INSUFFICIENT_RESOURCES, Vec::new());
         };
         if let Some(r) = handle.take_result() {
             return r;

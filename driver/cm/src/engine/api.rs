@@ -1,7 +1,7 @@
 //! The owner's calls.
 
 use crate::Gid;
-use alloc::boxed::Box;
+use crate::fallible::try_box_slice;
 use alloc::vec::Vec;
 
 use super::{CmError, Engine, pad, rej_of};
@@ -31,8 +31,7 @@ impl Engine {
     /// # Errors
     /// [`CmError::TableFull`].
     pub fn create(&mut self, context: u64) -> Result<CepId, CmError> {
-        self.table
-            .alloc(context)
+        self.alloc_cep(context)
             .map(|(_, id)| id)
             .ok_or(CmError::TableFull)
     }
@@ -76,7 +75,9 @@ impl Engine {
         if taken {
             return Err(CmError::ServiceInUse);
         }
-        self.listens.insert((service_id, gid), idx);
+        self.listens
+            .try_insert((service_id, gid), idx)
+            .map_err(|_| CmError::TableFull)?;
         if let Some(c) = self.table.get_mut(idx) {
             c.state = State::Listen;
             c.service_id = service_id;
@@ -184,7 +185,10 @@ impl Engine {
         };
         if p.peer_to_peer {
             c.flags |= IN_PEER;
-            self.peers.insert((p.service_id, p.primary.remote_gid, idx));
+            // The room was reserved when the CEP was made.
+            let _ = self
+                .peers
+                .insert_reserved((p.service_id, p.primary.remote_gid, idx), ());
         }
         self.send_awaiting(idx, tid, CmMsg::Req(req), now);
         Ok(())
@@ -519,6 +523,7 @@ impl Engine {
         if c.state != State::Established || c.lap != LapState::Idle {
             return Err(CmError::InvalidState(c.state));
         }
+        let alt = try_box_slice(core::slice::from_ref(path)).ok_or(CmError::TableFull)?;
         let tid = self.new_tid(id);
         let Some(c) = self.table.get_mut(idx) else {
             return Err(CmError::UnknownCep);
@@ -526,7 +531,7 @@ impl Engine {
         c.lap = LapState::LapSent;
         c.aux_tid = tid;
         c.retries = c.max_retries;
-        c.alt_pending = Some(Box::new(*path));
+        c.alt_pending = Some(alt);
         let lap = Lap {
             local_comm_id: id.0,
             remote_comm_id: c.remote_id,
@@ -564,7 +569,7 @@ impl Engine {
         }
         let path = c.alt_pending.take();
         if status == AprStatus::ACCEPTED {
-            c.conn.alternate = path.map(|p| *p);
+            c.conn.alternate = path.and_then(|p| p.first().copied());
         }
         c.lap = LapState::Idle;
         c.sent = None;
@@ -661,29 +666,49 @@ impl Engine {
     /// # Errors
     /// [`CmError::UnknownCep`].
     pub fn destroy(&mut self, id: CepId, now: Nanos) -> Result<Vec<Event>, CmError> {
-        let idx = self.owned(id)?;
         let mut out = Vec::new();
-        let mut unclaimed = Vec::new();
-        if let Some(c) = self.table.get_mut(idx) {
-            while let Some(ev) = self.events.pop(&mut c.events) {
-                match ev {
-                    Event::ConnectRequest { cep, .. } | Event::SidrRequest { cep, .. }
-                        if cep != id =>
-                    {
-                        unclaimed.push(cep);
+        self.destroy_with(id, now, &mut |ev| out.push(ev))?;
+        Ok(out)
+    }
+
+    /// [`Engine::destroy`], dropping the events: allocates nothing (what a
+    /// driver's object destroy, which cannot fail, calls).
+    ///
+    /// # Errors
+    /// [`CmError::UnknownCep`].
+    pub fn discard(&mut self, id: CepId, now: Nanos) -> Result<(), CmError> {
+        self.destroy_with(id, now, &mut drop)
+    }
+
+    /// [`Engine::destroy`], handing each event to `out`.
+    fn destroy_with(
+        &mut self,
+        id: CepId,
+        now: Nanos,
+        out: &mut dyn FnMut(Event),
+    ) -> Result<(), CmError> {
+        let idx = self.owned(id)?;
+        loop {
+            let ev = match self.table.get_mut(idx) {
+                Some(c) => self.events.pop(&mut c.events),
+                None => None,
+            };
+            let Some(ev) = ev else { break };
+            match ev {
+                // A request its owner never polled: rejected and freed.
+                Event::ConnectRequest { cep, .. } | Event::SidrRequest { cep, .. } if cep != id => {
+                    if let Ok(cidx) = self.owned(cep) {
+                        self.abandon(cidx, now);
                     }
-                    ev => out.push(ev),
                 }
+                ev => out(ev),
             }
+        }
+        if let Some(c) = self.table.get_mut(idx) {
             c.flags &= !SIGNALED;
         }
-        for child in unclaimed {
-            if let Ok(cidx) = self.owned(child) {
-                self.abandon(cidx, now);
-            }
-        }
         let Some(c) = self.table.get(idx) else {
-            return Ok(out);
+            return Ok(());
         };
         let pending = match (c.state, c.lap) {
             (State::Listen, _) => Some(Op::Listen),
@@ -696,9 +721,11 @@ impl Engine {
             (State::Established, LapState::LapSent | LapState::MraLapRcvd) => Some(Op::LoadAltPath),
             _ => None,
         };
-        out.extend(pending.map(|op| Event::Canceled { op }));
+        if let Some(op) = pending {
+            out(Event::Canceled { op });
+        }
         self.abandon(idx, now);
-        Ok(out)
+        Ok(())
     }
 
     /// Ends a CEP no owner will see again: tells the remote what its state

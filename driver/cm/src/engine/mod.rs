@@ -12,7 +12,32 @@ mod api;
 mod recv;
 mod timer;
 
-use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::collections::VecDeque;
+
+use crate::fallible::VecMap;
+
+/// Transmits one CEP may have queued at once (its MAD and an answer to
+/// a duplicate), reserved when it is made.
+const TX_PER_CEP: usize = 2;
+
+/// Transmits queued at once that belong to no CEP (answers to MADs for
+/// unknown connections), taken when the engine is made.
+const TX_SHARED: usize = 16;
+
+/// The transmit queue with its shared room (answers that belong to no
+/// CEP: a REJ or DREP to an unknown connection, ClassPortInfo). Refused,
+/// the engine starts without it: those answers are dropped (as the wire
+/// may drop them) until CEPs bring room.
+fn shared_tx() -> VecDeque<Transmit> {
+    let mut tx = VecDeque::new();
+    let _ = tx.try_reserve_exact(TX_SHARED);
+    tx
+}
+
+/// Events one CEP may have queued for its owner (a connection's REP,
+/// established, DREQ, DREP and time wait; a listener's requests are
+/// counted on the CEPs they made), reserved when it is made.
+const EVENTS_PER_CEP: usize = 4;
 use core::fmt;
 
 use crate::Gid;
@@ -90,6 +115,10 @@ pub struct Stats {
     pub rejects: u64,
     /// Stale connections detected.
     pub stale: u64,
+    /// Events dropped past the room reserved for them.
+    pub events_dropped: u64,
+    /// MADs dropped past the room reserved for them.
+    pub tx_dropped: u64,
 }
 
 /// Why a call was refused. Nothing changed.
@@ -144,19 +173,19 @@ pub struct Engine {
     table: Table,
     /// (remote CA GUID, remote communication ID) -> CEP: duplicate REQs,
     /// REJ by ARI.
-    by_remote: BTreeMap<(u64, u32), u32>,
+    by_remote: VecMap<(u64, u32), u32>,
     /// (remote CA GUID, remote QPN) -> CEP: stale connections.
-    by_qpn: BTreeMap<(u64, u32), u32>,
+    by_qpn: VecMap<(u64, u32), u32>,
     /// (service ID, GID) -> listening CEP: REQs for the service ID whose
     /// primary path names that GID as the passive side's; the all-zero GID
     /// ([`ANY_GID`]) takes any the others do not.
-    listens: BTreeMap<(u64, Gid), u32>,
+    listens: VecMap<(u64, Gid), u32>,
     /// (service ID, remote port GID, CEP) of peer-to-peer connects.
-    peers: BTreeSet<(u64, Gid, u32)>,
+    peers: VecMap<(u64, Gid, u32), ()>,
     /// (remote port GID, request ID) -> CEP answering a SIDR_REQ.
-    sidr: BTreeMap<(Gid, u32), u32>,
+    sidr: VecMap<(Gid, u32), u32>,
     /// (deadline, CEP).
-    timers: BTreeSet<(Nanos, u32)>,
+    timers: VecMap<(Nanos, u32), ()>,
     events: Events,
     ready: VecDeque<CepId>,
     tx: VecDeque<Transmit>,
@@ -202,15 +231,15 @@ impl Engine {
         Self {
             table: Table::new(cfg.max_ceps, cfg.id_seed),
             cfg,
-            by_remote: BTreeMap::new(),
-            by_qpn: BTreeMap::new(),
-            listens: BTreeMap::new(),
-            peers: BTreeSet::new(),
-            sidr: BTreeMap::new(),
-            timers: BTreeSet::new(),
+            by_remote: VecMap::new(),
+            by_qpn: VecMap::new(),
+            listens: VecMap::new(),
+            peers: VecMap::new(),
+            sidr: VecMap::new(),
+            timers: VecMap::new(),
             events: Events::default(),
             ready: VecDeque::new(),
-            tx: VecDeque::new(),
+            tx: shared_tx(),
             tid_seq: 0,
             stats: Stats::default(),
         }
@@ -269,7 +298,7 @@ impl Engine {
     /// The earliest armed deadline: call [`Engine::on_timer`] then.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.timers.first().map(|&(t, _)| t)
+        self.timers.first().map(|(&(t, _), ())| t)
     }
 
     // ------------------------------------------------------------ queries
@@ -398,7 +427,11 @@ impl Engine {
         if !ready {
             return Err(CmError::InvalidState(cep.state));
         }
-        let alt = cep.alt_pending.as_deref().or(cep.conn.alternate.as_ref());
+        let alt = cep
+            .alt_pending
+            .as_deref()
+            .and_then(<[crate::msg::Path]>::first)
+            .or(cep.conn.alternate.as_ref());
         Ok(qp::modify(&cep.conn, &cep.addr, target, alt))
     }
 
@@ -426,12 +459,56 @@ impl Engine {
     /// Queues `msg` to `dest` and returns its bytes.
     fn send(&mut self, dest: MadAddr, tid: u64, msg: CmMsg) -> [u8; MAD_SIZE] {
         let mad = Mad::new(tid, msg).to_bytes();
-        self.tx.push_back(Transmit { dest, mad });
-        self.stats.sent += 1;
+        self.queue(Transmit { dest, mad });
         if matches!(msg, CmMsg::Rej(_)) {
             self.stats.rejects += 1;
         }
         mad
+    }
+
+    /// Queues a MAD in the room [`Engine::reserve_cep`] made (a few per
+    /// CEP); past it the MAD is dropped, as the wire may drop it (the CM's
+    /// retries cover both).
+    fn queue(&mut self, t: Transmit) {
+        if self.tx.len() < self.tx.capacity() {
+            self.tx.push_back(t);
+            self.stats.sent += 1;
+        } else {
+            self.stats.tx_dropped += 1;
+        }
+    }
+
+    /// Room for one more CEP in every table a CEP may enter later, on a
+    /// path that cannot fail (a received MAD, a timer): taken when a CEP is
+    /// made, so that those paths never allocate.
+    ///
+    /// # Errors
+    /// [`CmError::TableFull`] when the memory is refused (nothing else
+    /// changes: only capacities grow).
+    pub(crate) fn reserve_cep(&mut self) -> Result<(), CmError> {
+        let n = self.table.live() as usize + 1;
+        let full = |_| CmError::TableFull;
+        self.by_remote.reserve_total(n).map_err(full)?;
+        self.by_qpn.reserve_total(n).map_err(full)?;
+        self.timers.reserve_total(n).map_err(full)?;
+        self.sidr.reserve_total(n).map_err(full)?;
+        self.peers.reserve_total(n).map_err(full)?;
+        let ready = n.saturating_sub(self.ready.len());
+        self.ready
+            .try_reserve(ready)
+            .map_err(|_| CmError::TableFull)?;
+        let tx = (TX_SHARED + TX_PER_CEP * n).saturating_sub(self.tx.len());
+        self.tx.try_reserve(tx).map_err(|_| CmError::TableFull)?;
+        self.events
+            .reserve_total(EVENTS_PER_CEP * n)
+            .map_err(|()| CmError::TableFull)
+    }
+
+    /// A new CEP (and its room everywhere: [`Engine::reserve_cep`]), or
+    /// `None` when the table is full or the memory is refused.
+    pub(crate) fn alloc_cep(&mut self, context: u64) -> Option<(u32, CepId)> {
+        self.reserve_cep().ok()?;
+        self.table.alloc(context)
     }
 
     /// Queues `msg` to the CEP's address and keeps it to send again.
@@ -442,8 +519,10 @@ impl Engine {
         let mad = self.send(dest, tid, msg);
         if let Some(c) = self.table.get_mut(idx) {
             match &mut c.sent {
-                Some(b) => **b = mad,
-                None => c.sent = Some(alloc::boxed::Box::new(mad)),
+                Some(b) => b.copy_from_slice(&mad),
+                // Refused: sent, not kept (a timeout then gives up on it,
+                // as on a lost answer).
+                None => c.sent = crate::fallible::try_box_slice(&mad),
             }
         }
     }
@@ -469,13 +548,13 @@ impl Engine {
     /// Sends the kept MAD again.
     fn resend(&mut self, idx: u32) {
         if let Some(c) = self.table.get(idx)
-            && let Some(mad) = c.sent.as_deref()
+            && let Some(mad) = c
+                .sent
+                .as_deref()
+                .and_then(|m| <[u8; MAD_SIZE]>::try_from(m).ok())
         {
-            self.tx.push_back(Transmit {
-                dest: c.addr,
-                mad: *mad,
-            });
-            self.stats.sent += 1;
+            let dest = c.addr;
+            self.queue(Transmit { dest, mad });
         }
     }
 
@@ -488,7 +567,11 @@ impl Engine {
         if cep.has(ORPHAN) {
             return;
         }
-        self.events.push(&mut cep.events, ev);
+        // Past the room reserved for it the event is dropped (and counted).
+        if !self.events.push(&mut cep.events, ev) {
+            self.stats.events_dropped += 1;
+            return;
+        }
         if !cep.has(SIGNALED) {
             cep.flags |= SIGNALED;
             if !cep.has(QUEUED) {
@@ -515,7 +598,8 @@ impl Engine {
         self.disarm(idx);
         if let Some(c) = self.table.get_mut(idx) {
             c.deadline = at;
-            self.timers.insert((at, idx));
+            let armed = self.timers.insert_reserved((at, idx), ());
+            debug_assert!(armed.is_ok());
         }
     }
 
@@ -533,9 +617,13 @@ impl Engine {
         let Some(c) = self.table.get_mut(idx) else {
             return;
         };
-        self.by_remote.insert((c.remote_ca_guid, c.remote_id), idx);
-        self.by_qpn
-            .insert((c.remote_ca_guid, c.conn.remote_qpn), idx);
+        // The room was reserved when the CEP was made.
+        let _ = self
+            .by_remote
+            .insert_reserved((c.remote_ca_guid, c.remote_id), idx);
+        let _ = self
+            .by_qpn
+            .insert_reserved((c.remote_ca_guid, c.conn.remote_qpn), idx);
         c.flags |= IN_REMOTE | IN_QPN;
     }
 

@@ -1,8 +1,6 @@
 //! Received MADs: the passive and active halves of the state machine,
 //! duplicates, stale connections, peer-to-peer matching.
 
-use alloc::boxed::Box;
-
 use super::{Engine, rej_of};
 use crate::cep::{APR_SENT, CONN_READY, IN_PEER, IN_SIDR};
 use crate::event::Event;
@@ -187,7 +185,7 @@ impl Engine {
             let m = RejectedMsg::Req;
             return self.reject_unmatched(hdr, src, theirs, m, RejReason::INVALID_SERVICE_ID, &[]);
         };
-        let Some((idx, id)) = self.table.alloc(ctx) else {
+        let Some((idx, id)) = self.alloc_cep(ctx) else {
             return self.reject_unmatched(
                 hdr,
                 src,
@@ -215,7 +213,7 @@ impl Engine {
         let gid = req.primary.local_gid;
         self.peers
             .range((sid, gid, 0)..=(sid, gid, u32::MAX))
-            .map(|&(_, _, idx)| idx)
+            .map(|(&(_, _, idx), ())| idx)
             .find(|&idx| {
                 self.table.get(idx).is_some_and(|c| {
                     matches!(c.state, State::ReqSent | State::MraReqRcvd)
@@ -609,7 +607,9 @@ impl Engine {
                 c.lap = LapState::LapRcvd;
                 c.aux_tid = hdr.tid;
                 c.flags &= !APR_SENT;
-                c.alt_pending = Some(Box::new(lap.alternate.reversed()));
+                // Refused: no alternate pending, and loading it fails
+                // (`qp_attr(LoadAlt)`) for the owner to answer the LAP.
+                c.alt_pending = crate::fallible::try_box_slice(&[lap.alternate.reversed()]);
                 return self.push_event(idx, Event::LapReceived { lap: *lap });
             }
             LapState::MraLapSent => {
@@ -645,7 +645,7 @@ impl Engine {
             {
                 let path = c.alt_pending.take();
                 if apr.status == AprStatus::ACCEPTED {
-                    c.conn.alternate = path.map(|p| *p);
+                    c.conn.alternate = path.and_then(|p| p.first().copied());
                 }
                 c.lap = LapState::Idle;
                 c.sent = None;
@@ -666,7 +666,7 @@ impl Engine {
         let listener = self
             .listener(req.service_id, None)
             .and_then(|l| Some((l, self.table.get(l)?.context)));
-        let alloc = listener.and_then(|(l, ctx)| Some((l, self.table.alloc(ctx)?)));
+        let alloc = listener.and_then(|(l, ctx)| Some((l, self.alloc_cep(ctx)?)));
         let Some((lidx, (idx, id))) = alloc else {
             let status = if listener.is_some() {
                 SidrStatus::NO_QP
@@ -693,7 +693,8 @@ impl Engine {
             c.tid = hdr.tid;
             c.addr = *src;
             c.flags |= IN_SIDR;
-            self.sidr.insert((src.gid, req.request_id), idx);
+            // The room was reserved when the CEP was made.
+            let _ = self.sidr.insert_reserved((src.gid, req.request_id), idx);
         }
         self.push_event(
             lidx,

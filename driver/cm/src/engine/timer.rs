@@ -11,7 +11,7 @@ impl Engine {
     /// gives up after the retries (REJ with reason Timeout for a
     /// connection, then an [`Event::Timeout`]), ends time waits.
     pub fn on_timer(&mut self, now: Nanos) {
-        while let Some(&(at, idx)) = self.timers.first() {
+        while let Some((&(at, idx), ())) = self.timers.first() {
             if at > now {
                 break;
             }

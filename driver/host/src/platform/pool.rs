@@ -51,8 +51,8 @@ pub struct PoolStats {
     pub attempts: u64,
 }
 
-/// A heap allocation recorded while [`Pool::record_sites`] is on: its
-/// charge number and the backtrace of the allocation.
+/// A charge (heap or pool) recorded while sites are recorded: its number
+/// and the backtrace of the allocation.
 #[derive(Clone, Debug)]
 pub struct ChargeSite {
     /// The charge's number among all charges asked for (from 1).
@@ -191,6 +191,7 @@ impl Pool {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.charges.fetch_add(1, Ordering::Relaxed);
+        self.record_site(bytes);
         if self.verify {
             let mut live = self.live();
             live.charges.insert(id, (tag, bytes));
