@@ -924,7 +924,7 @@ impl HostFile {
         // `DeviceIoControl`) before the driver sees it.
         let platform = self.dev.platform.clone();
         let irp_bytes = IRP_BYTES + io.input.len().max(io.output_len);
-        let irp = match irpverbs_core::Platform::pool_charge(&platform, IRP_TAG, irp_bytes) {
+        let irp = match platform.io_manager_charge(IRP_TAG, irp_bytes) {
             Ok(irp) => irp,
             Err(status) => {
                 match on_complete {

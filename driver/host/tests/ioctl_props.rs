@@ -1698,6 +1698,8 @@ fn new_device(engine: Engine, fault_seed: Option<u64>) -> Arc<HostDevice> {
                     seed,
                     one_in: FAULT_ONE_IN,
                 }),
+                // The soft HCA's heap allocations are not all fallible yet.
+                fail_heap: false,
                 ..VerifierConfig::default()
             },
             ..HostConfig::default()

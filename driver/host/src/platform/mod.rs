@@ -170,6 +170,10 @@ pub struct VerifierConfig {
     /// ([`HostPlatform::record_charge_sites`]): slow, for a sweep's
     /// counting run.
     pub record_sites: bool,
+    /// Let `fail_pool` refuse the driver's heap allocations too (default
+    /// on): off, it refuses pool charges only (for a driver whose heap
+    /// allocations are not all fallible yet).
+    pub fail_heap: bool,
 }
 
 impl Default for VerifierConfig {
@@ -180,6 +184,7 @@ impl Default for VerifierConfig {
             dpc_watchdog: None,
             fail_nth: None,
             record_sites: false,
+            fail_heap: true,
         }
     }
 }
@@ -286,6 +291,7 @@ impl HostPlatform {
             verify,
             config.verifier.fail_pool,
             config.verifier.fail_nth,
+            config.verifier.fail_heap,
         ));
         if config.verifier.record_sites {
             pool.record_sites(true);
@@ -686,6 +692,18 @@ impl HostPlatform {
             heap::uncharged(|| self.shared.files().mappings.insert(id, file));
         }
         id
+    }
+
+    /// Charges the I/O manager's memory for a request (its IRP and system
+    /// buffer): counted with the driver's charges
+    /// ([`VerifierConfig::fail_nth`] can refuse it), but not refused by
+    /// the seeded `fail_pool` (Driver Verifier injects faults into the
+    /// verified driver's allocations only).
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when refused.
+    pub fn io_manager_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
+        heap::uncharged(|| self.shared.pool.charge_os(tag, bytes))
     }
 
     /// The pool accounting so far.

@@ -83,6 +83,8 @@ pub(crate) struct Pool {
     live: Mutex<Live>,
     /// Refuse exactly this charge attempt (0: none).
     fail_nth: u64,
+    /// `fail` applies to heap charges too.
+    fail_heap: bool,
     /// Charge attempts so far (pool and heap).
     attempts: AtomicU64,
     heap_live: AtomicU64,
@@ -111,8 +113,14 @@ pub(crate) const fn splitmix64_nth(seed: u64, n: u64) -> u64 {
 }
 
 impl Pool {
-    pub(crate) fn new(verify: bool, fail: Option<FaultInjection>, fail_nth: Option<u64>) -> Self {
+    pub(crate) fn new(
+        verify: bool,
+        fail: Option<FaultInjection>,
+        fail_nth: Option<u64>,
+        fail_heap: bool,
+    ) -> Self {
         Self {
+            fail_heap,
             fail_nth: fail_nth.unwrap_or(0),
             attempts: AtomicU64::new(0),
             heap_live: AtomicU64::new(0),
@@ -136,12 +144,14 @@ impl Pool {
 
     /// True if the low-resources simulation refuses this charge. The nth
     /// charge's fate depends only on the seed and n.
-    fn inject_failure(&self) -> bool {
+    fn inject_failure(&self, seeded: bool) -> bool {
         let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
         if attempt == self.fail_nth {
             return true;
         }
-        let Some(f) = self.fail else { return false };
+        let Some(f) = self.fail.filter(|_| seeded) else {
+            return false;
+        };
         if f.one_in == 0 {
             return false;
         }
@@ -185,7 +195,22 @@ impl Pool {
                 );
             }
         }
-        if self.inject_failure() {
+        self.charge_checked(tag, bytes, true)
+    }
+
+    /// A charge of the system's own (the I/O manager's): `fail_nth` may
+    /// refuse it, the seeded simulation does not.
+    pub(crate) fn charge_os(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
+        self.charge_checked(tag, bytes, false)
+    }
+
+    fn charge_checked(
+        &self,
+        tag: PoolTag,
+        bytes: usize,
+        seeded: bool,
+    ) -> Result<PoolCharge, NtStatus> {
+        if self.inject_failure(seeded) {
             self.injected.fetch_add(1, Ordering::Relaxed);
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
@@ -290,7 +315,7 @@ impl Pool {
     /// low-resources simulation refuses it. Only atomics, and (while sites
     /// are recorded) the record; the caller runs it uncharged.
     pub(crate) fn charge_heap(&self, bytes: usize) -> bool {
-        if self.inject_failure() {
+        if self.inject_failure(self.fail_heap) {
             self.injected.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -393,7 +418,7 @@ mod tests {
 
     #[test]
     fn accounting_by_tag() {
-        let p = Pool::new(true, None, None);
+        let p = Pool::new(true, None, None, true);
         let a = p.charge(pool_tag(b"IvPd"), 10).unwrap();
         let b = p.charge(pool_tag(b"IvPd"), 5).unwrap();
         let c = p.charge(pool_tag(b"IvQp"), 7).unwrap();
