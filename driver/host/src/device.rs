@@ -84,13 +84,6 @@ pub enum UserDoorbells {
     Page,
 }
 
-/// The pool tag of the host I/O manager's requests ("IvIr").
-pub const IRP_TAG: irpverbs_core::PoolTag = irpverbs_core::pool_tag(b"IvIr");
-
-/// Bytes the host I/O manager charges per request besides its system
-/// buffer: an IRP with one stack location, as on x64.
-pub const IRP_BYTES: usize = 0x118;
-
 /// How to build a [`HostDevice`].
 #[derive(Clone, Debug, Default)]
 pub struct HostDeviceConfig {
@@ -922,21 +915,16 @@ impl HostFile {
         // which can be refused; the call then fails with
         // STATUS_INSUFFICIENT_RESOURCES (`ERROR_NO_SYSTEM_RESOURCES` from
         // `DeviceIoControl`) before the driver sees it.
-        let platform = self.dev.platform.clone();
-        let irp_bytes = IRP_BYTES + io.input.len().max(io.output_len);
-        let irp = match platform.io_manager_charge(IRP_TAG, irp_bytes) {
-            Ok(irp) => irp,
-            Err(status) => {
-                match on_complete {
-                    Completion::Routine(routine) => routine(status, 0, &[]),
-                    Completion::Keep(notify) => notify(),
-                }
-                return Submitted {
-                    pended: false,
-                    handle: None,
-                };
+        if let Err(status) = self.dev.platform.io_manager_allocate() {
+            match on_complete {
+                Completion::Routine(routine) => routine(status, 0, &[]),
+                Completion::Keep(notify) => notify(),
             }
-        };
+            return Submitted {
+                pended: false,
+                handle: None,
+            };
+        }
         let params = RequestParams {
             ioctl_code: io.code,
             major_function: io.major,
@@ -956,8 +944,6 @@ impl HostFile {
             on_complete,
             Some(Arc::clone(&self.dev.cancel)),
         );
-        // Given back when the request completes.
-        request.attach_irp(irp);
         let handle = request.handle();
         // EvtIoInCallerContext: on the caller's thread, at its IRQL
         // (PASSIVE_LEVEL), before the request is queued.

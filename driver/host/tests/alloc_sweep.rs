@@ -532,7 +532,7 @@ fn every_allocation_can_fail_cleanly() {
         }
     }
     println!(
-        "{} heap charges ({} on A, {} on B) at {} distinct sites:",
+        "{} charges (heap, pool and I/O manager; {} on A, {} on B) at {} distinct sites:",
         recorded[0].len() + recorded[1].len(),
         recorded[0].len(),
         recorded[1].len(),

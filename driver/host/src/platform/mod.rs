@@ -694,16 +694,16 @@ impl HostPlatform {
         id
     }
 
-    /// Charges the I/O manager's memory for a request (its IRP and system
-    /// buffer): counted with the driver's charges
-    /// ([`VerifierConfig::fail_nth`] can refuse it), but not refused by
-    /// the seeded `fail_pool` (Driver Verifier injects faults into the
-    /// verified driver's allocations only).
+    /// The I/O manager allocates a request (its IRP and system buffer):
+    /// an attempt counted with the driver's charges
+    /// ([`VerifierConfig::fail_nth`] can refuse it), but neither refused
+    /// by the seeded `fail_pool` (Driver Verifier injects faults into the
+    /// verified driver's allocations only) nor accounted to the driver.
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when refused.
-    pub fn io_manager_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
-        heap::uncharged(|| self.shared.pool.charge_os(tag, bytes))
+    pub fn io_manager_allocate(&self) -> Result<(), NtStatus> {
+        heap::uncharged(|| self.shared.pool.charge_os())
     }
 
     /// The pool accounting so far.

@@ -198,10 +198,17 @@ impl Pool {
         self.charge_checked(tag, bytes, true)
     }
 
-    /// A charge of the system's own (the I/O manager's): `fail_nth` may
-    /// refuse it, the seeded simulation does not.
-    pub(crate) fn charge_os(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
-        self.charge_checked(tag, bytes, false)
+    /// An allocation of the system's own (the I/O manager's): a charge
+    /// attempt `fail_nth` may refuse (the seeded simulation does not), not
+    /// the driver's memory, so not accounted to it.
+    pub(crate) fn charge_os(&self) -> Result<(), NtStatus> {
+        if self.inject_failure(false) {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            self.record_site(0);
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        self.record_site(0);
+        Ok(())
     }
 
     fn charge_checked(

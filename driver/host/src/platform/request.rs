@@ -86,9 +86,6 @@ struct State {
     on_complete: Option<Completion>,
     /// A [`Completion::Keep`] request's result, until taken.
     result: Option<(NtStatus, Vec<u8>)>,
-    /// The I/O manager's pool charge for the request, given back at
-    /// completion.
-    irp: Option<irpverbs_core::platform::PoolCharge>,
 }
 
 struct RequestShared {
@@ -184,9 +181,6 @@ impl RequestShared {
             );
         }
         state.phase = Phase::Completed;
-        if let Some(irp) = state.irp.take() {
-            self.platform.pool.release(irp);
-        }
         let on_complete = state.on_complete.take();
         let information = information.min(self.output_len);
         let notify = match on_complete {
@@ -307,7 +301,6 @@ impl HostRequest {
                     cancel_requested: false,
                     on_complete: Some(on_complete),
                     result: None,
-                    irp: None,
                 }),
             }),
             ioctl_code,
@@ -317,12 +310,6 @@ impl HostRequest {
             buffer: input,
             pin: None,
         }
-    }
-
-    /// Attaches the I/O manager's pool charge for the request (its IRP
-    /// and system buffer): given back when the request completes.
-    pub fn attach_irp(&self, charge: irpverbs_core::platform::PoolCharge) {
-        self.shared.state().irp = Some(charge);
     }
 
     /// A handle to this request (like the WDFREQUEST handle value).
