@@ -156,9 +156,11 @@ fn credit(pool: *const Pool, bytes: usize) {
 /// `block` is a block of ours: a word-aligned header precedes it.
 #[inline]
 unsafe fn set_pool(block: *mut u8, pool: *const Pool) {
-    // SAFETY: the caller's contract: the word before `block` is ours and
-    // aligned (the header is a multiple of the word size).
-    unsafe { block.sub(WORD).cast::<*const Pool>().write(pool) };
+    // SAFETY: the caller's contract: the word before `block` is ours.
+    let header = unsafe { block.sub(WORD) }.cast::<*const Pool>();
+    // SAFETY: in our block, aligned (the header is a multiple of the word
+    // size, the block at least word-aligned).
+    unsafe { header.write(pool) };
 }
 
 /// Reads the header of the block at `block`.
@@ -167,8 +169,10 @@ unsafe fn set_pool(block: *mut u8, pool: *const Pool) {
 /// As [`set_pool`], with the header written.
 #[inline]
 unsafe fn pool_of(block: *mut u8) -> *const Pool {
-    // SAFETY: the caller's contract.
-    unsafe { block.sub(WORD).cast::<*const Pool>().read() }
+    // SAFETY: the caller's contract: the word before `block` is ours.
+    let header = unsafe { block.sub(WORD) }.cast::<*const Pool>();
+    // SAFETY: written by `set_pool` when the block was made; aligned.
+    unsafe { header.read() }
 }
 
 /// The host's global allocator: the system allocator, with the driver's
@@ -224,14 +228,13 @@ unsafe impl GlobalAlloc for DriverHeap {
         let pool = unsafe { pool_of(block) };
         credit(pool, layout.size());
         let h = header(layout);
-        // SAFETY: `block` is `h` bytes into a system block of the outer
-        // layout, which `outer` computed successfully when it was made.
-        unsafe {
-            System.dealloc(
-                block.sub(h),
-                Layout::from_size_align_unchecked(layout.size() + h, h),
-            );
-        };
+        // SAFETY: `block` is `h` bytes into the system block.
+        let base = unsafe { block.sub(h) };
+        // SAFETY: the outer layout `outer` computed (successfully) when the
+        // block was made: size + h does not overflow, h is a power of two.
+        let outer = unsafe { Layout::from_size_align_unchecked(layout.size() + h, h) };
+        // SAFETY: `base` was allocated by `System` with `outer`.
+        unsafe { System.dealloc(base, outer) };
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -248,16 +251,13 @@ unsafe impl GlobalAlloc for DriverHeap {
         let Ok(new_pool) = charge(new_size) else {
             return ptr::null_mut();
         };
-        // SAFETY: `block` is `h` bytes into a system block of the outer
-        // layout; the new outer size was checked above, with the same
-        // alignment.
-        let base = unsafe {
-            System.realloc(
-                block.sub(h),
-                Layout::from_size_align_unchecked(layout.size() + h, h),
-                new_outer,
-            )
-        };
+        // SAFETY: `block` is `h` bytes into the system block.
+        let old_base = unsafe { block.sub(h) };
+        // SAFETY: the outer layout the block was made with (see `dealloc`).
+        let old_outer = unsafe { Layout::from_size_align_unchecked(layout.size() + h, h) };
+        // SAFETY: `old_base` was allocated by `System` with `old_outer`;
+        // the new outer size was checked above, with the same alignment.
+        let base = unsafe { System.realloc(old_base, old_outer, new_outer) };
         if base.is_null() {
             credit(new_pool, new_size);
             return base;
