@@ -17,11 +17,13 @@
 extern crate alloc;
 
 pub mod doorbell;
+pub mod fallible;
 pub mod region;
 pub mod ring;
 pub mod wq;
 
 pub use doorbell::DoorbellPage;
+pub use fallible::{try_box, try_push, try_vec};
 pub use region::{OutOfBounds, Region, Window};
 pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring, Slots};
 pub use wq::{CompletionQueue, PostError, RecvQueue, RecvWr, SendQueue, SendWr};

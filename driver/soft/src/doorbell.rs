@@ -100,6 +100,9 @@ impl Doorbells {
                 break;
             }
         }
+        self.pages
+            .try_reserve(1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let page = DoorbellPage::alloc().ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
         self.last_id = id;
         let at = self.pages.partition_point(|p| p.id < id);

@@ -281,8 +281,9 @@ impl PartialEq for DataPath {
 impl Eq for DataPath {}
 
 impl DataPath {
-    /// An idle data path for a port whose GID is `gid`.
-    pub(crate) fn new(gid: Gid) -> Self {
+    /// An idle data path for a port whose GID is `gid`, counting its
+    /// reasons for attention in `attention` (0).
+    pub(crate) fn new(gid: Gid, attention: Arc<AtomicU32>) -> Self {
         Self {
             gid,
             ready: VecDeque::new(),
@@ -306,7 +307,7 @@ impl DataPath {
             cq_errors: Vec::new(),
             stats: DpStats::default(),
             gsi: crate::gsi::Gsi::default(),
-            attention: Arc::new(AtomicU32::new(0)),
+            attention,
         }
     }
 

@@ -19,6 +19,7 @@
 
 use alloc::collections::VecDeque;
 
+use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
 use irpverbs_core::Event;
 
 /// The event queue's state, kept under `EQ_LOCK`.
@@ -39,15 +40,22 @@ pub(crate) struct EventQueue {
 impl EventQueue {
     /// An empty, disarmed queue of `capacity` entries (allocated now, so the
     /// command path never allocates for it).
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            entries: VecDeque::with_capacity(capacity),
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new(capacity: usize) -> Result<Self, NtStatus> {
+        let mut entries = VecDeque::new();
+        entries
+            .try_reserve_exact(capacity)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        Ok(Self {
+            entries,
             capacity,
             reserved: 0,
             armed: false,
             stalled: false,
             high_water: 0,
-        }
+        })
     }
 
     /// Reserves room for `n` entries. Without room, records the stall and
@@ -128,7 +136,7 @@ mod tests {
 
     #[test]
     fn armed_queue_fires_once() {
-        let mut q = EventQueue::new(4);
+        let mut q = EventQueue::new(4).unwrap();
         assert!(q.try_reserve(2));
         assert!(!q.push_reserved(ev(1)), "disarmed: no interrupt");
         assert!(q.arm(), "arming with an entry pending fires at once");
@@ -146,7 +154,7 @@ mod tests {
 
     #[test]
     fn reservation_bounds_the_queue_and_a_pop_unstalls() {
-        let mut q = EventQueue::new(3);
+        let mut q = EventQueue::new(3).unwrap();
         assert!(q.try_reserve(2));
         assert!(!q.try_reserve(2), "two reserved, one free");
         q.push_reserved(ev(1));

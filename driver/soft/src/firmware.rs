@@ -130,11 +130,17 @@ pub(crate) struct Executed {
 
 impl Firmware {
     /// Firmware with empty tables. `config` must be valid.
-    pub(crate) fn new(config: &SoftConfig) -> Self {
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
+    pub(crate) fn new(
+        config: SoftConfig,
+        attention: alloc::sync::Arc<core::sync::atomic::AtomicU32>,
+    ) -> Result<Self, NtStatus> {
         let port = Port::new(config.ip, &config.aliases);
-        let mut dp = crate::engine::DataPath::new(port.gid(0).unwrap_or_default());
+        let mut dp = crate::engine::DataPath::new(port.gid(0).unwrap_or_default(), attention);
         dp.udp_port = config.udp_port;
-        Self {
+        Ok(Self {
             dp,
             port,
             pds: Table::new(config.max_pd),
@@ -144,10 +150,10 @@ impl Firmware {
             qps: QpTable::new(config.max_qp),
             ahs: Table::new(config.max_ah),
             raised: None,
-            rings: crate::shared::RingPool::default(),
+            rings: crate::shared::RingPool::new()?,
             doorbells: crate::doorbell::Doorbells::default(),
-            config: config.clone(),
-        }
+            config,
+        })
     }
 
     /// Objects alive in the tables.

@@ -461,31 +461,47 @@ impl<P: Platform> SoftHca<P> {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` when [`SoftConfig::validate`] refuses
-    /// `config`.
+    /// `config`; `STATUS_INSUFFICIENT_RESOURCES` when memory for the queues
+    /// and tables is short (nothing is left allocated then).
     pub fn new(platform: &P, config: SoftConfig, bus: Arc<dyn SoftBus>) -> Result<Self, NtStatus> {
         config.validate()?;
+        // The one allocation here that cannot fail cleanly (a fallible
+        // `Arc` is not stable Rust): a few bytes, first, at device add.
+        let attention = Arc::new(core::sync::atomic::AtomicU32::new(0));
+        let caps = firmware::device_caps(&config);
+        let (execution, cmd_queue_depth, eq_depth, budget) = (
+            config.execution,
+            config.cmd_queue_depth,
+            config.eq_depth,
+            u64::from(config.dpc_budget),
+        );
+        let mut queue = VecDeque::new();
+        queue
+            .try_reserve_exact(cmd_queue_depth)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let eq = EventQueue::new(eq_depth)?;
         let state = HcaState {
-            queue: VecDeque::with_capacity(config.cmd_queue_depth),
-            depth: config.cmd_queue_depth,
-            firmware: Firmware::new(&config),
+            queue,
+            depth: cmd_queue_depth,
+            firmware: Firmware::new(config, attention)?,
             stats: SoftStats::default(),
         };
         Ok(Self {
-            caps: firmware::device_caps(&config),
-            execution: config.execution,
+            caps,
+            execution,
             bus,
             gid: state.firmware.dp.gid,
             port: state.firmware.port.clone(),
             attention: state.firmware.dp.attention.clone(),
             state: platform.new_lock(&HCA_LOCK, state),
-            eq: platform.new_lock(&EQ_LOCK, EventQueue::new(config.eq_depth)),
+            eq: platform.new_lock(&EQ_LOCK, eq),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
             txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
             tx_pending: AtomicBool::new(false),
             doorbell_pages: platform.new_lock(&DOORBELL_LOCK, Vec::new()),
             pages_polled: AtomicBool::new(false),
-            budget: u64::from(config.dpc_budget),
+            budget,
         })
     }
 
@@ -1551,6 +1567,36 @@ mod tests {
         assert_eq!(
             SoftHca::new(&TestPlatform, config, bus).err(),
             Some(STATUS_INVALID_PARAMETER)
+        );
+    }
+
+    /// Every allocation of device add but the first (the attention
+    /// counter's `Arc`, see `SoftHca::new`) can fail: `new` then returns
+    /// `STATUS_INSUFFICIENT_RESOURCES` instead of aborting.
+    #[test]
+    fn new_fails_cleanly_when_memory_is_short() {
+        let bus: Arc<dyn SoftBus> = Arc::new(CountingBus::default());
+        let mut n = 1;
+        loop {
+            let config = SoftConfig::default();
+            let (hca, failed) = irpverbs_failalloc::failing_nth(n, || {
+                SoftHca::new(&TestPlatform, config, bus.clone())
+            });
+            match hca {
+                Ok(hca) => {
+                    assert!(!failed, "run {n}: an allocation failed, and new succeeded");
+                    drop(hca);
+                }
+                Err(status) => assert_eq!(status, STATUS_INSUFFICIENT_RESOURCES, "run {n}"),
+            }
+            if !failed {
+                break;
+            }
+            n += 1;
+        }
+        assert!(
+            n >= 4,
+            "the command queue, the event queue, the ring pool: {n}"
         );
     }
 

@@ -103,15 +103,15 @@ impl Firmware {
 
     /// The device was removed: every MR goes, without a command, and with
     /// it the firmware's references to registered memory. Returns them, to
-    /// be dropped (unpinned) outside the HCA lock.
+    /// be dropped (unpinned) outside the HCA lock; when memory for that
+    /// list is short they are dropped here, as `DeregMr` drops one.
     pub(crate) fn drop_mrs(&mut self) -> alloc::vec::Vec<Mr> {
-        let mrs = self.mrs.take_all();
-        for mr in &mrs {
-            if let Ok(pd) = self.pds.get_mut(mr.pdn) {
+        let pds = &mut self.pds;
+        self.mrs.take_all(|mr| {
+            if let Ok(pd) = pds.get_mut(mr.pdn) {
                 pd.refs.put();
             }
-        }
-        mrs
+        })
     }
 
     /// `DeregMr`.

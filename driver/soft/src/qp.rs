@@ -32,6 +32,7 @@ use irpverbs_core::{AsyncEvent, CommandOut};
 use crate::config::{FIRST_QPN, MAX_QPN, ring_entries};
 use crate::firmware::Firmware;
 use crate::port::{PKEY_TBL_LEN, check_port};
+use crate::shared::boxed;
 
 /// Largest PSN (24 bits).
 pub const MAX_PSN: u32 = 0xFF_FFFF;
@@ -298,6 +299,7 @@ impl QpTable {
         self.qps
             .try_reserve(1)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let qp = boxed(qp)?;
         // Fewer than max <= 0xFF_FFFE QPs exist, so a free number exists and
         // this ends within one trip round the number space.
         loop {
@@ -305,11 +307,11 @@ impl QpTable {
             self.next = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
             match self.find(qpn) {
                 Err(at) => {
-                    self.qps.insert(at, (qpn, Some(Box::new(qp))));
+                    self.qps.insert(at, (qpn, Some(qp)));
                     return Ok(qpn);
                 }
                 Ok(i) if self.qps[i].1.is_none() => {
-                    self.qps[i].1 = Some(Box::new(qp));
+                    self.qps[i].1 = Some(qp);
                     self.dead -= 1;
                     return Ok(qpn);
                 }
@@ -409,27 +411,32 @@ impl Firmware {
         )?;
         let rq = match init.srqn {
             Some(_) => None,
-            None => Some(self.rings.alloc(
-                (cap.max_recv_wr + 1).next_power_of_two(),
-                irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
-            )?),
+            None => {
+                let rq = self.rings.alloc(
+                    (cap.max_recv_wr + 1).next_power_of_two(),
+                    irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
+                );
+                match rq {
+                    Ok(rq) => Some(rq),
+                    Err(status) => {
+                        self.rings.retire(sq);
+                        return Err(status);
+                    }
+                }
+            }
         };
-        let tx = crate::engine::QpTx::new(&sq.0, rq.as_ref().map(|r| &r.0))?;
-        let tx = alloc::boxed::Box::new(tx);
-        let qpn = self.qps.insert(Qp {
-            pdn: init.pdn,
-            qp_type: init.qp_type,
-            send_cqn: init.send_cqn,
-            recv_cqn: init.recv_cqn,
-            srqn: init.srqn,
-            sq_sig_all: init.sq_sig_all,
-            state: QpState::Reset,
-            cap,
-            attr: IvQpAttr::default(),
-            sq: sq.clone(),
-            rq: rq.clone(),
-            tx,
-        })?;
+        let qpn = match self.insert_qp(init, cap, &sq, rq.as_ref()) {
+            Ok(qpn) => qpn,
+            Err(status) => {
+                // The rings go back to the pool: a create refused for
+                // memory leaves the pool as it found it.
+                self.rings.retire(sq);
+                if let Some(rq) = rq {
+                    self.rings.retire(rq);
+                }
+                return Err(status);
+            }
+        };
         self.pds.get_mut(init.pdn)?.refs.get();
         self.cqs.get_mut(init.send_cqn)?.refs.get();
         self.cqs.get_mut(init.recv_cqn)?.refs.get();
@@ -441,6 +448,36 @@ impl Firmware {
             cap,
             sq: sq.0,
             rq: rq.map(|r| r.0),
+        })
+    }
+
+    /// The allocations of [`Firmware::create_qp`] after its rings: the
+    /// transport state and the table entry.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short or `max_qp`
+    /// QPs exist.
+    fn insert_qp(
+        &mut self,
+        init: &QpInit,
+        cap: IvQpCap,
+        sq: &crate::shared::RingRef,
+        rq: Option<&crate::shared::RingRef>,
+    ) -> Result<u32, NtStatus> {
+        let tx = boxed(crate::engine::QpTx::new(&sq.0, rq.map(|r| &r.0))?)?;
+        self.qps.insert(Qp {
+            pdn: init.pdn,
+            qp_type: init.qp_type,
+            send_cqn: init.send_cqn,
+            recv_cqn: init.recv_cqn,
+            srqn: init.srqn,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            cap,
+            attr: IvQpAttr::default(),
+            sq: sq.clone(),
+            rq: rq.cloned(),
+            tx,
         })
     }
 
@@ -592,13 +629,13 @@ impl Firmware {
         attr.cur_qp_state = qp.state.to_abi();
         attr.cap = qp.cap;
         attr.sq_draining = u8::from(qp.tx.draining);
-        Ok(CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
+        Ok(CommandOut::QpAttr(boxed(IvQueryQpOut {
             attr,
             qp_type: qp.qp_type,
             sq_sig_all: u32::from(qp.sq_sig_all),
             qpn,
             reserved: 0,
-        })))
+        })?))
     }
 
     /// `DestroyQp`, in any state.
@@ -1440,6 +1477,53 @@ mod tests {
         );
         d.ok(Command::DestroyQp { qpn: qpns[1] });
         d.qp(pdn, cqn, None);
+    }
+
+    /// Every allocation `CreateQp` and `QueryQp` make can fail: the command
+    /// then fails with `STATUS_INSUFFICIENT_RESOURCES` and changes nothing,
+    /// and the HCA goes on working.
+    #[test]
+    fn create_and_query_fail_cleanly_at_every_allocation() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let create = |srqn| Command::CreateQp {
+            pdn,
+            qp_type: IV_QPT_RC,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            srqn,
+            sq_sig_all: false,
+            cap: cap(),
+        };
+        // A QP created and destroyed leaves its rings in the pool, so that
+        // the sweep's creates reuse them: allocating a new ring's `Arc` is
+        // the ring crate's and cannot fail cleanly on stable Rust.
+        let first = d.qp(pdn, cqn, None);
+        let live = d.qp(pdn, cqn, None);
+        d.ok(Command::DestroyQp { qpn: first });
+        let destroy = |d: &Dev, out| {
+            let CommandOut::Qp { qpn, .. } = out else {
+                panic!("{out:?}")
+            };
+            d.ok(Command::DestroyQp { qpn });
+        };
+        let runs = d.sweep(&create(None), destroy);
+        assert!(
+            runs >= 3,
+            "the transport state, its box and the QP's: {runs}"
+        );
+        let srqn = d.srq(pdn);
+        d.ok(Command::DestroyQp {
+            qpn: d.qp(pdn, cqn, Some(srqn)),
+        });
+        assert!(d.sweep(&create(Some(srqn)), destroy) >= 3);
+        let runs = d.sweep(&Command::QueryQp { qpn: live }, |_, out| {
+            assert!(matches!(out, CommandOut::QpAttr(_)));
+        });
+        assert_eq!(runs, 1, "the attributes' box");
+        connect(&d, live);
+        assert_eq!(query(&d, live).attr.qp_state, IV_QPS_RTS, "still working");
     }
 
     #[test]

@@ -60,6 +60,17 @@ impl RingPool {
     /// Regions kept at most.
     const MAX: usize = 32;
 
+    /// An empty pool with room for [`Self::MAX`] regions (allocated now, so
+    /// that retiring a ring never allocates).
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new() -> Result<Self, NtStatus> {
+        Ok(Self {
+            retired: vec_with_capacity(Self::MAX)?,
+        })
+    }
+
     /// A zeroed ring of `entries` (a power of two) slots of `stride`: a
     /// retired region of the same size if one is free, else a new one.
     ///
@@ -85,9 +96,9 @@ impl RingPool {
     }
 
     /// Keeps a destroyed queue's ring memory for reuse (or frees it when
-    /// the pool is full).
+    /// the pool is full). Never allocates.
     pub(crate) fn retire(&mut self, ring: RingRef) {
-        if self.retired.len() < Self::MAX {
+        if self.retired.len() < self.retired.capacity().min(Self::MAX) {
             self.retired.push(Arc::clone(ring.0.region()));
         }
     }
@@ -104,3 +115,16 @@ impl PartialEq for RegionRef {
 }
 
 impl Eq for RegionRef {}
+
+/// `value` in a new box, or `STATUS_INSUFFICIENT_RESOURCES` (and `value`
+/// dropped) when memory is short: a command that needs a box fails
+/// cleanly instead of aborting.
+pub(crate) fn boxed<T>(value: T) -> Result<alloc::boxed::Box<T>, NtStatus> {
+    irpverbs_ring::try_box(value).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
+
+/// An empty vector with room for `capacity` elements, or
+/// `STATUS_INSUFFICIENT_RESOURCES`.
+pub(crate) fn vec_with_capacity<T>(capacity: usize) -> Result<alloc::vec::Vec<T>, NtStatus> {
+    irpverbs_ring::try_vec(capacity).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}

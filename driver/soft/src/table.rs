@@ -128,12 +128,18 @@ impl<T> Table<T> {
     }
 
     /// Removes every object and frees their numbers (generations stay, so
-    /// keys of the removed objects never match again); returns them.
-    pub(crate) fn take_all(&mut self) -> Vec<T> {
-        let mut taken = Vec::with_capacity(self.live);
+    /// keys of the removed objects never match again), calling `each` on
+    /// every one; returns them, or, when memory for the list is short,
+    /// drops them here and returns an empty list. Never allocates
+    /// infallibly (the free list has room for every slot).
+    pub(crate) fn take_all(&mut self, mut each: impl FnMut(&T)) -> Vec<T> {
+        let mut taken = irpverbs_ring::try_vec(self.live).unwrap_or_default();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(value) = slot.value.take() {
-                taken.push(value);
+                each(&value);
+                if taken.len() < taken.capacity() {
+                    taken.push(value);
+                }
                 self.free.push(i as u32);
             }
         }
@@ -160,13 +166,33 @@ impl<T> Table<T> {
 mod tests {
     use super::*;
 
+    /// Without memory for the list, `take_all` still empties the table
+    /// (dropping the objects itself) and visits every object.
+    #[test]
+    fn take_all_without_memory_drops_in_place() {
+        let mut t = Table::new(3);
+        let (a, b) = (alloc::sync::Arc::new(1), alloc::sync::Arc::new(2));
+        assert_eq!(t.insert(a.clone()), Ok(1));
+        assert_eq!(t.insert(b.clone()), Ok(2));
+        let mut seen = 0;
+        let (taken, failed) = irpverbs_failalloc::failing_nth(0, || t.take_all(|_| seen += 1));
+        assert!(failed && taken.is_empty());
+        assert_eq!((seen, t.len()), (2, 0));
+        assert_eq!(alloc::sync::Arc::strong_count(&a), 1, "dropped");
+        assert_eq!(alloc::sync::Arc::strong_count(&b), 1, "dropped");
+        let ((), failed) = irpverbs_failalloc::failing_nth(0, || {
+            assert_eq!(t.insert(a.clone()), Ok(2), "a free number, no allocation");
+        });
+        assert!(!failed);
+    }
+
     #[test]
     fn take_all_empties_and_keys_stay_stale() {
         let mut t = Table::new(3);
         assert_eq!(t.insert('a'), Ok(1));
         assert_eq!(t.insert('b'), Ok(2));
         let g = t.generation(1).unwrap();
-        assert_eq!(t.take_all(), ['a', 'b']);
+        assert_eq!(t.take_all(|_| {}), ['a', 'b']);
         assert_eq!(t.len(), 0);
         assert_eq!(t.get(1), Err(STATUS_INVALID_HANDLE));
         let n = t.insert('c').unwrap();

@@ -22,6 +22,11 @@ use irpverbs_core::{
 use crate::firmware::Firmware;
 use crate::{Execution, SoftBus, SoftConfig, SoftHca};
 
+/// Tests can fail any one allocation of their thread
+/// ([`irpverbs_failalloc::failing_nth`]); other threads' go through.
+#[global_allocator]
+static ALLOC: irpverbs_failalloc::FailAlloc = irpverbs_failalloc::FailAlloc;
+
 std::thread_local! {
     /// Ranks of the test locks this thread holds, in acquisition order.
     static HELD: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
@@ -362,6 +367,59 @@ impl Dev {
             events.push(e);
         }
         events
+    }
+
+    /// Sweeps an allocation failure through `command` (inline): runs it with
+    /// its first, second, ... allocation failing until a run fails none,
+    /// and checks that each run either succeeded or failed with
+    /// `STATUS_INSUFFICIENT_RESOURCES`, changing nothing (no object, no
+    /// firmware state, no event). `undo` gets each success's output and
+    /// must destroy what it made, so that every run starts alike. Returns
+    /// how many runs failed an allocation.
+    #[track_caller]
+    pub(crate) fn sweep(&self, command: &Command, mut undo: impl FnMut(&Self, CommandOut)) -> u64 {
+        let mut n = 0;
+        loop {
+            let command = command.clone();
+            let before = self.snapshot();
+            let live = self.hca.live_objects();
+            let token = self.token();
+            let (posted, failed) =
+                irpverbs_failalloc::failing_nth(n, || self.hca.post_command(token, command));
+            assert!(posted.is_ok(), "run {n}: the command was refused");
+            let Some(Event::CommandDone {
+                token: t,
+                status,
+                out,
+            }) = self.hca.poll_event()
+            else {
+                panic!("run {n}: no completion");
+            };
+            assert_eq!(t, token);
+            if nt_success(status) {
+                undo(self, out);
+            } else {
+                assert!(
+                    failed,
+                    "run {n}: {} with no allocation failed",
+                    status_name(status)
+                );
+                assert_eq!(
+                    status,
+                    irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES,
+                    "run {n}: {}",
+                    status_name(status)
+                );
+                assert_eq!(out, CommandOut::None);
+                assert_eq!(self.hca.live_objects(), live, "run {n} changed the objects");
+                assert!(self.snapshot() == before, "run {n} changed the firmware");
+            }
+            assert!(self.take_events().is_empty(), "run {n} raised an event");
+            if !failed {
+                return n;
+            }
+            n += 1;
+        }
     }
 
     /// Runs `command`, which must succeed.
