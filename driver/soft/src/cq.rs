@@ -164,7 +164,7 @@ pub(crate) fn post_cqe_inline(
     let w = arm.load(Ordering::Acquire);
     if w & IV_CQ_ARM_NEXT != 0 && (w & IV_CQ_ARM_SOLICITED == 0 || qualifies) {
         disarm(arm, w);
-        dp.events.push(Event::Completion { cqn });
+        dp.event(Event::Completion { cqn });
     }
     true
 }
@@ -176,7 +176,8 @@ fn overran(cq: &mut Cq, dp: &mut DataPath, cqn: u32) {
     cq.error = true;
     dp.stats.cqes_lost += 1;
     dp.raise(AsyncEvent::CqError(cqn));
-    dp.cq_errors.push(cqn);
+    // Room for every CQ was reserved at its create.
+    crate::shared::push(&mut dp.cq_errors, cqn);
 }
 
 impl Firmware {
@@ -202,6 +203,8 @@ impl Firmware {
         if comp_vector >= self.config.num_comp_vectors {
             return Err(STATUS_INVALID_PARAMETER);
         }
+        // Room for this CQ in the data path's list of overrun CQs.
+        crate::shared::room_for(&mut self.dp.cq_errors, self.cqs.len() + 1)?;
         let ring = self.rings.alloc(cqe + 1, 64)?;
         let cqn = self.cqs.insert(Cq {
             cqe,
@@ -253,6 +256,7 @@ impl Firmware {
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<CommandOut, NtStatus> {
         self.cqs.get(cqn)?.refs.check_idle()?;
         let cq = self.cqs.remove(cqn)?;
+        self.dp.cq_errors.retain(|&c| c != cqn);
         self.rings.retire(cq.ring);
         self.doorbells
             .unbind(irpverbs_core::DoorbellTarget::CqArm(cqn));

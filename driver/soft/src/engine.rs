@@ -203,6 +203,9 @@ pub(crate) struct DpStats {
     pub(crate) retry_causes: [u64; 4],
     /// Completions not written: their CQ had overrun.
     pub(crate) cqes_lost: u64,
+    /// Events lost before the event queue: more in one step than the
+    /// event list had room for, and no memory to grow it.
+    pub(crate) events_lost: u64,
 }
 
 /// The data path's state, beside the firmware's tables (under `HCA_LOCK`).
@@ -282,16 +285,24 @@ impl Eq for DataPath {}
 
 impl DataPath {
     /// An idle data path for a port whose GID is `gid`, counting its
-    /// reasons for attention in `attention` (0).
-    pub(crate) fn new(gid: Gid, attention: Arc<AtomicU32>) -> Self {
-        Self {
+    /// reasons for attention in `attention` (0), with room for `events`
+    /// events per step (the event queue's depth).
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new(
+        gid: Gid,
+        attention: Arc<AtomicU32>,
+        events: usize,
+    ) -> Result<Self, NtStatus> {
+        Ok(Self {
             gid,
             ready: VecDeque::new(),
             loopq: Batch::default(),
             loop_spare: Batch::default(),
             inbound: Batch::default(),
             outbox: Vec::new(),
-            events: Vec::new(),
+            events: crate::shared::vec_with_capacity(events)?,
             router: None,
             link: None,
             wireq: Batch::default(),
@@ -308,7 +319,7 @@ impl DataPath {
             stats: DpStats::default(),
             gsi: crate::gsi::Gsi::default(),
             attention,
-        }
+        })
     }
 
     /// One more reason for receive doorbells to come in. Sequentially
@@ -355,8 +366,8 @@ impl DataPath {
     /// Puts QP `qpn` on the timer list (once).
     pub(crate) fn time(&mut self, qpn: u32, tx: &mut QpTx) {
         if !tx.timed {
-            tx.timed = true;
-            self.timed.push(qpn);
+            // Room for every QP was reserved at its create.
+            tx.timed = crate::shared::push(&mut self.timed, qpn);
         }
     }
 
@@ -388,9 +399,12 @@ impl DataPath {
     }
 
     /// Sends `pkt` (the first of a `burst`) to its destination GID, its
-    /// payload segments appended by `fill`. Without a route the packets are
-    /// lost (and a `notify` is answered at once: the bytes left). On a
-    /// `fill` error nothing is sent.
+    /// payload segments appended by `fill` (at most [`MAX_SGE`] of them).
+    /// Without a route, or without memory for the batch to grow to a new
+    /// high-water mark, the packets are lost (and a `notify` is answered at
+    /// once: the bytes left). On a `fill` error nothing is sent.
+    ///
+    /// [`MAX_SGE`]: irpverbs_ring::wq::MAX_SGE
     pub(crate) fn emit<E>(
         &mut self,
         pkt: Packet,
@@ -399,7 +413,10 @@ impl DataPath {
         fill: impl FnOnce(&mut Vec<crate::packet::Seg>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.stats.packets_sent += u64::from(burst.count);
-        match self.batch_for(&pkt.dgid) {
+        let batch = self
+            .batch_for(&pkt.dgid)
+            .and_then(|b| b.room_for(1, irpverbs_ring::wq::MAX_SGE).then_some(b));
+        match batch {
             Some(b) => {
                 let start = b.segs.len();
                 if let Err(e) = fill(&mut b.segs) {
@@ -419,7 +436,7 @@ impl DataPath {
             None => {
                 self.stats.packets_dropped += u64::from(burst.count);
                 if let Some(qpn) = notify {
-                    self.loopq.push_signal(Frame::Sent {
+                    let _ = self.loopq.push_signal(Frame::Sent {
                         qpn,
                         psn: burst.last_psn(pkt.psn),
                     });
@@ -436,23 +453,43 @@ impl DataPath {
 
     /// Sends a fabric signal to `dgid` (lost without a route).
     pub(crate) fn signal(&mut self, dgid: &Gid, frame: Frame) {
-        match self.batch_for(dgid) {
+        let sent = match self.batch_for(dgid) {
             Some(b) => b.push_signal(frame),
-            None => self.stats.packets_dropped += 1,
+            None => false,
+        };
+        if !sent {
+            self.stats.packets_dropped += 1;
         }
     }
 
     /// Puts QP `qpn` on the ready list (once).
     pub(crate) fn schedule(&mut self, qpn: u32, tx: &mut QpTx) {
         if !tx.scheduled {
-            tx.scheduled = true;
-            self.ready.push_back(qpn);
+            // Room for every QP was reserved at its create; without it
+            // (no memory) the QP waits for its next doorbell.
+            if self.ready.len() < self.ready.capacity() || self.ready.try_reserve(1).is_ok() {
+                tx.scheduled = true;
+                self.ready.push_back(qpn);
+            }
         }
     }
 
     /// An async event.
     pub(crate) fn raise(&mut self, event: AsyncEvent) {
-        self.events.push(Event::Async(event));
+        self.event(Event::Async(event));
+    }
+
+    /// Queues `event` for the event queue. The list has room for a full
+    /// event queue from the start (more in one step would overrun it); past
+    /// that it grows fallibly, and an event it has no memory for is lost
+    /// and counted, as an event queue overrun is. Returns whether it was
+    /// queued.
+    pub(crate) fn event(&mut self, event: Event) -> bool {
+        let queued = crate::shared::push(&mut self.events, event);
+        if !queued {
+            self.stats.events_lost += 1;
+        }
+        queued
     }
 
     /// Packets sent and received so far (the fast path's counted as the
@@ -902,13 +939,14 @@ impl Firmware {
     pub(crate) fn fire_timers(&mut self, now: u64) -> Option<u64> {
         self.dp.now = self.dp.now.max(now);
         let now = self.dp.now;
-        let mut timed = core::mem::take(&mut self.dp.timed);
+        // In place (QPs a timer arms meanwhile are appended, and looked at
+        // too), so that the list keeps its room.
         let mut next: Option<u64> = None;
         let mut i = 0;
-        while i < timed.len() {
-            let qpn = timed[i];
+        while i < self.dp.timed.len() {
+            let qpn = self.dp.timed[i];
             let Ok(qp) = self.qps.get_mut(qpn) else {
-                timed.swap_remove(i);
+                self.dp.timed.swap_remove(i);
                 continue;
             };
             let (rto, rnr) = (qp.tx.rto_at, qp.tx.rnr_at);
@@ -933,15 +971,13 @@ impl Firmware {
                 }
                 Ok(qp) => {
                     qp.tx.timed = false;
-                    timed.swap_remove(i);
+                    self.dp.timed.swap_remove(i);
                 }
                 Err(_) => {
-                    timed.swap_remove(i);
+                    self.dp.timed.swap_remove(i);
                 }
             }
         }
-        timed.append(&mut self.dp.timed);
-        self.dp.timed = timed;
         next
     }
 
@@ -979,9 +1015,13 @@ impl Firmware {
         if self.dp.acks.is_empty() {
             return;
         }
-        let mut acks = core::mem::take(&mut self.dp.acks);
-        let (qps, mut env) = self.split();
-        for &qpn in &acks {
+        // In place, so that the list keeps its room (an ACK queued
+        // meanwhile is sent in this pass).
+        let mut i = 0;
+        while i < self.dp.acks.len() {
+            let qpn = self.dp.acks[i];
+            i += 1;
+            let (qps, mut env) = self.split();
             let Ok(qp) = qps.get_mut(qpn) else { continue };
             // Loopback with nothing else on its way back: the requester
             // takes the ACK at once, without a packet.
@@ -999,10 +1039,7 @@ impl Firmware {
                 _ => responder::send_pending_ack(qp, &mut env),
             }
         }
-        acks.clear();
-        if self.dp.acks.is_empty() {
-            self.dp.acks = acks;
-        }
+        self.dp.acks.clear();
     }
 
     /// Moves every QP that completes on an overrun CQ to ERR.
@@ -1059,7 +1096,7 @@ impl Firmware {
     pub(crate) fn arm_cq(&mut self, cqn: u32) {
         if let Ok(cq) = self.cqs.get_mut(cqn) {
             if cq.check_armed() {
-                self.dp.events.push(Event::Completion { cqn });
+                self.dp.event(Event::Completion { cqn });
             }
         }
     }

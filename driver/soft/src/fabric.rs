@@ -44,8 +44,10 @@ pub static INBOX_LOCK: LockClass = LockClass {
 /// What an HCA is to the others on a fabric.
 pub(crate) trait Peer: Send + Sync {
     /// Appends `batch`'s frames to the inbox (the inbox lock only; called
-    /// holding the sender's `HCA_LOCK`). `batch` is left empty.
-    fn accept(&self, batch: &mut Batch);
+    /// holding the sender's `HCA_LOCK`). `batch` is left empty; or, when
+    /// the inbox has no memory to grow, unchanged, and false is returned
+    /// (the sender tries again on its next step).
+    fn accept(&self, batch: &mut Batch) -> bool;
 
     /// Its work runs on the thread that sends to it
     /// ([`crate::Execution::Inline`]); otherwise [`Peer::ring`] wakes its

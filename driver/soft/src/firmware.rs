@@ -138,7 +138,11 @@ impl Firmware {
         attention: alloc::sync::Arc<core::sync::atomic::AtomicU32>,
     ) -> Result<Self, NtStatus> {
         let port = Port::new(config.ip, &config.aliases);
-        let mut dp = crate::engine::DataPath::new(port.gid(0).unwrap_or_default(), attention);
+        let mut dp = crate::engine::DataPath::new(
+            port.gid(0).unwrap_or_default(),
+            attention,
+            config.eq_depth,
+        )?;
         dp.udp_port = config.udp_port;
         Ok(Self {
             dp,
@@ -263,6 +267,11 @@ impl Refs {
     pub(crate) fn put(&mut self) {
         debug_assert!(self.0 > 0, "reference count underflow");
         self.0 = self.0.saturating_sub(1);
+    }
+
+    /// How many dependents.
+    pub(crate) fn count(self) -> usize {
+        self.0 as usize
     }
 
     /// Fails with `STATUS_DEVICE_BUSY` while there are dependents.

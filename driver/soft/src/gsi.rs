@@ -56,7 +56,8 @@ pub(crate) struct Gsi {
     pub(crate) sent: u64,
     /// MADs queued for the driver.
     pub(crate) received: u64,
-    /// Packets to QP 1 dropped: not a valid MAD, or the queue was full.
+    /// Packets to QP 1 dropped: not a valid MAD, or the queue was full
+    /// (or had no memory to grow).
     pub(crate) dropped: u64,
     /// Buffers of MADs sent, reused once their packet let go of them.
     spare: VecDeque<Arc<Region>>,
@@ -157,13 +158,16 @@ impl Firmware {
 
 /// A packet to QP 1: queues it as a MAD for the driver, or drops it.
 pub(crate) fn receive(dp: &mut DataPath, port: &Port, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+    let q = &mut dp.gsi.queue;
+    // The queue grows to its high-water mark, fallibly: a MAD it has no
+    // memory for is dropped (MADs are datagrams; the CM retries).
+    let room = q.len() < MAD_QUEUE_DEPTH && (q.len() < q.capacity() || q.try_reserve(1).is_ok());
     match check(port, pkt, burst, payload) {
-        Some(m) if dp.gsi.queue.len() < MAD_QUEUE_DEPTH => {
+        Some(m) if room => {
             dp.gsi.queue.push_back(m);
             dp.gsi.received += 1;
             if !dp.gsi.announced {
-                dp.gsi.announced = true;
-                dp.events.push(Event::Mad);
+                dp.gsi.announced = dp.event(Event::Mad);
             }
         }
         _ => {

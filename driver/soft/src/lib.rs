@@ -342,24 +342,32 @@ impl TxQueue {
     /// Queues `tx` for `link`: appended to the last batch queued when that
     /// is for the same link and tap and no thread has taken it yet (the
     /// batch is then recycled), so that however far the link falls behind,
-    /// a few batches wait, each grown to its high-water mark.
+    /// a few batches wait, each grown to its high-water mark. Growing is
+    /// fallible: with no memory for it, `tx`'s datagrams are dropped (RC
+    /// retransmits them) and their count returned.
     fn queue(
         &mut self,
         link: Arc<dyn Link>,
         mut tx: link::TxBatch,
         tap: Option<Arc<dyn link::Tap>>,
-    ) {
+    ) -> usize {
         let same_tap = |t: &Option<Arc<dyn link::Tap>>| match (t, &tap) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (a, b) => a.is_none() && b.is_none(),
         };
-        match self.batches.back_mut() {
-            Some((l, last, t)) if Arc::ptr_eq(l, &link) && same_tap(t) => {
-                last.append(&mut tx);
+        if let Some((l, last, t)) = self.batches.back_mut() {
+            if Arc::ptr_eq(l, &link) && same_tap(t) && last.append(&mut tx) {
                 self.recycle(tx);
+                return 0;
             }
-            _ => self.batches.push_back((link, tx, tap)),
         }
+        if self.batches.try_reserve(1).is_err() {
+            let lost = tx.len();
+            self.recycle(tx);
+            return lost;
+        }
+        self.batches.push_back((link, tx, tap));
+        0
     }
 
     /// The largest spare batch, if any.
@@ -374,10 +382,11 @@ impl TxQueue {
 
     /// Keeps `tx` (cleared) for reuse: while there is room, or in place
     /// of a smaller spare, so that the spares grow to the largest batches
-    /// and stop reallocating.
+    /// and stop reallocating. Never allocates (the spares' room is taken
+    /// at device add).
     fn recycle(&mut self, mut tx: link::TxBatch) {
         tx.clear();
-        if self.spare.len() < TX_SPARES {
+        if self.spare.len() < self.spare.capacity().min(TX_SPARES) {
             self.spare.push(tx);
         } else if let Some(small) = self
             .spare
@@ -497,7 +506,13 @@ impl<P: Platform> SoftHca<P> {
             eq: platform.new_lock(&EQ_LOCK, eq),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
-            txq: platform.new_lock(&TX_LOCK, TxQueue::default()),
+            txq: platform.new_lock(
+                &TX_LOCK,
+                TxQueue {
+                    spare: shared::vec_with_capacity(TX_SPARES)?,
+                    ..TxQueue::default()
+                },
+            ),
             tx_pending: AtomicBool::new(false),
             doorbell_pages: platform.new_lock(&DOORBELL_LOCK, Vec::new()),
             pages_polled: AtomicBool::new(false),
@@ -600,7 +615,13 @@ impl<P: Platform> SoftHca<P> {
                 }
             };
             // Straight onto the inbound batch (its vectors keep their
-            // capacity between runs: no allocation per datagram).
+            // capacity between runs: no allocation per datagram; growing to
+            // a new high-water mark is fallible, and without memory the
+            // datagram is dropped as without a receive buffer).
+            if !dp.inbound.room_for(1, 1) {
+                dp.link_stats.rx_no_buffer += 1;
+                return Err(wire::WireError::Truncated);
+            }
             let seg = u32::try_from(dp.inbound.segs.len()).unwrap_or(u32::MAX);
             if !payload.is_empty() {
                 let Some(region) = dp.rx.take(payload) else {
@@ -769,8 +790,13 @@ impl<P: Platform> SoftHca<P> {
                     if !Arc::ptr_eq(l, &link) {
                         break;
                     }
-                    if let Some((_, mut more, _)) = q.batches.pop_front() {
-                        tx.append(&mut more);
+                    if let Some((l, mut more, t)) = q.batches.pop_front() {
+                        if !tx.append(&mut more) {
+                            // No memory to merge: it leaves on its own,
+                            // next (popped, so there is room to put back).
+                            q.batches.push_front((l, more, t));
+                            break;
+                        }
                         q.recycle(more);
                     }
                 }
@@ -802,8 +828,10 @@ impl<P: Platform> SoftHca<P> {
                 if fw.dp.inbound.is_empty() {
                     self.inbox
                         .lock(|ib| core::mem::swap(ib, &mut fw.dp.inbound));
-                } else {
-                    self.inbox.lock(|ib| fw.dp.inbound.append(ib));
+                } else if !self.inbox.lock(|ib| fw.dp.inbound.append(ib)) {
+                    // No memory to merge: the inbox waits for the next
+                    // step, when the inbound batch is empty.
+                    self.inbox_pending.store(true, Ordering::Release);
                 }
             }
             let mut more = fw.run_datapath(REQUESTER_BUDGET);
@@ -814,7 +842,10 @@ impl<P: Platform> SoftHca<P> {
                 }
                 match q.peer.as_ref().and_then(Weak::upgrade) {
                     Some(peer) => {
-                        peer.accept(&mut q.batch);
+                        // An inbox with no memory to grow leaves the
+                        // frames here, for the next step (after the peer
+                        // drained its inbox).
+                        more |= !peer.accept(&mut q.batch);
                         todo.push(peer);
                     }
                     None => {
@@ -829,7 +860,7 @@ impl<P: Platform> SoftHca<P> {
                             } = f
                             {
                                 let psn = burst.last_psn(pkt.psn);
-                                dp.loopq.push_signal(Frame::Sent { qpn, psn });
+                                let _ = dp.loopq.push_signal(Frame::Sent { qpn, psn });
                                 more = true;
                             }
                         }
@@ -860,13 +891,9 @@ impl<P: Platform> SoftHca<P> {
                         // Queued, and a transmitted batch's buffers (when
                         // one is back) for the next step, in one hold.
                         let tap = dp.tap.clone();
-                        dp.tx = self
-                            .txq
-                            .lock(|q| {
-                                q.queue(link, tx, tap);
-                                q.spare()
-                            })
-                            .unwrap_or_default();
+                        let (lost, spare) = self.txq.lock(|q| (q.queue(link, tx, tap), q.spare()));
+                        dp.link_stats.tx_errors += lost as u64;
+                        dp.tx = spare.unwrap_or_default();
                         self.tx_pending.store(true, Ordering::Release);
                     }
                 } else {
@@ -1148,6 +1175,7 @@ impl<P: Platform> SoftHca<P> {
                 retries: d.retries,
                 retry_causes: d.retry_causes,
                 cqes_lost: d.cqes_lost,
+                events_lost: st.stats.events_lost + d.events_lost,
                 doorbell_pages: st.firmware.doorbells.len(),
                 page_doorbells: st.firmware.doorbells.rung,
                 stray_doorbells: st.firmware.doorbells.stray,
@@ -1507,11 +1535,19 @@ impl<P: Platform> Hca for SoftHca<P> {
 }
 
 impl<P: Platform> Peer for SoftHca<P> {
-    fn accept(&self, batch: &mut Batch) {
+    fn accept(&self, batch: &mut Batch) -> bool {
         self.inbox.lock(|ib| {
-            ib.append(batch);
+            let taken = if ib.is_empty() {
+                // The sender's vectors move in (no allocation), the
+                // inbox's empty ones out.
+                core::mem::swap(ib, batch);
+                true
+            } else {
+                ib.append(batch)
+            };
             self.inbox_pending.store(true, Ordering::Release);
-        });
+            taken
+        })
     }
 
     fn inline(&self) -> bool {
@@ -1598,6 +1634,30 @@ mod tests {
             n >= 4,
             "the command queue, the event queue, the ring pool: {n}"
         );
+    }
+
+    /// The data path's event list has room for a full event queue from
+    /// the start; past that it grows fallibly, and an event it has no
+    /// memory for is lost and counted, not an abort.
+    #[test]
+    fn data_path_events_have_room_and_fail_cleanly() {
+        let d = Dev::with(|c| c.eq_depth = 8);
+        d.hca.with_firmware(|fw| {
+            let dp = &mut fw.dp;
+            assert!(dp.events.capacity() >= 8);
+            let ((), allocated) = irpverbs_failalloc::counting(|| {
+                while dp.events.len() < dp.events.capacity() {
+                    assert!(dp.event(Event::Completion { cqn: 1 }));
+                }
+            });
+            assert_eq!(allocated, 0);
+            let (queued, failed) =
+                irpverbs_failalloc::failing_nth(0, || dp.event(Event::Completion { cqn: 2 }));
+            assert!(failed && !queued);
+            assert_eq!(dp.stats.events_lost, 1);
+            dp.events.clear();
+        });
+        assert_eq!(d.hca.stats().events_lost, 1);
     }
 
     #[test]

@@ -176,14 +176,22 @@ impl TxBatch {
     }
 
     /// Moves every datagram of `other` to the end of this batch (`other`
-    /// is left empty): batches for one link leave in one call.
-    pub fn append(&mut self, other: &mut TxBatch) {
+    /// is left empty): batches for one link leave in one call. False, and
+    /// both batches unchanged, when this one has no memory to grow.
+    #[must_use]
+    pub fn append(&mut self, other: &mut TxBatch) -> bool {
+        if self.buf.try_reserve(other.buf.len()).is_err()
+            || self.items.try_reserve(other.items.len()).is_err()
+        {
+            return false;
+        }
         let base = self.buf.len();
         self.buf.append(&mut other.buf);
         self.items.extend(other.items.drain(..).map(|mut t| {
             t.start += base;
             t
         }));
+        true
     }
 
     /// Bytes the batch holds without reallocating.
@@ -199,7 +207,8 @@ impl TxBatch {
     }
 
     /// Appends `pkt` with `payload` as a datagram to UDP port `dst_port`;
-    /// false (nothing appended) when the packet cannot be emitted.
+    /// false (nothing appended) when the packet cannot be emitted, or the
+    /// batch has no memory to grow to a new high-water mark.
     fn push(&mut self, pkt: &Packet, payload: &[u8], dst_port: u16) -> bool {
         let src_port = entropy_port(pkt.dest_qpn);
         let mut ip = IpUdp::of(pkt, src_port, 0);
@@ -207,6 +216,9 @@ impl TxBatch {
         let Ok(len) = wire::transport_len(pkt) else {
             return false;
         };
+        if self.buf.try_reserve(len).is_err() || self.items.try_reserve(1).is_err() {
+            return false;
+        }
         let start = self.buf.len();
         self.buf.resize(start + len, 0);
         let out = &mut self.buf[start..];
@@ -284,7 +296,8 @@ pub struct LinkStats {
     pub rx_datagrams: u64,
     /// Datagrams received and dropped, by [`wire::WireError`] reason.
     pub rx_dropped: wire::WireStats,
-    /// Datagrams dropped for want of a receive buffer.
+    /// Datagrams dropped for want of a receive buffer (or of memory to
+    /// queue them).
     pub rx_no_buffer: u64,
     /// Receive buffers allocated (of [`RxPool::BUF`] bytes each): the
     /// pool grows to the most datagrams in flight at once, and keeps them.
@@ -314,7 +327,9 @@ fn burst_mtu(len: u32, count: u32) -> u32 {
 /// Serializes the frames of `batch` (for the link) into `tx`, packet by
 /// packet, copying their payload through `scratch`. UC and UD packets get
 /// their "sent" signal into `loopq` (the bytes left); signals that have no
-/// wire form are counted and dropped.
+/// wire form are counted and dropped. `tx` and `scratch` grow to new
+/// high-water marks fallibly: a packet they have no memory for is dropped
+/// and counted as a transmit error (RC retransmits it).
 pub(crate) fn serialize(
     batch: &Batch,
     tx: &mut TxBatch,
@@ -341,6 +356,10 @@ pub(crate) fn serialize(
         let mut ok = true;
         for s in batch.payload(seg, nsegs) {
             let at = scratch.len();
+            if scratch.try_reserve(s.len).is_err() {
+                ok = false;
+                break;
+            }
             scratch.resize(at + s.len, 0);
             ok &= s.region.read(s.offset, &mut scratch[at..]).is_ok();
         }
@@ -381,7 +400,7 @@ pub(crate) fn serialize(
             }
         }
         if let Some(qpn) = notify {
-            loopq.push_signal(Frame::Sent {
+            let _ = loopq.push_signal(Frame::Sent {
                 qpn,
                 psn: burst.last_psn(pkt.psn),
             });
@@ -514,6 +533,93 @@ mod tests {
     /// parses back.
     #[test]
     fn bursts_are_cut_into_packets() {
+        let (data, batch) = burst_batch();
+        let (mut tx, mut scratch, mut loopq) = (TxBatch::default(), Vec::new(), Batch::default());
+        let mut stats = LinkStats::default();
+        serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
+        assert_eq!(tx.len(), 3);
+        assert_eq!(stats.tx_datagrams, 3);
+        assert_eq!(stats.signals_dropped, 1);
+        assert_eq!(loopq.frames, [Frame::Sent { qpn: 9, psn: 1 }]);
+        let mut got = Vec::new();
+        for (i, d) in tx.iter().enumerate() {
+            let (p, payload) = wire::parse_transport(d.payload, &d.ip()).unwrap();
+            assert_eq!(p.psn, psn_add(0xFF_FFFF, i as u32));
+            assert_eq!(
+                p.opcode,
+                [
+                    op::RC_WRITE_FIRST,
+                    op::RC_WRITE_MIDDLE,
+                    op::RC_WRITE_LAST_IMM
+                ][i]
+            );
+            assert_eq!(p.ack_req, i == 2);
+            if i == 0 {
+                assert_eq!(p.reth.rkey, 7);
+            }
+            if i == 2 {
+                assert_eq!(p.imm, 0x0102_0304);
+            }
+            assert_eq!(d.dst_port, 4791);
+            assert_eq!(d.src_port, entropy_port(0x12));
+            got.extend_from_slice(payload);
+        }
+        assert_eq!(got, data, "256 + 256 + 88 bytes, in order");
+    }
+
+    /// Serializing grows the transmit batch and the scratch buffer to new
+    /// high-water marks fallibly: with any one of its allocations failing,
+    /// the packets it had no memory for are dropped and counted as transmit
+    /// errors (RC retransmits them), the others go, and nothing aborts.
+    #[test]
+    fn serializing_without_memory_drops_and_counts() {
+        let (_, batch) = burst_batch();
+        let mut n = 0;
+        loop {
+            let (mut tx, mut scratch, mut loopq) =
+                (TxBatch::default(), Vec::new(), Batch::default());
+            let mut stats = LinkStats::default();
+            let ((), failed) = irpverbs_failalloc::failing_nth(n, || {
+                serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
+            });
+            assert_eq!(stats.tx_datagrams + stats.tx_errors, 3, "run {n}");
+            assert_eq!(tx.len() as u64, stats.tx_datagrams, "run {n}");
+            let signals = loopq.frames.len();
+            if failed {
+                assert!(
+                    stats.tx_errors > 0 || signals == 0,
+                    "run {n}: a failure went unnoticed"
+                );
+            } else {
+                assert_eq!((stats.tx_errors, signals), (0, 1));
+                break;
+            }
+            n += 1;
+        }
+        assert!(
+            n >= 3,
+            "the scratch buffer, the datagram bytes and items: {n}"
+        );
+        // A batch with room takes more without allocating.
+        let (mut tx, mut scratch, mut loopq) = (TxBatch::default(), Vec::new(), Batch::default());
+        let mut stats = LinkStats::default();
+        serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
+        tx.clear();
+        loopq.clear();
+        let ((), allocated) = irpverbs_failalloc::counting(|| {
+            serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
+        });
+        assert_eq!(allocated, 0);
+        let mut more = TxBatch::default();
+        let ((), failed) = irpverbs_failalloc::failing_nth(0, || {
+            assert!(!more.append(&mut tx), "no memory to grow: refused");
+        });
+        assert!(failed);
+        assert_eq!((more.len(), tx.len()), (0, 3), "both unchanged");
+    }
+
+    /// A write of 600 bytes as a burst of three packets (and a signal).
+    fn burst_batch() -> (Vec<u8>, Batch) {
         let region = Arc::new(Region::alloc(600).unwrap());
         let data: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
         region.write(0, &data).unwrap();
@@ -547,38 +653,8 @@ mod tests {
             nsegs: 1,
             notify: Some(9),
         });
-        batch.push_signal(Frame::RetryHint { qpn: 1 });
-        let (mut tx, mut scratch, mut loopq) = (TxBatch::default(), Vec::new(), Batch::default());
-        let mut stats = LinkStats::default();
-        serialize(&batch, &mut tx, &mut scratch, &mut loopq, 4791, &mut stats);
-        assert_eq!(tx.len(), 3);
-        assert_eq!(stats.tx_datagrams, 3);
-        assert_eq!(stats.signals_dropped, 1);
-        assert_eq!(loopq.frames, [Frame::Sent { qpn: 9, psn: 1 }]);
-        let mut got = Vec::new();
-        for (i, d) in tx.iter().enumerate() {
-            let (p, payload) = wire::parse_transport(d.payload, &d.ip()).unwrap();
-            assert_eq!(p.psn, psn_add(0xFF_FFFF, i as u32));
-            assert_eq!(
-                p.opcode,
-                [
-                    op::RC_WRITE_FIRST,
-                    op::RC_WRITE_MIDDLE,
-                    op::RC_WRITE_LAST_IMM
-                ][i]
-            );
-            assert_eq!(p.ack_req, i == 2);
-            if i == 0 {
-                assert_eq!(p.reth.rkey, 7);
-            }
-            if i == 2 {
-                assert_eq!(p.imm, 0x0102_0304);
-            }
-            assert_eq!(d.dst_port, 4791);
-            assert_eq!(d.src_port, entropy_port(0x12));
-            got.extend_from_slice(payload);
-        }
-        assert_eq!(got, data, "256 + 256 + 88 bytes, in order");
+        assert!(batch.push_signal(Frame::RetryHint { qpn: 1 }));
+        (data, batch)
     }
 
     #[test]

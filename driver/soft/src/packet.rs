@@ -457,8 +457,13 @@ impl Batch {
     }
 
     /// Moves every frame of `other` to the end of this batch (`other` is
-    /// left empty, with its capacity).
-    pub fn append(&mut self, other: &mut Batch) {
+    /// left empty, with its capacity). False, and both batches unchanged,
+    /// when this one has no memory to grow.
+    #[must_use]
+    pub fn append(&mut self, other: &mut Batch) -> bool {
+        if !self.room_for(other.frames.len(), other.segs.len()) {
+            return false;
+        }
         let base = u32::try_from(self.segs.len()).unwrap_or(u32::MAX);
         self.frames.extend(other.frames.drain(..).map(|mut f| {
             if let Frame::Packet { seg, .. } = &mut f {
@@ -467,6 +472,14 @@ impl Batch {
             f
         }));
         self.segs.append(&mut other.segs);
+        true
+    }
+
+    /// Makes room for `frames` more frames and `segs` more segments,
+    /// fallibly; false when memory is short. Cheap when the room is there.
+    #[must_use]
+    pub fn room_for(&mut self, frames: usize, segs: usize) -> bool {
+        self.frames.try_reserve(frames).is_ok() && self.segs.try_reserve(segs).is_ok()
     }
 
     /// The payload segments of a packet frame (empty for a bad range).
@@ -477,9 +490,14 @@ impl Batch {
         self.segs.get(start..end).unwrap_or(&[])
     }
 
-    /// Appends a signal frame.
-    pub fn push_signal(&mut self, frame: Frame) {
+    /// Appends a signal frame; false (the signal lost) when the batch has
+    /// no memory to grow.
+    pub fn push_signal(&mut self, frame: Frame) -> bool {
+        if self.frames.try_reserve(1).is_err() {
+            return false;
+        }
         self.frames.push(frame);
+        true
     }
 }
 
@@ -554,8 +572,8 @@ mod tests {
         let mut b = Batch::default();
         b.segs.extend([seg(1), seg(2)]);
         b.frames.push(pkt(0, 2));
-        b.push_signal(Frame::RetryHint { qpn: 3 });
-        a.append(&mut b);
+        assert!(b.push_signal(Frame::RetryHint { qpn: 3 }));
+        assert!(a.append(&mut b));
         assert!(b.is_empty() && b.segs.is_empty());
         assert_eq!(a.frames.len(), 3);
         let Frame::Packet { seg, nsegs, .. } = a.frames[1] else {

@@ -464,6 +464,19 @@ impl Firmware {
         sq: &crate::shared::RingRef,
         rq: Option<&crate::shared::RingRef>,
     ) -> Result<u32, NtStatus> {
+        // Room for this QP in the data path's lists of QPs (each holds a
+        // QP at most once), so that the data path never grows them.
+        let n = self.qps.len() + 1;
+        let dp = &mut self.dp;
+        crate::shared::room_for(&mut dp.timed, n)?;
+        crate::shared::room_for(&mut dp.acks, n)?;
+        dp.ready
+            .try_reserve(n.saturating_sub(dp.ready.len()))
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        if let Some(srqn) = init.srqn {
+            let srq = self.srqs.get_mut(srqn)?;
+            crate::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
+        }
         let tx = boxed(crate::engine::QpTx::new(&sq.0, rq.map(|r| &r.0))?)?;
         self.qps.insert(Qp {
             pdn: init.pdn,
@@ -653,6 +666,19 @@ impl Firmware {
         }
         if qp.tx.resp.rnr_wait {
             self.dp.unattend();
+        }
+        // The data path's lists hold live QPs only: their room is
+        // reserved per QP.
+        let dp = &mut self.dp;
+        if qp.tx.scheduled {
+            dp.ready.retain(|&q| q != qpn);
+        }
+        if qp.tx.timed {
+            dp.timed.retain(|&q| q != qpn);
+        }
+        dp.acks.retain(|&q| q != qpn);
+        if let Some(srqn) = qp.srqn {
+            self.srqs.get_mut(srqn)?.rnr_waiters.retain(|&q| q != qpn);
         }
         self.pds.get_mut(qp.pdn)?.refs.put();
         self.cqs.get_mut(qp.send_cqn)?.refs.put();
@@ -1524,6 +1550,45 @@ mod tests {
         assert_eq!(runs, 1, "the attributes' box");
         connect(&d, live);
         assert_eq!(query(&d, live).attr.qp_state, IV_QPS_RTS, "still working");
+    }
+
+    /// A create reserves the QP's room in the data path's lists of QPs
+    /// (ready, timed, ACKs to send, RNR waiters of its SRQ), so that the
+    /// data path only pushes into room; a destroy takes the QP off them.
+    #[test]
+    fn create_reserves_room_in_the_data_paths_lists() {
+        let d = Dev::inline();
+        let pdn = d.pd();
+        let cqn = d.cq(1);
+        let srqn = d.srq(pdn);
+        let qpns: Vec<u32> = (0..5).map(|_| d.qp(pdn, cqn, Some(srqn))).collect();
+        d.hca.with_firmware(|fw| {
+            let dp = &fw.dp;
+            assert!(dp.ready.capacity() >= 5, "{}", dp.ready.capacity());
+            assert!(dp.timed.capacity() >= 5 && dp.acks.capacity() >= 5);
+            assert!(dp.cq_errors.capacity() >= 1);
+            assert!(fw.srqs.get(srqn).unwrap().rnr_waiters.capacity() >= 5);
+            let ((), allocated) = irpverbs_failalloc::counting(|| {
+                for &q in &qpns {
+                    let qp = fw.qps.get_mut(q).unwrap();
+                    fw.dp.schedule(q, &mut qp.tx);
+                    fw.dp.time(q, &mut qp.tx);
+                    assert!(crate::shared::push(&mut fw.dp.acks, q));
+                    let srq = fw.srqs.get_mut(srqn).unwrap();
+                    assert!(crate::shared::push(&mut srq.rnr_waiters, q));
+                }
+            });
+            assert_eq!(allocated, 0, "every QP fits");
+            assert_eq!((fw.dp.ready.len(), fw.dp.timed.len()), (5, 5));
+        });
+        d.ok(Command::DestroyQp { qpn: qpns[2] });
+        d.hca.with_firmware(|fw| {
+            assert!(!fw.dp.ready.contains(&qpns[2]));
+            assert!(!fw.dp.timed.contains(&qpns[2]));
+            assert!(!fw.dp.acks.contains(&qpns[2]));
+            let srq = fw.srqs.get(srqn).unwrap();
+            assert!(!srq.rnr_waiters.contains(&qpns[2]));
+        });
     }
 
     #[test]

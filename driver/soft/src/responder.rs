@@ -269,8 +269,10 @@ fn send_ack(qp: &Qp, env: &mut Env<'_>, syndrome: u8, psn: u32, msn: u32) {
 
 /// Queues an ACK for `psn` (sent at the end of the batch).
 fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
-    if qp.tx.resp.ack.replace(psn).is_none() {
-        env.dp.acks.push(qpn);
+    // Room for every QP was reserved at its create; without it (no
+    // memory) the ACK goes now.
+    if qp.tx.resp.ack.replace(psn).is_none() && !crate::shared::push(&mut env.dp.acks, qpn) {
+        send_pending_ack(qp, env);
     }
 }
 
@@ -300,8 +302,9 @@ fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let posted = if let Some(srqn) = qp.srqn {
         match env.srqs.get_mut(srqn) {
             Ok(srq) => {
+                // Room for every QP on the SRQ was reserved at its create.
                 if !srq.rnr_waiters.contains(&qpn) {
-                    srq.rnr_waiters.push(qpn);
+                    crate::shared::push(&mut srq.rnr_waiters, qpn);
                 }
                 srq.ring.0.doorbell_request().set(true);
                 srq.ring.0.producer_word().load(Ordering::SeqCst) != srq.ci

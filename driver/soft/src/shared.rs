@@ -128,3 +128,21 @@ pub(crate) fn boxed<T>(value: T) -> Result<alloc::boxed::Box<T>, NtStatus> {
 pub(crate) fn vec_with_capacity<T>(capacity: usize) -> Result<alloc::vec::Vec<T>, NtStatus> {
     irpverbs_ring::try_vec(capacity).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
 }
+
+/// Makes room in `v` for `n` elements in all (`STATUS_INSUFFICIENT_RESOURCES`
+/// when memory is short): a create reserves room for every object a data
+/// path list may hold, so that the data path only pushes into room.
+pub(crate) fn room_for<T>(v: &mut alloc::vec::Vec<T>, n: usize) -> Result<(), NtStatus> {
+    v.try_reserve(n.saturating_sub(v.len()))
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
+
+/// Appends `value` to `v` in the room a create reserved, growing it
+/// fallibly past that; false (and `value` dropped) when there is no memory.
+pub(crate) fn push<T>(v: &mut alloc::vec::Vec<T>, value: T) -> bool {
+    if v.len() == v.capacity() && v.try_reserve(1).is_err() {
+        return false;
+    }
+    v.push(value);
+    true
+}
