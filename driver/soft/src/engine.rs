@@ -385,6 +385,10 @@ impl DataPath {
                 i
             }
             None => {
+                // A destination not seen before: the list grows fallibly,
+                // and without memory the packets take the link (or are
+                // lost) as for a GID no fabric HCA has.
+                self.outbox.try_reserve(1).ok()?;
                 self.outbox.push(OutQueue {
                     dgid: *dgid,
                     generation,

@@ -85,7 +85,7 @@ impl Gsi {
             None => Arc::new(Region::alloc(MAD_SIZE)?),
         };
         r.write(0, mad).ok()?;
-        if self.spare.len() < SPARE_MADS {
+        if self.spare.len() < SPARE_MADS && self.spare.try_reserve(1).is_ok() {
             self.spare.push_back(Arc::clone(&r));
         }
         Some(r)

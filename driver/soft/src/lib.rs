@@ -1488,13 +1488,21 @@ impl<P: Platform> Hca for SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn device_removed(&self) {
-        let (queued, mrs) = self.state.lock(|st| {
+        let (mut queued, mrs) = self.state.lock(|st| {
             let queued = core::mem::take(&mut st.queue);
             (queued, st.firmware.drop_mrs())
         });
         let inbound = self.inbox.lock(core::mem::take);
         self.inbox_pending.store(false, Ordering::Release);
-        drop((queued, mrs, inbound));
+        queued.clear();
+        drop((mrs, inbound));
+        // The command queue's room goes back (the destroys that follow a
+        // removal are queued in it, and must not allocate).
+        self.state.lock(|st| {
+            if st.queue.is_empty() {
+                core::mem::swap(&mut st.queue, &mut queued);
+            }
+        });
     }
 
     /// CQ `cqn` was armed: when completions it would fire for wait
@@ -1658,6 +1666,31 @@ mod tests {
             dp.events.clear();
         });
         assert_eq!(d.hca.stats().events_lost, 1);
+    }
+
+    /// After a removal the driver destroys what is left: those commands
+    /// queue in the room the command queue had (removal gives it back),
+    /// without allocating.
+    #[test]
+    fn commands_after_removal_queue_without_allocating() {
+        let d = Dev::deferred();
+        let pdn = {
+            d.hca.post_command(1, Command::AllocPd).unwrap();
+            d.hca.run_firmware();
+            d.hca.device_removed();
+            let Some(Event::CommandDone { out, .. }) = d.hca.poll_event() else {
+                panic!("no completion")
+            };
+            let CommandOut::Pd { pdn } = out else {
+                panic!("{out:?}")
+            };
+            pdn
+        };
+        let (posted, allocated) =
+            irpverbs_failalloc::counting(|| d.hca.post_command(2, Command::DeallocPd { pdn }));
+        assert!(posted.is_ok());
+        assert_eq!(allocated, 0);
+        assert_eq!(d.hca.run_firmware(), 1);
     }
 
     #[test]

@@ -149,11 +149,9 @@ fn inject(node: &Node, pkt: Packet, burst: Burst, payload: &[u8]) {
         .with_firmware(|fw| fw.receive(&pkt, burst, &segs[..usize::from(!payload.is_empty())]));
 }
 
-#[test]
-fn garbage_to_qp1_is_dropped_and_counted() {
-    let a = Node::with(1, |_| {});
-    let b = Node::with(2, |_| {});
-    let good = Packet {
+/// A valid MAD packet from `a`'s QP1 to `b`'s.
+fn mad_packet(a: &Node, b: &Node) -> Packet {
+    Packet {
         opcode: op::UD_SEND_ONLY,
         pkey: 0xFFFF,
         dest_qpn: GSI_QPN,
@@ -166,7 +164,14 @@ fn garbage_to_qp1_is_dropped_and_counted() {
         },
         payload_len: MAD_SIZE as u32,
         ..Packet::default()
-    };
+    }
+}
+
+#[test]
+fn garbage_to_qp1_is_dropped_and_counted() {
+    let a = Node::with(1, |_| {});
+    let b = Node::with(2, |_| {});
+    let good = mad_packet(&a, &b);
     let one = Burst::one(op::UD_SEND_ONLY);
     let m = mad(1);
     let mut v2 = m;
@@ -260,4 +265,37 @@ fn send_mad_checks_its_address() {
     // No route: lost, not an error (the CM retransmits).
     a.d.hca.send_mad(&to([7; 16], 1)).unwrap();
     assert_eq!(a.d.hca.stats().mads_sent, 1);
+}
+
+/// The MAD queue grows to its high-water mark fallibly: a MAD it has no
+/// memory for is dropped and counted (and not announced), not an abort.
+#[test]
+fn a_mad_without_memory_to_queue_is_dropped() {
+    let a = Node::with(1, |_| {});
+    let b = Node::with(2, |_| {});
+    let pkt = mad_packet(&a, &b);
+    let r = Arc::new(Region::alloc(MAD_SIZE).unwrap());
+    r.write(0, &mad(3)).unwrap();
+    let segs = [Seg {
+        region: r,
+        offset: 0,
+        len: MAD_SIZE,
+    }];
+    let one = Burst::one(op::UD_SEND_ONLY);
+    let ((), failed) = irpverbs_failalloc::failing_nth(0, || {
+        b.d.hca.with_firmware(|fw| fw.receive(&pkt, one, &segs));
+    });
+    assert!(failed);
+    let mad_event = |b: &Node| {
+        b.d.hca
+            .with_firmware(|fw| fw.dp.events.contains(&Event::Mad))
+    };
+    assert!(!mad_event(&b), "not announced");
+    assert!(mads(&b).is_empty());
+    let s = b.d.hca.stats();
+    assert_eq!((s.mads_received, s.mads_dropped), (0, 1));
+    // With memory, the same MAD is queued.
+    b.d.hca.with_firmware(|fw| fw.receive(&pkt, one, &segs));
+    assert!(mad_event(&b));
+    assert_eq!(mads(&b)[0].mad, mad(3));
 }
