@@ -798,7 +798,7 @@ impl Report {
         for entry in &self.missing_entries {
             let _ = writeln!(
                 s,
-                "entry not found (inlined or renamed? entries are #[inline(never)]): {entry}"
+                "entry not found (inlined into its caller, or renamed?): {entry}"
             );
         }
         let frames_over = self.frames_over(budget).count();
