@@ -368,12 +368,15 @@ impl Dpc {
     fn run_now(&self) {
         self.inner.queued.store(false, Ordering::Release);
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() + 1));
-        let outer = begin_slice(true, self.inner.watchdog);
+        // Without a watchdog the slice is not measured (nothing to do).
+        let outer = self.inner.watchdog.map(|w| begin_slice(true, Some(w)));
         match &self.inner.pool {
             Some(pool) => heap::driver(pool, || (self.inner.routine)()),
             None => (self.inner.routine)(),
         }
-        end_slice(outer);
+        if let Some(outer) = outer {
+            end_slice(outer);
+        }
         CPU.with(|c| c.dpc_depth.set(c.dpc_depth.get() - 1));
         check_returned_at(self.inner.verify, DISPATCH_LEVEL, "a DPC routine");
         // A DPC that (with the verifier off) left IRQL elsewhere is put

@@ -388,9 +388,11 @@ impl HostPlatform {
     #[track_caller]
     pub fn run_at_dispatch<R>(&self, f: impl FnOnce() -> R) -> R {
         let old = self.raise_irql(DISPATCH_LEVEL);
-        let outer = irql::begin_slice(false, self.watchdog());
+        let outer = self.watchdog().map(|w| irql::begin_slice(false, Some(w)));
         let result = self.driver_code(f);
-        irql::end_slice(outer);
+        if let Some(outer) = outer {
+            irql::end_slice(outer);
+        }
         irql::check_returned_at(
             self.shared.verify,
             DISPATCH_LEVEL,
