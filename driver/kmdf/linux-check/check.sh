@@ -8,7 +8,7 @@
 #     wdk-sys 0.5 bindings it uses (bindgen's rendering of the KMDF and WDM
 #     headers: ModuleConsts enums, Option<unsafe extern "C" fn> callbacks,
 #     the same struct fields and function signatures) plus stand-ins for
-#     wdk, wdk-alloc, wdk-panic and wdk-build (whose Config the build
+#     wdk, wdk-panic and wdk-build (whose Config the build
 #     script uses; it compiles the SEH shim src/seh.c only for Windows
 #     targets). It catches Rust errors (types, borrows, a missing `unsafe`
 #     or `// SAFETY:` comment, clippy lints);
@@ -45,7 +45,6 @@ rm "$repo/driver/kmdf/.cargo/config.toml"
     cargo clippy \
         --config "patch.crates-io.wdk-sys.path=\"$mocks/wdk-sys\"" \
         --config "patch.crates-io.wdk.path=\"$mocks/wdk\"" \
-        --config "patch.crates-io.wdk-alloc.path=\"$mocks/wdk-alloc\"" \
         --config "patch.crates-io.wdk-panic.path=\"$mocks/wdk-panic\"" \
         --config "patch.crates-io.wdk-build.path=\"$mocks/wdk-build\"" \
         -- -D warnings

@@ -15,6 +15,7 @@
 //! | `EvtRequestCancel`                              | `Device::cancel`                  |
 //! | the HCA's interrupt: a `WDFDPC`                 | `Device::dpc`                     |
 //! | `EvtDeviceSurpriseRemoval`, `EvtDeviceD0Exit` to D3Final | `Device::remove`         |
+//! | the global allocator: `ExAllocatePool2` nonpaged pool, every alignment honoured | `irpverbs_kalloc::Aligned` ([`heap`]) |
 //! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2`; MDLs for user pins and ring mappings | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`], [`mdl`]) |
 //!
 //! The device is reachable as `\\.\irpverbs0` (a symbolic link, the name
@@ -73,6 +74,7 @@ pub mod cmtimer;
 mod context;
 mod device;
 pub mod doorbell;
+mod heap;
 pub mod kernel;
 pub mod mdl;
 pub mod platform;
@@ -83,9 +85,10 @@ use wdk_sys::{
     WDF_NO_OBJECT_ATTRIBUTES, WDFDRIVER, call_unsafe_wdf_function_binding,
 };
 
+/// Nonpaged pool, every alignment honoured ([`heap`]).
 #[cfg(not(test))]
 #[global_allocator]
-static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
+static GLOBAL_ALLOCATOR: heap::DriverAllocator = irpverbs_kalloc::Aligned(heap::NonPagedPool);
 
 /// The irpverbs device interface class,
 /// `{4d203802-bd94-47b2-9797-1a3955432793}`. User-mode ULPs find the device

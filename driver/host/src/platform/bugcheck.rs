@@ -116,6 +116,10 @@ pub mod verifier {
     pub const DEADLOCK_WRONG_THREAD: u64 = 0x1004;
     /// Deadlock detection: released without being acquired. (lock, 0, 0)
     pub const DEADLOCK_UNACQUIRED: u64 = 0x1007;
+    /// Host-defined (Windows does not check it): a global allocator handed
+    /// out a pool block not aligned to its layout. (address, alignment,
+    /// pool type)
+    pub const HOST_MISALIGNED_POOL: u64 = 0x2001;
 }
 
 /// Parameter 1 values of 0x133 DPC_WATCHDOG_VIOLATION, and the host's

@@ -60,6 +60,7 @@
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
+//! | a global allocator's block misaligned for its layout (host-defined, [`expool`]) | 0xC4 | 0x2001 | address, alignment, pool type |
 //! | panic on a host thread (timer, worker, soft HCA firmware) | 0x7E | 0 | |
 //! | a DPC routine (a timer's too) past the watchdog's allotment ([`DpcWatchdog`]) | 0x133 | 0 | count, allotment, 0 = work units / 1 = ms |
 //! | a dispatch-level callback past the watchdog's allotment | 0x133 | 1 | allotment, count, 0 = work units / 1 = ms |
@@ -82,6 +83,7 @@
 
 mod bugcheck;
 mod event;
+pub mod expool;
 pub mod heap;
 mod irql;
 mod pool;
