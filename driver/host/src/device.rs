@@ -693,6 +693,23 @@ impl HostDevice {
         ))
     }
 
+    /// Surprise removal (the device is pulled out), as PnP and KMDF deliver
+    /// it: `EvtDeviceSurpriseRemoval` ([`Device::remove`]: every pending
+    /// request completes, new verbs fail with `STATUS_DEVICE_REMOVED`,
+    /// destroys still succeed, every file gets `DEVICE_FATAL`, the HCA
+    /// lets go of its objects), then `EvtDeviceD0Exit` to D3Final (the
+    /// doorbell thread and the CM timer stop). Files stay open until their
+    /// handles are closed; the driver unloads after that ([`Self::unload`]).
+    /// A second call changes nothing.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn surprise_remove(&self) {
+        self.device.remove();
+        self.scanner.stop();
+        self.device.stop_cm_timer();
+        self.cm_timer.cancel();
+    }
+
     /// Unloads the driver: stops the doorbell and firmware threads and runs
     /// the verifier's unload checks (pool leaks, outstanding requests, armed
     /// timers). Files must be closed first, as on Windows.

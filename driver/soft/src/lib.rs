@@ -1479,18 +1479,19 @@ impl<P: Platform> Hca for SoftHca<P> {
             .lock(|st| st.firmware.bind_doorbell(page, target))
     }
 
-    /// The driver removed the device: the MRs (and the commands not yet
-    /// executed, which may carry a registration's region) are dropped, so
-    /// every pin of registered memory ends now; inbound packets not yet
-    /// processed go too. Queues, rings and QPs stay for kernel ULPs still
-    /// viewing their rings; a WQE that names a dropped MR now fails with a
-    /// protection error.
+    /// The driver removed the device: every object goes without a command
+    /// (the driver forgot them), and with them the commands not yet
+    /// executed (which may carry a registration's region), so every pin of
+    /// registered memory ends now and no ring is touched again (a doorbell
+    /// or a packet for a QP that is gone is ignored); inbound packets not
+    /// yet processed go too. Rings mapped into processes or viewed by
+    /// kernel ULPs stay allocated while those hold them.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn device_removed(&self) {
         let (mut queued, mrs) = self.state.lock(|st| {
             let queued = core::mem::take(&mut st.queue);
-            (queued, st.firmware.drop_mrs())
+            (queued, st.firmware.drop_all())
         });
         let inbound = self.inbox.lock(core::mem::take);
         self.inbox_pending.store(false, Ordering::Release);

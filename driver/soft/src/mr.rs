@@ -114,6 +114,36 @@ impl Firmware {
         })
     }
 
+    /// The device was removed: every object goes, without a command (QPs
+    /// first, then what they held), so that nothing of the firmware's
+    /// touches a ring or a registered page again. A ring mapped into a
+    /// process or viewed by a kernel ULP stays allocated while its mapping
+    /// or view holds it. Returns the MRs, to be dropped (unpinned) outside
+    /// the HCA lock.
+    pub(crate) fn drop_all(&mut self) -> alloc::vec::Vec<Mr> {
+        let mut next = 0;
+        while let Some(qpn) = self.qps.next_live(next) {
+            // Cannot fail for a live QP; a failure would only leave it.
+            let _ = self.destroy_qp(qpn);
+            next = qpn.saturating_add(1);
+        }
+        macro_rules! drop_table {
+            ($table:ident, $destroy:ident) => {
+                let mut next = 0;
+                while let Some(n) = self.$table.next_live(next) {
+                    let _ = self.$destroy(n);
+                    next = n.saturating_add(1);
+                }
+            };
+        }
+        drop_table!(ahs, destroy_ah);
+        drop_table!(srqs, destroy_srq);
+        drop_table!(cqs, destroy_cq);
+        let mrs = self.drop_mrs();
+        drop_table!(pds, dealloc_pd);
+        mrs
+    }
+
     /// `DeregMr`.
     ///
     /// # Errors
@@ -238,9 +268,9 @@ mod tests {
         );
         irpverbs_core::Hca::device_removed(&d.hca);
         assert_eq!(alloc::sync::Arc::strong_count(&region), 1, "unpinned");
-        assert_eq!(d.hca.live_objects(), 1, "the PD stays");
+        assert_eq!(d.hca.live_objects(), 0, "the PD goes too");
         d.fails(Command::DeregMr { lkey }, STATUS_INVALID_HANDLE);
-        d.ok(Command::DeallocPd { pdn });
+        d.fails(Command::DeallocPd { pdn }, STATUS_INVALID_HANDLE);
     }
 
     #[test]

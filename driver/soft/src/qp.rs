@@ -342,6 +342,16 @@ impl QpTable {
         Ok(*qp)
     }
 
+    /// The first live QPN `from` or above.
+    pub(crate) fn next_live(&self, from: u32) -> Option<u32> {
+        let start = self.qps.partition_point(|(n, _)| *n < from);
+        self.qps
+            .get(start..)?
+            .iter()
+            .find(|(_, q)| q.is_some())
+            .map(|(n, _)| *n)
+    }
+
     /// Entries the vector holds, live and empty (tests: compaction).
     #[cfg(test)]
     fn entries(&self) -> usize {

@@ -127,6 +127,17 @@ impl<T> Table<T> {
         }
     }
 
+    /// The number of the first live object numbered `from` or above.
+    pub(crate) fn next_live(&self, from: u32) -> Option<u32> {
+        let start = Self::index(from.max(1))?;
+        let at = self
+            .slots
+            .get(start..)?
+            .iter()
+            .position(|s| s.value.is_some())?;
+        u32::try_from(start + at + 1).ok()
+    }
+
     /// Removes every object and frees their numbers (generations stay, so
     /// keys of the removed objects never match again), calling `each` on
     /// every one; returns them, or, when memory for the list is short,
