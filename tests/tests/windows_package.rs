@@ -445,13 +445,18 @@ fn kmdf_manifest_is_a_kmdf_driver_in_its_own_workspace() {
         toml_table(&manifest, "workspace").is_some(),
         "driver/kmdf is its own workspace"
     );
-    for dep in ["wdk", "wdk-sys", "wdk-alloc", "wdk-panic"] {
+    for dep in ["wdk", "wdk-sys", "wdk-panic"] {
         assert!(
             toml_value(table("dependencies"), dep).is_some(),
             "depends on {dep}"
         );
     }
-    for dep in ["irpverbs-abi", "irpverbs-core", "irpverbs-soft"] {
+    for dep in [
+        "irpverbs-abi",
+        "irpverbs-core",
+        "irpverbs-soft",
+        "irpverbs-kalloc",
+    ] {
         let value = toml_value(table("dependencies"), dep).unwrap_or_default();
         assert!(value.contains("path = \"../"), "{dep} by path: {value}");
     }

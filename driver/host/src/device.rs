@@ -101,6 +101,14 @@ pub struct HostDeviceConfig {
     /// [`irpverbs_soft::DEFAULT_POLL_WINDOW_NS`]; zero: it sleeps after
     /// every quiet scan.
     pub doorbell_poll_window: Option<Duration>,
+    /// The I/O queue is power-managed (KMDF's default): the framework then
+    /// waits, before `EvtDeviceD0Exit`, for every request the driver holds
+    /// from it, and the verifier bugchecks 0x9F when the driver holds one
+    /// there ([`HostDevice::d0_exit`]). irpverbs.sys's queue is not (the
+    /// driver holds event waits indefinitely, and the soft HCA needs no
+    /// power for a request to be presented), and neither is the host
+    /// device's by default.
+    pub power_managed_queue: bool,
 }
 
 /// Access a file was opened with (`GENERIC_READ` / `GENERIC_WRITE`), as
@@ -307,6 +315,7 @@ impl Scanner {
         soft: Arc<SoftHca<HostPlatform>>,
         window_ns: u64,
     ) -> Result<(), NtStatus> {
+        self.stop.store(false, Ordering::Release);
         let stop = Arc::clone(&self.stop);
         let event = Arc::clone(&self.event);
         let handle = std::thread::Builder::new()
@@ -365,6 +374,17 @@ pub struct HostDevice {
     udp_port: u16,
     /// The connection manager's timer (its DPC: [`Device::cm_timer`]).
     cm_timer: Arc<crate::platform::HostTimer>,
+    /// The soft HCA's bus (its interrupt queues the DPC).
+    bus: Arc<Bus>,
+    /// Where the firmware runs.
+    engine_kind: Engine,
+    /// See [`HostDeviceConfig::power_managed_queue`].
+    power_managed_queue: bool,
+    /// In D0 (from [`HostDevice::new`] until [`HostDevice::d0_exit`], and
+    /// again from [`HostDevice::d0_entry`]).
+    in_d0: Mutex<bool>,
+    /// See [`HostDeviceConfig::doorbell_poll_window`].
+    poll_window_ns: u64,
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -428,11 +448,7 @@ impl HostDevice {
                 d.cm_timer();
             }
         }));
-        let (t, p) = (Arc::clone(&cm_timer), platform.clone());
-        device.set_cm_timer(Arc::new(move |deadline| {
-            let due = deadline.saturating_sub(irpverbs_core::Platform::now_ns(&p));
-            t.set(std::time::Duration::from_nanos(due), None);
-        }));
+        arm_cm_timer(&device, &cm_timer, &platform);
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let p = platform.clone();
         let cancel: CancelRoutine = Arc::new(move |key| {
@@ -455,36 +471,150 @@ impl HostDevice {
             udp: Mutex::new(None),
             udp_port,
             cm_timer,
-        });
-        if config.engine == Engine::Thread {
-            let soft = Arc::clone(&this.soft);
-            let bell = Arc::clone(&this.doorbell);
-            let platform = this.platform.clone();
-            let handle = std::thread::Builder::new()
-                .name("irpverbs-soft-hca".into())
-                .spawn(move || {
-                    while bell.wait() {
-                        // The DPCs the firmware's interrupts queue run here:
-                        // a bugcheck in one is recorded for unload rather
-                        // than ending the thread unseen.
-                        platform.run_guarded("irpverbs-soft-hca", || {
-                            platform.driver_code(|| while soft.run_firmware() > 0 {});
-                        });
-                    }
-                })
-                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-            *this.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
-        }
-        if config.user_doorbells == UserDoorbells::Page {
-            let window = config
+            bus,
+            engine_kind: config.engine,
+            power_managed_queue: config.power_managed_queue,
+            in_d0: Mutex::new(true),
+            poll_window_ns: config
                 .doorbell_poll_window
                 .map_or(irpverbs_soft::DEFAULT_POLL_WINDOW_NS, |w| {
                     u64::try_from(w.as_nanos()).unwrap_or(u64::MAX)
-                });
-            this.scanner
-                .start(this.platform.clone(), Arc::clone(&this.soft), window)?;
+                }),
+        });
+        this.start_engine()?;
+        if config.user_doorbells == UserDoorbells::Page {
+            this.scanner.start(
+                this.platform.clone(),
+                Arc::clone(&this.soft),
+                this.poll_window_ns,
+            )?;
         }
         Ok(this)
+    }
+
+    /// Starts the firmware thread ([`Engine::Thread`]; nothing inline).
+    fn start_engine(&self) -> Result<(), NtStatus> {
+        if self.engine_kind != Engine::Thread {
+            return Ok(());
+        }
+        self.doorbell.stop.store(false, Ordering::Release);
+        let soft = Arc::clone(&self.soft);
+        let bell = Arc::clone(&self.doorbell);
+        let platform = self.platform.clone();
+        let handle = std::thread::Builder::new()
+            .name("irpverbs-soft-hca".into())
+            .spawn(move || {
+                while bell.wait() {
+                    // The DPCs the firmware's interrupts queue run here: a
+                    // bugcheck in one is recorded for unload rather than
+                    // ending the thread unseen.
+                    platform.run_guarded("irpverbs-soft-hca", || {
+                        platform.driver_code(|| while soft.run_firmware() > 0 {});
+                    });
+                }
+            })
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        *self.engine.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        Ok(())
+    }
+
+    /// Stops the firmware thread and waits for it. A doorbell rung while it
+    /// is stopped stays rung: the next thread runs it.
+    fn stop_engine(&self) {
+        let thread = self
+            .engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            self.doorbell.stop.store(true, Ordering::Release);
+            // Wakes it (a ring that was not pending before is taken back:
+            // `wait` sees the stop first and leaves `rung` as it found it).
+            {
+                let _g = self
+                    .doorbell
+                    .lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                self.doorbell.cv.notify_one();
+            }
+            let _ = t.join();
+        }
+    }
+
+    /// The device leaves D0 for a sleep state (system sleep or hibernate),
+    /// as KMDF delivers it: the framework stops the I/O queue and, when the
+    /// queue is power-managed ([`HostDeviceConfig::power_managed_queue`]),
+    /// waits for every request the driver holds from it; then
+    /// `EvtDeviceD0Exit` stops the soft HCA's own work: the doorbell thread,
+    /// the CM timer, the firmware thread. The driver's state stays in
+    /// memory; requests keep being presented (the queue is not
+    /// power-managed), and what they ask of the HCA waits for
+    /// [`Self::d0_entry`] on the firmware thread (inline, the posting
+    /// thread runs it). Out of D0 already: nothing happens.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// The verifier bugchecks 0x9F DRIVER_POWER_STATE_FAILURE (0x3, device,
+    /// 0, request) when the queue is power-managed and the driver holds a
+    /// request from it: on Windows the power IRP would wait for it until
+    /// the power watchdog fires.
+    #[track_caller]
+    pub fn d0_exit(&self) {
+        let mut in_d0 = self.in_d0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*in_d0 {
+            return;
+        }
+        if self.power_managed_queue {
+            self.platform.power_transition_check();
+        }
+        self.scanner.stop();
+        self.device.stop_cm_timer();
+        self.cm_timer.cancel();
+        self.stop_engine();
+        *in_d0 = false;
+    }
+
+    /// The device is back in D0 (`EvtDeviceD0Entry`): the firmware thread,
+    /// the doorbell thread and the CM timer start again, and the DPC runs
+    /// (what the event queue gathered meanwhile is delivered). In D0
+    /// already: nothing happens.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when a thread cannot start (the
+    /// device stays out of D0).
+    pub fn d0_entry(&self) -> Result<(), NtStatus> {
+        let mut in_d0 = self.in_d0.lock().unwrap_or_else(PoisonError::into_inner);
+        if *in_d0 {
+            return Ok(());
+        }
+        self.start_engine()?;
+        if self.user_doorbells == UserDoorbells::Page {
+            if let Err(status) = self.scanner.start(
+                self.platform.clone(),
+                Arc::clone(&self.soft),
+                self.poll_window_ns,
+            ) {
+                self.stop_engine();
+                return Err(status);
+            }
+        }
+        arm_cm_timer(&self.device, &self.cm_timer, &self.platform);
+        // Doorbells rung out of D0 wait in their queues: the firmware
+        // thread looks (inline, the next post runs them all).
+        if self.engine_kind == Engine::Thread {
+            self.doorbell.ring();
+        }
+        self.bus.interrupt();
+        *in_d0 = true;
+        Ok(())
+    }
+
+    /// In D0 (not between [`Self::d0_exit`] and [`Self::d0_entry`]).
+    pub fn in_d0(&self) -> bool {
+        *self.in_d0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A device with the default configuration (verifier on, inline engine).
@@ -770,6 +900,21 @@ impl Drop for HostDevice {
             let _ = h.join();
         }
     }
+}
+
+/// Gives the device the function that arms its CM timer (a one-shot
+/// platform timer whose DPC runs [`Device::cm_timer`]) at the CM's next
+/// deadline.
+fn arm_cm_timer(
+    device: &SoftDevice,
+    cm_timer: &Arc<crate::platform::HostTimer>,
+    platform: &HostPlatform,
+) {
+    let (t, p) = (Arc::clone(cm_timer), platform.clone());
+    device.set_cm_timer(Arc::new(move |deadline| {
+        let due = deadline.saturating_sub(irpverbs_core::Platform::now_ns(&p));
+        t.set(std::time::Duration::from_nanos(due), None);
+    }));
 }
 
 /// The soft HCA as a UDP wire's endpoint; the wire's threads run under the

@@ -11,7 +11,8 @@
 //!   values are not used as keys: a file's state outlives `EvtFileClose`
 //!   while its rundown destroys are in flight, and a new file object could
 //!   reuse a freed handle value meanwhile.
-//! - I/O: one default parallel queue at dispatch execution level takes
+//! - I/O: one default parallel queue at dispatch execution level, not
+//!   power-managed (the core holds event waits indefinitely), takes
 //!   `IRP_MJ_DEVICE_CONTROL` and `IRP_MJ_INTERNAL_DEVICE_CONTROL`.
 //!   (`WdfExecutionLevelDispatch` means the callbacks may run at any IRQL up
 //!   to DISPATCH_LEVEL; the core never blocks, and host mode runs the same
@@ -483,7 +484,18 @@ unsafe fn create_names(device: WDFDEVICE, instance: u32) -> Result<(), NTSTATUS>
 }
 
 /// The default queue: parallel, dispatch execution level, device control
-/// and internal device control.
+/// and internal device control, not power-managed.
+///
+/// Not power-managed: the core holds requests indefinitely (CQ notify, CQ
+/// and async event waits, CEP waits, CM requests waiting for the peer).
+/// From a power-managed queue without `EvtIoStop`, KMDF would wait for
+/// every one of them before D0Exit, and a sleep or hibernate with an
+/// application waiting on events would end in bugcheck 0x9F. The soft HCA
+/// needs no power for a request to be presented (its commands are
+/// software), and its own work stops in D0Exit ([`evt_device_d0_exit`]):
+/// held requests wait across the sleep and complete as their events come
+/// after D0Entry. Host mode models both queue kinds and raises 0x9F for a
+/// request held from a power-managed one (`HostDevice::d0_exit`).
 ///
 /// # Safety
 /// `device` must be our live device.
@@ -491,7 +503,7 @@ unsafe fn create_queue(device: WDFDEVICE) -> Result<(), NTSTATUS> {
     let mut queue_config = WDF_IO_QUEUE_CONFIG {
         Size: struct_size::<WDF_IO_QUEUE_CONFIG>(),
         DispatchType: _WDF_IO_QUEUE_DISPATCH_TYPE::WdfIoQueueDispatchParallel,
-        PowerManaged: _WDF_TRI_STATE::WdfUseDefault,
+        PowerManaged: _WDF_TRI_STATE::WdfFalse,
         DefaultQueue: u8::from(true),
         EvtIoDeviceControl: Some(evt_io_device_control),
         EvtIoInternalDeviceControl: Some(evt_io_internal_device_control),
@@ -719,12 +731,16 @@ extern "C" fn evt_device_d0_entry(
     STATUS_SUCCESS
 }
 
-/// `EvtDeviceD0Exit`: stops the doorbell poller's thread and the CM timer
-/// (waiting for the thread to end and for a CM timer callback in progress); leaving D0 for good (D3Final: removal, disable, shutdown) is
-/// also the core's device removal, while a sleep transition keeps the soft
-/// HCA's state in memory (D0Entry starts the poller again). The framework
-/// has stopped the (power-managed) queue and waited for the driver's
-/// requests by now.
+/// `EvtDeviceD0Exit`: stops the soft HCA's own work, the doorbell poller's
+/// thread and the CM timer (waiting for the thread to end and for a CM
+/// timer callback in progress); leaving D0 for good (D3Final: removal,
+/// disable, shutdown) is also the core's device removal, while a sleep
+/// transition keeps the soft HCA's state in memory (D0Entry starts the
+/// poller and the timer again).
+/// The default queue is not power-managed ([`create_queue`]): the requests
+/// the driver holds stay held across the sleep, and requests keep being
+/// presented (their commands run inline, as does a doorbell rung through
+/// `IOCTL_IV_RING_DOORBELLS`).
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_device_d0_exit(

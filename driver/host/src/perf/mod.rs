@@ -615,6 +615,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
         user_doorbells: cfg.doorbells,
         doorbell_poll_window: cfg.doorbell_poll_window,
         soft,
+        power_managed_queue: false,
     })
     .map_err(|s| format!("device: {}", status_name(s)))
 }

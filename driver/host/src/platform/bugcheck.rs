@@ -20,6 +20,9 @@ pub mod codes {
     /// 0x76: a process ends with pages a driver locked (or mapped) in it
     /// still locked; parameter 1 is one of [`locked_pages`](super::locked_pages).
     pub const PROCESS_HAS_LOCKED_PAGES: u32 = 0x76;
+    /// A driver kept a power transition waiting (here: it held a request
+    /// from a power-managed queue when the device left D0).
+    pub const DRIVER_POWER_STATE_FAILURE: u32 = 0x9F;
     /// 0x7E: a system thread (the host's timer or worker thread) raised an
     /// exception nobody handled; the host uses it for a non-bugcheck panic
     /// on one of its own threads.
@@ -55,6 +58,14 @@ pub mod locked_pages {
     pub const STILL_LOCKED: u64 = 0x0;
     /// The driver undid a mapping that was not there (undone twice).
     pub const NOT_LOCKED: u64 = 0x1;
+}
+
+/// Parameter 1 values of 0x9F DRIVER_POWER_STATE_FAILURE.
+pub mod power {
+    /// A device object blocked a power IRP too long: the driver held a
+    /// request from a power-managed queue as the device left D0.
+    /// (0x3, device, 0, request)
+    pub const BLOCKED_IRP: u64 = 0x3;
 }
 
 /// Parameter 1 values of 0xC4 DRIVER_VERIFIER_DETECTED_VIOLATION.
@@ -231,6 +242,7 @@ pub const fn code_name(code: u32) -> &'static str {
     match code {
         codes::MULTIPLE_IRP_COMPLETE_REQUESTS => "MULTIPLE_IRP_COMPLETE_REQUESTS",
         codes::PROCESS_HAS_LOCKED_PAGES => "PROCESS_HAS_LOCKED_PAGES",
+        codes::DRIVER_POWER_STATE_FAILURE => "DRIVER_POWER_STATE_FAILURE",
         codes::SYSTEM_THREAD_EXCEPTION_NOT_HANDLED => "SYSTEM_THREAD_EXCEPTION_NOT_HANDLED",
         codes::BAD_POOL_CALLER => "BAD_POOL_CALLER",
         codes::DRIVER_VERIFIER_DETECTED_VIOLATION => "DRIVER_VERIFIER_DETECTED_VIOLATION",

@@ -60,6 +60,7 @@
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
+//! | the device leaves D0 while the driver holds a request from a power-managed queue | 0x9F | 0x3 | 0, 0, request |
 //! | a global allocator's block misaligned for its layout (host-defined, [`expool`]) | 0xC4 | 0x2001 | address, alignment, pool type |
 //! | panic on a host thread (timer, worker, soft HCA firmware) | 0x7E | 0 | |
 //! | a DPC routine (a timer's too) past the watchdog's allotment ([`DpcWatchdog`]) | 0x133 | 0 | count, allotment, 0 = work units / 1 = ms |
@@ -108,7 +109,7 @@ use irpverbs_core::platform::{
 
 pub use bugcheck::{
     BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, dpc_watchdog, iomanager,
-    locked_pages, verifier, wdf,
+    locked_pages, power, verifier, wdf,
 };
 pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
@@ -208,6 +209,20 @@ struct Files {
     /// Rings mapped into the (host) process, by mapping id: the file whose
     /// request mapped it.
     mappings: HashMap<u64, FileKey>,
+}
+
+impl Files {
+    /// Requests the driver holds, of every file: how many, and one of them
+    /// (0 when none).
+    fn held(&self) -> (usize, u64) {
+        let count = self.outstanding.values().map(BTreeSet::len).sum();
+        let first = self
+            .outstanding
+            .values()
+            .find_map(|ids| ids.first().copied())
+            .unwrap_or(0);
+        (count, first)
+    }
 }
 
 /// A ring "mapped into the caller's process" (host mode: one address space,
@@ -669,6 +684,33 @@ impl HostPlatform {
         }
     }
 
+    /// The device is leaving D0 and its I/O queue is power-managed: KMDF
+    /// waits for every request the driver holds from the queue before
+    /// `EvtDeviceD0Exit` (the driver registers no `EvtIoStop` to hand them
+    /// back), so the driver must hold none.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the host's power path; not checked).
+    ///
+    /// The verifier bugchecks 0x9F/0x3 (0, 0, request) for a request still
+    /// held: on Windows the power transition would wait for it until the
+    /// power watchdog fires.
+    #[track_caller]
+    pub fn power_transition_check(&self) {
+        if !self.shared.verify {
+            return;
+        }
+        let (count, first) = self.shared.files().held();
+        if count > 0 {
+            stop(
+                codes::DRIVER_POWER_STATE_FAILURE,
+                [power::BLOCKED_IRP, 0, 0, first],
+                format!(
+                    "the device left D0 while the driver held {count} request(s) from its power-managed queue"
+                ),
+            );
+        }
+    }
+
     /// Requests of `file` dispatched and not completed (verifier on; 0 when
     /// off).
     #[must_use]
@@ -801,16 +843,7 @@ impl HostPlatform {
             if let Some(check) = self.background_bugcheck() {
                 bugcheck(check);
             }
-            let (count, first) = {
-                let files = shared.files();
-                let count: usize = files.outstanding.values().map(BTreeSet::len).sum();
-                let first = files
-                    .outstanding
-                    .values()
-                    .find_map(|ids| ids.first().copied())
-                    .unwrap_or(0);
-                (count, first)
-            };
+            let (count, first) = shared.files().held();
             if count > 0 {
                 stop(
                     codes::DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS,

@@ -1,0 +1,186 @@
+//! Sleep and resume (D0Exit to a sleep state, D0Entry) with requests
+//! pending and traffic, the verifier on, in both engines, user-mode
+//! doorbells through the doorbell page as on Windows.
+//!
+//! irpverbs.sys's queue is not power-managed: the event waits the driver
+//! holds indefinitely (CQ notify, async events, CEP events, CM requests)
+//! do not hold up the power transition (with a power-managed queue they
+//! would: 0x9F, which the verifier raises), D0Exit stops the soft HCA's
+//! work (a doorbell rung while asleep is not served), and after D0Entry
+//! the traffic resumes and the waits complete as the events come.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use irpverbs_abi::*;
+use irpverbs_host::platform::{catch_bugcheck, codes, power};
+use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl, UserDoorbells};
+use irpverbs_verbs::SendWr;
+use zerocopy::{FromBytes, IntoBytes};
+
+mod common;
+use common::End;
+
+const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
+
+fn device(engine: Engine, power_managed_queue: bool) -> Arc<HostDevice> {
+    HostDevice::new(HostDeviceConfig {
+        engine,
+        user_doorbells: UserDoorbells::Page,
+        power_managed_queue,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device")
+}
+
+/// Waits (a minute at most: the condition is what is tested) for `done`.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn send(end: &End<'_>, wr_id: u64, len: usize) {
+    end.qp
+        .post_send(&SendWr {
+            wr_id,
+            opcode: IV_WR_SEND,
+            flags: IV_SEND_SIGNALED,
+            sges: &[end.sge(0, len)],
+            ..SendWr::default()
+        })
+        .unwrap();
+}
+
+type Outcome = Arc<Mutex<Option<NtStatus>>>;
+
+fn sleep_and_resume_with_waits_and_traffic(engine: Engine) {
+    let dev = device(engine, false);
+    let (ca, cb) = (
+        dev.open(RW).unwrap().into_client(),
+        dev.open(RW).unwrap().into_client(),
+    );
+    let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
+    let gid = dev.soft().gid();
+    ca.connect_qp(a.qp.handle(), IV_QPT_RC, b.qp.qpn(), gid)
+        .unwrap();
+    cb.connect_qp(b.qp.handle(), IV_QPT_RC, a.qp.qpn(), gid)
+        .unwrap();
+    for i in 0..8 {
+        b.qp.post_recv(100 + i, &[b.sge(0, 256)]).unwrap();
+    }
+    // Traffic before the sleep.
+    send(&a, 1, 256);
+    assert_eq!(a.wc().status, IV_WC_SUCCESS);
+    assert_eq!(b.wc().status, IV_WC_SUCCESS);
+
+    // Pending waits: an async-event wait on a third file, and a CQ notify
+    // on B's CQ (a synchronous call on its own thread).
+    let fc = dev.open(RW).unwrap();
+    let async_event: Outcome = Arc::default();
+    let slot = Arc::clone(&async_event);
+    assert!(
+        fc.submit(
+            Ioctl::user(IOCTL_IV_GET_ASYNC_EVENT, &[], size_of::<IvAsyncEventOut>()),
+            move |st, _, _| *slot.lock().unwrap() = Some(st),
+        )
+        .pended
+    );
+    std::thread::scope(|s| {
+        let notify = s.spawn(|| {
+            let arm = IvCqNotifyIn {
+                cq: b.cq.handle(),
+                arm: IV_NOTIFY_NEXT,
+                reserved: 0,
+            };
+            let (st, out) = cb.raw(
+                IOCTL_IV_CQ_NOTIFY,
+                arm.as_bytes(),
+                size_of::<IvCqEventOut>(),
+            );
+            (st, IvCqEventOut::read_from_bytes(&out).ok())
+        });
+        wait_for("both waits pending", || dev.device().snapshot().waits == 2);
+
+        // Sleep: the waits stay with the driver, and the transition is
+        // not held up (the verifier would raise 0x9F).
+        dev.d0_exit();
+        assert!(!dev.in_d0());
+        assert_eq!(dev.device().snapshot().waits, 2);
+        // Asleep, the HCA does no work of its own: on the firmware thread a
+        // send rung through the doorbell page is not served (inline, a
+        // doorbell the ULP hands over with IOCTL_IV_RING_DOORBELLS runs in
+        // that call, as the queue still presents requests).
+        send(&a, 2, 256);
+        if engine == Engine::Thread {
+            std::thread::sleep(Duration::from_millis(20));
+            let mut wc = [IvCqe::default(); 1];
+            assert_eq!(b.cq.poll(&mut wc).unwrap(), 0, "no work while asleep");
+            assert!(!notify.is_finished(), "the notify is still waiting");
+        }
+
+        // Resume: the send is served, the notify fires, traffic flows.
+        dev.d0_entry().unwrap();
+        assert!(dev.in_d0());
+        assert_eq!(a.wc().status, IV_WC_SUCCESS);
+        let (st, event) = notify.join().unwrap();
+        assert_eq!(st, STATUS_SUCCESS, "{}", status_name(st));
+        assert_eq!(event.unwrap().cq, b.cq.handle());
+        assert_eq!(b.wc().status, IV_WC_SUCCESS);
+    });
+    for i in 3..8 {
+        send(&a, i, 256);
+        assert_eq!(a.wc().status, IV_WC_SUCCESS);
+        assert_eq!(b.wc().status, IV_WC_SUCCESS);
+    }
+    // A second sleep and resume with nothing pending but the async wait.
+    dev.d0_exit();
+    dev.d0_entry().unwrap();
+    assert_eq!(*async_event.lock().unwrap(), None, "still waiting");
+    drop(fc);
+    assert_eq!(*async_event.lock().unwrap(), Some(STATUS_CANCELLED));
+    drop((a, b));
+    drop((ca, cb));
+    dev.quiesce(Duration::from_secs(10)).unwrap();
+    dev.unload();
+}
+
+#[test]
+fn sleep_and_resume_with_waits_and_traffic_inline() {
+    sleep_and_resume_with_waits_and_traffic(Engine::Inline);
+}
+
+#[test]
+fn sleep_and_resume_with_waits_and_traffic_on_the_firmware_thread() {
+    sleep_and_resume_with_waits_and_traffic(Engine::Thread);
+}
+
+/// With a power-managed queue (KMDF's default) and no `EvtIoStop`, a wait
+/// the driver holds keeps the device from leaving D0: the verifier raises
+/// what Windows raises when the power watchdog fires.
+#[test]
+fn a_wait_held_from_a_power_managed_queue_blocks_sleep() {
+    let dev = device(Engine::Inline, true);
+    let f = dev.open(RW).unwrap();
+    // Nothing held: the device sleeps and resumes.
+    dev.d0_exit();
+    dev.d0_entry().unwrap();
+    let done: Outcome = Arc::default();
+    let slot = Arc::clone(&done);
+    assert!(
+        f.submit(
+            Ioctl::user(IOCTL_IV_GET_ASYNC_EVENT, &[], size_of::<IvAsyncEventOut>()),
+            move |st, _, _| *slot.lock().unwrap() = Some(st),
+        )
+        .pended
+    );
+    let check = catch_bugcheck(|| dev.d0_exit()).expect_err("0x9F");
+    assert_eq!(check.code, codes::DRIVER_POWER_STATE_FAILURE, "{check}");
+    assert_eq!(check.param1(), power::BLOCKED_IRP);
+    drop(f);
+    assert_eq!(*done.lock().unwrap(), Some(STATUS_CANCELLED));
+    dev.quiesce(Duration::from_secs(10)).unwrap();
+    dev.unload();
+}
