@@ -14,7 +14,8 @@
 //!   ([`Device::in_caller_context`]), the I/O queue callback at
 //!   DISPATCH_LEVEL, and "pended" if the driver did not complete it inside
 //!   the callbacks.
-//! - Dropping a [`HostFile`] is `CloseHandle`: cleanup, then close once the
+//! - Dropping a [`HostFile`] is `CloseHandle`: cleanup (with a bounded wait
+//!   for the user pages its registrations pinned), then close once the
 //!   driver has completed every request of the file (the verifier
 //!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
 //! - The speed path: the rings are the driver's memory in the same process
@@ -109,7 +110,15 @@ pub struct HostDeviceConfig {
     /// power for a request to be presented), and neither is the host
     /// device's by default.
     pub power_managed_queue: bool,
+    /// How long a closing file waits for the user pages its registrations
+    /// pinned to be released ([`CLEANUP_PIN_TIMEOUT`] when `None`), as
+    /// irpverbs.sys's `EvtFileCleanup` does.
+    pub cleanup_pin_timeout: Option<Duration>,
 }
+
+/// How long a closing file waits, at most, for its user pins (irpverbs.sys
+/// waits as long, then logs what is left and lets the process go).
+pub const CLEANUP_PIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Access a file was opened with (`GENERIC_READ` / `GENERIC_WRITE`), as
 /// `FILE_READ_ACCESS | FILE_WRITE_ACCESS` bits.
@@ -385,6 +394,10 @@ pub struct HostDevice {
     in_d0: Mutex<bool>,
     /// See [`HostDeviceConfig::doorbell_poll_window`].
     poll_window_ns: u64,
+    /// See [`HostDeviceConfig::cleanup_pin_timeout`].
+    cleanup_pin_timeout: Duration,
+    /// File cleanups that gave up waiting for pins.
+    cleanup_timeouts: AtomicU64,
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -480,6 +493,8 @@ impl HostDevice {
                 .map_or(irpverbs_soft::DEFAULT_POLL_WINDOW_NS, |w| {
                     u64::try_from(w.as_nanos()).unwrap_or(u64::MAX)
                 }),
+            cleanup_pin_timeout: config.cleanup_pin_timeout.unwrap_or(CLEANUP_PIN_TIMEOUT),
+            cleanup_timeouts: AtomicU64::new(0),
         });
         this.start_engine()?;
         if config.user_doorbells == UserDoorbells::Page {
@@ -610,6 +625,12 @@ impl HostDevice {
         self.bus.interrupt();
         *in_d0 = true;
         Ok(())
+    }
+
+    /// File cleanups that gave up waiting for their user pins (each one
+    /// logged): a pin leaked.
+    pub fn cleanup_timeouts(&self) -> u64 {
+        self.cleanup_timeouts.load(Ordering::Relaxed)
     }
 
     /// In D0 (not between [`Self::d0_exit`] and [`Self::d0_entry`]).
@@ -1242,6 +1263,20 @@ impl Drop for HostFile {
         let dev = &self.dev;
         dev.platform
             .driver_code(|| dev.device.cleanup_file(self.key));
+        // EvtFileCleanup: a bounded wait for the pages the file's
+        // registrations locked (the rundown's deregistrations release
+        // them); what is left is logged, and the close goes on (the
+        // verifier then sees the process end with locked pages).
+        let left = dev
+            .platform
+            .wait_unpinned(self.key, dev.cleanup_pin_timeout);
+        if left != 0 {
+            dev.cleanup_timeouts.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "irpverbs: file cleanup: {left} user pin(s) still held after {:?}",
+                dev.cleanup_pin_timeout
+            );
+        }
         let outstanding = Arc::clone(&self.outstanding);
         dev.completions
             .wait_until(Instant::now() + CLOSE_TIMEOUT, || {

@@ -43,5 +43,6 @@ pub mod win32;
 static GLOBAL: platform::heap::DriverHeap = platform::heap::DriverHeap;
 
 pub use device::{
-    CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, Submitted, UserDoorbells,
+    CLEANUP_PIN_TIMEOUT, CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl,
+    Submitted, UserDoorbells,
 };

@@ -36,8 +36,8 @@
 //! - File cleanup (the last handle closed, in the closing process, before a
 //!   process exit tears its address space down): [`Device::cleanup_file`]
 //!   unmaps the file's rings and starts its rundown, then the callback
-//!   waits until every page the file's registrations locked is unlocked
-//!   ([`FilePins::wait_idle`]).
+//!   waits (bounded, logging what is left) until every page the file's
+//!   registrations locked is unlocked ([`FilePins::wait_idle`]).
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -833,7 +833,9 @@ extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
 /// this waits for the last of them, so that no page stays locked in a
 /// process that is about to end (bugcheck 0x76). The rundown needs no
 /// passive-level thread (its commands complete in the DPC), and a removed
-/// device's HCA has let go of its MRs already.
+/// device's HCA has let go of its MRs already. The wait is bounded
+/// ([`FilePins::wait_idle`]): a pin still held after it (a leak) is logged
+/// and the cleanup returns, so the process can still end.
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_file_cleanup(file: WDFFILEOBJECT) {
@@ -843,7 +845,14 @@ extern "C" fn evt_file_cleanup(file: WDFFILEOBJECT) {
     }
     // SAFETY: as above.
     if let Some(pins) = unsafe { file_pins(file) } {
-        pins.wait_idle();
+        let left = pins.wait_idle();
+        if left != 0 {
+            wdk::println!(
+                "irpverbs: file cleanup: {left} user pin(s) still held after {} s; \
+                 the closing process may end with locked pages (0x76)",
+                crate::mdl::CLEANUP_PIN_TIMEOUT_S
+            );
+        }
     }
 }
 

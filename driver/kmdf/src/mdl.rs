@@ -49,8 +49,8 @@ use wdk_sys::ntddk::{
 };
 use wdk_sys::{
     _EVENT_TYPE, _KWAIT_REASON, _LOCK_OPERATION, _MEMORY_CACHING_TYPE, _MM_PAGE_PRIORITY, _MODE,
-    KAPC_STATE, KEVENT, KPROCESSOR_MODE, LOCK_OPERATION, MdlMappingNoExecute, PEPROCESS, PMDL,
-    PVOID, ULONG,
+    KAPC_STATE, KEVENT, KPROCESSOR_MODE, LARGE_INTEGER, LOCK_OPERATION, MdlMappingNoExecute,
+    PEPROCESS, PMDL, PVOID, ULONG,
 };
 
 // The SEH shim, src/seh.c (compiled and linked by build.rs).
@@ -161,33 +161,48 @@ impl FilePins {
         }
     }
 
-    /// Waits until the file holds no pin. A pin released after the count
-    /// was read sets the event after the clear, so nothing is missed.
+    /// Waits until the file holds no pin, for at most
+    /// [`CLEANUP_PIN_TIMEOUT_S`] seconds: the pins left then, 0 when idle. A pin
+    /// released after the count was read sets the event after the clear, so
+    /// nothing is missed.
+    ///
+    /// Bounded, so that a pin the driver leaked (a bug) cannot make the
+    /// closing process unkillable; the caller logs what is left (the
+    /// process then ends with locked pages: bugcheck 0x76, which names the
+    /// driver, rather than a hang).
     ///
     /// IRQL: PASSIVE_LEVEL (EvtFileCleanup).
-    pub(crate) fn wait_idle(&self) {
-        loop {
+    pub(crate) fn wait_idle(&self) -> usize {
+        for _ in 0..CLEANUP_PIN_TIMEOUT_S {
             // SAFETY: an initialized event; KeClearEvent may be called at
             // IRQL <= DISPATCH_LEVEL.
             unsafe { KeClearEvent(self.idle.get()) };
             if self.count.load(Ordering::Acquire) == 0 {
-                return;
+                return 0;
             }
-            // SAFETY: the event lives as long as `self`; a wait with no
+            // A relative timeout of one second, in 100 ns units.
+            let mut timeout = LARGE_INTEGER {
+                QuadPart: -10_000_000,
+            };
+            // SAFETY: the event lives as long as `self`; a wait with a
             // timeout is allowed at PASSIVE_LEVEL (the caller), kernel mode,
-            // not alertable.
+            // not alertable; the timeout lives across the call.
             let _ = unsafe {
                 KeWaitForSingleObject(
                     self.idle.get().cast(),
                     _KWAIT_REASON::Executive,
                     kernel_mode(),
                     0,
-                    core::ptr::null_mut(),
+                    &raw mut timeout,
                 )
             };
         }
+        self.count.load(Ordering::Acquire)
     }
 }
+
+/// How long a file's cleanup waits for its user pins to be released.
+pub(crate) const CLEANUP_PIN_TIMEOUT_S: u32 = 10;
 
 /// `KernelMode` as a `KPROCESSOR_MODE`.
 fn kernel_mode() -> KPROCESSOR_MODE {

@@ -616,6 +616,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
         doorbell_poll_window: cfg.doorbell_poll_window,
         soft,
         power_managed_queue: false,
+        cleanup_pin_timeout: None,
     })
     .map_err(|s| format!("device: {}", status_name(s)))
 }

@@ -55,7 +55,8 @@
 //! | callback (DPC, cancel routine, I/O callback, work item) returned at another IRQL | 0x10D | 0xE | IRQL called, returned |
 //! | request still held when its file closes | 0xC4 | 0x135 | request, 0, file |
 //! | user range pinned, ring mapped or unmapped above APC_LEVEL | 0xC4 | 0xE5 | IRQL |
-//! | file closes with a ring still mapped into its process | 0x76 | 0x0 | file, count |
+//! | file closes with a ring still mapped into its process | 0x76 | 0x0 | file, count, 0 |
+//! | file closes with user pages still pinned in its process | 0x76 | 0x0 | file, count, 1 |
 //! | a ring mapping undone twice (or never made) | 0x76 | 0x1 | mapping |
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
@@ -209,6 +210,9 @@ struct Files {
     /// Rings mapped into the (host) process, by mapping id: the file whose
     /// request mapped it.
     mappings: HashMap<u64, FileKey>,
+    /// User pages pinned (`pin_memory` for a user-mode request) and not yet
+    /// released, by the file whose request pinned them.
+    pins: HashMap<FileKey, usize>,
 }
 
 impl Files {
@@ -222,6 +226,30 @@ impl Files {
             .find_map(|ids| ids.first().copied())
             .unwrap_or(0);
         (count, first)
+    }
+}
+
+/// The owner of a user-mode pin's region: releasing it (the region's last
+/// reference) unlocks the pages, which the verifier counts.
+struct HostPin {
+    shared: std::sync::Weak<Shared>,
+    file: FileKey,
+}
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let mut files = shared.files();
+        if let Some(n) = files.pins.get_mut(&self.file) {
+            *n -= 1;
+            if *n == 0 {
+                files.pins.remove(&self.file);
+            }
+        }
+        drop(files);
+        shared.unpinned.notify_all();
     }
 }
 
@@ -239,6 +267,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     pool: Arc<pool::Pool>,
     files: Mutex<Files>,
+    /// Signalled when a user pin is released.
+    unpinned: std::sync::Condvar,
     timers: Arc<timer::Timers>,
     worker: Arc<work::Worker>,
     background: Arc<Mutex<Option<BugCheck>>>,
@@ -320,6 +350,7 @@ impl HostPlatform {
                 next_id: AtomicU64::new(1),
                 pool: Arc::clone(&pool),
                 files: Mutex::new(Files::default()),
+                unpinned: std::sync::Condvar::new(),
                 timers: Arc::new(timer::Timers::new(
                     config.clock,
                     verify,
@@ -653,7 +684,8 @@ impl HostPlatform {
     ///
     /// IRQL: PASSIVE_LEVEL (the host's close path; not checked).
     ///
-    /// The verifier bugchecks 0x76/0x0 (file, count) for a ring still mapped,
+    /// The verifier bugchecks 0x76/0x0 (file, count, 1) for user pages
+    /// still pinned, 0x76/0x0 (file, count, 0) for a ring still mapped,
     /// 0xC4/0x135 (request, 0, file) for a request still outstanding.
     #[track_caller]
     pub fn file_closing(&self, file: FileKey) {
@@ -667,7 +699,17 @@ impl HostPlatform {
             .get(&file)
             .map(|ids| (ids.len(), ids.first().copied().unwrap_or(0)));
         let mapped = files.mappings.values().filter(|&&f| f == file).count();
+        let pinned = files.pins.get(&file).copied().unwrap_or(0);
         drop(files);
+        if pinned > 0 {
+            stop(
+                codes::PROCESS_HAS_LOCKED_PAGES,
+                [locked_pages::STILL_LOCKED, file, pinned as u64, 1],
+                format!(
+                    "file {file} closed with {pinned} user range(s) still pinned in its process"
+                ),
+            );
+        }
         if mapped > 0 {
             stop(
                 codes::PROCESS_HAS_LOCKED_PAGES,
@@ -708,6 +750,36 @@ impl HostPlatform {
                     "the device left D0 while the driver held {count} request(s) from its power-managed queue"
                 ),
             );
+        }
+    }
+
+    /// User ranges pinned for `file`'s requests and not yet released
+    /// (verifier on; 0 when off).
+    #[must_use]
+    pub fn pinned(&self, file: FileKey) -> usize {
+        self.shared.files().pins.get(&file).copied().unwrap_or(0)
+    }
+
+    /// Waits, at most `timeout`, until no user range pinned for `file`'s
+    /// requests is held: what irpverbs.sys's `EvtFileCleanup` does before
+    /// the closing process may end. The pins still held (0 when idle).
+    ///
+    /// IRQL: PASSIVE_LEVEL (a wait).
+    pub fn wait_unpinned(&self, file: FileKey, timeout: Duration) -> usize {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut files = self.shared.files();
+        loop {
+            let left = files.pins.get(&file).copied().unwrap_or(0);
+            let now = std::time::Instant::now();
+            if left == 0 || now >= deadline {
+                return left;
+            }
+            files = self
+                .shared
+                .unpinned
+                .wait_timeout(files, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -983,11 +1055,27 @@ impl Platform for HostPlatform {
         if addr == 0 {
             return Err(irpverbs_abi::STATUS_INVALID_PARAMETER);
         }
+        // A user range is locked in its process until the region goes: the
+        // verifier counts it against the request's file.
+        let owner: Option<Box<dyn std::any::Any + Send + Sync>> = if self.shared.verify
+            && request.requestor_mode() == irpverbs_core::RequestorMode::User
+        {
+            *self.shared.files().pins.entry(request.file()).or_default() += 1;
+            // The lock's bookkeeping is the system's memory, as the MDL.
+            Some(heap::uncharged(|| {
+                Box::new(HostPin {
+                    shared: Arc::downgrade(&self.shared),
+                    file: request.file(),
+                }) as Box<dyn std::any::Any + Send + Sync>
+            }))
+        } else {
+            None
+        };
         // SAFETY: in host mode the ULP registering memory shares this address
         // space; by registering it promises the range is valid, and stays
         // so until deregistration, and is accessed by the HCA only through
         // this region (the contract `Region::from_raw_parts` states).
-        let region = unsafe { irpverbs_ring::Region::from_raw_parts(addr as *mut u8, len, None) };
+        let region = unsafe { irpverbs_ring::Region::from_raw_parts(addr as *mut u8, len, owner) };
         // The MDL is the system's memory.
         region
             .map(|r| heap::uncharged(|| Arc::new(r)))
