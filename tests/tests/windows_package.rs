@@ -754,7 +754,7 @@ fn there_is_one_kernel_table_and_the_driver_uses_it() {
         );
     }
     assert!(kmdf.contains("irpverbs_kernel_table::kernel::{"));
-    assert!(kmdf.contains("interface(Arc::new("));
+    assert!(kmdf.contains("table: interface(") && kmdf.contains("Arc::new(SoftDoorbells {"));
     assert!(verbs.contains("pub use irpverbs_kernel_table::kernel;"));
     let manifest = read("driver/kmdf/Cargo.toml");
     assert!(manifest.contains("irpverbs-kernel-table = { path = \"../kernel-table\" }"));
@@ -841,5 +841,5 @@ fn user_doorbells_are_scanned_by_both_layers() {
     );
     // Kernel ULPs keep the direct-call doorbells.
     let kernel = code_of(&read("driver/kmdf/src/kernel.rs"));
-    assert!(kernel.contains("self.0.sq_doorbell(qp.number)"));
+    assert!(kernel.contains("self.hca.sq_doorbell(qp.number)"));
 }

@@ -724,7 +724,10 @@ impl HostDevice {
     /// `IRP_MN_QUERY_INTERFACE` for the kernel ULPs' direct-call table
     /// (`include/irpverbs_kernel.h`): post, poll and arm over the soft HCA's
     /// doorbells. Returned referenced: call `interface_dereference(context)`
-    /// when done (the table keeps the device alive until then).
+    /// when done. Until then the table holds the device's memory and a
+    /// reference on the device object ([`HostPlatform::reference_device`]),
+    /// as irpverbs.sys's does: the driver does not unload
+    /// ([`Self::unload`] waits) while a kernel ULP can still call into it.
     ///
     /// Every post, poll and arm holds its queue's lock, a verifier-checked
     /// spin lock of the platform ([`SPEED_LOCK`]) that raises to
@@ -733,7 +736,10 @@ impl HostDevice {
     /// ([`crate::platform::speed_lock_check`]).
     pub fn query_interface(self: &Arc<Self>) -> IvKernelInterface {
         irpverbs_verbs::kernel::interface(
-            Arc::clone(self) as Arc<dyn Doorbells>,
+            Arc::new(InterfaceDoorbells {
+                device: Arc::clone(self),
+                _reference: self.platform.reference_device(),
+            }),
             Arc::new(HostSpeed(self.platform.clone())),
         )
     }
@@ -861,9 +867,12 @@ impl HostDevice {
         self.cm_timer.cancel();
     }
 
-    /// Unloads the driver: stops the doorbell and firmware threads and runs
-    /// the verifier's unload checks (pool leaks, outstanding requests, armed
-    /// timers). Files must be closed first, as on Windows.
+    /// Unloads the driver: waits (up to [`CLOSE_TIMEOUT`]) until no kernel
+    /// ULP holds the direct-call interface (the device object is still
+    /// referenced: the I/O manager defers the unload), stops the doorbell
+    /// and firmware threads and runs the verifier's unload checks (pool
+    /// leaks, outstanding requests, armed timers, the device object still
+    /// referenced). Files must be closed first, as on Windows.
     ///
     /// # Panics
     /// With a verifier bugcheck when something leaked.
@@ -871,6 +880,10 @@ impl HostDevice {
         if self.unloaded.swap(true, Ordering::AcqRel) {
             return;
         }
+        // The I/O manager unloads the image only once the device object's
+        // last reference is gone (a kernel ULP's interface holds one).
+        self.platform
+            .wait_device_unreferenced(Instant::now() + CLOSE_TIMEOUT);
         self.detach_udp();
         self.scanner.stop();
         self.platform.driver_code(|| self.device.stop_cm_timer());
@@ -1427,6 +1440,28 @@ impl Doorbells for HostDevice {
     fn cq_arm(&self, cq: Bell) {
         let hca = self.device.hca();
         self.platform.driver_code(|| hca.cq_arm_doorbell(cq.number));
+    }
+}
+
+/// What a kernel ULP's direct-call table rings: the device's doorbells,
+/// holding the device and a reference on its device object.
+struct InterfaceDoorbells {
+    device: Arc<HostDevice>,
+    _reference: crate::platform::DeviceReference,
+}
+
+impl Doorbells for InterfaceDoorbells {
+    fn sq(&self, qp: Bell) {
+        self.device.sq(qp);
+    }
+    fn rq(&self, qp: Bell) {
+        self.device.rq(qp);
+    }
+    fn srq(&self, srq: Bell) {
+        self.device.srq(srq);
+    }
+    fn cq_arm(&self, cq: Bell) {
+        self.device.cq_arm(cq);
     }
 }
 

@@ -341,3 +341,43 @@ fn surprise_removal_under_traffic_inline() {
 fn surprise_removal_under_traffic_on_the_firmware_thread() {
     surprise_removal_under_traffic(Engine::Thread);
 }
+
+/// A kernel ULP that still holds the direct-call interface after the
+/// device was removed keeps the driver loaded: the unload waits for its
+/// last dereference (the interface holds a reference on the device
+/// object), the ULP's calls meanwhile reach live code, and the unload then
+/// finishes with nothing leaked.
+#[test]
+fn an_outstanding_kernel_interface_defers_the_unload() {
+    let dev = device(Engine::Inline, 1);
+    let kernel = dev.query_interface();
+    assert_eq!(dev.platform().device_references(), 1);
+    dev.surprise_remove();
+    std::thread::scope(|s| {
+        let unload = s.spawn(|| dev.unload());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!unload.is_finished(), "the unload waits for the interface");
+        // The ULP still calls into the driver: a reference and its
+        // dereference through the table.
+        #[allow(unsafe_code, reason = "the kernel interface's functions")]
+        // SAFETY: the context is referenced (this holder's reference).
+        unsafe {
+            (kernel.interface_reference)(kernel.context);
+        };
+        #[allow(unsafe_code, reason = "the kernel interface's functions")]
+        // SAFETY: the reference just taken, given back.
+        unsafe {
+            (kernel.interface_dereference)(kernel.context);
+        };
+        assert!(!unload.is_finished());
+        #[allow(unsafe_code, reason = "the kernel interface's functions")]
+        // SAFETY: the holder's own reference, given back once.
+        unsafe {
+            (kernel.interface_dereference)(kernel.context);
+        };
+        unload
+            .join()
+            .expect("the unload finishes once the ULP let go");
+    });
+    assert_eq!(dev.platform().device_references(), 0);
+}

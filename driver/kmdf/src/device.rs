@@ -402,13 +402,18 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         }
     };
     let poller = Arc::clone(&bus.poller);
+    // SAFETY: `device` was just created: its WDM device object is live.
+    let device_object =
+        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
+    // SAFETY: the live device object of the device whose HCA `soft` is.
+    let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) };
     let state = Box::new(DeviceState {
         cm_timer: CmTimer::new(),
         device: Device::new(Arc::new(platform), soft.clone()),
         bus,
         next_file: AtomicU64::new(1),
         instance,
-        kernel: KernelInterface::new(soft.clone()),
+        kernel,
         scanner: DoorbellThread::new(soft.clone(), poller),
     });
     // SAFETY: `device` was just created with a DeviceContext.

@@ -15,7 +15,11 @@
 //! when done. The device drops its reference in its destroy callback. The
 //! context holds an `Arc` of the soft HCA, so a ULP that still holds a
 //! reference after removal calls into live memory (a removed HCA ignores
-//! doorbells for queues it no longer has).
+//! doorbells for queues it no longer has), and a reference on the WDM
+//! device object (`ObReferenceObject`), so that the I/O manager does not
+//! unload the driver's image while a ULP can still call its code: the image
+//! goes only after the device object's last reference, which the context's
+//! drop (the last `InterfaceDereference`) gives back.
 //!
 //! IRQL: every table function is callable at IRQL <= DISPATCH_LEVEL; none
 //! blocks; `open_*` allocate from nonpaged pool (the global allocator).
@@ -34,8 +38,10 @@ use irpverbs_kernel_table::kernel::{
 };
 use irpverbs_kernel_table::{Bell, Doorbells};
 use irpverbs_soft::SoftHca;
-use wdk_sys::ntddk::{KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock};
-use wdk_sys::{GUID, KSPIN_LOCK};
+use wdk_sys::ntddk::{
+    KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock, ObfDereferenceObject, ObfReferenceObject,
+};
+use wdk_sys::{GUID, KSPIN_LOCK, PDEVICE_OBJECT};
 
 use crate::platform::KmdfPlatform;
 
@@ -54,20 +60,56 @@ pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {
 /// doorbell page slot).
 ///
 /// IRQL: <= DISPATCH_LEVEL, never blocking.
-struct SoftDoorbells(Arc<SoftHca<KmdfPlatform>>);
+struct SoftDoorbells {
+    hca: Arc<SoftHca<KmdfPlatform>>,
+    /// Keeps the driver's image loaded while the table can be called.
+    _device: DeviceObjectReference,
+}
 
 impl Doorbells for SoftDoorbells {
     fn sq(&self, qp: Bell) {
-        self.0.sq_doorbell(qp.number);
+        self.hca.sq_doorbell(qp.number);
     }
     fn rq(&self, qp: Bell) {
-        self.0.rq_doorbell(qp.number);
+        self.hca.rq_doorbell(qp.number);
     }
     fn srq(&self, srq: Bell) {
-        self.0.srq_doorbell(srq.number);
+        self.hca.srq_doorbell(srq.number);
     }
     fn cq_arm(&self, cq: Bell) {
-        self.0.cq_arm_doorbell(cq.number);
+        self.hca.cq_arm_doorbell(cq.number);
+    }
+}
+
+/// A reference on a WDM device object (`ObReferenceObject`), given back on
+/// drop (`ObDereferenceObject`).
+struct DeviceObjectReference(PDEVICE_OBJECT);
+
+// SAFETY: a referenced device object may be dereferenced from any thread
+// at IRQL <= DISPATCH_LEVEL; the pointer is never dereferenced here.
+unsafe impl Send for DeviceObjectReference {}
+// SAFETY: as above; shared access does nothing with it.
+unsafe impl Sync for DeviceObjectReference {}
+
+impl DeviceObjectReference {
+    /// References `device`.
+    ///
+    /// # Safety
+    /// `device` must be a live device object.
+    unsafe fn new(device: PDEVICE_OBJECT) -> Self {
+        // SAFETY: a live object (caller); ObReferenceObject may be called at
+        // IRQL <= DISPATCH_LEVEL.
+        let _ = unsafe { ObfReferenceObject(device.cast()) };
+        Self(device)
+    }
+}
+
+impl Drop for DeviceObjectReference {
+    /// IRQL: <= DISPATCH_LEVEL (a last reference dropped at DISPATCH_LEVEL
+    /// has the object manager defer the deletion).
+    fn drop(&mut self) {
+        // SAFETY: referenced in `new`, given back once.
+        let _ = unsafe { ObfDereferenceObject(self.0.cast()) };
     }
 }
 
@@ -120,12 +162,25 @@ pub(crate) struct KernelInterface {
 }
 
 impl KernelInterface {
-    /// The table over `hca`'s doorbells, referenced once (by the device).
+    /// The table over `hca`'s doorbells, referenced once (by the device);
+    /// its context references `device` until the last dereference.
     ///
     /// IRQL: <= DISPATCH_LEVEL (it allocates the context from nonpaged pool).
-    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>) -> Self {
+    ///
+    /// # Safety
+    /// `device` must be the live WDM device object of the device whose HCA
+    /// `hca` is.
+    pub(crate) unsafe fn new(hca: Arc<SoftHca<KmdfPlatform>>, device: PDEVICE_OBJECT) -> Self {
+        // SAFETY: a live device object (caller).
+        let device = unsafe { DeviceObjectReference::new(device) };
         Self {
-            table: interface(Arc::new(SoftDoorbells(hca)), Arc::new(KmdfSpeed)),
+            table: interface(
+                Arc::new(SoftDoorbells {
+                    hca,
+                    _device: device,
+                }),
+                Arc::new(KmdfSpeed),
+            ),
         }
     }
 

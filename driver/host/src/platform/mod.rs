@@ -60,6 +60,7 @@
 //! | a ring mapping undone twice (or never made) | 0x76 | 0x1 | mapping |
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
+//! | unload with the device object still referenced (a kernel ULP's interface) | 0xCE | 0 | 0, 0, count |
 //! | unload with a work item queued or running | 0xCE | work item | 0, 0, count |
 //! | the device leaves D0 while the driver holds a request from a power-managed queue | 0x9F | 0x3 | 0, 0, request |
 //! | a global allocator's block misaligned for its layout (host-defined, [`expool`]) | 0xC4 | 0x2001 | address, alignment, pool type |
@@ -253,6 +254,26 @@ impl Drop for HostPin {
     }
 }
 
+/// A reference on the device object (`ObReferenceObject` of the WDM device
+/// object): while one is held the driver's image is not unloaded. Dropping
+/// it is `ObDereferenceObject`.
+#[derive(Debug)]
+pub struct DeviceReference {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl Drop for DeviceReference {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let files = shared.files();
+        shared.device_references.fetch_sub(1, Ordering::AcqRel);
+        drop(files);
+        shared.unpinned.notify_all();
+    }
+}
+
 /// A ring "mapped into the caller's process" (host mode: one address space,
 /// so the ring's own addresses), tracked by the verifier until unmapped.
 #[derive(Debug)]
@@ -267,8 +288,11 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     pool: Arc<pool::Pool>,
     files: Mutex<Files>,
-    /// Signalled when a user pin is released.
+    /// Signalled when a user pin is released, or a device reference.
     unpinned: std::sync::Condvar,
+    /// References on the device object (`ObReferenceObject`) not yet
+    /// released, under `files`' lock.
+    device_references: AtomicU64,
     timers: Arc<timer::Timers>,
     worker: Arc<work::Worker>,
     background: Arc<Mutex<Option<BugCheck>>>,
@@ -351,6 +375,7 @@ impl HostPlatform {
                 pool: Arc::clone(&pool),
                 files: Mutex::new(Files::default()),
                 unpinned: std::sync::Condvar::new(),
+                device_references: AtomicU64::new(0),
                 timers: Arc::new(timer::Timers::new(
                     config.clock,
                     verify,
@@ -753,6 +778,51 @@ impl HostPlatform {
         }
     }
 
+    /// A reference on the device object, held until dropped.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    #[must_use]
+    pub fn reference_device(&self) -> DeviceReference {
+        self.shared.device_references.fetch_add(1, Ordering::AcqRel);
+        DeviceReference {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// References on the device object not yet released.
+    #[must_use]
+    pub fn device_references(&self) -> u64 {
+        self.shared.device_references.load(Ordering::Acquire)
+    }
+
+    /// Waits until the device object is no longer referenced, or until
+    /// `deadline`: the I/O manager's deferred unload.
+    ///
+    /// IRQL: PASSIVE_LEVEL (a wait).
+    pub fn wait_device_unreferenced(&self, deadline: std::time::Instant) {
+        self.wait_files(deadline, |_| self.device_references() as usize);
+    }
+
+    /// Waits, under the files' lock, until `left` is 0 or `deadline`
+    /// passed (woken by pin and device-reference releases): `left`'s last
+    /// value.
+    fn wait_files(&self, deadline: std::time::Instant, left: impl Fn(&Files) -> usize) -> usize {
+        let mut files = self.shared.files();
+        loop {
+            let n = left(&files);
+            let now = std::time::Instant::now();
+            if n == 0 || now >= deadline {
+                return n;
+            }
+            files = self
+                .shared
+                .unpinned
+                .wait_timeout(files, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// User ranges pinned for `file`'s requests and not yet released
     /// (verifier on; 0 when off).
     #[must_use]
@@ -766,21 +836,9 @@ impl HostPlatform {
     ///
     /// IRQL: PASSIVE_LEVEL (a wait).
     pub fn wait_unpinned(&self, file: FileKey, timeout: Duration) -> usize {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut files = self.shared.files();
-        loop {
-            let left = files.pins.get(&file).copied().unwrap_or(0);
-            let now = std::time::Instant::now();
-            if left == 0 || now >= deadline {
-                return left;
-            }
-            files = self
-                .shared
-                .unpinned
-                .wait_timeout(files, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.wait_files(std::time::Instant::now() + timeout, |files| {
+            files.pins.get(&file).copied().unwrap_or(0)
+        })
     }
 
     /// Requests of `file` dispatched and not completed (verifier on; 0 when
@@ -921,6 +979,17 @@ impl HostPlatform {
                     codes::DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS,
                     [first, 0, 0, count as u64],
                     format!("unload with {count} request(s) outstanding"),
+                );
+            }
+            let references = self.device_references();
+            if references > 0 {
+                stop(
+                    codes::DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS,
+                    [0, 0, 0, references],
+                    format!(
+                        "unload with the device object referenced {references} time(s): \
+                         a kernel ULP still holds the interface into the driver's code"
+                    ),
                 );
             }
             let armed = shared.timers.armed();

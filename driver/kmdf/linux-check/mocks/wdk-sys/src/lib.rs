@@ -55,6 +55,11 @@ pub type PEPROCESS = *mut _KPROCESS;
 pub type PKPROCESS = *mut _KPROCESS;
 pub type PRKPROCESS = *mut _KPROCESS;
 #[repr(C)] pub struct _IRP { _p: [u8; 0] }
+// wdm.h's DEVICE_OBJECT has fields; the driver only passes the pointer
+// (WdfDeviceWdmGetDeviceObject, ObReferenceObject), so it stays opaque here.
+#[repr(C)] pub struct _DEVICE_OBJECT { _p: [u8; 0] }
+pub type DEVICE_OBJECT = _DEVICE_OBJECT;
+pub type PDEVICE_OBJECT = *mut _DEVICE_OBJECT;
 pub type PIRP = *mut _IRP;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct _MDL { pub Next: *mut _MDL, pub Size: CSHORT, pub MdlFlags: CSHORT, pub Process: *mut _KPROCESS, pub MappedSystemVa: PVOID, pub StartVa: PVOID, pub ByteCount: ULONG, pub ByteOffset: ULONG }
@@ -326,6 +331,7 @@ pub mod wdf_fns {
         WdfDeviceCreateDeviceInterface(Device: WDFDEVICE, InterfaceClassGUID: *const GUID, ReferenceString: PCUNICODE_STRING) -> NTSTATUS;
         WdfDeviceAddQueryInterface(Device: WDFDEVICE, InterfaceConfig: PWDF_QUERY_INTERFACE_CONFIG) -> NTSTATUS;
         WdfDeviceEnqueueRequest(Device: WDFDEVICE, Request: WDFREQUEST) -> NTSTATUS;
+        WdfDeviceWdmGetDeviceObject(Device: WDFDEVICE) -> PDEVICE_OBJECT;
         WdfIoQueueCreate(Device: WDFDEVICE, Config: PWDF_IO_QUEUE_CONFIG, QueueAttributes: PWDF_OBJECT_ATTRIBUTES, Queue: *mut WDFQUEUE) -> NTSTATUS;
         WdfIoQueueGetDevice(Queue: WDFQUEUE) -> WDFDEVICE;
         WdfFileObjectGetDevice(FileObject: WDFFILEOBJECT) -> WDFDEVICE;
