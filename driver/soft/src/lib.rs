@@ -164,6 +164,7 @@ mod requester;
 mod responder;
 mod shared;
 pub mod sim;
+pub mod sockwire;
 mod srq;
 mod table;
 #[cfg(test)]

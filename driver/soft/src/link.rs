@@ -209,7 +209,7 @@ impl TxBatch {
     /// Appends `pkt` with `payload` as a datagram to UDP port `dst_port`;
     /// false (nothing appended) when the packet cannot be emitted, or the
     /// batch has no memory to grow to a new high-water mark.
-    fn push(&mut self, pkt: &Packet, payload: &[u8], dst_port: u16) -> bool {
+    pub(crate) fn push(&mut self, pkt: &Packet, payload: &[u8], dst_port: u16) -> bool {
         let src_port = entropy_port(pkt.dest_qpn);
         let mut ip = IpUdp::of(pkt, src_port, 0);
         ip.dst_port = dst_port;
