@@ -519,6 +519,55 @@ impl<P: Platform, S: DatagramSocket> Link for SocketLink<P, S> {
     }
 }
 
+/// `AF_INET` on Windows (ws2def.h).
+pub const AF_INET: u16 = 2;
+/// `AF_INET6` on Windows (ws2def.h).
+pub const AF_INET6: u16 = 23;
+/// Bytes of a `SOCKADDR_IN6`, the larger of the two socket addresses.
+pub const SOCKADDR_LEN: usize = 28;
+
+/// `addr` as a Windows `SOCKADDR_IN` (16 bytes) or `SOCKADDR_IN6` (28
+/// bytes): the family in host (little-endian) order, the port and the
+/// address in network order, the rest 0. The buffer and the length used.
+#[must_use]
+pub fn encode_sockaddr(addr: &SocketAddr) -> ([u8; SOCKADDR_LEN], usize) {
+    let mut b = [0u8; SOCKADDR_LEN];
+    b[2..4].copy_from_slice(&addr.port().to_be_bytes());
+    match addr {
+        SocketAddr::V4(a) => {
+            b[0..2].copy_from_slice(&AF_INET.to_le_bytes());
+            b[4..8].copy_from_slice(&a.ip().octets());
+            (b, 16)
+        }
+        SocketAddr::V6(a) => {
+            b[0..2].copy_from_slice(&AF_INET6.to_le_bytes());
+            b[4..8].copy_from_slice(&a.flowinfo().to_be_bytes());
+            b[8..24].copy_from_slice(&a.ip().octets());
+            b[24..28].copy_from_slice(&a.scope_id().to_le_bytes());
+            (b, SOCKADDR_LEN)
+        }
+    }
+}
+
+/// The address a Windows `SOCKADDR_IN` or `SOCKADDR_IN6` holds (a received
+/// datagram's source); `None` for another family or too few bytes.
+#[must_use]
+pub fn decode_sockaddr(b: &[u8]) -> Option<SocketAddr> {
+    let family = u16::from_le_bytes([*b.first()?, *b.get(1)?]);
+    let port = u16::from_be_bytes([*b.get(2)?, *b.get(3)?]);
+    match family {
+        AF_INET => {
+            let ip: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(ip), port))
+        }
+        AF_INET6 => {
+            let ip: [u8; 16] = b.get(8..24)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(ip), port))
+        }
+        _ => None,
+    }
+}
+
 /// The IP address a GID names: IPv4 for an IPv4-mapped GID, else IPv6.
 fn gid_ip(gid: &[u8; 16]) -> IpAddr {
     let v6 = core::net::Ipv6Addr::from(*gid);

@@ -367,3 +367,20 @@ fn received_datagrams_carry_the_socket_s_facts() {
     lb.end_receive(&b.d.hca);
     assert_eq!(b.d.hca.link_stats().rx_datagrams, 1);
 }
+
+#[test]
+fn socket_addresses_have_windows_layouts() {
+    let v4: SocketAddr = "10.1.2.3:4791".parse().unwrap();
+    let (b, n) = encode_sockaddr(&v4);
+    assert_eq!(n, 16);
+    assert_eq!(&b[..8], &[2, 0, 0x12, 0xB7, 10, 1, 2, 3]);
+    assert_eq!(decode_sockaddr(&b[..n]), Some(v4));
+    let v6: SocketAddr = "[fd00::7]:5000".parse().unwrap();
+    let (b, n) = encode_sockaddr(&v6);
+    assert_eq!((n, &b[..4]), (28, &[23, 0, 0x13, 0x88][..]));
+    assert_eq!(b[8], 0xFD);
+    assert_eq!(decode_sockaddr(&b[..n]), Some(v6));
+    assert_eq!(decode_sockaddr(&b[..20]), None, "short");
+    assert_eq!(decode_sockaddr(&[17, 0, 0, 0, 1, 2, 3, 4]), None, "AF_UNIX");
+    assert_eq!(decode_sockaddr(&[]), None);
+}
