@@ -843,3 +843,45 @@ fn user_doorbells_are_scanned_by_both_layers() {
     let kernel = code_of(&read("driver/kmdf/src/kernel.rs"));
     assert!(kernel.contains("self.hca.sq_doorbell(qp.number)"));
 }
+
+// ------------------------------------------------------------------ the wire
+
+#[test]
+fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
+    // The glue only moves bytes between WSK and irpverbs_soft::sockwire.
+    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    for call in [
+        "WireConfig::from_registry(",
+        "link.received(&st.hca, from,",
+        "link.end_receive(&st.hca)",
+        "st.link.on_timer(&st.hca)",
+        ".link.send_done(slot.index,",
+        "impl DatagramSocket for WskSocket",
+        "WskRegister(",
+        "WskCaptureProviderNPI(",
+        "WSK_FLAG_DATAGRAM_SOCKET",
+        "WSK_EVENT_RECEIVE_FROM",
+        "STATUS_MORE_PROCESSING_REQUIRED",
+    ] {
+        assert!(wsk.contains(call), "wsk.rs lacks {call}");
+    }
+    // Configured when the device is added, opened in D0Entry, closed in
+    // D0Exit.
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    assert!(device.contains("crate::wsk::read_config(device)"));
+    let d0_entry = between(&device, "fn evt_device_d0_entry(", "\n}\n");
+    let d0_exit = between(&device, "fn evt_device_d0_exit(", "\n}\n");
+    assert!(d0_entry.contains("WskWire::start"), "{d0_entry}");
+    assert!(d0_exit.contains("wire.stop()"), "{d0_exit}");
+    // The INF's defaults name the values the glue reads.
+    let inx = read("inf/irpverbs.inx");
+    let soft = code_of(&read("driver/soft/src/sockwire/mod.rs"));
+    for (name, default) in [
+        ("RoceEnable", "0x10003,0"),
+        ("RoceAddress", "0x2,\"\""),
+        ("RocePort", "0x10003,4791"),
+    ] {
+        assert!(inx.contains(&format!("HKR,,{name},{default}")), "{name}");
+        assert!(soft.contains(&format!("\"{name}\"")), "{name}");
+    }
+}

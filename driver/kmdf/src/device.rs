@@ -66,6 +66,7 @@ use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
 use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw, evt_request_cleanup};
+use crate::wsk::WskWire;
 
 /// The driver over the soft HCA on Windows: the type host mode calls
 /// `SoftDevice`, over [`KmdfPlatform`].
@@ -90,6 +91,9 @@ pub(crate) struct DeviceState {
     kernel: KernelInterface,
     /// The poller of the user-mode doorbell pages: a system thread in D0.
     scanner: DoorbellThread,
+    /// The RoCEv2 wire over a WSK socket, when the registry enables it:
+    /// open in D0.
+    wire: Option<WskWire>,
 }
 
 /// The device's context: the state, set right after `WdfDeviceCreate` and
@@ -394,7 +398,19 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         resume: AtomicBool::new(false),
     });
     let platform = KmdfPlatform;
-    let soft = match SoftHca::new(&platform, SoftConfig::default(), bus.clone()) {
+    // SAFETY: `device` was just created.
+    let wire_config = match unsafe { crate::wsk::read_config(device) } {
+        Ok(config) => config,
+        Err(status) => {
+            release_instance(instance);
+            return Err(status);
+        }
+    };
+    let mut soft_config = SoftConfig::default();
+    if let Some(w) = &wire_config {
+        w.apply(&mut soft_config);
+    }
+    let soft = match SoftHca::new(&platform, soft_config, bus.clone()) {
         Ok(soft) => Arc::new(soft),
         Err(status) => {
             release_instance(instance);
@@ -415,6 +431,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
         instance,
         kernel,
         scanner: DoorbellThread::new(soft.clone(), poller),
+        wire: wire_config.map(|w| WskWire::new(w, soft.clone())),
     });
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
@@ -731,6 +748,12 @@ extern "C" fn evt_device_d0_entry(
             state.scanner.stop();
             return status;
         }
+        if let Some(Err(status)) = state.wire.as_ref().map(WskWire::start) {
+            wdk::println!("irpverbs: the WSK wire did not start: {status:#010x}");
+            state.cm_timer.stop(&state.device);
+            state.scanner.stop();
+            return status;
+        }
         state.bus.interrupt();
     }
     STATUS_SUCCESS
@@ -754,6 +777,9 @@ extern "C" fn evt_device_d0_exit(
 ) -> NTSTATUS {
     // SAFETY: the framework passes our live device.
     if let Some(state) = unsafe { state(device) } {
+        if let Some(wire) = &state.wire {
+            wire.stop();
+        }
         state.scanner.stop();
         state.cm_timer.stop(&state.device);
         if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {

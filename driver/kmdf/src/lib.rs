@@ -52,6 +52,13 @@
 //! mode). No timer, no raised clock rate. Kernel ULPs keep the direct-call
 //! doorbells.
 //!
+//! # The wire
+//! With `RoceEnable` set in the device's hardware key (the INF's default is
+//! off), the soft HCA's RoCEv2 datagrams leave over a Winsock Kernel
+//! datagram socket bound to `RoceAddress` on `RocePort` ([`wsk`]), opened in
+//! D0Entry and closed in D0Exit; the logic is `irpverbs_soft::sockwire`,
+//! tested in host mode.
+//!
 //! # The connection manager's timer
 //! A one-shot kernel timer ([`cmtimer`]) the core arms at the CM's next
 //! deadline (`Device::set_cm_timer`); its callback runs `Device::cm_timer`
@@ -75,10 +82,13 @@ mod context;
 mod device;
 pub mod doorbell;
 mod heap;
+mod irp;
 pub mod kernel;
 pub mod mdl;
 pub mod platform;
 pub mod request;
+pub mod wsk;
+mod wsk_sys;
 
 use wdk_sys::{
     GUID, NTSTATUS, PCUNICODE_STRING, PDRIVER_OBJECT, ULONG, WDF_DRIVER_CONFIG, WDF_NO_HANDLE,

@@ -54,13 +54,44 @@ zeroed_default!(UNICODE_STRING, KSPIN_LOCK_QUEUE, KLOCK_QUEUE_HANDLE);
 pub type PEPROCESS = *mut _KPROCESS;
 pub type PKPROCESS = *mut _KPROCESS;
 pub type PRKPROCESS = *mut _KPROCESS;
-#[repr(C)] pub struct _IRP { _p: [u8; 0] }
 // wdm.h's DEVICE_OBJECT has fields; the driver only passes the pointer
 // (WdfDeviceWdmGetDeviceObject, ObReferenceObject), so it stays opaque here.
 #[repr(C)] pub struct _DEVICE_OBJECT { _p: [u8; 0] }
 pub type DEVICE_OBJECT = _DEVICE_OBJECT;
 pub type PDEVICE_OBJECT = *mut _DEVICE_OBJECT;
+// wdm.h: IRP, IO_STACK_LOCATION, IO_STATUS_BLOCK, in bindgen's rendering
+// (anonymous members as __bindgen_anon_N). Only the members the glue
+// reaches are spelled out; the others keep their size as opaque blobs.
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _IO_STATUS_BLOCK__bindgen_ty_1 { pub Status: NTSTATUS, pub Pointer: PVOID }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _IO_STATUS_BLOCK { pub __bindgen_anon_1: _IO_STATUS_BLOCK__bindgen_ty_1, pub Information: ULONG_PTR }
+pub type IO_STATUS_BLOCK = _IO_STATUS_BLOCK;
+pub type PIO_STATUS_BLOCK = *mut _IO_STATUS_BLOCK;
+pub type IO_COMPLETION_ROUTINE = Option<unsafe extern "C" fn(DeviceObject: PDEVICE_OBJECT, Irp: PIRP, Context: PVOID) -> NTSTATUS>;
+pub type PIO_COMPLETION_ROUTINE = IO_COMPLETION_ROUTINE;
+#[repr(C)]
+pub struct _IO_STACK_LOCATION { pub MajorFunction: UCHAR, pub MinorFunction: UCHAR, pub Flags: UCHAR, pub Control: UCHAR, pub Parameters: [u64; 4], pub DeviceObject: PDEVICE_OBJECT, pub FileObject: PVOID, pub CompletionRoutine: PIO_COMPLETION_ROUTINE, pub Context: PVOID }
+pub type IO_STACK_LOCATION = _IO_STACK_LOCATION;
+pub type PIO_STACK_LOCATION = *mut _IO_STACK_LOCATION;
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _IRP__bindgen_ty_4__bindgen_ty_1__bindgen_ty_2__bindgen_ty_1 { pub CurrentStackLocation: *mut _IO_STACK_LOCATION, pub PacketType: ULONG }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _IRP__bindgen_ty_4__bindgen_ty_1__bindgen_ty_2 { pub ListEntry: LIST_ENTRY, pub __bindgen_anon_1: _IRP__bindgen_ty_4__bindgen_ty_1__bindgen_ty_2__bindgen_ty_1 }
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _IRP__bindgen_ty_4__bindgen_ty_1 { pub __bindgen_anon_1: [PVOID; 4], pub Thread: PVOID, pub AuxiliaryBuffer: *mut c_char, pub __bindgen_anon_2: _IRP__bindgen_ty_4__bindgen_ty_1__bindgen_ty_2, pub OriginalFileObject: PVOID }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _IRP__bindgen_ty_4 { pub Overlay: _IRP__bindgen_ty_4__bindgen_ty_1, pub Apc: [u64; 11], pub CompletionKey: PVOID }
+#[repr(C)]
+pub struct _IRP { pub Type: CSHORT, pub Size: USHORT, pub AllocationProcessorNumber: USHORT, pub Reserved: USHORT, pub MdlAddress: PMDL, pub Flags: ULONG, pub AssociatedIrp: PVOID, pub ThreadListEntry: LIST_ENTRY, pub IoStatus: IO_STATUS_BLOCK, pub RequestorMode: KPROCESSOR_MODE, pub PendingReturned: BOOLEAN, pub StackCount: CCHAR, pub CurrentLocation: CCHAR, pub Cancel: BOOLEAN, pub CancelIrql: KIRQL, pub ApcEnvironment: CCHAR, pub AllocationFlags: UCHAR, pub __bindgen_anon_1: PVOID, pub UserEvent: PKEVENT, pub Overlay: [u64; 2], pub CancelRoutine: PVOID, pub UserBuffer: PVOID, pub Tail: _IRP__bindgen_ty_4 }
+pub type IRP = _IRP;
 pub type PIRP = *mut _IRP;
+pub const STATUS_MORE_PROCESSING_REQUIRED: NTSTATUS = -1073741802;
+pub type PULONG = *mut ULONG;
+pub type PUSHORT = *mut USHORT;
+// wdm.h: PLUGPLAY_REGKEY_DEVICE, KEY_READ.
+pub const PLUGPLAY_REGKEY_DEVICE: u32 = 1;
+pub const KEY_READ: u32 = 131097;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct _MDL { pub Next: *mut _MDL, pub Size: CSHORT, pub MdlFlags: CSHORT, pub Process: *mut _KPROCESS, pub MappedSystemVa: PVOID, pub StartVa: PVOID, pub ByteCount: ULONG, pub ByteOffset: ULONG }
 pub type MDL = _MDL;
@@ -151,7 +182,7 @@ pub type POBJECT_HANDLE_INFORMATION = *mut _OBJECT_HANDLE_INFORMATION;
 
 macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
-         WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__);
+         WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__, WDFKEY WDFKEY__);
 pub type WDFOBJECT = HANDLE;
 #[repr(C)] pub struct WDFDEVICE_INIT { _p: [u8; 0] }
 pub type PWDFDEVICE_INIT = *mut WDFDEVICE_INIT;
@@ -303,6 +334,10 @@ pub mod ntddk {
         pub fn ObReferenceObjectByHandle(Handle: HANDLE, DesiredAccess: ACCESS_MASK, ObjectType: POBJECT_TYPE, AccessMode: KPROCESSOR_MODE, Object: *mut PVOID, HandleInformation: POBJECT_HANDLE_INFORMATION) -> NTSTATUS;
         pub fn ZwClose(Handle: HANDLE) -> NTSTATUS;
         pub fn KeDelayExecutionThread(WaitMode: KPROCESSOR_MODE, Alertable: BOOLEAN, Interval: PLARGE_INTEGER) -> NTSTATUS;
+        // wdm.h: driver-allocated IRPs.
+        pub fn IoAllocateIrp(StackSize: CCHAR, ChargeQuota: BOOLEAN) -> PIRP;
+        pub fn IoFreeIrp(Irp: PIRP);
+        pub fn IoReuseIrp(Irp: PIRP, Iostatus: NTSTATUS);
         pub fn ExDeleteTimer(Timer: PEX_TIMER, Cancel: BOOLEAN, Wait: BOOLEAN, Parameters: PEXT_DELETE_PARAMETERS) -> BOOLEAN;
     }
 }
@@ -344,6 +379,10 @@ pub mod wdf_fns {
         WdfRequestCompleteWithInformation(Request: WDFREQUEST, Status: NTSTATUS, Information: ULONG_PTR);
         WdfRequestMarkCancelableEx(Request: WDFREQUEST, EvtRequestCancel: PFN_WDF_REQUEST_CANCEL) -> NTSTATUS;
         WdfRequestUnmarkCancelable(Request: WDFREQUEST) -> NTSTATUS;
+        WdfDeviceOpenRegistryKey(Device: WDFDEVICE, DeviceInstanceKeyType: ULONG, DesiredAccess: ACCESS_MASK, KeyAttributes: PWDF_OBJECT_ATTRIBUTES, Key: *mut WDFKEY) -> NTSTATUS;
+        WdfRegistryQueryULong(Key: WDFKEY, ValueName: PCUNICODE_STRING, Value: PULONG) -> NTSTATUS;
+        WdfRegistryQueryUnicodeString(Key: WDFKEY, ValueName: PCUNICODE_STRING, ValueByteLength: PUSHORT, Value: PUNICODE_STRING) -> NTSTATUS;
+        WdfRegistryClose(Key: WDFKEY);
     }
 }
 
