@@ -634,7 +634,10 @@ fn kmdf_glue_is_the_host_devices_mapping() {
         host_calls.len() >= 6,
         "the host device's calls were not found (renamed?): {host_calls:?}"
     );
-    assert!(host.contains("Device::new("), "host builds the core device");
+    assert!(
+        host.contains("Device::with_config("),
+        "host builds the core device with its configuration"
+    );
 
     let mut kmdf = String::new();
     for entry in fs::read_dir(repo().join("driver/kmdf/src")).expect("driver/kmdf/src") {
@@ -654,8 +657,8 @@ fn kmdf_glue_is_the_host_devices_mapping() {
     let all: BTreeSet<&str> = ENTRY_POINTS.into_iter().collect();
     assert_eq!(kmdf_calls, all, "the KMDF glue calls every entry point");
     assert!(
-        kmdf.contains("Device::new("),
-        "the KMDF glue builds the core device"
+        kmdf.contains("Device::with_config(") && kmdf.contains("registry::device_config("),
+        "the KMDF glue builds the core device with the registry's configuration"
     );
     assert!(
         kmdf.contains("impl SoftBus for Bus") && kmdf.contains("WdfDpcEnqueue"),
@@ -884,4 +887,37 @@ fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
         assert!(inx.contains(&format!("HKR,,{name},{default}")), "{name}");
         assert!(soft.contains(&format!("\"{name}\"")), "{name}");
     }
+/// The service's `Parameters` key gets every per-file quota the driver
+/// reads, with the driver's own defaults (`irpverbs_core::FileQuota`), as
+/// `REG_DWORD`s an administrator's changes survive a reinstall of.
+#[test]
+fn inx_quota_parameters_are_the_drivers_defaults() {
+    use irpverbs_core::FileQuota;
+    let inf = inx();
+    assert_eq!(
+        inf.value("Irpverbs_Service", "AddReg"),
+        "Irpverbs_Service.Parameters"
+    );
+    let defaults = FileQuota::default();
+    let mut names = Vec::new();
+    for line in inf.section("Irpverbs_Service.Parameters") {
+        let [root, key, name, flags, value] = line.fields.as_slice() else {
+            panic!("not an AddReg line: {}", line.raw)
+        };
+        assert_eq!(
+            (root.as_str(), key.as_str()),
+            ("HKR", "Parameters"),
+            "{}",
+            line.raw
+        );
+        assert_eq!(flags, "0x00010003", "REG_DWORD, no clobber: {}", line.raw);
+        let value: u32 = value.parse().expect("a decimal DWORD");
+        assert_eq!(defaults.registry_value(name), Some(value), "{name}");
+        names.push(name.clone());
+    }
+    assert_eq!(
+        names,
+        FileQuota::REGISTRY_NAMES,
+        "every parameter, in order"
+    );
 }

@@ -41,7 +41,7 @@ pub(crate) fn start_create_cq<P: Platform, H: Hca>(
         failed: false,
         arm_seq: 0,
     });
-    let idx = d.reserve(s, file, body, caps.max_cq)?;
+    let idx = d.reserve_with(s, file, body, caps.max_cq, crate::quota::cq_ring(i.cqe))?;
     Ok((
         Op::Create(idx),
         Command::CreateCq {
@@ -62,6 +62,7 @@ pub(crate) fn start_resize_cq<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_PARAMETER);
     }
     check_cqe(i.cqe, d.hca.caps())?;
+    let quota = s.quota;
     let f = s.file(file)?;
     let idx = f.objects.lookup(i.cq, Kind::Cq)?;
     let o = f.objects.get_mut(idx);
@@ -72,6 +73,9 @@ pub(crate) fn start_resize_cq<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_HANDLE);
     };
     let cqn = c.cqn;
+    let new = crate::quota::cq_ring(i.cqe);
+    f.usage.check_bytes(&quota, new, o.bytes)?;
+    crate::quota::begin_resize(&mut f.usage, o, new);
     o.busy = true;
     Ok((Op::ResizeCq(idx), Command::ResizeCq { cqn, cqe: i.cqe }))
 }
@@ -89,6 +93,7 @@ pub(crate) fn finish_resize_cq<R>(
     };
     let o = f.objects.get_mut(idx);
     o.busy = false;
+    crate::quota::end_resize(&mut f.usage, o, nt_success(status));
     match (&mut o.body, out) {
         (Body::Cq(c), CommandOut::Cq { cqe, ring, .. }) if nt_success(status) => {
             c.cqe = cqe;

@@ -177,6 +177,16 @@ pub(crate) struct FileState {
     /// The file's doorbell page, allocated by its first
     /// `IOCTL_IV_MAP_DOORBELLS` and freed with the file.
     pub doorbell_page: Option<crate::hca::DoorbellPageInfo>,
+    /// What the file holds against its quota ([`crate::quota`]).
+    pub usage: crate::quota::Usage,
+}
+
+/// The device's configuration: what a driver reads from its registry
+/// parameters at device add.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// The limits each file (open of the device) is held to.
+    pub quota: crate::quota::FileQuota,
 }
 
 /// Counters for tools and tests.
@@ -240,6 +250,8 @@ pub(crate) struct State<R> {
     backlog: VecDeque<(u64, Command)>,
     next_generation: u32,
     pub counts: [u32; 8],
+    /// The per-file limits.
+    pub quota: crate::quota::FileQuota,
     pub removed: bool,
     pub stats: DeviceStats,
     /// Pended requests by cancel key.
@@ -500,10 +512,19 @@ const COMMANDS_PER_REQUEST: usize = 2;
 const DPC_BATCH: usize = 4;
 
 impl<P: Platform, H: Hca> Device<P, H> {
-    /// Creates the device over `hca` (EvtDriverDeviceAdd / D0Entry).
+    /// Creates the device over `hca` (EvtDriverDeviceAdd / D0Entry), with
+    /// the default configuration.
     ///
     /// IRQL: PASSIVE_LEVEL.
     pub fn new(platform: Arc<P>, hca: H) -> Self {
+        Self::with_config(platform, hca, DeviceConfig::default())
+    }
+
+    /// Creates the device over `hca` with `config` (the driver's registry
+    /// parameters).
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn with_config(platform: Arc<P>, hca: H, config: DeviceConfig) -> Self {
         let state = platform.new_lock(
             &DEVICE_LOCK,
             State {
@@ -514,6 +535,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 backlog: VecDeque::new(),
                 next_generation: 0,
                 counts: [0; 8],
+                quota: config.quota,
                 removed: false,
                 stats: DeviceStats::default(),
                 waits: VecMap::new(),
@@ -613,6 +635,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     async_events: crate::notify::new_queue(),
                     async_waits: alloc::collections::VecDeque::new(),
                     doorbell_page: None,
+                    usage: crate::quota::Usage::default(),
                 },
             );
             match inserted {
@@ -770,6 +793,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             parent.dependents = parent.dependents.saturating_sub(1);
         }
         let kind = o.kind();
+        let usage = &mut f.usage;
+        usage.objects[kind.index()] = usage.objects[kind.index()].saturating_sub(1);
+        usage.release(o.bytes);
+        usage.release(o.resize_bytes.unwrap_or_default());
         s.counts[kind.index()] = s.counts[kind.index()].saturating_sub(1);
         if let Some(c) = o.charge {
             self.platform.pool_release(c);
@@ -1017,14 +1044,27 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Reserves a slot for an object whose create command is about to be
-    /// posted: checks the device limit, charges pool, counts the parents'
-    /// new dependent.
+    /// posted: checks the device limit and the file's quota, charges pool,
+    /// counts the parents' new dependent.
     pub(crate) fn reserve(
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
         body: Body,
         limit: u32,
+    ) -> Result<u32, NtStatus> {
+        self.reserve_with(s, file, body, limit, crate::quota::Bytes::default())
+    }
+
+    /// [`Device::reserve`] for an object that holds `bytes` of ring or
+    /// pinned memory against the file's quota.
+    pub(crate) fn reserve_with(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        body: Body,
+        limit: u32,
+        bytes: crate::quota::Bytes,
     ) -> Result<u32, NtStatus> {
         let probe = Object {
             life: Life::Creating,
@@ -1034,12 +1074,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
             unacked_async: 0,
             doorbells: [None; 2],
             charge: None,
+            bytes,
+            resize_bytes: None,
             body,
         };
         let kind = probe.kind();
         if s.counts[kind.index()] >= limit {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        let quota = s.quota;
+        s.file(file)?.usage.check(&quota, kind, bytes)?;
         if matches!(kind, Kind::Cq | Kind::Qp | Kind::Srq) {
             let numbered = [Kind::Cq, Kind::Qp, Kind::Srq]
                 .iter()
@@ -1071,6 +1115,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         for p in parents.into_iter().flatten() {
             f.objects.get_mut(p).dependents += 1;
         }
+        f.usage.objects[kind.index()] += 1;
+        f.usage.add(bytes);
         s.counts[kind.index()] += 1;
         Ok(idx)
     }
@@ -1439,7 +1485,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     | Op::ResizeCq(idx)
                     | Op::ModifySrq { srq: idx, .. } => {
                         if let Some(f) = s.files.get_mut(&p.file) {
-                            f.objects.get_mut(idx).busy = false;
+                            let o = f.objects.get_mut(idx);
+                            o.busy = false;
+                            crate::quota::end_resize(&mut f.usage, o, false);
                         }
                         STATUS_DEVICE_REMOVED
                     }

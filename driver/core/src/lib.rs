@@ -33,16 +33,18 @@ pub mod platform;
 mod port;
 mod qp;
 pub mod qp_state;
+pub mod quota;
 mod resolve;
 mod srq;
 #[cfg(test)]
 mod tests;
 
-pub use device::{DRIVER_VERSION, Device, DeviceSnapshot, DeviceStats};
+pub use device::{DRIVER_VERSION, Device, DeviceConfig, DeviceSnapshot, DeviceStats};
 pub use handle::MAX_OBJECTS_PER_FILE;
 pub use mr::USER_ADDRESS_LIMIT;
 pub use object::Kind;
 pub use qp::CONTROLLED_QKEY;
+pub use quota::FileQuota;
 
 pub use hca::{
     AsyncEvent, Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, GSI_QKEY, GSI_QPN,

@@ -86,7 +86,13 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let region = pinned.ok_or(STATUS_INVALID_DEVICE_STATE)?;
     let pdn = crate::pd::pdn(s, file, pd);
-    let idx = d.reserve(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr)?;
+    // A physical range (kernel callers) pins nothing.
+    let pinned = if physical {
+        crate::quota::Bytes::default()
+    } else {
+        crate::quota::mr_pinned(i.addr, i.length)
+    };
+    let idx = d.reserve_with(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr, pinned)?;
     Ok((
         Op::Create(idx),
         Command::RegMr {

@@ -127,6 +127,8 @@ pub(crate) struct Srq {
     pub pd: u32,
     pub srqn: u32,
     pub max_wr: u32,
+    /// SGEs per WR, as asked (a resize's ring is counted with them).
+    pub max_sge: u32,
     #[allow(dead_code)]
     pub user_context: u64,
     /// The ring, once created.
@@ -197,6 +199,10 @@ pub(crate) struct Object {
     /// them.
     pub doorbells: [Option<u32>; 2],
     pub charge: Option<PoolCharge>,
+    /// Ring and pinned memory it holds against its file's quota.
+    pub bytes: crate::quota::Bytes,
+    /// The new ring of a resize in flight, held against the quota too.
+    pub resize_bytes: Option<crate::quota::Bytes>,
     pub body: Body,
 }
 

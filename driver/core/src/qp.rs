@@ -69,7 +69,8 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
         sq: None,
         rq: None,
     });
-    let idx = d.reserve(s, file, body, caps.max_qp)?;
+    let rings = crate::quota::qp_rings(&i.cap, i.srq != 0);
+    let idx = d.reserve_with(s, file, body, caps.max_qp, rings)?;
     Ok((
         Op::Create(idx),
         Command::CreateQp {

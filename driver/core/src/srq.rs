@@ -29,10 +29,12 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
         pd,
         srqn: 0,
         max_wr: 0,
+        max_sge: i.max_sge,
         user_context: i.user_context,
         ring: None,
     });
-    let idx = d.reserve(s, file, body, caps.max_srq)?;
+    let rings = crate::quota::srq_ring(i.max_wr, i.max_sge);
+    let idx = d.reserve_with(s, file, body, caps.max_srq, rings)?;
     Ok((
         Op::Create(idx),
         Command::CreateSrq {
@@ -65,6 +67,7 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
             return Err(STATUS_INVALID_PARAMETER);
         }
     }
+    let quota = s.quota;
     let f = s.file(file)?;
     let idx = f.objects.lookup(i.srq, Kind::Srq)?;
     let o = f.objects.get_mut(idx);
@@ -74,6 +77,7 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
     let Body::Srq(srq) = &o.body else {
         return Err(STATUS_INVALID_HANDLE);
     };
+    let resize = (mask & IV_SRQ_MAX_WR != 0).then(|| crate::quota::srq_ring(i.max_wr, srq.max_sge));
     let depth = if mask & IV_SRQ_MAX_WR != 0 {
         i.max_wr
     } else {
@@ -83,6 +87,10 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_PARAMETER);
     }
     let srqn = srq.srqn;
+    if let Some(new) = resize {
+        f.usage.check_bytes(&quota, new, o.bytes)?;
+        crate::quota::begin_resize(&mut f.usage, o, new);
+    }
     o.busy = true;
     Ok((
         Op::ModifySrq {
@@ -112,6 +120,7 @@ pub(crate) fn finish_modify_srq<R>(
     };
     let o = f.objects.get_mut(idx);
     o.busy = false;
+    crate::quota::end_resize(&mut f.usage, o, ok);
     if let (true, Body::Srq(srq)) = (ok && mask & IV_SRQ_MAX_WR != 0, &mut o.body) {
         srq.max_wr = max_wr;
     }

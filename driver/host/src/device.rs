@@ -114,6 +114,9 @@ pub struct HostDeviceConfig {
     /// pinned to be released ([`CLEANUP_PIN_TIMEOUT`] when `None`), as
     /// irpverbs.sys's `EvtFileCleanup` does.
     pub cleanup_pin_timeout: Option<Duration>,
+    /// The driver's configuration (its registry parameters on Windows):
+    /// the per-file quotas.
+    pub device: irpverbs_core::DeviceConfig,
 }
 
 /// How long a closing file waits, at most, for its user pins (irpverbs.sys
@@ -438,8 +441,9 @@ impl HostDevice {
         let soft =
             Arc::new(platform.driver_code(|| SoftHca::new(&platform, soft_config, bus.clone()))?);
         let shared_platform = Arc::new(platform.clone());
-        let device =
-            Arc::new(platform.driver_code(|| Device::new(shared_platform, Arc::clone(&soft))));
+        let device = Arc::new(platform.driver_code(|| {
+            Device::with_config(shared_platform, Arc::clone(&soft), config.device)
+        }));
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let dpc = platform.new_dpc(move || {
             if let Some(d) = weak.upgrade() {

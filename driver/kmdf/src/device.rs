@@ -47,12 +47,12 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use irpverbs_abi::{
     FILE_DEVICE_INFINIBAND, STATUS_INVALID_DEVICE_STATE, STATUS_SUCCESS, nt_success,
 };
-use irpverbs_core::{Device, FileKey, MajorFunction};
+use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
 use irpverbs_soft::{SoftBus, SoftConfig, SoftHca};
 use wdk_sys::{
     _WDF_EXECUTION_LEVEL, _WDF_FILEOBJECT_CLASS, _WDF_IO_QUEUE_DISPATCH_TYPE,
     _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, FILE_DEVICE_SECURE_OPEN, NTSTATUS, PWDFDEVICE_INIT,
-    ULONG, UNICODE_STRING, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG,
+    ULONG, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG,
     WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE, WDF_QUERY_INTERFACE_CONFIG, WDFDEVICE,
     WDFDPC, WDFDRIVER, WDFFILEOBJECT, WDFOBJECT, WDFQUEUE, WDFREQUEST,
     call_unsafe_wdf_function_binding,
@@ -251,10 +251,10 @@ pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Arc<FilePins>> {
 ///
 /// IRQL: PASSIVE_LEVEL.
 pub(crate) extern "C" fn evt_driver_device_add(
-    _driver: WDFDRIVER,
+    driver: WDFDRIVER,
     device_init: PWDFDEVICE_INIT,
 ) -> NTSTATUS {
-    match add_device(device_init) {
+    match add_device(driver, device_init) {
         Ok(()) => STATUS_SUCCESS,
         Err(status) => {
             wdk::println!("irpverbs: EvtDriverDeviceAdd failed: {status:#010x}");
@@ -263,11 +263,12 @@ pub(crate) extern "C" fn evt_driver_device_add(
     }
 }
 
-fn add_device(device_init: PWDFDEVICE_INIT) -> Result<(), NTSTATUS> {
+fn add_device(driver: WDFDRIVER, device_init: PWDFDEVICE_INIT) -> Result<(), NTSTATUS> {
+    let config = crate::registry::device_config(driver);
     // SAFETY: the framework's device_init, valid until WdfDeviceCreate.
     unsafe { configure_init(device_init) };
     // SAFETY: as above; configured.
-    let device = unsafe { create_device(device_init)? };
+    let device = unsafe { create_device(device_init, config)? };
     // From here on a failure deletes the device, and its destroy callback
     // frees whatever its context holds.
     // SAFETY: just created by create_device, which set its state.
@@ -375,7 +376,10 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
 /// # Safety
 /// `device_init` must be the framework's, configured, before
 /// `WdfDeviceCreate`.
-unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, NTSTATUS> {
+unsafe fn create_device(
+    mut device_init: PWDFDEVICE_INIT,
+    config: DeviceConfig,
+) -> Result<WDFDEVICE, NTSTATUS> {
     let mut device_attributes = DEVICE_CONTEXT_TYPE.attributes();
     device_attributes.EvtDestroyCallback = Some(evt_device_destroy);
     let mut device: WDFDEVICE = core::ptr::null_mut();
@@ -425,7 +429,7 @@ unsafe fn create_device(mut device_init: PWDFDEVICE_INIT) -> Result<WDFDEVICE, N
     let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) };
     let state = Box::new(DeviceState {
         cm_timer: CmTimer::new(),
-        device: Device::new(Arc::new(platform), soft.clone()),
+        device: Device::with_config(Arc::new(platform), soft.clone(), config),
         bus,
         next_file: AtomicU64::new(1),
         instance,
@@ -485,7 +489,7 @@ static INTERFACE_GUID: wdk_sys::GUID = GUID_DEVINTERFACE_IRPVERBS;
 /// # Safety
 /// `device` must be our live device.
 unsafe fn create_names(device: WDFDEVICE, instance: u32) -> Result<(), NTSTATUS> {
-    let mut link = LinkName::new(instance);
+    let mut link = link_name(instance);
     let link_name = link.unicode_string();
     // SAFETY: `device` is live (caller); the name is a valid UNICODE_STRING
     // over `link`, which outlives the call (the framework copies it).
@@ -629,53 +633,23 @@ fn release_instance(instance: u32) {
 
 /// `\DosDevices\irpverbsN` in UTF-16, for `WdfDeviceCreateSymbolicLink`
 /// (KMDF links it to the PDO's name: the FDO stays unnamed).
-struct LinkName {
-    buffer: [u16; 32],
-    len: usize,
-}
-
-impl LinkName {
-    fn new(instance: u32) -> Self {
-        let mut this = Self {
-            buffer: [0; 32],
-            len: 0,
-        };
-        for c in r"\DosDevices\irpverbs".encode_utf16() {
-            this.push(c);
-        }
-        let mut digits = [0u16; 10];
-        let mut n = instance;
-        let mut count = 0;
-        loop {
-            digits[count] = u16::from(b'0') + (n % 10) as u16;
-            count += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for &d in digits[..count].iter().rev() {
-            this.push(d);
-        }
-        this
-    }
-
-    fn push(&mut self, c: u16) {
-        if let Some(slot) = self.buffer.get_mut(self.len) {
-            *slot = c;
-            self.len += 1;
+fn link_name(instance: u32) -> crate::registry::WideName {
+    let mut name = crate::registry::WideName::new(r"\DosDevices\irpverbs");
+    let mut digits = [0u16; 10];
+    let mut n = instance;
+    let mut count = 0;
+    loop {
+        digits[count] = u16::from(b'0') + (n % 10) as u16;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
-
-    /// A UNICODE_STRING over the buffer; valid while `self` is borrowed.
-    fn unicode_string(&mut self) -> UNICODE_STRING {
-        let bytes = u16::try_from(self.len * 2).unwrap_or(u16::MAX);
-        UNICODE_STRING {
-            Length: bytes,
-            MaximumLength: bytes,
-            Buffer: self.buffer.as_mut_ptr(),
-        }
+    for &d in digits[..count].iter().rev() {
+        name.push(d);
     }
+    name
 }
 
 // ------------------------------------------------------------- lifetime

@@ -7,7 +7,7 @@
 //!
 //! | Windows (KMDF)                                  | irpverbs-core                     |
 //! |-------------------------------------------------|-----------------------------------|
-//! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::new`] over a root-enumerated [`irpverbs_soft::SoftHca`] |
+//! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::with_config`] over a root-enumerated [`irpverbs_soft::SoftHca`], with the per-file quotas of the driver's `Parameters` registry key ([`registry`]) |
 //! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` / `cleanup_file` / `close_file` |
 //! | `EvtIoInCallerContext` (the requestor's thread and process)     | `Device::in_caller_context` |
 //! | `EvtIoDeviceControl`, `EvtIoInternalDeviceControl` (dispatch-level parallel queue) | `Device::dispatch_ioctl` |
@@ -86,6 +86,7 @@ mod irp;
 pub mod kernel;
 pub mod mdl;
 pub mod platform;
+mod registry;
 pub mod request;
 pub mod wsk;
 mod wsk_sys;
