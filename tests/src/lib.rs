@@ -29,6 +29,7 @@ macro_rules! check {
 }
 
 mod dp;
+mod preconditions;
 mod suite;
 
 pub use irpverbs_verbs::{Client, IoctlResult, IoctlTransport};

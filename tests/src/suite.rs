@@ -3,7 +3,7 @@
 use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
-use crate::{Dut, dp};
+use crate::{Dut, dp, preconditions as pre};
 use irpverbs_verbs::{Client, av, qp_request, rts_steps};
 
 /// A conformance test.
@@ -38,6 +38,11 @@ pub const SUITE: &[(&str, Test)] = &[
     ("ah_checks", ah_checks),
     ("close_with_objects_alive", close_with_objects_alive),
     ("rings_map_into_the_caller", rings_map_into_the_caller),
+    // The documented preconditions the tests above do not reach.
+    ("pre_create_srq", pre::pre_create_srq),
+    ("pre_channels", pre::pre_channels),
+    ("pre_notify_and_acks", pre::pre_notify_and_acks),
+    ("pre_listen", pre::pre_listen),
     // The data path: the speed path, every completion status.
     ("dp_rc_send_recv_sgl", dp::dp_rc_send_recv_sgl),
     (
