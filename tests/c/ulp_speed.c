@@ -216,13 +216,16 @@ int main(void) {
     CHECK(IvUserPostSend(NULL, &wr) == ST(STATUS_INVALID_PARAMETER), "NULL QP");
     CHECK(control(&qp.sq)->producer.value == 2, "refused posts wrote nothing");
 
-    /* The queue holds its depth, `entries` - 1 WQEs, then reports full. */
+    /* The queue holds its depth (max_send_wr: one less than the ring's
+     * slots), then reports full. */
     memset(&wr, 0, sizeof wr);
     uint32_t posted = 2;
     NtStatus st;
     while ((st = IvUserPostSend(uqp, &wr)) == ST(STATUS_SUCCESS)) posted++;
-    CHECK(st == ST(STATUS_INSUFFICIENT_RESOURCES) && posted == qp.sq.entries - 1,
-          "full at %u (%u slots)", (unsigned)posted, (unsigned)qp.sq.entries);
+    CHECK(st == ST(STATUS_INSUFFICIENT_RESOURCES) && posted == qp.cap.max_send_wr &&
+              posted == qp.sq.entries - 1,
+          "full at %u (depth %u, %u slots)", (unsigned)posted, (unsigned)qp.cap.max_send_wr,
+          (unsigned)qp.sq.entries);
 
     /* post_recv and post_srq_recv. */
     IvUserRecvWr rwr;

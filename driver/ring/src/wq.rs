@@ -945,14 +945,15 @@ mod tests {
             Err((1, PostError::Invalid))
         );
         assert_eq!(ring.producer_word().load(Ordering::Relaxed), 1);
-        // Three free slots: the fourth of four is refused.
+        // A queue of depth 3 (4 slots) with one posted: the third of four
+        // is refused.
         assert_eq!(
             sq.post_list(&[wr(2), wr(3), wr(4), wr(5)]),
-            Err((3, PostError::Full))
+            Err((2, PostError::Full))
         );
-        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
-        let ids = [0, 1, 2, 3].map(|i| read_send_wqe(&ring, i, 1, 0).unwrap().header.wr_id);
-        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 3);
+        let ids = [0, 1, 2].map(|i| read_send_wqe(&ring, i, 1, 0).unwrap().header.wr_id);
+        assert_eq!(ids, [1, 2, 3]);
         assert_eq!(sq.post(&wr(6)), Err(PostError::Full));
         assert_eq!(sq.post_list(&[]), Ok(()));
     }
@@ -977,18 +978,19 @@ mod tests {
             Err((1, PostError::TooManySge))
         );
         assert_eq!(ring.producer_word().load(Ordering::Relaxed), 1);
-        // Three free slots: the fourth of four is refused.
+        // A queue of depth 3 (4 slots) with one posted: the third of four
+        // is refused.
         assert_eq!(
             rq.post_list(&[wr(2), wr(3), wr(4), wr(5)]),
-            Err((3, PostError::Full))
+            Err((2, PostError::Full))
         );
-        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
-        let ids = [0, 1, 2, 3].map(|i| read_recv_wqe(&ring, i, 1).unwrap().wr_id);
-        assert_eq!(ids, [1, 2, 3, 4]);
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 3);
+        let ids = [0, 1, 2].map(|i| read_recv_wqe(&ring, i, 1).unwrap().wr_id);
+        assert_eq!(ids, [1, 2, 3]);
         assert_eq!(read_recv_wqe(&ring, 2, 1).unwrap().sges[0], one[0]);
         assert_eq!(rq.post(6, &one), Err(PostError::Full));
         assert_eq!(rq.post_list(&[]), Ok(()));
-        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 4);
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 3);
         // The HCA takes two: two more fit (the consumer index is read
         // again once the free slots the queue knew of are used up).
         ring.consumer().release(2);
@@ -996,8 +998,8 @@ mod tests {
             rq.post_list(&[wr(6), wr(7), wr(8)]),
             Err((2, PostError::Full))
         );
-        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 6);
-        assert_eq!(read_recv_wqe(&ring, 5, 1).unwrap().wr_id, 7);
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 5);
+        assert_eq!(read_recv_wqe(&ring, 4, 1).unwrap().wr_id, 7);
     }
 
     /// A queue that knows of free slots posts into them without reading
@@ -1016,19 +1018,20 @@ mod tests {
         };
         let eight: [SendWr<'_>; 8] = core::array::from_fn(|i| wr(i as u64));
         assert_eq!(sq.post_list(&eight[..5]), Ok(()));
-        // The consumer index moves while the queue still knows of three
-        // free slots: they are used first, then the index is read again.
+        // The consumer index moves while the queue (of depth 7) still
+        // knows of two free slots: they are used first, then the index is
+        // read again.
         ring.consumer().release(4);
         assert_eq!(
             sq.post_list(&eight),
-            Err((7, PostError::Full)),
-            "3 known + 4 freed"
+            Err((6, PostError::Full)),
+            "2 known + 4 freed"
         );
         assert_eq!(sq.post(&wr(9)), Err(PostError::Full));
-        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 12);
+        assert_eq!(ring.producer_word().load(Ordering::Relaxed), 11);
         // A reset: the HCA empties the queue (consumer = producer).
-        ring.consumer().release(12);
-        assert_eq!(sq.post_list(&eight), Ok(()));
+        ring.consumer().release(11);
+        assert_eq!(sq.post_list(&eight), Err((7, PostError::Full)), "its depth");
         assert_eq!(sq.post(&wr(9)), Err(PostError::Full));
         // A consumer index past the producer (corrupt) frees nothing.
         ring.consumer().release(100);
@@ -1249,6 +1252,7 @@ mod tests {
 
     #[test]
     fn post_refuses_what_does_not_fit() {
+        // Depth 1: 2 slots.
         let ring = Ring::alloc(2, send_stride(1, 16)).unwrap();
         let sq = SendQueue::new(ring, 1, 16);
         let two = [sge(1), sge(2)];
@@ -1273,7 +1277,6 @@ mod tests {
             }),
             Err(PostError::Invalid)
         );
-        sq.post(&SendWr::default()).unwrap();
         sq.post(&SendWr::default()).unwrap();
         assert_eq!(sq.post(&SendWr::default()), Err(PostError::Full));
     }

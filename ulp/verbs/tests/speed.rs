@@ -101,8 +101,10 @@ fn a_refused_post_writes_nothing_and_rings_nothing() {
         0
     );
 
-    // The ring holds `entries` WQEs; the next one is refused as full.
-    let entries = qp.rings().sq().ring().entries();
+    // The queue holds its depth (`max_send_wr`, one less than the ring's
+    // slots); the next one is refused as full.
+    let entries = qp.cap().max_send_wr;
+    assert_eq!(entries, qp.rings().sq().ring().capacity());
     for i in 0..entries {
         qp.post_send(&SendWr {
             wr_id: u64::from(i),
