@@ -1387,11 +1387,11 @@ typedef struct IvQueryPortOut {
  */
 typedef struct IvQueryGidIn {
   /**
-   * Port number, from 1.
+   * Port number, 1 to `phys_port_cnt`.
    */
   uint32_t port_num;
   /**
-   * GID table index.
+   * GID table index, below the port's `gid_tbl_len`.
    */
   uint32_t index;
 } IvQueryGidIn;
@@ -1975,7 +1975,7 @@ typedef struct IvCreateSrqIn {
    */
   uint32_t max_sge;
   /**
-   * Limit event threshold (0: not armed).
+   * Limit event threshold (0: not armed); below `max_wr`.
    */
   uint32_t srq_limit;
   /**

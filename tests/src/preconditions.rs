@@ -48,6 +48,31 @@ fn status(
     }
 }
 
+/// `IOCTL_IV_QUERY_GID`: a port of the device (1 to `phys_port_cnt`), an
+/// index in its table.
+pub(crate) fn pre_query_gid(d: &dyn Dut) -> Result<(), String> {
+    let c = open(d)?;
+    let ports = u32::from(ok("query_device", c.query_device())?.phys_port_cnt);
+    let len = ok("query_port", c.query_port(1))?.gid_tbl_len;
+    expect("port 0", c.query_gid(0, 0), STATUS_INVALID_PARAMETER)?;
+    expect(
+        "past the last port",
+        c.query_gid(ports + 1, 0),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    expect(
+        "past the table",
+        c.query_gid(1, len),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    expect(
+        "index u32::MAX",
+        c.query_gid(1, u32::MAX),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    ok("the last entry", c.query_gid(1, len - 1)).map(|_| ())
+}
+
 /// `IOCTL_IV_CREATE_SRQ`: depth 1 to `max_srq_wr`, SGEs 1 to
 /// `max_srq_sge`, a limit below the depth.
 pub(crate) fn pre_create_srq(d: &dyn Dut) -> Result<(), String> {

@@ -39,6 +39,7 @@ pub const SUITE: &[(&str, Test)] = &[
     ("close_with_objects_alive", close_with_objects_alive),
     ("rings_map_into_the_caller", rings_map_into_the_caller),
     // The documented preconditions the tests above do not reach.
+    ("pre_query_gid", pre::pre_query_gid),
     ("pre_create_srq", pre::pre_create_srq),
     ("pre_channels", pre::pre_channels),
     ("pre_notify_and_acks", pre::pre_notify_and_acks),

@@ -416,9 +416,9 @@ abi_layout!(IvQueryPortOut {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct IvQueryGidIn {
-    /// Port number, from 1.
+    /// Port number, 1 to `phys_port_cnt`.
     pub port_num: u32,
-    /// GID table index.
+    /// GID table index, below the port's `gid_tbl_len`.
     pub index: u32,
 }
 abi_layout!(IvQueryGidIn { port_num, index });
@@ -917,7 +917,7 @@ pub struct IvCreateSrqIn {
     pub max_wr: u32,
     /// SGEs per WR, 1 to `max_srq_sge`.
     pub max_sge: u32,
-    /// Limit event threshold (0: not armed).
+    /// Limit event threshold (0: not armed); below `max_wr`.
     pub srq_limit: u32,
     /// Reserved, zero.
     pub reserved: u32,

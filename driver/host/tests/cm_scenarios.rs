@@ -902,6 +902,20 @@ fn connect_accept_and_listen_check_gid_and_qp_state() {
     let c = cep(&ca, 2);
     let good = connect_in(&net, c, a.qp.handle(), 7);
     let before = sent(&net.a);
+    // A QP that is not RC.
+    let ud = End::new_ud(&ca);
+    assert_eq!(
+        status(
+            &ca,
+            IOCTL_IV_CM_CONNECT,
+            &IvCmConnectIn {
+                qp: ud.qp.handle(),
+                ..good
+            }
+        ),
+        STATUS_INVALID_PARAMETER
+    );
+    drop(ud);
     // A forged local GID at index 0.
     let forged = IvCmConnectIn {
         local_gid: foreign,
