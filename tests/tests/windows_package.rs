@@ -887,6 +887,8 @@ fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
         assert!(inx.contains(&format!("HKR,,{name},{default}")), "{name}");
         assert!(soft.contains(&format!("\"{name}\"")), "{name}");
     }
+}
+
 /// The service's `Parameters` key gets every per-file quota the driver
 /// reads, with the driver's own defaults (`irpverbs_core::FileQuota`), as
 /// `REG_DWORD`s an administrator's changes survive a reinstall of.
