@@ -7,7 +7,6 @@ use core::ffi::{c_char, c_int, c_void};
 
 pub type NTSTATUS = i32;
 pub type ULONG = u32;
-pub type PULONG = *mut ULONG;
 pub type USHORT = u16;
 pub type UCHAR = u8;
 pub type BOOLEAN = u8;
@@ -353,8 +352,6 @@ pub mod wdf_fns {
     f! {
         WdfDriverCreate(DriverObject: PDRIVER_OBJECT, RegistryPath: PCUNICODE_STRING, DriverAttributes: PWDF_OBJECT_ATTRIBUTES, DriverConfig: PWDF_DRIVER_CONFIG, Driver: *mut WDFDRIVER) -> NTSTATUS;
         WdfDriverOpenParametersRegistryKey(Driver: WDFDRIVER, DesiredAccess: ACCESS_MASK, KeyAttributes: PWDF_OBJECT_ATTRIBUTES, Key: *mut WDFKEY) -> NTSTATUS;
-        WdfRegistryQueryULong(Key: WDFKEY, ValueName: PCUNICODE_STRING, Value: PULONG) -> NTSTATUS;
-        WdfRegistryClose(Key: WDFKEY);
         WdfObjectGetTypedContextWorker(Handle: WDFOBJECT, TypeInfo: PCWDF_OBJECT_CONTEXT_TYPE_INFO) -> PVOID;
         WdfDpcEnqueue(Dpc: WDFDPC) -> BOOLEAN;
         WdfDpcCreate(Config: PWDF_DPC_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, Dpc: *mut WDFDPC) -> NTSTATUS;
