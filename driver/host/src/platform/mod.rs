@@ -1129,8 +1129,10 @@ impl Platform for HostPlatform {
         let owner: Option<Box<dyn std::any::Any + Send + Sync>> = if self.shared.verify
             && request.requestor_mode() == irpverbs_core::RequestorMode::User
         {
-            *self.shared.files().pins.entry(request.file()).or_default() += 1;
-            // The lock's bookkeeping is the system's memory, as the MDL.
+            // The lock's bookkeeping is the system's memory, as the MDL:
+            // the count's table is the platform's, never charged to the
+            // driver's heap.
+            heap::uncharged(|| *self.shared.files().pins.entry(request.file()).or_default() += 1);
             Some(heap::uncharged(|| {
                 Box::new(HostPin {
                     shared: Arc::downgrade(&self.shared),
