@@ -17,11 +17,16 @@
 //!   completes with `REM_INV_REQ_ERR`, `REM_ACCESS_ERR`, `REM_OP_ERR` and
 //!   the QP goes to ERR (the rest is flushed).
 //!
-//! A response that does not fit the WQE it answers (a READ response to a
-//! SEND, an atomic ACK to a READ, the wrong response opcode in sequence, a
-//! wrong length, an unknown NAK code) completes the WQE with
-//! `BAD_RESP_ERR` and the QP goes to ERR. Stale responses (duplicates,
-//! PSNs before the oldest WQE in flight, answers to requests sent before a
+//! Only what answers a request outstanding acts (see [`crate::trust`]): a
+//! response whose PSN is past every request sent, that does not fit the
+//! WQE it answers (a READ response to a SEND, an atomic ACK to a READ, the
+//! wrong response opcode in sequence, a wrong length), an ACK with the
+//! reserved AETH type, a NAK with a code IBTA does not define, or a NAK
+//! whose PSN is no request's in flight, is dropped and counted
+//! ([`crate::TrustStats`]): it neither completes nor fails a WQE (a peer
+//! that answers so is one that stops answering: the local ACK timer
+//! retries, then `RETRY_EXC_ERR`). Stale responses (duplicates, PSNs
+//! before the oldest WQE in flight, answers to requests sent before a
 //! rewind) are dropped.
 //!
 //! UC and UD have no responses: a WQE completes when the fabric reports
@@ -36,10 +41,9 @@
 use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_QPT_RC, IV_SEND_SIGNALED, IV_WC_BAD_RESP_ERR, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR,
-    IV_WC_REM_ACCESS_ERR, IV_WC_REM_INV_REQ_ERR, IV_WC_REM_OP_ERR, IV_WC_RETRY_EXC_ERR,
-    IV_WC_RNR_RETRY_EXC_ERR, IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD,
-    IV_WR_RDMA_READ,
+    IV_QPT_RC, IV_SEND_SIGNALED, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR, IV_WC_REM_ACCESS_ERR,
+    IV_WC_REM_INV_REQ_ERR, IV_WC_REM_OP_ERR, IV_WC_RETRY_EXC_ERR, IV_WC_RNR_RETRY_EXC_ERR,
+    IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ,
 };
 use irpverbs_core::AsyncEvent;
 
@@ -63,6 +67,13 @@ pub(crate) fn handle(
     let rc = pkt.opcode & op::TRANSPORT_MASK == op::RC;
     if qp.qp_type != IV_QPT_RC || !rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         env.dp.stats.packets_dropped += 1;
+        return;
+    }
+    // A response answers a request sent: its PSNs (a burst's last too)
+    // before the next PSN the requester will send.
+    let frontier = sent_frontier(qp);
+    if psn_diff(burst.last_psn(pkt.psn), frontier) >= 0 {
+        untrusted(env).response_psn_ahead += u64::from(burst.count.max(1));
         return;
     }
     // What the response acknowledges: an ACK (or an atomic's) its PSN, a
@@ -103,6 +114,21 @@ fn window_acknowledged(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, through: u32) {
     if qp.tx.req.window.acknowledge(through) {
         env.dp.schedule(qpn, &mut qp.tx);
     }
+}
+
+/// The PSN the requester sends next: responses must be for PSNs before it
+/// (the current WQE's next packet, else the one after the last WQE
+/// started).
+fn sent_frontier(qp: &Qp) -> u32 {
+    let req = &qp.tx.req;
+    req.cur.map_or(req.psn, |c| c.psn)
+}
+
+/// The counters of what the transport does not believe; one more packet
+/// dropped.
+fn untrusted<'e>(env: &'e mut Env<'_>) -> &'e mut crate::trust::TrustStats {
+    env.dp.stats.packets_dropped += 1;
+    &mut env.dp.stats.trust
 }
 
 /// The first WQE in flight not done yet.
@@ -175,7 +201,10 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
                 retry_by(qpn, qp, env, i, missing, 1);
                 return;
             }
-            let Some(i) = containing(qp, psn) else { return };
+            let Some(i) = containing(qp, psn) else {
+                untrusted(env).nak_psn_invalid += 1;
+                return;
+            };
             if qp.tx.req.rnr_wait {
                 return;
             }
@@ -189,12 +218,27 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
             crate::engine::arm_rnr(qpn, qp, env, syndrome & !aeth::TYPE_MASK);
         }
         aeth::NAK => {
+            let code = syndrome & !aeth::TYPE_MASK;
+            if !matches!(
+                code,
+                aeth::NAK_PSN_SEQ_ERR
+                    | aeth::NAK_INVALID_REQ
+                    | aeth::NAK_INVALID_RD_REQ
+                    | aeth::NAK_REM_ACCESS
+                    | aeth::NAK_REM_OP
+            ) {
+                untrusted(env).unknown_syndrome += 1;
+                return;
+            }
             if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
                 retry_by(qpn, qp, env, i, missing, 1);
                 return;
             }
-            let Some(i) = containing(qp, psn) else { return };
-            let status = match syndrome & !aeth::TYPE_MASK {
+            let Some(i) = containing(qp, psn) else {
+                untrusted(env).nak_psn_invalid += 1;
+                return;
+            };
+            let status = match code {
                 aeth::NAK_PSN_SEQ_ERR => {
                     let req = &qp.tx.req;
                     if !req.rnr_wait && req.rewound_to != Some(psn) {
@@ -204,18 +248,13 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
                 }
                 aeth::NAK_INVALID_REQ | aeth::NAK_INVALID_RD_REQ => IV_WC_REM_INV_REQ_ERR,
                 aeth::NAK_REM_ACCESS => IV_WC_REM_ACCESS_ERR,
-                aeth::NAK_REM_OP => IV_WC_REM_OP_ERR,
-                _ => IV_WC_BAD_RESP_ERR,
+                _ => IV_WC_REM_OP_ERR,
             };
             retire(qpn, qp, env);
             fail(qpn, qp, env, i, status);
         }
-        _ => {
-            if let Some(i) = head(qp) {
-                retire(qpn, qp, env);
-                fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
-            }
-        }
+        // The reserved AETH type: no response IBTA defines.
+        _ => untrusted(env).unknown_syndrome += 1,
     }
 }
 
@@ -237,8 +276,7 @@ fn atomic_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
         return;
     }
     if !is_atomic(s.wqe.opcode) {
-        retire(qpn, qp, env);
-        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        untrusted(env).response_opcode += 1;
         return;
     }
     let orig = pkt.atomic_orig.to_ne_bytes();
@@ -272,8 +310,7 @@ fn read_response(
         return; // stale
     }
     if s.wqe.opcode != IV_WR_RDMA_READ {
-        retire(qpn, qp, env);
-        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        untrusted(env).response_opcode += 1;
         return;
     }
     let d = psn_diff(psn, s.resp_next);
@@ -318,8 +355,7 @@ fn read_response(
     let carried: usize = payload.iter().map(|p| p.len).sum();
     let beyond = psn_diff(end_psn, s.last_psn) > 0 || len > room;
     if !ops_ok || beyond || pkt.payload_len != len || carried != len as usize {
-        retire(qpn, qp, env);
-        fail(qpn, qp, env, i, IV_WC_BAD_RESP_ERR);
+        untrusted(env).response_malformed += 1;
         return;
     }
     let sges = qp.tx.req.sges(i);
@@ -475,6 +511,8 @@ pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if !req.rnr_wait {
         return;
     }
+    qp.tx.rnr_at = None;
+    let req = &mut qp.tx.req;
     if req.rnr_left != 7 {
         req.rnr_left = req.rnr_left.saturating_sub(1);
     }

@@ -206,6 +206,8 @@ pub(crate) struct DpStats {
     /// Events lost before the event queue: more in one step than the
     /// event list had room for, and no memory to grow it.
     pub(crate) events_lost: u64,
+    /// Packets dropped as untrusted, by reason.
+    pub(crate) trust: crate::trust::TrustStats,
 }
 
 /// The data path's state, beside the firmware's tables (under `HCA_LOCK`).
@@ -240,6 +242,12 @@ pub(crate) struct DataPath {
     pub(crate) now: u64,
     /// QPs with a timer armed (each once, see [`QpTx::timed`]).
     pub(crate) timed: Vec<u32>,
+    /// The platform's clock and timer, when attached: every RC QP keeps
+    /// its timers on it (see [`crate::link::Clock`]).
+    pub(crate) clock: Option<Arc<dyn crate::link::Clock>>,
+    /// The deadline the platform's timer is armed for (`None`: not armed,
+    /// or fired).
+    pub(crate) clock_armed: Option<u64>,
     /// Receive buffers for datagrams from the link.
     pub(crate) rx: RxPool,
     /// Wire counters.
@@ -310,6 +318,8 @@ impl DataPath {
             udp_port: crate::link::DEFAULT_PORT,
             now: 0,
             timed: Vec::new(),
+            clock: None,
+            clock_armed: None,
             rx: RxPool::default(),
             link_stats: LinkStats::default(),
             scratch: Vec::new(),
@@ -353,14 +363,34 @@ impl DataPath {
         Some(&mut self.wireq)
     }
 
-    /// Whether packets to `dgid` go to the link (their QP keeps timers).
+    /// Whether a QP whose packets go to `dgid` keeps timers: every one
+    /// with the platform's clock attached; without, those whose packets go
+    /// to the link.
     pub(crate) fn clocked(&self, dgid: &Gid) -> bool {
-        self.link.is_some()
-            && *dgid != self.gid
-            && !self
-                .outbox
-                .iter()
-                .any(|q| q.dgid == *dgid && q.peer.is_some())
+        self.clock.is_some()
+            || self.link.is_some()
+                && *dgid != self.gid
+                && !self
+                    .outbox
+                    .iter()
+                    .any(|q| q.dgid == *dgid && q.peer.is_some())
+    }
+
+    /// The time on the transport's clock: the platform's when attached,
+    /// else the link's as of this step.
+    pub(crate) fn timer_now(&self) -> u64 {
+        self.clock.as_ref().map_or(self.now, |c| c.now_ns())
+    }
+
+    /// A timer of some QP was armed for `deadline`: the platform's timer
+    /// is armed for it if it is earlier than what that timer waits for.
+    pub(crate) fn timer_armed(&mut self, deadline: u64) {
+        if let Some(clock) = &self.clock {
+            if self.clock_armed.is_none_or(|a| deadline < a) {
+                self.clock_armed = Some(deadline);
+                clock.arm(deadline);
+            }
+        }
     }
 
     /// Puts QP `qpn` on the timer list (once).
@@ -559,8 +589,10 @@ pub(crate) fn arm_rto(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
         return;
     };
     if env.dp.clocked(&qp.tx.path.dgid) {
-        qp.tx.rto_at = Some(env.dp.now.saturating_add(t));
+        let at = env.dp.timer_now().saturating_add(t);
+        qp.tx.rto_at = Some(at);
         env.dp.time(qpn, &mut qp.tx);
+        env.dp.timer_armed(at);
     }
 }
 
@@ -577,9 +609,14 @@ pub(crate) fn rearm_rto(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
 /// destinations; in-process the responder's hint ends the wait).
 pub(crate) fn arm_rnr(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, code: u8) {
     if env.dp.clocked(&qp.tx.path.dgid) {
+        let at = env
+            .dp
+            .timer_now()
+            .saturating_add(crate::link::rnr_timer_ns(code));
         qp.tx.rto_at = None;
-        qp.tx.rnr_at = Some(env.dp.now.saturating_add(crate::link::rnr_timer_ns(code)));
+        qp.tx.rnr_at = Some(at);
         env.dp.time(qpn, &mut qp.tx);
+        env.dp.timer_armed(at);
     }
 }
 
@@ -931,6 +968,13 @@ impl Firmware {
                 return;
             }
         };
+        // A connected QP believes only its peer (see `crate::trust`): the
+        // GIDs it cached at RTR, compared as they are.
+        if qp.qp_type != IV_QPT_UD && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid) {
+            env.dp.stats.trust.foreign_address += u64::from(burst.count);
+            env.dp.stats.packets_dropped += u64::from(burst.count);
+            return;
+        }
         if k & m::REQ != 0 {
             responder::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
         } else {
@@ -942,10 +986,9 @@ impl Firmware {
     /// timeouts and RNR timers. Returns the next deadline.
     pub(crate) fn fire_timers(&mut self, now: u64) -> Option<u64> {
         self.dp.now = self.dp.now.max(now);
-        let now = self.dp.now;
+        let now = self.dp.timer_now();
         // In place (QPs a timer arms meanwhile are appended, and looked at
         // too), so that the list keeps its room.
-        let mut next: Option<u64> = None;
         let mut i = 0;
         while i < self.dp.timed.len() {
             let qpn = self.dp.timed[i];
@@ -967,12 +1010,7 @@ impl Firmware {
                 self.retransmit_timeout(qpn);
             }
             match self.qps.get_mut(qpn) {
-                Ok(qp) if qp.tx.rto_at.is_some() || qp.tx.rnr_at.is_some() => {
-                    for t in [qp.tx.rto_at, qp.tx.rnr_at].into_iter().flatten() {
-                        next = Some(next.map_or(t, |n| n.min(t)));
-                    }
-                    i += 1;
-                }
+                Ok(qp) if qp.tx.rto_at.is_some() || qp.tx.rnr_at.is_some() => i += 1,
                 Ok(qp) => {
                     qp.tx.timed = false;
                     self.dp.timed.swap_remove(i);
@@ -980,6 +1018,14 @@ impl Firmware {
                 Err(_) => {
                     self.dp.timed.swap_remove(i);
                 }
+            }
+        }
+        // With the timers armed while these fired.
+        let next = self.next_deadline();
+        if let Some(clock) = &self.dp.clock {
+            self.dp.clock_armed = next;
+            if let Some(n) = next {
+                clock.arm(n);
             }
         }
         next

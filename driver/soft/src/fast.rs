@@ -803,7 +803,7 @@ fn check_message<'m>(
                 .producer_word()
                 .load(Ordering::Acquire)
                 .wrapping_sub(srq.ci);
-            if posted == 0 || posted > ring.capacity() {
+            if posted == 0 || posted > ring.capacity() || srq.error {
                 return None;
             }
             let recv = &mut dest.tx.resp.recv;

@@ -179,6 +179,7 @@ mod tests_gsi;
 mod tests_sim;
 #[cfg(test)]
 mod testutil;
+mod trust;
 pub mod wire;
 
 use alloc::collections::VecDeque;
@@ -202,12 +203,13 @@ pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 pub use ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use config::{DEFAULT_DPC_BUDGET, Execution, SoftConfig};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
-pub use link::{Datagram, Direction, Link, LinkStats, Tap, TxBatch};
+pub use link::{Clock, Datagram, Direction, Link, LinkStats, Tap, TxBatch};
 pub use port::{
     ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
     PORT_CAP_CM_SUP, PORT_NUM,
 };
 pub use qp::{MAX_PSN, MAX_RETRY, MAX_TIMER};
+pub use trust::TrustStats;
 
 use config::EVENTS_PER_COMMAND;
 use engine::REQUESTER_BUDGET;
@@ -317,6 +319,10 @@ pub struct SoftStats {
     /// module: UD SEND ONLY, 256 bytes, the GSI Q_Key, base version 1), or
     /// the MAD queue was full.
     pub mads_dropped: u64,
+    /// Packets dropped because the QP they were for does not believe them
+    /// (not from its peer, a response to no request outstanding), by
+    /// reason; also in `packets_dropped`.
+    pub untrusted: TrustStats,
 }
 
 /// Datagrams for a link, and the tap that sees them.
@@ -558,6 +564,41 @@ impl<P: Platform> SoftHca<P> {
         })
     }
 
+    /// Gives the transport the platform's clock and timer ([`Clock`]):
+    /// from now on every RC QP keeps its local ACK and RNR timers, whatever
+    /// its destination, so that a request nothing answers (a QP that does
+    /// not exist, a lost packet, a peer gone) or an RNR wait with a finite
+    /// `rnr_retry` ends as IBTA says, with or without a link. The platform's
+    /// timer calls [`Self::advance_clock`] at the deadlines [`Clock::arm`]
+    /// asks for.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` when a clock is attached already.
+    pub fn attach_clock(&self, clock: Arc<dyn Clock>) -> Result<(), NtStatus> {
+        self.state.lock(|st| {
+            let dp = &mut st.firmware.dp;
+            if dp.clock.is_some() {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            dp.clock = Some(clock);
+            dp.clock_armed = None;
+            Ok(())
+        })
+    }
+
+    /// Takes the platform's clock away again (before the platform's timer
+    /// goes): timers keep running only for destinations on a link.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn detach_clock(&self) {
+        self.state.lock(|st| {
+            st.firmware.dp.clock = None;
+            st.firmware.dp.clock_armed = None;
+        });
+    }
+
     /// Sets (or clears) what sees every datagram sent to and received
     /// from the link.
     ///
@@ -608,6 +649,13 @@ impl<P: Platform> SoftHca<P> {
         let queued = self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
             tap.clone_from(&dp.tap);
+            // A datagram to another UDP port than the one it serves is not
+            // this HCA's (a socket bound to the port never sees one).
+            let parsed = if d.dst_port == dp.udp_port {
+                parsed
+            } else {
+                Err(wire::WireError::NotRoce)
+            };
             let (pkt, payload) = match parsed {
                 Ok(p) => p,
                 Err(e) => {
@@ -674,9 +722,11 @@ impl<P: Platform> SoftHca<P> {
         self.flush_tx();
     }
 
-    /// Fires the timers due at `now_ns` (on the link's clock), runs the
-    /// data path, and returns the next deadline (`None`: no timer armed).
-    /// The host calls it at the deadline it returned (or sooner).
+    /// Fires the timers due at `now_ns` (on the link's clock; with a
+    /// [`Clock`] attached, at its time instead), runs the data path, and
+    /// returns the next deadline (`None`: no timer armed). The host calls
+    /// it at the deadline it returned (or sooner); with a [`Clock`], the
+    /// transport also arms the platform's timer for that deadline itself.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn advance_clock(&self, now_ns: u64) -> Option<u64> {
@@ -1177,6 +1227,7 @@ impl<P: Platform> SoftHca<P> {
                 retry_causes: d.retry_causes,
                 cqes_lost: d.cqes_lost,
                 events_lost: st.stats.events_lost + d.events_lost,
+                untrusted: d.trust,
                 doorbell_pages: st.firmware.doorbells.len(),
                 page_doorbells: st.firmware.doorbells.rung,
                 stray_doorbells: st.firmware.doorbells.stray,

@@ -267,6 +267,32 @@ pub trait Link: Send + Sync {
     fn now_ns(&self) -> u64;
 }
 
+/// The platform's clock and timer, for the transport's timers (local ACK,
+/// RNR) whatever the destination: loopback, an in-process fabric, or a
+/// link. Attached with [`SoftHca::attach_clock`](crate::SoftHca::attach_clock);
+/// the platform arms a one-shot timer (a KTIMER's DPC, a WDFTIMER, a host
+/// timer) whose routine calls
+/// [`SoftHca::advance_clock`](crate::SoftHca::advance_clock).
+///
+/// With a clock attached the transport's timers run on it, also for QPs
+/// whose packets go to a link ([`Link::now_ns`] then only tells a
+/// link's own timer thread when to call in).
+pub trait Clock: Send + Sync {
+    /// The time now, in nanoseconds (monotonic).
+    ///
+    /// IRQL: any (the transport reads it under `HCA_LOCK`).
+    fn now_ns(&self) -> u64;
+
+    /// Arms the platform's timer to call
+    /// [`SoftHca::advance_clock`](crate::SoftHca::advance_clock) at
+    /// `deadline_ns` (on [`Clock::now_ns`]'s clock) or soon after,
+    /// replacing whatever deadline it was armed for. A timer that fires
+    /// early does no harm (the transport arms it again).
+    ///
+    /// IRQL: DISPATCH_LEVEL, under `HCA_LOCK`: must not block or wait.
+    fn arm(&self, deadline_ns: u64);
+}
+
 /// Which way a tapped datagram went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {

@@ -334,6 +334,9 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
         let Ok(srq) = env.srqs.get_mut(srqn) else {
             return Ok(false);
         };
+        if srq.error {
+            return Err(Fail::Local(IV_WC_LOC_QP_OP_ERR));
+        }
         let ring = &srq.ring.0;
         let pi = ring.producer_word().load(Ordering::Acquire);
         let n = pi.wrapping_sub(srq.ci);
@@ -341,10 +344,13 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
             return Ok(false);
         }
         if n > ring.capacity() {
+            // The SRQ is in error: this QP and every one that takes from
+            // it after fails (their requesters learn it from the NAK).
             srq.ci = pi;
+            srq.error = true;
             ring.consumer().release(pi);
             env.dp.raise(AsyncEvent::SrqError(srqn));
-            return Ok(false);
+            return Err(Fail::Local(IV_WC_LOC_QP_OP_ERR));
         }
         let index = srq.ci;
         let read = read_recv_wqe_into(ring, index, srq.max_sge, &mut wqe.sges);

@@ -32,6 +32,10 @@ pub(crate) struct Srq {
     /// QPs that sent an RNR NAK for want of a WQE: their requesters may
     /// retry when one is posted.
     pub(crate) rnr_waiters: alloc::vec::Vec<u32>,
+    /// In error (its producer index was found out of range): the QPs
+    /// that take from it fail (a local QP operation error: their
+    /// requesters get a remote operational error NAK) and go to ERR.
+    pub(crate) error: bool,
     /// The ring receive WQEs are posted on.
     pub(crate) ring: crate::shared::RingRef,
     /// QPs attached to it.
@@ -83,6 +87,7 @@ impl Firmware {
             srq_limit,
             ci: 0,
             rnr_waiters: alloc::vec::Vec::new(),
+            error: false,
             ring: ring.clone(),
             refs: Refs::default(),
         })?;

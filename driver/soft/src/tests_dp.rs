@@ -2498,6 +2498,7 @@ fn inject(node: &Node, pkt: Packet, payload: &[crate::packet::Seg]) {
 }
 
 use crate::packet::{Aeth, Packet, aeth, op};
+use crate::trust::TrustStats;
 
 /// A requester QP on `a` whose packets reach a QP on `c` that stays in
 /// INIT (and drops them, counted): its WQEs stay in flight until the test
@@ -2562,17 +2563,27 @@ impl Stuck {
 const PSN0: u32 = 0x10;
 const ACK: u8 = aeth::ACK | aeth::ACK_UNLIMITED;
 
+/// Responses that answer no request outstanding are dropped and counted
+/// (`crate::trust`): the WQEs stay in flight, the QP in RTS, and the
+/// genuine answer still completes them.
 #[test]
-fn bad_responses() {
-    type Case = fn(&Stuck) -> (u8, Packet);
-    let cases: [Case; 5] = [
+fn bad_responses_are_dropped_and_counted() {
+    type Case = fn(&Stuck) -> (u8, Packet, fn(&TrustStats) -> u64);
+    let cases: [Case; 8] = [
         // A READ response to a SEND.
-        |s| (IV_WR_SEND, s.response(op::RC_READ_RESPONSE_ONLY, PSN0, ACK)),
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(op::RC_READ_RESPONSE_ONLY, PSN0, ACK),
+                |t| t.response_opcode,
+            )
+        },
         // An atomic ACK to a READ.
         |s| {
             (
                 IV_WR_RDMA_READ,
                 s.response(op::RC_ATOMIC_ACKNOWLEDGE, PSN0, ACK),
+                |t| t.response_opcode,
             )
         },
         // A READ response out of sequence (MIDDLE first).
@@ -2580,22 +2591,58 @@ fn bad_responses() {
             (
                 IV_WR_RDMA_READ,
                 s.response(op::RC_READ_RESPONSE_MIDDLE, PSN0, ACK),
+                |t| t.response_malformed,
             )
         },
         // A reserved AETH type.
-        |s| (IV_WR_SEND, s.response(op::RC_ACKNOWLEDGE, PSN0, 0x40)),
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(op::RC_ACKNOWLEDGE, PSN0, 0x40),
+                |t| t.unknown_syndrome,
+            )
+        },
         // A NAK code IBTA does not define.
         |s| {
             (
                 IV_WR_SEND,
                 s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | 0x1F),
+                |t| t.unknown_syndrome,
+            )
+        },
+        // An ACK past every PSN sent (it would complete both SENDs).
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(op::RC_ACKNOWLEDGE, PSN0 + 7, ACK),
+                |t| t.response_psn_ahead,
+            )
+        },
+        // An ACK half the PSN space ahead.
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(op::RC_ACKNOWLEDGE, (PSN0 + 0x7F_FFFF) & 0xFF_FFFF, ACK),
+                |t| t.response_psn_ahead,
+            )
+        },
+        // A remote access NAK for a PSN not sent.
+        |s| {
+            (
+                IV_WR_SEND,
+                s.response(
+                    op::RC_ACKNOWLEDGE,
+                    PSN0 + 2,
+                    aeth::NAK | aeth::NAK_REM_ACCESS,
+                ),
+                |t| t.response_psn_ahead,
             )
         },
     ];
     for (i, case) in cases.iter().enumerate() {
         let s = Stuck::new(Conn::default());
-        let (opcode, pkt) = case(&s);
-        let sges = [s.ma.sge(0, 3000)];
+        let (opcode, pkt, counter) = case(&s);
+        let sges = [s.ma.sge(0, 8)];
         s.a.post(
             &s.qa,
             &SendWr {
@@ -2607,14 +2654,85 @@ fn bad_responses() {
         );
         s.a.post(&s.qa, &signaled(2, IV_WR_SEND));
         assert!(s.cqa.poll().is_empty(), "case {i}: in flight");
+        let before = s.a.d.hca.stats().untrusted;
         s.answer(pkt);
-        assert_eq!(
-            statuses(&s.cqa),
-            [(1, IV_WC_BAD_RESP_ERR), (2, IV_WC_WR_FLUSH_ERR)],
-            "case {i}"
-        );
-        assert_eq!(s.a.state(&s.qa), IV_QPS_ERR);
+        assert_eq!(statuses(&s.cqa), [], "case {i}: nothing completes");
+        assert_eq!(s.a.state(&s.qa), IV_QPS_RTS, "case {i}");
+        let after = s.a.d.hca.stats().untrusted;
+        assert_eq!(counter(&after), counter(&before) + 1, "case {i}: {after:?}");
+        assert_eq!(after.total(), before.total() + 1, "case {i}");
+        // The genuine answers complete both.
+        if opcode == IV_WR_SEND {
+            s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0 + 1, ACK));
+            assert_eq!(
+                statuses(&s.cqa),
+                [(1, IV_WC_SUCCESS), (2, IV_WC_SUCCESS)],
+                "case {i}"
+            );
+        }
     }
+}
+
+/// A NAK IBTA defines acts only when its PSN is a request's in flight: a
+/// remote access NAK before the oldest WQE (its WQE done) fails nothing.
+#[test]
+fn a_nak_for_a_psn_not_in_flight_is_dropped() {
+    let s = Stuck::new(Conn::default());
+    s.a.post(&s.qa, &signaled(1, IV_WR_SEND));
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
+    assert_eq!(statuses(&s.cqa), [(1, IV_WC_SUCCESS)]);
+    s.a.post(&s.qa, &signaled(2, IV_WR_SEND));
+    for code in [aeth::NAK | aeth::NAK_REM_ACCESS, aeth::RNR_NAK | 3] {
+        s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, code));
+    }
+    assert_eq!(s.a.d.hca.stats().untrusted.nak_psn_invalid, 2);
+    assert_eq!(s.a.state(&s.qa), IV_QPS_RTS);
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0 + 1, ACK));
+    assert_eq!(statuses(&s.cqa), [(2, IV_WC_SUCCESS)]);
+}
+
+/// A connected QP takes packets only from its peer's GID, to its own: a
+/// SEND from a third GID with the right PSN, or to another GID, is dropped
+/// and counted; the ACK the requester waits for likewise.
+#[test]
+fn a_connected_qp_believes_only_its_peer() {
+    let s = Stuck::new(Conn::default());
+    s.a.post(&s.qa, &signaled(1, IV_WR_SEND));
+    let third = Node::new(5).gid();
+    let mut forged = s.response(op::RC_ACKNOWLEDGE, PSN0, ACK);
+    forged.sgid = third;
+    s.answer(forged);
+    let mut forged = s.response(op::RC_ACKNOWLEDGE, PSN0, ACK);
+    forged.dgid = third;
+    s.answer(forged);
+    assert_eq!(statuses(&s.cqa), []);
+    assert_eq!(s.a.d.hca.stats().untrusted.foreign_address, 2);
+    // A request from a third GID at the responder's expected PSN.
+    let (b, qb, bcq) = {
+        let b = Node::new(7);
+        let cq = b.cq(8);
+        let q = b.qp(IV_QPT_RC, &cq);
+        b.connect(&q, s.a.gid(), s.qa.qpn, &Conn::default());
+        (b, q, cq)
+    };
+    let mb = b.mem(64, ALL_ACCESS);
+    b.recv(&qb, 1, &[mb.sge(0, 64)]);
+    let request = |sgid| Packet {
+        opcode: op::RC_SEND_ONLY,
+        dest_qpn: qb.qpn,
+        psn: Conn::default().rq_psn,
+        sgid,
+        dgid: b.gid(),
+        ..Packet::default()
+    };
+    inject(&b, request(third), &[]);
+    assert!(bcq.poll().is_empty(), "a third host's SEND is dropped");
+    assert_eq!(b.d.hca.stats().untrusted.foreign_address, 1);
+    inject(&b, request(s.a.gid()), &[]);
+    assert_eq!(bcq.poll().len(), 1, "the peer's is taken");
+    // The genuine ACK completes the SEND.
+    s.answer(s.response(op::RC_ACKNOWLEDGE, PSN0, ACK));
+    assert_eq!(statuses(&s.cqa), [(1, IV_WC_SUCCESS)]);
 }
 
 /// Found by the host stress test (`driver/host/tests/stress.rs`, two HCAs,
@@ -3693,4 +3811,203 @@ fn a_bounded_call_requeues_the_rest_and_the_qps_take_turns() {
     assert!(both_partly, "the QPs took turns");
     assert!(resumes >= 2, "{resumes} resumes");
     assert!(!node.d.hca.busy());
+}
+
+/// A platform clock under the test's hand: time moves only to the deadline
+/// the transport armed the timer for.
+#[derive(Default)]
+struct ManualClock {
+    now: core::sync::atomic::AtomicU64,
+    armed: std::sync::Mutex<Option<u64>>,
+}
+
+impl crate::link::Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn arm(&self, deadline_ns: u64) {
+        *self.armed.lock().unwrap() = Some(deadline_ns);
+    }
+}
+
+impl ManualClock {
+    fn attach(node: &Node) -> Arc<Self> {
+        let clock = Arc::new(Self::default());
+        node.d.hca.attach_clock(clock.clone()).unwrap();
+        clock
+    }
+
+    /// Moves time to the armed deadline and lets the timer fire; `false`
+    /// when no timer is armed.
+    fn fire(&self, node: &Node) -> bool {
+        let Some(at) = self.armed.lock().unwrap().take() else {
+            return false;
+        };
+        self.now.fetch_max(at, Ordering::SeqCst);
+        node.d.hca.advance_clock(at);
+        node.run();
+        true
+    }
+
+    /// Fires timers until `cq` has a completion (at most `max` times):
+    /// the completions and the time they took.
+    fn until_completion(&self, node: &Node, cq: &Cq, max: usize) -> (Vec<IvCqe>, u64) {
+        let start = self.now_ns_();
+        for _ in 0..max {
+            let got = cq.poll();
+            if !got.is_empty() {
+                return (got, self.now_ns_() - start);
+            }
+            if !self.fire(node) {
+                break;
+            }
+        }
+        (cq.poll(), self.now_ns_() - start)
+    }
+
+    fn now_ns_(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// With the platform's clock attached, an RC SEND to a QP that does not
+/// exist (loopback: no wire) times out `retry_cnt` + 1 times, then
+/// completes with RETRY_EXC_ERR, the rest flushed.
+#[test]
+fn a_send_to_a_missing_qp_ends_with_retry_exc_err_without_a_wire() {
+    for retry_cnt in [0u8, 3, 7] {
+        let a = Node::new(1);
+        let clock = ManualClock::attach(&a);
+        let cq = a.cq(8);
+        let q = a.qp(IV_QPT_RC, &cq);
+        let conn = Conn {
+            retry_cnt,
+            ..Conn::default()
+        };
+        a.connect(&q, a.gid(), 0x7777, &conn);
+        a.post(&q, &signaled(1, IV_WR_SEND));
+        a.post(&q, &signaled(2, IV_WR_SEND));
+        let (got, took) = clock.until_completion(&a, &cq, 64);
+        let got: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(
+            got,
+            [(1, IV_WC_RETRY_EXC_ERR), (2, IV_WC_WR_FLUSH_ERR)],
+            "retry_cnt {retry_cnt}"
+        );
+        let t = crate::link::ack_timeout_ns(14).unwrap();
+        assert_eq!(
+            took,
+            (u64::from(retry_cnt) + 1) * t,
+            "retry_cnt {retry_cnt}"
+        );
+        assert_eq!(a.state(&q), IV_QPS_ERR);
+        assert!(!clock.fire(&a), "no timer left armed");
+    }
+}
+
+/// With the platform's clock attached, a SEND that meets RNR NAKs with
+/// `rnr_retry` 0–6 completes RNR_RETRY_EXC_ERR after that many RNR waits;
+/// with 7 it waits until a receive is posted, then succeeds.
+#[test]
+fn rnr_retries_end_without_a_wire() {
+    for rnr_retry in 0u8..=7 {
+        let a = Node::new(1);
+        let clock = ManualClock::attach(&a);
+        let cq = a.cq(8);
+        let rcq = a.cq(8);
+        let q = a.qp(IV_QPT_RC, &cq);
+        let r = a.qp(IV_QPT_RC, &rcq);
+        let conn = Conn {
+            rnr_retry,
+            ..Conn::default()
+        };
+        a.connect(&q, a.gid(), r.qpn, &conn);
+        a.connect(&r, a.gid(), q.qpn, &conn);
+        let before = a.d.hca.stats().rnr_naks;
+        a.post(
+            &q,
+            &SendWr {
+                inline: Some(b"hello"),
+                ..signaled(1, IV_WR_SEND)
+            },
+        );
+        let (got, took) = clock.until_completion(&a, &cq, 32);
+        let rnr = crate::link::rnr_timer_ns(12);
+        if rnr_retry < 7 {
+            assert_eq!(got.len(), 1, "rnr_retry {rnr_retry}");
+            assert_eq!(
+                got[0].status, IV_WC_RNR_RETRY_EXC_ERR,
+                "rnr_retry {rnr_retry}"
+            );
+            assert_eq!(took, u64::from(rnr_retry) * rnr, "rnr_retry {rnr_retry}");
+            assert_eq!(a.d.hca.stats().rnr_naks - before, u64::from(rnr_retry) + 1);
+            continue;
+        }
+        assert!(got.is_empty(), "rnr_retry 7 waits");
+        assert!(a.d.hca.stats().rnr_naks - before >= 30);
+        let m = a.mem(64, ALL_ACCESS);
+        a.recv(&r, 9, &[m.sge(0, 64)]);
+        let (got, _) = clock.until_completion(&a, &cq, 4);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].status, IV_WC_SUCCESS);
+        assert_eq!(m.read(0, 5), b"hello");
+        assert_eq!(one(&rcq).status, IV_WC_SUCCESS);
+    }
+}
+
+/// An SRQ found in error (its producer index out of range) raises
+/// SrqError; each QP that takes from it fails, goes to ERR with QpFatal,
+/// and NAKs with a remote operational error: the senders complete
+/// REM_OP_ERR — also one that was waiting on an RNR NAK from it (with the
+/// platform's clock: its RNR timer ends the wait).
+#[test]
+fn an_srq_error_surfaces_to_the_senders() {
+    let a = Node::new(1);
+    let clock = ManualClock::attach(&a);
+    let (srqn, _srq) = a.srq(16, 1, 0);
+    let scq = a.cq(16);
+    let rcq = a.cq(16);
+    let conn = Conn {
+        rnr_retry: 7,
+        ..Conn::default()
+    };
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let s = a.qp(IV_QPT_RC, &scq);
+        let r = a.qp_full(a.pd, IV_QPT_RC, &rcq, &rcq, Some(srqn), false, BIG);
+        a.connect(&s, a.gid(), r.qpn, &conn);
+        a.connect(&r, a.gid(), s.qpn, &conn);
+        pairs.push((s, r));
+    }
+    // The first sender meets an empty SRQ: RNR, it waits.
+    a.post(&pairs[0].0, &signaled(1, IV_WR_SEND));
+    assert!(scq.poll().is_empty());
+    // The ULP breaks the SRQ's producer index.
+    a.d.hca.with_firmware(|fw| {
+        let srq = fw.srqs.get_mut(srqn).unwrap();
+        let bad = srq.ci.wrapping_add(1000);
+        srq.ring.0.producer_word().store(bad, Ordering::SeqCst);
+    });
+    let (got, _) = clock.until_completion(&a, &scq, 8);
+    assert_eq!(
+        got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, IV_WC_REM_OP_ERR)]
+    );
+    // The second sender's first SEND meets the SRQ in error.
+    a.post(&pairs[1].0, &signaled(2, IV_WR_SEND));
+    let (got, _) = clock.until_completion(&a, &scq, 8);
+    assert_eq!(
+        got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(2, IV_WC_REM_OP_ERR)]
+    );
+    for (s, r) in &pairs {
+        assert_eq!(a.state(s), IV_QPS_ERR);
+        assert_eq!(a.state(r), IV_QPS_ERR);
+    }
+    let asyncs = a.asyncs();
+    assert!(asyncs.contains(&AsyncEvent::SrqError(srqn)), "{asyncs:?}");
+    for (_, r) in &pairs {
+        assert!(asyncs.contains(&AsyncEvent::QpFatal(r.qpn)), "{asyncs:?}");
+    }
 }
