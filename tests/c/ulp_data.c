@@ -190,8 +190,22 @@ static IvCreateQpOut create_qp(IvHandle pd, const Cq *cq) {
     return out;
 }
 
+/* The transport's timers: the attributes connect_qp sets. */
+typedef struct {
+    uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+} Timers;
+
+static const Timers DEFAULT_TIMERS = {14, 7, 7, 12};
+
+static void connect_qp_timers(IvHandle qp, uint32_t dest_qpn, const uint8_t gid[16], Timers t);
+
 /* RESET -> INIT -> RTR -> RTS against `dest_qpn` at `gid`. */
 static void connect_qp(IvHandle qp, uint32_t dest_qpn, const uint8_t gid[16]) {
+    connect_qp_timers(qp, dest_qpn, gid, DEFAULT_TIMERS);
+}
+
+/* connect_qp with the timer attributes `t`. */
+static void connect_qp_timers(IvHandle qp, uint32_t dest_qpn, const uint8_t gid[16], Timers t) {
     IvModifyQpIn m;
     memset(&m, 0, sizeof m);
     m.qp = qp;
@@ -212,15 +226,15 @@ static void connect_qp(IvHandle qp, uint32_t dest_qpn, const uint8_t gid[16]) {
     m.attr.dest_qp_num = dest_qpn;
     m.attr.rq_psn = 0x100;
     m.attr.max_dest_rd_atomic = 4;
-    m.attr.min_rnr_timer = 12;
+    m.attr.min_rnr_timer = t.min_rnr_timer;
     CHECK(ioctl(IOCTL_IV_MODIFY_QP, &m, sizeof m, NULL, 0) == 0, "RTR");
     memset(&m.attr, 0, sizeof m.attr);
     m.attr_mask = IV_QP_STATE | IV_QP_TIMEOUT | IV_QP_RETRY_CNT | IV_QP_RNR_RETRY | IV_QP_SQ_PSN |
                   IV_QP_MAX_QP_RD_ATOMIC;
     m.attr.qp_state = IV_QPS_RTS;
-    m.attr.timeout = 14;
-    m.attr.retry_cnt = 7;
-    m.attr.rnr_retry = 7;
+    m.attr.timeout = t.timeout;
+    m.attr.retry_cnt = t.retry_cnt;
+    m.attr.rnr_retry = t.rnr_retry;
     m.attr.sq_psn = 0x100;
     m.attr.max_rd_atomic = 4;
     CHECK(ioctl(IOCTL_IV_MODIFY_QP, &m, sizeof m, NULL, 0) == 0, "RTS");
@@ -239,6 +253,119 @@ static IvSge at(uint32_t off, uint32_t len, uint32_t lkey) {
     s.length = len;
     s.lkey = lkey;
     return s;
+}
+
+/* Milliseconds on the wall clock. */
+static double now_ms(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Waits for one completion of `wr_id` with `status`. */
+static void expect_status(Cq *cq, uint64_t wr_id, uint32_t status, const char *what) {
+    IvCqe wc;
+    memset(&wc, 0, sizeof wc);
+    if (!wait_one(cq, &wc)) {
+        CHECK(0, "%s: no completion on %s (do the transport's timers run?)", what, cq->name);
+        printf("%d passed, %d failed\n", passed, failed);
+        exit(1);
+    }
+    CHECK(wc.wr_id == wr_id && wc.status == status, "%s: wr_id %llu status %u, want %llu %u",
+          what, (unsigned long long)wc.wr_id, (unsigned)wc.status, (unsigned long long)wr_id,
+          (unsigned)status);
+}
+
+/* A QP of its own (with its user-mode speed path) connected by
+ * `connect_qp_timers`, for the timer cases. */
+static IvUserQp *timed_qp(IvHandle pd, const Cq *cq, IvCreateQpOut *out, uint32_t dest_qpn,
+                          const uint8_t gid[16], Timers t) {
+    *out = create_qp(pd, cq);
+    connect_qp_timers(out->qp, dest_qpn, gid, t);
+    IvUserQp *q = IvUserQpOpen(dev, out);
+    CHECK(q != NULL, "open timed QP: %u", (unsigned)GetLastError());
+    return q;
+}
+
+static void destroy_qp(IvUserQp *q, IvHandle qp) {
+    IvUserQpClose(q);
+    IvHandleIn h;
+    h.handle = qp;
+    CHECK(ioctl(IOCTL_IV_DESTROY_QP, &h, sizeof h, NULL, 0) == 0, "destroy timed qp");
+}
+
+/* The transport keeps time without a wire (loopback, one device):
+ *   - a SEND to a QP that does not exist completes RETRY_EXC_ERR after
+ *     retry_cnt + 1 local ACK timeouts (4.096 us x 2^timeout each);
+ *   - a SEND that meets RNR NAKs completes RNR_RETRY_EXC_ERR after
+ *     rnr_retry RNR waits (0-6);
+ *   - with rnr_retry 7 it waits until a receive is posted, then succeeds. */
+static void timers(IvHandle pd, Cq *cq, const uint8_t gid[16], uint32_t lkey) {
+    IvCreateQpOut o;
+    IvUserSendWr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = IV_WR_SEND;
+    wr.flags = IV_SEND_SIGNALED | IV_SEND_INLINE;
+    wr.inline_data = "tick";
+    wr.inline_len = 4;
+
+    Timers t = {10, 3, 7, 12};
+    IvUserQp *q = timed_qp(pd, cq, &o, 0xABCDE, gid, t);
+    double start = now_ms();
+    wr.wr_id = 900;
+    CHECK(IvUserPostSend(q, &wr) == ST(STATUS_SUCCESS), "post send to a missing QP");
+    expect_status(cq, 900, IV_WC_RETRY_EXC_ERR, "missing QP");
+    double took = now_ms() - start, want = (t.retry_cnt + 1) * 4.096e-3 * (1 << t.timeout);
+    CHECK(took >= want * 0.99, "RETRY_EXC_ERR after %.1f ms, before %.1f ms of timeouts", took,
+          want);
+    destroy_qp(q, o.qp);
+
+    for (uint8_t rnr_retry = 0; rnr_retry <= 7; rnr_retry++) {
+        Timers rt = {14, 7, rnr_retry, 14}; /* RNR timer 14: 1.28 ms */
+        IvCreateQpOut so, ro;
+        so = create_qp(pd, cq);
+        ro = create_qp(pd, cq);
+        connect_qp_timers(so.qp, ro.qpn, gid, rt);
+        connect_qp_timers(ro.qp, so.qpn, gid, rt);
+        IvUserQp *s = IvUserQpOpen(dev, &so), *rq = IvUserQpOpen(dev, &ro);
+        CHECK(s && rq, "open RNR QPs");
+        wr.wr_id = 910 + rnr_retry;
+        start = now_ms();
+        CHECK(IvUserPostSend(s, &wr) == ST(STATUS_SUCCESS), "post send (RNR)");
+        if (rnr_retry < 7) {
+            expect_status(cq, wr.wr_id, IV_WC_RNR_RETRY_EXC_ERR, "RNR");
+            took = now_ms() - start;
+            want = rnr_retry * 1.28;
+            CHECK(took >= want * 0.99, "rnr_retry %u: RNR_RETRY_EXC_ERR after %.1f ms, before %.1f",
+                  (unsigned)rnr_retry, took, want);
+        } else {
+            /* Waits (RNR NAKs without end) until a receive comes. */
+            IvCqe wc;
+            while (now_ms() - start < 20) {
+                CHECK(IvUserPollCq(cq->u, &wc, 1) == 0, "rnr_retry 7 completed early: %u",
+                      (unsigned)wc.status);
+            }
+            IvSge rsg = at(DST, 64, lkey);
+            IvUserRecvWr rwr;
+            memset(&rwr, 0, sizeof rwr);
+            rwr.wr_id = 990;
+            rwr.sg_list = &rsg;
+            rwr.num_sge = 1;
+            CHECK(IvUserPostRecv(rq, &rwr) == ST(STATUS_SUCCESS), "post recv (RNR)");
+            /* The send and the receive complete, in either order. */
+            IvCqe got[2];
+            int n = 0;
+            while (n < 2 && wait_one(cq, &got[n])) n++;
+            CHECK(n == 2, "rnr_retry 7: %d completions", n);
+            for (int i = 0; i < n; i++) {
+                CHECK(got[i].status == IV_WC_SUCCESS, "rnr_retry 7: wr_id %llu status %u",
+                      (unsigned long long)got[i].wr_id, (unsigned)got[i].status);
+            }
+            CHECK(memcmp(mem.b + DST, "tick", 4) == 0, "rnr_retry 7: payload");
+        }
+        destroy_qp(s, so.qp);
+        destroy_qp(rq, ro.qp);
+    }
 }
 
 int main(void) {
@@ -370,6 +497,8 @@ int main(void) {
 
     /* Nothing else completed. */
     CHECK(IvUserPollCq(cqa.u, &wc, 1) == 0 && IvUserPollCq(cqb.u, &wc, 1) == 0, "extra completions");
+
+    timers(pd.pd, &cqa, gid.gid, lkey);
 
     /* Close the speed path, then destroy. */
     IvUserQpClose(a);

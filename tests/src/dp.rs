@@ -444,6 +444,11 @@ struct Conn {
     rnr_retry: u8,
     /// Incoming RDMA READs and atomics the QP takes at once.
     max_dest_rd_atomic: u8,
+    /// Local ACK timeout (4.096 us x 2^timeout) and transport retries (RC).
+    timeout: u8,
+    retry_cnt: u8,
+    /// The RNR timer the responder asks for (IBTA's 5-bit code).
+    min_rnr_timer: u8,
 }
 
 impl Default for Conn {
@@ -452,6 +457,9 @@ impl Default for Conn {
             access: IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC,
             rnr_retry: 7,
             max_dest_rd_atomic: 4,
+            timeout: 14,
+            retry_cnt: 7,
+            min_rnr_timer: 12,
         }
     }
 }
@@ -569,8 +577,15 @@ impl Env {
         for (mask, mut attr) in rts_steps(qp.qp_type(), dest_qpn, self.gid) {
             match attr.qp_state {
                 IV_QPS_INIT if qp.qp_type() != IV_QPT_UD => attr.qp_access_flags = conn.access,
-                IV_QPS_RTR => attr.max_dest_rd_atomic = conn.max_dest_rd_atomic,
-                IV_QPS_RTS => attr.rnr_retry = conn.rnr_retry,
+                IV_QPS_RTR => {
+                    attr.max_dest_rd_atomic = conn.max_dest_rd_atomic;
+                    attr.min_rnr_timer = conn.min_rnr_timer;
+                }
+                IV_QPS_RTS => {
+                    attr.rnr_retry = conn.rnr_retry;
+                    attr.timeout = conn.timeout;
+                    attr.retry_cnt = conn.retry_cnt;
+                }
                 _ => {}
             }
             ok(
@@ -2190,6 +2205,95 @@ pub(crate) fn dp_rnr_retry_exc_err(d: &dyn Dut) -> Result<(), String> {
     state(&p.b, IV_QPS_RTS, "responder")?;
     quiet(&p.cqb, "responder CQ")?;
     p.close("teardown")
+}
+
+/// The transport keeps time on every device, with or without a wire: a
+/// SEND that meets RNR NAKs with `rnr_retry` 1–6 completes
+/// RNR_RETRY_EXC_ERR after that many RNR waits (the RNR timer, 1.28 ms
+/// here, runs on the device's clock); with 7 it waits until a receive is
+/// posted and succeeds.
+pub(crate) fn dp_rnr_retries_run_on_the_devices_clock(d: &dyn Dut) -> Result<(), String> {
+    let mb = Mem::new(BUF);
+    let e = Env::open(d)?;
+    let rb = e.reg(&mb, IV_ACCESS_LOCAL_WRITE)?;
+    let cqa = e.cq(64)?;
+    let cqb = e.cq(64)?;
+    for rnr_retry in 1..=7u8 {
+        let conn = Conn {
+            rnr_retry,
+            min_rnr_timer: 14,
+            ..Conn::default()
+        };
+        let what = format!("rnr_retry {rnr_retry}");
+        case(&e, &cqa, &cqb, conn, &what, |a, b| {
+            let start = Instant::now();
+            post(
+                a,
+                &SendWr {
+                    inline: Some(b"late"),
+                    ..wr(1, IV_WR_SEND)
+                },
+                "send",
+            )?;
+            if rnr_retry < 7 {
+                let got = cqes(&cqa, 1, "requester")?;
+                check_wcs(
+                    "requester",
+                    &got,
+                    &[failed(1, IV_WC_RNR_RETRY_EXC_ERR, a.qpn())],
+                )?;
+                let waited = Duration::from_micros(1280) * u32::from(rnr_retry);
+                check!(
+                    start.elapsed() >= waited,
+                    "RNR_RETRY_EXC_ERR after {:?}, before {waited:?} of RNR waits",
+                    start.elapsed()
+                );
+                return state(a, IV_QPS_ERR, "requester");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            quiet(&cqa, "rnr_retry 7 waits")?;
+            recv(b, 2, &[rb.sge(0, 64)], "recv")?;
+            one(&cqa, "requester", sent(1, IV_WC_OP_SEND, a.qpn()))?;
+            one(&cqb, "responder", recvd(2, 4, b.qpn()))?;
+            check!(mb.read(0, 4) == b"late", "payload {:?}", mb.read(0, 4));
+            Ok(())
+        })?;
+    }
+    destroy_cq(cqa, "teardown")?;
+    destroy_cq(cqb, "teardown")
+}
+
+/// A SEND to a QP that does not exist completes RETRY_EXC_ERR after
+/// `retry_cnt` + 1 local ACK timeouts (4.096 us x 2^10 each here), the
+/// next WQE flushed: the device's clock fires the ACK timer with or
+/// without a wire.
+pub(crate) fn dp_retry_exc_err_missing_qp(d: &dyn Dut) -> Result<(), String> {
+    let e = Env::open(d)?;
+    let cqa = e.cq(64)?;
+    let a = e.qp(IV_QPT_RC, &cqa, &cqa, None)?;
+    let conn = Conn {
+        timeout: 10,
+        retry_cnt: 3,
+        ..Conn::default()
+    };
+    e.connect(&a, 0xAB_CDEF, conn)?;
+    let start = Instant::now();
+    post_two(
+        &a,
+        &SendWr {
+            inline: Some(b"anyone?"),
+            ..wr(1, IV_WR_SEND)
+        },
+    )?;
+    requester_failed(&a, &cqa, 1, IV_WC_RETRY_EXC_ERR)?;
+    let waited = Duration::from_nanos(4096 << 10) * 4;
+    check!(
+        start.elapsed() >= waited,
+        "RETRY_EXC_ERR after {:?}, before {waited:?} of timeouts",
+        start.elapsed()
+    );
+    destroy_qp(a, "teardown")?;
+    destroy_cq(cqa, "teardown")
 }
 
 pub(crate) fn dp_wr_flush_err_exactly_once(d: &dyn Dut) -> Result<(), String> {

@@ -79,6 +79,14 @@ pub const SUITE: &[(&str, Test)] = &[
     ("dp_rem_op_err", dp::dp_rem_op_err),
     ("dp_rnr_retry_exc_err", dp::dp_rnr_retry_exc_err),
     (
+        "dp_rnr_retries_run_on_the_devices_clock",
+        dp::dp_rnr_retries_run_on_the_devices_clock,
+    ),
+    (
+        "dp_retry_exc_err_missing_qp",
+        dp::dp_retry_exc_err_missing_qp,
+    ),
+    (
         "dp_wr_flush_err_exactly_once",
         dp::dp_wr_flush_err_exactly_once,
     ),

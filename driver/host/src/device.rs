@@ -401,6 +401,27 @@ pub struct HostDevice {
     cleanup_pin_timeout: Duration,
     /// File cleanups that gave up waiting for pins.
     cleanup_timeouts: AtomicU64,
+    /// The transport's timer (its DPC: [`SoftHca::advance_clock`]).
+    transport_timer: Arc<crate::platform::HostTimer>,
+}
+
+/// The platform's clock and the transport's timer, as the soft HCA sees
+/// them ([`irpverbs_soft::Clock`]): a one-shot kernel timer whose DPC
+/// advances the transport's clock, armed for the deadline it asks for.
+struct TransportClock {
+    platform: HostPlatform,
+    timer: Arc<crate::platform::HostTimer>,
+}
+
+impl irpverbs_soft::Clock for TransportClock {
+    fn now_ns(&self) -> u64 {
+        irpverbs_core::Platform::now_ns(&self.platform)
+    }
+
+    fn arm(&self, deadline_ns: u64) {
+        let due = deadline_ns.saturating_sub(self.now_ns());
+        self.timer.set(Duration::from_nanos(due), None);
+    }
 }
 
 impl std::fmt::Debug for HostDevice {
@@ -466,6 +487,20 @@ impl HostDevice {
             }
         }));
         arm_cm_timer(&device, &cm_timer, &platform);
+        // The transport's timer: its DPC fires the soft HCA's timers (ACK
+        // timeouts, RNR waits) on the platform's clock; the HCA arms it
+        // for its next deadline, with or without a wire.
+        let weak = Arc::downgrade(&soft);
+        let p = platform.clone();
+        let transport_timer = Arc::new(platform.new_timer(move || {
+            if let Some(soft) = weak.upgrade() {
+                soft.advance_clock(irpverbs_core::Platform::now_ns(&p));
+            }
+        }));
+        soft.attach_clock(Arc::new(TransportClock {
+            platform: platform.clone(),
+            timer: Arc::clone(&transport_timer),
+        }))?;
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let p = platform.clone();
         let cancel: CancelRoutine = Arc::new(move |key| {
@@ -489,6 +524,7 @@ impl HostDevice {
             udp_port,
             cm_timer,
             bus,
+            transport_timer,
             engine_kind: config.engine,
             power_managed_queue: config.power_managed_queue,
             in_d0: Mutex::new(true),
@@ -892,6 +928,8 @@ impl HostDevice {
         self.scanner.stop();
         self.platform.driver_code(|| self.device.stop_cm_timer());
         self.cm_timer.cancel();
+        self.soft.detach_clock();
+        self.transport_timer.cancel();
         self.doorbell.stop.store(true, Ordering::Release);
         self.doorbell.ring();
         if let Some(h) = self

@@ -15,6 +15,9 @@
 //! Millisecond-scale CM timeouts need no high resolution: the timer fires
 //! at the default clock rate (up to 15.6 ms late), which the CM's timeouts
 //! (4.096 us * 2^t, usually t >= 14, 67 ms) absorb.
+//!
+//! [`OneShot`] is that timer without the CM: the transport's timer
+//! (`crate::clock`) is one too.
 
 use alloc::sync::Arc;
 use core::ffi::c_void;
@@ -34,7 +37,7 @@ const TRUE: BOOLEAN = 1;
 const FALSE: BOOLEAN = 0;
 
 /// What the arming function and D0Exit share.
-struct Shared {
+pub(crate) struct Shared {
     /// The allocated timer (null while stopped).
     timer: AtomicPtr<_EX_TIMER>,
     /// Armings in progress.
@@ -50,11 +53,11 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    /// The core's arming function: the timer to expire at `deadline` (ns
-    /// on [`KmdfPlatform::now_ns`]'s clock), replacing an earlier arming.
+    /// The arming function: the timer to expire at `deadline` (ns on
+    /// [`KmdfPlatform::now_ns`]'s clock), replacing an earlier arming.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn arm(&self, deadline: u64) {
+    pub(crate) fn arm(&self, deadline: u64) {
         self.users.fetch_add(1, Ordering::SeqCst);
         let timer = self.timer.load(Ordering::SeqCst);
         if !self.stopping.load(Ordering::SeqCst) && !timer.is_null() {
@@ -72,12 +75,14 @@ impl Shared {
     }
 }
 
-/// The device's CM timer.
-pub(crate) struct CmTimer {
+/// A one-shot, default-resolution kernel timer that its users arm for
+/// absolute deadlines ([`Shared::arm`]), allocated in D0Entry and deleted
+/// in D0Exit.
+pub(crate) struct OneShot {
     shared: Arc<Shared>,
 }
 
-impl CmTimer {
+impl OneShot {
     /// A stopped timer.
     pub(crate) fn new() -> Self {
         Self {
@@ -89,9 +94,13 @@ impl CmTimer {
         }
     }
 
-    /// D0Entry: allocates the timer, its callback running
-    /// [`SoftDevice::cm_timer`] on `device`, and gives the core its arming
-    /// function. Started already: nothing to do.
+    /// Whether it is allocated.
+    pub(crate) fn started(&self) -> bool {
+        !self.shared.timer.load(Ordering::Acquire).is_null()
+    }
+
+    /// Allocates the timer, `callback` running with `context` when it
+    /// expires; the arming side to hand out.
     ///
     /// IRQL: PASSIVE_LEVEL.
     ///
@@ -99,37 +108,31 @@ impl CmTimer {
     /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated.
     ///
     /// # Safety
-    /// `device` must outlive the timer: [`CmTimer::stop`] (or the drop of
-    /// the state holding both) runs before it goes.
-    pub(crate) unsafe fn start(&self, device: &SoftDevice) -> Result<(), NTSTATUS> {
-        if !self.shared.timer.load(Ordering::Acquire).is_null() {
-            return Ok(());
-        }
-        let context = core::ptr::from_ref(device).cast_mut().cast::<c_void>();
-        // SAFETY: `fire` has the EXT_CALLBACK signature; its context is the
-        // device, which outlives the timer (caller); no attributes (a
-        // default-resolution timer); IRQL PASSIVE_LEVEL.
-        let timer = unsafe { ExAllocateTimer(Some(fire), context, 0) };
+    /// `context` must stay valid for `callback` until [`OneShot::stop`] (or
+    /// the drop) deleted the timer.
+    pub(crate) unsafe fn start(
+        &self,
+        callback: unsafe extern "C" fn(PEX_TIMER, PVOID),
+        context: PVOID,
+    ) -> Result<Arc<Shared>, NTSTATUS> {
+        // SAFETY: `callback` has the EXT_CALLBACK signature; its context
+        // outlives the timer (caller); no attributes (a default-resolution
+        // timer); IRQL PASSIVE_LEVEL.
+        let timer = unsafe { ExAllocateTimer(Some(callback), context, 0) };
         if timer.is_null() {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
         self.shared.stopping.store(false, Ordering::SeqCst);
         self.shared.timer.store(timer, Ordering::SeqCst);
-        let shared = Arc::clone(&self.shared);
-        device.set_cm_timer(Arc::new(move |deadline| shared.arm(deadline)));
-        Ok(())
+        Ok(Arc::clone(&self.shared))
     }
 
-    /// D0Exit: the core stops arming the timer; once no arming is in
-    /// progress the timer is cancelled and deleted, waiting for a callback
-    /// that is running. Stopped already: nothing to do.
+    /// No new arming; once none is in progress the timer is cancelled and
+    /// deleted, waiting for a callback that is running. Stopped already:
+    /// nothing to do. Its users stop arming it first.
     ///
     /// IRQL: PASSIVE_LEVEL (the wait needs <= APC_LEVEL).
-    pub(crate) fn stop(&self, device: &SoftDevice) {
-        if self.shared.timer.load(Ordering::Acquire).is_null() {
-            return;
-        }
-        device.stop_cm_timer();
+    pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         while self.shared.users.load(Ordering::SeqCst) != 0 {
             core::hint::spin_loop();
@@ -149,7 +152,7 @@ impl CmTimer {
     }
 }
 
-impl Drop for CmTimer {
+impl Drop for OneShot {
     /// The device is destroyed: D0Exit stopped the timer before. Should it
     /// still be allocated, it is cancelled without waiting (the destroy
     /// callback may run at DISPATCH_LEVEL).
@@ -167,6 +170,56 @@ impl Drop for CmTimer {
         // SAFETY: the live timer, swapped out (deleted once); Cancel without
         // Wait may be called at IRQL <= DISPATCH_LEVEL; no parameters.
         let _ = unsafe { ExDeleteTimer(timer, TRUE, FALSE, core::ptr::null_mut()) };
+    }
+}
+
+/// The device's CM timer.
+pub(crate) struct CmTimer {
+    timer: OneShot,
+}
+
+impl CmTimer {
+    /// A stopped timer.
+    pub(crate) fn new() -> Self {
+        Self {
+            timer: OneShot::new(),
+        }
+    }
+
+    /// D0Entry: allocates the timer, its callback running
+    /// [`SoftDevice::cm_timer`] on `device`, and gives the core its arming
+    /// function. Started already: nothing to do.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated.
+    ///
+    /// # Safety
+    /// `device` must outlive the timer: [`CmTimer::stop`] (or the drop of
+    /// the state holding both) runs before it goes.
+    pub(crate) unsafe fn start(&self, device: &SoftDevice) -> Result<(), NTSTATUS> {
+        if self.timer.started() {
+            return Ok(());
+        }
+        let context = core::ptr::from_ref(device).cast_mut().cast::<c_void>();
+        // SAFETY: the context is the device, which outlives the timer
+        // (caller).
+        let shared = unsafe { self.timer.start(fire, context) }?;
+        device.set_cm_timer(Arc::new(move |deadline| shared.arm(deadline)));
+        Ok(())
+    }
+
+    /// D0Exit: the core stops arming the timer; then it is deleted
+    /// ([`OneShot::stop`]). Stopped already: nothing to do.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the wait needs <= APC_LEVEL).
+    pub(crate) fn stop(&self, device: &SoftDevice) {
+        if !self.timer.started() {
+            return;
+        }
+        device.stop_cm_timer();
+        self.timer.stop();
     }
 }
 

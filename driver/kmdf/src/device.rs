@@ -59,6 +59,7 @@ use wdk_sys::{
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
+use crate::clock::TransportTimer;
 use crate::cmtimer::CmTimer;
 use crate::context::{context_type, object_attributes, struct_size};
 use crate::doorbell::{DoorbellThread, PollerEvent};
@@ -78,6 +79,8 @@ pub(crate) struct DeviceState {
     /// The connection manager's timer (first, so that a drop cancels it
     /// before the device it calls goes): armed by the core in D0.
     cm_timer: CmTimer,
+    /// The transport's timer (ACK timeouts, RNR waits): running in D0.
+    transport_timer: TransportTimer,
     /// The driver.
     pub(crate) device: SoftDevice,
     /// The soft HCA's bus: its interrupt queues the DPC.
@@ -429,6 +432,7 @@ unsafe fn create_device(
     let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) };
     let state = Box::new(DeviceState {
         cm_timer: CmTimer::new(),
+        transport_timer: TransportTimer::new(soft.clone()),
         device: Device::with_config(Arc::new(platform), soft.clone(), config),
         bus,
         next_file: AtomicU64::new(1),
@@ -722,8 +726,14 @@ extern "C" fn evt_device_d0_entry(
             state.scanner.stop();
             return status;
         }
+        if let Err(status) = state.transport_timer.start() {
+            state.cm_timer.stop(&state.device);
+            state.scanner.stop();
+            return status;
+        }
         if let Some(Err(status)) = state.wire.as_ref().map(WskWire::start) {
             wdk::println!("irpverbs: the WSK wire did not start: {status:#010x}");
+            state.transport_timer.stop();
             state.cm_timer.stop(&state.device);
             state.scanner.stop();
             return status;
@@ -756,6 +766,7 @@ extern "C" fn evt_device_d0_exit(
         }
         state.scanner.stop();
         state.cm_timer.stop(&state.device);
+        state.transport_timer.stop();
         if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
             state.device.remove();
         }

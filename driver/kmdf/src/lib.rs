@@ -77,6 +77,7 @@ extern crate alloc;
 #[cfg(not(test))]
 extern crate wdk_panic;
 
+pub mod clock;
 pub mod cmtimer;
 mod context;
 mod device;

@@ -1023,9 +1023,13 @@ impl Firmware {
         // With the timers armed while these fired.
         let next = self.next_deadline();
         if let Some(clock) = &self.dp.clock {
-            self.dp.clock_armed = next;
-            if let Some(n) = next {
-                clock.arm(n);
+            // Armed again only for a new deadline: a link's timer thread
+            // calls in often, and the platform's timer is armed already.
+            if next != self.dp.clock_armed {
+                self.dp.clock_armed = next;
+                if let Some(n) = next {
+                    clock.arm(n);
+                }
             }
         }
         next

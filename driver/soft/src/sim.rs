@@ -9,6 +9,26 @@
 //! timer, whichever comes first, and moves the clock to it, so a run that
 //! spans seconds of retransmission timeouts takes microseconds.
 //!
+//! An adversary can share the wire ([`SimConfig::attack_ppm`]): a third
+//! host that sees every datagram delivered and, after some of them, injects
+//! one of its own, drawn from the same seed:
+//! - from its own address ([`SimConfig::attacker`]): forged ACKs, NAKs
+//!   (every code, reserved ones too), RNR NAKs, READ responses and atomic
+//!   ACKs to the QP a response it saw went to, and blind SENDs and RDMA
+//!   WRITEs to the QP a request it saw went to, with a PSN at random or
+//!   within a few of the one it saw;
+//! - from the peer's address but another UDP source port: the same
+//!   forgeries with a PSN it guessed blind (at least 2^21 from any it
+//!   saw), and the datagrams it saw sent again from that port;
+//! - replays: datagrams it saw, sent again unchanged, later.
+//!
+//! A connected QP must drop all of it ([`crate::TrustStats`]) or treat it
+//! as the duplicate it is: the legitimate traffic completes exactly once,
+//! with its data, or fails only as the wire's own faults make it fail.
+//! (A forger who can see the traffic and send from the peer's address can
+//! take a connection over by guessing a PSN inside the window: RoCE has no
+//! authentication; the adversary does not do that.)
+//!
 //! Nothing here is specific to a platform: the wire only needs a lock from
 //! the HCAs' [`Platform`].
 
@@ -23,6 +43,11 @@ use irpverbs_core::{Platform, SpinLock};
 
 use crate::SoftHca;
 use crate::link::{Datagram, Link, OwnedDatagram, TxBatch};
+use crate::packet::{Gid, Packet, aeth, m, op, psn_add};
+use crate::wire;
+
+/// Datagrams the adversary remembers (the latest).
+const SEEN: usize = 32;
 
 /// The simulated wire's state (a leaf: taken by a transmitting HCA with no
 /// HCA lock held, and by [`SimNet`] to take the next datagram).
@@ -54,6 +79,34 @@ pub struct SimConfig {
     /// while it holds this many is dropped, as a receiving socket's full
     /// buffer drops it.
     pub queue_limit: usize,
+    /// After each datagram delivered, the adversary injects one of its own
+    /// with this probability (see the module docs; 0: no adversary).
+    pub attack_ppm: u32,
+    /// The adversary's own GID (its IP address).
+    pub attacker: Gid,
+}
+
+/// What the adversary injected, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttackStats {
+    /// Forged responses and requests from the adversary's own GID.
+    pub foreign: u64,
+    /// Forged responses and requests from the peer's GID and another UDP
+    /// source port, with blind PSNs.
+    pub spoofed: u64,
+    /// Datagrams seen, sent again from the peer's GID and another UDP
+    /// source port.
+    pub moved: u64,
+    /// Datagrams seen, sent again unchanged.
+    pub replayed: u64,
+}
+
+impl AttackStats {
+    /// Every datagram injected.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.foreign + self.spoofed + self.moved + self.replayed
+    }
 }
 
 /// Counters of the wire.
@@ -73,6 +126,8 @@ pub struct SimStats {
     pub delivered: u64,
     /// Copies for a GID no HCA on the net has.
     pub unroutable: u64,
+    /// What the adversary injected.
+    pub attacks: AttackStats,
 }
 
 /// SplitMix64: a small, well-mixed generator (the seed is the whole
@@ -134,6 +189,162 @@ struct WireState {
     seq: u64,
     queue: BinaryHeap<Reverse<InFlight>>,
     stats: SimStats,
+    /// The adversary's latest datagrams seen (a ring of [`SEEN`]).
+    seen: Vec<OwnedDatagram>,
+    seen_next: usize,
+}
+
+impl WireState {
+    /// Queues `d` to arrive at `at`.
+    fn inject(&mut self, d: OwnedDatagram, at: u64) {
+        self.seq += 1;
+        let seq = self.seq;
+        self.queue.push(Reverse(InFlight { at, seq, d }));
+    }
+
+    /// The adversary saw `d` delivered at `now`: remembers it (unless it
+    /// is its own), and may inject a datagram.
+    fn adversary(&mut self, d: OwnedDatagram, now: u64) {
+        let c = self.config;
+        if c.attack_ppm == 0 || d.sgid == c.attacker {
+            return;
+        }
+        if self.seen.len() < SEEN {
+            self.seen.push(d);
+        } else {
+            self.seen[self.seen_next] = d;
+        }
+        self.seen_next = (self.seen_next + 1) % SEEN;
+        if !self.rng.chance(c.attack_ppm) {
+            return;
+        }
+        let pick = self.rng.upto(self.seen.len() as u64 - 1) as usize;
+        let seen = self.seen[pick].clone();
+        let at = now + c.delay_ns + self.rng.upto(c.jitter_ns + 50_000);
+        let Ok((pkt, _)) = wire::parse_transport(&seen.bytes, &seen.view().ip()) else {
+            return;
+        };
+        match self.rng.upto(9) {
+            0 | 1 => {
+                self.stats.attacks.replayed += 1;
+                self.inject(seen, at);
+            }
+            2 => {
+                // Sent again from another source port: sealed again for it.
+                let mut moved = seen.clone();
+                moved.src_port = other_port(seen.src_port, &mut self.rng);
+                let payload = wire::parse_transport(&seen.bytes, &seen.view().ip())
+                    .map(|(_, p)| p.to_vec())
+                    .unwrap_or_default();
+                if let Some(bytes) = emit(&pkt, &payload, &moved) {
+                    moved.bytes = bytes;
+                    self.stats.attacks.moved += 1;
+                    self.inject(moved, at);
+                }
+            }
+            k => {
+                let own = k < 6;
+                let mut forged = self.forge(&pkt, own);
+                let mut out = seen;
+                out.src_port = other_port(out.src_port, &mut self.rng);
+                if own {
+                    out.sgid = c.attacker;
+                }
+                forged.sgid = out.sgid;
+                forged.dgid = out.dgid;
+                let payload = alloc::vec![0xEE; forged.payload_len as usize];
+                if let Some(bytes) = emit(&forged, &payload, &out) {
+                    out.bytes = bytes;
+                    if own {
+                        self.stats.attacks.foreign += 1;
+                    } else {
+                        self.stats.attacks.spoofed += 1;
+                    }
+                    self.inject(out, at);
+                }
+            }
+        }
+    }
+
+    /// A packet forged from `seen`: a response to the QP a response went
+    /// to, or a request to the QP a request went to. `near`: its PSN within
+    /// a few of the one seen, or at random; else at least 2^21 away.
+    fn forge(&mut self, seen: &Packet, near: bool) -> Packet {
+        let r = &mut self.rng;
+        let psn = if near && r.upto(1) == 0 {
+            psn_add(seen.psn, (r.upto(6) as u32).wrapping_sub(3) & 0xFF_FFFF)
+        } else if near {
+            r.next() as u32 & 0xFF_FFFF
+        } else {
+            psn_add(seen.psn, (1 << 21) + r.upto((1 << 23) - (1 << 22)) as u32)
+        };
+        let mut p = Packet {
+            opcode: seen.opcode,
+            pkey: seen.pkey,
+            dest_qpn: seen.dest_qpn,
+            psn,
+            ..Packet::default()
+        };
+        if seen.mask() & m::REQ != 0 {
+            // A blind SEND or RDMA WRITE.
+            if r.upto(1) == 0 {
+                p.opcode = op::RC_SEND_ONLY;
+            } else {
+                p.opcode = op::RC_WRITE_ONLY;
+                p.reth = seen.reth;
+                p.reth.len = 16;
+            }
+            p.payload_len = 16;
+            p.ack_req = true;
+            return p;
+        }
+        match r.upto(5) {
+            0 => {
+                p.opcode = op::RC_ACKNOWLEDGE;
+                p.aeth.syndrome = aeth::ACK | 0x1F;
+            }
+            1 => {
+                p.opcode = op::RC_ACKNOWLEDGE;
+                p.aeth.syndrome = aeth::NAK | (r.upto(31) as u8);
+            }
+            2 => {
+                p.opcode = op::RC_ACKNOWLEDGE;
+                p.aeth.syndrome = aeth::RNR_NAK | (r.upto(31) as u8);
+            }
+            3 => {
+                // The reserved AETH type.
+                p.opcode = op::RC_ACKNOWLEDGE;
+                p.aeth.syndrome = 0x40 | (r.upto(31) as u8);
+            }
+            4 => {
+                p.opcode = op::RC_READ_RESPONSE_ONLY;
+                p.aeth.syndrome = aeth::ACK | 0x1F;
+                p.payload_len = 8;
+            }
+            _ => {
+                p.opcode = op::RC_ATOMIC_ACKNOWLEDGE;
+                p.aeth.syndrome = aeth::ACK | 0x1F;
+                p.atomic_orig = r.next();
+            }
+        }
+        p.aeth.msn = seen.aeth.msn;
+        p
+    }
+}
+
+/// A UDP source port other than `port`.
+fn other_port(port: u16, r: &mut Rng) -> u16 {
+    let p = 0xC000 | (r.upto(0x3FFF) as u16);
+    if p == port { p ^ 1 } else { p }
+}
+
+/// The UDP payload of `pkt` with `payload` as `to`'s addresses and ports
+/// carry it (ICRC sealed for them).
+fn emit(pkt: &Packet, payload: &[u8], to: &OwnedDatagram) -> Option<Vec<u8>> {
+    let mut buf = alloc::vec![0; wire::transport_len(pkt).ok()?];
+    let n = wire::emit_transport(pkt, &[payload], &to.view().ip(), &mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
 }
 
 /// The simulated wire: a [`Link`] every HCA of a [`SimNet`] shares.
@@ -165,6 +376,8 @@ impl<P: Platform> SimWire<P> {
                     seq: 0,
                     queue: BinaryHeap::new(),
                     stats: SimStats::default(),
+                    seen: Vec::new(),
+                    seen_next: 0,
                 },
             ),
             clock: AtomicU64::new(0),
@@ -330,6 +543,7 @@ impl<P: Platform> SimNet<P> {
                 }
                 None => self.wire.state.lock(|w| w.stats.unroutable += 1),
             }
+            self.wire.state.lock(|w| w.adversary(d, now));
         } else {
             for h in &self.hcas {
                 h.advance_clock(now);

@@ -8,6 +8,12 @@
 //! the wire heals (the QPs are reconnected if they failed) and new traffic
 //! must complete. A failure names the seed; `IRPVERBS_SIM_SEED=n` replays
 //! it alone, `IRPVERBS_SIM_SEEDS=n` changes how many run.
+//!
+//! Under attack (`rc_under_attack`), a third host on the wire injects
+//! forged responses and requests, blind and nearly right, and replays
+//! ([`crate::sim`]): the same checks hold, every forgery from its own
+//! address is dropped and counted, and on a wire without faults nothing
+//! fails at all.
 
 extern crate std;
 
@@ -365,7 +371,7 @@ fn check(
 }
 
 /// One seed: the faulty phase, the checks, the healed phase.
-fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
+fn run_seed(seed: u64, harsh: bool, attack: bool) -> Result<(), String> {
     let mut r = Rng(seed ^ 0x5151_5151);
     let mtu = [
         IV_MTU_256,
@@ -375,7 +381,23 @@ fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
         IV_MTU_4096,
     ][r.below(5) as usize];
     let mtu_bytes = 128u32 << mtu;
-    let wire = faults(&mut r, seed, harsh);
+    let mut wire = faults(&mut r, seed, harsh);
+    // Under attack, one seed in three has a wire without faults (no loss,
+    // duplicate, corruption or reordering): then nothing may fail.
+    let honest = attack && r.below(3) == 0;
+    if attack {
+        wire.attack_ppm = 20_000 + r.below(80_000) as u32;
+        wire.attacker = ATTACKER;
+        if honest {
+            wire = SimConfig {
+                loss_ppm: 0,
+                dup_ppm: 0,
+                corrupt_ppm: 0,
+                jitter_ns: 0,
+                ..wire
+            };
+        }
+    }
     let conn = Conn {
         mtu,
         sq_psn: r.below(0x100_0000) as u32,
@@ -418,6 +440,14 @@ fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
     }
     w.net.run(PHASE_LIMIT_NS);
     let all_ok = check(&w, 0, &ops, &mut model, 0)?;
+    if honest && !all_ok {
+        return Err(format!(
+            "the forgeries made a WQE fail on a wire without faults: {:?}; requester {:?}, responder {:?}",
+            w.net.stats(),
+            w.a.d.hca.stats(),
+            w.b.d.hca.stats()
+        ));
+    }
     let stats = w.net.stats();
     let dropped = w.a.d.hca.link_stats().rx_dropped.total_drops()
         + w.b.d.hca.link_stats().rx_dropped.total_drops();
@@ -473,8 +503,24 @@ fn run_seed(seed: u64, harsh: bool) -> Result<(), String> {
     if !check(&w, first, &healed, &mut model, recv_base)? {
         return Err(String::from("the healed wire did not carry the traffic"));
     }
+    if attack {
+        // Every forgery from the third host's address was dropped as
+        // foreign, and only those.
+        let attacks = w.net.stats().attacks;
+        let foreign = w.a.d.hca.stats().untrusted.foreign_address
+            + w.b.d.hca.stats().untrusted.foreign_address;
+        if foreign != attacks.foreign {
+            return Err(format!(
+                "{} forgeries from a third host, {foreign} dropped as foreign: {attacks:?}",
+                attacks.foreign
+            ));
+        }
+    }
     Ok(())
 }
+
+/// The third host's address (10.0.0.66).
+const ATTACKER: crate::packet::Gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 66];
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("IRPVERBS_SIM_SEED") {
@@ -488,9 +534,13 @@ fn seeds(default: u64) -> Vec<u64> {
 }
 
 fn run_seeds(default: u64, harsh: bool, salt: u64) {
+    run_seeds_with(default, harsh, false, salt);
+}
+
+fn run_seeds_with(default: u64, harsh: bool, attack: bool, salt: u64) {
     for seed in seeds(default) {
         let seed = seed ^ salt;
-        let r = catch_unwind(AssertUnwindSafe(|| run_seed(seed, harsh)));
+        let r = catch_unwind(AssertUnwindSafe(|| run_seed(seed, harsh, attack)));
         match r {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!(
@@ -516,6 +566,7 @@ fn faults(r: &mut Rng, seed: u64, harsh: bool) -> SimConfig {
         delay_ns: 5_000,
         jitter_ns: r.below(3) * 20_000,
         queue_limit: 0,
+        ..SimConfig::default()
     }
 }
 
@@ -654,6 +705,14 @@ fn rc_over_a_faulty_wire() {
 #[test]
 fn rc_over_a_harsh_wire() {
     run_seeds(500, true, 0xA5A5_0000);
+}
+
+/// RC with a third host on the wire forging, spoofing and replaying (see
+/// the module docs). A failing seed replays alone with
+/// `IRPVERBS_SIM_SEED=n cargo test -p irpverbs-soft --lib rc_under_attack`.
+#[test]
+fn rc_under_attack() {
+    run_seeds_with(600, false, true, 0x0BAD_0000);
 }
 
 /// A tap sees every datagram its HCA sends and receives, bad ones too.
