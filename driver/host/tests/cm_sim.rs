@@ -374,7 +374,7 @@ fn config(seed: u64) -> (SimConfig, u8) {
         // Up to 40 ms: past the CM's 17 ms response timeout, so MADs
         // arrive after their retransmissions (late) and out of order.
         jitter_ns: r.pick(&[0, 50_000, 5 * MS, 40 * MS]),
-        queue_limit: 0,
+        ..SimConfig::default()
     };
     let retries = r.pick(&[1, 2, 4, 6]);
     (wire, retries)
