@@ -217,6 +217,19 @@ impl Table {
         }
     }
 
+    /// Back to a table no CEP was ever taken from, keeping its memory
+    /// (the chunks stay; the slots ever used are cleared).
+    pub(crate) fn reset(&mut self) {
+        for idx in 0..self.used {
+            if let Some(slot) = self.slot_mut(idx) {
+                *slot = Slot::default();
+            }
+        }
+        self.used = 0;
+        self.free.clear();
+        self.live = 0;
+    }
+
     fn id_of(&self, idx: u32, gen_: u8) -> u32 {
         ((u32::from(gen_) << 24) | idx) ^ self.seed
     }
@@ -238,7 +251,9 @@ impl Table {
         let idx = if reuse && let Some(idx) = self.free.pop_front() {
             idx
         } else if self.used < self.max {
-            if self.used as usize % CHUNK == 0 {
+            // A new chunk when the slots run out (after a reset the chunks
+            // are there already).
+            if self.used as usize / CHUNK >= self.chunks.len() {
                 // A new chunk, its room in the chunk list and in the free
                 // list (so that `free` never allocates): all or nothing.
                 let mut chunk = Vec::new();

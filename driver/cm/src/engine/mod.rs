@@ -245,6 +245,24 @@ impl Engine {
         }
     }
 
+    /// Back to the state [`Engine::new`] gives (no CEP, listen, timer,
+    /// event or MAD to send), keeping the memory of the CEP table: what a
+    /// fuzzer does between inputs, at a fraction of a new engine's cost.
+    pub fn reset(&mut self) {
+        self.table.reset();
+        self.by_remote.clear();
+        self.by_qpn.clear();
+        self.listens.clear();
+        self.peers.clear();
+        self.sidr.clear();
+        self.timers.clear();
+        self.events = Events::default();
+        self.ready.clear();
+        self.tx.clear();
+        self.tid_seq = 0;
+        self.stats = Stats::default();
+    }
+
     /// The configuration.
     #[must_use]
     pub fn config(&self) -> &Config {
