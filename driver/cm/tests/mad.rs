@@ -731,7 +731,7 @@ proptest! {
 
 // ---- the fuzz target's seed corpus and engine reset ----------------------
 
-/// The seed corpus of `driver/cm/fuzz` (`corpus/parse/`): valid MADs of
+/// The seed corpus of `driver/cm/fuzz` (`seeds/parse/`): valid MADs of
 /// every message type, drawn from [`arb_msg`] with a fixed seed, named by
 /// type. `IRPVERBS_WRITE_CORPUS=1 cargo test -p irpverbs-cm --test mad
 /// fuzz_seed_corpus` writes them; otherwise the test checks that the
@@ -761,7 +761,7 @@ fn corpus() -> Vec<(String, [u8; msg::MAD_SIZE])> {
 
 #[test]
 fn fuzz_seed_corpus_covers_every_message_and_is_committed() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/parse");
     let want = corpus();
     assert_eq!(want.len(), 36, "three MADs of each of the 12 types");
     if std::env::var_os("IRPVERBS_WRITE_CORPUS").is_some() {

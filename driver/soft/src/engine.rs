@@ -1023,9 +1023,12 @@ impl Firmware {
         // With the timers armed while these fired.
         let next = self.next_deadline();
         if let Some(clock) = &self.dp.clock {
-            // Armed again only for a new deadline: a link's timer thread
-            // calls in often, and the platform's timer is armed already.
-            if next != self.dp.clock_armed {
+            // Armed again only when it fired (its deadline passed) or must
+            // fire earlier: a link's timer thread calls in often, and a
+            // timer that fires early arms itself again then.
+            let armed = self.dp.clock_armed;
+            let keep = armed.is_some_and(|a| a > now && next.is_none_or(|n| a <= n));
+            if !keep {
                 self.dp.clock_armed = next;
                 if let Some(n) = next {
                     clock.arm(n);

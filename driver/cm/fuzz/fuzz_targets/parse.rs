@@ -4,7 +4,7 @@
 //!
 //! One engine serves every input, reset between them (`Engine::reset`,
 //! tested to behave as a new one): building an engine per input cost most
-//! of an execution. Seed corpus: `corpus/parse` (three valid MADs of each
+//! of an execution. Seed corpus: `seeds/parse` (three valid MADs of each
 //! message type, written by `driver/cm/tests/mad.rs`).
 #![no_main]
 
