@@ -110,6 +110,11 @@ impl<K: Ord, V> VecMap<K, V> {
         self.entries.is_empty()
     }
 
+    /// Removes every entry, keeping the memory (never allocates).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     fn find(&self, key: &K) -> Result<usize, usize> {
         self.entries.binary_search_by(|(k, _)| k.cmp(key))
     }
