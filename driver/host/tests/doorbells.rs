@@ -505,7 +505,13 @@ fn a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl() {
     for i in 0..50 {
         until_asleep(&page);
         p.a.post_send(&write(i, &m, 0, 2048, 8)).unwrap();
-        assert_eq!(p.cqa.poll(&mut wc).unwrap(), 1, "run in the IOCTL");
+        // Run in the IOCTL, or by another context that held the HCA at
+        // that moment (the transport's timer DPC): never lost.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.cqa.poll(&mut wc).unwrap() == 0 {
+            assert!(Instant::now() < deadline, "the doorbell was lost");
+            std::thread::yield_now();
+        }
         assert_eq!((wc[0].wr_id, wc[0].status), (i, IV_WC_SUCCESS));
     }
     assert!(dev.soft().stats().page_doorbells >= 50);
