@@ -255,11 +255,18 @@ static IvSge at(uint32_t off, uint32_t len, uint32_t lkey) {
     return s;
 }
 
-/* Milliseconds on the wall clock. */
+/* Milliseconds on a monotonic clock. */
 static double now_ms(void) {
+#ifdef _WIN32
+    LARGE_INTEGER count, freq;
+    QueryPerformanceCounter(&count);
+    QueryPerformanceFrequency(&freq);
+    return (double)count.QuadPart * 1e3 / (double)freq.QuadPart;
+#else
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+#endif
 }
 
 /* Waits for one completion of `wr_id` with `status`. */
