@@ -983,8 +983,9 @@ impl Firmware {
     }
 
     /// Fires the timers due at `now` (the link's clock, ns): local ACK
-    /// timeouts and RNR timers. Returns the next deadline.
-    pub(crate) fn fire_timers(&mut self, now: u64) -> Option<u64> {
+    /// timeouts and RNR timers; with a platform clock, arms it for the
+    /// next deadline.
+    pub(crate) fn fire_timers(&mut self, now: u64) {
         self.dp.now = self.dp.now.max(now);
         let now = self.dp.timer_now();
         // In place (QPs a timer arms meanwhile are appended, and looked at
@@ -1020,9 +1021,10 @@ impl Firmware {
                 }
             }
         }
-        // With the timers armed while these fired.
-        let next = self.next_deadline();
+        // With the timers armed while these fired (only a platform clock
+        // needs the deadline; a link asks for it after the data path ran).
         if let Some(clock) = &self.dp.clock {
+            let next = self.next_deadline();
             // Armed again only when it fired (its deadline passed) or must
             // fire earlier: a link's timer thread calls in often, and a
             // timer that fires early arms itself again then.
@@ -1035,7 +1037,6 @@ impl Firmware {
                 }
             }
         }
-        next
     }
 
     /// The earliest armed timer's deadline.
