@@ -5,8 +5,8 @@
  * and runs unchanged against the driver running in-process over a soft HCA.
  *
  * On Windows this header only includes <windows.h>. Elsewhere, link with
- * libirpverbs_host (cargo builds it as a cdylib and a staticlib from
- * driver/host). Opening "\\\\.\\irpverbs0" loads the driver in the process.
+ * libirpverbs_host_c (cargo builds it as a cdylib from ulp/host-c).
+ * Opening "\\\\.\\irpverbs0" loads the driver in the process.
  * Environment: IRPVERBS_ENGINE=thread runs the soft HCA's firmware on its own
  * thread; IRPVERBS_VERIFIER=0 turns the verifier off.
  */

@@ -54,7 +54,7 @@
  * at this file's queues at most. A ULP that maps its own rings must map the
  * doorbell page first, or those rings get IV_DOORBELL_NONE (no slot).
  *
- * Host mode (non-Windows, libirpverbs_host): the rings are the driver's
+ * Host mode (non-Windows, libirpverbs_host_c): the rings are the driver's
  * memory in the same process and the doorbells call the in-process soft
  * HCA's directly; with IRPVERBS_DOORBELLS=page in the environment the
  * device is opened with its doorbell page mapped and the library rings
@@ -73,7 +73,7 @@
  * fault (the host library refuses the destroy instead). What the Windows
  * build of this library needs that host mode does not: a DLL
  * (irpverbs_user.dll) exporting these functions; host mode exports them
- * from libirpverbs_host.
+ * from libirpverbs_host_c.
  */
 #ifndef IRPVERBS_USER_H
 #define IRPVERBS_USER_H

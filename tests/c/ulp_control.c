@@ -5,7 +5,7 @@
  * It creates a PD, CQ and QP, walks the QP RESET -> INIT -> RTR -> RTS, hits
  * the busy cases, and closes the handle with its objects still alive.
  *
- * On non-Windows hosts it links against libirpverbs_host (the Win32 subset
+ * On non-Windows hosts it links against libirpverbs_host_c (the Win32 subset
  * over the driver running in-process); exit code 0 means every check held.
  */
 #include <stdio.h>

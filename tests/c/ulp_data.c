@@ -17,7 +17,7 @@
  * delivers the event. A driver that does not implement IOCTL_IV_CQ_NOTIFY
  * (ERROR_INVALID_FUNCTION) is busy-polled instead, and the test says so.
  *
- * On non-Windows hosts it links against libirpverbs_host (the driver and
+ * On non-Windows hosts it links against libirpverbs_host_c (the driver and
  * the soft HCA in-process); exit code 0 means every check held.
  */
 #include <stdio.h>

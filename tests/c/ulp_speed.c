@@ -7,7 +7,7 @@
  * IvUserPollCq (it writes CQEs into a CQ no QP uses), and checks the
  * library's refusals.
  *
- * On non-Windows hosts it links against libirpverbs_host; exit code 0 means
+ * On non-Windows hosts it links against libirpverbs_host_c; exit code 0 means
  * every check held.
  */
 #include <stdio.h>

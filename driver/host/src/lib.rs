@@ -10,31 +10,23 @@
 //!   the I/O manager wire it on Windows (with [`UserDoorbells::Page`], a
 //!   doorbell thread polls user files' doorbell pages and sleeps when they
 //!   are quiet, as irpverbs.sys's system thread does);
-//! - [`win32`] is the Win32 subset a C ULP links against
-//!   (`include/irpverbs_host.h`), exported from the cdylib;
-//! - [`user`] is the speed-path library for C ULPs
-//!   (`include/irpverbs_user.h`) and the host's stand-in for a kernel ULP's
-//!   query interface (`include/irpverbs_kernel.h`), exported from it too;
-//! - [`pcap::Capture`] records RoCEv2 packets in a pcap file;
 //! - [`simwire`] cables host devices to the soft HCA's seeded simulated
 //!   wire on one virtual clock (deterministic fault-injection tests);
 //! - [`udp`] puts a host device's soft HCA on a real UDP wire
-//!   ([`HostDevice::attach_udp`]), so that processes and hosts talk.
+//!   ([`HostDevice::attach_udp`]), so that processes and hosts talk;
+//! - [`loopwire`] and [`pairwire`] cable host devices in one process.
+//!
+//! The C library over it is `irpverbs-host-c` (`ulp/host-c`); the command
+//! line, captures and benchmarks are `irpverbs-tools` (`tools/irpverbs`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod demo;
 pub mod device;
 pub mod loopwire;
 pub mod pairwire;
-pub mod pcap;
-pub mod perf;
 pub mod platform;
 pub mod simwire;
 pub mod udp;
-pub mod user;
-pub mod win32;
 
 /// The verifier sees every allocation: driver code's heap allocations are
 /// charged to its platform's pool ([`platform::heap`]).

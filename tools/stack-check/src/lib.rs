@@ -27,9 +27,9 @@
 //! crate (`irpverbs_abi`, `irpverbs_ring`, `irpverbs_kernel_table`,
 //! `irpverbs_core`, `irpverbs_soft`, `irpverbs_cm`) is the driver's, unless
 //! its own path (or its `Self` type, for a trait impl) is a host-side crate
-//! (`irpverbs_host`, `irpverbs_verbs`, the `irpverbs` binary): those stand in
-//! for the KMDF platform and are counted in chains but not held to the
-//! per-function budget. Library code (`core`, `alloc`, compiler builtins)
+//! (`irpverbs_host`, `irpverbs_host_c`, `irpverbs_tools`, `irpverbs_verbs`,
+//! the `irpverbs` binary): those stand in for the KMDF platform and are
+//! counted in chains but not held to the per-function budget. Library code (`core`, `alloc`, compiler builtins)
 //! that driver code calls, directly or through other library code, is held
 //! to the budget too: a generic like `Box::new::<T>` instantiated for a
 //! driver type is where large driver values are moved.
@@ -64,8 +64,10 @@ pub const DRIVER_CRATES: [&str; 6] = [
 ];
 
 /// Crates that stand in for Windows around the driver in host mode.
-pub const HOST_CRATES: [&str; 4] = [
+pub const HOST_CRATES: [&str; 6] = [
     "irpverbs_host::",
+    "irpverbs_host_c::",
+    "irpverbs_tools::",
     "irpverbs_verbs::",
     "irpverbs_conformance::",
     "irpverbs::",

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_verbs::{Client, qp_request, rts_steps};
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig};
-use crate::platform::{HostConfig, VerifierConfig};
+use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::platform::{HostConfig, VerifierConfig};
 
 /// One benchmark's result.
 #[derive(Clone, Debug)]
@@ -210,8 +210,8 @@ pub fn format_rates(rates: &[ControlRate]) -> String {
 /// # Errors
 /// A verb that failed.
 pub fn doorbell_latency(iters: u64) -> Result<String, String> {
-    use crate::device::UserDoorbells;
     use crate::perf::{Latency, PerfConfig, Report, Test, run};
+    use irpverbs_host::device::UserDoorbells;
     use std::fmt::Write as _;
     let paths: [(&str, UserDoorbells, Option<Duration>); 3] = [
         ("direct doorbells", UserDoorbells::Direct, None),
@@ -267,7 +267,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     use crate::perf::{PerfConfig, Report, Test, event_wakeup, memcpy_mib, run};
     use std::fmt::Write as _;
     let mut s = String::new();
-    use crate::device::UserDoorbells;
+    use irpverbs_host::device::UserDoorbells;
     // Where the soft HCA's transport runs: on the posting thread (direct
     // doorbells, the firmware inline), or on a thread of its own (the
     // firmware thread; the doorbell thread that scans doorbell pages).
@@ -307,7 +307,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
                    iters: u64,
                    depth: u32,
                    post_list: u32,
-                   doorbells: crate::device::UserDoorbells,
+                   doorbells: irpverbs_host::device::UserDoorbells,
                    (use_srq, write_with_imm): (bool, bool)|
      -> Result<crate::perf::Bandwidth, String> {
         // The receiver reposts its receives in lists as long as the
@@ -336,7 +336,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
             iters,
             depth,
             post_list,
-            crate::device::UserDoorbells::Direct,
+            irpverbs_host::device::UserDoorbells::Direct,
             (false, false),
         )
     };
@@ -441,7 +441,7 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
     // doorbell thread on another processor, as hardware would take it (a
     // user-mode ULP's doorbell page, scanned by a spinning thread in host
     // mode).
-    use crate::device::UserDoorbells::{Direct, Page};
+    use irpverbs_host::device::UserDoorbells::{Direct, Page};
     // (use_srq, write_with_imm)
     let plain = (false, false);
     let rate_tests = [
@@ -657,8 +657,8 @@ struct Sink {
     start: std::sync::OnceLock<std::time::Instant>,
 }
 
-impl crate::udp::Endpoint for Sink {
-    fn receive(&self, d: &crate::udp::Datagram<'_>) {
+impl irpverbs_host::udp::Endpoint for Sink {
+    fn receive(&self, d: &irpverbs_host::udp::Datagram<'_>) {
         use std::sync::atomic::Ordering;
         let start = self.start.get_or_init(std::time::Instant::now);
         self.bytes
@@ -680,7 +680,7 @@ impl crate::udp::Endpoint for Sink {
 /// # Errors
 /// A socket's.
 pub fn udp_stream(bytes: usize, datagrams: u64) -> Result<(f64, f64), String> {
-    use crate::udp::{Datagram, UdpConfig, UdpWire, ip_gid};
+    use irpverbs_host::udp::{Datagram, UdpConfig, UdpWire, ip_gid};
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
     let (a, b) = loopback_pair()?;
@@ -848,13 +848,13 @@ impl CmRate {
 /// and `n` RC QPs (RESET) with a CEP each.
 struct CmSide {
     dev: std::sync::Arc<HostDevice>,
-    file: crate::device::HostFile,
+    file: irpverbs_host::device::HostFile,
     qps: Vec<IvHandle>,
     ceps: Vec<IvHandle>,
 }
 
 fn cm_call<O: zerocopy::FromBytes>(
-    f: &crate::device::HostFile,
+    f: &irpverbs_host::device::HostFile,
     code: u32,
     input: &[u8],
 ) -> Result<O, String> {
@@ -870,7 +870,7 @@ impl CmSide {
     fn new(
         last: u8,
         n: usize,
-        clock: crate::platform::TimerClock,
+        clock: irpverbs_host::platform::TimerClock,
         verifier: bool,
     ) -> Result<Self, String> {
         use zerocopy::IntoBytes;
@@ -1036,7 +1036,7 @@ fn bench_listen(b: &CmSide) -> Result<IvHandle, String> {
 
 /// Connections per second through the whole driver in host mode: two host
 /// devices, each driven by its own thread as two machines would be, cabled
-/// back to back ([`crate::pairwire::PairWire`]: RoCEv2 datagrams, ICRC and
+/// back to back ([`irpverbs_host::pairwire::PairWire`]: RoCEv2 datagrams, ICRC and
 /// all, the CM's MADs on their GSIs). Each thread runs its device's whole
 /// receive path (datagrams, firmware, interrupts, DPCs) and its requests:
 /// the connecting side keeps `window` `CM_CONNECT` requests in flight (QP
@@ -1056,13 +1056,13 @@ pub fn cm_connect_rate(connections: u64, window: u64) -> Result<CmRate, String> 
 
     let n = usize::try_from(connections).map_err(|e| e.to_string())?;
     let window = usize::try_from(window.clamp(1, connections.max(1))).unwrap_or(n);
-    let real = crate::platform::TimerClock::Real;
+    let real = irpverbs_host::platform::TimerClock::Real;
     let (a, b) = (
         CmSide::new(1, n, real, false)?,
         CmSide::new(2, n, real, false)?,
     );
     let wire = Arc::new(
-        crate::pairwire::PairWire::new(a.dev.soft(), b.dev.soft())
+        irpverbs_host::pairwire::PairWire::new(a.dev.soft(), b.dev.soft())
             .map_err(|s| format!("cable: {}", status_name(s)))?,
     );
     let listener = bench_listen(&b)?;
@@ -1130,7 +1130,7 @@ struct ListenerEvents {
 
 impl ListenerEvents {
     /// Issues a `GET_CEP_EVENT` on `listener` unless one is pending.
-    fn pend(&self, file: &crate::device::HostFile, listener: IvHandle) {
+    fn pend(&self, file: &irpverbs_host::device::HostFile, listener: IvHandle) {
         use std::sync::atomic::Ordering;
         use std::sync::{Arc, PoisonError};
         use zerocopy::{FromBytes, IntoBytes};
@@ -1144,7 +1144,7 @@ impl ListenerEvents {
             Arc::clone(&self.failure),
         );
         file.submit(
-            crate::device::Ioctl::user(
+            irpverbs_host::device::Ioctl::user(
                 IOCTL_IV_GET_CEP_EVENT,
                 IvHandleIn { handle: listener }.as_bytes(),
                 size_of::<IvCepEventOut>(),
@@ -1198,7 +1198,7 @@ impl ListenerEvents {
 /// polling its end of the cable, until all `n` completed.
 fn connect_side(
     a: &CmSide,
-    wire: &crate::pairwire::PairWire,
+    wire: &irpverbs_host::pairwire::PairWire,
     (gid_a, gid_b): ([u8; 16], [u8; 16]),
     (n, window): (usize, usize),
     (done, failed): (
@@ -1210,7 +1210,7 @@ fn connect_side(
     use std::sync::atomic::Ordering;
     use zerocopy::IntoBytes;
 
-    use crate::device::Ioctl;
+    use irpverbs_host::device::Ioctl;
 
     let mut next = 0usize;
     let (mut seen, mut since) = (0u64, Instant::now());
@@ -1252,7 +1252,7 @@ fn connect_side(
 /// end of the cable polled, until all `n` accepts completed.
 fn accept_side(
     b: &CmSide,
-    wire: &crate::pairwire::PairWire,
+    wire: &irpverbs_host::pairwire::PairWire,
     listener: IvHandle,
     n: usize,
     stop: &std::sync::atomic::AtomicBool,
@@ -1261,7 +1261,7 @@ fn accept_side(
     use std::sync::atomic::{AtomicU64, Ordering};
     use zerocopy::IntoBytes;
 
-    use crate::device::Ioctl;
+    use irpverbs_host::device::Ioctl;
 
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -1311,7 +1311,7 @@ fn accept_side(
 }
 
 /// [`cm_connect_rate`] on one thread: the two devices on a fault-free
-/// simulated wire ([`crate::simwire::SimHosts`], no delay), firmware
+/// simulated wire ([`irpverbs_host::simwire::SimHosts`], no delay), firmware
 /// inline, every DPC and MAD delivery on the benchmark's thread, so the
 /// figure is the CPU cost of the whole path (driver, CM, QP modify
 /// commands, RoCEv2 datagrams with their ICRC) without thread hand-offs.
@@ -1340,14 +1340,16 @@ pub fn cm_connect_one_thread(
 
     let n = usize::try_from(connections).map_err(|e| e.to_string())?;
     let window = usize::try_from(window.clamp(1, connections.max(1))).unwrap_or(n);
-    let virt = crate::platform::TimerClock::Virtual;
+    let virt = irpverbs_host::platform::TimerClock::Virtual;
     let (a, b) = (
         CmSide::new(1, n, virt, verifier)?,
         CmSide::new(2, n, virt, verifier)?,
     );
-    let net =
-        crate::simwire::SimHosts::new(irpverbs_soft::sim::SimConfig::default(), &[&a.dev, &b.dev])
-            .map_err(|s| format!("simulated wire: {}", status_name(s)))?;
+    let net = irpverbs_host::simwire::SimHosts::new(
+        irpverbs_soft::sim::SimConfig::default(),
+        &[&a.dev, &b.dev],
+    )
+    .map_err(|s| format!("simulated wire: {}", status_name(s)))?;
     let listener = bench_listen(&b)?;
     let (gid_a, gid_b) = (a.dev.soft().gid(), b.dev.soft().gid());
     let done = Arc::new(AtomicU64::new(0));
@@ -1386,7 +1388,7 @@ pub fn cm_connect_one_thread(
 fn one_thread_connects(
     a: &CmSide,
     b: &CmSide,
-    net: &crate::simwire::SimHosts,
+    net: &irpverbs_host::simwire::SimHosts,
     listener: IvHandle,
     (gid_a, gid_b): ([u8; 16], [u8; 16]),
     (n, window): (usize, usize),
@@ -1396,7 +1398,7 @@ fn one_thread_connects(
     use std::sync::atomic::Ordering;
     use zerocopy::IntoBytes;
 
-    use crate::device::Ioctl;
+    use irpverbs_host::device::Ioctl;
 
     let events = ListenerEvents::default();
     let (mut next, mut accepted) = (0usize, 0usize);

@@ -1,9 +1,9 @@
-//! `cargo bench -p irpverbs-host --bench control`: control IOCTLs per
+//! `cargo bench -p irpverbs-tools --bench control`: control IOCTLs per
 //! second through the whole path, verifier off and on. Prints figures; it
 //! asserts nothing about speed.
 
 use irpverbs_host::Engine;
-use irpverbs_host::bench::{control_suite, format_rates};
+use irpverbs_tools::bench::{control_suite, format_rates};
 
 fn main() {
     let ioctls = std::env::var("IRPVERBS_BENCH_IOCTLS")

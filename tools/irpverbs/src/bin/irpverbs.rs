@@ -91,7 +91,7 @@ enum Cmd {
         #[arg(long, default_value_t = irpverbs_host::udp::ROCE_PORT)]
         port: u16,
         /// The TCP port of the out-of-band exchange.
-        #[arg(long, default_value_t = irpverbs_host::perf::OOB_PORT)]
+        #[arg(long, default_value_t = irpverbs_tools::perf::OOB_PORT)]
         oob_port: u16,
         /// This host's IP address (its HCA's); default: the address the
         /// out-of-band connection uses.
@@ -206,7 +206,7 @@ fn main() -> std::process::ExitCode {
     let engine: Engine = cli.engine.into();
     let result = match cli.command {
         Cmd::Devinfo { verbose } => devinfo(engine, verbose),
-        Cmd::Demo { pairs } => irpverbs_host::demo::run(pairs, engine).map(|r| print!("{r}")),
+        Cmd::Demo { pairs } => irpverbs_tools::demo::run(pairs, engine).map(|r| print!("{r}")),
         Cmd::Perf {
             test,
             server_addr,
@@ -262,13 +262,13 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench {
             what: BenchCmd::Control { ioctls },
         } => {
-            let rates = irpverbs_host::bench::control_suite(ioctls, &[engine], &[false, true]);
-            print!("{}", irpverbs_host::bench::format_rates(&rates));
+            let rates = irpverbs_tools::bench::control_suite(ioctls, &[engine], &[false, true]);
+            print!("{}", irpverbs_tools::bench::format_rates(&rates));
             Ok(())
         }
         Cmd::Bench {
             what: BenchCmd::Doorbells { iters },
-        } => irpverbs_host::bench::doorbell_latency(iters).map(|r| print!("{r}")),
+        } => irpverbs_tools::bench::doorbell_latency(iters).map(|r| print!("{r}")),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -325,7 +325,7 @@ fn perf(
     verifier: bool,
     (one_thread, use_srq, write_with_imm): (bool, bool, bool),
 ) -> Result<(), String> {
-    use irpverbs_host::perf::{PerfConfig, Test, format, run};
+    use irpverbs_tools::perf::{PerfConfig, Test, format, run};
     let test = Test::parse(test).ok_or_else(|| {
         let names: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
         format!("unknown test {test:?}; one of {}", names.join(", "))
@@ -381,18 +381,18 @@ fn perf(
         if one_thread {
             return Err("--one-thread runs both endpoints in one process".into());
         }
-        let rc = irpverbs_host::perf::RemoteConfig {
+        let rc = irpverbs_tools::perf::RemoteConfig {
             udp_port: remote.port,
             oob_port: remote.oob_port,
             bind: remote.bind,
             mtu_given: mtu.is_some(),
             pcap: remote.pcap,
             cm: remote.cm,
-            ..irpverbs_host::perf::RemoteConfig::default()
+            ..irpverbs_tools::perf::RemoteConfig::default()
         };
         let run = match remote.connect {
-            Some(server) => irpverbs_host::perf::connect(&cfg, server, &rc)?,
-            None => irpverbs_host::perf::serve(&cfg, &rc)?,
+            Some(server) => irpverbs_tools::perf::connect(&cfg, server, &rc)?,
+            None => irpverbs_tools::perf::serve(&cfg, &rc)?,
         };
         print!("{}", run.format());
         return Ok(());

@@ -13,7 +13,7 @@
 //! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off;
 //! `IRPVERBS_DOORBELLS=page` has user-mode files ring their doorbells
 //! through their doorbell page, as on Windows
-//! ([`crate::UserDoorbells::Page`]).
+//! ([`irpverbs_host::UserDoorbells::Page`]).
 //!
 //! Semantics kept from Windows: a pended overlapped call returns FALSE with
 //! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells};
-use crate::platform::{HostConfig, RequestHandle, VerifierConfig};
+use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells};
+use irpverbs_host::platform::{HostConfig, RequestHandle, VerifierConfig};
 
 /// `HANDLE`.
 pub type HANDLE = *mut c_void;

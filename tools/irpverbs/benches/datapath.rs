@@ -1,4 +1,4 @@
-//! `cargo bench -p irpverbs-host --bench datapath`: the data path's figures
+//! `cargo bench -p irpverbs-tools --bench datapath`: the data path's figures
 //! (latency, message rate, bandwidth beside memcpy, CQ-event wake-up), all
 //! measured in one run. Prints figures; asserts nothing about speed.
 //! `IRPVERBS_BENCH_SCALE` multiplies the iteration counts (default 1).
@@ -8,7 +8,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    match irpverbs_host::bench::datapath_suite(scale) {
+    match irpverbs_tools::bench::datapath_suite(scale) {
         Ok(s) => print!("{s}"),
         Err(e) => {
             eprintln!("datapath bench: {e}");

@@ -1,5 +1,5 @@
 //! Builds the C ULP tests in `tests/c` with the system C compiler against
-//! `include/` and the host library (cdylib), and runs them with the soft
+//! `include/` and the host C library (`libirpverbs_host_c`, a cdylib), and runs them with the soft
 //! HCA's firmware inline and on its own thread:
 //! - `ulp_control.c`: the control path (overlapped IOCTLs, completion port);
 //! - `ulp_speed.c`: the user-mode speed-path library without data movement;
@@ -24,8 +24,8 @@ fn repo() -> PathBuf {
         .expect("repo root")
 }
 
-/// The directory holding `libirpverbs_host.so`. `cargo test` builds the
-/// host crate as an rlib only, so the cdylib is built here, with the same
+/// The directory holding `libirpverbs_host_c.so`. `cargo test` builds the
+/// C library crate as an rlib only, so the cdylib is built here, with the same
 /// cargo and profile, into its own target directory (no lock contention with
 /// the running `cargo test`).
 fn lib_dir() -> PathBuf {
@@ -34,7 +34,7 @@ fn lib_dir() -> PathBuf {
         let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "irpverbs-host", "--lib"])
+            .args(["build", "--quiet", "-p", "irpverbs-host-c", "--lib"])
             .arg("--manifest-path")
             .arg(repo().join("Cargo.toml"))
             .arg("--target-dir")
@@ -44,7 +44,8 @@ fn lib_dir() -> PathBuf {
         assert!(status.success(), "cargo build of the host cdylib failed");
         let dir = target.join("debug");
         assert!(
-            dir.join("libirpverbs_host.so").exists() || dir.join("libirpverbs_host.dylib").exists(),
+            dir.join("libirpverbs_host_c.so").exists()
+                || dir.join("libirpverbs_host_c.dylib").exists(),
             "host cdylib not found in {}",
             dir.display()
         );
@@ -83,7 +84,7 @@ fn compile(name: &str) -> PathBuf {
         .arg(&out)
         .arg("-L")
         .arg(&lib)
-        .arg("-lirpverbs_host")
+        .arg("-lirpverbs_host_c")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .status()
         .expect("run the C compiler");
@@ -99,7 +100,7 @@ fn run(exe: &Path, engine: &str) {
 /// (`direct`, or `page`: through each file's doorbell page, as on Windows).
 fn run_with(exe: &Path, engine: &str, doorbells: &str) {
     // cargo runs tests with its deps folder on the library path, which may
-    // hold a `libirpverbs_host.so` from another build (`cargo build`): the
+    // hold a `libirpverbs_host_c.so` from another build (`cargo build`): the
     // loader would prefer it to the rpath (RUNPATH). Name ours first.
     let lib = lib_dir();
     let var = if cfg!(target_os = "macos") {

@@ -1,5 +1,5 @@
 //! perftest's server/client mode: one endpoint per process (or host), the
-//! soft HCA of each on a UDP wire ([`crate::udp`]), the connection set up
+//! soft HCA of each on a UDP wire ([`irpverbs_host::udp`]), the connection set up
 //! out of band over TCP as perftest does it.
 //!
 //! The exchange, in lines of text on one TCP connection:
@@ -47,7 +47,7 @@ use super::{
     Bandwidth, Latency, PerfConfig, QpInfo, Refill, Remote, Report, Side, Test, buffer_bytes,
     bw_post, format_header, format_table, new_device, ok, ping, pong, post_ahead, stats,
 };
-use crate::udp::{UdpConfig, UdpStats, ib_mtu_for, path_mtu};
+use irpverbs_host::udp::{UdpConfig, UdpStats, ib_mtu_for, path_mtu};
 use irpverbs_verbs::rdma_cm::{CmEvent, CmId, ConnParam, PortSpace, ip_gid};
 
 /// perftest's out-of-band TCP port.
@@ -80,7 +80,7 @@ pub struct RemoteConfig {
 impl Default for RemoteConfig {
     fn default() -> Self {
         Self {
-            udp_port: crate::udp::ROCE_PORT,
+            udp_port: irpverbs_host::udp::ROCE_PORT,
             oob_port: OOB_PORT,
             bind: None,
             connect_timeout: Duration::from_secs(15),
@@ -815,7 +815,7 @@ mod tests {
         let q = QpInfo {
             qpn: 0x12,
             psn: 0xAB_CDEF,
-            gid: crate::udp::ip_gid("10.77.0.1".parse().unwrap()),
+            gid: irpverbs_host::udp::ip_gid("10.77.0.1".parse().unwrap()),
             remote: Remote {
                 addr: 0x7F00_1234_5000,
                 rkey: 0x203,

@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn the_test_vectors_capture_reads_with_pcap_file() {
-        let file: &[u8] = include_bytes!("../../soft/tests/vectors/rocev2/vectors.pcap");
+        let file: &[u8] = include_bytes!("../../../driver/soft/tests/vectors/rocev2/vectors.pcap");
         let mut r = PcapReader::new(file).unwrap();
         let mut n = 0;
         while let Some(p) = r.next_packet() {

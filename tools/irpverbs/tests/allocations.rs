@@ -19,8 +19,8 @@
 use std::sync::Mutex;
 
 use irpverbs_host::Engine;
-use irpverbs_host::perf::{PerfConfig, Test, run};
 use irpverbs_host::platform::heap::process_allocations;
+use irpverbs_tools::perf::{PerfConfig, Test, run};
 
 /// The count is process-wide: one case at a time (the test harness runs
 /// tests on several threads).
@@ -81,7 +81,7 @@ fn loopback(cfg: &PerfConfig) -> u64 {
 }
 
 fn over_udp(cfg: &PerfConfig) -> u64 {
-    let (client, server) = irpverbs_host::bench::udp_perf_runs(cfg)
+    let (client, server) = irpverbs_tools::bench::udp_perf_runs(cfg)
         .unwrap_or_else(|e| panic!("{}: {e}", cfg.test.name()));
     client.link.rx_buffers + server.link.rx_buffers
 }

@@ -1,4 +1,4 @@
-//! `cargo bench -p irpverbs-host --bench udp`: the UDP wire's figures —
+//! `cargo bench -p irpverbs-tools --bench udp`: the UDP wire's figures —
 //! 8-byte RC SEND latency between two host devices over UDP on loopback
 //! beside a raw UDP ping-pong of the same datagram size, and 1 MiB RDMA
 //! WRITE bandwidth beside a raw UDP stream of MTU-sized datagrams, all
@@ -10,7 +10,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    match irpverbs_host::bench::udp_suite(scale) {
+    match irpverbs_tools::bench::udp_suite(scale) {
         Ok(s) => print!("{s}"),
         Err(e) => {
             eprintln!("udp bench: {e}");

@@ -19,8 +19,8 @@ use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request, rts_steps};
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
-use crate::platform::{HostConfig, VerifierConfig};
+use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
+use irpverbs_host::platform::{HostConfig, VerifierConfig};
 
 mod remote;
 pub use remote::{OOB_PORT, RemoteConfig, RemoteRun, connect, serve};

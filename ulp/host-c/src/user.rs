@@ -28,8 +28,8 @@ use irpverbs_verbs::kernel::{
 use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SrqRings};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::device::HostFile;
 use crate::win32::{HANDLE, Win32File, error, fail, file_of};
+use irpverbs_host::device::HostFile;
 
 /// `IvUserSendWr`: the layout of `IvKernelSendWr`.
 pub type IvUserSendWr = IvKernelSendWr;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use irpverbs_abi::*;
 use irpverbs_verbs::{Client, av, qp_request, rts_steps};
 
-use crate::device::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig};
 
 fn ok<T>(what: &str, r: Result<T, NtStatus>) -> Result<T, String> {
     r.map_err(|s| format!("{what}: {}", status_name(s)))

@@ -1,4 +1,4 @@
-//! `cargo bench -p irpverbs-host --bench cm`: RC connections established
+//! `cargo bench -p irpverbs-tools --bench cm`: RC connections established
 //! per second through the whole driver in host mode (two host devices;
 //! `CM_CONNECT` and `CM_ACCEPT` requests, many in flight): on one thread
 //! over the simulated wire (the path's CPU cost, both sides), and as two
@@ -10,7 +10,7 @@
 //! `IRPVERBS_BENCH_CM=one` (or `two`) runs only the one-thread (or the
 //! two-host) form.
 
-use irpverbs_host::bench::{cm_connect_rate, cm_connect_rate_one_thread};
+use irpverbs_tools::bench::{cm_connect_rate, cm_connect_rate_one_thread};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -23,7 +23,7 @@ fn main() {
         "{:<48} {:>8} {:>12} {:>16}",
         "benchmark", "window", "connections", "connections/s"
     );
-    type Run = fn(u64, u64) -> Result<irpverbs_host::bench::CmRate, String>;
+    type Run = fn(u64, u64) -> Result<irpverbs_tools::bench::CmRate, String>;
     let runs: [(&str, Run); 2] = [
         (
             "one thread, simulated wire (no faults)",
