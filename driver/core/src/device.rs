@@ -400,7 +400,11 @@ pub(crate) enum Verb {
     AllocPd(IvAllocPdIn),
     /// The request, whether physical, and the pinned region (taken from the
     /// request, or pinned at dispatch for a kernel caller).
-    RegMr(IvRegMrIn, bool, Option<Arc<irpverbs_ring::Region>>),
+    RegMr(
+        IvRegMrIn,
+        bool,
+        Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
+    ),
     CreateCq(IvCreateCqIn),
     ResizeCq(IvResizeCqIn),
     CreateQp(IvCreateQpIn),

@@ -12,9 +12,7 @@
 //! Object numbers (PDN, CQN, QPN, SRQN, keys) are assigned by the HCA and
 //! returned in the command's output, as modern HCAs do.
 
-use alloc::sync::Arc;
-
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 
 use irpverbs_abi::{
     IvAhAttr, IvQpAttr, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
@@ -57,7 +55,7 @@ pub enum Command {
         physical: bool,
         /// The memory, pinned (probed and locked) by the platform: the HCA
         /// reaches it only through this region, bounds-checked.
-        region: Arc<Region>,
+        region: Shared<Region>,
     },
     /// Deregister a memory region.
     DeregMr {
@@ -361,7 +359,7 @@ pub struct DoorbellPageInfo {
     /// The HCA's number for the page (never reused while the HCA lives).
     pub page: u32,
     /// The page's memory: one whole page, page-aligned, nonpaged.
-    pub region: Arc<Region>,
+    pub region: Shared<Region>,
 }
 
 /// The hardware interface of an HCA.

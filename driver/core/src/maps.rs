@@ -36,11 +36,10 @@
 //!   live, so the binding always precedes the destroy that ends it) and
 //!   reports them.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use irpverbs_abi::*;
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::Hca;
 use crate::device::{Device, Response, State, Verb};
@@ -101,10 +100,10 @@ impl<M> FileMaps<M> {
     }
 
     /// Where `region` of the object `handle` is mapped, if it is.
-    fn find(&self, handle: IvHandle, region: &Arc<Region>) -> Option<IvRingMap> {
+    fn find(&self, handle: IvHandle, region: &Shared<Region>) -> Option<IvRingMap> {
         self.entries
             .iter()
-            .find(|e| e.handle == handle && Arc::ptr_eq(&e.region, region))
+            .find(|e| e.handle == handle && Shared::ptr_eq(&e.region, region))
             .map(|e| e.map)
     }
 }
@@ -114,7 +113,7 @@ struct MapEntry<M> {
     /// The object it belongs to.
     handle: IvHandle,
     /// The ring's memory, kept allocated while it is mapped.
-    region: Arc<Region>,
+    region: Shared<Region>,
     /// Where it is in the process.
     map: IvRingMap,
     /// The platform's mapping.
@@ -124,7 +123,7 @@ struct MapEntry<M> {
 /// The file's doorbell page mapped into its process.
 struct PageEntry<M> {
     /// The page's memory, kept allocated while it is mapped.
-    region: Arc<Region>,
+    region: Shared<Region>,
     /// Where it is in the process.
     addr: u64,
     /// The platform's mapping.
@@ -173,7 +172,7 @@ pub(crate) fn geometry(ring: &Ring) -> IvRingMap {
 
 /// Whether the object `handle` names still exists with `region` as one of
 /// its rings (a destroy in flight, or failing, keeps the mapping).
-fn still_mapped<R>(s: &State<R>, file: FileKey, handle: IvHandle, region: &Arc<Region>) -> bool {
+fn still_mapped<R>(s: &State<R>, file: FileKey, handle: IvHandle, region: &Shared<Region>) -> bool {
     let Some(f) = s.files.get(&file) else {
         return false;
     };
@@ -185,7 +184,7 @@ fn still_mapped<R>(s: &State<R>, file: FileKey, handle: IvHandle, region: &Arc<R
         .rings()
         .into_iter()
         .flatten()
-        .any(|r| Arc::ptr_eq(r.region(), region))
+        .any(|r| Shared::ptr_eq(r.region(), region))
 }
 
 impl<P: Platform, H: Hca> Device<P, H> {
@@ -366,7 +365,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             let mut status = Ok(());
             for (i, f) in fresh.into_iter().enumerate() {
                 let Some((map, mapping)) = f else { continue };
-                let Some(region) = rings[i].as_ref().map(|r| Arc::clone(r.region())) else {
+                let Some(region) = rings[i].as_ref().map(|r| Shared::clone(r.region())) else {
                     spare[i] = Some(mapping);
                     continue;
                 };
@@ -435,10 +434,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             let f = s.file(file)?;
             if let Some(page) = &f.doorbell_page {
-                return Ok(Arc::clone(&page.region));
+                return Ok(Shared::clone(&page.region));
             }
             let page = self.hca.alloc_doorbell_page()?;
-            let region = Arc::clone(&page.region);
+            let region = Shared::clone(&page.region);
             f.doorbell_page = Some(page);
             Ok(region)
         })?;

@@ -8,10 +8,8 @@
 //! nonpaged memory, wrapped at dispatch. Either way the HCA holds the region
 //! while the MR lives, and dropping it unpins.
 
-use alloc::sync::Arc;
-
 use irpverbs_abi::*;
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 use crate::device::{Device, Op, State};
 use crate::object::{Body, Kind, Mr};
@@ -79,7 +77,7 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     mode: RequestorMode,
     i: &IvRegMrIn,
     physical: bool,
-    pinned: Option<Arc<Region>>,
+    pinned: Option<Shared<Region>>,
 ) -> Result<(Op, Command), NtStatus> {
     let caps = d.hca.caps();
     check_reg_mr(caps, mode, i)?;

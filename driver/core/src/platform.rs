@@ -22,10 +22,8 @@
 //! callbacks; which ring is mapped, for how long, and when it is unmapped
 //! is the core's decision, the platform only maps.
 
-use alloc::sync::Arc;
-
 use irpverbs_abi::{IvRingMap, NtStatus};
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 
 /// An interrupt request level.
 pub type Irql = u8;
@@ -178,9 +176,9 @@ pub trait Request: Send + 'static {
     /// to [`crate::Device::dispatch_ioctl`], which takes it back with
     /// [`Request::take_pin`]. If the request is completed first, the
     /// platform drops the region then (which unpins it).
-    fn attach_pin(&mut self, region: Arc<Region>);
+    fn attach_pin(&mut self, region: Shared<Region>);
     /// Takes back what [`Request::attach_pin`] kept, if anything.
-    fn take_pin(&mut self) -> Option<Arc<Region>>;
+    fn take_pin(&mut self) -> Option<Shared<Region>>;
 }
 
 /// What the OS gives the driver. Implemented by the KMDF glue on Windows and
@@ -246,7 +244,7 @@ pub trait Platform: Send + Sync + 'static {
         length: u64,
         write: bool,
         physical: bool,
-    ) -> Result<Arc<Region>, NtStatus>;
+    ) -> Result<Shared<Region>, NtStatus>;
 
     /// A ring mapped into a user process: what [`Platform::unmap_ring`]
     /// takes back (KMDF: the MDL, the user address and the process).
@@ -283,7 +281,7 @@ pub trait Platform: Send + Sync + 'static {
     fn map_doorbell_page(
         &self,
         request: &Self::Request,
-        page: &Arc<Region>,
+        page: &Shared<Region>,
     ) -> Result<(u64, Self::Mapping), NtStatus>;
 
     /// Removes a mapping [`Platform::map_ring`] or

@@ -24,14 +24,22 @@ struct FakePlatform {
     fail_pool: AtomicU32,
     /// User mappings made and not undone: id -> (the ring's memory, the
     /// address space). The fake "maps" a ring at its own address + 1 GiB.
-    mapped: Mutex<std::collections::BTreeMap<u64, (std::sync::Weak<irpverbs_ring::Region>, u64)>>,
+    mapped: Mutex<
+        std::collections::BTreeMap<u64, (irpverbs_ring::WeakShared<irpverbs_ring::Region>, u64)>,
+    >,
     /// Mappings made in all.
     maps_made: AtomicU64,
     /// Refuse the next mapping.
     fail_map: std::sync::atomic::AtomicBool,
     /// Every pin: the region (to see when it is let go), the mode it was
     /// asked for, and `write`.
-    pins: Mutex<Vec<(std::sync::Weak<irpverbs_ring::Region>, RequestorMode, bool)>>,
+    pins: Mutex<
+        Vec<(
+            irpverbs_ring::WeakShared<irpverbs_ring::Region>,
+            RequestorMode,
+            bool,
+        )>,
+    >,
 }
 
 impl FakePlatform {
@@ -53,7 +61,7 @@ impl FakePlatform {
     fn record_mapping(
         &self,
         request: &FakeRequest,
-        region: &Arc<irpverbs_ring::Region>,
+        region: &irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<u64, NtStatus> {
         assert_eq!(
             request.mode,
@@ -64,10 +72,10 @@ impl FakePlatform {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
         let id = self.maps_made.fetch_add(1, Ordering::SeqCst);
-        self.mapped
-            .lock()
-            .unwrap()
-            .insert(id, (Arc::downgrade(region), request.space));
+        self.mapped.lock().unwrap().insert(
+            id,
+            (irpverbs_ring::Shared::downgrade(region), request.space),
+        );
         Ok(id)
     }
 }
@@ -94,7 +102,7 @@ struct FakeRequest {
     input_len: usize,
     output: Vec<u8>,
     outcome: Outcome,
-    pin: Option<Arc<irpverbs_ring::Region>>,
+    pin: Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
 }
 
 impl Request for FakeRequest {
@@ -130,10 +138,10 @@ impl Request for FakeRequest {
     fn address_space(&self) -> u64 {
         self.space
     }
-    fn attach_pin(&mut self, region: Arc<irpverbs_ring::Region>) {
+    fn attach_pin(&mut self, region: irpverbs_ring::Shared<irpverbs_ring::Region>) {
         assert!(self.pin.replace(region).is_none(), "pinned twice");
     }
-    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+    fn take_pin(&mut self) -> Option<irpverbs_ring::Shared<irpverbs_ring::Region>> {
         self.pin.take()
     }
 }
@@ -173,15 +181,16 @@ impl Platform for FakePlatform {
         length: u64,
         write: bool,
         _: bool,
-    ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
+    ) -> Result<irpverbs_ring::Shared<irpverbs_ring::Region>, NtStatus> {
         // The fake HCA never touches MR memory: back the region with fresh memory.
         let region = irpverbs_ring::Region::alloc(length as usize)
-            .map(Arc::new)
+            .and_then(|r| irpverbs_ring::Shared::try_new(r).ok())
             .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-        self.pins
-            .lock()
-            .unwrap()
-            .push((Arc::downgrade(&region), request.mode, write));
+        self.pins.lock().unwrap().push((
+            irpverbs_ring::Shared::downgrade(&region),
+            request.mode,
+            write,
+        ));
         Ok(region)
     }
     fn map_ring(
@@ -198,7 +207,7 @@ impl Platform for FakePlatform {
     fn map_doorbell_page(
         &self,
         request: &FakeRequest,
-        page: &Arc<irpverbs_ring::Region>,
+        page: &irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<(u64, u64), NtStatus> {
         let id = self.record_mapping(request, page)?;
         Ok((page.addr() + USER_OFFSET, id))
@@ -215,7 +224,13 @@ impl Platform for FakePlatform {
 }
 
 /// The fake HCA's doorbell pages: page -> (memory, the target of each slot).
-type FakePages = std::collections::BTreeMap<u32, (Arc<irpverbs_ring::Region>, Vec<DoorbellTarget>)>;
+type FakePages = std::collections::BTreeMap<
+    u32,
+    (
+        irpverbs_ring::Shared<irpverbs_ring::Region>,
+        Vec<DoorbellTarget>,
+    ),
+>;
 
 /// An HCA that executes commands when the test says so, with a command
 /// queue of `depth` entries.
@@ -422,11 +437,13 @@ impl Hca for FakeHca {
             return Err(STATUS_NOT_SUPPORTED);
         }
         let page = self.pages_made.fetch_add(1, Ordering::SeqCst) + 1;
-        let region = Arc::new(irpverbs_ring::Region::alloc(4096).expect("memory"));
+        let region = irpverbs_ring::Region::alloc(4096)
+            .and_then(|r| irpverbs_ring::Shared::try_new(r).ok())
+            .expect("memory");
         self.pages
             .lock()
             .unwrap()
-            .insert(page, (Arc::clone(&region), Vec::new()));
+            .insert(page, (region.clone(), Vec::new()));
         Ok(DoorbellPageInfo { page, region })
     }
     fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
@@ -1367,7 +1384,7 @@ fn map_doorbells_maps_one_page_per_file_once() {
     assert_ne!(other.page_addr, m.page_addr, "a page per file");
     assert_eq!(r.dev.snapshot().user_mappings, 2);
     // The mapping holds the page's memory past the HCA's free.
-    let memory = Arc::downgrade(&r.hca.pages.lock().unwrap()[&1].0);
+    let memory = irpverbs_ring::Shared::downgrade(&r.hca.pages.lock().unwrap()[&1].0);
     r.dev.cleanup_file(1);
     assert_eq!(r.platform.live_mappings(), 1, "cleanup unmaps");
     assert_eq!(map_doorbells(&r, 1), Err(STATUS_DELETE_PENDING));

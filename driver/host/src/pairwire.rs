@@ -46,12 +46,12 @@ struct Tx {
 impl Link for Tx {
     fn transmit(&self, batch: &TxBatch) {
         let mut q = self.peer.queue();
-        q.extend(
-            batch
-                .iter()
-                .filter(|d| self.peer_hca.owns_gid(&d.dgid))
-                .map(|d| OwnedDatagram::of(&d)),
-        );
+        // A datagram the cable has no memory for is lost (RC retransmits).
+        for d in batch.iter().filter(|d| self.peer_hca.owns_gid(&d.dgid)) {
+            if let Some(d) = OwnedDatagram::try_of(&d).filter(|_| q.try_reserve(1).is_ok()) {
+                q.push(d);
+            }
+        }
     }
 
     fn now_ns(&self) -> u64 {

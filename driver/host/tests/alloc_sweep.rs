@@ -14,7 +14,8 @@
 //! allocation in every run up to the refused one. Device A is the active
 //! side, B the passive one; each device's allocations are swept in turn.
 //!
-//! The sites (the first driver function above the allocator in the
+//! Every allocation of the driver crates and the host glue is swept. The
+//! sites (the first driver function above the allocator in the
 //! allocation's backtrace) reached are printed; the test fails if a site
 //! the scenario must reach ([`MUST_REACH`]) is not reached.
 //!
@@ -52,21 +53,19 @@ const MUST_REACH: &[&str] = &[
     "irpverbs_cm::engine::api::<impl irpverbs_cm::engine::Engine>::listen_on ",
     "irpverbs_host::device::HostFile::dispatch ",
     "irpverbs_ring::region::Region::alloc ",
+    "irpverbs_ring::ring::Ring::alloc ",
 ];
 
-/// Crates whose allocation sites the sweep refuses (the others are
-/// counted and shown but not failed).
+/// The driver crates (and the host glue): every allocation site of
+/// theirs the scenario reaches is swept.
 const SWEPT: &[&str] = &[
     "irpverbs_core::",
     "irpverbs_cm::",
     "irpverbs_ring::",
     "irpverbs_kernel_table::",
+    "irpverbs_soft::",
     "irpverbs_host::",
 ];
-
-/// Sites of the swept crates still allocating infallibly (a refusal
-/// there aborts): shown, not swept.
-const NOT_YET: &[&str] = &["Ring::alloc "];
 
 const MS: u64 = 1_000_000;
 const LIMIT: u64 = 120_000 * MS;
@@ -484,17 +483,10 @@ fn site_of(backtrace: &str) -> Option<String> {
             .and_then(|l| l.trim_start().strip_prefix("at "))
             .map(str::to_owned);
         let name = symbol.trim_start_matches('<');
-        let driver = [
-            "irpverbs_core::",
-            "irpverbs_cm::",
-            "irpverbs_ring::",
-            "irpverbs_kernel_table::",
-            "irpverbs_soft::",
-            "irpverbs_host::",
-        ]
-        .iter()
-        .any(|c| name.starts_with(c));
-        let helper = name.starts_with("irpverbs_host::platform::") || name.contains("::fallible::");
+        let driver = SWEPT.iter().any(|c| name.starts_with(c));
+        let helper = name.starts_with("irpverbs_host::platform::")
+            || name.starts_with("irpverbs_ring::shared::")
+            || name.contains("::fallible::");
         if driver && !helper {
             let line_no = at
                 .as_deref()
@@ -508,10 +500,6 @@ fn site_of(backtrace: &str) -> Option<String> {
         }
     }
     None
-}
-
-fn swept(site: &str) -> bool {
-    SWEPT.iter().any(|c| site.starts_with(c)) && !NOT_YET.iter().any(|f| site.contains(f))
 }
 
 #[test]
@@ -552,8 +540,7 @@ fn every_allocation_can_fail_cleanly() {
         sites.len()
     );
     for (site, (n, _)) in &sites {
-        let mark = if swept(site) { "swept" } else { "not swept" };
-        println!("  {n:4}  {site}  [{mark}]");
+        println!("  {n:4}  {site}");
     }
     assert_eq!(unknown, 0, "charges without a driver frame");
     for must in MUST_REACH {
@@ -562,13 +549,10 @@ fn every_allocation_can_fail_cleanly() {
             "no allocation site {must}… reached"
         );
     }
-    // The sweep: every index of a swept site (every `stride`th, and the
-    // first of each site).
+    // The sweep: every index (every `stride`th, and the first of each
+    // site).
     let mut faults: Vec<(Fault, &str)> = Vec::new();
     for (site, (_, at)) in &sites {
-        if !swept(site) {
-            continue;
-        }
         for (k, f) in at.iter().enumerate() {
             if k == 0 || f.nth % stride == 0 {
                 faults.push((*f, site));

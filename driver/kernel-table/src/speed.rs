@@ -24,7 +24,7 @@ use irpverbs_abi::{
     STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
 use irpverbs_ring::wq::{CompletionQueue, RecvQueue, SendQueue};
-use irpverbs_ring::{DoorbellPage, Ring};
+use irpverbs_ring::{DoorbellPage, MapError, Ring};
 
 pub use irpverbs_ring::{Corrupt, PostError, RecvWr, SendWr};
 
@@ -148,14 +148,15 @@ impl PageDoorbells {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` for a response that does not describe a
-    /// doorbell page of [`IV_DOORBELL_SLOTS`] slots.
+    /// doorbell page of [`IV_DOORBELL_SLOTS`] slots;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the view cannot be allocated.
     pub unsafe fn from_map(out: &IvMapDoorbellsOut) -> Result<Self, NtStatus> {
         if out.slots != IV_DOORBELL_SLOTS {
             return Err(STATUS_INVALID_PARAMETER);
         }
         // SAFETY: forwarded from the caller.
         let page = unsafe { DoorbellPage::from_map(out.page_addr, out.page_len) }
-            .map_err(|_| STATUS_INVALID_PARAMETER)?;
+            .map_err(MapError::status)?;
         Ok(Self { page, wake: None })
     }
 
@@ -244,7 +245,7 @@ impl AsNtStatus for Corrupt {
 /// space that stays mapped while the view lives.
 unsafe fn map_ring(map: &IvRingMap) -> Result<Ring, NtStatus> {
     // SAFETY: forwarded from the caller.
-    unsafe { Ring::from_map(map) }.map_err(|_| STATUS_INVALID_PARAMETER)
+    unsafe { Ring::from_map(map) }.map_err(MapError::status)
 }
 
 /// Checks that a slot of `stride` bytes holds a `header` and `body` bytes.

@@ -245,7 +245,7 @@ impl UserPin {
         len: usize,
         write: bool,
         pins: Arc<FilePins>,
-    ) -> Result<Arc<Region>, NtStatus> {
+    ) -> Result<irpverbs_ring::Shared<Region>, NtStatus> {
         let address = usize::try_from(address).map_err(|_| STATUS_INVALID_PARAMETER)?;
         let mdl = Mdl::new(core::ptr::with_exposed_provenance_mut(address), len)?;
         let operation = if write {
@@ -292,7 +292,8 @@ impl UserPin {
                 Some(Box::new(pin) as Box<dyn Any + Send + Sync>),
             )
         };
-        region.map(Arc::new).ok_or(STATUS_INVALID_PARAMETER)
+        let region = region.ok_or(STATUS_INVALID_PARAMETER)?;
+        irpverbs_ring::Shared::try_new(region).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
     }
 }
 

@@ -16,7 +16,6 @@
 //! watches the spin locks. The core's [`LockClass`] ranks are therefore not
 //! needed at run time; they document the order Driver Verifier enforces.
 
-use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 
@@ -140,7 +139,7 @@ impl Platform for KmdfPlatform {
         length: u64,
         write: bool,
         physical: bool,
-    ) -> Result<Arc<Region>, NtStatus> {
+    ) -> Result<irpverbs_ring::Shared<Region>, NtStatus> {
         if physical {
             return Err(STATUS_NOT_SUPPORTED);
         }
@@ -156,7 +155,8 @@ impl Platform for KmdfPlatform {
         // valid for `length` bytes and stays allocated until deregistration
         // (the registration contract `Region::from_raw_parts` states).
         let region = unsafe { Region::from_raw_parts(ptr, len, None) };
-        region.map(Arc::new).ok_or(STATUS_INVALID_PARAMETER)
+        let region = region.ok_or(STATUS_INVALID_PARAMETER)?;
+        irpverbs_ring::Shared::try_new(region).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
     }
 
     type Mapping = UserMapping;
@@ -186,7 +186,7 @@ impl Platform for KmdfPlatform {
     fn map_doorbell_page(
         &self,
         _request: &KmdfRequest,
-        page: &Arc<Region>,
+        page: &irpverbs_ring::Shared<Region>,
     ) -> Result<(u64, UserMapping), NtStatus> {
         UserMapping::map_region(page)
     }

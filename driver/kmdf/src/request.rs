@@ -9,7 +9,7 @@
 //! | `complete`                     | `WdfRequestCompleteWithInformation`            |
 //! | `mark_cancelable` / `unmark_cancelable` | `WdfRequestMarkCancelableEx` (cancel routine [`evt_request_cancel`] calls `Device::cancel`) / `WdfRequestUnmarkCancelable` |
 //! | `address_space`                | the requestor's process (`IoGetCurrentProcess` in `EvtIoInCallerContext`, kept in the request's context) |
-//! | `attach_pin` / `take_pin`      | the pinned region's `Arc`, kept in the request's context; the request object's cleanup callback ([`evt_request_cleanup`]) drops one never taken |
+//! | `attach_pin` / `take_pin`      | the pinned region's `Shared`, kept in the request's context; the request object's cleanup callback ([`evt_request_cleanup`]) drops one never taken |
 //!
 //! Every irpverbs IOCTL is `METHOD_BUFFERED`: input and output are one
 //! system buffer, the input copied in by the I/O manager. The core copies
@@ -47,7 +47,7 @@ pub(crate) struct RequestContext {
     /// one callback that runs in it); null before.
     process: AtomicPtr<core::ffi::c_void>,
     /// A region pinned in the caller's context ([`Request::attach_pin`]),
-    /// from `Arc::into_raw`; null when none.
+    /// from `Shared::into_raw`; null when none.
     pin: AtomicPtr<Region>,
 }
 context_type!(
@@ -426,25 +426,25 @@ impl Request for KmdfRequest {
             .expose_provenance() as u64
     }
 
-    /// Keeps the region in the request's context (`Arc::into_raw`).
+    /// Keeps the region in the request's context (`Shared::into_raw`).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn attach_pin(&mut self, region: Arc<Region>) {
-        let old = self
-            .context()
-            .pin
-            .swap(Arc::into_raw(region).cast_mut(), Ordering::AcqRel);
+    fn attach_pin(&mut self, region: irpverbs_ring::Shared<Region>) {
+        let old = self.context().pin.swap(
+            irpverbs_ring::Shared::into_raw(region).cast_mut(),
+            Ordering::AcqRel,
+        );
         if !old.is_null() {
-            // SAFETY: a non-null pin came from `Arc::into_raw` here and was
-            // swapped out, so this is its only owner.
-            drop(unsafe { Arc::from_raw(old) });
+            // SAFETY: a non-null pin came from `Shared::into_raw` here and
+            // was swapped out, so this is its only owner.
+            drop(unsafe { irpverbs_ring::Shared::from_raw(old) });
         }
     }
 
     /// Takes the region out of the request's context.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn take_pin(&mut self) -> Option<Arc<Region>> {
+    fn take_pin(&mut self) -> Option<irpverbs_ring::Shared<Region>> {
         let pin = self
             .context()
             .pin
@@ -452,8 +452,8 @@ impl Request for KmdfRequest {
         if pin.is_null() {
             return None;
         }
-        // SAFETY: from `Arc::into_raw` in `attach_pin`, swapped out: owned.
-        Some(unsafe { Arc::from_raw(pin) })
+        // SAFETY: from `Shared::into_raw` in `attach_pin`, swapped out: owned.
+        Some(unsafe { irpverbs_ring::Shared::from_raw(pin) })
     }
 
     /// `WdfRequestUnmarkCancelable`.
@@ -523,8 +523,8 @@ pub(crate) extern "C" fn evt_request_cleanup(object: WDFOBJECT) {
         .pin
         .swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !pin.is_null() {
-        // SAFETY: from `Arc::into_raw` in `attach_pin`, swapped out: owned.
-        drop(unsafe { Arc::from_raw(pin) });
+        // SAFETY: from `Shared::into_raw` in `attach_pin`, swapped out: owned.
+        drop(unsafe { irpverbs_ring::Shared::from_raw(pin) });
     }
 }
 

@@ -32,10 +32,11 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use alloc::sync::Arc;
 use irpverbs_abi::{IV_DOORBELL_PAGE_SIZE, IV_DOORBELL_SLOTS, IV_DOORBELL_WORDS, IvDoorbellPage};
 
 use crate::region::{OutOfBounds, REGION_ALIGN, Region};
+use crate::ring::MapError;
+use crate::shared::Shared;
 
 /// A 64-bit word of a doorbell page.
 pub trait BellWord {
@@ -166,16 +167,18 @@ const POLLING_OFFSET: usize = core::mem::offset_of!(IvDoorbellPage, polling);
 /// memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DoorbellPage {
-    region: Arc<Region>,
+    region: Shared<Region>,
 }
 
 impl DoorbellPage {
     /// Allocates a zeroed page (page-aligned, one whole page, so that it can
     /// be mapped into a user process without exposing anything else).
-    /// `None` if the allocation fails.
+    /// `None` if an allocation (the page, its reference count) is refused;
+    /// nothing stays allocated then.
     #[must_use]
     pub fn alloc() -> Option<Self> {
-        Self::new(Arc::new(Region::alloc(IV_DOORBELL_PAGE_SIZE as usize)?)).ok()
+        let page = Region::alloc(IV_DOORBELL_PAGE_SIZE as usize)?;
+        Self::new(Shared::try_new(page).ok()?).ok()
     }
 
     /// A page over `region`.
@@ -183,7 +186,7 @@ impl DoorbellPage {
     /// # Errors
     /// [`OutOfBounds`] if the region is smaller than a doorbell page or not
     /// 8-byte aligned.
-    pub fn new(region: Arc<Region>) -> Result<Self, OutOfBounds> {
+    pub fn new(region: Shared<Region>) -> Result<Self, OutOfBounds> {
         if region.len() < size_of::<IvDoorbellPage>() || region.addr() % 8 != 0 {
             return Err(OutOfBounds);
         }
@@ -198,23 +201,25 @@ impl DoorbellPage {
     /// address space, and stays mapped while the result (or a clone) lives.
     ///
     /// # Errors
-    /// [`OutOfBounds`] for a length shorter than a page or an address that
-    /// is not page-aligned.
-    pub unsafe fn from_map(addr: u64, len: u32) -> Result<Self, OutOfBounds> {
+    /// [`MapError::Invalid`] for a length shorter than a page or an address
+    /// that is not page-aligned; [`MapError::NoMemory`] when the view's
+    /// reference count cannot be allocated.
+    pub unsafe fn from_map(addr: u64, len: u32) -> Result<Self, MapError> {
         if len < IV_DOORBELL_PAGE_SIZE || addr % REGION_ALIGN as u64 != 0 {
-            return Err(OutOfBounds);
+            return Err(MapError::Invalid);
         }
         let ptr = addr as *mut u8;
         // SAFETY: the caller guarantees the mapping covers `len` bytes for
         // the region's lifetime; the page is reached only by atomics.
         let region =
-            unsafe { Region::from_raw_parts(ptr, len as usize, None) }.ok_or(OutOfBounds)?;
-        Self::new(Arc::new(region))
+            unsafe { Region::from_raw_parts(ptr, len as usize, None) }.ok_or(MapError::Invalid)?;
+        let region = Shared::try_new(region).map_err(|_| MapError::NoMemory)?;
+        Ok(Self::new(region)?)
     }
 
     /// The memory.
     #[must_use]
-    pub fn region(&self) -> &Arc<Region> {
+    pub fn region(&self) -> &Shared<Region> {
         &self.region
     }
 
@@ -368,7 +373,7 @@ mod tests {
         assert!(unsafe { DoorbellPage::from_map(page.region().addr() + 8, 4096) }.is_err());
         // SAFETY: as above.
         assert!(unsafe { DoorbellPage::from_map(page.region().addr(), 4095) }.is_err());
-        let small = Arc::new(Region::alloc(64).unwrap());
+        let small = Shared::try_new(Region::alloc(64).unwrap()).unwrap();
         assert!(DoorbellPage::new(small).is_err());
     }
 

@@ -8,7 +8,8 @@
 //! (read and validate a WQE, append a CQE) — and the [`doorbell`] page a
 //! user-mode ULP rings its queues through.
 //!
-//! `no_std` + `alloc`; the `unsafe` blocks are in [`region`] and in the
+//! `no_std` + `alloc`; the `unsafe` blocks are in [`region`], [`shared`]
+//! (a reference count whose allocation can fail) and in the
 //! constructors that view a mapping (`Ring::from_map`,
 //! `DoorbellPage::from_map`), each with its `// SAFETY:` argument.
 #![no_std]
@@ -20,10 +21,12 @@ pub mod doorbell;
 pub mod fallible;
 pub mod region;
 pub mod ring;
+pub mod shared;
 pub mod wq;
 
 pub use doorbell::DoorbellPage;
 pub use fallible::{try_box, try_push, try_vec};
 pub use region::{OutOfBounds, Region, Window};
-pub use ring::{Consumer, Corrupt, IndexWord, Producer, Ring, Slots};
+pub use ring::{Consumer, Corrupt, IndexWord, MapError, Producer, Ring, Slots};
+pub use shared::{Shared, WeakShared};
 pub use wq::{CompletionQueue, PostError, RecvQueue, RecvWr, SendQueue, SendWr};

@@ -16,10 +16,10 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use alloc::sync::Arc;
 use irpverbs_abi::{IV_CACHE_LINE, IvRingControl, IvRingMap};
 
 use crate::region::{OutOfBounds, REGION_ALIGN, Region, Window};
+use crate::shared::Shared;
 
 /// An index word shared between producer and consumer.
 pub trait IndexWord {
@@ -83,6 +83,34 @@ impl<W: IndexWord> DoorbellRequest<'_, W> {
     #[must_use]
     pub fn asking(&self) -> bool {
         self.word.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// Why a mapping could not be viewed (`Ring::from_map`,
+/// `DoorbellPage::from_map`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// The map does not describe a ring (or a doorbell page).
+    Invalid,
+    /// The view's reference count could not be allocated.
+    NoMemory,
+}
+
+impl MapError {
+    /// The status a verb returns for it: `STATUS_INVALID_PARAMETER` or
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    #[must_use]
+    pub fn status(self) -> irpverbs_abi::NtStatus {
+        match self {
+            Self::Invalid => irpverbs_abi::STATUS_INVALID_PARAMETER,
+            Self::NoMemory => irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES,
+        }
+    }
+}
+
+impl From<OutOfBounds> for MapError {
+    fn from(_: OutOfBounds) -> Self {
+        Self::Invalid
     }
 }
 
@@ -180,7 +208,7 @@ const ARM_OFFSET: usize = 2 * IV_CACHE_LINE;
 /// same geometry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ring {
-    region: Arc<Region>,
+    region: Shared<Region>,
     entries: u32,
     stride: u32,
 }
@@ -198,12 +226,14 @@ impl Ring {
     /// bytes, and so that a kernel allocator that aligns only allocations of
     /// at least a page (`ExAllocatePool2`) still returns aligned memory.
     ///
-    /// Returns `None` if `entries` or `stride` is not a power of two, or the
-    /// allocation fails.
+    /// Returns `None` if `entries` or `stride` is not a power of two, or an
+    /// allocation (the memory, its reference count) is refused; nothing
+    /// stays allocated then.
     #[must_use]
     pub fn alloc(entries: u32, stride: u32) -> Option<Self> {
         let bytes = Self::alloc_len(entries, stride)?;
-        Self::new(Arc::new(Region::alloc(bytes)?), entries, stride).ok()
+        let region = Shared::try_new(Region::alloc(bytes)?).ok()?;
+        Self::new(region, entries, stride).ok()
     }
 
     /// Bytes [`Ring::alloc`] allocates for such a ring: [`Ring::bytes`]
@@ -218,7 +248,7 @@ impl Ring {
     ///
     /// # Errors
     /// [`OutOfBounds`] if the region is too small or the geometry invalid.
-    pub fn new(region: Arc<Region>, entries: u32, stride: u32) -> Result<Self, OutOfBounds> {
+    pub fn new(region: Shared<Region>, entries: u32, stride: u32) -> Result<Self, OutOfBounds> {
         if !entries.is_power_of_two()
             || !stride.is_power_of_two()
             || region.len() < Self::bytes(entries, stride)
@@ -245,18 +275,21 @@ impl Ring {
     /// file) that owns them.
     ///
     /// # Errors
-    /// [`OutOfBounds`] for a map whose geometry is not a ring.
-    pub unsafe fn from_map(map: &IvRingMap) -> Result<Self, OutOfBounds> {
+    /// [`MapError::Invalid`] for a map whose geometry is not a ring;
+    /// [`MapError::NoMemory`] when the view's reference count cannot be
+    /// allocated.
+    pub unsafe fn from_map(map: &IvRingMap) -> Result<Self, MapError> {
         if map.entries_addr != map.control_addr + ENTRIES_OFFSET as u64 {
-            return Err(OutOfBounds);
+            return Err(MapError::Invalid);
         }
         let bytes = Self::bytes(map.entries, map.stride);
         // SAFETY: the caller guarantees the mapping covers the control block
         // and the slots (`bytes`) for the region's lifetime, and the ring
         // protocol (copies and atomics only) is the only access to it.
         let region = unsafe { Region::from_raw_parts(map.control_addr as *mut u8, bytes, None) }
-            .ok_or(OutOfBounds)?;
-        Self::new(Arc::new(region), map.entries, map.stride)
+            .ok_or(MapError::Invalid)?;
+        let region = Shared::try_new(region).map_err(|_| MapError::NoMemory)?;
+        Ok(Self::new(region, map.entries, map.stride)?)
     }
 
     /// Slots.
@@ -284,7 +317,7 @@ impl Ring {
 
     /// The memory.
     #[must_use]
-    pub fn region(&self) -> &Arc<Region> {
+    pub fn region(&self) -> &Shared<Region> {
         &self.region
     }
 
@@ -465,7 +498,7 @@ mod tests {
     fn geometry_is_checked() {
         assert!(Ring::alloc(3, 64).is_none());
         assert!(Ring::alloc(4, 48).is_none());
-        let small = Arc::new(Region::alloc(100).unwrap());
+        let small = Shared::try_new(Region::alloc(100).unwrap()).unwrap();
         assert!(Ring::new(small, 4, 64).is_err());
         let m = Ring::alloc(8, 64).unwrap().map();
         assert_eq!(m.entries_addr - m.control_addr, ENTRIES_OFFSET as u64);

@@ -43,7 +43,7 @@ impl Mr {
     }
 
     /// The region.
-    pub(crate) fn region(&self) -> &alloc::sync::Arc<Region> {
+    pub(crate) fn region(&self) -> &irpverbs_ring::Shared<Region> {
         &self.region.0
     }
 }

@@ -271,7 +271,7 @@ pub(crate) struct DataPath {
     /// is 0 the RQ and SRQ doorbells return at once. Changed only under
     /// `HCA_LOCK`; read by the doorbells without it (see
     /// [`DataPath::attend`]).
-    pub(crate) attention: Arc<AtomicU32>,
+    pub(crate) attention: irpverbs_ring::Shared<AtomicU32>,
 }
 
 impl core::fmt::Debug for DataPath {
@@ -300,7 +300,7 @@ impl DataPath {
     /// `STATUS_INSUFFICIENT_RESOURCES`.
     pub(crate) fn new(
         gid: Gid,
-        attention: Arc<AtomicU32>,
+        attention: irpverbs_ring::Shared<AtomicU32>,
         events: usize,
     ) -> Result<Self, NtStatus> {
         Ok(Self {

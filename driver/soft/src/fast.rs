@@ -1028,7 +1028,7 @@ fn check_rd_atomic<'m>(
 /// Where a message's bytes are.
 enum Src<'a> {
     /// Inline, in the send queue slot at this offset.
-    Inline(&'a alloc::sync::Arc<Region>, usize),
+    Inline(&'a irpverbs_ring::Shared<Region>, usize),
     /// A checked gather list.
     Sges(&'a [IvSge]),
 }

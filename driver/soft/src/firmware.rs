@@ -135,7 +135,7 @@ impl Firmware {
     /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
     pub(crate) fn new(
         config: SoftConfig,
-        attention: alloc::sync::Arc<core::sync::atomic::AtomicU32>,
+        attention: irpverbs_ring::Shared<core::sync::atomic::AtomicU32>,
     ) -> Result<Self, NtStatus> {
         let port = Port::new(config.ip, &config.aliases);
         let mut dp = crate::engine::DataPath::new(

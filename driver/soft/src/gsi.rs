@@ -25,11 +25,10 @@
 //! [`SoftStats::mads_dropped`]: crate::SoftStats::mads_dropped
 
 use alloc::collections::VecDeque;
-use alloc::sync::Arc;
 
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER};
 use irpverbs_core::{Event, GSI_QKEY, GSI_QPN, MAD_SIZE, MadIn, MadOut};
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 use crate::engine::{DEFAULT_PKEY, DataPath};
 use crate::firmware::Firmware;
@@ -60,7 +59,7 @@ pub(crate) struct Gsi {
     /// (or had no memory to grow).
     pub(crate) dropped: u64,
     /// Buffers of MADs sent, reused once their packet let go of them.
-    spare: VecDeque<Arc<Region>>,
+    spare: VecDeque<Shared<Region>>,
 }
 
 /// MAD buffers [`Gsi::spare`] keeps at most.
@@ -69,11 +68,11 @@ const SPARE_MADS: usize = 64;
 impl Gsi {
     /// A buffer holding `mad`: a spare no packet holds any more, or a new
     /// one; `None` when no memory is left.
-    fn buffer(&mut self, mad: &[u8; MAD_SIZE]) -> Option<Arc<Region>> {
+    fn buffer(&mut self, mad: &[u8; MAD_SIZE]) -> Option<Shared<Region>> {
         // The oldest spare is the likeliest to be free; a busy one goes to
         // the back, and at most one is tried.
         let reused = match self.spare.pop_front() {
-            Some(r) if Arc::strong_count(&r) == 1 => Some(r),
+            Some(r) if Shared::strong_count(&r) == 1 => Some(r),
             Some(busy) => {
                 self.spare.push_back(busy);
                 None
@@ -82,11 +81,11 @@ impl Gsi {
         };
         let r = match reused {
             Some(r) => r,
-            None => Arc::new(Region::alloc(MAD_SIZE)?),
+            None => Shared::try_new(Region::alloc(MAD_SIZE)?).ok()?,
         };
         r.write(0, mad).ok()?;
         if self.spare.len() < SPARE_MADS && self.spare.try_reserve(1).is_ok() {
-            self.spare.push_back(Arc::clone(&r));
+            self.spare.push_back(r.clone());
         }
         Some(r)
     }

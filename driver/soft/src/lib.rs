@@ -449,7 +449,7 @@ pub struct SoftHca<P: Platform> {
     /// skips the lock.
     tx_pending: AtomicBool,
     /// The data path's [`engine::DataPath::attention`].
-    attention: Arc<core::sync::atomic::AtomicU32>,
+    attention: irpverbs_ring::Shared<core::sync::atomic::AtomicU32>,
     /// Every doorbell page, for [`SoftHca::poll_doorbells`]'s first look
     /// (the firmware's copy, with the slot bindings, is under `HCA_LOCK`).
     doorbell_pages: P::Lock<Vec<DoorbellPage>>,
@@ -481,9 +481,8 @@ impl<P: Platform> SoftHca<P> {
     /// and tables is short (nothing is left allocated then).
     pub fn new(platform: &P, config: SoftConfig, bus: Arc<dyn SoftBus>) -> Result<Self, NtStatus> {
         config.validate()?;
-        // The one allocation here that cannot fail cleanly (a fallible
-        // `Arc` is not stable Rust): a few bytes, first, at device add.
-        let attention = Arc::new(core::sync::atomic::AtomicU32::new(0));
+        let attention = irpverbs_ring::Shared::try_new(core::sync::atomic::AtomicU32::new(0))
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let caps = firmware::device_caps(&config);
         let (execution, cmd_queue_depth, eq_depth, budget) = (
             config.execution,
@@ -1490,7 +1489,7 @@ impl<P: Platform> Hca for SoftHca<P> {
             }
             Ok(DoorbellPageInfo {
                 page,
-                region: Arc::clone(memory.region()),
+                region: memory.region().clone(),
             })
         })
     }
@@ -1667,13 +1666,12 @@ mod tests {
         );
     }
 
-    /// Every allocation of device add but the first (the attention
-    /// counter's `Arc`, see `SoftHca::new`) can fail: `new` then returns
+    /// Every allocation of device add can fail: `new` then returns
     /// `STATUS_INSUFFICIENT_RESOURCES` instead of aborting.
     #[test]
     fn new_fails_cleanly_when_memory_is_short() {
         let bus: Arc<dyn SoftBus> = Arc::new(CountingBus::default());
-        let mut n = 1;
+        let mut n = 0;
         loop {
             let config = SoftConfig::default();
             let (hca, failed) = irpverbs_failalloc::failing_nth(n, || {

@@ -22,10 +22,9 @@
 //! same code runs on a simulated wire under a virtual clock and on UDP
 //! sockets under the monotonic clock.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 use crate::packet::{Batch, Frame, Gid, Packet, m, mask, psn_add};
 use crate::wire::{self, IpUdp, ROCE_PORT};
@@ -94,10 +93,14 @@ pub struct OwnedDatagram {
 }
 
 impl OwnedDatagram {
-    /// A copy of `d`.
+    /// A copy of `d`; `None` when there is no memory for its bytes (a
+    /// wire drops the datagram then, as a full switch buffer would).
     #[must_use]
-    pub fn of(d: &Datagram<'_>) -> Self {
-        Self {
+    pub fn try_of(d: &Datagram<'_>) -> Option<Self> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(d.payload.len()).ok()?;
+        bytes.extend_from_slice(d.payload);
+        Some(Self {
             sgid: d.sgid,
             dgid: d.dgid,
             src_port: d.src_port,
@@ -105,8 +108,8 @@ impl OwnedDatagram {
             traffic_class: d.traffic_class,
             flow_label: d.flow_label,
             hop_limit: d.hop_limit,
-            bytes: d.payload.to_vec(),
-        }
+            bytes,
+        })
     }
 
     /// The datagram, borrowing the bytes.
@@ -438,7 +441,7 @@ pub(crate) fn serialize(
 /// frame that carried it is gone (the pool holds its only reference).
 #[derive(Debug, Default)]
 pub(crate) struct RxPool {
-    bufs: Vec<Arc<Region>>,
+    bufs: Vec<Shared<Region>>,
     /// Where the next search starts: after the buffer taken last. Frames
     /// are processed in order, so the oldest buffer is the likeliest free
     /// and a search usually ends at its first look, however many buffers
@@ -471,7 +474,7 @@ impl RxPool {
 
     /// A buffer holding `bytes` (at most [`Self::BUF`]); `None` when none
     /// can be had.
-    pub(crate) fn take(&mut self, bytes: &[u8]) -> Option<Arc<Region>> {
+    pub(crate) fn take(&mut self, bytes: &[u8]) -> Option<Shared<Region>> {
         if bytes.len() > Self::BUF {
             return None;
         }
@@ -479,11 +482,12 @@ impl RxPool {
         let start = self.next.min(n);
         let free = (start..n)
             .chain(0..start)
-            .find(|&i| Arc::get_mut(&mut self.bufs[i]).is_some());
+            .find(|&i| Shared::get_mut(&mut self.bufs[i]).is_some());
         let i = match free {
             Some(i) => i,
             None if self.bufs.len() < Self::MAX => {
-                self.bufs.push(Arc::new(Region::alloc(Self::BUF)?));
+                let r = Shared::try_new(Region::alloc(Self::BUF)?).ok()?;
+                irpverbs_ring::try_push(&mut self.bufs, r).ok()?;
                 self.bufs.len() - 1
             }
             None => return None,
@@ -491,7 +495,7 @@ impl RxPool {
         self.next = i + 1;
         let r = &self.bufs[i];
         r.write(0, bytes).ok()?;
-        Some(Arc::clone(r))
+        Some(r.clone())
     }
 }
 
@@ -646,7 +650,7 @@ mod tests {
 
     /// A write of 600 bytes as a burst of three packets (and a signal).
     fn burst_batch() -> (Vec<u8>, Batch) {
-        let region = Arc::new(Region::alloc(600).unwrap());
+        let region = Shared::try_new(Region::alloc(600).unwrap()).unwrap();
         let data: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
         region.write(0, &data).unwrap();
         let mut pkt = Packet {
@@ -688,7 +692,7 @@ mod tests {
         let mut pool = RxPool::default();
         let a = pool.take(&[1, 2, 3]).unwrap();
         let b = pool.take(&[4]).unwrap();
-        assert!(!Arc::ptr_eq(&a, &b));
+        assert!(!Shared::ptr_eq(&a, &b));
         let a_addr = a.addr();
         drop(a);
         let c = pool.take(&[5]).unwrap();

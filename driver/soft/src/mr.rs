@@ -71,7 +71,7 @@ impl Firmware {
         length: u64,
         access: u32,
         physical: bool,
-        region: alloc::sync::Arc<irpverbs_ring::Region>,
+        region: irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<CommandOut, NtStatus> {
         self.pds.get(pdn)?;
         check_access(access)?;
@@ -257,17 +257,17 @@ mod tests {
             length: 4096,
             access: IV_ACCESS_ALL,
             physical: false,
-            region: alloc::sync::Arc::clone(&region),
+            region: region.clone(),
         }) else {
             panic!()
         };
         assert_eq!(
-            alloc::sync::Arc::strong_count(&region),
+            irpverbs_ring::Shared::strong_count(&region),
             2,
             "the HCA holds it"
         );
         irpverbs_core::Hca::device_removed(&d.hca);
-        assert_eq!(alloc::sync::Arc::strong_count(&region), 1, "unpinned");
+        assert_eq!(irpverbs_ring::Shared::strong_count(&region), 1, "unpinned");
         assert_eq!(d.hca.live_objects(), 0, "the PD goes too");
         d.fails(Command::DeregMr { lkey }, STATUS_INVALID_HANDLE);
         d.fails(Command::DeallocPd { pdn }, STATUS_INVALID_HANDLE);

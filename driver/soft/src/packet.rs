@@ -16,10 +16,9 @@
 //! from there into its destination region: one copy per byte, no bounce
 //! buffer, and no allocation once a batch's vectors have grown.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 /// A GID (RoCE: an IPv6 or IPv4-mapped address).
 pub type Gid = [u8; 16];
@@ -352,7 +351,7 @@ impl Packet {
 pub struct Seg {
     /// The memory (an MR's pinned region, or a send queue ring for inline
     /// data); the reference keeps it alive while the packet travels.
-    pub region: Arc<Region>,
+    pub region: Shared<Region>,
     /// Byte offset in the region.
     pub offset: usize,
     /// Bytes.
@@ -553,7 +552,7 @@ mod tests {
 
     #[test]
     fn batches_append_and_keep_segments_with_their_frames() {
-        let r = Arc::new(Region::alloc(64).unwrap());
+        let r = Shared::try_new(Region::alloc(64).unwrap()).unwrap();
         let seg = |offset| Seg {
             region: r.clone(),
             offset,

@@ -1,10 +1,8 @@
 //! Handles to memory shared with the driver and the ULP, compared by
 //! identity (so firmware state snapshots can be compared in tests).
 
-use alloc::sync::Arc;
-
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 
 /// A queue's ring.
 #[derive(Clone, Debug)]
@@ -12,7 +10,7 @@ pub(crate) struct RingRef(pub(crate) Ring);
 
 impl PartialEq for RingRef {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(self.0.region(), other.0.region())
+        Shared::ptr_eq(self.0.region(), other.0.region())
     }
 }
 
@@ -37,7 +35,7 @@ impl RingRef {
 /// A cache, not state: pools always compare equal.
 #[derive(Debug, Default)]
 pub(crate) struct RingPool {
-    retired: alloc::vec::Vec<Arc<Region>>,
+    retired: alloc::vec::Vec<Shared<Region>>,
 }
 
 /// A snapshot of the firmware starts with an empty pool (sharing regions
@@ -83,7 +81,7 @@ impl RingPool {
         let free = self
             .retired
             .iter_mut()
-            .position(|r| r.len() == bytes && Arc::get_mut(r).is_some());
+            .position(|r| r.len() == bytes && Shared::get_mut(r).is_some());
         if let Some(i) = free {
             let region = self.retired.swap_remove(i);
             if region.fill(0, bytes, 0).is_ok() {
@@ -99,18 +97,18 @@ impl RingPool {
     /// the pool is full). Never allocates.
     pub(crate) fn retire(&mut self, ring: RingRef) {
         if self.retired.len() < self.retired.capacity().min(Self::MAX) {
-            self.retired.push(Arc::clone(ring.0.region()));
+            self.retired.push(ring.0.region().clone());
         }
     }
 }
 
 /// A registered memory region's pinned memory.
 #[derive(Clone, Debug)]
-pub(crate) struct RegionRef(pub(crate) Arc<Region>);
+pub(crate) struct RegionRef(pub(crate) Shared<Region>);
 
 impl PartialEq for RegionRef {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Shared::ptr_eq(&self.0, &other.0)
     }
 }
 

@@ -114,9 +114,9 @@ impl AttackStats {
 pub struct SimStats {
     /// Datagrams transmitted by the HCAs.
     pub transmitted: u64,
-    /// Lost (at random, or past the queue limit).
+    /// Lost (at random, past the queue limit, or for want of memory).
     pub lost: u64,
-    /// Of those, lost past the queue limit.
+    /// Of those, lost past the queue limit or for want of memory.
     pub overflowed: u64,
     /// Extra copies made.
     pub duplicated: u64,
@@ -405,7 +405,14 @@ impl<P: Platform> SimWire<P> {
                 1
             };
             for _ in 0..copies {
-                let mut copy = OwnedDatagram::of(d);
+                // A copy the wire has no memory for is lost, as in a full
+                // switch buffer.
+                let copy = OwnedDatagram::try_of(d).filter(|_| w.queue.try_reserve(1).is_ok());
+                let Some(mut copy) = copy else {
+                    w.stats.lost += 1;
+                    w.stats.overflowed += 1;
+                    continue;
+                };
                 let bytes = &mut copy.bytes;
                 if w.rng.chance(c.corrupt_ppm) && bytes.len() > MASKED_BTH_BYTE + 1 {
                     let mut byte = w.rng.upto(bytes.len() as u64 - 1) as usize;

@@ -10,7 +10,7 @@ use core::sync::atomic::Ordering;
 use irpverbs_abi::*;
 use irpverbs_core::{AsyncEvent, Command, CommandOut, Event, Hca};
 use irpverbs_ring::wq::{CompletionQueue, RecvQueue, SendQueue, SendWr};
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::Execution;
 use crate::fabric::Fabric;
@@ -60,7 +60,7 @@ pub(crate) struct Mem {
     pub(crate) lkey: u32,
     pub(crate) addr: u64,
     pub(crate) len: u64,
-    pub(crate) region: Arc<Region>,
+    pub(crate) region: Shared<Region>,
 }
 
 impl Mem {
@@ -2784,14 +2784,14 @@ fn a_response_from_before_a_rewind_is_stale() {
         // rewind.
         let data = irpverbs_ring::Region::alloc(8).unwrap();
         data.write(0, &77u64.to_ne_bytes()).unwrap();
-        let data = Arc::new(data);
+        let data = Shared::try_new(data).unwrap();
         let (resp, payload) = if second == IV_WR_RDMA_READ {
             let mut r = s.response(op::RC_READ_RESPONSE_ONLY, PSN0 + 1, ACK);
             r.payload_len = 8;
             (
                 r,
                 vec![crate::packet::Seg {
-                    region: Arc::clone(&data),
+                    region: data.clone(),
                     offset: 0,
                     len: 8,
                 }],
@@ -3628,7 +3628,7 @@ fn responder_invalid_requests_from_the_wire() {
         pkt.psn = PSN0;
         pkt.sgid = p.a.gid();
         pkt.dgid = p.b.gid();
-        let src = Arc::new(Region::alloc(8192).unwrap());
+        let src = Shared::try_new(Region::alloc(8192).unwrap()).unwrap();
         let payload = [crate::packet::Seg {
             region: src,
             offset: 0,

@@ -1,12 +1,11 @@
 //! The GSI (QP1): MADs between soft HCAs over loopback, a fabric and a
 //! simulated wire; garbage dropped and counted.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use irpverbs_abi::*;
 use irpverbs_core::{Event, GSI_QKEY, GSI_QPN, Hca, MAD_SIZE, MadIn, MadOut};
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 use crate::Fabric;
 use crate::packet::{Burst, Deth, Packet, Seg, op};
@@ -137,7 +136,7 @@ fn mad_buffers_are_reused_only_once_free() {
 
 /// Feeds `pkt` with `payload` to `node`'s transport as if it arrived.
 fn inject(node: &Node, pkt: Packet, burst: Burst, payload: &[u8]) {
-    let r = Arc::new(Region::alloc(payload.len().max(1)).unwrap());
+    let r = Shared::try_new(Region::alloc(payload.len().max(1)).unwrap()).unwrap();
     r.write(0, payload).unwrap();
     let segs = [Seg {
         region: r,
@@ -274,7 +273,7 @@ fn a_mad_without_memory_to_queue_is_dropped() {
     let a = Node::with(1, |_| {});
     let b = Node::with(2, |_| {});
     let pkt = mad_packet(&a, &b);
-    let r = Arc::new(Region::alloc(MAD_SIZE).unwrap());
+    let r = Shared::try_new(Region::alloc(MAD_SIZE).unwrap()).unwrap();
     r.write(0, &mad(3)).unwrap();
     let segs = [Seg {
         region: r,

@@ -808,7 +808,10 @@ struct Capture(std::sync::Mutex<Vec<Vec<OwnedDatagram>>>);
 
 impl crate::link::Link for Capture {
     fn transmit(&self, batch: &crate::link::TxBatch) {
-        let call = batch.iter().map(|d| OwnedDatagram::of(&d)).collect();
+        let call = batch
+            .iter()
+            .map(|d| OwnedDatagram::try_of(&d).unwrap())
+            .collect();
         self.0.lock().unwrap().push(call);
     }
     fn now_ns(&self) -> u64 {

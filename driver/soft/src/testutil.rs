@@ -98,10 +98,10 @@ impl Request for NoRequest {
     fn address_space(&self) -> u64 {
         unreachable!()
     }
-    fn attach_pin(&mut self, _: Arc<irpverbs_ring::Region>) {
+    fn attach_pin(&mut self, _: irpverbs_ring::Shared<irpverbs_ring::Region>) {
         unreachable!()
     }
-    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+    fn take_pin(&mut self) -> Option<irpverbs_ring::Shared<irpverbs_ring::Region>> {
         unreachable!()
     }
 }
@@ -146,7 +146,7 @@ impl Platform for TestPlatform {
         length: u64,
         _write: bool,
         _physical: bool,
-    ) -> Result<alloc::sync::Arc<irpverbs_ring::Region>, NtStatus> {
+    ) -> Result<irpverbs_ring::Shared<irpverbs_ring::Region>, NtStatus> {
         Ok(region(length))
     }
 
@@ -163,7 +163,7 @@ impl Platform for TestPlatform {
     fn map_doorbell_page(
         &self,
         _: &NoRequest,
-        _: &alloc::sync::Arc<irpverbs_ring::Region>,
+        _: &irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<(u64, ()), NtStatus> {
         unreachable!("no requests")
     }
@@ -172,10 +172,11 @@ impl Platform for TestPlatform {
 }
 
 /// Fresh memory standing in for a pinned MR (at most 1 MiB is backed).
-pub(crate) fn region(length: u64) -> alloc::sync::Arc<irpverbs_ring::Region> {
-    alloc::sync::Arc::new(
+pub(crate) fn region(length: u64) -> irpverbs_ring::Shared<irpverbs_ring::Region> {
+    irpverbs_ring::Shared::try_new(
         irpverbs_ring::Region::alloc(length.clamp(1, 1 << 20) as usize).expect("memory"),
     )
+    .expect("memory")
 }
 
 /// Counts interrupts and doorbells; panics if called under a soft HCA lock.

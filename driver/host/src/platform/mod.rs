@@ -1113,7 +1113,7 @@ impl Platform for HostPlatform {
         length: u64,
         _write: bool,
         _physical: bool,
-    ) -> Result<Arc<irpverbs_ring::Region>, NtStatus> {
+    ) -> Result<irpverbs_ring::Shared<irpverbs_ring::Region>, NtStatus> {
         use irpverbs_core::Request as _;
         let max = match request.requestor_mode() {
             irpverbs_core::RequestorMode::User => APC_LEVEL,
@@ -1148,9 +1148,9 @@ impl Platform for HostPlatform {
         // this region (the contract `Region::from_raw_parts` states).
         let region = unsafe { irpverbs_ring::Region::from_raw_parts(addr as *mut u8, len, owner) };
         // The MDL is the system's memory.
-        region
-            .map(|r| heap::uncharged(|| Arc::new(r)))
-            .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)
+        let region = region.ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)?;
+        heap::uncharged(|| irpverbs_ring::Shared::try_new(region))
+            .map_err(|_| irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES)
     }
 
     type Mapping = HostMapping;
@@ -1187,7 +1187,7 @@ impl Platform for HostPlatform {
     fn map_doorbell_page(
         &self,
         request: &HostRequest,
-        page: &Arc<irpverbs_ring::Region>,
+        page: &irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<(u64, HostMapping), NtStatus> {
         use irpverbs_core::Request as _;
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_doorbell_page");

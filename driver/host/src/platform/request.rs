@@ -256,7 +256,7 @@ pub struct HostRequest {
     buffer: Vec<u8>,
     /// A region pinned in the caller's context, until dispatch takes it
     /// (dropped with the request otherwise).
-    pin: Option<Arc<irpverbs_ring::Region>>,
+    pin: Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
 }
 
 impl std::fmt::Debug for HostRequest {
@@ -455,11 +455,11 @@ impl Request for HostRequest {
     }
 
     /// Kept in the request, dropped with it if dispatch never takes it.
-    fn attach_pin(&mut self, region: Arc<irpverbs_ring::Region>) {
+    fn attach_pin(&mut self, region: irpverbs_ring::Shared<irpverbs_ring::Region>) {
         self.pin = Some(region);
     }
 
-    fn take_pin(&mut self) -> Option<Arc<irpverbs_ring::Region>> {
+    fn take_pin(&mut self) -> Option<irpverbs_ring::Shared<irpverbs_ring::Region>> {
         self.pin.take()
     }
 }

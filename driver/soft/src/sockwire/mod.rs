@@ -45,7 +45,6 @@
 //! soft HCA lock held (the HCA calls [`Link::transmit`] after releasing
 //! its own).
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::net::{IpAddr, SocketAddr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,7 +52,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER};
 use irpverbs_core::platform::LockClass;
 use irpverbs_core::{Platform, SpinLock};
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 
 use crate::link::{Datagram, Link, TxBatch};
 use crate::port::ip_gid;
@@ -219,7 +218,7 @@ struct Pool {
 pub struct SocketLink<P: Platform, S: DatagramSocket> {
     local: SocketAddr,
     socket: S,
-    buffers: Vec<Arc<Region>>,
+    buffers: Vec<Shared<Region>>,
     pool: P::Lock<Pool>,
     /// The timer is not armed (the HCA had no deadline at its last run).
     timer_idle: AtomicBool,
@@ -272,7 +271,7 @@ impl<P: Platform, S: DatagramSocket> SocketLink<P, S> {
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         for i in 0..n {
             let r = Region::alloc(SLOT_BYTES).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-            buffers.push(Arc::new(r));
+            buffers.push(Shared::try_new(r).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?);
             // Taken from the back: the lowest index first.
             free.push(n - 1 - i);
         }
@@ -305,7 +304,7 @@ impl<P: Platform, S: DatagramSocket> SocketLink<P, S> {
 
     /// Send buffer `slot` (the platform describes each once, as an MDL on
     /// Windows); `None` past the last.
-    pub fn buffer(&self, slot: u16) -> Option<&Arc<Region>> {
+    pub fn buffer(&self, slot: u16) -> Option<&Shared<Region>> {
         self.buffers.get(usize::from(slot))
     }
 
