@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_host::HostDevice;
-use irpverbs_verbs::{Cq, SendWr, Wc};
+use irpverbs_verbs::{Cq, IntoClient, SendWr, Wc};
 
 fn main() -> Result<(), String> {
     // The driver and its soft HCA, loaded in this process (verifier on).

@@ -22,7 +22,7 @@
 //!   (`IOCTL_IV_MAP_RINGS` "maps" them at their own addresses, under the
 //!   verifier's mapping checks), and the doorbells ([`Doorbells`] for
 //!   [`HostDevice`] and [`HostFile`]) call the soft HCA's. A [`HostFile`] is
-//!   a [`irpverbs_verbs::SpeedPath`] ([`HostFile::into_client`]);
+//!   a [`SpeedPath`] (the typed verbs' `file.into_client()`);
 //!   kernel-style callers open a kernel-mode file
 //!   ([`HostDevice::open_kernel`]) and get the direct-call table from
 //!   [`HostDevice::query_interface`].
@@ -45,10 +45,11 @@ use irpverbs_core::platform::LockClass;
 use irpverbs_core::{
     DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
 };
+use irpverbs_kernel_table::kernel::{IvKernelInterface, SpeedLock, SpeedPlatform};
+use irpverbs_kernel_table::speed::{Bell, Doorbells, PageDoorbells};
+use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
 use irpverbs_ring::wq::LockCheck;
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
-use irpverbs_verbs::kernel::{IvKernelInterface, SpeedLock, SpeedPlatform};
-use irpverbs_verbs::{Bell, Client, Doorbells, PageDoorbells, SpeedPath};
 use zerocopy::FromBytes;
 
 use crate::platform::{
@@ -775,7 +776,7 @@ impl HostDevice {
     /// that they are taken at DISPATCH_LEVEL
     /// ([`crate::platform::speed_lock_check`]).
     pub fn query_interface(self: &Arc<Self>) -> IvKernelInterface {
-        irpverbs_verbs::kernel::interface(
+        irpverbs_kernel_table::kernel::interface(
             Arc::new(InterfaceDoorbells {
                 device: Arc::clone(self),
                 _reference: self.platform.reference_device(),
@@ -1249,21 +1250,16 @@ impl HostFile {
         self.call(self.request(code, input, output_len))
     }
 
-    /// The typed verbs over this file, with the speed path.
-    pub fn into_client(self) -> Client {
-        Client::with_speed_path(Box::new(self))
-    }
-
-    /// The typed verbs over this file, with the speed path, and a
-    /// [`CmSubmitter`] that issues the connection manager's requests on the
-    /// same file asynchronously ([`HostFile::submit`]): a test can then run
-    /// a connect, an accept and the wire on one thread, deterministically
-    /// (the CM's requests name the client's QPs, so they must be the same
-    /// file). The file closes when both are dropped.
-    pub fn into_client_with_submitter(self) -> (Client, CmSubmitter) {
+    /// This file, shared with a [`CmSubmitter`] that issues the connection
+    /// manager's requests on it asynchronously ([`HostFile::submit`]): the
+    /// [`SharedFile`] carries the typed verbs (`into_client()`, with the
+    /// speed path), and a test can then run a connect, an accept and the
+    /// wire on one thread, deterministically (the CM's requests name the
+    /// client's QPs, so they must be the same file). The file closes when
+    /// both are dropped.
+    pub fn with_cm_submitter(self) -> (SharedFile, CmSubmitter) {
         let file = Arc::new(self);
-        let client = Client::with_speed_path(Box::new(SharedFile(Arc::clone(&file))));
-        (client, CmSubmitter(file))
+        (SharedFile(Arc::clone(&file)), CmSubmitter(file))
     }
 
     /// Requests of this file not yet completed.
@@ -1305,7 +1301,7 @@ impl HostFile {
     }
 }
 
-impl irpverbs_verbs::IoctlTransport for HostFile {
+impl IoctlTransport for HostFile {
     fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
         HostFile::ioctl(self, code, input, output_len)
     }
@@ -1342,11 +1338,17 @@ impl Drop for HostFile {
     }
 }
 
-/// A file a [`Client`] shares with a [`CmSubmitter`]
-/// ([`HostFile::into_client_with_submitter`]).
-struct SharedFile(Arc<HostFile>);
+/// A file shared with a [`CmSubmitter`] ([`HostFile::with_cm_submitter`]):
+/// the typed verbs' side of it.
+pub struct SharedFile(Arc<HostFile>);
 
-impl irpverbs_verbs::IoctlTransport for SharedFile {
+impl std::fmt::Debug for SharedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedFile").field(&self.0.key()).finish()
+    }
+}
+
+impl IoctlTransport for SharedFile {
     fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
         self.0.ioctl(code, input, output_len)
     }
@@ -1357,7 +1359,7 @@ impl irpverbs_verbs::IoctlTransport for SharedFile {
 // (`CmSubmitter::ISSUES`): none of them destroys, resizes or unmaps a QP,
 // CQ or SRQ (a CM request modifies its QP, as `IOCTL_IV_MODIFY_QP` through
 // the client would). The file is run down only when both are dropped, so
-// never while the client (and the objects borrowing it) lives.
+// never while this value (and the client and objects over it) lives.
 #[allow(unsafe_code, reason = "the SpeedPath contract, justified above")]
 unsafe impl SpeedPath for SharedFile {
     fn doorbells(&self) -> &dyn Doorbells {
@@ -1365,8 +1367,8 @@ unsafe impl SpeedPath for SharedFile {
     }
 }
 
-/// Issues the connection manager's requests asynchronously on a file a
-/// [`Client`] owns ([`HostFile::into_client_with_submitter`]).
+/// Issues the connection manager's requests asynchronously on a file the
+/// typed verbs own ([`HostFile::with_cm_submitter`]).
 pub struct CmSubmitter(Arc<HostFile>);
 
 impl std::fmt::Debug for CmSubmitter {

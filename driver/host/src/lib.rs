@@ -36,5 +36,5 @@ static GLOBAL: platform::heap::DriverHeap = platform::heap::DriverHeap;
 
 pub use device::{
     CLEANUP_PIN_TIMEOUT, CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl,
-    Submitted, UserDoorbells,
+    SharedFile, Submitted, UserDoorbells,
 };

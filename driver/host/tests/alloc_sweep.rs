@@ -33,7 +33,7 @@ use irpverbs_host::simwire::SimHosts;
 use irpverbs_host::{CmSubmitter, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_soft::sim::SimConfig;
-use irpverbs_verbs::{Client, Cq, Qp, SendWr, av, qp_request};
+use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, av, qp_request};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
@@ -281,7 +281,8 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
     let net = SimHosts::new(SimConfig::default(), &[&da, &db]).expect("sim net");
     let open = |run: &mut Run, d: &Arc<HostDevice>| {
         let file = run.verb("open", || d.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS));
-        file.into_client_with_submitter()
+        let (file, cm) = file.with_cm_submitter();
+        (file.into_client(), cm)
     };
     let (ca, sa) = open(&mut run, &da);
     let (cb, sb) = open(&mut run, &db);

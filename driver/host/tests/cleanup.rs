@@ -12,6 +12,7 @@ use irpverbs_abi::*;
 use irpverbs_core::{MajorFunction, Platform as _, RequestorMode};
 use irpverbs_host::platform::{RequestParams, catch_bugcheck, codes, locked_pages};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_verbs::IntoClient;
 
 mod common;
 use common::{End, Mem};

@@ -15,7 +15,7 @@ use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, SendWr};
+use irpverbs_verbs::{Client, IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;

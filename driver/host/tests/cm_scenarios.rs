@@ -18,7 +18,7 @@ use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock, current_irql};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, IoctlTransport, SendWr, qp_request};
+use irpverbs_verbs::{Client, IntoClient, IoctlTransport, SendWr, qp_request};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;

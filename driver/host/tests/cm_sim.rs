@@ -28,7 +28,7 @@ use irpverbs_host::simwire::SimHosts;
 use irpverbs_host::{CmSubmitter, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_soft::sim::SimConfig;
-use irpverbs_verbs::{Client, SendWr};
+use irpverbs_verbs::{Client, IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
@@ -76,9 +76,11 @@ fn device(last: u8) -> Arc<HostDevice> {
 }
 
 fn open(d: &Arc<HostDevice>) -> (Client, CmSubmitter) {
-    d.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+    let (file, cm) = d
+        .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
         .expect("open")
-        .into_client_with_submitter()
+        .with_cm_submitter();
+    (file.into_client(), cm)
 }
 
 /// A request's result, once it completed.

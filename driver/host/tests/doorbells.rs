@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
-use irpverbs_verbs::{Client, Cq, Doorbells, PageDoorbells, Qp, SendWr};
+use irpverbs_verbs::{Client, Cq, Doorbells, IntoClient, PageDoorbells, Qp, SendWr};
 
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 

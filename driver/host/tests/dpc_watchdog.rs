@@ -20,7 +20,7 @@ use irpverbs_host::platform::{
 };
 use irpverbs_host::{HostDevice, HostDeviceConfig};
 use irpverbs_soft::{DEFAULT_DPC_BUDGET, SoftConfig};
-use irpverbs_verbs::{Cq, RecvWr, SendWr};
+use irpverbs_verbs::{Cq, IntoClient, RecvWr, SendWr};
 
 const MIB: usize = 1 << 20;
 /// 64 messages of 1 MiB: 64 MiB.

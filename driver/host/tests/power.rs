@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_host::platform::{catch_bugcheck, codes, power};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl, UserDoorbells};
-use irpverbs_verbs::SendWr;
+use irpverbs_verbs::{IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;

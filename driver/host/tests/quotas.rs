@@ -11,7 +11,7 @@ use irpverbs_abi::*;
 use irpverbs_core::{DeviceConfig, FileQuota};
 use irpverbs_host::{HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, av};
+use irpverbs_verbs::{Client, IntoClient, av};
 use zerocopy::{FromBytes, IntoBytes};
 
 fn device(quota: FileQuota, soft: SoftConfig) -> Arc<HostDevice> {

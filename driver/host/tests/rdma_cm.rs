@@ -19,7 +19,7 @@ use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::rdma_cm::{
     CmEvent, CmId, ConnParam, IpCmHeader, PortSpace, gid_ip, ip_gid, resolve,
 };
-use irpverbs_verbs::{Client, SendWr};
+use irpverbs_verbs::{Client, IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;

@@ -18,7 +18,7 @@ use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::SendWr;
+use irpverbs_verbs::{IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
@@ -125,7 +125,8 @@ fn surprise_removal_under_traffic(engine: Engine) {
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
-    let (ca, sa) = da.open(RW).unwrap().into_client_with_submitter();
+    let (fa, sa) = da.open(RW).unwrap().with_cm_submitter();
+    let ca = fa.into_client();
     let cb = db.open(RW).unwrap().into_client();
     // A second file on the removed device, with nothing but an async-event
     // wait.

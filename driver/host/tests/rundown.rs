@@ -7,7 +7,7 @@
 use irpverbs_abi::*;
 use irpverbs_host::{HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::qp_request;
+use irpverbs_verbs::{IntoClient, qp_request};
 use std::time::Duration;
 
 #[test]

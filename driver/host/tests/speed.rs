@@ -23,7 +23,7 @@ use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe};
 use irpverbs_verbs::kernel::{
     IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr, IvKernelSendWr,
 };
-use irpverbs_verbs::{Client, Cq, CqRings, Qp, SendWr, Wc};
+use irpverbs_verbs::{Client, Cq, CqRings, IntoClient, Qp, SendWr, Wc};
 
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 

@@ -38,7 +38,7 @@ use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::Fabric;
-use irpverbs_verbs::{Client, Cq, Qp, SendWr, Wc, rts_steps};
+use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, Wc, rts_steps};
 use zerocopy::{FromBytes, IntoBytes};
 
 const PAIRS: usize = 16;

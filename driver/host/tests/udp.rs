@@ -15,7 +15,7 @@ use irpverbs_abi::*;
 use irpverbs_host::udp::UdpConfig;
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, SendWr, rts_steps};
+use irpverbs_verbs::{Client, IntoClient, SendWr, rts_steps};
 
 mod common;
 use common::End;

@@ -10,13 +10,16 @@
 //! - [`kernel`]: the kernel ULPs' direct-call function table
 //!   (`include/irpverbs_kernel.h`), handed out through
 //!   `IRP_MN_QUERY_INTERFACE`. Its post, poll and arm hold a lock of the
-//!   platform's that raises to DISPATCH_LEVEL ([`kernel::SpeedLock`]).
+//!   platform's that raises to DISPATCH_LEVEL ([`kernel::SpeedLock`]);
+//! - [`file`](mod@file): an open file as a ULP library reaches it
+//!   ([`IoctlTransport`], [`SpeedPath`]), which a driver-side file
+//!   implements without depending on a ULP library.
 //!
 //! Users: `irpverbs-verbs` (the typed user-mode verbs, which re-exports
-//! both), the host device (`irpverbs-host`: the table of
-//! `HostDevice::query_interface` and the user-mode C library) and
-//! irpverbs.sys (`driver/kmdf`, which registers the table with
-//! `WdfDeviceAddQueryInterface`).
+//! them), the host device (`irpverbs-host`: the table of
+//! `HostDevice::query_interface`, its files' transport), the user-mode C
+//! library (`irpverbs-host-c`) and irpverbs.sys (`driver/kmdf`, which
+//! registers the table with `WdfDeviceAddQueryInterface`).
 //!
 //! `unsafe` appears where a mapped address becomes a ring (the
 //! `from_create` / `from_map` constructors, whose callers vouch for the
@@ -29,8 +32,11 @@
 
 extern crate alloc;
 
+pub mod file;
 pub mod kernel;
 pub mod speed;
+
+pub use file::{IoctlTransport, SpeedPath};
 
 pub use speed::{
     AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::time::Instant;
 
 use irpverbs_abi::*;
-use irpverbs_verbs::{Client, av, qp_request, rts_steps};
+use irpverbs_verbs::{Client, IntoClient, av, qp_request, rts_steps};
 
 use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig};
 

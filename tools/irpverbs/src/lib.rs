@@ -6,7 +6,7 @@
 //!   verifier's leak checks;
 //! - [`perf`]: perftest's tests in one process, or between two processes or
 //!   hosts over the UDP wire;
-//! - [`bench`]: the figures of `cargo bench -p irpverbs-tools` and
+//! - [`bench`](mod@bench): the figures of `cargo bench -p irpverbs-tools` and
 //!   `irpverbs bench`;
 //! - [`pcap::Capture`] records RoCEv2 packets in a pcap file.
 #![deny(unsafe_code)]

@@ -39,18 +39,7 @@ pub use speed::{
     SpeedPath, SrqRings, WakeHca, Wc,
 };
 
-/// Carries one IOCTL to the driver and waits for its completion.
-pub trait IoctlTransport: Send + Sync {
-    /// Issues `code` with `input`, an output buffer of `output_len` bytes,
-    /// and returns the completion status and the `information` output bytes.
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>);
-}
-
-impl<T: IoctlTransport + ?Sized> IoctlTransport for Box<T> {
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        (**self).ioctl(code, input, output_len)
-    }
-}
+pub use irpverbs_kernel_table::IoctlTransport;
 
 /// A verb's outcome: the response struct, or the failure status.
 pub type IoctlResult<T> = Result<T, NtStatus>;
@@ -105,6 +94,18 @@ pub struct Client {
     file: File,
     held: Mutex<Vec<(Kind, IvHandle)>>,
 }
+
+/// The typed verbs over a file that reaches the HCA's doorbells:
+/// `file.into_client()` is [`Client::with_speed_path`] of it (for every
+/// [`SpeedPath`] transport, such as a host-mode file).
+pub trait IntoClient: SpeedPath + Sized + 'static {
+    /// The typed verbs over this file, with the speed path.
+    fn into_client(self) -> Client {
+        Client::with_speed_path(Box::new(self))
+    }
+}
+
+impl<T: SpeedPath + 'static> IntoClient for T {}
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

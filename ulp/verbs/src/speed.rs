@@ -7,35 +7,15 @@
 //! - the safe Rust objects ([`crate::Qp`], [`crate::Cq`], [`crate::Srq`])
 //!   that [`crate::Client`] creates over a [`SpeedPath`] transport;
 //! - the kernel ULPs' direct-call function table ([`crate::kernel`]);
-//! - the user-mode C library (`include/irpverbs_user.h`, in the host crate).
-#![allow(unsafe_code, reason = "the SpeedPath contract")]
+//! - the user-mode C library (`include/irpverbs_user.h`, `ulp/host-c`).
 
 use irpverbs_abi::*;
 
-use crate::IoctlTransport;
-
+pub use irpverbs_kernel_table::SpeedPath;
 pub use irpverbs_kernel_table::speed::{
     AsNtStatus, Bell, Corrupt, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr,
     SendWr, SrqRings, WakeHca,
 };
-
-/// An open of the device whose rings the speed path may use: an IOCTL
-/// transport that also reaches the HCA's doorbells (direct calls, or the
-/// file's doorbell page, [`PageDoorbells`], mapped before any ring so that
-/// `IOCTL_IV_MAP_RINGS` reports each queue's slot in it).
-///
-/// # Safety
-/// Implementing this promises that the driver objects created through this
-/// value are destroyed, resized or run down (file close) only through IOCTLs
-/// issued by this value or by dropping it: nothing else holds the same open
-/// of the device. [`crate::Client`] relies on it to keep every ring a
-/// speed-path object views mapped for as long as the object lives (it
-/// refuses destroys of such objects through itself, and its objects borrow
-/// it, so it cannot be dropped under them).
-pub unsafe trait SpeedPath: IoctlTransport {
-    /// The doorbells of the device this file is open on.
-    fn doorbells(&self) -> &dyn Doorbells;
-}
 
 /// The name of a completion status (`IV_WC_*` without the prefix), as
 /// `ibv_wc_status_str` names them.

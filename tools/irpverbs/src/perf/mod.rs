@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request, rts_steps};
+use irpverbs_verbs::{
+    Client, Cq, IntoClient, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request, rts_steps,
+};
 
 use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use irpverbs_host::platform::{HostConfig, VerifierConfig};

@@ -48,6 +48,7 @@ use super::{
     bw_post, format_header, format_table, new_device, ok, ping, pong, post_ahead, stats,
 };
 use irpverbs_host::udp::{UdpConfig, UdpStats, ib_mtu_for, path_mtu};
+use irpverbs_verbs::IntoClient;
 use irpverbs_verbs::rdma_cm::{CmEvent, CmId, ConnParam, PortSpace, ip_gid};
 
 /// perftest's out-of-band TCP port.
