@@ -29,16 +29,7 @@ pub(crate) fn start_create_ah<P: Platform, H: Hca>(
     check_ah_attr(&i.attr, caps)?;
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let pdn = crate::pd::pdn(s, file, pd);
-    let idx = d.reserve(
-        s,
-        file,
-        Body::Ah(Ah {
-            pd,
-            ahn: 0,
-            attr: i.attr,
-        }),
-        caps.max_ah,
-    )?;
+    let idx = d.reserve(s, file, Body::Ah(Ah { pd, ahn: 0 }), caps.max_ah)?;
     Ok((Op::Create(idx), Command::CreateAh { pdn, attr: i.attr }))
 }
 

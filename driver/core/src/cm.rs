@@ -93,7 +93,7 @@ use irpverbs_abi::*;
 use crate::device::{Response, State, Verb};
 use crate::fallible::try_to_vec;
 use crate::hca::{MadIn, MadOut};
-use crate::notify::{Done, WaitKind, pend, pend_reserved, take_wait};
+use crate::notify::{Done, pend, pend_reserved, take_wait};
 
 /// Events a CEP object holds for its owner (the engine queues no more per
 /// CEP: a connection's reply, establishment, disconnect request and reply,
@@ -496,7 +496,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     let response = Response::write(&mut request, out.as_bytes());
                     return Some((request, STATUS_SUCCESS, response));
                 }
-                let key = match pend(s, file, WaitKind::CepEvent(idx), request) {
+                let key = match pend(s, file, request) {
                     Ok(k) => k,
                     Err((r, st)) => return Some((r, st, Response::None)),
                 };
@@ -1679,7 +1679,7 @@ fn park<R: crate::Request>(
         return Err((r, STATUS_CANCELLED));
     };
     // The room was made when the request started (`reserve_waits`).
-    let key = pend_reserved(s, file, WaitKind::CmRequest, r)?;
+    let key = pend_reserved(s, file, r)?;
     if let Some(p) = s.cm_ops.get_mut(&id) {
         p.wait = Some(key);
     }

@@ -26,27 +26,9 @@ use crate::hca::AsyncEvent;
 use crate::object::{Body, Kind, Life};
 use crate::platform::{FileKey, Request};
 
-/// What a pended request waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WaitKind {
-    /// An event on the CQ at this index.
-    CqNotify(u32),
-    /// An event on the channel at this index.
-    CqEvent(u32),
-    /// An async event on the file.
-    Async,
-    /// An event on the CEP at this index.
-    CepEvent(u32),
-    /// A multi-phase CM request waiting for a CM event.
-    CmRequest,
-}
-
 /// A pended request.
 pub(crate) struct Wait<R> {
     pub file: FileKey,
-    /// What it waits for (for diagnostics; the per-object lists index it).
-    #[allow(dead_code)]
-    pub kind: WaitKind,
     pub request: R,
 }
 
@@ -76,20 +58,20 @@ pub(crate) fn take_wait<R: Request>(s: &mut State<R>, key: u64) -> Option<R> {
     s.waits.remove(&key).map(|w| w.request)
 }
 
-/// Pends `request` as a wait of `kind`: marks it cancelable under `key`.
+/// Pends `request` as a wait: marks it cancelable under `key` (the caller
+/// files the key in the list of what it waits for).
 /// Returns the request back (to complete with `STATUS_CANCELLED`) if it was
 /// already cancelled.
 pub(crate) fn pend<R: Request>(
     s: &mut State<R>,
     file: FileKey,
-    kind: WaitKind,
     request: R,
 ) -> Result<u64, (R, NtStatus)> {
     // The wait's room first: nothing to undo if it is refused.
     if reserve_waits(s).is_err() {
         return Err((request, STATUS_INSUFFICIENT_RESOURCES));
     }
-    pend_reserved(s, file, kind, request)
+    pend_reserved(s, file, request)
 }
 
 /// Room in the wait table for one more wait, one for every multi-phase
@@ -111,7 +93,6 @@ pub(crate) fn reserve_waits<R>(s: &mut State<R>) -> Result<(), NtStatus> {
 pub(crate) fn pend_reserved<R: Request>(
     s: &mut State<R>,
     file: FileKey,
-    kind: WaitKind,
     mut request: R,
 ) -> Result<u64, (R, NtStatus)> {
     s.next_wait += 1;
@@ -119,11 +100,7 @@ pub(crate) fn pend_reserved<R: Request>(
     if request.mark_cancelable(key).is_err() {
         return Err((request, STATUS_CANCELLED));
     }
-    let wait = Wait {
-        file,
-        kind,
-        request,
-    };
+    let wait = Wait { file, request };
     if let Err((_, mut wait)) = s.waits.insert_reserved(key, wait) {
         // Not reached: the room was reserved above.
         let _ = wait.request.unmark_cancelable();
@@ -438,7 +415,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if !room {
                 return fail(request, STATUS_INSUFFICIENT_RESOURCES);
             }
-            let key = match pend(s, file, WaitKind::CqNotify(idx), request) {
+            let key = match pend(s, file, request) {
                 Ok(k) => k,
                 Err((r, st)) => return Some((r, st, Response::None)),
             };
@@ -467,7 +444,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if !room {
                 return fail(request, STATUS_INSUFFICIENT_RESOURCES);
             }
-            let key = match pend(s, file, WaitKind::CqEvent(ch), request) {
+            let key = match pend(s, file, request) {
                 Ok(k) => k,
                 Err((r, st)) => return Some((r, st, Response::None)),
             };
@@ -515,7 +492,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             {
                 return fail(request, STATUS_INSUFFICIENT_RESOURCES);
             }
-            let key = match pend(s, file, WaitKind::Async, request) {
+            let key = match pend(s, file, request) {
                 Ok(k) => k,
                 Err((r, st)) => return Some((r, st, Response::None)),
             };

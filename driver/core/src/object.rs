@@ -1,7 +1,7 @@
 //! The driver's objects and what they have in common: a life state, an
 //! operation-in-flight flag, a count of dependents, and a pool charge.
 
-use irpverbs_abi::{IvAhAttr, IvQpCap};
+use irpverbs_abi::IvQpCap;
 use irpverbs_ring::Ring;
 
 use crate::hca::DoorbellTarget;
@@ -98,7 +98,6 @@ pub(crate) struct Cq {
     pub failed: bool,
     /// Sequence of the driver's own arms (`CQ_NOTIFY` with arming).
     pub arm_seq: u32,
-    #[allow(dead_code)]
     pub user_context: u64,
 }
 
@@ -114,7 +113,6 @@ pub(crate) struct Qp {
     /// The state as of the last completed modify; the HCA may have moved
     /// the QP to ERR or SQE since (the modify command then fails).
     pub state: u32,
-    #[allow(dead_code)]
     pub user_context: u64,
     /// The send queue ring, once created.
     pub sq: Option<Ring>,
@@ -129,7 +127,6 @@ pub(crate) struct Srq {
     pub max_wr: u32,
     /// SGEs per WR, as asked (a resize's ring is counted with them).
     pub max_sge: u32,
-    #[allow(dead_code)]
     pub user_context: u64,
     /// The ring, once created.
     pub ring: Option<Ring>,
@@ -139,8 +136,6 @@ pub(crate) struct Srq {
 pub(crate) struct Ah {
     pub pd: u32,
     pub ahn: u32,
-    #[allow(dead_code)]
-    pub attr: IvAhAttr,
 }
 
 /// A completion channel: CQ events in arrival order, and the waits that

@@ -26,8 +26,11 @@ pub const REGION_ALIGN: usize = 4096;
 enum Owner {
     /// Allocated by [`Region::alloc`]: freed with this layout.
     Heap(Layout),
-    /// Owned elsewhere; the box keeps whatever owns it alive.
-    External(#[allow(dead_code)] Option<Box<dyn Any + Send + Sync>>),
+    /// Owned elsewhere: held (never read) to keep whatever owns it alive
+    /// until the region is dropped.
+    External {
+        _keep_alive: Option<Box<dyn Any + Send + Sync>>,
+    },
 }
 
 /// A shared memory range.
@@ -90,7 +93,7 @@ impl Region {
         Some(Self {
             ptr: NonNull::new(ptr)?,
             len,
-            owner: Owner::External(owner),
+            owner: Owner::External { _keep_alive: owner },
         })
     }
 
