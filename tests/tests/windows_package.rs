@@ -806,7 +806,7 @@ fn user_memory_goes_through_the_seh_shim() {
 fn user_doorbells_are_scanned_by_both_layers() {
     // Host mode's doorbell thread and irpverbs.sys's system thread run the
     // same poller steps; the ring IOCTL wakes both through the bus.
-    let soft = code_of(&read("driver/soft/src/poller.rs"));
+    let soft = code_of(&read("driver/soft/src/firmware/poller.rs"));
     assert!(soft.contains("pub fn poll_doorbells_step("));
     let host = code_of(&read("driver/host/src/device.rs"));
     assert!(host.contains("soft.poll_doorbells_step(&mut poller, now)"));
@@ -878,7 +878,7 @@ fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
     assert!(d0_exit.contains("wire.stop()"), "{d0_exit}");
     // The INF's defaults name the values the glue reads.
     let inx = read("inf/irpverbs.inx");
-    let soft = code_of(&read("driver/soft/src/sockwire/mod.rs"));
+    let soft = code_of(&read("driver/soft/src/net/sockwire/mod.rs"));
     for (name, default) in [
         ("RoceEnable", "0x10003,0"),
         ("RoceAddress", "0x2,\"\""),

@@ -46,7 +46,7 @@ pub struct SoftConfig {
     pub aliases: alloc::vec::Vec<IpAddr>,
     /// The UDP port the port's RoCEv2 datagrams are sent to (and that its
     /// link listens on). The ICRC covers it, so every HCA of a wire must
-    /// agree. Default 4791 ([`crate::link::DEFAULT_PORT`]).
+    /// agree. Default 4791 ([`crate::net::link::DEFAULT_PORT`]).
     pub udp_port: u16,
     /// Where the firmware runs. Default [`Execution::Inline`].
     pub execution: Execution,
@@ -118,7 +118,7 @@ impl Default for SoftConfig {
             node_guid: 0x0200_00FF_FE00_0001,
             ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             aliases: alloc::vec::Vec::new(),
-            udp_port: crate::link::DEFAULT_PORT,
+            udp_port: crate::net::link::DEFAULT_PORT,
             execution: Execution::Inline,
             cmd_queue_depth: 64,
             eq_depth: 256,
@@ -184,13 +184,13 @@ impl SoftConfig {
             && self.max_qp_init_rd_atom <= u32::from(u8::MAX)
             && self.max_mr_size >= 1
             && self.dpc_budget >= 1
-            && self.aliases.len() < crate::port::GID_TBL_LEN as usize
+            && self.aliases.len() < crate::firmware::port::GID_TBL_LEN as usize
             && self.aliases.iter().enumerate().all(|(k, a)| {
                 !a.is_unspecified()
-                    && crate::port::ip_gid(*a) != crate::port::ip_gid(self.ip)
-                    && self.aliases[..k]
-                        .iter()
-                        .all(|b| crate::port::ip_gid(*b) != crate::port::ip_gid(*a))
+                    && crate::firmware::port::ip_gid(*a) != crate::firmware::port::ip_gid(self.ip)
+                    && self.aliases[..k].iter().all(|b| {
+                        crate::firmware::port::ip_gid(*b) != crate::firmware::port::ip_gid(*a)
+                    })
             });
         if ok {
             Ok(())

@@ -13,7 +13,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::transport::{emit_transport, parse_transport, transport_len};
 use super::{EmitError, Family, ICRC_LEN, IpUdp, ROCE_PORT, WireError, is_ipv4_mapped};
-use crate::packet::{Gid, Packet};
+use crate::transport::packet::{Gid, Packet};
 
 /// Bytes of an IPv4 header without options.
 pub const IPV4_HDR_LEN: usize = 20;

@@ -16,7 +16,7 @@
 //!   [`emit_frame`], [`parse_datagram`], [`parse_frame`].
 //!
 //! Which headers a packet has is decided by the transport's one opcode
-//! table, [`packet::mask`](crate::packet::mask); whether a packet travels
+//! table, [`packet::mask`](crate::transport::packet::mask); whether a packet travels
 //! over IPv4 or IPv6 by its GIDs (IPv4-mapped `::ffff:a.b.c.d` is IPv4).
 //!
 //! Emitting writes into a buffer the caller provides and parsing borrows
@@ -37,7 +37,7 @@ pub mod transport;
 
 use core::fmt;
 
-use crate::packet::{Gid, Packet};
+use crate::transport::packet::{Gid, Packet};
 
 pub use icrc::icrc;
 pub use ip::{

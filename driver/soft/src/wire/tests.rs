@@ -9,7 +9,9 @@ use proptest::sample::select;
 use proptest::test_runner::Config;
 
 use super::*;
-use crate::packet::{Aeth, AtomicEth, Deth, PSN_MASK, Packet, Reth, aeth, header_len, m, mask, op};
+use crate::transport::packet::{
+    Aeth, AtomicEth, Deth, PSN_MASK, Packet, Reth, aeth, header_len, m, mask, op,
+};
 
 fn config() -> Config {
     Config {

@@ -5,21 +5,34 @@
 //! leaves the firmware exactly as it was. The handlers live with their
 //! objects (pd.rs, mr.rs, cq.rs, srq.rs, qp.rs, ah.rs, port.rs).
 
+pub(crate) mod ah;
+pub(crate) mod cq;
+pub(crate) mod doorbell;
+pub(crate) mod eq;
+pub(crate) mod mr;
+pub(crate) mod pd;
+pub(crate) mod poller;
+pub(crate) mod port;
+pub(crate) mod qp;
+pub(crate) mod shared;
+pub(crate) mod srq;
+pub(crate) mod table;
+
 use irpverbs_abi::{
     IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN,
     IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus, STATUS_SUCCESS,
 };
 use irpverbs_core::{AsyncEvent, Command, CommandOut};
 
-use crate::ah::Ah;
 use crate::config::SoftConfig;
-use crate::cq::Cq;
-use crate::mr::Mr;
-use crate::pd::Pd;
-use crate::port::{PKEY_TBL_LEN, Port};
-use crate::qp::{QpInit, QpTable};
-use crate::srq::Srq;
-use crate::table::Table;
+use crate::firmware::ah::Ah;
+use crate::firmware::cq::Cq;
+use crate::firmware::mr::Mr;
+use crate::firmware::pd::Pd;
+use crate::firmware::port::{PKEY_TBL_LEN, Port};
+use crate::firmware::qp::{QpInit, QpTable};
+use crate::firmware::srq::Srq;
+use crate::firmware::table::Table;
 
 /// Vendor id of the soft device: 0xFFFFFF, no IEEE OUI (as rdma_rxe).
 pub const SOFT_VENDOR_ID: u32 = 0x00FF_FFFF;
@@ -110,11 +123,11 @@ pub(crate) struct Firmware {
     /// An async event the command being executed raised.
     pub(crate) raised: Option<AsyncEvent>,
     /// Ring memory of destroyed queues, for new ones.
-    pub(crate) rings: crate::shared::RingPool,
+    pub(crate) rings: crate::firmware::shared::RingPool,
     /// Doorbell pages and the queues their slots ring.
-    pub(crate) doorbells: crate::doorbell::Doorbells,
-    /// The data path's state (not compared: see [`crate::engine::DataPath`]).
-    pub(crate) dp: crate::engine::DataPath,
+    pub(crate) doorbells: crate::firmware::doorbell::Doorbells,
+    /// The data path's state (not compared: see [`crate::transport::engine::DataPath`]).
+    pub(crate) dp: crate::transport::engine::DataPath,
 }
 
 /// What executing a command produced.
@@ -138,7 +151,7 @@ impl Firmware {
         attention: irpverbs_ring::Shared<core::sync::atomic::AtomicU32>,
     ) -> Result<Self, NtStatus> {
         let port = Port::new(config.ip, &config.aliases);
-        let mut dp = crate::engine::DataPath::new(
+        let mut dp = crate::transport::engine::DataPath::new(
             port.gid(0).unwrap_or_default(),
             attention,
             config.eq_depth,
@@ -154,8 +167,8 @@ impl Firmware {
             qps: QpTable::new(config.max_qp),
             ahs: Table::new(config.max_ah),
             raised: None,
-            rings: crate::shared::RingPool::new()?,
-            doorbells: crate::doorbell::Doorbells::default(),
+            rings: crate::firmware::shared::RingPool::new()?,
+            doorbells: crate::firmware::doorbell::Doorbells::default(),
             config,
         })
     }
@@ -287,7 +300,7 @@ impl Refs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Dev;
+    use crate::tests::util::Dev;
     use irpverbs_core::Hca;
 
     #[test]

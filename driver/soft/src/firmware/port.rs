@@ -91,7 +91,7 @@ impl Port {
 
     /// The active MTU in bytes (UD messages are at most this).
     pub(crate) const fn active_mtu_bytes(&self) -> u32 {
-        crate::engine::mtu_bytes(IV_MTU_1024)
+        crate::transport::engine::mtu_bytes(IV_MTU_1024)
     }
 
     /// Largest path MTU (`IV_MTU_*`).
@@ -144,7 +144,7 @@ impl Firmware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Dev, IP6};
+    use crate::tests::util::{Dev, IP6};
     use core::net::Ipv6Addr;
     use irpverbs_core::Command;
 

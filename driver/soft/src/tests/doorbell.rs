@@ -10,7 +10,7 @@ use irpverbs_core::{Command, DoorbellTarget, Event, Hca};
 use irpverbs_ring::DoorbellPage;
 use irpverbs_ring::wq::SendWr;
 
-use crate::tests_dp::{Conn, Node, Pair, TOPOS, Topo, one, signaled};
+use crate::tests::dp::{Conn, Node, Pair, TOPOS, Topo, one, signaled};
 
 /// A doorbell page of `node`'s HCA, as the driver gets it, and the user's
 /// view of it.
@@ -102,7 +102,15 @@ fn an_srq_slot_rings_the_srq() {
     let n = Node::new(1);
     let cq = n.cq(16);
     let (srqn, srq) = n.srq(8, 1, 0);
-    let qa = n.qp_full(n.pd, IV_QPT_RC, &cq, &cq, None, false, crate::tests_dp::BIG);
+    let qa = n.qp_full(
+        n.pd,
+        IV_QPT_RC,
+        &cq,
+        &cq,
+        None,
+        false,
+        crate::tests::dp::BIG,
+    );
     let qb = n.qp_full(
         n.pd,
         IV_QPT_RC,
@@ -110,7 +118,7 @@ fn an_srq_slot_rings_the_srq() {
         &cq,
         Some(srqn),
         false,
-        crate::tests_dp::BIG,
+        crate::tests::dp::BIG,
     );
     let c = Conn::default();
     n.connect(&qa, n.gid(), qb.qpn, &c);

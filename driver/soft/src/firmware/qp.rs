@@ -31,8 +31,8 @@ use irpverbs_core::{AsyncEvent, CommandOut};
 
 use crate::config::{FIRST_QPN, MAX_QPN, ring_entries};
 use crate::firmware::Firmware;
-use crate::port::{PKEY_TBL_LEN, check_port};
-use crate::shared::boxed;
+use crate::firmware::port::{PKEY_TBL_LEN, check_port};
+use crate::firmware::shared::boxed;
 
 /// Largest PSN (24 bits).
 pub const MAX_PSN: u32 = 0xFF_FFFF;
@@ -141,11 +141,11 @@ pub(crate) struct Qp {
     /// state are authoritative).
     pub(crate) attr: IvQpAttr,
     /// The send queue ring.
-    pub(crate) sq: crate::shared::RingRef,
+    pub(crate) sq: crate::firmware::shared::RingRef,
     /// The receive queue ring (none with an SRQ).
-    pub(crate) rq: Option<crate::shared::RingRef>,
+    pub(crate) rq: Option<crate::firmware::shared::RingRef>,
     /// Transport state (requester, completer, responder).
-    pub(crate) tx: alloc::boxed::Box<crate::engine::QpTx>,
+    pub(crate) tx: alloc::boxed::Box<crate::transport::engine::QpTx>,
 }
 
 /// What `CreateQp` asks for.
@@ -471,23 +471,26 @@ impl Firmware {
         &mut self,
         init: &QpInit,
         cap: IvQpCap,
-        sq: &crate::shared::RingRef,
-        rq: Option<&crate::shared::RingRef>,
+        sq: &crate::firmware::shared::RingRef,
+        rq: Option<&crate::firmware::shared::RingRef>,
     ) -> Result<u32, NtStatus> {
         // Room for this QP in the data path's lists of QPs (each holds a
         // QP at most once), so that the data path never grows them.
         let n = self.qps.len() + 1;
         let dp = &mut self.dp;
-        crate::shared::room_for(&mut dp.timed, n)?;
-        crate::shared::room_for(&mut dp.acks, n)?;
+        crate::firmware::shared::room_for(&mut dp.timed, n)?;
+        crate::firmware::shared::room_for(&mut dp.acks, n)?;
         dp.ready
             .try_reserve(n.saturating_sub(dp.ready.len()))
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         if let Some(srqn) = init.srqn {
             let srq = self.srqs.get_mut(srqn)?;
-            crate::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
+            crate::firmware::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
         }
-        let tx = boxed(crate::engine::QpTx::new(&sq.0, rq.map(|r| &r.0))?)?;
+        let tx = boxed(crate::transport::engine::QpTx::new(
+            &sq.0,
+            rq.map(|r| &r.0),
+        )?)?;
         self.qps.insert(Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,
@@ -764,7 +767,7 @@ fn apply_attr(attr: &mut IvQpAttr, mask: u32, new: &IvQpAttr) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Dev, av, bad_avs, cap};
+    use crate::tests::util::{Dev, av, bad_avs, cap};
     use alloc::vec::Vec;
     use irpverbs_abi::{
         IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_MTU_4096, STATUS_DEVICE_BUSY,
@@ -1583,9 +1586,9 @@ mod tests {
                     let qp = fw.qps.get_mut(q).unwrap();
                     fw.dp.schedule(q, &mut qp.tx);
                     fw.dp.time(q, &mut qp.tx);
-                    assert!(crate::shared::push(&mut fw.dp.acks, q));
+                    assert!(crate::firmware::shared::push(&mut fw.dp.acks, q));
                     let srq = fw.srqs.get_mut(srqn).unwrap();
-                    assert!(crate::shared::push(&mut srq.rnr_waiters, q));
+                    assert!(crate::firmware::shared::push(&mut srq.rnr_waiters, q));
                 }
             });
             assert_eq!(allocated, 0, "every QP fits");

@@ -36,7 +36,7 @@ impl Firmware {
 
 #[cfg(test)]
 mod tests {
-    use crate::testutil::Dev;
+    use crate::tests::util::Dev;
     use irpverbs_abi::{STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE};
     use irpverbs_core::{Command, CommandOut};
 

@@ -17,7 +17,7 @@
 //!   completes with `REM_INV_REQ_ERR`, `REM_ACCESS_ERR`, `REM_OP_ERR` and
 //!   the QP goes to ERR (the rest is flushed).
 //!
-//! Only what answers a request outstanding acts (see [`crate::trust`]): a
+//! Only what answers a request outstanding acts (see [`crate::transport::trust`]): a
 //! response whose PSN is past every request sent, that does not fit the
 //! WQE it answers (a READ response to a SEND, an atomic ACK to a READ, the
 //! wrong response opcode in sequence, a wrong length), an ACK with the
@@ -35,8 +35,8 @@
 //! Completions are written in WQE order: signaled WQEs (all with
 //! `sq_sig_all`) and every error; unsignaled WQEs retire silently.
 //!
-//! [`Frame::RetryHint`]: crate::packet::Frame::RetryHint
-//! [`Frame::Sent`]: crate::packet::Frame::Sent
+//! [`Frame::RetryHint`]: crate::transport::packet::Frame::RetryHint
+//! [`Frame::Sent`]: crate::transport::packet::Frame::Sent
 
 use core::sync::atomic::Ordering;
 
@@ -47,12 +47,12 @@ use irpverbs_abi::{
 };
 use irpverbs_core::AsyncEvent;
 
-use crate::cq::post_cqe;
-use crate::dma::{DmaError, Source, scatter};
-use crate::engine::{Env, enter_error, send_cqe};
-use crate::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
-use crate::qp::{Qp, QpState};
-use crate::requester::{Progress, is_rd_atomic};
+use crate::firmware::cq::post_cqe;
+use crate::firmware::qp::{Qp, QpState};
+use crate::transport::dma::{DmaError, Source, scatter};
+use crate::transport::engine::{Env, enter_error, send_cqe};
+use crate::transport::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
+use crate::transport::requester::{Progress, is_rd_atomic};
 
 /// A response packet (or burst of READ responses) for QP `qpn`'s
 /// requester.
@@ -126,7 +126,7 @@ fn sent_frontier(qp: &Qp) -> u32 {
 
 /// The counters of what the transport does not believe; one more packet
 /// dropped.
-fn untrusted<'e>(env: &'e mut Env<'_>) -> &'e mut crate::trust::TrustStats {
+fn untrusted<'e>(env: &'e mut Env<'_>) -> &'e mut crate::transport::trust::TrustStats {
     env.dp.stats.packets_dropped += 1;
     &mut env.dp.stats.trust
 }
@@ -215,7 +215,7 @@ fn ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, syndrome: u8) {
             }
             rewind(qpn, qp, env, i, psn);
             qp.tx.req.rnr_wait = true;
-            crate::engine::arm_rnr(qpn, qp, env, syndrome & !aeth::TYPE_MASK);
+            crate::transport::engine::arm_rnr(qpn, qp, env, syndrome & !aeth::TYPE_MASK);
         }
         aeth::NAK => {
             let code = syndrome & !aeth::TYPE_MASK;
@@ -378,7 +378,7 @@ fn read_response(
         s.status = IV_WC_SUCCESS;
     }
     qp.tx.req.rewound_to = None;
-    crate::engine::rearm_rto(qpn, qp, env);
+    crate::transport::engine::rearm_rto(qpn, qp, env);
 }
 
 fn is_atomic(wr: u8) -> bool {
@@ -615,7 +615,7 @@ fn retired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, start: u32) {
     }
     qp.sq.0.consumer().release(req.ci);
     qp.tx.req.rewound_to = None;
-    crate::engine::rearm_rto(qpn, qp, env);
+    crate::transport::engine::rearm_rto(qpn, qp, env);
     if qp.tx.draining && !qp.tx.req.in_flight() {
         qp.tx.draining = false;
         if qp.tx.drain_notify {

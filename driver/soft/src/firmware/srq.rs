@@ -37,7 +37,7 @@ pub(crate) struct Srq {
     /// requesters get a remote operational error NAK) and go to ERR.
     pub(crate) error: bool,
     /// The ring receive WQEs are posted on.
-    pub(crate) ring: crate::shared::RingRef,
+    pub(crate) ring: crate::firmware::shared::RingRef,
     /// QPs attached to it.
     pub(crate) refs: Refs,
 }
@@ -176,7 +176,7 @@ impl Firmware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Dev;
+    use crate::tests::util::Dev;
     use irpverbs_abi::{STATUS_DEVICE_BUSY, STATUS_INVALID_HANDLE};
     use irpverbs_core::Command;
 

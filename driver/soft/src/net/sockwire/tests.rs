@@ -12,10 +12,10 @@ use irpverbs_abi::*;
 use irpverbs_ring::wq::SendWr;
 
 use super::*;
-use crate::link::TxBatch;
-use crate::packet::{Packet, op};
-use crate::tests_dp::{ALL_ACCESS, Conn, Node, signaled};
-use crate::testutil::TestPlatform;
+use crate::net::link::TxBatch;
+use crate::tests::dp::{ALL_ACCESS, Conn, Node, signaled};
+use crate::tests::util::TestPlatform;
+use crate::transport::packet::{Packet, op};
 
 fn reg<'a>(values: &'a [(&'a str, RegValue<'a>)]) -> impl Fn(&str) -> Option<RegValue<'a>> {
     move |name| values.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
@@ -169,7 +169,7 @@ fn sends_leave_in_batches_sealed_for_the_socket_s_port() {
         let (p, payload) = wire::parse_transport(d.payload, &d.ip()).expect("ICRC for port 4791");
         assert_eq!((p.psn, payload), (i as u32, &[i as u8; 8][..]), "in order");
         let entropy = Datagram {
-            src_port: crate::link::entropy_port(p.dest_qpn),
+            src_port: crate::net::link::entropy_port(p.dest_qpn),
             ..d
         };
         assert!(

@@ -30,7 +30,7 @@ pub(crate) struct Mr {
     /// `addr` is physical.
     pub(crate) physical: bool,
     /// The pinned memory: the only way the HCA reaches it.
-    pub(crate) region: crate::shared::RegionRef,
+    pub(crate) region: crate::firmware::shared::RegionRef,
     /// Invalidated by a SEND with invalidate: its keys no longer work. A
     /// cell: the fast path invalidates while it holds the MR table shared
     /// (its key caches borrow MRs from it).
@@ -90,7 +90,7 @@ impl Firmware {
             end,
             access,
             physical,
-            region: crate::shared::RegionRef(region),
+            region: crate::firmware::shared::RegionRef(region),
             invalid: core::cell::Cell::new(false),
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
@@ -163,7 +163,7 @@ impl Firmware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Dev;
+    use crate::tests::util::Dev;
     use irpverbs_abi::IV_ACCESS_REMOTE_READ;
     use irpverbs_core::Command;
 
@@ -174,7 +174,7 @@ mod tests {
             length,
             access,
             physical: false,
-            region: crate::testutil::region(length),
+            region: crate::tests::util::region(length),
         }
     }
 
@@ -198,7 +198,7 @@ mod tests {
             length: 1,
             access: 0,
             physical: true,
-            region: crate::testutil::region(4096),
+            region: crate::tests::util::region(4096),
         });
     }
 
@@ -214,7 +214,7 @@ mod tests {
             length: 8192,
             access: IV_ACCESS_ALL,
             physical: false,
-            region: crate::testutil::region(4096),
+            region: crate::tests::util::region(4096),
         }) else {
             panic!()
         };
@@ -250,7 +250,7 @@ mod tests {
     fn device_removal_lets_go_of_registered_memory() {
         let d = Dev::inline();
         let pdn = d.pd();
-        let region = crate::testutil::region(4096);
+        let region = crate::tests::util::region(4096);
         let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr {
             pdn,
             addr: 0x1000,

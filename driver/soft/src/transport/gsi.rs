@@ -30,10 +30,10 @@ use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAM
 use irpverbs_core::{Event, GSI_QKEY, GSI_QPN, MAD_SIZE, MadIn, MadOut};
 use irpverbs_ring::{Region, Shared};
 
-use crate::engine::{DEFAULT_PKEY, DataPath};
 use crate::firmware::Firmware;
-use crate::packet::{Burst, Deth, PSN_MASK, Packet, Seg, op, psn_add};
-use crate::port::{PORT_NUM, Port};
+use crate::firmware::port::{PORT_NUM, Port};
+use crate::transport::engine::{DEFAULT_PKEY, DataPath};
+use crate::transport::packet::{Burst, Deth, PSN_MASK, Packet, Seg, op, psn_add};
 
 /// MADs the GSI holds for the driver at most; more are dropped.
 pub const MAD_QUEUE_DEPTH: usize = 1024;
@@ -186,7 +186,7 @@ fn check(port: &Port, pkt: &Packet, burst: Burst, payload: &[Seg]) -> Option<Mad
         return None;
     }
     let dgid_index =
-        (0..crate::port::GID_TBL_LEN).find(|&i| port.valid_gid(i) == Some(pkt.dgid))?;
+        (0..crate::firmware::port::GID_TBL_LEN).find(|&i| port.valid_gid(i) == Some(pkt.dgid))?;
     let mut mad = [0u8; MAD_SIZE];
     let mut at = 0usize;
     for s in payload {

@@ -48,15 +48,15 @@ use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
 use irpverbs_ring::wq::{MAX_SGE, read_recv_wqe_into};
 
-use crate::cq::post_cqe;
-use crate::dma::{DmaError, Source, mr_by_key, scatter};
-use crate::engine::{Env, enter_error};
-use crate::mr::Mr;
-use crate::packet::{
+use crate::firmware::cq::post_cqe;
+use crate::firmware::mr::Mr;
+use crate::firmware::port::MAX_MSG_SZ;
+use crate::firmware::qp::{Qp, QpState};
+use crate::transport::dma::{DmaError, Source, mr_by_key, scatter};
+use crate::transport::engine::{Env, enter_error};
+use crate::transport::packet::{
     Aeth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
 };
-use crate::port::MAX_MSG_SZ;
-use crate::qp::{Qp, QpState};
 
 /// Responder resources remembered for duplicate READs and atomics.
 const RESOURCES: usize = 16;
@@ -108,7 +108,7 @@ pub(crate) struct Resource {
 
 /// Responder state of a QP. On cache lines of its own: in loopback the
 /// peer's requester (on the peer's processor) writes it, while this QP's
-/// own requester writes [`crate::requester::ReqState`] beside it.
+/// own requester writes [`crate::transport::requester::ReqState`] beside it.
 #[derive(Clone, Debug)]
 #[repr(align(128))]
 pub(crate) struct RespState {
@@ -271,7 +271,9 @@ fn send_ack(qp: &Qp, env: &mut Env<'_>, syndrome: u8, psn: u32, msn: u32) {
 fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     // Room for every QP was reserved at its create; without it (no
     // memory) the ACK goes now.
-    if qp.tx.resp.ack.replace(psn).is_none() && !crate::shared::push(&mut env.dp.acks, qpn) {
+    if qp.tx.resp.ack.replace(psn).is_none()
+        && !crate::firmware::shared::push(&mut env.dp.acks, qpn)
+    {
         send_pending_ack(qp, env);
     }
 }
@@ -281,7 +283,7 @@ fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
 pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
     let waiting = core::mem::take(&mut qp.tx.resp.rnr_wait);
     if waiting {
-        crate::engine::ask_rq_doorbells(qp);
+        crate::transport::engine::ask_rq_doorbells(qp);
         env.dp.unattend();
         let path = qp.tx.path;
         env.dp
@@ -292,19 +294,19 @@ pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
 
 /// After an RNR NAK: remember to tell the requester when a receive is
 /// posted. A receive posted meanwhile (its doorbell may have seen nothing
-/// to do) is found by the re-read after [`crate::engine::DataPath::attend`].
+/// to do) is found by the re-read after [`crate::transport::engine::DataPath::attend`].
 fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if !qp.tx.resp.rnr_wait {
         qp.tx.resp.rnr_wait = true;
         env.dp.attend();
-        crate::engine::ask_rq_doorbells(qp);
+        crate::transport::engine::ask_rq_doorbells(qp);
     }
     let posted = if let Some(srqn) = qp.srqn {
         match env.srqs.get_mut(srqn) {
             Ok(srq) => {
                 // Room for every QP on the SRQ was reserved at its create.
                 if !srq.rnr_waiters.contains(&qpn) {
-                    crate::shared::push(&mut srq.rnr_waiters, qpn);
+                    crate::firmware::shared::push(&mut srq.rnr_waiters, qpn);
                 }
                 srq.ring.0.doorbell_request().set(true);
                 srq.ring.0.producer_word().load(Ordering::SeqCst) != srq.ci
@@ -466,7 +468,7 @@ fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &[Seg], mtu: u32) -> b
 /// The MR an rkey names for `access` on `len` bytes at `va`: its region
 /// offset.
 fn remote_mr<'m>(
-    mrs: &'m crate::table::Table<Mr>,
+    mrs: &'m crate::firmware::table::Table<Mr>,
     qp: &Qp,
     rkey: u32,
     access: u32,
@@ -560,7 +562,7 @@ fn execute(
     burst: Burst,
     payload: &[Seg],
 ) -> Result<(), Fail> {
-    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
+    let k = pkt.mask() | crate::transport::packet::mask(burst.last_opcode);
     let rc = qp.qp_type == IV_QPT_RC;
     let resp = &qp.tx.resp;
     let cont = k & (m::MIDDLE | m::END) != 0 && k & m::START == 0;
@@ -751,7 +753,7 @@ fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
             u64::from(r.len),
         )?;
     }
-    let npkts = crate::requester::packets(r.len, qp.tx.mtu);
+    let npkts = crate::transport::requester::packets(r.len, qp.tx.mtu);
     new_resource(
         qp,
         Resource {
@@ -776,7 +778,7 @@ fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
 /// Sends the responses of a READ of `len` bytes at `va`, from `psn`.
 fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len: u32) {
     let mtu = qp.tx.mtu;
-    let npkts = crate::requester::packets(len, mtu);
+    let npkts = crate::transport::requester::packets(len, mtu);
     let msn = qp.tx.resp.msn;
     let mrs = &*env.mrs;
     let mr = (len != 0)
@@ -892,7 +894,7 @@ fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
 }
 
 fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
-    let k = pkt.mask() | crate::packet::mask(burst.last_opcode);
+    let k = pkt.mask() | crate::transport::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
     let start = k & m::START != 0;
     if psn_diff(pkt.psn, resp.epsn) < 0 {

@@ -14,7 +14,7 @@ use irpverbs_core::{AsyncEvent, Command, Hca};
 use irpverbs_ring::wq::{RecvWr, SendWr};
 use proptest::prelude::*;
 
-use crate::tests_dp::{ALL_ACCESS, Conn, Pair, Topo, pattern, signaled};
+use crate::tests::dp::{ALL_ACCESS, Conn, Pair, Topo, pattern, signaled};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -154,7 +154,7 @@ const READ_BASE: u64 = 512 * 1024;
 
 /// Two SGEs covering `len` bytes from `off` of `mem` when `split` (the
 /// first of `len / 2`), else one.
-fn sges(mem: &crate::tests_dp::Mem, off: u64, len: u32, split: bool) -> Vec<IvSge> {
+fn sges(mem: &crate::tests::dp::Mem, off: u64, len: u32, split: bool) -> Vec<IvSge> {
     if split && len >= 2 {
         vec![mem.sge(off, len / 2), mem.sge(off + 4096, len - len / 2)]
     } else {
@@ -182,7 +182,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
     // The keys SENDs with invalidate name, in order: a completion shows a
     // key's place here (the numbers differ between topologies).
     let mut victims: Vec<u32> = Vec::new();
-    let take = |cq: &crate::tests_dp::Cq, v: &mut Vec<_>, victims: &[u32]| {
+    let take = |cq: &crate::tests::dp::Cq, v: &mut Vec<_>, victims: &[u32]| {
         for c in cq.poll() {
             let imm = if c.wc_flags & IV_WC_WITH_INV != 0 {
                 victims
@@ -265,7 +265,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             .collect();
         // An MR on the responder for each SEND with invalidate to
         // invalidate (a key one bit off when the fault is the key).
-        let victim_mrs: Vec<Option<crate::tests_dp::Mem>> = ops
+        let victim_mrs: Vec<Option<crate::tests::dp::Mem>> = ops
             .iter()
             .map(|o| (o.kind == Kind::SendInv).then(|| p.b.mem(4096, ALL_ACCESS)))
             .collect();

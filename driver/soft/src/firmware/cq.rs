@@ -27,9 +27,9 @@ use irpverbs_core::{AsyncEvent, CommandOut, Event};
 use irpverbs_ring::wq::{cq_room, push_cqe, push_cqe_room};
 
 use crate::config::ring_entries;
-use crate::engine::DataPath;
+use crate::firmware::table::Table;
 use crate::firmware::{Firmware, Refs};
-use crate::table::Table;
+use crate::transport::engine::DataPath;
 
 /// A completion queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub(crate) struct Cq {
     /// Producer index after the last solicited or error CQE.
     pub(crate) last_sol: u32,
     /// The ring CQEs are written to.
-    pub(crate) ring: crate::shared::RingRef,
+    pub(crate) ring: crate::firmware::shared::RingRef,
     /// Free entries as last read from the ring, less the CQEs written
     /// since ([`push_cqe_room`]): the ULP's consumer index is read only
     /// when they run out.
@@ -177,7 +177,7 @@ fn overran(cq: &mut Cq, dp: &mut DataPath, cqn: u32) {
     dp.stats.cqes_lost += 1;
     dp.raise(AsyncEvent::CqError(cqn));
     // Room for every CQ was reserved at its create.
-    crate::shared::push(&mut dp.cq_errors, cqn);
+    crate::firmware::shared::push(&mut dp.cq_errors, cqn);
 }
 
 impl Firmware {
@@ -204,7 +204,7 @@ impl Firmware {
             return Err(STATUS_INVALID_PARAMETER);
         }
         // Room for this CQ in the data path's list of overrun CQs.
-        crate::shared::room_for(&mut self.dp.cq_errors, self.cqs.len() + 1)?;
+        crate::firmware::shared::room_for(&mut self.dp.cq_errors, self.cqs.len() + 1)?;
         let ring = self.rings.alloc(cqe + 1, 64)?;
         let cqn = self.cqs.insert(Cq {
             cqe,
@@ -266,7 +266,7 @@ impl Firmware {
 
 #[cfg(test)]
 mod tests {
-    use crate::testutil::Dev;
+    use crate::tests::util::Dev;
     use irpverbs_abi::{
         STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE,
         STATUS_INVALID_PARAMETER,

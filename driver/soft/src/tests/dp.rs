@@ -13,9 +13,9 @@ use irpverbs_ring::wq::{CompletionQueue, RecvQueue, SendQueue, SendWr};
 use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::Execution;
-use crate::fabric::Fabric;
-use crate::qp::QpState;
-use crate::testutil::{Dev, TestPlatform, region};
+use crate::firmware::qp::QpState;
+use crate::net::fabric::Fabric;
+use crate::tests::util::{Dev, TestPlatform, region};
 
 /// An HCA with a PD.
 pub(crate) struct Node {
@@ -2488,17 +2488,21 @@ fn ud_over_ipv6_gets_an_ipv6_grh() {
 
 /// Feeds `pkt` to `node`'s transport as if it came off the wire, then lets
 /// the node deliver what it produced.
-fn inject(node: &Node, pkt: Packet, payload: &[crate::packet::Seg]) {
+fn inject(node: &Node, pkt: Packet, payload: &[crate::transport::packet::Seg]) {
     node.d.hca.with_firmware(|fw| {
-        fw.receive(&pkt, crate::packet::Burst::one(pkt.opcode), payload);
+        fw.receive(
+            &pkt,
+            crate::transport::packet::Burst::one(pkt.opcode),
+            payload,
+        );
         fw.flush_acks();
     });
     node.d.hca.sq_doorbell(0);
     node.run();
 }
 
-use crate::packet::{Aeth, Packet, aeth, op};
-use crate::trust::TrustStats;
+use crate::transport::packet::{Aeth, Packet, aeth, op};
+use crate::transport::trust::TrustStats;
 
 /// A requester QP on `a` whose packets reach a QP on `c` that stays in
 /// INIT (and drops them, counted): its WQEs stay in flight until the test
@@ -2564,7 +2568,7 @@ const PSN0: u32 = 0x10;
 const ACK: u8 = aeth::ACK | aeth::ACK_UNLIMITED;
 
 /// Responses that answer no request outstanding are dropped and counted
-/// (`crate::trust`): the WQEs stay in flight, the QP in RTS, and the
+/// (`crate::transport::trust`): the WQEs stay in flight, the QP in RTS, and the
 /// genuine answer still completes them.
 #[test]
 fn bad_responses_are_dropped_and_counted() {
@@ -2772,7 +2776,7 @@ fn a_response_from_before_a_rewind_is_stale() {
         s.a.d.hca.with_firmware(|fw| {
             let (qps, mut env) = fw.split();
             let qp = qps.get_mut(s.qa.qpn).unwrap();
-            crate::completer::rnr_timer_expired(s.qa.qpn, qp, &mut env);
+            crate::transport::completer::rnr_timer_expired(s.qa.qpn, qp, &mut env);
         });
         s.a.d.hca.sq_doorbell(s.qa.qpn);
         s.a.run();
@@ -2790,7 +2794,7 @@ fn a_response_from_before_a_rewind_is_stale() {
             r.payload_len = 8;
             (
                 r,
-                vec![crate::packet::Seg {
+                vec![crate::transport::packet::Seg {
                     region: data.clone(),
                     offset: 0,
                     len: 8,
@@ -2804,12 +2808,16 @@ fn a_response_from_before_a_rewind_is_stale() {
         let nak = s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | aeth::NAK_PSN_SEQ_ERR);
         let retries = s.a.d.hca.stats().retries;
         s.a.d.hca.with_firmware(|fw| {
-            fw.receive(&nak, crate::packet::Burst::one(nak.opcode), &[]);
+            fw.receive(&nak, crate::transport::packet::Burst::one(nak.opcode), &[]);
         });
         assert_eq!(s.a.d.hca.stats().retries, retries, "a stale NAK");
         s.a.d.hca.with_firmware(|fw| {
             fw.retransmit_timeout(s.qa.qpn);
-            fw.receive(&resp, crate::packet::Burst::one(resp.opcode), &payload);
+            fw.receive(
+                &resp,
+                crate::transport::packet::Burst::one(resp.opcode),
+                &payload,
+            );
         });
         s.a.d.hca.sq_doorbell(s.qa.qpn);
         s.a.run();
@@ -2969,7 +2977,7 @@ fn responder_psn_checks_and_duplicates() {
         one(&p.cqa);
         let read_psn = PSN0 + 2;
         let mut dup = request(op::RC_READ_REQUEST, read_psn);
-        dup.reth = crate::packet::Reth {
+        dup.reth = crate::transport::packet::Reth {
             va: mb.addr + 100,
             rkey: mb.lkey,
             len: 3000,
@@ -2993,7 +3001,7 @@ fn responder_psn_checks_and_duplicates() {
         assert_eq!(mb.u64_at(4096), 101);
         let atomic_psn = read_psn + 3;
         let mut dup = request(op::RC_FETCH_ADD, atomic_psn);
-        dup.atomic = crate::packet::AtomicEth {
+        dup.atomic = crate::transport::packet::AtomicEth {
             va: mb.addr + 4096,
             rkey: mb.lkey,
             swap_add: 1,
@@ -3590,7 +3598,7 @@ fn responder_invalid_requests_from_the_wire() {
         // A WRITE longer than max_msg_sz.
         |p| Packet {
             opcode: op::RC_WRITE_ONLY,
-            reth: crate::packet::Reth {
+            reth: crate::transport::packet::Reth {
                 va: p.mb.addr,
                 rkey: p.mb.lkey,
                 len: (1 << 31) + 1,
@@ -3611,7 +3619,7 @@ fn responder_invalid_requests_from_the_wire() {
         // A WRITE whose payload differs from its RETH length.
         |p| Packet {
             opcode: op::RC_WRITE_ONLY,
-            reth: crate::packet::Reth {
+            reth: crate::transport::packet::Reth {
                 va: p.mb.addr,
                 rkey: p.mb.lkey,
                 len: 100,
@@ -3629,7 +3637,7 @@ fn responder_invalid_requests_from_the_wire() {
         pkt.sgid = p.a.gid();
         pkt.dgid = p.b.gid();
         let src = Shared::try_new(Region::alloc(8192).unwrap()).unwrap();
-        let payload = [crate::packet::Seg {
+        let payload = [crate::transport::packet::Seg {
             region: src,
             offset: 0,
             len: pkt.payload_len as usize,
@@ -3821,7 +3829,7 @@ struct ManualClock {
     armed: std::sync::Mutex<Option<u64>>,
 }
 
-impl crate::link::Clock for ManualClock {
+impl crate::net::link::Clock for ManualClock {
     fn now_ns(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
     }
@@ -3895,7 +3903,7 @@ fn a_send_to_a_missing_qp_ends_with_retry_exc_err_without_a_wire() {
             [(1, IV_WC_RETRY_EXC_ERR), (2, IV_WC_WR_FLUSH_ERR)],
             "retry_cnt {retry_cnt}"
         );
-        let t = crate::link::ack_timeout_ns(14).unwrap();
+        let t = crate::net::link::ack_timeout_ns(14).unwrap();
         assert_eq!(
             took,
             (u64::from(retry_cnt) + 1) * t,
@@ -3933,7 +3941,7 @@ fn rnr_retries_end_without_a_wire() {
             },
         );
         let (got, took) = clock.until_completion(&a, &cq, 32);
-        let rnr = crate::link::rnr_timer_ns(12);
+        let rnr = crate::net::link::rnr_timer_ns(12);
         if rnr_retry < 7 {
             assert_eq!(got.len(), 1, "rnr_retry {rnr_retry}");
             assert_eq!(

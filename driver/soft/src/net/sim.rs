@@ -42,8 +42,8 @@ use irpverbs_core::platform::LockClass;
 use irpverbs_core::{Platform, SpinLock};
 
 use crate::SoftHca;
-use crate::link::{Datagram, Link, OwnedDatagram, TxBatch};
-use crate::packet::{Gid, Packet, aeth, m, op, psn_add};
+use crate::net::link::{Datagram, Link, OwnedDatagram, TxBatch};
+use crate::transport::packet::{Gid, Packet, aeth, m, op, psn_add};
 use crate::wire;
 
 /// Datagrams the adversary remembers (the latest).

@@ -9,9 +9,9 @@
 use irpverbs_abi::{IV_ACCESS_LOCAL_WRITE, IvSge};
 use irpverbs_ring::Region;
 
-use crate::mr::{Mr, make_key};
-use crate::packet::Seg;
-use crate::table::Table;
+use crate::firmware::mr::{Mr, make_key};
+use crate::firmware::table::Table;
+use crate::transport::packet::Seg;
 
 /// Why an access through an SGE list failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Simulation tests: RC traffic of every opcode between two soft HCAs
-//! cabled to a [`SimWire`](crate::sim::SimWire) that loses, duplicates,
+//! cabled to a [`SimWire`](crate::net::sim::SimWire) that loses, duplicates,
 //! reorders, delays and corrupts datagrams, thousands of seeds a run.
 //!
 //! For each seed: every WQE completes exactly once and in order, with its
@@ -11,7 +11,7 @@
 //!
 //! Under attack (`rc_under_attack`), a third host on the wire injects
 //! forged responses and requests, blind and nearly right, and replays
-//! ([`crate::sim`]): the same checks hold, every forgery from its own
+//! ([`crate::net::sim`]): the same checks hold, every forgery from its own
 //! address is dropped and counted, and on a wire without faults nothing
 //! fails at all.
 
@@ -25,11 +25,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use irpverbs_abi::*;
 use irpverbs_ring::wq::SendWr;
 
-use crate::link::OwnedDatagram;
-use crate::qp::QpState;
-use crate::sim::{SimConfig, SimNet};
-use crate::tests_dp::{ALL_ACCESS, Conn, Cq, Ep, Mem, Node, pattern};
-use crate::testutil::TestPlatform;
+use crate::firmware::qp::QpState;
+use crate::net::link::OwnedDatagram;
+use crate::net::sim::{SimConfig, SimNet};
+use crate::tests::dp::{ALL_ACCESS, Conn, Cq, Ep, Mem, Node, pattern};
+use crate::tests::util::TestPlatform;
 
 /// SplitMix64 for the scenario (the wire has its own, from the same seed).
 struct Rng(u64);
@@ -520,7 +520,8 @@ fn run_seed(seed: u64, harsh: bool, attack: bool) -> Result<(), String> {
 }
 
 /// The third host's address (10.0.0.66).
-const ATTACKER: crate::packet::Gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 66];
+const ATTACKER: crate::transport::packet::Gid =
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 66];
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("IRPVERBS_SIM_SEED") {
@@ -587,7 +588,7 @@ fn run_unreliable(seed: u64, qp_type: u32) -> Result<(), String> {
         ..Conn::default()
     };
     let w = World::of(qp_type, wire, conn);
-    let ahn = ud.then(|| crate::tests_dp::ah(&w.a, w.a.pd, w.b.gid()));
+    let ahn = ud.then(|| crate::tests::dp::ah(&w.a, w.a.pd, w.b.gid()));
     // UD posts a receive for each copy a duplicating wire may deliver.
     let n = 1 + r.below(if ud { MAX_OPS / 2 } else { MAX_OPS });
     w.post_recvs(0, if ud { 2 * n } else { n });
@@ -718,7 +719,7 @@ fn rc_under_attack() {
 /// A tap sees every datagram its HCA sends and receives, bad ones too.
 #[test]
 fn the_tap_sees_both_directions() {
-    use crate::link::{Datagram, Direction, Tap};
+    use crate::net::link::{Datagram, Direction, Tap};
     use std::sync::Mutex;
     #[derive(Default)]
     struct Count(Mutex<[u64; 2]>);
@@ -806,8 +807,8 @@ fn rnr_on_a_clean_wire_costs_no_retry() {
 #[derive(Default)]
 struct Capture(std::sync::Mutex<Vec<Vec<OwnedDatagram>>>);
 
-impl crate::link::Link for Capture {
-    fn transmit(&self, batch: &crate::link::TxBatch) {
+impl crate::net::link::Link for Capture {
+    fn transmit(&self, batch: &crate::net::link::TxBatch) {
         let call = batch
             .iter()
             .map(|d| OwnedDatagram::try_of(&d).unwrap())
@@ -860,7 +861,7 @@ fn deferred_acks_leave_with_the_answer() {
             ep,
             &SendWr {
                 inline: Some(b"ping"),
-                ..crate::tests_dp::signaled(wr_id, IV_WR_SEND)
+                ..crate::tests::dp::signaled(wr_id, IV_WR_SEND)
             },
         );
     };
@@ -942,7 +943,7 @@ fn a_window_past_the_wire_s_buffer_shrinks_instead_of_collapsing() {
                 sges: &src,
                 remote_addr: mb.addr,
                 rkey: mb.lkey,
-                ..crate::tests_dp::signaled(k, IV_WR_RDMA_WRITE)
+                ..crate::tests::dp::signaled(k, IV_WR_RDMA_WRITE)
             },
         );
     }
@@ -952,7 +953,7 @@ fn a_window_past_the_wire_s_buffer_shrinks_instead_of_collapsing() {
             sges: &dst,
             remote_addr: mb.addr + WRITE,
             rkey: mb.lkey,
-            ..crate::tests_dp::signaled(2, IV_WR_RDMA_READ)
+            ..crate::tests::dp::signaled(2, IV_WR_RDMA_READ)
         },
     );
     net.run(PHASE_LIMIT_NS);

@@ -8,10 +8,10 @@ use irpverbs_core::{Event, GSI_QKEY, GSI_QPN, Hca, MAD_SIZE, MadIn, MadOut};
 use irpverbs_ring::{Region, Shared};
 
 use crate::Fabric;
-use crate::packet::{Burst, Deth, Packet, Seg, op};
-use crate::sim::{SimConfig, SimNet};
-use crate::tests_dp::Node;
-use crate::testutil::TestPlatform;
+use crate::net::sim::{SimConfig, SimNet};
+use crate::tests::dp::Node;
+use crate::tests::util::TestPlatform;
+use crate::transport::packet::{Burst, Deth, Packet, Seg, op};
 
 /// A MAD of base version 1 whose bytes after the header say `tag`.
 fn mad(tag: u8) -> [u8; MAD_SIZE] {

@@ -40,11 +40,11 @@ use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
 use irpverbs_ring::wq::{MAX_SGE, WqeError, read_send_wqe_into};
 
-use crate::dma::{DmaError, check_sges, gather};
-use crate::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
-use crate::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
-use crate::port::MAX_MSG_SZ;
-use crate::qp::{Qp, QpState};
+use crate::firmware::port::MAX_MSG_SZ;
+use crate::firmware::qp::{Qp, QpState};
+use crate::transport::dma::{DmaError, check_sges, gather};
+use crate::transport::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
+use crate::transport::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 
 /// RC: a packet asks for an ACK at least this often (unsignaled WQEs retire
 /// when an ACK covers them).
@@ -88,7 +88,7 @@ pub(crate) struct Progress {
 }
 
 /// Requester and completer state of a QP, on cache lines of its own (see
-/// [`crate::responder::RespState`]).
+/// [`crate::transport::responder::RespState`]).
 #[derive(Clone, Debug)]
 #[repr(align(128))]
 pub(crate) struct ReqState {
@@ -176,14 +176,15 @@ impl Window {
     /// Packets the requester may still send from `next` (the PSN it sends
     /// next).
     pub(crate) fn room(&self, next: u32) -> u32 {
-        let out = u32::try_from(crate::packet::psn_diff(next, self.acked).max(0)).unwrap_or(0);
+        let out =
+            u32::try_from(crate::transport::packet::psn_diff(next, self.acked).max(0)).unwrap_or(0);
         self.cwnd.saturating_sub(out)
     }
 
     /// Everything before `psn` is acknowledged: the window slides and
     /// grows. Returns true when the requester was waiting for it.
     pub(crate) fn acknowledge(&mut self, psn: u32) -> bool {
-        let n = crate::packet::psn_diff(psn, self.acked);
+        let n = crate::transport::packet::psn_diff(psn, self.acked);
         if n <= 0 {
             return false;
         }
@@ -385,7 +386,7 @@ pub(crate) const fn packets(len: u32, mtu: u32) -> u32 {
 pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> usize {
     match qp.state {
         QpState::Err | QpState::Sqe => {
-            crate::engine::flush_sq(qpn, qp, env);
+            crate::transport::engine::flush_sq(qpn, qp, env);
             return 0;
         }
         QpState::Rts | QpState::Sqd => {}
@@ -446,7 +447,7 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
         }
     }
     if sent > 0 {
-        crate::engine::arm_rto(qpn, qp, env);
+        crate::transport::engine::arm_rto(qpn, qp, env);
     }
     sent
 }
@@ -457,7 +458,7 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
     slot.done = true;
     slot.status = status;
     qp.tx.req.cur = None;
-    crate::completer::retire(qpn, qp, env);
+    crate::transport::completer::retire(qpn, qp, env);
     send_error(qpn, qp, env);
 }
 
@@ -557,7 +558,7 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
 /// The payload of message bytes `offset..offset + len` of WQE `index`.
 fn fill_payload(
     qp: &Qp,
-    env_mrs: &crate::table::Table<crate::mr::Mr>,
+    env_mrs: &crate::firmware::table::Table<crate::firmware::mr::Mr>,
     index: u32,
     offset: u32,
     len: u32,
@@ -608,7 +609,7 @@ fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> 
         },
         solicited: wqe.flags & IV_SEND_SOLICITED != 0,
         pkey: DEFAULT_PKEY,
-        dest_qpn: wqe.remote_qpn & crate::packet::PSN_MASK,
+        dest_qpn: wqe.remote_qpn & crate::transport::packet::PSN_MASK,
         psn: slot.first_psn,
         sgid: env.port.gid(u32::from(ah.sgid_index)).unwrap_or(env.dp.gid),
         dgid: ah.dgid,
@@ -724,8 +725,8 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1 && !cut);
             let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, !cut);
             let (kf, kl) = (
-                crate::packet::mask(opcode),
-                crate::packet::mask(last_opcode),
+                crate::transport::packet::mask(opcode),
+                crate::transport::packet::mask(last_opcode),
             );
             let mut pkt = path.packet(opcode, p.psn);
             // Ask for an ACK for what the ULP waits for: a signaled WQE,
@@ -748,17 +749,17 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                         | IV_WR_SEND_WITH_INV
                         | IV_WR_RDMA_WRITE_WITH_IMM
                 );
-            if kf & crate::packet::m::RETH != 0 {
+            if kf & crate::transport::packet::m::RETH != 0 {
                 pkt.reth = Reth {
                     va: wqe.remote_addr,
                     rkey: wqe.rkey,
                     len: slot.length,
                 };
             }
-            if kl & crate::packet::m::IMMDT != 0 {
+            if kl & crate::transport::packet::m::IMMDT != 0 {
                 pkt.imm = wqe.imm_or_inv;
             }
-            if kl & crate::packet::m::IETH != 0 {
+            if kl & crate::transport::packet::m::IETH != 0 {
                 pkt.ieth = wqe.imm_or_inv;
             }
             pkt.payload_len = rest;
@@ -812,7 +813,7 @@ pub(crate) fn solicit_ack(qp: &mut Qp) {
 }
 
 fn psn_sub(a: u32, b: u32) -> u32 {
-    u32::try_from(crate::packet::psn_diff(a, b).max(0)).unwrap_or(0)
+    u32::try_from(crate::transport::packet::psn_diff(a, b).max(0)).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! below is dropped.
 //!
 //! An RC requester takes a response only when it answers a request it has
-//! outstanding ([`crate::completer`]): its PSN inside the window of
+//! outstanding ([`crate::transport::completer`]): its PSN inside the window of
 //! requests sent and not yet acknowledged, its opcode the one the request
 //! at that PSN calls for, its AETH syndrome one IBTA defines, a READ
 //! response's length and opcode sequence the READ's. Anything else is

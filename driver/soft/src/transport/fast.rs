@@ -41,17 +41,17 @@ use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
 use irpverbs_ring::wq::read_recv_wqe_into;
 
-use crate::cq::{Cq, post_cqe, post_cqe_inline};
-use crate::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
-use crate::engine::REQUESTER_BUDGET;
 use crate::firmware::Firmware;
-use crate::mr::Mr;
-use crate::packet::psn_add;
-use crate::port::MAX_MSG_SZ;
-use crate::qp::{Qp, QpState};
-use crate::requester::{ACK_EVERY, packets};
-use crate::srq::Srq;
-use crate::table::Table;
+use crate::firmware::cq::{Cq, post_cqe, post_cqe_inline};
+use crate::firmware::mr::Mr;
+use crate::firmware::port::MAX_MSG_SZ;
+use crate::firmware::qp::{Qp, QpState};
+use crate::firmware::srq::Srq;
+use crate::firmware::table::Table;
+use crate::transport::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
+use crate::transport::engine::REQUESTER_BUDGET;
+use crate::transport::packet::psn_add;
+use crate::transport::requester::{ACK_EVERY, packets};
 
 /// How far a fast-path run went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,7 +261,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             dps.stats.packets_sent += 1;
             dps.stats.packets_received += 1;
         }
-        let mut env = crate::engine::Env {
+        let mut env = crate::transport::engine::Env {
             mrs: env.mrs,
             cqs,
             srqs: env.srqs,
@@ -269,7 +269,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             port: env.port,
             dp: dps,
         };
-        crate::completer::acked_fast(qpn, qp, &mut env, psn);
+        crate::transport::completer::acked_fast(qpn, qp, &mut env, psn);
     }
     ran
 }
@@ -324,7 +324,7 @@ fn ack_request(qp: &mut Qp, flags: u8, count: u32, entries: u32) -> bool {
 /// The counters of a message of `count` packets taken by the fast path,
 /// and the peer's first message in RTR.
 #[inline(always)]
-fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::engine::DataPath) {
+fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::transport::engine::DataPath) {
     dp.stats.packets_sent += u64::from(count);
     dp.stats.packets_received += u64::from(count);
     dp.stats.fast_path_wqes += 1;
@@ -365,7 +365,7 @@ fn out_of_line<'m>(
     remote: &mut KeyCache<'m>,
     srqs: &mut Table<Srq>,
     cqs: &mut Table<Cq>,
-    dp: &mut crate::engine::DataPath,
+    dp: &mut crate::transport::engine::DataPath,
 ) -> Option<Done> {
     let mrs = local.mrs;
     let pdn = qp.pdn;
@@ -399,7 +399,7 @@ fn commit_rd_atomic(
     dest_qpn: u32,
     step: &Step<'_>,
     mrs: &Table<Mr>,
-    dp: &mut crate::engine::DataPath,
+    dp: &mut crate::transport::engine::DataPath,
 ) -> (u32, u32) {
     let (index, first, last, count) = issue(qp, step.length);
     qp.tx.req.unacked = 0;
@@ -422,7 +422,7 @@ fn commit_rd_atomic(
 /// The first message to a QP in RTR: communication established.
 #[cold]
 #[inline(never)]
-fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::engine::DataPath) {
+fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::transport::engine::DataPath) {
     dest.tx.comm_est = true;
     dp.raise(AsyncEvent::CommEstablished(dest_qpn));
 }
@@ -503,12 +503,12 @@ fn respond(
         } else {
             write_scatter(mrs, pdn, sges, &bytes);
         }
-        crate::responder::Resource {
-            kind: crate::packet::m::ATOMIC,
+        crate::transport::responder::Resource {
+            kind: crate::transport::packet::m::ATOMIC,
             first_psn: first,
             last_psn: first,
             orig,
-            ..crate::responder::Resource::default()
+            ..crate::transport::responder::Resource::default()
         }
     } else {
         if let Some((dst, doff, src, soff)) = step.one_copy {
@@ -516,8 +516,8 @@ fn respond(
         } else if let (Some((region, base)), true) = (step.dst, len > 0) {
             read_scatter(mrs, pdn, sges, len, region, base);
         }
-        crate::responder::Resource {
-            kind: crate::packet::m::READ,
+        crate::transport::responder::Resource {
+            kind: crate::transport::packet::m::READ,
             first_psn: first,
             last_psn: last,
             va: wqe.remote_addr,
@@ -526,7 +526,7 @@ fn respond(
             orig: 0,
         }
     };
-    crate::responder::new_resource(dest, resource);
+    crate::transport::responder::new_resource(dest, resource);
 }
 
 /// The responder's compare-and-swap (`cas`) or fetch-and-add of the
@@ -598,7 +598,7 @@ impl<'m> KeyCache<'m> {
     }
 
     /// The region and offset of a local SGE, checked as
-    /// [`crate::dma`]'s `local_sge` checks it.
+    /// [`crate::transport::dma`]'s `local_sge` checks it.
     fn local(&mut self, pdn: u32, sge: &IvSge, write: bool) -> Option<(&'m Region, usize)> {
         let mr = self.get(sge.lkey)?;
         if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
@@ -854,7 +854,7 @@ fn commit_message(
     srqs: &mut Table<Srq>,
     cqs: &mut Table<Cq>,
     mrs: &Table<Mr>,
-    dp: &mut crate::engine::DataPath,
+    dp: &mut crate::transport::engine::DataPath,
 ) -> Done {
     let entries = qp.sq.0.entries();
     let (index, _, last, count) = issue(qp, step.length);
@@ -957,7 +957,7 @@ fn remote_range<'m>(
 }
 
 /// Reads the send queue's next WQE into the requester's shadow
-/// ([`crate::requester::ReqState::read_shadow`]): the header, and the
+/// ([`crate::transport::requester::ReqState::read_shadow`]): the header, and the
 /// gather list.
 #[inline(always)]
 fn read_next(qp: &mut Qp) -> Option<(&IvSendWqe, &[IvSge])> {

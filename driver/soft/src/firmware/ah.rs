@@ -4,7 +4,7 @@ use irpverbs_abi::{IvAhAttr, NtStatus, STATUS_INVALID_PARAMETER};
 use irpverbs_core::CommandOut;
 
 use crate::firmware::Firmware;
-use crate::port::check_port;
+use crate::firmware::port::check_port;
 
 /// Largest IPv6 flow label (20 bits).
 pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
@@ -72,7 +72,7 @@ impl Firmware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{Dev, av, bad_avs};
+    use crate::tests::util::{Dev, av, bad_avs};
     use irpverbs_abi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE};
     use irpverbs_core::Command;
 

@@ -7,7 +7,7 @@
 //! them under `HCA_LOCK`: frames first (responses free requesters), then
 //! requesters within a packet budget. Frames for another HCA collect in
 //! per-destination batches ([`DataPath::outbox`]) that the caller hands to
-//! the destination's inbox before releasing the lock (see [`crate::fabric`]);
+//! the destination's inbox before releasing the lock (see [`crate::net::fabric`]);
 //! frames for this HCA's own GID go to `loopq` and are processed in the
 //! same run, with no other lock.
 //!
@@ -15,8 +15,8 @@
 //! [`DataPath::events`]; the caller moves them to the event queue and
 //! raises the interrupt after releasing every lock.
 //!
-//! The transport roles are in [`crate::requester`], [`crate::responder`] and
-//! [`crate::completer`]; what they share (QP error transitions, flushing,
+//! The transport roles are in [`crate::transport::requester`], [`crate::transport::responder`] and
+//! [`crate::transport::completer`]; what they share (QP error transitions, flushing,
 //! CQEs) is here.
 
 use alloc::collections::VecDeque;
@@ -30,20 +30,20 @@ use irpverbs_abi::{
 use irpverbs_core::{AsyncEvent, Event};
 use irpverbs_ring::Ring;
 
-use crate::ah::Ah;
-use crate::cq::{Cq, post_cqe};
-use crate::fabric::{Peer, Router};
 use crate::firmware::Firmware;
-use crate::link::{Link, LinkStats, RxPool, TxBatch};
-use crate::mr::Mr;
-use crate::packet::{Batch, Burst, Frame, Gid, Packet, m};
-use crate::port::Port;
-use crate::qp::{Qp, QpState, QpTable};
-use crate::requester::{ReqState, wc_opcode};
-use crate::responder::RespState;
-use crate::srq::Srq;
-use crate::table::Table;
-use crate::{completer, requester, responder};
+use crate::firmware::ah::Ah;
+use crate::firmware::cq::{Cq, post_cqe};
+use crate::firmware::mr::Mr;
+use crate::firmware::port::Port;
+use crate::firmware::qp::{Qp, QpState, QpTable};
+use crate::firmware::srq::Srq;
+use crate::firmware::table::Table;
+use crate::net::fabric::{Peer, Router};
+use crate::net::link::{Link, LinkStats, RxPool, TxBatch};
+use crate::transport::packet::{Batch, Burst, Frame, Gid, Packet, m};
+use crate::transport::requester::{ReqState, wc_opcode};
+use crate::transport::responder::RespState;
+use crate::transport::{completer, requester, responder};
 
 /// Packets the requesters may emit in one run before the caller delivers
 /// what they produced (bounds the batches; a QP with more work stays
@@ -207,7 +207,7 @@ pub(crate) struct DpStats {
     /// event list had room for, and no memory to grow it.
     pub(crate) events_lost: u64,
     /// Packets dropped as untrusted, by reason.
-    pub(crate) trust: crate::trust::TrustStats,
+    pub(crate) trust: crate::transport::trust::TrustStats,
 }
 
 /// The data path's state, beside the firmware's tables (under `HCA_LOCK`).
@@ -235,7 +235,7 @@ pub(crate) struct DataPath {
     /// Frames for the link, serialized at the end of a step.
     pub(crate) wireq: Batch,
     /// What sees the link's datagrams, if anything.
-    pub(crate) tap: Option<Arc<dyn crate::link::Tap>>,
+    pub(crate) tap: Option<Arc<dyn crate::net::link::Tap>>,
     /// The link's UDP destination port.
     pub(crate) udp_port: u16,
     /// The link's clock, as of the start of this step (ns).
@@ -243,8 +243,8 @@ pub(crate) struct DataPath {
     /// QPs with a timer armed (each once, see [`QpTx::timed`]).
     pub(crate) timed: Vec<u32>,
     /// The platform's clock and timer, when attached: every RC QP keeps
-    /// its timers on it (see [`crate::link::Clock`]).
-    pub(crate) clock: Option<Arc<dyn crate::link::Clock>>,
+    /// its timers on it (see [`crate::net::link::Clock`]).
+    pub(crate) clock: Option<Arc<dyn crate::net::link::Clock>>,
     /// The deadline the platform's timer is armed for (`None`: not armed,
     /// or fired).
     pub(crate) clock_armed: Option<u64>,
@@ -264,7 +264,7 @@ pub(crate) struct DataPath {
     /// Counters.
     pub(crate) stats: DpStats,
     /// The general services interface (QP1).
-    pub(crate) gsi: crate::gsi::Gsi,
+    pub(crate) gsi: crate::transport::gsi::Gsi,
     /// How many reasons a receive doorbell has to take the lock: QPs in
     /// ERR (their new receives are flushed) and responders waiting for a
     /// receive after an RNR NAK (their requesters get a retry). While it
@@ -310,12 +310,12 @@ impl DataPath {
             loop_spare: Batch::default(),
             inbound: Batch::default(),
             outbox: Vec::new(),
-            events: crate::shared::vec_with_capacity(events)?,
+            events: crate::firmware::shared::vec_with_capacity(events)?,
             router: None,
             link: None,
             wireq: Batch::default(),
             tap: None,
-            udp_port: crate::link::DEFAULT_PORT,
+            udp_port: crate::net::link::DEFAULT_PORT,
             now: 0,
             timed: Vec::new(),
             clock: None,
@@ -327,7 +327,7 @@ impl DataPath {
             acks: Vec::new(),
             cq_errors: Vec::new(),
             stats: DpStats::default(),
-            gsi: crate::gsi::Gsi::default(),
+            gsi: crate::transport::gsi::Gsi::default(),
             attention,
         })
     }
@@ -397,7 +397,7 @@ impl DataPath {
     pub(crate) fn time(&mut self, qpn: u32, tx: &mut QpTx) {
         if !tx.timed {
             // Room for every QP was reserved at its create.
-            tx.timed = crate::shared::push(&mut self.timed, qpn);
+            tx.timed = crate::firmware::shared::push(&mut self.timed, qpn);
         }
     }
 
@@ -444,7 +444,7 @@ impl DataPath {
         pkt: Packet,
         burst: Burst,
         notify: Option<u32>,
-        fill: impl FnOnce(&mut Vec<crate::packet::Seg>) -> Result<(), E>,
+        fill: impl FnOnce(&mut Vec<crate::transport::packet::Seg>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.stats.packets_sent += u64::from(burst.count);
         let batch = self
@@ -519,7 +519,7 @@ impl DataPath {
     /// and counted, as an event queue overrun is. Returns whether it was
     /// queued.
     pub(crate) fn event(&mut self, event: Event) -> bool {
-        let queued = crate::shared::push(&mut self.events, event);
+        let queued = crate::firmware::shared::push(&mut self.events, event);
         if !queued {
             self.stats.events_lost += 1;
         }
@@ -585,7 +585,7 @@ pub(crate) fn arm_rto(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if qp.qp_type != IV_QPT_RC || qp.tx.rto_at.is_some() || !qp.tx.req.in_flight() {
         return;
     }
-    let Some(t) = crate::link::ack_timeout_ns(qp.attr.timeout) else {
+    let Some(t) = crate::net::link::ack_timeout_ns(qp.attr.timeout) else {
         return;
     };
     if env.dp.clocked(&qp.tx.path.dgid) {
@@ -612,7 +612,7 @@ pub(crate) fn arm_rnr(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, code: u8) {
         let at = env
             .dp
             .timer_now()
-            .saturating_add(crate::link::rnr_timer_ns(code));
+            .saturating_add(crate::net::link::rnr_timer_ns(code));
         qp.tx.rto_at = None;
         qp.tx.rnr_at = Some(at);
         env.dp.time(qpn, &mut qp.tx);
@@ -794,18 +794,18 @@ impl Firmware {
         }
     }
 
-    /// Runs QP `qpn`'s new WQEs on the fast path ([`crate::fast::run`]); a
+    /// Runs QP `qpn`'s new WQEs on the fast path ([`crate::transport::fast::run`]); a
     /// QP that used up the fast path's budget is scheduled, and the
     /// engine's next turn runs the fast path again. False when the fast
     /// path stopped at a WQE the requester must take.
     pub(crate) fn ring_sq_fast(&mut self, qpn: u32) -> bool {
-        match crate::fast::run(self, qpn) {
-            crate::fast::Ran::All => true,
-            crate::fast::Ran::Budget => {
+        match crate::transport::fast::run(self, qpn) {
+            crate::transport::fast::Ran::All => true,
+            crate::transport::fast::Ran::Budget => {
                 self.ring_sq(qpn);
                 true
             }
-            crate::fast::Ran::Stopped => false,
+            crate::transport::fast::Ran::Stopped => false,
         }
     }
 
@@ -889,17 +889,17 @@ impl Firmware {
                     // requester takes what it leaves.
                     let loopback = qp.tx.path.dgid == self.dp.gid;
                     let ran = if loopback {
-                        crate::fast::run(self, qpn)
+                        crate::transport::fast::run(self, qpn)
                     } else {
-                        crate::fast::Ran::Stopped
+                        crate::transport::fast::Ran::Stopped
                     };
                     match ran {
-                        crate::fast::Ran::All => {}
-                        crate::fast::Ran::Budget => {
+                        crate::transport::fast::Ran::All => {}
+                        crate::transport::fast::Ran::Budget => {
                             budget = 0;
                             self.ring_sq(qpn);
                         }
-                        crate::fast::Ran::Stopped => {
+                        crate::transport::fast::Ran::Stopped => {
                             let (qps, mut env) = self.split();
                             if let Ok(qp) = qps.get_mut(qpn) {
                                 let used = requester::run(qpn, qp, &mut env, budget);
@@ -953,10 +953,15 @@ impl Firmware {
     /// One inbound packet (or burst): to its QP's responder (requests) or
     /// completer (responses). Packets for no QP, of an unknown opcode, or a
     /// burst whose ends do not belong together, are dropped.
-    pub(crate) fn receive(&mut self, pkt: &Packet, burst: Burst, payload: &[crate::packet::Seg]) {
+    pub(crate) fn receive(
+        &mut self,
+        pkt: &Packet,
+        burst: Burst,
+        payload: &[crate::transport::packet::Seg],
+    ) {
         self.dp.stats.packets_received += u64::from(burst.count);
         if pkt.dest_qpn == irpverbs_core::GSI_QPN {
-            crate::gsi::receive(&mut self.dp, &self.port, pkt, burst, payload);
+            crate::transport::gsi::receive(&mut self.dp, &self.port, pkt, burst, payload);
             return;
         }
         let k = pkt.mask();
@@ -968,7 +973,7 @@ impl Firmware {
                 return;
             }
         };
-        // A connected QP believes only its peer (see `crate::trust`): the
+        // A connected QP believes only its peer (see `crate::transport::trust`): the
         // GIDs it cached at RTR, compared as they are.
         if qp.qp_type != IV_QPT_UD && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid) {
             env.dp.stats.trust.foreign_address += u64::from(burst.count);
@@ -1233,9 +1238,13 @@ pub(crate) fn burst_ok(first: u8, burst: Burst) -> bool {
     if burst.count <= 1 {
         return burst.count == 1 && first == last;
     }
-    let (kf, kl) = (crate::packet::mask(first), crate::packet::mask(last));
+    let (kf, kl) = (
+        crate::transport::packet::mask(first),
+        crate::transport::packet::mask(last),
+    );
     let kind = m::SEND | m::WRITE | m::READ;
-    first & crate::packet::op::TRANSPORT_MASK == last & crate::packet::op::TRANSPORT_MASK
+    first & crate::transport::packet::op::TRANSPORT_MASK
+        == last & crate::transport::packet::op::TRANSPORT_MASK
         && kf & kind == kl & kind
         && kf & kind != 0
         && kf & m::END == 0

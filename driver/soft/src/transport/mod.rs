@@ -1,0 +1,21 @@
+//! The RoCEv2 transport: what a doorbell, a received packet and the clock
+//! set running.
+//!
+//! - [`engine`]: the scheduler of the data path (ready queues, timers, the
+//!   inbound batch) and the entry points that run it;
+//! - [`requester`], [`responder`], [`completer`]: IBTA's three state
+//!   machines of a QP, over [`packet`]s;
+//! - [`fast`]: the send doorbell's fast path between two local QPs;
+//! - [`dma`]: keys to MRs and copies between regions;
+//! - [`trust`]: what a connected QP believes, and what it drops;
+//! - [`gsi`]: QP1, the management datagrams of the connection manager.
+
+pub(crate) mod completer;
+pub(crate) mod dma;
+pub(crate) mod engine;
+pub(crate) mod fast;
+pub(crate) mod gsi;
+pub mod packet;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod trust;
