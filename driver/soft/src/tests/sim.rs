@@ -901,6 +901,128 @@ fn deferred_acks_leave_with_the_answer() {
     b.d.hca.detach_link();
 }
 
+/// Delivers everything both captures hold, back and forth, until neither
+/// side sends (at most `rounds` rounds); how many datagrams `a` sent.
+fn exchange(a: &Node, la: &Capture, b: &Node, lb: &Capture, rounds: usize) -> usize {
+    let mut from_a = 0;
+    for _ in 0..rounds {
+        let (ta, tb) = (la.take(), lb.take());
+        if ta.is_empty() && tb.is_empty() {
+            break;
+        }
+        for d in ta.iter().flatten() {
+            from_a += 1;
+            deliver(b, d);
+        }
+        b.d.hca.run_deferred(true);
+        for d in tb.iter().flatten() {
+            deliver(a, d);
+        }
+        a.d.hca.run_deferred(true);
+    }
+    from_a
+}
+
+/// The ACK timer fires while the responder had every request (its ACKs
+/// were lost, or late as under load): the requester goes back to the
+/// oldest WRITE and sends again what its window, a quarter of what it was,
+/// allows; the responder answers the duplicates with ACKs for the last PSN
+/// it has, past what the requester sent again. Those ACKs complete what
+/// they cover and count as progress (the retries start again); they are
+/// not forgeries ahead of the window. (Dropping them left the requester
+/// at its window until the timer fired again, out of retries.)
+#[test]
+fn an_ack_past_a_rewind_completes_what_it_covers() {
+    const LEN: u32 = 64 << 10;
+    let (a, b) = (Node::new(1), Node::new(2));
+    let (la, lb) = (
+        alloc::sync::Arc::new(Capture::default()),
+        alloc::sync::Arc::new(Capture::default()),
+    );
+    a.d.hca.attach_link(la.clone()).unwrap();
+    b.d.hca.attach_link(lb.clone()).unwrap();
+    let (cqa, cqb) = (a.cq(16), b.cq(16));
+    let (qa, qb) = (a.qp(IV_QPT_RC, &cqa), b.qp(IV_QPT_RC, &cqb));
+    let conn = Conn {
+        mtu: IV_MTU_256,
+        retry_cnt: 1,
+        ..Conn::default()
+    };
+    a.connect(&qa, b.gid(), qb.qpn, &conn);
+    b.connect(&qb, a.gid(), qa.qpn, &conn);
+    let (ma, mb) = (
+        a.mem(4 * u64::from(LEN), ALL_ACCESS),
+        b.mem(4 * u64::from(LEN), ALL_ACCESS),
+    );
+    ma.write(0, &pattern(4 * LEN as usize, 3));
+    for k in 0..4u64 {
+        let src = [ma.sge(k * u64::from(LEN), LEN)];
+        a.post(
+            &qa,
+            &SendWr {
+                sges: &src,
+                remote_addr: mb.addr + k * u64::from(LEN),
+                rkey: mb.lkey,
+                ..crate::tests::dp::signaled(k, IV_WR_RDMA_WRITE)
+            },
+        );
+    }
+    // Every request arrives; every ACK is lost.
+    let sent: Vec<OwnedDatagram> = la.take().into_iter().flatten().collect();
+    assert_eq!(sent.len(), 1024, "four WRITEs of 256 packets");
+    for d in &sent {
+        deliver(&b, d);
+    }
+    b.d.hca.run_deferred(true);
+    assert!(!lb.take().is_empty(), "b ACKed");
+    assert!(mb.read(0, 4 * LEN as usize) == pattern(4 * LEN as usize, 3));
+    // Two timeouts: the first spends the one retry; each goes back to the
+    // first WRITE. Without the ACKs past the rewind believed, the second
+    // fails the WRITE with RETRY_EXC_ERR.
+    for round in 0..2 {
+        let at = a.d.hca.next_deadline().expect("the ACK timer");
+        a.d.hca.advance_clock(at);
+        exchange(&a, &la, &b, &lb, 64);
+        let done: Vec<(u64, u32)> = cqa.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+        let s = a.d.hca.stats();
+        assert_eq!(s.untrusted.total(), 0, "round {round}: {s:?}");
+        assert_eq!(
+            done,
+            [
+                (0, IV_WC_SUCCESS),
+                (1, IV_WC_SUCCESS),
+                (2, IV_WC_SUCCESS),
+                (3, IV_WC_SUCCESS)
+            ],
+            "round {round}: {s:?}"
+        );
+        assert_eq!(s.retries, round + 1, "{s:?}");
+        if round == 0 {
+            // Again: everything arrives, the ACKs are lost.
+            for k in 0..4u64 {
+                let src = [ma.sge(k * u64::from(LEN), LEN)];
+                a.post(
+                    &qa,
+                    &SendWr {
+                        sges: &src,
+                        remote_addr: mb.addr + k * u64::from(LEN),
+                        rkey: mb.lkey,
+                        ..crate::tests::dp::signaled(k, IV_WR_RDMA_WRITE)
+                    },
+                );
+            }
+            for d in la.take().iter().flatten() {
+                deliver(&b, d);
+            }
+            b.d.hca.run_deferred(true);
+            assert!(!lb.take().is_empty());
+        }
+    }
+    assert_eq!(a.d.hca.next_deadline(), None, "nothing outstanding");
+    a.d.hca.detach_link();
+    b.d.hca.detach_link();
+}
+
 /// A wire that holds at most 512 datagrams in flight, as a receiving
 /// socket's buffer does: two 768 KiB WRITEs and a 256 KiB READ at a
 /// 256-byte MTU (3,072 packets each WRITE, half again the first congestion

@@ -70,10 +70,27 @@ pub(crate) fn handle(
         return;
     }
     // A response answers a request sent: its PSNs (a burst's last too)
-    // before the next PSN the requester will send.
+    // before the next PSN the requester will send, or before the last it
+    // had sent when it went back (the responder may have had those).
     let frontier = sent_frontier(qp);
-    if psn_diff(burst.last_psn(pkt.psn), frontier) >= 0 {
-        untrusted(env).response_psn_ahead += u64::from(burst.count.max(1));
+    if psn_diff(frontier, qp.tx.req.sent_end) > 0 {
+        // Kept within the window, so that it never reads as ahead of the
+        // frontier once PSNs wrap.
+        qp.tx.req.sent_end = frontier;
+    }
+    let last = burst.last_psn(pkt.psn);
+    if psn_diff(last, frontier) >= 0 {
+        if psn_diff(last, qp.tx.req.sent_end) >= 0 {
+            untrusted(env).response_psn_ahead += u64::from(burst.count.max(1));
+        } else if pkt.opcode == op::RC_ACKNOWLEDGE
+            && pkt.aeth.syndrome & aeth::TYPE_MASK == aeth::ACK
+        {
+            acked_past_rewind(qpn, qp, env, pkt.psn);
+        } else {
+            // A NAK or a response to a request sent before the rewind: the
+            // request is sent again and answered again.
+            env.dp.stats.packets_dropped += u64::from(burst.count.max(1));
+        }
         return;
     }
     // What the response acknowledges: an ACK (or an atomic's) its PSN, a
@@ -424,11 +441,57 @@ fn retry_by(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32, cause: u
     rewind(qpn, qp, env, i, psn);
 }
 
+/// An ACK for `psn`, past what the requester has sent again since it went
+/// back (a timeout that ACKs lost or late caused, while the responder had
+/// the requests): the responder has every request through `psn`. The WQEs
+/// it covers are done, and the current one goes on after `psn` rather than
+/// sending again what arrived; the WQEs the requester forgot when it went
+/// back start again, and their duplicates are ACKed the same way.
+fn acked_past_rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
+    if let Some((i, missing)) = ack_upto(qp, psn) {
+        retry_by(qpn, qp, env, i, missing, 1);
+        return;
+    }
+    let mtu = qp.tx.mtu;
+    let req = &mut qp.tx.req;
+    let Some(c) = req.cur else {
+        return;
+    };
+    let s = req.slot_mut(c.index);
+    if is_rd_atomic(s.wqe.opcode) {
+        // Its responses, not an ACK, answer a READ or an atomic.
+        return;
+    }
+    if psn_diff(psn, s.last_psn) >= 0 {
+        s.done = true;
+        s.status = IV_WC_SUCCESS;
+        req.cur = None;
+    } else {
+        let next = psn_add(psn, 1);
+        let sent = u32::try_from(psn_diff(next, s.first_psn).max(0)).unwrap_or(0);
+        req.cur = Some(Progress {
+            index: c.index,
+            offset: sent.saturating_mul(mtu),
+            psn: next,
+        });
+    }
+    req.rewound_to = None;
+    req.retry_left = qp.attr.retry_cnt;
+    req.rnr_left = qp.attr.rnr_retry;
+    window_acknowledged(qpn, qp, env, psn_add(psn, 1));
+    retire(qpn, qp, env);
+    crate::transport::engine::rearm_rto(qpn, qp, env);
+}
+
 /// Go back N: WQE `i` is sent again from `psn`, and every later WQE after
 /// it.
 fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
     let mtu = qp.tx.mtu;
+    let frontier = sent_frontier(qp);
     let req = &mut qp.tx.req;
+    if psn_diff(frontier, req.sent_end) > 0 {
+        req.sent_end = frontier;
+    }
     req.rewound_to = Some(psn);
     let (first, last) = (req.slot(i).first_psn, req.slot(i).last_psn);
     let offset = u32::try_from(psn_diff(psn, first).max(0))

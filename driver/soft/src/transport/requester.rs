@@ -104,6 +104,10 @@ pub(crate) struct ReqState {
     pub(crate) psn: u32,
     /// The WQE being packetized.
     pub(crate) cur: Option<Progress>,
+    /// RC: the PSN after the last packet sent before the latest rewind (a
+    /// go-back-N does not unsend what had left): responses up to it
+    /// answer requests the responder may have received.
+    pub(crate) sent_end: u32,
     /// READs and atomics started and not retired.
     pub(crate) rd_atomic: u32,
     /// Transport retries left (`retry_cnt`).
@@ -242,6 +246,7 @@ impl ReqState {
             next: 0,
             psn: 0,
             cur: None,
+            sent_end: 0,
             rd_atomic: 0,
             retry_left: 0,
             rewound_to: None,
@@ -319,6 +324,7 @@ impl ReqState {
     /// The next PSN is `psn`, nothing in flight (a new window).
     pub(crate) fn set_psn(&mut self, psn: u32) {
         self.psn = psn;
+        self.sent_end = psn;
         self.window = Window::at(psn);
     }
 
