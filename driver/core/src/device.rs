@@ -504,6 +504,16 @@ fn cm_seed<P: Platform>(platform: &P) -> u32 {
     (t ^ (t >> 32)) as u32
 }
 
+/// The first file after `after` (the first of all for `None`), in key
+/// order: a walk over the files that lets go of the device lock between
+/// steps, without a list of them.
+fn next_file<R>(s: &State<R>, after: Option<FileKey>) -> Option<FileKey> {
+    s.files
+        .keys()
+        .copied()
+        .find(|&k| after.is_none_or(|a| k > a))
+}
+
 /// Requests completed under the device lock wait in [`State::deferred`]
 /// for [`Device::complete_all`] (what used to be handed over as a list).
 pub(crate) struct Drain;
@@ -628,6 +638,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             if s.files.contains_key(&file) {
                 return Some((charge, STATUS_INVALID_PARAMETER));
             }
+            let async_events = match crate::notify::new_queue() {
+                Ok(q) => q,
+                Err(st) => return Some((charge, st)),
+            };
             let inserted = s.files.try_insert(
                 file,
                 FileState {
@@ -636,7 +650,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     closed: false,
                     inflight: 0,
                     charge: Some(charge),
-                    async_events: crate::notify::new_queue(),
+                    async_events,
                     async_waits: alloc::collections::VecDeque::new(),
                     doorbell_page: None,
                     usage: crate::quota::Usage::default(),
@@ -1459,11 +1473,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// ([`Hca::device_removed`]). Rings mapped into processes stay mapped
     /// (and allocated) until their files' cleanup.
     ///
+    /// Allocates nothing: the pending requests complete through the
+    /// deferred completions (their room was reserved with them), and the
+    /// files are visited one per hold of the device lock.
+    ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn remove(&self) {
-        let mut done = Vec::new();
-        let mut deferred = Drain;
-        let mut charges = Vec::new();
         self.state.lock(|s| {
             s.removed = true;
             s.backlog.clear();
@@ -1514,29 +1529,31 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 if let Some(r) = p.request {
                     s.stats.requests_completed += 1;
-                    done.push((r, status));
+                    // In the room `reserve_deferred` kept for it.
+                    s.deferred.push_back((r, status, Response::None));
                 }
             }
-            let keys: Vec<FileKey> = s.files.keys().copied().collect();
             // Every file learns the device is gone; other waits end.
             self.async_event(s, crate::hca::AsyncEvent::DeviceFatal);
-            for &k in &keys {
+            let mut file = None;
+            while let Some(k) = next_file(s, file) {
                 crate::notify::fail_file_waits(s, k, STATUS_DEVICE_REMOVED);
+                file = Some(k);
             }
-            for k in keys {
-                if let Some(c) = self.advance_rundown(s, k) {
-                    charges.push(c);
-                }
-            }
-            deferred = crate::device::Drain;
         });
-        for c in charges {
-            self.platform.pool_release(c);
+        // Each file's rundown advances, a file per hold of the lock (the
+        // pool charge one frees is released outside it).
+        let mut file = None;
+        while let Some((k, charge)) = self.state.lock(|s| {
+            let k = next_file(s, file)?;
+            Some((k, self.advance_rundown(s, k)))
+        }) {
+            file = Some(k);
+            if let Some(c) = charge {
+                self.platform.pool_release(c);
+            }
         }
-        for (r, status) in done {
-            self.complete(r, status, &Response::None);
-        }
-        self.complete_all(deferred);
+        self.complete_all(Drain);
         // The objects are forgotten: the HCA lets go of the memory they
         // pinned (user pages must be unlocked before their process exits).
         self.hca.device_removed();
@@ -1594,14 +1611,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 crate::notify::async_event(s, file, rec);
             }
             None => {
-                let files: Vec<FileKey> = s.files.keys().copied().collect();
-                for file in files {
+                let mut after = None;
+                while let Some(file) = next_file(s, after) {
                     let rec = crate::notify::AsyncRecord {
                         event_type,
                         port_num,
                         object: None,
                     };
                     crate::notify::async_event(s, file, rec);
+                    after = Some(file);
                 }
             }
         }

@@ -227,7 +227,17 @@ pub(crate) fn async_event<R: Request>(s: &mut State<R>, file: FileKey, rec: Asyn
         s.stats.async_events_dropped += 1;
     }
     if let Some(f) = s.files.get_mut(&file) {
-        f.async_events.push_back(rec);
+        if f.async_events.try_reserve(1).is_ok() {
+            f.async_events.push_back(rec);
+        } else {
+            // No memory past the room the file's create took: the event
+            // is dropped and counted, as past the queue's limit.
+            if let Some(obj) = rec.object {
+                let o = f.objects.get_mut(obj);
+                o.unacked_async = o.unacked_async.saturating_sub(1);
+            }
+            s.stats.async_events_dropped += 1;
+        }
     }
     deliver_async(s, file);
 }
@@ -311,9 +321,21 @@ pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, statu
     }
 }
 
-/// An empty async event queue for a new file.
-pub(crate) fn new_queue() -> VecDeque<AsyncRecord> {
-    VecDeque::new()
+/// Async events a file's queue has room for from its create: those
+/// never need memory (past them the queue grows fallibly, and an event it
+/// has no memory for is dropped and counted).
+pub(crate) const ASYNC_EVENTS_RESERVED: usize = 8;
+
+/// An empty async event queue for a new file, with room for
+/// [`ASYNC_EVENTS_RESERVED`] events.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` when the room is refused.
+pub(crate) fn new_queue() -> Result<VecDeque<AsyncRecord>, NtStatus> {
+    let mut q = VecDeque::new();
+    q.try_reserve_exact(ASYNC_EVENTS_RESERVED)
+        .map_err(|_| irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES)?;
+    Ok(q)
 }
 
 /// Runs a notification verb under the device lock: answers it at once

@@ -15,6 +15,11 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::*;
 
+/// Forwards to the system allocator; a test arms it to count or refuse
+/// the allocations of its thread.
+#[global_allocator]
+static ALLOC: irpverbs_failalloc::FailAlloc = irpverbs_failalloc::FailAlloc;
+
 #[derive(Default)]
 struct FakePlatform {
     /// The clock ([`Platform::now_ns`]).
@@ -773,7 +778,9 @@ fn removal_completes_pending_requests_and_destroys_still_succeed() {
         },
         size_of::<IvCreateCqOut>(),
     );
-    r.dev.remove();
+    // Removal needs no memory (it cannot fail): nothing is allocated.
+    let ((), allocated) = irpverbs_failalloc::counting(|| r.dev.remove());
+    assert_eq!(allocated, 0, "removal allocates");
     assert_eq!(
         pending.lock().unwrap().take().unwrap().0,
         STATUS_DEVICE_REMOVED

@@ -1444,7 +1444,9 @@ struct HostSpeed(HostPlatform);
 
 impl SpeedPlatform for HostSpeed {
     fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
-        Ok(Box::new(self.0.new_raw_lock(&SPEED_LOCK)))
+        irpverbs_ring::try_box(self.0.new_raw_lock(&SPEED_LOCK))
+            .map(|b| b as Box<dyn SpeedLock>)
+            .map_err(|_| irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES)
     }
 
     fn lock_check(&self) -> Option<LockCheck> {

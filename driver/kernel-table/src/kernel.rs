@@ -43,7 +43,7 @@ use core::mem::{align_of, offset_of, size_of};
 
 use irpverbs_abi::{
     IV_SEND_INLINE, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge, Layout, NtStatus,
-    STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
+    STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
 };
 use irpverbs_ring::wq::{LockCheck, MAX_SGE};
 
@@ -431,13 +431,17 @@ unsafe extern "C" fn interface_dereference(context: *mut c_void) {
     }
 }
 
-/// Stores a boxed object at `out`.
+/// Stores a boxed object at `out`; `STATUS_INSUFFICIENT_RESOURCES` (and
+/// `out` untouched, `value` dropped) when the box is refused.
 ///
 /// # Safety
 /// `out` is valid for a pointer write.
 unsafe fn store<T>(out: *mut *mut T, value: T) -> NtStatus {
+    let Ok(boxed) = irpverbs_ring::try_box(value) else {
+        return STATUS_INSUFFICIENT_RESOURCES;
+    };
     // SAFETY: the caller passes a valid out pointer.
-    unsafe { out.write(Box::into_raw(Box::new(value))) };
+    unsafe { out.write(Box::into_raw(boxed)) };
     STATUS_SUCCESS
 }
 

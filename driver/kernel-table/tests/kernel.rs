@@ -20,6 +20,11 @@ use irpverbs_ring::wq::{
     LockCheck, push_cqe, read_recv_wqe, read_send_wqe, recv_stride, send_stride,
 };
 
+/// Forwards to the system allocator; a test arms it to refuse one
+/// allocation of its thread.
+#[global_allocator]
+static ALLOC: irpverbs_failalloc::FailAlloc = irpverbs_failalloc::FailAlloc;
+
 /// A doorbell as recorded: which one and the queue number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bell {
@@ -97,7 +102,9 @@ fn ring_lock_check(_lock: usize) {
 
 impl SpeedPlatform for Locks {
     fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
-        Ok(Box::new(CountingLock(Arc::clone(&self.holds))))
+        irpverbs_ring::try_box(CountingLock(Arc::clone(&self.holds)))
+            .map(|b| b as Box<dyn SpeedLock>)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
     }
     fn lock_check(&self) -> Option<LockCheck> {
         Some(ring_lock_check)
@@ -549,4 +556,74 @@ fn each_call_holds_its_queue_lock_around_the_ring() {
     close(&t, o);
     // SAFETY: the table's own reference, given back once.
     unsafe { (t.interface_dereference)(t.context) };
+}
+
+/// Every allocation an open makes (the rings' views, the queues' locks,
+/// the opened object's box) can be refused: the open then fails with
+/// `STATUS_INSUFFICIENT_RESOURCES`, stores nothing and leaks nothing.
+#[test]
+fn opens_fail_cleanly_when_memory_is_short() {
+    let bells = Arc::new(Bells::default());
+    let t = table(&bells);
+    let c = created();
+    let check = |what: &str, n: u64, st: NtStatus, failed: bool, out: bool| {
+        if failed {
+            assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES, "{what}: allocation {n}");
+            assert!(!out, "{what}: allocation {n} refused, an object stored");
+        } else {
+            assert_eq!(st, STATUS_SUCCESS, "{what}");
+            assert!(out);
+        }
+    };
+    let qp = std::cell::Cell::new(ptr::null_mut::<IvKernelQp>());
+    let runs = irpverbs_failalloc::sweep(
+        || {
+            let mut q = ptr::null_mut();
+            // SAFETY: the response describes rings `c` keeps alive.
+            let st = unsafe { (t.open_qp)(t.context, &c.qp, &mut q) };
+            qp.set(q);
+            st
+        },
+        |n, st, failed| {
+            check("open_qp", n, st, failed, !qp.get().is_null());
+            // SAFETY: opened just now (or null), closed once.
+            unsafe { (t.close_qp)(t.context, qp.replace(ptr::null_mut())) };
+        },
+    );
+    assert!(runs >= 5, "two ring views, two locks and the box: {runs}");
+    let cq = std::cell::Cell::new(ptr::null_mut::<IvKernelCq>());
+    let runs = irpverbs_failalloc::sweep(
+        || {
+            let mut q = ptr::null_mut();
+            // SAFETY: as above.
+            let st = unsafe { (t.open_cq)(t.context, c.cq.cqn, &c.cq.ring, &mut q) };
+            cq.set(q);
+            st
+        },
+        |n, st, failed| {
+            check("open_cq", n, st, failed, !cq.get().is_null());
+            // SAFETY: as above.
+            unsafe { (t.close_cq)(t.context, cq.replace(ptr::null_mut())) };
+        },
+    );
+    assert!(runs >= 3, "the ring's view, the lock and the box: {runs}");
+    let srq = std::cell::Cell::new(ptr::null_mut::<IvKernelSrq>());
+    let runs = irpverbs_failalloc::sweep(
+        || {
+            let mut q = ptr::null_mut();
+            // SAFETY: as above.
+            let st = unsafe { (t.open_srq)(t.context, &c.srq, &mut q) };
+            srq.set(q);
+            st
+        },
+        |n, st, failed| {
+            check("open_srq", n, st, failed, !srq.get().is_null());
+            // SAFETY: as above.
+            unsafe { (t.close_srq)(t.context, srq.replace(ptr::null_mut())) };
+        },
+    );
+    assert!(runs >= 3, "the ring's view, the lock and the box: {runs}");
+    // SAFETY: the reference `interface` returned, given back once.
+    unsafe { (t.interface_dereference)(t.context) };
+    assert_eq!(Arc::strong_count(&bells), 1, "the context is gone");
 }

@@ -31,7 +31,7 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 
-use irpverbs_abi::NtStatus;
+use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
 use irpverbs_core::Hca;
 use irpverbs_kernel_table::kernel::{
     IV_KERNEL_INTERFACE_GUID, IvKernelInterface, SpeedLock, SpeedPlatform, interface,
@@ -152,7 +152,9 @@ struct KmdfSpeed;
 impl SpeedPlatform for KmdfSpeed {
     /// IRQL: <= DISPATCH_LEVEL (nonpaged pool, the global allocator).
     fn new_lock(&self) -> Result<Box<dyn SpeedLock>, NtStatus> {
-        Ok(Box::new(KmdfSpeedLock(UnsafeCell::new(0))))
+        irpverbs_ring::try_box(KmdfSpeedLock(UnsafeCell::new(0)))
+            .map(|b| b as Box<dyn SpeedLock>)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
     }
 }
 

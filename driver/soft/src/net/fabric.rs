@@ -54,13 +54,26 @@ pub(crate) trait Peer: Send + Sync {
     /// hardware thread.
     fn inline(&self) -> bool;
 
-    /// Rings the (deferred) HCA's doorbell: frames wait in its inbox.
-    /// Called with no soft HCA lock held.
+    /// Rings the (deferred) HCA's doorbell: frames wait in its inbox. Only
+    /// signals its bus ([`crate::SoftBus::doorbell`]): callable with a
+    /// soft HCA lock held.
     fn ring(&self);
 
     /// Its work is left after the sender's call used its budget: requeued
-    /// to its own bus (another DPC). Called with no soft HCA lock held.
+    /// to its own bus (another DPC; [`crate::SoftBus::resume`] never runs
+    /// it synchronously): callable with a soft HCA lock held.
     fn requeue(&self);
+
+    /// Has its own bus run it: [`Peer::requeue`] inline, [`Peer::ring`]
+    /// deferred (both only queue a DPC or signal the firmware: never run
+    /// the peer on this call, so a soft HCA lock may be held).
+    fn wake(&self) {
+        if self.inline() {
+            self.requeue();
+        } else {
+            self.ring();
+        }
+    }
 
     /// Runs one data-path step on this thread: (work is left, packets of
     /// work done).
@@ -82,7 +95,9 @@ pub(crate) trait Router: Send + Sync {
 /// HCAs that got frames and must run (inline ones, on this thread) or be
 /// woken (deferred ones), without duplicates: the work list of a drive
 /// loop. Holds two inline and spills to the heap beyond (a fabric of many
-/// HCAs talking at once).
+/// HCAs talking at once), growing fallibly: an HCA the list has no memory
+/// for is woken on its own bus instead ([`Peer::wake`]), and runs its
+/// frames there.
 pub(crate) struct Todo {
     first: Option<Arc<dyn Peer>>,
     second: Option<Arc<dyn Peer>>,
@@ -99,7 +114,8 @@ impl Todo {
         }
     }
 
-    /// Adds `peer` unless it is on the list.
+    /// Adds `peer` unless it is on the list; wakes it on its own bus when
+    /// the list has no memory to grow.
     pub(crate) fn push(&mut self, peer: Arc<dyn Peer>) {
         let id = peer.id();
         let listed = self.first.as_ref().is_some_and(|p| p.id() == id)
@@ -112,8 +128,8 @@ impl Todo {
             self.first = Some(peer);
         } else if self.second.is_none() {
             self.second = Some(peer);
-        } else {
-            self.spill.push(peer);
+        } else if let Err(peer) = irpverbs_ring::try_push(&mut self.spill, peer) {
+            peer.wake();
         }
     }
 
@@ -233,5 +249,84 @@ impl<P: Platform> Router for Fabric<P> {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::AtomicUsize;
+
+    /// A peer that counts its wakes.
+    struct Counted {
+        inline: bool,
+        rings: AtomicUsize,
+        requeues: AtomicUsize,
+    }
+
+    impl Peer for Counted {
+        fn accept(&self, _: &mut Batch) -> bool {
+            true
+        }
+        fn inline(&self) -> bool {
+            self.inline
+        }
+        fn ring(&self) {
+            self.rings.fetch_add(1, Ordering::SeqCst);
+        }
+        fn requeue(&self) {
+            self.requeues.fetch_add(1, Ordering::SeqCst);
+        }
+        fn step(&self, _: &mut Todo) -> (bool, u64) {
+            (false, 0)
+        }
+        fn id(&self) -> usize {
+            core::ptr::from_ref(self).addr()
+        }
+    }
+
+    fn peer(inline: bool) -> Arc<Counted> {
+        Arc::new(Counted {
+            inline,
+            rings: AtomicUsize::new(0),
+            requeues: AtomicUsize::new(0),
+        })
+    }
+
+    /// Past two HCAs the list grows fallibly: an HCA it has no memory for
+    /// is woken on its own bus (a DPC inline, its doorbell deferred), not
+    /// an abort; listed ones are not woken, and nothing is listed twice.
+    #[test]
+    fn a_peer_the_list_cannot_hold_is_woken_on_its_bus() {
+        let (a, b, c, d) = (peer(true), peer(true), peer(true), peer(false));
+        let mut todo = Todo::new();
+        for p in [&a, &b, &a] {
+            let ((), n) = irpverbs_failalloc::counting(|| todo.push(p.clone()));
+            assert_eq!(n, 0, "two peers are held inline");
+        }
+        let ((), failed) = irpverbs_failalloc::failing_nth(0, || todo.push(c.clone()));
+        assert!(failed);
+        assert_eq!(c.requeues.load(Ordering::SeqCst), 1, "inline: requeued");
+        let ((), failed) = irpverbs_failalloc::failing_nth(0, || todo.push(d.clone()));
+        assert!(failed);
+        assert_eq!(d.rings.load(Ordering::SeqCst), 1, "deferred: rung");
+        let mut listed = 0;
+        while todo.pop().is_some() {
+            listed += 1;
+        }
+        assert_eq!(listed, 2);
+        for p in [&a, &b] {
+            assert_eq!(p.requeues.load(Ordering::SeqCst), 0);
+        }
+        // With memory, the list holds them all.
+        for p in [&a, &b, &c, &d, &c] {
+            todo.push(p.clone());
+        }
+        let mut listed = 0;
+        while todo.pop().is_some() {
+            listed += 1;
+        }
+        assert_eq!(listed, 4);
+        assert_eq!(c.requeues.load(Ordering::SeqCst), 1);
     }
 }
