@@ -77,7 +77,6 @@
 //! [`DeviceStats::cm_mads_malformed`]: crate::DeviceStats::cm_mads_malformed
 //! [`DeviceStats::cm_send_failures`]: crate::DeviceStats::cm_send_failures
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use zerocopy::IntoBytes;
@@ -398,8 +397,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if !self.cep_calls_pending.swap(false, Ordering::AcqRel) {
             return;
         }
-        let calls = self.state.lock(|s| core::mem::take(&mut s.cep_calls));
-        for (callback, ready) in calls {
+        // One at a time: the queue keeps its memory (its room is taken
+        // when CEPs are made).
+        while let Some((callback, ready)) = self.state.lock(|s| s.cep_calls.pop_front()) {
             callback(ready);
         }
     }
@@ -543,6 +543,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
             armed: true,
         });
         s.ceps.reserve_total(s.ceps.len() + 1)?;
+        // Room for the CEP's callback call (queued once until it polls).
+        let calls = (s.ceps.len() + 1).saturating_sub(s.cep_calls.len());
+        s.cep_calls
+            .try_reserve(calls)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let idx = self.reserve(s, file, body, MAX_CEPS_PER_DEVICE)?;
         let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
         f.objects.get_mut(idx).life = Life::Live;
@@ -770,7 +775,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if let Some(cb) = &c.callback {
             // A kernel ULP's CEP: its callback, once until it polls `None`.
             if c.armed && !c.events.is_empty() {
-                c.armed = false;
                 let call = (
                     Arc::clone(&cb.0),
                     CepReady {
@@ -779,9 +783,16 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         user_context: c.user_context,
                     },
                 );
-                s.cep_calls.push(call);
-                self.cep_calls_pending
-                    .store(true, core::sync::atomic::Ordering::Release);
+                // In the room the CEPs took when they were made; without
+                // room the CEP stays armed, for its next event.
+                if s.cep_calls.try_reserve(1).is_ok() {
+                    s.cep_calls.push_back(call);
+                    if let Some(c) = cep_mut(s, file, idx) {
+                        c.armed = false;
+                    }
+                    self.cep_calls_pending
+                        .store(true, core::sync::atomic::Ordering::Release);
+                }
             }
             return;
         }
@@ -1877,7 +1888,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
         match crate::resolve::Resolve::owner(i, self.hca.caps()) {
             Ok((walk, cmd)) => {
-                let op = crate::device::Op::Resolve(Box::new(walk));
+                let Ok(walk) = irpverbs_ring::try_box(walk) else {
+                    return Some((request, STATUS_INSUFFICIENT_RESOURCES, Response::None));
+                };
+                let op = crate::device::Op::Resolve(walk);
                 self.post(s, file, Some(request), op, cmd);
                 None
             }

@@ -213,8 +213,12 @@ pub struct DeviceStats {
     pub cq_events: u64,
     /// Async events received from the HCA.
     pub async_events: u64,
-    /// Async events dropped because a file queued too many.
+    /// Async events dropped because a file queued too many (or had no
+    /// memory to queue more).
     pub async_events_dropped: u64,
+    /// CQ events a completion channel had no memory to queue (dropped,
+    /// as a CQ event past the room its channel took at creation).
+    pub cq_events_dropped: u64,
     /// MADs taken from the HCA's general services interface.
     pub mads_received: u64,
     /// Received MADs the connection manager refused to parse.
@@ -273,7 +277,7 @@ pub(crate) struct State<R> {
     /// Multi-phase CM requests in progress, by CEP.
     pub(crate) cm_ops: VecMap<irpverbs_cm::CepId, crate::cm::Parked>,
     /// CEP callbacks to call once the lock is released.
-    pub(crate) cep_calls: Vec<(crate::cm::CepCallback, crate::cm::CepReady)>,
+    pub(crate) cep_calls: VecDeque<(crate::cm::CepCallback, crate::cm::CepReady)>,
 }
 
 impl<R> State<R> {
@@ -558,7 +562,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 by_number: VecMap::new(),
                 ceps: VecMap::new(),
                 cm_ops: VecMap::new(),
-                cep_calls: Vec::new(),
+                cep_calls: VecDeque::new(),
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&*platform)),
             },
         );
@@ -1040,7 +1044,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 ))
             }
             Verb::ResolveAddr(i) => crate::resolve::Resolve::start(&i, caps)
-                .map(|(r, cmd)| (Op::Resolve(alloc::boxed::Box::new(r)), cmd))
+                .and_then(|(r, cmd)| {
+                    let r = irpverbs_ring::try_box(r).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+                    Ok((Op::Resolve(r), cmd))
+                })
                 .map_err(fail),
             Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
             Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),

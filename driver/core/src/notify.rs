@@ -17,7 +17,6 @@
 //! the table under the same lock.
 
 use alloc::collections::VecDeque;
-use alloc::vec::Vec;
 
 use irpverbs_abi::*;
 
@@ -143,12 +142,25 @@ pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
         }
     }
     if let Some(ch) = channel {
-        if let Some(Body::Channel(chan)) = s
-            .files
-            .get_mut(&file)
-            .map(|f| &mut f.objects.get_mut(ch).body)
-        {
-            chan.events.push_back(cq);
+        let f = s.files.get_mut(&file);
+        if let Some(f) = f {
+            let queued = match &mut f.objects.get_mut(ch).body {
+                Body::Channel(chan) => {
+                    let room = chan.events.try_reserve(1).is_ok();
+                    if room {
+                        chan.events.push_back(cq);
+                    }
+                    room
+                }
+                _ => true,
+            };
+            if !queued {
+                // No memory for the event: dropped and counted.
+                if let Body::Cq(c) = &mut f.objects.get_mut(cq).body {
+                    c.unacked_events = c.unacked_events.saturating_sub(1);
+                }
+                s.stats.cq_events_dropped += 1;
+            }
         }
         deliver_channel(s, file, ch);
     }
@@ -301,14 +313,19 @@ pub(crate) fn classify(ev: AsyncEvent) -> (u32, Option<(Kind, u32)>, u32) {
 
 /// Completes every wait of `file` (cleanup: `STATUS_CANCELLED`; removal:
 /// `STATUS_DEVICE_REMOVED`). Waits the cancel routine owns are left to it.
+///
+/// Allocates nothing: the waits are visited in key order, and each
+/// completes in the room its pend reserved in the deferred queue.
 pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, status: NtStatus) {
-    let keys: Vec<u64> = s
-        .waits
-        .iter()
-        .filter(|(_, w)| w.file == file)
-        .map(|(k, _)| *k)
-        .collect();
-    for key in keys {
+    let mut after = None;
+    loop {
+        let next = s
+            .waits
+            .iter()
+            .find(|&(k, w)| w.file == file && after.is_none_or(|a| *k > a))
+            .map(|(k, _)| *k);
+        let Some(key) = next else { break };
+        after = Some(key);
         if let Some(r) = take_wait(s, key) {
             s.deferred.push_back((r, status, Response::None));
         }
