@@ -100,7 +100,13 @@
 #define IOCTL_IV_DEALLOC_PD ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2065 << 2)) | METHOD_BUFFERED)
 
 /**
- * Register a virtual memory region. In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
+ * Register a virtual memory region. From user mode the range is the
+ * caller's memory, locked until the MR is deregistered; only the process
+ * that opened the file may register user memory through it
+ * (`STATUS_ACCESS_DENIED` for any other, which pins nothing). When that
+ * process exits the file is run down, its MRs with it, and every request
+ * on the file then fails with `STATUS_PROCESS_IS_TERMINATING`.
+ * In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
  */
 #define IOCTL_IV_REG_MR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2072 << 2)) | METHOD_BUFFERED)
 
@@ -220,10 +226,10 @@
  * geometry with zero addresses, and this returns the addresses, the same
  * ones on every call for the same ring. The mapping lasts until the object
  * is destroyed (or, for a CQ, resized) and the caller's next request on the
- * file, or until the file's cleanup; it belongs to the process that first
- * mapped or registered memory through the file (`STATUS_ACCESS_DENIED` for
- * any other). Kernel callers get the kernel addresses their create
- * responses carry. In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
+ * file, or until the file's cleanup or its opener's exit; only the process
+ * that opened the file may map (`STATUS_ACCESS_DENIED` for any other).
+ * Kernel callers get the kernel addresses their create responses carry.
+ * In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
  */
 #define IOCTL_IV_MAP_RINGS ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2128 << 2)) | METHOD_BUFFERED)
 
@@ -3289,6 +3295,19 @@ typedef struct IvCqe {
  */
 #ifndef STATUS_QUOTA_EXCEEDED
 #define STATUS_QUOTA_EXCEEDED -1073741756
+#endif
+
+/**
+ * `STATUS_PROCESS_IS_TERMINATING` (0xC000010A): the process that opened
+ * the file has exited while another process still holds a handle to it
+ * (inherited or duplicated). The driver ran the file down when its opener
+ * exited: its objects are destroyed, its rings and doorbell page unmapped,
+ * the pages its registrations locked unlocked. Every request on the file
+ * fails with this status (and waits pending on it complete with it) until
+ * its last handle is closed.
+ */
+#ifndef STATUS_PROCESS_IS_TERMINATING
+#define STATUS_PROCESS_IS_TERMINATING -1073741558
 #endif
 
 #endif  /* IRPVERBS_H */

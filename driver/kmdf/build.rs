@@ -1,8 +1,9 @@
 //! Configures the driver's link against the WDK (KMDF libraries, entry
-//! point, subsystem) from `[package.metadata.wdk]` in Cargo.toml, and
-//! compiles `src/seh.c` (the `__try` / `__except` shim around the two kernel
-//! calls that raise exceptions) with the WDK's compiler, headers and
-//! preprocessor definitions into a static library linked into the driver.
+//! point, subsystem, `/INTEGRITYCHECK`) from `[package.metadata.wdk]` in
+//! Cargo.toml, and compiles `src/seh.c` (the `__try` / `__except` shim
+//! around the two kernel calls that raise exceptions) with the WDK's
+//! compiler, headers and preprocessor definitions into a static library
+//! linked into the driver.
 //!
 //! The shim is compiled only for Windows targets: it is MSVC C with SEH. The
 //! Linux type-check (`linux-check/check.sh`) never links, so it needs none.
@@ -20,6 +21,12 @@ fn main() -> Result<(), wdk_build::ConfigError> {
             .flag("/kernel")
             .file("src/seh.c")
             .compile("irpverbs_seh");
+        // PsSetCreateProcessNotifyRoutineEx (src/process.rs) refuses a
+        // routine in an image without IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY
+        // (STATUS_ACCESS_DENIED, and DriverEntry fails): link with
+        // /INTEGRITYCHECK. wdk-build's binary configuration passes it too;
+        // stating it here keeps the driver's requirement in the driver.
+        println!("cargo::rustc-cdylib-link-arg=/INTEGRITYCHECK");
     }
     config.configure_binary_build()
 }

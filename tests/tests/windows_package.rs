@@ -573,9 +573,10 @@ fn device_interface_guid_agrees() {
 // ------------------------------------------------------------------ same mapping
 
 /// The entry points of `irpverbs_core::Device` an OS layer calls.
-const ENTRY_POINTS: [&str; 8] = [
+const ENTRY_POINTS: [&str; 9] = [
     "create_file",
     "cleanup_file",
+    "owner_exited",
     "close_file",
     "in_caller_context",
     "dispatch_ioctl",
@@ -627,7 +628,7 @@ fn kmdf_glue_is_the_host_devices_mapping() {
             "irpverbs_core::Device has no pub fn {name}"
         );
     }
-    let host = code_of(&read("driver/host/src/device.rs"));
+    let host = code_of(&(read("driver/host/src/device.rs") + &read("driver/host/src/process.rs")));
     // The host names its Device `device` (a field) and `d` (upgraded weak).
     let host_calls = calls(&host, &["device", "d"]);
     assert!(
@@ -808,7 +809,7 @@ fn user_doorbells_are_scanned_by_both_layers() {
     // same poller steps; the ring IOCTL wakes both through the bus.
     let soft = code_of(&read("driver/soft/src/firmware/poller.rs"));
     assert!(soft.contains("pub fn poll_doorbells_step("));
-    let host = code_of(&read("driver/host/src/device.rs"));
+    let host = code_of(&(read("driver/host/src/device.rs") + &read("driver/host/src/process.rs")));
     assert!(host.contains("soft.poll_doorbells_step(&mut poller, now)"));
     assert!(host.contains("fn wake_doorbell_poller(&self)"));
     let thread = code_of(&read("driver/kmdf/src/doorbell.rs"));

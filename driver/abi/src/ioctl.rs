@@ -83,7 +83,13 @@ pub const IOCTL_IV_DEALLOC_PD: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x811 << 2)
     | METHOD_BUFFERED;
 
-/// Register a virtual memory region. In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
+/// Register a virtual memory region. From user mode the range is the
+/// caller's memory, locked until the MR is deregistered; only the process
+/// that opened the file may register user memory through it
+/// (`STATUS_ACCESS_DENIED` for any other, which pins nothing). When that
+/// process exits the file is run down, its MRs with it, and every request
+/// on the file then fails with `STATUS_PROCESS_IS_TERMINATING`.
+/// In: [`IvRegMrIn`]. Out: [`IvRegMrOut`].
 pub const IOCTL_IV_REG_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x818 << 2)
@@ -222,10 +228,10 @@ pub const IOCTL_IV_ACK_ASYNC_EVENT: u32 = (FILE_DEVICE_INFINIBAND << 16)
 /// geometry with zero addresses, and this returns the addresses, the same
 /// ones on every call for the same ring. The mapping lasts until the object
 /// is destroyed (or, for a CQ, resized) and the caller's next request on the
-/// file, or until the file's cleanup; it belongs to the process that first
-/// mapped or registered memory through the file (`STATUS_ACCESS_DENIED` for
-/// any other). Kernel callers get the kernel addresses their create
-/// responses carry. In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
+/// file, or until the file's cleanup or its opener's exit; only the process
+/// that opened the file may map (`STATUS_ACCESS_DENIED` for any other).
+/// Kernel callers get the kernel addresses their create responses carry.
+/// In: [`IvHandleIn`] (a CQ, QP or SRQ). Out: [`IvMapRingsOut`].
 pub const IOCTL_IV_MAP_RINGS: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x850 << 2)

@@ -97,6 +97,15 @@ pub const STATUS_NETWORK_UNREACHABLE: NtStatus = -0x3FFF_FDC4;
 /// files are not affected, and destroying the file's objects frees quota.
 pub const STATUS_QUOTA_EXCEEDED: NtStatus = -0x3FFF_FFBC;
 
+/// `STATUS_PROCESS_IS_TERMINATING` (0xC000010A): the process that opened
+/// the file has exited while another process still holds a handle to it
+/// (inherited or duplicated). The driver ran the file down when its opener
+/// exited: its objects are destroyed, its rings and doorbell page unmapped,
+/// the pages its registrations locked unlocked. Every request on the file
+/// fails with this status (and waits pending on it complete with it) until
+/// its last handle is closed.
+pub const STATUS_PROCESS_IS_TERMINATING: NtStatus = -0x3FFF_FEF6;
+
 /// True for success and informational values (NT_SUCCESS).
 #[must_use]
 pub const fn nt_success(status: NtStatus) -> bool {
@@ -132,6 +141,7 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_ADDRESS_ALREADY_EXISTS => "STATUS_ADDRESS_ALREADY_EXISTS",
         STATUS_NETWORK_UNREACHABLE => "STATUS_NETWORK_UNREACHABLE",
         STATUS_QUOTA_EXCEEDED => "STATUS_QUOTA_EXCEEDED",
+        STATUS_PROCESS_IS_TERMINATING => "STATUS_PROCESS_IS_TERMINATING",
         _ => "STATUS_<unknown>",
     }
 }
@@ -167,6 +177,7 @@ mod tests {
         (STATUS_ADDRESS_ALREADY_EXISTS, 0xC000_020A),
         (STATUS_NETWORK_UNREACHABLE, 0xC000_023C),
         (STATUS_QUOTA_EXCEEDED, 0xC000_0044),
+        (STATUS_PROCESS_IS_TERMINATING, 0xC000_010A),
     ];
 
     #[test]

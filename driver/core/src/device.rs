@@ -30,8 +30,8 @@ use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
 use crate::object::{Body, Kind, Life, Object};
 use crate::platform::{
-    DEVICE_LOCK, FileKey, MAP_LOCK, MajorFunction, Platform, PoolCharge, Request, RequestorMode,
-    SpinLock, pool_tag,
+    DEVICE_LOCK, FileKey, MAP_LOCK, MajorFunction, Platform, PoolCharge, ProcessKey, Request,
+    RequestorMode, SpinLock, pool_tag,
 };
 
 /// Driver version reported by `IOCTL_IV_GET_VERSION` (major.minor).
@@ -166,6 +166,10 @@ pub(crate) struct Pending<R> {
 pub(crate) struct FileState {
     pub objects: HandleTable,
     pub cleaning_up: bool,
+    /// The process that opened the file exited ([`Device::owner_exited`]):
+    /// the file is run down and every request fails with
+    /// `STATUS_PROCESS_IS_TERMINATING`.
+    pub owner_exited: bool,
     pub closed: bool,
     /// Commands in flight on this file's objects.
     pub inflight: usize,
@@ -389,6 +393,7 @@ impl<R> State<R> {
 
     pub(crate) fn file(&mut self, file: FileKey) -> Result<&mut FileState, NtStatus> {
         match self.files.get_mut(&file) {
+            Some(f) if f.owner_exited => Err(STATUS_PROCESS_IS_TERMINATING),
             Some(f) if f.cleaning_up => Err(STATUS_DELETE_PENDING),
             Some(f) => Ok(f),
             None => Err(STATUS_INVALID_HANDLE),
@@ -607,14 +612,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     // ------------------------------------------------------------- files
 
-    /// A file was opened (EvtDeviceFileCreate).
+    /// A file was opened (EvtDeviceFileCreate). `owner` is the process
+    /// that opened it, for a user-mode open (`None` for a kernel-mode
+    /// one): the only process whose user memory the file's requests may
+    /// pin or map into (see [`crate::maps`]), and the one whose exit runs
+    /// the file down ([`Device::owner_exited`]).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     ///
     /// # Errors
     /// `STATUS_DEVICE_REMOVED` after removal; `STATUS_INSUFFICIENT_RESOURCES`
     /// when pool is refused; `STATUS_INVALID_PARAMETER` for a key in use.
-    pub fn create_file(&self, file: FileKey) -> Result<(), NtStatus> {
+    pub fn create_file(&self, file: FileKey, owner: Option<ProcessKey>) -> Result<(), NtStatus> {
         let charge = self
             .platform
             .pool_charge(FILE_TAG, size_of::<FileState>())?;
@@ -624,7 +633,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             if maps.contains_key(&file) {
                 return Ok(false);
             }
-            maps.try_insert(file, crate::maps::FileMaps::default())
+            maps.try_insert(file, crate::maps::FileMaps::new(owner))
                 .map(|_| true)
                 .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
         });
@@ -651,6 +660,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 FileState {
                     objects: HandleTable::new(),
                     cleaning_up: false,
+                    owner_exited: false,
                     closed: false,
                     inflight: 0,
                     charge: Some(charge),
@@ -688,9 +698,30 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// file's own process, or the one it was handed to), when rings are
     /// mapped; <= DISPATCH_LEVEL otherwise. Never blocks.
     pub fn cleanup_file(&self, file: FileKey) {
+        self.begin_rundown(file, false);
+    }
+
+    /// Starts (or advances) `file`'s rundown: its cleanup, or its opener's
+    /// exit (`exited`, which does nothing to a file already run down).
+    fn begin_rundown(&self, file: FileKey, exited: bool) {
         let (charge, deferred, cm) = self.state.lock(|s| {
-            let known = s.files.get_mut(&file).map(|f| f.cleaning_up = true);
-            crate::notify::fail_file_waits(s, file, STATUS_CANCELLED);
+            let known = match s.files.get_mut(&file) {
+                Some(f) if exited && f.cleaning_up => None,
+                Some(f) => {
+                    f.cleaning_up = true;
+                    f.owner_exited |= exited;
+                    Some(())
+                }
+                None => None,
+            };
+            let status = if exited {
+                STATUS_PROCESS_IS_TERMINATING
+            } else {
+                STATUS_CANCELLED
+            };
+            if known.is_some() || !exited {
+                crate::notify::fail_file_waits(s, file, status);
+            }
             let charge = known.and_then(|()| self.advance_rundown(s, file));
             // The REJs and DREQs of the CEPs the rundown destroyed.
             (charge, crate::device::Drain, s.cm.take())
@@ -701,6 +732,32 @@ impl<P: Platform, H: Hca> Device<P, H> {
         self.complete_all(deferred);
         self.cm_flush(cm);
         self.unmap_file(file, false);
+    }
+
+    /// The process that opened `file` is exiting while the file may stay
+    /// open in another process (its handle inherited or duplicated): the
+    /// platform's process-exit notification (Windows:
+    /// `PsSetCreateProcessNotifyRoutineEx`, called with no create
+    /// information), for each file that process opened.
+    ///
+    /// The file is run down as its cleanup would run it down, now, while
+    /// the exiting process's address space is still there: every ring and
+    /// the doorbell page are unmapped from it, requests waiting on the
+    /// file complete with `STATUS_PROCESS_IS_TERMINATING`, and its objects
+    /// are destroyed children first (QPs before the MRs they use), whose
+    /// deregistrations release the pages its registrations locked (the
+    /// platform waits for them, bounded, as after a cleanup: the process
+    /// must not end with locked pages). From then on every request on the
+    /// file, from whichever process still holds a handle, fails with
+    /// `STATUS_PROCESS_IS_TERMINATING`; the cleanup and close of the last
+    /// handle free what is left and touch no address space. A second call,
+    /// or one after the file's cleanup, changes nothing.
+    ///
+    /// IRQL: PASSIVE_LEVEL, in the context of the exiting process (the
+    /// notification runs in its last thread) or attached to it. Never
+    /// blocks.
+    pub fn owner_exited(&self, file: FileKey) {
+        self.begin_rundown(file, true);
     }
 
     /// The file object is going away (EvtFileClose). Its state is freed as

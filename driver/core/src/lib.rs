@@ -52,7 +52,7 @@ pub use hca::{
 };
 pub use platform::{
     APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,
-    PoolCharge, PoolTag, Request, RequestorMode, SpinLock, pool_tag,
+    PoolCharge, PoolTag, ProcessKey, Request, RequestorMode, SpinLock, pool_tag,
 };
 
 impl<T: Hca> Hca for alloc::sync::Arc<T> {

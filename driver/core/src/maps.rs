@@ -10,10 +10,22 @@
 //!   mapping can be made. A user-mode caller's create response therefore
 //!   carries the rings' geometry with zero addresses, and the ULP maps them
 //!   next; asking again returns the same addresses.
-//! - **One process per file.** The first mapping or user pin through a file
-//!   binds the file to its requestor's address space; the others are
-//!   refused (`STATUS_ACCESS_DENIED`). A mapping can then only ever be
-//!   undone in that process.
+//! - **One process per file: its opener.** A user-mode file belongs to the
+//!   process that opened it ([`Device::create_file`]'s owner): only its
+//!   requests pin user memory (`IOCTL_IV_REG_MR`) or map rings and the
+//!   doorbell page into a process; the same requests from any other
+//!   process (a handle inherited or duplicated) are refused with
+//!   `STATUS_ACCESS_DENIED` before anything is pinned, allocated or
+//!   mapped. A kernel-mode file has no owner and maps nothing for user
+//!   mode. Control verbs work from any process. Every mapping of a file is
+//!   therefore in its opener, and every pin of its pages.
+//! - **The opener's exit runs the file down** ([`Device::owner_exited`], on
+//!   the platform's process-exit notification): its mappings are undone in
+//!   the exiting process and its registrations' pins released while the
+//!   address space is still there, whatever other process keeps a handle
+//!   to the file; that process's later requests on it fail with
+//!   `STATUS_PROCESS_IS_TERMINATING`, and the last handle's cleanup finds
+//!   nothing to unmap.
 //! - **A mapping keeps its ring's memory.** It holds the ring's region, so
 //!   a destroy (or a CQ resize) that frees the object never frees memory
 //!   still mapped into a process.
@@ -45,7 +57,7 @@ use crate::Hca;
 use crate::device::{Device, Response, State, Verb};
 use crate::fallible::{VecMap, try_push};
 use crate::object::{Kind, Object};
-use crate::platform::{FileKey, Platform, Request, RequestorMode, SpinLock};
+use crate::platform::{FileKey, Platform, ProcessKey, Request, RequestorMode, SpinLock};
 
 /// The user mappings of every file, under [`crate::platform::MAP_LOCK`]:
 /// a file's entry is made when the file is created and goes when it is
@@ -62,9 +74,9 @@ fn file_maps<M>(maps: &mut Maps<M>, file: FileKey) -> Result<&mut FileMaps<M>, N
 
 /// One file's user mappings.
 pub(crate) struct FileMaps<M> {
-    /// The address space the file's mappings and pins belong to: the first
-    /// one to map or pin through it.
-    space: Option<u64>,
+    /// The process the file's mappings and pins belong to: its opener
+    /// (`None` for a kernel-mode file).
+    space: Option<ProcessKey>,
     /// The file's cleanup ran: nothing is mapped any more.
     closed: bool,
     entries: Vec<MapEntry<M>>,
@@ -72,31 +84,32 @@ pub(crate) struct FileMaps<M> {
     page: Option<PageEntry<M>>,
 }
 
-impl<M> Default for FileMaps<M> {
-    fn default() -> Self {
+impl<M> FileMaps<M> {
+    /// A new file's entry: nothing mapped, owned by `owner`.
+    pub(crate) fn new(owner: Option<ProcessKey>) -> Self {
         Self {
-            space: None,
+            space: owner,
             closed: false,
             entries: Vec::new(),
             page: None,
         }
     }
-}
 
-impl<M> FileMaps<M> {
-    /// Binds the file to `space`, or checks that it is bound to it.
-    fn bind(&mut self, space: u64) -> Result<(), NtStatus> {
+    /// Checks that `process` may map into, or pin memory of, its own
+    /// address space through the file: that it opened the file.
+    ///
+    /// # Errors
+    /// `STATUS_ACCESS_DENIED` for any other process (or a kernel-mode
+    /// file); `STATUS_DELETE_PENDING` once the file's mappings are undone
+    /// for good (its cleanup, or its opener's exit).
+    fn bind(&self, process: ProcessKey) -> Result<(), NtStatus> {
+        if self.space != Some(process) {
+            return Err(STATUS_ACCESS_DENIED);
+        }
         if self.closed {
             return Err(STATUS_DELETE_PENDING);
         }
-        match self.space {
-            None => {
-                self.space = Some(space);
-                Ok(())
-            }
-            Some(bound) if bound == space => Ok(()),
-            Some(_) => Err(STATUS_ACCESS_DENIED),
-        }
+        Ok(())
     }
 
     /// Where `region` of the object `handle` is mapped, if it is.
@@ -427,25 +440,27 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Err(STATUS_INVALID_DEVICE_STATE);
         }
         let file = request.file();
-        // The file's page, allocated by its first request.
-        let region = self.state.lock(|s| {
-            if s.removed {
-                return Err(STATUS_DEVICE_REMOVED);
-            }
-            let f = s.file(file)?;
-            if let Some(page) = &f.doorbell_page {
-                return Ok(Shared::clone(&page.region));
-            }
-            let page = self.hca.alloc_doorbell_page()?;
-            let region = Shared::clone(&page.region);
-            f.doorbell_page = Some(page);
-            Ok(region)
-        })?;
         let space = request.address_space();
-        let mapped = self.maps.lock(|maps| {
+        // The file's page, allocated by its opener's first request (the
+        // mapping lock before the device's); another process's request
+        // allocates nothing.
+        let (region, mapped) = self.maps.lock(|maps| {
             let fm = file_maps(maps, file)?;
-            fm.bind(space)?;
-            Ok::<_, NtStatus>(fm.page.as_ref().map(|p| p.addr))
+            let region = self.state.lock(|s| {
+                if s.removed {
+                    return Err(STATUS_DEVICE_REMOVED);
+                }
+                let f = s.file(file)?;
+                fm.bind(space)?;
+                if let Some(page) = &f.doorbell_page {
+                    return Ok(Shared::clone(&page.region));
+                }
+                let page = self.hca.alloc_doorbell_page()?;
+                let region = Shared::clone(&page.region);
+                f.doorbell_page = Some(page);
+                Ok(region)
+            })?;
+            Ok::<_, NtStatus>((region, fm.page.as_ref().map(|p| p.addr)))
         })?;
         if let Some(addr) = mapped {
             return Ok(doorbells_out(addr));

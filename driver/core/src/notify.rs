@@ -332,7 +332,7 @@ pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, statu
     }
     if let Some(f) = s.files.get_mut(&file) {
         f.async_waits.clear();
-        if status == STATUS_CANCELLED {
+        if status == STATUS_CANCELLED || status == STATUS_PROCESS_IS_TERMINATING {
             f.async_events.clear();
         }
     }

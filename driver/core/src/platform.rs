@@ -59,6 +59,14 @@ pub enum MajorFunction {
 /// and handles belong to the file that created them.
 pub type FileKey = u64;
 
+/// Identifies a user process to the core: the platform's non-zero key for
+/// it, which must stay unique among processes for as long as a file the
+/// process opened is open (KMDF: the address of the `EPROCESS`, which the
+/// file's context keeps referenced with `ObReferenceObject` from
+/// `EvtDeviceFileCreate` to `EvtFileClose`, so that no later process can be
+/// given the same address meanwhile). The core only compares keys.
+pub type ProcessKey = u64;
+
 /// A four-character pool tag, as `ExAllocatePool2` takes it
 /// (`u32::from_le_bytes(*b"IvPd")` shows as "IvPd" in pool tools).
 pub type PoolTag = u32;
@@ -165,12 +173,13 @@ pub trait Request: Send + 'static {
     /// `STATUS_CANCELLED` if the cancel routine has run or is about to run:
     /// it owns the request, and the caller must not complete it.
     fn unmark_cancelable(&mut self) -> Result<(), NtStatus>;
-    /// The address space (process) the request was issued from, as an
-    /// opaque non-zero identity: the core keeps a file's user mappings and
-    /// pins in one process with it. KMDF: the requestor's process.
+    /// The process the request was issued from ([`ProcessKey`]): the core
+    /// serves a file's user-memory requests (pins, ring and doorbell
+    /// mappings) only for the process that opened it. KMDF: the
+    /// requestor's process, recorded in `EvtIoInCallerContext`.
     ///
     /// IRQL: <= DISPATCH_LEVEL, in any context.
-    fn address_space(&self) -> u64;
+    fn address_space(&self) -> ProcessKey;
     /// Keeps `region`, pinned by [`crate::Device::in_caller_context`] in the
     /// requestor's context, with the request until the I/O queue presents it
     /// to [`crate::Device::dispatch_ioctl`], which takes it back with

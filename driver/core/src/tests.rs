@@ -499,8 +499,8 @@ impl Rig {
         let platform = Arc::new(FakePlatform::default());
         let hca = Arc::new(FakeHca::new(depth));
         let dev = Device::new(platform.clone(), hca.clone());
-        dev.create_file(1).unwrap();
-        dev.create_file(2).unwrap();
+        dev.create_file(1, Some(1)).unwrap();
+        dev.create_file(2, Some(1)).unwrap();
         Self { dev, hca, platform }
     }
 
@@ -1496,7 +1496,7 @@ fn map_doorbells_is_refused_where_it_cannot_be_served() {
     assert!(map_doorbells(&r, 2).is_ok());
     // An HCA without doorbell pages.
     r.hca.no_doorbells.store(true, Ordering::SeqCst);
-    r.dev.create_file(3).unwrap();
+    r.dev.create_file(3, Some(1)).unwrap();
     assert_eq!(map_doorbells(&r, 3), Err(STATUS_NOT_SUPPORTED));
     r.dev.cleanup_file(3);
     r.dev.close_file(3);
@@ -1568,15 +1568,103 @@ fn a_files_mappings_and_pins_belong_to_one_process() {
     let denied: Result<IvRegMrOut, _> = r.call_as(1, IOCTL_IV_REG_MR, &mr_in, other);
     assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
     assert_eq!(r.platform.pins.lock().unwrap().len(), 0, "nothing pinned");
+    // Its doorbell page: refused before the page is allocated.
+    let denied: Result<IvMapDoorbellsOut, _> = r.call_as(1, IOCTL_IV_MAP_DOORBELLS, &(), other);
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    assert_eq!(r.hca.pages_made.load(Ordering::SeqCst), 0, "no page");
+    assert_eq!(r.platform.live_mappings(), 1, "only the opener's ring");
     // Control verbs from another process are fine.
     let _: IvQueryDeviceOut = r.call_as(1, IOCTL_IV_QUERY_DEVICE, &(), other).unwrap();
-    // A file first used by process 2 for memory belongs to process 2.
-    let p2 = pd(&r, 2);
-    let _: IvRegMrOut = r
-        .call_as(2, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p2, ..mr_in }, other)
-        .unwrap();
-    let denied: Result<IvRegMrOut, _> = r.call(2, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p2, ..mr_in });
+    // A file opened by process 2 belongs to process 2, even before it maps.
+    r.dev.create_file(3, Some(2)).unwrap();
+    let p3 = pd(&r, 3);
+    let denied: Result<IvRegMrOut, _> = r.call(3, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p3, ..mr_in });
     assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    let _: IvRegMrOut = r
+        .call_as(3, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p3, ..mr_in }, other)
+        .unwrap();
+    // A kernel-mode open has no process: user-mode memory requests on it
+    // are refused from every process.
+    r.dev.create_file(4, None).unwrap();
+    let p4 = pd(&r, 4);
+    let denied: Result<IvRegMrOut, _> = r.call(4, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p4, ..mr_in });
+    assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
+    for file in [3, 4] {
+        r.dev.cleanup_file(file);
+        r.settle();
+        r.dev.close_file(file);
+    }
+    finish(&r);
+}
+
+/// The opener of file 1 exits while process 2 still holds a handle: the
+/// file is run down at once (its mappings undone, in the exiting process,
+/// its objects destroyed, its waits completed), every later request on it
+/// fails with `STATUS_PROCESS_IS_TERMINATING`, and the last handle's
+/// cleanup and close find nothing left to unmap. The other file is
+/// untouched.
+#[test]
+fn the_openers_exit_runs_its_file_down() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let cq = cq_on(&r, 1, 0);
+    let qp = qp_on(&r, 1, p, cq.cq);
+    let _ = map_doorbells(&r, 1).unwrap();
+    let _ = map(&r, 1, cq.cq).unwrap();
+    let _ = map(&r, 1, qp.qp).unwrap();
+    let mr_in = IvRegMrIn {
+        pd: p,
+        addr: 4096,
+        length: 4096,
+        access: IV_ACCESS_LOCAL_WRITE,
+        reserved: 0,
+    };
+    let _: IvRegMrOut = r.call(1, IOCTL_IV_REG_MR, &mr_in).unwrap();
+    let other = Via::Caller(RequestorMode::User, 2);
+    // Process 2 waits on the file's async events through its handle.
+    let wait = r.issue_as(
+        1,
+        IOCTL_IV_GET_ASYNC_EVENT,
+        &(),
+        size_of::<IvAsyncEventOut>(),
+        other,
+    );
+    let _ = pd(&r, 2);
+    assert!(outcome(&wait).is_none(), "pending");
+    assert_eq!(
+        r.platform.live_mappings(),
+        4,
+        "the page, the CQ, the SQ and RQ"
+    );
+
+    r.dev.owner_exited(1);
+    r.settle();
+    assert_eq!(
+        outcome(&wait).map(|o| o.0),
+        Some(STATUS_PROCESS_IS_TERMINATING)
+    );
+    assert_eq!(r.platform.live_mappings(), 0, "unmapped in the opener");
+    assert_eq!(r.platform.live_pins(), 0);
+    assert!(r.dev.file_rundown_complete(1), "objects destroyed");
+    for via in [other, Via::Caller(RequestorMode::User, 1)] {
+        let late: Result<IvAllocPdOut, _> =
+            r.call_as(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), via);
+        assert_eq!(late, Err(STATUS_PROCESS_IS_TERMINATING));
+        let late: Result<IvRegMrOut, _> = r.call_as(1, IOCTL_IV_REG_MR, &mr_in, via);
+        assert_eq!(late, Err(STATUS_PROCESS_IS_TERMINATING));
+        let late: Result<IvMapDoorbellsOut, _> = r.call_as(1, IOCTL_IV_MAP_DOORBELLS, &(), via);
+        assert_eq!(late, Err(STATUS_PROCESS_IS_TERMINATING));
+    }
+    let late: Result<IvMapRingsOut, _> =
+        r.call_as(1, IOCTL_IV_MAP_RINGS, &IvHandleIn { handle: cq.cq }, other);
+    assert_eq!(late, Err(STATUS_PROCESS_IS_TERMINATING));
+    // Again: nothing changes.
+    let made = r.platform.maps_made.load(Ordering::SeqCst);
+    r.dev.owner_exited(1);
+    assert_eq!(r.platform.maps_made.load(Ordering::SeqCst), made);
+    // File 2 lives on.
+    let _ = pd(&r, 2);
+    // The last handle closes (process 2): cleanup and close.
     finish(&r);
 }
 

@@ -14,10 +14,17 @@
 //!   ([`Device::in_caller_context`]), the I/O queue callback at
 //!   DISPATCH_LEVEL, and "pended" if the driver did not complete it inside
 //!   the callbacks.
-//! - Dropping a [`HostFile`] is `CloseHandle`: cleanup (with a bounded wait
-//!   for the user pages its registrations pinned), then close once the
-//!   driver has completed every request of the file (the verifier
-//!   bugchecks if it still holds one after [`CLOSE_TIMEOUT`]).
+//! - Dropping a [`HostFile`] is `CloseHandle`: when it is the file's last
+//!   handle, cleanup (with a bounded wait for the user pages its
+//!   registrations pinned), then close once the driver has completed every
+//!   request of the file (the verifier bugchecks if it still holds one
+//!   after [`CLOSE_TIMEOUT`]).
+//! - Processes ([`crate::process`]): each handle belongs to a process
+//!   (`HOST_PROCESS` unless a test creates another), whose key its
+//!   requests carry; a handle can be duplicated into another process, and
+//!   a process's exit delivers the driver's process-exit notification,
+//!   closes the process's handles and tears its address space down under
+//!   the verifier's checks.
 //! - The speed path: the rings are the driver's memory in the same process
 //!   (`IOCTL_IV_MAP_RINGS` "maps" them at their own addresses, under the
 //!   verifier's mapping checks), and the doorbells ([`Doorbells`] for
@@ -43,7 +50,7 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_core::platform::LockClass;
 use irpverbs_core::{
-    DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, RequestorMode,
+    DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, ProcessKey, RequestorMode,
 };
 use irpverbs_kernel_table::kernel::{IvKernelInterface, SpeedLock, SpeedPlatform};
 use irpverbs_kernel_table::speed::{Bell, Doorbells, PageDoorbells};
@@ -53,8 +60,8 @@ use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use zerocopy::FromBytes;
 
 use crate::platform::{
-    CancelRoutine, Completion, Dpc, HostConfig, HostPlatform, KeptNotify, RawSpinLock,
-    RequestHandle, RequestParams,
+    CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
+    RawSpinLock, RequestHandle, RequestParams,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -115,6 +122,11 @@ pub struct HostDeviceConfig {
     /// pinned to be released ([`CLEANUP_PIN_TIMEOUT`] when `None`), as
     /// irpverbs.sys's `EvtFileCleanup` does.
     pub cleanup_pin_timeout: Option<Duration>,
+    /// Deliver no process-exit notification to the driver (as a driver
+    /// that never registered `PsSetCreateProcessNotifyRoutineEx` gets
+    /// none): what a file that outlives its opener then costs shows in the
+    /// verifier's checks (`tests/process.rs`). Off by default.
+    pub no_process_notify: bool,
     /// The driver's configuration (its registry parameters on Windows):
     /// the per-file quotas.
     pub device: irpverbs_core::DeviceConfig,
@@ -373,7 +385,7 @@ impl Scanner {
 /// The driver in-process over a soft HCA.
 pub struct HostDevice {
     platform: HostPlatform,
-    device: Arc<SoftDevice>,
+    pub(crate) device: Arc<SoftDevice>,
     soft: Arc<SoftHca<HostPlatform>>,
     doorbell: Arc<Doorbell>,
     engine: Mutex<Option<JoinHandle<()>>>,
@@ -402,6 +414,15 @@ pub struct HostDevice {
     cleanup_pin_timeout: Duration,
     /// File cleanups that gave up waiting for pins.
     cleanup_timeouts: AtomicU64,
+    /// See [`HostDeviceConfig::no_process_notify`].
+    pub(crate) no_process_notify: bool,
+    /// The opener of each user-mode file still open (its key and process
+    /// handed to `Device::create_file`): where the process-exit
+    /// notification finds the files of the exiting process, as irpverbs.sys
+    /// finds them in its list of opened files.
+    pub(crate) owners: Mutex<std::collections::HashMap<FileKey, ProcessKey>>,
+    /// Open handles by process.
+    pub(crate) handles: Mutex<std::collections::HashMap<ProcessKey, usize>>,
     /// The transport's timer (its DPC: [`SoftHca::advance_clock`]).
     transport_timer: Arc<crate::platform::HostTimer>,
 }
@@ -536,6 +557,9 @@ impl HostDevice {
                 }),
             cleanup_pin_timeout: config.cleanup_pin_timeout.unwrap_or(CLEANUP_PIN_TIMEOUT),
             cleanup_timeouts: AtomicU64::new(0),
+            no_process_notify: config.no_process_notify,
+            owners: Mutex::default(),
+            handles: Mutex::default(),
         });
         this.start_engine()?;
         if config.user_doorbells == UserDoorbells::Page {
@@ -712,7 +736,20 @@ impl HostDevice {
     /// What the driver's file-create callback returned; the doorbell page's
     /// mapping failure (the file is closed again).
     pub fn open(self: &Arc<Self>, access: GrantedAccess) -> Result<HostFile, NtStatus> {
-        let file = self.open_as(access, RequestorMode::User)?;
+        self.open_in(HOST_PROCESS, access)
+    }
+
+    /// [`Self::open`] from `process` ([`Self::create_process`]): the file
+    /// belongs to it (the driver is told its opener).
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub fn open_in(
+        self: &Arc<Self>,
+        process: ProcessKey,
+        access: GrantedAccess,
+    ) -> Result<HostFile, NtStatus> {
+        let file = self.open_as(access, RequestorMode::User, process)?;
         if self.user_doorbells == UserDoorbells::Page {
             file.map_doorbells()?;
         }
@@ -731,17 +768,30 @@ impl HostDevice {
     /// # Errors
     /// What the driver's file-create callback returned.
     pub fn open_kernel(self: &Arc<Self>) -> Result<HostFile, NtStatus> {
-        self.open_as(FILE_READ_ACCESS | FILE_WRITE_ACCESS, RequestorMode::Kernel)
+        self.open_as(
+            FILE_READ_ACCESS | FILE_WRITE_ACCESS,
+            RequestorMode::Kernel,
+            HOST_PROCESS,
+        )
     }
 
     fn open_as(
         self: &Arc<Self>,
         access: GrantedAccess,
         mode: RequestorMode,
+        process: ProcessKey,
     ) -> Result<HostFile, NtStatus> {
         let key: FileKey = self.next_file.fetch_add(1, Ordering::Relaxed);
-        self.platform.driver_code(|| self.device.create_file(key))?;
+        // A user-mode open belongs to its process; a kernel-mode one (a
+        // kernel ULP's, in whatever process it runs) to none.
+        let owner = (mode == RequestorMode::User).then_some(process);
+        self.platform
+            .driver_code(|| self.device.create_file(key, owner))?;
         self.platform.file_opened(key);
+        if let Some(owner) = owner {
+            lock(&self.owners).insert(key, owner);
+        }
+        *lock(&self.handles).entry(process).or_default() += 1;
         let outstanding = Arc::new(AtomicUsize::new(0));
         let kept_notify: KeptNotify = {
             let outstanding = Arc::clone(&outstanding);
@@ -759,6 +809,8 @@ impl HostDevice {
             outstanding,
             kept_notify,
             page: OnceLock::new(),
+            process,
+            handles: Arc::new(AtomicUsize::new(1)),
         })
     }
 
@@ -1080,16 +1132,22 @@ pub struct Submitted {
 
 /// An open of the device.
 pub struct HostFile {
-    dev: Arc<HostDevice>,
-    key: FileKey,
-    access: GrantedAccess,
-    mode: RequestorMode,
-    outstanding: Arc<AtomicUsize>,
+    pub(crate) dev: Arc<HostDevice>,
+    pub(crate) key: FileKey,
+    pub(crate) access: GrantedAccess,
+    pub(crate) mode: RequestorMode,
+    pub(crate) outstanding: Arc<AtomicUsize>,
     /// What a synchronous call's completion runs ([`Completion::Keep`]):
     /// the request stops counting as outstanding and waiters wake.
-    kept_notify: KeptNotify,
-    /// The file's doorbell page, once mapped: its doorbells ring through it.
-    page: OnceLock<PageDoorbells>,
+    pub(crate) kept_notify: KeptNotify,
+    /// The file's doorbell page, once this handle mapped it: its doorbells
+    /// ring through it.
+    pub(crate) page: OnceLock<PageDoorbells>,
+    /// The process this handle belongs to: its requests come from it.
+    pub(crate) process: ProcessKey,
+    /// The file object's handles (this one and its duplicates): the last
+    /// one's close is the file's cleanup and close.
+    pub(crate) handles: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for HostFile {
@@ -1169,6 +1227,7 @@ impl HostFile {
             major_function: io.major,
             requestor_mode: io.mode,
             file: self.key,
+            process: self.process,
             input: {
                 // The system buffer: input and output share it, sized for
                 // the larger (one allocation, no regrowth).
@@ -1307,27 +1366,46 @@ impl IoctlTransport for HostFile {
     }
 }
 
-impl Drop for HostFile {
-    /// `CloseHandle`: cleanup at PASSIVE_LEVEL, then close once every
-    /// request of the file is complete.
-    fn drop(&mut self) {
-        let dev = &self.dev;
-        dev.platform
-            .driver_code(|| dev.device.cleanup_file(self.key));
-        // EvtFileCleanup: a bounded wait for the pages the file's
-        // registrations locked (the rundown's deregistrations release
-        // them); what is left is logged, and the close goes on (the
-        // verifier then sees the process end with locked pages).
-        let left = dev
-            .platform
-            .wait_unpinned(self.key, dev.cleanup_pin_timeout);
+impl HostDevice {
+    /// A bounded wait for the pages `file`'s registrations locked (its
+    /// rundown's deregistrations release them), as irpverbs.sys waits in
+    /// `EvtFileCleanup` and in its process-exit notification: what is left
+    /// is counted and logged, and the caller goes on (the verifier then
+    /// sees the process end with locked pages).
+    pub(crate) fn wait_file_pins(&self, file: FileKey, what: &str) {
+        let left = self.platform.wait_unpinned(file, self.cleanup_pin_timeout);
         if left != 0 {
-            dev.cleanup_timeouts.fetch_add(1, Ordering::Relaxed);
+            self.cleanup_timeouts.fetch_add(1, Ordering::Relaxed);
             eprintln!(
-                "irpverbs: file cleanup: {left} user pin(s) still held after {:?}",
-                dev.cleanup_pin_timeout
+                "irpverbs: {what}: {left} user pin(s) still held after {:?}",
+                self.cleanup_pin_timeout
             );
         }
+    }
+}
+
+/// Locks a host-side table (poisoning ignored: a bugcheck caught by a test
+/// may unwind through a holder).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Drop for HostFile {
+    /// `CloseHandle`: the handle goes; the last handle's close is the
+    /// file's cleanup at PASSIVE_LEVEL, in this handle's process, then its
+    /// close once every request of the file is complete.
+    fn drop(&mut self) {
+        let dev = &self.dev;
+        if let Some(n) = lock(&dev.handles).get_mut(&self.process) {
+            *n -= 1;
+        }
+        if self.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        dev.platform
+            .driver_code(|| dev.device.cleanup_file(self.key));
+        // EvtFileCleanup: a bounded wait for the file's pins.
+        dev.wait_file_pins(self.key, "file cleanup");
         let outstanding = Arc::clone(&self.outstanding);
         dev.completions
             .wait_until(Instant::now() + CLOSE_TIMEOUT, || {
@@ -1335,6 +1413,7 @@ impl Drop for HostFile {
             });
         dev.platform.file_closing(self.key);
         dev.platform.driver_code(|| dev.device.close_file(self.key));
+        lock(&dev.owners).remove(&self.key);
     }
 }
 

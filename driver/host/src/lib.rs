@@ -25,6 +25,7 @@ pub mod device;
 pub mod loopwire;
 pub mod pairwire;
 pub mod platform;
+pub mod process;
 pub mod simwire;
 pub mod udp;
 

@@ -64,6 +64,7 @@ fn a_leaked_pin_bounds_the_cleanup_and_is_reported() {
             major_function: MajorFunction::DeviceControl,
             requestor_mode: RequestorMode::User,
             file: key,
+            process: irpverbs_host::platform::HOST_PROCESS,
             input: Vec::new(),
             output_len: 0,
         },

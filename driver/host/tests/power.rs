@@ -10,16 +10,16 @@
 //! the traffic resumes and the waits complete as the events come.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_host::platform::{catch_bugcheck, codes, power};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl, UserDoorbells};
-use irpverbs_verbs::{IntoClient, SendWr};
+use irpverbs_verbs::IntoClient;
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
-use common::End;
+use common::{End, send, wait_for};
 
 const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
 
@@ -31,27 +31,6 @@ fn device(engine: Engine, power_managed_queue: bool) -> Arc<HostDevice> {
         ..HostDeviceConfig::default()
     })
     .expect("host device")
-}
-
-/// Waits (a minute at most: the condition is what is tested) for `done`.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn send(end: &End<'_>, wr_id: u64, len: usize) {
-    end.qp
-        .post_send(&SendWr {
-            wr_id,
-            opcode: IV_WR_SEND,
-            flags: IV_SEND_SIGNALED,
-            sges: &[end.sge(0, len)],
-            ..SendWr::default()
-        })
-        .unwrap();
 }
 
 type Outcome = Arc<Mutex<Option<NtStatus>>>;

@@ -33,6 +33,11 @@
 //!   place where a user range can be pinned and a ring or doorbell page
 //!   mapped into the process (`IOCTL_IV_MAP_RINGS` and
 //!   `IOCTL_IV_MAP_DOORBELLS` are completed there).
+//! - Process lifetime ([`crate::process`]): a user-mode file belongs to
+//!   the process that opened it, referenced from `EvtDeviceFileCreate` to
+//!   `EvtFileClose` and handed to [`Device::create_file`] as its owner;
+//!   that process's exit runs the file down through the driver's
+//!   process-notify routine, even while another process holds a handle.
 //! - File cleanup (the last handle closed, in the closing process, before a
 //!   process exit tears its address space down): [`Device::cleanup_file`]
 //!   unmaps the file's rings and starts its rundown, then the callback
@@ -66,6 +71,7 @@ use crate::doorbell::{DoorbellThread, PollerEvent};
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
+use crate::process::Opener;
 use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw, evt_request_cleanup};
 use crate::wsk::WskWire;
 
@@ -108,12 +114,16 @@ struct DeviceContext {
 context_type!(DEVICE_CONTEXT_TYPE, DeviceContext, c"IrpverbsDeviceContext");
 
 /// A file object's context: its key, 0 until `EvtDeviceFileCreate` accepted
-/// the open (keys start at 1), and its pin counter.
+/// the open (keys start at 1), its pin counter and its opener.
 struct FileContext {
     key: FileKey,
     /// From `Arc::into_raw`, set in `EvtDeviceFileCreate`, released in the
     /// file object's cleanup callback; null before.
     pins: AtomicPtr<FilePins>,
+    /// The process that opened the file, for a user-mode open: from
+    /// `Arc::into_raw`, set in `EvtDeviceFileCreate`, released in
+    /// `EvtFileClose`; null for a kernel-mode open.
+    opener: AtomicPtr<Opener>,
 }
 context_type!(FILE_CONTEXT_TYPE, FileContext, c"IrpverbsFileContext");
 
@@ -788,30 +798,51 @@ extern "C" fn evt_device_surprise_removal(device: WDFDEVICE) {
 
 // ------------------------------------------------------------- files
 
-/// `EvtDeviceFileCreate`: a new key, [`Device::create_file`], and the
-/// request completed with its result.
+/// `EvtDeviceFileCreate`: a new key, the opener of a user-mode open
+/// ([`Opener::register`], in the opener's context), [`Device::create_file`],
+/// and the request completed with its result.
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_device_file_create(device: WDFDEVICE, request: WDFREQUEST, file: WDFFILEOBJECT) {
+    // SAFETY: the create request was just presented: live.
+    let mode = unsafe { call_unsafe_wdf_function_binding!(WdfRequestGetRequestorMode, request) };
+    let user = mode != crate::request::KERNEL_MODE;
     // SAFETY: the framework passes our live device.
     let status = match unsafe { state(device) } {
-        Some(state) => open_file(state, file),
+        Some(state) => open_file(state, file, user),
         None => STATUS_INVALID_DEVICE_STATE,
     };
     // SAFETY: the create request is ours to complete, once.
     unsafe { complete_raw(request, status, 0) };
 }
 
-fn open_file(state: &DeviceState, file: WDFFILEOBJECT) -> NTSTATUS {
+fn open_file(state: &DeviceState, file: WDFFILEOBJECT, user: bool) -> NTSTATUS {
     // SAFETY: the framework passes a live file object, created with a
     // FileContext.
     let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(file.cast()) };
     if context.is_null() {
         return STATUS_INVALID_DEVICE_STATE;
     }
+    let opener = if user {
+        match Opener::register(file) {
+            Ok(opener) => Some(opener),
+            Err(status) => return status,
+        }
+    } else {
+        None
+    };
     let key = state.next_file.fetch_add(1, Ordering::Relaxed);
-    if let Err(status) = state.device.create_file(key) {
+    let owner = opener.as_ref().map(|o| o.key());
+    if let Err(status) = state.device.create_file(key, owner) {
+        if let Some(opener) = opener {
+            opener.unregister();
+        }
         return status;
+    }
+    if let Some(opener) = opener {
+        // SAFETY: the context is valid; atomic access only. The pointer is
+        // released by EvtFileClose (or the file object's cleanup callback).
+        unsafe { &(*context).opener }.store(Arc::into_raw(opener).cast_mut(), Ordering::Release);
     }
     let pins = Arc::into_raw(FilePins::new()).cast_mut();
     // SAFETY: the context is valid for writes; no request can name the file
@@ -840,6 +871,24 @@ extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
         // SAFETY: the context's `Arc::into_raw` reference, swapped out: owned.
         drop(unsafe { Arc::from_raw(pins) });
     }
+    // An opener EvtFileClose did not release (it always does for an open
+    // that succeeded).
+    // SAFETY: as above.
+    if let Some(opener) = unsafe { take_opener(context) } {
+        opener.unregister();
+    }
+}
+
+/// Takes the context's opener out, if it holds one.
+///
+/// # Safety
+/// `context` must be a live file object's context.
+unsafe fn take_opener(context: *mut FileContext) -> Option<Arc<Opener>> {
+    // SAFETY: the caller guarantees a live context; atomic access only.
+    let opener = unsafe { &(*context).opener }.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: a non-null pointer is the context's `Arc::into_raw`
+    // reference, swapped out: owned.
+    (!opener.is_null()).then(|| unsafe { Arc::from_raw(opener) })
 }
 
 /// `EvtFileCleanup` (the last handle closed, in the closing thread: when a
@@ -872,22 +921,39 @@ extern "C" fn evt_file_cleanup(file: WDFFILEOBJECT) {
     }
 }
 
-/// `EvtFileClose` (every request of the file completed):
-/// [`Device::close_file`].
+/// `EvtFileClose` (every request of the file completed): the file leaves
+/// the openers' list (waiting for the process-notify routine, if the
+/// opener's exit is running it down), [`Device::close_file`], and the
+/// reference on the opener goes.
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_file_close(file: WDFFILEOBJECT) {
+    // SAFETY: the framework passes a live file object, created with a
+    // FileContext.
+    let context = unsafe { FILE_CONTEXT_TYPE.get::<FileContext>(file.cast()) };
+    let opener = if context.is_null() {
+        None
+    } else {
+        // SAFETY: a live file object's context.
+        unsafe { take_opener(context) }
+    };
+    if let Some(opener) = &opener {
+        opener.unregister();
+    }
     // SAFETY: the framework passes our live file object.
     if let Some((state, key)) = unsafe { file_state(file) } {
         state.device.close_file(key);
     }
+    // ObDereferenceObject of the opener (the last reference, unless the
+    // notify routine is just letting go of its own).
+    drop(opener);
 }
 
 /// The device state and key of an opened file.
 ///
 /// # Safety
 /// `file` must be a live file object of our device.
-unsafe fn file_state<'a>(file: WDFFILEOBJECT) -> Option<(&'a DeviceState, FileKey)> {
+pub(crate) unsafe fn file_state<'a>(file: WDFFILEOBJECT) -> Option<(&'a DeviceState, FileKey)> {
     // SAFETY: the caller guarantees a live file object of ours.
     let key = unsafe { file_key(file) };
     if key == 0 {

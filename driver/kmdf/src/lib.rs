@@ -8,7 +8,8 @@
 //! | Windows (KMDF)                                  | irpverbs-core                     |
 //! |-------------------------------------------------|-----------------------------------|
 //! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::with_config`] over a root-enumerated [`irpverbs_soft::SoftHca`], with the per-file quotas of the driver's `Parameters` registry key ([`registry`]) |
-//! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` / `cleanup_file` / `close_file` |
+//! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` (with the opener of a user-mode open, referenced) / `cleanup_file` / `close_file` |
+//! | the process-notify routine (`PsSetCreateProcessNotifyRoutineEx`, registered in `DriverEntry`, removed in `EvtDriverUnload`): a process exits | `Device::owner_exited` for each file it opened ([`process`]) |
 //! | `EvtIoInCallerContext` (the requestor's thread and process)     | `Device::in_caller_context` |
 //! | `EvtIoDeviceControl`, `EvtIoInternalDeviceControl` (dispatch-level parallel queue) | `Device::dispatch_ioctl` |
 //! | `WDFREQUEST`                                    | [`irpverbs_core::Request`] ([`request::KmdfRequest`]) |
@@ -37,7 +38,9 @@
 //! own SEH-safe probe (`WdfRequestProbeAndLockUserBufferForWrite`) unlocks
 //! when the request completes, too early for an MR. A file's cleanup waits
 //! for the pages its registrations locked to be unlocked (the exiting
-//! process must not keep locked pages).
+//! process must not keep locked pages). Only the process that opened a
+//! file pins or maps through it, and its exit runs the file down even
+//! while another process holds a handle ([`process`]).
 //!
 //! # User-mode doorbells
 //! A user-mode ULP rings its queues' doorbells by setting bits in its file's
@@ -87,6 +90,7 @@ mod irp;
 pub mod kernel;
 pub mod mdl;
 pub mod platform;
+mod process;
 mod registry;
 pub mod request;
 pub mod wsk;
@@ -116,13 +120,19 @@ pub const GUID_DEVINTERFACE_IRPVERBS: GUID = GUID {
 /// The tag KMDF puts on the allocations it makes for this driver.
 const WDF_POOL_TAG: ULONG = u32::from_le_bytes(*b"IvWd");
 
-/// `DriverEntry`: creates the WDF driver object with
-/// [`device::evt_driver_device_add`] as its `EvtDriverDeviceAdd`.
+/// `DriverEntry`: registers the process-notify routine
+/// ([`process::register_notify`]), then creates the WDF driver object with
+/// [`device::evt_driver_device_add`] as its `EvtDriverDeviceAdd` and
+/// [`evt_driver_unload`] as its `EvtDriverUnload`.
 ///
 /// IRQL: PASSIVE_LEVEL.
 ///
 /// # Errors
-/// What `WdfDriverCreate` returns; the driver is then unloaded.
+/// What `PsSetCreateProcessNotifyRoutineEx` returns (`STATUS_ACCESS_DENIED`
+/// for an image linked without `/INTEGRITYCHECK`): without the routine a
+/// process that exits while another holds its file open would end with
+/// locked pages, so the driver does not load. What `WdfDriverCreate`
+/// returns. The driver is then unloaded.
 ///
 /// # Safety
 /// Called only by the I/O manager, with the driver object and registry path
@@ -132,9 +142,17 @@ pub unsafe extern "system" fn driver_entry(
     driver: PDRIVER_OBJECT,
     registry_path: PCUNICODE_STRING,
 ) -> NTSTATUS {
+    if let Err(status) = process::register_notify() {
+        wdk::println!(
+            "irpverbs: PsSetCreateProcessNotifyRoutineEx failed: {status:#010x} \
+             (is the image linked with /INTEGRITYCHECK?)"
+        );
+        return status;
+    }
     let mut config = WDF_DRIVER_CONFIG {
         Size: context::struct_size::<WDF_DRIVER_CONFIG>(),
         EvtDriverDeviceAdd: Some(device::evt_driver_device_add),
+        EvtDriverUnload: Some(evt_driver_unload),
         DriverPoolTag: WDF_POOL_TAG,
         ..WDF_DRIVER_CONFIG::default()
     };
@@ -142,7 +160,7 @@ pub unsafe extern "system" fn driver_entry(
     // this call; no driver attributes are needed (null is allowed);
     // `config` is a fully initialized WDF_DRIVER_CONFIG with its Size set;
     // the driver handle output is optional and null.
-    unsafe {
+    let status = unsafe {
         call_unsafe_wdf_function_binding!(
             WdfDriverCreate,
             driver,
@@ -151,5 +169,19 @@ pub unsafe extern "system" fn driver_entry(
             &raw mut config,
             WDF_NO_HANDLE.cast::<WDFDRIVER>(),
         )
+    };
+    if !irpverbs_abi::nt_success(status) {
+        // No EvtDriverUnload will follow: the routine goes now.
+        process::unregister_notify();
     }
+    status
+}
+
+/// `EvtDriverUnload`: removes the process-notify routine (waiting for a
+/// call in progress) before the image goes. Every device is gone by now,
+/// and with it every file the routine could have run down.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_driver_unload(_driver: WDFDRIVER) {
+    process::unregister_notify();
 }

@@ -36,7 +36,7 @@ use crate::mdl::FilePins;
 
 /// `KernelMode` of the kernel's `MODE` enumeration (wdm.h): a
 /// `KPROCESSOR_MODE` of 0 is a kernel-mode requestor, anything else user.
-const KERNEL_MODE: KPROCESSOR_MODE = 0;
+pub(crate) const KERNEL_MODE: KPROCESSOR_MODE = 0;
 
 /// The context every WDFREQUEST of the device carries
 /// (`WdfDeviceInitSetRequestAttributes`), zero-filled by the framework.

@@ -53,8 +53,8 @@ pub mod codes {
 
 /// Parameter 1 values of 0x76 PROCESS_HAS_LOCKED_PAGES.
 pub mod locked_pages {
-    /// The process ends (the host: the file closes) with a ring still
-    /// mapped into it.
+    /// The process ends (or, in the host's stricter check, the file
+    /// closes) with pages still locked or a ring still mapped into it.
     pub const STILL_LOCKED: u64 = 0x0;
     /// The driver undid a mapping that was not there (undone twice).
     pub const NOT_LOCKED: u64 = 0x1;
@@ -131,6 +131,11 @@ pub mod verifier {
     /// out a pool block not aligned to its layout. (address, alignment,
     /// pool type)
     pub const HOST_MISALIGNED_POOL: u64 = 0x2001;
+    /// Host-defined: the driver touched the address space of a process
+    /// that has exited (unmapped a ring from it, pinned its memory or
+    /// mapped into it), which on Windows is gone by then: a fault in
+    /// whatever the attach finds. (process, mapping or 0, 0)
+    pub const HOST_EXITED_PROCESS_TOUCHED: u64 = 0x2002;
 }
 
 /// Parameter 1 values of 0x133 DPC_WATCHDOG_VIOLATION, and the host's

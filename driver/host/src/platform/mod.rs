@@ -57,6 +57,9 @@
 //! | user range pinned, ring mapped or unmapped above APC_LEVEL | 0xC4 | 0xE5 | IRQL |
 //! | file closes with a ring still mapped into its process | 0x76 | 0x0 | file, count, 0 |
 //! | file closes with user pages still pinned in its process | 0x76 | 0x0 | file, count, 1 |
+//! | a process exits with a ring still mapped into it | 0x76 | 0x0 | process, count, 2 |
+//! | a process exits with user pages still pinned in it | 0x76 | 0x0 | process, count, 3 |
+//! | a ring unmapped from, a mapping made in, or memory pinned in an exited process (host-defined) | 0xC4 | 0x2002 | process, mapping, 0 |
 //! | a ring mapping undone twice (or never made) | 0x76 | 0x1 | mapping |
 //! | unload with a request outstanding | 0xCE | request | 0, 0, count |
 //! | unload with a timer armed | 0xC7 | 0x0 | timer, 0, count |
@@ -75,10 +78,15 @@
 //! request still held at close would, on Windows, keep the file object
 //! alive after the I/O manager cancelled it at cleanup; the host reports it
 //! as Driver Verifier's "cancelled IRP not completed in time" (0xC4/0x135).
-//! Host mode has one process, so the close of a file stands for the exit of
-//! the process its rings were mapped into: Windows stops a process that
-//! exits with pages a driver locked in it with 0x76, and irpverbs must have
-//! unmapped every ring by the file's cleanup for the same reason.
+//! Host mode has one address space, and models processes only as the
+//! identities requests carry ([`RequestParams::process`]): each pin and
+//! mapping is counted against the process of the request that made it.
+//! Windows stops a process that exits with pages a driver locked in it with
+//! 0x76; [`HostPlatform::process_exited`] (the address space's teardown)
+//! raises the same for what is left in the exiting process, and from then
+//! on any touch of that process's address space is a bugcheck. The close
+//! of a file is also checked, more strictly: irpverbs undoes a file's
+//! pins and mappings by its cleanup.
 //!
 //! The low-resources simulation ([`VerifierConfig::fail_pool`]) refuses
 //! pool charges pseudo-randomly (splitmix64 from a seed): the nth charge's
@@ -106,7 +114,7 @@ use std::time::Duration;
 use irpverbs_abi::NtStatus;
 use irpverbs_core::platform::{
     APC_LEVEL, DEVICE_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, PASSIVE_LEVEL, Platform,
-    PoolCharge, PoolTag,
+    PoolCharge, PoolTag, ProcessKey,
 };
 
 pub use bugcheck::{
@@ -117,7 +125,7 @@ pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, current_irql};
 pub use pool::{ChargeSite, NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
 pub use request::{
-    CancelRoutine, Completion, CompletionRoutine, HOST_ADDRESS_SPACE, HostRequest, KeptNotify,
+    CancelRoutine, Completion, CompletionRoutine, HOST_PROCESS, HostRequest, KeptNotify,
     RequestHandle, RequestParams,
 };
 pub use spinlock::{HostSpinLock, RawSpinLock, speed_lock_check};
@@ -208,12 +216,26 @@ struct Files {
     open: HashSet<FileKey>,
     /// Outstanding (dispatched, not completed) requests by file.
     outstanding: HashMap<FileKey, BTreeSet<u64>>,
-    /// Rings mapped into the (host) process, by mapping id: the file whose
-    /// request mapped it.
-    mappings: HashMap<u64, FileKey>,
+    /// Rings mapped into a process, by mapping id: the file whose request
+    /// mapped it, and the process it is mapped into.
+    mappings: HashMap<u64, (FileKey, ProcessKey)>,
     /// User pages pinned (`pin_memory` for a user-mode request) and not yet
     /// released, by the file whose request pinned them.
     pins: HashMap<FileKey, usize>,
+    /// The same pins, by the process whose pages they lock.
+    process_pins: HashMap<ProcessKey, usize>,
+    /// Processes whose address space is gone ([`HostPlatform::process_exited`]).
+    exited: HashSet<ProcessKey>,
+}
+
+/// Counts one pin out of `count`'s entry for `key`, removing it at 0.
+fn uncount<K: std::hash::Hash + Eq>(count: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = count.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            count.remove(key);
+        }
+    }
 }
 
 impl Files {
@@ -235,6 +257,7 @@ impl Files {
 struct HostPin {
     shared: std::sync::Weak<Shared>,
     file: FileKey,
+    process: ProcessKey,
 }
 
 impl Drop for HostPin {
@@ -243,12 +266,8 @@ impl Drop for HostPin {
             return;
         };
         let mut files = shared.files();
-        if let Some(n) = files.pins.get_mut(&self.file) {
-            *n -= 1;
-            if *n == 0 {
-                files.pins.remove(&self.file);
-            }
-        }
+        uncount(&mut files.pins, &self.file);
+        uncount(&mut files.process_pins, &self.process);
         drop(files);
         shared.unpinned.notify_all();
     }
@@ -723,7 +742,7 @@ impl HostPlatform {
             .outstanding
             .get(&file)
             .map(|ids| (ids.len(), ids.first().copied().unwrap_or(0)));
-        let mapped = files.mappings.values().filter(|&&f| f == file).count();
+        let mapped = files.mappings.values().filter(|&&(f, _)| f == file).count();
         let pinned = files.pins.get(&file).copied().unwrap_or(0);
         drop(files);
         if pinned > 0 {
@@ -774,6 +793,96 @@ impl HostPlatform {
                 format!(
                     "the device left D0 while the driver held {count} request(s) from its power-managed queue"
                 ),
+            );
+        }
+    }
+
+    // ---- processes -------------------------------------------------------
+
+    /// A new process of host mode's model: a fresh [`ProcessKey`] for the
+    /// requests of the handles a test opens or duplicates into it (host
+    /// mode has one address space; the process is the identity the driver
+    /// binds files, pins and mappings to, and what the verifier counts
+    /// them against).
+    #[must_use]
+    pub fn create_process(&self) -> ProcessKey {
+        static NEXT: AtomicU64 = AtomicU64::new(HOST_PROCESS + 1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `process`'s address space is torn down (the end of its exit, after
+    /// the process-exit notifications and the close of its handles:
+    /// `MmCleanProcessAddressSpace`). From now on the driver must not touch
+    /// it.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the host's exit path; not checked).
+    ///
+    /// The verifier bugchecks 0x76/0x0 (process, count, 3) for user pages
+    /// still pinned in the process, 0x76/0x0 (process, count, 2) for a ring
+    /// or doorbell page still mapped into it.
+    #[track_caller]
+    pub fn process_exited(&self, process: ProcessKey) {
+        if !self.shared.verify {
+            return;
+        }
+        let mut files = self.shared.files();
+        heap::uncharged(|| files.exited.insert(process));
+        let pinned = files.process_pins.get(&process).copied().unwrap_or(0);
+        let mapped = files
+            .mappings
+            .values()
+            .filter(|&&(_, p)| p == process)
+            .count();
+        drop(files);
+        if pinned > 0 {
+            stop(
+                codes::PROCESS_HAS_LOCKED_PAGES,
+                [locked_pages::STILL_LOCKED, process, pinned as u64, 3],
+                format!("process {process} exited with {pinned} user range(s) still pinned"),
+            );
+        }
+        if mapped > 0 {
+            stop(
+                codes::PROCESS_HAS_LOCKED_PAGES,
+                [locked_pages::STILL_LOCKED, process, mapped as u64, 2],
+                format!("process {process} exited with {mapped} mapping(s) still in it"),
+            );
+        }
+    }
+
+    /// User ranges pinned in `process` and not yet released (verifier on;
+    /// 0 when off).
+    #[must_use]
+    pub fn process_pinned(&self, process: ProcessKey) -> usize {
+        self.shared
+            .files()
+            .process_pins
+            .get(&process)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Rings and doorbell pages mapped into `process` (verifier on; 0 when
+    /// off).
+    #[must_use]
+    pub fn process_mappings(&self, process: ProcessKey) -> usize {
+        self.shared
+            .files()
+            .mappings
+            .values()
+            .filter(|&&(_, p)| p == process)
+            .count()
+    }
+
+    /// Bugchecks 0xC4/0x2002 (process, mapping, 0) when `process` has
+    /// exited: the driver is about to touch an address space that is gone.
+    #[track_caller]
+    fn check_alive(&self, process: ProcessKey, mapping: u64, what: &str) {
+        if self.shared.verify && self.shared.files().exited.contains(&process) {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::HOST_EXITED_PROCESS_TOUCHED, process, mapping, 0],
+                format!("{what} in process {process}, which has exited"),
             );
         }
     }
@@ -860,12 +969,22 @@ impl HostPlatform {
 
     // ---- pool and lifetime ------------------------------------------------
 
-    /// A new mapping's id, recorded against `file` (the verifier's own
-    /// table: uncharged).
-    fn track_mapping(&self, file: FileKey) -> u64 {
+    /// A new mapping's id, recorded against `request`'s file and process
+    /// (the verifier's own table: uncharged), after checking that the
+    /// process is still there.
+    #[track_caller]
+    fn track_mapping(&self, request: &HostRequest, what: &str) -> u64 {
+        use irpverbs_core::Request as _;
+        let process = request.address_space();
+        self.check_alive(process, 0, what);
         let id = self.shared.next_id();
         if self.shared.verify {
-            heap::uncharged(|| self.shared.files().mappings.insert(id, file));
+            heap::uncharged(|| {
+                self.shared
+                    .files()
+                    .mappings
+                    .insert(id, (request.file(), process))
+            });
         }
         id
     }
@@ -1129,14 +1248,21 @@ impl Platform for HostPlatform {
         let owner: Option<Box<dyn std::any::Any + Send + Sync>> = if self.shared.verify
             && request.requestor_mode() == irpverbs_core::RequestorMode::User
         {
+            let process = request.address_space();
+            self.check_alive(process, 0, "user memory pinned");
             // The lock's bookkeeping is the system's memory, as the MDL:
             // the count's table is the platform's, never charged to the
             // driver's heap.
-            heap::uncharged(|| *self.shared.files().pins.entry(request.file()).or_default() += 1);
+            heap::uncharged(|| {
+                let mut files = self.shared.files();
+                *files.pins.entry(request.file()).or_default() += 1;
+                *files.process_pins.entry(process).or_default() += 1;
+            });
             Some(heap::uncharged(|| {
                 Box::new(HostPin {
                     shared: Arc::downgrade(&self.shared),
                     file: request.file(),
+                    process,
                 }) as Box<dyn std::any::Any + Send + Sync>
             }))
         } else {
@@ -1170,9 +1296,8 @@ impl Platform for HostPlatform {
         request: &HostRequest,
         ring: &irpverbs_ring::Ring,
     ) -> Result<(irpverbs_abi::IvRingMap, HostMapping), NtStatus> {
-        use irpverbs_core::Request as _;
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_ring");
-        let id = self.track_mapping(request.file());
+        let id = self.track_mapping(request, "a ring mapped");
         Ok((ring.map(), HostMapping { id }))
     }
 
@@ -1189,25 +1314,29 @@ impl Platform for HostPlatform {
         request: &HostRequest,
         page: &irpverbs_ring::Shared<irpverbs_ring::Region>,
     ) -> Result<(u64, HostMapping), NtStatus> {
-        use irpverbs_core::Request as _;
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "map_doorbell_page");
-        let id = self.track_mapping(request.file());
+        let id = self.track_mapping(request, "a doorbell page mapped");
         Ok((page.addr(), HostMapping { id }))
     }
 
     /// Forgets the mapping.
     ///
     /// IRQL: <= APC_LEVEL (else 0xC4/0xE5). The verifier bugchecks 0x76/0x1
-    /// for a mapping it does not know (undone twice).
+    /// for a mapping it does not know (undone twice), 0xC4/0x2002 for one
+    /// in a process that has exited (whose address space is gone).
     #[track_caller]
     fn unmap_ring(&self, mapping: HostMapping) {
         irql::check_irql_at_most(self.shared.verify, APC_LEVEL, "unmap_ring");
-        if self.shared.verify && self.shared.files().mappings.remove(&mapping.id).is_none() {
+        if !self.shared.verify {
+            return;
+        }
+        let Some((_, process)) = self.shared.files().mappings.remove(&mapping.id) else {
             stop(
                 codes::PROCESS_HAS_LOCKED_PAGES,
                 [locked_pages::NOT_LOCKED, mapping.id, 0, 0],
                 format!("ring mapping {} undone but not mapped", mapping.id),
             );
-        }
+        };
+        self.check_alive(process, mapping.id, "a mapping undone");
     }
 }

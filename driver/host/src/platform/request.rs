@@ -20,7 +20,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use irpverbs_abi::{NtStatus, STATUS_CANCELLED, nt_success};
-use irpverbs_core::platform::{DISPATCH_LEVEL, FileKey, MajorFunction, Request, RequestorMode};
+use irpverbs_core::platform::{
+    DISPATCH_LEVEL, FileKey, MajorFunction, ProcessKey, Request, RequestorMode,
+};
 
 use super::Shared;
 use super::bugcheck::{codes, iomanager, stop, wdf};
@@ -61,6 +63,9 @@ pub struct RequestParams {
     pub requestor_mode: RequestorMode,
     /// The file (open) it was issued on.
     pub file: FileKey,
+    /// The process it was issued from (its handle's): [`HOST_PROCESS`]
+    /// unless a test models another ([`super::HostPlatform::create_process`]).
+    pub process: ProcessKey,
     /// The input buffer (copied into the system buffer).
     pub input: Vec<u8>,
     /// The output buffer's length.
@@ -252,6 +257,7 @@ pub struct HostRequest {
     ioctl_code: u32,
     major_function: MajorFunction,
     requestor_mode: RequestorMode,
+    process: ProcessKey,
     input_len: usize,
     buffer: Vec<u8>,
     /// A region pinned in the caller's context, until dispatch takes it
@@ -284,6 +290,7 @@ impl HostRequest {
             major_function,
             requestor_mode,
             file,
+            process,
             mut input,
             output_len,
         } = params;
@@ -306,6 +313,7 @@ impl HostRequest {
             ioctl_code,
             major_function,
             requestor_mode,
+            process,
             input_len,
             buffer: input,
             pin: None,
@@ -449,9 +457,9 @@ impl Request for HostRequest {
         }
     }
 
-    /// [`HOST_ADDRESS_SPACE`]: the host runs every caller in its own process.
-    fn address_space(&self) -> u64 {
-        HOST_ADDRESS_SPACE
+    /// The process the request was issued from ([`RequestParams::process`]).
+    fn address_space(&self) -> ProcessKey {
+        self.process
     }
 
     /// Kept in the request, dropped with it if dispatch never takes it.
@@ -464,9 +472,11 @@ impl Request for HostRequest {
     }
 }
 
-/// The address space every host request comes from: host mode runs the
-/// driver and its callers in one process.
-pub const HOST_ADDRESS_SPACE: u64 = 1;
+/// The process host-mode callers run in unless a test models another
+/// ([`super::HostPlatform::create_process`]): host mode runs the driver and
+/// its callers in one address space, and models processes only as the
+/// identities the driver binds files, pins and mappings to.
+pub const HOST_PROCESS: ProcessKey = 1;
 
 /// A cloneable reference to a request, for the host side (the I/O manager)
 /// and tests: cancel it, or complete it behind the driver's back.

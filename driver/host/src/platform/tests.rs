@@ -45,6 +45,7 @@ fn params(file: FileKey, input: &[u8], output_len: usize) -> RequestParams {
         major_function: MajorFunction::DeviceControl,
         requestor_mode: RequestorMode::User,
         file,
+        process: HOST_PROCESS,
         input: input.to_vec(),
         output_len,
     }
@@ -1099,6 +1100,70 @@ fn a_mapping_undone_twice_bugchecks() {
         locked_pages::NOT_LOCKED,
     );
     req.complete(STATUS_SUCCESS, 0);
+}
+
+/// A process's exit tears its address space down: pages still pinned or
+/// a ring still mapped in it are 0x76 (naming the process), and the
+/// driver touching it afterwards (unmapping, mapping, pinning) is
+/// 0xC4/0x2002. Other processes are not affected.
+#[test]
+fn an_exited_process_must_hold_nothing_and_is_never_touched_again() {
+    let p = verified();
+    let a = p.create_process();
+    let b = p.create_process();
+    assert_ne!(a, b);
+    let in_process = |process| {
+        p.new_request(
+            RequestParams {
+                process,
+                ..params(4, b"in", 0)
+            },
+            |_, _, _| {},
+            None,
+        )
+    };
+    let req = in_process(a);
+    let ring = irpverbs_ring::Ring::alloc(4, 64).unwrap();
+    let mut buf = vec![0u8; 64];
+    let addr = buf.as_mut_ptr() as u64;
+    let pin = p.pin_memory(&req, addr, 64, true, false).unwrap();
+    let (_, mapping) = p.map_ring(&req, &ring).unwrap();
+    let id = mapping.id;
+    assert_eq!((p.process_pinned(a), p.process_mappings(a)), (1, 1));
+    assert_eq!((p.process_pinned(b), p.process_mappings(b)), (0, 0));
+    let b76 = expect(
+        catch_bugcheck(|| p.process_exited(a)),
+        codes::PROCESS_HAS_LOCKED_PAGES,
+        locked_pages::STILL_LOCKED,
+    );
+    assert_eq!(b76.params[1..], [a, 1, 3], "pinned");
+    drop(pin);
+    let b76 = expect(
+        catch_bugcheck(|| p.process_exited(a)),
+        codes::PROCESS_HAS_LOCKED_PAGES,
+        locked_pages::STILL_LOCKED,
+    );
+    assert_eq!(b76.params[1..], [a, 1, 2], "mapped");
+    let touched = expect(
+        catch_bugcheck(|| p.unmap_ring(mapping)),
+        codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+        verifier::HOST_EXITED_PROCESS_TOUCHED,
+    );
+    assert_eq!(touched.params[1..], [a, id, 0]);
+    for touch in [
+        Box::new(|| drop(p.pin_memory(&req, addr, 64, true, false))) as Box<dyn Fn()>,
+        Box::new(|| drop(p.map_ring(&req, &ring))),
+    ] {
+        expect(
+            catch_bugcheck(touch),
+            codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+            verifier::HOST_EXITED_PROCESS_TOUCHED,
+        );
+    }
+    req.complete(STATUS_SUCCESS, 0);
+    // Process b holds nothing: its exit is clean.
+    p.process_exited(b);
+    drop(buf);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use irpverbs_abi::*;
-use irpverbs_verbs::{Client, Cq, Qp, qp_request};
+use irpverbs_verbs::{Client, Cq, Qp, SendWr, qp_request};
 
 /// Memory a ULP registers (bytes the HCA may write while the test reads).
 pub struct Mem(Box<[AtomicU8]>);
@@ -131,4 +131,26 @@ pub fn connect_defaults() -> IvCmConnectIn {
         flags: IV_CM_FLOW_CONTROL as u8,
         ..IvCmConnectIn::default()
     }
+}
+
+/// Waits (a minute at most: the condition is what is tested) for `done`.
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A signaled SEND of `len` bytes of `end`'s memory.
+pub fn send(end: &End<'_>, wr_id: u64, len: usize) {
+    end.qp
+        .post_send(&SendWr {
+            wr_id,
+            opcode: IV_WR_SEND,
+            flags: IV_SEND_SIGNALED,
+            sges: &[end.sge(0, len)],
+            ..SendWr::default()
+        })
+        .unwrap();
 }

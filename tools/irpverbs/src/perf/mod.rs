@@ -619,6 +619,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
         soft,
         power_managed_queue: false,
         cleanup_pin_timeout: None,
+        no_process_notify: false,
         device: irpverbs_core::DeviceConfig::default(),
     })
     .map_err(|s| format!("device: {}", status_name(s)))

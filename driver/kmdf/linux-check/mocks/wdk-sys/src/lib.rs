@@ -54,6 +54,16 @@ zeroed_default!(UNICODE_STRING, KSPIN_LOCK_QUEUE, KLOCK_QUEUE_HANDLE);
 pub type PEPROCESS = *mut _KPROCESS;
 pub type PKPROCESS = *mut _KPROCESS;
 pub type PRKPROCESS = *mut _KPROCESS;
+// ntddk.h: the process-notify routine PsSetCreateProcessNotifyRoutineEx
+// registers: `typedef VOID (*PCREATE_PROCESS_NOTIFY_ROUTINE_EX)(_Inout_
+// PEPROCESS Process, _In_ HANDLE ProcessId, _Inout_opt_
+// PPS_CREATE_NOTIFY_INFO CreateInfo);` (CreateInfo is NULL when the process
+// exits). ntddk.h's PS_CREATE_NOTIFY_INFO has fields; the driver only tests
+// the pointer for null, so it stays opaque here.
+#[repr(C)] pub struct _PS_CREATE_NOTIFY_INFO { _p: [u8; 0] }
+pub type PS_CREATE_NOTIFY_INFO = _PS_CREATE_NOTIFY_INFO;
+pub type PPS_CREATE_NOTIFY_INFO = *mut _PS_CREATE_NOTIFY_INFO;
+pub type PCREATE_PROCESS_NOTIFY_ROUTINE_EX = Option<unsafe extern "C" fn(Process: PEPROCESS, ProcessId: HANDLE, CreateInfo: PPS_CREATE_NOTIFY_INFO)>;
 // wdm.h's DEVICE_OBJECT has fields; the driver only passes the pointer
 // (WdfDeviceWdmGetDeviceObject, ObReferenceObject), so it stays opaque here.
 #[repr(C)] pub struct _DEVICE_OBJECT { _p: [u8; 0] }
@@ -333,6 +343,9 @@ pub mod ntddk {
         pub fn PsTerminateSystemThread(ExitStatus: NTSTATUS) -> NTSTATUS;
         pub fn ObReferenceObjectByHandle(Handle: HANDLE, DesiredAccess: ACCESS_MASK, ObjectType: POBJECT_TYPE, AccessMode: KPROCESSOR_MODE, Object: *mut PVOID, HandleInformation: POBJECT_HANDLE_INFORMATION) -> NTSTATUS;
         pub fn ZwClose(Handle: HANDLE) -> NTSTATUS;
+        // ntddk.h: `NTSTATUS PsSetCreateProcessNotifyRoutineEx(_In_
+        // PCREATE_PROCESS_NOTIFY_ROUTINE_EX NotifyRoutine, _In_ BOOLEAN Remove);`
+        pub fn PsSetCreateProcessNotifyRoutineEx(NotifyRoutine: PCREATE_PROCESS_NOTIFY_ROUTINE_EX, Remove: BOOLEAN) -> NTSTATUS;
         pub fn KeDelayExecutionThread(WaitMode: KPROCESSOR_MODE, Alertable: BOOLEAN, Interval: PLARGE_INTEGER) -> NTSTATUS;
         // wdm.h: driver-allocated IRPs.
         pub fn IoAllocateIrp(StackSize: CCHAR, ChargeQuota: BOOLEAN) -> PIRP;
