@@ -1,7 +1,8 @@
 /*
  * irpverbs_host.h - the Win32 subset irpverbs' host library provides on
  * non-Windows hosts, so that a ULP written for Windows (CreateFile,
- * DeviceIoControl with OVERLAPPED, I/O completion ports, CancelIoEx) builds
+ * DeviceIoControl with OVERLAPPED, I/O completion ports, CancelIoEx, events
+ * and WaitForSingleObject) builds
  * and runs unchanged against the driver running in-process over a soft HCA.
  *
  * On Windows this header only includes <windows.h>. Elsewhere, link with
@@ -43,6 +44,12 @@ typedef struct _OVERLAPPED {
     HANDLE hEvent; /* low bit set: do not queue to the completion port */
 } OVERLAPPED, *LPOVERLAPPED;
 
+typedef struct _SECURITY_ATTRIBUTES {
+    DWORD nLength;
+    LPVOID lpSecurityDescriptor;
+    BOOL bInheritHandle;
+} SECURITY_ATTRIBUTES, *LPSECURITY_ATTRIBUTES;
+
 #define TRUE 1
 #define FALSE 0
 #define INVALID_HANDLE_VALUE ((HANDLE)(intptr_t)-1)
@@ -59,6 +66,7 @@ typedef struct _OVERLAPPED {
 #define ERROR_INVALID_FUNCTION 1u
 #define ERROR_FILE_NOT_FOUND 2u
 #define ERROR_ACCESS_DENIED 5u
+#define ERROR_NOT_ENOUGH_MEMORY 8u
 #define ERROR_INVALID_HANDLE 6u
 #define ERROR_BAD_COMMAND 22u
 #define ERROR_BAD_LENGTH 24u
@@ -76,6 +84,9 @@ typedef struct _OVERLAPPED {
 #define ERROR_IO_DEVICE 1117u
 #define ERROR_NOT_FOUND 1168u
 #define ERROR_NO_SYSTEM_RESOURCES 1450u
+
+#define WAIT_OBJECT_0 0u
+#define WAIT_FAILED ((DWORD)0xFFFFFFFF)
 
 #define HasOverlappedIoCompleted(lpOverlapped) \
     (((DWORD)(lpOverlapped)->Internal) != 0x00000103u)
@@ -96,6 +107,18 @@ BOOL GetQueuedCompletionStatus(HANDLE CompletionPort, LPDWORD lpNumberOfBytesTra
 BOOL PostQueuedCompletionStatus(HANDLE CompletionPort, DWORD dwNumberOfBytesTransferred,
                                 ULONG_PTR dwCompletionKey, LPOVERLAPPED lpOverlapped);
 BOOL CancelIoEx(HANDLE hFile, LPOVERLAPPED lpOverlapped);
+/* Events: manual or auto reset; no names (lpName must be NULL, else
+ * ERROR_NOT_SUPPORTED) and no security attributes. An overlapped
+ * DeviceIoControl resets its hEvent when issued and sets it at completion
+ * (whether or not the low bit keeps the completion off the port); the two
+ * low bits of a handle are ignored, as Windows ignores them.
+ * WaitForSingleObject waits on events only: WAIT_OBJECT_0, WAIT_TIMEOUT, or
+ * WAIT_FAILED with ERROR_INVALID_HANDLE. */
+HANDLE CreateEventA(LPSECURITY_ATTRIBUTES lpEventAttributes, BOOL bManualReset,
+                    BOOL bInitialState, LPCSTR lpName);
+BOOL SetEvent(HANDLE hEvent);
+BOOL ResetEvent(HANDLE hEvent);
+DWORD WaitForSingleObject(HANDLE hHandle, DWORD dwMilliseconds);
 BOOL CloseHandle(HANDLE hObject);
 DWORD GetLastError(void);
 void SetLastError(DWORD dwErrCode);

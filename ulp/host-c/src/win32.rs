@@ -2,6 +2,7 @@
 //! semantics: `CreateFileA`, `DeviceIoControl` (synchronous and OVERLAPPED),
 //! `CreateIoCompletionPort`, `GetQueuedCompletionStatus`,
 //! `PostQueuedCompletionStatus`, `GetOverlappedResult`, `CancelIoEx`,
+//! `CreateEventA`, `SetEvent`, `ResetEvent`, `WaitForSingleObject`,
 //! `CloseHandle`, `GetLastError`, `SetLastError`. Declared for C in
 //! `include/irpverbs_host.h`; on Windows the same C code uses `<windows.h>`.
 //!
@@ -19,8 +20,11 @@
 //! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
 //! `STATUS_PENDING` until completion, then the NTSTATUS, and `InternalHigh`
 //! the byte count; every completion of a file associated with a port is
-//! queued to the port (unless `hEvent`'s low bit is set); a synchronous
-//! call on a file opened without `FILE_FLAG_OVERLAPPED` waits.
+//! queued to the port (unless `hEvent`'s low bit is set); an overlapped
+//! call resets its `hEvent` (low bits masked off, as the kernel ignores a
+//! handle's two tag bits) when issued and sets it at completion, port or
+//! not; a synchronous call on a file opened without `FILE_FLAG_OVERLAPPED`
+//! waits.
 #![allow(unsafe_code)]
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
@@ -213,6 +217,29 @@ pub(crate) struct Win32File {
 enum Object {
     File(Arc<Win32File>),
     Port(Arc<Port>),
+    Event(Event),
+}
+
+/// An event object, held in the handle table itself (creating one allocates
+/// only the table's slot, fallibly).
+struct Event {
+    manual: bool,
+    signalled: bool,
+}
+
+/// Woken whenever an event is set or closed; waiters recheck their event
+/// under the handle table's lock.
+static EVENTS_CHANGED: Condvar = Condvar::new();
+
+/// `WAIT_OBJECT_0`.
+pub const WAIT_OBJECT_0: DWORD = 0;
+/// `WAIT_FAILED`.
+pub const WAIT_FAILED: DWORD = 0xFFFF_FFFF;
+
+/// The table key of a handle whose two low (tag) bits the kernel ignores,
+/// as it does for a wait or an OVERLAPPED's `hEvent`.
+fn untagged(h: HANDLE) -> usize {
+    h as usize & !3
 }
 
 #[derive(Default)]
@@ -228,12 +255,34 @@ fn handles() -> std::sync::MutexGuard<'static, Handles> {
         .unwrap_or_else(PoisonError::into_inner)
 }
 
-fn insert(o: Object) -> HANDLE {
+/// Test hook: the next `n` handle-table reservations are refused, as an
+/// exhausted pool would refuse them.
+#[cfg(test)]
+pub(crate) static REFUSE_RESERVATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes room for one more handle, fallibly (a refused allocation is
+/// `ERROR_NO_SYSTEM_RESOURCES`, as `STATUS_INSUFFICIENT_RESOURCES` from a
+/// full handle table is on Windows).
+fn reserve_slot(h: &mut Handles) -> Result<(), u32> {
+    #[cfg(test)]
+    if REFUSE_RESERVATIONS
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return Err(error::NO_SYSTEM_RESOURCES);
+    }
+    h.map.try_reserve(1).map_err(|_| error::NO_SYSTEM_RESOURCES)
+}
+
+/// Enters `o` in the handle table; `Err` with the Win32 error when the
+/// table cannot grow.
+fn insert(o: Object) -> Result<HANDLE, u32> {
     let mut h = handles();
+    reserve_slot(&mut h)?;
     h.next += 4;
     let v = 0x1000 + h.next;
     h.map.insert(v, o);
-    v as HANDLE
+    Ok(v as HANDLE)
 }
 
 pub(crate) fn file_of(h: HANDLE) -> Option<Arc<Win32File>> {
@@ -326,7 +375,7 @@ pub unsafe extern "C" fn CreateFileA(
 }
 
 fn insert_file(file: HostFile, flags: DWORD) -> HANDLE {
-    insert(Object::File(Arc::new(Win32File {
+    let f = Object::File(Arc::new(Win32File {
         file: std::sync::RwLock::new(Some(file)),
         held: Mutex::new(Vec::new()),
         overlapped: flags & FILE_FLAG_OVERLAPPED != 0,
@@ -334,7 +383,9 @@ fn insert_file(file: HostFile, flags: DWORD) -> HANDLE {
         inflight: Mutex::new(HashMap::new()),
         done: Condvar::new(),
         done_lock: Mutex::new(()),
-    })))
+    }));
+    // A refused slot drops the file: the driver runs it down (close).
+    insert(f).unwrap_or_else(|e| fail(e, INVALID_HANDLE_VALUE as HANDLE))
 }
 
 /// Host only: the stand-in for a kernel ULP's file object (what
@@ -466,11 +517,14 @@ pub unsafe extern "C" fn DeviceIoControl(
     }
     let ov = Addr(overlapped as usize);
     // SAFETY: `overlapped` is valid until completion (Win32 contract).
+    let event = unsafe { (*overlapped).hEvent } as usize;
+    if !reset_for_io(event) {
+        return fail(error::INVALID_HANDLE, FALSE);
+    }
+    // SAFETY: as above.
     unsafe { internal(ov.0) }.store(STATUS_PENDING as usize, Ordering::Release);
     // SAFETY: as above.
     unsafe { (*overlapped).InternalHigh = 0 };
-    // SAFETY: as above.
-    let event = unsafe { (*overlapped).hEvent } as usize;
     let cell: CancelCell = Arc::default();
     f.inflight
         .lock()
@@ -510,6 +564,7 @@ pub unsafe extern "C" fn DeviceIoControl(
                 });
             }
         }
+        signal_event(event);
         let _g = fc.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
         fc.done.notify_all();
     });
@@ -552,11 +607,14 @@ unsafe fn complete_at_once(
     }
     if f.overlapped && !overlapped.is_null() {
         // SAFETY: the caller's OVERLAPPED is valid.
+        let event = unsafe { (*overlapped).hEvent } as usize;
+        if !reset_for_io(event) {
+            return fail(error::INVALID_HANDLE, FALSE);
+        }
+        // SAFETY: as above.
         unsafe { (*overlapped).InternalHigh = 0 };
         // SAFETY: as above.
         unsafe { internal(overlapped as usize) }.store(status as u32 as usize, Ordering::Release);
-        // SAFETY: as above.
-        let event = unsafe { (*overlapped).hEvent } as usize;
         let port = f
             .port
             .lock()
@@ -572,6 +630,7 @@ unsafe fn complete_at_once(
                 });
             }
         }
+        signal_event(event);
     }
     fail(nt_status_to_win32(status), FALSE)
 }
@@ -633,7 +692,10 @@ pub extern "C" fn CreateIoCompletionPort(
     _threads: DWORD,
 ) -> HANDLE {
     let port_handle = if existing.is_null() {
-        insert(Object::Port(Arc::default()))
+        match insert(Object::Port(Arc::default())) {
+            Ok(h) => h,
+            Err(e) => return fail(e, std::ptr::null_mut()),
+        }
     } else {
         existing
     };
@@ -792,8 +854,127 @@ pub extern "C" fn CancelIoEx(h: HANDLE, overlapped: *mut OVERLAPPED) -> BOOL {
     }
 }
 
+/// Sets the event named by an OVERLAPPED's `hEvent` (tag bits ignored), as
+/// the I/O manager does at completion; NULL or a closed event: nothing.
+fn signal_event(event: usize) {
+    if event & !3 == 0 {
+        return;
+    }
+    let mut h = handles();
+    if let Some(Object::Event(e)) = h.map.get_mut(&(event & !3)) {
+        e.signalled = true;
+        EVENTS_CHANGED.notify_all();
+    }
+}
+
+/// Resets an OVERLAPPED's event as an overlapped call does when issued.
+/// False when `event` is neither NULL nor an event.
+fn reset_for_io(event: usize) -> bool {
+    if event & !3 == 0 {
+        return true;
+    }
+    match handles().map.get_mut(&(event & !3)) {
+        Some(Object::Event(e)) => {
+            e.signalled = false;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// `CreateEventA`: a manual-reset (`manual_reset` TRUE) or auto-reset event,
+/// signalled at once when `initial_state` is TRUE. Security attributes and
+/// names are not supported: a name is `ERROR_NOT_SUPPORTED`. A refused
+/// allocation is NULL with `ERROR_NO_SYSTEM_RESOURCES`.
+#[unsafe(no_mangle)]
+pub extern "C" fn CreateEventA(
+    _security: *mut c_void,
+    manual_reset: BOOL,
+    initial_state: BOOL,
+    name: *const c_char,
+) -> HANDLE {
+    if !name.is_null() {
+        return fail(error::NOT_SUPPORTED, std::ptr::null_mut());
+    }
+    match insert(Object::Event(Event {
+        manual: manual_reset != FALSE,
+        signalled: initial_state != FALSE,
+    })) {
+        Ok(h) => {
+            SetLastError(error::SUCCESS);
+            h
+        }
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// `SetEvent`: signals the event; a manual-reset event releases every
+/// waiter and stays signalled, an auto-reset one releases one waiter.
+#[unsafe(no_mangle)]
+pub extern "C" fn SetEvent(event: HANDLE) -> BOOL {
+    set_state(event, true)
+}
+
+/// Sets or resets an event: TRUE, or FALSE with `ERROR_INVALID_HANDLE`.
+fn set_state(event: HANDLE, signalled: bool) -> BOOL {
+    let mut h = handles();
+    let Some(Object::Event(e)) = h.map.get_mut(&untagged(event)) else {
+        return fail(error::INVALID_HANDLE, FALSE);
+    };
+    e.signalled = signalled;
+    if signalled {
+        EVENTS_CHANGED.notify_all();
+    }
+    TRUE
+}
+
+/// `ResetEvent`: makes the event non-signalled.
+#[unsafe(no_mangle)]
+pub extern "C" fn ResetEvent(event: HANDLE) -> BOOL {
+    set_state(event, false)
+}
+
+/// `WaitForSingleObject` on an event: `WAIT_OBJECT_0` once it is signalled
+/// (an auto-reset event is reset by the wait that takes it),
+/// `WAIT_TIMEOUT` after `millis` (`INFINITE`: never; 0: a poll), or
+/// `WAIT_FAILED` with `ERROR_INVALID_HANDLE` for a handle that is not an
+/// event (or an event closed during the wait).
+#[unsafe(no_mangle)]
+pub extern "C" fn WaitForSingleObject(handle: HANDLE, millis: DWORD) -> DWORD {
+    let key = untagged(handle);
+    let deadline =
+        (millis != INFINITE).then(|| Instant::now() + Duration::from_millis(millis.into()));
+    let mut h = handles();
+    loop {
+        let Some(Object::Event(e)) = h.map.get_mut(&key) else {
+            return fail(error::INVALID_HANDLE, WAIT_FAILED);
+        };
+        if e.signalled {
+            if !e.manual {
+                e.signalled = false;
+            }
+            return WAIT_OBJECT_0;
+        }
+        let step = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return error::WAIT_TIMEOUT;
+                }
+                d - now
+            }
+            None => Duration::from_secs(3600),
+        };
+        h = EVENTS_CHANGED
+            .wait_timeout(h, step)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}
+
 /// `CloseHandle`: a file runs down (cleanup, then close once its requests
-/// completed); a port wakes its waiters with `ERROR_ABANDONED_WAIT_0`.
+/// completed); a port wakes its waiters with `ERROR_ABANDONED_WAIT_0`; an
+/// event is gone (a wait on it ends with `WAIT_FAILED`).
 #[unsafe(no_mangle)]
 pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
     let removed = handles().map.remove(&(h as usize));
@@ -812,6 +993,10 @@ pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
             p.cv.notify_all();
             TRUE
         }
+        Some(Object::Event(_)) => {
+            EVENTS_CHANGED.notify_all();
+            TRUE
+        }
         None => fail(error::INVALID_HANDLE, FALSE),
     }
 }
@@ -827,5 +1012,79 @@ pub extern "C" fn IrpverbsHostQuiesce(millis: DWORD) -> BOOL {
     match dev.quiesce(Duration::from_millis(millis.into())) {
         Ok(()) if dev.platform().pool_stats().live == 0 => TRUE,
         _ => fail(error::BUSY, FALSE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test: the refusal hook is process-wide, and nothing else in this
+    /// binary creates handles meanwhile.
+    #[test]
+    fn events_keep_win32_semantics_and_refuse_without_aborting() {
+        let manual = CreateEventA(std::ptr::null_mut(), TRUE, FALSE, std::ptr::null());
+        let auto = CreateEventA(std::ptr::null_mut(), FALSE, TRUE, std::ptr::null());
+        assert!(!manual.is_null() && !auto.is_null());
+        // Initial state: the auto-reset one starts signalled, and a wait takes it.
+        assert_eq!(WaitForSingleObject(manual, 0), error::WAIT_TIMEOUT);
+        assert_eq!(WaitForSingleObject(auto, 0), WAIT_OBJECT_0);
+        assert_eq!(WaitForSingleObject(auto, 10), error::WAIT_TIMEOUT);
+        // Manual reset stays signalled for every wait until ResetEvent.
+        assert_eq!(SetEvent(manual), TRUE);
+        assert_eq!(WaitForSingleObject(manual, 0), WAIT_OBJECT_0);
+        assert_eq!(WaitForSingleObject(manual, INFINITE), WAIT_OBJECT_0);
+        assert_eq!(ResetEvent(manual), TRUE);
+        assert_eq!(WaitForSingleObject(manual, 0), error::WAIT_TIMEOUT);
+        // A tagged handle (low bits set) names the same event.
+        assert_eq!(SetEvent((auto as usize | 1) as HANDLE), TRUE);
+        assert_eq!(
+            WaitForSingleObject((auto as usize | 3) as HANDLE, 0),
+            WAIT_OBJECT_0
+        );
+        // An INFINITE wait ends when another thread sets the event, and one
+        // SetEvent of an auto-reset event releases exactly one wait.
+        let a = auto as usize;
+        let waiter = std::thread::spawn(move || WaitForSingleObject(a as HANDLE, INFINITE));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(SetEvent(auto), TRUE);
+        assert_eq!(waiter.join().unwrap(), WAIT_OBJECT_0);
+        assert_eq!(WaitForSingleObject(auto, 0), error::WAIT_TIMEOUT);
+        // Not an event: WAIT_FAILED and ERROR_INVALID_HANDLE.
+        SetLastError(0);
+        assert_eq!(WaitForSingleObject(0x7770 as HANDLE, 0), WAIT_FAILED);
+        assert_eq!(GetLastError(), error::INVALID_HANDLE);
+        let port =
+            CreateIoCompletionPort(INVALID_HANDLE_VALUE as HANDLE, std::ptr::null_mut(), 0, 1);
+        assert_eq!(WaitForSingleObject(port, 0), WAIT_FAILED);
+        assert_eq!(SetEvent(port), FALSE);
+        assert_eq!(GetLastError(), error::INVALID_HANDLE);
+        // Named events are not supported, and say so.
+        let named = CreateEventA(std::ptr::null_mut(), TRUE, FALSE, c"n".as_ptr());
+        assert!(named.is_null());
+        assert_eq!(GetLastError(), error::NOT_SUPPORTED);
+        // A wait on an event closed under it fails rather than hanging.
+        let m = manual as usize;
+        let waiter = std::thread::spawn(move || WaitForSingleObject(m as HANDLE, INFINITE));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(CloseHandle(manual), TRUE);
+        assert_eq!(waiter.join().unwrap(), WAIT_FAILED);
+        assert_eq!(CloseHandle(manual), FALSE);
+        assert_eq!(ResetEvent(manual), FALSE);
+        assert_eq!(GetLastError(), error::INVALID_HANDLE);
+        // A refused allocation fails the call, as Windows does.
+        REFUSE_RESERVATIONS.store(2, Ordering::Release);
+        let refused = CreateEventA(std::ptr::null_mut(), TRUE, FALSE, std::ptr::null());
+        assert!(refused.is_null());
+        assert_eq!(GetLastError(), error::NO_SYSTEM_RESOURCES);
+        let refused =
+            CreateIoCompletionPort(INVALID_HANDLE_VALUE as HANDLE, std::ptr::null_mut(), 0, 1);
+        assert!(refused.is_null());
+        assert_eq!(GetLastError(), error::NO_SYSTEM_RESOURCES);
+        let again = CreateEventA(std::ptr::null_mut(), FALSE, FALSE, std::ptr::null());
+        assert!(!again.is_null());
+        for h in [again, auto, port] {
+            assert_eq!(CloseHandle(h), TRUE);
+        }
     }
 }
