@@ -4,6 +4,8 @@
 //! - `ulp_control.c`: the control path (overlapped IOCTLs, completion port);
 //! - `ulp_speed.c`: the user-mode speed-path library without data movement;
 //! - `kernel_ulp.c`: a kernel ULP's internal IOCTLs and direct-call table;
+//! - `ulp_notify.c`: events, `WaitForSingleObject`, and the completion port
+//!   suppression of an `hEvent` with its low bit set;
 //! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
 //!   engine).
 //!
@@ -140,6 +142,16 @@ fn c_ulp_control_path_thread_engine() {
 }
 
 #[test]
+fn c_ulp_notify_inline_engine() {
+    run(&build("ulp_notify"), "inline");
+}
+
+#[test]
+fn c_ulp_notify_thread_engine() {
+    run(&build("ulp_notify"), "thread");
+}
+
+#[test]
 fn c_ulp_speed_path_inline_engine() {
     run(&build("ulp_speed"), "inline");
 }
@@ -194,7 +206,7 @@ fn c_ulps_compile_for_windows_x64_with_mingw() {
         return;
     }
     let root = repo();
-    for name in ["ulp_control", "ulp_speed", "ulp_data"] {
+    for name in ["ulp_control", "ulp_notify", "ulp_speed", "ulp_data"] {
         let out = Command::new(mingw)
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
             .arg(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.obj")))
