@@ -144,6 +144,7 @@ extern crate std;
 mod config;
 mod firmware;
 pub mod net;
+mod scheduler;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -153,7 +154,7 @@ pub use net::{fabric, link, sim, sockwire};
 pub use transport::packet;
 
 use alloc::collections::VecDeque;
-use alloc::sync::{Arc, Weak};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -186,7 +187,6 @@ use fabric::{Peer, Router, Todo};
 use firmware::eq::EventQueue;
 use firmware::{Executed, Firmware};
 use packet::{Batch, Frame, Gid};
-use transport::engine::REQUESTER_BUDGET;
 
 /// What the host bus gives the device: its interrupt line and the command
 /// doorbell's signal.
@@ -584,25 +584,6 @@ impl<P: Platform> SoftHca<P> {
         self.state.lock(|st| st.firmware.dp.link = None);
     }
 
-    /// A datagram from the wire: checks it (every header and the ICRC),
-    /// copies its payload into a receive buffer and delivers it to the
-    /// transport. Inline, the data path runs now, on this thread; deferred,
-    /// the hardware thread is woken.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    ///
-    /// # Errors
-    /// Why the datagram was dropped (also counted in [`Self::link_stats`]);
-    /// [`wire::WireError::Truncated`] too when no receive buffer was free.
-    pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
-        self.receive_queued(d)?;
-        match self.execution {
-            Execution::Inline => self.drive(|_| {}),
-            Execution::Deferred => self.bus.doorbell(),
-        }
-        Ok(())
-    }
-
     /// [`Self::receive`] without running the data path: the datagram waits
     /// for [`Self::run_deferred`] (or any other run), so that a batch of
     /// datagrams is processed in one go.
@@ -669,40 +650,11 @@ impl<P: Platform> SoftHca<P> {
         queued
     }
 
-    /// Runs the data path on what [`Self::receive_queued`] queued (inline;
-    /// deferred, wakes the hardware thread). With `flush` false the
-    /// datagrams this produces for the link (ACKs, mostly) stay queued
-    /// until [`Self::flush_transmit`] or the next run that flushes: a
-    /// thread that busy-polls the wire and answers what it got sends the
-    /// ACK and its answer in one system call.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    pub fn run_deferred(&self, flush: bool) {
-        match self.execution {
-            Execution::Inline => self.drive_with(|_| {}, flush, 0),
-            Execution::Deferred => self.bus.doorbell(),
-        }
-    }
-
     /// Hands every datagram waiting for the link to it now.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn flush_transmit(&self) {
         self.flush_tx();
-    }
-
-    /// Fires the timers due at `now_ns` (on the link's clock; with a
-    /// [`Clock`] attached, at its time instead), runs the data path, and
-    /// returns the next deadline (`None`: no timer armed). The host calls
-    /// it at the deadline it returned (or sooner); with a [`Clock`], the
-    /// transport also arms the platform's timer for that deadline itself.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    pub fn advance_clock(&self, now_ns: u64) -> Option<u64> {
-        self.drive(|fw| {
-            fw.fire_timers(now_ns);
-        });
-        self.next_deadline()
     }
 
     /// The earliest armed timer's deadline (on the link's clock).
@@ -735,340 +687,6 @@ impl<P: Platform> SoftHca<P> {
             st.firmware.set_router(router);
             Ok(())
         })
-    }
-
-    /// Moves the data path's events to the event queue (under `HCA_LOCK`);
-    /// returns whether to raise the interrupt.
-    fn push_events(&self, dp: &mut transport::engine::DataPath, stats: &mut SoftStats) -> bool {
-        if dp.events.is_empty() {
-            return false;
-        }
-        self.eq
-            .lock(|eq| queue_events(eq, &mut dp.events, &mut dp.gsi.announced, stats))
-    }
-
-    /// One data-path step: `pre` (a doorbell's marking), the inbox, the
-    /// engine within its budget, then (still under `HCA_LOCK`) the frames
-    /// for other HCAs into their inboxes and the events into the event
-    /// queue. After releasing the lock: the interrupt, and the kicks of the
-    /// HCAs that got frames. Returns true when work is left.
-    fn dp_step(&self, todo: &mut Todo, pre: impl FnOnce(&mut Firmware)) -> (bool, u64) {
-        self.dp_step_with(todo, pre, true)
-    }
-
-    /// [`Self::dp_step`]: (work is left, packets of work done).
-    fn dp_step_with(
-        &self,
-        todo: &mut Todo,
-        pre: impl FnOnce(&mut Firmware),
-        flush: bool,
-    ) -> (bool, u64) {
-        let (raise, more, work) = self.state.lock(|st| {
-            let before = st.firmware.dp.work_done();
-            pre(&mut st.firmware);
-            let (raise, more) = self.dp_locked(st, todo);
-            (raise, more, st.firmware.dp.work_done() - before)
-        });
-        self.bus.work(work);
-        if flush {
-            self.flush_tx();
-        }
-        if raise {
-            self.bus.interrupt();
-        }
-        (more, work)
-    }
-
-    /// Hands the serialized datagrams to their link, in the order they
-    /// were serialized, with no soft HCA lock held. One thread transmits
-    /// at a time (a combining queue): a thread that finds another
-    /// transmitting leaves its batches to it, so the wire sees every QP's
-    /// packets in PSN order whichever threads ran the data path.
-    fn flush_tx(&self) {
-        let take = |q: &mut TxQueue, owner: bool| {
-            if q.draining && !owner {
-                return None;
-            }
-            let b = q.batches.pop_front();
-            q.draining = b.is_some();
-            b
-        };
-        if !self.tx_pending.load(Ordering::Acquire) {
-            return;
-        }
-        let mut next = self.txq.lock(|q| {
-            let b = take(q, false);
-            if q.batches.is_empty() && !q.draining {
-                self.tx_pending.store(false, Ordering::Release);
-            }
-            b
-        });
-        while let Some((link, mut tx, tap)) = next {
-            // Batches queued behind it for the same link leave with it.
-            self.txq.lock(|q| {
-                while let Some((l, _, _)) = q.batches.front() {
-                    if !Arc::ptr_eq(l, &link) {
-                        break;
-                    }
-                    if let Some((l, mut more, t)) = q.batches.pop_front() {
-                        if !tx.append(&mut more) {
-                            // No memory to merge: it leaves on its own,
-                            // next (popped, so there is room to put back).
-                            q.batches.push_front((l, more, t));
-                            break;
-                        }
-                        q.recycle(more);
-                    }
-                }
-            });
-            if let Some(tap) = tap {
-                for d in tx.iter() {
-                    tap.tap(link::Direction::Sent, &d);
-                }
-            }
-            link.transmit(&tx);
-            next = self.txq.lock(|q| {
-                q.recycle(tx);
-                take(q, true)
-            });
-        }
-    }
-
-    /// The body of [`Self::dp_step`], under `HCA_LOCK`: (raise the
-    /// interrupt, work is left).
-    fn dp_locked(&self, st: &mut HcaState, todo: &mut Todo) -> (bool, bool) {
-        {
-            if let Some(link) = &st.firmware.dp.link {
-                let now = link.now_ns();
-                let dp = &mut st.firmware.dp;
-                dp.now = dp.now.max(now);
-            }
-            let fw = &mut st.firmware;
-            if self.inbox_pending.swap(false, Ordering::AcqRel) {
-                if fw.dp.inbound.is_empty() {
-                    self.inbox
-                        .lock(|ib| core::mem::swap(ib, &mut fw.dp.inbound));
-                } else if !self.inbox.lock(|ib| fw.dp.inbound.append(ib)) {
-                    // No memory to merge: the inbox waits for the next
-                    // step, when the inbound batch is empty.
-                    self.inbox_pending.store(true, Ordering::Release);
-                }
-            }
-            let mut more = fw.run_datapath(REQUESTER_BUDGET);
-            let dp = &mut fw.dp;
-            for q in &mut dp.outbox {
-                if q.batch.is_empty() {
-                    continue;
-                }
-                match q.peer.as_ref().and_then(Weak::upgrade) {
-                    Some(peer) => {
-                        // An inbox with no memory to grow leaves the
-                        // frames here, for the next step (after the peer
-                        // drained its inbox).
-                        more |= !peer.accept(&mut q.batch);
-                        todo.push(peer);
-                    }
-                    None => {
-                        // The HCA went away: the packets are lost, and
-                        // unacknowledged ones count as sent.
-                        for f in q.batch.frames.drain(..) {
-                            if let Frame::Packet {
-                                pkt,
-                                burst,
-                                notify: Some(qpn),
-                                ..
-                            } = f
-                            {
-                                let psn = burst.last_psn(pkt.psn);
-                                let _ = dp.loopq.push_signal(Frame::Sent { qpn, psn });
-                                more = true;
-                            }
-                        }
-                        q.batch.clear();
-                        dp.stats.packets_dropped += 1;
-                    }
-                }
-            }
-            if !dp.wireq.is_empty() {
-                if let Some(link) = dp.link.clone() {
-                    let mut tx = core::mem::take(&mut dp.tx);
-                    let wireq = core::mem::take(&mut dp.wireq);
-                    link::serialize(
-                        &wireq,
-                        &mut tx,
-                        &mut dp.scratch,
-                        &mut dp.loopq,
-                        dp.udp_port,
-                        &mut dp.link_stats,
-                    );
-                    let mut wireq = wireq;
-                    wireq.clear();
-                    dp.wireq = wireq;
-                    more |= !dp.loopq.is_empty();
-                    if tx.is_empty() {
-                        dp.tx = tx;
-                    } else {
-                        // Queued, and a transmitted batch's buffers (when
-                        // one is back) for the next step, in one hold.
-                        let tap = dp.tap.clone();
-                        let (lost, spare) = self.txq.lock(|q| (q.queue(link, tx, tap), q.spare()));
-                        dp.link_stats.tx_errors += lost as u64;
-                        dp.tx = spare.unwrap_or_default();
-                        self.tx_pending.store(true, Ordering::Release);
-                    }
-                } else {
-                    dp.wireq.clear();
-                }
-            }
-            let raise = self.push_events(&mut fw.dp, &mut st.stats);
-            (raise, more)
-        }
-    }
-
-    /// Runs the data path on this thread, after `pre`, for at most one
-    /// budget of work ([`SoftConfig::dpc_budget`]): this HCA's, and that of
-    /// every inline HCA it sends to (a work list, never recursion). What is
-    /// left is requeued ([`Self::requeue`]; an inline peer's, to its own
-    /// bus).
-    fn drive(&self, pre: impl FnOnce(&mut Firmware)) {
-        self.drive_with(pre, true, 0);
-    }
-
-    /// [`Self::drive`], `used` packets of the budget spent already; with
-    /// `flush` false this HCA's datagrams for its link stay queued (see
-    /// [`SoftHca::run_deferred`]).
-    fn drive_with(&self, pre: impl FnOnce(&mut Firmware), flush: bool, used: u64) {
-        let mut todo = Todo::new();
-        let (again, work) = self.dp_step_with(&mut todo, pre, flush);
-        self.drive_rest_with(todo, again, flush, used + work);
-    }
-
-    /// The rest of [`Self::drive`], after a first step that did `used`
-    /// packets of work.
-    fn drive_rest(&self, todo: Todo, again: bool, used: u64) {
-        self.drive_rest_with(todo, again, true, used);
-    }
-
-    fn drive_rest_with(&self, mut todo: Todo, mut again: bool, flush: bool, mut used: u64) {
-        loop {
-            while let Some(peer) = todo.pop() {
-                if peer.id() == self.id() {
-                    again = true;
-                } else if !peer.inline() {
-                    peer.ring();
-                } else if used >= self.budget {
-                    peer.requeue();
-                } else {
-                    let (more, work) = peer.step(&mut todo);
-                    used += work;
-                    if more {
-                        todo.push(peer);
-                    }
-                }
-            }
-            if !again {
-                return;
-            }
-            if used >= self.budget {
-                self.requeue();
-                return;
-            }
-            let (more, work) = self.dp_step_with(&mut todo, |_| {}, flush);
-            again = more;
-            used += work;
-        }
-    }
-
-    /// Work is left after a call used its budget: inline, another DPC
-    /// ([`SoftBus::resume`]) runs the next budget; deferred, the
-    /// firmware's own doorbell.
-    fn requeue(&self) {
-        match self.execution {
-            Execution::Inline => self.bus.resume(),
-            Execution::Deferred => self.bus.doorbell(),
-        }
-    }
-
-    /// Runs the data path for one more budget of work, requeueing what is
-    /// still left: what the host's DPC calls after [`SoftBus::resume`].
-    ///
-    /// IRQL: <= DISPATCH_LEVEL (the host: DISPATCH_LEVEL, in its DPC).
-    pub fn resume(&self) {
-        self.drive(|_| {});
-    }
-
-    /// A receive doorbell has nothing to do: no QP is in ERR and no
-    /// responder waits for a receive. The fence pairs with
-    /// [`engine::DataPath::attend`]: the ULP published its WQE before, so
-    /// either this sees the attention, or the HCA sees the WQE.
-    fn quiet(&self) -> bool {
-        core::sync::atomic::fence(Ordering::SeqCst);
-        self.attention.load(Ordering::SeqCst) == 0
-    }
-
-    /// Rings a data-path doorbell: `mark` records the work and says whether
-    /// there is any; inline, the work runs now; deferred, the hardware
-    /// thread is woken.
-    fn doorbell(&self, mark: impl FnOnce(&mut Firmware) -> bool) {
-        match self.execution {
-            Execution::Inline => {
-                if self.state.lock(|st| mark(&mut st.firmware)) {
-                    self.drive(|_| {});
-                }
-            }
-            Execution::Deferred => {
-                if self.state.lock(|st| mark(&mut st.firmware)) {
-                    self.bus.doorbell();
-                }
-            }
-        }
-    }
-
-    /// Executes queued commands, in order, until the queue is empty or the
-    /// event queue has no room, then runs the data path (send queues,
-    /// inbound packets) until it is idle; returns how many commands ran. In
-    /// [`Execution::Deferred`] mode the host calls this from its "hardware"
-    /// thread after [`SoftBus::doorbell`]; in [`Execution::Inline`] mode the
-    /// device calls it itself (calling it too is harmless).
-    ///
-    /// Raises the interrupt when an armed event queue gets an entry.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    pub fn run_firmware(&self) -> usize {
-        let mut todo = Todo::new();
-        let (ran, raise, more, work) = self.state.lock(|st| {
-            let before = st.firmware.dp.work_done();
-            let (ran, raise, more) = self.run_locked(st, &mut todo);
-            (ran, raise, more, st.firmware.dp.work_done() - before)
-        });
-        self.bus.work(work);
-        self.after_run(todo, raise, more, work);
-        ran
-    }
-
-    /// The body of [`Self::run_firmware`], under `HCA_LOCK`: the queued
-    /// commands, then a data-path step. Returns (commands run, raise the
-    /// interrupt, data-path work left); [`Self::after_run`] finishes.
-    fn run_locked(&self, st: &mut HcaState, todo: &mut Todo) -> (usize, bool, bool) {
-        let mut ran = 0;
-        let mut raise = false;
-        while let Some(r) = self.execute_one(st) {
-            ran += 1;
-            raise |= r;
-        }
-        let (r, more) = self.dp_locked(st, todo);
-        (ran, raise | r, more)
-    }
-
-    /// After [`Self::run_locked`] (which did `work` packets of work), with
-    /// no lock held: the interrupt, then the data path for the rest of the
-    /// budget.
-    fn after_run(&self, todo: Todo, raise: bool, more: bool, work: u64) {
-        self.flush_tx();
-        if raise {
-            self.bus.interrupt();
-        }
-        self.drive_rest(todo, more, work);
     }
 
     /// Executes the oldest queued command if the event queue has room for
@@ -1119,17 +737,6 @@ impl<P: Platform> SoftHca<P> {
         }))
     }
 
-    /// Gets queued commands executed: runs the firmware ([`Execution::Inline`])
-    /// or rings the doorbell ([`Execution::Deferred`]). No lock held.
-    fn kick(&self) {
-        match self.execution {
-            Execution::Inline => {
-                self.run_firmware();
-            }
-            Execution::Deferred => self.bus.doorbell(),
-        }
-    }
-
     /// The doorbell scanner: takes every slot rung on every doorbell page
     /// since the last call and rings the doorbell of the queue each is bound
     /// to, as the direct-call doorbells would: inline, the work runs now, on
@@ -1171,7 +778,7 @@ impl<P: Platform> SoftHca<P> {
         if scan.work {
             match self.execution {
                 Execution::Inline if work >= self.budget => self.requeue(),
-                Execution::Inline => self.drive_with(|_| {}, true, work),
+                Execution::Inline => self.run(work, true, |_| ((), false)),
                 Execution::Deferred => self.bus.doorbell(),
             }
         }
@@ -1279,20 +886,25 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// # Errors
     /// Gives `command` back when `cmd_queue_depth` commands are queued.
     fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
-        let inline = self.execution == Execution::Inline;
-        let mut todo = Todo::new();
-        let ran = self.state.lock(|st| {
+        if self.execution == Execution::Deferred {
+            self.state.lock(|st| {
+                if st.queue.len() >= st.depth {
+                    st.stats.commands_refused += 1;
+                    return Err(command);
+                }
+                st.queue.push_back((token, command));
+                Ok(())
+            })?;
+            self.bus.doorbell();
+            return Ok(());
+        }
+        // Inline, the firmware runs now, under the same hold: this command
+        // straight away when none waits before it.
+        self.run(0, true, |st| {
             if st.queue.len() >= st.depth {
                 st.stats.commands_refused += 1;
-                return Err(command);
+                return (Err(command), false);
             }
-            if !inline {
-                st.queue.push_back((token, command));
-                return Ok(None);
-            }
-            // Inline, the firmware runs now, under the same hold: this
-            // command straight away when none waits before it.
-            let before = st.firmware.dp.work_done();
             let mut raise = false;
             if st.queue.is_empty() {
                 match self.execute_command(st, token, command) {
@@ -1302,18 +914,9 @@ impl<P: Platform> Hca for SoftHca<P> {
             } else {
                 st.queue.push_back((token, command));
             }
-            let (ran, r, more) = self.run_locked(st, &mut todo);
-            let work = st.firmware.dp.work_done() - before;
-            Ok(Some((ran, raise | r, more, work)))
-        })?;
-        match ran {
-            Some((_, raise, more, work)) => {
-                self.bus.work(work);
-                self.after_run(todo, raise, more, work);
-            }
-            None => self.bus.doorbell(),
-        }
-        Ok(())
+            let (_, r) = self.execute_queued(st);
+            (Ok(()), raise | r)
+        })
     }
 
     /// Takes the oldest event. If the firmware had stalled for room, kicks
@@ -1400,14 +1003,14 @@ impl<P: Platform> Hca for SoftHca<P> {
                         if more && work >= self.budget {
                             self.requeue();
                         } else if more {
-                            self.drive_with(|_| {}, true, work);
+                            self.run(work, true, |_| ((), false));
                         }
                     }
                     Some(Err(work)) => {
                         self.bus.work(work);
-                        self.drive_with(|fw| fw.ring_sq_now(qpn), true, work);
+                        self.run(work, true, |st| (st.firmware.ring_sq_now(qpn), false));
                     }
-                    None => self.drive(|fw| fw.ring_sq_now(qpn)),
+                    None => self.run(0, true, |st| (st.firmware.ring_sq_now(qpn), false)),
                 }
             }
             Execution::Deferred => self.doorbell(|fw| fw.ring_sq(qpn)),
@@ -1549,10 +1152,7 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
         self.state.lock(|st| st.firmware.send_mad(mad))?;
-        match self.execution {
-            Execution::Inline => self.drive(|_| {}),
-            Execution::Deferred => self.bus.doorbell(),
-        }
+        self.run_or_ring(true);
         Ok(())
     }
 
@@ -1593,7 +1193,8 @@ impl<P: Platform> Peer for SoftHca<P> {
     }
 
     fn step(&self, todo: &mut Todo) -> (bool, u64) {
-        self.dp_step(todo, |_| {})
+        let ((), more, work) = SoftHca::step(self, todo, true, |_| ((), false));
+        (more, work)
     }
 
     fn id(&self) -> usize {

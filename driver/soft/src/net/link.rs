@@ -328,7 +328,7 @@ pub struct LinkStats {
     /// Datagrams dropped for want of a receive buffer (or of memory to
     /// queue them).
     pub rx_no_buffer: u64,
-    /// Receive buffers allocated (of [`RxPool::BUF`] bytes each): the
+    /// Receive buffers allocated (of 4,096 bytes each): the
     /// pool grows to the most datagrams in flight at once, and keeps them.
     pub rx_buffers: u64,
     /// Local ACK timeouts that fired.
