@@ -20,7 +20,7 @@ use irpverbs_verbs::{Client, Cq, PostError, Qp, RecvWr, SendWr, Srq, Wc, rts_ste
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::Dut;
-use crate::suite::{expect, ok};
+use crate::suite::{busy, expect, ok};
 
 /// How long a test waits for a completion that must come.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -1580,6 +1580,105 @@ pub(crate) fn dp_solicited_only_notification(d: &dyn Dut) -> Result<(), String> 
     })?;
     check!(mb.read(64, 6) == b"urgent", "data");
     p.close("teardown")
+}
+
+// ---- completion channels ------------------------------------------------
+
+/// Completion channels as libibverbs defines them: a CQ created on a
+/// channel reports an event there only while armed (`req_notify_cq`), one
+/// per arming, carrying its user context, in order; `ack_cq_events` takes
+/// at least one and no more than were delivered; a CQ with unacknowledged
+/// events cannot be destroyed, nor a channel with CQs on it.
+pub(crate) fn dp_completion_channel_events(d: &dyn Dut) -> Result<(), String> {
+    let mb = Mem::new(BUF);
+    let e = Env::open(d)?;
+    let rb = e.reg(&mb, IV_ACCESS_LOCAL_WRITE)?;
+    let ch = ok("create_comp_channel", e.c.create_comp_channel())?;
+    let on_channel = |user_context| {
+        ok(
+            "create CQ on the channel",
+            e.c.new_cq(&IvCreateCqIn {
+                cqe: 64,
+                comp_vector: 0,
+                channel: ch.handle(),
+                user_context,
+            }),
+        )
+    };
+    let (ctx_a, ctx_b) = (CQ_CONTEXT, CQ_CONTEXT + 1);
+    let cqa = on_channel(ctx_a)?;
+    let cqb = on_channel(ctx_b)?;
+    let (a, b) = e.qps(IV_QPT_RC, &cqa, &cqb, Conn::default())?;
+    let p = Pair { a, b, cqa, cqb };
+    // One message from A to B: a completion on each CQ, both polled.
+    let round = |i: u64| -> Result<(), String> {
+        recv(&p.b, i, &[rb.sge(i * 64, 64)], "recv")?;
+        post(
+            &p.a,
+            &SendWr {
+                inline: Some(b"event"),
+                flags: IV_SEND_SIGNALED,
+                ..wr(0x100 + i, IV_WR_SEND)
+            },
+            "send",
+        )?;
+        one(&p.cqa, "SEND", sent(0x100 + i, IV_WC_OP_SEND, p.a.qpn()))?;
+        one(&p.cqb, "RECV", recvd(i, 5, p.b.qpn()))?;
+        Ok(())
+    };
+    let next_event = |what: &str, cq: &Cq<'_>, ctx: u64| -> Result<(), String> {
+        let ev = ok(what, ch.get_cq_event())?;
+        check!(
+            ev.cq == cq.handle() && ev.user_context == ctx,
+            "{what}: the event names CQ {:#x} (context {:#x}), want {:#x} ({ctx:#x})",
+            ev.cq,
+            ev.user_context,
+            cq.handle()
+        );
+        Ok(())
+    };
+    // Neither CQ armed: completions, no event (one would come first below).
+    round(0)?;
+    // B armed: one event, B's.
+    p.cqb.req_notify(false);
+    round(1)?;
+    next_event("the armed CQ's event", &p.cqb, ctx_b)?;
+    // A armed, B not again: the next event is A's (an arming fires once).
+    p.cqa.req_notify(false);
+    round(2)?;
+    next_event("the newly armed CQ's event", &p.cqa, ctx_a)?;
+    p.cqb.req_notify(false);
+    round(3)?;
+    next_event("the re-armed CQ's event", &p.cqb, ctx_b)?;
+    let c = &e.c;
+    expect(
+        "ack no event",
+        c.ack_cq_events(p.cqb.handle(), 0),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    expect(
+        "ack more events than were delivered",
+        c.ack_cq_events(p.cqb.handle(), 3),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    let Pair { a, b, cqa, cqb } = p;
+    destroy_qp(a, "channel teardown")?;
+    destroy_qp(b, "channel teardown")?;
+    // B has two unacknowledged events: busy until both are acknowledged.
+    let cqb = busy("destroy a CQ with unacknowledged events", cqb.destroy())?;
+    ok("ack B's two events", c.ack_cq_events(cqb.handle(), 2))?;
+    expect(
+        "ack an event again",
+        c.ack_cq_events(cqb.handle(), 1),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    destroy_cq(cqb, "after its acks")?;
+    // The channel still has A on it: busy.
+    let ch = busy("destroy a channel with a CQ on it", ch.destroy())?;
+    ok("ack A's event", cqa.ack_events(1))?;
+    destroy_cq(cqa, "after its ack")?;
+    ch.destroy()
+        .map_err(|(_, st)| format!("destroy the empty channel: {}", status_name(st)))
 }
 
 // ---- completion errors --------------------------------------------------

@@ -37,6 +37,7 @@ pub const SUITE: &[(&str, Test)] = &[
     ("srq_modify_query", srq_modify_query),
     ("ah_checks", ah_checks),
     ("close_with_objects_alive", close_with_objects_alive),
+    ("comp_channel_lifecycle", comp_channel_lifecycle),
     ("rings_map_into_the_caller", rings_map_into_the_caller),
     // The documented preconditions the tests above do not reach.
     ("pre_query_gid", pre::pre_query_gid),
@@ -67,6 +68,10 @@ pub const SUITE: &[(&str, Test)] = &[
     (
         "dp_solicited_only_notification",
         dp::dp_solicited_only_notification,
+    ),
+    (
+        "dp_completion_channel_events",
+        dp::dp_completion_channel_events,
     ),
     ("dp_loc_len_err", dp::dp_loc_len_err),
     ("dp_loc_prot_err", dp::dp_loc_prot_err),
@@ -112,6 +117,19 @@ pub(crate) fn expect<T: std::fmt::Debug>(
         Ok(v) => Err(format!(
             "{what}: succeeded ({v:?}), want {}",
             status_name(want)
+        )),
+    }
+}
+
+/// A destroy that must be refused with `STATUS_DEVICE_BUSY`: gives the
+/// object back.
+pub(crate) fn busy<T>(what: &str, got: Result<(), (T, NtStatus)>) -> Result<T, String> {
+    match got {
+        Ok(()) => Err(format!("{what}: succeeded, want STATUS_DEVICE_BUSY")),
+        Err((object, st)) if st == STATUS_DEVICE_BUSY => Ok(object),
+        Err((_, st)) => Err(format!(
+            "{what}: got {} ({st:#x}), want STATUS_DEVICE_BUSY",
+            status_name(st)
         )),
     }
 }
@@ -1091,6 +1109,48 @@ fn ah_checks(d: &dyn Dut) -> Result<(), String> {
     ok("destroy", c.destroy_ah(ah))?;
     expect("destroy stale", c.destroy_ah(ah), STATUS_INVALID_HANDLE)?;
     ok("dealloc", c.dealloc_pd(pd))?;
+    Ok(())
+}
+
+/// A completion channel through the verbs library, without the speed path:
+/// a CQ on it keeps it busy, an ack with nothing delivered is refused, a
+/// CQ of another file cannot use it, and dropping the channel destroys it.
+fn comp_channel_lifecycle(d: &dyn Dut) -> Result<(), String> {
+    let c = open(d)?;
+    let other = open(d)?;
+    let ch = ok("create_comp_channel", c.create_comp_channel())?;
+    let on = |cqe| IvCreateCqIn {
+        cqe,
+        comp_vector: 0,
+        channel: ch.handle(),
+        user_context: 7,
+    };
+    expect(
+        "a CQ of another file on the channel",
+        other.create_cq_with(&on(4)),
+        STATUS_INVALID_HANDLE,
+    )?;
+    let cq = ok("create_cq_with on the channel", c.create_cq_with(&on(4)))?;
+    check!(cq.cqe >= 4, "cqe {}", cq.cqe);
+    expect(
+        "ack an event never delivered",
+        c.ack_cq_events(cq.cq, 1),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    let handle = ch.handle();
+    let ch = busy("destroy a channel with a CQ on it", ch.destroy())?;
+    ok("destroy the CQ", c.destroy_cq(cq.cq))?;
+    drop(ch);
+    let (st, _) = c.raw(
+        IOCTL_IV_DESTROY_CHANNEL,
+        IvHandleIn { handle }.as_bytes(),
+        0,
+    );
+    check!(
+        st == STATUS_INVALID_HANDLE,
+        "the dropped channel still exists (destroy again: {})",
+        status_name(st)
+    );
     Ok(())
 }
 

@@ -11,6 +11,9 @@
 //!   `post_recv`, `poll` and `req_notify` are direct calls on the rings the
 //!   driver mapped into the caller (`IOCTL_IV_MAP_RINGS`, right after the
 //!   create), plus a doorbell: no IOCTL per message;
+//! - completion channels ([`CompChannel`]): the CQ events of armed CQs
+//!   created on a channel, taken in order and acknowledged, as libibverbs'
+//!   `ibv_comp_channel`;
 //! - the kernel ULPs' direct-call function table ([`kernel`],
 //!   `include/irpverbs_kernel.h`), which a driver hands out through query
 //!   interface.
@@ -22,6 +25,7 @@
 //! [`SpeedPath`] contract).
 #![deny(unsafe_code)]
 
+mod channel;
 pub mod devinfo;
 pub use irpverbs_kernel_table::kernel;
 mod objects;
@@ -33,6 +37,7 @@ use std::sync::{Mutex, PoisonError};
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+pub use channel::CompChannel;
 pub use objects::{Cq, Qp, Srq};
 pub use speed::{
     AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr, SendWr,

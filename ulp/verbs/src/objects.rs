@@ -205,6 +205,16 @@ impl Cq<'_> {
         self.rings().req_notify(self.bells, solicited_only);
     }
 
+    /// `ibv_ack_cq_events`: acknowledges `count` events of this CQ taken
+    /// from its completion channel ([`Client::ack_cq_events`]).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for zero or more events than were
+    /// delivered and not yet acknowledged.
+    pub fn ack_events(&self, count: u32) -> IoctlResult<()> {
+        self.client.ack_cq_events(self.out.cq, count)
+    }
+
     /// `IOCTL_IV_RESIZE_CQ`: the driver moves the CQ to a new ring; the view
     /// follows it.
     ///
