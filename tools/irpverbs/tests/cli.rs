@@ -72,6 +72,12 @@ fn perf_runs_perftest_style_tests() {
         "perf", "write_bw", "-n", "500", "-s", "4096", "-q", "2", "--engine", "thread",
     ]);
     assert!(s.contains("MsgRate[Mpps]") && s.contains("qps 2"), "{s}");
+    // perftest's -e through a completion channel.
+    let s = run(&["perf", "read_lat", "-n", "100", "-s", "64", "--use-channel"]);
+    assert!(
+        s.contains("events (completion channel)") && s.contains("t_typical[usec]"),
+        "{s}"
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_irpverbs"))
         .args(["perf", "nosuch_bw"])
         .output()

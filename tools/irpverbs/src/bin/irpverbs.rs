@@ -127,6 +127,10 @@ enum Cmd {
         /// Wait for completions with CQ events instead of busy polling.
         #[arg(short = 'e', long)]
         events: bool,
+        /// Wait for CQ events through a completion channel, as perftest's
+        /// -e does (implies --events).
+        #[arg(long = "use-channel", visible_alias = "use_channel")]
+        use_channel: bool,
         /// Operations in flight (bandwidth).
         #[arg(short = 't', long, default_value_t = 128)]
         tx_depth: u32,
@@ -223,6 +227,7 @@ fn main() -> std::process::ExitCode {
             qps,
             inline_size,
             events,
+            use_channel,
             tx_depth,
             post_list,
             recv_post_list,
@@ -253,7 +258,7 @@ fn main() -> std::process::ExitCode {
             iters,
             qps,
             inline_size,
-            events,
+            (events, use_channel),
             (tx_depth, post_list, recv_post_list, cq_mod),
             mtu,
             verifier,
@@ -319,7 +324,7 @@ fn perf(
     iters: Option<u64>,
     qps: u32,
     inline: Option<u32>,
-    events: bool,
+    (events, use_channel): (bool, bool),
     (tx_depth, post_list, recv_post_list, cq_mod): (u32, u32, u32, u32),
     mtu: Option<u32>,
     verifier: bool,
@@ -358,7 +363,8 @@ fn perf(
     if let Some(n) = inline {
         cfg.inline = n;
     }
-    cfg.events = events;
+    cfg.events = events || use_channel;
+    cfg.use_channel = use_channel;
     cfg.tx_depth = tx_depth;
     cfg.post_list = post_list;
     cfg.recv_post_list = recv_post_list;

@@ -18,7 +18,8 @@ use irpverbs_abi::*;
 use irpverbs_ring::SendWr;
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{
-    Client, Cq, IntoClient, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request, rts_steps,
+    Client, CompChannel, Cq, IntoClient, IoctlResult, Qp, RTS_PSN, RecvWr, Srq, qp_request,
+    rts_steps,
 };
 
 use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
@@ -115,6 +116,11 @@ pub struct PerfConfig {
     /// Completion by CQ events (a blocked thread woken through the CQ
     /// notify IOCTL) instead of busy polling.
     pub events: bool,
+    /// With `events`: wait through a completion channel, as perftest's
+    /// `-e` does (`ibv_req_notify_cq`, `ibv_get_cq_event`,
+    /// `ibv_ack_cq_events`; each side's CQs are created on its own
+    /// channel) instead of one `IOCTL_IV_CQ_NOTIFY` per wait.
+    pub use_channel: bool,
     /// Operations in flight (bandwidth).
     pub tx_depth: u32,
     /// Signal every `cq_mod`-th operation (bandwidth, and the SEND and
@@ -172,6 +178,7 @@ impl PerfConfig {
                 _ => 0,
             },
             events: false,
+            use_channel: false,
             tx_depth: 128,
             cq_mod: 32,
             post_list: 1,
@@ -192,6 +199,9 @@ impl PerfConfig {
     /// # Errors
     /// Which option, and where it applies.
     pub fn check(&self) -> Result<(), String> {
+        if self.use_channel && !self.events {
+            return Err("--use-channel waits for CQ events: with --events".into());
+        }
         if self.use_srq && self.test != Test::SendBw {
             return Err("--use_srq applies to send_bw".into());
         }
@@ -287,6 +297,11 @@ struct Side<'c> {
     qps: Vec<Qp<'c>>,
     /// The SRQ the QPs take their receives from (`--use_srq`).
     srq: Option<Srq<'c>>,
+    /// The completion channel both CQs are on (`--use-channel`); declared
+    /// after them, so it is destroyed after them.
+    channel: Option<CompChannel<'c>>,
+    /// CQ events taken from `channel`.
+    channel_events: AtomicU64,
     /// Receives on the SRQ not completed yet: a QP's reset between sizes
     /// leaves them there (they are the SRQ's, not the QP's).
     srq_posted: AtomicU64,
@@ -341,8 +356,14 @@ impl<'c> Side<'c> {
             c.reg_mr(pd, mem.addr(), buf.len() as u64, IV_ACCESS_ALL),
         )?;
         let depth = (cfg.tx_depth * 2).max(64);
+        let channel = if cfg.use_channel {
+            Some(ok("create_comp_channel", c.create_comp_channel())?)
+        } else {
+            None
+        };
         let cq_in = IvCreateCqIn {
             cqe: depth * cfg.qps * 2,
+            channel: channel.as_ref().map_or(0, CompChannel::handle),
             ..Default::default()
         };
         let scq = ok("create_cq", c.new_cq(&cq_in))?;
@@ -384,6 +405,8 @@ impl<'c> Side<'c> {
             qps,
             srq,
             srq_posted: AtomicU64::new(0),
+            channel,
+            channel_events: AtomicU64::new(0),
             pd,
             wire: None,
             yield_idle: yields_when_idle(
@@ -513,6 +536,8 @@ impl<'c> Side<'c> {
             qps,
             srq,
             srq_posted: _,
+            channel,
+            channel_events: _,
             pd,
             wire: _,
             yield_idle: _,
@@ -521,6 +546,7 @@ impl<'c> Side<'c> {
         drop(srq);
         drop(scq);
         drop(rcq);
+        drop(channel);
         let _ = c.dereg_mr(mr.mr);
         let _ = c.dealloc_pd(pd);
         drop(buf);
@@ -564,11 +590,14 @@ fn stats(mut samples: Vec<f64>, bytes: u64) -> Latency {
 /// # Errors
 /// A verb that failed, or a completion with an error status.
 pub fn run(cfg: &PerfConfig) -> Result<Vec<Report>, String> {
-    run_with_stats(cfg).map(|(reports, _)| reports)
+    run_with_stats(cfg).map(|(reports, _, _)| reports)
 }
 
-/// [`run`], and the soft HCA's counters at the end of it.
-fn run_with_stats(cfg: &PerfConfig) -> Result<(Vec<Report>, irpverbs_soft::SoftStats), String> {
+/// [`run`], the soft HCA's counters at the end of it, and the CQ events
+/// both sides took from their completion channels.
+fn run_with_stats(
+    cfg: &PerfConfig,
+) -> Result<(Vec<Report>, irpverbs_soft::SoftStats, u64), String> {
     cfg.check()?;
     let dev = new_device(cfg, SoftConfig::default())?;
     let open = || {
@@ -593,13 +622,17 @@ fn run_with_stats(cfg: &PerfConfig) -> Result<(Vec<Report>, irpverbs_soft::SoftS
         out.push(r);
     }
     let stats = dev.soft().stats();
+    let channel_events = [&client, &server]
+        .iter()
+        .map(|s| s.channel_events.load(Ordering::Relaxed))
+        .sum();
     client.teardown();
     server.teardown();
     drop(cc);
     drop(sc);
     dev.quiesce(Duration::from_secs(10))?;
     dev.unload();
-    Ok((out, stats))
+    Ok((out, stats, channel_events))
 }
 
 /// A host device for `cfg` (verifier and engine) with the soft HCA `soft`.
@@ -738,6 +771,18 @@ fn wait_event(side: &Side<'_>, cq: &Cq<'_>, out: &mut [IvCqe]) -> Result<usize, 
         let n = Side::poll(cq, out)?;
         if n > 0 {
             return Ok(n);
+        }
+        if let Some(ch) = &side.channel {
+            // perftest's -e: arm (an arming with completions already
+            // unpolled fires at once), take the event, acknowledge it.
+            cq.req_notify(false);
+            let ev = ok("get_cq_event", ch.get_cq_event())?;
+            if ev.cq != cq.handle() {
+                return Err(format!("a CQ event for CQ {:#x}, never armed", ev.cq));
+            }
+            ok("ack_cq_events", side.c.ack_cq_events(ev.cq, 1))?;
+            side.channel_events.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
         let arm = IvCqNotifyIn {
             cq: cq.handle(),
@@ -1518,7 +1563,11 @@ fn format_header(cfg: &PerfConfig) -> String {
         cfg.tx_depth,
         cfg.post_list,
         cfg.inline,
-        if cfg.events { "events" } else { "polling" },
+        match (cfg.events, cfg.use_channel) {
+            (true, true) => "events (completion channel)",
+            (true, false) => "events",
+            _ => "polling",
+        },
         cfg.engine,
         cfg.doorbells,
         if cfg.verifier { "on" } else { "off" }
@@ -1683,7 +1732,7 @@ mod tests {
             sizes: vec![8],
             ..PerfConfig::new(Test::SendBw)
         };
-        let (r, stats) = run_with_stats(&cfg).unwrap();
+        let (r, stats, _) = run_with_stats(&cfg).unwrap();
         assert!(matches!(&r[0], Report::Bandwidth(b) if b.iters == 20_000));
         assert_eq!(stats.rnr_naks, 0, "{stats:?}");
         assert_eq!(stats.fast_path_wqes, 20_000, "{stats:?}");
@@ -1705,7 +1754,7 @@ mod tests {
                 recv_post_list: post_list,
                 ..PerfConfig::new(Test::SendBw)
             };
-            let (r, stats) = run_with_stats(&cfg).unwrap();
+            let (r, stats, _) = run_with_stats(&cfg).unwrap();
             assert!(
                 r.iter()
                     .all(|r| matches!(r, Report::Bandwidth(b) if b.iters == 8_000)),
@@ -1727,7 +1776,7 @@ mod tests {
             write_with_imm: true,
             ..PerfConfig::new(Test::WriteBw)
         };
-        let (r, stats) = run_with_stats(&cfg).unwrap();
+        let (r, stats, _) = run_with_stats(&cfg).unwrap();
         assert!(
             r.iter()
                 .all(|r| matches!(r, Report::Bandwidth(b) if b.iters == 10_000)),
@@ -1855,5 +1904,36 @@ mod tests {
             };
             run(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
         }
+    }
+
+    /// `--use-channel`: the latency tests that wait for events take them
+    /// from a completion channel (and acknowledge each, or the CQs'
+    /// destroys would be refused and the device would not quiesce).
+    #[test]
+    fn event_driven_latency_through_a_completion_channel() {
+        for (test, engine) in [
+            (Test::SendLat, Engine::Inline),
+            (Test::ReadLat, Engine::Thread),
+        ] {
+            let cfg = PerfConfig {
+                events: true,
+                use_channel: true,
+                iters: 50,
+                engine,
+                verifier: true,
+                ..small(test)
+            };
+            let (r, _, taken) =
+                run_with_stats(&cfg).unwrap_or_else(|e| panic!("{}: {e}", test.name()));
+            assert_eq!(r.len(), 1);
+            // A wait whose completion was already there takes no event.
+            assert!(taken > 0, "{}: no channel event", test.name());
+            assert!(format(&cfg, &r).contains("events (completion channel)"));
+        }
+        let cfg = PerfConfig {
+            use_channel: true,
+            ..small(Test::SendLat)
+        };
+        assert!(run(&cfg).unwrap_err().contains("--use-channel"));
     }
 }

@@ -276,13 +276,14 @@ fn local_ip(stream: &TcpStream, rc: &RemoteConfig) -> Result<IpAddr, String> {
 fn hello(cfg: &PerfConfig) -> String {
     let sizes: Vec<String> = cfg.sizes.iter().map(u64::to_string).collect();
     format!(
-        "{HELLO} {} sizes={} iters={} qps={} inline={} events={} tx_depth={} cq_mod={} mtu={} srq={} imm={}",
+        "{HELLO} {} sizes={} iters={} qps={} inline={} events={} channel={} tx_depth={} cq_mod={} mtu={} srq={} imm={}",
         cfg.test.name(),
         sizes.join(","),
         cfg.iters,
         cfg.qps,
         cfg.inline,
         u8::from(cfg.events),
+        u8::from(cfg.use_channel),
         cfg.tx_depth,
         cfg.cq_mod,
         cfg.mtu,
@@ -322,6 +323,7 @@ fn parse_hello(line: &str, own: &PerfConfig) -> Result<PerfConfig, String> {
             "qps" => cfg.qps = num(v)?,
             "inline" => cfg.inline = num(v)?,
             "events" => cfg.events = num(v)? != 0,
+            "channel" => cfg.use_channel = num(v)? != 0,
             "tx_depth" => cfg.tx_depth = num(v)?,
             "cq_mod" => cfg.cq_mod = num(v)?,
             "mtu" => cfg.mtu = num(v)?,
@@ -799,12 +801,19 @@ mod tests {
         cfg.sizes = vec![8, 1 << 20];
         cfg.qps = 3;
         cfg.events = true;
+        cfg.use_channel = true;
         cfg.mtu = IV_MTU_1024;
         let back = parse_hello(&hello(&cfg), &PerfConfig::new(Test::WriteBw)).unwrap();
         assert_eq!(back.sizes, cfg.sizes);
         assert_eq!(
-            (back.qps, back.events, back.mtu, back.iters),
-            (3, true, IV_MTU_1024, cfg.iters)
+            (
+                back.qps,
+                back.events,
+                back.use_channel,
+                back.mtu,
+                back.iters
+            ),
+            (3, true, true, IV_MTU_1024, cfg.iters)
         );
         let other = parse_hello(&hello(&cfg), &PerfConfig::new(Test::SendLat)).unwrap_err();
         assert!(other.contains("send_lat"), "{other}");
