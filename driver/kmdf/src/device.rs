@@ -53,6 +53,7 @@ use irpverbs_abi::{
     FILE_DEVICE_INFINIBAND, STATUS_INVALID_DEVICE_STATE, STATUS_SUCCESS, nt_success,
 };
 use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
+use irpverbs_ring::Shared;
 use irpverbs_soft::{SoftBus, SoftConfig, SoftHca};
 use wdk_sys::{
     _WDF_EXECUTION_LEVEL, _WDF_FILEOBJECT_CLASS, _WDF_IO_QUEUE_DISPATCH_TYPE,
@@ -121,7 +122,7 @@ struct FileContext {
     /// file object's cleanup callback; null before.
     pins: AtomicPtr<FilePins>,
     /// The process that opened the file, for a user-mode open: from
-    /// `Arc::into_raw`, set in `EvtDeviceFileCreate`, released in
+    /// `Shared::into_raw`, set in `EvtDeviceFileCreate`, released in
     /// `EvtFileClose`; null for a kernel-mode open.
     opener: AtomicPtr<Opener>,
 }
@@ -834,15 +835,15 @@ fn open_file(state: &DeviceState, file: WDFFILEOBJECT, user: bool) -> NTSTATUS {
     let key = state.next_file.fetch_add(1, Ordering::Relaxed);
     let owner = opener.as_ref().map(|o| o.key());
     if let Err(status) = state.device.create_file(key, owner) {
-        if let Some(opener) = opener {
-            opener.unregister();
+        if let Some(opener) = &opener {
+            Opener::unregister(opener);
         }
         return status;
     }
     if let Some(opener) = opener {
         // SAFETY: the context is valid; atomic access only. The pointer is
         // released by EvtFileClose (or the file object's cleanup callback).
-        unsafe { &(*context).opener }.store(Arc::into_raw(opener).cast_mut(), Ordering::Release);
+        unsafe { &(*context).opener }.store(Shared::into_raw(opener).cast_mut(), Ordering::Release);
     }
     let pins = Arc::into_raw(FilePins::new()).cast_mut();
     // SAFETY: the context is valid for writes; no request can name the file
@@ -875,7 +876,7 @@ extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
     // that succeeded).
     // SAFETY: as above.
     if let Some(opener) = unsafe { take_opener(context) } {
-        opener.unregister();
+        Opener::unregister(&opener);
     }
 }
 
@@ -883,12 +884,12 @@ extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
 ///
 /// # Safety
 /// `context` must be a live file object's context.
-unsafe fn take_opener(context: *mut FileContext) -> Option<Arc<Opener>> {
+unsafe fn take_opener(context: *mut FileContext) -> Option<Shared<Opener>> {
     // SAFETY: the caller guarantees a live context; atomic access only.
     let opener = unsafe { &(*context).opener }.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: a non-null pointer is the context's `Arc::into_raw`
+    // SAFETY: a non-null pointer is the context's `Shared::into_raw`
     // reference, swapped out: owned.
-    (!opener.is_null()).then(|| unsafe { Arc::from_raw(opener) })
+    (!opener.is_null()).then(|| unsafe { Shared::from_raw(opener) })
 }
 
 /// `EvtFileCleanup` (the last handle closed, in the closing thread: when a
@@ -938,7 +939,7 @@ extern "C" fn evt_file_close(file: WDFFILEOBJECT) {
         unsafe { take_opener(context) }
     };
     if let Some(opener) = &opener {
-        opener.unregister();
+        Opener::unregister(opener);
     }
     // SAFETY: the framework passes our live file object.
     if let Some((state, key)) = unsafe { file_state(file) } {

@@ -30,15 +30,15 @@
 //!   with it, so the file object and its device outlive that use.
 //!
 //! The list is one for the driver (every device's files: one notification
-//! reaches them all), under a spin lock; its room is taken at the open,
-//! fallibly.
+//! reaches them all), under a spin lock; its room and each opener's memory
+//! are taken at the open, fallibly.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
 use irpverbs_core::{ProcessKey, SpinLock};
+use irpverbs_ring::Shared;
 use wdk_sys::ntddk::{
     IoGetCurrentProcess, KeInitializeEvent, KeSetEvent, KeWaitForSingleObject,
     ObfDereferenceObject, ObfReferenceObject, PsSetCreateProcessNotifyRoutineEx,
@@ -74,7 +74,7 @@ unsafe impl Sync for Opener {}
 /// The user-mode files open on every device of the driver, with their
 /// openers. An entry leaves it at `EvtFileClose`, or when the exit routine
 /// takes it.
-static OPENED: KmdfSpinLock<Vec<Arc<Opener>>> = KmdfSpinLock::new(Vec::new());
+static OPENED: KmdfSpinLock<Vec<Shared<Opener>>> = KmdfSpinLock::new(Vec::new());
 
 impl Opener {
     /// Records the current process as the opener of `file` and lists the
@@ -84,27 +84,30 @@ impl Opener {
     /// for a user-mode open).
     ///
     /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES` when the list has no room.
-    pub(crate) fn register(file: WDFFILEOBJECT) -> Result<Arc<Self>, NtStatus> {
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the pool refuses the opener's
+    /// memory or the list's room.
+    pub(crate) fn register(file: WDFFILEOBJECT) -> Result<Shared<Self>, NtStatus> {
         // SAFETY: IoGetCurrentProcess (PsGetCurrentProcess) has no
         // preconditions.
         let process = unsafe { IoGetCurrentProcess() };
         // SAFETY: the current process is a live object; the reference is
         // given back when the opener is dropped.
         let _ = unsafe { ObfReferenceObject(process.cast()) };
-        let opener = Arc::new(Self {
+        // A refused allocation drops the value: the reference goes.
+        let opener = Shared::try_new(Self {
             file,
             process,
             done: UnsafeCell::new(KEVENT::default()),
-        });
-        // SAFETY: the event is in the Arc's nonpaged memory, stays there
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        // SAFETY: the event is in the opener's nonpaged memory, stays there
         // for its life, and nothing else can reach it yet; a notification
         // event may be initialized at any IRQL.
         unsafe { KeInitializeEvent(opener.done.get(), _EVENT_TYPE::NotificationEvent, 0) };
         OPENED.lock(|list| {
             list.try_reserve(1)
                 .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-            list.push(Arc::clone(&opener));
+            list.push(Shared::clone(&opener));
             Ok::<(), NtStatus>(())
         })?;
         Ok(opener)
@@ -121,9 +124,9 @@ impl Opener {
     /// waits until the routine is done with it.
     ///
     /// IRQL: PASSIVE_LEVEL.
-    pub(crate) fn unregister(self: &Arc<Self>) {
+    pub(crate) fn unregister(opener: &Shared<Self>) {
         let removed = OPENED.lock(|list| {
-            let at = list.iter().position(|o| Arc::ptr_eq(o, self))?;
+            let at = list.iter().position(|o| Shared::ptr_eq(o, opener))?;
             // Not the last reference (the caller holds one): no free
             // under the lock.
             Some(list.swap_remove(at))
@@ -131,12 +134,12 @@ impl Opener {
         if removed.is_some() {
             return;
         }
-        // SAFETY: an initialized event that lives as long as `self`; an
+        // SAFETY: an initialized event that lives as long as `opener`; an
         // untimed kernel-mode wait is allowed at PASSIVE_LEVEL, and the
         // routine sets the event after a bounded run-down.
         let _ = unsafe {
             KeWaitForSingleObject(
-                self.done.get().cast(),
+                opener.done.get().cast(),
                 _KWAIT_REASON::Executive,
                 kernel_mode(),
                 0,
