@@ -48,7 +48,15 @@
 //! - recursion is followed once around a cycle (the edge back into a
 //!   function already on the chain counts nothing); every cycle met is
 //!   listed;
-//! - calls into shared libraries (`@plt`, the GOT) count as leaves.
+//! - calls into shared libraries (`@plt`, the GOT) count as leaves;
+//! - the global allocator's entry points (`__rust_alloc`, `__rust_dealloc`,
+//!   `__rust_realloc`, `__rust_alloc_zeroed`, and the `GlobalAlloc` methods
+//!   they inline) are the platform's pool
+//!   (`ExAllocatePool2` / `ExFreePool` in irpverbs.sys): their callees are
+//!   not followed (in host mode they are the verifier's bookkeeping, which
+//!   stands in for the kernel's pool) and they add
+//!   [`Budget::indirect_allowance`] below their caller, as a platform
+//!   callback does.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -94,6 +102,15 @@ const TERMINAL_PARTS: [&str; 8] = [
     "slice_end_index_len_fail",
     "slice_index_order_fail",
     "str_index_overflow_fail",
+];
+
+/// The global allocator's entry points (after an optional `__rustc::`):
+/// the platform's pool, a leaf with the platform allowance.
+const ALLOCATOR: [&str; 4] = [
+    "__rust_alloc",
+    "__rust_alloc_zeroed",
+    "__rust_dealloc",
+    "__rust_realloc",
 ];
 
 /// The entries the kernel calls the driver through, as host mode
@@ -178,6 +195,17 @@ pub fn classify(name: &str) -> Class {
 pub fn is_terminal(name: &str) -> bool {
     TERMINAL_PREFIXES.iter().any(|p| name.starts_with(p))
         || TERMINAL_PARTS.iter().any(|p| name.contains(p))
+}
+
+/// True for the global allocator's entry points and for the methods of a
+/// `GlobalAlloc` (which the entry points inline), which chains count as the
+/// platform's pool: a leaf taking the platform allowance.
+pub fn is_allocator(name: &str) -> bool {
+    let short = name.strip_prefix("__rustc::").unwrap_or(name);
+    ALLOCATOR.contains(&short)
+        || name
+            .rsplit_once(" as core::alloc::global::GlobalAlloc>::")
+            .is_some_and(|(_, method)| ALLOCATOR.contains(&format!("__rust_{method}").as_str()))
 }
 
 /// Parses `objdump -d --no-show-raw-insn -C` output (AT&T syntax).
@@ -447,6 +475,8 @@ pub struct Link {
     pub tail: bool,
     /// Indirect call sites in it (each adds the allowance).
     pub indirect_calls: u32,
+    /// The platform's allocator: a leaf that adds the allowance.
+    pub allocator: bool,
 }
 
 /// The deepest chain from one entry.
@@ -513,12 +543,20 @@ impl Graph {
 
     fn callees(&self, i: usize) -> impl Iterator<Item = (usize, bool)> + '_ {
         let f = &self.funcs[i];
+        let leaf = is_allocator(&f.name);
         let calls = f.calls.iter().map(|a| (a, false));
         let tails = f.tail_calls.iter().map(|a| (a, true));
         calls
             .chain(tails)
             .filter_map(|(a, tail)| self.by_addr.get(a).map(|&j| (j, tail)))
-            .filter(move |&(j, _)| j != i && !is_terminal(&self.funcs[j].name))
+            .filter(move |&(j, _)| !leaf && j != i && !is_terminal(&self.funcs[j].name))
+    }
+
+    /// Whether `i` takes the platform allowance below its frame: it has
+    /// indirect call sites, or it is the platform's allocator.
+    fn takes_allowance(&self, i: usize) -> bool {
+        let f = &self.funcs[i];
+        f.indirect_calls > 0 || is_allocator(&f.name)
     }
 
     /// The functions held to the frame budget: driver functions and the
@@ -663,7 +701,7 @@ impl<'g> Depths<'g> {
                 Step::Leave(i) => {
                     let f = &self.graph.funcs[i];
                     let own = f.frame
-                        + if f.indirect_calls > 0 {
+                        + if self.graph.takes_allowance(i) {
                             self.allowance
                         } else {
                             0
@@ -699,6 +737,7 @@ impl<'g> Depths<'g> {
                 frame: f.frame,
                 tail,
                 indirect_calls: f.indirect_calls,
+                allocator: is_allocator(&f.name),
             });
             if !seen.insert(i) {
                 break;
@@ -773,6 +812,8 @@ impl Report {
                         " (+{} B for {} indirect call site(s))",
                         budget.indirect_allowance, link.indirect_calls
                     )
+                } else if link.allocator {
+                    format!(" (+{} B: the platform's pool)", budget.indirect_allowance)
                 } else {
                     String::new()
                 };

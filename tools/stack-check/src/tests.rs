@@ -309,3 +309,75 @@ fn a_tail_call_reuses_the_callers_frame_and_indirect_calls_add_the_allowance() {
     );
     assert_eq!(report.chains[0].depth, 8 + 0x100);
 }
+
+#[test]
+fn the_allocator_is_a_leaf_taking_the_platform_allowance() {
+    let budget = Budget {
+        frame: 0x1000,
+        chain: 0x1000,
+        indirect_allowance: 0x100,
+    };
+    // Host mode's global allocator records a backtrace (a deep chain of
+    // the verifier's own): the chain stops at the allocator's entry point.
+    let text = "
+0000000000001000 <irpverbs_core::a>:
+    1000:\tsub    $0x100,%rsp
+    1007:\tcall   2000 <__rustc::__rust_alloc>
+    100c:\tadd    $0x100,%rsp
+    1013:\tret
+
+0000000000002000 <__rustc::__rust_alloc>:
+    2000:\tpush   %rax
+    2001:\tcall   3000 <irpverbs_host::platform::pool::Pool::record_site>
+    2006:\tpop    %rax
+    2007:\tret
+
+0000000000003000 <irpverbs_host::platform::pool::Pool::record_site>:
+    3000:\tsub    $0x4000,%rsp
+    3007:\tcall   4000 <std::backtrace::Backtrace::force_capture>
+    300c:\tret
+
+0000000000004000 <std::backtrace::Backtrace::force_capture>:
+    4000:\tsub    $0x4000,%rsp
+    4007:\tret
+";
+    let g = Graph::new(parse(text), &HashMap::new());
+    let report = g.check(&[("a", "irpverbs_core::a")], budget);
+    let chain = &report.chains[0];
+    assert_eq!(chain.depth, (8 + 0x100) + (8 + 8) + 0x100);
+    let links: Vec<(&str, bool)> = chain
+        .links
+        .iter()
+        .map(|l| (l.name.as_str(), l.allocator))
+        .collect();
+    assert_eq!(
+        links,
+        [("irpverbs_core::a", false), ("__rustc::__rust_alloc", true)]
+    );
+    assert!(report.passes(budget), "{}", report.render(budget, 5));
+    // What only the allocator reaches is not held to the frame budget.
+    let names: Vec<&str> = report.frames.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(names, ["irpverbs_core::a", "__rustc::__rust_alloc"]);
+    assert!(
+        report
+            .render(budget, 5)
+            .contains("__rustc::__rust_alloc (+256 B: the platform's pool)")
+    );
+    assert!(is_allocator("__rust_dealloc"));
+    assert!(is_allocator("__rustc::__rust_realloc"));
+    assert!(!is_allocator("__rustc::__rust_alloc_error_handler"));
+}
+
+#[test]
+fn global_alloc_methods_are_the_allocator() {
+    assert!(is_allocator(
+        "<irpverbs_host::platform::heap::DriverHeap as core::alloc::global::GlobalAlloc>::realloc"
+    ));
+    assert!(is_allocator(
+        "<irpverbs_kalloc::Aligned<R> as core::alloc::global::GlobalAlloc>::alloc_zeroed"
+    ));
+    assert!(!is_allocator(
+        "<irpverbs_host::platform::heap::DriverHeap as core::alloc::global::GlobalAlloc>::other"
+    ));
+    assert!(!is_allocator("alloc::raw_vec::RawVecInner<A>::finish_grow"));
+}
