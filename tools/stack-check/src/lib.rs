@@ -26,10 +26,13 @@
 //! Which functions are the driver's: a demangled name that names a driver
 //! crate (`irpverbs_abi`, `irpverbs_ring`, `irpverbs_kernel_table`,
 //! `irpverbs_core`, `irpverbs_soft`, `irpverbs_cm`) is the driver's, unless
-//! its own path (or its `Self` type, for a trait impl) is a host-side crate
-//! (`irpverbs_host`, `irpverbs_host_c`, `irpverbs_tools`, `irpverbs_verbs`,
-//! the `irpverbs` binary): those stand in for the KMDF platform and are
-//! counted in chains but not held to the per-function budget. Library code (`core`, `alloc`, compiler builtins)
+//! its own path (or its `Self` type, for a trait impl other than of the
+//! driver's platform traits) is a host-side crate (`irpverbs_host`,
+//! `irpverbs_host_c`, `irpverbs_tools`, `irpverbs_verbs`, the `irpverbs`
+//! binary): those stand in for Windows around the driver and are counted
+//! in chains but not held to the per-function budget. The host's impls of
+//! the platform traits (`irpverbs_core::platform`) are the driver's: its
+//! closures are inlined into them. Library code (`core`, `alloc`, compiler builtins)
 //! that driver code calls, directly or through other library code, is held
 //! to the budget too: a generic like `Box::new::<T>` instantiated for a
 //! driver type is where large driver values are moved.
@@ -173,18 +176,27 @@ pub enum Class {
     Library,
 }
 
+/// The driver's platform traits (`Platform`, `SpinLock`, `Request`, ...):
+/// a host type's impl of one is the driver's.
+const PLATFORM_TRAITS: &str = " as irpverbs_core::platform::";
+
 /// Classifies a demangled name.
 ///
-/// A host function that implements a driver trait (the host platform's
+/// A host type's impl of a platform trait (the host platform's
 /// `SpinLock::lock`, say) is the driver's: the driver's closures are
-/// inlined into it, as they are into the KMDF platform's.
+/// inlined into it, as they are into the KMDF platform's. A host type's
+/// impl of another driver trait (the UDP wire's `Link`, the host bus's
+/// `SoftBus`) is the host's: it stands for what lies below or beside the
+/// driver on Windows (WSK, the KMDF glue), whose own impls are measured
+/// where the driver instantiates them.
 pub fn classify(name: &str) -> Class {
     let own_is_host = |n: &str| HOST_CRATES.iter().any(|c| n.starts_with(c));
-    if own_is_host(name) {
+    let host_impl = name.starts_with('<') && own_is_host(name.trim_start_matches('<'));
+    if own_is_host(name) || (host_impl && !name.contains(PLATFORM_TRAITS)) {
         Class::Host
     } else if DRIVER_CRATES.iter().any(|c| name.contains(c)) {
         Class::Driver
-    } else if own_is_host(name.trim_start_matches('<')) {
+    } else if host_impl {
         Class::Host
     } else {
         Class::Library

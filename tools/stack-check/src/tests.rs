@@ -170,6 +170,22 @@ fn names_are_classified_by_crate() {
         ),
         Class::Driver
     );
+    // The host's UDP wire and bus stand for what is below and beside the
+    // driver on Windows.
+    assert_eq!(
+        classify("<irpverbs_host::udp::UdpLink as irpverbs_soft::link::Link>::transmit"),
+        Class::Host
+    );
+    assert_eq!(
+        classify("<irpverbs_host::device::Bus as irpverbs_soft::SoftBus>::raise"),
+        Class::Host
+    );
+    assert_eq!(
+        classify(
+            "<irpverbs_host::platform::HostPlatform as irpverbs_core::platform::Platform>::new_lock"
+        ),
+        Class::Driver
+    );
     assert_eq!(
         classify("irpverbs_host::device::HostDevice::new"),
         Class::Host
