@@ -40,6 +40,38 @@ pub fn try_box<T>(value: T) -> Result<Box<T>, T> {
     Ok(unsafe { Box::from_raw(ptr) })
 }
 
+/// A new box holding what `init` returns, allocated *before* `init` runs,
+/// so that a large value is built in the box instead of on the stack and
+/// then moved there (the kernel stack is 24 KiB; docs/stack-budget.md).
+/// `init` should be a struct literal of small parts: fallible work (the
+/// value's own allocations) belongs before, or after, in place.
+///
+/// Inlined always, so that the optimizer writes `init`'s value straight
+/// through the new pointer. If `init` panics (a bugcheck in the kernel),
+/// the allocation leaks.
+///
+/// # Errors
+/// `None`, `init` not called, when the allocation failed.
+#[inline(always)]
+pub fn try_box_with<T>(init: impl FnOnce() -> T) -> Option<Box<T>> {
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        // Nothing to allocate (see `try_box`).
+        return Some(Box::new(init()));
+    }
+    // SAFETY: the layout's size is not zero (checked above).
+    let ptr = unsafe { alloc(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` is non-null, aligned and valid for a `T` (allocated
+    // with `T`'s layout just now) and nothing else refers to it.
+    unsafe { ptr.write(init()) };
+    // SAFETY: as in `try_box`: allocated by the global allocator with `T`'s
+    // layout, holding an initialized `T`.
+    Some(unsafe { Box::from_raw(ptr) })
+}
+
 /// An empty vector with room for exactly `capacity` elements (no more
 /// allocation until it holds that many).
 ///
@@ -73,6 +105,9 @@ mod tests {
         let b = try_box([7u64; 40]).unwrap();
         assert_eq!(b[39], 7);
         assert_eq!(*try_box(()).unwrap(), ());
+        let b = try_box_with(|| [9u64; 40]).unwrap();
+        assert_eq!(b[39], 9);
+        assert_eq!(*try_box_with(|| ()).unwrap(), ());
         let mut v = try_vec::<u32>(3).unwrap();
         assert!(v.capacity() >= 3 && v.is_empty());
         for i in 0..10 {

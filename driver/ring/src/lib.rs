@@ -25,7 +25,7 @@ pub mod shared;
 pub mod wq;
 
 pub use doorbell::DoorbellPage;
-pub use fallible::{try_box, try_push, try_vec};
+pub use fallible::{try_box, try_box_with, try_push, try_vec};
 pub use region::{OutOfBounds, Region, Window};
 pub use ring::{Consumer, Corrupt, IndexWord, MapError, Producer, Ring, Slots};
 pub use shared::{Shared, WeakShared};
