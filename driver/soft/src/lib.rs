@@ -394,7 +394,8 @@ pub static DOORBELL_LOCK: LockClass = LockClass {
 struct HcaState {
     queue: VecDeque<(u64, Command)>,
     depth: usize,
-    firmware: Firmware,
+    /// In a box: 2 KiB, built there (see [`Firmware::new_boxed`]).
+    firmware: alloc::boxed::Box<Firmware>,
     stats: SoftStats,
 }
 
@@ -449,6 +450,9 @@ impl<P: Platform> SoftHca<P> {
     /// `STATUS_INVALID_PARAMETER` when [`SoftConfig::validate`] refuses
     /// `config`; `STATUS_INSUFFICIENT_RESOURCES` when memory for the queues
     /// and tables is short (nothing is left allocated then).
+    // An entry of the stack budget (docs/stack-budget.md): kept out of
+    // line so that the checker finds it by name.
+    #[inline(never)]
     pub fn new(platform: &P, config: SoftConfig, bus: Arc<dyn SoftBus>) -> Result<Self, NtStatus> {
         config.validate()?;
         let attention = irpverbs_ring::Shared::try_new(core::sync::atomic::AtomicU32::new(0))
@@ -468,7 +472,7 @@ impl<P: Platform> SoftHca<P> {
         let state = HcaState {
             queue,
             depth: cmd_queue_depth,
-            firmware: Firmware::new(config, attention)?,
+            firmware: Firmware::new_boxed(config, attention)?,
             stats: SoftStats::default(),
         };
         Ok(Self {

@@ -20,7 +20,8 @@ pub(crate) mod table;
 
 use irpverbs_abi::{
     IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN,
-    IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus, STATUS_SUCCESS,
+    IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus,
+    STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS,
 };
 use irpverbs_core::{AsyncEvent, Command, CommandOut};
 
@@ -126,8 +127,10 @@ pub(crate) struct Firmware {
     pub(crate) rings: crate::firmware::shared::RingPool,
     /// Doorbell pages and the queues their slots ring.
     pub(crate) doorbells: crate::firmware::doorbell::Doorbells,
-    /// The data path's state (not compared: see [`crate::transport::engine::DataPath`]).
-    pub(crate) dp: crate::transport::engine::DataPath,
+    /// The data path's state (not compared: see [`crate::transport::engine::DataPath`]),
+    /// in a box of its own: the firmware, built at device add, stays small
+    /// (docs/stack-budget.md).
+    pub(crate) dp: alloc::boxed::Box<crate::transport::engine::DataPath>,
 }
 
 /// What executing a command produced.
@@ -142,22 +145,25 @@ pub(crate) struct Executed {
 }
 
 impl Firmware {
-    /// Firmware with empty tables. `config` must be valid.
+    /// Firmware with empty tables, in a box. `config` must be valid.
+    ///
+    /// The firmware and its data path are built in their boxes, not on the
+    /// stack and then moved (docs/stack-budget.md).
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
-    pub(crate) fn new(
+    #[inline(never)]
+    pub(crate) fn new_boxed(
         config: SoftConfig,
         attention: irpverbs_ring::Shared<core::sync::atomic::AtomicU32>,
-    ) -> Result<Self, NtStatus> {
+    ) -> Result<alloc::boxed::Box<Self>, NtStatus> {
+        let events = crate::firmware::shared::vec_with_capacity(config.eq_depth)?;
+        let rings = crate::firmware::shared::RingPool::new()?;
         let port = Port::new(config.ip, &config.aliases);
-        let mut dp = crate::transport::engine::DataPath::new(
-            port.gid(0).unwrap_or_default(),
-            attention,
-            config.eq_depth,
-        )?;
-        dp.udp_port = config.udp_port;
-        Ok(Self {
+        let gid = port.gid(0).unwrap_or_default();
+        let udp_port = config.udp_port;
+        let dp = crate::transport::engine::DataPath::new_boxed(gid, attention, events, udp_port)?;
+        irpverbs_ring::try_box_with(|| Self {
             dp,
             port,
             pds: Table::new(config.max_pd),
@@ -167,10 +173,11 @@ impl Firmware {
             qps: QpTable::new(config.max_qp),
             ahs: Table::new(config.max_ah),
             raised: None,
-            rings: crate::firmware::shared::RingPool::new()?,
+            rings,
             doorbells: crate::firmware::doorbell::Doorbells::default(),
             config,
         })
+        .ok_or(STATUS_INSUFFICIENT_RESOURCES)
     }
 
     /// Objects alive in the tables.
@@ -187,11 +194,12 @@ impl Firmware {
     /// raised.
     pub(crate) fn execute(&mut self, command: Command) -> Executed {
         self.raised = None;
+        // Each verb runs in a frame of its own (see `own_frame`).
         let result = match command {
-            Command::QueryPort { port } => self.query_port(port),
-            Command::QueryGid { port, index } => self.query_gid(port, index),
-            Command::AllocPd => self.alloc_pd(),
-            Command::DeallocPd { pdn } => self.dealloc_pd(pdn),
+            Command::QueryPort { port } => own_frame(|| self.query_port(port)),
+            Command::QueryGid { port, index } => own_frame(|| self.query_gid(port, index)),
+            Command::AllocPd => own_frame(|| self.alloc_pd()),
+            Command::DeallocPd { pdn } => own_frame(|| self.dealloc_pd(pdn)),
             Command::RegMr {
                 pdn,
                 addr,
@@ -199,25 +207,27 @@ impl Firmware {
                 access,
                 physical,
                 region,
-            } => self.reg_mr(pdn, addr, length, access, physical, region),
-            Command::DeregMr { lkey } => self.dereg_mr(lkey),
-            Command::CreateCq { cqe, comp_vector } => self.create_cq(cqe, comp_vector),
-            Command::ResizeCq { cqn, cqe } => self.resize_cq(cqn, cqe),
-            Command::DestroyCq { cqn } => self.destroy_cq(cqn),
+            } => own_frame(|| self.reg_mr(pdn, addr, length, access, physical, region)),
+            Command::DeregMr { lkey } => own_frame(|| self.dereg_mr(lkey)),
+            Command::CreateCq { cqe, comp_vector } => {
+                own_frame(|| self.create_cq(cqe, comp_vector))
+            }
+            Command::ResizeCq { cqn, cqe } => own_frame(|| self.resize_cq(cqn, cqe)),
+            Command::DestroyCq { cqn } => own_frame(|| self.destroy_cq(cqn)),
             Command::CreateSrq {
                 pdn,
                 max_wr,
                 max_sge,
                 srq_limit,
-            } => self.create_srq(pdn, max_wr, max_sge, srq_limit),
+            } => own_frame(|| self.create_srq(pdn, max_wr, max_sge, srq_limit)),
             Command::ModifySrq {
                 srqn,
                 mask,
                 max_wr,
                 srq_limit,
-            } => self.modify_srq(srqn, mask, max_wr, srq_limit),
-            Command::QuerySrq { srqn } => self.query_srq(srqn),
-            Command::DestroySrq { srqn } => self.destroy_srq(srqn),
+            } => own_frame(|| self.modify_srq(srqn, mask, max_wr, srq_limit)),
+            Command::QuerySrq { srqn } => own_frame(|| self.query_srq(srqn)),
+            Command::DestroySrq { srqn } => own_frame(|| self.destroy_srq(srqn)),
             Command::CreateQp {
                 pdn,
                 qp_type,
@@ -226,25 +236,27 @@ impl Firmware {
                 srqn,
                 sq_sig_all,
                 cap,
-            } => self.create_qp(&QpInit {
-                pdn,
-                qp_type,
-                send_cqn,
-                recv_cqn,
-                srqn,
-                sq_sig_all,
-                cap,
+            } => own_frame(|| {
+                self.create_qp(&QpInit {
+                    pdn,
+                    qp_type,
+                    send_cqn,
+                    recv_cqn,
+                    srqn,
+                    sq_sig_all,
+                    cap,
+                })
             }),
             Command::ModifyQp {
                 qpn,
                 cur_state,
                 mask,
                 attr,
-            } => self.modify_qp(qpn, cur_state, mask, &attr),
-            Command::QueryQp { qpn } => self.query_qp(qpn),
-            Command::DestroyQp { qpn } => self.destroy_qp(qpn),
-            Command::CreateAh { pdn, attr } => self.create_ah(pdn, &attr),
-            Command::DestroyAh { ahn } => self.destroy_ah(ahn),
+            } => own_frame(|| self.modify_qp(qpn, cur_state, mask, &attr)),
+            Command::QueryQp { qpn } => own_frame(|| self.query_qp(qpn)),
+            Command::DestroyQp { qpn } => own_frame(|| self.destroy_qp(qpn)),
+            Command::CreateAh { pdn, attr } => own_frame(|| self.create_ah(pdn, &attr)),
+            Command::DestroyAh { ahn } => own_frame(|| self.destroy_ah(ahn)),
         };
         match result {
             Ok(out) => Executed {
@@ -263,6 +275,17 @@ impl Firmware {
             }
         }
     }
+}
+
+/// Runs `f` in a frame of its own. The firmware's verbs are large and
+/// [`Firmware::execute`] calls each from one `match`: inlined there, their
+/// locals would add up in one frame of several KiB (the kernel stack is
+/// 24 KiB; docs/stack-budget.md sets 2 KiB per frame). Out of line, the
+/// deepest command costs only its own frame. Command execution is the
+/// control path: one call more per command.
+#[inline(never)]
+fn own_frame<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// A reference count of dependents (QPs, MRs, SRQs, AHs on a PD; QPs on a

@@ -487,10 +487,7 @@ impl Firmware {
             let srq = self.srqs.get_mut(srqn)?;
             crate::firmware::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
         }
-        let tx = boxed(crate::transport::engine::QpTx::new(
-            &sq.0,
-            rq.map(|r| &r.0),
-        )?)?;
+        let tx = crate::transport::engine::QpTx::new_boxed(&sq.0)?;
         self.qps.insert(Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,

@@ -19,6 +19,7 @@
 //! [`crate::transport::completer`]; what they share (QP error transitions, flushing,
 //! CQEs) is here.
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
@@ -26,6 +27,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use irpverbs_abi::{
     IV_QPT_RC, IV_QPT_UD, IV_WC_OP_RECV, IV_WC_WR_FLUSH_ERR, IvCqe, IvRecvWqe, IvSendWqe, NtStatus,
+    STATUS_INSUFFICIENT_RESOURCES,
 };
 use irpverbs_core::{AsyncEvent, Event};
 use irpverbs_ring::Ring;
@@ -127,33 +129,53 @@ impl PartialEq for QpTx {
 impl Eq for QpTx {}
 
 impl QpTx {
-    /// Fresh state for a QP whose send queue is `sq`; the requester's
-    /// shadow of the send queue is allocated now.
+    /// A new QP's state, with no shadow yet (see [`QpTx::new_boxed`]).
+    const FRESH: Self = Self {
+        req: ReqState::EMPTY,
+        resp: RespState::FRESH,
+        path: Path {
+            sgid: [0; 16],
+            dgid: [0; 16],
+            dest_qpn: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 0,
+        },
+        mtu: 1024,
+        scheduled: false,
+        draining: false,
+        drain_notify: false,
+        comm_est: false,
+        last_wqe: false,
+        rto_at: None,
+        rnr_at: None,
+        timed: false,
+    };
+
+    /// Fresh state for a QP whose send queue is `sq`, in a box; the
+    /// requester's shadow of the send queue is allocated now.
+    ///
+    /// A `QpTx` is 1.5 KiB: the box is filled from a constant (a copy
+    /// from read-only memory, no stack temporary) and then given the
+    /// shadow, so that creating a QP, which a DPC may do (a backlogged
+    /// command, a CM step), takes little stack (docs/stack-budget.md).
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES`.
-    pub(crate) fn new(sq: &Ring, rq: Option<&Ring>) -> Result<Self, NtStatus> {
-        Ok(Self {
-            req: ReqState::new(sq)?,
-            resp: RespState::new(rq),
-            path: Path::default(),
-            mtu: 1024,
-            scheduled: false,
-            draining: false,
-            drain_notify: false,
-            comm_est: false,
-            last_wqe: false,
-            rto_at: None,
-            rnr_at: None,
-            timed: false,
-        })
+    #[inline(never)]
+    pub(crate) fn new_boxed(sq: &Ring) -> Result<Box<Self>, NtStatus> {
+        let shadow = ReqState::shadow(sq)?;
+        let mut tx =
+            irpverbs_ring::try_box_with(|| Self::FRESH).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        tx.req.attach(shadow);
+        Ok(tx)
     }
 
     /// Back to the state of a new QP (RESET), keeping the allocations and
     /// the ready-list mark.
     fn reset(&mut self) {
         self.req.reset();
-        self.resp = RespState::new(None);
+        self.resp = RespState::FRESH;
         self.path = Path::default();
         self.mtu = 1024;
         self.draining = false;
@@ -293,29 +315,33 @@ impl Eq for DataPath {}
 
 impl DataPath {
     /// An idle data path for a port whose GID is `gid`, counting its
-    /// reasons for attention in `attention` (0), with room for `events`
-    /// events per step (the event queue's depth).
+    /// reasons for attention in `attention` (0), with `events` for the
+    /// events of a step (room for the event queue's depth), its link's
+    /// datagrams to `udp_port`; in a box, built there (out of line: the
+    /// data path is 1 KiB, docs/stack-budget.md).
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES`.
-    pub(crate) fn new(
+    #[inline(never)]
+    pub(crate) fn new_boxed(
         gid: Gid,
         attention: irpverbs_ring::Shared<AtomicU32>,
-        events: usize,
-    ) -> Result<Self, NtStatus> {
-        Ok(Self {
+        events: Vec<Event>,
+        udp_port: u16,
+    ) -> Result<Box<Self>, NtStatus> {
+        irpverbs_ring::try_box_with(|| Self {
             gid,
             ready: VecDeque::new(),
             loopq: Batch::default(),
             loop_spare: Batch::default(),
             inbound: Batch::default(),
             outbox: Vec::new(),
-            events: crate::firmware::shared::vec_with_capacity(events)?,
+            events,
             router: None,
             link: None,
             wireq: Batch::default(),
             tap: None,
-            udp_port: crate::net::link::DEFAULT_PORT,
+            udp_port,
             now: 0,
             timed: Vec::new(),
             clock: None,
@@ -330,6 +356,7 @@ impl DataPath {
             gsi: crate::transport::gsi::Gsi::default(),
             attention,
         })
+        .ok_or(STATUS_INSUFFICIENT_RESOURCES)
     }
 
     /// One more reason for receive doorbells to come in. Sequentially

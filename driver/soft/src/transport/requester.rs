@@ -220,12 +220,21 @@ impl Window {
     }
 }
 
+/// A send queue's shadow: its slots and their gather lists.
+#[derive(Debug)]
+pub(crate) struct Shadow {
+    slots: Vec<SendSlot>,
+    sges: Vec<IvSge>,
+    sge_per_slot: usize,
+}
+
 impl ReqState {
-    /// State for the send queue `sq`, its shadow allocated now.
+    /// The shadow of the send queue `sq` (see [`ReqState::with_shadow`]),
+    /// allocated now.
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES`.
-    pub(crate) fn new(sq: &Ring) -> Result<Self, NtStatus> {
+    pub(crate) fn shadow(sq: &Ring) -> Result<Shadow, NtStatus> {
         let entries = sq.entries() as usize;
         let sge_per_slot =
             ((sq.stride() as usize).saturating_sub(IV_SEND_WQE_HEADER) / 16).min(MAX_SGE);
@@ -238,24 +247,46 @@ impl ReqState {
         sges.try_reserve_exact(entries * sge_per_slot)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         sges.resize(entries * sge_per_slot, IvSge::default());
-        Ok(Self {
+        Ok(Shadow {
             slots,
             sges,
             sge_per_slot,
-            ci: 0,
-            next: 0,
-            psn: 0,
-            cur: None,
-            sent_end: 0,
-            rd_atomic: 0,
-            retry_left: 0,
-            rewound_to: None,
-            rnr_left: 0,
-            rnr_wait: false,
-            unacked: 0,
-            solicit: false,
-            window: Window::at(0),
         })
+    }
+
+    /// State with no shadow yet, as a constant: a QP's transport state is
+    /// written from constants into its box, never built on the stack
+    /// (`QpTx::new_boxed`; docs/stack-budget.md), and then given its
+    /// shadow ([`ReqState::attach`]).
+    pub(crate) const EMPTY: Self = Self {
+        slots: Vec::new(),
+        sges: Vec::new(),
+        sge_per_slot: 0,
+        ci: 0,
+        next: 0,
+        psn: 0,
+        cur: None,
+        sent_end: 0,
+        rd_atomic: 0,
+        retry_left: 0,
+        rewound_to: None,
+        rnr_left: 0,
+        rnr_wait: false,
+        unacked: 0,
+        solicit: false,
+        window: Window::at(0),
+    };
+
+    /// Gives the state its send queue's shadow. Allocates nothing.
+    pub(crate) fn attach(&mut self, shadow: Shadow) {
+        let Shadow {
+            slots,
+            sges,
+            sge_per_slot,
+        } = shadow;
+        self.slots = slots;
+        self.sges = sges;
+        self.sge_per_slot = sge_per_slot;
     }
 
     pub(crate) fn slot_index(&self, i: u32) -> usize {

@@ -150,30 +150,47 @@ pub(crate) struct RespState {
 }
 
 impl RespState {
-    /// Fresh state.
-    pub(crate) fn new(_rq: Option<&Ring>) -> Self {
-        Self {
-            epsn: 0,
-            msn: 0,
-            rq_ci: 0,
-            rq_seen: 0,
-            in_msg: 0,
-            recv: RecvWqe {
-                wr_id: 0,
-                nsge: 0,
-                sges: [IvSge::default(); MAX_SGE],
-                offset: 0,
-            },
-            has_recv: false,
-            write: WriteState::default(),
-            nak_sent: false,
-            drop_msg: false,
-            res: [Resource::default(); RESOURCES],
-            res_next: 0,
-            ack: None,
-            rnr_wait: false,
-        }
-    }
+    /// Fresh state, as a constant: a QP's transport state is written from
+    /// constants into its box, never built on the stack
+    /// (`QpTx::new_boxed`; docs/stack-budget.md).
+    pub(crate) const FRESH: Self = Self {
+        epsn: 0,
+        msn: 0,
+        rq_ci: 0,
+        rq_seen: 0,
+        in_msg: 0,
+        recv: RecvWqe {
+            wr_id: 0,
+            nsge: 0,
+            sges: [IvSge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE],
+            offset: 0,
+        },
+        has_recv: false,
+        write: WriteState {
+            rkey: 0,
+            va: 0,
+            resid: 0,
+            length: 0,
+        },
+        nak_sent: false,
+        drop_msg: false,
+        res: [Resource {
+            kind: 0,
+            first_psn: 0,
+            last_psn: 0,
+            va: 0,
+            rkey: 0,
+            len: 0,
+            orig: 0,
+        }; RESOURCES],
+        res_next: 0,
+        ack: None,
+        rnr_wait: false,
+    };
 
     /// Entering RTR.
     pub(crate) fn configure(&mut self, attr: &IvQpAttr) {
