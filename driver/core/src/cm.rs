@@ -89,7 +89,7 @@ use irpverbs_cm::{
 
 use irpverbs_abi::*;
 
-use crate::device::{Response, State, Verb};
+use crate::device::{Response, State, Verb, own_frame};
 use crate::fallible::try_to_vec;
 use crate::hca::{MadIn, MadOut};
 use crate::notify::{Done, pend, pend_reserved, take_wait};
@@ -236,7 +236,10 @@ pub(crate) fn mad_out(t: &Transmit) -> MadOut {
 
 impl<P: Platform, H: Hca> Device<P, H> {
     /// Takes every MAD the HCA's GSI holds into the CM (the DPC, on
-    /// [`crate::Event::Mad`], under the device lock).
+    /// [`crate::Event::Mad`], under the device lock). Out of line: its
+    /// MAD buffers are not on the stack of the delivery that follows
+    /// (docs/stack-budget.md).
+    #[inline(never)]
     pub(crate) fn cm_receive(&self, s: &mut State<P::Request>) {
         let now = self.platform.now_ns();
         while let Some(m) = self.hca.poll_mad() {
@@ -293,6 +296,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// timer at the next deadline.
     ///
     /// IRQL: DISPATCH_LEVEL (any IRQL <= DISPATCH_LEVEL).
+    // An entry of the stack budget (docs/stack-budget.md): kept out of
+    // line so that the checker finds it by name.
+    #[inline(never)]
     pub fn cm_timer(&self) {
         let now = self.platform.now_ns();
         let (flush, done) = self.state.lock(|s| {
@@ -596,15 +602,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    /// Converts a CEP's engine event for its owner; `None` for one the
+    /// Converts a CEP's engine event for its owner (by reference, as
+    /// [`Self::cm_consume`] takes it); `None` for one the
     /// owner never sees (a connect request there is no room for, which the
     /// engine rejects; `Canceled`, which only `destroy` returns).
+    // Out of line: its event conversion is not on the stack of
+    // `cm_route`'s call into `cm_consume` (docs/stack-budget.md).
+    #[inline(never)]
     fn convert(
         &self,
         s: &mut State<P::Request>,
         file: FileKey,
         idx: u32,
-        ev: irpverbs_cm::Event,
+        ev: &irpverbs_cm::Event,
     ) -> Option<IvCepEventOut> {
         use irpverbs_cm::Event as E;
         let c = cep_mut(s, file, idx)?;
@@ -634,7 +644,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 None
             }
         };
-        out.event_type = match ev {
+        out.event_type = match *ev {
             E::ConnectRequest { cep, src, req } => {
                 if cep != own {
                     // No room for it: the engine rejects it.
@@ -748,19 +758,32 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         private_data: Some(_)
                     }
             );
-            let ev = match self.cm_consume(s, id, ev) {
-                Some(ev) => ev,
-                None if report => ev,
-                None => continue,
-            };
-            if let Some(out) = self.convert(s, file, idx, ev) {
-                // In the room taken when the CEP was made; past it (an owner
-                // that does not poll) the event is dropped and counted.
-                match cep_mut(s, file, idx) {
-                    Some(c) if c.events.len() < c.events.capacity() => c.events.push_back(out),
-                    Some(_) => s.stats.cep_events_dropped += 1,
-                    None => {}
-                }
+            if !self.cm_consume(s, id, &ev) && !report {
+                continue;
+            }
+            self.cm_queue_event(s, file, idx, &ev);
+        }
+    }
+
+    /// Queues `ev`, converted, for the owner of the CEP at `idx` of `file`.
+    /// Out of line: the converted event (384 bytes) is not on the stack of
+    /// [`Self::cm_route`]'s call into [`Self::cm_consume`], which may walk
+    /// a QP down to the HCA (docs/stack-budget.md).
+    #[inline(never)]
+    fn cm_queue_event(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        idx: u32,
+        ev: &irpverbs_cm::Event,
+    ) {
+        if let Some(out) = self.convert(s, file, idx, ev) {
+            // In the room taken when the CEP was made; past it (an owner
+            // that does not poll) the event is dropped and counted.
+            match cep_mut(s, file, idx) {
+                Some(c) if c.events.len() < c.events.capacity() => c.events.push_back(out),
+                Some(_) => s.stats.cep_events_dropped += 1,
+                None => {}
             }
         }
     }
@@ -825,50 +848,38 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Gives `ev` to the multi-phase request in progress on `id`, if it
-    /// waits for it; returns it otherwise.
+    /// waits for it: false when it did (the event is consumed), true when
+    /// the owner is to see it. By reference: an event is 300 bytes, and
+    /// this runs on the MAD path's stack (docs/stack-budget.md).
     fn cm_consume(
         &self,
         s: &mut State<P::Request>,
         id: irpverbs_cm::CepId,
-        ev: irpverbs_cm::Event,
-    ) -> Option<irpverbs_cm::Event> {
+        ev: &irpverbs_cm::Event,
+    ) -> bool {
         use irpverbs_cm::Event as E;
         let Some(p) = s.cm_ops.get_mut(&id) else {
-            return Some(ev);
+            return true;
         };
-        let status = match (p.kind, &ev) {
+        let status = match (p.kind, ev) {
             (CmKind::Connect, E::Reply { .. }) => {
                 let Some(key) = p.wait.take() else {
-                    return Some(ev);
+                    return true;
                 };
                 let (file, qp) = (p.file, p.qp);
-                let Some(r) = take_wait(s, key) else {
-                    // Cancelled: the connection is abandoned.
-                    self.cm_reject(s, id);
-                    s.cm_ops.remove(&id);
-                    return None;
-                };
-                let to_rts = [(QpTarget::Rtr, Phase::Rtr), (QpTarget::Rts, Phase::Rts)];
-                let res = match cm_steps(&s.cm.engine, id, None, &to_rts) {
-                    Ok((steps, n)) => self.cm_modify_chain(s, file, qp, &steps[..n], id, r),
-                    Err(e) => Err((r, cm_status(e))),
-                };
-                if let Err((r, st)) = res {
-                    self.cm_reject(s, id);
-                    self.cm_end(s, id, r, st, Response::None);
-                }
-                return None;
+                self.cm_walk_to_rts(s, id, key, file, qp, None);
+                return false;
             }
             (CmKind::Connect, E::ConnectRequest { cep, .. }) if *cep == id => {
                 // Peer-to-peer: the remote's REQ made this the passive side
                 // (IBTA 12.9.8.3.2). The connect goes on as an accept: the
                 // QP (in INIT) to RTR and RTS, the REP, until the RTU.
                 let Some(key) = p.wait.take() else {
-                    return Some(ev);
+                    return true;
                 };
                 let (file, qp) = (p.file, p.qp);
                 let Some(c) = p.connect else {
-                    return Some(ev);
+                    return true;
                 };
                 let a = AcceptParams {
                     qpn: c.qpn,
@@ -883,50 +894,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 p.kind = CmKind::Accept;
                 p.accept = Some(a);
-                let Some(r) = take_wait(s, key) else {
-                    self.cm_reject(s, id);
-                    s.cm_ops.remove(&id);
-                    return None;
-                };
-                let to_rts = [(QpTarget::Rtr, Phase::Rtr), (QpTarget::Rts, Phase::Rts)];
-                let res = match cm_steps(&s.cm.engine, id, Some(&a), &to_rts) {
-                    Ok((steps, n)) => self.cm_modify_chain(s, file, qp, &steps[..n], id, r),
-                    Err(e) => Err((r, cm_status(e))),
-                };
-                if let Err((r, st)) = res {
-                    self.cm_reject(s, id);
-                    self.cm_end(s, id, r, st, Response::None);
-                }
-                return None;
+                self.cm_walk_to_rts(s, id, key, file, qp, Some(a));
+                return false;
             }
             (CmKind::Sidr, E::SidrReply { rep }) => {
-                let mut out = IvSidrRequestOut {
-                    status: u32::from(rep.status.0),
-                    qpn: rep.qpn,
-                    qkey: rep.qkey,
-                    ..IvSidrRequestOut::default()
-                };
-                let info = rep.info.as_bytes();
-                out.info[..info.len()].copy_from_slice(info);
-                out.info_len = info.len() as u8;
-                out.private_data.copy_from_slice(&rep.private_data);
-                out.private_data_len = rep.private_data.len() as u8;
-                match p.wait.take().and_then(|k| take_wait(s, k)) {
-                    Some(mut r) => {
-                        let response = Response::write(&mut r, out.as_bytes());
-                        self.cm_end(s, id, r, STATUS_SUCCESS, response);
-                    }
-                    None => {
-                        s.cm_ops.remove(&id);
-                    }
-                }
-                return None;
+                let wait = p.wait.take();
+                self.cm_sidr_replied(s, id, wait, rep);
+                return false;
             }
             (CmKind::Accept, E::Established) => STATUS_SUCCESS,
             (CmKind::Disconnect, E::DisconnectReply { .. }) => STATUS_SUCCESS,
             (CmKind::Connect | CmKind::Accept, E::Rejected { .. }) => STATUS_CONNECTION_REFUSED,
             (_, E::Timeout { .. }) => STATUS_IO_TIMEOUT,
-            _ => return Some(ev),
+            _ => return true,
         };
         match p.wait.take() {
             // A parked accept waits for the RTU with its QP in RTS: a
@@ -955,12 +935,81 @@ impl<P: Platform, H: Hca> Device<P, H> {
             // A QP modify is in flight: its completion ends the request.
             None => p.result = Some(status),
         }
-        None
+        false
+    }
+
+    /// Walks the QP of a connect (or of a peer-to-peer connect that the
+    /// remote's REQ made an accept: `accept`) to RTR and RTS, for the REP
+    /// (or REQ) that reached it; the parked request waits on `key`. A
+    /// cancelled request abandons the connection; a failure rejects it and
+    /// ends the request. Out of line: the modify steps are not on the
+    /// stack of the MAD path's other events (docs/stack-budget.md).
+    #[inline(never)]
+    fn cm_walk_to_rts(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        key: u64,
+        file: FileKey,
+        qp: IvHandle,
+        accept: Option<AcceptParams<'static>>,
+    ) {
+        let Some(r) = take_wait(s, key) else {
+            // Cancelled: the connection is abandoned.
+            self.cm_reject(s, id);
+            s.cm_ops.remove(&id);
+            return;
+        };
+        let to_rts = [(QpTarget::Rtr, Phase::Rtr), (QpTarget::Rts, Phase::Rts)];
+        let mut steps: Steps = [(QpModify::default(), Phase::Init); MAX_CHAIN];
+        let res = match cm_steps(&s.cm.engine, id, accept.as_ref(), &to_rts, &mut steps) {
+            Ok(n) => self.cm_modify_chain(s, file, qp, &steps[..n], id, r),
+            Err(e) => Err((r, cm_status(e))),
+        };
+        if let Err((r, st)) = res {
+            self.cm_reject(s, id);
+            self.cm_end(s, id, r, st, Response::None);
+        }
+    }
+
+    /// A SIDR request's reply: completes the parked request waiting on
+    /// `wait` with it (or forgets the request, cancelled meanwhile). Out of
+    /// line, as [`Self::cm_walk_to_rts`].
+    #[inline(never)]
+    fn cm_sidr_replied(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        wait: Option<u64>,
+        rep: &irpverbs_cm::msg::SidrRep,
+    ) {
+        let mut out = IvSidrRequestOut {
+            status: u32::from(rep.status.0),
+            qpn: rep.qpn,
+            qkey: rep.qkey,
+            ..IvSidrRequestOut::default()
+        };
+        let info = rep.info.as_bytes();
+        out.info[..info.len()].copy_from_slice(info);
+        out.info_len = info.len() as u8;
+        out.private_data.copy_from_slice(&rep.private_data);
+        out.private_data_len = rep.private_data.len() as u8;
+        match wait.and_then(|k| take_wait(s, k)) {
+            Some(mut r) => {
+                let response = Response::write(&mut r, out.as_bytes());
+                self.cm_end(s, id, r, STATUS_SUCCESS, response);
+            }
+            None => {
+                s.cm_ops.remove(&id);
+            }
+        }
     }
 
     /// A connect or accept that failed on this side rejects the
     /// connection, so that the remote does not wait for it (a REJ the
-    /// state does not allow is not sent).
+    /// state does not allow is not sent). Out of line: a failure's path,
+    /// off the stack of the walk it ends (docs/stack-budget.md).
+    #[inline(never)]
     fn cm_reject(&self, s: &mut State<P::Request>, id: irpverbs_cm::CepId) {
         let now = self.platform.now_ns();
         let _ =
@@ -970,7 +1019,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
 
     /// Moves the QP of a failed connect or accept to ERR (the request,
     /// whose `result` holds the failure, completes with it when the modify
-    /// does).
+    /// does). Out of line, as [`Self::cm_walk_to_rts`].
+    #[inline(never)]
     fn cm_fail_qp(
         &self,
         s: &mut State<P::Request>,
@@ -1342,8 +1392,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             result: None,
             step_failure: None,
         };
-        let started = match verb {
-            CmIn::CmConnect(i) => {
+        match verb {
+            CmIn::CmConnect(i) => own_frame(|| {
                 if state != Some(CmState::Idle) {
                     return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
                 }
@@ -1433,9 +1483,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     gid: i.local_gid,
                 };
                 self.post(s, file, Some(request), op, cmd);
-                Ok(())
-            }
-            CmIn::CmAccept(i) => {
+                self.cm_started(s, file, cep, id, Ok(()))
+            }),
+            CmIn::CmAccept(i) => own_frame(|| {
                 let flags = u32::from(i.flags);
                 let pd = pdata(
                     &i.private_data,
@@ -1483,8 +1533,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     (QpTarget::Rtr, Phase::Rtr),
                     (QpTarget::Rts, Phase::Rts),
                 ];
-                let (steps, n) = match cm_steps(&s.cm.engine, id, Some(&a), &to_rts) {
-                    Ok(steps) => steps,
+                let mut steps: Steps = [(QpModify::default(), Phase::Init); MAX_CHAIN];
+                let n = match cm_steps(&s.cm.engine, id, Some(&a), &to_rts, &mut steps) {
+                    Ok(n) => n,
                     Err(e) => return Some((request, cm_status(e), Response::None)),
                 };
                 let _ = s.cm_ops.insert_reserved(
@@ -1495,8 +1546,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         ..parked(CmKind::Accept, qp)
                     },
                 );
-                self.cm_modify_chain(s, file, qp, &steps[..n], id, request)
-            }
+                let started = self.cm_modify_chain(s, file, qp, &steps[..n], id, request);
+                self.cm_started(s, file, cep, id, started)
+            }),
             CmIn::CmReject(i) => {
                 let ari = pdata(&i.ari, usize::from(i.ari_len), IV_CM_ARI_LEN);
                 let pd = pdata(
@@ -1514,7 +1566,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     _ => STATUS_INVALID_PARAMETER,
                 };
-                return Some((request, st, Response::None));
+                Some((request, st, Response::None))
             }
             CmIn::CmMra(i) => {
                 let pd = pdata(
@@ -1534,7 +1586,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     _ => STATUS_INVALID_PARAMETER,
                 };
-                return Some((request, st, Response::None));
+                Some((request, st, Response::None))
             }
             CmIn::SidrReply(i) => {
                 let info =
@@ -1559,7 +1611,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     _ => STATUS_INVALID_PARAMETER,
                 };
-                return Some((request, st, Response::None));
+                Some((request, st, Response::None))
             }
             CmIn::SidrRequest(i) => {
                 let pd = pdata(
@@ -1584,9 +1636,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     return Some((request, cm_status(e), Response::None));
                 }
                 let _ = s.cm_ops.insert_reserved(id, parked(CmKind::Sidr, 0));
-                park(s, id, request)
+                let started = park(s, id, request);
+                self.cm_started(s, file, cep, id, started)
             }
-            CmIn::CmDisconnect(i) => {
+            CmIn::CmDisconnect(i) => own_frame(|| {
                 let Some(pd) = pdata(
                     &i.private_data,
                     i.private_data_len as usize,
@@ -1626,9 +1679,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         ..parked(kind, qp)
                     },
                 );
-                self.cm_modify(s, file, qp, m, id, Phase::Err, request)
-            }
-        };
+                let started = self.cm_modify(s, file, qp, m, id, Phase::Err, request);
+                self.cm_started(s, file, cep, id, started)
+            }),
+        }
+    }
+
+    /// The end of a CM request that started (or failed to): the CEP
+    /// learns its QP, or the request completes with the failure.
+    fn cm_started(
+        &self,
+        s: &mut State<P::Request>,
+        file: FileKey,
+        cep: u32,
+        id: irpverbs_cm::CepId,
+        started: Result<(), (P::Request, NtStatus)>,
+    ) -> Option<Done<P::Request>> {
         match started {
             Ok(()) => {
                 let qp = s.cm_ops.get(&id).map(|p| p.qp).filter(|&q| q != 0);
@@ -1741,15 +1807,22 @@ pub(crate) struct Parked {
 /// Modifies a multi-phase request posts at once at most (INIT, RTR, RTS).
 const MAX_CHAIN: usize = 3;
 
+/// The modifies of a chain: room for [`MAX_CHAIN`].
+type Steps = [(QpModify, Phase); MAX_CHAIN];
+
 /// The modifies that move a connect's QP (`accept` is `None`) or an
-/// accept's to each of `targets` in turn, from the CM's attributes.
+/// accept's to each of `targets` in turn, from the CM's attributes, written
+/// to the front of `steps` (filled in place: a chain is half a KiB);
+/// returns how many. Out of line: the CM's attribute temporaries are not
+/// on the stack of the chain's posting (docs/stack-budget.md).
+#[inline(never)]
 fn cm_steps(
     engine: &Engine,
     id: irpverbs_cm::CepId,
     accept: Option<&AcceptParams<'_>>,
     targets: &[(QpTarget, Phase)],
-) -> Result<([(QpModify, Phase); MAX_CHAIN], usize), irpverbs_cm::CmError> {
-    let mut steps = [(QpModify::default(), Phase::Init); MAX_CHAIN];
+    steps: &mut Steps,
+) -> Result<usize, irpverbs_cm::CmError> {
     if targets.len() > MAX_CHAIN {
         return Err(irpverbs_cm::CmError::InvalidParam("modify chain"));
     }
@@ -1760,7 +1833,7 @@ fn cm_steps(
         };
         *step = (m, phase);
     }
-    Ok((steps, targets.len()))
+    Ok(targets.len())
 }
 
 /// CEP objects a device holds at most (the engine's table is larger).
