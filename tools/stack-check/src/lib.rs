@@ -135,7 +135,7 @@ pub const DEFAULT_ENTRIES: [(&str, &str); 6] = [
     ("device add (HCA)", "irpverbs_soft::SoftHca<P>::new"),
     (
         "device add (core)",
-        "irpverbs_core::device::Device<P,H>::new",
+        "irpverbs_core::device::Device<P,H>::with_config",
     ),
 ];
 
