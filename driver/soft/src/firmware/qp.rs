@@ -287,19 +287,21 @@ impl QpTable {
         Some(if i < j { (vlo, vhi) } else { (vhi, vlo) })
     }
 
-    /// Stores `qp` under the next free number.
+    /// Stores the QP `qp` makes (in its box, once there is room) under the
+    /// next free number.
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when `max` QPs exist or memory
     /// runs out.
-    pub(crate) fn insert(&mut self, qp: Qp) -> Result<u32, NtStatus> {
+    pub(crate) fn insert(&mut self, qp: impl FnOnce() -> Qp) -> Result<u32, NtStatus> {
         if self.len() >= self.max as usize {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
         self.qps
             .try_reserve(1)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-        let qp = boxed(qp)?;
+        // Built in its box (docs/stack-budget.md: a DPC can create a QP).
+        let qp = irpverbs_ring::try_box_with(qp).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
         // Fewer than max <= 0xFF_FFFE QPs exist, so a free number exists and
         // this ends within one trip round the number space.
         loop {
@@ -488,7 +490,7 @@ impl Firmware {
             crate::firmware::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
         }
         let tx = crate::transport::engine::QpTx::new_boxed(&sq.0)?;
-        self.qps.insert(Qp {
+        self.qps.insert(|| Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,
             send_cqn: init.send_cqn,
