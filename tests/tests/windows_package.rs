@@ -801,6 +801,26 @@ fn user_memory_goes_through_the_seh_shim() {
     assert!(device.contains("pins.wait_idle()"));
 }
 
+/// What irpverbs.sys allocates when a file is opened (at PASSIVE_LEVEL, in
+/// the opener's context) it takes fallibly: a pool that cannot serve the
+/// open fails it with STATUS_INSUFFICIENT_RESOURCES, never a bugcheck
+/// through `handle_alloc_error`.
+#[test]
+fn a_file_open_allocates_fallibly() {
+    let mdl = code_of(&read("driver/kmdf/src/mdl.rs"));
+    assert!(
+        mdl.contains("fn new() -> Result<Shared<Self>, NtStatus>")
+            && mdl.contains("Shared::try_new(Self {")
+            && !mdl.contains("Arc::new("),
+        "the file's pin counter"
+    );
+    let process = code_of(&read("driver/kmdf/src/process.rs"));
+    assert!(process.contains("Shared::try_new("), "the opener's record");
+    assert!(!process.contains("Arc::new("));
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    assert!(device.contains("match FilePins::new() {"));
+}
+
 // ------------------------------------------------------------------ doorbells
 
 #[test]

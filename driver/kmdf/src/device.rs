@@ -236,7 +236,7 @@ pub(crate) unsafe fn file_key(file: WDFFILEOBJECT) -> FileKey {
 ///
 /// # Safety
 /// `file` must be null or a live WDFFILEOBJECT of the device.
-pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Arc<FilePins>> {
+pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Shared<FilePins>> {
     if file.is_null() {
         return None;
     }
@@ -250,12 +250,12 @@ pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Arc<FilePins>> {
     if pins.is_null() {
         return None;
     }
-    // SAFETY: a non-null pointer is the context's `Arc::into_raw`
+    // SAFETY: a non-null pointer is the context's `Shared::into_raw`
     // reference, given back only in the file object's cleanup callback,
-    // which cannot run while the file has a request (the caller's).
-    unsafe { Arc::increment_strong_count(pins) };
-    // SAFETY: the count was just incremented for this new owner.
-    Some(unsafe { Arc::from_raw(pins) })
+    // which cannot run while the file has a request (the caller's). It is
+    // borrowed here, and not dropped (`ManuallyDrop`).
+    let context_ref = core::mem::ManuallyDrop::new(unsafe { Shared::from_raw(pins) });
+    Some(Shared::clone(&context_ref))
 }
 
 // ------------------------------------------------------------- device add
@@ -824,6 +824,12 @@ fn open_file(state: &DeviceState, file: WDFFILEOBJECT, user: bool) -> NTSTATUS {
     if context.is_null() {
         return STATUS_INVALID_DEVICE_STATE;
     }
+    // The file's pin counter first: nothing to undo when the pool cannot
+    // hold it.
+    let pins = match FilePins::new() {
+        Ok(pins) => pins,
+        Err(status) => return status,
+    };
     let opener = if user {
         match Opener::register(file) {
             Ok(opener) => Some(opener),
@@ -845,7 +851,7 @@ fn open_file(state: &DeviceState, file: WDFFILEOBJECT, user: bool) -> NTSTATUS {
         // released by EvtFileClose (or the file object's cleanup callback).
         unsafe { &(*context).opener }.store(Shared::into_raw(opener).cast_mut(), Ordering::Release);
     }
-    let pins = Arc::into_raw(FilePins::new()).cast_mut();
+    let pins = Shared::into_raw(pins).cast_mut();
     // SAFETY: the context is valid for writes; no request can name the file
     // before its create completes.
     unsafe { (*context).key = key };
@@ -869,8 +875,9 @@ extern "C" fn evt_file_object_cleanup(object: WDFOBJECT) {
     // SAFETY: as above; atomic access only.
     let pins = unsafe { &(*context).pins }.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !pins.is_null() {
-        // SAFETY: the context's `Arc::into_raw` reference, swapped out: owned.
-        drop(unsafe { Arc::from_raw(pins) });
+        // SAFETY: the context's `Shared::into_raw` reference, swapped out:
+        // owned.
+        drop(unsafe { Shared::from_raw(pins) });
     }
     // An opener EvtFileClose did not release (it always does for an open
     // that succeeded).

@@ -30,7 +30,6 @@
 //! the exiting process before its address space goes.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use core::any::Any;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -40,7 +39,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use irpverbs_abi::{
     IvRingMap, NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, nt_success,
 };
-use irpverbs_ring::{Region, Ring};
+use irpverbs_ring::{Region, Ring, Shared};
 use wdk_sys::ntddk::{
     IoAllocateMdl, IoFreeMdl, IoGetCurrentProcess, KeClearEvent, KeInitializeEvent, KeSetEvent,
     KeStackAttachProcess, KeUnstackDetachProcess, KeWaitForSingleObject, MmBuildMdlForNonPagedPool,
@@ -136,16 +135,20 @@ impl FilePins {
     /// looks at the count first).
     ///
     /// IRQL: <= DISPATCH_LEVEL (nonpaged pool).
-    pub(crate) fn new() -> Arc<Self> {
-        let pins = Arc::new(Self {
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the pool cannot hold it.
+    pub(crate) fn new() -> Result<Shared<Self>, NtStatus> {
+        let pins = Shared::try_new(Self {
             count: AtomicUsize::new(0),
             idle: UnsafeCell::new(KEVENT::default()),
-        });
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         // SAFETY: the event is in nonpaged pool (the Arc), stays there for
         // the Arc's life, and nothing else can reach it yet; a notification
         // event may be initialized at any IRQL.
         unsafe { KeInitializeEvent(pins.idle.get(), _EVENT_TYPE::NotificationEvent, 0) };
-        pins
+        Ok(pins)
     }
 
     fn pinned(&self) {
@@ -217,7 +220,7 @@ fn kernel_mode() -> KPROCESSOR_MODE {
 pub(crate) struct UserPin {
     mdl: Mdl,
     system: *mut c_void,
-    pins: Arc<FilePins>,
+    pins: Shared<FilePins>,
 }
 
 // SAFETY: the pin owns its MDL and system mapping; undoing them is allowed
@@ -244,7 +247,7 @@ impl UserPin {
         address: u64,
         len: usize,
         write: bool,
-        pins: Arc<FilePins>,
+        pins: Shared<FilePins>,
     ) -> Result<irpverbs_ring::Shared<Region>, NtStatus> {
         let address = usize::try_from(address).map_err(|_| STATUS_INVALID_PARAMETER)?;
         let mdl = Mdl::new(core::ptr::with_exposed_provenance_mut(address), len)?;

@@ -18,12 +18,11 @@
 //! order, since [`Request::input`] borrows the request shared and
 //! [`Request::output`] borrows it exclusively.
 
-use alloc::sync::Arc;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use irpverbs_abi::{METHOD_BUFFERED, NtStatus, STATUS_CANCELLED, ioctl_method, nt_success};
 use irpverbs_core::{FileKey, MajorFunction, Request, RequestorMode};
-use irpverbs_ring::Region;
+use irpverbs_ring::{Region, Shared};
 use wdk_sys::ntddk::IoGetCurrentProcess;
 use wdk_sys::{
     _WDF_REQUEST_TYPE, KPROCESSOR_MODE, NTSTATUS, PVOID, ULONG_PTR, WDF_REQUEST_PARAMETERS,
@@ -233,7 +232,7 @@ impl KmdfRequest {
     }
 
     /// The pin counter of the request's file.
-    pub(crate) fn file_pins(&self) -> Option<Arc<FilePins>> {
+    pub(crate) fn file_pins(&self) -> Option<Shared<FilePins>> {
         // SAFETY: the file object of a live request is null or live.
         unsafe { device::file_pins(self.file_object) }
     }
