@@ -17,6 +17,10 @@
  * delivers the event. A driver that does not implement IOCTL_IV_CQ_NOTIFY
  * (ERROR_INVALID_FUNCTION) is busy-polled instead, and the test says so.
  *
+ * A completion channel then: a CQ on it raises one event per arming and
+ * none unarmed, taken with IOCTL_IV_GET_CQ_EVENT and acknowledged, with the
+ * busy rules of libibverbs.
+ *
  * On non-Windows hosts it links against libirpverbs_host_c (the driver and
  * the soft HCA in-process); exit code 0 means every check held.
  */
@@ -375,6 +379,116 @@ static void timers(IvHandle pd, Cq *cq, const uint8_t gid[16], uint32_t lkey) {
     }
 }
 
+/* Polls `cq` until it holds one completion (WAIT_MS at most), without a
+ * notification: 1 with *wc, or 0. */
+static int poll_for(Cq *cq, IvCqe *wc) {
+    time_t start = time(NULL);
+    while (time(NULL) - start <= WAIT_MS / 1000) {
+        int32_t n = IvUserPollCq(cq->u, wc, 1);
+        if (n != 0) return n == 1;
+    }
+    return 0;
+}
+
+/* A completion channel, as libibverbs' ibv_comp_channel: a CQ created on
+ * it and armed (IvUserReqNotifyCq) reports one event there per arming; an
+ * unarmed one reports none; the event is taken with an overlapped
+ * IOCTL_IV_GET_CQ_EVENT reaped from the port and acknowledged with
+ * IOCTL_IV_ACK_CQ_EVENTS. A CQ with unacknowledged events, and a channel
+ * with a CQ on it, cannot be destroyed. */
+static void channel(IvHandle pd, const uint8_t gid[16], uint32_t lkey) {
+    IvAllocPdIn none;
+    memset(&none, 0, sizeof none);
+    IvCreateChannelOut ch;
+    CHECK(ioctl(IOCTL_IV_CREATE_CHANNEL, &none, sizeof none, &ch, sizeof ch) == 0, "channel");
+    Cq cq;
+    IvCreateCqIn in;
+    memset(&in, 0, sizeof in);
+    in.cqe = 64;
+    in.channel = ch.channel;
+    in.user_context = (uint64_t)(uintptr_t)&cq;
+    cq.name = "channel cq";
+    CHECK(ioctl(IOCTL_IV_CREATE_CQ, &in, sizeof in, &cq.out, sizeof cq.out) == 0, "cq on channel");
+    cq.u = IvUserCqOpen(dev, &cq.out);
+    IvCreateQpOut q1 = create_qp(pd, &cq), q2 = create_qp(pd, &cq);
+    connect_qp(q1.qp, q2.qpn, gid);
+    connect_qp(q2.qp, q1.qpn, gid);
+    IvUserQp *s = IvUserQpOpen(dev, &q1), *r = IvUserQpOpen(dev, &q2);
+    CHECK(cq.u && s && r, "open the channel's CQ and QPs: %u", (unsigned)GetLastError());
+    if (!cq.u || !s || !r) return;
+
+    /* A wait on the channel, pended before any completion. */
+    IvHandleIn chh = {ch.channel};
+    IvCqEventOut ev;
+    memset(&ev, 0, sizeof ev);
+    OVERLAPPED ov;
+    memset(&ov, 0, sizeof ov);
+    DWORD bytes = 0;
+    BOOL ok = DeviceIoControl(dev, IOCTL_IV_GET_CQ_EVENT, &chh, sizeof chh, &ev, sizeof ev, &bytes,
+                              &ov);
+    CHECK(!ok && GetLastError() == ERROR_IO_PENDING, "channel wait: %u", (unsigned)GetLastError());
+
+    IvSge rsg = at(DST, 64, lkey), ssg = at(SRC, 64, lkey);
+    IvUserRecvWr rwr;
+    memset(&rwr, 0, sizeof rwr);
+    rwr.sg_list = &rsg;
+    rwr.num_sge = 1;
+    IvUserSendWr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = IV_WR_SEND;
+    wr.flags = IV_SEND_SIGNALED;
+    wr.num_sge = 1;
+    wr.sg_list = &ssg;
+    IvCqe wc;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            CHECK(IvUserReqNotifyCq(cq.u, 0) == ST(STATUS_SUCCESS), "arm the channel's CQ");
+        }
+        rwr.wr_id = 300 + (uint64_t)round;
+        wr.wr_id = 310 + (uint64_t)round;
+        CHECK(IvUserPostRecv(r, &rwr) == ST(STATUS_SUCCESS), "post recv");
+        CHECK(IvUserPostSend(s, &wr) == ST(STATUS_SUCCESS), "post send");
+        for (int k = 0; k < 2; k++) {
+            CHECK(poll_for(&cq, &wc) && wc.status == IV_WC_SUCCESS &&
+                      (wc.wr_id == rwr.wr_id || wc.wr_id == wr.wr_id),
+                  "round %d: completion %d: wr_id %llu status %u", round, k,
+                  (unsigned long long)wc.wr_id, (unsigned)wc.status);
+        }
+        if (round == 0) {
+            /* Unarmed: two completions, no event. */
+            CHECK(!HasOverlappedIoCompleted(&ov), "an unarmed CQ raised a channel event");
+        }
+    }
+    /* Armed once: one event (two completions), naming the CQ. */
+    CHECK(reap(&ov) == 0, "channel wait: %#x", (unsigned)ov.Internal);
+    CHECK(ev.cq == cq.out.cq && ev.user_context == (uint64_t)(uintptr_t)&cq,
+          "event names CQ %#llx", (unsigned long long)ev.cq);
+
+    IvHandleIn h = {cq.out.cq};
+    IvUserQpClose(s);
+    IvUserQpClose(r);
+    IvUserCqClose(cq.u);
+    h.handle = q1.qp;
+    CHECK(ioctl(IOCTL_IV_DESTROY_QP, &h, sizeof h, NULL, 0) == 0, "destroy channel qp 1");
+    h.handle = q2.qp;
+    CHECK(ioctl(IOCTL_IV_DESTROY_QP, &h, sizeof h, NULL, 0) == 0, "destroy channel qp 2");
+    h.handle = cq.out.cq;
+    CHECK(ioctl(IOCTL_IV_DESTROY_CQ, &h, sizeof h, NULL, 0) == ST(STATUS_DEVICE_BUSY),
+          "a CQ with an unacknowledged event was destroyed");
+    IvAckIn ack;
+    memset(&ack, 0, sizeof ack);
+    ack.handle = cq.out.cq;
+    ack.count = 2;
+    CHECK(ioctl(IOCTL_IV_ACK_CQ_EVENTS, &ack, sizeof ack, NULL, 0) == ST(STATUS_INVALID_PARAMETER),
+          "acked two events of one");
+    CHECK(ioctl(IOCTL_IV_DESTROY_CHANNEL, &chh, sizeof chh, NULL, 0) == ST(STATUS_DEVICE_BUSY),
+          "a channel with a CQ was destroyed");
+    ack.count = 1;
+    CHECK(ioctl(IOCTL_IV_ACK_CQ_EVENTS, &ack, sizeof ack, NULL, 0) == 0, "ack");
+    CHECK(ioctl(IOCTL_IV_DESTROY_CQ, &h, sizeof h, NULL, 0) == 0, "destroy the channel's CQ");
+    CHECK(ioctl(IOCTL_IV_DESTROY_CHANNEL, &chh, sizeof chh, NULL, 0) == 0, "destroy channel");
+}
+
 int main(void) {
     dev = CreateFileA("\\\\.\\irpverbs0", GENERIC_READ | GENERIC_WRITE, 0, NULL, OPEN_EXISTING,
                       FILE_FLAG_OVERLAPPED, NULL);
@@ -506,6 +620,7 @@ int main(void) {
     CHECK(IvUserPollCq(cqa.u, &wc, 1) == 0 && IvUserPollCq(cqb.u, &wc, 1) == 0, "extra completions");
 
     timers(pd.pd, &cqa, gid.gid, lkey);
+    channel(pd.pd, gid.gid, lkey);
 
     /* Close the speed path, then destroy. */
     IvUserQpClose(a);

@@ -7,7 +7,7 @@
 //! - `ulp_notify.c`: events, `WaitForSingleObject`, and the completion port
 //!   suppression of an `hEvent` with its low bit set;
 //! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
-//!   engine).
+//!   engine), and a completion channel's events.
 //!
 //! The user-mode ones also run with `IRPVERBS_DOORBELLS=page`: the library
 //! rings through the file's doorbell page and the device's doorbell thread
