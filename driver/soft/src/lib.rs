@@ -781,8 +781,7 @@ impl<P: Platform> SoftHca<P> {
         }
         if scan.work {
             match self.execution {
-                Execution::Inline if work >= self.budget => self.requeue(),
-                Execution::Inline => self.run(work, true, |_| ((), false)),
+                Execution::Inline => self.run_after(work),
                 Execution::Deferred => self.bus.doorbell(),
             }
         }
@@ -1004,10 +1003,8 @@ impl<P: Platform> Hca for SoftHca<P> {
                         if raise {
                             self.bus.interrupt();
                         }
-                        if more && work >= self.budget {
-                            self.requeue();
-                        } else if more {
-                            self.run(work, true, |_| ((), false));
+                        if more {
+                            self.run_after(work);
                         }
                     }
                     Some(Err(work)) => {
@@ -1156,7 +1153,7 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
         self.state.lock(|st| st.firmware.send_mad(mad))?;
-        self.run_or_ring(true);
+        self.run_deferred(true);
         Ok(())
     }
 

@@ -55,7 +55,7 @@ impl<P: Platform> SoftHca<P> {
     /// [`wire::WireError::Truncated`] too when no receive buffer was free.
     pub fn receive(&self, d: &Datagram<'_>) -> Result<(), wire::WireError> {
         self.receive_queued(d)?;
-        self.run_or_ring(true);
+        self.run_deferred(true);
         Ok(())
     }
 
@@ -68,7 +68,10 @@ impl<P: Platform> SoftHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn run_deferred(&self, flush: bool) {
-        self.run_or_ring(flush);
+        match self.execution {
+            Execution::Inline => self.run(0, flush, |_| ((), false)),
+            Execution::Deferred => self.bus.doorbell(),
+        }
     }
 
     /// Fires the timers due at `now_ns` (on the link's clock; with a
@@ -122,13 +125,13 @@ impl<P: Platform> SoftHca<P> {
         (ran, raise)
     }
 
-    /// Gets the data path run: inline, now on this thread; deferred, by
-    /// waking the hardware thread. With `flush` false the datagrams for
-    /// the link stay queued (see [`Self::run_deferred`]).
-    pub(crate) fn run_or_ring(&self, flush: bool) {
-        match self.execution {
-            Execution::Inline => self.run(0, flush, |_| ((), false)),
-            Execution::Deferred => self.bus.doorbell(),
+    /// The rest of a run whose first part (`used` packets of work) ran
+    /// outside it, on this thread: requeued when that spent the budget.
+    pub(crate) fn run_after(&self, used: u64) {
+        if used >= self.budget {
+            self.requeue();
+        } else {
+            self.run(used, true, |_| ((), false));
         }
     }
 
@@ -148,7 +151,7 @@ impl<P: Platform> SoftHca<P> {
     /// thread is woken.
     pub(crate) fn doorbell(&self, mark: impl FnOnce(&mut Firmware) -> bool) {
         if self.state.lock(|st| mark(&mut st.firmware)) {
-            self.run_or_ring(true);
+            self.run_deferred(true);
         }
     }
 
