@@ -140,7 +140,8 @@ BOOL IrpverbsHostQuiesce(DWORD dwMilliseconds);
  * the device hDevice is open on: for GUID_IV_KERNEL_INTERFACE it fills
  * *Interface with the referenced direct-call table (STATUS_SUCCESS);
  * STATUS_NOT_SUPPORTED for another interface type, STATUS_INVALID_PARAMETER
- * for a Size or Version it cannot serve. */
+ * for a Size or Version it cannot serve, STATUS_INSUFFICIENT_RESOURCES when
+ * the table's context cannot be allocated (nothing is referenced). */
 struct IvGuid;
 struct IvKernelInterface;
 HANDLE IrpverbsHostCreateKernelFile(DWORD dwFlagsAndAttributes);

@@ -745,7 +745,7 @@ fn there_is_one_kernel_table_and_the_driver_uses_it() {
     // The table lives in the no_std crate, once.
     let table = code_of(&read("driver/kernel-table/src/kernel.rs"));
     assert!(table.contains("pub struct IvKernelInterface {"));
-    assert!(table.contains("pub fn interface("));
+    assert!(table.contains("pub fn interface<D, P>("));
     assert!(read("driver/kernel-table/src/lib.rs").contains("#![no_std]"));
     // The driver and the verbs library use it; neither defines one.
     let kmdf = code_in("driver/kmdf/src");
@@ -758,7 +758,7 @@ fn there_is_one_kernel_table_and_the_driver_uses_it() {
         );
     }
     assert!(kmdf.contains("irpverbs_kernel_table::kernel::{"));
-    assert!(kmdf.contains("table: interface(") && kmdf.contains("Arc::new(SoftDoorbells {"));
+    assert!(kmdf.contains("let table = interface(") && kmdf.contains("SoftDoorbells {"));
     assert!(verbs.contains("pub use irpverbs_kernel_table::kernel;"));
     let manifest = read("driver/kmdf/Cargo.toml");
     assert!(manifest.contains("irpverbs-kernel-table = { path = \"../kernel-table\" }"));
@@ -819,6 +819,42 @@ fn a_file_open_allocates_fallibly() {
     assert!(!process.contains("Arc::new("));
     let device = code_of(&read("driver/kmdf/src/device.rs"));
     assert!(device.contains("match FilePins::new() {"));
+}
+
+/// What irpverbs.sys allocates itself when a device is added (and in
+/// D0Entry, for the doorbell thread and the wire) it takes fallibly: the
+/// kernel ULPs' table context, the poller's event, the device state, the
+/// thread's context, the wire's state and its control waiters. A refusal
+/// fails the add (or the start) with STATUS_INSUFFICIENT_RESOURCES.
+#[test]
+fn a_device_add_allocates_its_own_parts_fallibly() {
+    let kernel = code_of(&read("driver/kmdf/src/kernel.rs"));
+    assert!(!kernel.contains("Arc::new("), "the table's context");
+    assert!(
+        kernel.contains(") -> Result<Self, NtStatus> {")
+            && kernel.contains("KmdfSpeed,\n        )?;")
+    );
+    let doorbell = code_of(&read("driver/kmdf/src/doorbell.rs"));
+    assert!(
+        doorbell.contains("fn new() -> Result<Shared<Self>, NTSTATUS>")
+            && doorbell.contains("Shared::try_new(Self {")
+            && doorbell.contains("irpverbs_ring::try_box(ThreadContext {")
+            && !doorbell.contains("Arc::new("),
+        "the poller's event and the thread's context"
+    );
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    let state = between(&device, "unsafe fn new_state(", "\n}\n");
+    for part in [
+        "poller: PollerEvent::new()?,",
+        "KernelInterface::new(soft.clone(), device_object) }?;",
+        "irpverbs_ring::try_box_with(move || DeviceState {",
+    ] {
+        assert!(state.contains(part), "new_state lacks {part}");
+    }
+    assert!(!device.contains("Box::new("), "the device state");
+    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    assert!(!wsk.contains("Box::new("), "the wire's state and waiters");
+    assert!(wsk.contains("let waiter = Waiter::new()?;"));
 }
 
 // ------------------------------------------------------------------ doorbells

@@ -827,14 +827,23 @@ impl HostDevice {
     /// DISPATCH_LEVEL; with the verifier on, the rings' own locks check
     /// that they are taken at DISPATCH_LEVEL
     /// ([`crate::platform::speed_lock_check`]).
-    pub fn query_interface(self: &Arc<Self>) -> IvKernelInterface {
-        irpverbs_kernel_table::kernel::interface(
-            Arc::new(InterfaceDoorbells {
-                device: Arc::clone(self),
-                _reference: self.platform.reference_device(),
-            }),
-            Arc::new(HostSpeed(self.platform.clone())),
-        )
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. The table's context is allocated as driver
+    /// code (charged to the pool; the low-resources simulation may refuse
+    /// it).
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the context cannot be
+    /// allocated: nothing is referenced (the device reference taken for it
+    /// is released).
+    pub fn query_interface(self: &Arc<Self>) -> Result<IvKernelInterface, NtStatus> {
+        let doorbells = InterfaceDoorbells {
+            device: Arc::clone(self),
+            _reference: self.platform.reference_device(),
+        };
+        let speed = HostSpeed(self.platform.clone());
+        self.platform
+            .driver_code(|| irpverbs_kernel_table::kernel::interface(doorbells, speed))
     }
 
     /// Puts the soft HCA on a UDP wire ([`crate::udp`]): a socket bound to

@@ -54,6 +54,7 @@ const MUST_REACH: &[&str] = &[
     "irpverbs_host::device::HostFile::dispatch ",
     "irpverbs_ring::region::Region::alloc ",
     "irpverbs_ring::ring::Ring::alloc ",
+    "irpverbs_kernel_table::kernel::interface",
 ];
 
 /// The driver crates (and the host glue): every allocation site of
@@ -286,6 +287,9 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
     };
     let (ca, sa) = open(&mut run, &da);
     let (cb, sb) = open(&mut run, &db);
+    // A kernel ULP queries the direct-call table (IRP_MN_QUERY_INTERFACE):
+    // a refused context fails the query and references nothing.
+    let kernel = run.verb("query_interface", || da.query_interface());
     let a = create_side(&mut run, &ca, db.soft().gid());
     let b = create_side(&mut run, &cb, da.soft().gid());
 
@@ -444,6 +448,18 @@ fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]
     assert_eq!(wc[0].status, IV_WC_SUCCESS);
     assert_eq!(b.mem.read(0, msg.len()), msg);
     let _ = accepted_cep;
+    // The kernel ULP lets the table go: its context (and the device
+    // reference it held) goes with it.
+    // SAFETY: the reference query_interface returned, given back once.
+    #[allow(unsafe_code, reason = "the kernel interface's dereference")]
+    unsafe {
+        (kernel.interface_dereference)(kernel.context)
+    };
+    assert_eq!(
+        da.platform().device_references(),
+        0,
+        "the table's reference"
+    );
 
     // Close with objects alive: the QPs and CQs go through their own
     // destroys, the rest through the files' rundown.

@@ -132,7 +132,7 @@ fn surprise_removal_under_traffic(engine: Engine) {
     // wait.
     let fa2 = da.open(RW).unwrap();
     // A kernel ULP holds the direct-call interface across the removal.
-    let kernel = da.query_interface();
+    let kernel = da.query_interface().expect("the kernel interface");
 
     // A connected pair, moving data both ways.
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
@@ -351,7 +351,7 @@ fn surprise_removal_under_traffic_on_the_firmware_thread() {
 #[test]
 fn an_outstanding_kernel_interface_defers_the_unload() {
     let dev = device(Engine::Inline, 1);
-    let kernel = dev.query_interface();
+    let kernel = dev.query_interface().expect("the kernel interface");
     assert_eq!(dev.platform().device_references(), 1);
     dev.surprise_remove();
     std::thread::scope(|s| {

@@ -292,7 +292,7 @@ impl Drop for Table {
 fn the_kernel_table_works_at_dispatch_level() {
     for engine in ENGINES {
         let dev = device(engine);
-        let table = Table(dev.query_interface());
+        let table = Table(dev.query_interface().expect("the kernel interface"));
         assert_eq!(table.0.size as usize, size_of::<IvKernelInterface>());
         let c = Client::new(Box::new(dev.open_kernel().unwrap()));
         let pd = c.alloc_pd().unwrap().pd;
@@ -356,7 +356,7 @@ fn the_kernel_table_works_at_dispatch_level() {
 #[test]
 fn the_kernel_table_holds_its_queues_at_dispatch_level_from_passive_callers() {
     let dev = device(Engine::Inline);
-    let table = Table(dev.query_interface());
+    let table = Table(dev.query_interface().expect("the kernel interface"));
     let c = Client::new(Box::new(dev.open_kernel().unwrap()));
     let pd = c.alloc_pd().unwrap().pd;
     let cq_out = c.create_cq(8).unwrap();
@@ -635,7 +635,7 @@ fn loopback_rc_send_write_read_through_the_rust_api() {
 fn loopback_rc_send_through_the_kernel_table() {
     for engine in ENGINES {
         let dev = device(engine);
-        let table = Table(dev.query_interface());
+        let table = Table(dev.query_interface().expect("the kernel interface"));
         let c = Client::new(Box::new(dev.open_kernel().unwrap()));
         let pd = c.alloc_pd().unwrap().pd;
         let mut buf = vec![0u8; BUF];

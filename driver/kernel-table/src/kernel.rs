@@ -33,11 +33,12 @@
 //! The table begins with the `INTERFACE` header Windows defines (`Size`,
 //! `Version`, `Context`, `InterfaceReference`, `InterfaceDereference`); the
 //! interface is returned referenced, and the ULP dereferences it when done.
-//! The context holds the [`Doorbells`] (an `Arc`), so a ULP still holding a
-//! reference after the device went away calls into live memory.
+//! The context holds the [`Doorbells`] (reference counted, allocated
+//! fallibly: a query that cannot get its context fails with
+//! `STATUS_INSUFFICIENT_RESOURCES`), so a ULP still holding a reference
+//! after the device went away calls into live memory.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use core::ffi::c_void;
 use core::mem::{align_of, offset_of, size_of};
 
@@ -45,6 +46,7 @@ use irpverbs_abi::{
     IV_SEND_INLINE, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge, Layout, NtStatus,
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
 };
+use irpverbs_ring::Shared;
 use irpverbs_ring::wq::{LockCheck, MAX_SGE};
 
 use crate::speed::{AsNtStatus, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};
@@ -346,32 +348,46 @@ pub struct IvKernelInterface {
     pub req_notify_cq: IvKernelReqNotifyCqFn,
 }
 
-// SAFETY: the context is an `Arc<Context>` (Send + Sync) shared by design;
-// the table itself is plain data.
+// SAFETY: the context is a `Shared<Context>` (Send + Sync) shared by
+// design; the table itself is plain data.
 unsafe impl Send for IvKernelInterface {}
 // SAFETY: as above.
 unsafe impl Sync for IvKernelInterface {}
 
 /// What `context` points to: the device's doorbells and the platform's
-/// locks, reference counted.
+/// locks, reference counted ([`Shared`]: `Arc`'s counting, allocated
+/// fallibly), each boxed fallibly.
 struct Context {
-    doorbells: Arc<dyn Doorbells>,
-    platform: Arc<dyn SpeedPlatform>,
+    doorbells: Box<dyn Doorbells>,
+    platform: Box<dyn SpeedPlatform>,
 }
 
 /// The table over `doorbells`, with `platform`'s locks, referenced once:
 /// the receiver calls `interface_dereference(context)` when it no longer
 /// uses it (and no longer uses any object it opened through it).
-#[must_use]
-pub fn interface(
-    doorbells: Arc<dyn Doorbells>,
-    platform: Arc<dyn SpeedPlatform>,
-) -> IvKernelInterface {
-    let context = Arc::into_raw(Arc::new(Context {
+///
+/// IRQL: <= DISPATCH_LEVEL (the context comes from the global allocator:
+/// nonpaged pool in the kernel).
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` when the context cannot be allocated
+/// (`doorbells` and `platform` are dropped; nothing else changes).
+pub fn interface<D, P>(doorbells: D, platform: P) -> Result<IvKernelInterface, NtStatus>
+where
+    D: Doorbells + 'static,
+    P: SpeedPlatform + 'static,
+{
+    let doorbells: Box<dyn Doorbells> =
+        irpverbs_ring::try_box(doorbells).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    let platform: Box<dyn SpeedPlatform> =
+        irpverbs_ring::try_box(platform).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    let context = Shared::try_new(Context {
         doorbells,
         platform,
-    }));
-    IvKernelInterface {
+    })
+    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    let context = Shared::into_raw(context);
+    Ok(IvKernelInterface {
         size: size_of::<IvKernelInterface>() as u16,
         version: IV_KERNEL_INTERFACE_VERSION,
         context: context.cast_mut().cast(),
@@ -388,7 +404,7 @@ pub fn interface(
         post_srq_recv,
         poll_cq,
         req_notify_cq,
-    }
+    })
 }
 
 /// The context behind `context`.
@@ -418,16 +434,20 @@ impl Context {
 
 unsafe extern "C" fn interface_reference(context: *mut c_void) {
     if !context.is_null() {
-        // SAFETY: the context came from `Arc::into_raw` in `interface` and
-        // the caller holds a reference, so the count is at least 1.
-        unsafe { Arc::increment_strong_count(context.cast::<Context>().cast_const()) };
+        // SAFETY: the context came from `Shared::into_raw` in `interface`
+        // and the caller holds a reference, so the count is at least 1;
+        // taken back here only to be cloned and given up again.
+        let held = core::mem::ManuallyDrop::new(unsafe {
+            Shared::from_raw(context.cast::<Context>().cast_const())
+        });
+        core::mem::forget(Shared::clone(&held));
     }
 }
 
 unsafe extern "C" fn interface_dereference(context: *mut c_void) {
     if !context.is_null() {
         // SAFETY: as above; this gives back one reference the caller held.
-        unsafe { Arc::decrement_strong_count(context.cast::<Context>().cast_const()) };
+        drop(unsafe { Shared::from_raw(context.cast::<Context>().cast_const()) });
     }
 }
 

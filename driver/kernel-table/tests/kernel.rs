@@ -113,10 +113,7 @@ impl SpeedPlatform for Locks {
 
 /// The table over `bells`, with counting locks.
 fn table(bells: &Arc<Bells>) -> IvKernelInterface {
-    interface(
-        Arc::clone(bells) as Arc<dyn Doorbells>,
-        Arc::new(Locks::default()),
-    )
+    interface(Arc::clone(bells), Locks::default()).expect("memory for the context")
 }
 
 /// What the driver would have returned from the internal-IOCTL creates,
@@ -494,7 +491,7 @@ fn each_call_holds_its_queue_lock_around_the_ring() {
     let bells = Arc::new(Bells::default());
     let locks = Locks::default();
     let holds = Arc::clone(&locks.holds);
-    let t = interface(Arc::clone(&bells) as Arc<dyn Doorbells>, Arc::new(locks));
+    let t = interface(Arc::clone(&bells), locks).expect("memory for the context");
     let c = created();
     let o = open(&t, &c);
     let sges = [IvSge {
@@ -626,4 +623,42 @@ fn opens_fail_cleanly_when_memory_is_short() {
     // SAFETY: the reference `interface` returned, given back once.
     unsafe { (t.interface_dereference)(t.context) };
     assert_eq!(Arc::strong_count(&bells), 1, "the context is gone");
+}
+
+/// Every allocation the table's context takes (the doorbells' box, the
+/// platform's box, the counted context) can be refused: `interface` then
+/// fails with `STATUS_INSUFFICIENT_RESOURCES` and drops what it was given
+/// (no reference to the doorbells is left behind); otherwise the table
+/// works and its last dereference frees the context.
+#[test]
+fn the_interface_fails_cleanly_when_memory_is_short() {
+    let bells = Arc::new(Bells::default());
+    // Made outside the armed runs (its counter is an `Arc`).
+    let locks = std::cell::Cell::new(Some(Locks::default()));
+    let runs = irpverbs_failalloc::sweep(
+        || interface(Arc::clone(&bells), locks.take().expect("a lock maker")),
+        |n, made, failed| {
+            locks.set(Some(Locks::default()));
+            if failed {
+                assert_eq!(
+                    made.err(),
+                    Some(STATUS_INSUFFICIENT_RESOURCES),
+                    "allocation {n}"
+                );
+            } else {
+                let t = made.expect("no allocation refused");
+                let c = created();
+                let o = open(&t, &c);
+                close(&t, o);
+                // SAFETY: the one reference `interface` returned.
+                unsafe { (t.interface_dereference)(t.context) };
+            }
+            assert_eq!(
+                Arc::strong_count(&bells),
+                1,
+                "allocation {n}: a reference left"
+            );
+        },
+    );
+    assert_eq!(runs, 3, "the two boxes and the context");
 }

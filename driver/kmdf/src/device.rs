@@ -50,7 +50,8 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use irpverbs_abi::{
-    FILE_DEVICE_INFINIBAND, STATUS_INVALID_DEVICE_STATE, STATUS_SUCCESS, nt_success,
+    FILE_DEVICE_INFINIBAND, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_STATE,
+    STATUS_SUCCESS, nt_success,
 };
 use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
 use irpverbs_ring::Shared;
@@ -134,7 +135,7 @@ pub(crate) struct Bus {
     /// deleted.
     dpc: AtomicPtr<c_void>,
     /// The event the doorbell poller's thread sleeps on.
-    poller: Arc<PollerEvent>,
+    poller: Shared<PollerEvent>,
     /// The data path left work after a call used its budget: the DPC runs
     /// `SoftHca::resume` first.
     resume: AtomicBool,
@@ -385,7 +386,8 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
 ///
 /// # Errors
 /// `WdfDeviceCreate`'s failure; `STATUS_INVALID_DEVICE_STATE` when all 64
-/// instance numbers are taken; the soft HCA's refusal of its configuration.
+/// instance numbers are taken; the soft HCA's refusal of its configuration;
+/// `STATUS_INSUFFICIENT_RESOURCES` ([`new_state`]).
 ///
 /// # Safety
 /// `device_init` must be the framework's, configured, before
@@ -410,48 +412,14 @@ unsafe fn create_device(
     check(status)?;
 
     let instance = claim_instance().ok_or(STATUS_INVALID_DEVICE_STATE)?;
-    let bus = Arc::new(Bus {
-        dpc: AtomicPtr::new(core::ptr::null_mut()),
-        poller: PollerEvent::new(),
-        resume: AtomicBool::new(false),
-    });
-    let platform = KmdfPlatform;
     // SAFETY: `device` was just created.
-    let wire_config = match unsafe { crate::wsk::read_config(device) } {
-        Ok(config) => config,
+    let state = match unsafe { new_state(device, instance, config) } {
+        Ok(state) => state,
         Err(status) => {
             release_instance(instance);
             return Err(status);
         }
     };
-    let mut soft_config = SoftConfig::default();
-    if let Some(w) = &wire_config {
-        w.apply(&mut soft_config);
-    }
-    let soft = match SoftHca::new(&platform, soft_config, bus.clone()) {
-        Ok(soft) => Arc::new(soft),
-        Err(status) => {
-            release_instance(instance);
-            return Err(status);
-        }
-    };
-    let poller = Arc::clone(&bus.poller);
-    // SAFETY: `device` was just created: its WDM device object is live.
-    let device_object =
-        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
-    // SAFETY: the live device object of the device whose HCA `soft` is.
-    let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) };
-    let state = Box::new(DeviceState {
-        cm_timer: CmTimer::new(),
-        transport_timer: TransportTimer::new(soft.clone()),
-        device: Device::with_config(Arc::new(platform), soft.clone(), config),
-        bus,
-        next_file: AtomicU64::new(1),
-        instance,
-        kernel,
-        scanner: DoorbellThread::new(soft.clone(), poller),
-        wire: wire_config.map(|w| WskWire::new(w, soft.clone())),
-    });
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
     if context.is_null() {
@@ -462,6 +430,58 @@ unsafe fn create_device(
     // (no file, request or DPC exists before EvtDriverDeviceAdd returns).
     unsafe { (*context).state = Box::into_raw(state) };
     Ok(device)
+}
+
+/// The state of a device just created, instance `instance`: the soft HCA
+/// on its bus, the core's device, the timers, the kernel ULPs' table, the
+/// doorbell poller and the wire (stopped until D0Entry). Each part the
+/// driver allocates itself is taken fallibly; a refusal drops what was made.
+///
+/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd).
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES`; the registry's or the soft HCA's
+/// refusal of its configuration.
+///
+/// # Safety
+/// `device` must be our live device, just created.
+unsafe fn new_state(
+    device: WDFDEVICE,
+    instance: u32,
+    config: DeviceConfig,
+) -> Result<Box<DeviceState>, NTSTATUS> {
+    let bus = Arc::new(Bus {
+        dpc: AtomicPtr::new(core::ptr::null_mut()),
+        poller: PollerEvent::new()?,
+        resume: AtomicBool::new(false),
+    });
+    let platform = KmdfPlatform;
+    // SAFETY: `device` was just created (caller).
+    let wire_config = unsafe { crate::wsk::read_config(device) }?;
+    let mut soft_config = SoftConfig::default();
+    if let Some(w) = &wire_config {
+        w.apply(&mut soft_config);
+    }
+    let soft = Arc::new(SoftHca::new(&platform, soft_config, bus.clone())?);
+    let poller = Shared::clone(&bus.poller);
+    // SAFETY: `device` was just created: its WDM device object is live.
+    let device_object =
+        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
+    // SAFETY: the live device object of the device whose HCA `soft` is.
+    let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) }?;
+    // Built in the box, not on the stack and moved (it is large).
+    irpverbs_ring::try_box_with(move || DeviceState {
+        cm_timer: CmTimer::new(),
+        transport_timer: TransportTimer::new(soft.clone()),
+        device: Device::with_config(Arc::new(platform), soft.clone(), config),
+        bus,
+        next_file: AtomicU64::new(1),
+        instance,
+        kernel,
+        scanner: DoorbellThread::new(soft.clone(), poller),
+        wire: wire_config.map(|w| WskWire::new(w, soft.clone())),
+    })
+    .ok_or(STATUS_INSUFFICIENT_RESOURCES)
 }
 
 /// The DPC that stands for the HCA's interrupt, a child of the device; the

@@ -30,13 +30,15 @@
 //!
 //! [`SoftBus::wake_doorbell_poller`]: irpverbs_soft::SoftBus::wake_doorbell_poller
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use irpverbs_abi::nt_success;
+use irpverbs_abi::{STATUS_INSUFFICIENT_RESOURCES, nt_success};
 use irpverbs_core::Platform;
+use irpverbs_ring::Shared;
 use irpverbs_soft::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep, SoftHca};
 use wdk_sys::ntddk::{
     KeDelayExecutionThread, KeInitializeEvent, KeSetEvent, KeWaitForSingleObject,
@@ -62,8 +64,8 @@ const KERNEL_MODE: KPROCESSOR_MODE = 0;
 const STATUS_SUCCESS: NTSTATUS = 0;
 
 /// What the thread, the device and the bus share: the event the thread
-/// sleeps on and its stop flag. Lives in an `Arc` (nonpaged pool) for as
-/// long as anyone may set the event.
+/// sleeps on and its stop flag. Lives in a [`Shared`] (nonpaged pool,
+/// allocated fallibly) for as long as anyone may set the event.
 pub(crate) struct PollerEvent {
     /// A synchronization event: a set wakes one wait and resets.
     event: UnsafeCell<KEVENT>,
@@ -81,18 +83,22 @@ impl PollerEvent {
     /// The event, initialized not signaled.
     ///
     /// IRQL: <= DISPATCH_LEVEL (nonpaged pool).
-    pub(crate) fn new() -> Arc<Self> {
-        let this = Arc::new(Self {
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the pool refuses it.
+    pub(crate) fn new() -> Result<Shared<Self>, NTSTATUS> {
+        let this = Shared::try_new(Self {
             event: UnsafeCell::new(KEVENT::default()),
             stop: AtomicBool::new(false),
-        });
-        // SAFETY: the event is in nonpaged pool (the Arc), stays there for
-        // the Arc's life, and nothing else can reach it yet; an event may be
-        // initialized at any IRQL.
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        // SAFETY: the event is in nonpaged pool (the Shared block), stays
+        // there for its life, and nothing else can reach it yet; an event
+        // may be initialized at any IRQL.
         unsafe {
             KeInitializeEvent(this.event.get(), _EVENT_TYPE::SynchronizationEvent, 0);
         };
-        this
+        Ok(this)
     }
 
     /// Sets the event: the sleeping thread wakes (or its next wait returns
@@ -127,21 +133,21 @@ impl PollerEvent {
 /// reference each, given back when the thread ends).
 struct ThreadContext {
     hca: Arc<SoftHca<KmdfPlatform>>,
-    event: Arc<PollerEvent>,
+    event: Shared<PollerEvent>,
 }
 
 /// The device's doorbell poller: its soft HCA, its event and, while the
 /// device is in D0, the thread.
 pub(crate) struct DoorbellThread {
     hca: Arc<SoftHca<KmdfPlatform>>,
-    event: Arc<PollerEvent>,
+    event: Shared<PollerEvent>,
     /// The running thread's object (referenced), null while stopped.
     thread: AtomicPtr<c_void>,
 }
 
 impl DoorbellThread {
     /// A stopped poller for `hca`, sleeping on `event` (the bus's).
-    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>, event: Arc<PollerEvent>) -> Self {
+    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>, event: Shared<PollerEvent>) -> Self {
         Self {
             hca,
             event,
@@ -154,18 +160,20 @@ impl DoorbellThread {
     /// IRQL: PASSIVE_LEVEL.
     ///
     /// # Errors
-    /// `PsCreateSystemThread`'s or `ObReferenceObjectByHandle`'s failure:
-    /// the device does not start.
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the thread's context cannot be
+    /// allocated; `PsCreateSystemThread`'s or `ObReferenceObjectByHandle`'s
+    /// failure: the device does not start.
     pub(crate) fn start(&self) -> Result<(), NTSTATUS> {
         if !self.thread.load(Ordering::Acquire).is_null() {
             return Ok(());
         }
         self.event.stop.store(false, Ordering::Release);
-        let context = Arc::into_raw(Arc::new(ThreadContext {
+        let context = irpverbs_ring::try_box(ThreadContext {
             hca: Arc::clone(&self.hca),
-            event: Arc::clone(&self.event),
-        }))
-        .cast_mut();
+            event: Shared::clone(&self.event),
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let context = Box::into_raw(context);
         let mut attributes = OBJECT_ATTRIBUTES {
             Length: size_of::<OBJECT_ATTRIBUTES>() as ULONG,
             RootDirectory: core::ptr::null_mut(),
@@ -179,7 +187,7 @@ impl DoorbellThread {
         // with no name and a kernel handle); no process handle (the system
         // process) and no client id, as for any driver thread; `poll` has
         // the KSTART_ROUTINE signature and owns `context` (a live
-        // ThreadContext reference) from now on; PASSIVE_LEVEL.
+        // boxed ThreadContext) from now on; PASSIVE_LEVEL.
         let status = unsafe {
             PsCreateSystemThread(
                 &raw mut handle,
@@ -194,7 +202,7 @@ impl DoorbellThread {
         if !nt_success(status) {
             // SAFETY: no thread was created: the context reference is still
             // ours.
-            drop(unsafe { Arc::from_raw(context.cast_const()) });
+            drop(unsafe { Box::from_raw(context) });
             return Err(status);
         }
         let mut object: PVOID = core::ptr::null_mut();
@@ -280,9 +288,9 @@ impl Drop for DoorbellThread {
 /// Called by the kernel with the context `DoorbellThread::start` gave
 /// `PsCreateSystemThread`, once.
 unsafe extern "C" fn poll(context: PVOID) {
-    // SAFETY: the context is the ThreadContext reference `start` handed to
-    // this thread; it is ours to release.
-    let context = unsafe { Arc::from_raw(context.cast_const().cast::<ThreadContext>()) };
+    // SAFETY: the context is the boxed ThreadContext `start` handed to
+    // this thread; it is ours to free.
+    let context = unsafe { Box::from_raw(context.cast::<ThreadContext>()) };
     let mut poller = DoorbellPoller::new(DEFAULT_POLL_WINDOW_NS);
     // A zero relative interval: give the processor to any ready thread.
     let mut yield_now = LARGE_INTEGER { QuadPart: 0 };

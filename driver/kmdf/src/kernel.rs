@@ -13,7 +13,8 @@
 //! for the GUID, copies it into the requester's `INTERFACE` and calls
 //! `InterfaceReference(Context)`; the ULP calls `InterfaceDereference(Context)`
 //! when done. The device drops its reference in its destroy callback. The
-//! context holds an `Arc` of the soft HCA, so a ULP that still holds a
+//! context (counted and allocated fallibly: a device add that cannot get it
+//! fails with `STATUS_INSUFFICIENT_RESOURCES`) holds an `Arc` of the soft HCA, so a ULP that still holds a
 //! reference after removal calls into live memory (a removed HCA ignores
 //! doorbells for queues it no longer has), and a reference on the WDM
 //! device object (`ObReferenceObject`), so that the I/O manager does not
@@ -169,21 +170,28 @@ impl KernelInterface {
     ///
     /// IRQL: <= DISPATCH_LEVEL (it allocates the context from nonpaged pool).
     ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the context cannot be allocated
+    /// (the device add fails; the device object reference taken for it is
+    /// given back).
+    ///
     /// # Safety
     /// `device` must be the live WDM device object of the device whose HCA
     /// `hca` is.
-    pub(crate) unsafe fn new(hca: Arc<SoftHca<KmdfPlatform>>, device: PDEVICE_OBJECT) -> Self {
+    pub(crate) unsafe fn new(
+        hca: Arc<SoftHca<KmdfPlatform>>,
+        device: PDEVICE_OBJECT,
+    ) -> Result<Self, NtStatus> {
         // SAFETY: a live device object (caller).
         let device = unsafe { DeviceObjectReference::new(device) };
-        Self {
-            table: interface(
-                Arc::new(SoftDoorbells {
-                    hca,
-                    _device: device,
-                }),
-                Arc::new(KmdfSpeed),
-            ),
-        }
+        let table = interface(
+            SoftDoorbells {
+                hca,
+                _device: device,
+            },
+            KmdfSpeed,
+        )?;
+        Ok(Self { table })
     }
 
     /// A copy of the table, for `WDF_QUERY_INTERFACE_CONFIG.Interface` (the

@@ -206,12 +206,15 @@ fn query_string<'a>(key: WDFKEY, name: &str, out: &'a mut [u8; 64]) -> Option<&'
 struct Waiter(UnsafeCell<KEVENT>);
 
 impl Waiter {
-    fn new() -> Box<Self> {
-        let this = Box::new(Self(UnsafeCell::new(KEVENT::default())));
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the pool refuses it.
+    fn new() -> Result<Box<Self>, NTSTATUS> {
+        let this = irpverbs_ring::try_box(Self(UnsafeCell::new(KEVENT::default())))
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         // SAFETY: the event is in nonpaged pool (the box) and not shared
         // yet; initialized at PASSIVE_LEVEL.
         unsafe { KeInitializeEvent(this.0.get(), _EVENT_TYPE::NotificationEvent, 0) };
-        this
+        Ok(this)
     }
 }
 
@@ -236,12 +239,12 @@ unsafe extern "C" fn control_complete(
 ///
 /// IRQL: PASSIVE_LEVEL.
 fn call(issue: impl FnOnce(PIRP) -> NTSTATUS) -> Result<usize, NTSTATUS> {
+    let waiter = Waiter::new()?;
     // SAFETY: one stack location, no quota; PASSIVE_LEVEL.
     let irp = unsafe { IoAllocateIrp(1, 0) };
     if irp.is_null() {
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     }
-    let waiter = Waiter::new();
     // SAFETY: a new IRP of ours, one stack location; the waiter outlives
     // the completion (waited for below).
     unsafe {
@@ -487,7 +490,7 @@ impl WskWire {
             .try_reserve_exact(SLOT_BYTES)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         scratch.resize(SLOT_BYTES, 0);
-        let state = Box::into_raw(Box::new(WskWireState {
+        let state = irpverbs_ring::try_box(WskWireState {
             hca: Arc::clone(&self.hca),
             link: Arc::clone(&link),
             scratch: KmdfSpinLock::new(scratch),
@@ -500,7 +503,9 @@ impl WskWire {
                 Client: core::ptr::null_mut(),
                 Dispatch: core::ptr::null(),
             }),
-        }));
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let state = Box::into_raw(state);
         // SAFETY: just made; freed by `teardown` only.
         let result = unsafe { open(state, &link, self.config.addr) };
         match result {

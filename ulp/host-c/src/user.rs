@@ -397,7 +397,8 @@ pub struct IvGuid {
 /// `STATUS_NOT_SUPPORTED` for another interface type, as a driver that does
 /// not export it answers; `STATUS_INVALID_PARAMETER` for a size or version
 /// it cannot serve or a NULL pointer; `STATUS_INVALID_HANDLE` for a handle
-/// that is not an open device.
+/// that is not an open device; `STATUS_INSUFFICIENT_RESOURCES` when the
+/// table's context cannot be allocated (nothing is referenced).
 ///
 /// # Safety
 /// `guid` and `out` are NULL or valid (`out` for `size` bytes).
@@ -430,7 +431,10 @@ pub unsafe extern "C" fn IrpverbsHostQueryInterface(
     let Some(file) = guard.as_ref() else {
         return STATUS_INVALID_HANDLE;
     };
-    let table = file.device().query_interface();
+    let table = match file.device().query_interface() {
+        Ok(table) => table,
+        Err(status) => return status,
+    };
     // SAFETY: `out` is valid for `size` >= sizeof(IvKernelInterface) bytes.
     unsafe { out.write(table) };
     STATUS_SUCCESS
