@@ -30,7 +30,10 @@ pub(crate) fn start_create_ah<P: Platform, H: Hca>(
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let pdn = crate::pd::pdn(s, file, pd);
     let idx = d.reserve(s, file, Body::Ah(Ah { pd, ahn: 0 }), caps.max_ah)?;
-    Ok((Op::Create(idx), Command::CreateAh { pdn, attr: i.attr }))
+    Ok((
+        Op::Create(idx),
+        Command::CreateAh(crate::CreateAh { pdn, attr: i.attr }),
+    ))
 }
 
 #[cfg(test)]

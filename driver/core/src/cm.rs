@@ -1120,12 +1120,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let mut request = Some(request);
         for (i, ((m, phase), &next)) in steps.iter().zip(nexts.iter()).enumerate() {
             let more = i + 1 < steps.len();
-            let cmd = crate::Command::ModifyQp {
+            let cmd = crate::Command::ModifyQp(crate::ModifyQp {
                 qpn,
                 cur_state,
                 mask: m.mask,
                 attr: m.attr,
-            };
+            });
             cur_state = next;
             self.post(
                 s,

@@ -44,10 +44,10 @@ pub(crate) fn start_create_cq<P: Platform, H: Hca>(
     let idx = d.reserve_with(s, file, body, caps.max_cq, crate::quota::cq_ring(i.cqe))?;
     Ok((
         Op::Create(idx),
-        Command::CreateCq {
+        Command::CreateCq(crate::CreateCq {
             cqe: i.cqe,
             comp_vector: i.comp_vector,
-        },
+        }),
     ))
 }
 

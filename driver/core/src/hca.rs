@@ -20,6 +20,13 @@ use irpverbs_abi::{
 };
 
 /// A command to the HCA's command interface.
+///
+/// A command of one or two numbers carries them in its variant; a larger
+/// one carries a struct of its own ([`RegMr`], [`CreateCq`], [`CreateSrq`],
+/// [`ModifySrq`], [`CreateQp`], [`ModifyQp`], [`CreateAh`]), which the
+/// driver fills after validating the request and the HCA takes as it is:
+/// no copy of its fields in between. docs/verb-path.md follows one command
+/// from the IOCTL to its completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Read a port's attributes.
@@ -42,33 +49,14 @@ pub enum Command {
         pdn: u32,
     },
     /// Register a memory region.
-    RegMr {
-        /// PD number.
-        pdn: u32,
-        /// Start address.
-        addr: u64,
-        /// Length in bytes.
-        length: u64,
-        /// `IV_ACCESS_*`.
-        access: u32,
-        /// The address is physical (kernel callers only).
-        physical: bool,
-        /// The memory, pinned (probed and locked) by the platform: the HCA
-        /// reaches it only through this region, bounds-checked.
-        region: Shared<Region>,
-    },
+    RegMr(RegMr),
     /// Deregister a memory region.
     DeregMr {
         /// Its lkey.
         lkey: u32,
     },
     /// Create a CQ.
-    CreateCq {
-        /// Minimum entries.
-        cqe: u32,
-        /// Completion vector (event queue).
-        comp_vector: u32,
-    },
+    CreateCq(CreateCq),
     /// Resize a CQ.
     ResizeCq {
         /// CQ number.
@@ -82,27 +70,9 @@ pub enum Command {
         cqn: u32,
     },
     /// Create an SRQ.
-    CreateSrq {
-        /// PD number.
-        pdn: u32,
-        /// Depth.
-        max_wr: u32,
-        /// SGEs per WR.
-        max_sge: u32,
-        /// Limit.
-        srq_limit: u32,
-    },
+    CreateSrq(CreateSrq),
     /// Modify an SRQ.
-    ModifySrq {
-        /// SRQ number.
-        srqn: u32,
-        /// `IV_SRQ_*`.
-        mask: u32,
-        /// New depth.
-        max_wr: u32,
-        /// New limit.
-        srq_limit: u32,
-    },
+    ModifySrq(ModifySrq),
     /// Query an SRQ.
     QuerySrq {
         /// SRQ number.
@@ -114,34 +84,9 @@ pub enum Command {
         srqn: u32,
     },
     /// Create a QP in RESET.
-    CreateQp {
-        /// PD number.
-        pdn: u32,
-        /// `IV_QPT_*`.
-        qp_type: u32,
-        /// Send CQ number.
-        send_cqn: u32,
-        /// Receive CQ number.
-        recv_cqn: u32,
-        /// SRQ number, if any.
-        srqn: Option<u32>,
-        /// Every send WR signaled.
-        sq_sig_all: bool,
-        /// Requested sizes.
-        cap: IvQpCap,
-    },
-    /// Modify a QP. The HCA checks that the QP is in `cur_state` and fails
-    /// with `STATUS_INVALID_DEVICE_STATE` if it moved (e.g. to ERR) meanwhile.
-    ModifyQp {
-        /// QP number.
-        qpn: u32,
-        /// The state the driver validated the transition from.
-        cur_state: u32,
-        /// `IV_QP_*` mask, already validated against the state machine.
-        mask: u32,
-        /// Attributes.
-        attr: IvQpAttr,
-    },
+    CreateQp(CreateQp),
+    /// Modify a QP.
+    ModifyQp(ModifyQp),
     /// Query a QP.
     QueryQp {
         /// QP number.
@@ -153,17 +98,108 @@ pub enum Command {
         qpn: u32,
     },
     /// Create an address handle.
-    CreateAh {
-        /// PD number.
-        pdn: u32,
-        /// Address vector.
-        attr: IvAhAttr,
-    },
+    CreateAh(CreateAh),
     /// Destroy an address handle.
     DestroyAh {
         /// AH number.
         ahn: u32,
     },
+}
+
+/// [`Command::RegMr`]: register a memory region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegMr {
+    /// PD number.
+    pub pdn: u32,
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// `IV_ACCESS_*`.
+    pub access: u32,
+    /// The address is physical (kernel callers only).
+    pub physical: bool,
+    /// The memory, pinned (probed and locked) by the platform: the HCA
+    /// reaches it only through this region, bounds-checked.
+    pub region: Shared<Region>,
+}
+
+/// [`Command::CreateCq`]: create a CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateCq {
+    /// Minimum entries.
+    pub cqe: u32,
+    /// Completion vector (event queue).
+    pub comp_vector: u32,
+}
+
+/// [`Command::CreateSrq`]: create an SRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateSrq {
+    /// PD number.
+    pub pdn: u32,
+    /// Depth.
+    pub max_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// Limit.
+    pub srq_limit: u32,
+}
+
+/// [`Command::ModifySrq`]: resize an SRQ and/or arm its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModifySrq {
+    /// SRQ number.
+    pub srqn: u32,
+    /// `IV_SRQ_*`.
+    pub mask: u32,
+    /// New depth.
+    pub max_wr: u32,
+    /// New limit.
+    pub srq_limit: u32,
+}
+
+/// [`Command::CreateQp`]: create a QP in RESET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateQp {
+    /// PD number.
+    pub pdn: u32,
+    /// `IV_QPT_*`.
+    pub qp_type: u32,
+    /// Send CQ number.
+    pub send_cqn: u32,
+    /// Receive CQ number.
+    pub recv_cqn: u32,
+    /// SRQ number, if any.
+    pub srqn: Option<u32>,
+    /// Every send WR signaled.
+    pub sq_sig_all: bool,
+    /// Requested sizes.
+    pub cap: IvQpCap,
+}
+
+/// [`Command::ModifyQp`]: modify a QP. The HCA checks that the QP is in
+/// `cur_state` and fails with `STATUS_INVALID_DEVICE_STATE` if it moved
+/// (e.g. to ERR) meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModifyQp {
+    /// QP number.
+    pub qpn: u32,
+    /// The state the driver validated the transition from.
+    pub cur_state: u32,
+    /// `IV_QP_*` mask, already validated against the state machine.
+    pub mask: u32,
+    /// Attributes.
+    pub attr: IvQpAttr,
+}
+
+/// [`Command::CreateAh`]: create an address handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateAh {
+    /// PD number.
+    pub pdn: u32,
+    /// Address vector.
+    pub attr: IvAhAttr,
 }
 
 /// What a successful command returns.
@@ -373,6 +409,13 @@ pub trait Hca: Send + Sync + 'static {
 
     /// Posts a command. Its completion arrives on the event queue as
     /// [`Event::CommandDone`] with `token`.
+    ///
+    /// The driver validated the command against [`Hca::caps`] and the
+    /// file's objects; the HCA checks it again and refuses (a failure
+    /// status in the completion, nothing changed) what it cannot do. A
+    /// command larger than two numbers carries a struct of its own
+    /// ([`Command::CreateQp`] carries [`CreateQp`], ...), which a backend
+    /// hands to its firmware as it is.
     ///
     /// # Errors
     /// Gives the command back when the command queue is full; the driver

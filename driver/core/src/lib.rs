@@ -47,8 +47,9 @@ pub use qp::CONTROLLED_QKEY;
 pub use quota::FileQuota;
 
 pub use hca::{
-    AsyncEvent, Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, GSI_QKEY, GSI_QPN,
-    Hca, MAD_SIZE, MadIn, MadOut,
+    AsyncEvent, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq, DoorbellPageInfo,
+    DoorbellTarget, Event, GSI_QKEY, GSI_QPN, Hca, MAD_SIZE, MadIn, MadOut, ModifyQp, ModifySrq,
+    RegMr,
 };
 pub use platform::{
     APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,

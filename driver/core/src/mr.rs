@@ -93,14 +93,14 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     let idx = d.reserve_with(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr, pinned)?;
     Ok((
         Op::Create(idx),
-        Command::RegMr {
+        Command::RegMr(crate::RegMr {
             pdn,
             addr: i.addr,
             length: i.length,
             access: i.access,
             physical,
             region,
-        },
+        }),
     ))
 }
 

@@ -73,7 +73,7 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
     let idx = d.reserve_with(s, file, body, caps.max_qp, rings)?;
     Ok((
         Op::Create(idx),
-        Command::CreateQp {
+        Command::CreateQp(crate::CreateQp {
             pdn,
             qp_type: i.qp_type,
             send_cqn,
@@ -81,7 +81,7 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
             srqn,
             sq_sig_all: i.sq_sig_all == 1,
             cap: i.cap,
-        },
+        }),
     ))
 }
 
@@ -164,12 +164,12 @@ pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_DEVICE_STATE);
     }
     let next = check_modify(qp.qp_type, qp.state, i.attr_mask, &i.attr).map_err(|e| e.status())?;
-    let cmd = Command::ModifyQp {
+    let cmd = Command::ModifyQp(crate::ModifyQp {
         qpn: qp.qpn,
         cur_state: qp.state,
         mask: i.attr_mask,
         attr: i.attr,
-    };
+    });
     o.busy = true;
     Ok((Op::ModifyQp { qp: idx, next }, cmd))
 }

@@ -37,12 +37,12 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
     let idx = d.reserve_with(s, file, body, caps.max_srq, rings)?;
     Ok((
         Op::Create(idx),
-        Command::CreateSrq {
+        Command::CreateSrq(crate::CreateSrq {
             pdn,
             max_wr: i.max_wr,
             max_sge: i.max_sge,
             srq_limit: i.srq_limit,
-        },
+        }),
     ))
 }
 
@@ -98,12 +98,12 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
             mask,
             max_wr: i.max_wr,
         },
-        Command::ModifySrq {
+        Command::ModifySrq(crate::ModifySrq {
             srqn,
             mask,
             max_wr: i.max_wr,
             srq_limit: i.srq_limit,
-        },
+        }),
     ))
 }
 

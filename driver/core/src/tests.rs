@@ -324,12 +324,12 @@ impl FakeHca {
         let cmds: Vec<_> = self.queued.lock().unwrap().drain(..).collect();
         for (token, cmd) in cmds {
             let n = self.next.fetch_add(1, Ordering::SeqCst);
-            if let Command::ModifyQp {
+            if let Command::ModifyQp(crate::ModifyQp {
                 qpn,
                 cur_state,
                 mask,
                 attr,
-            } = &cmd
+            }) = &cmd
             {
                 let mut states = self.qp_states.lock().unwrap();
                 let now = states.get(qpn).copied().unwrap_or(IV_QPS_RESET);
@@ -372,11 +372,11 @@ impl FakeHca {
                     continue;
                 }
                 Command::AllocPd => CommandOut::Pd { pdn: n },
-                Command::RegMr { .. } => CommandOut::Mr {
+                Command::RegMr(_) => CommandOut::Mr {
                     lkey: n << 8,
                     rkey: n << 8,
                 },
-                Command::CreateCq { cqe, .. } => CommandOut::Cq {
+                Command::CreateCq(crate::CreateCq { cqe, .. }) => CommandOut::Cq {
                     cqn: n,
                     cqe,
                     ring: ring(),
@@ -386,21 +386,21 @@ impl FakeHca {
                     cqe,
                     ring: ring(),
                 },
-                Command::CreateQp { cap, .. } => CommandOut::Qp {
+                Command::CreateQp(crate::CreateQp { cap, .. }) => CommandOut::Qp {
                     qpn: n,
                     cap,
                     sq: ring(),
                     rq: Some(ring()),
                 },
-                Command::CreateSrq {
+                Command::CreateSrq(crate::CreateSrq {
                     max_wr, max_sge, ..
-                } => CommandOut::Srq {
+                }) => CommandOut::Srq {
                     srqn: n,
                     max_wr,
                     max_sge,
                     ring: ring(),
                 },
-                Command::CreateAh { .. } => CommandOut::Ah { ahn: n },
+                Command::CreateAh(_) => CommandOut::Ah { ahn: n },
                 Command::QueryQp { qpn } => {
                     CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
                         qpn,

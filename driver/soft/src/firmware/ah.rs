@@ -1,7 +1,7 @@
 //! Address handles, and the address vector checks QPs share.
 
 use irpverbs_abi::{IvAhAttr, NtStatus, STATUS_INVALID_PARAMETER};
-use irpverbs_core::CommandOut;
+use irpverbs_core::{CommandOut, CreateAh};
 
 use crate::firmware::Firmware;
 use crate::firmware::port::check_port;
@@ -50,7 +50,8 @@ impl Firmware {
     /// `STATUS_INVALID_HANDLE` for an unknown PD; `STATUS_INVALID_PARAMETER`
     /// for an address vector [`Firmware::check_av`] refuses;
     /// `STATUS_INSUFFICIENT_RESOURCES` when `max_ah` AHs exist.
-    pub(crate) fn create_ah(&mut self, pdn: u32, attr: &IvAhAttr) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn create_ah(&mut self, c: &CreateAh) -> Result<CommandOut, NtStatus> {
+        let CreateAh { pdn, ref attr } = *c;
         self.pds.get(pdn)?;
         self.check_av(attr)?;
         let ahn = self.ahs.insert(Ah { pdn, attr: *attr })?;
@@ -86,7 +87,7 @@ mod tests {
         attr.hop_limit = 0;
         attr.traffic_class = 0xFF;
         assert_eq!(
-            d.ok(Command::CreateAh { pdn, attr }),
+            d.ok(Command::CreateAh(CreateAh { pdn, attr })),
             CommandOut::Ah { ahn: 1 }
         );
         assert_eq!(d.snapshot().ahs.get(1).unwrap().attr, attr);
@@ -102,18 +103,21 @@ mod tests {
         let d = Dev::with(|c| c.max_ah = 1);
         let pdn = d.pd();
         d.fails(
-            Command::CreateAh {
+            Command::CreateAh(CreateAh {
                 pdn: pdn + 1,
                 attr: av(),
-            },
+            }),
             STATUS_INVALID_HANDLE,
         );
         for attr in bad_avs() {
-            d.fails(Command::CreateAh { pdn, attr }, STATUS_INVALID_PARAMETER);
+            d.fails(
+                Command::CreateAh(CreateAh { pdn, attr }),
+                STATUS_INVALID_PARAMETER,
+            );
         }
-        d.ok(Command::CreateAh { pdn, attr: av() });
+        d.ok(Command::CreateAh(CreateAh { pdn, attr: av() }));
         d.fails(
-            Command::CreateAh { pdn, attr: av() },
+            Command::CreateAh(CreateAh { pdn, attr: av() }),
             STATUS_INSUFFICIENT_RESOURCES,
         );
     }

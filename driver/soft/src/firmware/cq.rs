@@ -23,7 +23,7 @@ use irpverbs_abi::{
     IV_CQ_ARM_NEXT, IV_CQ_ARM_SOLICITED, IV_WC_SUCCESS, IvCqe, NtStatus,
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
-use irpverbs_core::{AsyncEvent, CommandOut, Event};
+use irpverbs_core::{AsyncEvent, CommandOut, CreateCq, Event};
 use irpverbs_ring::wq::{cq_room, push_cqe, push_cqe_room};
 
 use crate::config::ring_entries;
@@ -198,7 +198,8 @@ impl Firmware {
     /// `STATUS_INVALID_PARAMETER` for `cqe` 0 or a completion vector past
     /// `num_comp_vectors`; `STATUS_INSUFFICIENT_RESOURCES` for `cqe` above
     /// `max_cqe` or when `max_cq` CQs exist.
-    pub(crate) fn create_cq(&mut self, cqe: u32, comp_vector: u32) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn create_cq(&mut self, c: &CreateCq) -> Result<CommandOut, NtStatus> {
+        let CreateCq { cqe, comp_vector } = *c;
         let cqe = self.cq_entries(cqe)?;
         if comp_vector >= self.config.num_comp_vectors {
             return Err(STATUS_INVALID_PARAMETER);
@@ -271,16 +272,16 @@ mod tests {
         STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE,
         STATUS_INVALID_PARAMETER,
     };
-    use irpverbs_core::{Command, CommandOut};
+    use irpverbs_core::{Command, CommandOut, CreateCq};
 
     #[test]
     fn create_rounds_up() {
         let d = Dev::inline();
         for (asked, got) in [(1, 1), (2, 3), (3, 3), (4, 7), (100, 127), (0x7FFF, 0x7FFF)] {
-            let CommandOut::Cq { cqn, cqe, .. } = d.ok(Command::CreateCq {
+            let CommandOut::Cq { cqn, cqe, .. } = d.ok(Command::CreateCq(CreateCq {
                 cqe: asked,
                 comp_vector: 3,
-            }) else {
+            })) else {
                 panic!()
             };
             assert_eq!(cqe, got, "asked {asked}");
@@ -296,10 +297,10 @@ mod tests {
     fn ring_memory_is_reused_zeroed_once_unreferenced() {
         let d = Dev::inline();
         let create = || {
-            let CommandOut::Cq { cqn, ring, .. } = d.ok(Command::CreateCq {
+            let CommandOut::Cq { cqn, ring, .. } = d.ok(Command::CreateCq(CreateCq {
                 cqe: 7,
                 comp_vector: 0,
-            }) else {
+            })) else {
                 panic!()
             };
             (cqn, ring)
@@ -328,7 +329,7 @@ mod tests {
     #[test]
     fn create_validation() {
         let d = Dev::with(|c| c.max_cq = 1);
-        let create = |cqe, comp_vector| Command::CreateCq { cqe, comp_vector };
+        let create = |cqe, comp_vector| Command::CreateCq(CreateCq { cqe, comp_vector });
         d.fails(create(0, 0), STATUS_INVALID_PARAMETER);
         d.fails(create(0x8000, 0), STATUS_INSUFFICIENT_RESOURCES);
         d.fails(create(u32::MAX, 0), STATUS_INSUFFICIENT_RESOURCES);

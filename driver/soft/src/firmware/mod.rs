@@ -31,7 +31,7 @@ use crate::firmware::cq::Cq;
 use crate::firmware::mr::Mr;
 use crate::firmware::pd::Pd;
 use crate::firmware::port::{PKEY_TBL_LEN, Port};
-use crate::firmware::qp::{QpInit, QpTable};
+use crate::firmware::qp::QpTable;
 use crate::firmware::srq::Srq;
 use crate::firmware::table::Table;
 
@@ -200,62 +200,20 @@ impl Firmware {
             Command::QueryGid { port, index } => own_frame(|| self.query_gid(port, index)),
             Command::AllocPd => own_frame(|| self.alloc_pd()),
             Command::DeallocPd { pdn } => own_frame(|| self.dealloc_pd(pdn)),
-            Command::RegMr {
-                pdn,
-                addr,
-                length,
-                access,
-                physical,
-                region,
-            } => own_frame(|| self.reg_mr(pdn, addr, length, access, physical, region)),
+            Command::RegMr(c) => own_frame(|| self.reg_mr(c)),
             Command::DeregMr { lkey } => own_frame(|| self.dereg_mr(lkey)),
-            Command::CreateCq { cqe, comp_vector } => {
-                own_frame(|| self.create_cq(cqe, comp_vector))
-            }
+            Command::CreateCq(c) => own_frame(|| self.create_cq(&c)),
             Command::ResizeCq { cqn, cqe } => own_frame(|| self.resize_cq(cqn, cqe)),
             Command::DestroyCq { cqn } => own_frame(|| self.destroy_cq(cqn)),
-            Command::CreateSrq {
-                pdn,
-                max_wr,
-                max_sge,
-                srq_limit,
-            } => own_frame(|| self.create_srq(pdn, max_wr, max_sge, srq_limit)),
-            Command::ModifySrq {
-                srqn,
-                mask,
-                max_wr,
-                srq_limit,
-            } => own_frame(|| self.modify_srq(srqn, mask, max_wr, srq_limit)),
+            Command::CreateSrq(c) => own_frame(|| self.create_srq(&c)),
+            Command::ModifySrq(c) => own_frame(|| self.modify_srq(&c)),
             Command::QuerySrq { srqn } => own_frame(|| self.query_srq(srqn)),
             Command::DestroySrq { srqn } => own_frame(|| self.destroy_srq(srqn)),
-            Command::CreateQp {
-                pdn,
-                qp_type,
-                send_cqn,
-                recv_cqn,
-                srqn,
-                sq_sig_all,
-                cap,
-            } => own_frame(|| {
-                self.create_qp(&QpInit {
-                    pdn,
-                    qp_type,
-                    send_cqn,
-                    recv_cqn,
-                    srqn,
-                    sq_sig_all,
-                    cap,
-                })
-            }),
-            Command::ModifyQp {
-                qpn,
-                cur_state,
-                mask,
-                attr,
-            } => own_frame(|| self.modify_qp(qpn, cur_state, mask, &attr)),
+            Command::CreateQp(c) => own_frame(|| self.create_qp(&c)),
+            Command::ModifyQp(c) => own_frame(|| self.modify_qp(&c)),
             Command::QueryQp { qpn } => own_frame(|| self.query_qp(qpn)),
             Command::DestroyQp { qpn } => own_frame(|| self.destroy_qp(qpn)),
-            Command::CreateAh { pdn, attr } => own_frame(|| self.create_ah(pdn, &attr)),
+            Command::CreateAh(c) => own_frame(|| self.create_ah(&c)),
             Command::DestroyAh { ahn } => own_frame(|| self.destroy_ah(ahn)),
         };
         match result {

@@ -8,7 +8,7 @@ use irpverbs_abi::{
     IV_ACCESS_ALL, IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_WRITE,
     NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_HANDLE, STATUS_INVALID_PARAMETER,
 };
-use irpverbs_core::CommandOut;
+use irpverbs_core::{CommandOut, RegMr};
 
 use crate::firmware::Firmware;
 
@@ -64,15 +64,15 @@ impl Firmware {
     /// for a zero length, a range that wraps past 2^64 or bad access flags;
     /// `STATUS_INSUFFICIENT_RESOURCES` for a length above `max_mr_size` or
     /// when `max_mr` MRs exist.
-    pub(crate) fn reg_mr(
-        &mut self,
-        pdn: u32,
-        addr: u64,
-        length: u64,
-        access: u32,
-        physical: bool,
-        region: irpverbs_ring::Shared<irpverbs_ring::Region>,
-    ) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn reg_mr(&mut self, c: RegMr) -> Result<CommandOut, NtStatus> {
+        let RegMr {
+            pdn,
+            addr,
+            length,
+            access,
+            physical,
+            region,
+        } = c;
         self.pds.get(pdn)?;
         check_access(access)?;
         if length == 0 || addr.checked_add(length).is_none() {
@@ -168,14 +168,14 @@ mod tests {
     use irpverbs_core::Command;
 
     fn reg(pdn: u32, addr: u64, length: u64, access: u32) -> Command {
-        Command::RegMr {
+        Command::RegMr(RegMr {
             pdn,
             addr,
             length,
             access,
             physical: false,
             region: crate::tests::util::region(length),
-        }
+        })
     }
 
     #[test]
@@ -192,14 +192,14 @@ mod tests {
         d.ok(Command::DeregMr { lkey });
         assert_eq!(d.hca.live_objects(), 1);
         d.fails(Command::DeregMr { lkey }, STATUS_INVALID_HANDLE);
-        d.ok(Command::RegMr {
+        d.ok(Command::RegMr(RegMr {
             pdn,
             addr: 0x8000_0000,
             length: 1,
             access: 0,
             physical: true,
             region: crate::tests::util::region(4096),
-        });
+        }));
     }
 
     /// An access is checked against the MR and against the memory pinned
@@ -208,14 +208,14 @@ mod tests {
     fn accesses_stay_inside_the_mr_and_its_region() {
         let d = Dev::inline();
         let pdn = d.pd();
-        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr {
+        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr(RegMr {
             pdn,
             addr: 0x1000,
             length: 8192,
             access: IV_ACCESS_ALL,
             physical: false,
             region: crate::tests::util::region(4096),
-        }) else {
+        })) else {
             panic!()
         };
         let snapshot = d.snapshot();
@@ -251,14 +251,14 @@ mod tests {
         let d = Dev::inline();
         let pdn = d.pd();
         let region = crate::tests::util::region(4096);
-        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr {
+        let CommandOut::Mr { lkey, .. } = d.ok(Command::RegMr(RegMr {
             pdn,
             addr: 0x1000,
             length: 4096,
             access: IV_ACCESS_ALL,
             physical: false,
             region: region.clone(),
-        }) else {
+        })) else {
             panic!()
         };
         assert_eq!(

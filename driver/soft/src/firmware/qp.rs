@@ -27,7 +27,7 @@ use irpverbs_abi::{
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_HANDLE,
     STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
 };
-use irpverbs_core::{AsyncEvent, CommandOut};
+use irpverbs_core::{AsyncEvent, CommandOut, CreateQp, ModifyQp};
 
 use crate::config::{FIRST_QPN, MAX_QPN, ring_entries};
 use crate::firmware::Firmware;
@@ -146,25 +146,6 @@ pub(crate) struct Qp {
     pub(crate) rq: Option<crate::firmware::shared::RingRef>,
     /// Transport state (requester, completer, responder).
     pub(crate) tx: alloc::boxed::Box<crate::transport::engine::QpTx>,
-}
-
-/// What `CreateQp` asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct QpInit {
-    /// PD.
-    pub(crate) pdn: u32,
-    /// `IV_QPT_*`.
-    pub(crate) qp_type: u32,
-    /// Send CQ.
-    pub(crate) send_cqn: u32,
-    /// Receive CQ.
-    pub(crate) recv_cqn: u32,
-    /// SRQ, if any.
-    pub(crate) srqn: Option<u32>,
-    /// Every send WR completes.
-    pub(crate) sq_sig_all: bool,
-    /// Requested sizes.
-    pub(crate) cap: IvQpCap,
 }
 
 /// QPs by number: a vector sorted by QPN (a binary search finds one; the
@@ -404,7 +385,7 @@ impl Firmware {
     /// `STATUS_INVALID_PARAMETER` for an SRQ of another PD, an unknown QP
     /// type or a non-zero reserved field; `STATUS_INSUFFICIENT_RESOURCES` for
     /// sizes above the device's limits or when `max_qp` QPs exist.
-    pub(crate) fn create_qp(&mut self, init: &QpInit) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn create_qp(&mut self, init: &CreateQp) -> Result<CommandOut, NtStatus> {
         self.pds.get(init.pdn)?;
         self.cqs.get(init.send_cqn)?;
         self.cqs.get(init.recv_cqn)?;
@@ -471,7 +452,7 @@ impl Firmware {
     /// QPs exist.
     fn insert_qp(
         &mut self,
-        init: &QpInit,
+        init: &CreateQp,
         cap: IvQpCap,
         sq: &crate::firmware::shared::RingRef,
         rq: Option<&crate::firmware::shared::RingRef>,
@@ -589,13 +570,13 @@ impl Firmware {
     /// - `STATUS_INVALID_DEVICE_STATE`: the QP is not in `cur_state` (or in
     ///   `attr.cur_qp_state` with `IV_QP_CUR_STATE`), or the state machine
     ///   has no such transition.
-    pub(crate) fn modify_qp(
-        &mut self,
-        qpn: u32,
-        cur_state: u32,
-        mask: u32,
-        attr: &IvQpAttr,
-    ) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn modify_qp(&mut self, c: &ModifyQp) -> Result<CommandOut, NtStatus> {
+        let ModifyQp {
+            qpn,
+            cur_state,
+            mask,
+            ref attr,
+        } = *c;
         let qp = self.qps.get(qpn)?;
         if mask & !IV_QP_ATTR_ALL != 0 || attr.reserved0 != 0 || attr.reserved1 != 0 {
             return Err(STATUS_INVALID_PARAMETER);
@@ -776,12 +757,12 @@ mod tests {
     use QpState::{Err as E, Init as I, Reset as R, Rtr as Rr, Rts as Rs, Sqd as D, Sqe as Q};
 
     fn modify(qpn: u32, from: QpState, mask: u32, attr: IvQpAttr) -> Command {
-        Command::ModifyQp {
+        Command::ModifyQp(ModifyQp {
             qpn,
             cur_state: from.to_abi(),
             mask,
             attr,
-        }
+        })
     }
 
     fn to(state: QpState) -> IvQpAttr {
@@ -911,12 +892,12 @@ mod tests {
     fn bad_state_values() {
         let (d, _, _, qpn) = setup();
         d.fails(
-            Command::ModifyQp {
+            Command::ModifyQp(ModifyQp {
                 qpn,
                 cur_state: 7,
                 mask: IV_QP_STATE,
                 attr: to(I),
-            },
+            }),
             STATUS_INVALID_PARAMETER,
         );
         let mut attr = to(I);
@@ -1248,14 +1229,16 @@ mod tests {
         let pdn = d.pd();
         let cqn = d.cq(1);
         let srqn = d.srq(pdn);
-        let create = |qp_type, srqn, cap| Command::CreateQp {
-            pdn,
-            qp_type,
-            send_cqn: cqn,
-            recv_cqn: cqn,
-            srqn,
-            sq_sig_all: true,
-            cap,
+        let create = |qp_type, srqn, cap| {
+            Command::CreateQp(CreateQp {
+                pdn,
+                qp_type,
+                send_cqn: cqn,
+                recv_cqn: cqn,
+                srqn,
+                sq_sig_all: true,
+                cap,
+            })
         };
         let CommandOut::Qp { qpn, cap: got, .. } = d.ok(create(IV_QPT_UD, None, cap())) else {
             panic!()
@@ -1312,7 +1295,7 @@ mod tests {
         let cqn = d.cq(1);
         let srqn = d.srq(pdn);
         let foreign_srq = d.srq(other_pd);
-        let base = QpInit {
+        let base = CreateQp {
             pdn,
             qp_type: IV_QPT_RC,
             send_cqn: cqn,
@@ -1321,19 +1304,10 @@ mod tests {
             sq_sig_all: false,
             cap: cap(),
         };
-        let cmd = |i: QpInit| Command::CreateQp {
-            pdn: i.pdn,
-            qp_type: i.qp_type,
-            send_cqn: i.send_cqn,
-            recv_cqn: i.recv_cqn,
-            srqn: i.srqn,
-            sq_sig_all: i.sq_sig_all,
-            cap: i.cap,
-        };
-        let spoil = |f: fn(&mut QpInit, u32)| {
-            let mut i = base.clone();
+        let spoil = |f: fn(&mut CreateQp, u32)| {
+            let mut i = base;
             f(&mut i, foreign_srq);
-            cmd(i)
+            Command::CreateQp(i)
         };
         let handle = STATUS_INVALID_HANDLE;
         let inval = STATUS_INVALID_PARAMETER;
@@ -1370,8 +1344,8 @@ mod tests {
         for (c, status) in cases {
             d.fails(c, status);
         }
-        d.ok(cmd(base.clone()));
-        d.fails(cmd(base), insuff);
+        d.ok(Command::CreateQp(base));
+        d.fails(Command::CreateQp(base), insuff);
     }
 
     #[test]
@@ -1502,7 +1476,7 @@ mod tests {
         let qpns: Vec<u32> = (0..3).map(|_| d.qp(pdn, cqn, None)).collect();
         assert!(qpns.iter().all(|&q| (2..=MAX_QPN).contains(&q)));
         d.fails(
-            Command::CreateQp {
+            Command::CreateQp(CreateQp {
                 pdn,
                 qp_type: IV_QPT_RC,
                 send_cqn: cqn,
@@ -1510,7 +1484,7 @@ mod tests {
                 srqn: None,
                 sq_sig_all: false,
                 cap: cap(),
-            },
+            }),
             STATUS_INSUFFICIENT_RESOURCES,
         );
         d.ok(Command::DestroyQp { qpn: qpns[1] });
@@ -1525,14 +1499,16 @@ mod tests {
         let d = Dev::inline();
         let pdn = d.pd();
         let cqn = d.cq(1);
-        let create = |srqn| Command::CreateQp {
-            pdn,
-            qp_type: IV_QPT_RC,
-            send_cqn: cqn,
-            recv_cqn: cqn,
-            srqn,
-            sq_sig_all: false,
-            cap: cap(),
+        let create = |srqn| {
+            Command::CreateQp(CreateQp {
+                pdn,
+                qp_type: IV_QPT_RC,
+                send_cqn: cqn,
+                recv_cqn: cqn,
+                srqn,
+                sq_sig_all: false,
+                cap: cap(),
+            })
         };
         // A QP created and destroyed leaves its rings in the pool, so that
         // the sweep's creates reuse them: allocating a new ring's `Arc` is

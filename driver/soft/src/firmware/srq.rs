@@ -11,7 +11,7 @@ use irpverbs_abi::{
     IV_SRQ_LIMIT, IV_SRQ_MAX_WR, IvQuerySrqOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES,
     STATUS_INVALID_PARAMETER,
 };
-use irpverbs_core::CommandOut;
+use irpverbs_core::{CommandOut, CreateSrq, ModifySrq};
 
 use crate::config::ring_entries;
 use crate::firmware::{Firmware, Refs};
@@ -61,13 +61,13 @@ impl Firmware {
     /// for `max_wr` or `max_sge` 0 or a limit not below `max_wr`;
     /// `STATUS_INSUFFICIENT_RESOURCES` for `max_wr` above `max_srq_wr`,
     /// `max_sge` above `max_srq_sge` or when `max_srq` SRQs exist.
-    pub(crate) fn create_srq(
-        &mut self,
-        pdn: u32,
-        max_wr: u32,
-        max_sge: u32,
-        srq_limit: u32,
-    ) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn create_srq(&mut self, c: &CreateSrq) -> Result<CommandOut, NtStatus> {
+        let CreateSrq {
+            pdn,
+            max_wr,
+            max_sge,
+            srq_limit,
+        } = *c;
         self.pds.get(pdn)?;
         let depth = self.srq_depth(max_wr)?;
         if max_sge == 0 || srq_limit >= max_wr {
@@ -108,13 +108,13 @@ impl Firmware {
     /// for an empty mask or unknown bits, `max_wr` 0 or below the WRs the SRQ
     /// holds, or a limit not below the (new) depth;
     /// `STATUS_INSUFFICIENT_RESOURCES` for `max_wr` above `max_srq_wr`.
-    pub(crate) fn modify_srq(
-        &mut self,
-        srqn: u32,
-        mask: u32,
-        max_wr: u32,
-        srq_limit: u32,
-    ) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn modify_srq(&mut self, c: &ModifySrq) -> Result<CommandOut, NtStatus> {
+        let ModifySrq {
+            srqn,
+            mask,
+            max_wr,
+            srq_limit,
+        } = *c;
         let srq = self.srqs.get(srqn)?;
         if mask == 0 || mask & !(IV_SRQ_MAX_WR | IV_SRQ_LIMIT) != 0 {
             return Err(STATUS_INVALID_PARAMETER);
@@ -181,12 +181,12 @@ mod tests {
     use irpverbs_core::Command;
 
     fn create(pdn: u32, max_wr: u32, max_sge: u32, srq_limit: u32) -> Command {
-        Command::CreateSrq {
+        Command::CreateSrq(CreateSrq {
             pdn,
             max_wr,
             max_sge,
             srq_limit,
-        }
+        })
     }
 
     fn attr(max_wr: u32, max_sge: u32, srq_limit: u32) -> CommandOut {
@@ -240,11 +240,13 @@ mod tests {
         let d = Dev::inline();
         let pdn = d.pd();
         let srqn = d.srq(pdn);
-        let modify = |mask, max_wr, srq_limit| Command::ModifySrq {
-            srqn,
-            mask,
-            max_wr,
-            srq_limit,
+        let modify = |mask, max_wr, srq_limit| {
+            Command::ModifySrq(ModifySrq {
+                srqn,
+                mask,
+                max_wr,
+                srq_limit,
+            })
         };
         assert_eq!(d.ok(Command::QuerySrq { srqn }), attr(15, 1, 0));
         d.ok(modify(IV_SRQ_LIMIT, 0, 5));
@@ -268,12 +270,12 @@ mod tests {
             STATUS_INVALID_PARAMETER,
         );
         d.fails(
-            Command::ModifySrq {
+            Command::ModifySrq(ModifySrq {
                 srqn: srqn + 1,
                 mask: IV_SRQ_LIMIT,
                 max_wr: 0,
                 srq_limit: 0,
-            },
+            }),
             STATUS_INVALID_HANDLE,
         );
         d.fails(Command::QuerySrq { srqn: 0 }, STATUS_INVALID_HANDLE);

@@ -177,14 +177,14 @@ impl Node {
     pub(crate) fn mem_in(&self, pdn: u32, len: u64, access: u32) -> Mem {
         let r = region(len);
         let addr = 0x1_0000_0000 + u64::from(self.d.token() as u32) * 0x100_0000;
-        let CommandOut::Mr { lkey, .. } = self.d.ok(Command::RegMr {
+        let CommandOut::Mr { lkey, .. } = self.d.ok(Command::RegMr(irpverbs_core::RegMr {
             pdn,
             addr,
             length: len,
             access,
             physical: false,
             region: r.clone(),
-        }) else {
+        })) else {
             unreachable!()
         };
         Mem {
@@ -196,10 +196,12 @@ impl Node {
     }
 
     pub(crate) fn cq(&self, n: u32) -> Cq {
-        let CommandOut::Cq { cqn, ring, .. } = self.d.ok(Command::CreateCq {
-            cqe: n,
-            comp_vector: 0,
-        }) else {
+        let CommandOut::Cq { cqn, ring, .. } =
+            self.d.ok(Command::CreateCq(irpverbs_core::CreateCq {
+                cqe: n,
+                comp_vector: 0,
+            }))
+        else {
             unreachable!()
         };
         Cq {
@@ -214,12 +216,12 @@ impl Node {
             max_sge: sge,
             ring,
             ..
-        } = self.d.ok(Command::CreateSrq {
+        } = self.d.ok(Command::CreateSrq(irpverbs_core::CreateSrq {
             pdn: self.pd,
             max_wr,
             max_sge,
             srq_limit: limit,
-        })
+        }))
         else {
             unreachable!()
         };
@@ -237,15 +239,17 @@ impl Node {
         sq_sig_all: bool,
         cap: IvQpCap,
     ) -> Ep {
-        let CommandOut::Qp { qpn, cap, sq, rq } = self.d.ok(Command::CreateQp {
-            pdn,
-            qp_type,
-            send_cqn: scq.cqn,
-            recv_cqn: rcq.cqn,
-            srqn,
-            sq_sig_all,
-            cap,
-        }) else {
+        let CommandOut::Qp { qpn, cap, sq, rq } =
+            self.d.ok(Command::CreateQp(irpverbs_core::CreateQp {
+                pdn,
+                qp_type,
+                send_cqn: scq.cqn,
+                recv_cqn: rcq.cqn,
+                srqn,
+                sq_sig_all,
+                cap,
+            }))
+        else {
             unreachable!()
         };
         Ep {
@@ -261,12 +265,12 @@ impl Node {
     }
 
     pub(crate) fn modify(&self, qpn: u32, from: QpState, mask: u32, attr: IvQpAttr) {
-        self.d.ok(Command::ModifyQp {
+        self.d.ok(Command::ModifyQp(irpverbs_core::ModifyQp {
             qpn,
             cur_state: from.to_abi(),
             mask,
             attr,
-        });
+        }));
     }
 
     pub(crate) fn to_state(&self, ep: &Ep, from: QpState, to: QpState) {
@@ -854,14 +858,14 @@ fn keys_the_fast_path_took_fail_once_their_mrs_change() {
     // `old`'s range registered again, over the same memory: everything
     // a remembered check looked at is as it was, but the key.
     let reg_at = |n: &Node, old: &Mem, access: u32| {
-        let CommandOut::Mr { lkey, .. } = n.d.ok(Command::RegMr {
+        let CommandOut::Mr { lkey, .. } = n.d.ok(Command::RegMr(irpverbs_core::RegMr {
             pdn: n.pd,
             addr: old.addr,
             length: old.len,
             access,
             physical: false,
             region: old.region.clone(),
-        }) else {
+        })) else {
             unreachable!()
         };
         Mem {
@@ -2307,7 +2311,7 @@ fn uc_sends_and_writes_and_drops_what_rc_would_nak() {
 }
 
 pub(crate) fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
-    let CommandOut::Ah { ahn } = node.d.ok(Command::CreateAh {
+    let CommandOut::Ah { ahn } = node.d.ok(Command::CreateAh(irpverbs_core::CreateAh {
         pdn,
         attr: IvAhAttr {
             dgid,
@@ -2317,7 +2321,7 @@ pub(crate) fn ah(node: &Node, pdn: u32, dgid: [u8; 16]) -> u32 {
             traffic_class: 0x28,
             ..IvAhAttr::default()
         },
-    }) else {
+    })) else {
         unreachable!()
     };
     ahn

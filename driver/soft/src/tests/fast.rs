@@ -226,12 +226,12 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
         if let Some((srqn, srq)) = &p.srq {
             // Armed below what the round posts now and then: the event
             // comes at the same receive in every topology.
-            p.b.d.ok(Command::ModifySrq {
+            p.b.d.ok(Command::ModifySrq(irpverbs_core::ModifySrq {
                 srqn: *srqn,
                 mask: IV_SRQ_LIMIT,
                 max_wr: 0,
                 srq_limit: 1 + r as u32 % 3,
-            });
+            }));
             if !recvs.is_empty() {
                 let _ = srq.post_list(&recvs);
                 p.b.d.hca.srq_doorbell(*srqn);

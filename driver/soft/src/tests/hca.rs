@@ -178,14 +178,14 @@ fn deferred_queue_full_gives_the_command_back() {
     }
     assert_eq!(d.bus.doorbells(), 4);
     assert_eq!(d.hca.poll_event(), None, "deferred: nothing ran yet");
-    let cmd = Command::RegMr {
+    let cmd = Command::RegMr(irpverbs_core::RegMr {
         pdn: 1,
         addr: 0,
         length: 1,
         access: 0,
         physical: false,
         region: crate::tests::util::region(4096),
-    };
+    });
     assert_eq!(d.hca.post_command(5, cmd.clone()), Err(cmd.clone()));
     assert_eq!(d.bus.doorbells(), 4, "no doorbell for a refused command");
     let stats = d.hca.stats();

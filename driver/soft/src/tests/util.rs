@@ -471,10 +471,10 @@ impl Dev {
 
     /// A new CQ of at least `cqe` entries, vector 0.
     pub(crate) fn cq(&self, cqe: u32) -> u32 {
-        let CommandOut::Cq { cqn, .. } = self.ok(Command::CreateCq {
+        let CommandOut::Cq { cqn, .. } = self.ok(Command::CreateCq(irpverbs_core::CreateCq {
             cqe,
             comp_vector: 0,
-        }) else {
+        })) else {
             unreachable!()
         };
         cqn
@@ -482,14 +482,14 @@ impl Dev {
 
     /// A new MR of one page with every access; its (lkey, rkey).
     pub(crate) fn mr(&self, pdn: u32) -> (u32, u32) {
-        let CommandOut::Mr { lkey, rkey } = self.ok(Command::RegMr {
+        let CommandOut::Mr { lkey, rkey } = self.ok(Command::RegMr(irpverbs_core::RegMr {
             pdn,
             addr: 0x10_0000,
             length: 4096,
             access: irpverbs_abi::IV_ACCESS_ALL,
             physical: false,
             region: region(4096),
-        }) else {
+        })) else {
             unreachable!()
         };
         (lkey, rkey)
@@ -497,12 +497,12 @@ impl Dev {
 
     /// A new SRQ: 10 WRs (15 actual), 1 SGE, no limit.
     pub(crate) fn srq(&self, pdn: u32) -> u32 {
-        let CommandOut::Srq { srqn, .. } = self.ok(Command::CreateSrq {
+        let CommandOut::Srq { srqn, .. } = self.ok(Command::CreateSrq(irpverbs_core::CreateSrq {
             pdn,
             max_wr: 10,
             max_sge: 1,
             srq_limit: 0,
-        }) else {
+        })) else {
             unreachable!()
         };
         srqn
@@ -510,7 +510,10 @@ impl Dev {
 
     /// A new AH to [`av`].
     pub(crate) fn ah(&self, pdn: u32) -> u32 {
-        let CommandOut::Ah { ahn } = self.ok(Command::CreateAh { pdn, attr: av() }) else {
+        let CommandOut::Ah { ahn } = self.ok(Command::CreateAh(irpverbs_core::CreateAh {
+            pdn,
+            attr: av(),
+        })) else {
             unreachable!()
         };
         ahn
@@ -523,7 +526,7 @@ impl Dev {
 
     /// A new RC QP with separate CQs, sizes [`cap`].
     pub(crate) fn qp_with(&self, pdn: u32, send_cqn: u32, recv_cqn: u32, srqn: Option<u32>) -> u32 {
-        let CommandOut::Qp { qpn, .. } = self.ok(Command::CreateQp {
+        let CommandOut::Qp { qpn, .. } = self.ok(Command::CreateQp(irpverbs_core::CreateQp {
             pdn,
             qp_type: IV_QPT_RC,
             send_cqn,
@@ -531,7 +534,7 @@ impl Dev {
             srqn,
             sq_sig_all: false,
             cap: cap(),
-        }) else {
+        })) else {
             unreachable!()
         };
         qpn
