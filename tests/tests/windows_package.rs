@@ -863,7 +863,7 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
 fn user_doorbells_are_scanned_by_both_layers() {
     // Host mode's doorbell thread and irpverbs.sys's system thread run the
     // same poller steps; the ring IOCTL wakes both through the bus.
-    let soft = code_of(&read("driver/soft/src/firmware/poller.rs"));
+    let soft = code_of(&read("driver/soft/src/poller.rs"));
     assert!(soft.contains("pub fn poll_doorbells_step("));
     let host = code_of(&(read("driver/host/src/device.rs") + &read("driver/host/src/process.rs")));
     assert!(host.contains("soft.poll_doorbells_step(&mut poller, now)"));

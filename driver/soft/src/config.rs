@@ -187,10 +187,10 @@ impl SoftConfig {
             && self.aliases.len() < crate::firmware::port::GID_TBL_LEN as usize
             && self.aliases.iter().enumerate().all(|(k, a)| {
                 !a.is_unspecified()
-                    && crate::firmware::port::ip_gid(*a) != crate::firmware::port::ip_gid(self.ip)
-                    && self.aliases[..k].iter().all(|b| {
-                        crate::firmware::port::ip_gid(*b) != crate::firmware::port::ip_gid(*a)
-                    })
+                    && crate::wire::ip::ip_gid(*a) != crate::wire::ip::ip_gid(self.ip)
+                    && self.aliases[..k]
+                        .iter()
+                        .all(|b| crate::wire::ip::ip_gid(*b) != crate::wire::ip::ip_gid(*a))
             });
         if ok {
             Ok(())

@@ -144,6 +144,7 @@ extern crate std;
 mod config;
 mod firmware;
 pub mod net;
+mod poller;
 mod scheduler;
 #[cfg(test)]
 mod tests;
@@ -151,7 +152,7 @@ mod transport;
 pub mod wire;
 
 pub use net::{fabric, link, sim, sockwire};
-pub use transport::packet;
+pub use wire::packet;
 
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
@@ -168,11 +169,12 @@ use irpverbs_core::{
 use irpverbs_ring::DoorbellPage;
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
-pub use firmware::poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
+pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 pub use transport::gsi::MAD_QUEUE_DEPTH;
 
 pub use config::{DEFAULT_DPC_BUDGET, Execution, SoftConfig};
 pub use firmware::ah::{MAX_FLOW_LABEL, MAX_SL};
+pub use firmware::datapath::TrustStats;
 pub use firmware::port::{
     ACTIVE_SPEED_EDR, ACTIVE_WIDTH_4X, GID_TBL_LEN, MAX_MSG_SZ, PHYS_STATE_LINK_UP, PKEY_TBL_LEN,
     PORT_CAP_CM_SUP, PORT_NUM,
@@ -180,7 +182,6 @@ pub use firmware::port::{
 pub use firmware::qp::{MAX_PSN, MAX_RETRY, MAX_TIMER};
 pub use firmware::{SOFT_FW_VER, SOFT_LOCAL_CA_ACK_DELAY, SOFT_PAGE_SIZE_CAP, SOFT_VENDOR_ID};
 pub use link::{Clock, Datagram, Direction, Link, LinkStats, Tap, TxBatch};
-pub use transport::trust::TrustStats;
 
 use config::EVENTS_PER_COMMAND;
 use fabric::{Peer, Router, Todo};
@@ -722,7 +723,8 @@ impl<P: Platform> SoftHca<P> {
         if !self.eq.lock(|eq| eq.try_reserve(EVENTS_PER_COMMAND)) {
             return Err((token, command));
         }
-        let Executed { status, out, event } = st.firmware.execute(command);
+        let Executed { status, out, event } =
+            st.firmware.execute::<transport::engine::Engine>(command);
         let stats = &mut st.stats;
         stats.commands_executed += 1;
         if !nt_success(status) {
@@ -767,7 +769,9 @@ impl<P: Platform> SoftHca<P> {
             let before = st.firmware.dp.work_done();
             let fast = matches!(self.execution, Execution::Inline)
                 && !self.inbox_pending.load(Ordering::Acquire);
-            let mut scan = st.firmware.scan_doorbells(fast);
+            let mut scan = st
+                .firmware
+                .scan_doorbells(|fw, target| fw.ring_target(target, fast));
             // What the fast path left for the engine, as after the direct
             // doorbell.
             scan.work |= st.firmware.dp.left_for_engine();

@@ -38,8 +38,8 @@ use irpverbs_core::{Platform, SpinLock};
 use crate::fabric::Todo;
 use crate::firmware::Firmware;
 use crate::net::link;
-use crate::transport::engine::{self, REQUESTER_BUDGET};
-use crate::transport::packet::Frame;
+use crate::transport::engine::REQUESTER_BUDGET;
+use crate::wire::packet::Frame;
 use crate::{Datagram, Execution, HcaState, Peer, SoftHca, SoftStats, TxQueue, queue_events, wire};
 
 impl<P: Platform> SoftHca<P> {
@@ -157,7 +157,7 @@ impl<P: Platform> SoftHca<P> {
 
     /// A receive doorbell has nothing to do: no QP is in ERR and no
     /// responder waits for a receive. The fence pairs with
-    /// [`crate::transport::engine::DataPath::attend`]: the ULP published its WQE before, so
+    /// [`crate::firmware::datapath::DataPath::attend`]: the ULP published its WQE before, so
     /// either this sees the attention, or the HCA sees the WQE.
     pub(crate) fn quiet(&self) -> bool {
         core::sync::atomic::fence(Ordering::SeqCst);
@@ -255,7 +255,11 @@ impl<P: Platform> SoftHca<P> {
 
     /// Moves the data path's events to the event queue (under `HCA_LOCK`);
     /// returns whether to raise the interrupt.
-    pub(crate) fn push_events(&self, dp: &mut engine::DataPath, stats: &mut SoftStats) -> bool {
+    pub(crate) fn push_events(
+        &self,
+        dp: &mut crate::firmware::datapath::DataPath,
+        stats: &mut SoftStats,
+    ) -> bool {
         if dp.events.is_empty() {
             return false;
         }

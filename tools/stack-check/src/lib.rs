@@ -130,7 +130,7 @@ pub const DEFAULT_ENTRIES: [(&str, &str); 6] = [
     ),
     (
         "doorbell poller",
-        "irpverbs_soft::firmware::poller::<impl irpverbs_soft::SoftHca<P>>::poll_doorbells_step",
+        "irpverbs_soft::poller::<impl irpverbs_soft::SoftHca<P>>::poll_doorbells_step",
     ),
     ("device add (HCA)", "irpverbs_soft::SoftHca<P>::new"),
     (

@@ -27,9 +27,9 @@ use irpverbs_core::{AsyncEvent, CommandOut, CreateCq, Event};
 use irpverbs_ring::wq::{cq_room, push_cqe, push_cqe_room};
 
 use crate::config::ring_entries;
+use crate::firmware::datapath::DataPath;
 use crate::firmware::table::Table;
 use crate::firmware::{Firmware, Refs};
-use crate::transport::engine::DataPath;
 
 /// A completion queue.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -224,11 +224,12 @@ impl Firmware {
     /// doorbells do; an armed CQ with completions queues its event. The
     /// caller runs the data path when [`Scan::work`] says so.
     ///
-    /// With `fast` (an inline HCA whose inbox is empty), a send queue runs
-    /// on the fast path first, as the direct-call doorbell runs it
-    /// ([`Firmware::ring_sq_fast`]), and is scheduled only for what that
-    /// leaves.
-    pub(crate) fn scan_doorbells(&mut self, fast: bool) -> Scan {
+    /// `ring` rings a target (the transport's doorbells,
+    /// `Firmware::ring_target`) and says whether the data path has work.
+    pub(crate) fn scan_doorbells(
+        &mut self,
+        mut ring: impl FnMut(&mut Firmware, DoorbellTarget) -> bool,
+    ) -> Scan {
         let mut scan = Scan::default();
         for at in 0..self.doorbells.pages.len() {
             let summary = self.doorbells.pages[at].page.take_summary();
@@ -238,7 +239,7 @@ impl Firmware {
                     match self.doorbells.target(at, word * 64 + bit) {
                         Some(target) => {
                             scan.rung += 1;
-                            scan.work |= self.ring_target(target, fast);
+                            scan.work |= ring(self, target);
                         }
                         None => scan.stray += 1,
                     }
@@ -248,19 +249,5 @@ impl Firmware {
         self.doorbells.rung += scan.rung as u64;
         self.doorbells.stray += scan.stray as u64;
         scan
-    }
-
-    /// Rings `target`'s doorbell (a send queue on the fast path first,
-    /// with `fast`); true when the data path has work.
-    fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
-        match target {
-            DoorbellTarget::Sq(qpn) => !(fast && self.ring_sq_fast(qpn)) && self.ring_sq(qpn),
-            DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
-            DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
-            DoorbellTarget::CqArm(cqn) => {
-                self.arm_cq(cqn);
-                false
-            }
-        }
     }
 }

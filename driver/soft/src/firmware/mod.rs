@@ -7,13 +7,14 @@
 
 pub(crate) mod ah;
 pub(crate) mod cq;
+pub(crate) mod datapath;
 pub(crate) mod doorbell;
 pub(crate) mod eq;
 pub(crate) mod mr;
 pub(crate) mod pd;
-pub(crate) mod poller;
 pub(crate) mod port;
 pub(crate) mod qp;
+pub(crate) mod qp_state;
 pub(crate) mod shared;
 pub(crate) mod srq;
 pub(crate) mod table;
@@ -127,10 +128,24 @@ pub(crate) struct Firmware {
     pub(crate) rings: crate::firmware::shared::RingPool,
     /// Doorbell pages and the queues their slots ring.
     pub(crate) doorbells: crate::firmware::doorbell::Doorbells,
-    /// The data path's state (not compared: see [`crate::transport::engine::DataPath`]),
+    /// The data path's state (not compared: see [`crate::firmware::datapath::DataPath`]),
     /// in a box of its own: the firmware, built at device add, stays small
     /// (docs/stack-budget.md).
-    pub(crate) dp: alloc::boxed::Box<crate::transport::engine::DataPath>,
+    pub(crate) dp: alloc::boxed::Box<crate::firmware::datapath::DataPath>,
+}
+
+/// What the firmware's commands need the transport to do. The transport
+/// implements it (`crate::transport::engine::Engine`) and the HCA names
+/// the implementation where it executes a command
+/// ([`Firmware::execute`]): the firmware names no transport code (the
+/// transport is built on the firmware's objects, not the other way
+/// round), and the call is direct.
+pub(crate) trait DataPathOps {
+    /// The data path's consequences of a successful `ModifyQp` of QP
+    /// `qpn` from state `from` with attribute mask `mask` (the attributes
+    /// are applied already): flushes on ERR, the path, PSNs and timers on
+    /// the way to RTS, the drain on SQD.
+    fn on_modify(fw: &mut Firmware, qpn: u32, from: qp::QpState, mask: u32);
 }
 
 /// What executing a command produced.
@@ -162,7 +177,7 @@ impl Firmware {
         let port = Port::new(config.ip, &config.aliases);
         let gid = port.gid(0).unwrap_or_default();
         let udp_port = config.udp_port;
-        let dp = crate::transport::engine::DataPath::new_boxed(gid, attention, events, udp_port)?;
+        let dp = crate::firmware::datapath::DataPath::new_boxed(gid, attention, events, udp_port)?;
         irpverbs_ring::try_box_with(|| Self {
             dp,
             port,
@@ -190,9 +205,9 @@ impl Firmware {
             + self.ahs.len()
     }
 
-    /// Executes one command. On failure nothing changed and no event was
-    /// raised.
-    pub(crate) fn execute(&mut self, command: Command) -> Executed {
+    /// Executes one command, with the data path's part of it done by `D`.
+    /// On failure nothing changed and no event was raised.
+    pub(crate) fn execute<D: DataPathOps>(&mut self, command: Command) -> Executed {
         self.raised = None;
         // Each verb runs in a frame of its own (see `own_frame`).
         let result = match command {
@@ -210,7 +225,7 @@ impl Firmware {
             Command::QuerySrq { srqn } => own_frame(|| self.query_srq(srqn)),
             Command::DestroySrq { srqn } => own_frame(|| self.destroy_srq(srqn)),
             Command::CreateQp(c) => own_frame(|| self.create_qp(&c)),
-            Command::ModifyQp(c) => own_frame(|| self.modify_qp(&c)),
+            Command::ModifyQp(c) => own_frame(|| self.modify_qp::<D>(&c)),
             Command::QueryQp { qpn } => own_frame(|| self.query_qp(qpn)),
             Command::DestroyQp { qpn } => own_frame(|| self.destroy_qp(qpn)),
             Command::CreateAh(c) => own_frame(|| self.create_ah(&c)),

@@ -91,7 +91,7 @@ impl Port {
 
     /// The active MTU in bytes (UD messages are at most this).
     pub(crate) const fn active_mtu_bytes(&self) -> u32 {
-        crate::transport::engine::mtu_bytes(IV_MTU_1024)
+        crate::wire::mtu_bytes(IV_MTU_1024)
     }
 
     /// Largest path MTU (`IV_MTU_*`).
@@ -100,13 +100,7 @@ impl Port {
     }
 }
 
-/// The RoCEv2 GID of an IP address: IPv4-mapped for IPv4.
-pub(crate) fn ip_gid(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
+pub(crate) use crate::wire::ip::ip_gid;
 
 /// Fails unless `port` is the soft HCA's port.
 ///

@@ -145,7 +145,7 @@ pub(crate) struct Qp {
     /// The receive queue ring (none with an SRQ).
     pub(crate) rq: Option<crate::firmware::shared::RingRef>,
     /// Transport state (requester, completer, responder).
-    pub(crate) tx: alloc::boxed::Box<crate::transport::engine::QpTx>,
+    pub(crate) tx: alloc::boxed::Box<crate::firmware::qp_state::QpTx>,
 }
 
 /// QPs by number: a vector sorted by QPN (a binary search finds one; the
@@ -470,7 +470,7 @@ impl Firmware {
             let srq = self.srqs.get_mut(srqn)?;
             crate::firmware::shared::room_for(&mut srq.rnr_waiters, srq.refs.count() + 1)?;
         }
-        let tx = crate::transport::engine::QpTx::new_boxed(&sq.0)?;
+        let tx = crate::firmware::qp_state::QpTx::new_boxed(&sq.0)?;
         self.qps.insert(|| Qp {
             pdn: init.pdn,
             qp_type: init.qp_type,
@@ -570,7 +570,10 @@ impl Firmware {
     /// - `STATUS_INVALID_DEVICE_STATE`: the QP is not in `cur_state` (or in
     ///   `attr.cur_qp_state` with `IV_QP_CUR_STATE`), or the state machine
     ///   has no such transition.
-    pub(crate) fn modify_qp(&mut self, c: &ModifyQp) -> Result<CommandOut, NtStatus> {
+    pub(crate) fn modify_qp<D: crate::firmware::DataPathOps>(
+        &mut self,
+        c: &ModifyQp,
+    ) -> Result<CommandOut, NtStatus> {
         let ModifyQp {
             qpn,
             cur_state,
@@ -611,7 +614,7 @@ impl Firmware {
         } else {
             apply_attr(&mut qp.attr, mask, attr);
         }
-        self.on_modify(qpn, from, mask);
+        D::on_modify(self, qpn, from, mask);
         let drained = !self.qps.get(qpn)?.tx.draining;
         if from == QpState::Rts
             && to == QpState::Sqd

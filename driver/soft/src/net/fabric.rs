@@ -25,7 +25,7 @@ use irpverbs_core::platform::LockClass;
 use irpverbs_core::{Platform, SpinLock};
 
 use crate::SoftHca;
-use crate::transport::packet::{Batch, Gid};
+use crate::wire::packet::{Batch, Gid};
 
 /// The fabric's registry (taken under an HCA's `HCA_LOCK`, rank 20, to
 /// resolve a GID; nothing is taken under it).

@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 
 use irpverbs_ring::{Region, Shared};
 
-use crate::transport::packet::{Batch, Frame, Gid, Packet, m, mask, psn_add};
+use crate::wire::packet::{Batch, Frame, Gid, Packet, m, mask, psn_add};
 use crate::wire::{self, IpUdp, ROCE_PORT};
 
 /// A RoCEv2 datagram: its UDP payload (BTH to ICRC) and what the IP and
@@ -527,7 +527,7 @@ pub const fn rnr_timer_ns(code: u8) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::packet::{Burst, Seg, op};
+    use crate::wire::packet::{Burst, Seg, op};
 
     fn gid(last: u8) -> Gid {
         let mut g = [0u8; 16];

@@ -43,8 +43,8 @@ use irpverbs_core::{Platform, SpinLock};
 
 use crate::SoftHca;
 use crate::net::link::{Datagram, Link, OwnedDatagram, TxBatch};
-use crate::transport::packet::{Gid, Packet, aeth, m, op, psn_add};
 use crate::wire;
+use crate::wire::packet::{Gid, Packet, aeth, m, op, psn_add};
 
 /// Datagrams the adversary remembers (the latest).
 const SEEN: usize = 32;

@@ -2492,21 +2492,17 @@ fn ud_over_ipv6_gets_an_ipv6_grh() {
 
 /// Feeds `pkt` to `node`'s transport as if it came off the wire, then lets
 /// the node deliver what it produced.
-fn inject(node: &Node, pkt: Packet, payload: &[crate::transport::packet::Seg]) {
+fn inject(node: &Node, pkt: Packet, payload: &[crate::wire::packet::Seg]) {
     node.d.hca.with_firmware(|fw| {
-        fw.receive(
-            &pkt,
-            crate::transport::packet::Burst::one(pkt.opcode),
-            payload,
-        );
+        fw.receive(&pkt, crate::wire::packet::Burst::one(pkt.opcode), payload);
         fw.flush_acks();
     });
     node.d.hca.sq_doorbell(0);
     node.run();
 }
 
-use crate::transport::packet::{Aeth, Packet, aeth, op};
-use crate::transport::trust::TrustStats;
+use crate::firmware::datapath::TrustStats;
+use crate::wire::packet::{Aeth, Packet, aeth, op};
 
 /// A requester QP on `a` whose packets reach a QP on `c` that stays in
 /// INIT (and drops them, counted): its WQEs stay in flight until the test
@@ -2798,7 +2794,7 @@ fn a_response_from_before_a_rewind_is_stale() {
             r.payload_len = 8;
             (
                 r,
-                vec![crate::transport::packet::Seg {
+                vec![crate::wire::packet::Seg {
                     region: data.clone(),
                     offset: 0,
                     len: 8,
@@ -2812,14 +2808,14 @@ fn a_response_from_before_a_rewind_is_stale() {
         let nak = s.response(op::RC_ACKNOWLEDGE, PSN0, aeth::NAK | aeth::NAK_PSN_SEQ_ERR);
         let retries = s.a.d.hca.stats().retries;
         s.a.d.hca.with_firmware(|fw| {
-            fw.receive(&nak, crate::transport::packet::Burst::one(nak.opcode), &[]);
+            fw.receive(&nak, crate::wire::packet::Burst::one(nak.opcode), &[]);
         });
         assert_eq!(s.a.d.hca.stats().retries, retries, "a stale NAK");
         s.a.d.hca.with_firmware(|fw| {
             fw.retransmit_timeout(s.qa.qpn);
             fw.receive(
                 &resp,
-                crate::transport::packet::Burst::one(resp.opcode),
+                crate::wire::packet::Burst::one(resp.opcode),
                 &payload,
             );
         });
@@ -2981,7 +2977,7 @@ fn responder_psn_checks_and_duplicates() {
         one(&p.cqa);
         let read_psn = PSN0 + 2;
         let mut dup = request(op::RC_READ_REQUEST, read_psn);
-        dup.reth = crate::transport::packet::Reth {
+        dup.reth = crate::wire::packet::Reth {
             va: mb.addr + 100,
             rkey: mb.lkey,
             len: 3000,
@@ -3005,7 +3001,7 @@ fn responder_psn_checks_and_duplicates() {
         assert_eq!(mb.u64_at(4096), 101);
         let atomic_psn = read_psn + 3;
         let mut dup = request(op::RC_FETCH_ADD, atomic_psn);
-        dup.atomic = crate::transport::packet::AtomicEth {
+        dup.atomic = crate::wire::packet::AtomicEth {
             va: mb.addr + 4096,
             rkey: mb.lkey,
             swap_add: 1,
@@ -3602,7 +3598,7 @@ fn responder_invalid_requests_from_the_wire() {
         // A WRITE longer than max_msg_sz.
         |p| Packet {
             opcode: op::RC_WRITE_ONLY,
-            reth: crate::transport::packet::Reth {
+            reth: crate::wire::packet::Reth {
                 va: p.mb.addr,
                 rkey: p.mb.lkey,
                 len: (1 << 31) + 1,
@@ -3623,7 +3619,7 @@ fn responder_invalid_requests_from_the_wire() {
         // A WRITE whose payload differs from its RETH length.
         |p| Packet {
             opcode: op::RC_WRITE_ONLY,
-            reth: crate::transport::packet::Reth {
+            reth: crate::wire::packet::Reth {
                 va: p.mb.addr,
                 rkey: p.mb.lkey,
                 len: 100,
@@ -3641,7 +3637,7 @@ fn responder_invalid_requests_from_the_wire() {
         pkt.sgid = p.a.gid();
         pkt.dgid = p.b.gid();
         let src = Shared::try_new(Region::alloc(8192).unwrap()).unwrap();
-        let payload = [crate::transport::packet::Seg {
+        let payload = [crate::wire::packet::Seg {
             region: src,
             offset: 0,
             len: pkt.payload_len as usize,

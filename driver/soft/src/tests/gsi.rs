@@ -11,7 +11,7 @@ use crate::Fabric;
 use crate::net::sim::{SimConfig, SimNet};
 use crate::tests::dp::Node;
 use crate::tests::util::TestPlatform;
-use crate::transport::packet::{Burst, Deth, Packet, Seg, op};
+use crate::wire::packet::{Burst, Deth, Packet, Seg, op};
 
 /// A MAD of base version 1 whose bytes after the header say `tag`.
 fn mad(tag: u8) -> [u8; MAD_SIZE] {

@@ -520,8 +520,7 @@ fn run_seed(seed: u64, harsh: bool, attack: bool) -> Result<(), String> {
 }
 
 /// The third host's address (10.0.0.66).
-const ATTACKER: crate::transport::packet::Gid =
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 66];
+const ATTACKER: crate::wire::packet::Gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 66];
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("IRPVERBS_SIM_SEED") {

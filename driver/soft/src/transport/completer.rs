@@ -35,8 +35,8 @@
 //! Completions are written in WQE order: signaled WQEs (all with
 //! `sq_sig_all`) and every error; unsignaled WQEs retire silently.
 //!
-//! [`Frame::RetryHint`]: crate::transport::packet::Frame::RetryHint
-//! [`Frame::Sent`]: crate::transport::packet::Frame::Sent
+//! [`Frame::RetryHint`]: crate::wire::packet::Frame::RetryHint
+//! [`Frame::Sent`]: crate::wire::packet::Frame::Sent
 
 use core::sync::atomic::Ordering;
 
@@ -49,10 +49,11 @@ use irpverbs_core::AsyncEvent;
 
 use crate::firmware::cq::post_cqe;
 use crate::firmware::qp::{Qp, QpState};
+use crate::firmware::qp_state::Progress;
 use crate::transport::dma::{DmaError, Source, scatter};
 use crate::transport::engine::{Env, enter_error, send_cqe};
-use crate::transport::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
-use crate::transport::requester::{Progress, is_rd_atomic};
+use crate::transport::requester::is_rd_atomic;
+use crate::wire::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
 
 /// A response packet (or burst of READ responses) for QP `qpn`'s
 /// requester.
@@ -143,7 +144,7 @@ fn sent_frontier(qp: &Qp) -> u32 {
 
 /// The counters of what the transport does not believe; one more packet
 /// dropped.
-fn untrusted<'e>(env: &'e mut Env<'_>) -> &'e mut crate::transport::trust::TrustStats {
+fn untrusted<'e>(env: &'e mut Env<'_>) -> &'e mut crate::firmware::datapath::TrustStats {
     env.dp.stats.packets_dropped += 1;
     &mut env.dp.stats.trust
 }

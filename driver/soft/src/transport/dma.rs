@@ -11,7 +11,7 @@ use irpverbs_ring::Region;
 
 use crate::firmware::mr::{Mr, make_key};
 use crate::firmware::table::Table;
-use crate::transport::packet::Seg;
+use crate::wire::packet::Seg;
 
 /// Why an access through an SGE list failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

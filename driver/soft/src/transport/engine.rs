@@ -19,55 +19,34 @@
 //! [`crate::transport::completer`]; what they share (QP error transitions, flushing,
 //! CQEs) is here.
 
-use alloc::boxed::Box;
-use alloc::collections::VecDeque;
-use alloc::sync::{Arc, Weak};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_QPT_RC, IV_QPT_UD, IV_WC_OP_RECV, IV_WC_WR_FLUSH_ERR, IvCqe, IvRecvWqe, IvSendWqe, NtStatus,
-    STATUS_INSUFFICIENT_RESOURCES,
+    IV_QPT_RC, IV_QPT_UD, IV_WC_OP_RECV, IV_WC_WR_FLUSH_ERR, IvCqe, IvRecvWqe, IvSendWqe,
 };
-use irpverbs_core::{AsyncEvent, Event};
-use irpverbs_ring::Ring;
+use irpverbs_core::{AsyncEvent, DoorbellTarget, Event};
 
 use crate::firmware::Firmware;
 use crate::firmware::ah::Ah;
 use crate::firmware::cq::{Cq, post_cqe};
+use crate::firmware::datapath::{DataPath, OutQueue};
 use crate::firmware::mr::Mr;
 use crate::firmware::port::Port;
 use crate::firmware::qp::{Qp, QpState, QpTable};
+use crate::firmware::qp_state::{Path, QpTx, RespState};
 use crate::firmware::srq::Srq;
 use crate::firmware::table::Table;
-use crate::net::fabric::{Peer, Router};
-use crate::net::link::{Link, LinkStats, RxPool, TxBatch};
-use crate::transport::packet::{Batch, Burst, Frame, Gid, Packet, m};
-use crate::transport::requester::{ReqState, wc_opcode};
-use crate::transport::responder::RespState;
+use crate::net::fabric::Router;
+use crate::transport::requester::wc_opcode;
 use crate::transport::{completer, requester, responder};
+use crate::wire::packet::{Batch, Burst, Frame, Gid, Packet, m};
 
 /// Packets the requesters may emit in one run before the caller delivers
 /// what they produced (bounds the batches; a QP with more work stays
 /// ready).
 pub(crate) const REQUESTER_BUDGET: usize = 256;
-
-/// Where a connected QP's packets go: its primary address vector.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Path {
-    /// Source GID (the port's GID at the AV's index).
-    pub(crate) sgid: Gid,
-    /// Destination GID.
-    pub(crate) dgid: Gid,
-    /// Destination QP.
-    pub(crate) dest_qpn: u32,
-    /// Traffic class.
-    pub(crate) traffic_class: u8,
-    /// Flow label.
-    pub(crate) flow_label: u32,
-    /// Hop limit.
-    pub(crate) hop_limit: u8,
-}
 
 /// The default P_Key (the only one in the table).
 pub(crate) const DEFAULT_PKEY: u16 = 0xFFFF;
@@ -90,87 +69,7 @@ impl Path {
     }
 }
 
-/// A QP's transport state. Not part of what firmware snapshots compare
-/// (`PartialEq` is always true): tests compare configuration, not traffic.
-#[derive(Clone, Debug)]
-pub(crate) struct QpTx {
-    /// Requester and completer.
-    pub(crate) req: ReqState,
-    /// Responder.
-    pub(crate) resp: RespState,
-    /// RC/UC: where packets go (set on RTR).
-    pub(crate) path: Path,
-    /// Path MTU in bytes (RC/UC), the port's active MTU (UD).
-    pub(crate) mtu: u32,
-    /// On the ready list.
-    pub(crate) scheduled: bool,
-    /// SQD: WQEs in flight when it entered SQD; raise SqDrained when done.
-    pub(crate) draining: bool,
-    /// Raise SqDrained when draining ends.
-    pub(crate) drain_notify: bool,
-    /// CommEstablished was raised since entering RTR.
-    pub(crate) comm_est: bool,
-    /// LastWqeReached was raised since entering ERR.
-    pub(crate) last_wqe: bool,
-    /// The local ACK timer's deadline (wire destinations only).
-    pub(crate) rto_at: Option<u64>,
-    /// The RNR timer's deadline (wire destinations only).
-    pub(crate) rnr_at: Option<u64>,
-    /// On [`DataPath::timed`].
-    pub(crate) timed: bool,
-}
-
-impl PartialEq for QpTx {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for QpTx {}
-
 impl QpTx {
-    /// A new QP's state, with no shadow yet (see [`QpTx::new_boxed`]).
-    const FRESH: Self = Self {
-        req: ReqState::EMPTY,
-        resp: RespState::FRESH,
-        path: Path {
-            sgid: [0; 16],
-            dgid: [0; 16],
-            dest_qpn: 0,
-            traffic_class: 0,
-            flow_label: 0,
-            hop_limit: 0,
-        },
-        mtu: 1024,
-        scheduled: false,
-        draining: false,
-        drain_notify: false,
-        comm_est: false,
-        last_wqe: false,
-        rto_at: None,
-        rnr_at: None,
-        timed: false,
-    };
-
-    /// Fresh state for a QP whose send queue is `sq`, in a box; the
-    /// requester's shadow of the send queue is allocated now.
-    ///
-    /// A `QpTx` is 1.5 KiB: the box is filled from a constant (a copy
-    /// from read-only memory, no stack temporary) and then given the
-    /// shadow, so that creating a QP, which a DPC may do (a backlogged
-    /// command, a CM step), takes little stack (docs/stack-budget.md).
-    ///
-    /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES`.
-    #[inline(never)]
-    pub(crate) fn new_boxed(sq: &Ring) -> Result<Box<Self>, NtStatus> {
-        let shadow = ReqState::shadow(sq)?;
-        let mut tx =
-            irpverbs_ring::try_box_with(|| Self::FRESH).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-        tx.req.attach(shadow);
-        Ok(tx)
-    }
-
     /// Back to the state of a new QP (RESET), keeping the allocations and
     /// the ready-list mark.
     fn reset(&mut self) {
@@ -187,194 +86,7 @@ impl QpTx {
     }
 }
 
-/// Packets for one destination HCA.
-#[derive(Clone, Debug)]
-pub(crate) struct OutQueue {
-    /// Its GID.
-    pub(crate) dgid: Gid,
-    /// The router generation `peer` was resolved in.
-    generation: u64,
-    /// The HCA (`None`: no HCA has the GID).
-    pub(crate) peer: Option<Weak<dyn Peer>>,
-    /// The frames.
-    pub(crate) batch: Batch,
-}
-
-/// Counters, written for every message by whichever processor runs the
-/// data path: on cache lines of their own, away from the state the fast
-/// path only reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(align(128))]
-pub(crate) struct DpStats {
-    /// Packets built by requesters and responders.
-    pub(crate) packets_sent: u64,
-    /// WQEs the loopback fast path executed end to end.
-    pub(crate) fast_path_wqes: u64,
-    /// Packets processed.
-    pub(crate) packets_received: u64,
-    /// Packets dropped: no route, no such QP, wrong state or transport,
-    /// Q_Key mismatch, UC/UD without a receive WQE, PSN out of sequence.
-    pub(crate) packets_dropped: u64,
-    /// RNR NAKs sent.
-    pub(crate) rnr_naks: u64,
-    /// Retransmissions after an RNR NAK.
-    pub(crate) rnr_retries: u64,
-    /// Retransmissions after a NAK (sequence error) or a missing response.
-    pub(crate) retries: u64,
-    /// Retries by cause (see `completer::retry_by`).
-    pub(crate) retry_causes: [u64; 4],
-    /// Completions not written: their CQ had overrun.
-    pub(crate) cqes_lost: u64,
-    /// Events lost before the event queue: more in one step than the
-    /// event list had room for, and no memory to grow it.
-    pub(crate) events_lost: u64,
-    /// Packets dropped as untrusted, by reason.
-    pub(crate) trust: crate::transport::trust::TrustStats,
-}
-
-/// The data path's state, beside the firmware's tables (under `HCA_LOCK`).
-#[derive(Clone)]
-pub(crate) struct DataPath {
-    /// The port's GID: frames to it are loopback.
-    pub(crate) gid: Gid,
-    /// QPs whose requester has work.
-    pub(crate) ready: VecDeque<u32>,
-    /// Frames for this HCA, from its own QPs.
-    pub(crate) loopq: Batch,
-    /// The other loopback batch (double buffering).
-    loop_spare: Batch,
-    /// Frames from other HCAs, taken from the inbox.
-    pub(crate) inbound: Batch,
-    /// Frames for other HCAs, by destination.
-    pub(crate) outbox: Vec<OutQueue>,
-    /// Completion and async events for the event queue.
-    pub(crate) events: Vec<Event>,
-    /// The fabric, when attached.
-    pub(crate) router: Option<Arc<dyn Router>>,
-    /// The wire, when attached: destinations neither loopback nor on the
-    /// fabric.
-    pub(crate) link: Option<Arc<dyn Link>>,
-    /// Frames for the link, serialized at the end of a step.
-    pub(crate) wireq: Batch,
-    /// What sees the link's datagrams, if anything.
-    pub(crate) tap: Option<Arc<dyn crate::net::link::Tap>>,
-    /// The link's UDP destination port.
-    pub(crate) udp_port: u16,
-    /// The link's clock, as of the start of this step (ns).
-    pub(crate) now: u64,
-    /// QPs with a timer armed (each once, see [`QpTx::timed`]).
-    pub(crate) timed: Vec<u32>,
-    /// The platform's clock and timer, when attached: every RC QP keeps
-    /// its timers on it (see [`crate::net::link::Clock`]).
-    pub(crate) clock: Option<Arc<dyn crate::net::link::Clock>>,
-    /// The deadline the platform's timer is armed for (`None`: not armed,
-    /// or fired).
-    pub(crate) clock_armed: Option<u64>,
-    /// Receive buffers for datagrams from the link.
-    pub(crate) rx: RxPool,
-    /// Wire counters.
-    pub(crate) link_stats: LinkStats,
-    /// A message's payload, gathered to be cut into packets.
-    pub(crate) scratch: Vec<u8>,
-    /// The batch the next step's datagrams for the link are serialized
-    /// into: a transmitted one, given back with its capacity.
-    pub(crate) tx: TxBatch,
-    /// Responder QPs with a coalesced ACK to send.
-    pub(crate) acks: Vec<u32>,
-    /// CQs that overran: their QPs go to ERR.
-    pub(crate) cq_errors: Vec<u32>,
-    /// Counters.
-    pub(crate) stats: DpStats,
-    /// The general services interface (QP1).
-    pub(crate) gsi: crate::transport::gsi::Gsi,
-    /// How many reasons a receive doorbell has to take the lock: QPs in
-    /// ERR (their new receives are flushed) and responders waiting for a
-    /// receive after an RNR NAK (their requesters get a retry). While it
-    /// is 0 the RQ and SRQ doorbells return at once. Changed only under
-    /// `HCA_LOCK`; read by the doorbells without it (see
-    /// [`DataPath::attend`]).
-    pub(crate) attention: irpverbs_ring::Shared<AtomicU32>,
-}
-
-impl core::fmt::Debug for DataPath {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("DataPath")
-            .field("ready", &self.ready.len())
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PartialEq for DataPath {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for DataPath {}
-
 impl DataPath {
-    /// An idle data path for a port whose GID is `gid`, counting its
-    /// reasons for attention in `attention` (0), with `events` for the
-    /// events of a step (room for the event queue's depth), its link's
-    /// datagrams to `udp_port`; in a box, built there (out of line: the
-    /// data path is 1 KiB, docs/stack-budget.md).
-    ///
-    /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES`.
-    #[inline(never)]
-    pub(crate) fn new_boxed(
-        gid: Gid,
-        attention: irpverbs_ring::Shared<AtomicU32>,
-        events: Vec<Event>,
-        udp_port: u16,
-    ) -> Result<Box<Self>, NtStatus> {
-        irpverbs_ring::try_box_with(|| Self {
-            gid,
-            ready: VecDeque::new(),
-            loopq: Batch::default(),
-            loop_spare: Batch::default(),
-            inbound: Batch::default(),
-            outbox: Vec::new(),
-            events,
-            router: None,
-            link: None,
-            wireq: Batch::default(),
-            tap: None,
-            udp_port,
-            now: 0,
-            timed: Vec::new(),
-            clock: None,
-            clock_armed: None,
-            rx: RxPool::default(),
-            link_stats: LinkStats::default(),
-            scratch: Vec::new(),
-            tx: TxBatch::default(),
-            acks: Vec::new(),
-            cq_errors: Vec::new(),
-            stats: DpStats::default(),
-            gsi: crate::transport::gsi::Gsi::default(),
-            attention,
-        })
-        .ok_or(STATUS_INSUFFICIENT_RESOURCES)
-    }
-
-    /// One more reason for receive doorbells to come in. Sequentially
-    /// consistent with the doorbell's fence: after this, either the
-    /// doorbell sees it, or the caller's re-read of the ring sees the
-    /// receive the doorbell announced.
-    pub(crate) fn attend(&self) {
-        self.attention.fetch_add(1, Ordering::SeqCst);
-        core::sync::atomic::fence(Ordering::SeqCst);
-    }
-
-    /// One reason fewer.
-    pub(crate) fn unattend(&self) {
-        let _ = self
-            .attention
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-    }
-
     /// The batch frames for `dgid` go to: loopback, a fabric peer's, or
     /// the link's; `None` when none reaches it.
     fn batch_for(&mut self, dgid: &Gid) -> Option<&mut Batch> {
@@ -471,7 +183,7 @@ impl DataPath {
         pkt: Packet,
         burst: Burst,
         notify: Option<u32>,
-        fill: impl FnOnce(&mut Vec<crate::transport::packet::Seg>) -> Result<(), E>,
+        fill: impl FnOnce(&mut Vec<crate::wire::packet::Seg>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.stats.packets_sent += u64::from(burst.count);
         let batch = self
@@ -533,24 +245,6 @@ impl DataPath {
                 self.ready.push_back(qpn);
             }
         }
-    }
-
-    /// An async event.
-    pub(crate) fn raise(&mut self, event: AsyncEvent) {
-        self.event(Event::Async(event));
-    }
-
-    /// Queues `event` for the event queue. The list has room for a full
-    /// event queue from the start (more in one step would overrun it); past
-    /// that it grows fallibly, and an event it has no memory for is lost
-    /// and counted, as an event queue overrun is. Returns whether it was
-    /// queued.
-    pub(crate) fn event(&mut self, event: Event) -> bool {
-        let queued = crate::firmware::shared::push(&mut self.events, event);
-        if !queued {
-            self.stats.events_lost += 1;
-        }
-        queued
     }
 
     /// Packets sent and received so far (the fast path's counted as the
@@ -836,6 +530,24 @@ impl Firmware {
         }
     }
 
+    /// Rings `target`'s doorbell, as a doorbell page's slot bound to it
+    /// rings it ([`Firmware::scan_doorbells`]): a send queue on the fast
+    /// path first with `fast` (an inline HCA whose inbox is empty), as the
+    /// direct-call doorbell runs it ([`Firmware::ring_sq_fast`]), and
+    /// scheduled only for what that leaves. True when the data path has
+    /// work.
+    pub(crate) fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
+        match target {
+            DoorbellTarget::Sq(qpn) => !(fast && self.ring_sq_fast(qpn)) && self.ring_sq(qpn),
+            DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
+            DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
+            DoorbellTarget::CqArm(cqn) => {
+                self.arm_cq(cqn);
+                false
+            }
+        }
+    }
+
     /// The receive queue doorbell: a QP in ERR flushes the new WQEs; a
     /// responder that sent an RNR NAK lets its requester retry.
     pub(crate) fn ring_rq(&mut self, qpn: u32) -> bool {
@@ -984,7 +696,7 @@ impl Firmware {
         &mut self,
         pkt: &Packet,
         burst: Burst,
-        payload: &[crate::transport::packet::Seg],
+        payload: &[crate::wire::packet::Seg],
     ) {
         self.dp.stats.packets_received += u64::from(burst.count);
         if pkt.dest_qpn == irpverbs_core::GSI_QPN {
@@ -1200,6 +912,15 @@ impl Firmware {
     }
 }
 
+/// The transport, as the firmware's commands see it.
+pub(crate) struct Engine;
+
+impl crate::firmware::DataPathOps for Engine {
+    fn on_modify(fw: &mut Firmware, qpn: u32, from: QpState, mask: u32) {
+        fw.on_modify(qpn, from, mask);
+    }
+}
+
 /// Applies a transition into INIT, RTR, RTS or SQD to the transport state.
 fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32, gid0: Gid) {
     use irpverbs_abi::{IV_QP_RETRY_CNT, IV_QP_RNR_RETRY, IV_QP_RQ_PSN, IV_QP_SQ_PSN};
@@ -1209,7 +930,7 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
     tx.mtu = if qp.qp_type == IV_QPT_UD {
         env.port.active_mtu_bytes()
     } else {
-        mtu_bytes(a.path_mtu)
+        crate::wire::mtu_bytes(a.path_mtu)
     };
     if qp.qp_type != IV_QPT_UD {
         tx.path = Path {
@@ -1266,23 +987,15 @@ pub(crate) fn burst_ok(first: u8, burst: Burst) -> bool {
         return burst.count == 1 && first == last;
     }
     let (kf, kl) = (
-        crate::transport::packet::mask(first),
-        crate::transport::packet::mask(last),
+        crate::wire::packet::mask(first),
+        crate::wire::packet::mask(last),
     );
     let kind = m::SEND | m::WRITE | m::READ;
-    first & crate::transport::packet::op::TRANSPORT_MASK
-        == last & crate::transport::packet::op::TRANSPORT_MASK
+    first & crate::wire::packet::op::TRANSPORT_MASK
+        == last & crate::wire::packet::op::TRANSPORT_MASK
         && kf & kind == kl & kind
         && kf & kind != 0
         && kf & m::END == 0
         && kl & m::START == 0
         && kf & (m::REQ | m::RESP) == kl & (m::REQ | m::RESP)
-}
-
-/// Bytes of an `IV_MTU_*` value (1024 for a value out of range).
-pub(crate) const fn mtu_bytes(mtu: u32) -> u32 {
-    match mtu {
-        1..=5 => 128 << mtu,
-        _ => 1024,
-    }
 }

@@ -50,8 +50,8 @@ use crate::firmware::srq::Srq;
 use crate::firmware::table::Table;
 use crate::transport::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
 use crate::transport::engine::REQUESTER_BUDGET;
-use crate::transport::packet::psn_add;
 use crate::transport::requester::{ACK_EVERY, packets};
+use crate::wire::packet::psn_add;
 
 /// How far a fast-path run went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,7 +324,7 @@ fn ack_request(qp: &mut Qp, flags: u8, count: u32, entries: u32) -> bool {
 /// The counters of a message of `count` packets taken by the fast path,
 /// and the peer's first message in RTR.
 #[inline(always)]
-fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::transport::engine::DataPath) {
+fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::firmware::datapath::DataPath) {
     dp.stats.packets_sent += u64::from(count);
     dp.stats.packets_received += u64::from(count);
     dp.stats.fast_path_wqes += 1;
@@ -365,7 +365,7 @@ fn out_of_line<'m>(
     remote: &mut KeyCache<'m>,
     srqs: &mut Table<Srq>,
     cqs: &mut Table<Cq>,
-    dp: &mut crate::transport::engine::DataPath,
+    dp: &mut crate::firmware::datapath::DataPath,
 ) -> Option<Done> {
     let mrs = local.mrs;
     let pdn = qp.pdn;
@@ -399,7 +399,7 @@ fn commit_rd_atomic(
     dest_qpn: u32,
     step: &Step<'_>,
     mrs: &Table<Mr>,
-    dp: &mut crate::transport::engine::DataPath,
+    dp: &mut crate::firmware::datapath::DataPath,
 ) -> (u32, u32) {
     let (index, first, last, count) = issue(qp, step.length);
     qp.tx.req.unacked = 0;
@@ -422,7 +422,7 @@ fn commit_rd_atomic(
 /// The first message to a QP in RTR: communication established.
 #[cold]
 #[inline(never)]
-fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::transport::engine::DataPath) {
+fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::firmware::datapath::DataPath) {
     dest.tx.comm_est = true;
     dp.raise(AsyncEvent::CommEstablished(dest_qpn));
 }
@@ -503,12 +503,12 @@ fn respond(
         } else {
             write_scatter(mrs, pdn, sges, &bytes);
         }
-        crate::transport::responder::Resource {
-            kind: crate::transport::packet::m::ATOMIC,
+        crate::firmware::qp_state::Resource {
+            kind: crate::wire::packet::m::ATOMIC,
             first_psn: first,
             last_psn: first,
             orig,
-            ..crate::transport::responder::Resource::default()
+            ..crate::firmware::qp_state::Resource::default()
         }
     } else {
         if let Some((dst, doff, src, soff)) = step.one_copy {
@@ -516,8 +516,8 @@ fn respond(
         } else if let (Some((region, base)), true) = (step.dst, len > 0) {
             read_scatter(mrs, pdn, sges, len, region, base);
         }
-        crate::transport::responder::Resource {
-            kind: crate::transport::packet::m::READ,
+        crate::firmware::qp_state::Resource {
+            kind: crate::wire::packet::m::READ,
             first_psn: first,
             last_psn: last,
             va: wqe.remote_addr,
@@ -854,7 +854,7 @@ fn commit_message(
     srqs: &mut Table<Srq>,
     cqs: &mut Table<Cq>,
     mrs: &Table<Mr>,
-    dp: &mut crate::transport::engine::DataPath,
+    dp: &mut crate::firmware::datapath::DataPath,
 ) -> Done {
     let entries = qp.sq.0.entries();
     let (index, _, last, count) = issue(qp, step.length);
@@ -957,7 +957,7 @@ fn remote_range<'m>(
 }
 
 /// Reads the send queue's next WQE into the requester's shadow
-/// ([`crate::transport::requester::ReqState::read_shadow`]): the header, and the
+/// ([`crate::firmware::qp_state::ReqState::read_shadow`]): the header, and the
 /// gather list.
 #[inline(always)]
 fn read_next(qp: &mut Qp) -> Option<(&IvSendWqe, &[IvSge])> {

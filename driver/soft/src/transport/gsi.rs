@@ -24,43 +24,21 @@
 //!
 //! [`SoftStats::mads_dropped`]: crate::SoftStats::mads_dropped
 
-use alloc::collections::VecDeque;
-
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER};
 use irpverbs_core::{Event, GSI_QKEY, GSI_QPN, MAD_SIZE, MadIn, MadOut};
 use irpverbs_ring::{Region, Shared};
 
 use crate::firmware::Firmware;
+use crate::firmware::datapath::{DataPath, Gsi};
 use crate::firmware::port::{PORT_NUM, Port};
-use crate::transport::engine::{DEFAULT_PKEY, DataPath};
-use crate::transport::packet::{Burst, Deth, PSN_MASK, Packet, Seg, op, psn_add};
+use crate::transport::engine::DEFAULT_PKEY;
+use crate::wire::packet::{Burst, Deth, PSN_MASK, Packet, Seg, op, psn_add};
 
 /// MADs the GSI holds for the driver at most; more are dropped.
 pub const MAD_QUEUE_DEPTH: usize = 1024;
 
 /// The MAD base version this GSI accepts (IBTA 13.4.2).
 const MAD_BASE_VERSION: u8 = 1;
-
-/// The GSI's state (part of the data path, under `HCA_LOCK`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Gsi {
-    /// MADs received, oldest first.
-    pub(crate) queue: VecDeque<MadIn>,
-    /// [`Event::Mad`] was raised and the driver has not found the queue
-    /// empty since.
-    pub(crate) announced: bool,
-    /// The PSN of the next MAD sent.
-    psn: u32,
-    /// MADs sent.
-    pub(crate) sent: u64,
-    /// MADs queued for the driver.
-    pub(crate) received: u64,
-    /// Packets to QP 1 dropped: not a valid MAD, or the queue was full
-    /// (or had no memory to grow).
-    pub(crate) dropped: u64,
-    /// Buffers of MADs sent, reused once their packet let go of them.
-    spare: VecDeque<Shared<Region>>,
-}
 
 /// MAD buffers [`Gsi::spare`] keeps at most.
 const SPARE_MADS: usize = 64;

@@ -4,7 +4,7 @@
 //! - [`engine`]: the scheduler of the data path (ready queues, timers, the
 //!   inbound batch) and the entry points that run it;
 //! - [`requester`], [`responder`], [`completer`]: IBTA's three state
-//!   machines of a QP, over [`packet`]s;
+//!   machines of a QP, over [`crate::wire::packet`]s;
 //! - [`fast`]: the send doorbell's fast path between two local QPs;
 //! - [`dma`]: keys to MRs and copies between regions;
 //! - [`trust`]: what a connected QP believes, and what it drops;
@@ -15,7 +15,6 @@ pub(crate) mod dma;
 pub(crate) mod engine;
 pub(crate) mod fast;
 pub(crate) mod gsi;
-pub mod packet;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod trust;

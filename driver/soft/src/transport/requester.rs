@@ -34,17 +34,18 @@ use irpverbs_abi::{
     IV_WC_LOC_QP_OP_ERR, IV_WC_OP_COMP_SWAP, IV_WC_OP_FETCH_ADD, IV_WC_OP_RDMA_READ,
     IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD,
     IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM,
-    IV_WR_SEND_WITH_INV, IvSendWqe, IvSge, NtStatus, STATUS_INSUFFICIENT_RESOURCES,
+    IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
-use irpverbs_ring::wq::{MAX_SGE, WqeError, read_send_wqe_into};
+use irpverbs_ring::wq::{WqeError, read_send_wqe_into};
 
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
+use crate::firmware::qp_state::{Progress, ReqState, SendSlot, Window};
 use crate::transport::dma::{DmaError, check_sges, gather};
 use crate::transport::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
-use crate::transport::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
+use crate::wire::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 
 /// RC: a packet asks for an ACK at least this often (unsignaled WQEs retire
 /// when an ACK covers them).
@@ -54,141 +55,24 @@ pub(crate) const ACK_EVERY: u32 = 64;
 /// the QP's own" (a controlled Q_Key).
 pub(crate) const QKEY_CONTROLLED: u32 = 0x8000_0000;
 
-/// The requester's shadow of one send queue slot, from when the WQE is
-/// started until it is retired.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SendSlot {
-    /// The WQE header as read (once) from the ring.
-    pub(crate) wqe: IvSendWqe,
-    /// SGEs in the shadow list.
-    pub(crate) nsge: u8,
-    /// Message length in bytes.
-    pub(crate) length: u32,
-    /// PSN of its first packet.
-    pub(crate) first_psn: u32,
-    /// Last PSN it uses (READ: of its last response).
-    pub(crate) last_psn: u32,
-    /// READ: PSN of the next response expected.
-    pub(crate) resp_next: u32,
-    /// Complete (successfully, or failed with `status`).
-    pub(crate) done: bool,
-    /// `IV_WC_*` when done.
-    pub(crate) status: u32,
-}
-
-/// Where the requester is in the WQE it packetizes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Progress {
-    /// Ring index of the WQE.
-    pub(crate) index: u32,
-    /// Message bytes sent (READ: bytes already received, when retried).
-    pub(crate) offset: u32,
-    /// PSN of the next packet.
-    pub(crate) psn: u32,
-}
-
-/// Requester and completer state of a QP, on cache lines of its own (see
-/// [`crate::transport::responder::RespState`]).
-#[derive(Clone, Debug)]
-#[repr(align(128))]
-pub(crate) struct ReqState {
-    pub(crate) slots: Vec<SendSlot>,
-    pub(crate) sges: Vec<IvSge>,
-    pub(crate) sge_per_slot: usize,
-    /// Consumer index: WQEs before it are retired (the ring's consumer
-    /// word is this, published; the ULP can't move it).
-    pub(crate) ci: u32,
-    /// Ring index of the next WQE to start.
-    pub(crate) next: u32,
-    /// Next PSN.
-    pub(crate) psn: u32,
-    /// The WQE being packetized.
-    pub(crate) cur: Option<Progress>,
-    /// RC: the PSN after the last packet sent before the latest rewind (a
-    /// go-back-N does not unsend what had left): responses up to it
-    /// answer requests the responder may have received.
-    pub(crate) sent_end: u32,
-    /// READs and atomics started and not retired.
-    pub(crate) rd_atomic: u32,
-    /// Transport retries left (`retry_cnt`).
-    pub(crate) retry_left: u8,
-    /// The PSN the requester went back to (a retry or an RNR NAK) with no
-    /// progress since: a sequence-error NAK for it belongs to the same
-    /// episode (the responder NAKed the packets that were in flight) and
-    /// starts no new retry.
-    pub(crate) rewound_to: Option<u32>,
-    /// RNR retries left (`rnr_retry`, 7: unlimited).
-    pub(crate) rnr_left: u8,
-    /// Stopped after an RNR NAK until the responder can take it.
-    pub(crate) rnr_wait: bool,
-    /// RC: packets sent since the last one that asked for an ACK.
-    pub(crate) unacked: u32,
-    /// SQD: ask for an ACK of what is in flight (send the last packet
-    /// again, asking for one).
-    pub(crate) solicit: bool,
-    /// RC: the congestion window ([`Window`]).
-    pub(crate) window: Window,
-}
-
-/// An RC requester's congestion window, in packets: how many PSNs past the
-/// last one acknowledged it may have sent. A burst is cut at the window
-/// (and asks for an ACK); the requester then waits for an ACK to open it.
-/// The window grows as ACKs come (doubling per round trip up to the
-/// threshold, then one packet per window acknowledged) and shrinks on a
-/// retry: halved for a NAK or an implicit NAK, quartered for a timeout
-/// (the threshold follows). Without it a requester with more in flight
-/// than the path holds (a UDP socket's buffer) loses most of it and goes
-/// back N until its retries run out.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Window {
-    /// Every PSN before this one is acknowledged.
-    pub(crate) acked: u32,
-    /// The window (packets).
-    pub(crate) cwnd: u32,
-    /// Up to here the window grows by what is acknowledged.
-    pub(crate) threshold: u32,
-    /// Packets acknowledged toward the next one-packet growth.
-    grown: u32,
-    /// The requester stopped at the window: the next ACK schedules it.
-    pub(crate) waiting: bool,
-}
-
 impl Window {
-    /// The first window: 2,048 packets (8 MiB at a 4096-byte MTU).
-    pub(crate) const INITIAL: u32 = 2048;
     /// Never below two ACK requests' worth of packets: a full window always
     /// has an ACK on its way (a requester asks every [`ACK_EVERY`] packets,
     /// and at a full window).
     pub(crate) const MIN: u32 = 2 * ACK_EVERY;
-    /// 4,096 packets (16 MiB at 4096 bytes): half a UDP socket's buffer,
-    /// which drains within the usual local ACK timeout (67 ms at timeout
-    /// 14) at the wire's few hundred MiB/s; a larger window only queues
-    /// longer, until the timer fires for packets that were not lost.
-    pub(crate) const MAX: u32 = 1 << 12;
-
-    /// A window starting at `psn` (nothing in flight).
-    pub(crate) const fn at(psn: u32) -> Self {
-        Self {
-            acked: psn,
-            cwnd: Self::INITIAL,
-            threshold: Self::MAX,
-            grown: 0,
-            waiting: false,
-        }
-    }
 
     /// Packets the requester may still send from `next` (the PSN it sends
     /// next).
     pub(crate) fn room(&self, next: u32) -> u32 {
         let out =
-            u32::try_from(crate::transport::packet::psn_diff(next, self.acked).max(0)).unwrap_or(0);
+            u32::try_from(crate::wire::packet::psn_diff(next, self.acked).max(0)).unwrap_or(0);
         self.cwnd.saturating_sub(out)
     }
 
     /// Everything before `psn` is acknowledged: the window slides and
     /// grows. Returns true when the requester was waiting for it.
     pub(crate) fn acknowledge(&mut self, psn: u32) -> bool {
-        let n = crate::transport::packet::psn_diff(psn, self.acked);
+        let n = crate::wire::packet::psn_diff(psn, self.acked);
         if n <= 0 {
             return false;
         }
@@ -220,75 +104,7 @@ impl Window {
     }
 }
 
-/// A send queue's shadow: its slots and their gather lists.
-#[derive(Debug)]
-pub(crate) struct Shadow {
-    slots: Vec<SendSlot>,
-    sges: Vec<IvSge>,
-    sge_per_slot: usize,
-}
-
 impl ReqState {
-    /// The shadow of the send queue `sq` (see [`ReqState::with_shadow`]),
-    /// allocated now.
-    ///
-    /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES`.
-    pub(crate) fn shadow(sq: &Ring) -> Result<Shadow, NtStatus> {
-        let entries = sq.entries() as usize;
-        let sge_per_slot =
-            ((sq.stride() as usize).saturating_sub(IV_SEND_WQE_HEADER) / 16).min(MAX_SGE);
-        let mut slots = Vec::new();
-        slots
-            .try_reserve_exact(entries)
-            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-        slots.resize(entries, SendSlot::default());
-        let mut sges = Vec::new();
-        sges.try_reserve_exact(entries * sge_per_slot)
-            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-        sges.resize(entries * sge_per_slot, IvSge::default());
-        Ok(Shadow {
-            slots,
-            sges,
-            sge_per_slot,
-        })
-    }
-
-    /// State with no shadow yet, as a constant: a QP's transport state is
-    /// written from constants into its box, never built on the stack
-    /// (`QpTx::new_boxed`; docs/stack-budget.md), and then given its
-    /// shadow ([`ReqState::attach`]).
-    pub(crate) const EMPTY: Self = Self {
-        slots: Vec::new(),
-        sges: Vec::new(),
-        sge_per_slot: 0,
-        ci: 0,
-        next: 0,
-        psn: 0,
-        cur: None,
-        sent_end: 0,
-        rd_atomic: 0,
-        retry_left: 0,
-        rewound_to: None,
-        rnr_left: 0,
-        rnr_wait: false,
-        unacked: 0,
-        solicit: false,
-        window: Window::at(0),
-    };
-
-    /// Gives the state its send queue's shadow. Allocates nothing.
-    pub(crate) fn attach(&mut self, shadow: Shadow) {
-        let Shadow {
-            slots,
-            sges,
-            sge_per_slot,
-        } = shadow;
-        self.slots = slots;
-        self.sges = sges;
-        self.sge_per_slot = sge_per_slot;
-    }
-
     pub(crate) fn slot_index(&self, i: u32) -> usize {
         (i as usize) & (self.slots.len().max(1) - 1)
     }
@@ -646,7 +462,7 @@ fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> 
         },
         solicited: wqe.flags & IV_SEND_SOLICITED != 0,
         pkey: DEFAULT_PKEY,
-        dest_qpn: wqe.remote_qpn & crate::transport::packet::PSN_MASK,
+        dest_qpn: wqe.remote_qpn & crate::wire::packet::PSN_MASK,
         psn: slot.first_psn,
         sgid: env.port.gid(u32::from(ah.sgid_index)).unwrap_or(env.dp.gid),
         dgid: ah.dgid,
@@ -762,8 +578,8 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             let opcode = data_opcode(qp.qp_type, wqe.opcode, first, count == 1 && !cut);
             let last_opcode = data_opcode(qp.qp_type, wqe.opcode, count == 1 && first, !cut);
             let (kf, kl) = (
-                crate::transport::packet::mask(opcode),
-                crate::transport::packet::mask(last_opcode),
+                crate::wire::packet::mask(opcode),
+                crate::wire::packet::mask(last_opcode),
             );
             let mut pkt = path.packet(opcode, p.psn);
             // Ask for an ACK for what the ULP waits for: a signaled WQE,
@@ -786,17 +602,17 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                         | IV_WR_SEND_WITH_INV
                         | IV_WR_RDMA_WRITE_WITH_IMM
                 );
-            if kf & crate::transport::packet::m::RETH != 0 {
+            if kf & crate::wire::packet::m::RETH != 0 {
                 pkt.reth = Reth {
                     va: wqe.remote_addr,
                     rkey: wqe.rkey,
                     len: slot.length,
                 };
             }
-            if kl & crate::transport::packet::m::IMMDT != 0 {
+            if kl & crate::wire::packet::m::IMMDT != 0 {
                 pkt.imm = wqe.imm_or_inv;
             }
-            if kl & crate::transport::packet::m::IETH != 0 {
+            if kl & crate::wire::packet::m::IETH != 0 {
                 pkt.ieth = wqe.imm_or_inv;
             }
             pkt.payload_len = rest;
@@ -850,7 +666,7 @@ pub(crate) fn solicit_ack(qp: &mut Qp) {
 }
 
 fn psn_sub(a: u32, b: u32) -> u32 {
-    u32::try_from(crate::transport::packet::psn_diff(a, b).max(0)).unwrap_or(0)
+    u32::try_from(crate::wire::packet::psn_diff(a, b).max(0)).unwrap_or(0)
 }
 
 #[cfg(test)]

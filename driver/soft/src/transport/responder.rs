@@ -42,156 +42,24 @@ use irpverbs_abi::{
     IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_GRH_LEN, IV_QPT_RC,
     IV_QPT_UC, IV_WC_GRH, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR, IV_WC_LOC_QP_OP_ERR,
     IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_REM_ACCESS_ERR, IV_WC_REM_INV_REQ_ERR,
-    IV_WC_SUCCESS, IV_WC_WITH_IMM, IV_WC_WITH_INV, IvCqe, IvQpAttr, IvRecvWqe, IvSge,
+    IV_WC_SUCCESS, IV_WC_WITH_IMM, IV_WC_WITH_INV, IvCqe, IvQpAttr, IvRecvWqe,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
-use irpverbs_ring::wq::{MAX_SGE, read_recv_wqe_into};
+use irpverbs_ring::wq::read_recv_wqe_into;
 
 use crate::firmware::cq::post_cqe;
 use crate::firmware::mr::Mr;
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
+use crate::firmware::qp_state::{RecvWqe, Resource, RespState, WriteState};
 use crate::transport::dma::{DmaError, Source, mr_by_key, scatter};
 use crate::transport::engine::{Env, enter_error};
-use crate::transport::packet::{
+use crate::wire::packet::{
     Aeth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
 };
 
-/// Responder resources remembered for duplicate READs and atomics.
-const RESOURCES: usize = 16;
-
-/// A receive WQE being filled.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvWqe {
-    /// Its work request id.
-    pub(crate) wr_id: u64,
-    /// SGEs.
-    pub(crate) nsge: usize,
-    /// The scatter list (read once from the ring).
-    pub(crate) sges: [IvSge; MAX_SGE],
-    /// Bytes placed so far.
-    pub(crate) offset: u32,
-}
-
-/// The RDMA WRITE in progress.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WriteState {
-    /// Its rkey (checked again for every packet: the MR may go).
-    pub(crate) rkey: u32,
-    /// Address of the next byte.
-    pub(crate) va: u64,
-    /// Bytes still expected.
-    pub(crate) resid: u32,
-    /// The RETH length.
-    pub(crate) length: u32,
-}
-
-/// A READ or atomic executed, kept to answer its duplicates.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Resource {
-    /// 0 (free), `m::READ` or `m::ATOMIC`.
-    pub(crate) kind: u32,
-    /// PSN of the request.
-    pub(crate) first_psn: u32,
-    /// Last PSN of its responses.
-    pub(crate) last_psn: u32,
-    /// READ: address, rkey and length.
-    pub(crate) va: u64,
-    /// READ: rkey.
-    pub(crate) rkey: u32,
-    /// READ: length.
-    pub(crate) len: u32,
-    /// Atomic: the original value returned.
-    pub(crate) orig: u64,
-}
-
-/// Responder state of a QP. On cache lines of its own: in loopback the
-/// peer's requester (on the peer's processor) writes it, while this QP's
-/// own requester writes [`crate::transport::requester::ReqState`] beside it.
-#[derive(Clone, Debug)]
-#[repr(align(128))]
-pub(crate) struct RespState {
-    /// Expected PSN.
-    pub(crate) epsn: u32,
-    /// Message sequence number (24 bits).
-    pub(crate) msn: u32,
-    /// Receive queue consumer index (published to the ring).
-    pub(crate) rq_ci: u32,
-    /// The receive queue's producer index as the fast path last read it:
-    /// the WQEs before it were posted, so while `rq_ci` is behind it the
-    /// fast path takes the next one without reading the ULP's index (a
-    /// cache line the ULP's processor writes with every post). Stale when
-    /// another path moves `rq_ci` past it; the fast path then reads the
-    /// index again.
-    pub(crate) rq_seen: u32,
-    /// `m::SEND` or `m::WRITE` while a multi-packet message is in
-    /// progress, 0 between messages.
-    pub(crate) in_msg: u32,
-    /// The receive WQE taken for the message in progress (valid with
-    /// `has_recv`; read in place, never moved).
-    pub(crate) recv: RecvWqe,
-    /// `recv` holds a WQE.
-    pub(crate) has_recv: bool,
-    /// The WRITE in progress.
-    pub(crate) write: WriteState,
-    /// A PSN sequence error NAK was sent; no other until the expected PSN.
-    pub(crate) nak_sent: bool,
-    /// UC: drop packets until the next first packet.
-    pub(crate) drop_msg: bool,
-    /// Responder resources (a ring).
-    pub(crate) res: [Resource; RESOURCES],
-    /// Next resource to use.
-    pub(crate) res_next: usize,
-    /// A coalesced ACK to send, for this PSN.
-    pub(crate) ack: Option<u32>,
-    /// An RNR NAK was sent: tell the requester when a receive is posted.
-    pub(crate) rnr_wait: bool,
-}
-
 impl RespState {
-    /// Fresh state, as a constant: a QP's transport state is written from
-    /// constants into its box, never built on the stack
-    /// (`QpTx::new_boxed`; docs/stack-budget.md).
-    pub(crate) const FRESH: Self = Self {
-        epsn: 0,
-        msn: 0,
-        rq_ci: 0,
-        rq_seen: 0,
-        in_msg: 0,
-        recv: RecvWqe {
-            wr_id: 0,
-            nsge: 0,
-            sges: [IvSge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; MAX_SGE],
-            offset: 0,
-        },
-        has_recv: false,
-        write: WriteState {
-            rkey: 0,
-            va: 0,
-            resid: 0,
-            length: 0,
-        },
-        nak_sent: false,
-        drop_msg: false,
-        res: [Resource {
-            kind: 0,
-            first_psn: 0,
-            last_psn: 0,
-            va: 0,
-            rkey: 0,
-            len: 0,
-            orig: 0,
-        }; RESOURCES],
-        res_next: 0,
-        ack: None,
-        rnr_wait: false,
-    };
-
     /// Entering RTR.
     pub(crate) fn configure(&mut self, attr: &IvQpAttr) {
         self.epsn = attr.rq_psn;
@@ -311,7 +179,7 @@ pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
 
 /// After an RNR NAK: remember to tell the requester when a receive is
 /// posted. A receive posted meanwhile (its doorbell may have seen nothing
-/// to do) is found by the re-read after [`crate::transport::engine::DataPath::attend`].
+/// to do) is found by the re-read after [`crate::firmware::datapath::DataPath::attend`].
 fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if !qp.tx.resp.rnr_wait {
         qp.tx.resp.rnr_wait = true;
@@ -579,7 +447,7 @@ fn execute(
     burst: Burst,
     payload: &[Seg],
 ) -> Result<(), Fail> {
-    let k = pkt.mask() | crate::transport::packet::mask(burst.last_opcode);
+    let k = pkt.mask() | crate::wire::packet::mask(burst.last_opcode);
     let rc = qp.qp_type == IV_QPT_RC;
     let resp = &qp.tx.resp;
     let cont = k & (m::MIDDLE | m::END) != 0 && k & m::START == 0;
@@ -755,7 +623,7 @@ fn write(
 pub(crate) fn new_resource(qp: &mut Qp, r: Resource) {
     let resp = &mut qp.tx.resp;
     resp.res[resp.res_next] = r;
-    resp.res_next = (resp.res_next + 1) % RESOURCES;
+    resp.res_next = (resp.res_next + 1) % resp.res.len();
 }
 
 fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
@@ -911,7 +779,7 @@ fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
 }
 
 fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
-    let k = pkt.mask() | crate::transport::packet::mask(burst.last_opcode);
+    let k = pkt.mask() | crate::wire::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
     let start = k & m::START != 0;
     if psn_diff(pkt.psn, resp.epsn) < 0 {

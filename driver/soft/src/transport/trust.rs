@@ -19,42 +19,6 @@
 //! response's length and opcode sequence the READ's. Anything else is
 //! dropped and counted here; it never completes or fails a WQE.
 //!
-//! IRQL: counted under `HCA_LOCK` (DISPATCH_LEVEL); read with
+//! The counters are [`crate::TrustStats`], kept with the data path's
+//! state. IRQL: counted under `HCA_LOCK` (DISPATCH_LEVEL); read with
 //! [`crate::SoftHca::stats`].
-
-/// Packets a QP dropped because it does not believe them, by reason.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TrustStats {
-    /// Packets to an RC or UC QP from other than its peer's GID, or to
-    /// other than its own (an off-path sender, or a QP not connected).
-    pub foreign_address: u64,
-    /// Responses (ACK, NAK, READ response, atomic ACK) whose PSN is past
-    /// every request the requester has outstanding: never sent, or sent
-    /// before a rewind and sent again since.
-    pub response_psn_ahead: u64,
-    /// Responses whose opcode is not what the request at their PSN calls
-    /// for (a READ response to a SEND, an atomic ACK to a READ).
-    pub response_opcode: u64,
-    /// READ responses out of sequence (opcode order) or of the wrong
-    /// length for the READ they answer.
-    pub response_malformed: u64,
-    /// ACKs with a reserved AETH type, NAKs with a code IBTA does not
-    /// define.
-    pub unknown_syndrome: u64,
-    /// NAKs (sequence error, RNR, invalid request, remote access, remote
-    /// operation) whose PSN is not that of a request outstanding.
-    pub nak_psn_invalid: u64,
-}
-
-impl TrustStats {
-    /// Every packet dropped, all reasons.
-    #[must_use]
-    pub fn total(&self) -> u64 {
-        self.foreign_address
-            .wrapping_add(self.response_psn_ahead)
-            .wrapping_add(self.response_opcode)
-            .wrapping_add(self.response_malformed)
-            .wrapping_add(self.unknown_syndrome)
-            .wrapping_add(self.nak_psn_invalid)
-    }
-}

@@ -4,13 +4,13 @@
 //! Every view has the exact size and alignment 1 of the header, so any
 //! byte offset of a packet may hold one.
 //!
-//! Each converts from and to the [`packet`](crate::transport::packet) struct of the
+//! Each converts from and to the [`packet`](crate::wire::packet) struct of the
 //! same header; 24-bit fields are masked when read.
 
 use zerocopy::byteorder::network_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::transport::packet::{
+use crate::wire::packet::{
     AETH_LEN, ATMACK_LEN, ATMETH_LEN, Aeth, AtomicEth, BTH_LEN, DETH_LEN, Deth, IETH_LEN,
     IMMDT_LEN, PSN_MASK, Packet, RETH_LEN, Reth,
 };
@@ -334,7 +334,7 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::packet::op;
+    use crate::wire::packet::op;
 
     #[test]
     fn the_bth_bits_are_where_ibta_puts_them() {

@@ -19,7 +19,7 @@ use zerocopy::IntoBytes;
 use super::headers::BTH_RESV8A;
 use super::ip::{udp_hdr, udp_len_of, v4_hdr, v6_hdr};
 use super::{Family, IpUdp, WireError};
-use crate::transport::packet::BTH_LEN;
+use crate::wire::packet::BTH_LEN;
 
 /// The ICRC of a packet whose transport bytes (BTH up to the pad, without
 /// the ICRC itself) are `transport`, carried in the datagram `ip`

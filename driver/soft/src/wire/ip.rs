@@ -13,7 +13,15 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::transport::{emit_transport, parse_transport, transport_len};
 use super::{EmitError, Family, ICRC_LEN, IpUdp, ROCE_PORT, WireError, is_ipv4_mapped};
-use crate::transport::packet::{Gid, Packet};
+use crate::wire::packet::{Gid, Packet};
+
+/// The RoCEv2 GID of an IP address: IPv4-mapped for IPv4.
+pub(crate) fn ip_gid(ip: core::net::IpAddr) -> Gid {
+    match ip {
+        core::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        core::net::IpAddr::V6(v6) => v6.octets(),
+    }
+}
 
 /// Bytes of an IPv4 header without options.
 pub const IPV4_HDR_LEN: usize = 20;

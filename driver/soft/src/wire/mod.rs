@@ -14,9 +14,12 @@
 //!   [`icrc()`].
 //! - [`ip`]: IPv4, IPv6, UDP and Ethernet II: [`emit_datagram`],
 //!   [`emit_frame`], [`parse_datagram`], [`parse_frame`].
+//! - [`packet`]: the transport's packets as fields (BTH and extension
+//!   headers, payload segments), what the requester, responder and
+//!   completer exchange and what the rest of this module serializes.
 //!
 //! Which headers a packet has is decided by the transport's one opcode
-//! table, [`packet::mask`](crate::transport::packet::mask); whether a packet travels
+//! table, [`packet::mask`]; whether a packet travels
 //! over IPv4 or IPv6 by its GIDs (IPv4-mapped `::ffff:a.b.c.d` is IPv4).
 //!
 //! Emitting writes into a buffer the caller provides and parsing borrows
@@ -33,11 +36,12 @@
 pub mod headers;
 pub mod icrc;
 pub mod ip;
+pub mod packet;
 pub mod transport;
 
 use core::fmt;
 
-use crate::transport::packet::{Gid, Packet};
+use crate::wire::packet::{Gid, Packet};
 
 pub use icrc::icrc;
 pub use ip::{
@@ -48,6 +52,14 @@ pub use transport::{emit_transport, parse_transport, transport_len};
 
 /// The UDP destination port of RoCEv2 (IANA).
 pub const ROCE_PORT: u16 = 4791;
+
+/// Bytes of an `IV_MTU_*` value (1024 for a value out of range).
+pub(crate) const fn mtu_bytes(mtu: u32) -> u32 {
+    match mtu {
+        1..=5 => 128 << mtu,
+        _ => 1024,
+    }
+}
 
 /// Bytes of the ICRC that ends every packet.
 pub const ICRC_LEN: usize = 4;

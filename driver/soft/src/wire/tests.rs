@@ -9,7 +9,7 @@ use proptest::sample::select;
 use proptest::test_runner::Config;
 
 use super::*;
-use crate::transport::packet::{
+use crate::wire::packet::{
     Aeth, AtomicEth, Deth, PSN_MASK, Packet, Reth, aeth, header_len, m, mask, op,
 };
 

@@ -7,7 +7,7 @@ use super::headers::{
 };
 use super::ip::udp_len_of;
 use super::{EmitError, ICRC_LEN, IpUdp, WireError, icrc};
-use crate::transport::packet::{PSN_MASK, Packet, header_len, m, mask};
+use crate::wire::packet::{PSN_MASK, Packet, header_len, m, mask};
 
 /// Bytes of `pkt` as a UDP payload: its headers, `payload_len` bytes of
 /// payload, the pad and the ICRC.

@@ -54,8 +54,8 @@ use irpverbs_core::platform::LockClass;
 use irpverbs_core::{Platform, SpinLock};
 use irpverbs_ring::{Region, Shared};
 
-use crate::firmware::port::ip_gid;
 use crate::net::link::{Datagram, Link, TxBatch};
+use crate::wire::ip::ip_gid;
 use crate::wire::{self, ROCE_PORT};
 use crate::{SoftConfig, SoftHca};
 

@@ -15,7 +15,7 @@ use super::*;
 use crate::net::link::TxBatch;
 use crate::tests::dp::{ALL_ACCESS, Conn, Node, signaled};
 use crate::tests::util::TestPlatform;
-use crate::transport::packet::{Packet, op};
+use crate::wire::packet::{Packet, op};
 
 fn reg<'a>(values: &'a [(&'a str, RegValue<'a>)]) -> impl Fn(&str) -> Option<RegValue<'a>> {
     move |name| values.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
