@@ -87,24 +87,40 @@ mod portable;
 #[cfg(not(target_os = "linux"))]
 use portable as sys;
 
+/// The longest datagram the port fallback reseals (the largest UDP payload
+/// over IPv4; an IB MTU of 4096 and its headers fit many times).
+const RESEAL_BYTES: usize = 65_507;
+
 /// `d` as sent from UDP source port `port`: its header facts with that
-/// port, and a copy of its bytes with the ICRC computed again for it
-/// (`None` when the datagram is too short to carry one, or the ICRC cannot
-/// be computed: it is counted as failed).
-fn reseal<'a>(d: &Datagram<'a>, port: u16) -> (Datagram<'a>, Option<Vec<u8>>) {
+/// port, and its bytes copied into `buf` with the ICRC computed again for
+/// that port. `buf` is the link's, taken when it was bound: nothing is
+/// allocated per datagram. `None` (counted as failed) when the datagram is
+/// too short to carry an ICRC, longer than `buf`'s room, or the ICRC cannot
+/// be computed.
+fn reseal<'b>(d: &Datagram<'_>, port: u16, buf: &'b mut Vec<u8>) -> Option<Datagram<'b>> {
+    let body_len = d.payload.len().checked_sub(4)?;
+    if d.payload.len() > buf.capacity() {
+        return None;
+    }
     let moved = Datagram {
         src_port: port,
         ..*d
     };
-    let Some(body_len) = d.payload.len().checked_sub(4) else {
-        return (moved, None);
-    };
-    let Ok(crc) = irpverbs_soft::wire::icrc(&moved.ip(), &d.payload[..body_len]) else {
-        return (moved, None);
-    };
-    let mut bytes = d.payload.to_vec();
-    bytes[body_len..].copy_from_slice(&crc.to_le_bytes());
-    (moved, Some(bytes))
+    let crc = irpverbs_soft::wire::icrc(&moved.ip(), &d.payload[..body_len]).ok()?;
+    buf.clear();
+    // Within the capacity (checked above): no allocation.
+    buf.extend_from_slice(d.payload);
+    buf[body_len..].copy_from_slice(&crc.to_le_bytes());
+    Some(Datagram {
+        sgid: moved.sgid,
+        dgid: moved.dgid,
+        src_port: moved.src_port,
+        dst_port: moved.dst_port,
+        traffic_class: moved.traffic_class,
+        flow_label: moved.flow_label,
+        hop_limit: moved.hop_limit,
+        payload: buf,
+    })
 }
 
 #[cfg(test)]
@@ -439,6 +455,9 @@ pub struct UdpLink {
     port: u16,
     buffer: usize,
     sources: RwLock<Vec<(u16, Arc<UdpSocket>)>>,
+    /// Where the port fallback reseals a datagram ([`RESEAL_BYTES`] of
+    /// room, taken at bind).
+    reseal: Mutex<Vec<u8>>,
     counters: Counters,
     clock: Clock,
 }
@@ -463,6 +482,10 @@ impl UdpLink {
         sys::configure(&sock, v6, config.socket_buffer)?;
         sock.set_read_timeout(Some(RECV_POLL))?;
         let local = sock.local_addr()?;
+        let mut reseal = Vec::new();
+        reseal
+            .try_reserve_exact(RESEAL_BYTES)
+            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
         Ok(Self {
             sock,
             local,
@@ -470,6 +493,7 @@ impl UdpLink {
             port: local.port(),
             buffer: config.socket_buffer,
             sources: RwLock::new(Vec::new()),
+            reseal: Mutex::new(reseal),
             counters: Counters::default(),
             clock: Clock {
                 start: Instant::now(),
@@ -509,27 +533,23 @@ impl UdpLink {
                 // it): the run leaves from the listening socket. The ICRC
                 // covers the UDP source port, so each datagram is sealed
                 // again for that port, or the receiver would drop it.
-                let mut run = Vec::new();
+                // One at a time through the link's reseal buffer: this
+                // path allocates nothing per datagram either.
+                let mut buf = self.reseal.lock().unwrap_or_else(PoisonError::into_inner);
                 while let Some(d) = it.next_if(|d| d.src_port == src) {
-                    run.push(reseal(&d, self.port));
+                    let before = report.sent + report.dropped + report.failed;
+                    match reseal(&d, self.port, &mut buf) {
+                        Some(moved) => {
+                            let mut one = core::iter::once(moved).peekable();
+                            sys::send_run(&self.sock, self.v6, self.port, &mut one, &mut report);
+                        }
+                        None => report.failed += 1,
+                    }
+                    add(
+                        &self.counters.port_fallbacks,
+                        report.sent + report.dropped + report.failed - before,
+                    );
                 }
-                let before = report.sent + report.dropped + report.failed;
-                let mut resealed = run
-                    .iter()
-                    .filter_map(|(d, bytes)| {
-                        let bytes = bytes.as_ref()?;
-                        Some(Datagram {
-                            payload: bytes,
-                            ..*d
-                        })
-                    })
-                    .peekable();
-                sys::send_run(&self.sock, self.v6, self.port, &mut resealed, &mut report);
-                report.failed += run.iter().filter(|(_, b)| b.is_none()).count() as u64;
-                add(
-                    &self.counters.port_fallbacks,
-                    report.sent + report.dropped + report.failed - before,
-                );
             }
         }
         self.counters.record_send(&report);

@@ -348,20 +348,83 @@ fn a_resealed_datagram_carries_the_icrc_of_its_new_source_port() {
         payload: &bytes,
         ..old
     };
-    let (moved, resealed) = reseal(&d, 4791);
-    let resealed = resealed.expect("resealed");
-    assert_eq!(moved.src_port, 4791);
+    let mut buf = Vec::with_capacity(64);
+    let resealed = reseal(&d, 4791, &mut buf).expect("resealed");
+    assert_eq!(resealed.src_port, 4791);
     assert_eq!(
-        &resealed[..body_len],
+        (resealed.sgid, resealed.dgid, resealed.dst_port),
+        (d.sgid, d.dgid, d.dst_port)
+    );
+    assert_eq!(
+        &resealed.payload[..body_len],
         &bytes[..body_len],
         "the body is kept"
     );
-    let new_crc = irpverbs_soft::wire::icrc(&moved.ip(), &bytes[..body_len]).unwrap();
-    assert_eq!(resealed[body_len..], new_crc.to_le_bytes());
+    let new_crc = irpverbs_soft::wire::icrc(&resealed.ip(), &bytes[..body_len]).unwrap();
+    assert_eq!(resealed.payload[body_len..], new_crc.to_le_bytes());
     assert_ne!(new_crc, crc, "the source port is under the ICRC");
     let short = Datagram {
         payload: &bytes[..3],
         ..old
     };
-    assert_eq!(reseal(&short, 4791).1, None);
+    assert!(reseal(&short, 4791, &mut buf).is_none());
+    // Longer than the buffer's room: refused, not grown.
+    let mut small = Vec::with_capacity(8);
+    assert!(reseal(&d, 4791, &mut small).is_none());
+    assert_eq!(small.capacity(), 8);
+}
+
+/// A run whose source port another socket holds leaves from the listening
+/// socket, each datagram resealed in the link's buffer: every datagram
+/// arrives, from the listening port, with a valid ICRC, and the path
+/// allocates nothing per datagram (the sends run as driver code, whose
+/// every heap allocation on this thread the platform counts).
+#[test]
+fn the_port_fallback_reseals_in_place_and_allocates_nothing() {
+    let ((a, _ra), (b, rb)) = pair();
+    let port = a.local_addr().port();
+    // The source port, held by a socket of someone else.
+    let taken = UdpSocket::bind(SocketAddr::new(v4(1), 0)).expect("a port on 127.0.0.1");
+    let src = taken.local_addr().unwrap().port();
+    assert_ne!(src, port);
+    let to = b.local_addr();
+    let ip = |d: &Datagram<'_>| d.ip();
+    // SEND ONLY packets of 16 bytes of payload each, sealed for `src`.
+    let packets: Vec<Vec<u8>> = (0..200u8)
+        .map(|i| {
+            let mut p = vec![0x04, 0, 0xFF, 0xFF, 0, 0, 0, 2, 0x80, 0, 0, i];
+            p.extend_from_slice(&[i; 16]);
+            let crc = irpverbs_soft::wire::icrc(&ip(&datagram(v4(1), to, src, &[])), &p).unwrap();
+            p.extend_from_slice(&crc.to_le_bytes());
+            p
+        })
+        .collect();
+    let platform = crate::platform::HostPlatform::default();
+    let send = |range: std::ops::Range<usize>| {
+        let before = platform.pool_stats().heap_charges;
+        platform.driver_code(|| {
+            a.link()
+                .send(packets[range].iter().map(|p| datagram(v4(1), to, src, p)));
+        });
+        platform.pool_stats().heap_charges - before
+    };
+    // The first send may grow what any send grows once; then none.
+    send(0..10);
+    assert_eq!(send(10..200), 0, "allocations for 190 resealed datagrams");
+    let got = rb.wait_for(packets.len());
+    assert_eq!(got.len(), packets.len(), "{:?}", a.stats());
+    for g in &got {
+        assert_eq!(g.src_port, port, "sent from the listening socket");
+        let body = g.payload.len() - 4;
+        let from = Datagram {
+            src_port: g.src_port,
+            ..datagram(v4(1), to, g.src_port, &[])
+        };
+        let crc = irpverbs_soft::wire::icrc(&from.ip(), &g.payload[..body]).unwrap();
+        assert_eq!(g.payload[body..], crc.to_le_bytes(), "resealed for its port");
+    }
+    let s = a.stats();
+    assert_eq!((s.sent, s.port_fallbacks, s.send_failed), (200, 200, 0));
+    a.stop();
+    b.stop();
 }
