@@ -1083,6 +1083,131 @@ fn completion_channels_deliver_events_and_keep_their_busy_rules() {
     );
 }
 
+/// A CQ event for a completion channel takes room in the channel's queue
+/// in the DPC; when that room is refused, the event is dropped and counted
+/// (`cq_events_dropped`), the CQ owes no acknowledgement for it, nothing
+/// panics, and the channel delivers the next event.
+#[test]
+fn a_channel_event_without_room_is_dropped_and_counted() {
+    let mut dropped_once = false;
+    for n in 0.. {
+        let r = Rig::new(16);
+        let ch: IvCreateChannelOut = r
+            .call(1, IOCTL_IV_CREATE_CHANNEL, &IvAllocPdIn::default())
+            .unwrap();
+        let cq = cq_on(&r, 1, ch.channel);
+        r.hca
+            .eq
+            .lock()
+            .unwrap()
+            .push_back(Event::Completion { cqn: cq.cqn });
+        let ((), failed) = irpverbs_failalloc::failing_nth(n, || r.dev.dpc());
+        let dropped = r.dev.stats().cq_events_dropped;
+        let wait = IvHandleIn { handle: ch.channel };
+        if dropped == 1 {
+            dropped_once = true;
+            assert!(failed, "dropped with no allocation refused");
+            // No event, and none to acknowledge: the CQ can go.
+            let w = r.issue(1, IOCTL_IV_GET_CQ_EVENT, &wait, 16);
+            r.settle();
+            assert!(outcome(&w).is_none(), "a dropped event was delivered");
+            // The next event arrives.
+            r.hca
+                .eq
+                .lock()
+                .unwrap()
+                .push_back(Event::Completion { cqn: cq.cqn });
+            r.dev.dpc();
+            let (st, out) = outcome(&w).expect("the next event");
+            assert_eq!(st, STATUS_SUCCESS);
+            assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq.cq);
+        } else {
+            assert_eq!(dropped, 0);
+            let got: IvCqEventOut = r.call(1, IOCTL_IV_GET_CQ_EVENT, &wait).unwrap();
+            assert_eq!(got.cq, cq.cq, "allocation {n}");
+        }
+        let ack = IvAckIn {
+            handle: cq.cq,
+            count: 1,
+            event_type: 0,
+        };
+        assert_eq!(r.call::<_, ()>(1, IOCTL_IV_ACK_CQ_EVENTS, &ack), Ok(()));
+        assert_eq!(
+            r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: cq.cq }),
+            Ok(())
+        );
+        if !failed {
+            break;
+        }
+    }
+    assert!(dropped_once, "no run refused the channel's room");
+}
+
+/// Address resolution walks the ports in a boxed state taken in the
+/// dispatch: with any allocation of that dispatch refused, the request
+/// fails with `STATUS_INSUFFICIENT_RESOURCES` and nothing changes (no
+/// object, no command, no charge); otherwise it ends as it does with
+/// memory to spare.
+#[test]
+fn address_resolution_fails_cleanly_when_its_walk_cannot_be_boxed() {
+    let r = Rig::new(16);
+    let input = IvResolveAddrIn {
+        dst_addr: [10, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        dst_family: IV_ADDR_IPV4,
+        ..IvResolveAddrIn::default()
+    };
+    let out = size_of::<IvResolveAddrOut>();
+    let baseline = r.issue(1, IOCTL_IV_RESOLVE_ADDR, &input, out);
+    r.settle();
+    let baseline = outcome(&baseline).expect("resolved");
+    let before = (
+        r.dev.snapshot(),
+        r.platform.live_charges.load(Ordering::SeqCst),
+    );
+    let mut refused = 0;
+    for n in 0.. {
+        let request = FakeRequest {
+            code: IOCTL_IV_RESOLVE_ADDR,
+            mode: RequestorMode::User,
+            file: 1,
+            space: 1,
+            input: {
+                let mut words = vec![0u64; size_of::<IvResolveAddrIn>().div_ceil(8)];
+                words.as_mut_bytes()[..size_of::<IvResolveAddrIn>()]
+                    .copy_from_slice(input.as_bytes());
+                words
+            },
+            input_len: size_of::<IvResolveAddrIn>(),
+            output: vec![0; out],
+            outcome: Outcome::default(),
+            pin: None,
+        };
+        let o = request.outcome.clone();
+        let ((), failed) = irpverbs_failalloc::failing_nth(n, || r.dev.dispatch_ioctl(request));
+        r.settle();
+        let got = outcome(&o).expect("completed");
+        if failed {
+            refused += 1;
+            assert_eq!(got.0, STATUS_INSUFFICIENT_RESOURCES, "allocation {n}");
+            assert!(got.1.is_empty());
+        } else {
+            assert_eq!(got, baseline);
+        }
+        assert_eq!(
+            (
+                r.dev.snapshot(),
+                r.platform.live_charges.load(Ordering::SeqCst)
+            ),
+            before,
+            "allocation {n}: something changed"
+        );
+        if !failed {
+            break;
+        }
+    }
+    assert!(refused >= 1, "the walk's box was never refused");
+}
+
 #[test]
 fn async_events_reach_the_owning_file_and_port_events_reach_all() {
     let r = Rig::new(16);

@@ -421,7 +421,11 @@ fn the_port_fallback_reseals_in_place_and_allocates_nothing() {
             ..datagram(v4(1), to, g.src_port, &[])
         };
         let crc = irpverbs_soft::wire::icrc(&from.ip(), &g.payload[..body]).unwrap();
-        assert_eq!(g.payload[body..], crc.to_le_bytes(), "resealed for its port");
+        assert_eq!(
+            g.payload[body..],
+            crc.to_le_bytes(),
+            "resealed for its port"
+        );
     }
     let s = a.stats();
     assert_eq!((s.sent, s.port_fallbacks, s.send_failed), (200, 200, 0));
