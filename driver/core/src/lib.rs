@@ -52,8 +52,10 @@ pub use hca::{
     RegMr,
 };
 pub use platform::{
-    APC_LEVEL, DISPATCH_LEVEL, FileKey, Irql, LockClass, MajorFunction, PASSIVE_LEVEL, Platform,
-    PoolCharge, PoolTag, ProcessKey, Request, RequestorMode, SpinLock, pool_tag,
+    APC_LEVEL, Bar, CommonBuffer, DISPATCH_LEVEL, DMA_PAGE_SIZE, DmaDirection, DmaMapping, FileKey,
+    Interrupt, InterruptHandler, Irql, LockClass, LogicalAddress, MajorFunction, PASSIVE_LEVEL,
+    PciPlatform, Platform, PoolCharge, PoolTag, ProcessKey, Request, RequestorMode, SgElement,
+    SpinLock, page_list, pool_tag,
 };
 
 impl<T: Hca> Hca for alloc::sync::Arc<T> {

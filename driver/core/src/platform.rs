@@ -21,6 +21,13 @@
 //! unmaps ([`Platform::unmap_ring`]) only from there and from the file
 //! callbacks; which ring is mapped, for how long, and when it is unmapped
 //! is the core's decision, the platform only maps.
+//!
+//! # The hardware seam
+//! A PCI HCA's mini-driver needs more than the core does: DMA common
+//! buffers with logical addresses, scatter/gather lists of registered
+//! memory, its BAR registers and an interrupt per MSI-X message.
+//! [`PciPlatform`] gives them (with each call's IRQL and errors);
+//! `docs/hardware-seam.md` shows how a backend uses them.
 
 use irpverbs_abi::{IvRingMap, NtStatus};
 use irpverbs_ring::{Region, Ring, Shared};
@@ -301,4 +308,286 @@ pub trait Platform: Send + Sync + 'static {
     /// [`crate::Device::in_caller_context`] and from the file callbacks
     /// ([`crate::Device::cleanup_file`], [`crate::Device::close_file`]).
     fn unmap_ring(&self, mapping: Self::Mapping);
+}
+
+// ------------------------------------------------------------ the hardware seam
+
+/// A logical (bus) address: what a device puts on the bus to reach host
+/// memory by DMA. KMDF: a common buffer's
+/// `WdfCommonBufferGetAlignedLogicalAddress`, or a `SCATTER_GATHER_ELEMENT`'s
+/// `Address`. Behind an IOMMU (Windows' DMA remapping) it is not a physical
+/// address, and only what is mapped is reachable.
+pub type LogicalAddress = u64;
+
+/// The page of a scatter/gather page list ([`page_list`]): the x64
+/// `PAGE_SIZE`, the granule the HCA's page tables (MTTs) describe.
+pub const DMA_PAGE_SIZE: u64 = 4096;
+
+/// Which way the device moves the bytes of a DMA mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DmaDirection {
+    /// The device only reads the memory (a send buffer, a WQE ring). KMDF:
+    /// `WdfDmaDirectionWriteToDevice`.
+    ToDevice,
+    /// The device only writes it (a receive buffer, a CQ ring). KMDF:
+    /// `WdfDmaDirectionReadFromDevice`.
+    FromDevice,
+    /// Both (an MR with local write access that is also read; a queue the
+    /// device reads and writes back).
+    Bidirectional,
+}
+
+impl DmaDirection {
+    /// Whether the device may read the memory.
+    #[must_use]
+    pub const fn device_reads(self) -> bool {
+        matches!(self, Self::ToDevice | Self::Bidirectional)
+    }
+
+    /// Whether the device may write the memory.
+    #[must_use]
+    pub const fn device_writes(self) -> bool {
+        matches!(self, Self::FromDevice | Self::Bidirectional)
+    }
+}
+
+/// One element of a scatter/gather list (`SCATTER_GATHER_ELEMENT`): a run
+/// of `length` bytes the device reaches at `address`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SgElement {
+    /// Where the run starts, on the bus.
+    pub address: LogicalAddress,
+    /// Its bytes.
+    pub length: u32,
+}
+
+/// A DMA common buffer (`WDFCOMMONBUFFER`): memory the driver and the
+/// device share for as long as it lives — queues, event queues, doorbell
+/// records, a command mailbox. The driver reaches it through
+/// [`CommonBuffer::region`] (bounds-checked copies and atomics), the device
+/// at [`CommonBuffer::logical_address`]. Dropping it unmaps and frees it
+/// (IRQL: PASSIVE_LEVEL, as `WdfObjectDelete` of a common buffer), after
+/// the device was told to stop using it.
+pub trait CommonBuffer: Send + Sync + 'static {
+    /// The driver's view (its virtual address: `Region::addr`).
+    fn region(&self) -> &Shared<Region>;
+    /// Where the device reaches its first byte (page-aligned).
+    fn logical_address(&self) -> LogicalAddress;
+    /// Its bytes.
+    fn len(&self) -> usize {
+        self.region().len()
+    }
+    /// True for an empty buffer (never: [`PciPlatform::alloc_common_buffer`]
+    /// refuses a zero length).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A registered region mapped for the device (a DMA transaction's
+/// scatter/gather list, kept for the life of a memory registration): its
+/// elements cover the region's bytes in order. Dropping it unmaps it; the
+/// device must not touch the addresses afterwards (the host's IOMMU model
+/// bugchecks if it does).
+///
+/// IRQL of the drop: <= DISPATCH_LEVEL.
+pub trait DmaMapping: Send + Sync + 'static {
+    /// The direction it was mapped for.
+    fn direction(&self) -> DmaDirection;
+    /// The scatter/gather list, in the region's byte order.
+    fn elements(&self) -> &[SgElement];
+    /// Bytes mapped (the region's length).
+    fn len(&self) -> u64 {
+        self.elements().iter().map(|e| u64::from(e.length)).sum()
+    }
+    /// True for an empty mapping (never: regions are not empty).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The logical address of each [`DMA_PAGE_SIZE`] page `elements` touch,
+/// in order, into `out` (an HCA's page table for a memory registration:
+/// the first entry is the page holding the first byte, rounded down);
+/// returns how many.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` when the list is not a page list: an element
+/// other than the first starts inside a page, or one other than the last
+/// ends inside one; `STATUS_BUFFER_TOO_SMALL` when `out` cannot hold them
+/// (`out` then holds the first ones).
+pub fn page_list(elements: &[SgElement], out: &mut [LogicalAddress]) -> Result<usize, NtStatus> {
+    let mask = DMA_PAGE_SIZE - 1;
+    let last = elements.len().saturating_sub(1);
+    let mut n = 0;
+    for (i, e) in elements.iter().enumerate() {
+        let end = e
+            .address
+            .checked_add(u64::from(e.length))
+            .ok_or(irpverbs_abi::STATUS_INVALID_PARAMETER)?;
+        if (i > 0 && e.address & mask != 0) || (i < last && end & mask != 0) {
+            return Err(irpverbs_abi::STATUS_INVALID_PARAMETER);
+        }
+        let mut page = e.address & !mask;
+        while page < end {
+            let slot = out
+                .get_mut(n)
+                .ok_or(irpverbs_abi::STATUS_BUFFER_TOO_SMALL)?;
+            *slot = page;
+            n += 1;
+            page += DMA_PAGE_SIZE;
+        }
+    }
+    Ok(n)
+}
+
+/// A memory BAR of the device, mapped for the driver (`MmMapIoSpaceEx`,
+/// uncached): its registers, read and written with single, naturally
+/// aligned accesses (`READ_REGISTER_ULONG`, `WRITE_REGISTER_ULONG64`, ...).
+/// Dropping it unmaps it (`MmUnmapIoSpace`; IRQL <= DISPATCH_LEVEL).
+///
+/// IRQL of the accesses: any (an ISR reads its cause register at DIRQL).
+///
+/// # Errors
+/// Each access: `STATUS_INVALID_PARAMETER` for an offset past the BAR or
+/// not aligned to the access's width (nothing is read or written).
+pub trait Bar: Send + Sync + 'static {
+    /// Its bytes.
+    fn len(&self) -> usize;
+    /// True for an empty BAR (never: a BAR has registers).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The 32-bit register at `offset`.
+    fn read32(&self, offset: usize) -> Result<u32, NtStatus>;
+    /// Writes the 32-bit register at `offset`.
+    fn write32(&self, offset: usize, value: u32) -> Result<(), NtStatus>;
+    /// The 64-bit register at `offset`.
+    fn read64(&self, offset: usize) -> Result<u64, NtStatus>;
+    /// Writes the 64-bit register at `offset` (one access: a doorbell that
+    /// carries a queue number and an index together).
+    fn write64(&self, offset: usize, value: u64) -> Result<(), NtStatus>;
+}
+
+/// What runs when an MSI-X message arrives: the ISR
+/// (`EvtInterruptIsr`) and the DPC (`EvtInterruptDpc`) of one message.
+/// A message is not shared: the ISR need not ask the device whether it
+/// interrupted.
+pub trait InterruptHandler: Send + Sync + 'static {
+    /// The ISR: message `message` arrived. Returns whether to queue the
+    /// message's DPC (false: a spurious or already-handled message).
+    ///
+    /// IRQL: DIRQL. No allocation, no spin lock but the interrupt's own,
+    /// as little work as possible (read or acknowledge a register).
+    fn isr(&self, message: u16) -> bool;
+    /// The DPC the ISR queued: the work of the message (poll the event
+    /// queue it signals, complete what it names, re-arm it).
+    ///
+    /// IRQL: DISPATCH_LEVEL. Bounded work; the rest requeued.
+    fn dpc(&self, message: u16);
+}
+
+/// An MSI-X message connected to its handler ([`PciPlatform::connect_interrupt`]).
+/// Dropping it disconnects it: its ISR and DPC are not called afterwards
+/// (the drop waits for one in progress; IRQL: PASSIVE_LEVEL).
+pub trait Interrupt: Send + Sync + 'static {
+    /// The message (MSI-X table entry) it is.
+    fn message(&self) -> u16;
+}
+
+/// What a PCI HCA's mini-driver needs from the OS besides [`Platform`]:
+/// DMA (common buffers, scatter/gather mappings of registered memory),
+/// its BARs and its MSI-X messages. KMDF implements it with a DMA enabler
+/// (`WdfDmaEnablerCreate`, scatter/gather 64-bit profile) and its common
+/// buffers and transactions, `MmMapIoSpaceEx` and `WdfInterruptCreate`;
+/// host mode over an IOMMU model that bugchecks any device access outside
+/// a live mapping (`irpverbs_host::platform::pci`). `docs/hardware-seam.md`
+/// shows how a backend uses each call.
+///
+/// Every call is fallible; none blocks but where its IRQL says PASSIVE_LEVEL.
+pub trait PciPlatform: Platform {
+    /// A common buffer.
+    type CommonBuffer: CommonBuffer;
+    /// A scatter/gather mapping.
+    type DmaMapping: DmaMapping;
+    /// A mapped BAR.
+    type Bar: Bar;
+    /// A connected MSI-X message.
+    type Interrupt: Interrupt;
+
+    /// A common buffer of `length` bytes (rounded up to whole pages),
+    /// zeroed, mapped for the device both ways, page-aligned on both sides.
+    ///
+    /// IRQL: PASSIVE_LEVEL (`WdfCommonBufferCreate`): allocate queues when
+    /// the device starts or from the in-caller-context callback, never in
+    /// a DPC.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a length of 0 or one that overflows;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when memory (or the verifier's
+    /// low-resources simulation) refuses it.
+    fn alloc_common_buffer(&self, length: usize) -> Result<Self::CommonBuffer, NtStatus>;
+
+    /// Maps `region` for the device in `direction` and returns its
+    /// scatter/gather list (the DMA enabler's transaction, kept for the
+    /// mapping's life): kernel memory (a queue the driver allocated, a
+    /// kernel ULP's nonpaged buffer) or a user buffer
+    /// [`Platform::pin_memory`] pinned through an MDL. The mapping keeps
+    /// the region alive.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for an empty region;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the list or the mapping
+    /// resources (map registers, IOMMU entries) are refused.
+    fn map_dma(
+        &self,
+        region: &Shared<Region>,
+        direction: DmaDirection,
+    ) -> Result<Self::DmaMapping, NtStatus>;
+
+    /// Memory BAR `index` (0-5, in the order of the device's memory
+    /// resources), mapped uncached.
+    ///
+    /// IRQL: PASSIVE_LEVEL (from the device's start:
+    /// `EvtDevicePrepareHardware`).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a BAR the device does not have;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when no system address space is
+    /// left for the mapping.
+    fn map_bar(&self, index: u8) -> Result<Self::Bar, NtStatus>;
+
+    /// The MSI-X messages the device was granted (0: none).
+    ///
+    /// IRQL: any.
+    fn msix_messages(&self) -> u16;
+
+    /// Connects MSI-X message `message` to `handler`: from now on the
+    /// message runs `handler.isr` at DIRQL and, when it says so,
+    /// `handler.dpc` at DISPATCH_LEVEL.
+    ///
+    /// IRQL: PASSIVE_LEVEL (`WdfInterruptCreate`, at device add).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a message at or past
+    /// [`Self::msix_messages`]; `STATUS_DEVICE_BUSY` for a message already
+    /// connected; `STATUS_INSUFFICIENT_RESOURCES`.
+    fn connect_interrupt<H: InterruptHandler>(
+        &self,
+        message: u16,
+        handler: H,
+    ) -> Result<Self::Interrupt, NtStatus>;
+}
+
+/// A shared handler handles: the device and the driver's state can hold the
+/// same one.
+impl<T: InterruptHandler> InterruptHandler for Shared<T> {
+    fn isr(&self, message: u16) -> bool {
+        (**self).isr(message)
+    }
+    fn dpc(&self, message: u16) {
+        (**self).dpc(message);
+    }
 }

@@ -40,6 +40,9 @@ pub mod codes {
     /// 0xCE: the driver unloaded with operations (requests, work items)
     /// still pending.
     pub const DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS: u32 = 0xCE;
+    /// 0xE6: a DMA violation Driver Verifier's DMA checks (or the IOMMU,
+    /// with DMA remapping) caught; parameter 1 is one of [`dma`](super::dma).
+    pub const DRIVER_VERIFIER_DMA_VIOLATION: u32 = 0xE6;
     /// 0xD1: pageable code or data touched at IRQL > APC_LEVEL.
     pub const DRIVER_IRQL_NOT_LESS_OR_EQUAL: u32 = 0xD1;
     /// 0x10D: KMDF detected a framework rule violation; parameter 1 is one
@@ -172,6 +175,25 @@ pub mod iomanager {
     pub const COMPLETE_ABOVE_DISPATCH: u64 = 0x0E;
 }
 
+/// Parameter 1 values of 0xE6 DRIVER_VERIFIER_DMA_VIOLATION, and the
+/// fault types the host's IOMMU model puts in parameter 4.
+pub mod dma {
+    /// The IOMMU detected a DMA violation: a device access outside what is
+    /// mapped for it. (0x26, mapping id or 0, logical address, fault type)
+    pub const IOMMU_VIOLATION: u64 = 0x26;
+    /// Fault type: the logical address was never mapped.
+    pub const FAULT_UNMAPPED: u64 = 0x1;
+    /// Fault type: the access runs past the end of the mapping it starts
+    /// in (into the unmapped page after it).
+    pub const FAULT_PAST_END: u64 = 0x2;
+    /// Fault type: the mapping was unmapped (its common buffer freed, its
+    /// scatter/gather list put back).
+    pub const FAULT_AFTER_UNMAP: u64 = 0x3;
+    /// Fault type: a read of memory mapped only for the device to write,
+    /// or a write of memory mapped only for it to read.
+    pub const FAULT_DIRECTION: u64 = 0x4;
+}
+
 /// Parameter 1 (and for [`REQUEST_FATAL_ERROR`](wdf::REQUEST_FATAL_ERROR),
 /// parameter 2) values of 0x10D WDF_VIOLATION (`wdfbugcodes.h`).
 pub mod wdf {
@@ -257,6 +279,7 @@ pub const fn code_name(code: u32) -> &'static str {
             "DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS"
         }
         codes::DRIVER_IRQL_NOT_LESS_OR_EQUAL => "DRIVER_IRQL_NOT_LESS_OR_EQUAL",
+        codes::DRIVER_VERIFIER_DMA_VIOLATION => "DRIVER_VERIFIER_DMA_VIOLATION",
         codes::WDF_VIOLATION => "WDF_VIOLATION",
         codes::DPC_WATCHDOG_VIOLATION => "DPC_WATCHDOG_VIOLATION",
         _ => "UNKNOWN_BUGCHECK",

@@ -97,6 +97,7 @@ mod event;
 pub mod expool;
 pub mod heap;
 mod irql;
+pub mod pci;
 mod pool;
 mod request;
 mod spinlock;
@@ -118,7 +119,7 @@ use irpverbs_core::platform::{
 };
 
 pub use bugcheck::{
-    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, dpc_watchdog, iomanager,
+    BugCheck, bad_pool, bugcheck, catch_bugcheck, code_name, codes, dma, dpc_watchdog, iomanager,
     locked_pages, power, verifier, wdf,
 };
 pub use event::{EventKind, HostEvent};
@@ -315,6 +316,8 @@ pub(crate) struct Shared {
     timers: Arc<timer::Timers>,
     worker: Arc<work::Worker>,
     background: Arc<Mutex<Option<BugCheck>>>,
+    /// The hardware seam: the IOMMU model, BARs, MSI-X messages.
+    pci: pci::Pci,
 }
 
 impl Shared {
@@ -406,6 +409,7 @@ impl HostPlatform {
                     Some(Arc::clone(&pool)),
                 )),
                 background,
+                pci: pci::Pci::default(),
             }),
         }
     }

@@ -1,0 +1,725 @@
+//! The hardware seam in host mode ([`PciPlatform`]): an IOMMU model between
+//! the driver's memory and a device model, BARs the device model owns, and
+//! MSI-X messages delivered to their ISR and DPC.
+//!
+//! # The IOMMU model
+//! The device side never sees a host address. It reaches host memory only
+//! with [`HostPlatform::dma_read`] and [`HostPlatform::dma_write`] at a
+//! logical address, which the model translates through its mappings:
+//!
+//! - a common buffer ([`PciPlatform::alloc_common_buffer`]) is one run of
+//!   logical pages, mapped both ways;
+//! - a scatter/gather mapping ([`PciPlatform::map_dma`]) gives every page
+//!   of the region a logical page of its own, each followed by an unmapped
+//!   guard page, so the list has one element per page, as a physically
+//!   scattered buffer's has: a device that treats the list as contiguous
+//!   runs into a guard page;
+//! - after each run of a mapping comes an unmapped guard page, and logical
+//!   addresses are never reused, so an access after an unmap still names
+//!   the mapping (the most recent [`DEAD_KEPT`] unmapped ones are
+//!   remembered).
+//!
+//! An access outside a live mapping is a bugcheck 0xE6
+//! DRIVER_VERIFIER_DMA_VIOLATION ([`dma::IOMMU_VIOLATION`]: parameter 2
+//! the mapping's id, 3 the logical address, 4 the fault type), whose
+//! reason names the mapping: an address never mapped
+//! ([`dma::FAULT_UNMAPPED`]), an access past the end of its mapping's run
+//! ([`dma::FAULT_PAST_END`]), after the mapping was unmapped
+//! ([`dma::FAULT_AFTER_UNMAP`]), or against its direction
+//! ([`dma::FAULT_DIRECTION`]: a read of memory mapped for the device to
+//! write only, or the reverse). With the verifier off the same accesses
+//! fail with `STATUS_INVALID_ADDRESS` instead.
+//!
+//! # BARs and messages
+//! The device model installs its BARs ([`HostPlatform::install_bar`]):
+//! each register access the driver makes through a mapped [`HostBar`]
+//! calls the model. It is granted a number of MSI-X messages
+//! ([`HostPlatform::grant_msix`]) and raises one with
+//! [`HostPlatform::raise_msix`]: the message's ISR runs at DEVICE_LEVEL on
+//! the raising thread, and its DPC, if the ISR queued it, at
+//! DISPATCH_LEVEL once the interrupt returns.
+//!
+//! The model's bookkeeping is the platform's (uncharged); what the driver
+//! holds (a common buffer's memory, a mapping's list, the handler's boxes)
+//! is the driver's, charged and fallible.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use irpverbs_abi::{
+    NtStatus, STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_ADDRESS,
+    STATUS_INVALID_PARAMETER,
+};
+use irpverbs_core::platform::{
+    Bar, CommonBuffer, DISPATCH_LEVEL, DMA_PAGE_SIZE, DmaDirection, DmaMapping, Interrupt,
+    InterruptHandler, LogicalAddress, PASSIVE_LEVEL, PciPlatform, SgElement,
+};
+use irpverbs_ring::{Region, Shared};
+
+use super::bugcheck::{codes, dma, stop};
+use super::{HostPlatform, heap, irql};
+
+/// Where logical addresses start: far from any host address, so that a
+/// device model handed a virtual address by mistake faults at once.
+const IOVA_BASE: u64 = 0x0000_7E00_0000_0000;
+
+/// Unmapped mappings remembered, to name them when the device touches
+/// them late.
+pub const DEAD_KEPT: usize = 4096;
+
+/// Memory BARs a function has.
+const BARS: u8 = 6;
+
+/// A BAR's registers, as the device model implements them. Called with the
+/// driver's access (offset aligned to its width, inside the BAR), at the
+/// driver's IRQL (any, up to DEVICE_LEVEL).
+pub trait BarModel: Send + Sync + 'static {
+    /// A read of `width` bytes (4 or 8) at `offset`.
+    fn read(&self, offset: usize, width: usize) -> u64;
+    /// A write of `width` bytes (4 or 8) at `offset`.
+    fn write(&self, offset: usize, width: usize, value: u64);
+}
+
+/// One run of logical pages of a mapping.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    mapping: u64,
+    /// Where in the mapping's region the run starts.
+    offset: usize,
+    len: u64,
+}
+
+/// A mapping the IOMMU knows.
+struct Mapping {
+    kind: &'static str,
+    direction: DmaDirection,
+    bytes: u64,
+    /// Its memory; `None` once unmapped.
+    region: Option<Shared<Region>>,
+    /// The logical address of each of its runs.
+    spans: Vec<u64>,
+}
+
+impl Mapping {
+    fn describe(&self, id: u64) -> String {
+        let state = if self.region.is_some() {
+            "live"
+        } else {
+            "unmapped"
+        };
+        format!(
+            "{} #{id} ({} bytes, {:?}, {state})",
+            self.kind, self.bytes, self.direction
+        )
+    }
+}
+
+/// Where a checked access lands: its run, the run's logical start, the
+/// live region.
+type Landing = (Span, LogicalAddress, Shared<Region>);
+
+/// A refused access: the fault type ([`dma`]), the mapping's id (0: none)
+/// and what it was, for people.
+type Fault = (u64, u64, String);
+
+/// A BAR the device model installed: its length and registers.
+type BarEntry = (usize, Arc<dyn BarModel>);
+
+#[derive(Default)]
+struct Iommu {
+    next_iova: u64,
+    next_id: u64,
+    spans: BTreeMap<LogicalAddress, Span>,
+    mappings: BTreeMap<u64, Mapping>,
+    dead: VecDeque<u64>,
+}
+
+impl Iommu {
+    /// Reserves `pages` logical pages and the guard page after them.
+    fn reserve(&mut self, pages: u64) -> LogicalAddress {
+        if self.next_iova == 0 {
+            self.next_iova = IOVA_BASE;
+        }
+        let at = self.next_iova;
+        self.next_iova += (pages + 1) * DMA_PAGE_SIZE;
+        at
+    }
+
+    fn unmap(&mut self, id: u64) {
+        let Some(m) = self.mappings.get_mut(&id) else {
+            return;
+        };
+        m.region = None;
+        self.dead.push_back(id);
+        while self.dead.len() > DEAD_KEPT {
+            let Some(old) = self.dead.pop_front() else {
+                break;
+            };
+            if let Some(m) = self.mappings.remove(&old) {
+                for iova in m.spans {
+                    self.spans.remove(&iova);
+                }
+            }
+        }
+    }
+
+    /// The span `[at, at + len)` lies in, checked: its start, the span,
+    /// and the live region; or the fault (type, mapping id, description).
+    fn translate(&self, at: LogicalAddress, len: usize, write: bool) -> Result<Landing, Fault> {
+        let found = self.spans.range(..=at).next_back();
+        let Some((&start, &span)) = found else {
+            return Err((dma::FAULT_UNMAPPED, 0, "no mapping".into()));
+        };
+        let Some(m) = self.mappings.get(&span.mapping) else {
+            return Err((dma::FAULT_UNMAPPED, 0, "no mapping".into()));
+        };
+        let end = start + span.len;
+        let name = m.describe(span.mapping);
+        if at >= end {
+            // Past a run: its guard page, or beyond anything mapped.
+            let (fault, what) = if at < end + DMA_PAGE_SIZE {
+                (dma::FAULT_PAST_END, format!("the guard page after {name}"))
+            } else {
+                (dma::FAULT_UNMAPPED, "no mapping".into())
+            };
+            return Err((fault, span.mapping, what));
+        }
+        let Some(region) = m.region.clone() else {
+            return Err((dma::FAULT_AFTER_UNMAP, span.mapping, name));
+        };
+        if at + len as u64 > end {
+            return Err((
+                dma::FAULT_PAST_END,
+                span.mapping,
+                format!(
+                    "{name}: {len} bytes at offset {} of a {}-byte run",
+                    at - start,
+                    span.len
+                ),
+            ));
+        }
+        let allowed = if write {
+            m.direction.device_writes()
+        } else {
+            m.direction.device_reads()
+        };
+        if !allowed {
+            return Err((dma::FAULT_DIRECTION, span.mapping, name));
+        }
+        Ok((span, start, region))
+    }
+}
+
+/// A connected message.
+#[derive(Clone)]
+struct Vector {
+    id: u64,
+    handler: Shared<Box<dyn InterruptHandler>>,
+    dpc: super::Dpc,
+}
+
+/// The hardware side of a platform.
+#[derive(Default)]
+pub(crate) struct Pci {
+    iommu: Mutex<Iommu>,
+    bars: Mutex<BTreeMap<u8, BarEntry>>,
+    messages: AtomicU16,
+    vectors: Mutex<BTreeMap<u16, Vector>>,
+    /// Messages raised while not connected (dropped).
+    stray: AtomicU64,
+    next_vector: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the IOMMU model has seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IommuStats {
+    /// Mappings live now (common buffers and scatter/gather mappings).
+    pub live: usize,
+    /// Messages raised that no handler was connected to.
+    pub stray_messages: u64,
+}
+
+impl HostPlatform {
+    fn pci(&self) -> &Pci {
+        &self.shared.pci
+    }
+
+    /// Registers a mapping of `region` for the device, runs of at most
+    /// `run` bytes each; its runs' logical addresses and the mapping id.
+    fn iommu_map(
+        &self,
+        kind: &'static str,
+        region: &Shared<Region>,
+        direction: DmaDirection,
+        scattered: bool,
+        elements: &mut Vec<SgElement>,
+    ) -> u64 {
+        heap::uncharged(|| {
+            let mut iommu = lock(&self.pci().iommu);
+            iommu.next_id += 1;
+            let id = iommu.next_id;
+            let len = region.len() as u64;
+            let mut spans = Vec::new();
+            if scattered {
+                // The region's pages, each on a logical page of its own
+                // (the first at the region's offset in its page).
+                let first = region.addr() % DMA_PAGE_SIZE;
+                let mut offset = 0u64;
+                while offset < len {
+                    let in_page = if offset == 0 { first } else { 0 };
+                    let n = (DMA_PAGE_SIZE - in_page).min(len - offset);
+                    let iova = iommu.reserve(1) + in_page;
+                    iommu.spans.insert(
+                        iova,
+                        Span {
+                            mapping: id,
+                            offset: offset as usize,
+                            len: n,
+                        },
+                    );
+                    spans.push(iova);
+                    elements.push(SgElement {
+                        address: iova,
+                        length: n as u32,
+                    });
+                    offset += n;
+                }
+            } else {
+                let iova = iommu.reserve(len.div_ceil(DMA_PAGE_SIZE));
+                iommu.spans.insert(
+                    iova,
+                    Span {
+                        mapping: id,
+                        offset: 0,
+                        len,
+                    },
+                );
+                spans.push(iova);
+            }
+            iommu.mappings.insert(
+                id,
+                Mapping {
+                    kind,
+                    direction,
+                    bytes: len,
+                    region: Some(region.clone()),
+                    spans,
+                },
+            );
+            id
+        })
+    }
+
+    fn iommu_unmap(&self, id: u64) {
+        heap::uncharged(|| lock(&self.pci().iommu).unmap(id));
+    }
+
+    /// Checks a device access and returns where it lands, or bugchecks.
+    #[track_caller]
+    fn dma_target(
+        &self,
+        at: LogicalAddress,
+        len: usize,
+        write: bool,
+    ) -> Result<(Shared<Region>, usize), NtStatus> {
+        let found = heap::uncharged(|| lock(&self.pci().iommu).translate(at, len, write));
+        match found {
+            Ok((span, start, region)) => Ok((region, span.offset + (at - start) as usize)),
+            Err((fault, mapping, what)) => {
+                if self.shared.verify {
+                    let dir = if write { "write" } else { "read" };
+                    stop(
+                        codes::DRIVER_VERIFIER_DMA_VIOLATION,
+                        [dma::IOMMU_VIOLATION, mapping, at, fault],
+                        format!("device DMA {dir} of {len} bytes at {at:#x}: {what}"),
+                    );
+                }
+                Err(STATUS_INVALID_ADDRESS)
+            }
+        }
+    }
+
+    /// The device reads `buf.len()` bytes at logical address `at` (a DMA
+    /// from host memory): through the IOMMU model, which bugchecks 0xE6 if
+    /// the range is not inside one live mapping the device may read.
+    ///
+    /// Device side; any thread, any IRQL.
+    ///
+    /// # Errors
+    /// With the verifier off, `STATUS_INVALID_ADDRESS` where it would
+    /// bugcheck (nothing is read).
+    #[track_caller]
+    pub fn dma_read(&self, at: LogicalAddress, buf: &mut [u8]) -> Result<(), NtStatus> {
+        let (region, offset) = self.dma_target(at, buf.len(), false)?;
+        region.read(offset, buf).map_err(|_| STATUS_INVALID_ADDRESS)
+    }
+
+    /// The device writes `buf` at logical address `at` (a DMA into host
+    /// memory); as [`Self::dma_read`], for a mapping the device may write.
+    ///
+    /// # Errors
+    /// As [`Self::dma_read`].
+    #[track_caller]
+    pub fn dma_write(&self, at: LogicalAddress, buf: &[u8]) -> Result<(), NtStatus> {
+        let (region, offset) = self.dma_target(at, buf.len(), true)?;
+        region
+            .write(offset, buf)
+            .map_err(|_| STATUS_INVALID_ADDRESS)
+    }
+
+    /// The IOMMU model's counts.
+    #[must_use]
+    pub fn iommu_stats(&self) -> IommuStats {
+        heap::uncharged(|| {
+            let iommu = lock(&self.pci().iommu);
+            IommuStats {
+                live: iommu
+                    .mappings
+                    .values()
+                    .filter(|m| m.region.is_some())
+                    .count(),
+                stray_messages: self.pci().stray.load(Ordering::Relaxed),
+            }
+        })
+    }
+
+    /// Gives the function memory BAR `index` of `len` bytes whose
+    /// registers `model` implements (the device model's side; before the
+    /// driver maps it).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for an index past 5, an empty BAR or
+    /// one that is there already.
+    pub fn install_bar(
+        &self,
+        index: u8,
+        len: usize,
+        model: Arc<dyn BarModel>,
+    ) -> Result<(), NtStatus> {
+        if index >= BARS || len == 0 {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        heap::uncharged(|| {
+            let mut bars = lock(&self.pci().bars);
+            if bars.contains_key(&index) {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            bars.insert(index, (len, model));
+            Ok(())
+        })
+    }
+
+    /// Grants the function `messages` MSI-X messages (the device model's
+    /// side: what its MSI-X table holds).
+    pub fn grant_msix(&self, messages: u16) {
+        self.pci().messages.store(messages, Ordering::Release);
+    }
+
+    /// The device signals MSI-X message `message`: its ISR runs now at
+    /// DEVICE_LEVEL on this thread and, if it asks, its DPC at
+    /// DISPATCH_LEVEL once the interrupt returns. A message no handler is
+    /// connected to is dropped (counted in [`IommuStats::stray_messages`]).
+    /// Returns whether a handler ran.
+    ///
+    /// Device side; IRQL: <= DEVICE_LEVEL.
+    pub fn raise_msix(&self, message: u16) -> bool {
+        let vector = heap::uncharged(|| lock(&self.pci().vectors).get(&message).cloned());
+        let Some(vector) = vector else {
+            self.pci().stray.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        self.interrupt(|| {
+            if vector.handler.isr(message) {
+                vector.dpc.insert();
+            }
+        });
+        true
+    }
+}
+
+/// A common buffer: page-rounded zeroed memory and its run of logical
+/// pages.
+pub struct HostCommonBuffer {
+    region: Shared<Region>,
+    logical: LogicalAddress,
+    id: u64,
+    platform: HostPlatform,
+}
+
+impl std::fmt::Debug for HostCommonBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostCommonBuffer")
+            .field("logical", &format_args!("{:#x}", self.logical))
+            .field("len", &self.region.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommonBuffer for HostCommonBuffer {
+    fn region(&self) -> &Shared<Region> {
+        &self.region
+    }
+    fn logical_address(&self) -> LogicalAddress {
+        self.logical
+    }
+}
+
+impl Drop for HostCommonBuffer {
+    /// Unmaps it (the memory goes with the region's last reference).
+    fn drop(&mut self) {
+        irql::check_irql_at_most(
+            self.platform.shared.verify,
+            PASSIVE_LEVEL,
+            "WdfObjectDelete(WDFCOMMONBUFFER)",
+        );
+        self.platform.iommu_unmap(self.id);
+    }
+}
+
+/// A scatter/gather mapping: one element per page of the region.
+pub struct HostDmaMapping {
+    elements: Vec<SgElement>,
+    direction: DmaDirection,
+    id: u64,
+    platform: HostPlatform,
+}
+
+impl std::fmt::Debug for HostDmaMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostDmaMapping")
+            .field("direction", &self.direction)
+            .field("elements", &self.elements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DmaMapping for HostDmaMapping {
+    fn direction(&self) -> DmaDirection {
+        self.direction
+    }
+    fn elements(&self) -> &[SgElement] {
+        &self.elements
+    }
+}
+
+impl Drop for HostDmaMapping {
+    fn drop(&mut self) {
+        irql::check_irql_at_most(
+            self.platform.shared.verify,
+            DISPATCH_LEVEL,
+            "PutScatterGatherList",
+        );
+        self.platform.iommu_unmap(self.id);
+    }
+}
+
+/// A mapped BAR: each access calls the device model.
+pub struct HostBar {
+    index: u8,
+    len: usize,
+    model: Arc<dyn BarModel>,
+}
+
+impl std::fmt::Debug for HostBar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBar")
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostBar {
+    fn check(&self, offset: usize, width: usize) -> Result<(), NtStatus> {
+        if offset % width != 0 || offset.checked_add(width).is_none_or(|end| end > self.len) {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        Ok(())
+    }
+}
+
+impl Bar for HostBar {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read32(&self, offset: usize) -> Result<u32, NtStatus> {
+        self.check(offset, 4)?;
+        Ok(self.model.read(offset, 4) as u32)
+    }
+    fn write32(&self, offset: usize, value: u32) -> Result<(), NtStatus> {
+        self.check(offset, 4)?;
+        self.model.write(offset, 4, value.into());
+        Ok(())
+    }
+    fn read64(&self, offset: usize) -> Result<u64, NtStatus> {
+        self.check(offset, 8)?;
+        Ok(self.model.read(offset, 8))
+    }
+    fn write64(&self, offset: usize, value: u64) -> Result<(), NtStatus> {
+        self.check(offset, 8)?;
+        self.model.write(offset, 8, value);
+        Ok(())
+    }
+}
+
+/// A connected MSI-X message; dropping it disconnects it.
+pub struct HostInterrupt {
+    message: u16,
+    id: u64,
+    platform: HostPlatform,
+}
+
+impl std::fmt::Debug for HostInterrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostInterrupt")
+            .field("message", &self.message)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Interrupt for HostInterrupt {
+    fn message(&self) -> u16 {
+        self.message
+    }
+}
+
+impl Drop for HostInterrupt {
+    fn drop(&mut self) {
+        heap::uncharged(|| {
+            let mut vectors = lock(&self.platform.pci().vectors);
+            if vectors.get(&self.message).is_some_and(|v| v.id == self.id) {
+                vectors.remove(&self.message);
+            }
+        });
+    }
+}
+
+impl PciPlatform for HostPlatform {
+    type CommonBuffer = HostCommonBuffer;
+    type DmaMapping = HostDmaMapping;
+    type Bar = HostBar;
+    type Interrupt = HostInterrupt;
+
+    fn alloc_common_buffer(&self, length: usize) -> Result<HostCommonBuffer, NtStatus> {
+        irql::check_irql_at_most(self.shared.verify, PASSIVE_LEVEL, "WdfCommonBufferCreate");
+        let page = DMA_PAGE_SIZE as usize;
+        if length == 0 {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let bytes = length
+            .checked_next_multiple_of(page)
+            .ok_or(STATUS_INVALID_PARAMETER)?;
+        let region = Region::alloc(bytes).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        let region = Shared::try_new(region).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let mut none = Vec::new();
+        let id = self.iommu_map(
+            "common buffer",
+            &region,
+            DmaDirection::Bidirectional,
+            false,
+            &mut none,
+        );
+        let logical = heap::uncharged(|| {
+            let iommu = lock(&self.pci().iommu);
+            iommu
+                .mappings
+                .get(&id)
+                .and_then(|m| m.spans.first().copied())
+        })
+        .unwrap_or_default();
+        Ok(HostCommonBuffer {
+            region,
+            logical,
+            id,
+            platform: self.clone(),
+        })
+    }
+
+    fn map_dma(
+        &self,
+        region: &Shared<Region>,
+        direction: DmaDirection,
+    ) -> Result<HostDmaMapping, NtStatus> {
+        irql::check_irql_at_most(self.shared.verify, DISPATCH_LEVEL, "GetScatterGatherList");
+        if region.is_empty() {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        // One element per page touched: the list is the driver's memory.
+        let first = region.addr() % DMA_PAGE_SIZE;
+        let pages = (first + region.len() as u64).div_ceil(DMA_PAGE_SIZE);
+        let mut elements = Vec::new();
+        elements
+            .try_reserve_exact(pages as usize)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        // Within the room just taken: the IOMMU's pushes do not allocate.
+        let id = self.iommu_map(
+            "scatter/gather mapping",
+            region,
+            direction,
+            true,
+            &mut elements,
+        );
+        Ok(HostDmaMapping {
+            elements,
+            direction,
+            id,
+            platform: self.clone(),
+        })
+    }
+
+    fn map_bar(&self, index: u8) -> Result<HostBar, NtStatus> {
+        irql::check_irql_at_most(self.shared.verify, PASSIVE_LEVEL, "MmMapIoSpaceEx");
+        let bar = heap::uncharged(|| lock(&self.pci().bars).get(&index).cloned());
+        let (len, model) = bar.ok_or(STATUS_INVALID_PARAMETER)?;
+        Ok(HostBar { index, len, model })
+    }
+
+    fn msix_messages(&self) -> u16 {
+        self.pci().messages.load(Ordering::Acquire)
+    }
+
+    fn connect_interrupt<H: InterruptHandler>(
+        &self,
+        message: u16,
+        handler: H,
+    ) -> Result<HostInterrupt, NtStatus> {
+        irql::check_irql_at_most(self.shared.verify, PASSIVE_LEVEL, "WdfInterruptCreate");
+        if message >= self.msix_messages() {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        if heap::uncharged(|| lock(&self.pci().vectors).contains_key(&message)) {
+            return Err(STATUS_DEVICE_BUSY);
+        }
+        let boxed: Box<dyn InterruptHandler> =
+            irpverbs_ring::try_box(handler).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let handler = Shared::try_new(boxed).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let id = self.pci().next_vector.fetch_add(1, Ordering::Relaxed);
+        let for_dpc = handler.clone();
+        let vector = heap::uncharged(|| Vector {
+            id,
+            handler,
+            dpc: self.new_dpc(move || for_dpc.dpc(message)),
+        });
+        let connected = heap::uncharged(|| {
+            let mut vectors = lock(&self.pci().vectors);
+            if vectors.contains_key(&message) {
+                return false;
+            }
+            vectors.insert(message, vector);
+            true
+        });
+        if !connected {
+            return Err(STATUS_DEVICE_BUSY);
+        }
+        Ok(HostInterrupt {
+            message,
+            id,
+            platform: self.clone(),
+        })
+    }
+}
