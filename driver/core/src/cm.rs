@@ -89,10 +89,11 @@ use irpverbs_cm::{
 
 use irpverbs_abi::*;
 
-use crate::device::{Response, State, Verb, own_frame};
+use crate::device::{Response, State, own_frame};
 use crate::fallible::try_to_vec;
 use crate::hca::{MadIn, MadOut};
 use crate::notify::{Done, pend, pend_reserved, take_wait};
+use crate::verbs::Verb;
 
 /// Events a CEP object holds for its owner (the engine queues no more per
 /// CEP: a connection's reply, establishment, disconnect request and reply,
@@ -440,7 +441,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         s: &mut State<P::Request>,
         file: FileKey,
         verb: Verb,
-        request: P::Request,
+        mut request: P::Request,
     ) -> Option<Done<P::Request>> {
         let fail = |r: P::Request, st: NtStatus| Some((r, st, Response::None));
         match verb {
@@ -450,11 +451,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Err(e) => return fail(request, cm_status(e)),
                 };
                 match self.new_cep(s, file, id, i.user_context, None) {
-                    Ok(cep) => Some((
-                        request,
-                        STATUS_SUCCESS,
-                        Response::Cep(IvCreateCepOut { cep }),
-                    )),
+                    Ok(cep) => {
+                        let out = IvCreateCepOut { cep };
+                        let response = Response::write(&mut request, out.as_bytes());
+                        Some((request, STATUS_SUCCESS, response))
+                    }
                     Err(st) => {
                         let _ = s.cm.engine.discard(id, self.platform.now_ns());
                         fail(request, st)
@@ -1131,7 +1132,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 s,
                 file,
                 if more { None } else { request.take() },
-                crate::device::Op::CmStep {
+                crate::verbs::Op::CmStep {
                     qp,
                     next,
                     cep,
@@ -1192,7 +1193,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             // A step of a chain with more to come: the QP moved (or the
             // chain's first failure is kept for its last step to report).
             if nt_success(status) {
-                crate::qp::set_qp_state(s, file, qp, next);
+                crate::verbs::qp::set_qp_state(s, file, qp, next);
             } else if let Some(p) = s.cm_ops.get_mut(&id) {
                 p.step_failure.get_or_insert(status);
             }
@@ -1203,7 +1204,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             None => status,
         };
         let ok = nt_success(status);
-        crate::qp::finish_modify_qp(s, file, qp, next, ok);
+        crate::verbs::qp::modify_qp_done(s, file, qp, next, ok);
         let r = request?;
         let Some(p) = s.cm_ops.get_mut(&id) else {
             // The CEP was destroyed meanwhile.
@@ -1478,7 +1479,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     port: 1,
                     index: u32::from(i.sgid_index),
                 };
-                let op = crate::device::Op::CmCheckGid {
+                let op = crate::verbs::Op::CmCheckGid {
                     cep: id,
                     gid: i.local_gid,
                 };
@@ -1964,7 +1965,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Ok(walk) = irpverbs_ring::try_box(walk) else {
                     return Some((request, STATUS_INSUFFICIENT_RESOURCES, Response::None));
                 };
-                let op = crate::device::Op::Resolve(walk);
+                let op = crate::verbs::Op::Resolve(walk);
                 self.post(s, file, Some(request), op, cmd);
                 None
             }

@@ -15,67 +15,45 @@
 //! One spin lock (rank [`crate::platform::DEVICE_LOCK`]) guards all control
 //! state. Requests are completed outside it.
 
-use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use irpverbs_abi::*;
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
-use crate::cm::CmOp;
 use crate::fallible::{VecMap, reserve_total};
 use crate::handle::HandleTable;
 use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
 use crate::object::{Body, Kind, Life, Object};
 use crate::platform::{
-    DEVICE_LOCK, FileKey, MAP_LOCK, MajorFunction, Platform, PoolCharge, ProcessKey, Request,
-    RequestorMode, SpinLock, pool_tag,
+    DEVICE_LOCK, FileKey, MAP_LOCK, Platform, PoolCharge, ProcessKey, Request, RequestorMode,
+    SpinLock, pool_tag,
 };
+use crate::verbs::{Op, Verb};
 
 /// Driver version reported by `IOCTL_IV_GET_VERSION` (major.minor).
 pub const DRIVER_VERSION: u32 = 0x0001_0000;
 
-/// A response struct, written to the output buffer at completion.
+/// What a request's completion reports as written to its output buffer.
 ///
-/// Every request's completion moves one of these (often through arrays and
-/// closures), so no variant is large: a response of more than 64 bytes is
-/// written into the request's output where it is made
-/// ([`Response::write`]) or kept behind the box it arrived in.
+/// A verb writes its output struct into the request's output where it
+/// makes it ([`Response::write`]), so that what moves with a request to its
+/// completion (through arrays and the deferred queue) stays two words.
 #[derive(Debug)]
 pub(crate) enum Response {
+    /// No output.
     None,
     /// The output was written already (`Response::write`): this many
     /// bytes.
     Written(usize),
     /// The output buffer could not take the response.
     TooSmall,
-    Version(IvGetVersionOut),
-    /// The HCA's capabilities (`IvQueryDeviceOut`), copied at completion.
-    Device,
-    Port(IvQueryPortOut),
-    Gid(IvQueryGidOut),
-    Pd(IvAllocPdOut),
-    Mr(IvRegMrOut),
-    Cq(IvCreateCqOut),
-    CqResize(IvResizeCqOut),
-    Qp(IvCreateQpOut),
-    QpAttr(Box<IvQueryQpOut>),
-    Srq(IvCreateSrqOut),
-    SrqAttr(IvQuerySrqOut),
-    Ah(IvCreateAhOut),
-    CqEvent(IvCqEventOut),
-    Channel(IvCreateChannelOut),
-    Cep(IvCreateCepOut),
-    Async(IvAsyncEventOut),
-    Rings(IvMapRingsOut),
-    Doorbells(IvMapDoorbellsOut),
-    Resolve(IvResolveAddrOut),
 }
 
 impl Response {
-    /// Writes a large response into the request's output now, with a
+    /// Writes a verb's output into the request's output buffer now, with a
     /// response that completes it with those bytes (`TooSmall` if the
     /// output cannot take them).
     pub(crate) fn write<R: Request>(request: &mut R, bytes: &[u8]) -> Response {
@@ -87,74 +65,6 @@ impl Response {
             None => Response::TooSmall,
         }
     }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Response::None | Response::Written(_) | Response::TooSmall | Response::Device => &[],
-            Response::Version(v) => v.as_bytes(),
-            Response::Port(v) => v.as_bytes(),
-            Response::Gid(v) => v.as_bytes(),
-            Response::Pd(v) => v.as_bytes(),
-            Response::Mr(v) => v.as_bytes(),
-            Response::Cq(v) => v.as_bytes(),
-            Response::CqResize(v) => v.as_bytes(),
-            Response::Qp(v) => v.as_bytes(),
-            Response::QpAttr(v) => v.as_bytes(),
-            Response::Srq(v) => v.as_bytes(),
-            Response::SrqAttr(v) => v.as_bytes(),
-            Response::Ah(v) => v.as_bytes(),
-            Response::CqEvent(v) => v.as_bytes(),
-            Response::Channel(v) => v.as_bytes(),
-            Response::Cep(v) => v.as_bytes(),
-            Response::Async(v) => v.as_bytes(),
-            Response::Rings(v) => v.as_bytes(),
-            Response::Doorbells(v) => v.as_bytes(),
-            Response::Resolve(v) => v.as_bytes(),
-        }
-    }
-}
-
-/// What a pending command will do when it completes.
-#[derive(Debug)]
-pub(crate) enum Op {
-    QueryPort,
-    QueryGid,
-    Create(u32),
-    Destroy(u32),
-    /// A destroy issued by file cleanup: no request waits for it.
-    Rundown(u32),
-    ModifyQp {
-        qp: u32,
-        next: u32,
-    },
-    QueryQp(u32),
-    ResizeCq(u32),
-    ModifySrq {
-        srq: u32,
-        mask: u32,
-        max_wr: u32,
-    },
-    QuerySrq(u32),
-    /// A QP modify of a multi-phase CM request (`crate::cm`).
-    CmStep {
-        qp: u32,
-        next: u32,
-        cep: irpverbs_cm::CepId,
-        phase: crate::cm::Phase,
-        /// Not the last of a chain of modifies (it carries no request and
-        /// leaves the QP busy).
-        more: bool,
-    },
-    /// An address resolution walking the ports' GID tables
-    /// (`crate::resolve`), or a `LISTEN_ADDR`'s check that its GID is
-    /// the device's.
-    Resolve(alloc::boxed::Box<crate::resolve::Resolve>),
-    /// A `CM_CONNECT`: the GID table entry its `sgid_index` names is read
-    /// to check it is the request's local GID before the QP moves.
-    CmCheckGid {
-        cep: irpverbs_cm::CepId,
-        gid: [u8; 16],
-    },
 }
 
 pub(crate) struct Pending<R> {
@@ -399,89 +309,6 @@ impl<R> State<R> {
             None => Err(STATUS_INVALID_HANDLE),
         }
     }
-}
-
-/// A parsed, length-checked request.
-#[derive(Debug)]
-pub(crate) enum Verb {
-    QueryPort(IvQueryPortIn),
-    QueryGid(IvQueryGidIn),
-    AllocPd(IvAllocPdIn),
-    /// The request, whether physical, and the pinned region (taken from the
-    /// request, or pinned at dispatch for a kernel caller).
-    RegMr(
-        IvRegMrIn,
-        bool,
-        Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
-    ),
-    CreateCq(IvCreateCqIn),
-    ResizeCq(IvResizeCqIn),
-    CreateQp(IvCreateQpIn),
-    ModifyQp(IvModifyQpIn),
-    QueryQp(IvHandleIn),
-    CreateSrq(IvCreateSrqIn),
-    ModifySrq(IvModifySrqIn),
-    QuerySrq(IvHandleIn),
-    CreateAh(IvCreateAhIn),
-    Destroy(IvHandleIn, Kind),
-    CqNotify(IvCqNotifyIn),
-    CreateChannel(IvAllocPdIn),
-    GetCqEvent(IvHandleIn),
-    AckCqEvents(IvAckIn),
-    GetAsyncEvent,
-    AckAsyncEvent(IvAckIn),
-    MapRings(IvHandleIn),
-    MapDoorbells,
-    RingDoorbells,
-    CreateCep(IvCreateCepIn),
-    Listen(IvListenIn),
-    GetCepEvent(IvHandleIn),
-    /// A connection-manager request (its large input is read again from
-    /// the request by `Device::cm_request`, so that it stays out of this
-    /// enum, which every IOCTL moves).
-    Cm(crate::cm::CmOp),
-    ResolveAddr(IvResolveAddrIn),
-    ListenAddr(IvListenAddrIn),
-}
-
-impl Verb {
-    /// The connection manager's verbs (`crate::cm`).
-    fn is_cep(&self) -> bool {
-        matches!(
-            self,
-            Verb::CreateCep(_)
-                | Verb::Listen(_)
-                | Verb::GetCepEvent(_)
-                | Verb::Destroy(_, Kind::Cep)
-                | Verb::Cm(_)
-                | Verb::ListenAddr(_)
-        )
-    }
-
-    /// Verbs that pend on events (or answer at once) instead of posting a
-    /// command.
-    fn is_notification(&self) -> bool {
-        matches!(
-            self,
-            Verb::CqNotify(_)
-                | Verb::CreateChannel(_)
-                | Verb::GetCqEvent(_)
-                | Verb::AckCqEvents(_)
-                | Verb::GetAsyncEvent
-                | Verb::AckAsyncEvent(_)
-                | Verb::Destroy(_, Kind::Channel)
-                | Verb::CreateCep(_)
-                | Verb::Listen(_)
-                | Verb::GetCepEvent(_)
-                | Verb::Destroy(_, Kind::Cep)
-        )
-    }
-}
-
-/// A verb that ends without a command: refused, with its status.
-pub(crate) enum Started {
-    /// Complete the request with this status and response.
-    Done(NtStatus, Response),
 }
 
 /// The irpverbs device, generic over the OS and the hardware.
@@ -920,68 +747,54 @@ impl<P: Platform, H: Hca> Device<P, H> {
         if request.output().len() < min_out {
             return self.complete(request, STATUS_BUFFER_TOO_SMALL, &Response::None);
         }
-        let mut verb = match self.parse(&request) {
-            Ok(Ok(v)) => v,
-            Ok(Err(response)) => return self.complete(request, STATUS_SUCCESS, &response),
+        let mut verb = match crate::verbs::parse(&request) {
+            Ok(v) => v,
             Err(status) => return self.complete(request, status, &Response::None),
         };
         let file = request.file();
-        let mode = request.requestor_mode();
         match &mut verb {
+            Verb::GetVersion | Verb::QueryDevice => return self.answer(request, &verb),
             Verb::MapRings(_) => return self.map_rings(request, false),
             Verb::MapDoorbells => return self.map_doorbells(request, false),
             Verb::RingDoorbells => return self.ring_doorbells(request),
             Verb::RegMr(i, physical, pinned) => {
-                *pinned = request.take_pin();
-                if pinned.is_none() && mode == RequestorMode::Kernel {
-                    let pin = crate::mr::check_reg_mr(self.hca.caps(), mode, i).and_then(|()| {
-                        let write = crate::mr::writable(i.access);
-                        self.platform
-                            .pin_memory(&request, i.addr, i.length, write, *physical)
-                    });
-                    match pin {
-                        Ok(region) => *pinned = Some(region),
-                        Err(status) => return self.complete(request, status, &Response::None),
-                    }
+                match crate::verbs::mr::pinned_region(self, &mut request, i, *physical) {
+                    Ok(region) => *pinned = region,
+                    Err(status) => return self.complete(request, status, &Response::None),
                 }
             }
             _ => {}
         }
         let mut cm_flush = None;
         let (outcome, deferred) = self.state.lock(|s| {
-            let outcome =
-                if s.removed && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_)) {
-                    if let Verb::Destroy(h, kind) = &verb {
-                        match self.destroy_removed(s, file, h.handle, *kind) {
-                            Ok(()) => Err((request, STATUS_SUCCESS, Response::None)),
-                            Err(st) => Err((request, st, Response::None)),
-                        }
-                    } else {
-                        Err((request, STATUS_DEVICE_REMOVED, Response::None))
+            let outcome = if s.removed
+                && !matches!(verb, Verb::GetAsyncEvent | Verb::AckAsyncEvent(_))
+            {
+                if let Verb::Destroy(h, kind) = &verb {
+                    match crate::verbs::destroy::destroy_removed(self, s, file, h.handle, *kind) {
+                        Ok(()) => Err((request, STATUS_SUCCESS, Response::None)),
+                        Err(st) => Err((request, st, Response::None)),
                     }
-                } else if let Err(st) = s.reserve_request_commands() {
-                    Err((request, st, Response::None))
-                } else if verb.is_cep() {
-                    let r = match verb {
-                        Verb::Cm(op) => self.cm_request(s, file, op, request),
-                        Verb::ListenAddr(i) => self.listen_addr(s, file, &i, request),
-                        _ => self.cep_start(s, file, verb, request),
-                    }
-                    .map_or(Ok(()), Err);
-                    let flush = s.cm.take();
-                    cm_flush = Some(flush);
-                    r
-                } else if verb.is_notification() {
-                    crate::notify::start(self, s, file, verb, request).map_or(Ok(()), Err)
                 } else {
-                    match self.start(s, file, mode, verb) {
-                        Ok((op, cmd)) => {
-                            self.post(s, file, Some(request), op, cmd);
-                            Ok(())
-                        }
-                        Err(Started::Done(st, r)) => Err((request, st, r)),
-                    }
-                };
+                    Err((request, STATUS_DEVICE_REMOVED, Response::None))
+                }
+            } else if let Err(st) = s.reserve_request_commands() {
+                Err((request, st, Response::None))
+            } else if verb.is_cep() {
+                let r = match verb {
+                    Verb::Cm(op) => self.cm_request(s, file, op, request),
+                    Verb::ListenAddr(i) => self.listen_addr(s, file, &i, request),
+                    _ => self.cep_start(s, file, verb, request),
+                }
+                .map_or(Ok(()), Err);
+                let flush = s.cm.take();
+                cm_flush = Some(flush);
+                r
+            } else if verb.is_notification() {
+                crate::notify::start(self, s, file, verb, request).map_or(Ok(()), Err)
+            } else {
+                self.start(s, file, verb, request).map_or(Ok(()), Err)
+            };
             (outcome, crate::device::Drain)
         });
         if let Err((req, status, response)) = outcome {
@@ -1003,150 +816,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
         self.run_cep_callbacks();
     }
 
-    /// [`Device::parse`] for a verb the caller context handles: the output
-    /// buffer's length is checked first, and a verb answered without a
-    /// command is not one of them (`STATUS_INVALID_DEVICE_REQUEST`).
+    /// [`crate::verbs::parse`] for a verb the caller context handles: the
+    /// output buffer's length is checked first.
     pub(crate) fn parse_request(&self, request: &mut P::Request) -> Result<Verb, NtStatus> {
         let min_out = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
         if request.output().len() < min_out {
             return Err(STATUS_BUFFER_TOO_SMALL);
         }
-        self.parse(request)?
-            .map_err(|_| STATUS_INVALID_DEVICE_REQUEST)
-    }
-
-    /// Checks the code, caller, lengths and alignment, and parses the input.
-    /// `Ok(Err(response))`: the verb is answered without a command.
-    fn parse(&self, request: &P::Request) -> Result<Result<Verb, Response>, NtStatus> {
-        let code = request.ioctl_code();
-        let info = ioctl_info(code).ok_or(STATUS_INVALID_DEVICE_REQUEST)?;
-        let mode = request.requestor_mode();
-        if mode == RequestorMode::User
-            && (info.kernel_only
-                || request.major_function() == MajorFunction::InternalDeviceControl)
-        {
-            return Err(STATUS_ACCESS_DENIED);
-        }
-        let input = request.input();
-        if input.len() != info.input_len {
-            return Err(STATUS_INFO_LENGTH_MISMATCH);
-        }
-        if !input.is_empty() && (input.as_ptr() as usize) % 8 != 0 {
-            return Err(STATUS_DATATYPE_MISALIGNMENT_ERROR);
-        }
-        fn read<T: FromBytes>(input: &[u8]) -> Result<T, NtStatus> {
-            T::read_from_bytes(input).map_err(|_| STATUS_INFO_LENGTH_MISMATCH)
-        }
-        let v = match code {
-            IOCTL_IV_GET_VERSION => {
-                return Ok(Err(Response::Version(IvGetVersionOut {
-                    abi_version: IV_ABI_VERSION,
-                    driver_version: DRIVER_VERSION,
-                })));
-            }
-            IOCTL_IV_QUERY_DEVICE => return Ok(Err(Response::Device)),
-            IOCTL_IV_QUERY_PORT => Verb::QueryPort(read(input)?),
-            IOCTL_IV_QUERY_GID => Verb::QueryGid(read(input)?),
-            IOCTL_IV_ALLOC_PD => Verb::AllocPd(read(input)?),
-            IOCTL_IV_DEALLOC_PD => Verb::Destroy(read(input)?, Kind::Pd),
-            IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false, None),
-            IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true, None),
-            IOCTL_IV_DEREG_MR => Verb::Destroy(read(input)?, Kind::Mr),
-            IOCTL_IV_CREATE_CQ => Verb::CreateCq(read(input)?),
-            IOCTL_IV_RESIZE_CQ => Verb::ResizeCq(read(input)?),
-            IOCTL_IV_DESTROY_CQ => Verb::Destroy(read(input)?, Kind::Cq),
-            IOCTL_IV_CREATE_QP => Verb::CreateQp(read(input)?),
-            IOCTL_IV_MODIFY_QP => Verb::ModifyQp(read(input)?),
-            IOCTL_IV_QUERY_QP => Verb::QueryQp(read(input)?),
-            IOCTL_IV_DESTROY_QP => Verb::Destroy(read(input)?, Kind::Qp),
-            IOCTL_IV_CREATE_SRQ => Verb::CreateSrq(read(input)?),
-            IOCTL_IV_MODIFY_SRQ => Verb::ModifySrq(read(input)?),
-            IOCTL_IV_QUERY_SRQ => Verb::QuerySrq(read(input)?),
-            IOCTL_IV_DESTROY_SRQ => Verb::Destroy(read(input)?, Kind::Srq),
-            IOCTL_IV_CREATE_AH => Verb::CreateAh(read(input)?),
-            IOCTL_IV_DESTROY_AH => Verb::Destroy(read(input)?, Kind::Ah),
-            IOCTL_IV_CQ_NOTIFY => Verb::CqNotify(read(input)?),
-            IOCTL_IV_CREATE_CHANNEL => Verb::CreateChannel(read(input)?),
-            IOCTL_IV_DESTROY_CHANNEL => Verb::Destroy(read(input)?, Kind::Channel),
-            IOCTL_IV_CREATE_CEP => Verb::CreateCep(read(input)?),
-            IOCTL_IV_LISTEN => Verb::Listen(read(input)?),
-            IOCTL_IV_GET_CEP_EVENT => Verb::GetCepEvent(read(input)?),
-            IOCTL_IV_DESTROY_CEP => Verb::Destroy(read(input)?, Kind::Cep),
-            IOCTL_IV_CM_CONNECT => Verb::Cm(CmOp::Connect),
-            IOCTL_IV_CM_ACCEPT => Verb::Cm(CmOp::Accept),
-            IOCTL_IV_CM_REJECT => Verb::Cm(CmOp::Reject),
-            IOCTL_IV_CM_DISCONNECT => Verb::Cm(CmOp::Disconnect),
-            IOCTL_IV_CM_MRA => Verb::Cm(CmOp::Mra),
-            IOCTL_IV_SIDR_REQUEST => Verb::Cm(CmOp::SidrRequest),
-            IOCTL_IV_SIDR_REPLY => Verb::Cm(CmOp::SidrReply),
-            IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
-            IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
-            IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
-            IOCTL_IV_ACK_ASYNC_EVENT => Verb::AckAsyncEvent(read(input)?),
-            IOCTL_IV_MAP_RINGS => Verb::MapRings(read(input)?),
-            IOCTL_IV_MAP_DOORBELLS => Verb::MapDoorbells,
-            IOCTL_IV_RING_DOORBELLS => Verb::RingDoorbells,
-            IOCTL_IV_RESOLVE_ADDR => Verb::ResolveAddr(read(input)?),
-            IOCTL_IV_LISTEN_ADDR => Verb::ListenAddr(read(input)?),
-            _ => return Err(STATUS_INVALID_DEVICE_REQUEST),
-        };
-        Ok(Ok(v))
-    }
-
-    /// Validates a verb against the file's objects and builds its command.
-    fn start(
-        &self,
-        s: &mut State<P::Request>,
-        file: FileKey,
-        mode: RequestorMode,
-        verb: Verb,
-    ) -> Result<(Op, Command), Started> {
-        let fail = |st| Started::Done(st, Response::None);
-        s.file(file).map_err(fail)?;
-        let caps = self.hca.caps();
-        match verb {
-            Verb::QueryPort(i) => {
-                crate::port::check_query_port(&i, caps).map_err(fail)?;
-                Ok((
-                    Op::QueryPort,
-                    Command::QueryPort {
-                        port: i.port_num as u8,
-                    },
-                ))
-            }
-            Verb::QueryGid(i) => {
-                crate::port::check_query_gid(&i, caps).map_err(fail)?;
-                Ok((
-                    Op::QueryGid,
-                    Command::QueryGid {
-                        port: i.port_num as u8,
-                        index: i.index,
-                    },
-                ))
-            }
-            Verb::ResolveAddr(i) => crate::resolve::Resolve::start(&i, caps)
-                .and_then(|(r, cmd)| {
-                    let r = irpverbs_ring::try_box(r).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-                    Ok((Op::Resolve(r), cmd))
-                })
-                .map_err(fail),
-            Verb::Destroy(h, kind) => self.start_destroy(s, file, h.handle, kind).map_err(fail),
-            Verb::AllocPd(i) => crate::pd::start_alloc_pd(self, s, file, &i).map_err(fail),
-            Verb::RegMr(i, physical, pinned) => {
-                crate::mr::start_reg_mr(self, s, file, mode, &i, physical, pinned).map_err(fail)
-            }
-            Verb::CreateCq(i) => crate::cq::start_create_cq(self, s, file, &i).map_err(fail),
-            Verb::ResizeCq(i) => crate::cq::start_resize_cq(self, s, file, &i).map_err(fail),
-            Verb::CreateQp(i) => crate::qp::start_create_qp(self, s, file, &i).map_err(fail),
-            Verb::ModifyQp(i) => crate::qp::start_modify_qp(self, s, file, mode, &i).map_err(fail),
-            Verb::QueryQp(i) => crate::qp::start_query_qp(s, file, &i).map_err(fail),
-            Verb::CreateSrq(i) => crate::srq::start_create_srq(self, s, file, &i).map_err(fail),
-            Verb::ModifySrq(i) => crate::srq::start_modify_srq(self, s, file, &i).map_err(fail),
-            Verb::QuerySrq(i) => crate::srq::start_query_srq(s, file, &i).map_err(fail),
-            Verb::CreateAh(i) => crate::ah::start_create_ah(self, s, file, &i).map_err(fail),
-            // Notification verbs never reach here (`notify::start` runs them).
-            _ => Err(fail(STATUS_INVALID_DEVICE_REQUEST)),
-        }
+        crate::verbs::parse(request)
     }
 
     /// Reserves a slot for an object whose create command is about to be
@@ -1227,52 +904,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
         Ok(idx)
     }
 
-    fn start_destroy(
-        &self,
-        s: &mut State<P::Request>,
-        file: FileKey,
-        handle: IvHandle,
-        kind: Kind,
-    ) -> Result<(Op, Command), NtStatus> {
-        let f = s.file(file)?;
-        let idx = f.objects.lookup(handle, kind)?;
-        let o = f.objects.get_mut(idx);
-        let unacked_cq_events = matches!(&o.body, Body::Cq(c) if c.unacked_events != 0);
-        if o.dependents != 0
-            || o.busy
-            || o.queries != 0
-            || o.unacked_async != 0
-            || unacked_cq_events
-        {
-            return Err(STATUS_DEVICE_BUSY);
-        }
-        let cmd = o.destroy_command().ok_or(STATUS_INVALID_HANDLE)?;
-        o.life = Life::Destroying;
-        if kind == Kind::Cq {
-            crate::notify::fail_cq_waits(s, file, idx, STATUS_DELETE_PENDING);
-        }
-        Ok((Op::Destroy(idx), cmd))
-    }
-
-    /// Destroy on a removed device: the hardware is gone, so the object is
-    /// simply freed (busy rules still apply).
-    fn destroy_removed(
-        &self,
-        s: &mut State<P::Request>,
-        file: FileKey,
-        handle: IvHandle,
-        kind: Kind,
-    ) -> Result<(), NtStatus> {
-        let f = s.files.get_mut(&file).ok_or(STATUS_INVALID_HANDLE)?;
-        let idx = f.objects.lookup(handle, kind)?;
-        let o = f.objects.get(idx);
-        if o.dependents != 0 || o.busy || o.queries != 0 {
-            return Err(STATUS_DEVICE_BUSY);
-        }
-        self.free_object(s, file, idx);
-        Ok(())
-    }
-
     /// Posts a command (or backlogs it behind earlier ones).
     pub(crate) fn post(
         &self,
@@ -1310,38 +941,25 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
-    /// Writes the response and completes the request.
+    /// Completes the request with `status` and the bytes its output took
+    /// (none on failure). A success with no output still needs the output
+    /// buffer the IOCTL's response struct takes.
     pub(crate) fn complete(&self, mut request: P::Request, status: NtStatus, response: &Response) {
-        let caps;
-        let bytes = match response {
-            Response::Written(n) if nt_success(status) => return request.complete(status, *n),
-            Response::TooSmall if nt_success(status) => {
-                return request.complete(STATUS_BUFFER_TOO_SMALL, 0);
+        if !nt_success(status) {
+            return request.complete(status, 0);
+        }
+        match *response {
+            Response::Written(n) => request.complete(status, n),
+            Response::TooSmall => request.complete(STATUS_BUFFER_TOO_SMALL, 0),
+            Response::None => {
+                let min = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
+                if request.output().len() < min {
+                    request.complete(STATUS_BUFFER_TOO_SMALL, 0);
+                } else {
+                    request.complete(status, 0);
+                }
             }
-            Response::Device => {
-                caps = IvQueryDeviceOut {
-                    abi_version: IV_ABI_VERSION,
-                    ..*self.hca.caps()
-                };
-                caps.as_bytes()
-            }
-            r => r.bytes(),
-        };
-        let info = ioctl_info(request.ioctl_code()).map_or(0, |i| i.output_len);
-        let (status, written) = if nt_success(status) {
-            let out = request.output();
-            if out.len() < info.max(bytes.len()) {
-                (STATUS_BUFFER_TOO_SMALL, 0)
-            } else if let Some(dst) = out.get_mut(..bytes.len()) {
-                dst.copy_from_slice(bytes);
-                (status, bytes.len())
-            } else {
-                (STATUS_BUFFER_TOO_SMALL, 0)
-            }
-        } else {
-            (status, 0)
-        };
-        request.complete(status, written);
+        }
     }
 
     // ------------------------------------------------------------- DPC
@@ -1471,9 +1089,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     let st = self.listen_addr_checked(s, p.file, &i, found.map(|_| ()));
                     p.request.map(|q| (q, st, Response::None))
                 }
-                crate::resolve::Step::Done(Ok(route)) => p
-                    .request
-                    .map(|q| (q, STATUS_SUCCESS, Response::Resolve(route))),
+                crate::resolve::Step::Done(Ok(route)) => p.request.map(|mut q| {
+                    let response = Response::write(&mut q, route.as_bytes());
+                    (q, STATUS_SUCCESS, response)
+                }),
                 crate::resolve::Step::Done(Err(st)) => p.request.map(|q| (q, st, Response::None)),
             };
             if let Some(c) = self.advance_rundown(s, p.file) {
@@ -1481,96 +1100,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
             return done;
         }
-        let (status, response) = self.apply(s, p.file, p.op, status, out, mode);
+        let mut request = p.request;
+        let (status, response) =
+            self.finish(s, p.file, p.op, (status, out), mode, request.as_mut());
         let charge = self.advance_rundown(s, p.file);
         if let Some(c) = charge {
             self.platform.pool_release(c);
         }
-        p.request.map(|r| (r, status, response))
-    }
-
-    /// Applies a command's result to the driver's objects.
-    fn apply(
-        &self,
-        s: &mut State<P::Request>,
-        file: FileKey,
-        op: Op,
-        status: NtStatus,
-        out: CommandOut,
-        mode: RequestorMode,
-    ) -> (NtStatus, Response) {
-        // Kernel callers view the rings at their kernel addresses; a user
-        // process maps them with IOCTL_IV_MAP_RINGS (crate::maps).
-        let map = |r: &irpverbs_ring::Ring| match mode {
-            RequestorMode::Kernel => r.map(),
-            RequestorMode::User => crate::maps::geometry(r),
-        };
-        let ok = nt_success(status);
-        match op {
-            Op::QueryPort => match out {
-                CommandOut::Port(p) if ok => (status, Response::Port(p)),
-                _ => (fail_status(status), Response::None),
-            },
-            Op::QueryGid => match out {
-                CommandOut::Gid(gid) if ok => (status, Response::Gid(IvQueryGidOut { gid })),
-                _ => (fail_status(status), Response::None),
-            },
-            Op::Create(idx) => {
-                let Some(f) = s.files.get_mut(&file) else {
-                    return (status, Response::None);
-                };
-                let handle = f.objects.handle_of(idx);
-                let o = f.objects.get_mut(idx);
-                match crate::object::apply_created(o, handle, ok, out, &map) {
-                    Some(response) => {
-                        o.life = Life::Live;
-                        if let Some(key) = o.number_key() {
-                            // Room taken when the object was created.
-                            let recorded = s.by_number.insert_reserved(key, (file, idx));
-                            debug_assert!(recorded.is_ok());
-                        }
-                        (status, response)
-                    }
-                    None => {
-                        self.free_object(s, file, idx);
-                        (fail_status(status), Response::None)
-                    }
-                }
-            }
-            Op::Destroy(idx) => {
-                if ok {
-                    self.free_object(s, file, idx);
-                } else if let Some(f) = s.files.get_mut(&file) {
-                    f.objects.get_mut(idx).life = Life::Live;
-                }
-                (status, Response::None)
-            }
-            Op::Rundown(idx) => {
-                if !ok {
-                    s.stats.rundown_failures += 1;
-                }
-                self.free_object(s, file, idx);
-                (status, Response::None)
-            }
-            Op::ModifyQp { qp, next } => {
-                crate::qp::finish_modify_qp(s, file, qp, next, ok);
-                (status, Response::None)
-            }
-            Op::QueryQp(qp) => crate::qp::finish_query_qp(s, file, qp, status, out),
-            Op::ResizeCq(cq) => crate::cq::finish_resize_cq(s, file, cq, status, out, &map),
-            Op::ModifySrq { srq, mask, max_wr } => {
-                crate::srq::finish_modify_srq(s, file, srq, mask, max_wr, ok);
-                (status, Response::None)
-            }
-            Op::QuerySrq(srq) => crate::srq::finish_query_srq(s, file, srq, status, out),
-            // `handle_event` gives these to `cm_step_done`.
-            Op::CmStep { qp, next, .. } => {
-                crate::qp::finish_modify_qp(s, file, qp, next, ok);
-                (status, Response::None)
-            }
-            // `handle_event` walks these (`crate::resolve`, `crate::cm`).
-            Op::Resolve(_) | Op::CmCheckGid { .. } => (STATUS_INVALID_DEVICE_STATE, Response::None),
-        }
+        request.map(|r| (r, status, response))
     }
 
     // ------------------------------------------------------------- removal
@@ -1600,42 +1137,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if let Some(f) = s.files.get_mut(&p.file) {
                     f.inflight = f.inflight.saturating_sub(1);
                 }
-                let status = match p.op {
-                    Op::Destroy(idx) | Op::Rundown(idx) => {
-                        self.free_object(s, p.file, idx);
-                        STATUS_SUCCESS
-                    }
-                    Op::Create(idx) => {
-                        self.free_object(s, p.file, idx);
-                        STATUS_DEVICE_REMOVED
-                    }
-                    Op::ModifyQp { qp: idx, .. }
-                    | Op::ResizeCq(idx)
-                    | Op::ModifySrq { srq: idx, .. } => {
-                        if let Some(f) = s.files.get_mut(&p.file) {
-                            let o = f.objects.get_mut(idx);
-                            o.busy = false;
-                            crate::quota::end_resize(&mut f.usage, o, false);
-                        }
-                        STATUS_DEVICE_REMOVED
-                    }
-                    Op::QueryQp(idx) | Op::QuerySrq(idx) => {
-                        s.end_query(p.file, idx);
-                        STATUS_DEVICE_REMOVED
-                    }
-                    Op::CmStep { qp, cep, .. } => {
-                        if let Some(f) = s.files.get_mut(&p.file) {
-                            f.objects.get_mut(qp).busy = false;
-                        }
-                        s.cm_ops.remove(&cep);
-                        STATUS_DEVICE_REMOVED
-                    }
-                    Op::CmCheckGid { cep, .. } => {
-                        s.cm_ops.remove(&cep);
-                        STATUS_DEVICE_REMOVED
-                    }
-                    Op::QueryPort | Op::QueryGid | Op::Resolve(_) => STATUS_DEVICE_REMOVED,
-                };
+                let status = self.removed_op(s, p.file, p.op);
                 if let Some(r) = p.request {
                     s.stats.requests_completed += 1;
                     // In the room `reserve_deferred` kept for it.
@@ -1737,15 +1239,5 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// True after [`Device::remove`].
     pub fn is_removed(&self) -> bool {
         self.state.lock(|s| s.removed)
-    }
-}
-
-/// A failed command with a success status and no output is a firmware bug:
-/// report it as a hardware error rather than success.
-fn fail_status(status: NtStatus) -> NtStatus {
-    if nt_success(status) {
-        STATUS_DEVICE_HARDWARE_ERROR
-    } else {
-        status
     }
 }

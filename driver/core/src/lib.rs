@@ -17,34 +17,28 @@
 
 extern crate alloc;
 
-mod ah;
 pub mod cm;
-mod cq;
 pub mod device;
 pub mod fallible;
 mod handle;
 pub mod hca;
 mod maps;
-mod mr;
 pub mod notify;
 pub mod object;
-mod pd;
 pub mod platform;
-mod port;
-mod qp;
 pub mod qp_state;
 pub mod quota;
 mod resolve;
-mod srq;
 #[cfg(test)]
 mod tests;
+mod verbs;
 
 pub use device::{DRIVER_VERSION, Device, DeviceConfig, DeviceSnapshot, DeviceStats};
 pub use handle::MAX_OBJECTS_PER_FILE;
-pub use mr::USER_ADDRESS_LIMIT;
 pub use object::Kind;
-pub use qp::CONTROLLED_QKEY;
 pub use quota::FileQuota;
+pub use verbs::mr::USER_ADDRESS_LIMIT;
+pub use verbs::qp::CONTROLLED_QKEY;
 
 pub use hca::{
     AsyncEvent, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq, DoorbellPageInfo,

@@ -54,10 +54,12 @@ use irpverbs_abi::*;
 use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::Hca;
-use crate::device::{Device, Response, State, Verb};
+use crate::device::{Device, Response, State};
 use crate::fallible::{VecMap, try_push};
 use crate::object::{Kind, Object};
 use crate::platform::{FileKey, Platform, ProcessKey, Request, RequestorMode, SpinLock};
+use crate::verbs::Verb;
+use zerocopy::IntoBytes;
 
 /// The user mappings of every file, under [`crate::platform::MAP_LOCK`]:
 /// a file's entry is made when the file is created and goes when it is
@@ -251,7 +253,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Verb::RegMr(i, physical, _) = self.parse_request(request)? else {
             return Err(STATUS_INVALID_DEVICE_REQUEST);
         };
-        crate::mr::check_reg_mr(self.hca.caps(), RequestorMode::User, &i)?;
+        crate::verbs::mr::check_reg_mr(self.hca.caps(), RequestorMode::User, &i)?;
         let file = request.file();
         self.state.lock(|s| {
             if s.removed {
@@ -261,7 +263,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         })?;
         let space = request.address_space();
         self.maps.lock(|maps| file_maps(maps, file)?.bind(space))?;
-        let write = crate::mr::writable(i.access);
+        let write = crate::verbs::mr::writable(i.access);
         let region = self
             .platform
             .pin_memory(request, i.addr, i.length, write, physical)?;
@@ -274,7 +276,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// it fails with `STATUS_INVALID_DEVICE_STATE`.
     pub(crate) fn map_rings(&self, mut request: P::Request, in_caller: bool) {
         match self.try_map_rings(&mut request, in_caller) {
-            Ok(out) => self.complete(request, STATUS_SUCCESS, &Response::Rings(out)),
+            Ok(out) => {
+                let response = Response::write(&mut request, out.as_bytes());
+                self.complete(request, STATUS_SUCCESS, &response);
+            }
             Err(status) => self.complete(request, status, &Response::None),
         }
     }
@@ -420,7 +425,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// ring the direct-call doorbells: `STATUS_NOT_SUPPORTED`.
     pub(crate) fn map_doorbells(&self, mut request: P::Request, in_caller: bool) {
         match self.try_map_doorbells(&mut request, in_caller) {
-            Ok(out) => self.complete(request, STATUS_SUCCESS, &Response::Doorbells(out)),
+            Ok(out) => {
+                let response = Response::write(&mut request, out.as_bytes());
+                self.complete(request, STATUS_SUCCESS, &response);
+            }
             Err(status) => self.complete(request, status, &Response::None),
         }
     }

@@ -19,6 +19,7 @@
 use alloc::collections::VecDeque;
 
 use irpverbs_abi::*;
+use zerocopy::IntoBytes;
 
 use crate::device::{Response, State};
 use crate::hca::AsyncEvent;
@@ -108,15 +109,17 @@ pub(crate) fn pend_reserved<R: Request>(
     Ok(key)
 }
 
-fn cq_event_out<R>(s: &State<R>, file: FileKey, cq: u32) -> Response {
+/// Writes the `IvCqEventOut` of CQ `cq` into `request`.
+fn cq_event_out<R: Request>(s: &State<R>, file: FileKey, cq: u32, request: &mut R) -> Response {
     let Some(f) = s.files.get(&file) else {
         return Response::None;
     };
     let o = f.objects.get(cq);
-    Response::CqEvent(IvCqEventOut {
+    let out = IvCqEventOut {
         cq: f.objects.handle_of(cq),
         user_context: o.user_context(),
-    })
+    };
+    Response::write(request, out.as_bytes())
 }
 
 /// An armed CQ got an event: completes its notify waits, and queues the
@@ -136,8 +139,8 @@ pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
         c.unacked_events += 1;
     }
     for key in waits {
-        if let Some(r) = take_wait(s, key) {
-            let out = cq_event_out(s, file, cq);
+        if let Some(mut r) = take_wait(s, key) {
+            let out = cq_event_out(s, file, cq, &mut r);
             s.deferred.push_back((r, STATUS_SUCCESS, out));
         }
     }
@@ -182,7 +185,9 @@ pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u
         let Some(key) = chan.waits.pop_front() else {
             return;
         };
-        let Some(r) = take_wait(s, key) else { continue };
+        let Some(mut r) = take_wait(s, key) else {
+            continue;
+        };
         let Some(Body::Channel(chan)) = s
             .files
             .get_mut(&file)
@@ -193,7 +198,7 @@ pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u
         let Some(cq) = chan.events.pop_front() else {
             return;
         };
-        let out = cq_event_out(s, file, cq);
+        let out = cq_event_out(s, file, cq, &mut r);
         s.deferred.push_back((r, STATUS_SUCCESS, out));
     }
 }
@@ -266,30 +271,38 @@ pub(crate) fn deliver_async<R: Request>(s: &mut State<R>, file: FileKey) {
         let Some(key) = f.async_waits.pop_front() else {
             return;
         };
-        let Some(r) = take_wait(s, key) else { continue };
+        let Some(mut r) = take_wait(s, key) else {
+            continue;
+        };
         let Some(f) = s.files.get_mut(&file) else {
             return;
         };
         let Some(rec) = f.async_events.pop_front() else {
             return;
         };
-        let out = async_out(s, file, rec);
+        let out = async_out(s, file, rec, &mut r);
         s.deferred.push_back((r, STATUS_SUCCESS, out));
     }
 }
 
-/// The response for an async event record.
-pub(crate) fn async_out<R>(s: &State<R>, file: FileKey, rec: AsyncRecord) -> Response {
+/// Writes the `IvAsyncEventOut` of an async event record into `request`.
+pub(crate) fn async_out<R: Request>(
+    s: &State<R>,
+    file: FileKey,
+    rec: AsyncRecord,
+    request: &mut R,
+) -> Response {
     let (handle, user_context) = match (rec.object, s.files.get(&file)) {
         (Some(obj), Some(f)) => (f.objects.handle_of(obj), f.objects.get(obj).user_context()),
         _ => (0, 0),
     };
-    Response::Async(IvAsyncEventOut {
+    let out = IvAsyncEventOut {
         event_type: rec.event_type,
         port_num: rec.port_num,
         handle,
         user_context,
-    })
+    };
+    Response::write(request, out.as_bytes())
 }
 
 /// The ABI event type, and which numbered object (kind, number) or port an
@@ -361,10 +374,10 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
     d: &crate::Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
-    verb: crate::device::Verb,
-    request: P::Request,
+    verb: crate::verbs::Verb,
+    mut request: P::Request,
 ) -> Option<Done<P::Request>> {
-    use crate::device::Verb;
+    use crate::verbs::Verb;
     let fail = |r: P::Request, st: NtStatus| Some((r, st, Response::None));
     if let Err(st) = s.file(file) {
         return fail(request, st);
@@ -385,11 +398,9 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
                     let f = s.files.get_mut(&file)?;
                     f.objects.get_mut(idx).life = Life::Live;
                     let channel = f.objects.handle_of(idx);
-                    Some((
-                        request,
-                        STATUS_SUCCESS,
-                        Response::Channel(IvCreateChannelOut { channel }),
-                    ))
+                    let out = IvCreateChannelOut { channel };
+                    let response = Response::write(&mut request, out.as_bytes());
+                    Some((request, STATUS_SUCCESS, response))
                 }
                 Err(st) => fail(request, st),
             }
@@ -519,7 +530,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             let removed = s.removed;
             let f = s.files.get_mut(&file)?;
             if let Some(rec) = f.async_events.pop_front() {
-                let out = async_out(s, file, rec);
+                let out = async_out(s, file, rec, &mut request);
                 return Some((request, STATUS_SUCCESS, out));
             }
             if removed {

@@ -1,13 +1,22 @@
-//! Shared receive queues.
+//! `CREATE_SRQ`, `MODIFY_SRQ` and `QUERY_SRQ`. (`DESTROY_SRQ` is a
+//! destroy: `destroy.rs`.)
 
 use irpverbs_abi::*;
+use irpverbs_ring::Ring;
 
-use crate::device::{Device, Op, Response, State};
-use crate::object::{Body, Kind, Srq};
-use crate::{Command, CommandOut, FileKey, Hca, Platform};
+use super::Op;
+use crate::device::{Device, State};
+use crate::object::{Body, Kind, Object, Srq};
+use crate::{Command, CommandOut, CreateSrq, FileKey, Hca, ModifySrq, Platform};
 
 /// `IOCTL_IV_CREATE_SRQ`.
-pub(crate) fn start_create_srq<P: Platform, H: Hca>(
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a reserved field set, `max_wr` or
+/// `max_sge` 0 or above the device's limits, or a limit not below
+/// `max_wr`; `STATUS_INVALID_HANDLE` for a PD handle that names no live PD
+/// of the file; those of [`Device::reserve_with`].
+pub(crate) fn create_srq<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -24,7 +33,7 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_PARAMETER);
     }
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
-    let pdn = crate::pd::pdn(s, file, pd);
+    let pdn = super::pd::pdn(s, file, pd);
     let body = Body::Srq(Srq {
         pd,
         srqn: 0,
@@ -35,20 +44,60 @@ pub(crate) fn start_create_srq<P: Platform, H: Hca>(
     });
     let rings = crate::quota::srq_ring(i.max_wr, i.max_sge);
     let idx = d.reserve_with(s, file, body, caps.max_srq, rings)?;
-    Ok((
-        Op::Create(idx),
-        Command::CreateSrq(crate::CreateSrq {
-            pdn,
-            max_wr: i.max_wr,
-            max_sge: i.max_sge,
-            srq_limit: i.srq_limit,
-        }),
-    ))
+    let cmd = Command::CreateSrq(CreateSrq {
+        pdn,
+        max_wr: i.max_wr,
+        max_sge: i.max_sge,
+        srq_limit: i.srq_limit,
+    });
+    Ok((Op::CreateSrq(idx), cmd))
+}
+
+/// `IOCTL_IV_CREATE_SRQ`'s completion: the SRQ takes the number, depth
+/// and ring the HCA gave it.
+pub(crate) fn create_srq_done(
+    o: &mut Object,
+    srq: IvHandle,
+    out: CommandOut,
+    map: &dyn Fn(&Ring) -> IvRingMap,
+) -> Option<IvCreateSrqOut> {
+    let (
+        Body::Srq(s),
+        CommandOut::Srq {
+            srqn,
+            max_wr,
+            max_sge,
+            ring,
+        },
+    ) = (&mut o.body, out)
+    else {
+        return None;
+    };
+    s.srqn = srqn;
+    s.max_wr = max_wr;
+    let ring_map = map(&ring);
+    s.ring = Some(ring);
+    Some(IvCreateSrqOut {
+        srq,
+        srqn,
+        max_wr,
+        max_sge,
+        reserved: 0,
+        ring: ring_map,
+    })
 }
 
 /// `IOCTL_IV_MODIFY_SRQ`: resize (needs `IV_DEVICE_SRQ_RESIZE`) and/or arm
-/// the limit; the limit must stay below the depth.
-pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
+/// the limit; the limit must stay below the depth. One modify at a time.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a reserved field set, an empty mask or
+/// unknown bits, `max_wr` 0 or above `max_srq_wr`, or a limit not below
+/// the (new) depth; `STATUS_NOT_SUPPORTED` for a resize the device cannot
+/// do; `STATUS_INVALID_HANDLE` for a handle that names no live SRQ of the
+/// file; `STATUS_DEVICE_BUSY` while another modify is in flight;
+/// `STATUS_QUOTA_EXCEEDED` past the file's ring quota.
+pub(crate) fn modify_srq<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -92,22 +141,23 @@ pub(crate) fn start_modify_srq<P: Platform, H: Hca>(
         crate::quota::begin_resize(&mut f.usage, o, new);
     }
     o.busy = true;
-    Ok((
-        Op::ModifySrq {
-            srq: idx,
-            mask,
-            max_wr: i.max_wr,
-        },
-        Command::ModifySrq(crate::ModifySrq {
-            srqn,
-            mask,
-            max_wr: i.max_wr,
-            srq_limit: i.srq_limit,
-        }),
-    ))
+    let op = Op::ModifySrq {
+        srq: idx,
+        mask,
+        max_wr: i.max_wr,
+    };
+    let cmd = Command::ModifySrq(ModifySrq {
+        srqn,
+        mask,
+        max_wr: i.max_wr,
+        srq_limit: i.srq_limit,
+    });
+    Ok((op, cmd))
 }
 
-pub(crate) fn finish_modify_srq<R>(
+/// `IOCTL_IV_MODIFY_SRQ`'s completion: the SRQ is no longer busy; a
+/// resize that succeeded sets its depth. No output.
+pub(crate) fn modify_srq_done<R>(
     s: &mut State<R>,
     file: FileKey,
     idx: u32,
@@ -126,8 +176,12 @@ pub(crate) fn finish_modify_srq<R>(
     }
 }
 
-/// `IOCTL_IV_QUERY_SRQ`.
-pub(crate) fn start_query_srq<R>(
+/// `IOCTL_IV_QUERY_SRQ`: counted as a query in flight on the SRQ (a
+/// destroy waits for it).
+///
+/// # Errors
+/// `STATUS_INVALID_HANDLE` for a handle that names no live SRQ of the file.
+pub(crate) fn query_srq<R>(
     s: &mut State<R>,
     file: FileKey,
     i: &IvHandleIn,
@@ -136,17 +190,16 @@ pub(crate) fn start_query_srq<R>(
     Ok((Op::QuerySrq(idx), Command::QuerySrq { srqn }))
 }
 
-pub(crate) fn finish_query_srq<R>(
+/// `IOCTL_IV_QUERY_SRQ`'s completion: the SRQ's attributes are the output.
+pub(crate) fn query_srq_done<R>(
     s: &mut State<R>,
     file: FileKey,
     idx: u32,
-    status: NtStatus,
     out: CommandOut,
-) -> (NtStatus, Response) {
+) -> Option<IvQuerySrqOut> {
     s.end_query(file, idx);
     match out {
-        CommandOut::SrqAttr(a) if nt_success(status) => (status, Response::SrqAttr(a)),
-        _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
-        _ => (status, Response::None),
+        CommandOut::SrqAttr(a) => Some(a),
+        _ => None,
     }
 }

@@ -1,4 +1,4 @@
-//! Memory regions.
+//! `REG_MR` and `REG_PHYS_MR`. (`DEREG_MR` is a destroy: `destroy.rs`.)
 //!
 //! A user-mode registration pins the caller's pages in the caller's own
 //! context, before the request reaches the dispatch-level queue
@@ -11,9 +11,10 @@
 use irpverbs_abi::*;
 use irpverbs_ring::{Region, Shared};
 
-use crate::device::{Device, Op, State};
-use crate::object::{Body, Kind, Mr};
-use crate::{Command, FileKey, Hca, Platform, RequestorMode};
+use super::Op;
+use crate::device::{Device, State};
+use crate::object::{Body, Kind, Mr, Object};
+use crate::{Command, CommandOut, FileKey, Hca, Platform, RegMr, Request, RequestorMode};
 
 /// Highest user-mode address + 1 on x64 Windows (`MmUserProbeAddress`).
 pub const USER_ADDRESS_LIMIT: u64 = 0x0000_7FFF_FFFF_0000;
@@ -65,12 +66,44 @@ pub(crate) fn check_reg_mr(
     Ok(())
 }
 
+/// The region a registration of `request` registers: the one pinned in the
+/// caller's context (a user-mode request), else, for a kernel caller, its
+/// nonpaged range wrapped now ([`Platform::pin_memory`]). `None` for a
+/// user-mode request that never went through
+/// [`crate::Device::in_caller_context`] ([`reg_mr`] refuses it).
+///
+/// IRQL: DISPATCH_LEVEL (the queue callback), before the device lock.
+///
+/// # Errors
+/// Those of [`check_reg_mr`] and [`Platform::pin_memory`].
+pub(crate) fn pinned_region<P: Platform, H: Hca>(
+    d: &Device<P, H>,
+    request: &mut P::Request,
+    i: &IvRegMrIn,
+    physical: bool,
+) -> Result<Option<Shared<Region>>, NtStatus> {
+    let pinned = request.take_pin();
+    let mode = request.requestor_mode();
+    if pinned.is_some() || mode != RequestorMode::Kernel {
+        return Ok(pinned);
+    }
+    check_reg_mr(d.hca.caps(), mode, i)?;
+    let write = writable(i.access);
+    let region = d
+        .platform
+        .pin_memory(request, i.addr, i.length, write, physical)?;
+    Ok(Some(region))
+}
+
 /// `IOCTL_IV_REG_MR` / `IOCTL_IV_REG_PHYS_MR`, with `pinned`: the region
-/// the platform pinned (in caller context for a user-mode caller, at
-/// dispatch for a kernel caller). A user-mode registration without one
-/// never went through [`crate::Device::in_caller_context`]:
-/// `STATUS_INVALID_DEVICE_STATE`.
-pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
+/// the platform pinned ([`pinned_region`]).
+///
+/// # Errors
+/// Those of [`check_reg_mr`]; `STATUS_INVALID_HANDLE` for a PD handle that
+/// names no live PD of the file; `STATUS_INVALID_DEVICE_STATE` for a
+/// user-mode registration with no pinned region; those of
+/// [`Device::reserve_with`].
+pub(crate) fn reg_mr<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -83,7 +116,7 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
     check_reg_mr(caps, mode, i)?;
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
     let region = pinned.ok_or(STATUS_INVALID_DEVICE_STATE)?;
-    let pdn = crate::pd::pdn(s, file, pd);
+    let pdn = super::pd::pdn(s, file, pd);
     // A physical range (kernel callers) pins nothing.
     let pinned = if physical {
         crate::quota::Bytes::default()
@@ -91,17 +124,24 @@ pub(crate) fn start_reg_mr<P: Platform, H: Hca>(
         crate::quota::mr_pinned(i.addr, i.length)
     };
     let idx = d.reserve_with(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr, pinned)?;
-    Ok((
-        Op::Create(idx),
-        Command::RegMr(crate::RegMr {
-            pdn,
-            addr: i.addr,
-            length: i.length,
-            access: i.access,
-            physical,
-            region,
-        }),
-    ))
+    let cmd = Command::RegMr(RegMr {
+        pdn,
+        addr: i.addr,
+        length: i.length,
+        access: i.access,
+        physical,
+        region,
+    });
+    Ok((Op::RegMr(idx), cmd))
+}
+
+/// `IOCTL_IV_REG_MR`'s completion: the MR takes the keys the HCA gave it.
+pub(crate) fn reg_mr_done(o: &mut Object, mr: IvHandle, out: CommandOut) -> Option<IvRegMrOut> {
+    let (Body::Mr(m), CommandOut::Mr { lkey, rkey }) = (&mut o.body, out) else {
+        return None;
+    };
+    m.lkey = lkey;
+    Some(IvRegMrOut { mr, lkey, rkey })
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
-//! Queue pairs: create, modify through the IBTA state machine, query, and
-//! the attribute value checks.
+//! `CREATE_QP`, `MODIFY_QP` through the IBTA state machine, `QUERY_QP`,
+//! and the attribute value checks. (`DESTROY_QP` is a destroy:
+//! `destroy.rs`.)
 
 use irpverbs_abi::*;
+use irpverbs_ring::Ring;
 
-use crate::device::{Device, Op, Response, State};
-use crate::object::{Body, Kind, Qp};
+use super::Op;
+use crate::device::{Device, State};
+use crate::object::{Body, Kind, Object, Qp};
 use crate::qp_state::check_modify;
-use crate::{Command, CommandOut, FileKey, Hca, Platform, RequestorMode};
+use crate::{Command, CommandOut, CreateQp, FileKey, Hca, ModifyQp, Platform, RequestorMode};
 
 /// Q_Keys with the high bit set are controlled: only kernel callers may
 /// set them (IBTA 10.2.4).
@@ -28,8 +31,15 @@ fn check_cap(cap: &IvQpCap, caps: &IvQueryDeviceOut, with_srq: bool) -> Result<(
     Ok(())
 }
 
-/// `IOCTL_IV_CREATE_QP`.
-pub(crate) fn start_create_qp<P: Platform, H: Hca>(
+/// `IOCTL_IV_CREATE_QP`: a QP in RESET over the file's PD, CQs and SRQ.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for an unknown QP type, `sq_sig_all` over 1,
+/// a reserved field set, sizes above the device's limits, or receive sizes
+/// with an SRQ; `STATUS_INVALID_HANDLE` for a PD, CQ or SRQ handle that
+/// names no live object of that kind in the file; those of
+/// [`Device::reserve_with`].
+pub(crate) fn create_qp<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -55,7 +65,7 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
         _ => 0,
     };
     let (send_cqn, recv_cqn, srqn) = (number(send_cq), number(recv_cq), srq.map(number));
-    let pdn = crate::pd::pdn(s, file, pd);
+    let pdn = super::pd::pdn(s, file, pd);
     let body = Body::Qp(Qp {
         pd,
         send_cq,
@@ -71,18 +81,42 @@ pub(crate) fn start_create_qp<P: Platform, H: Hca>(
     });
     let rings = crate::quota::qp_rings(&i.cap, i.srq != 0);
     let idx = d.reserve_with(s, file, body, caps.max_qp, rings)?;
-    Ok((
-        Op::Create(idx),
-        Command::CreateQp(crate::CreateQp {
-            pdn,
-            qp_type: i.qp_type,
-            send_cqn,
-            recv_cqn,
-            srqn,
-            sq_sig_all: i.sq_sig_all == 1,
-            cap: i.cap,
-        }),
-    ))
+    let cmd = Command::CreateQp(CreateQp {
+        pdn,
+        qp_type: i.qp_type,
+        send_cqn,
+        recv_cqn,
+        srqn,
+        sq_sig_all: i.sq_sig_all == 1,
+        cap: i.cap,
+    });
+    Ok((Op::CreateQp(idx), cmd))
+}
+
+/// `IOCTL_IV_CREATE_QP`'s completion: the QP takes the number, sizes and
+/// rings the HCA gave it.
+pub(crate) fn create_qp_done(
+    o: &mut Object,
+    qp: IvHandle,
+    out: CommandOut,
+    map: &dyn Fn(&Ring) -> IvRingMap,
+) -> Option<IvCreateQpOut> {
+    let (Body::Qp(q), CommandOut::Qp { qpn, cap, sq, rq }) = (&mut o.body, out) else {
+        return None;
+    };
+    q.qpn = qpn;
+    q.cap = cap;
+    let (sq_map, rq_map) = (map(&sq), rq.as_ref().map(map).unwrap_or_default());
+    q.sq = Some(sq);
+    q.rq = rq;
+    Some(IvCreateQpOut {
+        qp,
+        qpn,
+        reserved: 0,
+        cap,
+        sq: sq_map,
+        rq: rq_map,
+    })
 }
 
 /// Checks the values of the attributes a modify's mask names.
@@ -131,7 +165,7 @@ pub(crate) fn check_attr_values(
         return Err(STATUS_INVALID_PARAMETER);
     }
     if has(IV_QP_AV) {
-        crate::ah::check_ah_attr(&a.ah_attr, caps)?;
+        super::ah::check_ah_attr(&a.ah_attr, caps)?;
     }
     if has(IV_QP_QKEY) && a.qkey & CONTROLLED_QKEY != 0 && mode == RequestorMode::User {
         return Err(STATUS_ACCESS_DENIED);
@@ -139,8 +173,19 @@ pub(crate) fn check_attr_values(
     Ok(())
 }
 
-/// `IOCTL_IV_MODIFY_QP`.
-pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
+/// `IOCTL_IV_MODIFY_QP`: the attributes' values ([`check_attr_values`]),
+/// then the transition and its required and allowed attributes
+/// ([`check_modify`]) from the state the driver knows; one modify at a
+/// time. The HCA refuses it if the QP moved meanwhile (to ERR, SQE).
+///
+/// # Errors
+/// Those of [`check_attr_values`] and [`check_modify`];
+/// `STATUS_INVALID_PARAMETER` for a reserved field set;
+/// `STATUS_INVALID_HANDLE` for a handle that names no live QP of the file;
+/// `STATUS_DEVICE_BUSY` while another modify is in flight;
+/// `STATUS_INVALID_DEVICE_STATE` for an `IV_QP_CUR_STATE` that is not the
+/// QP's state.
+pub(crate) fn modify_qp<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -164,7 +209,7 @@ pub(crate) fn start_modify_qp<P: Platform, H: Hca>(
         return Err(STATUS_INVALID_DEVICE_STATE);
     }
     let next = check_modify(qp.qp_type, qp.state, i.attr_mask, &i.attr).map_err(|e| e.status())?;
-    let cmd = Command::ModifyQp(crate::ModifyQp {
+    let cmd = Command::ModifyQp(ModifyQp {
         qpn: qp.qpn,
         cur_state: qp.state,
         mask: i.attr_mask,
@@ -186,7 +231,10 @@ pub(crate) fn set_qp_state<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u
     }
 }
 
-pub(crate) fn finish_modify_qp<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u32, ok: bool) {
+/// `IOCTL_IV_MODIFY_QP`'s completion (and a CM request's last modify's):
+/// the QP is no longer busy and, if the HCA made the transition, in
+/// `next`. No output.
+pub(crate) fn modify_qp_done<R>(s: &mut State<R>, file: FileKey, idx: u32, next: u32, ok: bool) {
     let Some(f) = s.files.get_mut(&file) else {
         return;
     };
@@ -198,8 +246,12 @@ pub(crate) fn finish_modify_qp<R>(s: &mut State<R>, file: FileKey, idx: u32, nex
 }
 
 /// `IOCTL_IV_QUERY_QP`: the HCA is asked, since it may have moved the QP
-/// (to ERR or SQE) on its own.
-pub(crate) fn start_query_qp<R>(
+/// (to ERR or SQE) on its own. Counted as a query in flight on the QP (a
+/// destroy waits for it; a modify may overlap it).
+///
+/// # Errors
+/// `STATUS_INVALID_HANDLE` for a handle that names no live QP of the file.
+pub(crate) fn query_qp<R>(
     s: &mut State<R>,
     file: FileKey,
     i: &IvHandleIn,
@@ -208,25 +260,22 @@ pub(crate) fn start_query_qp<R>(
     Ok((Op::QueryQp(idx), Command::QueryQp { qpn }))
 }
 
-pub(crate) fn finish_query_qp<R>(
+/// `IOCTL_IV_QUERY_QP`'s completion: the QP's attributes are the output,
+/// and the driver learns the state the HCA reports (moves to ERR or SQE
+/// it made on its own).
+pub(crate) fn query_qp_done<R>(
     s: &mut State<R>,
     file: FileKey,
     idx: u32,
-    status: NtStatus,
+    ok: bool,
     out: CommandOut,
-) -> (NtStatus, Response) {
-    let Some(o) = s.end_query(file, idx) else {
-        return (status, Response::None);
+) -> Option<alloc::boxed::Box<IvQueryQpOut>> {
+    let o = s.end_query(file, idx)?;
+    let (true, Body::Qp(qp), CommandOut::QpAttr(a)) = (ok, &mut o.body, out) else {
+        return None;
     };
-    match (&mut o.body, out) {
-        (Body::Qp(qp), CommandOut::QpAttr(a)) if nt_success(status) => {
-            // Learn asynchronous moves (to ERR, SQE) the HCA made.
-            qp.state = a.attr.qp_state;
-            (status, Response::QpAttr(a))
-        }
-        _ if nt_success(status) => (STATUS_DEVICE_HARDWARE_ERROR, Response::None),
-        _ => (status, Response::None),
-    }
+    qp.state = a.attr.qp_state;
+    Some(a)
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
-//! Address handles, and the address vector checks QPs share.
+//! `CREATE_AH`, and the address vector checks QPs share. (`DESTROY_AH` is
+//! a destroy: `destroy.rs`.)
 
 use irpverbs_abi::*;
 
-use crate::device::{Device, Op, State};
-use crate::object::{Ah, Body, Kind};
-use crate::{Command, FileKey, Hca, Platform};
+use super::Op;
+use crate::device::{Device, State};
+use crate::object::{Ah, Body, Kind, Object};
+use crate::{Command, CommandOut, CreateAh, FileKey, Hca, Platform};
 
 /// Checks an address vector: reserved bytes zero, a GRH (RoCE needs one),
 /// a valid port, SL and flow label in range.
@@ -15,11 +17,16 @@ pub(crate) fn check_ah_attr(a: &IvAhAttr, caps: &IvQueryDeviceOut) -> Result<(),
     if a.is_global != 1 || a.sl > 15 || a.flow_label > 0xF_FFFF || a.hop_limit == 0 {
         return Err(STATUS_INVALID_PARAMETER);
     }
-    crate::port::check_port(u32::from(a.port_num), caps)
+    super::port::check_port(u32::from(a.port_num), caps)
 }
 
 /// `IOCTL_IV_CREATE_AH`.
-pub(crate) fn start_create_ah<P: Platform, H: Hca>(
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for an address vector [`check_ah_attr`]
+/// refuses; `STATUS_INVALID_HANDLE` for a PD handle that names no live PD
+/// of the file; those of [`Device::reserve`].
+pub(crate) fn create_ah<P: Platform, H: Hca>(
     d: &Device<P, H>,
     s: &mut State<P::Request>,
     file: FileKey,
@@ -28,14 +35,29 @@ pub(crate) fn start_create_ah<P: Platform, H: Hca>(
     let caps = d.hca.caps();
     check_ah_attr(&i.attr, caps)?;
     let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
-    let pdn = crate::pd::pdn(s, file, pd);
+    let pdn = super::pd::pdn(s, file, pd);
     let idx = d.reserve(s, file, Body::Ah(Ah { pd, ahn: 0 }), caps.max_ah)?;
-    Ok((
-        Op::Create(idx),
-        Command::CreateAh(crate::CreateAh { pdn, attr: i.attr }),
-    ))
+    let cmd = Command::CreateAh(CreateAh { pdn, attr: i.attr });
+    Ok((Op::CreateAh(idx), cmd))
 }
 
+/// `IOCTL_IV_CREATE_AH`'s completion: the AH takes the number the HCA gave
+/// it.
+pub(crate) fn create_ah_done(
+    o: &mut Object,
+    ah: IvHandle,
+    out: CommandOut,
+) -> Option<IvCreateAhOut> {
+    let (Body::Ah(a), CommandOut::Ah { ahn }) = (&mut o.body, out) else {
+        return None;
+    };
+    a.ahn = ahn;
+    Some(IvCreateAhOut {
+        ah,
+        ahn,
+        reserved: 0,
+    })
+}
 #[cfg(test)]
 mod tests {
     use super::*;
