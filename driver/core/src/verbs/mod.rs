@@ -16,13 +16,15 @@
 //! | `CREATE_SRQ`, `MODIFY_SRQ`, `QUERY_SRQ` | `srq.rs` | `create_srq`, `modify_srq`, `query_srq` | `create_srq_done`, `modify_srq_done`, `query_srq_done` |
 //! | `CREATE_AH` | `ah.rs` | `create_ah` | `create_ah_done` |
 //! | `DEALLOC_PD`, `DEREG_MR`, `DESTROY_*` | `destroy.rs` | `destroy` | `destroy_done` |
+//! | `RESOLVE_ADDR` | `crate::resolve` | `Resolve::start` | `Resolve::step` (a GID query per step) |
 //!
-//! The other verbs post no command of their own: the notification verbs
-//! (`crate::notify`), the connection manager's (`crate::cm`, which posts
-//! QP modifies and GID queries through [`Op::CmStep`],
-//! [`Op::CmCheckGid`] and [`Op::Resolve`]) and the mappings
-//! (`crate::maps`). docs/verb-path.md follows `CREATE_QP` from the IOCTL's
-//! bytes to its output.
+//! What every command verb does when the device is removed while its
+//! command is in flight is [`Device::removed_op`]. The other verbs post no
+//! command of their own: the notification verbs (`crate::notify`), the
+//! connection manager's (`crate::cm`, which posts QP modifies and GID
+//! queries through [`Op::CmStep`], [`Op::CmCheckGid`] and [`Op::Resolve`])
+//! and the mappings (`crate::maps`). docs/verb-path.md follows `CREATE_QP`
+//! from the IOCTL's bytes to its output.
 
 pub(crate) mod ah;
 pub(crate) mod cq;
@@ -567,5 +569,86 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Response::write(&mut request, caps.as_bytes())
         };
         self.complete(request, STATUS_SUCCESS, &response);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use irpverbs_ring::{Region, Shared};
+
+    /// A request that only carries an IOCTL: what [`parse`] reads.
+    struct Parsed {
+        code: u32,
+        mode: RequestorMode,
+        input: [u64; 64],
+        input_len: usize,
+    }
+
+    impl Request for Parsed {
+        fn ioctl_code(&self) -> u32 {
+            self.code
+        }
+        fn major_function(&self) -> MajorFunction {
+            MajorFunction::DeviceControl
+        }
+        fn requestor_mode(&self) -> RequestorMode {
+            self.mode
+        }
+        fn file(&self) -> FileKey {
+            1
+        }
+        fn input(&self) -> &[u8] {
+            &self.input.as_bytes()[..self.input_len]
+        }
+        fn output(&mut self) -> &mut [u8] {
+            &mut []
+        }
+        fn complete(self, _: NtStatus, _: usize) {}
+        fn mark_cancelable(&mut self, _: u64) -> Result<(), NtStatus> {
+            Ok(())
+        }
+        fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
+            Ok(())
+        }
+        fn address_space(&self) -> u64 {
+            0
+        }
+        fn attach_pin(&mut self, _: Shared<Region>) {}
+        fn take_pin(&mut self) -> Option<Shared<Region>> {
+            None
+        }
+    }
+
+    /// Every IOCTL the ABI defines has its row in the table: a request of
+    /// the right length parses (a kernel-only code from a kernel caller;
+    /// user mode is refused it before the table), and an unknown code does
+    /// not.
+    #[test]
+    fn every_ioctl_of_the_abi_parses() {
+        for info in IOCTLS {
+            assert!(info.input_len <= 64 * 8, "{}", info.name);
+            let request = |mode| Parsed {
+                code: info.code,
+                mode,
+                input: [0; 64],
+                input_len: info.input_len,
+            };
+            let parsed = parse(&request(RequestorMode::Kernel));
+            assert!(parsed.is_ok(), "{}: {parsed:?}", info.name);
+            let user = parse(&request(RequestorMode::User));
+            if info.kernel_only {
+                assert_eq!(user.err(), Some(STATUS_ACCESS_DENIED), "{}", info.name);
+            } else {
+                assert!(user.is_ok(), "{}: {user:?}", info.name);
+            }
+        }
+        let unknown = Parsed {
+            code: IOCTL_IV_CREATE_QP + 0x1000,
+            mode: RequestorMode::Kernel,
+            input: [0; 64],
+            input_len: 0,
+        };
+        assert_eq!(parse(&unknown).err(), Some(STATUS_INVALID_DEVICE_REQUEST));
     }
 }
