@@ -140,14 +140,25 @@ BOOL IrpverbsHostQuiesce(DWORD dwMilliseconds);
  * the device hDevice is open on: for GUID_IV_KERNEL_INTERFACE it fills
  * *Interface with the referenced direct-call table (STATUS_SUCCESS);
  * STATUS_NOT_SUPPORTED for another interface type, STATUS_INVALID_PARAMETER
- * for a Size or Version it cannot serve, STATUS_INSUFFICIENT_RESOURCES when
- * the table's context cannot be allocated (nothing is referenced). */
+ * for a Size or Version it cannot serve (Version 1 or 2, with Size at least
+ * that version's table: see irpverbs_kernel.h), STATUS_INSUFFICIENT_RESOURCES
+ * when the table's context cannot be allocated (nothing is referenced).
+ *
+ * IrpverbsHostGetFileObject stands in for the FILE_OBJECT that
+ * IoGetDeviceObjectPointer returns: what the table's CEP functions take as
+ * file_object for a kernel file (NULL for a handle that is not one).
+ *
+ * IrpverbsHostGetCurrentIrql stands in for KeGetCurrentIrql: the calling
+ * thread's IRQL as the host platform tracks it (0 PASSIVE_LEVEL, 1
+ * APC_LEVEL, 2 DISPATCH_LEVEL). */
 struct IvGuid;
 struct IvKernelInterface;
 HANDLE IrpverbsHostCreateKernelFile(DWORD dwFlagsAndAttributes);
 NTSTATUS IrpverbsHostQueryInterface(HANDLE hDevice, const struct IvGuid *InterfaceType,
                                     uint16_t Size, uint16_t Version,
                                     struct IvKernelInterface *Interface);
+void *IrpverbsHostGetFileObject(HANDLE hFile);
+uint8_t IrpverbsHostGetCurrentIrql(void);
 
 #ifdef __cplusplus
 }

@@ -58,10 +58,49 @@
  *                                   impossible: the HCA is broken.
  * A WQE the HCA cannot execute (bad lkey, length, ...) is not refused here:
  * it completes in error on the CQ, as the IBTA specifies.
+ *
+ * CEP callbacks (version 2). A kernel ULP takes a CEP's CM events through a
+ * callback instead of IOCTL_IV_GET_CEP_EVENT (the polling model):
+ *  1. create the CEP (IOCTL_IV_CREATE_CEP, internal, on its file object);
+ *  2. register_cep_callback(context, file_object, cep, fn, fn_context);
+ *  3. when the CEP has events the driver calls fn(fn_context, cep,
+ *     user_context) at DISPATCH_LEVEL. The call only says "reap now": the
+ *     ULP (in the callback or later, from anywhere at <= DISPATCH_LEVEL)
+ *     calls poll_cep_event until it returns 0; the callback is called
+ *     again only after a poll returned 0 (and events came since);
+ *  4. a listener's connect requests make new CEPs (IvCepEventOut.cep of
+ *     the CONNECT_REQUEST event) that have the listener's callback and
+ *     context; register another one on them if it wants;
+ *  5. unregister_cep_callback before it frees fn_context or unloads.
+ * file_object is the FILE_OBJECT the ULP sends its internal IOCTLs with
+ * (IoGetDeviceObjectPointer's; in host mode IrpverbsHostGetFileObject's).
+ * The callback runs at DISPATCH_LEVEL with no lock of the driver's held,
+ * one at a time per device (never two at once, never inside one another);
+ * it may call poll_cep_event and the speed path, send IRPs (IoAllocateIrp,
+ * IoCallDriver), register or unregister the callback of ANOTHER CEP; it
+ * must not block, and must not unregister (or re-register) its own CEP's
+ * callback (that waits for the callback to return: a deadlock).
+ * Unregistering is a rundown: when unregister_cep_callback returns, the
+ * function is not running (it waited for a call running on another
+ * processor) and is never called again for that CEP. Destroying the CEP
+ * (or closing the file) also ends the calls, but a call already running
+ * may still be: unregister first to know that it returned.
+ * Errors of the CEP functions: STATUS_INVALID_HANDLE (file_object is not a
+ * file of the device, or cep is not a CEP of that file),
+ * STATUS_DEVICE_BUSY (an IOCTL_IV_GET_CEP_EVENT is pended on the CEP),
+ * STATUS_INVALID_PARAMETER (a NULL function or event pointer),
+ * STATUS_NOT_SUPPORTED (a table without a CM).
+ *
+ * Versions: IV_KERNEL_INTERFACE_VERSION is 2. Version 1 is the table up to
+ * req_notify_cq (IV_KERNEL_INTERFACE_V1_SIZE bytes); later versions only
+ * append fields. The query is served for Version 1 or 2 when Size holds
+ * that version's table: a ULP built against version 1 asks for Version 1
+ * with its sizeof(IvKernelInterface) and gets the version 1 table.
  */
 #ifndef IRPVERBS_KERNEL_H
 #define IRPVERBS_KERNEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "irpverbs.h"
@@ -71,7 +110,7 @@ extern "C" {
 #endif
 
 /* The interface's version (IvKernelInterface.version). */
-#define IV_KERNEL_INTERFACE_VERSION 1
+#define IV_KERNEL_INTERFACE_VERSION 2
 
 /* {17EE45AE-E023-4F3B-81FC-6784694953D3}: the interface type a kernel ULP
  * asks IRP_MN_QUERY_INTERFACE for. Initializer for a GUID (or IvGuid). */
@@ -171,6 +210,30 @@ typedef int32_t (*IvKernelPollCqFn)(void *context, IvKernelCq *cq, IvCqe *wc, ui
  * the CQ raise the event at once, so "arm, then poll once more" loses none. */
 typedef NtStatus (*IvKernelReqNotifyCqFn)(void *context, IvKernelCq *cq, int32_t solicited_only);
 
+/* A CEP callback: the CEP has events; reap them with poll_cep_event until
+ * it returns 0. IRQL: DISPATCH_LEVEL. Must not block, nor unregister its
+ * own CEP's callback. */
+typedef void (*IvKernelCepCallbackFn)(void *callback_context, IvHandle cep, uint64_t user_context);
+/* register_cep_callback: from now on the CEP's events are signalled to
+ * callback(callback_context, ...) (and IOCTL_IV_GET_CEP_EVENT on it fails
+ * with STATUS_INVALID_DEVICE_STATE); called at once if it already has
+ * events. Replaces a callback the CEP had, with the rundown of
+ * unregister_cep_callback. IRQL <= DISPATCH_LEVEL. */
+typedef NtStatus (*IvKernelRegisterCepCallbackFn)(void *context, void *file_object, IvHandle cep,
+                                                  IvKernelCepCallbackFn callback,
+                                                  void *callback_context);
+/* unregister_cep_callback: the CEP's events go back to
+ * IOCTL_IV_GET_CEP_EVENT. Returns when the callback is not running and will
+ * never be called again for the CEP (it spins while a call runs on another
+ * processor). IRQL <= DISPATCH_LEVEL; not from the CEP's own callback. */
+typedef NtStatus (*IvKernelUnregisterCepCallbackFn)(void *context, void *file_object,
+                                                    IvHandle cep);
+/* poll_cep_event: 1 and the CEP's oldest event in *event; 0 when it has
+ * none (the callback is re-armed); or a failure NTSTATUS (negative). Never
+ * allocates nor blocks. IRQL <= DISPATCH_LEVEL. */
+typedef int32_t (*IvKernelPollCepEventFn)(void *context, void *file_object, IvHandle cep,
+                                          IvCepEventOut *event);
+
 /* The table. Every function takes `context` first. */
 typedef struct IvKernelInterface {
     /* INTERFACE header (wdm.h). */
@@ -192,7 +255,14 @@ typedef struct IvKernelInterface {
     IvKernelPostSrqRecvFn post_srq_recv;
     IvKernelPollCqFn poll_cq;
     IvKernelReqNotifyCqFn req_notify_cq;
+    /* Version 2: CEP callbacks. */
+    IvKernelRegisterCepCallbackFn register_cep_callback;
+    IvKernelUnregisterCepCallbackFn unregister_cep_callback;
+    IvKernelPollCepEventFn poll_cep_event;
 } IvKernelInterface;
+
+/* The size of version 1's table (the fields up to req_notify_cq). */
+#define IV_KERNEL_INTERFACE_V1_SIZE ((uint16_t)offsetof(IvKernelInterface, register_cep_callback))
 
 #if defined(_WDMDDK_) || defined(_NTDDK_)
 /* Built with the WDK: the table is an INTERFACE. */

@@ -21,7 +21,8 @@
 #define IV_STATIC_ASSERT(e, m) _Static_assert(e, m)
 #define IV_ALIGNOF(t) _Alignof(t)
 
-IV_STATIC_ASSERT(IV_KERNEL_INTERFACE_VERSION == 1, "IV_KERNEL_INTERFACE_VERSION");
+IV_STATIC_ASSERT(IV_KERNEL_INTERFACE_VERSION == 2, "IV_KERNEL_INTERFACE_VERSION");
+IV_STATIC_ASSERT(IV_KERNEL_INTERFACE_V1_SIZE == 120, "IV_KERNEL_INTERFACE_V1_SIZE");
 IV_STATIC_ASSERT(sizeof(IvGuid) == 16, "sizeof(IvGuid)");
 IV_STATIC_ASSERT(offsetof(IvGuid, Data4) == 8, "offsetof(IvGuid, Data4)");
 
@@ -77,7 +78,7 @@ IV_STATIC_ASSERT(offsetof(IvUserRecvWr, sg_list) == 8, "offsetof(IvUserRecvWr, s
 IV_STATIC_ASSERT(offsetof(IvUserRecvWr, num_sge) == 16, "offsetof(IvUserRecvWr, num_sge)");
 IV_STATIC_ASSERT(offsetof(IvUserRecvWr, reserved) == 20, "offsetof(IvUserRecvWr, reserved)");
 
-IV_STATIC_ASSERT(sizeof(IvKernelInterface) == 120, "sizeof(IvKernelInterface)");
+IV_STATIC_ASSERT(sizeof(IvKernelInterface) == 144, "sizeof(IvKernelInterface)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvKernelInterface) == 8, "alignof(IvKernelInterface)");
 IV_STATIC_ASSERT(offsetof(IvKernelInterface, size) == 0, "offsetof(IvKernelInterface, size)");
 IV_STATIC_ASSERT(offsetof(IvKernelInterface, version) == 2, "offsetof(IvKernelInterface, version)");
@@ -95,3 +96,6 @@ IV_STATIC_ASSERT(offsetof(IvKernelInterface, post_recv) == 88, "offsetof(IvKerne
 IV_STATIC_ASSERT(offsetof(IvKernelInterface, post_srq_recv) == 96, "offsetof(IvKernelInterface, post_srq_recv)");
 IV_STATIC_ASSERT(offsetof(IvKernelInterface, poll_cq) == 104, "offsetof(IvKernelInterface, poll_cq)");
 IV_STATIC_ASSERT(offsetof(IvKernelInterface, req_notify_cq) == 112, "offsetof(IvKernelInterface, req_notify_cq)");
+IV_STATIC_ASSERT(offsetof(IvKernelInterface, register_cep_callback) == 120, "offsetof(IvKernelInterface, register_cep_callback)");
+IV_STATIC_ASSERT(offsetof(IvKernelInterface, unregister_cep_callback) == 128, "offsetof(IvKernelInterface, unregister_cep_callback)");
+IV_STATIC_ASSERT(offsetof(IvKernelInterface, poll_cep_event) == 136, "offsetof(IvKernelInterface, poll_cep_event)");

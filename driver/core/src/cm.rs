@@ -139,21 +139,48 @@ pub struct CepReady {
 /// more after a poll that returned `None` if events came since): the owner
 /// then polls until `None`, which re-arms it.
 ///
-/// IRQL: DISPATCH_LEVEL — from the DPC that received the MAD or the CM
-/// timer's DPC (the only places CM events arise on a CEP). Called with no
-/// device lock held, so it may call back into the device: poll events,
-/// issue requests (`CM_ACCEPT`, `CM_REJECT`, `CM_MRA`, ... as internal
-/// device control IRPs), destroy the CEP. It must not block, and a
-/// callback of another CEP may run on another processor at the same time.
-pub type CepCallback = Arc<dyn Fn(CepReady) + Send + Sync>;
-
-/// A CEP's callback as the CEP object keeps it.
+/// IRQL: DISPATCH_LEVEL, whatever the context that queued it: the device
+/// runs the callbacks holding a spin lock of their own
+/// ([`CEP_CALLBACK_LOCK`](crate::platform::CEP_CALLBACK_LOCK)), one at a
+/// time (callbacks never run concurrently on one device, and never inside
+/// one another), with no device lock held, so a callback may call back
+/// into the device: poll events, issue requests (`CM_ACCEPT`, `CM_REJECT`,
+/// `CM_MRA`, ... as internal device control IRPs), destroy the CEP. It
+/// must not block, nor set or clear its own CEP's callback (that waits for
+/// the callback to return).
 #[derive(Clone)]
-pub(crate) struct Callback(pub(crate) CepCallback);
+pub enum CepCallback {
+    /// A closure (Rust kernel ULPs).
+    Closure(Arc<dyn Fn(CepReady) + Send + Sync>),
+    /// A function and two words of context: what a C kernel ULP registers
+    /// through the direct-call table, with nothing to allocate.
+    Function(CepFunction),
+}
 
-impl core::fmt::Debug for Callback {
+/// A CEP callback without a closure: `call(words, ready)`.
+#[derive(Clone, Copy, Debug)]
+pub struct CepFunction {
+    /// Called with `words` and the CEP.
+    pub call: fn([usize; 2], CepReady),
+    /// The registrant's context (a C function and its context pointer).
+    pub words: [usize; 2],
+}
+
+impl CepCallback {
+    fn call(&self, ready: CepReady) {
+        match self {
+            Self::Closure(f) => f(ready),
+            Self::Function(f) => (f.call)(f.words, ready),
+        }
+    }
+}
+
+impl core::fmt::Debug for CepCallback {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("Callback")
+        match self {
+            Self::Closure(_) => f.write_str("CepCallback::Closure"),
+            Self::Function(func) => f.debug_tuple("CepCallback::Function").field(func).finish(),
+        }
     }
 }
 
@@ -324,10 +351,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// device calls `callback` (see [`CepCallback`]) instead of completing
     /// a pended `GET_CEP_EVENT`, and the owner takes them with
     /// [`Device::poll_cep_event`]. The CEPs of the connect requests it
-    /// receives as a listener get the same callback. Called at once if
-    /// the CEP already has events.
+    /// receives as a listener get the same callback (each may be given
+    /// another). Called at once if the CEP already has events.
     ///
-    /// IRQL: <= DISPATCH_LEVEL.
+    /// Rundown: when this returns, the CEP's previous callback is not
+    /// running (if a call of it was running on another processor, this
+    /// waited for it to return) and is never called again. So after
+    /// `set_cep_callback(.., None)` the owner may free what its callback
+    /// uses. A CEP destroyed (or its file closed) is never called back
+    /// again either, but a call already running may still be: clear the
+    /// callback first to know it returned.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL. Not from the CEP's own callback: it would
+    /// wait for itself (any other CEP's callback may call it).
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` (no such CEP in the file),
@@ -347,7 +383,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     return Err(STATUS_DEVICE_BUSY);
                 }
                 let c = cep_mut(s, file, idx).ok_or(STATUS_INVALID_HANDLE)?;
-                c.callback = callback.map(Callback);
+                c.callback = callback;
                 c.armed = true;
                 self.cm_route(s, file, idx);
                 self.cep_serve(s, file, idx);
@@ -355,6 +391,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
             })();
             (r, crate::device::Drain, s.cm.take())
         });
+        if r.is_ok() {
+            // The rundown: a call of the previous callback that started
+            // before the change returns before this does.
+            while self.state.lock(|s| s.cep_running == Some((file, cep))) {
+                core::hint::spin_loop();
+            }
+        }
         self.complete_all(done);
         self.cm_flush(flush);
         r
@@ -398,16 +441,52 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// Runs the CEP callbacks that became due (no lock held; from
-    /// [`Device::complete_all`]).
+    /// [`Device::complete_all`]), at DISPATCH_LEVEL under the callbacks'
+    /// own lock, one at a time. One caller runs them all: a caller that
+    /// finds another running them (or finds itself inside a callback)
+    /// leaves its calls to that one, which looks again before it stops.
     pub(crate) fn run_cep_callbacks(&self) {
         use core::sync::atomic::Ordering;
-        if !self.cep_calls_pending.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        // One at a time: the queue keeps its memory (its room is taken
-        // when CEPs are made).
-        while let Some((callback, ready)) = self.state.lock(|s| s.cep_calls.pop_front()) {
-            callback(ready);
+        loop {
+            if !self.cep_calls_pending.load(Ordering::SeqCst) {
+                return;
+            }
+            if self
+                .cep_draining
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return;
+            }
+            self.cep_calls_pending.store(false, Ordering::SeqCst);
+            self.cep_gate.lock(|_| {
+                // One at a time: the queue keeps its memory (its room is
+                // taken when CEPs are made). The CEP's callback is taken
+                // when its call is due, so a callback cleared (or a CEP
+                // destroyed) since the call was queued is not called.
+                while let Some(callback) = self.state.lock(|s| {
+                    s.cep_running = None;
+                    while let Some(ready) = s.cep_calls.pop_front() {
+                        let Ok(idx) = s
+                            .file(ready.file)
+                            .and_then(|f| f.objects.lookup(ready.cep, Kind::Cep))
+                        else {
+                            continue;
+                        };
+                        let Some(cb) = cep_mut(s, ready.file, idx).and_then(|c| c.callback.clone())
+                        else {
+                            continue;
+                        };
+                        s.cep_running = Some((ready.file, ready.cep));
+                        return Some((cb, ready));
+                    }
+                    None
+                }) {
+                    let (callback, ready) = callback;
+                    callback.call(ready);
+                }
+            });
+            self.cep_draining.store(false, Ordering::SeqCst);
         }
     }
 }
@@ -534,7 +613,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         file: FileKey,
         id: irpverbs_cm::CepId,
         user_context: u64,
-        callback: Option<Callback>,
+        callback: Option<CepCallback>,
     ) -> Result<IvHandle, NtStatus> {
         let mut events = alloc::collections::VecDeque::new();
         events
@@ -796,17 +875,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Some(c) = cep_mut(s, file, idx) else {
             return;
         };
-        if let Some(cb) = &c.callback {
+        if c.callback.is_some() {
             // A kernel ULP's CEP: its callback, once until it polls `None`.
             if c.armed && !c.events.is_empty() {
-                let call = (
-                    Arc::clone(&cb.0),
-                    CepReady {
-                        file,
-                        cep: handle,
-                        user_context: c.user_context,
-                    },
-                );
+                let call = CepReady {
+                    file,
+                    cep: handle,
+                    user_context: c.user_context,
+                };
                 // In the room the CEPs took when they were made; without
                 // room the CEP stays armed, for its next event.
                 if s.cep_calls.try_reserve(1).is_ok() {

@@ -28,8 +28,8 @@ use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
 use crate::object::{Body, Kind, Life, Object};
 use crate::platform::{
-    DEVICE_LOCK, FileKey, MAP_LOCK, Platform, PoolCharge, ProcessKey, Request, RequestorMode,
-    SpinLock, pool_tag,
+    CEP_CALLBACK_LOCK, DEVICE_LOCK, FileKey, MAP_LOCK, Platform, PoolCharge, ProcessKey, Request,
+    RequestorMode, SpinLock, pool_tag,
 };
 use crate::verbs::{Op, Verb};
 
@@ -191,7 +191,9 @@ pub(crate) struct State<R> {
     /// Multi-phase CM requests in progress, by CEP.
     pub(crate) cm_ops: VecMap<irpverbs_cm::CepId, crate::cm::Parked>,
     /// CEP callbacks to call once the lock is released.
-    pub(crate) cep_calls: VecDeque<(crate::cm::CepCallback, crate::cm::CepReady)>,
+    pub(crate) cep_calls: VecDeque<crate::cm::CepReady>,
+    /// The CEP whose callback is running, if one is.
+    pub(crate) cep_running: Option<(FileKey, IvHandle)>,
 }
 
 impl<R> State<R> {
@@ -323,6 +325,10 @@ pub struct Device<P: Platform, H: Hca> {
     pub(crate) any_mapped: core::sync::atomic::AtomicBool,
     /// `State::cep_calls` is not empty.
     pub(crate) cep_calls_pending: core::sync::atomic::AtomicBool,
+    /// A caller runs the CEP callbacks (see `Device::run_cep_callbacks`).
+    pub(crate) cep_draining: core::sync::atomic::AtomicBool,
+    /// Held while CEP callbacks run: they run at DISPATCH_LEVEL.
+    pub(crate) cep_gate: P::Lock<()>,
 }
 
 impl<P: Platform, H: Hca> core::fmt::Debug for Device<P, H> {
@@ -390,6 +396,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     pub fn with_config(platform: Arc<P>, hca: H, config: DeviceConfig) -> Self {
         let state = Self::new_state(&platform, &hca, config);
         let maps = platform.new_lock(&MAP_LOCK, Maps::new());
+        let cep_gate = platform.new_lock(&CEP_CALLBACK_LOCK, ());
         hca.arm_event_queue();
         Self {
             platform,
@@ -398,6 +405,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             maps,
             any_mapped: core::sync::atomic::AtomicBool::new(false),
             cep_calls_pending: core::sync::atomic::AtomicBool::new(false),
+            cep_draining: core::sync::atomic::AtomicBool::new(false),
+            cep_gate,
         }
     }
 
@@ -426,6 +435,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 ceps: VecMap::new(),
                 cm_ops: VecMap::new(),
                 cep_calls: VecDeque::new(),
+                cep_running: None,
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&**platform)),
             },
         )

@@ -160,7 +160,7 @@ pub(crate) struct Cep {
     /// The QP (its handle) a connect or accept used.
     pub qp: Option<irpverbs_abi::IvHandle>,
     /// A kernel ULP's callback, called instead of completing `wait`.
-    pub callback: Option<crate::cm::Callback>,
+    pub callback: Option<crate::cm::CepCallback>,
     /// The callback is called when events arrive (until the owner polls
     /// them all, once it was called).
     pub armed: bool,

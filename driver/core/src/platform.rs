@@ -108,6 +108,13 @@ pub struct LockClass {
     pub rank: u16,
 }
 
+/// Held while the device runs kernel ULPs' CEP callbacks (so that they run
+/// at DISPATCH_LEVEL), taken before any other driver lock: a callback may
+/// call back into the device.
+pub static CEP_CALLBACK_LOCK: LockClass = LockClass {
+    name: "irpverbs.cep_callbacks",
+    rank: 1,
+};
 /// The user mappings of rings (taken before the device lock, never under it).
 pub static MAP_LOCK: LockClass = LockClass {
     name: "irpverbs.maps",

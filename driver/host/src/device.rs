@@ -48,11 +48,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
+use irpverbs_core::cm::{CepCallback, CepFunction, CepReady};
 use irpverbs_core::platform::LockClass;
 use irpverbs_core::{
     DISPATCH_LEVEL, Device, DeviceSnapshot, FileKey, Hca, MajorFunction, ProcessKey, RequestorMode,
 };
-use irpverbs_kernel_table::kernel::{IvKernelInterface, SpeedLock, SpeedPlatform};
+use irpverbs_kernel_table::kernel::{
+    CepCalls, CepNotify, IvKernelInterface, SpeedLock, SpeedPlatform,
+};
 use irpverbs_kernel_table::speed::{Bell, Doorbells, PageDoorbells};
 use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
 use irpverbs_ring::wq::LockCheck;
@@ -61,7 +64,7 @@ use zerocopy::FromBytes;
 
 use crate::platform::{
     CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
-    RawSpinLock, RequestHandle, RequestParams,
+    RawSpinLock, RequestHandle, RequestParams, check_callback_irql,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -828,6 +831,11 @@ impl HostDevice {
     /// that they are taken at DISPATCH_LEVEL
     /// ([`crate::platform::speed_lock_check`]).
     ///
+    /// Its CEP functions (version 2) name a kernel file by its file object:
+    /// in host mode [`HostFile::file_object`]. The device calls a
+    /// registered CEP callback at DISPATCH_LEVEL, and the verifier checks
+    /// that it does (0xC4/0xE5) and that the callback returns at it.
+    ///
     /// IRQL: <= DISPATCH_LEVEL. The table's context is allocated as driver
     /// code (charged to the pool; the low-resources simulation may refuse
     /// it).
@@ -842,8 +850,10 @@ impl HostDevice {
             _reference: self.platform.reference_device(),
         };
         let speed = HostSpeed(self.platform.clone());
-        self.platform
-            .driver_code(|| irpverbs_kernel_table::kernel::interface(doorbells, speed))
+        let ceps = InterfaceCeps(Arc::clone(self));
+        self.platform.driver_code(|| {
+            irpverbs_kernel_table::kernel::interface_with_cm(doorbells, speed, ceps)
+        })
     }
 
     /// Puts the soft HCA on a UDP wire ([`crate::udp`]): a socket bound to
@@ -1168,6 +1178,13 @@ impl std::fmt::Debug for HostFile {
 }
 
 impl HostFile {
+    /// The file's stand-in for the `FILE_OBJECT` a kernel ULP names it by
+    /// in the direct-call table's CEP functions
+    /// ([`HostDevice::query_interface`]): its key, as a pointer.
+    pub fn file_object(&self) -> *mut std::ffi::c_void {
+        std::ptr::without_provenance_mut(self.key as usize)
+    }
+
     /// The file's key.
     pub fn key(&self) -> FileKey {
         self.key
@@ -1597,6 +1614,78 @@ impl Doorbells for InterfaceDoorbells {
     fn cq_arm(&self, cq: Bell) {
         self.device.cq_arm(cq);
     }
+}
+
+/// The kernel table's CEP functions over the device's CM.
+struct InterfaceCeps(Arc<HostDevice>);
+
+/// The file a file object names (host mode: [`HostFile::file_object`]).
+fn file_of_object(file_object: *mut std::ffi::c_void) -> Result<FileKey, NtStatus> {
+    match file_object.addr() as FileKey {
+        0 => Err(STATUS_INVALID_HANDLE),
+        key => Ok(key),
+    }
+}
+
+impl CepCalls for InterfaceCeps {
+    fn set_cep_callback(
+        &self,
+        file_object: *mut std::ffi::c_void,
+        cep: IvHandle,
+        callback: Option<CepNotify>,
+    ) -> Result<(), NtStatus> {
+        let file = file_of_object(file_object)?;
+        let call = if self.0.platform.verifier_enabled() {
+            notify_verified
+        } else {
+            notify
+        };
+        let callback = callback.map(|n| {
+            CepCallback::Function(CepFunction {
+                call,
+                words: n.to_words(),
+            })
+        });
+        let dev = &self.0.device;
+        self.0
+            .platform
+            .driver_code(|| dev.set_cep_callback(file, cep, callback))
+    }
+
+    fn poll_cep_event(
+        &self,
+        file_object: *mut std::ffi::c_void,
+        cep: IvHandle,
+    ) -> Result<Option<IvCepEventOut>, NtStatus> {
+        let file = file_of_object(file_object)?;
+        let dev = &self.0.device;
+        self.0
+            .platform
+            .driver_code(|| dev.poll_cep_event(file, cep))
+    }
+}
+
+/// Calls a C kernel ULP's CEP callback.
+fn notify(words: [usize; 2], ready: CepReady) {
+    #[allow(unsafe_code)]
+    // SAFETY: the words are a registered callback's (`CepNotify::to_words`
+    // in `InterfaceCeps::set_cep_callback`), and the device calls only the
+    // CEP's current callback: unregistering waits for a running call.
+    unsafe {
+        CepNotify::notify_words(words, ready.cep, ready.user_context);
+    }
+}
+
+/// [`notify`] under the verifier: the callback is called at DISPATCH_LEVEL
+/// (its contract) and returns at it.
+fn notify_verified(words: [usize; 2], ready: CepReady) {
+    check_callback_irql(true, DISPATCH_LEVEL, "a kernel ULP's CEP callback");
+    notify(words, ready);
+    check_callback_irql(
+        true,
+        DISPATCH_LEVEL,
+        "a kernel ULP's CEP callback (on return)",
+    );
 }
 
 /// The doorbells of the file: its doorbell page once mapped

@@ -524,21 +524,23 @@ fn a_kernel_ulp_accepts_from_its_cep_callback_at_dispatch_level() {
             Arc::clone(&kfile),
             Arc::clone(&dev),
         );
-        Arc::new(move |ready: irpverbs_core::cm::CepReady| {
-            assert_eq!(current_irql(), DISPATCH_LEVEL, "callback IRQL");
-            calls.fetch_add(1, Ordering::SeqCst);
-            while let Some(ev) = dev.poll_cep_event(ready.file, ready.cep).unwrap() {
-                seen.lock().unwrap().push((ev.event_type, ev.cep));
-                if ev.event_type == IV_CEP_EVENT_CONNECT_REQUEST {
-                    let acc = accept_in(ev.cep, kqp.qp);
-                    let accepted = Arc::clone(&accepted);
-                    kfile.submit(
-                        irpverbs_host::Ioctl::kernel(IOCTL_IV_CM_ACCEPT, acc.as_bytes(), 0),
-                        move |st, _, _| accepted.lock().unwrap().push(st),
-                    );
+        irpverbs_core::cm::CepCallback::Closure(Arc::new(
+            move |ready: irpverbs_core::cm::CepReady| {
+                assert_eq!(current_irql(), DISPATCH_LEVEL, "callback IRQL");
+                calls.fetch_add(1, Ordering::SeqCst);
+                while let Some(ev) = dev.poll_cep_event(ready.file, ready.cep).unwrap() {
+                    seen.lock().unwrap().push((ev.event_type, ev.cep));
+                    if ev.event_type == IV_CEP_EVENT_CONNECT_REQUEST {
+                        let acc = accept_in(ev.cep, kqp.qp);
+                        let accepted = Arc::clone(&accepted);
+                        kfile.submit(
+                            irpverbs_host::Ioctl::kernel(IOCTL_IV_CM_ACCEPT, acc.as_bytes(), 0),
+                            move |st, _, _| accepted.lock().unwrap().push(st),
+                        );
+                    }
                 }
-            }
-        })
+            },
+        ))
     };
     net.b
         .device()
@@ -580,6 +582,176 @@ fn a_kernel_ulp_accepts_from_its_cep_callback_at_dispatch_level() {
     drop(kc);
     drop(kfile);
     net.finish();
+}
+
+/// What [`blocking_callback`] shares with the test.
+#[derive(Default)]
+struct Gate {
+    calls: AtomicU32,
+    entered: std::sync::atomic::AtomicBool,
+    release: std::sync::atomic::AtomicBool,
+    returned: std::sync::atomic::AtomicBool,
+    irql: AtomicU32,
+}
+
+/// A C kernel ULP's CEP callback (through the table) that stays inside
+/// until the test releases it.
+unsafe extern "C" fn blocking_callback(context: *mut std::ffi::c_void, _cep: IvHandle, _uc: u64) {
+    // SAFETY: the context is the test's `Gate`, alive until the test
+    // unregistered the callback (which is what it tests).
+    let gate = unsafe { &*context.cast::<Gate>() };
+    gate.irql.store(u32::from(current_irql()), Ordering::SeqCst);
+    gate.calls.fetch_add(1, Ordering::SeqCst);
+    gate.entered.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !gate.release.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+    gate.returned.store(true, Ordering::SeqCst);
+}
+
+/// The table's CEP callbacks (version 2) with the rundown: a C callback
+/// runs at DISPATCH_LEVEL on the thread that received the REQ; while it
+/// runs, `unregister_cep_callback` from another thread does not return;
+/// once the callback returned it does, and the CEP's later events never
+/// call it again (they go to `GET_CEP_EVENT`).
+#[test]
+fn unregistering_a_cep_callback_waits_for_a_running_call_and_ends_the_calls() {
+    let net = Net::new();
+    let ca = Net::client(&net.a);
+    let kfile = net.b.open_kernel().expect("open kernel");
+    let fo = kfile.file_object();
+    let (st, out) = kfile.ioctl(
+        IOCTL_IV_CREATE_CEP,
+        IvCreateCepIn { user_context: 5 }.as_bytes(),
+        size_of::<IvCreateCepOut>(),
+    );
+    assert_eq!(st, STATUS_SUCCESS);
+    let l = IvCreateCepOut::read_from_bytes(&out).unwrap().cep;
+    let st = kfile
+        .ioctl(
+            IOCTL_IV_LISTEN,
+            IvListenIn {
+                cep: l,
+                service_id: 0x7D,
+            }
+            .as_bytes(),
+            0,
+        )
+        .0;
+    assert_eq!(st, STATUS_SUCCESS);
+    let t = net.b.query_interface().expect("query interface");
+    let gate = Arc::new(Gate::default());
+    let ctx = Arc::as_ptr(&gate).cast_mut().cast();
+    // SAFETY: the table's functions with its context; the gate outlives
+    // the registration.
+    let reg = unsafe { (t.register_cep_callback)(t.context, fo, l, Some(blocking_callback), ctx) };
+    assert_eq!(reg, STATUS_SUCCESS);
+    // Another file's CEP, or no file: refused.
+    // SAFETY: as above.
+    let other = unsafe {
+        (t.register_cep_callback)(
+            t.context,
+            std::ptr::null_mut(),
+            l,
+            Some(blocking_callback),
+            ctx,
+        )
+    };
+    assert_eq!(other, STATUS_INVALID_HANDLE);
+
+    let a = End::new_rc(&ca);
+    let c = cep(&ca, 2);
+    let input = connect_in(&net, c, a.qp.handle(), 0x7D);
+    let (early, returned) = std::thread::scope(|s| {
+        let connect = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &input));
+        // The REQ arrives; the callback runs (somewhere else) and stays.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !gate.entered.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the callback never ran");
+            net.settle();
+        }
+        assert_eq!(gate.irql.load(Ordering::SeqCst), u32::from(DISPATCH_LEVEL));
+        let (tr, kf, g) = (&t, &kfile, &gate);
+        let unregister = s.spawn(move || {
+            // SAFETY: as above.
+            let st = unsafe { (tr.unregister_cep_callback)(tr.context, kf.file_object(), l) };
+            (st, g.returned.load(Ordering::SeqCst))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let early = unregister.is_finished();
+        gate.release.store(true, Ordering::SeqCst);
+        let (st, returned) = unregister.join().unwrap();
+        assert_eq!(st, STATUS_SUCCESS);
+        // The request is the owner's again, through GET_CEP_EVENT.
+        reject_next(&net, &kfile, l, connect);
+        (early, returned)
+    });
+    assert!(!early, "unregister returned while the callback ran");
+    assert!(returned, "unregister returned before the callback did");
+    // A second connect: the listener's events never call the callback.
+    let c2 = cep(&ca, 3);
+    let a2 = End::new_rc(&ca);
+    let input = connect_in(&net, c2, a2.qp.handle(), 0x7D);
+    std::thread::scope(|s| {
+        let connect = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &input));
+        reject_next(&net, &kfile, l, connect);
+    });
+    assert_eq!(
+        gate.calls.load(Ordering::SeqCst),
+        1,
+        "called after unregister"
+    );
+    // SAFETY: the table's context, referenced once by query_interface.
+    unsafe { (t.interface_dereference)(t.context) };
+    destroy_in(&kfile, l);
+    destroy(&ca, c);
+    destroy(&ca, c2);
+    drop((a, a2));
+    drop(ca);
+    drop(kfile);
+    net.finish();
+}
+
+/// Takes the listener `l`'s next connect request with `GET_CEP_EVENT`,
+/// rejects it and waits for the `connect` it answers to be refused.
+fn reject_next(
+    net: &Net,
+    kfile: &HostFile,
+    l: IvHandle,
+    connect: std::thread::ScopedJoinHandle<'_, NtStatus>,
+) {
+    let (st, out) = kfile.ioctl(
+        IOCTL_IV_GET_CEP_EVENT,
+        IvHandleIn { handle: l }.as_bytes(),
+        size_of::<IvCepEventOut>(),
+    );
+    assert_eq!(st, STATUS_SUCCESS, "{}", status_name(st));
+    let req = IvCepEventOut::read_from_bytes(&out).unwrap();
+    assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+    let rej = IvCmRejectIn {
+        cep: req.cep,
+        reason: 28,
+        ..IvCmRejectIn::default()
+    };
+    assert_eq!(
+        kfile.ioctl(IOCTL_IV_CM_REJECT, rej.as_bytes(), 0).0,
+        STATUS_SUCCESS
+    );
+    net.run_until(10_000, || connect.is_finished());
+    assert_eq!(connect.join().unwrap(), STATUS_CONNECTION_REFUSED);
+    destroy_in(kfile, req.cep);
+}
+
+fn destroy_in(f: &HostFile, cep: IvHandle) {
+    let st = f
+        .ioctl(
+            IOCTL_IV_DESTROY_CEP,
+            IvHandleIn { handle: cep }.as_bytes(),
+            0,
+        )
+        .0;
+    assert_eq!(st, STATUS_SUCCESS, "{}", status_name(st));
 }
 
 /// A listener rejects with reason 28 (consumer reject), ARI and private

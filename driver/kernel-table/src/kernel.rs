@@ -37,14 +37,35 @@
 //! fallibly: a query that cannot get its context fails with
 //! `STATUS_INSUFFICIENT_RESOURCES`), so a ULP still holding a reference
 //! after the device went away calls into live memory.
+//!
+//! # CEP callbacks (version 2)
+//! A kernel ULP may take a CEP's events through a callback instead of
+//! `IOCTL_IV_GET_CEP_EVENT` (seed 003's polling model):
+//! `register_cep_callback` names the CEP (by the ULP's file object and the
+//! CEP's handle) and a function the device calls at DISPATCH_LEVEL when the
+//! CEP has events; the function only says "reap now", and the ULP reaps
+//! with `poll_cep_event` until it returns 0 (which re-arms the callback).
+//! `unregister_cep_callback` is a rundown: when it returns, the function is
+//! not running and is never called again. The device behind the table does
+//! the work ([`CepCalls`]: the driver's CM).
+//!
+//! # Versions
+//! [`IV_KERNEL_INTERFACE_VERSION`] is 2; version 1 is the table up to
+//! `req_notify_cq` ([`IV_KERNEL_INTERFACE_V1_SIZE`] bytes). Fields are only
+//! ever appended, with a new version. A query for version `v` with `Size`
+//! bytes is served when `Size` holds that version's table
+//! ([`serve_query`]): the caller gets that prefix, with `size` and
+//! `version` set to what it asked for, so a ULP built against version 1
+//! keeps working unchanged.
 
 use alloc::boxed::Box;
 use core::ffi::c_void;
 use core::mem::{align_of, offset_of, size_of};
 
 use irpverbs_abi::{
-    IV_SEND_INLINE, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvRingMap, IvSge, Layout, NtStatus,
-    STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
+    IV_SEND_INLINE, IvCepEventOut, IvCqe, IvCreateQpOut, IvCreateSrqOut, IvHandle, IvRingMap,
+    IvSge, Layout, NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
+    STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
 };
 use irpverbs_ring::Shared;
 use irpverbs_ring::wq::{LockCheck, MAX_SGE};
@@ -52,7 +73,11 @@ use irpverbs_ring::wq::{LockCheck, MAX_SGE};
 use crate::speed::{AsNtStatus, CqRings, Doorbells, PostError, QpRings, SendWr, SrqRings};
 
 /// `IvKernelInterface::version` of this table.
-pub const IV_KERNEL_INTERFACE_VERSION: u16 = 1;
+pub const IV_KERNEL_INTERFACE_VERSION: u16 = 2;
+
+/// The size of version 1's table (up to `req_notify_cq`).
+pub const IV_KERNEL_INTERFACE_V1_SIZE: u16 =
+    offset_of!(IvKernelInterface, register_cep_callback) as u16;
 
 /// The GUID a kernel ULP passes to `IRP_MN_QUERY_INTERFACE`:
 /// `{17EE45AE-E023-4F3B-81FC-6784694953D3}`, as `GUID`'s `Data1`, `Data2`,
@@ -309,6 +334,31 @@ pub type IvKernelReqNotifyCqFn = unsafe extern "C" fn(
     solicited_only: i32,
 ) -> NtStatus;
 
+/// A kernel ULP's CEP callback (C: `IvKernelCepCallbackFn`): the CEP `cep`
+/// (whose `user_context` is given too) has events; reap them with
+/// `poll_cep_event`. Called at DISPATCH_LEVEL, one at a time per device,
+/// with no lock of the driver's held; it must not block.
+pub type IvKernelCepCallbackFn =
+    unsafe extern "C" fn(callback_context: *mut c_void, cep: IvHandle, user_context: u64);
+/// `register_cep_callback`.
+pub type IvKernelRegisterCepCallbackFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    file_object: *mut c_void,
+    cep: IvHandle,
+    callback: Option<IvKernelCepCallbackFn>,
+    callback_context: *mut c_void,
+) -> NtStatus;
+/// `unregister_cep_callback`.
+pub type IvKernelUnregisterCepCallbackFn =
+    unsafe extern "C" fn(context: *mut c_void, file_object: *mut c_void, cep: IvHandle) -> NtStatus;
+/// `poll_cep_event`.
+pub type IvKernelPollCepEventFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    file_object: *mut c_void,
+    cep: IvHandle,
+    event: *mut IvCepEventOut,
+) -> i32;
+
 /// The direct-call function table (C: `IvKernelInterface`). See
 /// `include/irpverbs_kernel.h` for each function's contract.
 #[repr(C)]
@@ -346,6 +396,13 @@ pub struct IvKernelInterface {
     pub poll_cq: IvKernelPollCqFn,
     /// `req_notify_cq`.
     pub req_notify_cq: IvKernelReqNotifyCqFn,
+    /// Version 2: registers a CEP callback.
+    pub register_cep_callback: IvKernelRegisterCepCallbackFn,
+    /// Version 2: unregisters a CEP callback (a rundown).
+    pub unregister_cep_callback: IvKernelUnregisterCepCallbackFn,
+    /// Version 2: takes a CEP's next event: 1, 0 (none; re-arms the
+    /// callback) or a failure NTSTATUS (< 0).
+    pub poll_cep_event: IvKernelPollCepEventFn,
 }
 
 // SAFETY: the context is a `Shared<Context>` (Send + Sync) shared by
@@ -354,17 +411,90 @@ unsafe impl Send for IvKernelInterface {}
 // SAFETY: as above.
 unsafe impl Sync for IvKernelInterface {}
 
+/// A registered CEP callback: the C function and its context, as the ULP
+/// gave them to `register_cep_callback`.
+#[derive(Clone, Copy, Debug)]
+pub struct CepNotify {
+    function: IvKernelCepCallbackFn,
+    context: *mut c_void,
+}
+
+// SAFETY: the ULP's contract for `register_cep_callback`: the function may
+// be called on any processor, with its context, until unregistered.
+unsafe impl Send for CepNotify {}
+// SAFETY: as above (the device only copies and calls it).
+unsafe impl Sync for CepNotify {}
+
+impl CepNotify {
+    /// The callback as two words, for a device that keeps callbacks
+    /// without allocating ([`CepNotify::notify_words`] calls it).
+    #[must_use]
+    pub fn to_words(self) -> [usize; 2] {
+        [self.function as usize, self.context as usize]
+    }
+
+    /// Calls the callback `words` holds ([`CepNotify::to_words`]).
+    ///
+    /// # Safety
+    /// `words` came from [`CepNotify::to_words`], and the callback is still
+    /// registered (the device's rundown keeps that true).
+    pub unsafe fn notify_words(words: [usize; 2], cep: IvHandle, user_context: u64) {
+        // SAFETY: the first word is a function of this type (caller).
+        let function = unsafe { core::mem::transmute::<usize, IvKernelCepCallbackFn>(words[0]) };
+        // SAFETY: a registered callback may be called with its context at
+        // DISPATCH_LEVEL (the C contract).
+        unsafe { function(words[1] as *mut c_void, cep, user_context) };
+    }
+}
+
+/// What the table's CEP functions ask of the device: its CM, reached by
+/// the kernel ULP's file object (`PFILE_OBJECT` on Windows; the host's
+/// stand-in in host mode) and the CEP's handle in that file.
+///
+/// IRQL: <= DISPATCH_LEVEL, never blocking (but see `set_cep_callback`).
+pub trait CepCalls: Send + Sync {
+    /// Sets (`Some`) or clears (`None`) the CEP's callback. Returns once
+    /// the previous callback is not running and will never be called
+    /// again (the rundown).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` (not a file of the device, or no such CEP
+    /// in it), `STATUS_DEVICE_BUSY` (an `IOCTL_IV_GET_CEP_EVENT` is pended
+    /// on the CEP).
+    fn set_cep_callback(
+        &self,
+        file_object: *mut c_void,
+        cep: IvHandle,
+        callback: Option<CepNotify>,
+    ) -> Result<(), NtStatus>;
+
+    /// The CEP's next event; `None` re-arms the callback.
+    ///
+    /// # Errors
+    /// As [`CepCalls::set_cep_callback`].
+    fn poll_cep_event(
+        &self,
+        file_object: *mut c_void,
+        cep: IvHandle,
+    ) -> Result<Option<IvCepEventOut>, NtStatus>;
+}
+
 /// What `context` points to: the device's doorbells and the platform's
 /// locks, reference counted ([`Shared`]: `Arc`'s counting, allocated
 /// fallibly), each boxed fallibly.
 struct Context {
     doorbells: Box<dyn Doorbells>,
     platform: Box<dyn SpeedPlatform>,
+    /// The device's CM, for the CEP functions (none: they return
+    /// `STATUS_NOT_SUPPORTED`).
+    ceps: Option<Box<dyn CepCalls>>,
 }
 
 /// The table over `doorbells`, with `platform`'s locks, referenced once:
 /// the receiver calls `interface_dereference(context)` when it no longer
-/// uses it (and no longer uses any object it opened through it).
+/// uses it (and no longer uses any object it opened through it). Its CEP
+/// functions return `STATUS_NOT_SUPPORTED` ([`interface_with_cm`] gives
+/// them a CM).
 ///
 /// IRQL: <= DISPATCH_LEVEL (the context comes from the global allocator:
 /// nonpaged pool in the kernel).
@@ -377,6 +507,39 @@ where
     D: Doorbells + 'static,
     P: SpeedPlatform + 'static,
 {
+    build(doorbells, platform, None)
+}
+
+/// [`interface`] whose CEP functions reach the device's CM through `ceps`.
+///
+/// IRQL: <= DISPATCH_LEVEL.
+///
+/// # Errors
+/// As [`interface`].
+pub fn interface_with_cm<D, P, C>(
+    doorbells: D,
+    platform: P,
+    ceps: C,
+) -> Result<IvKernelInterface, NtStatus>
+where
+    D: Doorbells + 'static,
+    P: SpeedPlatform + 'static,
+    C: CepCalls + 'static,
+{
+    let ceps: Box<dyn CepCalls> =
+        irpverbs_ring::try_box(ceps).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    build(doorbells, platform, Some(ceps))
+}
+
+fn build<D, P>(
+    doorbells: D,
+    platform: P,
+    ceps: Option<Box<dyn CepCalls>>,
+) -> Result<IvKernelInterface, NtStatus>
+where
+    D: Doorbells + 'static,
+    P: SpeedPlatform + 'static,
+{
     let doorbells: Box<dyn Doorbells> =
         irpverbs_ring::try_box(doorbells).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
     let platform: Box<dyn SpeedPlatform> =
@@ -384,6 +547,7 @@ where
     let context = Shared::try_new(Context {
         doorbells,
         platform,
+        ceps,
     })
     .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
     let context = Shared::into_raw(context);
@@ -404,7 +568,50 @@ where
         post_srq_recv,
         poll_cq,
         req_notify_cq,
+        register_cep_callback,
+        unregister_cep_callback,
+        poll_cep_event,
     })
+}
+
+/// Serves an `IRP_MN_QUERY_INTERFACE` for the table: copies the prefix of
+/// `table` that `version` defines into `out` (`size` bytes the caller
+/// gave), with `size` and `version` set to that version's. The copy holds
+/// no reference of its own (the caller takes one for the receiver).
+///
+/// # Safety
+/// `out` is null or valid for `size` bytes of writes.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER`: a null `out`, a version other than 1 and
+/// 2, or a `size` smaller than that version's table.
+pub unsafe fn serve_query(
+    table: &IvKernelInterface,
+    size: u16,
+    version: u16,
+    out: *mut IvKernelInterface,
+) -> Result<(), NtStatus> {
+    let need = match version {
+        1 => IV_KERNEL_INTERFACE_V1_SIZE,
+        IV_KERNEL_INTERFACE_VERSION => size_of::<IvKernelInterface>() as u16,
+        _ => return Err(STATUS_INVALID_PARAMETER),
+    };
+    if out.is_null() || size < need {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    let mut copy = *table;
+    copy.size = need;
+    copy.version = version;
+    // SAFETY: `out` is valid for `size` >= `need` bytes (caller); `copy`
+    // is a live table of at least `need` bytes; they do not overlap.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            (&raw const copy).cast::<u8>(),
+            out.cast::<u8>(),
+            usize::from(need),
+        );
+    }
+    Ok(())
 }
 
 /// The context behind `context`.
@@ -827,6 +1034,78 @@ unsafe extern "C" fn req_notify_cq(
     STATUS_SUCCESS
 }
 
+/// The CM behind `context`.
+///
+/// # Safety
+/// As [`context`].
+unsafe fn ceps<'a>(ctx: *mut c_void) -> Result<&'a dyn CepCalls, NtStatus> {
+    // SAFETY: forwarded from the caller.
+    let ctx = unsafe { context(ctx) }.ok_or(STATUS_INVALID_PARAMETER)?;
+    ctx.ceps.as_deref().ok_or(STATUS_NOT_SUPPORTED)
+}
+
+unsafe extern "C" fn register_cep_callback(
+    context: *mut c_void,
+    file_object: *mut c_void,
+    cep: IvHandle,
+    callback: Option<IvKernelCepCallbackFn>,
+    callback_context: *mut c_void,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let ceps = match unsafe { ceps(context) } {
+        Ok(c) => c,
+        Err(s) => return s,
+    };
+    let Some(function) = callback else {
+        return STATUS_INVALID_PARAMETER;
+    };
+    let notify = CepNotify {
+        function,
+        context: callback_context,
+    };
+    ceps.set_cep_callback(file_object, cep, Some(notify))
+        .map_or_else(|e| e, |()| STATUS_SUCCESS)
+}
+
+unsafe extern "C" fn unregister_cep_callback(
+    context: *mut c_void,
+    file_object: *mut c_void,
+    cep: IvHandle,
+) -> NtStatus {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let ceps = match unsafe { ceps(context) } {
+        Ok(c) => c,
+        Err(s) => return s,
+    };
+    ceps.set_cep_callback(file_object, cep, None)
+        .map_or_else(|e| e, |()| STATUS_SUCCESS)
+}
+
+unsafe extern "C" fn poll_cep_event(
+    context: *mut c_void,
+    file_object: *mut c_void,
+    cep: IvHandle,
+    event: *mut IvCepEventOut,
+) -> i32 {
+    // SAFETY: the context is the table's, referenced (C contract).
+    let ceps = match unsafe { ceps(context) } {
+        Ok(c) => c,
+        Err(s) => return s,
+    };
+    if event.is_null() {
+        return STATUS_INVALID_PARAMETER;
+    }
+    match ceps.poll_cep_event(file_object, cep) {
+        Ok(Some(ev)) => {
+            // SAFETY: a non-null `event` is valid for a write (C contract).
+            unsafe { event.write(ev) };
+            1
+        }
+        Ok(None) => 0,
+        Err(s) => s,
+    }
+}
+
 macro_rules! layout {
     ($t:ident { $($f:ident),* $(,)? }) => {
         Layout {
@@ -883,5 +1162,8 @@ pub const LAYOUTS: &[Layout] = &[
         post_srq_recv,
         poll_cq,
         req_notify_cq,
+        register_cep_callback,
+        unregister_cep_callback,
+        poll_cep_event,
     }),
 ];

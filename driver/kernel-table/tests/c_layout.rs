@@ -14,7 +14,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use irpverbs_kernel_table::kernel::{IV_KERNEL_INTERFACE_VERSION, LAYOUTS};
+use irpverbs_kernel_table::kernel::{
+    IV_KERNEL_INTERFACE_V1_SIZE, IV_KERNEL_INTERFACE_VERSION, LAYOUTS,
+};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,6 +59,7 @@ fn generate() -> String {
 #define IV_ALIGNOF(t) _Alignof(t)
 
 IV_STATIC_ASSERT(IV_KERNEL_INTERFACE_VERSION == {IV_KERNEL_INTERFACE_VERSION}, \"IV_KERNEL_INTERFACE_VERSION\");
+IV_STATIC_ASSERT(IV_KERNEL_INTERFACE_V1_SIZE == {IV_KERNEL_INTERFACE_V1_SIZE}, \"IV_KERNEL_INTERFACE_V1_SIZE\");
 IV_STATIC_ASSERT(sizeof(IvGuid) == 16, \"sizeof(IvGuid)\");
 IV_STATIC_ASSERT(offsetof(IvGuid, Data4) == 8, \"offsetof(IvGuid, Data4)\");
 "

@@ -99,7 +99,7 @@ pub(crate) struct DeviceState {
     instance: u32,
     /// The kernel ULPs' table, holding the device's reference to its
     /// context (dropped with the state, after the device is gone).
-    kernel: KernelInterface,
+    pub(crate) kernel: KernelInterface,
     /// The poller of the user-mode doorbell pages: a system thread in D0.
     scanner: DoorbellThread,
     /// The RoCEv2 wire over a WSK socket, when the registry enables it:
@@ -426,9 +426,15 @@ unsafe fn create_device(
         release_instance(instance);
         return Err(STATUS_INVALID_DEVICE_STATE);
     }
+    let state = Box::into_raw(state);
     // SAFETY: the context is valid for writes and no callback reads it yet
     // (no file, request or DPC exists before EvtDriverDeviceAdd returns).
-    unsafe { (*context).state = Box::into_raw(state) };
+    unsafe { (*context).state = state };
+    // SAFETY: just made by Box::into_raw: live, shared access only.
+    let ceps = unsafe { &(*state).kernel.ceps };
+    // SAFETY: `state` is `device`'s, freed only in its destroy callback,
+    // which detaches it first.
+    unsafe { ceps.attach(device, state) };
     Ok(device)
 }
 
@@ -707,6 +713,9 @@ extern "C" fn evt_device_destroy(object: WDFOBJECT) {
     if state.is_null() {
         return;
     }
+    // SAFETY: the pointer came from Box::into_raw in add_device and is
+    // still live: the table's CEP functions stop using it here.
+    unsafe { (*state).kernel.ceps.detach() };
     // SAFETY: the pointer came from Box::into_raw in add_device and was
     // taken out of the context just now, so it is freed once.
     let state = unsafe { Box::from_raw(state) };

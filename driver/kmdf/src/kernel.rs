@@ -22,8 +22,24 @@
 //! goes only after the device object's last reference, which the context's
 //! drop (the last `InterfaceDereference`) gives back.
 //!
+//! # CEP callbacks
+//! The table's CEP functions (version 2) reach the device's CM through
+//! [`KmdfCeps`]: the ULP's `PFILE_OBJECT` becomes the framework's file
+//! object (`WdfDeviceGetFileObject`) and its key; a registered C callback
+//! is kept as two words (no allocation). The device's state is reachable
+//! from the table only while the device lives: its destroy callback
+//! detaches it ([`KmdfCeps::detach`], a rundown of the calls in progress),
+//! after which the CEP functions return `STATUS_DEVICE_REMOVED`.
+//!
+//! # Versions
+//! KMDF serves `IRP_MN_QUERY_INTERFACE` from the table registered with
+//! `WdfDeviceAddQueryInterface` when the query's `Size` and `Version` are at
+//! least the table's; the device registers the whole (version 2) table.
+//!
 //! IRQL: every table function is callable at IRQL <= DISPATCH_LEVEL; none
-//! blocks; `open_*` allocate from nonpaged pool (the global allocator).
+//! blocks (but `unregister_cep_callback` spins while a callback runs on
+//! another processor); `open_*` allocate from nonpaged pool (the global
+//! allocator).
 //! Each opened queue has a `KSPIN_LOCK` ([`KmdfSpeedLock`]): post, poll
 //! and arm hold it, acquired with `KeAcquireSpinLockRaiseToDpc`, so a ULP
 //! may call from a thread and from a DPC on the same processor.
@@ -31,19 +47,28 @@
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
+use irpverbs_abi::{
+    IvCepEventOut, IvHandle, NtStatus, STATUS_DEVICE_REMOVED, STATUS_INSUFFICIENT_RESOURCES,
+    STATUS_INVALID_HANDLE,
+};
 use irpverbs_core::Hca;
+use irpverbs_core::cm::{CepCallback, CepFunction, CepReady};
 use irpverbs_kernel_table::kernel::{
-    IV_KERNEL_INTERFACE_GUID, IvKernelInterface, SpeedLock, SpeedPlatform, interface,
+    CepCalls, CepNotify, IV_KERNEL_INTERFACE_GUID, IvKernelInterface, SpeedLock, SpeedPlatform,
+    interface_with_cm,
 };
 use irpverbs_kernel_table::{Bell, Doorbells};
+use irpverbs_ring::Shared;
 use irpverbs_soft::SoftHca;
 use wdk_sys::ntddk::{
     KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock, ObfDereferenceObject, ObfReferenceObject,
 };
-use wdk_sys::{GUID, KSPIN_LOCK, PDEVICE_OBJECT};
+use wdk_sys::{GUID, KSPIN_LOCK, PDEVICE_OBJECT, WDFDEVICE, call_unsafe_wdf_function_binding};
 
+use crate::device::{DeviceState, file_key};
 use crate::platform::KmdfPlatform;
 
 /// The interface type of the table, `{17EE45AE-E023-4F3B-81FC-6784694953D3}`:
@@ -159,9 +184,134 @@ impl SpeedPlatform for KmdfSpeed {
     }
 }
 
+/// The device's CM as the table's CEP functions reach it: the device and
+/// its state while it lives (null before `EvtDriverDeviceAdd` set them and
+/// after the destroy callback detached them), and the calls in progress.
+pub(crate) struct KmdfCeps {
+    device: AtomicPtr<c_void>,
+    state: AtomicPtr<DeviceState>,
+    /// Calls that may be using `state` (the rundown [`KmdfCeps::detach`]
+    /// waits for).
+    active: AtomicUsize,
+}
+
+impl KmdfCeps {
+    /// Runs `f` with the live device and its state, or
+    /// `STATUS_DEVICE_REMOVED` once detached.
+    fn with_device<R>(
+        &self,
+        f: impl FnOnce(WDFDEVICE, &DeviceState) -> Result<R, NtStatus>,
+    ) -> Result<R, NtStatus> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let state = self.state.load(Ordering::SeqCst);
+        let device: WDFDEVICE = self.device.load(Ordering::SeqCst).cast();
+        // SAFETY: a non-null state is the device's, not freed before
+        // `detach` returned, which waits for this call (counted in
+        // `active`, incremented before the load).
+        let r = match unsafe { state.as_ref() } {
+            Some(state) if !device.is_null() => f(device, state),
+            _ => Err(STATUS_DEVICE_REMOVED),
+        };
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    /// The core's key for a kernel ULP's file object of `device`.
+    fn file(
+        device: WDFDEVICE,
+        file_object: *mut c_void,
+    ) -> Result<irpverbs_core::FileKey, NtStatus> {
+        if file_object.is_null() {
+            return Err(STATUS_INVALID_HANDLE);
+        }
+        // SAFETY: `device` is live (the caller holds the rundown); the file
+        // object is the ULP's (the C contract: one it opened on the
+        // device); WdfDeviceGetFileObject may be called at <= DISPATCH_LEVEL
+        // and returns NULL for a file object that is not the device's.
+        let file = unsafe {
+            call_unsafe_wdf_function_binding!(
+                WdfDeviceGetFileObject,
+                device,
+                file_object.cast::<wdk_sys::FILE_OBJECT>()
+            )
+        };
+        // SAFETY: null or a live file object of the device.
+        match unsafe { file_key(file) } {
+            0 => Err(STATUS_INVALID_HANDLE),
+            key => Ok(key),
+        }
+    }
+
+    /// Makes the table's CEP functions reach `state` of `device`.
+    ///
+    /// # Safety
+    /// `state` is `device`'s and lives until [`KmdfCeps::detach`] returned.
+    pub(crate) unsafe fn attach(&self, device: WDFDEVICE, state: *mut DeviceState) {
+        self.device.store(device.cast(), Ordering::SeqCst);
+        self.state.store(state, Ordering::SeqCst);
+    }
+
+    /// Ends the table's access to the device: when this returns, no CEP
+    /// function uses its state (it waited for those in progress).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub(crate) fn detach(&self) {
+        self.state.store(core::ptr::null_mut(), Ordering::SeqCst);
+        self.device.store(core::ptr::null_mut(), Ordering::SeqCst);
+        while self.active.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Calls a C kernel ULP's CEP callback (at DISPATCH_LEVEL: the core runs
+/// them under a spin lock).
+fn notify(words: [usize; 2], ready: CepReady) {
+    // SAFETY: the words are a registered callback's (`CepNotify::to_words`
+    // in `KmdfCeps::set_cep_callback`), and the core calls only a CEP's
+    // current callback: unregistering waits for a running call.
+    unsafe { CepNotify::notify_words(words, ready.cep, ready.user_context) };
+}
+
+/// The table's reference to the device's [`KmdfCeps`].
+struct TableCeps(Shared<KmdfCeps>);
+
+impl CepCalls for TableCeps {
+    fn set_cep_callback(
+        &self,
+        file_object: *mut c_void,
+        cep: IvHandle,
+        callback: Option<CepNotify>,
+    ) -> Result<(), NtStatus> {
+        self.0.with_device(|device, state| {
+            let file = KmdfCeps::file(device, file_object)?;
+            let callback = callback.map(|n| {
+                CepCallback::Function(CepFunction {
+                    call: notify,
+                    words: n.to_words(),
+                })
+            });
+            state.device.set_cep_callback(file, cep, callback)
+        })
+    }
+
+    fn poll_cep_event(
+        &self,
+        file_object: *mut c_void,
+        cep: IvHandle,
+    ) -> Result<Option<IvCepEventOut>, NtStatus> {
+        self.0.with_device(|device, state| {
+            let file = KmdfCeps::file(device, file_object)?;
+            state.device.poll_cep_event(file, cep)
+        })
+    }
+}
+
 /// The device's table and its own reference to the table's context.
 pub(crate) struct KernelInterface {
     table: IvKernelInterface,
+    /// The CM behind the table's CEP functions.
+    pub(crate) ceps: Shared<KmdfCeps>,
 }
 
 impl KernelInterface {
@@ -184,14 +334,21 @@ impl KernelInterface {
     ) -> Result<Self, NtStatus> {
         // SAFETY: a live device object (caller).
         let device = unsafe { DeviceObjectReference::new(device) };
-        let table = interface(
+        let ceps = Shared::try_new(KmdfCeps {
+            device: AtomicPtr::new(core::ptr::null_mut()),
+            state: AtomicPtr::new(core::ptr::null_mut()),
+            active: AtomicUsize::new(0),
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let table = interface_with_cm(
             SoftDoorbells {
                 hca,
                 _device: device,
             },
             KmdfSpeed,
+            TableCeps(ceps.clone()),
         )?;
-        Ok(Self { table })
+        Ok(Self { table, ceps })
     }
 
     /// A copy of the table, for `WDF_QUERY_INTERFACE_CONFIG.Interface` (the

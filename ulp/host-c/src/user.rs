@@ -18,12 +18,13 @@
 #![allow(unsafe_code)]
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+use std::ffi::c_void;
 use std::sync::{Arc, PoisonError};
 
 use irpverbs_abi::*;
 use irpverbs_verbs::kernel::{
-    IV_KERNEL_INTERFACE_GUID, IV_KERNEL_INTERFACE_VERSION, IvKernelInterface, IvKernelRecvWr,
-    IvKernelSendWr, poll_into_c, recv_sges_from_c, send_wr_from_c,
+    IV_KERNEL_INTERFACE_GUID, IvKernelInterface, IvKernelRecvWr, IvKernelSendWr, poll_into_c,
+    recv_sges_from_c, send_wr_from_c, serve_query,
 };
 use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SrqRings};
 use zerocopy::{FromBytes, IntoBytes};
@@ -392,13 +393,15 @@ pub struct IvGuid {
 }
 
 /// Host only: `IRP_MN_QUERY_INTERFACE` sent to the device `device` is open
-/// on. For `GUID_IV_KERNEL_INTERFACE` with `size >= sizeof(IvKernelInterface)`
-/// and version 1, fills `*out` with the referenced direct-call table.
-/// `STATUS_NOT_SUPPORTED` for another interface type, as a driver that does
-/// not export it answers; `STATUS_INVALID_PARAMETER` for a size or version
-/// it cannot serve or a NULL pointer; `STATUS_INVALID_HANDLE` for a handle
-/// that is not an open device; `STATUS_INSUFFICIENT_RESOURCES` when the
-/// table's context cannot be allocated (nothing is referenced).
+/// on. For `GUID_IV_KERNEL_INTERFACE`, version 1 or 2, with `size` holding
+/// that version's table, fills `*out` with the referenced direct-call table
+/// (the prefix of it that version defines: a ULP built against version 1
+/// gets version 1). `STATUS_NOT_SUPPORTED` for another interface type, as a
+/// driver that does not export it answers; `STATUS_INVALID_PARAMETER` for a
+/// size or version it cannot serve or a NULL pointer;
+/// `STATUS_INVALID_HANDLE` for a handle that is not an open device;
+/// `STATUS_INSUFFICIENT_RESOURCES` when the table's context cannot be
+/// allocated (nothing is referenced).
 ///
 /// # Safety
 /// `guid` and `out` are NULL or valid (`out` for `size` bytes).
@@ -421,12 +424,6 @@ pub unsafe extern "C" fn IrpverbsHostQueryInterface(
     if (guid.data1, guid.data2, guid.data3, guid.data4) != (d1, d2, d3, d4) {
         return STATUS_NOT_SUPPORTED;
     }
-    if out.is_null()
-        || usize::from(size) < size_of::<IvKernelInterface>()
-        || version != IV_KERNEL_INTERFACE_VERSION
-    {
-        return STATUS_INVALID_PARAMETER;
-    }
     let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
     let Some(file) = guard.as_ref() else {
         return STATUS_INVALID_HANDLE;
@@ -435,7 +432,37 @@ pub unsafe extern "C" fn IrpverbsHostQueryInterface(
         Ok(table) => table,
         Err(status) => return status,
     };
-    // SAFETY: `out` is valid for `size` >= sizeof(IvKernelInterface) bytes.
-    unsafe { out.write(table) };
-    STATUS_SUCCESS
+    // SAFETY: `out` is NULL or valid for `size` bytes (C contract).
+    match unsafe { serve_query(&table, size, version, out) } {
+        Ok(()) => STATUS_SUCCESS,
+        Err(status) => {
+            // Not handed out: give back the table's reference.
+            // SAFETY: the context is the new table's, referenced once.
+            unsafe { (table.interface_dereference)(table.context) };
+            status
+        }
+    }
+}
+
+/// Host only: the stand-in for the `FILE_OBJECT` a kernel ULP names its
+/// file by in the direct-call table's CEP functions (what
+/// `IoGetDeviceObjectPointer` returns with the device object); NULL for a
+/// handle that is not an open file of the device.
+#[unsafe(no_mangle)]
+pub extern "C" fn IrpverbsHostGetFileObject(file: HANDLE) -> *mut c_void {
+    let Some(f) = file_of(file) else {
+        return std::ptr::null_mut();
+    };
+    let guard = f.file.read().unwrap_or_else(PoisonError::into_inner);
+    guard
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |file| file.file_object())
+}
+
+/// Host only: the calling thread's IRQL as the host platform tracks it
+/// (`KeGetCurrentIrql`), for kernel-ULP tests to check where they are
+/// called.
+#[unsafe(no_mangle)]
+pub extern "C" fn IrpverbsHostGetCurrentIrql() -> u8 {
+    irpverbs_host::platform::current_irql()
 }

@@ -4,6 +4,8 @@
 //! - `ulp_control.c`: the control path (overlapped IOCTLs, completion port);
 //! - `ulp_speed.c`: the user-mode speed-path library without data movement;
 //! - `kernel_ulp.c`: a kernel ULP's internal IOCTLs and direct-call table;
+//! - `kernel_cm.c`: a kernel ULP connecting and accepting through CEP
+//!   callbacks of the table (version 2), then moving data;
 //! - `ulp_notify.c`: events, `WaitForSingleObject`, and the completion port
 //!   suppression of an `hEvent` with its low bit set;
 //! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
@@ -169,6 +171,16 @@ fn c_kernel_ulp_inline_engine() {
 #[test]
 fn c_kernel_ulp_thread_engine() {
     run(&build("kernel_ulp"), "thread");
+}
+
+#[test]
+fn c_kernel_cm_callbacks_inline_engine() {
+    run(&build("kernel_cm"), "inline");
+}
+
+#[test]
+fn c_kernel_cm_callbacks_thread_engine() {
+    run(&build("kernel_cm"), "thread");
 }
 
 #[test]

@@ -271,6 +271,22 @@ pub(crate) fn check_returned_at(verify: bool, called_at: Irql, what: &str) {
     }
 }
 
+/// Checks that a callback into another driver (a kernel ULP's) is called
+/// at the IRQL its contract states, `want` (0xC4/0xE5 otherwise). IRQL: any.
+#[track_caller]
+pub fn check_callback_irql(verify: bool, want: Irql, what: &str) {
+    if verify {
+        let now = current_irql();
+        if now != want {
+            stop(
+                codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                [verifier::API_AT_WRONG_IRQL, now.into(), want.into(), 0],
+                format!("{what} called at IRQL {now}; its contract is IRQL {want}"),
+            );
+        }
+    }
+}
+
 /// Checks a kernel API allowed at <= `max` IRQL (0xC4/0xE5 otherwise).
 #[track_caller]
 pub(crate) fn check_irql_at_most(verify: bool, max: Irql, api: &str) {

@@ -123,7 +123,7 @@ pub use bugcheck::{
     locked_pages, power, verifier, wdf,
 };
 pub use event::{EventKind, HostEvent};
-pub use irql::{Dpc, HIGH_LEVEL, current_irql};
+pub use irql::{Dpc, HIGH_LEVEL, check_callback_irql, current_irql};
 pub use pool::{ChargeSite, NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
 pub use request::{
     CancelRoutine, Completion, CompletionRoutine, HOST_PROCESS, HostRequest, KeptNotify,

@@ -67,6 +67,11 @@ pub type PCREATE_PROCESS_NOTIFY_ROUTINE_EX = Option<unsafe extern "C" fn(Process
 // wdm.h's DEVICE_OBJECT has fields; the driver only passes the pointer
 // (WdfDeviceWdmGetDeviceObject, ObReferenceObject), so it stays opaque here.
 #[repr(C)] pub struct _DEVICE_OBJECT { _p: [u8; 0] }
+// wdm.h's FILE_OBJECT likewise: a kernel ULP's file object, only passed
+// (WdfDeviceGetFileObject).
+#[repr(C)] pub struct _FILE_OBJECT { _p: [u8; 0] }
+pub type FILE_OBJECT = _FILE_OBJECT;
+pub type PFILE_OBJECT = *mut _FILE_OBJECT;
 pub type DEVICE_OBJECT = _DEVICE_OBJECT;
 pub type PDEVICE_OBJECT = *mut _DEVICE_OBJECT;
 // wdm.h: IRP, IO_STACK_LOCATION, IO_STATUS_BLOCK, in bindgen's rendering
@@ -381,6 +386,7 @@ pub mod wdf_fns {
         WdfDeviceAddQueryInterface(Device: WDFDEVICE, InterfaceConfig: PWDF_QUERY_INTERFACE_CONFIG) -> NTSTATUS;
         WdfDeviceEnqueueRequest(Device: WDFDEVICE, Request: WDFREQUEST) -> NTSTATUS;
         WdfDeviceWdmGetDeviceObject(Device: WDFDEVICE) -> PDEVICE_OBJECT;
+        WdfDeviceGetFileObject(Device: WDFDEVICE, FileObject: PFILE_OBJECT) -> WDFFILEOBJECT;
         WdfIoQueueCreate(Device: WDFDEVICE, Config: PWDF_IO_QUEUE_CONFIG, QueueAttributes: PWDF_OBJECT_ATTRIBUTES, Queue: *mut WDFQUEUE) -> NTSTATUS;
         WdfIoQueueGetDevice(Queue: WDFQUEUE) -> WDFDEVICE;
         WdfFileObjectGetDevice(FileObject: WDFFILEOBJECT) -> WDFDEVICE;
