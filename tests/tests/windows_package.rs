@@ -758,7 +758,7 @@ fn there_is_one_kernel_table_and_the_driver_uses_it() {
         );
     }
     assert!(kmdf.contains("irpverbs_kernel_table::kernel::{"));
-    assert!(kmdf.contains("let table = interface(") && kmdf.contains("SoftDoorbells {"));
+    assert!(kmdf.contains("let table = interface_with_cm(") && kmdf.contains("SoftDoorbells {"));
     assert!(verbs.contains("pub use irpverbs_kernel_table::kernel;"));
     let manifest = read("driver/kmdf/Cargo.toml");
     assert!(manifest.contains("irpverbs-kernel-table = { path = \"../kernel-table\" }"));
@@ -832,7 +832,9 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
     assert!(!kernel.contains("Arc::new("), "the table's context");
     assert!(
         kernel.contains(") -> Result<Self, NtStatus> {")
-            && kernel.contains("KmdfSpeed,\n        )?;")
+            && kernel.contains("KmdfSpeed,\n            TableCeps(ceps.clone()),\n        )?;")
+            && kernel.contains("Shared::try_new(KmdfCeps {"),
+        "the table's context and its CM's"
     );
     let doorbell = code_of(&read("driver/kmdf/src/doorbell.rs"));
     assert!(
