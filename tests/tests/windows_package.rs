@@ -859,6 +859,48 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
     assert!(wsk.contains("let waiter = Waiter::new()?;"));
 }
 
+/// irpverbs.sys implements the hardware seam (`PciPlatform`) with WDF's
+/// DMA objects, `MmMapIoSpaceEx` and per-message interrupts, against
+/// bindings transcribed into the linux-check mocks.
+#[test]
+fn the_kmdf_glue_implements_the_hardware_seam() {
+    let pci = code_of(&read("driver/kmdf/src/pci.rs"));
+    for call in [
+        "impl PciPlatform for KmdfPci",
+        "impl Platform for KmdfPci",
+        "WdfDmaEnablerCreate,",
+        "WdfDmaProfileScatterGather64",
+        "WdfCommonBufferCreate,",
+        "WdfCommonBufferGetAlignedVirtualAddress,",
+        "WdfCommonBufferGetAlignedLogicalAddress,",
+        "WdfDmaTransactionCreate,",
+        "WdfDmaTransactionInitialize,",
+        "WdfDmaTransactionExecute,",
+        "WdfDmaTransactionDmaCompletedFinal,",
+        "WdfDmaTransactionRelease,",
+        "MmBuildMdlForNonPagedPool(",
+        "pinned_mdl(region)",
+        "MmMapIoSpaceEx(address, len as _, PAGE_READWRITE | PAGE_NOCACHE)",
+        "MmUnmapIoSpace(",
+        "read_volatile()",
+        "WdfInterruptCreate,",
+        "WdfInterruptQueueDpcForIsr,",
+    ] {
+        assert!(pci.contains(call), "pci.rs lacks {call}");
+    }
+    assert!(read("driver/kmdf/src/lib.rs").contains("pub mod pci;"));
+    let mocks = read("driver/kmdf/linux-check/mocks/wdk-sys/src/lib.rs");
+    for binding in [
+        "pub struct _WDF_DMA_ENABLER_CONFIG {",
+        "pub struct _WDF_INTERRUPT_CONFIG {",
+        "pub struct _SCATTER_GATHER_LIST {",
+        "pub fn MmMapIoSpaceEx(",
+        "WdfDmaTransactionInitialize(",
+    ] {
+        assert!(mocks.contains(binding), "the mocks lack {binding}");
+    }
+}
+
 // ------------------------------------------------------------------ doorbells
 
 #[test]

@@ -18,6 +18,7 @@
 //! | `EvtDeviceSurpriseRemoval`, `EvtDeviceD0Exit` to D3Final | `Device::remove`         |
 //! | the global allocator: `ExAllocatePool2` nonpaged pool, every alignment honoured | `irpverbs_kalloc::Aligned` ([`heap`]) |
 //! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2`; MDLs for user pins and ring mappings | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`], [`mdl`]) |
+//! | a DMA enabler, its common buffers and transactions; `MmMapIoSpaceEx`; `WdfInterruptCreate` per MSI-X message | [`irpverbs_core::PciPlatform`], for a PCI HCA's backend ([`pci::KmdfPci`]) |
 //!
 //! The device is reachable as `\\.\irpverbs0` (a symbolic link, the name
 //! host mode uses) and through the device interface
@@ -89,6 +90,7 @@ mod heap;
 mod irp;
 pub mod kernel;
 pub mod mdl;
+pub mod pci;
 pub mod platform;
 mod process;
 mod registry;

@@ -75,7 +75,7 @@ fn mapping_priority() -> ULONG {
 }
 
 /// An MDL from `IoAllocateMdl`, freed with `IoFreeMdl` when dropped.
-struct Mdl(PMDL);
+pub(crate) struct Mdl(PMDL);
 
 impl Mdl {
     /// An MDL describing `len` bytes at `address` (no IRP, no quota).
@@ -85,7 +85,7 @@ impl Mdl {
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` for a length an MDL cannot describe;
     /// `STATUS_INSUFFICIENT_RESOURCES` when pool is short.
-    fn new(address: *mut c_void, len: usize) -> Result<Self, NtStatus> {
+    pub(crate) fn new(address: *mut c_void, len: usize) -> Result<Self, NtStatus> {
         let len = ULONG::try_from(len).map_err(|_| STATUS_INVALID_PARAMETER)?;
         // SAFETY: IoAllocateMdl only records the range (it touches none of
         // it) and may be called at IRQL <= DISPATCH_LEVEL; no IRP is given,
@@ -96,6 +96,25 @@ impl Mdl {
         }
         Ok(Self(mdl))
     }
+}
+
+impl Mdl {
+    /// The MDL.
+    pub(crate) fn as_ptr(&self) -> PMDL {
+        self.0
+    }
+}
+
+/// The locked MDL of a region [`UserPin::region`] made (a user buffer
+/// pinned for a memory registration), for a DMA mapping of it; `None` for
+/// any other region.
+///
+/// IRQL: any.
+pub(crate) fn pinned_mdl(region: &Region) -> Option<PMDL> {
+    region
+        .owner()?
+        .downcast_ref::<UserPin>()
+        .map(|pin| pin.mdl.0)
 }
 
 impl Drop for Mdl {

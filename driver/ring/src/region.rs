@@ -26,10 +26,11 @@ pub const REGION_ALIGN: usize = 4096;
 enum Owner {
     /// Allocated by [`Region::alloc`]: freed with this layout.
     Heap(Layout),
-    /// Owned elsewhere: held (never read) to keep whatever owns it alive
-    /// until the region is dropped.
+    /// Owned elsewhere: held to keep whatever owns it alive until the
+    /// region is dropped (and read only by the platform that made it:
+    /// [`Region::owner`]).
     External {
-        _keep_alive: Option<Box<dyn Any + Send + Sync>>,
+        keep_alive: Option<Box<dyn Any + Send + Sync>>,
     },
 }
 
@@ -93,8 +94,22 @@ impl Region {
         Some(Self {
             ptr: NonNull::new(ptr)?,
             len,
-            owner: Owner::External { _keep_alive: owner },
+            owner: Owner::External { keep_alive: owner },
         })
+    }
+
+    /// What keeps memory owned elsewhere alive (the `owner` given to
+    /// [`Region::from_raw_parts`]), for the platform that made the region
+    /// to find its own by downcasting (the MDL of a user pin, which a DMA
+    /// mapping of the region uses); `None` for memory the region allocated.
+    #[must_use]
+    pub fn owner(&self) -> Option<&(dyn Any + Send + Sync)> {
+        match &self.owner {
+            Owner::External {
+                keep_alive: Some(owner),
+            } => Some(&**owner),
+            _ => None,
+        }
     }
 
     /// Length in bytes.
@@ -399,6 +414,20 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The platform that made a region over memory owned elsewhere finds
+    /// its owner again; a region's own memory has none.
+    #[test]
+    fn the_owner_of_external_memory_is_found_by_its_type() {
+        let backing = Region::alloc(64).unwrap();
+        // SAFETY: inside `backing`, which outlives the view.
+        let view =
+            unsafe { Region::from_raw_parts(backing.ptr.as_ptr(), 64, Some(Box::new(7u32))) }
+                .unwrap();
+        assert_eq!(view.owner().and_then(|o| o.downcast_ref::<u32>()), Some(&7));
+        assert!(view.owner().and_then(|o| o.downcast_ref::<u8>()).is_none());
+        assert!(backing.owner().is_none());
+    }
 
     /// A prefetch anywhere, the region's end and past it included, changes
     /// nothing and never faults.

@@ -197,7 +197,9 @@ pub type POBJECT_HANDLE_INFORMATION = *mut _OBJECT_HANDLE_INFORMATION;
 
 macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debug, Copy, Clone)] pub struct $s { pub unused: c_int } pub type $h = *mut $s; )* } }
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
-         WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__, WDFKEY WDFKEY__);
+         WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__, WDFKEY WDFKEY__,
+         WDFDMAENABLER WDFDMAENABLER__, WDFCOMMONBUFFER WDFCOMMONBUFFER__, WDFDMATRANSACTION WDFDMATRANSACTION__,
+         WDFINTERRUPT WDFINTERRUPT__, WDFWAITLOCK WDFWAITLOCK__);
 pub type WDFOBJECT = HANDLE;
 #[repr(C)] pub struct WDFDEVICE_INIT { _p: [u8; 0] }
 pub type PWDFDEVICE_INIT = *mut WDFDEVICE_INIT;
@@ -303,6 +305,76 @@ pub type PWDF_REQUEST_PARAMETERS = *mut _WDF_REQUEST_PARAMETERS;
 zeroed_default!(_WDF_REQUEST_PARAMETERS);
 zeroed_default!(_INTERFACE, _WDF_QUERY_INTERFACE_CONFIG, WDF_OBJECT_CONTEXT_TYPE_INFO, WDF_OBJECT_ATTRIBUTES, WDF_DRIVER_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG, WDF_DPC_CONFIG);
 
+// The hardware seam (driver/kmdf/src/pci.rs). Transcribed from Microsoft's
+// documentation (learn.microsoft.com, the windows-driver-docs-ddi pages of
+// wdfdmaenabler.h, wdfcommonbuffer.h, wdfdmatransaction.h, wdfinterrupt.h,
+// wdm.h) in bindgen's rendering, as wdk-sys 0.5 generates it.
+// wdfdmaenabler.h: `typedef enum _WDF_DMA_PROFILE { WdfDmaProfileInvalid =
+// 0, WdfDmaProfilePacket, WdfDmaProfileScatterGather, WdfDmaProfilePacket64,
+// WdfDmaProfileScatterGather64, WdfDmaProfileScatterGatherDuplex,
+// WdfDmaProfileScatterGather64Duplex, WdfDmaProfileSystem,
+// WdfDmaProfileSystemDuplex, WdfDmaProfileMaximum }`.
+cenum!(_WDF_DMA_PROFILE, WDF_DMA_PROFILE, WdfDmaProfileInvalid = 0, WdfDmaProfilePacket = 1, WdfDmaProfileScatterGather = 2, WdfDmaProfilePacket64 = 3, WdfDmaProfileScatterGather64 = 4, WdfDmaProfileScatterGatherDuplex = 5, WdfDmaProfileScatterGather64Duplex = 6, WdfDmaProfileSystem = 7, WdfDmaProfileSystemDuplex = 8, WdfDmaProfileMaximum = 9);
+// wdfdmaenabler.h: `typedef enum _WDF_DMA_DIRECTION {
+// WdfDmaDirectionReadFromDevice = FALSE, WdfDmaDirectionWriteToDevice = TRUE }`.
+cenum!(_WDF_DMA_DIRECTION, WDF_DMA_DIRECTION, WdfDmaDirectionReadFromDevice = 0, WdfDmaDirectionWriteToDevice = 1);
+pub type PHYSICAL_ADDRESS = LARGE_INTEGER;
+pub type WDFCONTEXT = PVOID;
+// The EVT_WDF_DMA_ENABLER_* callbacks: `NTSTATUS (WDFDMAENABLER DmaEnabler)`.
+pub type PFN_WDF_DMA_ENABLER_FILL = Option<unsafe extern "C" fn(DmaEnabler: WDFDMAENABLER) -> NTSTATUS>;
+pub type PFN_WDF_DMA_ENABLER_FLUSH = PFN_WDF_DMA_ENABLER_FILL;
+pub type PFN_WDF_DMA_ENABLER_DISABLE = PFN_WDF_DMA_ENABLER_FILL;
+pub type PFN_WDF_DMA_ENABLER_ENABLE = PFN_WDF_DMA_ENABLER_FILL;
+pub type PFN_WDF_DMA_ENABLER_SELFMANAGED_IO_START = PFN_WDF_DMA_ENABLER_FILL;
+pub type PFN_WDF_DMA_ENABLER_SELFMANAGED_IO_STOP = PFN_WDF_DMA_ENABLER_FILL;
+// wdfdmaenabler.h (KMDF 1.11 and later: AddressWidthOverride,
+// WdmDmaVersionOverride, Flags).
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_DMA_ENABLER_CONFIG { pub Size: ULONG, pub Profile: WDF_DMA_PROFILE, pub MaximumLength: usize, pub EvtDmaEnablerFill: PFN_WDF_DMA_ENABLER_FILL, pub EvtDmaEnablerFlush: PFN_WDF_DMA_ENABLER_FLUSH, pub EvtDmaEnablerDisable: PFN_WDF_DMA_ENABLER_DISABLE, pub EvtDmaEnablerEnable: PFN_WDF_DMA_ENABLER_ENABLE, pub EvtDmaEnablerSelfManagedIoStart: PFN_WDF_DMA_ENABLER_SELFMANAGED_IO_START, pub EvtDmaEnablerSelfManagedIoStop: PFN_WDF_DMA_ENABLER_SELFMANAGED_IO_STOP, pub AddressWidthOverride: ULONG, pub WdmDmaVersionOverride: ULONG, pub Flags: ULONG }
+pub type WDF_DMA_ENABLER_CONFIG = _WDF_DMA_ENABLER_CONFIG;
+pub type PWDF_DMA_ENABLER_CONFIG = *mut _WDF_DMA_ENABLER_CONFIG;
+// wdm.h: `typedef struct _SCATTER_GATHER_ELEMENT { PHYSICAL_ADDRESS Address;
+// ULONG Length; ULONG_PTR Reserved; }` and `typedef struct
+// _SCATTER_GATHER_LIST { ULONG NumberOfElements; ULONG_PTR Reserved;
+// SCATTER_GATHER_ELEMENT Elements[]; }` (bindgen: an incomplete array
+// field, here a zero-length array: both give `Elements.as_ptr()`).
+#[repr(C)] #[derive(Copy, Clone)]
+pub struct _SCATTER_GATHER_ELEMENT { pub Address: PHYSICAL_ADDRESS, pub Length: ULONG, pub Reserved: ULONG_PTR }
+pub type SCATTER_GATHER_ELEMENT = _SCATTER_GATHER_ELEMENT;
+#[repr(C)]
+pub struct _SCATTER_GATHER_LIST { pub NumberOfElements: ULONG, pub Reserved: ULONG_PTR, pub Elements: [_SCATTER_GATHER_ELEMENT; 0] }
+pub type SCATTER_GATHER_LIST = _SCATTER_GATHER_LIST;
+pub type PSCATTER_GATHER_LIST = *mut _SCATTER_GATHER_LIST;
+// wdfdmatransaction.h: `BOOLEAN EVT_WDF_PROGRAM_DMA(WDFDMATRANSACTION
+// Transaction, WDFDEVICE Device, WDFCONTEXT Context, WDF_DMA_DIRECTION
+// Direction, PSCATTER_GATHER_LIST SgList)`.
+pub type PFN_WDF_PROGRAM_DMA = Option<unsafe extern "C" fn(Transaction: WDFDMATRANSACTION, Device: WDFDEVICE, Context: WDFCONTEXT, Direction: WDF_DMA_DIRECTION, SgList: PSCATTER_GATHER_LIST) -> BOOLEAN>;
+// wdfinterrupt.h: `BOOLEAN EVT_WDF_INTERRUPT_ISR(WDFINTERRUPT Interrupt,
+// ULONG MessageID)`, `VOID EVT_WDF_INTERRUPT_DPC(WDFINTERRUPT Interrupt,
+// WDFOBJECT AssociatedObject)`, `NTSTATUS EVT_WDF_INTERRUPT_ENABLE /
+// _DISABLE(WDFINTERRUPT Interrupt, WDFDEVICE AssociatedDevice)`, `VOID
+// EVT_WDF_INTERRUPT_WORKITEM(WDFINTERRUPT Interrupt, WDFOBJECT
+// AssociatedObject)`.
+pub type PFN_WDF_INTERRUPT_ISR = Option<unsafe extern "C" fn(Interrupt: WDFINTERRUPT, MessageID: ULONG) -> BOOLEAN>;
+pub type PFN_WDF_INTERRUPT_DPC = Option<unsafe extern "C" fn(Interrupt: WDFINTERRUPT, AssociatedObject: WDFOBJECT)>;
+pub type PFN_WDF_INTERRUPT_ENABLE = Option<unsafe extern "C" fn(Interrupt: WDFINTERRUPT, AssociatedDevice: WDFDEVICE) -> NTSTATUS>;
+pub type PFN_WDF_INTERRUPT_DISABLE = PFN_WDF_INTERRUPT_ENABLE;
+pub type PFN_WDF_INTERRUPT_WORKITEM = PFN_WDF_INTERRUPT_DPC;
+// wdm.h's CM_PARTIAL_RESOURCE_DESCRIPTOR, used here only by pointer (the
+// glue passes NULL: the framework assigns the device's messages in the
+// order their interrupts are created), so opaque.
+#[repr(C)] pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR { _p: [u8; 0] }
+pub type PCM_PARTIAL_RESOURCE_DESCRIPTOR = *mut _CM_PARTIAL_RESOURCE_DESCRIPTOR;
+// wdfinterrupt.h (KMDF 1.11 and later fields through CanWakeDevice).
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _WDF_INTERRUPT_CONFIG { pub Size: ULONG, pub SpinLock: WDFSPINLOCK, pub ShareVector: WDF_TRI_STATE, pub FloatingSave: BOOLEAN, pub AutomaticSerialization: BOOLEAN, pub EvtInterruptIsr: PFN_WDF_INTERRUPT_ISR, pub EvtInterruptDpc: PFN_WDF_INTERRUPT_DPC, pub EvtInterruptEnable: PFN_WDF_INTERRUPT_ENABLE, pub EvtInterruptDisable: PFN_WDF_INTERRUPT_DISABLE, pub EvtInterruptWorkItem: PFN_WDF_INTERRUPT_WORKITEM, pub InterruptRaw: PCM_PARTIAL_RESOURCE_DESCRIPTOR, pub InterruptTranslated: PCM_PARTIAL_RESOURCE_DESCRIPTOR, pub WaitLock: WDFWAITLOCK, pub PassiveHandling: BOOLEAN, pub ReportInactiveOnPowerDown: WDF_TRI_STATE, pub CanWakeDevice: BOOLEAN }
+pub type WDF_INTERRUPT_CONFIG = _WDF_INTERRUPT_CONFIG;
+pub type PWDF_INTERRUPT_CONFIG = *mut _WDF_INTERRUPT_CONFIG;
+zeroed_default!(_WDF_DMA_ENABLER_CONFIG, _WDF_INTERRUPT_CONFIG);
+// winnt.h memory protection constants (MmMapIoSpaceEx's Protect).
+pub const PAGE_READWRITE: ULONG = 0x04;
+pub const PAGE_NOCACHE: ULONG = 0x200;
+
 pub const POOL_FLAG_NON_PAGED: POOL_FLAGS = 0x40;
 pub const FILE_DEVICE_SECURE_OPEN: u32 = 256;
 // wdm.h: `#define MdlMappingNoExecute 0x40000000`, ORed into a mapping's priority.
@@ -357,6 +429,11 @@ pub mod ntddk {
         pub fn IoFreeIrp(Irp: PIRP);
         pub fn IoReuseIrp(Irp: PIRP, Iostatus: NTSTATUS);
         pub fn ExDeleteTimer(Timer: PEX_TIMER, Cancel: BOOLEAN, Wait: BOOLEAN, Parameters: PEXT_DELETE_PARAMETERS) -> BOOLEAN;
+        // wdm.h: `PVOID MmMapIoSpaceEx(PHYSICAL_ADDRESS PhysicalAddress,
+        // SIZE_T NumberOfBytes, ULONG Protect);` and `VOID
+        // MmUnmapIoSpace(PVOID BaseAddress, SIZE_T NumberOfBytes);`.
+        pub fn MmMapIoSpaceEx(PhysicalAddress: PHYSICAL_ADDRESS, NumberOfBytes: SIZE_T, Protect: ULONG) -> PVOID;
+        pub fn MmUnmapIoSpace(BaseAddress: PVOID, NumberOfBytes: SIZE_T);
     }
 }
 
@@ -403,6 +480,23 @@ pub mod wdf_fns {
         WdfRegistryQueryULong(Key: WDFKEY, ValueName: PCUNICODE_STRING, Value: PULONG) -> NTSTATUS;
         WdfRegistryQueryUnicodeString(Key: WDFKEY, ValueName: PCUNICODE_STRING, ValueByteLength: PUSHORT, Value: PUNICODE_STRING) -> NTSTATUS;
         WdfRegistryClose(Key: WDFKEY);
+        // wdfobject.h
+        WdfObjectDelete(Object: WDFOBJECT);
+        // wdfdmaenabler.h, wdfcommonbuffer.h, wdfdmatransaction.h
+        WdfDmaEnablerCreate(Device: WDFDEVICE, Config: PWDF_DMA_ENABLER_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, DmaEnablerHandle: *mut WDFDMAENABLER) -> NTSTATUS;
+        WdfCommonBufferCreate(DmaEnabler: WDFDMAENABLER, Length: usize, Attributes: PWDF_OBJECT_ATTRIBUTES, CommonBuffer: *mut WDFCOMMONBUFFER) -> NTSTATUS;
+        WdfCommonBufferGetAlignedVirtualAddress(CommonBuffer: WDFCOMMONBUFFER) -> PVOID;
+        WdfCommonBufferGetAlignedLogicalAddress(CommonBuffer: WDFCOMMONBUFFER) -> PHYSICAL_ADDRESS;
+        WdfCommonBufferGetLength(CommonBuffer: WDFCOMMONBUFFER) -> usize;
+        WdfDmaTransactionCreate(DmaEnabler: WDFDMAENABLER, Attributes: PWDF_OBJECT_ATTRIBUTES, DmaTransaction: *mut WDFDMATRANSACTION) -> NTSTATUS;
+        WdfDmaTransactionInitialize(DmaTransaction: WDFDMATRANSACTION, EvtProgramDmaFunction: PFN_WDF_PROGRAM_DMA, DmaDirection: WDF_DMA_DIRECTION, Mdl: PMDL, VirtualAddress: PVOID, Length: usize) -> NTSTATUS;
+        WdfDmaTransactionExecute(DmaTransaction: WDFDMATRANSACTION, Context: WDFCONTEXT) -> NTSTATUS;
+        WdfDmaTransactionCancel(DmaTransaction: WDFDMATRANSACTION) -> BOOLEAN;
+        WdfDmaTransactionDmaCompletedFinal(DmaTransaction: WDFDMATRANSACTION, FinalTransferredLength: usize, Status: *mut NTSTATUS) -> BOOLEAN;
+        WdfDmaTransactionRelease(DmaTransaction: WDFDMATRANSACTION);
+        // wdfinterrupt.h
+        WdfInterruptCreate(Device: WDFDEVICE, Configuration: PWDF_INTERRUPT_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, Interrupt: *mut WDFINTERRUPT) -> NTSTATUS;
+        WdfInterruptQueueDpcForIsr(Interrupt: WDFINTERRUPT) -> BOOLEAN;
     }
 }
 
