@@ -889,6 +889,17 @@ impl HostDevice {
         Ok(addr)
     }
 
+    /// Takes the port's link down (`up` false) or up, as the host does
+    /// with `ip link set dev .. down|up` under rxe: the soft HCA's link
+    /// model ([`SoftHca::set_port_link`]). The driver gets `PORT_ERR` or
+    /// `PORT_ACTIVE` through its event queue and delivers it to every
+    /// file; `QueryPort` reports the state. Returns whether it changed.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (run as driver code).
+    pub fn set_port_link(&self, up: bool) -> bool {
+        self.platform.driver_code(|| self.soft.set_port_link(up))
+    }
+
     /// Takes the soft HCA off its UDP wire and stops the wire's threads;
     /// its last counters, if one was attached.
     pub fn detach_udp(&self) -> Option<UdpStats> {

@@ -581,6 +581,37 @@ impl<P: Platform> SoftHca<P> {
         self.state.lock(|st| st.firmware.dp.tap = tap);
     }
 
+    /// Takes the port's link down (`up` false) or brings it up: the link
+    /// model of [`firmware::port`]. A change raises `PORT_ERR` (down) or
+    /// `PORT_ACTIVE` (up) through the event queue, and `QueryPort` reports
+    /// the state. Down, nothing is transmitted and what arrives is
+    /// dropped; RC QPs with work run out their retries. Returns whether the
+    /// state changed (taking a down port down raises nothing).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn set_port_link(&self, up: bool) -> bool {
+        self.run(0, true, |st| {
+            let dp = &mut st.firmware.dp;
+            if dp.link_down != up {
+                return (false, false);
+            }
+            dp.link_down = !up;
+            dp.raise(if up {
+                irpverbs_core::AsyncEvent::PortActive(firmware::port::PORT_NUM)
+            } else {
+                irpverbs_core::AsyncEvent::PortError(firmware::port::PORT_NUM)
+            });
+            (true, false)
+        })
+    }
+
+    /// Whether the port's link is up ([`SoftHca::set_port_link`]).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn port_link_up(&self) -> bool {
+        self.state.lock(|st| !st.firmware.dp.link_down)
+    }
+
     /// Uncables the port: packets for the wire are lost from now on (RC
     /// QPs time out).
     ///
@@ -603,6 +634,11 @@ impl<P: Platform> SoftHca<P> {
         let mut tap = None;
         let queued = self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
+            if dp.link_down {
+                // A port whose link is down receives nothing.
+                dp.stats.packets_dropped += 1;
+                return Ok(());
+            }
             tap.clone_from(&dp.tap);
             // A datagram to another UDP port than the one it serves is not
             // this HCA's (a socket bound to the port never sees one).

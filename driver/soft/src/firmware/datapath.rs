@@ -69,6 +69,9 @@ pub(crate) struct DpStats {
 pub(crate) struct DataPath {
     /// The port's GID: frames to it are loopback.
     pub(crate) gid: Gid,
+    /// The port's link is down ([`crate::SoftHca::set_port_link`]): the
+    /// port transmits nothing and drops what it receives.
+    pub(crate) link_down: bool,
     /// QPs whose requester has work.
     pub(crate) ready: VecDeque<u32>,
     /// Frames for this HCA, from its own QPs.
@@ -163,6 +166,7 @@ impl DataPath {
     ) -> Result<Box<Self>, NtStatus> {
         irpverbs_ring::try_box_with(|| Self {
             gid,
+            link_down: false,
             ready: VecDeque::new(),
             loopq: Batch::default(),
             loop_spare: Batch::default(),

@@ -1,10 +1,22 @@
-//! The soft HCA's single RoCE port: attributes and GID table.
+//! The soft HCA's single RoCE port: attributes, GID table and link state.
+//!
+//! The link model: the host takes the port's link down and up
+//! ([`crate::SoftHca::set_port_link`]). Down, the port is `IV_PORT_DOWN`
+//! with physical state Disabled (what `ip link set down` makes of an rxe
+//! port), transmits nothing (loopback included) and drops what arrives;
+//! the change raises `PORT_ERR`, and coming back up `PORT_ACTIVE`. QPs are
+//! not moved by the change itself, as on rxe and mlx5: an RC QP's packets
+//! are lost, its retransmission timer runs out its `retry_cnt` and its
+//! send completes with `RETRY_EXC_ERR`, the QP going to ERR and the rest
+//! of its work flushed; a UD send completes (the datagram is lost on the
+//! wire). After the link is up again, traffic flows on new QPs and on QPs
+//! taken through RESET.
 
 use core::net::IpAddr;
 
 use irpverbs_abi::{
-    IV_LINK_LAYER_ETHERNET, IV_MTU_1024, IV_MTU_4096, IV_PORT_ACTIVE, IvQueryPortOut, NtStatus,
-    STATUS_INVALID_PARAMETER,
+    IV_LINK_LAYER_ETHERNET, IV_MTU_1024, IV_MTU_4096, IV_PORT_ACTIVE, IV_PORT_DOWN, IvQueryPortOut,
+    NtStatus, STATUS_INVALID_PARAMETER,
 };
 use irpverbs_core::CommandOut;
 
@@ -20,6 +32,9 @@ pub const PKEY_TBL_LEN: u32 = 1;
 pub const MAX_MSG_SZ: u32 = 1 << 31;
 /// Physical state LinkUp (IBTA PortInfo PortPhysicalState).
 pub const PHYS_STATE_LINK_UP: u32 = 5;
+/// Physical state Disabled (IBTA PortInfo PortPhysicalState): the link
+/// was taken down.
+pub const PHYS_STATE_DISABLED: u32 = 3;
 /// PortInfo CapabilityMask: IsConnectionManagementSupported (bit 16).
 pub const PORT_CAP_CM_SUP: u32 = 1 << 16;
 /// Active width 4x (IBTA encoding).
@@ -66,11 +81,16 @@ impl Port {
         self.gid(index).ok().filter(|g| *g != [0; 16])
     }
 
-    /// The port's attributes.
-    pub(crate) fn attributes(&self) -> IvQueryPortOut {
+    /// The port's attributes, its link down or up.
+    pub(crate) fn attributes(&self, link_down: bool) -> IvQueryPortOut {
+        let (state, phys_state) = if link_down {
+            (IV_PORT_DOWN, PHYS_STATE_DISABLED)
+        } else {
+            (IV_PORT_ACTIVE, PHYS_STATE_LINK_UP)
+        };
         IvQueryPortOut {
-            state: IV_PORT_ACTIVE,
-            phys_state: PHYS_STATE_LINK_UP,
+            state,
+            phys_state,
             max_mtu: IV_MTU_4096,
             active_mtu: IV_MTU_1024,
             gid_tbl_len: GID_TBL_LEN,
@@ -121,7 +141,7 @@ impl Firmware {
     /// `STATUS_INVALID_PARAMETER` for a port other than 1.
     pub(crate) fn query_port(&self, port: u8) -> Result<CommandOut, NtStatus> {
         check_port(port)?;
-        Ok(CommandOut::Port(self.port.attributes()))
+        Ok(CommandOut::Port(self.port.attributes(self.dp.link_down)))
     }
 
     /// `QueryGid`.

@@ -90,6 +90,10 @@ impl DataPath {
     /// The batch frames for `dgid` go to: loopback, a fabric peer's, or
     /// the link's; `None` when none reaches it.
     fn batch_for(&mut self, dgid: &Gid) -> Option<&mut Batch> {
+        if self.link_down {
+            // A port whose link is down transmits nothing (loopback too).
+            return None;
+        }
         if *dgid == self.gid {
             return Some(&mut self.loopq);
         }

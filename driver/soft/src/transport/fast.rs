@@ -70,7 +70,8 @@ pub(crate) enum Ran {
 /// Runs QP `qpn`'s new send WQEs on the fast path, as far as it can.
 pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let dp = &fw.dp;
-    if !dp.loopq.is_empty()
+    if dp.link_down
+        || !dp.loopq.is_empty()
         || !dp.inbound.is_empty()
         || !dp.acks.is_empty()
         || !dp.cq_errors.is_empty()

@@ -1,0 +1,112 @@
+//! The soft HCA's link model in host mode, verifier on: the host takes the
+//! port down and up ([`HostDevice::set_port_link`]); `QueryPort` and the
+//! async events `PORT_ERR` / `PORT_ACTIVE` follow, an RC send on a down
+//! port runs out its retries (`RETRY_EXC_ERR`, the QP in ERR, as on rxe
+//! and mlx5), and traffic flows again after up on new QPs and on QPs taken
+//! through RESET; every open file sees the events.
+
+use std::sync::Arc;
+
+use irpverbs_abi::*;
+use irpverbs_host::HostDevice;
+use irpverbs_verbs::{Client, IntoClient};
+
+mod common;
+use common::{End, send};
+
+fn client(dev: &Arc<HostDevice>) -> Client {
+    dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        .expect("open")
+        .into_client()
+}
+
+/// Connects `a` and `b` to each other (loopback on one port).
+fn connect(dev: &HostDevice, a: &End<'_>, b: &End<'_>) {
+    let gid = dev.soft().gid();
+    a.qp.connect(b.qp.qpn(), gid).unwrap();
+    b.qp.connect(a.qp.qpn(), gid).unwrap();
+}
+
+/// A SEND from `a` to `b` arrives: both complete with success.
+fn exchange(a: &End<'_>, b: &End<'_>, id: u64) {
+    b.qp.post_recv(id, &[b.sge(0, 64)]).unwrap();
+    a.mem.fill(0, &[id as u8; 64]);
+    send(a, id, 64);
+    let (sw, rw) = (a.wc(), b.wc());
+    assert_eq!((sw.wr_id, sw.status), (id, IV_WC_SUCCESS));
+    assert_eq!((rw.wr_id, rw.status, rw.byte_len), (id, IV_WC_SUCCESS, 64));
+    assert_eq!(b.mem.read(0, 64), vec![id as u8; 64]);
+}
+
+fn port(c: &Client) -> (u32, u32) {
+    let p = c.query_port(1).unwrap();
+    (p.state, p.phys_state)
+}
+
+#[test]
+fn a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up() {
+    let dev = HostDevice::with_defaults();
+    let c = client(&dev);
+    let (a, b) = (End::new_rc(&c), End::new_rc(&c));
+    connect(&dev, &a, &b);
+    assert_eq!(port(&c), (IV_PORT_ACTIVE, 5));
+    exchange(&a, &b, 1);
+
+    // Down: the state, PORT_ERR (once), and an RC send runs out its
+    // retries.
+    assert!(dev.set_port_link(false));
+    assert!(!dev.set_port_link(false), "already down: no change");
+    assert_eq!(port(&c), (IV_PORT_DOWN, 3));
+    let ev = c.get_async_event().unwrap();
+    assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ERR, 1));
+    b.qp.post_recv(2, &[b.sge(0, 64)]).unwrap();
+    send(&a, 2, 64);
+    send(&a, 3, 64);
+    let wc = a.wc();
+    assert_eq!((wc.wr_id, wc.status), (2, IV_WC_RETRY_EXC_ERR));
+    let wc = a.wc();
+    assert_eq!((wc.wr_id, wc.status), (3, IV_WC_WR_FLUSH_ERR));
+    assert_eq!(a.qp.query().unwrap().attr.qp_state, IV_QPS_ERR);
+    // Nothing reached B.
+    assert_eq!(b.cq.poll(&mut [IvCqe::default(); 1]).unwrap(), 0);
+
+    // Up: PORT_ACTIVE, and traffic on new QPs and on QPs taken through
+    // RESET.
+    assert!(dev.set_port_link(true));
+    assert_eq!(port(&c), (IV_PORT_ACTIVE, 5));
+    let ev = c.get_async_event().unwrap();
+    assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ACTIVE, 1));
+    let (a2, b2) = (End::new_rc(&c), End::new_rc(&c));
+    connect(&dev, &a2, &b2);
+    exchange(&a2, &b2, 4);
+    let reset = IvQpAttr {
+        qp_state: IV_QPS_RESET,
+        ..IvQpAttr::default()
+    };
+    a.qp.modify(IV_QP_STATE, &reset).unwrap();
+    b.qp.modify(IV_QP_STATE, &reset).unwrap();
+    connect(&dev, &a, &b);
+    exchange(&a, &b, 5);
+    drop((a, b, a2, b2));
+    drop(c);
+    dev.quiesce(std::time::Duration::from_secs(10))
+        .expect("quiescent");
+    assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
+}
+
+/// The port's events reach every open file.
+#[test]
+fn every_file_sees_the_port_events() {
+    let dev = HostDevice::with_defaults();
+    let (c1, c2) = (client(&dev), client(&dev));
+    assert!(dev.set_port_link(false));
+    for c in [&c1, &c2] {
+        let ev = c.get_async_event().unwrap();
+        assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ERR, 1));
+    }
+    assert!(dev.set_port_link(true));
+    for c in [&c1, &c2] {
+        let ev = c.get_async_event().unwrap();
+        assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ACTIVE, 1));
+    }
+}
