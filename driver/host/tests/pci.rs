@@ -12,9 +12,11 @@ use irpverbs_core::platform::{
     Bar, CommonBuffer, DEVICE_LEVEL, DISPATCH_LEVEL, DMA_PAGE_SIZE, DmaDirection, DmaMapping,
     Interrupt, InterruptHandler, PciPlatform, SgElement, page_list,
 };
+use irpverbs_core::platform::{MajorFunction, Platform, Request, RequestorMode};
 use irpverbs_host::platform::pci::BarModel;
 use irpverbs_host::platform::{
-    BugCheck, HostConfig, HostPlatform, VerifierConfig, catch_bugcheck, codes, current_irql, dma,
+    BugCheck, HOST_PROCESS, HostConfig, HostPlatform, RequestParams, VerifierConfig,
+    catch_bugcheck, codes, current_irql, dma,
 };
 use irpverbs_ring::{Region, Shared};
 
@@ -483,4 +485,65 @@ fn each_msix_message_runs_its_own_isr_and_dpc() {
     assert_eq!(h.isrs[0].load(Ordering::SeqCst), 3);
     drop((again, i1));
     drop(p);
+}
+
+#[test]
+fn unloading_with_a_mapping_out_bugchecks_naming_it() {
+    let p = platform();
+    let cb = p.alloc_common_buffer(4096).unwrap();
+    let check = catch_bugcheck(|| p.unload()).expect_err("a common buffer is out");
+    assert_eq!(check.code, codes::DRIVER_VERIFIER_DMA_VIOLATION);
+    assert_eq!(check.params[0], dma::RELEASED_WITH_OUTSTANDING);
+    assert_eq!(check.params[2], 1);
+    assert!(check.reason.contains("common buffer"), "{}", check.reason);
+    drop(cb);
+    let (r, _backing) = region(4096, 0);
+    let m = p.map_dma(&r, DmaDirection::ToDevice).unwrap();
+    let check = catch_bugcheck(|| p.unload()).expect_err("a mapping is out");
+    assert!(check.reason.contains("scatter/gather"), "{}", check.reason);
+    drop(m);
+    p.unload();
+}
+
+/// A memory registration of user memory: the buffer pinned in the
+/// caller's context (`pin_memory`, an MDL on Windows), mapped for the
+/// device, which reads the user's bytes through the list and writes into
+/// them; the pin lasts until both the mapping and the region are gone.
+#[test]
+fn a_pinned_user_buffer_is_mapped_for_the_device() {
+    let p = platform();
+    p.file_opened(7);
+    let request = p.new_request(
+        RequestParams {
+            ioctl_code: IOCTL_IV_REG_MR,
+            major_function: MajorFunction::DeviceControl,
+            requestor_mode: RequestorMode::User,
+            file: 7,
+            process: HOST_PROCESS,
+            input: Vec::new(),
+            output_len: 0,
+        },
+        |_, _, _| {},
+        None,
+    );
+    let mut user = vec![0u8; 3 * 4096];
+    user[..5].copy_from_slice(b"hello");
+    let addr = user.as_mut_ptr() as u64 + 2;
+    let pinned = p.pin_memory(&request, addr, 8000, true, false).unwrap();
+    assert_eq!(p.pinned(7), 1);
+    let m = p.map_dma(&pinned, DmaDirection::Bidirectional).unwrap();
+    let e = m.elements()[0];
+    let mut got = [0u8; 3];
+    p.dma_read(e.address, &mut got).unwrap();
+    assert_eq!(&got, b"llo", "the user's bytes, from the pinned start");
+    let last = *m.elements().last().unwrap();
+    p.dma_write(last.address + u64::from(last.length) - 2, b"!!")
+        .unwrap();
+    drop(pinned);
+    assert_eq!(p.pinned(7), 1, "the mapping keeps the pin");
+    drop(m);
+    assert_eq!(p.pinned(7), 0, "unpinned with the mapping");
+    assert_eq!(&user[2 + 8000 - 2..2 + 8000], b"!!");
+    request.complete(STATUS_SUCCESS, 0);
+    p.file_closing(7);
 }

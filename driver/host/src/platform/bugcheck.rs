@@ -178,6 +178,10 @@ pub mod iomanager {
 /// Parameter 1 values of 0xE6 DRIVER_VERIFIER_DMA_VIOLATION, and the
 /// fault types the host's IOMMU model puts in parameter 4.
 pub mod dma {
+    /// The driver released its DMA adapter (here: unloaded) with common
+    /// buffers or scatter/gather lists still out. (0x08, 0, how many, the
+    /// first one's mapping id)
+    pub const RELEASED_WITH_OUTSTANDING: u64 = 0x08;
     /// The IOMMU detected a DMA violation: a device access outside what is
     /// mapped for it. (0x26, mapping id or 0, logical address, fault type)
     pub const IOMMU_VIOLATION: u64 = 0x26;

@@ -1123,6 +1123,7 @@ impl HostPlatform {
                     format!("unload with {} timer(s) armed", armed.len()),
                 );
             }
+            self.check_dma_released();
             let (pending, first) = shared.worker.pending();
             if pending > 0 {
                 stop(

@@ -388,6 +388,25 @@ impl HostPlatform {
         })
     }
 
+    /// The unload's check: every common buffer freed and every
+    /// scatter/gather mapping dropped, or a bugcheck 0xE6
+    /// ([`dma::RELEASED_WITH_OUTSTANDING`]) naming the first one left.
+    pub(crate) fn check_dma_released(&self) {
+        let left = heap::uncharged(|| {
+            let iommu = lock(&self.pci().iommu);
+            let mut live = iommu.mappings.iter().filter(|(_, m)| m.region.is_some());
+            let first = live.next().map(|(&id, m)| (id, m.describe(id)));
+            first.map(|(id, what)| (id, what, 1 + live.count()))
+        });
+        if let Some((id, what, count)) = left {
+            stop(
+                codes::DRIVER_VERIFIER_DMA_VIOLATION,
+                [dma::RELEASED_WITH_OUTSTANDING, 0, count as u64, id],
+                format!("unload with {count} DMA mapping(s) still out, the first {what}"),
+            );
+        }
+    }
+
     /// Gives the function memory BAR `index` of `len` bytes whose
     /// registers `model` implements (the device model's side; before the
     /// driver maps it).
