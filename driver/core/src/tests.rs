@@ -2140,6 +2140,68 @@ fn remote_req(remote: &mut irpverbs_cm::Engine, service_id: u64) -> irpverbs_cm:
     remote.poll_transmit().unwrap()
 }
 
+/// Calls of the callback `a_cep_callback_is_called_from_room_its_cep_took`
+/// registers.
+static CEP_CALLS: AtomicU32 = AtomicU32::new(0);
+
+fn count_cep_call(_: [usize; 2], _: crate::cm::CepReady) {
+    CEP_CALLS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A kernel CEP's callback call is queued in room the CEP took when it was
+/// made: with any one allocation of the DPC that delivers a REQ to a
+/// listener refused in turn, nothing panics, the listener's callback is
+/// called at most once and then has the request to poll, or the REQ was
+/// refused (no call, no event); with none refused, it is called once.
+#[test]
+fn a_cep_callback_is_called_from_room_its_cep_took() {
+    let mut refused = 0;
+    for n in 0.. {
+        let r = Rig::new(8);
+        let cep: IvCreateCepOut = r
+            .call(1, IOCTL_IV_CREATE_CEP, &IvCreateCepIn { user_context: 5 })
+            .unwrap();
+        let listen = IvListenIn {
+            cep: cep.cep,
+            service_id: 0x1234,
+        };
+        assert_eq!(r.call::<_, ()>(1, IOCTL_IV_LISTEN, &listen), Ok(()));
+        let callback = crate::cm::CepCallback::Function(crate::cm::CepFunction {
+            call: count_cep_call,
+            words: [0; 2],
+        });
+        r.dev.set_cep_callback(1, cep.cep, Some(callback)).unwrap();
+        let mut remote = irpverbs_cm::Engine::new(irpverbs_cm::Config::new(0xB2));
+        let req = remote_req(&mut remote, 0x1234);
+        r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
+        r.hca.eq.lock().unwrap().push_back(Event::Mad);
+        CEP_CALLS.store(0, Ordering::SeqCst);
+        let ((), failed) = irpverbs_failalloc::failing_nth(n, || r.dev.dpc());
+        let calls = CEP_CALLS.load(Ordering::SeqCst);
+        assert!(calls <= 1, "allocation {n}: {calls} calls");
+        let polled = r.dev.poll_cep_event(1, cep.cep).unwrap();
+        if calls == 1 {
+            let ev = polled.expect("the call's event");
+            assert_eq!(
+                ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST,
+                "allocation {n}"
+            );
+        } else {
+            assert!(failed, "no call with nothing refused");
+            assert!(
+                polled.is_none(),
+                "allocation {n}: an event without its call"
+            );
+        }
+        if !failed {
+            assert_eq!(calls, 1);
+            break;
+        }
+        refused += 1;
+    }
+    assert!(refused > 0, "the DPC allocated nothing to refuse");
+}
+
 #[test]
 fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
     let r = Rig::new(8);
