@@ -420,7 +420,7 @@ pub struct SoftHca<P: Platform> {
     /// lock when found empty): a data-path step with nothing for a link
     /// skips the lock.
     tx_pending: AtomicBool,
-    /// The data path's [`engine::DataPath::attention`].
+    /// The data path's [`firmware::datapath::DataPath::attention`].
     attention: irpverbs_ring::Shared<core::sync::atomic::AtomicU32>,
     /// Every doorbell page, for [`SoftHca::poll_doorbells`]'s first look
     /// (the firmware's copy, with the slot bindings, is under `HCA_LOCK`).

@@ -97,7 +97,7 @@ pub(crate) struct DataPath {
     pub(crate) udp_port: u16,
     /// The link's clock, as of the start of this step (ns).
     pub(crate) now: u64,
-    /// QPs with a timer armed (each once, see [`QpTx::timed`]).
+    /// QPs with a timer armed (each once, see [`crate::firmware::qp_state::QpTx::timed`]).
     pub(crate) timed: Vec<u32>,
     /// The platform's clock and timer, when attached: every RC QP keeps
     /// its timers on it (see [`crate::net::link::Clock`]).

@@ -57,7 +57,7 @@ pub(crate) struct QpTx {
     pub(crate) rto_at: Option<u64>,
     /// The RNR timer's deadline (wire destinations only).
     pub(crate) rnr_at: Option<u64>,
-    /// On [`DataPath::timed`].
+    /// On [`crate::firmware::datapath::DataPath::timed`].
     pub(crate) timed: bool,
 }
 
@@ -242,7 +242,7 @@ pub(crate) struct Shadow {
 }
 
 impl ReqState {
-    /// The shadow of the send queue `sq` (see [`ReqState::with_shadow`]),
+    /// The shadow of the send queue `sq` (see [`ReqState::attach`]),
     /// allocated now.
     ///
     /// # Errors

@@ -187,13 +187,14 @@ fn resending(qp: &Qp, i: u32) -> bool {
 /// A READ or atomic there without its response is an implicit NAK: returns
 /// it and the first PSN missing.
 fn ack_upto(qp: &mut Qp, psn: u32) -> Option<(u32, u32)> {
-    let cur = qp.tx.req.cur;
     let req = &mut qp.tx.req;
+    let cur = req.cur.map(|c| c.index);
+    let mask = req.slots.len().max(1) - 1;
     let mut i = req.ci;
     while i != req.next {
-        let s = req.slot_mut(i);
+        let s = &mut req.slots[i as usize & mask];
         if !s.done {
-            if psn_diff(s.last_psn, psn) > 0 || cur.is_some_and(|c| c.index == i) {
+            if psn_diff(s.last_psn, psn) > 0 || cur == Some(i) {
                 return None;
             }
             if is_rd_atomic(s.wqe.opcode) {
@@ -589,50 +590,31 @@ pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
 /// signaled and failed ones, publishes the consumer index. Raises
 /// SqDrained when a draining SQD QP has nothing left in flight, and
 /// reschedules the requester if WQEs wait.
-/// The fast path's coalesced ACK of `psn`: what [`acked`] does with it,
-/// in one pass over the send queue, given what the fast path guarantees
-/// when it acknowledges (an RC QP in RTS, no WQE in progress, no READ or
-/// atomic awaiting its response): every WQE not done up to `psn` is a
-/// SEND or WRITE that the ACK covers. Retires them, in order, with their
-/// completions, and does what [`retire`] does after.
-pub(crate) fn acked_fast(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
-    debug_assert!(
-        qp.qp_type == IV_QPT_RC
-            && qp.state == QpState::Rts
-            && qp.tx.req.cur.is_none()
-            && qp.tx.req.rd_atomic == 0
-    );
+pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let start = qp.tx.req.ci;
-    let sig_all = qp.sq_sig_all;
+    let (sig_all, send_cqn) = (qp.sq_sig_all, qp.send_cqn);
     let req = &mut qp.tx.req;
-    // (Nothing waits at the window here: the fast path runs only when no
-    // WQE is in progress.)
-    req.window.acknowledge(psn_add(psn, 1));
+    let cur = req.cur.map(|c| c.index);
     let mask = req.slots.len().max(1) - 1;
     let mut ci = req.ci;
     let mut ok = false;
-    while ci != req.next {
+    while ci != req.next && cur != Some(ci) {
         let s = &req.slots[ci as usize & mask];
-        // Not done yet: done now, successfully, if the ACK covers it. (Its
-        // slot is retired below: nothing reads its state again.)
-        let status = if s.done {
-            s.status
-        } else if psn_diff(s.last_psn, psn) > 0 {
+        if !s.done {
             break;
-        } else {
-            IV_WC_SUCCESS
-        };
-        if status != IV_WC_SUCCESS || sig_all || s.wqe.flags & IV_SEND_SIGNALED != 0 {
-            let cqe = send_cqe(qpn, &s.wqe, status, s.length);
-            post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
+        }
+        if completes(s.status, sig_all, s.wqe.flags) {
+            let cqe = send_cqe(qpn, &s.wqe, s.status, s.length);
+            post_cqe(env.cqs, env.dp, send_cqn, &cqe, false);
         }
         if is_rd_atomic(s.wqe.opcode) {
             req.rd_atomic = req.rd_atomic.saturating_sub(1);
         }
-        ok |= status == IV_WC_SUCCESS;
+        ok |= s.status == IV_WC_SUCCESS;
         ci = ci.wrapping_add(1);
     }
     req.ci = ci;
+    // A WQE that succeeded restores the retry counts.
     if ok {
         req.retry_left = qp.attr.retry_cnt;
         req.rnr_left = qp.attr.rnr_retry;
@@ -640,33 +622,12 @@ pub(crate) fn acked_fast(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     retired(qpn, qp, env, start);
 }
 
-pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
-    let start = qp.tx.req.ci;
-    loop {
-        let req = &mut qp.tx.req;
-        if req.ci == req.next || req.cur.is_some_and(|c| c.index == req.ci) {
-            break;
-        }
-        let s = req.slot(req.ci);
-        if !s.done {
-            break;
-        }
-        let (status, opcode, flags) = (s.status, s.wqe.opcode, s.wqe.flags);
-        let cqe = (status != IV_WC_SUCCESS || qp.sq_sig_all || flags & IV_SEND_SIGNALED != 0)
-            .then(|| send_cqe(qpn, &s.wqe, status, s.length));
-        if is_rd_atomic(opcode) {
-            req.rd_atomic = req.rd_atomic.saturating_sub(1);
-        }
-        req.ci = req.ci.wrapping_add(1);
-        if status == IV_WC_SUCCESS {
-            req.retry_left = qp.attr.retry_cnt;
-            req.rnr_left = qp.attr.rnr_retry;
-        }
-        if let Some(cqe) = cqe {
-            post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
-        }
-    }
-    retired(qpn, qp, env, start);
+/// Whether retiring a done WQE writes its completion: when it failed, or
+/// it is signaled (every WQE is, with `sq_sig_all`); an unsignaled WQE
+/// retires silently.
+#[inline(always)]
+fn completes(status: u32, sig_all: bool, flags: u8) -> bool {
+    status != IV_WC_SUCCESS || sig_all || flags & IV_SEND_SIGNALED != 0
 }
 
 /// After WQEs from `start` were retired: hands their slots back to the

@@ -48,9 +48,31 @@ impl Mr {
     }
 }
 
-/// The MR a local SGE names, checked: same PD, LOCAL_WRITE when the HCA
-/// writes, the whole SGE inside it. Returns the MR and the SGE's region
-/// offset.
+/// The rule of a local SGE, for the MR its key names: the MR is of the
+/// QP's PD (`pdn`), allows LOCAL_WRITE when the HCA writes (`write`), and
+/// holds the whole SGE. Returns the SGE's region offset.
+#[inline(always)]
+pub(crate) fn local_range(mr: &Mr, pdn: u32, sge: &IvSge, write: bool) -> Option<usize> {
+    if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
+        return None;
+    }
+    mr.offset_of(sge.addr, u64::from(sge.length))
+}
+
+/// The rule of a remote access (an rkey's READ, WRITE or atomic), for the
+/// MR the key names: the MR is of the responder QP's PD (`pdn`), grants
+/// `need` (`IV_ACCESS_REMOTE_*`), and holds the `len` bytes at `va`.
+/// Returns their region offset.
+#[inline(always)]
+pub(crate) fn remote_range(mr: &Mr, pdn: u32, need: u32, va: u64, len: u64) -> Option<usize> {
+    if mr.pdn != pdn || mr.access & need == 0 {
+        return None;
+    }
+    mr.offset_of(va, len)
+}
+
+/// The MR a local SGE names, checked ([`local_range`]). Returns the MR
+/// and the SGE's region offset.
 fn local_sge<'m>(
     mrs: &'m Table<Mr>,
     pdn: u32,
@@ -58,12 +80,7 @@ fn local_sge<'m>(
     write: bool,
 ) -> Result<(&'m Mr, usize), DmaError> {
     let mr = mr_by_key(mrs, sge.lkey).ok_or(DmaError::Prot)?;
-    if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
-        return Err(DmaError::Prot);
-    }
-    let off = mr
-        .offset_of(sge.addr, u64::from(sge.length))
-        .ok_or(DmaError::Prot)?;
+    let off = local_range(mr, pdn, sge, write).ok_or(DmaError::Prot)?;
     Ok((mr, off))
 }
 
@@ -124,8 +141,10 @@ pub(crate) fn for_each_piece<'m>(
     if len == 0 { Ok(()) } else { Err(DmaError::Len) }
 }
 
-/// Where copied bytes come from: a packet's payload segments, or bytes of
-/// the HCA's own (a GRH, an atomic's original value).
+/// Where copied bytes come from: a packet's payload segments, a range of a
+/// region (a send queue slot's inline data, an MR's), a local gather list
+/// read where it lies (a requester's, between two QPs of this HCA), or
+/// bytes of the HCA's own (a GRH, an atomic's original value).
 pub(crate) enum Source<'a> {
     /// Payload segments, consumed in order.
     Segs {
@@ -143,6 +162,20 @@ pub(crate) enum Source<'a> {
         /// Offset of the next byte.
         off: usize,
     },
+    /// A local gather list, each SGE checked as the HCA reads it
+    /// ([`local_range`]): SGE `i`, `off` bytes into it next.
+    Gather {
+        /// The MRs its keys name.
+        mrs: &'a Table<Mr>,
+        /// The PD of the QP whose list it is.
+        pdn: u32,
+        /// The list.
+        sges: &'a [IvSge],
+        /// Current SGE.
+        i: usize,
+        /// Bytes of it already copied.
+        off: usize,
+    },
     /// Plain bytes.
     Bytes {
         /// The bytes.
@@ -156,6 +189,18 @@ impl<'a> Source<'a> {
     /// A cursor at the start of `segs`.
     pub(crate) fn segs(segs: &'a [Seg]) -> Self {
         Self::Segs { segs, i: 0, off: 0 }
+    }
+
+    /// A cursor at the start of the gather list `sges` of a QP of PD
+    /// `pdn`.
+    pub(crate) fn gather(mrs: &'a Table<Mr>, pdn: u32, sges: &'a [IvSge]) -> Self {
+        Self::Gather {
+            mrs,
+            pdn,
+            sges,
+            i: 0,
+            off: 0,
+        }
     }
 
     /// A cursor at the start of `bytes`.
@@ -185,6 +230,31 @@ impl<'a> Source<'a> {
                 let chunk = bytes.get(*pos..end).ok_or(DmaError::Prot)?;
                 dst.write(dst_off, chunk).map_err(|_| DmaError::Prot)?;
                 *pos = end;
+                Ok(())
+            }
+            Self::Gather {
+                mrs,
+                pdn,
+                sges,
+                i,
+                off,
+            } => {
+                while len > 0 {
+                    let sge = sges.get(*i).ok_or(DmaError::Prot)?;
+                    let sl = sge.length as usize;
+                    if *off >= sl {
+                        *i += 1;
+                        *off = 0;
+                        continue;
+                    }
+                    let (mr, base) = local_sge(mrs, *pdn, sge, false)?;
+                    let n = (sl - *off).min(len);
+                    Region::copy(dst, dst_off, mr.region(), base + *off, n)
+                        .map_err(|_| DmaError::Prot)?;
+                    len -= n;
+                    dst_off += n;
+                    *off += n;
+                }
                 Ok(())
             }
             Self::Segs { segs, i, off } => {

@@ -1,10 +1,9 @@
 //! The send doorbell's fast path: RC SEND (with immediate data, with
 //! invalidate), RDMA WRITE (with immediate data), RDMA READ and the
-//! atomics between two QPs
-//! of this HCA (loopback), executed end to end under the one `HCA_LOCK`
-//! hold of the doorbell, without building packets. The receive WQE a
-//! message takes comes from the peer's receive queue or its SRQ (with the
-//! SRQ's limit event).
+//! atomics between two QPs of this HCA (loopback), executed end to end
+//! under the one `HCA_LOCK` hold of the doorbell, without building
+//! packets. The receive WQE a message takes comes from the peer's receive
+//! queue or its SRQ (with the SRQ's limit event).
 //!
 //! For each new WQE it does what the requester, the responder and the
 //! completer would do with the packets of that WQE in one batch — the same
@@ -16,28 +15,52 @@
 //! peer's MR to the local gather list; an atomic works on the peer's word
 //! and writes its original value locally), the receive CQE is written, and
 //! at the end the coalesced ACK (or a READ's or atomic's response, which
-//! acknowledges as much) goes to the completer, which retires the WQEs and
-//! writes the send CQEs.
+//! acknowledges as much) goes to the completer ([`completer::acked`]),
+//! which retires the WQEs and writes the send CQEs.
+//!
+//! The transport's rules are the requester's, the responder's and the
+//! completer's, called from here, not restated: the PSNs a WQE takes and
+//! whether it asks for an ACK ([`requester::issue`],
+//! [`requester::wants_ack`]), an atomic's operands
+//! ([`requester::atomic_eth`]); the QP's access and responder resources
+//! ([`responder::permitted`]), the rkey and lkey checks
+//! ([`dma::remote_range`], [`dma::local_range`]), an atomic's alignment
+//! and execution, the SEND with invalidate's key
+//! ([`responder::invalidated`]), the SRQ's limit
+//! ([`responder::srq_taken`]), the receive completion
+//! ([`responder::recv_cqe`]), the expected PSN and MSN
+//! ([`responder::accepted`]), CommEstablished
+//! ([`responder::first_request`]), the responder resources
+//! ([`responder::new_resource`]); copies that are not one piece go through
+//! [`dma::scatter`] and [`dma::Source`]. What stays here is how the two
+//! QPs are joined without packets: which WQEs qualify, the lookups cached
+//! for a run, and the one copy.
 //!
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
 //! WQE, a receive CQ without room, a key to invalidate that is not the
 //! peer's, segmentation state in progress, another HCA, frames waiting)
-//! stops the fast path
-//! there, and the general engine takes the rest of the send queue from
-//! the same state.
+//! stops the fast path there, and the general engine takes the rest of
+//! the send queue from the same state. `tests/fast.rs` runs the same
+//! random work through both and compares the completions and the memory.
+//!
+//! [`completer::acked`]: crate::transport::completer::acked
+//! [`responder::permitted`]: crate::transport::responder::permitted
+//! [`responder::invalidated`]: crate::transport::responder::invalidated
+//! [`responder::srq_taken`]: crate::transport::responder::srq_taken
+//! [`responder::recv_cqe`]: crate::transport::responder::recv_cqe
+//! [`responder::accepted`]: crate::transport::responder::accepted
+//! [`responder::first_request`]: crate::transport::responder::first_request
+//! [`responder::new_resource`]: crate::transport::responder::new_resource
 
 use core::sync::atomic::Ordering;
 
 use irpverbs_abi::{
-    IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE,
-    IV_QPT_RC, IV_SEND_INLINE, IV_SEND_SIGNALED, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER,
-    IV_WC_OP_RECV, IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_SUCCESS, IV_WC_WITH_IMM, IV_WC_WITH_INV,
-    IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
-    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvCqe,
-    IvSendWqe, IvSge,
+    IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_QPT_RC,
+    IV_SEND_INLINE, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WR_ATOMIC_CMP_AND_SWP,
+    IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM,
+    IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
 };
-use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Region;
 use irpverbs_ring::wq::read_recv_wqe_into;
 
@@ -46,12 +69,19 @@ use crate::firmware::cq::{Cq, post_cqe, post_cqe_inline};
 use crate::firmware::mr::Mr;
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
+use crate::firmware::qp_state::Resource;
 use crate::firmware::srq::Srq;
 use crate::firmware::table::Table;
-use crate::transport::dma::{DmaError, Source, check_sges, for_each_piece, mr_by_key};
+use crate::transport::dma::{self, Source, check_sges, for_each_piece, local_range, mr_by_key};
 use crate::transport::engine::REQUESTER_BUDGET;
-use crate::transport::requester::{ACK_EVERY, packets};
-use crate::wire::packet::psn_add;
+use crate::transport::requester::atomic_eth;
+use crate::transport::requester::data_opcode;
+use crate::transport::requester::{self, packets};
+use crate::transport::responder::{
+    accepted, atomic_aligned, execute_atomic, first_request, invalidated, permitted, recv_cqe,
+    srq_taken,
+};
+use crate::wire::packet::{m, mask, op};
 
 /// How far a fast-path run went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +147,6 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         return Ran::Stopped;
     }
     let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
-    let entries = qp.sq.0.entries();
     let capacity = qp.sq.0.capacity();
     let mut sent = 0usize;
     // The last PSN an ACK acknowledges (one ACK packet, coalesced), and the
@@ -169,7 +198,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 let wqe = &qp.tx.req.slot(index).wqe;
                 (wqe.flags, wqe.opcode)
             };
-            let ack_req = ack_request(qp, flags, count, entries);
+            let ack_req = ack_request(qp, flags, count);
             sent += count as usize;
             counted(dest, dest_qpn, count, dps);
             // The payload, from the slot (inline) or the gather list, where it
@@ -188,18 +217,12 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                     let at = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
                     let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
                 } else {
-                    let src = Src::of(qp, index, inline);
-                    scatter(mrs, qp.pdn, &src, len, dest.pdn, &recv.sges[..recv.nsge]);
+                    let mut src = payload(qp, mrs, index, inline);
+                    let rsges = &recv.sges[..recv.nsge];
+                    let _ = dma::scatter(mrs, dest.pdn, rsges, 0, u64::from(len), &mut src);
                 }
-                let cqe = IvCqe {
-                    wr_id: recv.wr_id,
-                    status: IV_WC_SUCCESS,
-                    opcode: IV_WC_OP_RECV,
-                    byte_len: len,
-                    qp_num: dest_qpn,
-                    src_qp: qpn,
-                    ..IvCqe::default()
-                };
+                let k = mask(op::RC_SEND_ONLY);
+                let cqe = recv_cqe(dest_qpn, qpn, recv.wr_id, k, len, 0);
                 post_cqe_inline(
                     cqs,
                     dps,
@@ -215,7 +238,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
                 let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
             } else if len > 0 {
                 if let Some((region, base)) = step.dst {
-                    gather(mrs, qp.pdn, &Src::of(qp, index, inline), len, region, base);
+                    let _ = payload(qp, mrs, index, inline).copy_to(region, base, len as usize);
                 }
             }
             delivered(dest, last);
@@ -270,56 +293,39 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
             port: env.port,
             dp: dps,
         };
-        crate::transport::completer::acked_fast(qpn, qp, &mut env, psn);
+        crate::transport::completer::acked(qpn, qp, &mut env, psn);
     }
     ran
 }
 
 /// The requester's side of a checked WQE of `length` bytes at the send
-/// queue's next index: its PSNs and its shadow slot, the index past it.
-/// Returns the index, the first and last PSN and the packet count.
+/// queue's next index ([`requester::issue`]). Returns the index, the first
+/// and last PSN and the packet count.
 #[inline(always)]
 fn issue(qp: &mut Qp, length: u32) -> (u32, u32, u32, u32) {
     let index = qp.tx.req.next;
     // An atomic's 8 bytes are one packet, as its request is.
     let count = packets(length, qp.tx.mtu);
-    let req = &mut qp.tx.req;
-    let first = req.psn;
-    let last = psn_add(first, count - 1);
-    req.psn = psn_add(first, count);
-    req.next = index.wrapping_add(1);
-    let slot = req.slot_mut(index);
-    slot.length = length;
-    slot.first_psn = first;
-    slot.last_psn = last;
-    slot.resp_next = first;
+    let (first, last) = requester::issue(&mut qp.tx.req, index, length, count);
     (index, first, last, count)
 }
 
 /// The responder's side of a message whose last PSN is `last`, executed.
 #[inline(always)]
 fn delivered(dest: &mut Qp, last: u32) {
-    let resp = &mut dest.tx.resp;
-    resp.epsn = psn_add(last, 1);
-    resp.msn = psn_add(resp.msn, 1);
-    resp.nak_sent = false;
+    // The expected PSN arrived (a sequence error may be NAKed again).
+    dest.tx.resp.nak_sent = false;
+    accepted(&mut dest.tx.resp, last, m::END);
 }
 
 /// Whether the requester asks for an ACK with a message of `count`
-/// packets (its WQE's `flags`), as the requester decides it: for a
-/// signaled WQE, every [`ACK_EVERY`] packets, and with half the send queue
-/// in flight (ACKs retire unsignaled WQEs and free their slots). Counts
-/// the packets not yet asked for.
+/// packets (its WQE's `flags`), as the requester decides it
+/// ([`requester::wants_ack`]), counted ([`requester::asked`]).
 #[inline(always)]
-fn ack_request(qp: &mut Qp, flags: u8, count: u32, entries: u32) -> bool {
-    let req = &mut qp.tx.req;
-    let in_flight = req.next.wrapping_sub(req.ci);
-    let ack_req = flags & IV_SEND_SIGNALED != 0
-        || qp.sq_sig_all
-        || req.unacked + count >= ACK_EVERY
-        || in_flight > entries / 2;
-    req.unacked = if ack_req { 0 } else { req.unacked + count };
-    ack_req
+fn ack_request(qp: &mut Qp, flags: u8, count: u32) -> bool {
+    let ack = requester::wants_ack(qp, flags, count);
+    requester::asked(&mut qp.tx.req, ack, count);
+    ack
 }
 
 /// The counters of a message of `count` packets taken by the fast path,
@@ -329,9 +335,7 @@ fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::firmware::d
     dp.stats.packets_sent += u64::from(count);
     dp.stats.packets_received += u64::from(count);
     dp.stats.fast_path_wqes += 1;
-    if dest.state == QpState::Rtr && !dest.tx.comm_est {
-        comm_established(dest, dest_qpn, dp);
-    }
+    first_request(dest_qpn, dest, dp);
 }
 
 /// What a WQE taken out of line did.
@@ -417,63 +421,12 @@ fn commit_rd_atomic(
         last,
     );
     delivered(dest, last);
+    // The response completed it, as the completer's READ response or
+    // atomic ACK does.
+    let s = qp.tx.req.slot_mut(index);
+    s.done = true;
+    s.status = irpverbs_abi::IV_WC_SUCCESS;
     (count, last)
-}
-
-/// The first message to a QP in RTR: communication established.
-#[cold]
-#[inline(never)]
-fn comm_established(dest: &mut Qp, dest_qpn: u32, dp: &mut crate::firmware::datapath::DataPath) {
-    dest.tx.comm_est = true;
-    dp.raise(AsyncEvent::CommEstablished(dest_qpn));
-}
-
-/// A SEND's payload where it is not one copy: gathered from `src` (PD
-/// `spdn`) and scattered over the receive SGEs `sges` (PD `dpdn`), all
-/// checked before.
-#[cold]
-#[inline(never)]
-fn scatter(mrs: &Table<Mr>, spdn: u32, src: &Src<'_>, len: u32, dpdn: u32, sges: &[IvSge]) {
-    let _ = copy(mrs, spdn, src, len, |start, n, s| {
-        let mut done = 0;
-        for_each_piece(
-            mrs,
-            dpdn,
-            sges,
-            start as u64,
-            n as u64,
-            true,
-            |mr, doff, k| {
-                s.copy(mr.region(), doff, done, k)?;
-                done += k;
-                Ok(())
-            },
-        )
-    });
-}
-
-/// A WRITE's payload where it is not one copy: gathered from `src` (PD
-/// `spdn`, checked) into `region` from `base`.
-#[cold]
-#[inline(never)]
-fn gather(mrs: &Table<Mr>, spdn: u32, src: &Src<'_>, len: u32, region: &Region, base: usize) {
-    let _ = copy(mrs, spdn, src, len, |start, n, s| {
-        s.copy(region, base + start, 0, n)
-    });
-}
-
-/// A READ's payload where it is not one copy: from `region` at `base` (the
-/// peer's, checked) scattered over the local gather list `sges` (PD `pdn`,
-/// checked for local write).
-#[cold]
-#[inline(never)]
-fn read_scatter(mrs: &Table<Mr>, pdn: u32, sges: &[IvSge], len: u32, region: &Region, base: usize) {
-    let mut pos = 0usize;
-    let _ = for_each_piece(mrs, pdn, sges, 0, u64::from(len), true, |mr, off, n| {
-        Region::copy(mr.region(), off, region, base + pos, n).map_err(|_| DmaError::Prot)?;
-        pos += n;
-        Ok(())
-    });
 }
 
 /// A checked READ or atomic (PSNs `first` to `last`) executed: the peer's
@@ -495,69 +448,45 @@ fn respond(
     let len = step.length;
     let resource = if wqe.opcode != IV_WR_RDMA_READ {
         let orig = step.dst.map_or(0, |(region, off)| {
-            let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
-            execute_atomic(region, off, cas, wqe.compare_add, wqe.swap)
+            region.atomic_u64(off).map_or(0, |word| {
+                let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
+                execute_atomic(word, cas, &atomic_eth(wqe))
+            })
         });
         let bytes = orig.to_ne_bytes();
         if let Some((dst, doff, _, _)) = step.one_copy {
             let _ = dst.write(doff, &bytes);
         } else {
-            write_scatter(mrs, pdn, sges, &bytes);
+            let _ = dma::scatter(mrs, pdn, sges, 0, 8, &mut Source::bytes(&bytes));
         }
-        crate::firmware::qp_state::Resource {
-            kind: crate::wire::packet::m::ATOMIC,
-            first_psn: first,
-            last_psn: first,
-            orig,
-            ..crate::firmware::qp_state::Resource::default()
-        }
+        Resource::atomic(first, orig)
     } else {
         if let Some((dst, doff, src, soff)) = step.one_copy {
             let _ = Region::copy(dst, doff, src, soff, len as usize);
         } else if let (Some((region, base)), true) = (step.dst, len > 0) {
-            read_scatter(mrs, pdn, sges, len, region, base);
+            let mut src = Source::Region { region, off: base };
+            let _ = dma::scatter(mrs, pdn, sges, 0, u64::from(len), &mut src);
         }
-        crate::firmware::qp_state::Resource {
-            kind: crate::wire::packet::m::READ,
-            first_psn: first,
-            last_psn: last,
-            va: wqe.remote_addr,
-            rkey: wqe.rkey,
-            len,
-            orig: 0,
-        }
+        Resource::read(first, last, wqe.remote_addr, wqe.rkey, len)
     };
     crate::transport::responder::new_resource(dest, resource);
 }
 
-/// The responder's compare-and-swap (`cas`) or fetch-and-add of the
-/// checked, aligned word at `off` of `region`; its original value.
-fn execute_atomic(region: &Region, off: usize, cas: bool, compare_add: u64, swap: u64) -> u64 {
-    let Ok(word) = region.atomic_u64(off) else {
-        return 0;
-    };
-    if cas {
-        match word.compare_exchange(compare_add, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        }
-    } else {
-        word.fetch_add(compare_add, Ordering::SeqCst)
-    }
-}
-
-/// An atomic's original value scattered over the local gather list `sges`
-/// (PD `pdn`, checked for local write) where it is not one SGE.
+/// The payload of QP `qp`'s WQE at ring index `index`, where it is not
+/// one copy: in its slot (`inline`), or its gather list (checked).
 #[cold]
 #[inline(never)]
-fn write_scatter(mrs: &Table<Mr>, pdn: u32, sges: &[IvSge], bytes: &[u8; 8]) {
-    let mut pos = 0usize;
-    let _ = for_each_piece(mrs, pdn, sges, 0, 8, true, |mr, off, n| {
-        mr.region()
-            .write(off, &bytes[pos..pos + n])
-            .map_err(|_| DmaError::Prot)?;
-        pos += n;
-        Ok(())
-    });
+fn payload<'a>(qp: &'a Qp, mrs: &'a Table<Mr>, index: u32, inline: bool) -> Source<'a> {
+    if inline {
+        let ring = &qp.sq.0;
+        let off = ring.slot_offset(index) + IV_SEND_WQE_HEADER;
+        Source::Region {
+            region: ring.region(),
+            off,
+        }
+    } else {
+        Source::gather(mrs, qp.pdn, qp.tx.req.sges(index))
+    }
 }
 
 /// What a checked WQE needs to execute.
@@ -602,10 +531,7 @@ impl<'m> KeyCache<'m> {
     /// [`crate::transport::dma`]'s `local_sge` checks it.
     fn local(&mut self, pdn: u32, sge: &IvSge, write: bool) -> Option<(&'m Region, usize)> {
         let mr = self.get(sge.lkey)?;
-        if mr.pdn != pdn || (write && mr.access & IV_ACCESS_LOCAL_WRITE == 0) {
-            return None;
-        }
-        let off = mr.offset_of(sge.addr, u64::from(sge.length))?;
+        let off = local_range(mr, pdn, sge, write)?;
         Some((&**mr.region(), off))
     }
 }
@@ -643,9 +569,7 @@ fn check<'m>(
             one_copy,
         })
     } else {
-        if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
-            return None;
-        }
+        permitted(dest, m::WRITE).ok()?;
         let dst = remote_range(remote, dest, wqe, length, IV_ACCESS_REMOTE_WRITE)?;
         Some(Step {
             length,
@@ -818,14 +742,10 @@ fn check_message<'m>(
     if wqe.opcode == IV_WR_SEND_WITH_INV {
         // The key to invalidate names a valid MR of the responder's PD (as
         // the responder checks it; it invalidates after placing the data).
-        if mr_by_key(local.mrs, wqe.imm_or_inv).is_none_or(|mr| mr.pdn != dest.pdn) {
-            return None;
-        }
+        invalidated(local.mrs, dest.pdn, wqe.imm_or_inv)?;
     }
     let (dst, one_copy) = if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM {
-        if dest.attr.qp_access_flags & IV_ACCESS_REMOTE_WRITE == 0 {
-            return None;
-        }
+        permitted(dest, m::WRITE).ok()?;
         let dst = remote_range(remote, dest, &wqe, length, IV_ACCESS_REMOTE_WRITE)?;
         (dst, dst.zip(src).map(|((r, o), (sr, so))| (r, o, sr, so)))
     } else {
@@ -857,21 +777,15 @@ fn commit_message(
     mrs: &Table<Mr>,
     dp: &mut crate::firmware::datapath::DataPath,
 ) -> Done {
-    let entries = qp.sq.0.entries();
     let (index, _, last, count) = issue(qp, step.length);
     let wqe = qp.tx.req.slot(index).wqe;
-    let ack_req = ack_request(qp, wqe.flags, count, entries);
+    let ack_req = ack_request(qp, wqe.flags, count);
     counted(dest, dest_qpn, count, dp);
     match from {
         RecvFrom::Rq => consume_rq(dest),
         RecvFrom::Srq { srqn, posted } => {
             if let Ok(srq) = srqs.get_mut(srqn) {
-                srq.ci = srq.ci.wrapping_add(1);
-                srq.ring.0.consumer().release(srq.ci);
-                if srq.srq_limit > 0 && posted - 1 < srq.srq_limit {
-                    srq.srq_limit = 0;
-                    dp.raise(AsyncEvent::SrqLimitReached(srqn));
-                }
+                srq_taken(srq, srqn, posted, dp);
             }
         }
     }
@@ -885,40 +799,27 @@ fn commit_message(
     } else if let (Some((dst, doff)), true) = (step.dst, inline) {
         let _ = Region::copy(dst, doff, ring.region(), at, len as usize);
     } else if len > 0 {
-        let src = if inline {
-            Src::Inline(ring.region(), at)
-        } else {
-            Src::Sges(qp.tx.req.sges(index))
-        };
-        match step.dst {
+        let mut src = payload(qp, mrs, index, inline);
+        let _ = match step.dst {
             Some((region, base)) if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM => {
-                gather(mrs, qp.pdn, &src, len, region, base);
+                src.copy_to(region, base, len as usize)
             }
-            _ => scatter(mrs, qp.pdn, &src, len, dest.pdn, &recv.sges[..recv.nsge]),
+            _ => {
+                let rsges = &recv.sges[..recv.nsge];
+                dma::scatter(mrs, dest.pdn, rsges, 0, u64::from(len), &mut src)
+            }
+        };
+    }
+    if wqe.opcode == IV_WR_SEND_WITH_INV {
+        if let Some(mr) = invalidated(mrs, dest.pdn, wqe.imm_or_inv) {
+            mr.invalid.set(true);
         }
     }
-    let (opcode, wc_flags) = match wqe.opcode {
-        IV_WR_SEND => (IV_WC_OP_RECV, 0),
-        IV_WR_SEND_WITH_IMM => (IV_WC_OP_RECV, IV_WC_WITH_IMM),
-        IV_WR_SEND_WITH_INV => {
-            if let Some(mr) = mr_by_key(mrs, wqe.imm_or_inv) {
-                mr.invalid.set(true);
-            }
-            (IV_WC_OP_RECV, IV_WC_WITH_INV)
-        }
-        _ => (IV_WC_OP_RECV_RDMA_WITH_IMM, IV_WC_WITH_IMM),
-    };
-    let cqe = IvCqe {
-        wr_id: recv.wr_id,
-        status: IV_WC_SUCCESS,
-        opcode,
-        wc_flags,
-        imm_or_inv: if wc_flags != 0 { wqe.imm_or_inv } else { 0 },
-        byte_len: len,
-        qp_num: dest_qpn,
-        src_qp: dest.tx.path.dest_qpn,
-        ..IvCqe::default()
-    };
+    // The responder's completion of the message the requester's one
+    // packet (ONLY) of it would carry.
+    let k = mask(data_opcode(IV_QPT_RC, wqe.opcode, true, true));
+    let src_qp = dest.tx.path.dest_qpn;
+    let cqe = recv_cqe(dest_qpn, src_qp, recv.wr_id, k, len, wqe.imm_or_inv);
     post_cqe(
         cqs,
         dp,
@@ -950,10 +851,13 @@ fn remote_range<'m>(
         return Some(None);
     }
     let mr = remote.get(wqe.rkey)?;
-    if mr.pdn != dest.pdn || mr.access & need == 0 {
-        return None;
-    }
-    let off = mr.offset_of(wqe.remote_addr, u64::from(length))?;
+    let off = crate::transport::dma::remote_range(
+        mr,
+        dest.pdn,
+        need,
+        wqe.remote_addr,
+        u64::from(length),
+    )?;
     Some(Some((&**mr.region(), off)))
 }
 
@@ -1005,10 +909,8 @@ fn check_rd_atomic<'m>(
     } else {
         IV_ACCESS_REMOTE_READ
     };
-    if dest.attr.qp_access_flags & need == 0
-        || dest.attr.max_dest_rd_atomic == 0
-        || (atomic && wqe.remote_addr % 8 != 0)
-    {
+    permitted(dest, if atomic { m::ATOMIC } else { m::READ }).ok()?;
+    if atomic && !atomic_aligned(wqe.remote_addr) {
         return None;
     }
     let remote_end = remote_range(remote, dest, wqe, length, need)?;
@@ -1024,73 +926,4 @@ fn check_rd_atomic<'m>(
         dst: remote_end,
         one_copy: dst.zip(remote_end).map(|((lr, lo), (r, o))| (lr, lo, r, o)),
     })
-}
-
-/// Where a message's bytes are.
-enum Src<'a> {
-    /// Inline, in the send queue slot at this offset.
-    Inline(&'a irpverbs_ring::Shared<Region>, usize),
-    /// A checked gather list.
-    Sges(&'a [IvSge]),
-}
-
-impl<'a> Src<'a> {
-    /// The payload of QP `qp`'s WQE at ring index `index`: in its slot
-    /// (`inline`), or its gather list.
-    fn of(qp: &'a Qp, index: u32, inline: bool) -> Self {
-        if inline {
-            let ring = &qp.sq.0;
-            Src::Inline(ring.region(), ring.slot_offset(index) + IV_SEND_WQE_HEADER)
-        } else {
-            Src::Sges(qp.tx.req.sges(index))
-        }
-    }
-}
-
-/// A contiguous piece of the source: a region from an offset.
-struct Piece<'a> {
-    region: &'a Region,
-    base: usize,
-}
-
-impl Piece<'_> {
-    /// Copies `n` bytes of this piece, from `skip` bytes into it, to `dst`
-    /// at `dst_off`.
-    fn copy(&self, dst: &Region, dst_off: usize, skip: usize, n: usize) -> Result<(), DmaError> {
-        Source::Region {
-            region: self.region,
-            off: self.base + skip,
-        }
-        .copy_to(dst, dst_off, n)
-    }
-}
-
-/// Visits the source pieces of a `len`-byte message: `f(message offset,
-/// length, piece)`, the piece positioned at that message offset.
-fn copy(
-    mrs: &Table<Mr>,
-    pdn: u32,
-    src: &Src<'_>,
-    len: u32,
-    mut f: impl FnMut(usize, usize, &Piece<'_>) -> Result<(), DmaError>,
-) -> Result<(), DmaError> {
-    let len = len as usize;
-    match *src {
-        Src::Inline(region, at) => f(0, len, &Piece { region, base: at }),
-        Src::Sges(sges) => {
-            let mut pos = 0usize;
-            for_each_piece(mrs, pdn, sges, 0, len as u64, false, |mr, off, n| {
-                f(
-                    pos,
-                    n,
-                    &Piece {
-                        region: mr.region(),
-                        base: off,
-                    },
-                )?;
-                pos += n;
-                Ok(())
-            })
-        }
-    }
 }

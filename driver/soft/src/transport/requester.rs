@@ -385,17 +385,10 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
         IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD => 1,
         _ => packets(length, qp.tx.mtu),
     };
-    let first = req.psn;
-    req.psn = psn_add(first, npkts);
-    req.next = index.wrapping_add(1);
+    let (first, _) = issue(req, index, length, npkts);
     if rd_atomic {
         req.rd_atomic += 1;
     }
-    let slot = req.slot_mut(index);
-    slot.length = length;
-    slot.first_psn = first;
-    slot.last_psn = psn_add(first, npkts - 1);
-    slot.resp_next = first;
     if qp.qp_type == IV_QPT_UD {
         send_ud(qpn, qp, env, index)?;
     } else {
@@ -406,6 +399,44 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
         });
     }
     Ok(true)
+}
+
+/// Gives the WQE at ring index `index` (the next to start, of `length`
+/// bytes) its PSNs, `npkts` from the next PSN, and moves the send queue
+/// past it. Returns its first and last PSN.
+#[inline(always)]
+pub(crate) fn issue(req: &mut ReqState, index: u32, length: u32, npkts: u32) -> (u32, u32) {
+    let first = req.psn;
+    let last = psn_add(first, npkts - 1);
+    req.psn = psn_add(first, npkts);
+    req.next = index.wrapping_add(1);
+    let slot = req.slot_mut(index);
+    slot.length = length;
+    slot.first_psn = first;
+    slot.last_psn = last;
+    slot.resp_next = first;
+    (first, last)
+}
+
+/// Whether an RC message of `count` packets from a WQE with `flags` asks
+/// for an ACK for what the ULP waits for: a signaled WQE (every WQE with
+/// `sq_sig_all`), every [`ACK_EVERY`] packets, half the send queue in
+/// flight (ACKs are what retires unsignaled WQEs and frees their slots).
+#[inline(always)]
+pub(crate) fn wants_ack(qp: &Qp, flags: u8, count: u32) -> bool {
+    let req = &qp.tx.req;
+    let in_flight = req.next.wrapping_sub(req.ci);
+    flags & IV_SEND_SIGNALED != 0
+        || qp.sq_sig_all
+        || req.unacked + count >= ACK_EVERY
+        || in_flight > qp.sq.0.entries() / 2
+}
+
+/// A message of `count` packets was sent, asking for an ACK (`ack`) or
+/// not: the packets not yet asked for.
+#[inline(always)]
+pub(crate) fn asked(req: &mut ReqState, ack: bool, count: u32) {
+    req.unacked = if ack { 0 } else { req.unacked + count };
 }
 
 /// The payload of message bytes `offset..offset + len` of WQE `index`.
@@ -490,7 +521,7 @@ fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> 
 }
 
 /// The opcode of a SEND or WRITE packet.
-fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
+pub(crate) fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
     use op::*;
     let rc = match (wr, first, last) {
         (IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV, true, false) => RC_SEND_FIRST,
@@ -555,12 +586,7 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                 p.psn,
             );
             pkt.ack_req = true;
-            pkt.atomic = AtomicEth {
-                va: wqe.remote_addr,
-                rkey: wqe.rkey,
-                swap_add: if cas { wqe.swap } else { wqe.compare_add },
-                compare: if cas { wqe.compare_add } else { 0 },
-            };
+            pkt.atomic = atomic_eth(&wqe);
             env.dp.emit_bare(pkt);
         }
         _ => {
@@ -582,18 +608,8 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                 crate::wire::packet::mask(last_opcode),
             );
             let mut pkt = path.packet(opcode, p.psn);
-            // Ask for an ACK for what the ULP waits for: a signaled WQE,
-            // every ACK_EVERY packets, half the queue in flight (ACKs are
-            // what retires unsignaled WQEs and frees their slots).
-            let req = &qp.tx.req;
-            let in_flight = req.next.wrapping_sub(req.ci);
-            pkt.ack_req = rc
-                && (wqe.flags & IV_SEND_SIGNALED != 0
-                    || qp.sq_sig_all
-                    || req.unacked + count >= ACK_EVERY
-                    || in_flight > qp.sq.0.entries() / 2
-                    || req.solicit
-                    || cut);
+            // SQD's solicitation and a burst cut at the window ask too.
+            pkt.ack_req = rc && (wants_ack(qp, wqe.flags, count) || qp.tx.req.solicit || cut);
             pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
                 && matches!(
                     wqe.opcode,
@@ -626,7 +642,7 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                 })
                 .map_err(dma_status)?;
             let req = &mut qp.tx.req;
-            req.unacked = if ack_req { 0 } else { req.unacked + count };
+            asked(req, ack_req, count);
             req.solicit = false;
             if cut {
                 // The rest of the message when the window opens.
@@ -641,6 +657,20 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
     }
     qp.tx.req.cur = None;
     Ok(count)
+}
+
+/// The AtomicETH of an atomic WQE: its target, and its operands as the
+/// responder applies them (compare and swap: swap `swap`, compare
+/// `compare_add`; fetch and add: add `compare_add`).
+#[inline(always)]
+pub(crate) fn atomic_eth(wqe: &IvSendWqe) -> AtomicEth {
+    let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
+    AtomicEth {
+        va: wqe.remote_addr,
+        rkey: wqe.rkey,
+        swap_add: if cas { wqe.swap } else { wqe.compare_add },
+        compare: if cas { wqe.compare_add } else { 0 },
+    }
 }
 
 /// SQD with WQEs in flight that asked for no ACK: sends the last packet

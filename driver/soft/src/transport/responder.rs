@@ -36,7 +36,7 @@
 //! for the next message), and has no ACKs. UD checks the Q_Key, writes a
 //! 40-byte GRH before the payload and reports the source QP.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use irpverbs_abi::{
     IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_GRH_LEN, IV_QPT_RC,
@@ -49,14 +49,18 @@ use irpverbs_ring::Ring;
 use irpverbs_ring::wq::read_recv_wqe_into;
 
 use crate::firmware::cq::post_cqe;
+use crate::firmware::datapath::DataPath;
 use crate::firmware::mr::Mr;
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{RecvWqe, Resource, RespState, WriteState};
-use crate::transport::dma::{DmaError, Source, mr_by_key, scatter};
+use crate::firmware::srq::Srq;
+use crate::firmware::table::Table;
+use crate::transport::dma::{DmaError, Source, mr_by_key, remote_range, scatter};
 use crate::transport::engine::{Env, enter_error};
 use crate::wire::packet::{
-    Aeth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add, psn_diff,
+    Aeth, AtomicEth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add,
+    psn_diff,
 };
 
 impl RespState {
@@ -83,7 +87,7 @@ impl RespState {
 
 /// Why a request failed, and what it costs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fail {
+pub(crate) enum Fail {
     /// NAK invalid request, `QpRequestError`; the receive WQE in progress
     /// completes with the status.
     Invalid(u32),
@@ -127,10 +131,7 @@ pub(crate) fn handle(
         env.dp.stats.packets_dropped += 1;
         return;
     }
-    if qp.state == QpState::Rtr && !qp.tx.comm_est && qp.qp_type != irpverbs_abi::IV_QPT_UD {
-        qp.tx.comm_est = true;
-        env.dp.raise(AsyncEvent::CommEstablished(qpn));
-    }
+    first_request(qpn, qp, env.dp);
     match qp.qp_type {
         IV_QPT_RC => rc(qpn, qp, env, pkt, burst, payload),
         IV_QPT_UC => uc(qpn, qp, env, pkt, burst, payload),
@@ -245,12 +246,7 @@ fn take_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, Fail> {
             wqe.wr_id = raw_wr_id(ring, index);
         }
         // Read before the slot is handed back to the ULP.
-        srq.ci = index.wrapping_add(1);
-        ring.consumer().release(srq.ci);
-        if srq.srq_limit > 0 && n - 1 < srq.srq_limit {
-            srq.srq_limit = 0;
-            env.dp.raise(AsyncEvent::SrqLimitReached(srqn));
-        }
+        srq_taken(srq, srqn, n, env.dp);
         read
     } else {
         let Some(rq) = qp.rq.as_ref() else {
@@ -300,32 +296,109 @@ fn raw_wr_id(ring: &Ring, index: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Completes the receive WQE in progress successfully (`k`: the header
-/// mask of the packets).
+/// Completes the receive WQE in progress successfully: `cqe` makes its
+/// completion from its wr_id and the bytes placed in it; `solicited`
+/// (the message's SE bit) for the CQ's solicited arming.
 fn complete_recv(
-    qpn: u32,
     qp: &mut Qp,
     env: &mut Env<'_>,
-    pkt: &Packet,
-    k: u32,
-    mut cqe: IvCqe,
+    solicited: bool,
+    cqe: impl FnOnce(u64, u32) -> IvCqe,
 ) -> bool {
     let Some(recv) = qp.tx.resp.recv_mut() else {
         return true;
     };
     let (wr_id, offset) = (recv.wr_id, recv.offset);
     qp.tx.resp.has_recv = false;
-    cqe.wr_id = wr_id;
-    cqe.status = IV_WC_SUCCESS;
-    cqe.qp_num = qpn;
-    if cqe.byte_len == 0 && cqe.opcode == IV_WC_OP_RECV {
-        cqe.byte_len = offset;
+    post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe(wr_id, offset), solicited)
+}
+
+/// The completion of receive WQE `wr_id` on QP `qpn` for a message from
+/// QP `src_qp` of `byte_len` bytes whose (last) packets' header mask is
+/// `k`: a SEND's (with the ImmDt or the IETH key, `imm_or_inv`, when it
+/// has one), or a WRITE with immediate data's.
+#[inline(always)]
+pub(crate) fn recv_cqe(
+    qpn: u32,
+    src_qp: u32,
+    wr_id: u64,
+    k: u32,
+    byte_len: u32,
+    imm_or_inv: u32,
+) -> IvCqe {
+    let wc_flags = if k & m::IMMDT != 0 {
+        IV_WC_WITH_IMM
+    } else if k & m::IETH != 0 {
+        IV_WC_WITH_INV
+    } else {
+        0
+    };
+    IvCqe {
+        wr_id,
+        status: IV_WC_SUCCESS,
+        opcode: if k & m::WRITE != 0 {
+            IV_WC_OP_RECV_RDMA_WITH_IMM
+        } else {
+            IV_WC_OP_RECV
+        },
+        wc_flags,
+        imm_or_inv: if wc_flags != 0 { imm_or_inv } else { 0 },
+        byte_len,
+        qp_num: qpn,
+        src_qp,
+        ..IvCqe::default()
     }
-    if k & m::IMMDT != 0 {
-        cqe.wc_flags |= IV_WC_WITH_IMM;
-        cqe.imm_or_inv = pkt.imm;
+}
+
+/// SEND with invalidate: the MR its IETH key names, which must be a valid
+/// MR of the responder's PD `pdn` (else the request is invalid). The
+/// responder invalidates it after placing the message.
+#[inline(always)]
+pub(crate) fn invalidated(mrs: &Table<Mr>, pdn: u32, key: u32) -> Option<&Mr> {
+    mr_by_key(mrs, key).filter(|mr| mr.pdn == pdn)
+}
+
+/// A receive WQE was taken from SRQ `srqn`, which held `posted` (it was
+/// read): the slot goes back to the ULP, and a limit above what is left
+/// raises SrqLimitReached, once (the limit is disarmed).
+#[inline(always)]
+pub(crate) fn srq_taken(srq: &mut Srq, srqn: u32, posted: u32, dp: &mut DataPath) {
+    srq.ci = srq.ci.wrapping_add(1);
+    srq.ring.0.consumer().release(srq.ci);
+    if srq.srq_limit > 0 && posted - 1 < srq.srq_limit {
+        srq.srq_limit = 0;
+        dp.raise(AsyncEvent::SrqLimitReached(srqn));
     }
-    post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, pkt.solicited)
+}
+
+/// A request for connected QP `qpn`: the first one in RTR establishes
+/// communication (once per RTR).
+#[inline(always)]
+pub(crate) fn first_request(qpn: u32, qp: &mut Qp, dp: &mut DataPath) {
+    if qp.state == QpState::Rtr && !qp.tx.comm_est && qp.qp_type != irpverbs_abi::IV_QPT_UD {
+        comm_established(qpn, qp, dp);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn comm_established(qpn: u32, qp: &mut Qp, dp: &mut DataPath) {
+    qp.tx.comm_est = true;
+    dp.raise(AsyncEvent::CommEstablished(qpn));
+}
+
+/// The responder executed the packets of a request up to PSN `last`
+/// (header mask `k`): the next PSN is expected; a message that ended
+/// (`m::END`) is counted, else the operation continues.
+#[inline(always)]
+pub(crate) fn accepted(resp: &mut RespState, last: u32, k: u32) {
+    resp.epsn = psn_add(last, 1);
+    if k & m::END != 0 {
+        resp.in_msg = 0;
+        resp.msn = psn_add(resp.msn, 1);
+    } else {
+        resp.in_msg = k & (m::SEND | m::WRITE);
+    }
 }
 
 /// Checks the length of a packet (or burst) against the MTU and its
@@ -361,10 +434,7 @@ fn remote_mr<'m>(
     len: u64,
 ) -> Result<(&'m Mr, usize), Fail> {
     let mr = mr_by_key(mrs, rkey).ok_or(Fail::Access)?;
-    if mr.pdn != qp.pdn || mr.access & access == 0 {
-        return Err(Fail::Access);
-    }
-    let off = mr.offset_of(va, len).ok_or(Fail::Access)?;
+    let off = remote_range(mr, qp.pdn, access, va, len).ok_or(Fail::Access)?;
     Ok((mr, off))
 }
 
@@ -438,6 +508,25 @@ fn fail_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, status: u32) {
     }
 }
 
+/// Whether QP `qp` takes requests of header mask `k` at all: its own
+/// access flags grant the remote right a WRITE, READ or atomic needs
+/// (else remote access error), and a READ or atomic has responder
+/// resources (`max_dest_rd_atomic`; else invalid request).
+#[inline(always)]
+pub(crate) fn permitted(qp: &Qp, k: u32) -> Result<(), Fail> {
+    let access = qp.attr.qp_access_flags;
+    if (k & m::WRITE != 0 && access & IV_ACCESS_REMOTE_WRITE == 0)
+        || (k & m::READ != 0 && access & IV_ACCESS_REMOTE_READ == 0)
+        || (k & m::ATOMIC != 0 && access & IV_ACCESS_REMOTE_ATOMIC == 0)
+    {
+        return Err(Fail::Access);
+    }
+    if k & (m::READ | m::ATOMIC) != 0 && qp.attr.max_dest_rd_atomic == 0 {
+        return Err(INVALID);
+    }
+    Ok(())
+}
+
 /// Executes a request (or burst) with the expected PSN (RC and UC).
 fn execute(
     qpn: u32,
@@ -459,16 +548,7 @@ fn execute(
     if !in_sequence {
         return Err(INVALID);
     }
-    let access = qp.attr.qp_access_flags;
-    if (k & m::WRITE != 0 && access & IV_ACCESS_REMOTE_WRITE == 0)
-        || (k & m::READ != 0 && access & IV_ACCESS_REMOTE_READ == 0)
-        || (k & m::ATOMIC != 0 && access & IV_ACCESS_REMOTE_ATOMIC == 0)
-    {
-        return Err(Fail::Access);
-    }
-    if k & (m::READ | m::ATOMIC) != 0 && qp.attr.max_dest_rd_atomic == 0 {
-        return Err(INVALID);
-    }
+    permitted(qp, k)?;
     if !length_ok(k, pkt, burst, payload, qp.tx.mtu) {
         return Err(INVALID);
     }
@@ -486,15 +566,8 @@ fn execute(
         atomic(qp, env, pkt)?;
         return Ok(());
     }
-    let resp = &mut qp.tx.resp;
     let last = burst.last_psn(pkt.psn);
-    resp.epsn = psn_add(last, 1);
-    if k & m::END != 0 {
-        resp.in_msg = 0;
-        resp.msn = psn_add(resp.msn, 1);
-    } else {
-        resp.in_msg = k & (m::SEND | m::WRITE);
-    }
+    accepted(&mut qp.tx.resp, last, k);
     if rc && pkt.ack_req {
         queue_ack(qpn, qp, env, last);
     }
@@ -532,23 +605,17 @@ fn send(
     if k & m::END == 0 {
         return Ok(());
     }
-    let mut cqe = IvCqe {
-        opcode: IV_WC_OP_RECV,
-        src_qp: qp.tx.path.dest_qpn,
-        ..IvCqe::default()
+    let imm_or_inv = if k & m::IETH != 0 {
+        let mr = invalidated(env.mrs, pdn, pkt.ieth).ok_or(INVALID)?;
+        mr.invalid.set(true);
+        pkt.ieth
+    } else {
+        pkt.imm
     };
-    if k & m::IETH != 0 {
-        let valid = mr_by_key(env.mrs, pkt.ieth).is_some_and(|mr| mr.pdn == pdn);
-        if !valid {
-            return Err(INVALID);
-        }
-        if let Ok(mr) = env.mrs.get(pkt.ieth >> 8) {
-            mr.invalid.set(true);
-        }
-        cqe.wc_flags |= IV_WC_WITH_INV;
-        cqe.imm_or_inv = pkt.ieth;
-    }
-    if complete_recv(qpn, qp, env, pkt, k, cqe) {
+    let src_qp = qp.tx.path.dest_qpn;
+    if complete_recv(qp, env, pkt.solicited, |wr_id, placed| {
+        recv_cqe(qpn, src_qp, wr_id, k, placed, imm_or_inv)
+    }) {
         Ok(())
     } else {
         Err(Fail::CqOverrun)
@@ -604,13 +671,9 @@ fn write(
     w.va = w.va.wrapping_add(u64::from(len));
     w.resid -= len;
     if k & m::COMP != 0 {
-        let cqe = IvCqe {
-            opcode: IV_WC_OP_RECV_RDMA_WITH_IMM,
-            byte_len: w.length,
-            src_qp: qp.tx.path.dest_qpn,
-            ..IvCqe::default()
-        };
-        if !complete_recv(qpn, qp, env, pkt, k, cqe) {
+        let (src_qp, length) = (qp.tx.path.dest_qpn, w.length);
+        let cqe = |wr_id, _| recv_cqe(qpn, src_qp, wr_id, k, length, pkt.imm);
+        if !complete_recv(qp, env, pkt.solicited, cqe) {
             return Err(Fail::CqOverrun);
         }
     }
@@ -639,23 +702,10 @@ fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
         )?;
     }
     let npkts = crate::transport::requester::packets(r.len, qp.tx.mtu);
-    new_resource(
-        qp,
-        Resource {
-            kind: m::READ,
-            first_psn: pkt.psn,
-            last_psn: psn_add(pkt.psn, npkts - 1),
-            va: r.va,
-            rkey: r.rkey,
-            len: r.len,
-            orig: 0,
-        },
-    );
+    let last = psn_add(pkt.psn, npkts - 1);
+    new_resource(qp, Resource::read(pkt.psn, last, r.va, r.rkey, r.len));
     send_pending_ack(qp, env);
-    let resp = &mut qp.tx.resp;
-    resp.msn = psn_add(resp.msn, 1);
-    resp.epsn = psn_add(pkt.psn, npkts);
-    resp.in_msg = 0;
+    accepted(&mut qp.tx.resp, last, m::END);
     read_responses(qp, env, pkt.psn, r.va, r.rkey, r.len);
     Ok(())
 }
@@ -701,35 +751,66 @@ fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len:
 
 fn atomic(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
     let a = pkt.atomic;
-    if a.va % 8 != 0 {
+    if !atomic_aligned(a.va) {
         return Err(INVALID);
     }
     let (mr, off) = remote_mr(env.mrs, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
     let word = mr.region().atomic_u64(off).map_err(|_| INVALID)?;
-    let orig = if pkt.opcode == op::RC_COMPARE_SWAP {
+    let orig = execute_atomic(word, pkt.opcode == op::RC_COMPARE_SWAP, &a);
+    new_resource(qp, Resource::atomic(pkt.psn, orig));
+    send_pending_ack(qp, env);
+    accepted(&mut qp.tx.resp, pkt.psn, m::END);
+    atomic_ack(qp, env, pkt.psn, orig);
+    Ok(())
+}
+
+/// An atomic's target address is 8-byte aligned (else invalid request).
+#[inline(always)]
+pub(crate) const fn atomic_aligned(va: u64) -> bool {
+    va % 8 == 0
+}
+
+/// Executes an atomic on its (checked, aligned) word: compare and swap
+/// (`cas`: `a.swap_add` where the word is `a.compare`) or fetch and add
+/// (`a.swap_add`). Returns the word's original value.
+#[inline(always)]
+pub(crate) fn execute_atomic(word: &AtomicU64, cas: bool, a: &AtomicEth) -> u64 {
+    if cas {
         match word.compare_exchange(a.compare, a.swap_add, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(v) | Err(v) => v,
         }
     } else {
         word.fetch_add(a.swap_add, Ordering::SeqCst)
-    };
-    new_resource(
-        qp,
-        Resource {
+    }
+}
+
+impl Resource {
+    /// A READ of `len` bytes at `va` (`rkey`), PSNs `first_psn` to
+    /// `last_psn` (of its responses).
+    #[inline(always)]
+    pub(crate) fn read(first_psn: u32, last_psn: u32, va: u64, rkey: u32, len: u32) -> Self {
+        Self {
+            kind: m::READ,
+            first_psn,
+            last_psn,
+            va,
+            rkey,
+            len,
+            orig: 0,
+        }
+    }
+
+    /// An atomic at PSN `psn` that found `orig`.
+    #[inline(always)]
+    pub(crate) fn atomic(psn: u32, orig: u64) -> Self {
+        Self {
             kind: m::ATOMIC,
-            first_psn: pkt.psn,
-            last_psn: pkt.psn,
+            first_psn: psn,
+            last_psn: psn,
             orig,
-            ..Resource::default()
-        },
-    );
-    send_pending_ack(qp, env);
-    let resp = &mut qp.tx.resp;
-    resp.msn = psn_add(resp.msn, 1);
-    resp.epsn = psn_add(pkt.psn, 1);
-    resp.in_msg = 0;
-    atomic_ack(qp, env, pkt.psn, orig);
-    Ok(())
+            ..Self::default()
+        }
+    }
 }
 
 fn atomic_ack(qp: &Qp, env: &mut Env<'_>, psn: u32, orig: u64) {
@@ -928,14 +1009,12 @@ fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
         enter_error(qpn, qp, env, event);
         return;
     }
-    let cqe = IvCqe {
-        opcode: IV_WC_OP_RECV,
-        byte_len: IV_GRH_LEN + pkt.payload_len,
-        src_qp: pkt.deth.src_qpn,
-        wc_flags: IV_WC_GRH,
-        ..IvCqe::default()
-    };
-    complete_recv(qpn, qp, env, pkt, pkt.mask(), cqe);
+    let (src_qp, len, k) = (pkt.deth.src_qpn, IV_GRH_LEN + pkt.payload_len, pkt.mask());
+    complete_recv(qp, env, pkt.solicited, |wr_id, _| {
+        let mut cqe = recv_cqe(qpn, src_qp, wr_id, k, len, pkt.imm);
+        cqe.wc_flags |= IV_WC_GRH;
+        cqe
+    });
 }
 
 #[cfg(test)]
