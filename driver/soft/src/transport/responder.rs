@@ -581,6 +581,9 @@ fn dma_fail(e: DmaError) -> Fail {
     }
 }
 
+// Out of line, as `write`: `execute`'s frame is on the deepest chain (a
+// READ's responses), docs/stack-budget.md.
+#[inline(never)]
 fn send(
     qpn: u32,
     qp: &mut Qp,
@@ -622,6 +625,7 @@ fn send(
     }
 }
 
+#[inline(never)]
 fn write(
     qpn: u32,
     qp: &mut Qp,
@@ -954,6 +958,7 @@ pub(crate) fn grh(pkt: &Packet) -> [u8; 40] {
     g
 }
 
+#[inline(never)]
 fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
     let carried: usize = payload.iter().map(|s| s.len).sum();
     if pkt.deth.qkey != qp.attr.qkey
