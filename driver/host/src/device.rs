@@ -900,6 +900,18 @@ impl HostDevice {
         self.platform.driver_code(|| self.soft.set_port_link(up))
     }
 
+    /// Injects a firmware error ([`SoftHca::inject_fatal_error`]): the
+    /// device becomes fatal, apart from removal. Every file gets
+    /// `DEVICE_FATAL`, every QP goes to ERR with its work flushed, and
+    /// every verb but the destroys fails with
+    /// `STATUS_DEVICE_HARDWARE_ERROR`; files still close and the driver
+    /// still unloads without a leak. Returns false if it was fatal already.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL (run as driver code).
+    pub fn inject_fatal_error(&self) -> bool {
+        self.platform.driver_code(|| self.soft.inject_fatal_error())
+    }
+
     /// Takes the soft HCA off its UDP wire and stops the wire's threads;
     /// its last counters, if one was attached.
     pub fn detach_udp(&self) -> Option<UdpStats> {

@@ -3,7 +3,10 @@
 //! async events `PORT_ERR` / `PORT_ACTIVE` follow, an RC send on a down
 //! port runs out its retries (`RETRY_EXC_ERR`, the QP in ERR, as on rxe
 //! and mlx5), and traffic flows again after up on new QPs and on QPs taken
-//! through RESET; every open file sees the events.
+//! through RESET; every open file sees the events. A firmware error
+//! injected apart from removal makes the device fatal: `DEVICE_FATAL`,
+//! every QP in ERR with its work flushed, verbs but destroys failing with
+//! `STATUS_DEVICE_HARDWARE_ERROR`, and a clean close and unload.
 
 use std::sync::Arc;
 
@@ -109,4 +112,56 @@ fn every_file_sees_the_port_events() {
         let ev = c.get_async_event().unwrap();
         assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ACTIVE, 1));
     }
+}
+
+/// A firmware error: `DEVICE_FATAL` to every file, every QP in ERR with
+/// its outstanding work flushed (and later work too), every verb but the
+/// destroys failing with `STATUS_DEVICE_HARDWARE_ERROR`; files close and
+/// the driver unloads with nothing leaked.
+#[test]
+fn a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean() {
+    let dev = HostDevice::with_defaults();
+    let (c, other) = (client(&dev), client(&dev));
+    let (a, b) = (End::new_rc(&c), End::new_rc(&c));
+    connect(&dev, &a, &b);
+    exchange(&a, &b, 1);
+    b.qp.post_recv(2, &[b.sge(0, 64)]).unwrap();
+    b.qp.post_recv(3, &[b.sge(64, 64)]).unwrap();
+
+    assert!(dev.inject_fatal_error());
+    assert!(!dev.inject_fatal_error(), "fatal once");
+    for f in [&c, &other] {
+        let ev = f.get_async_event().unwrap();
+        assert_eq!(ev.event_type, IV_EVENT_DEVICE_FATAL);
+    }
+    // B's receives are flushed; a send posted now on A is flushed too.
+    for id in [2, 3] {
+        let wc = b.wc();
+        assert_eq!((wc.wr_id, wc.status), (id, IV_WC_WR_FLUSH_ERR));
+    }
+    send(&a, 4, 64);
+    let wc = a.wc();
+    assert_eq!((wc.wr_id, wc.status), (4, IV_WC_WR_FLUSH_ERR));
+    // Verbs fail with the documented status; the port stays down.
+    assert_eq!(c.alloc_pd().unwrap_err(), STATUS_DEVICE_HARDWARE_ERROR);
+    assert_eq!(c.query_port(1).unwrap_err(), STATUS_DEVICE_HARDWARE_ERROR);
+    assert_eq!(
+        a.qp.modify(
+            IV_QP_STATE,
+            &IvQpAttr {
+                qp_state: IV_QPS_RESET,
+                ..IvQpAttr::default()
+            }
+        )
+        .unwrap_err(),
+        STATUS_DEVICE_HARDWARE_ERROR
+    );
+    assert!(!dev.set_port_link(true), "a fatal device's port stays down");
+    // Destroys still succeed: everything closes, nothing leaks.
+    drop((a, b));
+    drop((c, other));
+    dev.quiesce(std::time::Duration::from_secs(10))
+        .expect("quiescent");
+    assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
+    dev.unload();
 }

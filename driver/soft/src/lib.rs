@@ -586,13 +586,15 @@ impl<P: Platform> SoftHca<P> {
     /// `PORT_ACTIVE` (up) through the event queue, and `QueryPort` reports
     /// the state. Down, nothing is transmitted and what arrives is
     /// dropped; RC QPs with work run out their retries. Returns whether the
-    /// state changed (taking a down port down raises nothing).
+    /// state changed (taking a down port down raises nothing, and a fatal
+    /// device's port stays down).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     pub fn set_port_link(&self, up: bool) -> bool {
         self.run(0, true, |st| {
             let dp = &mut st.firmware.dp;
-            if dp.link_down != up {
+            if dp.link_down != up || dp.fatal {
+                // No change (a fatal device's port stays down).
                 return (false, false);
             }
             dp.link_down = !up;
@@ -601,6 +603,34 @@ impl<P: Platform> SoftHca<P> {
             } else {
                 irpverbs_core::AsyncEvent::PortError(firmware::port::PORT_NUM)
             });
+            (true, false)
+        })
+    }
+
+    /// A firmware error, injected: the device becomes fatal, as a real
+    /// HCA in internal error. Every QP goes to ERR and its outstanding
+    /// work requests complete with `WR_FLUSH_ERR` (later ones too, as on
+    /// any QP in ERR); `DEVICE_FATAL` is raised; from then on every command
+    /// but the destroys (`DeallocPd`, `DeregMr`, `DestroyCq`, `DestroySrq`,
+    /// `DestroyQp`, `DestroyAh`, which succeed, so that files close and the
+    /// driver unloads cleanly) fails with `STATUS_DEVICE_HARDWARE_ERROR`,
+    /// and the port neither transmits nor receives. Returns false if the
+    /// device was fatal already (nothing is raised again).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn inject_fatal_error(&self) -> bool {
+        self.run(0, true, |st| {
+            let fw = &mut st.firmware;
+            if fw.dp.fatal {
+                return (false, false);
+            }
+            fw.dp.fatal = true;
+            fw.dp.link_down = true;
+            let (qps, mut env) = fw.split();
+            for (qpn, qp) in qps.iter_mut() {
+                transport::engine::enter_error(qpn, qp, &mut env, None);
+            }
+            fw.dp.raise(irpverbs_core::AsyncEvent::DeviceFatal);
             (true, false)
         })
     }

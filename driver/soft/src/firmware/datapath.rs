@@ -72,6 +72,10 @@ pub(crate) struct DataPath {
     /// The port's link is down ([`crate::SoftHca::set_port_link`]): the
     /// port transmits nothing and drops what it receives.
     pub(crate) link_down: bool,
+    /// A firmware error made the device fatal
+    /// ([`crate::SoftHca::inject_fatal_error`]): commands other than
+    /// destroys fail, nothing is transmitted or received.
+    pub(crate) fatal: bool,
     /// QPs whose requester has work.
     pub(crate) ready: VecDeque<u32>,
     /// Frames for this HCA, from its own QPs.
@@ -167,6 +171,7 @@ impl DataPath {
         irpverbs_ring::try_box_with(|| Self {
             gid,
             link_down: false,
+            fatal: false,
             ready: VecDeque::new(),
             loopq: Batch::default(),
             loop_spare: Batch::default(),

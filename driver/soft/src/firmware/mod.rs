@@ -159,6 +159,19 @@ pub(crate) struct Executed {
     pub(crate) event: Option<AsyncEvent>,
 }
 
+/// Whether `command` frees a resource (what a fatal device still does).
+fn frees(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::DeallocPd { .. }
+            | Command::DeregMr { .. }
+            | Command::DestroyCq { .. }
+            | Command::DestroySrq { .. }
+            | Command::DestroyQp { .. }
+            | Command::DestroyAh { .. }
+    )
+}
+
 impl Firmware {
     /// Firmware with empty tables, in a box. `config` must be valid.
     ///
@@ -209,6 +222,15 @@ impl Firmware {
     /// On failure nothing changed and no event was raised.
     pub(crate) fn execute<D: DataPathOps>(&mut self, command: Command) -> Executed {
         self.raised = None;
+        if self.dp.fatal && !frees(&command) {
+            // A device in internal error executes only what frees
+            // resources (as mlx5 in its internal error state).
+            return Executed {
+                status: irpverbs_abi::STATUS_DEVICE_HARDWARE_ERROR,
+                out: CommandOut::None,
+                event: None,
+            };
+        }
         // Each verb runs in a frame of its own (see `own_frame`).
         let result = match command {
             Command::QueryPort { port } => own_frame(|| self.query_port(port)),
