@@ -16,3 +16,4 @@ pub mod bench;
 pub mod demo;
 pub mod pcap;
 pub mod perf;
+pub mod port;

@@ -129,10 +129,11 @@ pub fn devinfo(client: &Client, name: &str, verbose: bool) -> IoctlResult<String
             let _ = writeln!(
                 w,
                 "\t\t\tphys_state:\t\t{}",
-                if p.phys_state == 5 {
-                    "LINK_UP (5)"
-                } else {
-                    "DISABLED"
+                match p.phys_state {
+                    5 => "LINK_UP (5)",
+                    3 => "DISABLED (3)",
+                    2 => "POLLING (2)",
+                    _ => "DISABLED",
                 }
             );
             for index in 0..p.gid_tbl_len {

@@ -57,6 +57,24 @@ impl From<EngineArg> for Engine {
     }
 }
 
+/// `irpverbs port`'s action.
+#[derive(Clone, Copy, ValueEnum)]
+enum PortArg {
+    /// Take the link down.
+    Down,
+    /// Bring it up (after taking it down).
+    Up,
+}
+
+impl From<PortArg> for irpverbs_tools::port::PortAction {
+    fn from(a: PortArg) -> Self {
+        match a {
+            PortArg::Down => Self::Down,
+            PortArg::Up => Self::Up,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Print the device and its ports, as ibv_devinfo does.
@@ -180,6 +198,13 @@ enum Cmd {
         #[arg(long = "write_with_imm", visible_alias = "write-with-imm")]
         write_with_imm: bool,
     },
+    /// The soft HCA's link model: takes port 1's link down (`down`), or
+    /// down and up again (`up`), on a driver loaded in this process, and
+    /// prints the async events a ULP receives and the port's state.
+    Port {
+        /// `down` or `up`.
+        action: PortArg,
+    },
     /// Benchmarks (figures, not pass/fail).
     Bench {
         #[command(subcommand)]
@@ -211,6 +236,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Cmd::Devinfo { verbose } => devinfo(engine, verbose),
         Cmd::Demo { pairs } => irpverbs_tools::demo::run(pairs, engine).map(|r| print!("{r}")),
+        Cmd::Port { action } => {
+            irpverbs_tools::port::run(action.into(), engine).map(|r| print!("{r}"))
+        }
         Cmd::Perf {
             test,
             server_addr,
