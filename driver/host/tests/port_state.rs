@@ -97,18 +97,20 @@ fn a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up() {
     assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
 }
 
-/// The port's events reach every open file.
+/// The port's events reach every open file, user-mode and kernel-mode
+/// (a kernel ULP's internal `IOCTL_IV_GET_ASYNC_EVENT`).
 #[test]
 fn every_file_sees_the_port_events() {
     let dev = HostDevice::with_defaults();
     let (c1, c2) = (client(&dev), client(&dev));
+    let k = dev.open_kernel().expect("open kernel").into_client();
     assert!(dev.set_port_link(false));
-    for c in [&c1, &c2] {
+    for c in [&c1, &c2, &k] {
         let ev = c.get_async_event().unwrap();
         assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ERR, 1));
     }
     assert!(dev.set_port_link(true));
-    for c in [&c1, &c2] {
+    for c in [&c1, &c2, &k] {
         let ev = c.get_async_event().unwrap();
         assert_eq!((ev.event_type, ev.port_num), (IV_EVENT_PORT_ACTIVE, 1));
     }

@@ -1,0 +1,350 @@
+//! Capabilities stay honest: every limit `query_device` reports is used at
+//! the limit, and the limit + 1 is refused with its status. Counts
+//! (`max_qp`, `max_cq`, `max_mr`, `max_pd`, `max_srq`, `max_ah`) on a
+//! device configured small, so that reaching them is cheap; per-object
+//! limits (`max_qp_wr`, `max_sge`, `max_inline_data`, `max_cqe`,
+//! `max_srq_wr`, `max_srq_sge`, `num_comp_vectors`) at the defaults, with
+//! data moved through a QP created at its limits.
+
+use std::sync::Arc;
+
+use irpverbs_abi::*;
+use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_soft::SoftConfig;
+use irpverbs_verbs::{Client, IntoClient, SendWr, av, qp_request};
+
+mod common;
+use common::Mem;
+
+fn client(dev: &Arc<HostDevice>) -> Client {
+    dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        .expect("open")
+        .into_client()
+}
+
+fn finish(dev: &Arc<HostDevice>) {
+    dev.quiesce(std::time::Duration::from_secs(10))
+        .expect("quiescent");
+    assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
+    dev.unload();
+}
+
+/// Every count limit can be reached exactly, and one more is refused with
+/// `STATUS_INSUFFICIENT_RESOURCES`; a freed one can be made again.
+#[test]
+fn count_limits_are_reached_exactly_and_one_more_is_refused() {
+    let dev = HostDevice::new(HostDeviceConfig {
+        soft: SoftConfig {
+            max_qp: 3,
+            max_cq: 3,
+            max_mr: 3,
+            max_pd: 3,
+            max_srq: 2,
+            max_ah: 2,
+            ..SoftConfig::default()
+        },
+        ..HostDeviceConfig::default()
+    })
+    .expect("device");
+    let c = client(&dev);
+    let d = c.query_device().unwrap();
+    assert_eq!(
+        (d.max_qp, d.max_cq, d.max_mr, d.max_pd, d.max_srq, d.max_ah),
+        (3, 3, 3, 3, 2, 2)
+    );
+    let full = STATUS_INSUFFICIENT_RESOURCES;
+
+    let pds: Vec<_> = (0..d.max_pd).map(|_| c.alloc_pd().unwrap().pd).collect();
+    assert_eq!(c.alloc_pd().unwrap_err(), full, "max_pd + 1");
+    let pd = pds[0];
+
+    let mem = Mem::new(4096);
+    let mrs: Vec<_> = (0..d.max_mr)
+        .map(|_| {
+            c.reg_mr(pd, mem.addr(), 4096, IV_ACCESS_LOCAL_WRITE)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        c.reg_mr(pd, mem.addr(), 4096, IV_ACCESS_LOCAL_WRITE)
+            .unwrap_err(),
+        full,
+        "max_mr + 1"
+    );
+
+    let cqs: Vec<_> = (0..d.max_cq).map(|_| c.create_cq(4).unwrap().cq).collect();
+    assert_eq!(c.create_cq(4).unwrap_err(), full, "max_cq + 1");
+
+    let qps: Vec<_> = (0..d.max_qp)
+        .map(|_| {
+            c.create_qp_with(&qp_request(pd, cqs[0], 0, IV_QPT_RC))
+                .unwrap()
+                .qp
+        })
+        .collect();
+    assert_eq!(
+        c.create_qp_with(&qp_request(pd, cqs[0], 0, IV_QPT_RC))
+            .unwrap_err(),
+        full,
+        "max_qp + 1"
+    );
+
+    let srqs: Vec<_> = (0..d.max_srq)
+        .map(|_| c.create_srq(pd, 4, 0).unwrap().srq)
+        .collect();
+    assert_eq!(c.create_srq(pd, 4, 0).unwrap_err(), full, "max_srq + 1");
+
+    let gid = dev.soft().gid();
+    let attr = av(gid);
+    let ahs: Vec<_> = (0..d.max_ah)
+        .map(|_| c.create_ah(pd, &attr).unwrap().ah)
+        .collect();
+    assert_eq!(c.create_ah(pd, &attr).unwrap_err(), full, "max_ah + 1");
+
+    // A freed one can be made again.
+    c.destroy_qp(qps[0]).unwrap();
+    let again = c
+        .create_qp_with(&qp_request(pd, cqs[0], 0, IV_QPT_RC))
+        .unwrap()
+        .qp;
+
+    for ah in ahs {
+        c.destroy_ah(ah).unwrap();
+    }
+    for srq in srqs {
+        c.destroy_srq(srq).unwrap();
+    }
+    for qp in qps.into_iter().skip(1).chain([again]) {
+        c.destroy_qp(qp).unwrap();
+    }
+    for cq in cqs {
+        c.destroy_cq(cq).unwrap();
+    }
+    for mr in mrs {
+        c.dereg_mr(mr.mr).unwrap();
+    }
+    for pd in pds {
+        c.dealloc_pd(pd).unwrap();
+    }
+    drop(c);
+    finish(&dev);
+}
+
+/// Per-object limits at the defaults: a CQ of `max_cqe`, an SRQ of
+/// `max_srq_wr` x `max_srq_sge`, a CQ on the last completion vector, and
+/// two RC QPs of `max_qp_wr` x `max_sge` with `max_inline_data` that move
+/// a message gathered from `max_sge` pieces into `max_sge` pieces, and an
+/// inline message of `max_inline_data` bytes; each limit + 1 refused with
+/// `STATUS_INVALID_PARAMETER`.
+#[test]
+fn per_object_limits_are_usable_at_the_limit() {
+    let dev = HostDevice::with_defaults();
+    let c = client(&dev);
+    let d = c.query_device().unwrap();
+    let pd = c.alloc_pd().unwrap().pd;
+    let bad = STATUS_INVALID_PARAMETER;
+
+    // CQ depth and completion vectors.
+    let big = c.create_cq(d.max_cqe).unwrap();
+    assert!(big.cqe >= d.max_cqe);
+    assert_eq!(c.create_cq(d.max_cqe + 1).unwrap_err(), bad, "max_cqe + 1");
+    assert!(d.num_comp_vectors >= 1);
+    let last = c
+        .new_cq(&IvCreateCqIn {
+            cqe: 64,
+            comp_vector: d.num_comp_vectors - 1,
+            ..IvCreateCqIn::default()
+        })
+        .unwrap();
+    assert_eq!(
+        c.new_cq(&IvCreateCqIn {
+            cqe: 4,
+            comp_vector: d.num_comp_vectors,
+            ..IvCreateCqIn::default()
+        })
+        .err(),
+        Some(bad),
+        "num_comp_vectors"
+    );
+
+    // SRQ depth and SGEs.
+    let srq_in = IvCreateSrqIn {
+        pd,
+        max_wr: d.max_srq_wr,
+        max_sge: d.max_srq_sge,
+        ..IvCreateSrqIn::default()
+    };
+    let srq = c.new_srq(&srq_in).unwrap();
+    for (what, i) in [
+        (
+            "max_srq_wr + 1",
+            IvCreateSrqIn {
+                max_wr: d.max_srq_wr + 1,
+                ..srq_in
+            },
+        ),
+        (
+            "max_srq_sge + 1",
+            IvCreateSrqIn {
+                max_sge: d.max_srq_sge + 1,
+                ..srq_in
+            },
+        ),
+    ] {
+        assert_eq!(c.new_srq(&i).err(), Some(bad), "{what}");
+    }
+    drop(srq);
+
+    // QPs at every limit.
+    let mut req = qp_request(pd, last.handle(), 0, IV_QPT_RC);
+    req.cap = IvQpCap {
+        max_send_wr: d.max_qp_wr,
+        max_recv_wr: d.max_qp_wr,
+        max_send_sge: d.max_sge,
+        max_recv_sge: d.max_sge,
+        max_inline_data: d.max_inline_data,
+        ..req.cap
+    };
+    for (what, cap) in [
+        (
+            "max_qp_wr + 1",
+            IvQpCap {
+                max_send_wr: d.max_qp_wr + 1,
+                ..req.cap
+            },
+        ),
+        (
+            "max_qp_wr + 1 (receive)",
+            IvQpCap {
+                max_recv_wr: d.max_qp_wr + 1,
+                ..req.cap
+            },
+        ),
+        (
+            "max_sge + 1 (receive)",
+            IvQpCap {
+                max_recv_sge: d.max_sge + 1,
+                ..req.cap
+            },
+        ),
+        (
+            "max_inline_data + 1",
+            IvQpCap {
+                max_inline_data: d.max_inline_data + 1,
+                ..req.cap
+            },
+        ),
+    ] {
+        let i = IvCreateQpIn { cap, ..req };
+        assert_eq!(c.create_qp_with(&i).unwrap_err(), bad, "{what}");
+    }
+    let (a, b) = (c.new_qp(&req).unwrap(), c.new_qp(&req).unwrap());
+    for q in [&a, &b] {
+        let cap = q.cap();
+        assert!(
+            cap.max_send_wr >= d.max_qp_wr
+                && cap.max_recv_wr >= d.max_qp_wr
+                && cap.max_send_sge >= d.max_sge
+                && cap.max_recv_sge >= d.max_sge
+                && cap.max_inline_data >= d.max_inline_data,
+            "{cap:?}"
+        );
+    }
+    let gid = dev.soft().gid();
+    a.connect(b.qpn(), gid).unwrap();
+    b.connect(a.qpn(), gid).unwrap();
+
+    // A message of max_sge pieces into max_sge pieces.
+    let n = d.max_sge as usize;
+    let mem = Mem::new(4 * n * 8 + 2 * d.max_inline_data as usize);
+    let mr = c
+        .reg_mr(
+            pd,
+            mem.addr(),
+            4 * n as u64 * 8 + 2 * u64::from(d.max_inline_data),
+            IV_ACCESS_LOCAL_WRITE,
+        )
+        .unwrap();
+    let sge = |at: usize, len: usize| IvSge {
+        addr: mem.addr() + at as u64,
+        length: len as u32,
+        lkey: mr.lkey,
+    };
+    let src: Vec<u8> = (0..n * 8).map(|i| (i * 7 + 1) as u8).collect();
+    mem.fill(0, &src);
+    // Gathered from n pieces of 8 bytes, scattered into n pieces in
+    // reverse order.
+    let gather: Vec<IvSge> = (0..n).map(|i| sge(i * 8, 8)).collect();
+    let scatter: Vec<IvSge> = (0..n)
+        .map(|i| sge(2 * n * 8 + (n - 1 - i) * 8, 8))
+        .collect();
+    b.post_recv(1, &scatter).unwrap();
+    a.post_send(&SendWr {
+        wr_id: 2,
+        opcode: IV_WR_SEND,
+        flags: IV_SEND_SIGNALED,
+        sges: &gather,
+        ..SendWr::default()
+    })
+    .unwrap();
+    let wcs = wait(&last, 2);
+    assert!(wcs.iter().all(|w| w.status == IV_WC_SUCCESS), "{wcs:?}");
+    let recv = wcs.iter().find(|w| w.wr_id == 1).unwrap();
+    assert_eq!(recv.byte_len as usize, n * 8);
+    for i in 0..n {
+        assert_eq!(
+            mem.read(2 * n * 8 + (n - 1 - i) * 8, 8),
+            src[i * 8..i * 8 + 8].to_vec(),
+            "piece {i}"
+        );
+    }
+
+    // An inline message of max_inline_data bytes.
+    let len = d.max_inline_data as usize;
+    let at = 4 * n * 8;
+    let payload: Vec<u8> = (0..len).map(|i| (i * 3 + 5) as u8).collect();
+    b.post_recv(3, &[sge(at, len)]).unwrap();
+    a.post_send(&SendWr {
+        wr_id: 4,
+        opcode: IV_WR_SEND,
+        flags: IV_SEND_SIGNALED | IV_SEND_INLINE,
+        inline: Some(&payload),
+        ..SendWr::default()
+    })
+    .unwrap();
+    let wcs = wait(&last, 2);
+    assert!(wcs.iter().all(|w| w.status == IV_WC_SUCCESS), "{wcs:?}");
+    assert_eq!(mem.read(at, len), payload);
+    // One byte more is refused at the post.
+    let over = vec![0u8; len + 1];
+    assert!(
+        a.post_send(&SendWr {
+            wr_id: 5,
+            opcode: IV_WR_SEND,
+            flags: IV_SEND_SIGNALED | IV_SEND_INLINE,
+            inline: Some(&over),
+            ..SendWr::default()
+        })
+        .is_err(),
+        "max_inline_data + 1 bytes posted"
+    );
+
+    drop((a, b));
+    c.dereg_mr(mr.mr).unwrap();
+    drop((big, last));
+    drop(c);
+    finish(&dev);
+}
+
+/// `count` completions from `cq` (a minute at most).
+fn wait(cq: &irpverbs_verbs::Cq<'_>, count: usize) -> Vec<IvCqe> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut out = Vec::new();
+    let mut buf = [IvCqe::default(); 4];
+    while out.len() < count {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        let k = cq.poll(&mut buf).unwrap();
+        out.extend_from_slice(&buf[..k]);
+    }
+    out
+}
