@@ -4,7 +4,10 @@
 //! device configured small, so that reaching them is cheap; per-object
 //! limits (`max_qp_wr`, `max_sge`, `max_inline_data`, `max_cqe`,
 //! `max_srq_wr`, `max_srq_sge`, `num_comp_vectors`) at the defaults, with
-//! data moved through a QP created at its limits.
+//! data moved through a QP created at its limits; the READ limits
+//! (`max_qp_rd_atom`, `max_qp_init_rd_atom`, `max_sge_rd`) with that many
+//! READs in flight. `max_mr_size` (1 TiB) is only checked past the limit,
+//! by the conformance suite: no host has the memory to register it.
 
 use std::sync::Arc;
 
@@ -347,4 +350,114 @@ fn wait(cq: &irpverbs_verbs::Cq<'_>, count: usize) -> Vec<IvCqe> {
         out.extend_from_slice(&buf[..k]);
     }
     out
+}
+
+/// The RDMA READ limits: an RC pair walked to RTS with
+/// `max_dest_rd_atomic = max_qp_rd_atom` and `max_rd_atomic =
+/// max_qp_init_rd_atom` (each + 1 refused with `STATUS_INVALID_PARAMETER`,
+/// the QP left where it was), then that many READs in flight at once, each
+/// scattering into `max_sge_rd` pieces.
+#[test]
+fn read_limits_are_usable_at_the_limit() {
+    let dev = HostDevice::with_defaults();
+    let c = client(&dev);
+    let d = c.query_device().unwrap();
+    let pd = c.alloc_pd().unwrap().pd;
+    let depth = d.max_qp_init_rd_atom.max(d.max_qp_rd_atom);
+    let cq = c
+        .new_cq(&IvCreateCqIn {
+            cqe: 2 * depth + 8,
+            ..IvCreateCqIn::default()
+        })
+        .unwrap();
+    let mut req = qp_request(pd, cq.handle(), 0, IV_QPT_RC);
+    req.cap.max_send_wr = depth;
+    req.cap.max_send_sge = d.max_sge_rd;
+    let (a, b) = (c.new_qp(&req).unwrap(), c.new_qp(&req).unwrap());
+    let gid = dev.soft().gid();
+    // The attributes are bytes: the limits (at most 255) fit, with room
+    // for one more.
+    let ra = u8::try_from(d.max_qp_rd_atom).unwrap();
+    let ia = u8::try_from(d.max_qp_init_rd_atom).unwrap();
+    assert!(ra < 255 && ia < 255, "no byte value past the limit");
+    for (q, peer) in [(&a, &b), (&b, &a)] {
+        for (mask, attr) in irpverbs_verbs::rts_steps(IV_QPT_RC, peer.qpn(), gid) {
+            let attr = IvQpAttr {
+                max_dest_rd_atomic: ra,
+                max_rd_atomic: ia,
+                ..attr
+            };
+            if attr.qp_state == IV_QPS_RTR {
+                let over = IvQpAttr {
+                    max_dest_rd_atomic: ra + 1,
+                    ..attr
+                };
+                assert_eq!(
+                    q.modify(mask, &over).unwrap_err(),
+                    STATUS_INVALID_PARAMETER,
+                    "max_qp_rd_atom + 1"
+                );
+            }
+            if attr.qp_state == IV_QPS_RTS {
+                let over = IvQpAttr {
+                    max_rd_atomic: ia + 1,
+                    ..attr
+                };
+                assert_eq!(
+                    q.modify(mask, &over).unwrap_err(),
+                    STATUS_INVALID_PARAMETER,
+                    "max_qp_init_rd_atom + 1"
+                );
+            }
+            q.modify(mask, &attr).unwrap();
+        }
+        let got = q.query().unwrap().attr;
+        assert_eq!((got.max_dest_rd_atomic, got.max_rd_atomic), (ra, ia));
+    }
+
+    // max_qp_init_rd_atom READs in flight, each into max_sge_rd pieces of
+    // 4 bytes, from B's memory.
+    let n = d.max_sge_rd as usize;
+    let reads = d.max_qp_init_rd_atom as usize;
+    let len = n * 4;
+    let src = Mem::new(len);
+    let bytes: Vec<u8> = (0..len).map(|i| (i * 11 + 3) as u8).collect();
+    src.fill(0, &bytes);
+    let src_mr = c
+        .reg_mr(pd, src.addr(), len as u64, IV_ACCESS_REMOTE_READ)
+        .unwrap();
+    let dst = Mem::new(reads * len);
+    let dst_mr = c
+        .reg_mr(pd, dst.addr(), (reads * len) as u64, IV_ACCESS_LOCAL_WRITE)
+        .unwrap();
+    for r in 0..reads {
+        let pieces: Vec<IvSge> = (0..n)
+            .map(|i| IvSge {
+                addr: dst.addr() + (r * len + i * 4) as u64,
+                length: 4,
+                lkey: dst_mr.lkey,
+            })
+            .collect();
+        a.post_send(&SendWr {
+            wr_id: r as u64,
+            opcode: IV_WR_RDMA_READ,
+            flags: IV_SEND_SIGNALED,
+            sges: &pieces,
+            remote_addr: src.addr(),
+            rkey: src_mr.rkey,
+            ..SendWr::default()
+        })
+        .unwrap();
+    }
+    let wcs = wait(&cq, reads);
+    assert!(wcs.iter().all(|w| w.status == IV_WC_SUCCESS), "{wcs:?}");
+    for r in 0..reads {
+        assert_eq!(dst.read(r * len, len), bytes, "read {r}");
+    }
+    drop((a, b));
+    c.dereg_mr(src_mr.mr).unwrap();
+    c.dereg_mr(dst_mr.mr).unwrap();
+    drop(cq);
+    drop(c);
+    finish(&dev);
 }
