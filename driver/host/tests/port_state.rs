@@ -2,7 +2,7 @@
 //! port down and up ([`HostDevice::set_port_link`]); `QueryPort` and the
 //! async events `PORT_ERR` / `PORT_ACTIVE` follow, an RC send on a down
 //! port runs out its retries (`RETRY_EXC_ERR`, the QP in ERR, as on rxe
-//! and mlx5), and traffic flows again after up on new QPs and on QPs taken
+//! and mlx5) while a UD send completes with its datagram lost, and traffic flows again after up on new QPs and on QPs taken
 //! through RESET; every open file sees the events. A firmware error
 //! injected apart from removal makes the device fatal: `DEVICE_FATAL`,
 //! every QP in ERR with its work flushed, verbs but destroys failing with
@@ -166,4 +166,42 @@ fn a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean() {
         .expect("quiescent");
     assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
     dev.unload();
+}
+
+/// A UD send on a down port completes successfully (the datagram is lost
+/// on the wire, as on rxe and mlx5) and nothing arrives; after up the same
+/// QPs talk again (UD QPs do not go to an error state for lost datagrams).
+#[test]
+fn a_ud_send_on_a_down_port_completes_and_nothing_arrives() {
+    let dev = HostDevice::with_defaults();
+    let c = client(&dev);
+    let (a, b) = (End::new_ud(&c), End::new_ud(&c));
+    let gid = dev.soft().gid();
+    a.qp.connect(0, gid).unwrap();
+    b.qp.connect(0, gid).unwrap();
+    let ah = c.create_ah(a.pd, &irpverbs_verbs::av(gid)).unwrap();
+    let ud_send = |id: u64| {
+        a.qp.post_send(&irpverbs_verbs::SendWr {
+            wr_id: id,
+            opcode: IV_WR_SEND,
+            flags: IV_SEND_SIGNALED,
+            sges: &[a.sge(0, 32)],
+            ud: Some((ah.ahn, b.qp.qpn(), 0x1111_1111)),
+            ..irpverbs_verbs::SendWr::default()
+        })
+        .unwrap();
+    };
+    b.qp.post_recv(1, &[b.sge(0, 32 + 40)]).unwrap();
+    assert!(dev.set_port_link(false));
+    ud_send(10);
+    let wc = a.wc();
+    assert_eq!((wc.wr_id, wc.status), (10, IV_WC_SUCCESS));
+    assert_eq!(b.cq.poll(&mut [IvCqe::default(); 1]).unwrap(), 0);
+    assert!(dev.set_port_link(true));
+    ud_send(11);
+    let wc = a.wc();
+    assert_eq!((wc.wr_id, wc.status), (11, IV_WC_SUCCESS));
+    let rw = b.wc();
+    assert_eq!((rw.wr_id, rw.status), (1, IV_WC_SUCCESS));
+    c.destroy_ah(ah.ah).unwrap();
 }
