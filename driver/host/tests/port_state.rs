@@ -2,8 +2,9 @@
 //! port down and up ([`HostDevice::set_port_link`]); `QueryPort` and the
 //! async events `PORT_ERR` / `PORT_ACTIVE` follow, an RC send on a down
 //! port runs out its retries (`RETRY_EXC_ERR`, the QP in ERR, as on rxe
-//! and mlx5) while a UD send completes with its datagram lost, and traffic flows again after up on new QPs and on QPs taken
-//! through RESET; every open file sees the events. A firmware error
+//! and mlx5) while a UD send completes with its datagram lost, and
+//! traffic flows again after up on new QPs and on QPs taken through
+//! RESET; every open file sees the events. A firmware error
 //! injected apart from removal makes the device fatal: `DEVICE_FATAL`,
 //! every QP in ERR with its work flushed, verbs but destroys failing with
 //! `STATUS_DEVICE_HARDWARE_ERROR`, and a clean close and unload.

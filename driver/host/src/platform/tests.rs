@@ -262,6 +262,28 @@ fn paged_code_at_dispatch_bugchecks() {
     assert_eq!(b.params[1..3], [2, 8]);
 }
 
+/// A callback into a kernel ULP whose contract is DISPATCH_LEVEL (a CEP
+/// callback) called at another IRQL bugchecks 0xC4/0xE5, with the IRQLs.
+#[test]
+fn a_callback_at_the_wrong_irql_bugchecks() {
+    let p = verified();
+    assert!(p.run_at_dispatch(|| {
+        irql::check_callback_irql(true, DISPATCH_LEVEL, "a callback");
+        true
+    }));
+    let b = expect(
+        catch_bugcheck(|| irql::check_callback_irql(true, DISPATCH_LEVEL, "a callback")),
+        codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+        verifier::API_AT_WRONG_IRQL,
+    );
+    assert_eq!(
+        b.params[1..3],
+        [u64::from(PASSIVE_LEVEL), u64::from(DISPATCH_LEVEL)]
+    );
+    // Without the verifier, no check.
+    irql::check_callback_irql(false, DISPATCH_LEVEL, "a callback");
+}
+
 #[test]
 fn set_event_above_dispatch_bugchecks() {
     let p = verified();
