@@ -446,6 +446,30 @@ pub trait Hca: Send + Sync + 'static {
     /// entries arrived meanwhile the HCA interrupts again at once.
     fn arm_event_queue(&self);
 
+    /// The completion vectors with an event queue of their own (as on
+    /// mlx5: the event queue above is the async one — command completions,
+    /// async events, MADs — and each completion vector has its own EQ,
+    /// interrupt and DPC, to which the [`Event::Completion`]s of the CQs
+    /// created on that vector go, and only those). 0 (the default): the
+    /// HCA reports completion events on the async event queue.
+    fn comp_event_queues(&self) -> u32 {
+        0
+    }
+
+    /// Takes up to `out.len()` entries of completion vector `vector`'s
+    /// event queue, as [`Hca::poll_events`]; 0 for a vector without one.
+    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+        let _ = (vector, out);
+        0
+    }
+
+    /// Re-arms completion vector `vector`'s event queue after the
+    /// driver drained it (its DPC); if entries arrived meanwhile the HCA
+    /// raises the vector's interrupt again at once.
+    fn arm_comp_event_queue(&self, vector: u32) {
+        let _ = vector;
+    }
+
     /// The send queue doorbell of `qpn`: new WQEs were published on its ring.
     /// The speed path: a direct call (an MMIO write on real hardware).
     fn sq_doorbell(&self, qpn: u32);

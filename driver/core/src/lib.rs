@@ -68,6 +68,15 @@ impl<T: Hca> Hca for alloc::sync::Arc<T> {
     fn arm_event_queue(&self) {
         (**self).arm_event_queue();
     }
+    fn comp_event_queues(&self) -> u32 {
+        (**self).comp_event_queues()
+    }
+    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+        (**self).poll_comp_events(vector, out)
+    }
+    fn arm_comp_event_queue(&self, vector: u32) {
+        (**self).arm_comp_event_queue(vector);
+    }
     fn sq_doorbell(&self, qpn: u32) {
         (**self).sq_doorbell(qpn);
     }

@@ -1,9 +1,16 @@
 //! The host device: the driver (`irpverbs-core`) over a soft HCA on the host
 //! platform, wired as PnP and the I/O manager wire it on Windows.
 //!
-//! - The soft HCA's interrupt line runs an ISR at DEVICE_LEVEL that queues
-//!   the device's DPC; the DPC runs [`Device::dpc`] when the processor (the
-//!   host thread) drops below DISPATCH_LEVEL.
+//! - The soft HCA's async interrupt (EQ 0: command completions, async
+//!   events, MADs) runs an ISR at DEVICE_LEVEL that queues the device's
+//!   DPC; the DPC runs [`Device::dpc`] when the processor (the host thread)
+//!   drops below DISPATCH_LEVEL.
+//! - Each completion vector ([`SoftConfig::num_comp_vectors`]; by default
+//!   one per processor, at least 2) has its own interrupt, whose ISR
+//!   queues that vector's DPC, targeted to a processor of its own
+//!   ([`TargetedDpc`]: a host thread per vector), where it runs
+//!   [`Device::comp_dpc`]. Two vectors' DPCs run concurrently, each under
+//!   the verifier's DPC checks (IRQL, the DPC watchdog's budget).
 //! - [`Engine::Inline`]: the firmware executes a command when its doorbell
 //!   is written, on the posting thread (deterministic, fast).
 //!   [`Engine::Thread`]: the firmware runs on its own thread, like hardware,
@@ -64,7 +71,7 @@ use zerocopy::FromBytes;
 
 use crate::platform::{
     CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
-    RawSpinLock, RequestHandle, RequestParams, check_callback_irql,
+    RawSpinLock, RequestHandle, RequestParams, TargetedDpc, check_callback_irql,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -97,7 +104,11 @@ pub enum UserDoorbells {
 }
 
 /// How to build a [`HostDevice`].
-#[derive(Clone, Debug, Default)]
+///
+/// Its default is every part's default, but for the soft HCA's completion
+/// vectors: one per processor of the host, at least 2
+/// ([`irpverbs_soft::default_comp_vectors`]).
+#[derive(Clone, Debug)]
 pub struct HostDeviceConfig {
     /// The platform (verifier, clock).
     pub platform: HostConfig,
@@ -135,6 +146,27 @@ pub struct HostDeviceConfig {
     pub device: irpverbs_core::DeviceConfig,
 }
 
+impl Default for HostDeviceConfig {
+    fn default() -> Self {
+        let processors = std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX));
+        Self {
+            platform: HostConfig::default(),
+            engine: Engine::default(),
+            soft: SoftConfig {
+                num_comp_vectors: irpverbs_soft::default_comp_vectors(processors),
+                ..SoftConfig::default()
+            },
+            user_doorbells: UserDoorbells::default(),
+            doorbell_poll_window: None,
+            power_managed_queue: false,
+            cleanup_pin_timeout: None,
+            no_process_notify: false,
+            device: irpverbs_core::DeviceConfig::default(),
+        }
+    }
+}
+
 /// How long a closing file waits, at most, for its user pins (irpverbs.sys
 /// waits as long, then logs what is left and lets the process go).
 pub const CLEANUP_PIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -146,6 +178,8 @@ pub type GrantedAccess = u32;
 struct Bus {
     platform: HostPlatform,
     dpc: OnceLock<Dpc>,
+    /// The completion vectors' DPCs, each on a processor of its own.
+    comp: OnceLock<Vec<TargetedDpc>>,
     /// The data path's DPC: the rest of a call that used its budget
     /// ([`SoftHca::resume`]).
     resume: OnceLock<Dpc>,
@@ -158,6 +192,15 @@ impl SoftBus for Bus {
     fn interrupt(&self) {
         self.platform.interrupt(|| {
             if let Some(dpc) = self.dpc.get() {
+                dpc.insert();
+            }
+        });
+    }
+
+    /// The vector's ISR queues its DPC on the vector's processor.
+    fn comp_interrupt(&self, vector: u32) {
+        self.platform.interrupt(|| {
+            if let Some(dpc) = self.comp.get().and_then(|c| c.get(vector as usize)) {
                 dpc.insert();
             }
         });
@@ -471,6 +514,7 @@ impl HostDevice {
         let bus = Arc::new(Bus {
             platform: platform.clone(),
             dpc: OnceLock::new(),
+            comp: OnceLock::new(),
             resume: OnceLock::new(),
             doorbell: Arc::clone(&doorbell),
             poller: Arc::clone(&scanner.event),
@@ -497,6 +541,23 @@ impl HostDevice {
             }
         });
         let _ = bus.dpc.set(dpc);
+        // The completion vectors' DPCs: vector v on processor v.
+        let mut comp = Vec::new();
+        for vector in 0..irpverbs_core::Hca::comp_event_queues(&*soft) {
+            let weak: Weak<SoftDevice> = Arc::downgrade(&device);
+            comp.push(
+                platform.new_targeted_dpc("irpverbs-vector", vector, move || {
+                    if let Some(d) = weak.upgrade() {
+                        d.comp_dpc(vector);
+                    }
+                })?,
+            );
+        }
+        let _ = bus.comp.set(comp);
+        // What a vector's EQ got before its DPC existed interrupts now.
+        for vector in 0..irpverbs_core::Hca::comp_event_queues(&*soft) {
+            irpverbs_core::Hca::arm_comp_event_queue(&*soft, vector);
+        }
         let weak_soft = Arc::downgrade(&soft);
         let _ = bus.resume.set(platform.new_dpc(move || {
             if let Some(soft) = weak_soft.upgrade() {

@@ -55,14 +55,17 @@ use irpverbs_abi::{
 };
 use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
 use irpverbs_ring::Shared;
-use irpverbs_soft::{SoftBus, SoftConfig, SoftHca};
+use irpverbs_soft::{MAX_COMP_VECTORS, SoftBus, SoftConfig, SoftHca, default_comp_vectors};
+use wdk_sys::ntddk::{
+    KeGetProcessorNumberFromIndex, KeQueryActiveProcessorCountEx, KeSetTargetProcessorDpcEx,
+};
 use wdk_sys::{
     _WDF_EXECUTION_LEVEL, _WDF_FILEOBJECT_CLASS, _WDF_IO_QUEUE_DISPATCH_TYPE,
-    _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, FILE_DEVICE_SECURE_OPEN, NTSTATUS, PWDFDEVICE_INIT,
-    ULONG, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG, WDF_IO_QUEUE_CONFIG,
-    WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE, WDF_QUERY_INTERFACE_CONFIG, WDFDEVICE,
-    WDFDPC, WDFDRIVER, WDFFILEOBJECT, WDFOBJECT, WDFQUEUE, WDFREQUEST,
-    call_unsafe_wdf_function_binding,
+    _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, ALL_PROCESSOR_GROUPS, FILE_DEVICE_SECURE_OPEN,
+    NTSTATUS, PROCESSOR_NUMBER, PWDFDEVICE_INIT, ULONG, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG,
+    WDF_IO_QUEUE_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE,
+    WDF_QUERY_INTERFACE_CONFIG, WDFDEVICE, WDFDPC, WDFDRIVER, WDFFILEOBJECT, WDFOBJECT, WDFQUEUE,
+    WDFREQUEST, call_unsafe_wdf_function_binding,
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
@@ -139,7 +142,17 @@ pub(crate) struct Bus {
     /// The data path left work after a call used its budget: the DPC runs
     /// `SoftHca::resume` first.
     resume: AtomicBool,
+    /// The completion vectors' WDFDPCs (vector `v` at `v`, targeted to
+    /// processor `v` modulo the active processors); null before each
+    /// exists and once it is being deleted.
+    comp: [AtomicPtr<c_void>; MAX_COMP_VECTORS as usize],
 }
+
+/// A completion vector's DPC's context: its vector.
+struct VectorContext {
+    vector: u32,
+}
+context_type!(VECTOR_CONTEXT_TYPE, VectorContext, c"IrpverbsVectorContext");
 
 impl SoftBus for Bus {
     /// The "ISR": queues the DPC (`WdfDpcEnqueue`; a DPC already queued
@@ -148,6 +161,25 @@ impl SoftBus for Bus {
     /// IRQL: <= DISPATCH_LEVEL.
     fn interrupt(&self) {
         self.enqueue();
+    }
+
+    /// Completion vector `vector`'s "ISR": queues that vector's DPC on its
+    /// processor (`WdfDpcEnqueue`).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn comp_interrupt(&self, vector: u32) {
+        let Some(slot) = self.comp.get(vector as usize) else {
+            return;
+        };
+        let dpc: WDFDPC = slot.load(Ordering::Acquire).cast();
+        if dpc.is_null() {
+            return;
+        }
+        // SAFETY: a non-null pointer here is the vector's live WDFDPC:
+        // stored after WdfDpcCreate succeeded, cleared by its cleanup
+        // callback before the framework deletes it. WdfDpcEnqueue may be
+        // called at any IRQL up to HIGH_LEVEL.
+        let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
     }
 
     /// Never rung: the firmware runs inline (`Execution::Inline`).
@@ -460,11 +492,19 @@ unsafe fn new_state(
         dpc: AtomicPtr::new(core::ptr::null_mut()),
         poller: PollerEvent::new()?,
         resume: AtomicBool::new(false),
+        comp: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_COMP_VECTORS as usize],
     });
     let platform = KmdfPlatform;
     // SAFETY: `device` was just created (caller).
     let wire_config = unsafe { crate::wsk::read_config(device) }?;
-    let mut soft_config = SoftConfig::default();
+    // A completion vector per active processor (at least 2).
+    #[allow(clippy::cast_possible_truncation)]
+    // SAFETY: no preconditions; callable at any IRQL.
+    let processors = unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS as u16) };
+    let mut soft_config = SoftConfig {
+        num_comp_vectors: default_comp_vectors(processors),
+        ..SoftConfig::default()
+    };
     if let Some(w) = &wire_config {
         w.apply(&mut soft_config);
     }
@@ -496,15 +536,35 @@ unsafe fn new_state(
 /// # Safety
 /// `device` must be our live device, `state` its state.
 unsafe fn create_dpc(device: WDFDEVICE, state: &DeviceState) -> Result<(), NTSTATUS> {
+    // SAFETY: our live device (caller).
+    let dpc = unsafe { new_dpc(device, evt_dpc, evt_dpc_cleanup, object_attributes()) }?;
+    state.bus.dpc.store(dpc.cast(), Ordering::Release);
+    for vector in 0..irpverbs_core::Hca::comp_event_queues(state.device.hca()) {
+        // SAFETY: as above.
+        unsafe { create_comp_dpc(device, state, vector)? };
+    }
+    Ok(())
+}
+
+/// A WDFDPC, child of `device`, running `func`, with `cleanup` and the
+/// context `attributes` give it; no framework serialization (the core
+/// takes its own locks).
+///
+/// # Safety
+/// `device` must be our live device.
+unsafe fn new_dpc(
+    device: WDFDEVICE,
+    func: extern "C" fn(WDFDPC),
+    cleanup: extern "C" fn(WDFOBJECT),
+    mut attributes: wdk_sys::WDF_OBJECT_ATTRIBUTES,
+) -> Result<WDFDPC, NTSTATUS> {
     let mut dpc_config = WDF_DPC_CONFIG {
         Size: struct_size::<WDF_DPC_CONFIG>(),
-        EvtDpcFunc: Some(evt_dpc),
-        // The core takes its own locks; no framework serialization.
+        EvtDpcFunc: Some(func),
         AutomaticSerialization: u8::from(false),
     };
-    let mut dpc_attributes = object_attributes();
-    dpc_attributes.ParentObject = device.cast();
-    dpc_attributes.EvtCleanupCallback = Some(evt_dpc_cleanup);
+    attributes.ParentObject = device.cast();
+    attributes.EvtCleanupCallback = Some(cleanup);
     let mut dpc: WDFDPC = core::ptr::null_mut();
     // SAFETY: the configuration and attributes are initialized, the parent
     // is our live device (caller); `dpc` receives the handle.
@@ -512,13 +572,103 @@ unsafe fn create_dpc(device: WDFDEVICE, state: &DeviceState) -> Result<(), NTSTA
         call_unsafe_wdf_function_binding!(
             WdfDpcCreate,
             &raw mut dpc_config,
-            &raw mut dpc_attributes,
+            &raw mut attributes,
             &raw mut dpc
         )
     };
     check(status)?;
-    state.bus.dpc.store(dpc.cast(), Ordering::Release);
+    Ok(dpc)
+}
+
+/// Completion vector `vector`'s DPC, a child of the device, targeted to
+/// processor `vector` (modulo the active processors: `KeGetProcessorNumberFromIndex`,
+/// `KeSetTargetProcessorDpcEx` on its KDPC before it is ever queued); the
+/// bus queues it from then on.
+///
+/// # Safety
+/// `device` must be our live device, `state` its state.
+unsafe fn create_comp_dpc(
+    device: WDFDEVICE,
+    state: &DeviceState,
+    vector: u32,
+) -> Result<(), NTSTATUS> {
+    // SAFETY: our live device (caller).
+    let dpc = unsafe {
+        new_dpc(
+            device,
+            evt_comp_dpc,
+            evt_comp_dpc_cleanup,
+            VECTOR_CONTEXT_TYPE.attributes(),
+        )
+    }?;
+    // SAFETY: the DPC was just created with this context type.
+    let context = unsafe { VECTOR_CONTEXT_TYPE.get::<VectorContext>(dpc.cast()) };
+    // SAFETY: a context of ours, zero-filled by the framework, not yet
+    // read by anyone (the DPC is not queued before it is stored below).
+    if let Some(context) = unsafe { context.as_mut() } {
+        context.vector = vector;
+    }
+    // SAFETY: no preconditions; callable at any IRQL.
+    let processors = unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS as u16) }.max(1);
+    let mut processor = PROCESSOR_NUMBER::default();
+    // SAFETY: `processor` is ours to fill; the index is below the count of
+    // active processors.
+    let status = unsafe { KeGetProcessorNumberFromIndex(vector % processors, &raw mut processor) };
+    if nt_success(status) {
+        // SAFETY: our live DPC, not yet queued.
+        let kdpc = unsafe { call_unsafe_wdf_function_binding!(WdfDpcWdmGetDpc, dpc) };
+        // SAFETY: the framework's initialized KDPC of our DPC, not queued;
+        // a valid processor number. Failing (a processor gone), the DPC
+        // runs where it is queued.
+        let _ = unsafe { KeSetTargetProcessorDpcEx(kdpc, &raw mut processor) };
+    }
+    state.bus.comp[vector as usize].store(dpc.cast(), Ordering::Release);
     Ok(())
+}
+
+/// The vector of a completion vector's DPC.
+///
+/// # Safety
+/// `dpc` must be one of ours made by [`create_comp_dpc`], alive.
+unsafe fn dpc_vector(dpc: WDFDPC) -> Option<u32> {
+    // SAFETY: our DPC, created with the context type (caller).
+    let context = unsafe { VECTOR_CONTEXT_TYPE.get::<VectorContext>(dpc.cast()) };
+    // SAFETY: a live context of ours, set before the DPC was published.
+    unsafe { context.as_ref() }.map(|c| c.vector)
+}
+
+/// A completion vector DPC's `EvtCleanupCallback`: the bus stops queueing
+/// it (the framework then waits for a run in flight).
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_comp_dpc_cleanup(object: WDFOBJECT) {
+    let dpc: WDFDPC = object.cast();
+    // SAFETY: the framework passes our live DPC.
+    let parent = unsafe { call_unsafe_wdf_function_binding!(WdfDpcGetParentObject, dpc) };
+    // SAFETY: our live DPC, made by create_comp_dpc.
+    let vector = unsafe { dpc_vector(dpc) };
+    // SAFETY: its parent is our device, alive until after its children.
+    if let (Some(state), Some(v)) = (unsafe { state(parent.cast()) }, vector)
+        && let Some(slot) = state.bus.comp.get(v as usize)
+    {
+        slot.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// A completion vector's DPC (`EvtDpcFunc`), on the vector's processor:
+/// [`Device::comp_dpc`] drains the vector's event queue (the completion
+/// events of its CQs), delivers them and re-arms it.
+///
+/// IRQL: DISPATCH_LEVEL.
+extern "C" fn evt_comp_dpc(dpc: WDFDPC) {
+    // SAFETY: the framework passes our live DPC.
+    let parent = unsafe { call_unsafe_wdf_function_binding!(WdfDpcGetParentObject, dpc) };
+    // SAFETY: our live DPC, made by create_comp_dpc.
+    let vector = unsafe { dpc_vector(dpc) };
+    // SAFETY: its parent is our live device.
+    if let (Some(state), Some(v)) = (unsafe { state(parent.cast()) }, vector) {
+        state.device.comp_dpc(v);
+    }
 }
 
 /// The device interface class, in a static for its address.
@@ -779,6 +929,11 @@ extern "C" fn evt_device_d0_entry(
             return status;
         }
         state.bus.interrupt();
+        // Each vector's DPC too: what its event queue got before the DPC
+        // existed is drained, and the queue re-armed.
+        for vector in 0..irpverbs_core::Hca::comp_event_queues(state.device.hca()) {
+            state.bus.comp_interrupt(vector);
+        }
     }
     STATUS_SUCCESS
 }

@@ -59,7 +59,10 @@ pub struct SoftConfig {
     /// ever lost: a full event queue stalls the command queue until the
     /// driver polls. Default 256.
     pub eq_depth: usize,
-    /// Completion vectors. Default 4.
+    /// Completion vectors, 2 to [`MAX_COMP_VECTORS`]: an event queue, an
+    /// interrupt and a DPC each (the async event queue comes on top).
+    /// Default 2; the hosts (the host device, irpverbs.sys) default it to
+    /// the processor count ([`default_comp_vectors`]).
     pub num_comp_vectors: u32,
     /// Max QPs (QP0 and QP1 not counted), at most 0xFF_FFFE. Default 0x1_0000.
     pub max_qp: u32,
@@ -108,6 +111,24 @@ pub struct SoftConfig {
     pub dpc_budget: u32,
 }
 
+/// Most completion vectors a soft HCA has ([`SoftConfig::num_comp_vectors`]).
+pub const MAX_COMP_VECTORS: u32 = 64;
+
+/// The completion vectors for a machine of `processors` processors: one
+/// per processor, at least 2 and at most [`MAX_COMP_VECTORS`].
+///
+/// IRQL: any.
+#[must_use]
+pub const fn default_comp_vectors(processors: u32) -> u32 {
+    if processors < 2 {
+        2
+    } else if processors > MAX_COMP_VECTORS {
+        MAX_COMP_VECTORS
+    } else {
+        processors
+    }
+}
+
 /// [`SoftConfig::dpc_budget`]'s default: 4096 packets (4 MiB at the
 /// port's 1024-byte MTU).
 pub const DEFAULT_DPC_BUDGET: u32 = 4096;
@@ -122,7 +143,7 @@ impl Default for SoftConfig {
             execution: Execution::Inline,
             cmd_queue_depth: 64,
             eq_depth: 256,
-            num_comp_vectors: 4,
+            num_comp_vectors: 2,
             max_qp: 0x1_0000,
             max_qp_wr: 0x3FFF,
             max_sge: 32,
@@ -166,7 +187,7 @@ impl SoftConfig {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` when `cmd_queue_depth` is 0, `eq_depth` is
-    /// below 2, `num_comp_vectors` is 0, `max_qp_wr`, `max_cqe` or
+    /// below 2, `num_comp_vectors` is not 2 to [`MAX_COMP_VECTORS`], `max_qp_wr`, `max_cqe` or
     /// `max_srq_wr` is not 2^k - 1 (k <= 31), `max_qp` exceeds 0xFF_FFFE,
     /// `max_mr` exceeds 0xFF_FFFF, `max_qp_rd_atom` or `max_qp_init_rd_atom`
     /// exceeds 255, `max_mr_size` is 0, `dpc_budget` is 0, or `aliases`
@@ -174,7 +195,7 @@ impl SoftConfig {
     pub fn validate(&self) -> Result<(), NtStatus> {
         let ok = self.cmd_queue_depth >= 1
             && self.eq_depth >= EVENTS_PER_COMMAND
-            && self.num_comp_vectors >= 1
+            && (2..=MAX_COMP_VECTORS).contains(&self.num_comp_vectors)
             && is_ring_limit(self.max_qp_wr)
             && is_ring_limit(self.max_cqe)
             && is_ring_limit(self.max_srq_wr)
@@ -217,10 +238,11 @@ mod tests {
 
     #[test]
     fn inconsistent_configs_are_refused() {
-        let bad: [fn(&mut SoftConfig); 11] = [
+        let bad: [fn(&mut SoftConfig); 12] = [
             |c| c.cmd_queue_depth = 0,
             |c| c.eq_depth = 1,
-            |c| c.num_comp_vectors = 0,
+            |c| c.num_comp_vectors = 1,
+            |c| c.num_comp_vectors = MAX_COMP_VECTORS + 1,
             |c| c.max_qp_wr = 0x4000,
             |c| c.max_cqe = 0,
             |c| c.max_srq_wr = u32::MAX,

@@ -17,6 +17,18 @@
 //! the [`SoftBus`]. The driver's DPC drains the queue with
 //! [`Hca::poll_event`] and re-arms it with [`Hca::arm_event_queue`].
 //!
+//! ## Event queues and completion vectors
+//!
+//! As on mlx5, the HCA has an *async* event queue (EQ 0: command
+//! completions, async events — port, QP, SRQ, CQ error, device — and MAD
+//! arrivals) and one *completion* event queue per completion vector
+//! ([`SoftConfig::num_comp_vectors`], reported as `num_comp_vectors`), each
+//! with its own interrupt ([`SoftBus::interrupt`] for EQ 0,
+//! [`SoftBus::comp_interrupt`] for vector `v`), armed and drained on its
+//! own ([`Hca::arm_comp_event_queue`], [`Hca::poll_comp_events`]). A CQ's
+//! [`Event::Completion`] goes to the EQ of the vector it was created on,
+//! and never to another. Every queue is allocated when the HCA is made.
+//!
 //! Where the firmware runs is [`SoftConfig::execution`]: [`Execution::Inline`]
 //! runs it inside `post_command` (deterministic), [`Execution::Deferred`]
 //! rings [`SoftBus::doorbell`] and leaves it to the host's "hardware" thread,
@@ -172,7 +184,9 @@ pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 pub use transport::gsi::MAD_QUEUE_DEPTH;
 
-pub use config::{DEFAULT_DPC_BUDGET, Execution, SoftConfig};
+pub use config::{
+    DEFAULT_DPC_BUDGET, Execution, MAX_COMP_VECTORS, SoftConfig, default_comp_vectors,
+};
 pub use firmware::ah::{MAX_FLOW_LABEL, MAX_SL};
 pub use firmware::datapath::TrustStats;
 pub use firmware::port::{
@@ -199,10 +213,19 @@ use packet::{Batch, Frame, Gid};
 /// queues a DPC, an implementation must not call back into the driver
 /// synchronously.
 pub trait SoftBus: Send + Sync {
-    /// Raises the interrupt: the event queue has entries and was armed.
+    /// Raises the async event queue's interrupt (EQ 0: command
+    /// completions, async events, MADs): it has entries and was armed.
     ///
     /// IRQL: called at <= DISPATCH_LEVEL.
     fn interrupt(&self);
+
+    /// Raises completion vector `vector`'s interrupt: its event queue has
+    /// entries and was armed. `vector` < [`SoftConfig::num_comp_vectors`].
+    /// Like an MSI-X message of its own, it queues that vector's DPC
+    /// (on the processor the vector is targeted to), never another's.
+    ///
+    /// IRQL: called at <= DISPATCH_LEVEL.
+    fn comp_interrupt(&self, vector: u32);
 
     /// The command doorbell was written: in [`Execution::Deferred`] mode the
     /// host should call [`SoftHca::run_firmware`] soon.
@@ -237,6 +260,10 @@ pub trait SoftBus: Send + Sync {
     }
 }
 
+/// Completion vectors whose event queue's high water mark
+/// [`SoftStats::comp_eq_high_water`] reports.
+pub const COMP_EQ_STATS: usize = 8;
+
 /// Counters for tools and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SoftStats {
@@ -250,6 +277,9 @@ pub struct SoftStats {
     pub commands_queued: usize,
     /// Most event queue entries ever held at once.
     pub eq_high_water: usize,
+    /// Most entries ever held at once by each completion vector's event
+    /// queue (the first [`COMP_EQ_STATS`] vectors).
+    pub comp_eq_high_water: [usize; COMP_EQ_STATS],
     /// Packets the transport built (requests, responses, ACKs).
     pub packets_sent: u64,
     /// WQEs the loopback fast path executed (RC SEND, WRITE, READ and
@@ -411,6 +441,12 @@ pub struct SoftHca<P: Platform> {
     port: firmware::port::Port,
     state: P::Lock<HcaState>,
     eq: P::Lock<EventQueue>,
+    /// The completion event queues, one per completion vector.
+    comp_eqs: Vec<P::Lock<EventQueue>>,
+    /// Completion vectors whose interrupt is due (bit `v`): set under
+    /// `HCA_LOCK` when an armed completion EQ gets an entry, taken and
+    /// raised with no lock held ([`SoftHca::raise`]).
+    comp_raise: core::sync::atomic::AtomicU64,
     inbox: P::Lock<Batch>,
     inbox_pending: AtomicBool,
     /// Datagrams serialized for links, in order, waiting to be handed over
@@ -470,6 +506,13 @@ impl<P: Platform> SoftHca<P> {
             .try_reserve_exact(cmd_queue_depth)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let eq = EventQueue::new(eq_depth)?;
+        let mut comp_eqs = Vec::new();
+        comp_eqs
+            .try_reserve_exact(config.num_comp_vectors as usize)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        for _ in 0..config.num_comp_vectors {
+            comp_eqs.push(platform.new_lock(&EQ_LOCK, EventQueue::new(eq_depth)?));
+        }
         let state = HcaState {
             queue,
             depth: cmd_queue_depth,
@@ -485,6 +528,8 @@ impl<P: Platform> SoftHca<P> {
             attention: state.firmware.dp.attention.clone(),
             state: platform.new_lock(&HCA_LOCK, state),
             eq: platform.new_lock(&EQ_LOCK, eq),
+            comp_eqs,
+            comp_raise: core::sync::atomic::AtomicU64::new(0),
             inbox: platform.new_lock(&INBOX_LOCK, Batch::default()),
             inbox_pending: AtomicBool::new(false),
             txq: platform.new_lock(
@@ -796,8 +841,7 @@ impl<P: Platform> SoftHca<P> {
         if !nt_success(status) {
             stats.commands_failed += 1;
         }
-        let dp = &mut st.firmware.dp;
-        Ok(self.eq.lock(|eq| {
+        let raise = self.eq.lock(|eq| {
             let mut raise = eq.push_reserved(Event::CommandDone { token, status, out });
             let mut used = 1;
             if let Some(event) = event {
@@ -805,8 +849,9 @@ impl<P: Platform> SoftHca<P> {
                 used += 1;
             }
             eq.release(EVENTS_PER_COMMAND - used);
-            raise | queue_events(eq, &mut dp.events, &mut dp.gsi.announced, stats)
-        }))
+            raise
+        });
+        Ok(raise | self.queue_events(&mut st.firmware, stats))
     }
 
     /// The doorbell scanner: takes every slot rung on every doorbell page
@@ -842,13 +887,11 @@ impl<P: Platform> SoftHca<P> {
             // doorbell.
             scan.work |= st.firmware.dp.left_for_engine();
             // An armed CQ with completions: its event goes out now.
-            let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
+            let raise = self.push_events(&mut st.firmware, &mut st.stats);
             (scan, raise, st.firmware.dp.work_done() - before)
         });
         self.bus.work(work);
-        if raise {
-            self.bus.interrupt();
-        }
+        self.raise(raise);
         if scan.work {
             match self.execution {
                 Execution::Inline => self.run_after(work),
@@ -887,6 +930,12 @@ impl<P: Platform> SoftHca<P> {
             }
         });
         stats.eq_high_water = self.eq.lock(|eq| eq.high_water());
+        for (v, eq) in self.comp_eqs.iter().enumerate() {
+            let high = eq.lock(|eq| eq.high_water());
+            if let Some(slot) = stats.comp_eq_high_water.get_mut(v) {
+                *slot = high;
+            }
+        }
         stats
     }
 
@@ -908,36 +957,73 @@ impl<P: Platform> SoftHca<P> {
                 .lock(|st| !st.queue.is_empty() || st.firmware.dp.has_work())
     }
 
+    /// Moves the data path's events to their event queues (under
+    /// `HCA_LOCK`): a CQ's [`Event::Completion`] to its vector's EQ, the
+    /// rest to EQ 0. Returns whether to raise EQ 0's interrupt; the
+    /// completion vectors due are marked for [`SoftHca::raise`]. A lost
+    /// [`Event::Mad`] clears `gsi.announced`, so that the next MAD
+    /// announces again. Allocates nothing.
+    pub(crate) fn queue_events(&self, fw: &mut Firmware, stats: &mut SoftStats) -> bool {
+        let mut raise = false;
+        let mut comp = 0u64;
+        let Firmware { dp, cqs, .. } = fw;
+        for e in dp.events.drain(..) {
+            let mad = e == Event::Mad;
+            let pushed = match e {
+                Event::Completion { cqn } => {
+                    // A CQ destroyed since has nobody to tell (the driver
+                    // ignores an unknown CQN): EQ 0 then.
+                    let vector = cqs.get(cqn).map_or(None, |cq| {
+                        self.comp_eqs
+                            .get(cq.comp_vector as usize)
+                            .map(|q| (cq.comp_vector, q))
+                    });
+                    match vector {
+                        Some((v, q)) => q.lock(|q| q.push(e)).map(|r| {
+                            if r {
+                                comp |= 1 << v;
+                            }
+                        }),
+                        None => self.eq.lock(|q| q.push(e)).map(|r| raise |= r),
+                    }
+                }
+                _ => self.eq.lock(|q| q.push(e)).map(|r| raise |= r),
+            };
+            if pushed.is_none() {
+                stats.events_lost += 1;
+                if mad {
+                    dp.gsi.announced = false;
+                }
+            }
+        }
+        if comp != 0 {
+            self.comp_raise.fetch_or(comp, Ordering::AcqRel);
+        }
+        raise
+    }
+
+    /// Raises the interrupts due, with no soft HCA lock held: EQ 0's when
+    /// `eq0`, and every completion vector's marked by
+    /// [`SoftHca::queue_events`] (whoever marked it).
+    pub(crate) fn raise(&self, eq0: bool) {
+        if eq0 {
+            self.bus.interrupt();
+        }
+        if self.comp_raise.load(Ordering::Acquire) != 0 {
+            let mut due = self.comp_raise.swap(0, Ordering::AcqRel);
+            while due != 0 {
+                let v = due.trailing_zeros();
+                due &= due - 1;
+                self.bus.comp_interrupt(v);
+            }
+        }
+    }
+
     /// Runs `f` on the firmware state (tests only).
     #[cfg(test)]
     pub(crate) fn with_firmware<R>(&self, f: impl FnOnce(&mut Firmware) -> R) -> R {
         self.state.lock(|st| f(&mut st.firmware))
     }
-}
-
-/// Moves `events` to the event queue; returns whether to raise the
-/// interrupt. A lost [`Event::Mad`] clears `mad_announced`, so that the
-/// next MAD announces again.
-fn queue_events(
-    eq: &mut EventQueue,
-    events: &mut Vec<Event>,
-    mad_announced: &mut bool,
-    stats: &mut SoftStats,
-) -> bool {
-    let mut raise = false;
-    for e in events.drain(..) {
-        let mad = e == Event::Mad;
-        match eq.push(e) {
-            Some(r) => raise |= r,
-            None => {
-                stats.events_lost += 1;
-                if mad {
-                    *mad_announced = false;
-                }
-            }
-        }
-    }
-    raise
 }
 
 impl<P: Platform> Hca for SoftHca<P> {
@@ -1038,6 +1124,47 @@ impl<P: Platform> Hca for SoftHca<P> {
         }
     }
 
+    /// The completion vectors: one event queue each.
+    ///
+    /// IRQL: any.
+    fn comp_event_queues(&self) -> u32 {
+        self.caps.num_comp_vectors
+    }
+
+    /// [`Self::poll_events`] for completion vector `vector`'s event queue
+    /// (only [`Event::Completion`]s of CQs on that vector). 0 for a vector
+    /// the HCA does not have.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+        let Some(q) = self.comp_eqs.get(vector as usize) else {
+            return 0;
+        };
+        q.lock(|eq| {
+            let mut n = 0;
+            for slot in out.iter_mut() {
+                let Some(event) = eq.pop().0 else { break };
+                *slot = Some(event);
+                n += 1;
+            }
+            n
+        })
+    }
+
+    /// Arms completion vector `vector`'s event queue: its next entry
+    /// raises [`SoftBus::comp_interrupt`]; with entries pending, interrupts
+    /// at once instead. A vector the HCA does not have is ignored.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn arm_comp_event_queue(&self, vector: u32) {
+        let Some(q) = self.comp_eqs.get(vector as usize) else {
+            return;
+        };
+        if q.lock(EventQueue::arm) {
+            self.bus.comp_interrupt(vector);
+        }
+    }
+
     /// Schedules QP `qpn`'s send queue: inline, its new WQEs run (and their
     /// responses, and every completion they cause) before this returns;
     /// deferred, the hardware thread runs them. A doorbell for no QP is
@@ -1064,15 +1191,13 @@ impl<P: Platform> Hca for SoftHca<P> {
                         return Some(Err(st.firmware.dp.work_done() - before));
                     }
                     let more = st.firmware.dp.left_for_engine();
-                    let raise = self.push_events(&mut st.firmware.dp, &mut st.stats);
+                    let raise = self.push_events(&mut st.firmware, &mut st.stats);
                     Some(Ok((raise, more, st.firmware.dp.work_done() - before)))
                 });
                 match quick {
                     Some(Ok((raise, more, work))) => {
                         self.bus.work(work);
-                        if raise {
-                            self.bus.interrupt();
-                        }
+                        self.raise(raise);
                         if more {
                             self.run_after(work);
                         }
@@ -1208,11 +1333,9 @@ impl<P: Platform> Hca for SoftHca<P> {
     fn cq_arm_doorbell(&self, cqn: u32) {
         let raise = self.state.lock(|st| {
             st.firmware.arm_cq(cqn);
-            self.push_events(&mut st.firmware.dp, &mut st.stats)
+            self.push_events(&mut st.firmware, &mut st.stats)
         });
-        if raise {
-            self.bus.interrupt();
-        }
+        self.raise(raise);
     }
 
     /// Sends a MAD from QP1 (see the `gsi` module in the crate's source:

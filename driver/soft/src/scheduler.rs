@@ -40,7 +40,7 @@ use crate::firmware::Firmware;
 use crate::net::link;
 use crate::transport::engine::REQUESTER_BUDGET;
 use crate::wire::packet::Frame;
-use crate::{Datagram, Execution, HcaState, Peer, SoftHca, SoftStats, TxQueue, queue_events, wire};
+use crate::{Datagram, Execution, HcaState, Peer, SoftHca, SoftStats, TxQueue, wire};
 
 impl<P: Platform> SoftHca<P> {
     /// A datagram from the wire: checks it (every header and the ICRC),
@@ -204,9 +204,7 @@ impl<P: Platform> SoftHca<P> {
         if flush {
             self.flush_tx();
         }
-        if raise {
-            self.bus.interrupt();
-        }
+        self.raise(raise);
         (out, more, work)
     }
 
@@ -253,18 +251,18 @@ impl<P: Platform> SoftHca<P> {
         }
     }
 
-    /// Moves the data path's events to the event queue (under `HCA_LOCK`);
-    /// returns whether to raise the interrupt.
+    /// Moves the data path's events to their event queues (under
+    /// `HCA_LOCK`, see [`SoftHca::queue_events`]); returns whether to raise
+    /// EQ 0's interrupt.
     pub(crate) fn push_events(
         &self,
-        dp: &mut crate::firmware::datapath::DataPath,
+        fw: &mut crate::firmware::Firmware,
         stats: &mut SoftStats,
     ) -> bool {
-        if dp.events.is_empty() {
+        if fw.dp.events.is_empty() {
             return false;
         }
-        self.eq
-            .lock(|eq| queue_events(eq, &mut dp.events, &mut dp.gsi.announced, stats))
+        self.queue_events(fw, stats)
     }
 
     /// Hands the serialized datagrams to their link, in the order they
@@ -410,7 +408,7 @@ impl<P: Platform> SoftHca<P> {
                     dp.wireq.clear();
                 }
             }
-            let raise = self.push_events(&mut fw.dp, &mut st.stats);
+            let raise = self.push_events(fw, &mut st.stats);
             (raise, more)
         }
     }

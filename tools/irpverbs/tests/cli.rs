@@ -41,6 +41,29 @@ fn devinfo_prints_the_device_and_port_like_ibv_devinfo() {
     }
 }
 
+/// devinfo reports the completion vectors the soft HCA has: by default one
+/// per processor (at least 2), or as many as `--comp-vectors` asks; a count
+/// the HCA cannot have is refused.
+#[test]
+fn devinfo_reports_the_completion_vectors() {
+    let v = run(&["devinfo", "-v", "--comp-vectors", "5"]);
+    assert!(v.contains("\tnum_comp_vectors:\t\t5\n"), "{v}");
+    let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let want = irpverbs_soft::default_comp_vectors(processors);
+    let d = run(&["devinfo", "-v"]);
+    assert!(
+        d.contains(&format!("\tnum_comp_vectors:\t\t{want}\n")),
+        "{d}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_irpverbs"))
+        .args(["devinfo", "--comp-vectors", "1"])
+        .output()
+        .expect("run irpverbs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("STATUS_INVALID_PARAMETER"), "{err}");
+}
+
 #[test]
 fn demo_runs_the_control_path_and_unloads_clean() {
     let s = run(&["demo", "--pairs", "3"]);

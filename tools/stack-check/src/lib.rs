@@ -118,12 +118,16 @@ const ALLOCATOR: [&str; 4] = [
 
 /// The entries the kernel calls the driver through, as host mode
 /// instantiates them: a label and the demangled function name.
-pub const DEFAULT_ENTRIES: [(&str, &str); 6] = [
+pub const DEFAULT_ENTRIES: [(&str, &str); 7] = [
     (
         "IOCTL dispatch",
         "irpverbs_core::device::Device<P,H>::dispatch_ioctl",
     ),
     ("DPC", "irpverbs_core::device::Device<P,H>::dpc"),
+    (
+        "completion vector DPC",
+        "irpverbs_core::device::Device<P,H>::comp_dpc",
+    ),
     (
         "CM timer",
         "irpverbs_core::cm::<impl irpverbs_core::device::Device<P,H>>::cm_timer",

@@ -99,6 +99,7 @@ pub mod heap;
 mod irql;
 pub mod pci;
 mod pool;
+mod processor;
 mod request;
 mod spinlock;
 mod timer;
@@ -125,6 +126,7 @@ pub use bugcheck::{
 pub use event::{EventKind, HostEvent};
 pub use irql::{Dpc, HIGH_LEVEL, check_callback_irql, current_irql};
 pub use pool::{ChargeSite, NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
+pub use processor::TargetedDpc;
 pub use request::{
     CancelRoutine, Completion, CompletionRoutine, HOST_PROCESS, HostRequest, KeptNotify,
     RequestHandle, RequestParams,

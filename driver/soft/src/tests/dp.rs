@@ -196,10 +196,15 @@ impl Node {
     }
 
     pub(crate) fn cq(&self, n: u32) -> Cq {
+        self.cq_on(n, 0)
+    }
+
+    /// A CQ of `n` entries on completion vector `comp_vector`.
+    pub(crate) fn cq_on(&self, n: u32, comp_vector: u32) -> Cq {
         let CommandOut::Cq { cqn, ring, .. } =
             self.d.ok(Command::CreateCq(irpverbs_core::CreateCq {
                 cqe: n,
-                comp_vector: 0,
+                comp_vector,
             }))
         else {
             unreachable!()
@@ -493,8 +498,9 @@ impl Pair {
         srq: Option<(u32, u32)>,
     ) -> Self {
         let (a, b, fabric) = nodes(topo);
+        // On two completion vectors: loopback, the two CQs share the HCA.
         let cqa = a.cq(64);
-        let cqb = b.cq(64);
+        let cqb = b.cq_on(64, 1);
         let srq = srq.map(|(max_wr, max_sge)| b.srq(max_wr, max_sge, 0));
         let qa = a.qp_full(a.pd, qp_type, &cqa, &cqa, None, sig_all, cap);
         let qb = b.qp_full(
@@ -2061,6 +2067,69 @@ fn srq_shared_by_two_qps_with_its_limit_event() {
     }
 }
 
+/// Each CQ's completion events go to the event queue of its completion
+/// vector, and interrupt that vector only: the requester's CQ is on vector
+/// 0, the responder's on vector 1 (loopback: of the same HCA).
+#[test]
+fn cq_events_go_to_their_vector_only() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        p.a.events();
+        p.b.events();
+        for node in [&p.a, &p.b] {
+            node.d.hca.arm_comp_event_queue(0);
+            node.d.hca.arm_comp_event_queue(1);
+        }
+        let ints = |n: &Node| (n.d.bus.comp_interrupts(0), n.d.bus.comp_interrupts(1));
+        let (a0, b0) = (ints(&p.a), ints(&p.b));
+        for round in 0..3u64 {
+            for (cq, node) in [(&p.cqa, &p.a), (&p.cqb, &p.b)] {
+                cq.q.arm(false);
+                node.d.hca.cq_arm_doorbell(cq.cqn);
+            }
+            p.recv(round, &[p.mb.sge(0, 64)]);
+            p.send(&SendWr {
+                inline: Some(b"v"),
+                ..signaled(round, IV_WR_SEND)
+            });
+            p.settle();
+            let mut seen = p.a.d.take_comp_events();
+            if !Arc::ptr_eq(&p.a, &p.b) {
+                seen.extend(p.b.d.take_comp_events());
+            }
+            seen.sort_by_key(|(v, _)| *v);
+            assert_eq!(
+                seen,
+                [
+                    (0, Event::Completion { cqn: p.cqa.cqn }),
+                    (1, Event::Completion { cqn: p.cqb.cqn })
+                ],
+                "{topo:?}"
+            );
+            assert!(
+                !p.a.events()
+                    .into_iter()
+                    .any(|e| matches!(e, Event::Completion { .. })),
+                "{topo:?}: nothing on the async EQ"
+            );
+            assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS);
+            assert_eq!(one(&p.cqb).status, IV_WC_SUCCESS);
+            for node in [&p.a, &p.b] {
+                node.d.hca.arm_comp_event_queue(0);
+                node.d.hca.arm_comp_event_queue(1);
+            }
+        }
+        // Each vector interrupted once a round, on its own HCA.
+        let (a1, b1) = (ints(&p.a), ints(&p.b));
+        if Arc::ptr_eq(&p.a, &p.b) {
+            assert_eq!((a1.0 - a0.0, a1.1 - a0.1), (3, 3), "{topo:?}");
+        } else {
+            assert_eq!((a1.0 - a0.0, a1.1 - a0.1), (3, 0), "{topo:?}");
+            assert_eq!((b1.0 - b0.0, b1.1 - b0.1), (0, 3), "{topo:?}");
+        }
+    }
+}
+
 #[test]
 fn cq_events_next_and_solicited() {
     for topo in TOPOS {
@@ -2144,15 +2213,15 @@ fn cq_events_next_and_solicited() {
             ..signaled(9, IV_WR_RDMA_WRITE)
         });
         assert_eq!(completion_events(&p.a, p.cqa.cqn), 1, "{topo:?}: an error");
-        // The event interrupts when the EQ is armed.
+        // The event interrupts its vector when that vector's EQ is armed.
         assert_eq!(p.b.state(&p.qb), IV_QPS_ERR);
         p.b.events();
-        let before = p.b.d.bus.interrupts();
-        p.b.d.hca.arm_event_queue();
+        let before = p.b.d.bus.comp_interrupts(1);
+        p.b.d.hca.arm_comp_event_queue(1);
         armed(&p.cqb, false, &p.b);
-        assert_eq!(p.b.d.bus.interrupts(), before);
+        assert_eq!(p.b.d.bus.comp_interrupts(1), before);
         p.recv(10, &[p.mb.sge(0, 8)]);
-        assert_eq!(p.b.d.bus.interrupts(), before + 1, "{topo:?}");
+        assert_eq!(p.b.d.bus.comp_interrupts(1), before + 1, "{topo:?}");
         assert_eq!(completion_events(&p.b, p.cqb.cqn), 1);
     }
 }

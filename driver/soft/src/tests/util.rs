@@ -183,6 +183,8 @@ pub(crate) fn region(length: u64) -> irpverbs_ring::Shared<irpverbs_ring::Region
 #[derive(Debug, Default)]
 pub(crate) struct CountingBus {
     interrupts: AtomicUsize,
+    /// Completion vector interrupts, per vector (the first 4).
+    comp_interrupts: [AtomicUsize; 4],
     doorbells: AtomicUsize,
     poller_wakes: AtomicUsize,
     resumes: AtomicUsize,
@@ -199,6 +201,11 @@ impl CountingBus {
 
     pub(crate) fn interrupts(&self) -> usize {
         self.interrupts.load(Ordering::SeqCst)
+    }
+
+    /// Completion vector `vector`'s interrupts.
+    pub(crate) fn comp_interrupts(&self, vector: usize) -> usize {
+        self.comp_interrupts[vector].load(Ordering::SeqCst)
     }
 
     pub(crate) fn doorbells(&self) -> usize {
@@ -219,6 +226,13 @@ impl SoftBus for CountingBus {
     fn interrupt(&self) {
         Self::check_unlocked();
         self.interrupts.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn comp_interrupt(&self, vector: u32) {
+        Self::check_unlocked();
+        if let Some(n) = self.comp_interrupts.get(vector as usize) {
+            n.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn doorbell(&self) {
@@ -366,6 +380,24 @@ impl Dev {
         let mut events = core::mem::take(&mut *self.extra.lock().unwrap());
         while let Some(e) = self.hca.poll_event() {
             events.push(e);
+        }
+        events.extend(self.take_comp_events().into_iter().map(|(_, e)| e));
+        events
+    }
+
+    /// The completion vectors' event queues' entries, each with its
+    /// vector.
+    pub(crate) fn take_comp_events(&self) -> Vec<(u32, Event)> {
+        let mut events = Vec::new();
+        for v in 0..self.hca.comp_event_queues() {
+            let mut out: [Option<Event>; 8] = Default::default();
+            loop {
+                let n = self.hca.poll_comp_events(v, &mut out);
+                events.extend(out[..n].iter_mut().filter_map(Option::take).map(|e| (v, e)));
+                if n < out.len() {
+                    break;
+                }
+            }
         }
         events
     }

@@ -82,6 +82,10 @@ enum Cmd {
         /// Every attribute and the GID table (ibv_devinfo -v).
         #[arg(short, long)]
         verbose: bool,
+        /// The soft HCA's completion vectors (an event queue, interrupt
+        /// and DPC each), 2 to 64. Default: one per processor, at least 2.
+        #[arg(long)]
+        comp_vectors: Option<u32>,
     },
     /// Drive the control path end to end: objects, QPs connected in pairs,
     /// busy cases, rundown on close, unload under the verifier.
@@ -234,7 +238,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let engine: Engine = cli.engine.into();
     let result = match cli.command {
-        Cmd::Devinfo { verbose } => devinfo(engine, verbose),
+        Cmd::Devinfo {
+            verbose,
+            comp_vectors,
+        } => devinfo(engine, verbose, comp_vectors),
         Cmd::Demo { pairs } => irpverbs_tools::demo::run(pairs, engine).map(|r| print!("{r}")),
         Cmd::Port { action } => {
             irpverbs_tools::port::run(action.into(), engine).map(|r| print!("{r}"))
@@ -312,12 +319,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn devinfo(engine: Engine, verbose: bool) -> Result<(), String> {
-    let dev = HostDevice::new(HostDeviceConfig {
+fn devinfo(engine: Engine, verbose: bool, comp_vectors: Option<u32>) -> Result<(), String> {
+    let mut config = HostDeviceConfig {
         engine,
         ..HostDeviceConfig::default()
-    })
-    .map_err(|s| format!("device: {}", status_name(s)))?;
+    };
+    if let Some(n) = comp_vectors {
+        config.soft.num_comp_vectors = n;
+    }
+    let dev = HostDevice::new(config).map_err(|s| format!("device: {}", status_name(s)))?;
     let file = dev
         .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
         .map_err(|s| status_name(s).to_string())?;

@@ -149,6 +149,21 @@ pub type LARGE_INTEGER = _LARGE_INTEGER;
 pub type PLARGE_INTEGER = *mut _LARGE_INTEGER;
 zeroed_default!(_MDL, _LIST_ENTRY, _KAPC_STATE, _DISPATCHER_HEADER, _KEVENT, _LARGE_INTEGER);
 
+// wdm.h: the DPC object (opaque here: the glue only passes pointers to it).
+#[repr(C)] pub struct _KDPC { _p: [u8; 0] }
+pub type KDPC = _KDPC;
+pub type PKDPC = *mut _KDPC;
+pub type PRKDPC = *mut _KDPC;
+// winnt.h / wdm.h: `typedef struct _PROCESSOR_NUMBER { USHORT Group;
+// UCHAR Number; UCHAR Reserved; } PROCESSOR_NUMBER, *PPROCESSOR_NUMBER;`
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _PROCESSOR_NUMBER { pub Group: USHORT, pub Number: UCHAR, pub Reserved: UCHAR }
+pub type PROCESSOR_NUMBER = _PROCESSOR_NUMBER;
+pub type PPROCESSOR_NUMBER = *mut _PROCESSOR_NUMBER;
+zeroed_default!(_PROCESSOR_NUMBER);
+// wdm.h: `#define ALL_PROCESSOR_GROUPS 0xffff`.
+pub const ALL_PROCESSOR_GROUPS: u32 = 65535;
+
 // wdm.h: EX_TIMER objects (Windows 8.1 and later). EX_TIMER is opaque
 // (`typedef struct _EX_TIMER *PEX_TIMER;`); EXT_CALLBACK and
 // EXT_DELETE_CALLBACK are function typedefs, rendered as Option<fn>.
@@ -386,6 +401,14 @@ pub mod ntddk {
     use super::*;
     unsafe extern "C" {
         pub fn KeGetCurrentIrql() -> KIRQL;
+        // wdm.h: `ULONG KeQueryActiveProcessorCountEx(_In_ USHORT GroupNumber);`
+        pub fn KeQueryActiveProcessorCountEx(GroupNumber: USHORT) -> ULONG;
+        // wdm.h: `NTSTATUS KeGetProcessorNumberFromIndex(_In_ ULONG ProcIndex,
+        // _Out_ PPROCESSOR_NUMBER ProcNumber);`
+        pub fn KeGetProcessorNumberFromIndex(ProcIndex: ULONG, ProcNumber: PPROCESSOR_NUMBER) -> NTSTATUS;
+        // wdm.h: `NTSTATUS KeSetTargetProcessorDpcEx(_Inout_ PKDPC Dpc,
+        // _In_ PPROCESSOR_NUMBER ProcNumber);`
+        pub fn KeSetTargetProcessorDpcEx(Dpc: PKDPC, ProcNumber: PPROCESSOR_NUMBER) -> NTSTATUS;
         // wdm.h: `ULONG64 KeQueryInterruptTimePrecise(_Out_ PULONG64 QpcTimeStamp);`
         pub fn KeQueryInterruptTimePrecise(QpcTimeStamp: PULONG64) -> ULONG64;
         pub fn ExAllocatePool2(Flags: POOL_FLAGS, NumberOfBytes: SIZE_T, Tag: ULONG) -> PVOID;
@@ -451,6 +474,8 @@ pub mod wdf_fns {
         WdfDpcEnqueue(Dpc: WDFDPC) -> BOOLEAN;
         WdfDpcCreate(Config: PWDF_DPC_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, Dpc: *mut WDFDPC) -> NTSTATUS;
         WdfDpcGetParentObject(Dpc: WDFDPC) -> WDFOBJECT;
+        // wdfdpc.h: `KDPC* WdfDpcWdmGetDpc(_In_ WDFDPC Dpc);`
+        WdfDpcWdmGetDpc(Dpc: WDFDPC) -> PKDPC;
         WdfDeviceInitSetPnpPowerEventCallbacks(DeviceInit: PWDFDEVICE_INIT, PnpPowerEventCallbacks: PWDF_PNPPOWER_EVENT_CALLBACKS);
         WdfDeviceInitSetDeviceType(DeviceInit: PWDFDEVICE_INIT, DeviceType: DEVICE_TYPE);
         WdfDeviceInitSetCharacteristics(DeviceInit: PWDFDEVICE_INIT, DeviceCharacteristics: ULONG, OrInValues: BOOLEAN);
