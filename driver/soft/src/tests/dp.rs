@@ -2126,6 +2126,10 @@ fn cq_events_go_to_their_vector_only() {
         } else {
             assert_eq!((a1.0 - a0.0, a1.1 - a0.1), (3, 0), "{topo:?}");
             assert_eq!((b1.0 - b0.0, b1.1 - b0.1), (0, 3), "{topo:?}");
+            // Each vector's queue held only its own CQ's events.
+            let high = |n: &Node| n.d.hca.stats().comp_eq_high_water;
+            assert_eq!(high(&p.a)[..2], [1, 0], "{topo:?}");
+            assert_eq!(high(&p.b)[..2], [0, 1], "{topo:?}");
         }
     }
 }
