@@ -268,6 +268,10 @@ struct FakeHca {
     /// The next `ModifyQp` to this state fails with
     /// `STATUS_INSUFFICIENT_RESOURCES` (0: none).
     fail_modify_to: AtomicU32,
+    /// Completion vectors' event queues (none: completion events come on
+    /// the async event queue), and how many times each was armed.
+    comp: Mutex<Vec<VecDeque<Event>>>,
+    comp_arms: Mutex<Vec<usize>>,
 }
 
 impl FakeHca {
@@ -306,7 +310,19 @@ impl FakeHca {
             mads_out: Mutex::new(Vec::new()),
             qp_states: Mutex::new(std::collections::HashMap::new()),
             fail_modify_to: AtomicU32::new(0),
+            comp: Mutex::new(Vec::new()),
+            comp_arms: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A fake HCA with `vectors` completion vectors, each its own event
+    /// queue.
+    fn with_vectors(depth: usize, vectors: u32) -> Self {
+        let mut hca = Self::new(depth);
+        hca.caps.num_comp_vectors = vectors;
+        hca.comp = Mutex::new(vec![VecDeque::new(); vectors as usize]);
+        hca.comp_arms = Mutex::new(vec![0; vectors as usize]);
+        hca
     }
 
     /// The targets bound to page `page`, by slot.
@@ -434,6 +450,27 @@ impl Hca for FakeHca {
         self.eq.lock().unwrap().pop_front()
     }
     fn arm_event_queue(&self) {}
+    fn comp_event_queues(&self) -> u32 {
+        self.comp.lock().unwrap().len() as u32
+    }
+    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+        let mut comp = self.comp.lock().unwrap();
+        let Some(q) = comp.get_mut(vector as usize) else {
+            return 0;
+        };
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            let Some(e) = q.pop_front() else { break };
+            *slot = Some(e);
+            n += 1;
+        }
+        n
+    }
+    fn arm_comp_event_queue(&self, vector: u32) {
+        if let Some(n) = self.comp_arms.lock().unwrap().get_mut(vector as usize) {
+            *n += 1;
+        }
+    }
     fn sq_doorbell(&self, _: u32) {}
     fn rq_doorbell(&self, _: u32) {}
     fn srq_doorbell(&self, _: u32) {}
@@ -496,8 +533,12 @@ struct Rig {
 
 impl Rig {
     fn new(depth: usize) -> Self {
+        Self::over(FakeHca::new(depth))
+    }
+
+    fn over(hca: FakeHca) -> Self {
         let platform = Arc::new(FakePlatform::default());
-        let hca = Arc::new(FakeHca::new(depth));
+        let hca = Arc::new(hca);
         let dev = Device::new(platform.clone(), hca.clone());
         dev.create_file(1, Some(1)).unwrap();
         dev.create_file(2, Some(1)).unwrap();
@@ -870,6 +911,50 @@ fn cq_on(r: &Rig, file: FileKey, channel: IvHandle) -> IvCreateCqOut {
 
 fn outcome(o: &Outcome) -> Option<(NtStatus, Vec<u8>)> {
     o.lock().unwrap().take()
+}
+
+/// With completion vectors, a CQ's event is delivered by its vector's DPC
+/// (`Device::comp_dpc`), which drains that vector's queue only and re-arms
+/// it; the device arms every vector's queue when it starts.
+#[test]
+fn a_vector_s_dpc_delivers_its_own_queue_and_re_arms_it() {
+    let r = Rig::over(FakeHca::with_vectors(16, 2));
+    assert_eq!(*r.hca.comp_arms.lock().unwrap(), [1, 1], "armed at start");
+    let cq: IvCreateCqOut = r
+        .call(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                comp_vector: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let arm = IvCqNotifyIn {
+        cq: cq.cq,
+        arm: IV_NOTIFY_NEXT,
+        reserved: 0,
+    };
+    let w = r.issue(1, IOCTL_IV_CQ_NOTIFY, &arm, size_of::<IvCqEventOut>());
+    r.settle();
+    r.hca.comp.lock().unwrap()[1].push_back(Event::Completion { cqn: cq.cqn });
+    r.dev.dpc();
+    r.dev.comp_dpc(0);
+    assert!(
+        outcome(&w).is_none(),
+        "another vector's DPC does not see it"
+    );
+    assert_eq!(*r.hca.comp_arms.lock().unwrap(), [2, 1]);
+    r.dev.comp_dpc(1);
+    let (st, out) = outcome(&w).unwrap();
+    assert_eq!(st, STATUS_SUCCESS);
+    assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq.cq);
+    assert!(r.hca.comp.lock().unwrap()[1].is_empty());
+    assert_eq!(*r.hca.comp_arms.lock().unwrap(), [2, 2], "re-armed");
+    // A vector the HCA does not have: nothing to drain, nothing armed.
+    r.dev.comp_dpc(7);
+    assert_eq!(*r.hca.comp_arms.lock().unwrap(), [2, 2]);
 }
 
 #[test]
