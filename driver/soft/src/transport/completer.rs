@@ -119,10 +119,19 @@ pub(crate) fn acked(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     if qp.qp_type != IV_QPT_RC || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         return;
     }
-    ack(qpn, qp, env, psn, aeth::ACK | aeth::ACK_UNLIMITED);
+    // What `ack` and then `retire` do, in one pass over the send queue:
+    // the SEND and WRITE WQEs the ACK covers retire as they are reached.
+    let start = qp.tx.req.ci;
+    let (nak, ok) = retire_head(qpn, qp, env, Some(psn));
+    if let Some((i, missing)) = nak {
+        retry_by(qpn, qp, env, i, missing, 1);
+    }
     if qp.state != QpState::Err {
+        if ok {
+            restore_retries(qp);
+        }
         window_acknowledged(qpn, qp, env, psn_add(psn, 1));
-        retire(qpn, qp, env);
+        retired(qpn, qp, env, start);
     }
 }
 
@@ -592,34 +601,66 @@ pub(crate) fn rnr_timer_expired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
 /// reschedules the requester if WQEs wait.
 pub(crate) fn retire(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     let start = qp.tx.req.ci;
+    if retire_head(qpn, qp, env, None).1 {
+        restore_retries(qp);
+    }
+    retired(qpn, qp, env, start);
+}
+
+/// Retires WQEs from the head, in order, writing the completions of
+/// signaled and failed ones: the done ones and, with `acked` (an ACK for
+/// that PSN), the SEND and WRITE WQEs it covers, which it completes. Stops
+/// at the first WQE that is neither, at the one being sent, or at a READ
+/// or atomic the ACK covers without its response: an implicit NAK,
+/// returned with the first PSN missing. Also returns whether a WQE
+/// succeeded. The caller publishes what retired ([`retired`]).
+#[inline(always)]
+fn retire_head(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    acked: Option<u32>,
+) -> (Option<(u32, u32)>, bool) {
     let (sig_all, send_cqn) = (qp.sq_sig_all, qp.send_cqn);
     let req = &mut qp.tx.req;
     let cur = req.cur.map(|c| c.index);
     let mask = req.slots.len().max(1) - 1;
     let mut ci = req.ci;
     let mut ok = false;
+    let mut nak = None;
     while ci != req.next && cur != Some(ci) {
-        let s = &req.slots[ci as usize & mask];
+        let s = &mut req.slots[ci as usize & mask];
         if !s.done {
-            break;
+            match acked {
+                Some(psn) if psn_diff(s.last_psn, psn) <= 0 => {
+                    if is_rd_atomic(s.wqe.opcode) {
+                        nak = Some((ci, s.resp_next));
+                        break;
+                    }
+                    s.done = true;
+                    s.status = IV_WC_SUCCESS;
+                }
+                _ => break,
+            }
         }
         if completes(s.status, sig_all, s.wqe.flags) {
             let cqe = send_cqe(qpn, &s.wqe, s.status, s.length);
             post_cqe(env.cqs, env.dp, send_cqn, &cqe, false);
         }
+        ok |= s.status == IV_WC_SUCCESS;
         if is_rd_atomic(s.wqe.opcode) {
             req.rd_atomic = req.rd_atomic.saturating_sub(1);
         }
-        ok |= s.status == IV_WC_SUCCESS;
         ci = ci.wrapping_add(1);
     }
     req.ci = ci;
-    // A WQE that succeeded restores the retry counts.
-    if ok {
-        req.retry_left = qp.attr.retry_cnt;
-        req.rnr_left = qp.attr.rnr_retry;
-    }
-    retired(qpn, qp, env, start);
+    (nak, ok)
+}
+
+/// A WQE succeeded: the retry counts start again.
+fn restore_retries(qp: &mut Qp) {
+    qp.tx.req.retry_left = qp.attr.retry_cnt;
+    qp.tx.req.rnr_left = qp.attr.rnr_retry;
 }
 
 /// Whether retiring a done WQE writes its completion: when it failed, or

@@ -514,11 +514,11 @@ fn fail_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, status: u32) {
 /// resources (`max_dest_rd_atomic`; else invalid request).
 #[inline(always)]
 pub(crate) fn permitted(qp: &Qp, k: u32) -> Result<(), Fail> {
-    let access = qp.attr.qp_access_flags;
-    if (k & m::WRITE != 0 && access & IV_ACCESS_REMOTE_WRITE == 0)
-        || (k & m::READ != 0 && access & IV_ACCESS_REMOTE_READ == 0)
-        || (k & m::ATOMIC != 0 && access & IV_ACCESS_REMOTE_ATOMIC == 0)
-    {
+    let bit = |op: u32, right: u32| if k & op != 0 { right } else { 0 };
+    let need = bit(m::WRITE, IV_ACCESS_REMOTE_WRITE)
+        | bit(m::READ, IV_ACCESS_REMOTE_READ)
+        | bit(m::ATOMIC, IV_ACCESS_REMOTE_ATOMIC);
+    if qp.attr.qp_access_flags & need != need {
         return Err(Fail::Access);
     }
     if k & (m::READ | m::ATOMIC) != 0 && qp.attr.max_dest_rd_atomic == 0 {
