@@ -859,6 +859,77 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
     assert!(wsk.contains("let waiter = Waiter::new()?;"));
 }
 
+/// A kernel ULP built against version 1 of the direct-call table gets it
+/// from irpverbs.sys: KMDF's own `IRP_MN_QUERY_INTERFACE` handling refuses
+/// a `Size` below the registered (version 2) table's, so the device
+/// preprocesses `IRP_MJ_PNP`/`IRP_MN_QUERY_INTERFACE` (registered before
+/// `WdfDeviceCreate`), serves a query that the table's one rule
+/// (`query_layout`, host mode's too) gives version 1's layout with the
+/// version 1 table, referenced, completing the IRP, and hands every other
+/// IRP back to the framework.
+#[test]
+fn a_version_1_query_interface_is_served_by_the_preprocess_callback() {
+    let kernel = code_of(&read("driver/kmdf/src/kernel.rs"));
+    let assign = between(
+        &kernel,
+        "unsafe fn assign_query_interface_preprocess(",
+        "\n}\n",
+    );
+    for part in [
+        "WdfDeviceInitAssignWdmIrpPreprocessCallback,",
+        "Some(evt_device_wdm_irp_preprocess),",
+        "IRP_MJ_PNP as u8,",
+        "PREPROCESSED_PNP.as_ptr().cast_mut(),",
+        "PREPROCESSED_PNP.len() as u32",
+    ] {
+        assert!(assign.contains(part), "the registration lacks {part}");
+    }
+    assert!(kernel.contains("static PREPROCESSED_PNP: [u8; 1] = [IRP_MN_QUERY_INTERFACE as u8];"));
+    let callback = between(
+        &kernel,
+        "extern \"C\" fn evt_device_wdm_irp_preprocess(",
+        "\n}\n",
+    );
+    assert!(callback.contains("serve_version_1(device, irp)"));
+    assert!(callback.contains("IofCompleteRequest(irp, IO_NO_INCREMENT as i8)"));
+    assert!(callback.contains("WdfDeviceWdmDispatchPreprocessedIrp, device, irp"));
+    let serve = between(&kernel, "unsafe fn serve_version_1(", "\n}\n");
+    for part in [
+        "stack.MinorFunction != IRP_MN_QUERY_INTERFACE as u8",
+        "stack.Parameters.QueryInterface",
+        "is_table_guid(query.InterfaceType)",
+        "query_layout(query.Version, query.Size) != Ok(TableLayout::V1)",
+        "state.kernel.serve_query(query.Size, query.Version, out)",
+        "Ok(()) => STATUS_SUCCESS,",
+    ] {
+        assert!(serve.contains(part), "serve_version_1 lacks {part}");
+    }
+    // The copy goes through the shared rule and takes the requester's
+    // reference.
+    let method = between(&kernel, "pub(crate) unsafe fn serve_query(", "\n    }\n");
+    assert!(method.contains("serve_query(&self.table, size, version, out) }?;"));
+    assert!(method.contains("reference(self.table.context)"));
+    // Registered at device init, before WdfDeviceCreate.
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    let add = between(&device, "fn add_device(", "\n}\n");
+    let assign_at = add
+        .find("crate::kernel::assign_query_interface_preprocess(device_init)?")
+        .expect("add_device registers the preprocess callback");
+    assert!(assign_at < add.find("create_device(device_init, config)?").unwrap());
+    let mocks = read("driver/kmdf/linux-check/mocks/wdk-sys/src/lib.rs");
+    for binding in [
+        "pub type PFN_WDFDEVICE_WDM_IRP_PREPROCESS = Option<unsafe extern \"C\" fn(Device: WDFDEVICE, Irp: PIRP) -> NTSTATUS>;",
+        "WdfDeviceInitAssignWdmIrpPreprocessCallback(DeviceInit: PWDFDEVICE_INIT, EvtDeviceWdmIrpPreprocess: PFN_WDFDEVICE_WDM_IRP_PREPROCESS, MajorFunction: UCHAR, MinorFunctions: PUCHAR, NumMinorFunctions: ULONG) -> NTSTATUS;",
+        "WdfDeviceWdmDispatchPreprocessedIrp(Device: WDFDEVICE, Irp: PIRP) -> NTSTATUS;",
+        "pub InterfaceType: *const GUID, pub Size: USHORT, pub Version: USHORT, pub Interface: PINTERFACE, pub InterfaceSpecificData: PVOID",
+        "pub fn IofCompleteRequest(Irp: PIRP, PriorityBoost: CCHAR);",
+        "pub const IRP_MJ_PNP: u32 = 27;",
+        "pub const IRP_MN_QUERY_INTERFACE: u32 = 8;",
+    ] {
+        assert!(mocks.contains(binding), "the mocks lack {binding}");
+    }
+}
+
 /// irpverbs.sys implements the hardware seam (`PciPlatform`) with WDF's
 /// DMA objects, `MmMapIoSpaceEx` and per-message interrupts, against
 /// bindings transcribed into the linux-check mocks.

@@ -54,7 +54,7 @@
 //! `req_notify_cq` ([`IV_KERNEL_INTERFACE_V1_SIZE`] bytes). Fields are only
 //! ever appended, with a new version. A query for version `v` with `Size`
 //! bytes is served when `Size` holds that version's table
-//! ([`serve_query`]): the caller gets that prefix, with `size` and
+//! ([`query_layout`], used by [`serve_query`] and by irpverbs.sys): the caller gets that prefix, with `size` and
 //! `version` set to what it asked for, so a ULP built against version 1
 //! keeps working unchanged.
 
@@ -574,6 +574,56 @@ where
     })
 }
 
+/// The table layouts a query can be served: each version's prefix of
+/// [`IvKernelInterface`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableLayout {
+    /// Version 1: up to `req_notify_cq` ([`IV_KERNEL_INTERFACE_V1_SIZE`]).
+    V1,
+    /// Version 2: the whole table (adds the CEP callbacks).
+    V2,
+}
+
+impl TableLayout {
+    /// `INTERFACE.Size` of this layout.
+    pub fn size(self) -> u16 {
+        match self {
+            Self::V1 => IV_KERNEL_INTERFACE_V1_SIZE,
+            Self::V2 => size_of::<IvKernelInterface>() as u16,
+        }
+    }
+
+    /// `INTERFACE.Version` of this layout.
+    pub fn version(self) -> u16 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => IV_KERNEL_INTERFACE_VERSION,
+        }
+    }
+}
+
+/// Which layout a query for `version` with a buffer of `size` bytes is
+/// served: the one `version` names, when `size` holds it. The one rule
+/// for every way the table is handed out (host mode's query and
+/// irpverbs.sys's `IRP_MN_QUERY_INTERFACE`), so that they cannot differ.
+///
+/// IRQL: any.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER`: a version other than 1 and 2, or a `size`
+/// smaller than that version's table.
+pub fn query_layout(version: u16, size: u16) -> Result<TableLayout, NtStatus> {
+    let layout = match version {
+        1 => TableLayout::V1,
+        IV_KERNEL_INTERFACE_VERSION => TableLayout::V2,
+        _ => return Err(STATUS_INVALID_PARAMETER),
+    };
+    if size < layout.size() {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    Ok(layout)
+}
+
 /// Serves an `IRP_MN_QUERY_INTERFACE` for the table: copies the prefix of
 /// `table` that `version` defines into `out` (`size` bytes the caller
 /// gave), with `size` and `version` set to that version's. The copy holds
@@ -591,17 +641,14 @@ pub unsafe fn serve_query(
     version: u16,
     out: *mut IvKernelInterface,
 ) -> Result<(), NtStatus> {
-    let need = match version {
-        1 => IV_KERNEL_INTERFACE_V1_SIZE,
-        IV_KERNEL_INTERFACE_VERSION => size_of::<IvKernelInterface>() as u16,
-        _ => return Err(STATUS_INVALID_PARAMETER),
-    };
-    if out.is_null() || size < need {
+    let layout = query_layout(version, size)?;
+    if out.is_null() {
         return Err(STATUS_INVALID_PARAMETER);
     }
+    let need = layout.size();
     let mut copy = *table;
     copy.size = need;
-    copy.version = version;
+    copy.version = layout.version();
     // SAFETY: `out` is valid for `size` >= `need` bytes (caller); `copy`
     // is a live table of at least `need` bytes; they do not overlap.
     unsafe {

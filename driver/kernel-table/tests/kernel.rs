@@ -662,3 +662,34 @@ fn the_interface_fails_cleanly_when_memory_is_short() {
     );
     assert_eq!(runs, 3, "the two boxes and the context");
 }
+
+/// The one rule for which table a query gets (host mode's query and
+/// irpverbs.sys's `IRP_MN_QUERY_INTERFACE` both use it): version 1 with
+/// version 1's size gets version 1's table, version 2 with the whole
+/// table's size gets it, a buffer too small for the version it names and
+/// an unknown version are refused.
+#[test]
+fn a_query_gets_the_layout_its_version_and_size_name() {
+    use irpverbs_kernel_table::kernel::{IV_KERNEL_INTERFACE_V1_SIZE, TableLayout, query_layout};
+    let v1 = IV_KERNEL_INTERFACE_V1_SIZE;
+    let v2 = size_of::<IvKernelInterface>() as u16;
+    assert!(v1 < v2);
+    assert_eq!(query_layout(1, v1), Ok(TableLayout::V1));
+    assert_eq!(query_layout(1, v2), Ok(TableLayout::V1), "a larger buffer");
+    assert_eq!(query_layout(2, v2), Ok(TableLayout::V2));
+    assert_eq!(query_layout(2, v1), Err(STATUS_INVALID_PARAMETER));
+    assert_eq!(query_layout(2, v2 - 1), Err(STATUS_INVALID_PARAMETER));
+    assert_eq!(query_layout(1, v1 - 1), Err(STATUS_INVALID_PARAMETER));
+    for version in [0, 3, u16::MAX] {
+        assert_eq!(
+            query_layout(version, u16::MAX),
+            Err(STATUS_INVALID_PARAMETER),
+            "version {version}"
+        );
+    }
+    assert_eq!((TableLayout::V1.size(), TableLayout::V1.version()), (v1, 1));
+    assert_eq!(
+        (TableLayout::V2.size(), TableLayout::V2.version()),
+        (v2, IV_KERNEL_INTERFACE_VERSION)
+    );
+}

@@ -21,7 +21,9 @@
 //!   [`GUID_IV_KERNEL_INTERFACE`] returns the direct-call table
 //!   ([`crate::kernel`]), registered with `WdfDeviceAddQueryInterface`: KMDF
 //!   answers the IRP itself, copying the table and calling its
-//!   `InterfaceReference`.
+//!   `InterfaceReference`; a query for version 1 (whose `Size` KMDF would
+//!   refuse) is answered by the device's `IRP_MN_QUERY_INTERFACE`
+//!   preprocess callback (see [`crate::kernel`]'s versions).
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
 //!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
 //!   event queue and re-arms it. D0Entry starts the doorbell poller (a
@@ -314,6 +316,8 @@ fn add_device(driver: WDFDRIVER, device_init: PWDFDEVICE_INIT) -> Result<(), NTS
     let config = crate::registry::device_config(driver);
     // SAFETY: the framework's device_init, valid until WdfDeviceCreate.
     unsafe { configure_init(device_init) };
+    // SAFETY: as above.
+    unsafe { crate::kernel::assign_query_interface_preprocess(device_init)? };
     // SAFETY: as above; configured.
     let device = unsafe { create_device(device_init, config)? };
     // From here on a failure deletes the device, and its destroy callback

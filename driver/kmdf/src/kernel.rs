@@ -33,8 +33,15 @@
 //!
 //! # Versions
 //! KMDF serves `IRP_MN_QUERY_INTERFACE` from the table registered with
-//! `WdfDeviceAddQueryInterface` when the query's `Size` and `Version` are at
-//! least the table's; the device registers the whole (version 2) table.
+//! `WdfDeviceAddQueryInterface` only when the query's `Size` and `Version`
+//! are at least the table's; the device registers the whole (version 2)
+//! table. So that a ULP built against version 1 still gets its table, the
+//! device also preprocesses `IRP_MJ_PNP`/`IRP_MN_QUERY_INTERFACE`
+//! (`WdfDeviceInitAssignWdmIrpPreprocessCallback`): a query for the GUID
+//! that [`irpverbs_kernel_table::kernel::query_layout`] (host mode's rule)
+//! gives version 1's layout is served by [`KernelInterface::serve_query`]
+//! and completed there; every other query goes on to KMDF
+//! (`WdfDeviceWdmDispatchPreprocessedIrp`).
 //!
 //! IRQL: every table function is callable at IRQL <= DISPATCH_LEVEL; none
 //! blocks (but `unregister_cep_callback` spins while a callback runs on
@@ -52,21 +59,25 @@ use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use irpverbs_abi::{
     IvCepEventOut, IvHandle, NtStatus, STATUS_DEVICE_REMOVED, STATUS_INSUFFICIENT_RESOURCES,
-    STATUS_INVALID_HANDLE,
+    STATUS_INVALID_HANDLE, STATUS_SUCCESS, nt_success,
 };
 use irpverbs_core::Hca;
 use irpverbs_core::cm::{CepCallback, CepFunction, CepReady};
 use irpverbs_kernel_table::kernel::{
     CepCalls, CepNotify, IV_KERNEL_INTERFACE_GUID, IvKernelInterface, SpeedLock, SpeedPlatform,
-    interface_with_cm,
+    TableLayout, interface_with_cm, query_layout, serve_query,
 };
 use irpverbs_kernel_table::{Bell, Doorbells};
 use irpverbs_ring::Shared;
 use irpverbs_soft::SoftHca;
 use wdk_sys::ntddk::{
-    KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock, ObfDereferenceObject, ObfReferenceObject,
+    IofCompleteRequest, KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock, ObfDereferenceObject,
+    ObfReferenceObject,
 };
-use wdk_sys::{GUID, KSPIN_LOCK, PDEVICE_OBJECT, WDFDEVICE, call_unsafe_wdf_function_binding};
+use wdk_sys::{
+    GUID, IO_NO_INCREMENT, IRP_MJ_PNP, IRP_MN_QUERY_INTERFACE, KSPIN_LOCK, NTSTATUS,
+    PDEVICE_OBJECT, PIRP, PWDFDEVICE_INIT, WDFDEVICE, call_unsafe_wdf_function_binding,
+};
 
 use crate::device::{DeviceState, file_key};
 use crate::platform::KmdfPlatform;
@@ -80,6 +91,131 @@ pub const GUID_IV_KERNEL_INTERFACE: GUID = GUID {
     Data3: IV_KERNEL_INTERFACE_GUID.2,
     Data4: IV_KERNEL_INTERFACE_GUID.3,
 };
+
+/// The minor functions of `IRP_MJ_PNP` the device preprocesses.
+static PREPROCESSED_PNP: [u8; 1] = [IRP_MN_QUERY_INTERFACE as u8];
+
+/// Registers [`evt_device_wdm_irp_preprocess`] for `IRP_MJ_PNP` /
+/// `IRP_MN_QUERY_INTERFACE`, so that a version 1 query for the table is
+/// served (KMDF's own handling refuses a `Size` below the registered
+/// version 2 table's).
+///
+/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd, before `WdfDeviceCreate`).
+///
+/// # Errors
+/// `WdfDeviceInitAssignWdmIrpPreprocessCallback`'s failure
+/// (`STATUS_INSUFFICIENT_RESOURCES`); the device add fails with it.
+///
+/// # Safety
+/// `device_init` must be the framework's, before `WdfDeviceCreate`.
+pub(crate) unsafe fn assign_query_interface_preprocess(
+    device_init: PWDFDEVICE_INIT,
+) -> Result<(), NtStatus> {
+    // SAFETY: `device_init` is valid (caller); the callback has the
+    // EVT_WDFDEVICE_WDM_IRP_PREPROCESS signature; the minor function list
+    // is a 'static of the length given (the framework copies it).
+    let status = unsafe {
+        call_unsafe_wdf_function_binding!(
+            WdfDeviceInitAssignWdmIrpPreprocessCallback,
+            device_init,
+            Some(evt_device_wdm_irp_preprocess),
+            IRP_MJ_PNP as u8,
+            PREPROCESSED_PNP.as_ptr().cast_mut(),
+            PREPROCESSED_PNP.len() as u32
+        )
+    };
+    if nt_success(status) {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
+
+/// Whether `guid` (an `IRP_MN_QUERY_INTERFACE`'s `InterfaceType`) is the
+/// table's.
+///
+/// # Safety
+/// `guid` is null or points to a GUID.
+unsafe fn is_table_guid(guid: *const GUID) -> bool {
+    // SAFETY: null or a GUID (caller).
+    let Some(guid) = (unsafe { guid.as_ref() }) else {
+        return false;
+    };
+    let ours = &GUID_IV_KERNEL_INTERFACE;
+    (guid.Data1, guid.Data2, guid.Data3, guid.Data4)
+        == (ours.Data1, ours.Data2, ours.Data3, ours.Data4)
+}
+
+/// `EvtDeviceWdmIrpPreprocess` for `IRP_MJ_PNP` / `IRP_MN_QUERY_INTERFACE`:
+/// a query for [`GUID_IV_KERNEL_INTERFACE`] that
+/// [`irpverbs_kernel_table::kernel::query_layout`] gives version 1's layout
+/// is served here ([`KernelInterface::serve_query`]: the version 1 table,
+/// referenced for the requester) and the IRP completed with
+/// `STATUS_SUCCESS`; every other IRP goes on to the framework
+/// (`WdfDeviceWdmDispatchPreprocessedIrp`), which serves version 2 from
+/// the table `WdfDeviceAddQueryInterface` registered, as without this
+/// callback.
+///
+/// IRQL: PASSIVE_LEVEL (PnP IRPs); nothing here blocks.
+extern "C" fn evt_device_wdm_irp_preprocess(device: WDFDEVICE, irp: PIRP) -> NTSTATUS {
+    // SAFETY: the framework's IRP for our device, live for the callback.
+    if let Some(status) = unsafe { serve_version_1(device, irp) } {
+        // SAFETY: as above; not yet completed.
+        let io_status = unsafe { &mut (*irp).IoStatus };
+        io_status.__bindgen_anon_1.Status = status;
+        // SAFETY: our IRP to complete (not passed on), completed once, at
+        // PASSIVE_LEVEL.
+        unsafe { IofCompleteRequest(irp, IO_NO_INCREMENT as i8) };
+        return status;
+    }
+    // SAFETY: the IRP the framework gave this callback, not completed here.
+    unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmDispatchPreprocessedIrp, device, irp) }
+}
+
+/// Serves `irp` when it is a query for the table that gets version 1's
+/// layout: the status to complete it with, or `None` for the framework.
+///
+/// # Safety
+/// `irp` is a live `IRP_MJ_PNP` IRP of `device` (ours, live), with its
+/// current stack location set.
+unsafe fn serve_version_1(device: WDFDEVICE, irp: PIRP) -> Option<NTSTATUS> {
+    // SAFETY: a live IRP (caller).
+    let irp = unsafe { &*irp };
+    // SAFETY: the union member the I/O manager sets for an IRP on its way
+    // through a driver stack.
+    let overlay = unsafe { irp.Tail.Overlay };
+    // SAFETY: as above (a driver-bound IRP is not a packet).
+    let stack = unsafe {
+        overlay
+            .__bindgen_anon_2
+            .__bindgen_anon_1
+            .CurrentStackLocation
+    };
+    // SAFETY: the current stack location of a live IRP (caller).
+    let stack = unsafe { &*stack };
+    if stack.MinorFunction != IRP_MN_QUERY_INTERFACE as u8 {
+        return None;
+    }
+    // SAFETY: an IRP_MN_QUERY_INTERFACE's parameters are QueryInterface.
+    let query = unsafe { stack.Parameters.QueryInterface };
+    // SAFETY: the requester's InterfaceType, null or a GUID.
+    if !unsafe { is_table_guid(query.InterfaceType) }
+        || query_layout(query.Version, query.Size) != Ok(TableLayout::V1)
+    {
+        return None;
+    }
+    // SAFETY: `device` is ours, live for the callback (caller).
+    let state = unsafe { crate::device::state(device) }?;
+    let out = query.Interface.cast::<IvKernelInterface>();
+    // SAFETY: the requester's Interface buffer holds `Size` bytes (the
+    // IRP_MN_QUERY_INTERFACE contract).
+    Some(
+        match unsafe { state.kernel.serve_query(query.Size, query.Version, out) } {
+            Ok(()) => STATUS_SUCCESS,
+            Err(status) => status,
+        },
+    )
+}
 
 /// The soft HCA's doorbells, as the table rings them: direct calls of its
 /// [`Hca`] doorbell methods, by queue number (a kernel ULP's queues have no
@@ -349,6 +485,36 @@ impl KernelInterface {
             TableCeps(ceps.clone()),
         )?;
         Ok(Self { table, ceps })
+    }
+
+    /// Serves an `IRP_MN_QUERY_INTERFACE` for the table into the requester's
+    /// `out` (`size` bytes, asking for `version`): the layout
+    /// [`irpverbs_kernel_table::kernel::query_layout`] names (the same rule
+    /// as host mode's), referenced once for the requester, who calls
+    /// `InterfaceDereference(Context)` when done.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER`: a null `out`, a version other than 1
+    /// and 2, or a `size` smaller than that version's table (nothing is
+    /// written or referenced).
+    ///
+    /// # Safety
+    /// `out` is null or valid for `size` bytes of writes.
+    pub(crate) unsafe fn serve_query(
+        &self,
+        size: u16,
+        version: u16,
+        out: *mut IvKernelInterface,
+    ) -> Result<(), NtStatus> {
+        // SAFETY: forwarded from the caller.
+        unsafe { serve_query(&self.table, size, version, out) }?;
+        let reference = self.table.interface_reference;
+        // SAFETY: the context is the device's table's, referenced (by the
+        // device) while `self` lives; this reference is the requester's.
+        unsafe { reference(self.table.context) };
+        Ok(())
     }
 
     /// A copy of the table, for `WDF_QUERY_INTERFACE_CONFIG.Interface` (the

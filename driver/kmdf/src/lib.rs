@@ -24,7 +24,7 @@
 //! host mode uses) and through the device interface
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
-//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
+//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`; version 1 queries by `WdfDeviceInitAssignWdmIrpPreprocessCallback`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
 //! | a system thread (`PsCreateSystemThread`) started in D0Entry, ended in D0Exit, sleeping on a `KEVENT` that `IOCTL_IV_RING_DOORBELLS` sets | `SoftHca::poll_doorbells_step`: the doorbells user-mode ULPs ring in their doorbell pages ([`doorbell`]) |
 //!
 //! # User memory

@@ -85,8 +85,17 @@ pub type IO_STATUS_BLOCK = _IO_STATUS_BLOCK;
 pub type PIO_STATUS_BLOCK = *mut _IO_STATUS_BLOCK;
 pub type IO_COMPLETION_ROUTINE = Option<unsafe extern "C" fn(DeviceObject: PDEVICE_OBJECT, Irp: PIRP, Context: PVOID) -> NTSTATUS>;
 pub type PIO_COMPLETION_ROUTINE = IO_COMPLETION_ROUTINE;
+// wdm.h's IO_STACK_LOCATION.Parameters.QueryInterface (IRP_MN_QUERY_INTERFACE):
+// `struct { CONST GUID *InterfaceType; USHORT Size; USHORT Version;
+// PINTERFACE Interface; PVOID InterfaceSpecificData; } QueryInterface;`
+// (learn.microsoft.com, ns-wdm-_io_stack_location). The union's other
+// members are kept as a blob of the union's size (four pointers on x64).
+#[repr(C)] #[derive(Debug, Copy, Clone)]
+pub struct _IO_STACK_LOCATION__bindgen_ty_1__QueryInterface { pub InterfaceType: *const GUID, pub Size: USHORT, pub Version: USHORT, pub Interface: PINTERFACE, pub InterfaceSpecificData: PVOID }
+#[repr(C)] #[derive(Copy, Clone)]
+pub union _IO_STACK_LOCATION__bindgen_ty_1 { pub QueryInterface: _IO_STACK_LOCATION__bindgen_ty_1__QueryInterface, pub __others: [u64; 4] }
 #[repr(C)]
-pub struct _IO_STACK_LOCATION { pub MajorFunction: UCHAR, pub MinorFunction: UCHAR, pub Flags: UCHAR, pub Control: UCHAR, pub Parameters: [u64; 4], pub DeviceObject: PDEVICE_OBJECT, pub FileObject: PVOID, pub CompletionRoutine: PIO_COMPLETION_ROUTINE, pub Context: PVOID }
+pub struct _IO_STACK_LOCATION { pub MajorFunction: UCHAR, pub MinorFunction: UCHAR, pub Flags: UCHAR, pub Control: UCHAR, pub Parameters: _IO_STACK_LOCATION__bindgen_ty_1, pub DeviceObject: PDEVICE_OBJECT, pub FileObject: PVOID, pub CompletionRoutine: PIO_COMPLETION_ROUTINE, pub Context: PVOID }
 pub type IO_STACK_LOCATION = _IO_STACK_LOCATION;
 pub type PIO_STACK_LOCATION = *mut _IO_STACK_LOCATION;
 #[repr(C)] #[derive(Copy, Clone)]
@@ -103,6 +112,12 @@ pub type IRP = _IRP;
 pub type PIRP = *mut _IRP;
 pub const STATUS_MORE_PROCESSING_REQUIRED: NTSTATUS = -1073741802;
 pub type PULONG = *mut ULONG;
+pub type PUCHAR = *mut UCHAR;
+// wdm.h: `#define IRP_MJ_PNP 0x1b`, `#define IRP_MN_QUERY_INTERFACE 0x08`,
+// `#define IO_NO_INCREMENT 0` (bindgen renders object-like macros as u32).
+pub const IRP_MJ_PNP: u32 = 27;
+pub const IRP_MN_QUERY_INTERFACE: u32 = 8;
+pub const IO_NO_INCREMENT: u32 = 0;
 pub type PUSHORT = *mut USHORT;
 // wdm.h: PLUGPLAY_REGKEY_DEVICE, KEY_READ.
 pub const PLUGPLAY_REGKEY_DEVICE: u32 = 1;
@@ -249,6 +264,10 @@ pub type PFN_WDF_DEVICE_SURPRISE_REMOVAL = Option<unsafe extern "C" fn(Device: W
 pub type PFN_WDF_DEVICE_FILE_CREATE = Option<unsafe extern "C" fn(Device: WDFDEVICE, Request: WDFREQUEST, FileObject: WDFFILEOBJECT)>;
 pub type PFN_WDF_FILE_CLOSE = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
 pub type PFN_WDF_FILE_CLEANUP = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
+// wdfdevice.h: `NTSTATUS EVT_WDFDEVICE_WDM_IRP_PREPROCESS(_In_ WDFDEVICE
+// Device, _Inout_ PIRP Irp);` (learn.microsoft.com,
+// nc-wdfdevice-evt_wdfdevice_wdm_irp_preprocess).
+pub type PFN_WDFDEVICE_WDM_IRP_PREPROCESS = Option<unsafe extern "C" fn(Device: WDFDEVICE, Irp: PIRP) -> NTSTATUS>;
 pub type PFN_WDF_IO_IN_CALLER_CONTEXT = Option<unsafe extern "C" fn(Device: WDFDEVICE, Request: WDFREQUEST)>;
 pub type PFN_WDF_IO_QUEUE_IO_DEVICE_CONTROL = Option<unsafe extern "C" fn(Queue: WDFQUEUE, Request: WDFREQUEST, OutputBufferLength: usize, InputBufferLength: usize, IoControlCode: ULONG)>;
 pub type PFN_WDF_IO_QUEUE_IO_INTERNAL_DEVICE_CONTROL = PFN_WDF_IO_QUEUE_IO_DEVICE_CONTROL;
@@ -451,6 +470,9 @@ pub mod ntddk {
         pub fn IoAllocateIrp(StackSize: CCHAR, ChargeQuota: BOOLEAN) -> PIRP;
         pub fn IoFreeIrp(Irp: PIRP);
         pub fn IoReuseIrp(Irp: PIRP, Iostatus: NTSTATUS);
+        // wdm.h: `VOID FASTCALL IofCompleteRequest(_In_ PIRP Irp, _In_ CCHAR
+        // PriorityBoost);` (IoCompleteRequest is a macro for it).
+        pub fn IofCompleteRequest(Irp: PIRP, PriorityBoost: CCHAR);
         pub fn ExDeleteTimer(Timer: PEX_TIMER, Cancel: BOOLEAN, Wait: BOOLEAN, Parameters: PEXT_DELETE_PARAMETERS) -> BOOLEAN;
         // wdm.h: `PVOID MmMapIoSpaceEx(PHYSICAL_ADDRESS PhysicalAddress,
         // SIZE_T NumberOfBytes, ULONG Protect);` and `VOID
@@ -482,6 +504,14 @@ pub mod wdf_fns {
         WdfDeviceInitSetFileObjectConfig(DeviceInit: PWDFDEVICE_INIT, FileObjectConfig: PWDF_FILEOBJECT_CONFIG, FileObjectAttributes: PWDF_OBJECT_ATTRIBUTES);
         WdfDeviceInitSetRequestAttributes(DeviceInit: PWDFDEVICE_INIT, RequestAttributes: PWDF_OBJECT_ATTRIBUTES);
         WdfDeviceInitSetIoInCallerContextCallback(DeviceInit: PWDFDEVICE_INIT, EvtIoInCallerContext: PFN_WDF_IO_IN_CALLER_CONTEXT);
+        // wdfdevice.h: `NTSTATUS WdfDeviceInitAssignWdmIrpPreprocessCallback(
+        // PWDFDEVICE_INIT DeviceInit, PFN_WDFDEVICE_WDM_IRP_PREPROCESS
+        // EvtDeviceWdmIrpPreprocess, UCHAR MajorFunction, PUCHAR
+        // MinorFunctions, ULONG NumMinorFunctions);` and `NTSTATUS
+        // WdfDeviceWdmDispatchPreprocessedIrp(WDFDEVICE Device, PIRP Irp);`
+        // (learn.microsoft.com, nf-wdfdevice-*).
+        WdfDeviceInitAssignWdmIrpPreprocessCallback(DeviceInit: PWDFDEVICE_INIT, EvtDeviceWdmIrpPreprocess: PFN_WDFDEVICE_WDM_IRP_PREPROCESS, MajorFunction: UCHAR, MinorFunctions: PUCHAR, NumMinorFunctions: ULONG) -> NTSTATUS;
+        WdfDeviceWdmDispatchPreprocessedIrp(Device: WDFDEVICE, Irp: PIRP) -> NTSTATUS;
         WdfDeviceCreate(DeviceInit: *mut PWDFDEVICE_INIT, DeviceAttributes: PWDF_OBJECT_ATTRIBUTES, Device: *mut WDFDEVICE) -> NTSTATUS;
         WdfDeviceCreateSymbolicLink(Device: WDFDEVICE, SymbolicLinkName: PCUNICODE_STRING) -> NTSTATUS;
         WdfDeviceCreateDeviceInterface(Device: WDFDEVICE, InterfaceClassGUID: *const GUID, ReferenceString: PCUNICODE_STRING) -> NTSTATUS;
