@@ -77,8 +77,10 @@
 //! [`DeviceStats::cm_mads_malformed`]: crate::DeviceStats::cm_mads_malformed
 //! [`DeviceStats::cm_send_failures`]: crate::DeviceStats::cm_send_failures
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use irpverbs_ring::Shared;
 use zerocopy::IntoBytes;
 
 use irpverbs_cm::msg::{Info, RejReason, SidrStatus};
@@ -118,8 +120,23 @@ use crate::{Device, FileKey, Hca, Kind, Platform, Request, SpinLock};
 
 /// Arms the CM's platform timer to fire at an absolute time (ns on the
 /// clock of [`Platform::now_ns`]), replacing any earlier arming. Called
-/// with no driver lock held, at IRQL <= DISPATCH_LEVEL.
-pub type CmTimerArm = Arc<dyn Fn(u64) + Send + Sync>;
+/// with no driver lock held, at IRQL <= DISPATCH_LEVEL. Made by
+/// [`cm_timer_arm`], which allocates it fallibly.
+pub type CmTimerArm = Shared<Box<dyn Fn(u64) + Send + Sync>>;
+
+/// The arming function `arm` as the device takes it ([`CmTimerArm`]): the
+/// closure's box and its reference count, both allocated fallibly.
+///
+/// IRQL: <= DISPATCH_LEVEL.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` when either allocation is refused;
+/// nothing stays allocated.
+pub fn cm_timer_arm(arm: impl Fn(u64) + Send + Sync + 'static) -> Result<CmTimerArm, NtStatus> {
+    let arm: Box<dyn Fn(u64) + Send + Sync> =
+        irpverbs_ring::try_box(arm).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    Shared::try_new(arm).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
 
 /// What a kernel ULP's CEP callback is told: the CEP has events; poll them
 /// with [`Device::poll_cep_event`] until it returns `None`.
@@ -220,7 +237,7 @@ impl Cm {
         let arm = match (&self.arm, next) {
             (Some(f), Some(d)) if self.armed != Some(d) => {
                 self.armed = Some(d);
-                Some((Arc::clone(f), d))
+                Some((Shared::clone(f), d))
             }
             _ => None,
         };
@@ -290,7 +307,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             self.state.lock(|s| s.stats.cm_send_failures += failed);
         }
         if let Some((arm, deadline)) = flush.arm {
-            arm(deadline);
+            (**arm)(deadline);
         }
     }
 

@@ -16,7 +16,6 @@
 //! state. Requests are completed outside it.
 
 use alloc::collections::VecDeque;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use irpverbs_abi::*;
@@ -315,7 +314,7 @@ impl<R> State<R> {
 
 /// The irpverbs device, generic over the OS and the hardware.
 pub struct Device<P: Platform, H: Hca> {
-    pub(crate) platform: Arc<P>,
+    pub(crate) platform: P,
     pub(crate) hca: H,
     pub(crate) state: P::Lock<State<P::Request>>,
     /// User mappings of rings, by file (see [`crate::maps`]).
@@ -382,7 +381,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// the default configuration.
     ///
     /// IRQL: PASSIVE_LEVEL.
-    pub fn new(platform: Arc<P>, hca: H) -> Self {
+    pub fn new(platform: P, hca: H) -> Self {
         Self::with_config(platform, hca, DeviceConfig::default())
     }
 
@@ -393,7 +392,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     // An entry of the stack budget (docs/stack-budget.md): kept out of
     // line so that the checker finds it by name.
     #[inline(never)]
-    pub fn with_config(platform: Arc<P>, hca: H, config: DeviceConfig) -> Self {
+    pub fn with_config(platform: P, hca: H, config: DeviceConfig) -> Self {
         let state = Self::new_state(&platform, &hca, config);
         let maps = platform.new_lock(&MAP_LOCK, Maps::new());
         let cep_gate = platform.new_lock(&CEP_CALLBACK_LOCK, ());
@@ -417,7 +416,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// is built in a frame of its own, not beside the device it goes
     /// into (docs/stack-budget.md).
     #[inline(never)]
-    fn new_state(platform: &Arc<P>, hca: &H, config: DeviceConfig) -> P::Lock<State<P::Request>> {
+    fn new_state(platform: &P, hca: &H, config: DeviceConfig) -> P::Lock<State<P::Request>> {
         platform.new_lock(
             &DEVICE_LOCK,
             State {
@@ -439,7 +438,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 cm_ops: VecMap::new(),
                 cep_calls: VecDeque::new(),
                 cep_running: None,
-                cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(&**platform)),
+                cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(platform)),
             },
         )
     }
@@ -450,7 +449,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     }
 
     /// The platform.
-    pub fn platform(&self) -> &Arc<P> {
+    pub fn platform(&self) -> &P {
         &self.platform
     }
 

@@ -52,66 +52,74 @@ pub use platform::{
     SpinLock, page_list, pool_tag,
 };
 
-impl<T: Hca> Hca for alloc::sync::Arc<T> {
-    fn caps(&self) -> &irpverbs_abi::IvQueryDeviceOut {
-        (**self).caps()
-    }
-    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
-        (**self).post_command(token, command)
-    }
-    fn poll_event(&self) -> Option<Event> {
-        (**self).poll_event()
-    }
-    fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
-        (**self).poll_events(out)
-    }
-    fn arm_event_queue(&self) {
-        (**self).arm_event_queue();
-    }
-    fn comp_event_queues(&self) -> u32 {
-        (**self).comp_event_queues()
-    }
-    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
-        (**self).poll_comp_events(vector, out)
-    }
-    fn arm_comp_event_queue(&self, vector: u32) {
-        (**self).arm_comp_event_queue(vector);
-    }
-    fn sq_doorbell(&self, qpn: u32) {
-        (**self).sq_doorbell(qpn);
-    }
-    fn rq_doorbell(&self, qpn: u32) {
-        (**self).rq_doorbell(qpn);
-    }
-    fn srq_doorbell(&self, srqn: u32) {
-        (**self).srq_doorbell(srqn);
-    }
-    fn cq_arm_doorbell(&self, cqn: u32) {
-        (**self).cq_arm_doorbell(cqn);
-    }
-    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, irpverbs_abi::NtStatus> {
-        (**self).alloc_doorbell_page()
-    }
-    fn free_doorbell_page(&self, page: u32) {
-        (**self).free_doorbell_page(page);
-    }
-    fn bind_doorbell(
-        &self,
-        page: u32,
-        target: DoorbellTarget,
-    ) -> Result<u32, irpverbs_abi::NtStatus> {
-        (**self).bind_doorbell(page, target)
-    }
-    fn ring_doorbell_pages(&self) -> Result<(), irpverbs_abi::NtStatus> {
-        (**self).ring_doorbell_pages()
-    }
-    fn device_removed(&self) {
-        (**self).device_removed();
-    }
-    fn send_mad(&self, mad: &MadOut) -> Result<(), irpverbs_abi::NtStatus> {
-        (**self).send_mad(mad)
-    }
-    fn poll_mad(&self) -> Option<MadIn> {
-        (**self).poll_mad()
-    }
+/// A shared HCA is an HCA: `Arc`, and `irpverbs_ring::Shared` (the
+/// reference count a kernel driver allocates fallibly).
+macro_rules! shared_hca {
+    ($($pointer:ty),*) => {$(
+        impl<T: Hca> Hca for $pointer {
+            fn caps(&self) -> &irpverbs_abi::IvQueryDeviceOut {
+                (**self).caps()
+            }
+            fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
+                (**self).post_command(token, command)
+            }
+            fn poll_event(&self) -> Option<Event> {
+                (**self).poll_event()
+            }
+            fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
+                (**self).poll_events(out)
+            }
+            fn arm_event_queue(&self) {
+                (**self).arm_event_queue();
+            }
+            fn comp_event_queues(&self) -> u32 {
+                (**self).comp_event_queues()
+            }
+            fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+                (**self).poll_comp_events(vector, out)
+            }
+            fn arm_comp_event_queue(&self, vector: u32) {
+                (**self).arm_comp_event_queue(vector);
+            }
+            fn sq_doorbell(&self, qpn: u32) {
+                (**self).sq_doorbell(qpn);
+            }
+            fn rq_doorbell(&self, qpn: u32) {
+                (**self).rq_doorbell(qpn);
+            }
+            fn srq_doorbell(&self, srqn: u32) {
+                (**self).srq_doorbell(srqn);
+            }
+            fn cq_arm_doorbell(&self, cqn: u32) {
+                (**self).cq_arm_doorbell(cqn);
+            }
+            fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, irpverbs_abi::NtStatus> {
+                (**self).alloc_doorbell_page()
+            }
+            fn free_doorbell_page(&self, page: u32) {
+                (**self).free_doorbell_page(page);
+            }
+            fn bind_doorbell(
+                &self,
+                page: u32,
+                target: DoorbellTarget,
+            ) -> Result<u32, irpverbs_abi::NtStatus> {
+                (**self).bind_doorbell(page, target)
+            }
+            fn ring_doorbell_pages(&self) -> Result<(), irpverbs_abi::NtStatus> {
+                (**self).ring_doorbell_pages()
+            }
+            fn device_removed(&self) {
+                (**self).device_removed();
+            }
+            fn send_mad(&self, mad: &MadOut) -> Result<(), irpverbs_abi::NtStatus> {
+                (**self).send_mad(mad)
+            }
+            fn poll_mad(&self) -> Option<MadIn> {
+                (**self).poll_mad()
+            }
+        }
+    )*};
 }
+
+shared_hca!(alloc::sync::Arc<T>, irpverbs_ring::Shared<T>);

@@ -528,7 +528,6 @@ fn ring() -> irpverbs_ring::Ring {
 struct Rig {
     dev: Device<FakePlatform, Arc<FakeHca>>,
     hca: Arc<FakeHca>,
-    platform: Arc<FakePlatform>,
 }
 
 impl Rig {
@@ -537,12 +536,16 @@ impl Rig {
     }
 
     fn over(hca: FakeHca) -> Self {
-        let platform = Arc::new(FakePlatform::default());
         let hca = Arc::new(hca);
-        let dev = Device::new(platform.clone(), hca.clone());
+        let dev = Device::new(FakePlatform::default(), hca.clone());
         dev.create_file(1, Some(1)).unwrap();
         dev.create_file(2, Some(1)).unwrap();
-        Self { dev, hca, platform }
+        Self { dev, hca }
+    }
+
+    /// The platform the device owns.
+    fn platform(&self) -> &FakePlatform {
+        self.dev.platform()
     }
 
     /// A user-mode request from address space 1, through the caller
@@ -795,13 +798,13 @@ fn cleanup_runs_down_children_first_and_frees_everything() {
     r.dev.cleanup_file(2);
     r.dev.close_file(2);
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
-    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+    assert_eq!(r.platform().live_charges.load(Ordering::SeqCst), 0);
 }
 
 #[test]
 fn pool_failure_changes_nothing() {
     let r = Rig::new(16);
-    r.platform.fail_pool.store(1, Ordering::SeqCst);
+    r.platform().fail_pool.store(1, Ordering::SeqCst);
     assert_eq!(
         r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
         Err(STATUS_INSUFFICIENT_RESOURCES)
@@ -858,7 +861,7 @@ fn removal_completes_pending_requests_and_destroys_still_succeed() {
     r.dev.close_file(1);
     r.dev.close_file(2);
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
-    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+    assert_eq!(r.platform().live_charges.load(Ordering::SeqCst), 0);
 }
 
 #[test]
@@ -1247,7 +1250,7 @@ fn address_resolution_fails_cleanly_when_its_walk_cannot_be_boxed() {
     let baseline = outcome(&baseline).expect("resolved");
     let before = (
         r.dev.snapshot(),
-        r.platform.live_charges.load(Ordering::SeqCst),
+        r.platform().live_charges.load(Ordering::SeqCst),
     );
     let mut refused = 0;
     for n in 0.. {
@@ -1281,7 +1284,7 @@ fn address_resolution_fails_cleanly_when_its_walk_cannot_be_boxed() {
         assert_eq!(
             (
                 r.dev.snapshot(),
-                r.platform.live_charges.load(Ordering::SeqCst)
+                r.platform().live_charges.load(Ordering::SeqCst)
             ),
             before,
             "allocation {n}: something changed"
@@ -1416,7 +1419,7 @@ fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
     r.dev.cleanup_file(2);
     r.dev.close_file(2);
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
-    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
+    assert_eq!(r.platform().live_charges.load(Ordering::SeqCst), 0);
 }
 
 #[test]
@@ -1448,7 +1451,7 @@ fn ring_addresses_reach_a_user_caller_only_through_map_rings() {
         km.ring, kcq.ring,
         "MAP_RINGS from a kernel caller: the same"
     );
-    assert_eq!(r.platform.live_mappings(), 0, "and no mapping");
+    assert_eq!(r.platform().live_mappings(), 0, "and no mapping");
 }
 
 #[test]
@@ -1467,7 +1470,7 @@ fn map_rings_maps_each_ring_once_and_answers_the_same_addresses() {
     let again: IvMapRingsOut = map(&r, 1, cq.cq).unwrap();
     assert_eq!(again, m, "the same addresses");
     assert_eq!(
-        r.platform.maps_made.load(Ordering::SeqCst),
+        r.platform().maps_made.load(Ordering::SeqCst),
         1,
         "mapped once"
     );
@@ -1486,7 +1489,7 @@ fn map_rings_maps_each_ring_once_and_answers_the_same_addresses() {
     }
     let foreign: Result<IvMapRingsOut, _> = map(&r, 2, cq.cq);
     assert_eq!(foreign, Err(STATUS_INVALID_HANDLE));
-    assert_eq!(r.platform.live_mappings(), 3);
+    assert_eq!(r.platform().live_mappings(), 3);
     finish(&r);
 }
 
@@ -1508,10 +1511,10 @@ fn a_user_map_rings_from_the_queue_is_refused() {
         size_of::<IvMapRingsOut>() - 1,
     );
     assert_eq!(outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
-    r.platform.fail_map.store(true, Ordering::SeqCst);
+    r.platform().fail_map.store(true, Ordering::SeqCst);
     let failed: Result<IvMapRingsOut, _> = map(&r, 1, cq.cq);
     assert_eq!(failed, Err(STATUS_INSUFFICIENT_RESOURCES));
-    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(r.platform().live_mappings(), 0);
     finish(&r);
 }
 
@@ -1522,7 +1525,7 @@ fn a_destroyed_objects_rings_stay_mapped_and_allocated_until_the_next_request() 
     let h = IvHandleIn { handle: cq.cq };
     let _: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
     let memory = r
-        .platform
+        .platform()
         .mapped
         .lock()
         .unwrap()
@@ -1533,7 +1536,7 @@ fn a_destroyed_objects_rings_stay_mapped_and_allocated_until_the_next_request() 
         .clone();
     assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &h), Ok(()));
     // The destroy completed in the DPC: nothing could be unmapped there.
-    assert_eq!(r.platform.live_mappings(), 1);
+    assert_eq!(r.platform().live_mappings(), 1);
     assert!(memory.strong_count() > 0, "mapped memory is never freed");
     // A request from another process does not unmap (nor is it served).
     let _ = r.call_as::<_, IvQueryDeviceOut>(
@@ -1542,10 +1545,10 @@ fn a_destroyed_objects_rings_stay_mapped_and_allocated_until_the_next_request() 
         &(),
         Via::Caller(RequestorMode::User, 7),
     );
-    assert_eq!(r.platform.live_mappings(), 1);
+    assert_eq!(r.platform().live_mappings(), 1);
     // The next request from the file's process sweeps it.
     let _: IvQueryDeviceOut = r.call(1, IOCTL_IV_QUERY_DEVICE, &()).unwrap();
-    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(r.platform().live_mappings(), 0);
     assert_eq!(memory.strong_count(), 0, "unmapped, then freed");
     finish(&r);
 }
@@ -1578,7 +1581,7 @@ fn a_failed_destroy_keeps_the_mapping_and_a_resize_replaces_it() {
     assert_eq!(resized.ring.control_addr, 0, "geometry only");
     let new: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
     assert_ne!(new.ring.control_addr, first.ring.control_addr);
-    assert_eq!(r.platform.live_mappings(), 1, "the old ring was unmapped");
+    assert_eq!(r.platform().live_mappings(), 1, "the old ring was unmapped");
     finish(&r);
 }
 
@@ -1589,7 +1592,7 @@ fn cleanup_unmaps_everything_and_nothing_maps_after_it() {
     let h = IvHandleIn { handle: cq.cq };
     let _: IvMapRingsOut = map(&r, 1, h.handle).unwrap();
     r.dev.cleanup_file(1);
-    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(r.platform().live_mappings(), 0);
     assert_eq!(r.dev.snapshot().user_mappings, 0);
     let late: Result<IvMapRingsOut, _> = map(&r, 1, h.handle);
     assert_eq!(late, Err(STATUS_DELETE_PENDING));
@@ -1612,7 +1615,7 @@ fn map_doorbells_maps_one_page_per_file_once() {
     assert_eq!(map_doorbells(&r, 1), Ok(m), "the same address");
     assert_eq!(r.hca.pages_made.load(Ordering::SeqCst), 1, "one page");
     assert_eq!(
-        r.platform.maps_made.load(Ordering::SeqCst),
+        r.platform().maps_made.load(Ordering::SeqCst),
         1,
         "mapped once"
     );
@@ -1622,7 +1625,7 @@ fn map_doorbells_maps_one_page_per_file_once() {
     // The mapping holds the page's memory past the HCA's free.
     let memory = irpverbs_ring::Shared::downgrade(&r.hca.pages.lock().unwrap()[&1].0);
     r.dev.cleanup_file(1);
-    assert_eq!(r.platform.live_mappings(), 1, "cleanup unmaps");
+    assert_eq!(r.platform().live_mappings(), 1, "cleanup unmaps");
     assert_eq!(map_doorbells(&r, 1), Err(STATUS_DELETE_PENDING));
     assert_eq!(
         r.hca.pages.lock().unwrap().len(),
@@ -1700,9 +1703,9 @@ fn map_doorbells_is_refused_where_it_cannot_be_served() {
     );
     assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
     // A failed mapping maps nothing; the next request maps.
-    r.platform.fail_map.store(true, Ordering::SeqCst);
+    r.platform().fail_map.store(true, Ordering::SeqCst);
     assert_eq!(map_doorbells(&r, 2), Err(STATUS_INSUFFICIENT_RESOURCES));
-    assert_eq!(r.platform.live_mappings(), 1);
+    assert_eq!(r.platform().live_mappings(), 1);
     assert!(map_doorbells(&r, 2).is_ok());
     // An HCA without doorbell pages.
     r.hca.no_doorbells.store(true, Ordering::SeqCst);
@@ -1777,12 +1780,12 @@ fn a_files_mappings_and_pins_belong_to_one_process() {
     };
     let denied: Result<IvRegMrOut, _> = r.call_as(1, IOCTL_IV_REG_MR, &mr_in, other);
     assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
-    assert_eq!(r.platform.pins.lock().unwrap().len(), 0, "nothing pinned");
+    assert_eq!(r.platform().pins.lock().unwrap().len(), 0, "nothing pinned");
     // Its doorbell page: refused before the page is allocated.
     let denied: Result<IvMapDoorbellsOut, _> = r.call_as(1, IOCTL_IV_MAP_DOORBELLS, &(), other);
     assert_eq!(denied, Err(STATUS_ACCESS_DENIED));
     assert_eq!(r.hca.pages_made.load(Ordering::SeqCst), 0, "no page");
-    assert_eq!(r.platform.live_mappings(), 1, "only the opener's ring");
+    assert_eq!(r.platform().live_mappings(), 1, "only the opener's ring");
     // Control verbs from another process are fine.
     let _: IvQueryDeviceOut = r.call_as(1, IOCTL_IV_QUERY_DEVICE, &(), other).unwrap();
     // A file opened by process 2 belongs to process 2, even before it maps.
@@ -1842,7 +1845,7 @@ fn the_openers_exit_runs_its_file_down() {
     let _ = pd(&r, 2);
     assert!(outcome(&wait).is_none(), "pending");
     assert_eq!(
-        r.platform.live_mappings(),
+        r.platform().live_mappings(),
         4,
         "the page, the CQ, the SQ and RQ"
     );
@@ -1853,8 +1856,8 @@ fn the_openers_exit_runs_its_file_down() {
         outcome(&wait).map(|o| o.0),
         Some(STATUS_PROCESS_IS_TERMINATING)
     );
-    assert_eq!(r.platform.live_mappings(), 0, "unmapped in the opener");
-    assert_eq!(r.platform.live_pins(), 0);
+    assert_eq!(r.platform().live_mappings(), 0, "unmapped in the opener");
+    assert_eq!(r.platform().live_pins(), 0);
     assert!(r.dev.file_rundown_complete(1), "objects destroyed");
     for via in [other, Via::Caller(RequestorMode::User, 1)] {
         let late: Result<IvAllocPdOut, _> =
@@ -1869,9 +1872,9 @@ fn the_openers_exit_runs_its_file_down() {
         r.call_as(1, IOCTL_IV_MAP_RINGS, &IvHandleIn { handle: cq.cq }, other);
     assert_eq!(late, Err(STATUS_PROCESS_IS_TERMINATING));
     // Again: nothing changes.
-    let made = r.platform.maps_made.load(Ordering::SeqCst);
+    let made = r.platform().maps_made.load(Ordering::SeqCst);
     r.dev.owner_exited(1);
-    assert_eq!(r.platform.maps_made.load(Ordering::SeqCst), made);
+    assert_eq!(r.platform().maps_made.load(Ordering::SeqCst), made);
     // File 2 lives on.
     let _ = pd(&r, 2);
     // The last handle closes (process 2): cleanup and close.
@@ -1896,7 +1899,7 @@ fn a_user_registration_is_pinned_in_the_callers_context() {
         .call(1, IOCTL_IV_REG_MR, &mr_in(IV_ACCESS_REMOTE_READ))
         .unwrap();
     {
-        let pins = r.platform.pins.lock().unwrap();
+        let pins = r.platform().pins.lock().unwrap();
         let asked: Vec<(RequestorMode, bool)> = pins.iter().map(|(_, m, w)| (*m, *w)).collect();
         assert_eq!(
             asked,
@@ -1914,7 +1917,7 @@ fn a_user_registration_is_pinned_in_the_callers_context() {
     );
     assert_eq!(skipped, Err(STATUS_INVALID_DEVICE_STATE));
     // Refused in the caller's context: nothing pinned.
-    let before = r.platform.pins.lock().unwrap().len();
+    let before = r.platform().pins.lock().unwrap().len();
     for (bad, status) in [
         (
             IvRegMrIn {
@@ -1935,13 +1938,13 @@ fn a_user_registration_is_pinned_in_the_callers_context() {
         let refused: Result<IvRegMrOut, _> = r.call(1, IOCTL_IV_REG_MR, &bad);
         assert_eq!(refused, Err(status));
     }
-    assert_eq!(r.platform.pins.lock().unwrap().len(), before);
+    assert_eq!(r.platform().pins.lock().unwrap().len(), before);
     // Pinned, then refused at dispatch (a bad PD): the pin is let go.
     let bad_pd: Result<IvRegMrOut, _> =
         r.call(1, IOCTL_IV_REG_MR, &IvRegMrIn { pd: 5, ..mr_in(0) });
     assert_eq!(bad_pd, Err(STATUS_INVALID_HANDLE));
-    assert_eq!(r.platform.pins.lock().unwrap().len(), before + 1);
-    assert_eq!(r.platform.live_pins(), 0);
+    assert_eq!(r.platform().pins.lock().unwrap().len(), before + 1);
+    assert_eq!(r.platform().live_pins(), 0);
     // A kernel caller's range is wrapped at dispatch.
     let _: IvRegMrOut = r
         .call_as(
@@ -1952,7 +1955,7 @@ fn a_user_registration_is_pinned_in_the_callers_context() {
         )
         .unwrap();
     assert_eq!(
-        r.platform.pins.lock().unwrap().last().map(|p| p.1),
+        r.platform().pins.lock().unwrap().last().map(|p| p.1),
         Some(RequestorMode::Kernel)
     );
     finish(&r);
@@ -1976,7 +1979,7 @@ fn removal_tells_the_hca_and_pins_nothing_more() {
         },
     );
     assert_eq!(refused, Err(STATUS_DEVICE_REMOVED));
-    assert!(r.platform.pins.lock().unwrap().is_empty());
+    assert!(r.platform().pins.lock().unwrap().is_empty());
     finish(&r);
 }
 
@@ -1988,8 +1991,8 @@ fn finish(r: &Rig) {
         r.dev.close_file(file);
     }
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
-    assert_eq!(r.platform.live_charges.load(Ordering::SeqCst), 0);
-    assert_eq!(r.platform.live_mappings(), 0);
+    assert_eq!(r.platform().live_charges.load(Ordering::SeqCst), 0);
+    assert_eq!(r.platform().live_mappings(), 0);
 }
 
 /// An RC QP with 4 WRs and 1 SGE each way, on `cq` for both queues.
@@ -2159,10 +2162,10 @@ fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
     let armed: Arc<Mutex<Vec<u64>>> = Arc::default();
     let a = Arc::clone(&armed);
     r.dev
-        .set_cm_timer(Arc::new(move |d| a.lock().unwrap().push(d)));
+        .set_cm_timer(crate::cm::cm_timer_arm(move |d| a.lock().unwrap().push(d)).unwrap());
     assert!(armed.lock().unwrap().is_empty(), "nothing to wait for");
     // A connect from the device's CM (as the connect request will do).
-    r.platform.now.store(1_000, Ordering::SeqCst);
+    r.platform().now.store(1_000, Ordering::SeqCst);
     let flush = r.dev.state.lock(|s| {
         let cep = s.cm.engine.create(0).unwrap();
         let p = irpverbs_cm::ConnectParams {
@@ -2188,7 +2191,7 @@ fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
     let deadline = *armed.lock().unwrap().last().expect("armed");
     assert!(deadline > 1_000);
     // The timer fires: the REQ again, and the timer re-armed.
-    r.platform.now.store(deadline, Ordering::SeqCst);
+    r.platform().now.store(deadline, Ordering::SeqCst);
     r.dev.cm_timer();
     assert_eq!(r.hca.mads_out.lock().unwrap().len(), 2, "retransmitted");
     assert_eq!(r.dev.cm_stats().retransmits, 1);
@@ -2197,7 +2200,7 @@ fn the_cm_timer_is_armed_at_the_next_deadline_and_retransmits() {
     // Stopped: no more arming.
     r.dev.stop_cm_timer();
     let n = armed.lock().unwrap().len();
-    r.platform.now.store(next, Ordering::SeqCst);
+    r.platform().now.store(next, Ordering::SeqCst);
     r.dev.cm_timer();
     assert_eq!(armed.lock().unwrap().len(), n);
 }

@@ -530,9 +530,8 @@ impl HostDevice {
         // allocates in WdfDeviceCreate).
         let soft =
             Arc::new(platform.driver_code(|| SoftHca::new(&platform, soft_config, bus.clone()))?);
-        let shared_platform = Arc::new(platform.clone());
         let device = Arc::new(platform.driver_code(|| {
-            Device::with_config(shared_platform, Arc::clone(&soft), config.device)
+            Device::with_config(platform.clone(), Arc::clone(&soft), config.device)
         }));
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let dpc = platform.new_dpc(move || {
@@ -572,7 +571,7 @@ impl HostDevice {
                 d.cm_timer();
             }
         }));
-        arm_cm_timer(&device, &cm_timer, &platform);
+        platform.driver_code(|| arm_cm_timer(&device, &cm_timer, &platform))?;
         // The transport's timer: its DPC fires the soft HCA's timers (ACK
         // timeouts, RNR waits) on the platform's clock; the HCA arms it
         // for its next deadline, with or without a wire.
@@ -583,10 +582,14 @@ impl HostDevice {
                 soft.advance_clock(irpverbs_core::Platform::now_ns(&p));
             }
         }));
-        soft.attach_clock(Arc::new(TransportClock {
+        let clock = TransportClock {
             platform: platform.clone(),
             timer: Arc::clone(&transport_timer),
-        }))?;
+        };
+        platform.driver_code(|| {
+            let clock = irpverbs_ring::try_box(clock).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            soft.attach_clock(clock)
+        })?;
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let p = platform.clone();
         let cancel: CancelRoutine = Arc::new(move |key| {
@@ -745,7 +748,14 @@ impl HostDevice {
                 return Err(status);
             }
         }
-        arm_cm_timer(&self.device, &self.cm_timer, &self.platform);
+        if let Err(status) = self
+            .platform
+            .driver_code(|| arm_cm_timer(&self.device, &self.cm_timer, &self.platform))
+        {
+            self.scanner.stop();
+            self.stop_engine();
+            return Err(status);
+        }
         // Doorbells rung out of D0 wait in their queues: the firmware
         // thread looks (inline, the next post runs them all).
         if self.engine_kind == Engine::Thread {
@@ -1137,16 +1147,20 @@ impl Drop for HostDevice {
 /// Gives the device the function that arms its CM timer (a one-shot
 /// platform timer whose DPC runs [`Device::cm_timer`]) at the CM's next
 /// deadline.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` ([`irpverbs_core::cm::cm_timer_arm`]).
 fn arm_cm_timer(
     device: &SoftDevice,
     cm_timer: &Arc<crate::platform::HostTimer>,
     platform: &HostPlatform,
-) {
+) -> Result<(), NtStatus> {
     let (t, p) = (Arc::clone(cm_timer), platform.clone());
-    device.set_cm_timer(Arc::new(move |deadline| {
+    device.set_cm_timer(irpverbs_core::cm::cm_timer_arm(move |deadline| {
         let due = deadline.saturating_sub(irpverbs_core::Platform::now_ns(&p));
         t.set(std::time::Duration::from_nanos(due), None);
-    }));
+    })?);
+    Ok(())
 }
 
 /// The soft HCA as a UDP wire's endpoint; the wire's threads run under the

@@ -14,23 +14,28 @@
 //! The default timer resolution (up to 15.6 ms late) lengthens short
 //! timeouts; IBTA's are lower bounds.
 
-use alloc::sync::Arc;
 use core::ffi::c_void;
 
+use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
 use irpverbs_core::Platform;
+use irpverbs_ring::Shared;
 use irpverbs_soft::SoftHca;
 use wdk_sys::{NTSTATUS, PEX_TIMER, PVOID};
 
-use crate::cmtimer::{OneShot, Shared};
+use crate::cmtimer::{Arming, OneShot};
 use crate::platform::KmdfPlatform;
 
-impl irpverbs_soft::Clock for Shared {
+/// The clock the HCA owns while attached: the interrupt time, and the
+/// arming side of the transport's timer.
+struct TransportClock(Shared<Arming>);
+
+impl irpverbs_soft::Clock for TransportClock {
     fn now_ns(&self) -> u64 {
         KmdfPlatform.now_ns()
     }
 
     fn arm(&self, deadline_ns: u64) {
-        Shared::arm(self, deadline_ns);
+        self.0.arm(deadline_ns);
     }
 }
 
@@ -38,16 +43,19 @@ impl irpverbs_soft::Clock for Shared {
 pub(crate) struct TransportTimer {
     /// First: a drop deletes the timer before the HCA reference goes.
     timer: OneShot,
-    soft: Arc<SoftHca<KmdfPlatform>>,
+    soft: Shared<SoftHca<KmdfPlatform>>,
 }
 
 impl TransportTimer {
     /// A stopped timer for `soft`.
-    pub(crate) fn new(soft: Arc<SoftHca<KmdfPlatform>>) -> Self {
-        Self {
-            timer: OneShot::new(),
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` ([`OneShot::new`]).
+    pub(crate) fn new(soft: Shared<SoftHca<KmdfPlatform>>) -> Result<Self, NTSTATUS> {
+        Ok(Self {
+            timer: OneShot::new()?,
             soft,
-        }
+        })
     }
 
     /// D0Entry: allocates the timer and attaches the clock to the HCA.
@@ -56,17 +64,23 @@ impl TransportTimer {
     /// IRQL: PASSIVE_LEVEL.
     ///
     /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated;
-    /// the HCA's refusal of a second clock.
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer or the clock's box
+    /// cannot be allocated; the HCA's refusal of a second clock (the timer
+    /// is deleted again).
     pub(crate) fn start(&self) -> Result<(), NTSTATUS> {
         if self.timer.started() {
             return Ok(());
         }
-        let context = Arc::as_ptr(&self.soft).cast_mut().cast::<c_void>();
+        let context = core::ptr::from_ref::<SoftHca<KmdfPlatform>>(&self.soft)
+            .cast_mut()
+            .cast::<c_void>();
         // SAFETY: the context is the HCA this timer holds a reference to;
         // the timer is deleted (stop, or the drop, first field) before it.
         let shared = unsafe { self.timer.start(fire, context) }?;
-        if let Err(status) = self.soft.attach_clock(shared) {
+        let attached = irpverbs_ring::try_box(TransportClock(shared))
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+            .and_then(|clock| self.soft.attach_clock(clock));
+        if let Err(status) = attached {
             self.timer.stop();
             return Err(status);
         }

@@ -19,12 +19,12 @@
 //! [`OneShot`] is that timer without the CM: the transport's timer
 //! (`crate::clock`) is one too.
 
-use alloc::sync::Arc;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
 use irpverbs_core::Platform;
+use irpverbs_ring::Shared;
 use wdk_sys::ntddk::{ExAllocateTimer, ExDeleteTimer, ExSetTimer};
 use wdk_sys::{_EX_TIMER, BOOLEAN, LONGLONG, NTSTATUS, PEX_TIMER, PVOID};
 
@@ -37,7 +37,7 @@ const TRUE: BOOLEAN = 1;
 const FALSE: BOOLEAN = 0;
 
 /// What the arming function and D0Exit share.
-pub(crate) struct Shared {
+pub(crate) struct Arming {
     /// The allocated timer (null while stopped).
     timer: AtomicPtr<_EX_TIMER>,
     /// Armings in progress.
@@ -48,11 +48,11 @@ pub(crate) struct Shared {
 
 // SAFETY: the timer pointer is only used through atomics and the kernel's
 // timer calls, which are thread-safe.
-unsafe impl Send for Shared {}
+unsafe impl Send for Arming {}
 // SAFETY: as above.
-unsafe impl Sync for Shared {}
+unsafe impl Sync for Arming {}
 
-impl Shared {
+impl Arming {
     /// The arming function: the timer to expire at `deadline` (ns on
     /// [`KmdfPlatform::now_ns`]'s clock), replacing an earlier arming.
     ///
@@ -76,22 +76,28 @@ impl Shared {
 }
 
 /// A one-shot, default-resolution kernel timer that its users arm for
-/// absolute deadlines ([`Shared::arm`]), allocated in D0Entry and deleted
+/// absolute deadlines ([`Arming::arm`]), allocated in D0Entry and deleted
 /// in D0Exit.
 pub(crate) struct OneShot {
-    shared: Arc<Shared>,
+    shared: Shared<Arming>,
 }
 
 impl OneShot {
-    /// A stopped timer.
-    pub(crate) fn new() -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                timer: AtomicPtr::new(core::ptr::null_mut()),
-                users: AtomicUsize::new(0),
-                stopping: AtomicBool::new(false),
-            }),
-        }
+    /// A stopped timer: its state, shared with the arming side, allocated
+    /// fallibly (the timer itself is allocated by [`OneShot::start`]).
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub(crate) fn new() -> Result<Self, NTSTATUS> {
+        let shared = Shared::try_new(Arming {
+            timer: AtomicPtr::new(core::ptr::null_mut()),
+            users: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        Ok(Self { shared })
     }
 
     /// Whether it is allocated.
@@ -114,7 +120,7 @@ impl OneShot {
         &self,
         callback: unsafe extern "C" fn(PEX_TIMER, PVOID),
         context: PVOID,
-    ) -> Result<Arc<Shared>, NTSTATUS> {
+    ) -> Result<Shared<Arming>, NTSTATUS> {
         // SAFETY: `callback` has the EXT_CALLBACK signature; its context
         // outlives the timer (caller); no attributes (a default-resolution
         // timer); IRQL PASSIVE_LEVEL.
@@ -124,7 +130,7 @@ impl OneShot {
         }
         self.shared.stopping.store(false, Ordering::SeqCst);
         self.shared.timer.store(timer, Ordering::SeqCst);
-        Ok(Arc::clone(&self.shared))
+        Ok(Shared::clone(&self.shared))
     }
 
     /// No new arming; once none is in progress the timer is cancelled and
@@ -180,10 +186,13 @@ pub(crate) struct CmTimer {
 
 impl CmTimer {
     /// A stopped timer.
-    pub(crate) fn new() -> Self {
-        Self {
-            timer: OneShot::new(),
-        }
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` ([`OneShot::new`]).
+    pub(crate) fn new() -> Result<Self, NTSTATUS> {
+        Ok(Self {
+            timer: OneShot::new()?,
+        })
     }
 
     /// D0Entry: allocates the timer, its callback running
@@ -193,7 +202,8 @@ impl CmTimer {
     /// IRQL: PASSIVE_LEVEL.
     ///
     /// # Errors
-    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer cannot be allocated.
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the timer or the arming
+    /// function cannot be allocated (the timer is deleted again).
     ///
     /// # Safety
     /// `device` must outlive the timer: [`CmTimer::stop`] (or the drop of
@@ -206,8 +216,16 @@ impl CmTimer {
         // SAFETY: the context is the device, which outlives the timer
         // (caller).
         let shared = unsafe { self.timer.start(fire, context) }?;
-        device.set_cm_timer(Arc::new(move |deadline| shared.arm(deadline)));
-        Ok(())
+        match irpverbs_core::cm::cm_timer_arm(move |deadline| shared.arm(deadline)) {
+            Ok(arm) => {
+                device.set_cm_timer(arm);
+                Ok(())
+            }
+            Err(status) => {
+                self.timer.stop();
+                Err(status)
+            }
+        }
     }
 
     /// D0Exit: the core stops arming the timer; then it is deleted

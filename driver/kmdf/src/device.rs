@@ -84,7 +84,7 @@ use crate::wsk::WskWire;
 
 /// The driver over the soft HCA on Windows: the type host mode calls
 /// `SoftDevice`, over [`KmdfPlatform`].
-pub(crate) type SoftDevice = Device<KmdfPlatform, Arc<SoftHca<KmdfPlatform>>>;
+pub(crate) type SoftDevice = Device<KmdfPlatform, Shared<SoftHca<KmdfPlatform>>>;
 
 /// Everything one device instance holds, owned by its WDFDEVICE's context
 /// from `EvtDriverDeviceAdd` until the device object is destroyed.
@@ -512,18 +512,21 @@ unsafe fn new_state(
     if let Some(w) = &wire_config {
         w.apply(&mut soft_config);
     }
-    let soft = Arc::new(SoftHca::new(&platform, soft_config, bus.clone())?);
+    let soft = SoftHca::new(&platform, soft_config, bus.clone())?;
+    let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
     let poller = Shared::clone(&bus.poller);
     // SAFETY: `device` was just created: its WDM device object is live.
     let device_object =
         unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
     // SAFETY: the live device object of the device whose HCA `soft` is.
     let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) }?;
+    let cm_timer = CmTimer::new()?;
+    let transport_timer = TransportTimer::new(soft.clone())?;
     // Built in the box, not on the stack and moved (it is large).
     irpverbs_ring::try_box_with(move || DeviceState {
-        cm_timer: CmTimer::new(),
-        transport_timer: TransportTimer::new(soft.clone()),
-        device: Device::with_config(Arc::new(platform), soft.clone(), config),
+        cm_timer,
+        transport_timer,
+        device: Device::with_config(platform, soft.clone(), config),
         bus,
         next_file: AtomicU64::new(1),
         instance,

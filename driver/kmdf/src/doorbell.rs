@@ -31,7 +31,6 @@
 //! [`SoftBus::wake_doorbell_poller`]: irpverbs_soft::SoftBus::wake_doorbell_poller
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -132,14 +131,14 @@ impl PollerEvent {
 /// The thread's context: the HCA it polls and the event it sleeps on (one
 /// reference each, given back when the thread ends).
 struct ThreadContext {
-    hca: Arc<SoftHca<KmdfPlatform>>,
+    hca: Shared<SoftHca<KmdfPlatform>>,
     event: Shared<PollerEvent>,
 }
 
 /// The device's doorbell poller: its soft HCA, its event and, while the
 /// device is in D0, the thread.
 pub(crate) struct DoorbellThread {
-    hca: Arc<SoftHca<KmdfPlatform>>,
+    hca: Shared<SoftHca<KmdfPlatform>>,
     event: Shared<PollerEvent>,
     /// The running thread's object (referenced), null while stopped.
     thread: AtomicPtr<c_void>,
@@ -147,7 +146,7 @@ pub(crate) struct DoorbellThread {
 
 impl DoorbellThread {
     /// A stopped poller for `hca`, sleeping on `event` (the bus's).
-    pub(crate) fn new(hca: Arc<SoftHca<KmdfPlatform>>, event: Shared<PollerEvent>) -> Self {
+    pub(crate) fn new(hca: Shared<SoftHca<KmdfPlatform>>, event: Shared<PollerEvent>) -> Self {
         Self {
             hca,
             event,
@@ -169,7 +168,7 @@ impl DoorbellThread {
         }
         self.event.stop.store(false, Ordering::Release);
         let context = irpverbs_ring::try_box(ThreadContext {
-            hca: Arc::clone(&self.hca),
+            hca: Shared::clone(&self.hca),
             event: Shared::clone(&self.event),
         })
         .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;

@@ -14,7 +14,7 @@
 //! `InterfaceReference(Context)`; the ULP calls `InterfaceDereference(Context)`
 //! when done. The device drops its reference in its destroy callback. The
 //! context (counted and allocated fallibly: a device add that cannot get it
-//! fails with `STATUS_INSUFFICIENT_RESOURCES`) holds an `Arc` of the soft HCA, so a ULP that still holds a
+//! fails with `STATUS_INSUFFICIENT_RESOURCES`) holds a reference (`Shared`) to the soft HCA, so a ULP that still holds a
 //! reference after removal calls into live memory (a removed HCA ignores
 //! doorbells for queues it no longer has), and a reference on the WDM
 //! device object (`ObReferenceObject`), so that the I/O manager does not
@@ -52,7 +52,6 @@
 //! may call from a thread and from a DPC on the same processor.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -223,7 +222,7 @@ unsafe fn serve_version_1(device: WDFDEVICE, irp: PIRP) -> Option<NTSTATUS> {
 ///
 /// IRQL: <= DISPATCH_LEVEL, never blocking.
 struct SoftDoorbells {
-    hca: Arc<SoftHca<KmdfPlatform>>,
+    hca: Shared<SoftHca<KmdfPlatform>>,
     /// Keeps the driver's image loaded while the table can be called.
     _device: DeviceObjectReference,
 }
@@ -465,7 +464,7 @@ impl KernelInterface {
     /// `device` must be the live WDM device object of the device whose HCA
     /// `hca` is.
     pub(crate) unsafe fn new(
-        hca: Arc<SoftHca<KmdfPlatform>>,
+        hca: Shared<SoftHca<KmdfPlatform>>,
         device: PDEVICE_OBJECT,
     ) -> Result<Self, NtStatus> {
         // SAFETY: a live device object (caller).

@@ -37,6 +37,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use irpverbs_abi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, nt_success};
 use irpverbs_core::{Platform, SpinLock};
+use irpverbs_ring::Shared;
 use irpverbs_soft::SoftHca;
 use irpverbs_soft::sockwire::{
     DatagramSocket, Outgoing, REG_ADDRESS, REG_ENABLE, REG_PORT, RegValue, SLOT_BYTES,
@@ -418,7 +419,7 @@ unsafe extern "C" fn send_complete(_device: PDEVICE_OBJECT, irp: PIRP, context: 
 /// What the callbacks reach: the HCA, the link, the scratch buffer for
 /// chained receives.
 struct WskWireState {
-    hca: Arc<SoftHca<KmdfPlatform>>,
+    hca: Shared<SoftHca<KmdfPlatform>>,
     link: Arc<WskLink>,
     /// A chained datagram's bytes, gathered ([`SLOT_BYTES`]).
     scratch: KmdfSpinLock<Vec<u8>>,
@@ -441,7 +442,7 @@ static DATAGRAM_DISPATCH: WSK_CLIENT_DATAGRAM_DISPATCH = WSK_CLIENT_DATAGRAM_DIS
 /// The device's wire: stopped (null) or running (D0).
 pub(crate) struct WskWire {
     config: WireConfig,
-    hca: Arc<SoftHca<KmdfPlatform>>,
+    hca: Shared<SoftHca<KmdfPlatform>>,
     running: AtomicPtr<WskWireState>,
 }
 
@@ -453,7 +454,7 @@ unsafe impl Sync for WskWire {}
 
 impl WskWire {
     /// A stopped wire at `config` for `hca`.
-    pub(crate) fn new(config: WireConfig, hca: Arc<SoftHca<KmdfPlatform>>) -> Self {
+    pub(crate) fn new(config: WireConfig, hca: Shared<SoftHca<KmdfPlatform>>) -> Self {
         Self {
             config,
             hca,
@@ -491,7 +492,7 @@ impl WskWire {
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         scratch.resize(SLOT_BYTES, 0);
         let state = irpverbs_ring::try_box(WskWireState {
-            hca: Arc::clone(&self.hca),
+            hca: Shared::clone(&self.hca),
             link: Arc::clone(&link),
             scratch: KmdfSpinLock::new(scratch),
             registration: UnsafeCell::new(WSK_REGISTRATION {

@@ -166,6 +166,7 @@ pub mod wire;
 pub use net::{fabric, link, sim, sockwire};
 pub use wire::packet;
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -178,7 +179,7 @@ use irpverbs_core::platform::{EQ_LOCK, HCA_LOCK, LockClass};
 use irpverbs_core::{
     Command, DoorbellPageInfo, DoorbellTarget, Event, Hca, MadIn, MadOut, Platform, SpinLock,
 };
-use irpverbs_ring::DoorbellPage;
+use irpverbs_ring::{DoorbellPage, Shared};
 
 pub use fabric::{FABRIC_LOCK, Fabric, INBOX_LOCK};
 pub use poller::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
@@ -591,11 +592,17 @@ impl<P: Platform> SoftHca<P> {
     /// timer calls [`Self::advance_clock`] at the deadlines [`Clock::arm`]
     /// asks for.
     ///
+    /// The HCA owns `clock` (a box the caller allocated fallibly, counted
+    /// here in an `irpverbs_ring::Shared` allocated fallibly too) until
+    /// [`Self::detach_clock`] or its drop; refused, `clock` is dropped.
+    ///
     /// IRQL: <= DISPATCH_LEVEL.
     ///
     /// # Errors
-    /// `STATUS_INVALID_PARAMETER` when a clock is attached already.
-    pub fn attach_clock(&self, clock: Arc<dyn Clock>) -> Result<(), NtStatus> {
+    /// `STATUS_INSUFFICIENT_RESOURCES`; `STATUS_INVALID_PARAMETER` when a
+    /// clock is attached already.
+    pub fn attach_clock(&self, clock: Box<dyn Clock>) -> Result<(), NtStatus> {
+        let clock = Shared::try_new(clock).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
             if dp.clock.is_some() {

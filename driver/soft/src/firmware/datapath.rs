@@ -105,7 +105,7 @@ pub(crate) struct DataPath {
     pub(crate) timed: Vec<u32>,
     /// The platform's clock and timer, when attached: every RC QP keeps
     /// its timers on it (see [`crate::net::link::Clock`]).
-    pub(crate) clock: Option<Arc<dyn crate::net::link::Clock>>,
+    pub(crate) clock: Option<Shared<Box<dyn crate::net::link::Clock>>>,
     /// The deadline the platform's timer is armed for (`None`: not armed,
     /// or fired).
     pub(crate) clock_armed: Option<u64>,

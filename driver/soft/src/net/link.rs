@@ -296,6 +296,17 @@ pub trait Clock: Send + Sync {
     fn arm(&self, deadline_ns: u64);
 }
 
+/// A clock shared with its owner (a test that moves time, say).
+impl<T: Clock + ?Sized> Clock for alloc::sync::Arc<T> {
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+
+    fn arm(&self, deadline_ns: u64) {
+        (**self).arm(deadline_ns);
+    }
+}
+
 /// Which way a tapped datagram went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
