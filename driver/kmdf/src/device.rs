@@ -47,7 +47,6 @@
 //!   registrations locked is unlocked ([`FilePins::wait_idle`]).
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -97,7 +96,7 @@ pub(crate) struct DeviceState {
     /// The driver.
     pub(crate) device: SoftDevice,
     /// The soft HCA's bus: its interrupt queues the DPC.
-    bus: Arc<Bus>,
+    bus: Shared<Bus>,
     /// The next file key (host mode numbers its opens the same way).
     next_file: AtomicU64,
     /// `N` of `\DosDevices\irpverbsN`.
@@ -124,7 +123,7 @@ context_type!(DEVICE_CONTEXT_TYPE, DeviceContext, c"IrpverbsDeviceContext");
 /// the open (keys start at 1), its pin counter and its opener.
 struct FileContext {
     key: FileKey,
-    /// From `Arc::into_raw`, set in `EvtDeviceFileCreate`, released in the
+    /// From `Shared::into_raw`, set in `EvtDeviceFileCreate`, released in the
     /// file object's cleanup callback; null before.
     pins: AtomicPtr<FilePins>,
     /// The process that opened the file, for a user-mode open: from
@@ -492,12 +491,13 @@ unsafe fn new_state(
     instance: u32,
     config: DeviceConfig,
 ) -> Result<Box<DeviceState>, NTSTATUS> {
-    let bus = Arc::new(Bus {
+    let bus = Shared::try_new(Bus {
         dpc: AtomicPtr::new(core::ptr::null_mut()),
         poller: PollerEvent::new()?,
         resume: AtomicBool::new(false),
         comp: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_COMP_VECTORS as usize],
-    });
+    })
+    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
     let platform = KmdfPlatform;
     // SAFETY: `device` was just created (caller).
     let wire_config = unsafe { crate::wsk::read_config(device) }?;

@@ -29,7 +29,6 @@
 //!   MDLs are freed.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::net::SocketAddr;
@@ -420,7 +419,7 @@ unsafe extern "C" fn send_complete(_device: PDEVICE_OBJECT, irp: PIRP, context: 
 /// chained receives.
 struct WskWireState {
     hca: Shared<SoftHca<KmdfPlatform>>,
-    link: Arc<WskLink>,
+    link: Shared<WskLink>,
     /// A chained datagram's bytes, gathered ([`SLOT_BYTES`]).
     scratch: KmdfSpinLock<Vec<u8>>,
     registration: UnsafeCell<WSK_REGISTRATION>,
@@ -480,12 +479,8 @@ impl WskWire {
             users: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
         };
-        let link = Arc::new(SocketLink::new(
-            &KmdfPlatform,
-            self.config.addr,
-            socket,
-            SEND_SLOTS,
-        )?);
+        let link = SocketLink::new(&KmdfPlatform, self.config.addr, socket, SEND_SLOTS)?;
+        let link = Shared::try_new(link).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let mut scratch = Vec::new();
         scratch
             .try_reserve_exact(SLOT_BYTES)
@@ -493,7 +488,7 @@ impl WskWire {
         scratch.resize(SLOT_BYTES, 0);
         let state = irpverbs_ring::try_box(WskWireState {
             hca: Shared::clone(&self.hca),
-            link: Arc::clone(&link),
+            link: Shared::clone(&link),
             scratch: KmdfSpinLock::new(scratch),
             registration: UnsafeCell::new(WSK_REGISTRATION {
                 ReservedRegistrationState: 0,

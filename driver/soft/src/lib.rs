@@ -261,6 +261,35 @@ pub trait SoftBus: Send + Sync {
     }
 }
 
+/// A bus shared with the host that owns it: `Arc`, and
+/// `irpverbs_ring::Shared` (a reference count allocated fallibly).
+macro_rules! shared_bus {
+    ($([$($generics:tt)*] $pointer:ty),*) => {$(
+        impl<$($generics)*> SoftBus for $pointer {
+            fn interrupt(&self) {
+                (**self).interrupt();
+            }
+            fn comp_interrupt(&self, vector: u32) {
+                (**self).comp_interrupt(vector);
+            }
+            fn doorbell(&self) {
+                (**self).doorbell();
+            }
+            fn wake_doorbell_poller(&self) {
+                (**self).wake_doorbell_poller();
+            }
+            fn resume(&self) {
+                (**self).resume();
+            }
+            fn work(&self, packets: u64) {
+                (**self).work(packets);
+            }
+        }
+    )*};
+}
+
+shared_bus!([T: SoftBus + ?Sized] Arc<T>, [T: SoftBus] Shared<T>);
+
 /// Completion vectors whose event queue's high water mark
 /// [`SoftStats::comp_eq_high_water`] reports.
 pub const COMP_EQ_STATS: usize = 8;
@@ -328,7 +357,7 @@ pub struct SoftStats {
 }
 
 /// Datagrams for a link, and the tap that sees them.
-type Transmit = (Arc<dyn Link>, link::TxBatch, Option<Arc<dyn link::Tap>>);
+type Transmit = (link::SharedLink, link::TxBatch, Option<Arc<dyn link::Tap>>);
 
 /// The queue of datagram batches for links (under [`TX_LOCK`]).
 #[derive(Default)]
@@ -356,7 +385,7 @@ impl TxQueue {
     /// retransmits them) and their count returned.
     fn queue(
         &mut self,
-        link: Arc<dyn Link>,
+        link: link::SharedLink,
         mut tx: link::TxBatch,
         tap: Option<Arc<dyn link::Tap>>,
     ) -> usize {
@@ -365,7 +394,7 @@ impl TxQueue {
             (a, b) => a.is_none() && b.is_none(),
         };
         if let Some((l, last, t)) = self.batches.back_mut() {
-            if Arc::ptr_eq(l, &link) && same_tap(t) && last.append(&mut tx) {
+            if Shared::ptr_eq(l, &link) && same_tap(t) && last.append(&mut tx) {
                 self.recycle(tx);
                 return 0;
             }
@@ -436,7 +465,7 @@ struct HcaState {
 pub struct SoftHca<P: Platform> {
     caps: IvQueryDeviceOut,
     execution: Execution,
-    bus: Arc<dyn SoftBus>,
+    bus: Box<dyn SoftBus>,
     gid: Gid,
     /// The port's GID table, as configured (it never changes).
     port: firmware::port::Port,
@@ -479,19 +508,36 @@ impl<P: Platform> core::fmt::Debug for SoftHca<P> {
 }
 
 impl<P: Platform> SoftHca<P> {
-    /// A device described by `config`, attached to `bus`, with locks from
-    /// `platform`. Allocates its queues now.
+    /// A device described by `config`, attached to `bus` (which it owns,
+    /// in a box allocated fallibly), with locks from `platform`. Allocates
+    /// its queues now.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` when [`SoftConfig::validate`] refuses
-    /// `config`; `STATUS_INSUFFICIENT_RESOURCES` when memory for the queues
-    /// and tables is short (nothing is left allocated then).
+    /// `config`; `STATUS_INSUFFICIENT_RESOURCES` when memory for the bus's
+    /// box, the queues and the tables is short (nothing is left allocated
+    /// then).
     // An entry of the stack budget (docs/stack-budget.md): kept out of
     // line so that the checker finds it by name.
     #[inline(never)]
-    pub fn new(platform: &P, config: SoftConfig, bus: Arc<dyn SoftBus>) -> Result<Self, NtStatus> {
+    pub fn new(
+        platform: &P,
+        config: SoftConfig,
+        bus: impl SoftBus + 'static,
+    ) -> Result<Self, NtStatus> {
+        let bus: Box<dyn SoftBus> =
+            irpverbs_ring::try_box(bus).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        Self::with_bus(platform, config, bus)
+    }
+
+    /// [`Self::new`] with the bus boxed.
+    fn with_bus(
+        platform: &P,
+        config: SoftConfig,
+        bus: Box<dyn SoftBus>,
+    ) -> Result<Self, NtStatus> {
         config.validate()?;
         let attention = irpverbs_ring::Shared::try_new(core::sync::atomic::AtomicU32::new(0))
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
@@ -568,11 +614,19 @@ impl<P: Platform> SoftHca<P> {
     /// RoCEv2 UDP datagrams (see [`link`]). QPs talking over it keep their
     /// local ACK and RNR timers on `link`'s clock.
     ///
+    /// The HCA owns `link` until [`Self::detach_link`] or its drop, in a
+    /// box and a reference count it allocates fallibly; refused, `link` is
+    /// dropped.
+    ///
     /// IRQL: <= DISPATCH_LEVEL.
     ///
     /// # Errors
-    /// `STATUS_INVALID_PARAMETER` when a link is attached already.
-    pub fn attach_link(&self, link: Arc<dyn Link>) -> Result<(), NtStatus> {
+    /// `STATUS_INSUFFICIENT_RESOURCES`; `STATUS_INVALID_PARAMETER` when a
+    /// link is attached already.
+    pub fn attach_link(&self, link: impl Link + 'static) -> Result<(), NtStatus> {
+        let link: Box<dyn Link> =
+            irpverbs_ring::try_box(link).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let link = Shared::try_new(link).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         self.state.lock(|st| {
             let dp = &mut st.firmware.dp;
             if dp.link.is_some() {

@@ -30,7 +30,7 @@
 //! IRQL: every door is callable at <= DISPATCH_LEVEL; a run holds
 //! `HCA_LOCK` (DISPATCH_LEVEL) for one step at a time.
 
-use alloc::sync::{Arc, Weak};
+use alloc::sync::Weak;
 use core::sync::atomic::Ordering;
 
 use irpverbs_core::{Platform, SpinLock};
@@ -293,7 +293,7 @@ impl<P: Platform> SoftHca<P> {
             // Batches queued behind it for the same link leave with it.
             self.txq.lock(|q| {
                 while let Some((l, _, _)) = q.batches.front() {
-                    if !Arc::ptr_eq(l, &link) {
+                    if !irpverbs_ring::Shared::ptr_eq(l, &link) {
                         break;
                     }
                     if let Some((l, mut more, t)) = q.batches.pop_front() {

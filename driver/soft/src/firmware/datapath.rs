@@ -16,7 +16,7 @@ use irpverbs_core::{AsyncEvent, Event, MadIn};
 use irpverbs_ring::{Region, Shared};
 
 use crate::net::fabric::{Peer, Router};
-use crate::net::link::{Link, LinkStats, RxPool, TxBatch};
+use crate::net::link::{LinkStats, RxPool, TxBatch};
 use crate::wire::packet::{Batch, Gid};
 
 /// Packets for one destination HCA.
@@ -92,7 +92,7 @@ pub(crate) struct DataPath {
     pub(crate) router: Option<Arc<dyn Router>>,
     /// The wire, when attached: destinations neither loopback nor on the
     /// fabric.
-    pub(crate) link: Option<Arc<dyn Link>>,
+    pub(crate) link: Option<crate::net::link::SharedLink>,
     /// Frames for the link, serialized at the end of a step.
     pub(crate) wireq: Batch,
     /// What sees the link's datagrams, if anything.

@@ -296,6 +296,27 @@ pub trait Clock: Send + Sync {
     fn arm(&self, deadline_ns: u64);
 }
 
+/// A link as the soft HCA holds it ([`crate::SoftHca::attach_link`]): its
+/// box and reference count, allocated fallibly.
+pub type SharedLink = Shared<alloc::boxed::Box<dyn Link>>;
+
+/// A link shared with its owner (the wire that receives): `Arc`, and
+/// `irpverbs_ring::Shared` (a reference count allocated fallibly).
+macro_rules! shared_link {
+    ($([$($generics:tt)*] $pointer:ty),*) => {$(
+        impl<$($generics)*> Link for $pointer {
+            fn transmit(&self, batch: &TxBatch) {
+                (**self).transmit(batch);
+            }
+            fn now_ns(&self) -> u64 {
+                (**self).now_ns()
+            }
+        }
+    )*};
+}
+
+shared_link!([T: Link + ?Sized] alloc::sync::Arc<T>, [T: Link] Shared<T>);
+
 /// A clock shared with its owner (a test that moves time, say).
 impl<T: Clock + ?Sized> Clock for alloc::sync::Arc<T> {
     fn now_ns(&self) -> u64 {
