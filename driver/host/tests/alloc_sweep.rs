@@ -55,6 +55,9 @@ const MUST_REACH: &[&str] = &[
     "irpverbs_ring::region::Region::alloc ",
     "irpverbs_ring::ring::Ring::alloc ",
     "irpverbs_kernel_table::kernel::interface",
+    // Device add and D0Entry: what the core and the HCA take shared.
+    "irpverbs_core::cm::cm_timer_arm ",
+    "irpverbs_soft::SoftHca<P>::attach_clock ",
 ];
 
 /// The driver crates (and the host glue): every allocation site of
