@@ -930,6 +930,66 @@ fn a_version_1_query_interface_is_served_by_the_preprocess_callback() {
     }
 }
 
+/// What the core and the soft HCA hold shared is allocated fallibly too:
+/// at device add the bus, the soft HCA and the two timers' states (the
+/// device owns its platform: nothing to allocate), in D0Entry the CM
+/// timer's arming function, the transport clock and the WSK link. No
+/// `Arc::new` (which aborts when refused) is left in the glue; each part
+/// is an `irpverbs_ring::Shared` or a box, and a refusal fails the add or
+/// the start with STATUS_INSUFFICIENT_RESOURCES.
+#[test]
+fn a_device_add_allocates_its_shared_parts_fallibly() {
+    let dir = repo().join("driver/kmdf/src");
+    for entry in fs::read_dir(&dir).expect("driver/kmdf/src") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let code = code_of(&fs::read_to_string(&path).expect("source"));
+            assert!(!code.contains("Arc::new("), "{}: Arc::new", path.display());
+        }
+    }
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    let state = between(&device, "unsafe fn new_state(", "\n}\n");
+    for part in [
+        "let bus = Shared::try_new(Bus {",
+        "let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;",
+        "let cm_timer = CmTimer::new()?;",
+        "let transport_timer = TransportTimer::new(soft.clone())?;",
+        "Device::with_config(platform, soft.clone(), config)",
+    ] {
+        assert!(state.contains(part), "new_state lacks {part}");
+    }
+    let cmtimer = code_of(&read("driver/kmdf/src/cmtimer.rs"));
+    assert!(
+        cmtimer.contains("let shared = Shared::try_new(Arming {")
+            && cmtimer
+                .contains("irpverbs_core::cm::cm_timer_arm(move |deadline| shared.arm(deadline))"),
+        "the timers' states and the CM timer's arming function"
+    );
+    let clock = code_of(&read("driver/kmdf/src/clock.rs"));
+    assert!(
+        clock.contains("irpverbs_ring::try_box(TransportClock(shared))"),
+        "the transport clock"
+    );
+    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    assert!(
+        wsk.contains(
+            "let link = Shared::try_new(link).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;"
+        ),
+        "the WSK link"
+    );
+    // The interfaces that take them: no `Arc` to make.
+    let core = code_of(&read("driver/core/src/device.rs"));
+    assert!(core.contains("pub fn with_config(platform: P, hca: H, config: DeviceConfig)"));
+    let soft = code_of(&read("driver/soft/src/lib.rs"));
+    for signature in [
+        "bus: impl SoftBus + 'static,",
+        "pub fn attach_link(&self, link: impl Link + 'static)",
+        "pub fn attach_clock(&self, clock: Box<dyn Clock>)",
+    ] {
+        assert!(soft.contains(signature), "soft lacks {signature}");
+    }
+}
+
 /// irpverbs.sys implements the hardware seam (`PciPlatform`) with WDF's
 /// DMA objects, `MmMapIoSpaceEx` and per-message interrupts, against
 /// bindings transcribed into the linux-check mocks.

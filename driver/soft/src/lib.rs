@@ -533,11 +533,7 @@ impl<P: Platform> SoftHca<P> {
     }
 
     /// [`Self::new`] with the bus boxed.
-    fn with_bus(
-        platform: &P,
-        config: SoftConfig,
-        bus: Box<dyn SoftBus>,
-    ) -> Result<Self, NtStatus> {
+    fn with_bus(platform: &P, config: SoftConfig, bus: Box<dyn SoftBus>) -> Result<Self, NtStatus> {
         config.validate()?;
         let attention = irpverbs_ring::Shared::try_new(core::sync::atomic::AtomicU32::new(0))
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;

@@ -3915,7 +3915,10 @@ impl crate::net::link::Clock for ManualClock {
 impl ManualClock {
     fn attach(node: &Node) -> Arc<Self> {
         let clock = Arc::new(Self::default());
-        node.d.hca.attach_clock(alloc::boxed::Box::new(Arc::clone(&clock))).unwrap();
+        node.d
+            .hca
+            .attach_clock(alloc::boxed::Box::new(Arc::clone(&clock)))
+            .unwrap();
         clock
     }
 
