@@ -297,8 +297,13 @@ fn a_silent_peer_exhausts_the_retries() {
     let c = a.wait(1);
     assert_eq!(c[0].status, IV_WC_RETRY_EXC_ERR, "{c:?}");
     assert!(da.soft().link_stats().ack_timeouts >= 3);
-    let s = da.udp_stats().unwrap();
-    assert!(s.sent >= 3 && s.clock_calls >= 3, "{s:?}");
+    // Every try left on the wire. Which clock fired each timeout is not
+    // this test's business: the device's transport timer and the wire's
+    // timer thread both advance the HCA's clock, whichever comes first (the
+    // wire's clock alone is tested in the UDP module). The counts are read
+    // once the wire has stopped: its threads count after they act.
+    let s = da.detach_udp().expect("a had a wire");
+    assert!(s.sent >= 3, "{s:?}");
     a.teardown();
     b.teardown();
     drop(ca);
