@@ -506,9 +506,30 @@ impl HostDevice {
     /// with [`UserDoorbells::Page`].
     ///
     /// # Errors
-    /// The soft HCA's refusal of an inconsistent configuration.
+    /// The soft HCA's refusal of an inconsistent configuration;
+    /// `STATUS_INSUFFICIENT_RESOURCES` when an allocation of the add is
+    /// refused (the verifier's low-resources simulation).
+    ///
+    /// # Panics
+    /// With a verifier bugcheck when a failed add leaves anything behind
+    /// (pool, heap, an armed timer, a reference to the device object).
     pub fn new(config: HostDeviceConfig) -> Result<Arc<Self>, NtStatus> {
         let platform = HostPlatform::new(config.platform);
+        match Self::add(platform.clone(), config) {
+            Ok(device) => Ok(device),
+            Err(status) => {
+                // A failed AddDevice gives back everything it took: with
+                // its parts dropped, the verifier's unload checks and the
+                // heap's leak check run as at any unload.
+                platform.unload();
+                platform.check_heap_leaks();
+                Err(status)
+            }
+        }
+    }
+
+    /// AddDevice and D0Entry on `platform`; what failed is dropped.
+    fn add(platform: HostPlatform, config: HostDeviceConfig) -> Result<Arc<Self>, NtStatus> {
         let doorbell = Arc::new(Doorbell::default());
         let scanner = Scanner::default();
         let bus = Arc::new(Bus {

@@ -77,8 +77,9 @@ const SID: u64 = 0x5EE_0001;
 
 /// Host device `last` (10.0.3.`last`), refusing its `fail_nth` charge.
 /// If that charge is refused while the device is added, the add must fail
-/// with `STATUS_INSUFFICIENT_RESOURCES`, and a second add (without the
-/// fault) must work.
+/// with `STATUS_INSUFFICIENT_RESOURCES` and leave nothing behind
+/// (`HostDevice::new` runs the unload and heap leak checks on a failed
+/// add), and a second add (without the fault) must work.
 fn device(last: u8, fail_nth: Option<u64>, record_sites: bool) -> Arc<HostDevice> {
     match add_device(last, fail_nth, record_sites) {
         Ok(d) => d,
