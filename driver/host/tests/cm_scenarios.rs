@@ -919,7 +919,18 @@ fn disconnects_from_both_sides_at_once_both_complete() {
     let (sa, sb) = std::thread::scope(|s| {
         let ta = s.spawn(|| status(&ca, IOCTL_IV_CM_DISCONNECT, &d(xa)));
         let tb = s.spawn(|| status(&cb, IOCTL_IV_CM_DISCONNECT, &d(xb)));
-        net.run_until(5_000, || ta.is_finished() && tb.is_finished());
+        // Crossed DREQs need no timer: both requests get real time first,
+        // the virtual clock standing still (on a loaded machine a thread
+        // may submit late, and a clock moved meanwhile would expire the
+        // other side's DREQ before it was answered); then time moves, so
+        // that a DREQ left unanswered times out and fails the test.
+        let both = || ta.is_finished() && tb.is_finished();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !both() && Instant::now() < deadline {
+            net.settle();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        net.run_until(5_000, both);
         (ta.join().unwrap(), tb.join().unwrap())
     });
     // Each completes on the other's DREP, or (crossed) on answering the
