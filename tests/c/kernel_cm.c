@@ -29,19 +29,7 @@
 #include "irpverbs_host.h"
 #include "irpverbs_kernel.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (cond) {                                                             \
-            passed++;                                                           \
-        } else {                                                                \
-            failed++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 #define SERVICE 0x5EEDull
 #define WAIT_MS 20000

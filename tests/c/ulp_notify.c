@@ -20,19 +20,7 @@
 #include "irpverbs.h"
 #include "irpverbs_host.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (cond) {                                                             \
-            passed++;                                                           \
-        } else {                                                                \
-            failed++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 #define PORT_KEY ((ULONG_PTR)0x5E)
 

@@ -17,19 +17,7 @@
 #include "irpverbs_host.h"
 #include "irpverbs_user.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (cond) {                                                             \
-            passed++;                                                           \
-        } else {                                                                \
-            failed++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 /* <winnt.h> defines some STATUS_ codes as DWORD: compare as NtStatus. */
 #define ST(s) ((NtStatus)(s))
