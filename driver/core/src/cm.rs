@@ -687,7 +687,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             }
         }
         if let Some(r) = cep.wait.and_then(|k| take_wait(s, k)) {
-            s.deferred.push_back((r, STATUS_CANCELLED, Response::None));
+            s.defer(r, STATUS_CANCELLED, Response::None);
         }
         if let Some(r) = s
             .cm_ops
@@ -695,7 +695,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             .and_then(|p| p.wait)
             .and_then(|k| take_wait(s, k))
         {
-            s.deferred.push_back((r, STATUS_CANCELLED, Response::None));
+            s.defer(r, STATUS_CANCELLED, Response::None);
         }
     }
 
@@ -924,7 +924,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             if let Some(out) = c.events.pop_front() {
                 let mut r = r;
                 let response = Response::write(&mut r, out.as_bytes());
-                s.deferred.push_back((r, STATUS_SUCCESS, response));
+                s.defer(r, STATUS_SUCCESS, response);
             }
         }
     }
@@ -1139,7 +1139,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         response: Response,
     ) {
         s.cm_ops.remove(&id);
-        s.deferred.push_back((r, st, response));
+        s.defer(r, st, response);
     }
 
     /// Posts a modify of the QP at `qp` for a multi-phase request, which

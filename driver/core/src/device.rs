@@ -178,7 +178,7 @@ pub(crate) struct State<R> {
     /// Room for every request the device holds (taken as each is
     /// pended or started): completing one never allocates. Drained one at
     /// a time by [`Device::complete_all`].
-    pub deferred: VecDeque<crate::notify::Done<R>>,
+    pub deferred: VecDeque<Deferred<R>>,
     /// CQ, QP and SRQ numbers to (file, index), for events.
     /// Room for every CQ, QP and SRQ (taken when each is created), so
     /// that recording one when its create completes never allocates.
@@ -228,6 +228,29 @@ impl<R> State<R> {
     /// Room in [`State::deferred`] for every request the device may hold:
     /// the pended waits, the CM's multi-phase requests and the commands
     /// in flight, plus those about to be added.
+    /// Queues `request` to complete, with `status` and `response`, by
+    /// whoever next completes what the lock collected.
+    pub(crate) fn defer(&mut self, request: R, status: NtStatus, response: Response) {
+        self.deferred.push_back(Deferred {
+            done: (request, status, response),
+            vector: None,
+        });
+    }
+
+    /// [`State::defer`] for completion vector `vector`'s DPC only.
+    pub(crate) fn defer_on(
+        &mut self,
+        vector: Option<u32>,
+        request: R,
+        status: NtStatus,
+        response: Response,
+    ) {
+        self.deferred.push_back(Deferred {
+            done: (request, status, response),
+            vector,
+        });
+    }
+
     pub(crate) fn reserve_deferred(&mut self) -> Result<(), NtStatus> {
         let total =
             self.waits.len() + self.cm_ops.len() + self.pending_len + 2 * COMMANDS_PER_REQUEST;
@@ -356,8 +379,18 @@ fn next_file<R>(s: &State<R>, after: Option<FileKey>) -> Option<FileKey> {
 }
 
 /// Requests completed under the device lock wait in [`State::deferred`]
-/// for [`Device::complete_all`] (what used to be handed over as a list).
+/// for [`Device::complete_all`].
 pub(crate) struct Drain;
+
+/// A request waiting in [`State::deferred`] to be completed once the lock
+/// is released, with the completion vector whose DPC must complete it:
+/// a CQ's notify completes on its vector's processor, never on another
+/// DPC that happened to drain the queue first.
+pub(crate) struct Deferred<R> {
+    pub done: crate::notify::Done<R>,
+    /// `Some(v)`: only vector `v`'s DPC completes it.
+    pub vector: Option<u32>,
+}
 
 /// Commands one request may have in flight at once (a multi-phase CM
 /// request's QP modify and its GID query, say), reserved before it starts.
@@ -821,8 +854,23 @@ impl<P: Platform, H: Hca> Device<P, H> {
     /// Completes the requests collected under the lock (in
     /// [`State::deferred`]), taking them one at a time: the queue keeps
     /// its room.
-    pub(crate) fn complete_all(&self, _: Drain) {
-        while let Some((r, status, response)) = self.state.lock(|s| s.deferred.pop_front()) {
+    pub(crate) fn complete_all(&self, drain: Drain) {
+        self.complete_all_on(drain, None);
+    }
+
+    /// [`Device::complete_all`] in completion vector `vector`'s DPC: also
+    /// completes the requests kept for that vector (and none kept for
+    /// another).
+    fn complete_all_on(&self, _: Drain, vector: Option<u32>) {
+        let next = |s: &mut State<P::Request>| {
+            let i = s
+                .deferred
+                .iter()
+                .position(|d| d.vector.is_none() || d.vector == vector)?;
+            s.deferred.remove(i)
+        };
+        while let Some(d) = self.state.lock(next) {
+            let (r, status, response) = d.done;
             self.complete(r, status, &response);
         }
         self.run_cep_callbacks();
@@ -985,7 +1033,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
     // line so that the checker finds it by name.
     #[inline(never)]
     pub fn dpc(&self) {
-        self.drain(|out| self.hca.poll_events(out));
+        self.drain(None, |out| self.hca.poll_events(out));
         self.hca.arm_event_queue();
     }
 
@@ -1000,13 +1048,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
     // line so that the checker finds it by name.
     #[inline(never)]
     pub fn comp_dpc(&self, vector: u32) {
-        self.drain(|out| self.hca.poll_comp_events(vector, out));
+        self.drain(Some(vector), |out| self.hca.poll_comp_events(vector, out));
         self.hca.arm_comp_event_queue(vector);
     }
 
     /// Drains an event queue through `poll` (batches of [`DPC_BATCH`]):
     /// applies every event, completes requests, posts backlogged commands.
-    fn drain(&self, poll: impl Fn(&mut [Option<Event>]) -> usize) {
+    /// `vector`: the completion vector whose queue it is; the requests its
+    /// CQ events complete are completed here, not by another DPC.
+    fn drain(&self, vector: Option<u32>, poll: impl Fn(&mut [Option<Event>]) -> usize) {
         let mut events: [Option<Event>; DPC_BATCH] = Default::default();
         loop {
             let n = poll(&mut events);
@@ -1018,7 +1068,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             let deferred = self.state.lock(|s| {
                 for (event, done) in events.iter_mut().zip(done.iter_mut()) {
                     if let Some(event) = event.take() {
-                        *done = self.handle_event(s, event);
+                        *done = self.handle_event(s, event, vector);
                     }
                 }
                 self.flush_backlog(s);
@@ -1029,7 +1079,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             for (req, status, response) in done.iter_mut().filter_map(Option::take) {
                 self.complete(req, status, &response);
             }
-            self.complete_all(deferred);
+            self.complete_all_on(deferred, vector);
             if n < DPC_BATCH {
                 // The queue was empty; what arrived since, the caller's
                 // arm reports with a new interrupt.
@@ -1042,13 +1092,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
         &self,
         s: &mut State<P::Request>,
         event: Event,
+        vector: Option<u32>,
     ) -> Option<(P::Request, NtStatus, Response)> {
         let (token, status, out) = match event {
             Event::CommandDone { token, status, out } => (token, status, out),
             Event::Completion { cqn } => {
                 if let Some(&(file, idx)) = s.by_number.get(&(Kind::Cq as u8, cqn)) {
                     s.stats.cq_events += 1;
-                    crate::notify::cq_event(s, file, idx);
+                    crate::notify::cq_event(s, file, idx, vector);
                 }
                 return None;
             }
@@ -1174,7 +1225,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 if let Some(r) = p.request {
                     s.stats.requests_completed += 1;
                     // In the room `reserve_deferred` kept for it.
-                    s.deferred.push_back((r, status, Response::None));
+                    s.defer(r, status, Response::None);
                 }
             }
             // Every file learns the device is gone; other waits end.

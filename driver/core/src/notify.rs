@@ -124,7 +124,9 @@ fn cq_event_out<R: Request>(s: &State<R>, file: FileKey, cq: u32, request: &mut 
 
 /// An armed CQ got an event: completes its notify waits, and queues the
 /// event on its channel (completing a channel wait if there is one).
-pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
+/// `vector`: the completion vector whose DPC delivers the event; the
+/// requests it completes are completed by that DPC.
+pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32, vector: Option<u32>) {
     let Some(f) = s.files.get_mut(&file) else {
         return;
     };
@@ -141,7 +143,7 @@ pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
     for key in waits {
         if let Some(mut r) = take_wait(s, key) {
             let out = cq_event_out(s, file, cq, &mut r);
-            s.deferred.push_back((r, STATUS_SUCCESS, out));
+            s.defer_on(vector, r, STATUS_SUCCESS, out);
         }
     }
     if let Some(ch) = channel {
@@ -165,12 +167,18 @@ pub(crate) fn cq_event<R: Request>(s: &mut State<R>, file: FileKey, cq: u32) {
                 s.stats.cq_events_dropped += 1;
             }
         }
-        deliver_channel(s, file, ch);
+        deliver_channel(s, file, ch, vector);
     }
 }
 
-/// Pairs queued channel events with pending `GET_CQ_EVENT` waits.
-pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u32) {
+/// Pairs queued channel events with pending `GET_CQ_EVENT` waits; the
+/// waits it completes are kept for `vector`'s DPC, if given.
+pub(crate) fn deliver_channel<R: Request>(
+    s: &mut State<R>,
+    file: FileKey,
+    ch: u32,
+    vector: Option<u32>,
+) {
     loop {
         let Some(Body::Channel(chan)) = s
             .files
@@ -199,7 +207,7 @@ pub(crate) fn deliver_channel<R: Request>(s: &mut State<R>, file: FileKey, ch: u
             return;
         };
         let out = cq_event_out(s, file, cq, &mut r);
-        s.deferred.push_back((r, STATUS_SUCCESS, out));
+        s.defer_on(vector, r, STATUS_SUCCESS, out);
     }
 }
 
@@ -218,7 +226,7 @@ pub(crate) fn fail_cq_waits<R: Request>(
     };
     for key in core::mem::take(&mut c.notify_waits) {
         if let Some(r) = take_wait(s, key) {
-            s.deferred.push_back((r, status, Response::None));
+            s.defer(r, status, Response::None);
         }
     }
 }
@@ -281,7 +289,7 @@ pub(crate) fn deliver_async<R: Request>(s: &mut State<R>, file: FileKey) {
             return;
         };
         let out = async_out(s, file, rec, &mut r);
-        s.deferred.push_back((r, STATUS_SUCCESS, out));
+        s.defer(r, STATUS_SUCCESS, out);
     }
 }
 
@@ -340,7 +348,7 @@ pub(crate) fn fail_file_waits<R: Request>(s: &mut State<R>, file: FileKey, statu
         let Some(key) = next else { break };
         after = Some(key);
         if let Some(r) = take_wait(s, key) {
-            s.deferred.push_back((r, status, Response::None));
+            s.defer(r, status, Response::None);
         }
     }
     if let Some(f) = s.files.get_mut(&file) {
@@ -417,8 +425,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             if let Body::Channel(ch) = &mut f.objects.get_mut(idx).body {
                 for key in core::mem::take(&mut ch.waits) {
                     if let Some(r) = take_wait(s, key) {
-                        s.deferred
-                            .push_back((r, STATUS_DELETE_PENDING, Response::None));
+                        s.defer(r, STATUS_DELETE_PENDING, Response::None);
                     }
                 }
             }
@@ -505,7 +512,7 @@ pub(crate) fn start<P: crate::Platform, H: crate::Hca>(
             {
                 c.waits.push_back(key);
             }
-            deliver_channel(s, file, ch);
+            deliver_channel(s, file, ch, None);
             None
         }
         Verb::AckCqEvents(a) => {

@@ -3,12 +3,13 @@
 
 extern crate std;
 
+use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, IntoBytes};
@@ -108,7 +109,12 @@ struct FakeRequest {
     output: Vec<u8>,
     outcome: Outcome,
     pin: Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
+    /// Run after the request completed (its completion routine).
+    on_complete: Option<Hook>,
 }
+
+/// A request's completion routine, set by [`Rig::issue_with`].
+type Hook = Box<dyn FnOnce() + Send>;
 
 impl Request for FakeRequest {
     fn ioctl_code(&self) -> u32 {
@@ -137,6 +143,10 @@ impl Request for FakeRequest {
         let mut out = self.output;
         out.truncate(information);
         *o = Some((status, out));
+        drop(o);
+        if let Some(hook) = self.on_complete {
+            hook();
+        }
     }
     fn mark_cancelable(&mut self, _: u64) -> Result<(), NtStatus> {
         Ok(())
@@ -526,7 +536,7 @@ fn ring() -> irpverbs_ring::Ring {
 }
 
 struct Rig {
-    dev: Device<FakePlatform, Arc<FakeHca>>,
+    dev: Arc<Device<FakePlatform, Arc<FakeHca>>>,
     hca: Arc<FakeHca>,
 }
 
@@ -537,7 +547,7 @@ impl Rig {
 
     fn over(hca: FakeHca) -> Self {
         let hca = Arc::new(hca);
-        let dev = Device::new(FakePlatform::default(), hca.clone());
+        let dev = Arc::new(Device::new(FakePlatform::default(), hca.clone()));
         dev.create_file(1, Some(1)).unwrap();
         dev.create_file(2, Some(1)).unwrap();
         Self { dev, hca }
@@ -568,6 +578,19 @@ impl Rig {
         out: usize,
         via: Via,
     ) -> Outcome {
+        self.issue_with(file, code, input, out, via, None)
+    }
+
+    /// [`Rig::issue_as`] with a completion routine.
+    fn issue_with<I: IntoBytes + zerocopy::Immutable>(
+        &self,
+        file: FileKey,
+        code: u32,
+        input: &I,
+        out: usize,
+        via: Via,
+        on_complete: Option<Hook>,
+    ) -> Outcome {
         let bytes = input.as_bytes();
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         words.as_mut_bytes()[..bytes.len()].copy_from_slice(bytes);
@@ -585,6 +608,7 @@ impl Rig {
             output: vec![0; out],
             outcome: outcome.clone(),
             pin: None,
+            on_complete,
         };
         let queued = match via {
             Via::Caller(..) => self.dev.in_caller_context(request),
@@ -960,6 +984,81 @@ fn a_vector_s_dpc_delivers_its_own_queue_and_re_arms_it() {
     assert_eq!(*r.hca.comp_arms.lock().unwrap(), [2, 2]);
 }
 
+/// A CQ's notify is completed by its own vector's DPC even when another
+/// vector's DPC completes what it collected in between: the first of two
+/// notifies on vector 0's CQ, completed by vector 0's DPC, runs vector 1's
+/// DPC from its completion routine (as another processor would run it
+/// while vector 0's DPC is between its lock and its completions). Vector
+/// 1's DPC must leave the second notify to vector 0's.
+#[test]
+fn another_vector_s_dpc_never_completes_a_cq_s_notify() {
+    let r = Rig::over(FakeHca::with_vectors(16, 2));
+    let cq_on_vector = |comp_vector| -> IvCreateCqOut {
+        r.call(
+            1,
+            IOCTL_IV_CREATE_CQ,
+            &IvCreateCqIn {
+                cqe: 8,
+                comp_vector,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let (a, b) = (cq_on_vector(0), cq_on_vector(1));
+    let arm = IvCqNotifyIn {
+        cq: a.cq,
+        arm: IV_NOTIFY_NEXT,
+        reserved: 0,
+    };
+    let in_vector_1 = Arc::new(AtomicBool::new(false));
+    let second_in_vector_1 = Arc::new(Mutex::new(None));
+    let via = Via::Caller(RequestorMode::User, 1);
+    let out = size_of::<IvCqEventOut>();
+    let (dev, hca, flag) = (
+        Arc::downgrade(&r.dev),
+        Arc::clone(&r.hca),
+        Arc::clone(&in_vector_1),
+    );
+    let first = r.issue_with(
+        1,
+        IOCTL_IV_CQ_NOTIFY,
+        &arm,
+        out,
+        via,
+        Some(Box::new(move || {
+            // Vector 1 has an event of its own (CQ b) and its DPC runs.
+            hca.comp.lock().unwrap()[1].push_back(Event::Completion { cqn: b.cqn });
+            flag.store(true, Ordering::SeqCst);
+            dev.upgrade().unwrap().comp_dpc(1);
+            flag.store(false, Ordering::SeqCst);
+        })),
+    );
+    let (seen, flag) = (Arc::clone(&second_in_vector_1), Arc::clone(&in_vector_1));
+    let second = r.issue_with(
+        1,
+        IOCTL_IV_CQ_NOTIFY,
+        &arm,
+        out,
+        via,
+        Some(Box::new(move || {
+            *seen.lock().unwrap() = Some(flag.load(Ordering::SeqCst));
+        })),
+    );
+    r.settle();
+    assert!(outcome(&first).is_none() && outcome(&second).is_none());
+    r.hca.comp.lock().unwrap()[0].push_back(Event::Completion { cqn: a.cqn });
+    r.dev.comp_dpc(0);
+    assert_eq!(outcome(&first).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(outcome(&second).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(
+        *second_in_vector_1.lock().unwrap(),
+        Some(false),
+        "vector 1's DPC completed vector 0's CQ's notify"
+    );
+    assert!(r.hca.comp.lock().unwrap()[1].is_empty(), "vector 1 drained");
+}
+
 #[test]
 fn cq_notify_pends_until_the_cq_gets_an_event() {
     let r = Rig::new(16);
@@ -1269,6 +1368,7 @@ fn address_resolution_fails_cleanly_when_its_walk_cannot_be_boxed() {
             output: vec![0; out],
             outcome: Outcome::default(),
             pin: None,
+            on_complete: None,
         };
         let o = request.outcome.clone();
         let ((), failed) = irpverbs_failalloc::failing_nth(n, || r.dev.dispatch_ioctl(request));
