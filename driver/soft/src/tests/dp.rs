@@ -2563,6 +2563,48 @@ fn ud_over_ipv6_gets_an_ipv6_grh() {
     assert_eq!(mb.read(40, 3), b"six");
 }
 
+/// On the in-process fabric a port whose link is down receives nothing:
+/// frames a peer (its own link up) puts in its inbox are dropped and
+/// counted, not delivered; after up the next datagram arrives.
+#[test]
+fn a_down_port_drops_what_the_fabric_brings() {
+    let a = Node::new(1);
+    let b = Node::new(2);
+    let f = Fabric::new(&TestPlatform);
+    f.attach(&a.d.hca).unwrap();
+    f.attach(&b.d.hca).unwrap();
+    let (acq, bcq) = (a.cq(8), b.cq(8));
+    let qa = a.qp(IV_QPT_UD, &acq);
+    let qb = b.qp(IV_QPT_UD, &bcq);
+    let c = Conn::default();
+    a.connect(&qa, [0; 16], 0, &c);
+    b.connect(&qb, [0; 16], 0, &c);
+    let mb = b.mem(4096, ALL_ACCESS);
+    b.recv(&qb, 1, &[mb.sge(0, 100)]);
+    let ahn = ah(&a, a.pd, b.gid());
+    let send = |id: u64| {
+        a.post(
+            &qa,
+            &SendWr {
+                inline: Some(b"down"),
+                ud: Some((ahn, qb.qpn, c.qkey)),
+                ..signaled(id, IV_WR_SEND)
+            },
+        );
+        b.run();
+        assert_eq!(one(&acq).status, IV_WC_SUCCESS, "the sender's port is up");
+    };
+    assert!(b.d.hca.set_port_link(false));
+    let dropped = b.d.hca.stats().packets_dropped;
+    send(1);
+    assert!(bcq.poll().is_empty(), "a down port received a datagram");
+    assert!(b.d.hca.stats().packets_dropped > dropped);
+    assert!(b.d.hca.set_port_link(true));
+    send(2);
+    let wc = one(&bcq);
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, IV_WC_SUCCESS, 44));
+}
+
 /// Feeds `pkt` to `node`'s transport as if it came off the wire, then lets
 /// the node deliver what it produced.
 fn inject(node: &Node, pkt: Packet, payload: &[crate::wire::packet::Seg]) {

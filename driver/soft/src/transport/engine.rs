@@ -94,6 +94,13 @@ impl DataPath {
             // A port whose link is down transmits nothing (loopback too).
             return None;
         }
+        self.route(dgid)
+    }
+
+    /// [`Self::batch_for`] whatever the link's state: where the fabric's
+    /// signals go, which stand for what the sender knows by itself (that
+    /// its bytes left), not for packets.
+    fn route(&mut self, dgid: &Gid) -> Option<&mut Batch> {
         if *dgid == self.gid {
             return Some(&mut self.loopq);
         }
@@ -228,9 +235,10 @@ impl DataPath {
         let _ = self.emit::<()>(pkt, Burst::one(pkt.opcode), None, |_| Ok(()));
     }
 
-    /// Sends a fabric signal to `dgid` (lost without a route).
+    /// Sends a fabric signal to `dgid` (lost without a route; a down link
+    /// does not stop it: see [`Self::route`]).
     pub(crate) fn signal(&mut self, dgid: &Gid, frame: Frame) {
-        let sent = match self.batch_for(dgid) {
+        let sent = match self.route(dgid) {
             Some(b) => b.push_signal(frame),
             None => false,
         };
@@ -670,7 +678,15 @@ impl Firmware {
                     nsegs,
                     notify,
                 } => {
-                    self.receive(pkt, burst, batch.payload(seg, nsegs));
+                    if self.dp.link_down {
+                        // A port whose link is down receives nothing,
+                        // whichever way a frame came (the link, a fabric
+                        // peer's inbox, loopback queued before it went
+                        // down).
+                        self.dp.stats.packets_dropped += u64::from(burst.count);
+                    } else {
+                        self.receive(pkt, burst, batch.payload(seg, nsegs));
+                    }
                     if let Some(qpn) = notify {
                         let psn = burst.last_psn(pkt.psn);
                         self.dp.signal(&pkt.sgid, Frame::Sent { qpn, psn });
