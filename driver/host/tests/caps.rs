@@ -6,8 +6,10 @@
 //! `max_srq_wr`, `max_srq_sge`, `num_comp_vectors`) at the defaults, with
 //! data moved through a QP created at its limits; the READ limits
 //! (`max_qp_rd_atom`, `max_qp_init_rd_atom`, `max_sge_rd`) with that many
-//! READs in flight. `max_mr_size` (1 TiB) is only checked past the limit,
-//! by the conformance suite: no host has the memory to register it.
+//! READs in flight; the device-wide ones (`max_mr_size`, `max_pkeys`,
+//! `max_res_rd_atom`, the responder resources of all QPs together, with
+//! that many READs in flight) on a device configured small, since no host
+//! has the memory to register the default `max_mr_size` (1 TiB).
 
 use std::sync::Arc;
 
@@ -455,6 +457,168 @@ fn read_limits_are_usable_at_the_limit() {
         assert_eq!(dst.read(r * len, len), bytes, "read {r}");
     }
     drop((a, b));
+    c.dereg_mr(src_mr.mr).unwrap();
+    c.dereg_mr(dst_mr.mr).unwrap();
+    drop(cq);
+    drop(c);
+    finish(&dev);
+}
+
+/// Walks `q` to RTS towards `peer` (loopback), with `rr` responder
+/// resources and `depth` READs in flight as requester.
+fn to_rts(q: &irpverbs_verbs::Qp<'_>, peer: u32, gid: [u8; 16], rr: u8, depth: u8) {
+    for (mask, attr) in irpverbs_verbs::rts_steps(IV_QPT_RC, peer, gid) {
+        let attr = IvQpAttr {
+            max_dest_rd_atomic: rr,
+            max_rd_atomic: depth,
+            ..attr
+        };
+        q.modify(mask, &attr).unwrap();
+    }
+}
+
+/// The device-wide limits on a device configured small: `max_mr_size`
+/// registered exactly (one byte more refused), a P_Key index of
+/// `max_pkeys - 1` taken (`max_pkeys` refused, the QP left in RESET), and
+/// `max_res_rd_atom` responder resources held by two QPs together, with
+/// that many READs in flight at once against them; a third QP asking for
+/// one more is refused with `STATUS_INSUFFICIENT_RESOURCES` (left in
+/// INIT), and gets them once a holder is destroyed.
+#[test]
+fn device_wide_limits_are_usable_at_the_limit() {
+    const MR_SIZE: u64 = 64 << 10;
+    let dev = HostDevice::new(HostDeviceConfig {
+        soft: SoftConfig {
+            max_mr_size: MR_SIZE,
+            max_qp_rd_atom: 4,
+            max_qp_init_rd_atom: 4,
+            max_res_rd_atom: 6,
+            ..SoftConfig::default()
+        },
+        ..HostDeviceConfig::default()
+    })
+    .expect("device");
+    let c = client(&dev);
+    let d = c.query_device().unwrap();
+    assert_eq!(
+        (
+            d.max_mr_size,
+            d.max_qp_rd_atom,
+            d.max_res_rd_atom,
+            d.max_pkeys
+        ),
+        (MR_SIZE, 4, 6, 1)
+    );
+    let pd = c.alloc_pd().unwrap().pd;
+
+    // max_mr_size.
+    let big = Mem::new(MR_SIZE as usize + 1);
+    let mr = c
+        .reg_mr(pd, big.addr(), d.max_mr_size, IV_ACCESS_LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(
+        c.reg_mr(pd, big.addr(), d.max_mr_size + 1, IV_ACCESS_LOCAL_WRITE)
+            .unwrap_err(),
+        STATUS_INVALID_PARAMETER,
+        "max_mr_size + 1"
+    );
+    c.dereg_mr(mr.mr).unwrap();
+
+    let cq = c
+        .new_cq(&IvCreateCqIn {
+            cqe: 32,
+            ..IvCreateCqIn::default()
+        })
+        .unwrap();
+    let mut req = qp_request(pd, cq.handle(), 0, IV_QPT_RC);
+    req.cap.max_send_wr = 8;
+    let qp = || c.new_qp(&req).unwrap();
+
+    // max_pkeys: the last index is taken, the next refused.
+    let p = qp();
+    let init = |pkey_index: u16| IvQpAttr {
+        qp_state: IV_QPS_INIT,
+        port_num: 1,
+        pkey_index,
+        qp_access_flags: IV_ACCESS_REMOTE_READ,
+        ..IvQpAttr::default()
+    };
+    let init_mask = IV_QP_STATE | IV_QP_PKEY_INDEX | IV_QP_PORT | IV_QP_ACCESS_FLAGS;
+    assert_eq!(
+        p.modify(init_mask, &init(d.max_pkeys)).unwrap_err(),
+        STATUS_INVALID_PARAMETER,
+        "max_pkeys"
+    );
+    assert_eq!(p.query().unwrap().attr.qp_state, IV_QPS_RESET);
+    p.modify(init_mask, &init(d.max_pkeys - 1)).unwrap();
+    assert_eq!(p.query().unwrap().attr.pkey_index, d.max_pkeys - 1);
+    drop(p);
+
+    // max_res_rd_atom: responders holding 4 + 2, requesters none.
+    let gid = dev.soft().gid();
+    let (a1, a2, b1, b2, b3) = (qp(), qp(), qp(), qp(), qp());
+    let ra = u8::try_from(d.max_qp_rd_atom).unwrap();
+    let rest = u8::try_from(d.max_res_rd_atom - d.max_qp_rd_atom).unwrap();
+    to_rts(&a1, b1.qpn(), gid, 0, ra);
+    to_rts(&b1, a1.qpn(), gid, ra, 0);
+    to_rts(&a2, b2.qpn(), gid, 0, rest);
+    to_rts(&b2, a2.qpn(), gid, rest, 0);
+    let steps = irpverbs_verbs::rts_steps(IV_QPT_RC, a1.qpn(), gid);
+    let (init_mask, init_attr) = steps[0];
+    b3.modify(init_mask, &init_attr).unwrap();
+    let (rtr_mask, rtr) = steps[1];
+    let one_more = IvQpAttr {
+        max_dest_rd_atomic: 1,
+        ..rtr
+    };
+    assert_eq!(
+        b3.modify(rtr_mask, &one_more).unwrap_err(),
+        STATUS_INSUFFICIENT_RESOURCES,
+        "max_res_rd_atom + 1"
+    );
+    assert_eq!(b3.query().unwrap().attr.qp_state, IV_QPS_INIT);
+
+    // max_res_rd_atom READs in flight at once, against both responders.
+    let reads = d.max_res_rd_atom as usize;
+    let src = Mem::new(64);
+    src.fill(0, &[0x5A; 64]);
+    let src_mr = c.reg_mr(pd, src.addr(), 64, IV_ACCESS_REMOTE_READ).unwrap();
+    let dst = Mem::new(reads * 64);
+    let dst_mr = c
+        .reg_mr(pd, dst.addr(), (reads * 64) as u64, IV_ACCESS_LOCAL_WRITE)
+        .unwrap();
+    for r in 0..reads {
+        let q = if r < usize::from(ra) { &a1 } else { &a2 };
+        q.post_send(&SendWr {
+            wr_id: r as u64,
+            opcode: IV_WR_RDMA_READ,
+            flags: IV_SEND_SIGNALED,
+            sges: &[IvSge {
+                addr: dst.addr() + (r * 64) as u64,
+                length: 64,
+                lkey: dst_mr.lkey,
+            }],
+            remote_addr: src.addr(),
+            rkey: src_mr.rkey,
+            ..SendWr::default()
+        })
+        .unwrap();
+    }
+    let wcs = wait(&cq, reads);
+    assert!(wcs.iter().all(|w| w.status == IV_WC_SUCCESS), "{wcs:?}");
+    assert_eq!(dst.read(0, reads * 64), vec![0x5A; reads * 64]);
+
+    // A holder gone, its resources are there for the third QP.
+    drop(b2);
+    b3.modify(
+        rtr_mask,
+        &IvQpAttr {
+            max_dest_rd_atomic: rest,
+            ..rtr
+        },
+    )
+    .unwrap();
+    drop((a1, a2, b1, b3));
     c.dereg_mr(src_mr.mr).unwrap();
     c.dereg_mr(dst_mr.mr).unwrap();
     drop(cq);

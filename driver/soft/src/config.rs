@@ -98,7 +98,10 @@ pub struct SoftConfig {
     /// Max outstanding RDMA READ / atomic per QP as requester, at most 255.
     /// Default 128.
     pub max_qp_init_rd_atom: u32,
-    /// Max responder resources for the whole device. Default 0x3_F000.
+    /// Max responder resources for the whole device: the sum of the QPs'
+    /// `max_dest_rd_atomic` (a modify that would pass it is refused).
+    /// Default 0x80_0000 (`max_qp` x `max_qp_rd_atom`, as mlx5 reports it:
+    /// every QP can have its maximum).
     pub max_res_rd_atom: u32,
     /// The data path's work per call, in packets (sent and received, the
     /// fast path's counted as the packets they stand for): a doorbell, a
@@ -160,7 +163,7 @@ impl Default for SoftConfig {
             max_inline_data: 400,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
-            max_res_rd_atom: 0x3_F000,
+            max_res_rd_atom: 0x80_0000,
             dpc_budget: DEFAULT_DPC_BUDGET,
         }
     }

@@ -124,6 +124,9 @@ pub(crate) struct Firmware {
     pub(crate) ahs: Table<Ah>,
     /// An async event the command being executed raised.
     pub(crate) raised: Option<AsyncEvent>,
+    /// Responder resources the QPs hold: the sum of their
+    /// `max_dest_rd_atomic`, at most `config.max_res_rd_atom`.
+    pub(crate) rd_atom_reserved: u32,
     /// Ring memory of destroyed queues, for new ones.
     pub(crate) rings: crate::firmware::shared::RingPool,
     /// Doorbell pages and the queues their slots ring.
@@ -201,6 +204,7 @@ impl Firmware {
             qps: QpTable::new(config.max_qp),
             ahs: Table::new(config.max_ah),
             raised: None,
+            rd_atom_reserved: 0,
             rings,
             doorbells: crate::firmware::doorbell::Doorbells::default(),
             config,

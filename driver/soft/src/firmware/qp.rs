@@ -564,7 +564,8 @@ impl Firmware {
     ///   `en_sqd_async_notify` over 1, an address vector
     ///   [`Firmware::check_av`] refuses.
     /// - `STATUS_INSUFFICIENT_RESOURCES`: resized work queues over the
-    ///   device's limits.
+    ///   device's limits, or a `max_dest_rd_atomic` that would take the
+    ///   QPs' responder resources together past `max_res_rd_atom`.
     /// - `STATUS_NOT_SUPPORTED`: alternate path, path migration state other
     ///   than MIGRATED.
     /// - `STATUS_INVALID_DEVICE_STATE`: the QP is not in `cur_state` (or in
@@ -603,6 +604,24 @@ impl Firmware {
         } else {
             None
         };
+        // The device's responder resources: what this QP holds now goes
+        // back, what it asks for comes out of what is left.
+        let held = u32::from(qp.attr.max_dest_rd_atomic);
+        let wants = if to == QpState::Reset {
+            0
+        } else if mask & IV_QP_MAX_DEST_RD_ATOMIC != 0 {
+            u32::from(attr.max_dest_rd_atomic)
+        } else {
+            held
+        };
+        let reserved = self
+            .rd_atom_reserved
+            .saturating_sub(held)
+            .saturating_add(wants);
+        if reserved > self.config.max_res_rd_atom {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        self.rd_atom_reserved = reserved;
 
         let qp = self.qps.get_mut(qpn)?;
         qp.state = to;
@@ -653,6 +672,9 @@ impl Firmware {
     /// `STATUS_INVALID_HANDLE` for an unknown QPN.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<CommandOut, NtStatus> {
         let qp = self.qps.remove(qpn)?;
+        self.rd_atom_reserved = self
+            .rd_atom_reserved
+            .saturating_sub(u32::from(qp.attr.max_dest_rd_atomic));
         self.doorbells
             .unbind(irpverbs_core::DoorbellTarget::Sq(qpn));
         self.doorbells
