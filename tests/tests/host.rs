@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::{FILE_READ_ACCESS, FILE_WRITE_ACCESS, NtStatus};
 use irpverbs_conformance::{Client, Dut, DutFile, IoctlTransport, SUITE};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
 use irpverbs_verbs::{Bell, Doorbells, SpeedPath};
 
 /// How long one IOCTL may take before it is cancelled.
@@ -126,15 +126,21 @@ impl Dut for HostDut {
 }
 
 fn run_suite(engine: Engine, user_doorbells: UserDoorbells) {
+    run_suite_on(Backend::Soft, engine, user_doorbells);
+}
+
+fn run_suite_on(backend: Backend, engine: Engine, user_doorbells: UserDoorbells) {
     let mut failures = Vec::new();
     let start = Instant::now();
     let mut slowest = (Duration::ZERO, "");
     let mut page_doorbells = 0;
+    let (mut device_commands, mut messages) = (0, 0);
     for (name, test) in SUITE {
         let t = Instant::now();
         let dev = HostDevice::new(HostDeviceConfig {
             engine,
             user_doorbells,
+            backend,
             ..HostDeviceConfig::default()
         })
         .expect("host device");
@@ -144,11 +150,17 @@ fn run_suite(engine: Engine, user_doorbells: UserDoorbells) {
             failures.push(format!("{name}: {e}"));
         }
         page_doorbells += dev.soft().stats().page_doorbells;
+        if let Some((hca, silicon)) = dev.model() {
+            device_commands += silicon.stats().commands;
+            messages += (0..usize::from(hca.event_queues()))
+                .map(|eq| hca.interrupts(eq))
+                .sum::<u64>();
+        }
         dev.unload();
         slowest = slowest.max((t.elapsed(), name));
     }
     println!(
-        "{engine:?}, {user_doorbells:?} doorbells: {} tests in {:?} (slowest {} {:?})",
+        "{backend:?}, {engine:?}, {user_doorbells:?} doorbells: {} tests in {:?} (slowest {} {:?})",
         SUITE.len(),
         start.elapsed(),
         slowest.1,
@@ -161,6 +173,14 @@ fn run_suite(engine: Engine, user_doorbells: UserDoorbells) {
         SUITE.len(),
         failures.join("\n")
     );
+    // Over the model, the commands went through its command queue and
+    // their completions came back on MSI-X messages.
+    assert_eq!(
+        device_commands > SUITE.len() as u64 && messages > SUITE.len() as u64,
+        backend == Backend::Model,
+        "{device_commands} commands read by the device, {messages} MSI-X messages"
+    );
+    println!("{device_commands} commands read by the device, {messages} MSI-X messages");
     // The data-path tests rang their doorbells the way the mode says.
     assert_eq!(
         page_doorbells > 0,
@@ -187,4 +207,12 @@ fn conformance_inline_engine_doorbell_page() {
 #[test]
 fn conformance_thread_engine_doorbell_page() {
     run_suite(Engine::Thread, UserDoorbells::Page);
+}
+
+/// The suite against the model HCA: the mini-driver reaches its device
+/// only through the PCI seam (commands in a command queue in host memory,
+/// event queues and MSI-X, page lists through the IOMMU model).
+#[test]
+fn conformance_model_backend() {
+    run_suite_on(Backend::Model, Engine::Inline, UserDoorbells::Direct);
 }

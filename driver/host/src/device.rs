@@ -69,14 +69,18 @@ use irpverbs_ring::wq::LockCheck;
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use zerocopy::FromBytes;
 
+use crate::backend::{
+    Backend, HostHca, HostModelHca, HostSilicon, MsixHandler, SiliconBar, SiliconBus,
+};
 use crate::platform::{
     CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
     RawSpinLock, RequestHandle, RequestParams, TargetedDpc, check_callback_irql,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
-/// The driver over the soft HCA on the host platform.
-pub type SoftDevice = Device<HostPlatform, Arc<SoftHca<HostPlatform>>>;
+/// The driver over the host device's HCA ([`Backend`]) on the host
+/// platform.
+pub type SoftDevice = Device<HostPlatform, HostHca>;
 
 /// How long a closing file waits for the driver to complete its requests
 /// before the verifier calls it a hang.
@@ -144,6 +148,12 @@ pub struct HostDeviceConfig {
     /// The driver's configuration (its registry parameters on Windows):
     /// the per-file quotas.
     pub device: irpverbs_core::DeviceConfig,
+    /// The HCA the driver runs over. With [`Backend::Model`] the soft HCA
+    /// ([`Self::soft`]) is the device model's engine, which executes
+    /// commands inline in the device's own DPC whatever [`Self::engine`]
+    /// says, and user-mode files ring their doorbells directly
+    /// ([`UserDoorbells::Direct`]: the model has no doorbell pages).
+    pub backend: Backend,
 }
 
 impl Default for HostDeviceConfig {
@@ -163,6 +173,7 @@ impl Default for HostDeviceConfig {
             cleanup_pin_timeout: None,
             no_process_notify: false,
             device: irpverbs_core::DeviceConfig::default(),
+            backend: Backend::default(),
         }
     }
 }
@@ -178,6 +189,9 @@ pub type GrantedAccess = u32;
 struct Bus {
     platform: HostPlatform,
     dpc: OnceLock<Dpc>,
+    /// With [`Backend::Model`]: the device model's DPC, which the engine's
+    /// interrupts queue (instead of the driver's).
+    silicon: OnceLock<Dpc>,
     /// The completion vectors' DPCs, each on a processor of its own.
     comp: OnceLock<Vec<TargetedDpc>>,
     /// The data path's DPC: the rest of a call that used its budget
@@ -191,7 +205,7 @@ struct Bus {
 impl SoftBus for Bus {
     fn interrupt(&self) {
         self.platform.interrupt(|| {
-            if let Some(dpc) = self.dpc.get() {
+            if let Some(dpc) = self.silicon.get().or_else(|| self.dpc.get()) {
                 dpc.insert();
             }
         });
@@ -200,7 +214,9 @@ impl SoftBus for Bus {
     /// The vector's ISR queues its DPC on the vector's processor.
     fn comp_interrupt(&self, vector: u32) {
         self.platform.interrupt(|| {
-            if let Some(dpc) = self.comp.get().and_then(|c| c.get(vector as usize)) {
+            if let Some(dpc) = self.silicon.get() {
+                dpc.insert();
+            } else if let Some(dpc) = self.comp.get().and_then(|c| c.get(vector as usize)) {
                 dpc.insert();
             }
         });
@@ -471,6 +487,17 @@ pub struct HostDevice {
     pub(crate) handles: Mutex<std::collections::HashMap<ProcessKey, usize>>,
     /// The transport's timer (its DPC: [`SoftHca::advance_clock`]).
     transport_timer: Arc<crate::platform::HostTimer>,
+    /// With [`Backend::Model`]: the device model, the mini-driver and its
+    /// connected interrupts.
+    model: Option<ModelParts>,
+}
+
+/// The parts of a host device over the model HCA.
+struct ModelParts {
+    silicon: Arc<HostSilicon>,
+    bar: Arc<SiliconBar>,
+    hca: Arc<HostModelHca>,
+    interrupts: Mutex<Vec<crate::platform::pci::HostInterrupt>>,
 }
 
 /// The platform's clock and the transport's timer, as the soft HCA sees
@@ -537,13 +564,16 @@ impl HostDevice {
             dpc: OnceLock::new(),
             comp: OnceLock::new(),
             resume: OnceLock::new(),
+            silicon: OnceLock::new(),
             doorbell: Arc::clone(&doorbell),
             poller: Arc::clone(&scanner.event),
         });
         let mut soft_config = config.soft;
         let udp_port = soft_config.udp_port;
+        let model = config.backend == Backend::Model;
         soft_config.execution = match config.engine {
             Engine::Inline => Execution::Inline,
+            Engine::Thread if model => Execution::Inline,
             Engine::Thread => Execution::Deferred,
         };
         // AddDevice: the driver's code, charged to the pool (the device
@@ -551,9 +581,20 @@ impl HostDevice {
         // allocates in WdfDeviceCreate).
         let soft =
             Arc::new(platform.driver_code(|| SoftHca::new(&platform, soft_config, bus.clone()))?);
-        let device = Arc::new(platform.driver_code(|| {
-            Device::with_config(platform.clone(), Arc::clone(&soft), config.device)
-        }));
+        let (hca, model) = if model {
+            let parts = Self::start_model(&platform, &soft, &bus)?;
+            (HostHca::Model(Arc::clone(&parts.hca)), Some(parts))
+        } else {
+            (HostHca::Soft(Arc::clone(&soft)), None)
+        };
+        let device = Arc::new(
+            platform.driver_code(|| Device::with_config(platform.clone(), hca, config.device)),
+        );
+        let msix_device: Arc<OnceLock<Weak<SoftDevice>>> = Arc::new(OnceLock::new());
+        let _ = msix_device.set(Arc::downgrade(&device));
+        if let Some(parts) = &model {
+            Self::connect_model(&platform, parts, &msix_device)?;
+        }
         let weak: Weak<SoftDevice> = Arc::downgrade(&device);
         let dpc = platform.new_dpc(move || {
             if let Some(d) = weak.upgrade() {
@@ -561,9 +602,15 @@ impl HostDevice {
             }
         });
         let _ = bus.dpc.set(dpc);
-        // The completion vectors' DPCs: vector v on processor v.
+        // The completion vectors' DPCs: vector v on processor v (the
+        // model's vectors have their MSI-X messages' DPCs instead).
         let mut comp = Vec::new();
-        for vector in 0..irpverbs_core::Hca::comp_event_queues(&*soft) {
+        let vectors = if model.is_some() {
+            0
+        } else {
+            irpverbs_core::Hca::comp_event_queues(&*soft)
+        };
+        for vector in 0..vectors {
             let weak: Weak<SoftDevice> = Arc::downgrade(&device);
             comp.push(
                 platform.new_targeted_dpc("irpverbs-vector", vector, move || {
@@ -575,7 +622,7 @@ impl HostDevice {
         }
         let _ = bus.comp.set(comp);
         // What a vector's EQ got before its DPC existed interrupts now.
-        for vector in 0..irpverbs_core::Hca::comp_event_queues(&*soft) {
+        for vector in 0..vectors {
             irpverbs_core::Hca::arm_comp_event_queue(&*soft, vector);
         }
         let weak_soft = Arc::downgrade(&soft);
@@ -648,9 +695,10 @@ impl HostDevice {
             no_process_notify: config.no_process_notify,
             owners: Mutex::default(),
             handles: Mutex::default(),
+            model,
         });
         this.start_engine()?;
-        if config.user_doorbells == UserDoorbells::Page {
+        if config.user_doorbells == UserDoorbells::Page && this.model.is_none() {
             this.scanner.start(
                 this.platform.clone(),
                 Arc::clone(&this.soft),
@@ -660,9 +708,113 @@ impl HostDevice {
         Ok(this)
     }
 
+    /// The model HCA over `soft` (its engine): the device model with its
+    /// BAR installed and its MSI-X messages granted, the engine's
+    /// interrupts queueing the device model's DPC, and the mini-driver
+    /// started (`EvtDevicePrepareHardware`).
+    fn start_model(
+        platform: &HostPlatform,
+        soft: &Arc<SoftHca<HostPlatform>>,
+        bus: &Arc<Bus>,
+    ) -> Result<ModelParts, NtStatus> {
+        let silicon = Arc::new(HostSilicon::new(
+            platform,
+            Arc::clone(soft),
+            SiliconBus::new(platform.clone()),
+        )?);
+        let weak = Arc::downgrade(&silicon);
+        let dpc = platform.new_dpc(move || {
+            if let Some(s) = weak.upgrade() {
+                s.run();
+            }
+        });
+        silicon.bus().set_dpc(dpc.clone());
+        let _ = bus.silicon.set(dpc);
+        let bar = SiliconBar::new(Arc::clone(&silicon));
+        platform.install_bar(0, irpverbs_model::protocol::BAR_LEN, bar.clone())?;
+        platform.grant_msix(silicon.messages());
+        let side = silicon.sideband().clone();
+        let hca = platform.driver_code(|| irpverbs_model::ModelHca::start(platform.clone(), side));
+        let hca = match hca {
+            Ok(h) => Arc::new(h),
+            Err(status) => {
+                bar.detach();
+                return Err(status);
+            }
+        };
+        Ok(ModelParts {
+            silicon,
+            bar,
+            hca,
+            interrupts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Connects one MSI-X message per event queue of the model
+    /// (`WdfInterruptCreate` at device add) and arms the queues.
+    fn connect_model(
+        platform: &HostPlatform,
+        parts: &ModelParts,
+        device: &Arc<OnceLock<Weak<SoftDevice>>>,
+    ) -> Result<(), NtStatus> {
+        use irpverbs_core::platform::PciPlatform;
+        let mut interrupts = Vec::new();
+        for message in 0..parts.hca.event_queues() {
+            let handler = MsixHandler {
+                hca: Arc::clone(&parts.hca),
+                device: Arc::clone(device),
+            };
+            interrupts.push(platform.driver_code(|| platform.connect_interrupt(message, handler))?);
+        }
+        *parts
+            .interrupts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = interrupts;
+        platform.driver_code(|| {
+            parts.hca.arm_event_queue();
+            for v in 0..parts.hca.comp_event_queues() {
+                parts.hca.arm_comp_event_queue(v);
+            }
+        });
+        Ok(())
+    }
+
+    /// The model HCA's mini-driver and device model, with
+    /// [`Backend::Model`].
+    #[must_use]
+    pub fn model(&self) -> Option<(&Arc<HostModelHca>, &Arc<HostSilicon>)> {
+        self.model.as_ref().map(|m| (&m.hca, &m.silicon))
+    }
+
+    /// The backend the driver runs over.
+    #[must_use]
+    pub fn backend(&self) -> Backend {
+        if self.model.is_some() {
+            Backend::Model
+        } else {
+            Backend::Soft
+        }
+    }
+
+    /// Stops the model HCA (`EvtDeviceReleaseHardware`): disconnects its
+    /// interrupts, resets the device, frees its queues and mappings.
+    fn release_model(&self) {
+        if let Some(parts) = &self.model {
+            let interrupts = std::mem::take(
+                &mut *parts
+                    .interrupts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            drop(interrupts);
+            self.platform.driver_code(|| parts.hca.release());
+            parts.bar.detach();
+        }
+    }
+
     /// Starts the firmware thread ([`Engine::Thread`]; nothing inline).
     fn start_engine(&self) -> Result<(), NtStatus> {
-        if self.engine_kind != Engine::Thread {
+        if self.engine_kind != Engine::Thread || self.model.is_some() {
             return Ok(());
         }
         self.doorbell.stop.store(false, Ordering::Release);
@@ -1127,6 +1279,7 @@ impl HostDevice {
         {
             let _ = h.join();
         }
+        self.release_model();
         self.platform.unload();
     }
 }

@@ -21,6 +21,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod device;
 pub mod loopwire;
 pub mod pairwire;
@@ -35,6 +36,7 @@ pub mod udp;
 #[global_allocator]
 static GLOBAL: platform::heap::DriverHeap = platform::heap::DriverHeap;
 
+pub use backend::Backend;
 pub use device::{
     CLEANUP_PIN_TIMEOUT, CmSubmitter, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl,
     SharedFile, Submitted, UserDoorbells,

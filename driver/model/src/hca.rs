@@ -1,0 +1,759 @@
+//! The model HCA's mini-driver: an [`Hca`] that reaches its device only
+//! through [`PciPlatform`] — BAR 0's registers, common buffers for the
+//! command queue and the event queues, scatter/gather mappings for
+//! registered memory (their page lists go to the device in the
+//! registration's input mailbox), and one MSI-X message per event queue.
+//! The protocol is [`crate::protocol`]'s; docs/hardware-seam.md walks
+//! through it.
+//!
+//! Kernel rules: everything is allocated at [`ModelHca::start`]
+//! (PASSIVE_LEVEL) but what a command needs for its object (a mapping, a
+//! query's output box), taken fallibly when it is posted; a failure there
+//! completes the command with the status through the device (a no-op
+//! command in its slot), like any other completion. Event processing
+//! allocates nothing; each call takes at most what its caller's batch
+//! holds.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use irpverbs_abi::{
+    IV_ACCESS_LOCAL_WRITE, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
+    NtStatus, STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES,
+    STATUS_INVALID_PARAMETER, STATUS_IO_TIMEOUT, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+};
+use irpverbs_core::Hca;
+use irpverbs_core::hca::{Command, CommandOut, Event, MadIn, MadOut};
+use irpverbs_core::platform::{
+    Bar, CommonBuffer, DMA_PAGE_SIZE, DmaDirection, DmaMapping, EQ_LOCK, HCA_LOCK, LogicalAddress,
+    PciPlatform, SpinLock,
+};
+use irpverbs_ring::{Region, Ring, Shared};
+
+use crate::protocol::*;
+use crate::sideband::Sideband;
+
+/// Entries of the async event queue (EQ 0).
+pub const ASYNC_EQ_ENTRIES: u32 = 256;
+/// Entries of each completion vector's event queue.
+pub const COMP_EQ_ENTRIES: u32 = 256;
+/// Command slots the mini-driver uses.
+pub const SLOTS: usize = 16;
+/// Register reads a polled command waits at most.
+const POLL_SPINS: u32 = 1_000_000;
+
+/// An event queue in a common buffer, and the driver's consumer index.
+struct EventQueue<C> {
+    buf: C,
+    entries: u32,
+    ci: u32,
+}
+
+impl<C: CommonBuffer> EventQueue<C> {
+    /// The entry at the consumer index, if the device wrote it: kind,
+    /// async type, argument.
+    fn next(&mut self) -> Option<(u8, u8, u32)> {
+        let off = (self.ci % self.entries) as usize * EQE_LEN;
+        let region = self.buf.region();
+        let owner = region
+            .atomic_u32(off + E_OWNER)
+            .ok()?
+            .load(Ordering::Acquire);
+        if owner != eqe_owner(self.ci, self.entries) {
+            return None;
+        }
+        let mut body = [0u8; E_OWNER];
+        region.read(off, &mut body).ok()?;
+        self.ci = self.ci.wrapping_add(1);
+        let arg = u32::from_le_bytes([
+            body[E_ARG],
+            body[E_ARG + 1],
+            body[E_ARG + 2],
+            body[E_ARG + 3],
+        ]);
+        Some((body[E_KIND], body[E_SUB], arg))
+    }
+}
+
+/// A command slot.
+enum Slot<M> {
+    Free,
+    Posted {
+        token: u64,
+        opcode: u32,
+        /// What the driver found wrong before the device (a no-op was
+        /// posted in its place).
+        failed: Option<NtStatus>,
+        /// A registration's mapping, until its completion.
+        mapping: Option<M>,
+        /// A deregistration's key.
+        lkey: u32,
+        /// A QP query's output, allocated when posted.
+        attr: Option<Box<IvQueryQpOut>>,
+    },
+}
+
+/// The command queue, EQ 0 and the registrations' mappings (under
+/// [`HCA_LOCK`]).
+struct Commands<P: PciPlatform> {
+    cmdq: Option<P::CommonBuffer>,
+    eq: Option<EventQueue<P::CommonBuffer>>,
+    slots: Vec<Slot<P::DmaMapping>>,
+    /// Live registrations' mappings by lkey (room reserved when posted).
+    mrs: Vec<(u32, P::DmaMapping)>,
+    regs_in_flight: usize,
+}
+
+/// The model HCA's mini-driver. See the module docs.
+pub struct ModelHca<P: PciPlatform + Clone> {
+    platform: P,
+    caps: IvQueryDeviceOut,
+    bar: P::Bar,
+    cmdq_la: LogicalAddress,
+    cmd: P::Lock<Commands<P>>,
+    comp: Vec<P::Lock<Option<EventQueue<P::CommonBuffer>>>>,
+    side: Shared<Sideband<P>>,
+    interrupts: Vec<AtomicU64>,
+}
+
+/// Writes `len` bytes of `v` little-endian into `region` at `at`.
+fn put(region: &Region, at: usize, v: &[u8]) -> Result<(), NtStatus> {
+    region.write(at, v).map_err(|_| STATUS_INVALID_PARAMETER)
+}
+
+fn get_u32(region: &Region, at: usize) -> u32 {
+    region
+        .atomic_u32(at)
+        .map_or(u32::MAX, |w| w.load(Ordering::Acquire))
+}
+
+impl<P: PciPlatform + Clone> ModelHca<P> {
+    /// Starts the device (`EvtDevicePrepareHardware`): maps BAR 0, checks
+    /// the interface version, allocates the command queue and hands it to
+    /// the device, reads the device's attributes with a polled command,
+    /// allocates EQ 0 and one EQ per completion vector (as many as MSI-X
+    /// messages allow) and programs them. The caller then connects one
+    /// interrupt per event queue (message `n` for EQ `n`, [`Self::isr`]
+    /// and the device's DPCs) and arms them.
+    ///
+    /// `side`: what the device model passes around the seam
+    /// ([`crate::sideband`]).
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` for another interface version or no MSI-X
+    /// message; `STATUS_IO_TIMEOUT` when the device does not answer;
+    /// the platform's errors (`STATUS_INSUFFICIENT_RESOURCES`). Nothing is
+    /// left allocated.
+    pub fn start(platform: P, side: Shared<Sideband<P>>) -> Result<Self, NtStatus> {
+        let bar = platform.map_bar(0)?;
+        if bar.read32(REG_VERSION)? != VERSION || platform.msix_messages() == 0 {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        let slots = SLOTS.min(bar.read32(REG_CMD_SLOTS)? as usize);
+        let eqs = (bar.read32(REG_EQS)? as usize)
+            .min(usize::from(platform.msix_messages()))
+            .min(MAX_EQS);
+        if slots == 0 || eqs == 0 {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        let cmdq = platform.alloc_common_buffer(slots * SLOT_SIZE)?;
+        let cmdq_la = cmdq.logical_address();
+        bar.write64(REG_CMDQ_BASE, cmdq_la)?;
+        bar.write32(REG_CMDQ_SLOTS, slots as u32)?;
+        let mut caps_bytes = [0u8; FIXED_LEN];
+        let n = polled(&bar, &cmdq, OP_QUERY_DEVICE, &mut caps_bytes)?;
+        let mut caps: IvQueryDeviceOut =
+            read_exact(&caps_bytes[..n]).map_err(|_| STATUS_DEVICE_HARDWARE_ERROR)?;
+        caps.num_comp_vectors = caps.num_comp_vectors.min(eqs as u32 - 1);
+        let eq = event_queue(&platform, &bar, 0, ASYNC_EQ_ENTRIES)?;
+        let mut comp = Vec::new();
+        comp.try_reserve_exact(caps.num_comp_vectors as usize)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        for v in 0..caps.num_comp_vectors as usize {
+            let q = event_queue(&platform, &bar, v + 1, COMP_EQ_ENTRIES)?;
+            comp.push(platform.new_lock(&EQ_LOCK, Some(q)));
+        }
+        let mut slot_vec = Vec::new();
+        slot_vec
+            .try_reserve_exact(slots)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        slot_vec.resize_with(slots, || Slot::Free);
+        let mut interrupts = Vec::new();
+        interrupts
+            .try_reserve_exact(1 + comp.len())
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        interrupts.resize_with(1 + comp.len(), AtomicU64::default);
+        let cmd = platform.new_lock(
+            &HCA_LOCK,
+            Commands {
+                cmdq: Some(cmdq),
+                eq: Some(eq),
+                slots: slot_vec,
+                mrs: Vec::new(),
+                regs_in_flight: 0,
+            },
+        );
+        Ok(Self {
+            platform,
+            caps,
+            bar,
+            cmdq_la,
+            cmd,
+            comp,
+            side,
+            interrupts,
+        })
+    }
+
+    /// The ISR of MSI-X message `message` (EQ `message`): counts it and
+    /// asks for the DPC (a message is not shared). The DPC then runs
+    /// `Device::dpc` for message 0, `Device::comp_dpc(message - 1)` for
+    /// the others.
+    ///
+    /// IRQL: DIRQL; no lock, no allocation.
+    pub fn isr(&self, message: u16) -> bool {
+        if let Some(c) = self.interrupts.get(usize::from(message)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// MSI-X messages handled by [`Self::isr`] for event queue `eq`.
+    pub fn interrupts(&self, eq: usize) -> u64 {
+        self.interrupts
+            .get(eq)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// The event queues (and MSI-X messages) the driver uses.
+    pub fn event_queues(&self) -> u16 {
+        self.interrupts.len() as u16
+    }
+
+    /// Registrations whose memory is mapped for the device now.
+    pub fn mapped_registrations(&self) -> usize {
+        self.cmd.lock(|c| c.mrs.len())
+    }
+
+    /// The driver's view of the command queue (tests look at what the
+    /// device reads).
+    pub fn command_queue(&self) -> Option<Shared<Region>> {
+        self.cmd
+            .lock(|c| c.cmdq.as_ref().map(|b| b.region().clone()))
+    }
+
+    /// Stops the device (`EvtDeviceReleaseHardware`): resets it, takes its
+    /// queues away and frees them, drops every mapping.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn release(&self) {
+        let _ = self.bar.write32(REG_RESET, 1);
+        for n in 0..self.interrupts.len() {
+            let _ = self.bar.write64(eq_reg(n, EQ_BASE), 0);
+        }
+        let _ = self.bar.write64(REG_CMDQ_BASE, 0);
+        let (cmdq, eq, mrs, slots) = self.cmd.lock(|c| {
+            (
+                c.cmdq.take(),
+                c.eq.take(),
+                core::mem::take(&mut c.mrs),
+                core::mem::take(&mut c.slots),
+            )
+        });
+        drop((cmdq, eq, mrs, slots));
+        for q in &self.comp {
+            drop(q.lock(Option::take));
+        }
+        self.side.clear();
+    }
+
+    /// Fills slot `slot` with `command` (or, if it cannot be sent, a no-op
+    /// that completes with the status); returns what the slot records.
+    fn fill(
+        &self,
+        c: &mut Commands<P>,
+        slot: usize,
+        token: u64,
+        command: &Command,
+    ) -> Result<Slot<P::DmaMapping>, NtStatus> {
+        let region = c
+            .cmdq
+            .as_ref()
+            .ok_or(irpverbs_abi::STATUS_DEVICE_REMOVED)?
+            .region()
+            .clone();
+        let base = slot * SLOT_SIZE;
+        let base_la = self.cmdq_la + base as u64;
+        let decode_as = opcode(command);
+        let mut opcode = decode_as;
+        let mut failed = None;
+        let mut mapping = None;
+        let mut lkey = 0;
+        let mut attr = None;
+        let mut mtt = Mtt {
+            address: base_la + (INPUT_OFFSET + MTT_OFFSET) as u64,
+            entries: 0,
+            first_offset: 0,
+        };
+        match command {
+            Command::RegMr(r) => match self.map_registration(c, &region, base, &r.region, r.access)
+            {
+                Ok((m, entries, first)) => {
+                    mtt.entries = entries;
+                    mtt.first_offset = first;
+                    mapping = Some(m);
+                    self.side.put_region(slot, r.region.clone());
+                }
+                Err(status) => failed = Some(status),
+            },
+            Command::DeregMr { lkey: k } => lkey = *k,
+            Command::QueryQp { .. } => match irpverbs_ring::try_box(IvQueryQpOut::default()) {
+                Ok(b) => attr = Some(b),
+                Err(_) => failed = Some(STATUS_INSUFFICIENT_RESOURCES),
+            },
+            _ => {}
+        }
+        let mut input = [0u8; FIXED_LEN];
+        let len = if failed.is_some() {
+            opcode = OP_NOP;
+            0
+        } else {
+            encode_command(command, mtt, &mut input)?
+        };
+        put(&region, base + INPUT_OFFSET, &input[..len])?;
+        header(&region, base, base_la, opcode, len, 0)?;
+        if mapping.is_some() {
+            c.regs_in_flight += 1;
+        }
+        Ok(Slot::Posted {
+            token,
+            opcode: decode_as,
+            failed,
+            mapping,
+            lkey,
+            attr,
+        })
+    }
+
+    /// Maps a registration's memory for the device and writes its page
+    /// list into the slot's input mailbox; reserves its room in the table
+    /// of live registrations. Returns the mapping, its pages and where its
+    /// first byte is in its first page.
+    fn map_registration(
+        &self,
+        c: &mut Commands<P>,
+        cmdq: &Region,
+        base: usize,
+        memory: &Shared<Region>,
+        access: u32,
+    ) -> Result<(P::DmaMapping, u32, u32), NtStatus> {
+        c.mrs
+            .try_reserve(c.regs_in_flight + 1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let direction = if access & IV_ACCESS_LOCAL_WRITE != 0 {
+            DmaDirection::Bidirectional
+        } else {
+            DmaDirection::ToDevice
+        };
+        let mapping = self.platform.map_dma(memory, direction)?;
+        let elements = mapping.elements();
+        let first = elements.first().ok_or(STATUS_INVALID_PARAMETER)?.address;
+        let mask = DMA_PAGE_SIZE - 1;
+        let last = elements.len() - 1;
+        let mut n = 0usize;
+        for (i, e) in elements.iter().enumerate() {
+            let end = e.address + u64::from(e.length);
+            // A page list: runs start and end on pages but at its ends.
+            if (i > 0 && e.address & mask != 0) || (i < last && end & mask != 0) {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            let mut page = e.address & !mask;
+            while page < end {
+                if n >= MAX_MTT {
+                    return Err(STATUS_INSUFFICIENT_RESOURCES);
+                }
+                put(
+                    cmdq,
+                    base + INPUT_OFFSET + MTT_OFFSET + n * 8,
+                    &page.to_le_bytes(),
+                )?;
+                n += 1;
+                page += DMA_PAGE_SIZE;
+            }
+        }
+        Ok((mapping, n as u32, (first & mask) as u32))
+    }
+
+    /// The completion of slot `slot` as the device wrote it.
+    fn command_done(&self, c: &mut Commands<P>, slot: usize) -> Option<Event> {
+        let posted = core::mem::replace(c.slots.get_mut(slot)?, Slot::Free);
+        let Slot::Posted {
+            token,
+            opcode,
+            failed,
+            mapping,
+            lkey,
+            attr,
+        } = posted
+        else {
+            return None;
+        };
+        if mapping.is_some() {
+            c.regs_in_flight -= 1;
+        }
+        let region = c.cmdq.as_ref()?.region().clone();
+        let base = slot * SLOT_SIZE;
+        let mut status = get_u32(&region, base + H_STATUS) as NtStatus;
+        if get_u32(&region, base + H_OWNER) != OWNER_DRIVER {
+            status = STATUS_DEVICE_HARDWARE_ERROR;
+        }
+        let written = get_u32(&region, base + H_OUT_WRITTEN) as usize;
+        let mut out = [0u8; FIXED_LEN];
+        let rings = self.side.take_rings(slot);
+        if let Some(f) = failed {
+            status = f;
+        }
+        if status == STATUS_SUCCESS
+            && (written > FIXED_LEN
+                || region
+                    .read(base + OUTPUT_OFFSET, &mut out[..written])
+                    .is_err())
+        {
+            status = STATUS_DEVICE_HARDWARE_ERROR;
+        }
+        if status != STATUS_SUCCESS {
+            // A refused registration's memory may still be in the sideband.
+            drop(self.side.take_region(slot));
+            return Some(Event::CommandDone {
+                token,
+                status,
+                out: CommandOut::None,
+            });
+        }
+        let result = decode_output(opcode, &out[..written], rings, attr);
+        match (&result, opcode) {
+            (Ok(CommandOut::Mr { lkey, .. }), OP_REG_MR) => {
+                if let Some(m) = mapping {
+                    // Room was reserved when it was posted.
+                    c.mrs.push((*lkey, m));
+                }
+            }
+            (Ok(_), OP_DEREG_MR) => {
+                if let Some(i) = c.mrs.iter().position(|(k, _)| *k == lkey) {
+                    drop(c.mrs.swap_remove(i));
+                }
+            }
+            _ => {}
+        }
+        Some(match result {
+            Ok(out) => Event::CommandDone { token, status, out },
+            Err(status) => Event::CommandDone {
+                token,
+                status,
+                out: CommandOut::None,
+            },
+        })
+    }
+}
+
+/// Writes a slot's header and hands it to the device (the owner word
+/// last).
+fn header(
+    region: &Region,
+    base: usize,
+    base_la: LogicalAddress,
+    opcode: u32,
+    input_len: usize,
+    flags: u32,
+) -> Result<(), NtStatus> {
+    let mut h = [0u8; HEADER_LEN];
+    let mut w = Writer::new(&mut h);
+    w.u32(opcode)?;
+    w.u32(input_len as u32)?;
+    w.u64(base_la + INPUT_OFFSET as u64)?;
+    w.u64(base_la + OUTPUT_OFFSET as u64)?;
+    w.u32(OUTPUT_LEN as u32)?;
+    h[H_FLAGS..H_FLAGS + 4].copy_from_slice(&flags.to_le_bytes());
+    put(region, base, &h[..H_OWNER])?;
+    region
+        .atomic_u32(base + H_OWNER)
+        .map_err(|_| STATUS_INVALID_PARAMETER)?
+        .store(OWNER_DEVICE, Ordering::Release);
+    Ok(())
+}
+
+/// Runs a command in slot 0 with the device polled (before interrupts):
+/// rings, waits for the owner word, returns the output's length in `out`.
+fn polled<B: Bar, C: CommonBuffer>(
+    bar: &B,
+    cmdq: &C,
+    opcode: u32,
+    out: &mut [u8],
+) -> Result<usize, NtStatus> {
+    let region = cmdq.region();
+    header(region, 0, cmdq.logical_address(), opcode, 0, FLAG_POLLED)?;
+    bar.write32(REG_CMD_DOORBELL, 1)?;
+    let mut spins = 0;
+    while get_u32(region, H_OWNER) != OWNER_DRIVER {
+        spins += 1;
+        if spins >= POLL_SPINS || bar.read32(REG_STATUS)? & STATUS_FATAL != 0 {
+            return Err(STATUS_IO_TIMEOUT);
+        }
+        core::hint::spin_loop();
+    }
+    let status = get_u32(region, H_STATUS) as NtStatus;
+    if status != STATUS_SUCCESS {
+        return Err(status);
+    }
+    let n = get_u32(region, H_OUT_WRITTEN) as usize;
+    let dst = out.get_mut(..n).ok_or(STATUS_DEVICE_HARDWARE_ERROR)?;
+    region
+        .read(OUTPUT_OFFSET, dst)
+        .map_err(|_| STATUS_DEVICE_HARDWARE_ERROR)?;
+    Ok(n)
+}
+
+/// Allocates event queue `n` and programs the device with it.
+fn event_queue<P: PciPlatform>(
+    platform: &P,
+    bar: &P::Bar,
+    n: usize,
+    entries: u32,
+) -> Result<EventQueue<P::CommonBuffer>, NtStatus> {
+    let buf = platform.alloc_common_buffer(entries as usize * EQE_LEN)?;
+    bar.write32(eq_reg(n, EQ_ENTRIES), entries)?;
+    bar.write64(eq_reg(n, EQ_BASE), buf.logical_address())?;
+    Ok(EventQueue {
+        buf,
+        entries,
+        ci: 0,
+    })
+}
+
+fn ring(rings: &mut [Option<Ring>; 2], i: usize) -> Result<Ring, NtStatus> {
+    rings[i].take().ok_or(STATUS_DEVICE_HARDWARE_ERROR)
+}
+
+/// A command's output as the device wrote it (checked: a device that
+/// writes the wrong length is a hardware error).
+fn decode_output(
+    opcode: u32,
+    bytes: &[u8],
+    mut rings: [Option<Ring>; 2],
+    attr: Option<Box<IvQueryQpOut>>,
+) -> Result<CommandOut, NtStatus> {
+    let bad = |_| STATUS_DEVICE_HARDWARE_ERROR;
+    let mut r = Reader::new(bytes);
+    let out = match opcode {
+        OP_QUERY_PORT => CommandOut::Port(r.obj::<IvQueryPortOut>().map_err(bad)?),
+        OP_QUERY_GID => CommandOut::Gid(r.obj::<[u8; 16]>().map_err(bad)?),
+        OP_ALLOC_PD => CommandOut::Pd {
+            pdn: r.u32().map_err(bad)?,
+        },
+        OP_REG_MR => CommandOut::Mr {
+            lkey: r.u32().map_err(bad)?,
+            rkey: r.u32().map_err(bad)?,
+        },
+        OP_CREATE_CQ | OP_RESIZE_CQ => CommandOut::Cq {
+            cqn: r.u32().map_err(bad)?,
+            cqe: r.u32().map_err(bad)?,
+            ring: ring(&mut rings, 0)?,
+        },
+        OP_CREATE_SRQ => CommandOut::Srq {
+            srqn: r.u32().map_err(bad)?,
+            max_wr: r.u32().map_err(bad)?,
+            max_sge: r.u32().map_err(bad)?,
+            ring: ring(&mut rings, 0)?,
+        },
+        OP_QUERY_SRQ => CommandOut::SrqAttr(r.obj::<IvQuerySrqOut>().map_err(bad)?),
+        OP_CREATE_QP => {
+            let qpn = r.u32().map_err(bad)?;
+            let has_rq = r.flag().map_err(bad)?;
+            let cap = r.obj::<IvQpCap>().map_err(bad)?;
+            CommandOut::Qp {
+                qpn,
+                cap,
+                sq: ring(&mut rings, 0)?,
+                rq: if has_rq {
+                    Some(ring(&mut rings, 1)?)
+                } else {
+                    None
+                },
+            }
+        }
+        OP_QUERY_QP => {
+            let mut b = attr.ok_or(STATUS_DEVICE_HARDWARE_ERROR)?;
+            *b = r.obj::<IvQueryQpOut>().map_err(bad)?;
+            CommandOut::QpAttr(b)
+        }
+        OP_CREATE_AH => CommandOut::Ah {
+            ahn: r.u32().map_err(bad)?,
+        },
+        _ => CommandOut::None,
+    };
+    r.end().map_err(bad)?;
+    Ok(out)
+}
+
+impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
+    fn caps(&self) -> &IvQueryDeviceOut {
+        &self.caps
+    }
+
+    /// Formats the command into a free slot of the command queue (a
+    /// registration's memory mapped and its page list in the input
+    /// mailbox) and rings the command doorbell.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
+        let posted = self.cmd.lock(|c| {
+            let Some(slot) = c.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+                return Err(());
+            };
+            match self.fill(c, slot, token, &command) {
+                Ok(s) => {
+                    c.slots[slot] = s;
+                    Ok(Some(slot))
+                }
+                // The queue is gone (released): refused like a full one.
+                Err(_) => Err(()),
+            }
+        });
+        match posted {
+            Ok(Some(slot)) => {
+                let _ = self.bar.write32(REG_CMD_DOORBELL, 1 << slot);
+                Ok(())
+            }
+            _ => Err(command),
+        }
+    }
+
+    fn poll_event(&self) -> Option<Event> {
+        let mut one = [None];
+        self.poll_events(&mut one);
+        let [e] = one;
+        e
+    }
+
+    /// Takes EQ 0's entries: command completions (the slot's status and
+    /// output mailbox), async events, MAD arrivals; then tells the device
+    /// how far it read.
+    fn poll_events(&self, out: &mut [Option<Event>]) -> usize {
+        self.cmd.lock(|c| {
+            let mut n = 0;
+            let mut took = false;
+            while n < out.len() {
+                let Some((kind, sub, arg)) = c.eq.as_mut().and_then(EventQueue::next) else {
+                    break;
+                };
+                took = true;
+                let event = match kind {
+                    EQE_COMMAND => self.command_done(c, arg as usize),
+                    EQE_COMPLETION => Some(Event::Completion { cqn: arg }),
+                    EQE_ASYNC => decode_async(sub, arg).map(Event::Async),
+                    EQE_MAD => Some(Event::Mad),
+                    _ => None,
+                };
+                if let Some(e) = event {
+                    out[n] = Some(e);
+                    n += 1;
+                }
+            }
+            if took && let Some(eq) = &c.eq {
+                let _ = self.bar.write32(eq_reg(0, EQ_CI), eq.ci);
+            }
+            n
+        })
+    }
+
+    fn arm_event_queue(&self) {
+        self.cmd.lock(|c| {
+            if let Some(eq) = &c.eq {
+                let _ = self.bar.write32(eq_reg(0, EQ_ARM), eq.ci);
+            }
+        });
+    }
+
+    fn comp_event_queues(&self) -> u32 {
+        self.comp.len() as u32
+    }
+
+    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
+        let Some(q) = self.comp.get(vector as usize) else {
+            return 0;
+        };
+        q.lock(|q| {
+            let Some(q) = q else { return 0 };
+            let mut n = 0;
+            let mut took = false;
+            while n < out.len() {
+                let Some((kind, _, arg)) = q.next() else {
+                    break;
+                };
+                took = true;
+                if kind == EQE_COMPLETION {
+                    out[n] = Some(Event::Completion { cqn: arg });
+                    n += 1;
+                }
+            }
+            if took {
+                let _ = self.bar.write32(eq_reg(vector as usize + 1, EQ_CI), q.ci);
+            }
+            n
+        })
+    }
+
+    fn arm_comp_event_queue(&self, vector: u32) {
+        if let Some(q) = self.comp.get(vector as usize) {
+            q.lock(|q| {
+                if let Some(q) = q {
+                    let _ = self.bar.write32(eq_reg(vector as usize + 1, EQ_ARM), q.ci);
+                }
+            });
+        }
+    }
+
+    fn sq_doorbell(&self, qpn: u32) {
+        let _ = self
+            .bar
+            .write64(REG_QUEUE_DOORBELL, (DB_SQ << 32) | u64::from(qpn));
+    }
+
+    fn rq_doorbell(&self, qpn: u32) {
+        let _ = self
+            .bar
+            .write64(REG_QUEUE_DOORBELL, (DB_RQ << 32) | u64::from(qpn));
+    }
+
+    fn srq_doorbell(&self, srqn: u32) {
+        let _ = self
+            .bar
+            .write64(REG_QUEUE_DOORBELL, (DB_SRQ << 32) | u64::from(srqn));
+    }
+
+    fn cq_arm_doorbell(&self, cqn: u32) {
+        let _ = self
+            .bar
+            .write64(REG_QUEUE_DOORBELL, (DB_CQ_ARM << 32) | u64::from(cqn));
+    }
+
+    /// The device forgets registered memory (a reset), then every
+    /// registration's mapping is dropped: the pins end now.
+    fn device_removed(&self) {
+        let _ = self.bar.write32(REG_RESET, 1);
+        let mrs = self.cmd.lock(|c| core::mem::take(&mut c.mrs));
+        drop(mrs);
+        self.side.clear();
+    }
+
+    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
+        self.side.soft().send_mad(mad)
+    }
+
+    fn poll_mad(&self) -> Option<MadIn> {
+        self.side.soft().poll_mad()
+    }
+}

@@ -1,0 +1,616 @@
+//! The device model: the "silicon" of the model HCA.
+//!
+//! Its only contact with the driver is BAR 0 ([`Silicon::read`],
+//! [`Silicon::write`]: what the platform calls for each register access),
+//! DMA at logical addresses and MSI-X messages, both through its
+//! [`DeviceBus`] (in host mode, the IOMMU model of
+//! `irpverbs_host::platform::pci`, which bugchecks 0xE6 on any access
+//! outside a live mapping). Inside, it executes commands and moves data
+//! with the soft HCA's firmware and transport (a [`SoftHca`] it owns, its
+//! engine): it reads each command from the command queue in host memory,
+//! checks it (untrusted bytes: a bad command gets a status, never a
+//! panic), hands it to the engine, and writes the output, the status and
+//! an event queue entry back by DMA, raising the event queue's MSI-X
+//! message when it is armed. What still goes around the seam is listed in
+//! [`crate::sideband`].
+//!
+//! The device does its work in [`Silicon::run`], which its bus schedules
+//! ([`DeviceBus::kick`]) when a register asks for work and when the engine
+//! interrupts: in host mode a DPC of its own. A run is bounded by the
+//! command slots and the room in the event queues.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use irpverbs_abi::{
+    IvQueryDeviceOut, NtStatus, STATUS_BUFFER_TOO_SMALL, STATUS_INSUFFICIENT_RESOURCES,
+    STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
+};
+use irpverbs_core::hca::{Command, CommandOut, Event, RegMr};
+use irpverbs_core::platform::{DMA_PAGE_SIZE, LogicalAddress};
+use irpverbs_core::{Hca, Platform};
+use irpverbs_ring::{Ring, Shared};
+use irpverbs_soft::SoftHca;
+use zerocopy::IntoBytes;
+
+use crate::protocol::*;
+use crate::sideband::Sideband;
+
+/// What the device reaches the host through: DMA at logical addresses,
+/// MSI-X messages, and its own scheduling.
+pub trait DeviceBus: Send + Sync + 'static {
+    /// Reads host memory at logical address `at` (a DMA read).
+    ///
+    /// # Errors
+    /// The platform's refusal (host mode: a bugcheck 0xE6 with the
+    /// verifier on, `STATUS_INVALID_ADDRESS` with it off).
+    fn dma_read(&self, at: LogicalAddress, buf: &mut [u8]) -> Result<(), NtStatus>;
+    /// Writes host memory at logical address `at` (a DMA write).
+    ///
+    /// # Errors
+    /// As [`DeviceBus::dma_read`].
+    fn dma_write(&self, at: LogicalAddress, buf: &[u8]) -> Result<(), NtStatus>;
+    /// Signals MSI-X message `message`.
+    fn raise_msix(&self, message: u16);
+    /// Schedules [`Silicon::run`] soon (never on the caller's stack while
+    /// the caller may hold a driver lock).
+    fn kick(&self);
+}
+
+/// An event queue as the device sees it.
+#[derive(Default)]
+struct DevEq {
+    base: AtomicU64,
+    entries: AtomicU32,
+    /// The driver's consumer index (its register).
+    ci: AtomicU32,
+    /// The device's producer index (only [`Silicon::run`] moves it).
+    pi: AtomicU32,
+    armed: AtomicBool,
+}
+
+/// A command slot as the device executes it.
+#[derive(Default)]
+struct DevSlot {
+    out_addr: AtomicU64,
+    out_len: AtomicU32,
+    flags: AtomicU32,
+    /// Handed to the engine, not yet completed.
+    busy: AtomicBool,
+}
+
+/// Counters of the device, for tests and tools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiliconStats {
+    /// Commands read from the command queue.
+    pub commands: u64,
+    /// Commands refused by the device's own checks (before the engine).
+    pub commands_refused: u64,
+    /// Event queue entries written.
+    pub eqes: u64,
+    /// MSI-X messages raised.
+    pub messages: u64,
+    /// DMA accesses refused (the device then stops: [`STATUS_FATAL`]).
+    pub dma_faults: u64,
+}
+
+/// The device model. See the module docs.
+pub struct Silicon<P: Platform, B: DeviceBus> {
+    soft: Arc<SoftHca<P>>,
+    side: Shared<Sideband<P>>,
+    bus: B,
+    cmdq_base: AtomicU64,
+    cmdq_slots: AtomicU32,
+    rung: AtomicU32,
+    status: AtomicU32,
+    eqs: Vec<DevEq>,
+    slots: Vec<DevSlot>,
+    running: AtomicBool,
+    again: AtomicBool,
+    commands: AtomicU64,
+    refused: AtomicU64,
+    eqes: AtomicU64,
+    messages: AtomicU64,
+    faults: AtomicU64,
+}
+
+/// Events taken from the engine per batch (a small frame).
+const BATCH: usize = 4;
+
+impl<P: Platform, B: DeviceBus> Silicon<P, B> {
+    /// A device over `soft` (its engine: the soft HCA's firmware and
+    /// transport, which must execute commands inline), attached to `bus`.
+    /// It has 1 + the engine's completion vectors event queues and as many
+    /// MSI-X messages.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`.
+    pub fn new(platform: &P, soft: Arc<SoftHca<P>>, bus: B) -> Result<Self, NtStatus> {
+        let side = Sideband::new(platform, MAX_SLOTS, soft.clone())?;
+        let side = Shared::try_new(side).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let n = (1 + soft.comp_event_queues() as usize).min(MAX_EQS);
+        let mut eqs = Vec::new();
+        eqs.try_reserve_exact(n)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        eqs.resize_with(n, DevEq::default);
+        let mut slots = Vec::new();
+        slots
+            .try_reserve_exact(MAX_SLOTS)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        slots.resize_with(MAX_SLOTS, DevSlot::default);
+        Ok(Self {
+            soft,
+            side,
+            bus,
+            cmdq_base: AtomicU64::new(0),
+            cmdq_slots: AtomicU32::new(0),
+            rung: AtomicU32::new(0),
+            status: AtomicU32::new(STATUS_READY),
+            eqs,
+            slots,
+            running: AtomicBool::new(false),
+            again: AtomicBool::new(false),
+            commands: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            eqes: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+        })
+    }
+
+    /// The engine (its port, wires and counters are the device's).
+    pub fn soft(&self) -> &Arc<SoftHca<P>> {
+        &self.soft
+    }
+
+    /// What goes around the seam ([`crate::sideband`]): the mini-driver
+    /// is given it at start.
+    pub fn sideband(&self) -> &Shared<Sideband<P>> {
+        &self.side
+    }
+
+    /// The MSI-X messages the device needs (one per event queue).
+    pub fn messages(&self) -> u16 {
+        self.eqs.len() as u16
+    }
+
+    /// The bus.
+    pub fn bus(&self) -> &B {
+        &self.bus
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> SiliconStats {
+        SiliconStats {
+            commands: self.commands.load(Ordering::Relaxed),
+            commands_refused: self.refused.load(Ordering::Relaxed),
+            eqes: self.eqes.load(Ordering::Relaxed),
+            messages: self.messages.load(Ordering::Relaxed),
+            dma_faults: self.faults.load(Ordering::Relaxed),
+        }
+    }
+
+    // ----------------------------------------------------------- registers
+
+    /// A register read of `width` bytes at `offset` of BAR 0 (the
+    /// platform checked the offset and width).
+    pub fn read(&self, offset: usize, width: usize) -> u64 {
+        let _ = width;
+        match offset {
+            REG_VERSION => u64::from(VERSION),
+            REG_STATUS => u64::from(self.status.load(Ordering::Acquire)),
+            REG_CMD_SLOTS => MAX_SLOTS as u64,
+            REG_EQS => self.eqs.len() as u64,
+            _ => 0,
+        }
+    }
+
+    /// A register write of `width` bytes at `offset` of BAR 0. Queue
+    /// doorbells run the engine's data path now (as the soft HCA's
+    /// doorbells do); everything else records the write and schedules
+    /// [`Self::run`].
+    pub fn write(&self, offset: usize, width: usize, value: u64) {
+        let _ = width;
+        match offset {
+            REG_CMDQ_BASE => self.cmdq_base.store(value, Ordering::Release),
+            REG_CMDQ_SLOTS => self
+                .cmdq_slots
+                .store((value as u32).min(MAX_SLOTS as u32), Ordering::Release),
+            REG_CMD_DOORBELL => {
+                self.rung.fetch_or(value as u32, Ordering::AcqRel);
+                self.bus.kick();
+            }
+            REG_QUEUE_DOORBELL => {
+                let number = value as u32;
+                match value >> 32 {
+                    DB_SQ => self.soft.sq_doorbell(number),
+                    DB_RQ => self.soft.rq_doorbell(number),
+                    DB_SRQ => self.soft.srq_doorbell(number),
+                    DB_CQ_ARM => self.soft.cq_arm_doorbell(number),
+                    _ => {}
+                }
+            }
+            REG_RESET if value == 1 => {
+                // Registered memory is forgotten: the engine drops its
+                // MRs' regions and queued commands, the sideband its pins.
+                self.soft.device_removed();
+                self.side.clear();
+            }
+            o if o >= EQ_REGS => {
+                let (n, reg) = ((o - EQ_REGS) / EQ_REGS_LEN, (o - EQ_REGS) % EQ_REGS_LEN);
+                let Some(eq) = self.eqs.get(n) else { return };
+                match reg {
+                    EQ_BASE => {
+                        eq.pi.store(0, Ordering::Release);
+                        eq.ci.store(0, Ordering::Release);
+                        eq.base.store(value, Ordering::Release);
+                    }
+                    EQ_ENTRIES => eq.entries.store(value as u32, Ordering::Release),
+                    EQ_CI => {
+                        eq.ci.store(value as u32, Ordering::Release);
+                        self.bus.kick();
+                    }
+                    EQ_ARM => {
+                        eq.ci.store(value as u32, Ordering::Release);
+                        eq.armed.store(true, Ordering::Release);
+                        self.bus.kick();
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ----------------------------------------------------------------- work
+
+    /// The device's work: executes the commands rung, moves the engine's
+    /// events into the event queues in host memory, raises the messages
+    /// of armed queues with entries. Runs one at a time (a call while one
+    /// runs makes that one go again).
+    ///
+    /// IRQL: DISPATCH_LEVEL (host mode: its DPC), no driver lock held.
+    pub fn run(&self) {
+        if self.running.swap(true, Ordering::AcqRel) {
+            self.again.store(true, Ordering::Release);
+            return;
+        }
+        loop {
+            self.again.store(false, Ordering::Release);
+            if self.status.load(Ordering::Acquire) & STATUS_FATAL == 0
+                && let Err(_status) = self.step()
+            {
+                self.faults.fetch_add(1, Ordering::Relaxed);
+                self.status.fetch_or(STATUS_FATAL, Ordering::AcqRel);
+            }
+            self.running.store(false, Ordering::Release);
+            if !self.again.load(Ordering::Acquire) || self.running.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        }
+    }
+
+    fn step(&self) -> Result<(), NtStatus> {
+        self.execute_commands()?;
+        self.drain(0)?;
+        for v in 1..self.eqs.len() {
+            self.drain(v)?;
+        }
+        for (n, eq) in self.eqs.iter().enumerate() {
+            if eq.armed.load(Ordering::Acquire)
+                && eq.pi.load(Ordering::Acquire) != eq.ci.load(Ordering::Acquire)
+                && eq.armed.swap(false, Ordering::AcqRel)
+            {
+                self.messages.fetch_add(1, Ordering::Relaxed);
+                self.bus.raise_msix(n as u16);
+            }
+        }
+        Ok(())
+    }
+
+    fn slot_base(&self, slot: usize) -> LogicalAddress {
+        self.cmdq_base.load(Ordering::Acquire) + (slot * SLOT_SIZE) as u64
+    }
+
+    fn execute_commands(&self) -> Result<(), NtStatus> {
+        let mut pending = self.rung.swap(0, Ordering::AcqRel);
+        let slots = self.cmdq_slots.load(Ordering::Acquire) as usize;
+        while pending != 0 {
+            let slot = pending.trailing_zeros() as usize;
+            pending &= pending - 1;
+            if slot >= slots || self.cmdq_base.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            if !self.execute_slot(slot)? {
+                // No room in EQ 0 or the engine's queue: the rest waits
+                // for the driver to take events (its consumer index
+                // kicks).
+                self.rung.fetch_or((1 << slot) | pending, Ordering::AcqRel);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads slot `slot` and hands its command to the engine (or completes
+    /// it with the status of what is wrong with it). False when the engine
+    /// had no room (nothing changed).
+    fn execute_slot(&self, slot: usize) -> Result<bool, NtStatus> {
+        let base = self.slot_base(slot);
+        let mut h = [0u8; HEADER_LEN];
+        self.bus.dma_read(base, &mut h)?;
+        let mut r = Reader::new(&h);
+        let opcode = r.u32()?;
+        let in_len = r.u32()? as usize;
+        let in_addr = r.u64()?;
+        let out_addr = r.u64()?;
+        let out_len = r.u32()?;
+        let owner =
+            u32::from_le_bytes([h[H_OWNER], h[H_OWNER + 1], h[H_OWNER + 2], h[H_OWNER + 3]]);
+        let flags =
+            u32::from_le_bytes([h[H_FLAGS], h[H_FLAGS + 1], h[H_FLAGS + 2], h[H_FLAGS + 3]]);
+        let state = &self.slots[slot];
+        if owner != OWNER_DEVICE || state.busy.load(Ordering::Acquire) {
+            // A doorbell for a slot not handed over, or one executing.
+            return Ok(true);
+        }
+        if flags & FLAG_POLLED == 0 && self.room(0) == 0 {
+            // No room for its completion: the driver's consumer index
+            // kicks the device again.
+            return Ok(false);
+        }
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        state.out_addr.store(out_addr, Ordering::Release);
+        state.out_len.store(out_len, Ordering::Release);
+        state.flags.store(flags, Ordering::Release);
+        state.busy.store(true, Ordering::Release);
+        if in_len > FIXED_LEN {
+            return self.refuse(slot, STATUS_INVALID_PARAMETER);
+        }
+        let mut input = [0u8; FIXED_LEN];
+        if in_len > 0 {
+            self.bus.dma_read(in_addr, &mut input[..in_len])?;
+        }
+        if opcode == OP_QUERY_DEVICE {
+            if in_len != 0 {
+                return self.refuse(slot, STATUS_INVALID_PARAMETER);
+            }
+            let caps: IvQueryDeviceOut = *self.soft.caps();
+            self.complete_bytes(slot, STATUS_SUCCESS, caps.as_bytes())?;
+            return Ok(true);
+        }
+        if opcode == OP_NOP {
+            if in_len != 0 {
+                return self.refuse(slot, STATUS_INVALID_PARAMETER);
+            }
+            self.complete_bytes(slot, STATUS_SUCCESS, &[])?;
+            return Ok(true);
+        }
+        let command = match decode_command(opcode, &input[..in_len]) {
+            Ok(Parsed::Command(c)) => c,
+            Ok(Parsed::RegMr {
+                pdn,
+                access,
+                addr,
+                length,
+                physical,
+                mtt,
+            }) => match self.registration(slot, mtt, length)? {
+                Ok(region) => Command::RegMr(RegMr {
+                    pdn,
+                    addr,
+                    length,
+                    access,
+                    physical,
+                    region,
+                }),
+                Err(status) => return self.refuse(slot, status),
+            },
+            Err(status) => return self.refuse(slot, status),
+        };
+        match self.soft.post_command(slot as u64, command) {
+            Ok(()) => Ok(true),
+            Err(back) => {
+                if let Command::RegMr(r) = back {
+                    self.side.put_region(slot, r.region);
+                }
+                state.busy.store(false, Ordering::Release);
+                Ok(false)
+            }
+        }
+    }
+
+    fn refuse(&self, slot: usize, status: NtStatus) -> Result<bool, NtStatus> {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.complete_bytes(slot, status, &[])?;
+        Ok(true)
+    }
+
+    /// A registration's page table: `mtt.entries` page addresses at
+    /// `mtt.address`, read by DMA, each page-aligned, as many as the pages
+    /// `length` bytes from `mtt.first_offset` touch; the device reads a
+    /// byte of each page once through the IOMMU (a page list naming memory
+    /// not mapped for it faults here). Then the pinned memory the driver
+    /// left for the slot, which must be `length` bytes.
+    ///
+    /// `Ok(Err(status))`: the command is refused; `Err`: a DMA fault.
+    fn registration(
+        &self,
+        slot: usize,
+        mtt: Mtt,
+        length: u64,
+    ) -> Result<Result<Shared<irpverbs_ring::Region>, NtStatus>, NtStatus> {
+        if length == 0
+            || u64::from(mtt.first_offset) >= DMA_PAGE_SIZE
+            || u64::from(mtt.entries) != pages_spanned(u64::from(mtt.first_offset), length)
+        {
+            return Ok(Err(STATUS_INVALID_PARAMETER));
+        }
+        let mut chunk = [0u8; 8 * 32];
+        let mut done = 0u32;
+        while done < mtt.entries {
+            let n = (mtt.entries - done).min(32) as usize;
+            self.bus
+                .dma_read(mtt.address + u64::from(done) * 8, &mut chunk[..n * 8])?;
+            for (i, e) in chunk[..n * 8].chunks_exact(8).enumerate() {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(e);
+                let page = u64::from_le_bytes(b);
+                if page % DMA_PAGE_SIZE != 0 {
+                    return Ok(Err(STATUS_INVALID_PARAMETER));
+                }
+                let first = done == 0 && i == 0;
+                let at = page
+                    + if first {
+                        u64::from(mtt.first_offset)
+                    } else {
+                        0
+                    };
+                let mut probe = [0u8; 1];
+                self.bus.dma_read(at, &mut probe)?;
+            }
+            done += n as u32;
+        }
+        let Some(region) = self.side.take_region(slot) else {
+            return Ok(Err(STATUS_INVALID_PARAMETER));
+        };
+        if region.len() as u64 != length {
+            return Ok(Err(STATUS_INVALID_PARAMETER));
+        }
+        Ok(Ok(region))
+    }
+
+    /// Writes slot `slot`'s output (if it fits its mailbox), status and
+    /// owner word by DMA, and its completion entry (unless polled).
+    fn complete_bytes(&self, slot: usize, status: NtStatus, out: &[u8]) -> Result<(), NtStatus> {
+        let state = &self.slots[slot];
+        let (status, n) = if status == STATUS_SUCCESS
+            && out.len() > state.out_len.load(Ordering::Acquire) as usize
+        {
+            (STATUS_BUFFER_TOO_SMALL, 0)
+        } else {
+            (status, out.len())
+        };
+        if n > 0 {
+            self.bus
+                .dma_write(state.out_addr.load(Ordering::Acquire), &out[..n])?;
+        }
+        let base = self.slot_base(slot);
+        let mut done = [0u8; 8];
+        done[..4].copy_from_slice(&status.to_le_bytes());
+        done[4..].copy_from_slice(&(n as u32).to_le_bytes());
+        self.bus.dma_write(base + H_STATUS as u64, &done)?;
+        self.bus
+            .dma_write(base + H_OWNER as u64, &OWNER_DRIVER.to_le_bytes())?;
+        state.busy.store(false, Ordering::Release);
+        if state.flags.load(Ordering::Acquire) & FLAG_POLLED == 0 {
+            self.post_eqe(0, EQE_COMMAND, 0, slot as u32)?;
+        }
+        Ok(())
+    }
+
+    /// Room left in event queue `n`.
+    fn room(&self, n: usize) -> usize {
+        let eq = &self.eqs[n];
+        let entries = eq.entries.load(Ordering::Acquire);
+        if eq.base.load(Ordering::Acquire) == 0 || entries == 0 {
+            return 0;
+        }
+        let used = eq
+            .pi
+            .load(Ordering::Acquire)
+            .wrapping_sub(eq.ci.load(Ordering::Acquire));
+        entries.saturating_sub(used) as usize
+    }
+
+    /// Writes an entry into event queue `n` (the caller checked its room;
+    /// a full queue drops it and counts a fault).
+    fn post_eqe(&self, n: usize, kind: u8, sub: u8, arg: u32) -> Result<(), NtStatus> {
+        if self.room(n) == 0 {
+            return Err(STATUS_INSUFFICIENT_RESOURCES);
+        }
+        let eq = &self.eqs[n];
+        let (pi, entries) = (
+            eq.pi.load(Ordering::Acquire),
+            eq.entries.load(Ordering::Acquire),
+        );
+        let at = eq.base.load(Ordering::Acquire) + u64::from(pi % entries) * EQE_LEN as u64;
+        let entry = eqe(kind, sub, arg, eqe_owner(pi, entries));
+        // The body, then the owner word: the driver sees a whole entry.
+        self.bus.dma_write(at, &entry[..E_OWNER])?;
+        self.bus.dma_write(at + E_OWNER as u64, &entry[E_OWNER..])?;
+        eq.pi.store(pi.wrapping_add(1), Ordering::Release);
+        self.eqes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Moves the engine's events of event queue `n` (0: async; `1 + v`:
+    /// completion vector `v`) into the host's, as far as it has room;
+    /// re-arms the engine's queue once it is empty.
+    fn drain(&self, n: usize) -> Result<(), NtStatus> {
+        loop {
+            // A command completion needs its slot's entry: keep room for
+            // every slot that may complete on EQ 0.
+            let room = self.room(n);
+            if room == 0 {
+                return Ok(());
+            }
+            let want = room.min(BATCH);
+            let mut events: [Option<Event>; BATCH] = Default::default();
+            let got = if n == 0 {
+                self.soft.poll_events(&mut events[..want])
+            } else {
+                self.soft
+                    .poll_comp_events(n as u32 - 1, &mut events[..want])
+            };
+            for e in events.iter_mut().take(got) {
+                if let Some(e) = e.take() {
+                    self.deliver(n, e)?;
+                }
+            }
+            if got < want {
+                if n == 0 {
+                    self.soft.arm_event_queue();
+                } else {
+                    self.soft.arm_comp_event_queue(n as u32 - 1);
+                }
+                return Ok(());
+            }
+        }
+    }
+
+    fn deliver(&self, n: usize, event: Event) -> Result<(), NtStatus> {
+        match event {
+            Event::CommandDone { token, status, out } => {
+                let slot = token as usize;
+                if slot >= MAX_SLOTS {
+                    return Ok(());
+                }
+                let mut buf = [0u8; FIXED_LEN];
+                let len = if status == STATUS_SUCCESS {
+                    encode_output(&out, &mut buf)?
+                } else {
+                    0
+                };
+                let rings: [Option<Ring>; 2] = match out {
+                    CommandOut::Cq { ring, .. } | CommandOut::Srq { ring, .. } => {
+                        [Some(ring), None]
+                    }
+                    CommandOut::Qp { sq, rq, .. } => [Some(sq), rq],
+                    _ => [None, None],
+                };
+                if rings[0].is_some() {
+                    self.side.put_rings(slot, rings);
+                }
+                self.complete_bytes(slot, status, &buf[..len])
+            }
+            Event::Completion { cqn } => self.post_eqe(n, EQE_COMPLETION, 0, cqn),
+            Event::Async(a) => {
+                let (sub, arg) = encode_async(a);
+                self.post_eqe(n, EQE_ASYNC, sub, arg)
+            }
+            Event::Mad => self.post_eqe(n, EQE_MAD, 0, 0),
+        }
+    }
+}
