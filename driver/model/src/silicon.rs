@@ -180,6 +180,11 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         &self.bus
     }
 
+    /// Its status register ([`STATUS_READY`], [`STATUS_FATAL`]).
+    pub fn status(&self) -> u32 {
+        self.status.load(Ordering::Acquire)
+    }
+
     /// Its counters.
     pub fn stats(&self) -> SiliconStats {
         SiliconStats {

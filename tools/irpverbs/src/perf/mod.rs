@@ -22,6 +22,7 @@ use irpverbs_verbs::{
     rts_steps,
 };
 
+use irpverbs_host::Backend;
 use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, UserDoorbells};
 use irpverbs_host::platform::{HostConfig, VerifierConfig};
 
@@ -139,6 +140,9 @@ pub struct PerfConfig {
     pub mtu: u32,
     /// Where the soft HCA's firmware runs.
     pub engine: Engine,
+    /// The HCA the driver runs over: the soft HCA, or the model HCA (a
+    /// mini-driver over the PCI seam, the soft HCA as its device's engine).
+    pub backend: Backend,
     /// How the endpoints ring their doorbells: direct calls, or their
     /// files' doorbell pages, scanned by the device's doorbell thread (what
     /// a user-mode ULP does on Windows).
@@ -185,6 +189,7 @@ impl PerfConfig {
             recv_post_list: 1,
             mtu: IV_MTU_4096,
             engine: Engine::Inline,
+            backend: Backend::Soft,
             doorbells: UserDoorbells::Direct,
             doorbell_poll_window: None,
             verifier: false,
@@ -654,6 +659,7 @@ fn new_device(cfg: &PerfConfig, soft: SoftConfig) -> Result<Arc<HostDevice>, Str
         cleanup_pin_timeout: None,
         no_process_notify: false,
         device: irpverbs_core::DeviceConfig::default(),
+        backend: cfg.backend,
     })
     .map_err(|s| format!("device: {}", status_name(s)))
 }
