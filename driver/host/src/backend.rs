@@ -36,23 +36,6 @@ pub enum Backend {
     Model,
 }
 
-impl Backend {
-    /// The backend the environment names (`IRPVERBS_BACKEND=model` or
-    /// `soft`), so that one test binary runs against either; `None` when
-    /// unset.
-    ///
-    /// # Panics
-    /// On any other value (a typo would silently test the wrong backend).
-    #[must_use]
-    pub fn from_env() -> Option<Self> {
-        match std::env::var("IRPVERBS_BACKEND").ok()?.as_str() {
-            "soft" => Some(Self::Soft),
-            "model" => Some(Self::Model),
-            other => panic!("IRPVERBS_BACKEND={other}: expected soft or model"),
-        }
-    }
-}
-
 /// The model's mini-driver on the host platform.
 pub type HostModelHca = ModelHca<HostPlatform>;
 /// The model's device on the host platform.
