@@ -666,17 +666,21 @@
 #define IV_MTU_4096 5
 
 /**
- * Path migration state MIGRATED (the only one without alternate paths).
+ * Path migration state MIGRATED: no alternate path armed (a QP's state
+ * until one is loaded, and after it migrated; in `modify_qp`, from ARMED,
+ * migrates at once).
  */
 #define IV_MIG_MIGRATED 0
 
 /**
- * Path migration state REARM.
+ * Path migration state REARM: in `modify_qp`, arm the loaded alternate
+ * path (the soft HCA arms at once: `query_qp` reports ARMED).
  */
 #define IV_MIG_REARM 1
 
 /**
- * Path migration state ARMED.
+ * Path migration state ARMED: the alternate path is ready; a failure of
+ * the primary path migrates to it.
  */
 #define IV_MIG_ARMED 2
 
@@ -859,6 +863,18 @@
  * Async event: the SQ of a QP in SQD drained.
  */
 #define IV_EVENT_SQ_DRAINED 5
+
+/**
+ * Async event: an RC or UC QP migrated to its alternate path (now
+ * `IV_MIG_MIGRATED`; see docs/path-migration.md).
+ */
+#define IV_EVENT_PATH_MIG 6
+
+/**
+ * Async event: an armed QP's primary path failed and it could not
+ * migrate to its alternate path.
+ */
+#define IV_EVENT_PATH_MIG_ERR 7
 
 /**
  * Async event: the device failed.

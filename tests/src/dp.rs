@@ -351,6 +351,8 @@ fn event_name(t: u32) -> &'static str {
         IV_EVENT_QP_ACCESS_ERR => "QP_ACCESS_ERR",
         IV_EVENT_COMM_EST => "COMM_EST",
         IV_EVENT_SQ_DRAINED => "SQ_DRAINED",
+        IV_EVENT_PATH_MIG => "PATH_MIG",
+        IV_EVENT_PATH_MIG_ERR => "PATH_MIG_ERR",
         IV_EVENT_SRQ_ERR => "SRQ_ERR",
         IV_EVENT_SRQ_LIMIT_REACHED => "SRQ_LIMIT_REACHED",
         IV_EVENT_QP_LAST_WQE_REACHED => "QP_LAST_WQE_REACHED",

@@ -67,11 +67,15 @@ pub const IV_MTU_2048: u32 = 4;
 /// Path MTU 4096 bytes.
 pub const IV_MTU_4096: u32 = 5;
 
-/// Path migration state MIGRATED (the only one without alternate paths).
+/// Path migration state MIGRATED: no alternate path armed (a QP's state
+/// until one is loaded, and after it migrated; in `modify_qp`, from ARMED,
+/// migrates at once).
 pub const IV_MIG_MIGRATED: u32 = 0;
-/// Path migration state REARM.
+/// Path migration state REARM: in `modify_qp`, arm the loaded alternate
+/// path (the soft HCA arms at once: `query_qp` reports ARMED).
 pub const IV_MIG_REARM: u32 = 1;
-/// Path migration state ARMED.
+/// Path migration state ARMED: the alternate path is ready; a failure of
+/// the primary path migrates to it.
 pub const IV_MIG_ARMED: u32 = 2;
 
 /// Access: the HCA may write local memory (required with any remote write or atomic).
@@ -152,6 +156,12 @@ pub const IV_EVENT_QP_ACCESS_ERR: u32 = 3;
 pub const IV_EVENT_COMM_EST: u32 = 4;
 /// Async event: the SQ of a QP in SQD drained.
 pub const IV_EVENT_SQ_DRAINED: u32 = 5;
+/// Async event: an RC or UC QP migrated to its alternate path (now
+/// `IV_MIG_MIGRATED`; see docs/path-migration.md).
+pub const IV_EVENT_PATH_MIG: u32 = 6;
+/// Async event: an armed QP's primary path failed and it could not
+/// migrate to its alternate path.
+pub const IV_EVENT_PATH_MIG_ERR: u32 = 7;
 /// Async event: the device failed.
 pub const IV_EVENT_DEVICE_FATAL: u32 = 8;
 /// Async event: a port became active.

@@ -279,6 +279,10 @@ pub enum AsyncEvent {
     CommEstablished(u32),
     /// The SQ of a QP in SQD is drained.
     SqDrained(u32),
+    /// A QP migrated to its alternate path.
+    PathMigrated(u32),
+    /// An armed QP's primary path failed and it could not migrate.
+    PathMigrationError(u32),
     /// Last WQE reached on a QP with an SRQ.
     LastWqeReached(u32),
     /// An SRQ dropped below its limit.

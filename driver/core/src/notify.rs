@@ -322,6 +322,8 @@ pub(crate) fn classify(ev: AsyncEvent) -> (u32, Option<(Kind, u32)>, u32) {
         AsyncEvent::QpAccessError(n) => (IV_EVENT_QP_ACCESS_ERR, Some((Kind::Qp, n)), 0),
         AsyncEvent::CommEstablished(n) => (IV_EVENT_COMM_EST, Some((Kind::Qp, n)), 0),
         AsyncEvent::SqDrained(n) => (IV_EVENT_SQ_DRAINED, Some((Kind::Qp, n)), 0),
+        AsyncEvent::PathMigrated(n) => (IV_EVENT_PATH_MIG, Some((Kind::Qp, n)), 0),
+        AsyncEvent::PathMigrationError(n) => (IV_EVENT_PATH_MIG_ERR, Some((Kind::Qp, n)), 0),
         AsyncEvent::LastWqeReached(n) => (IV_EVENT_QP_LAST_WQE_REACHED, Some((Kind::Qp, n)), 0),
         AsyncEvent::SrqLimitReached(n) => (IV_EVENT_SRQ_LIMIT_REACHED, Some((Kind::Srq, n)), 0),
         AsyncEvent::SrqError(n) => (IV_EVENT_SRQ_ERR, Some((Kind::Srq, n)), 0),

@@ -23,6 +23,8 @@ use crate::platform::HostPlatform;
 struct State {
     queue: VecDeque<OwnedDatagram>,
     hcas: Vec<Arc<SoftHca<HostPlatform>>>,
+    /// GIDs no datagram reaches ([`LoopWire::set_reachable`]).
+    cut: Vec<[u8; 16]>,
     stop: bool,
     delivered: u64,
     unroutable: u64,
@@ -62,11 +64,16 @@ impl Cable {
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
                 }
-                (s.queue.drain(..).collect::<Vec<_>>(), s.hcas.clone())
+                (
+                    s.queue.drain(..).collect::<Vec<_>>(),
+                    (s.hcas.clone(), s.cut.clone()),
+                )
             };
+            let (hcas, cut) = hcas;
             let (mut delivered, mut unroutable) = (0, 0);
             for d in &batch {
-                match hcas.iter().find(|h| h.owns_gid(&d.dgid)) {
+                let to = hcas.iter().find(|h| h.owns_gid(&d.dgid));
+                match to.filter(|_| !cut.contains(&d.dgid)) {
                     Some(h) => {
                         delivered += 1;
                         let _ = h.receive(&d.view());
@@ -112,7 +119,7 @@ impl Cable {
 pub struct LoopWireStats {
     /// Datagrams delivered to an HCA.
     pub delivered: u64,
-    /// Datagrams for a GID no attached HCA has.
+    /// Datagrams for a GID no attached HCA has, or one made unreachable.
     pub unroutable: u64,
 }
 
@@ -163,6 +170,17 @@ impl LoopWire {
         hca.attach_link(link)?;
         self.cable.state().hcas.push(Arc::clone(hca));
         Ok(())
+    }
+
+    /// Makes `gid` unreachable (`reachable` false: datagrams to it are
+    /// lost from now on and counted as unroutable, as when the route to
+    /// that address goes away) or reachable again.
+    pub fn set_reachable(&self, gid: [u8; 16], reachable: bool) {
+        let mut s = self.cable.state();
+        s.cut.retain(|g| *g != gid);
+        if !reachable {
+            s.cut.push(gid);
+        }
     }
 
     /// The wire's counters.

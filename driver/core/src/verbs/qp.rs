@@ -137,14 +137,15 @@ pub(crate) fn check_attr_values(
         // Resizing work queues through modify is not in any IBTA transition.
         return Err(STATUS_INVALID_PARAMETER_MIX);
     }
-    if has(IV_QP_ALT_PATH) {
-        // No automatic path migration on this device.
-        return Err(STATUS_NOT_SUPPORTED);
-    }
     let bad = (has(IV_QP_STATE) && a.qp_state > IV_QPS_ERR)
         || (has(IV_QP_CUR_STATE) && a.cur_qp_state > IV_QPS_ERR)
         || (has(IV_QP_PATH_MTU) && !(IV_MTU_256..=IV_MTU_4096).contains(&a.path_mtu))
-        || (has(IV_QP_PATH_MIG_STATE) && a.path_mig_state != IV_MIG_MIGRATED)
+        || (has(IV_QP_PATH_MIG_STATE) && a.path_mig_state > IV_MIG_ARMED)
+        || (has(IV_QP_ALT_PATH)
+            && (u32::from(a.alt_pkey_index) >= u32::from(caps.max_pkeys)
+                || a.alt_port_num == 0
+                || a.alt_port_num > caps.phys_port_cnt
+                || a.alt_timeout > 31))
         || (has(IV_QP_RQ_PSN) && a.rq_psn > 0xFF_FFFF)
         || (has(IV_QP_SQ_PSN) && a.sq_psn > 0xFF_FFFF)
         || (has(IV_QP_DEST_QPN) && a.dest_qp_num > 0xFF_FFFF)
@@ -166,6 +167,10 @@ pub(crate) fn check_attr_values(
     }
     if has(IV_QP_AV) {
         super::ah::check_ah_attr(&a.ah_attr, caps)?;
+    }
+    if has(IV_QP_ALT_PATH) {
+        // The alternate path is checked as the primary is.
+        super::ah::check_ah_attr(&a.alt_ah_attr, caps)?;
     }
     if has(IV_QP_QKEY) && a.qkey & CONTROLLED_QKEY != 0 && mode == RequestorMode::User {
         return Err(STATUS_ACCESS_DENIED);
@@ -358,10 +363,66 @@ mod tests {
             check_attr_values(1 << 21, &ok, &c, k),
             Err(STATUS_INVALID_PARAMETER)
         );
-        assert_eq!(
-            check_attr_values(IV_QP_ALT_PATH, &ok, &c, k),
-            Err(STATUS_NOT_SUPPORTED)
-        );
+        // The alternate path: checked as the primary.
+        let alt = IvQpAttr {
+            alt_port_num: 1,
+            alt_timeout: 14,
+            alt_ah_attr: IvAhAttr {
+                is_global: 1,
+                hop_limit: 64,
+                port_num: 1,
+                ..IvAhAttr::default()
+            },
+            ..ok
+        };
+        assert_eq!(check_attr_values(IV_QP_ALT_PATH, &alt, &c, k), Ok(()));
+        let bad_alts = [
+            IvQpAttr {
+                alt_port_num: 0,
+                ..alt
+            },
+            IvQpAttr {
+                alt_port_num: 2,
+                ..alt
+            },
+            IvQpAttr {
+                alt_pkey_index: 1,
+                ..alt
+            },
+            IvQpAttr {
+                alt_timeout: 32,
+                ..alt
+            },
+            IvQpAttr {
+                alt_ah_attr: IvAhAttr {
+                    port_num: 2,
+                    ..alt.alt_ah_attr
+                },
+                ..alt
+            },
+        ];
+        for a in bad_alts {
+            assert_eq!(
+                check_attr_values(IV_QP_ALT_PATH, &a, &c, k),
+                Err(STATUS_INVALID_PARAMETER),
+                "{a:?}"
+            );
+        }
+        for (state, ok_state) in [
+            (IV_MIG_MIGRATED, true),
+            (IV_MIG_REARM, true),
+            (IV_MIG_ARMED, true),
+            (3, false),
+        ] {
+            let a = IvQpAttr {
+                path_mig_state: state,
+                ..ok
+            };
+            assert_eq!(
+                check_attr_values(IV_QP_PATH_MIG_STATE, &a, &c, k).is_ok(),
+                ok_state
+            );
+        }
         assert_eq!(
             check_attr_values(IV_QP_CAP, &ok, &c, k),
             Err(STATUS_INVALID_PARAMETER_MIX)

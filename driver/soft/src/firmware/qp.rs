@@ -17,7 +17,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use irpverbs_abi::{
-    IV_ACCESS_ALL, IV_MIG_ARMED, IV_MIG_MIGRATED, IV_MIG_REARM, IV_QP_ACCESS_FLAGS, IV_QP_ALT_PATH,
+    IV_ACCESS_ALL, IV_MIG_ARMED, IV_MIG_MIGRATED, IV_QP_ACCESS_FLAGS, IV_QP_ALT_PATH,
     IV_QP_ATTR_ALL, IV_QP_AV, IV_QP_CAP, IV_QP_CUR_STATE, IV_QP_DEST_QPN,
     IV_QP_EN_SQD_ASYNC_NOTIFY, IV_QP_MAX_DEST_RD_ATOMIC, IV_QP_MAX_QP_RD_ATOMIC,
     IV_QP_MIN_RNR_TIMER, IV_QP_PATH_MIG_STATE, IV_QP_PATH_MTU, IV_QP_PKEY_INDEX, IV_QP_PORT,
@@ -25,7 +25,7 @@ use irpverbs_abi::{
     IV_QP_TIMEOUT, IV_QPS_ERR, IV_QPS_INIT, IV_QPS_RESET, IV_QPS_RTR, IV_QPS_RTS, IV_QPS_SQD,
     IV_QPS_SQE, IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IvQpAttr, IvQpCap, IvQueryQpOut, NtStatus,
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_HANDLE,
-    STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
+    STATUS_INVALID_PARAMETER,
 };
 use irpverbs_core::{AsyncEvent, CommandOut, CreateQp, ModifyQp};
 
@@ -490,26 +490,27 @@ impl Firmware {
     /// Checks the value of every attribute in `mask`.
     ///
     /// # Errors
-    /// `STATUS_NOT_SUPPORTED` for alternate paths and path migration states
-    /// other than MIGRATED; `STATUS_INVALID_PARAMETER` for any other value
-    /// out of range (see [`Firmware::modify_qp`]).
+    /// `STATUS_INVALID_PARAMETER` for a value out of range (see
+    /// [`Firmware::modify_qp`]); the alternate path is checked as the
+    /// primary.
     fn check_qp_attr(&self, mask: u32, attr: &IvQpAttr) -> Result<(), NtStatus> {
         let has = |bit: u32| mask & bit != 0;
-        if has(IV_QP_ALT_PATH) {
-            return Err(STATUS_NOT_SUPPORTED);
-        }
-        if has(IV_QP_PATH_MIG_STATE) {
-            match attr.path_mig_state {
-                IV_MIG_MIGRATED => {}
-                IV_MIG_REARM | IV_MIG_ARMED => return Err(STATUS_NOT_SUPPORTED),
-                _ => return Err(STATUS_INVALID_PARAMETER),
-            }
+        if has(IV_QP_PATH_MIG_STATE) && attr.path_mig_state > IV_MIG_ARMED {
+            return Err(STATUS_INVALID_PARAMETER);
         }
         if has(IV_QP_PORT) {
             check_port(attr.port_num)?;
         }
         if has(IV_QP_AV) {
             self.check_av(&attr.ah_attr)?;
+        }
+        if has(IV_QP_ALT_PATH) {
+            // The alternate path is checked as the primary is.
+            check_port(attr.alt_port_num)?;
+            self.check_av(&attr.alt_ah_attr)?;
+            if u32::from(attr.alt_pkey_index) >= PKEY_TBL_LEN || attr.alt_timeout > MAX_TIMER {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
         }
         let c = &self.config;
         let bad = (has(IV_QP_EN_SQD_ASYNC_NOTIFY) && attr.en_sqd_async_notify > 1)
@@ -566,11 +567,18 @@ impl Firmware {
     /// - `STATUS_INSUFFICIENT_RESOURCES`: resized work queues over the
     ///   device's limits, or a `max_dest_rd_atomic` that would take the
     ///   QPs' responder resources together past `max_res_rd_atom`.
-    /// - `STATUS_NOT_SUPPORTED`: alternate path, path migration state other
-    ///   than MIGRATED.
+    ///   The alternate path (`IV_QP_ALT_PATH`) is checked as the primary
+    ///   (port, P_Key index, timeout, address vector); a path migration
+    ///   state past ARMED, and either on a UD QP, are refused too.
     /// - `STATUS_INVALID_DEVICE_STATE`: the QP is not in `cur_state` (or in
     ///   `attr.cur_qp_state` with `IV_QP_CUR_STATE`), or the state machine
-    ///   has no such transition.
+    ///   has no such transition; REARM or ARMED with no alternate path
+    ///   loaded (before or in this modify).
+    ///
+    /// Path migration (`crate::transport::apm`): `IV_QP_ALT_PATH` loads
+    /// the alternate path; REARM or ARMED arms it (at once: the state reads
+    /// ARMED); MIGRATED from ARMED migrates now (the alternate path becomes
+    /// the primary), from MIGRATED changes nothing.
     pub(crate) fn modify_qp<D: crate::firmware::DataPathOps>(
         &mut self,
         c: &ModifyQp,
@@ -599,6 +607,19 @@ impl Firmware {
             return Err(STATUS_INVALID_DEVICE_STATE);
         }
         self.check_qp_attr(mask, attr)?;
+        let alt_mask = IV_QP_ALT_PATH | IV_QP_PATH_MIG_STATE;
+        if mask & alt_mask != 0 && qp.qp_type == IV_QPT_UD {
+            // A datagram QP has no path to migrate.
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        if mask & IV_QP_PATH_MIG_STATE != 0
+            && attr.path_mig_state != IV_MIG_MIGRATED
+            && mask & IV_QP_ALT_PATH == 0
+            && !alt_loaded(&qp.attr)
+        {
+            // Nothing to arm.
+            return Err(STATUS_INVALID_DEVICE_STATE);
+        }
         let cap = if mask & IV_QP_CAP != 0 {
             Some(self.qp_cap(&attr.cap, qp.srqn.is_some())?)
         } else {
@@ -713,7 +734,25 @@ impl Firmware {
     }
 }
 
-/// Copies the attributes in `mask` (but state and sizes) from `new` to `attr`.
+/// Whether `attr` has an alternate path loaded (its port is never 0 once
+/// loaded; RESET clears it).
+pub(crate) const fn alt_loaded(attr: &IvQpAttr) -> bool {
+    attr.alt_port_num != 0
+}
+
+/// Makes the alternate path of `attr` its primary one (address vector,
+/// port, P_Key index, ACK timeout) and the state MIGRATED; the alternate
+/// path stays loaded.
+pub(crate) fn migrate_attr(attr: &mut IvQpAttr) {
+    attr.ah_attr = attr.alt_ah_attr;
+    attr.port_num = attr.alt_port_num;
+    attr.pkey_index = attr.alt_pkey_index;
+    attr.timeout = attr.alt_timeout;
+    attr.path_mig_state = IV_MIG_MIGRATED;
+}
+
+/// Copies the attributes in `mask` (but state and sizes) from `new` to
+/// `attr`; a path migration state moves as [`Firmware::modify_qp`] says.
 fn apply_attr(attr: &mut IvQpAttr, mask: u32, new: &IvQpAttr) {
     let has = |bit: u32| mask & bit != 0;
     if has(IV_QP_EN_SQD_ASYNC_NOTIFY) {
@@ -761,8 +800,21 @@ fn apply_attr(attr: &mut IvQpAttr, mask: u32, new: &IvQpAttr) {
     if has(IV_QP_MAX_DEST_RD_ATOMIC) {
         attr.max_dest_rd_atomic = new.max_dest_rd_atomic;
     }
+    if has(IV_QP_ALT_PATH) {
+        attr.alt_ah_attr = new.alt_ah_attr;
+        attr.alt_port_num = new.alt_port_num;
+        attr.alt_pkey_index = new.alt_pkey_index;
+        attr.alt_timeout = new.alt_timeout;
+    }
     if has(IV_QP_PATH_MIG_STATE) {
-        attr.path_mig_state = new.path_mig_state;
+        match new.path_mig_state {
+            // Armed from MIGRATED: migrate now (the owner's manual
+            // migration); from MIGRATED, nothing changes.
+            IV_MIG_MIGRATED if attr.path_mig_state == IV_MIG_ARMED => migrate_attr(attr),
+            IV_MIG_MIGRATED => {}
+            // REARM: this HCA arms at once.
+            _ => attr.path_mig_state = IV_MIG_ARMED,
+        }
     }
     if has(IV_QP_DEST_QPN) {
         attr.dest_qp_num = new.dest_qp_num;
@@ -772,10 +824,12 @@ fn apply_attr(attr: &mut IvQpAttr, mask: u32, new: &IvQpAttr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firmware::port::PORT_NUM;
     use crate::tests::util::{Dev, av, bad_avs, cap};
     use alloc::vec::Vec;
     use irpverbs_abi::{
-        IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_MTU_4096, STATUS_DEVICE_BUSY,
+        IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_MIG_REARM, IV_MTU_4096,
+        STATUS_DEVICE_BUSY,
     };
     use irpverbs_core::{Command, Event};
 
@@ -1072,6 +1126,65 @@ mod tests {
         assert!(d.take_events().is_empty(), "only when asked");
     }
 
+    /// The alternate path: loaded and armed on an RTS QP (REARM reads
+    /// ARMED), MIGRATED from ARMED makes it the primary (the transport's
+    /// path too, with MigReq), MIGRATED again changes nothing.
+    #[test]
+    fn an_alternate_path_loads_arms_and_migrates() {
+        let (d, _, _, qpn) = setup();
+        connect(&d, qpn);
+        let before = query(&d, qpn).attr;
+        assert_eq!(before.path_mig_state, IV_MIG_MIGRATED);
+        let mut alt_av = av();
+        alt_av.dgid[15] ^= 1;
+        let mut a = to(Rs);
+        a.alt_ah_attr = alt_av;
+        a.alt_port_num = PORT_NUM;
+        a.alt_timeout = 9;
+        a.path_mig_state = IV_MIG_REARM;
+        d.ok(modify(
+            qpn,
+            Rs,
+            IV_QP_STATE | IV_QP_ALT_PATH | IV_QP_PATH_MIG_STATE,
+            a,
+        ));
+        let q = query(&d, qpn).attr;
+        assert_eq!(q.path_mig_state, IV_MIG_ARMED);
+        assert_eq!(
+            (q.alt_ah_attr, q.alt_port_num, q.alt_timeout),
+            (alt_av, 1, 9)
+        );
+        assert_eq!(q.ah_attr, before.ah_attr, "the primary is still the path");
+        let path = |d: &Dev| d.hca.with_firmware(|fw| fw.qps.get(qpn).unwrap().tx.path);
+        assert!(!path(&d).mig_req, "armed: MigReq clear");
+
+        let mut m = to(Rs);
+        m.path_mig_state = IV_MIG_MIGRATED;
+        d.ok(modify(qpn, Rs, IV_QP_STATE | IV_QP_PATH_MIG_STATE, m));
+        let q = query(&d, qpn).attr;
+        assert_eq!(
+            (q.path_mig_state, q.ah_attr, q.timeout),
+            (IV_MIG_MIGRATED, alt_av, 9)
+        );
+        let p = path(&d);
+        assert_eq!(p.dgid, alt_av.dgid);
+        assert!(p.mig_req, "migrated: MigReq set");
+        d.ok(modify(qpn, Rs, IV_QP_STATE | IV_QP_PATH_MIG_STATE, m));
+        assert_eq!(query(&d, qpn).attr, q, "MIGRATED again: no change");
+        // Armed again (the alternate path stays loaded).
+        let mut r = to(Rs);
+        r.path_mig_state = IV_MIG_ARMED;
+        d.ok(modify(qpn, Rs, IV_QP_STATE | IV_QP_PATH_MIG_STATE, r));
+        assert_eq!(query(&d, qpn).attr.path_mig_state, IV_MIG_ARMED);
+        // RESET forgets it: nothing to arm.
+        d.ok(modify(qpn, Rs, IV_QP_STATE, to(R)));
+        connect(&d, qpn);
+        d.fails(
+            modify(qpn, Rs, IV_QP_STATE | IV_QP_PATH_MIG_STATE, r),
+            STATUS_INVALID_DEVICE_STATE,
+        );
+    }
+
     #[test]
     fn attribute_values_are_checked() {
         let (d, _, _, qpn) = setup();
@@ -1108,21 +1221,56 @@ mod tests {
             inval,
         );
         case(IV_QP_PATH_MIG_STATE, &|a| a.path_mig_state = 3, inval);
+        // Nothing to arm.
         case(
             IV_QP_PATH_MIG_STATE,
             &|a| a.path_mig_state = IV_MIG_REARM,
-            STATUS_NOT_SUPPORTED,
+            STATUS_INVALID_DEVICE_STATE,
         );
         case(
             IV_QP_PATH_MIG_STATE,
             &|a| a.path_mig_state = IV_MIG_ARMED,
-            STATUS_NOT_SUPPORTED,
+            STATUS_INVALID_DEVICE_STATE,
+        );
+        // The alternate path, checked as the primary.
+        let alt = |a: &mut IvQpAttr| {
+            a.alt_ah_attr = av();
+            a.alt_port_num = PORT_NUM;
+        };
+        case(
+            IV_QP_ALT_PATH,
+            &|a| {
+                alt(a);
+                a.alt_port_num = 2;
+            },
+            inval,
         );
         case(
             IV_QP_ALT_PATH,
-            &|a| a.alt_ah_attr = av(),
-            STATUS_NOT_SUPPORTED,
+            &|a| {
+                alt(a);
+                a.alt_pkey_index = 1;
+            },
+            inval,
         );
+        case(
+            IV_QP_ALT_PATH,
+            &|a| {
+                alt(a);
+                a.alt_timeout = 32;
+            },
+            inval,
+        );
+        for bad in bad_avs() {
+            case(
+                IV_QP_ALT_PATH,
+                &move |a| {
+                    alt(a);
+                    a.alt_ah_attr = bad;
+                },
+                inval,
+            );
+        }
         case(1 << 21, &|_| {}, inval);
         case(u32::MAX, &|_| {}, inval);
         case(0, &|a| a.reserved0 = 1, inval);

@@ -29,6 +29,8 @@ pub(crate) struct Path {
     pub(crate) flow_label: u32,
     /// Hop limit.
     pub(crate) hop_limit: u8,
+    /// The BTH MigReq bit of its packets (`crate::transport::apm`).
+    pub(crate) mig_req: bool,
 }
 
 /// A QP's transport state. Not part of what firmware snapshots compare
@@ -81,6 +83,7 @@ impl QpTx {
             traffic_class: 0,
             flow_label: 0,
             hop_limit: 0,
+            mig_req: false,
         },
         mtu: 1024,
         scheduled: false,

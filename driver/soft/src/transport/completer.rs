@@ -442,6 +442,13 @@ fn retry(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
 fn retry_by(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32, cause: usize) {
     env.dp.stats.retry_causes[cause] += 1;
     if qp.tx.req.retry_left == 0 {
+        if crate::transport::apm::retries_exhausted(qpn, qp, env) {
+            // Migrated: sent again on the alternate path, its retries
+            // all left.
+            qp.tx.req.window.shrink(cause == 3);
+            rewind(qpn, qp, env, i, psn);
+            return;
+        }
         retire(qpn, qp, env);
         fail(qpn, qp, env, i, IV_WC_RETRY_EXC_ERR);
         return;

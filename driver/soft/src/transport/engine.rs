@@ -64,6 +64,7 @@ impl Path {
             traffic_class: self.traffic_class,
             flow_label: self.flow_label,
             hop_limit: self.hop_limit,
+            mig_req: self.mig_req,
             ..Packet::default()
         }
     }
@@ -95,6 +96,12 @@ impl DataPath {
             return None;
         }
         self.route(dgid)
+    }
+
+    /// Whether packets to `dgid` have somewhere to go: the link is up
+    /// and loopback, a fabric peer or the link takes them.
+    pub(crate) fn reaches(&mut self, dgid: &Gid) -> bool {
+        self.batch_for(dgid).is_some()
     }
 
     /// [`Self::batch_for`] whatever the link's state: where the fabric's
@@ -734,7 +741,12 @@ impl Firmware {
         };
         // A connected QP believes only its peer (see `crate::transport::trust`): the
         // GIDs it cached at RTR, compared as they are.
-        if qp.qp_type != IV_QPT_UD && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid) {
+        // An armed QP also takes a migration request from its alternate
+        // path (`crate::transport::apm`), and migrates.
+        if qp.qp_type != IV_QPT_UD
+            && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid)
+            && !crate::transport::apm::migration_request(pkt.dest_qpn, qp, &mut env, pkt)
+        {
             env.dp.stats.trust.foreign_address += u64::from(burst.count);
             env.dp.stats.packets_dropped += u64::from(burst.count);
             return;
@@ -953,17 +965,7 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
         crate::wire::mtu_bytes(a.path_mtu)
     };
     if qp.qp_type != IV_QPT_UD {
-        tx.path = Path {
-            sgid: env
-                .port
-                .gid(u32::from(a.ah_attr.sgid_index))
-                .unwrap_or(gid0),
-            dgid: a.ah_attr.dgid,
-            dest_qpn: a.dest_qp_num,
-            traffic_class: a.ah_attr.traffic_class,
-            flow_label: a.ah_attr.flow_label,
-            hop_limit: a.ah_attr.hop_limit,
-        };
+        tx.path = crate::transport::apm::path(&a, env.port, false, gid0);
     }
     if to == QpState::Rtr && from == QpState::Init {
         tx.comm_est = false;

@@ -8,8 +8,10 @@
 //! - [`fast`]: the send doorbell's fast path between two local QPs;
 //! - [`dma`]: keys to MRs and copies between regions;
 //! - [`trust`]: what a connected QP believes, and what it drops;
-//! - [`gsi`]: QP1, the management datagrams of the connection manager.
+//! - [`gsi`]: QP1, the management datagrams of the connection manager;
+//! - [`apm`]: automatic path migration to a QP's alternate path.
 
+pub(crate) mod apm;
 pub(crate) mod completer;
 pub(crate) mod dma;
 pub(crate) mod engine;

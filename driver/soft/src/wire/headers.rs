@@ -56,14 +56,17 @@ pub const BTH_ACK: u32 = 1 << 31;
 pub const BTH_RESV8A: usize = 4;
 
 impl BthHdr {
-    /// The BTH of `pkt`, with pad count `pad` (0..=3), TVer 0, and MigReq,
-    /// FECN, BECN and the reserved bits 0. The caller checks that the
-    /// 24-bit fields fit (they are masked here).
+    /// The BTH of `pkt`, with pad count `pad` (0..=3), TVer 0, its
+    /// MigReq, and FECN, BECN and the reserved bits 0. The caller checks
+    /// that the 24-bit fields fit (they are masked here).
     #[must_use]
     pub fn of(pkt: &Packet, pad: u8) -> Self {
         let mut flags = (pad & 3) << 4;
         if pkt.solicited {
             flags |= BTH_SE;
+        }
+        if pkt.mig_req {
+            flags |= BTH_MIG;
         }
         let ack = if pkt.ack_req { BTH_ACK } else { 0 };
         Self {
@@ -141,6 +144,7 @@ impl BthHdr {
         pkt.opcode = self.opcode;
         pkt.solicited = self.solicited();
         pkt.ack_req = self.ack_req();
+        pkt.mig_req = self.migreq();
         pkt.pkey = self.pkey();
         pkt.dest_qpn = self.dest_qpn();
         pkt.psn = self.psn();

@@ -30,8 +30,9 @@
 //!
 //! Reserved fields (BTH resv6 and resv7, DETH's reserved byte) are sent as
 //! zero and not checked on receipt (as Linux rxe); nor are the BTH's
-//! MigReq, FECN and BECN bits, which this HCA (no path migration, no
-//! congestion control) sends as zero.
+//! FECN and BECN bits, which this HCA (no congestion control) sends as
+//! zero. MigReq is sent and parsed ([`packet::Packet::mig_req`]): a QP's
+//! path migration state, docs/path-migration.md.
 
 pub mod headers;
 pub mod icrc;

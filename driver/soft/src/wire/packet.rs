@@ -297,6 +297,9 @@ pub struct Packet {
     pub solicited: bool,
     /// BTH A: acknowledge request.
     pub ack_req: bool,
+    /// BTH MigReq: the sender's QP is in MIGRATED (it runs on the path it
+    /// migrated to, or never had an alternate one armed).
+    pub mig_req: bool,
     /// BTH P_Key.
     pub pkey: u16,
     /// BTH destination QP (24 bits).

@@ -68,6 +68,7 @@ fn packet(opcode: u8, r: &[u32; 20], payload: &[u8], ipv4: bool) -> (Packet, Vec
         opcode,
         solicited: r[6] & 1 != 0,
         ack_req: r[6] & 2 != 0,
+        mig_req: r[6] >> 31 != 0,
         pkey: r[6] as u16 >> 2,
         dest_qpn: r[7] & PSN_MASK,
         psn: r[8] & PSN_MASK,
@@ -300,13 +301,20 @@ fn each_malformed_transport_gets_its_reason() {
         ..ip
     };
     assert_eq!(parse_transport(good, &mixed), Err(WireError::BadIpHeader));
-    // Reserved bits, MigReq, FECN and BECN are ignored.
+    // Reserved bits, FECN and BECN are ignored; MigReq is the packet's.
     let ignored = edit(&|t| {
-        t[1] |= headers::BTH_MIG;
         t[4] = 0xFF;
         t[8] |= 0x7F;
     });
     assert_eq!(ignored, Ok(pkt));
+    let migrated = edit(&|t| t[1] |= headers::BTH_MIG);
+    assert_eq!(
+        migrated,
+        Ok(Packet {
+            mig_req: true,
+            ..pkt
+        })
+    );
 }
 
 /// Sets the IPv4 header checksum of `d` again after an edit.

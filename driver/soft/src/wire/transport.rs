@@ -44,7 +44,7 @@ impl Cursor<'_> {
 }
 
 /// Writes `pkt` as a RoCEv2 UDP payload into `buf`: the BTH (pad count,
-/// TVer 0; MigReq, FECN, BECN and reserved bits 0), the extension headers
+/// TVer 0, the packet's MigReq; FECN, BECN and reserved bits 0), the extension headers
 /// its opcode carries in IBTA order, the payload gathered from `payload`'s
 /// pieces in order, zero pad bytes to a multiple of 4, and the ICRC of the
 /// datagram `ip` describes. The fields of headers the opcode does not
@@ -145,7 +145,8 @@ fn take<'b, H: FromBytes + KnownLayout + Immutable>(
 /// the BTH (TVer 0), the extension headers its opcode carries, and the ICRC
 /// over the whole. Returns the packet (with `ip`'s addresses, traffic
 /// class, flow label and hop limit) and its payload, without the pad,
-/// borrowed from `bytes`. Reserved bits, MigReq, FECN and BECN are ignored.
+/// borrowed from `bytes`, and its MigReq. Reserved bits, FECN and BECN
+/// are ignored.
 /// Never panics; does not allocate.
 ///
 /// # Errors
