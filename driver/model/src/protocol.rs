@@ -676,6 +676,8 @@ pub fn encode_async(event: AsyncEvent) -> (u8, u32) {
         AsyncEvent::PortActive(p) => (10, u32::from(p)),
         AsyncEvent::PortError(p) => (11, u32::from(p)),
         AsyncEvent::DeviceFatal => (12, 0),
+        AsyncEvent::PathMigrated(n) => (13, n),
+        AsyncEvent::PathMigrationError(n) => (14, n),
     }
 }
 
@@ -696,6 +698,8 @@ pub fn decode_async(sub: u8, arg: u32) -> Option<AsyncEvent> {
         10 => AsyncEvent::PortActive(port()?),
         11 => AsyncEvent::PortError(port()?),
         12 => AsyncEvent::DeviceFatal,
+        13 => AsyncEvent::PathMigrated(arg),
+        14 => AsyncEvent::PathMigrationError(arg),
         _ => return None,
     })
 }
@@ -826,6 +830,8 @@ mod tests {
             AsyncEvent::PortActive(1),
             AsyncEvent::DeviceFatal,
             AsyncEvent::CqError(3),
+            AsyncEvent::PathMigrated(7),
+            AsyncEvent::PathMigrationError(8),
         ] {
             let (sub, arg) = encode_async(e);
             assert_eq!(decode_async(sub, arg), Some(e));
