@@ -165,45 +165,14 @@ impl DeviceBus for SiliconBus {
     }
 }
 
-/// BAR 0 of the model, as the platform calls it: the function's
-/// registers until the device goes away ([`SiliconBar::detach`]); then
-/// reads return all ones and writes are dropped, as on a surprise-removed
-/// PCI function.
-pub(crate) struct SiliconBar(std::sync::Mutex<Option<Arc<HostSilicon>>>);
-
-impl SiliconBar {
-    /// The BAR of `silicon`, allocated as the platform's (not the
-    /// driver's: the platform keeps it after the driver unloads).
-    pub(crate) fn new(silicon: Arc<HostSilicon>) -> Arc<Self> {
-        crate::platform::heap::uncharged(|| Arc::new(Self(std::sync::Mutex::new(Some(silicon)))))
-    }
-
-    fn silicon(&self) -> Option<Arc<HostSilicon>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The device is gone: the BAR lets it go.
-    pub(crate) fn detach(&self) {
-        let s = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        drop(s);
-    }
-}
-
-impl BarModel for SiliconBar {
+/// BAR 0 of the model, as the platform calls it: the device model's
+/// registers.
+impl BarModel for HostSilicon {
     fn read(&self, offset: usize, width: usize) -> u64 {
-        self.silicon().map_or(u64::MAX, |s| s.read(offset, width))
+        Silicon::read(self, offset, width)
     }
     fn write(&self, offset: usize, width: usize, value: u64) {
-        if let Some(s) = self.silicon() {
-            s.write(offset, width, value);
-        }
+        Silicon::write(self, offset, width, value);
     }
 }
 

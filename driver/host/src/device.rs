@@ -69,9 +69,7 @@ use irpverbs_ring::wq::LockCheck;
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use zerocopy::FromBytes;
 
-use crate::backend::{
-    Backend, HostHca, HostModelHca, HostSilicon, MsixHandler, SiliconBar, SiliconBus,
-};
+use crate::backend::{Backend, HostHca, HostModelHca, HostSilicon, MsixHandler, SiliconBus};
 use crate::platform::{
     CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
     RawSpinLock, RequestHandle, RequestParams, TargetedDpc, check_callback_irql,
@@ -495,7 +493,6 @@ pub struct HostDevice {
 /// The parts of a host device over the model HCA.
 struct ModelParts {
     silicon: Arc<HostSilicon>,
-    bar: Arc<SiliconBar>,
     hca: Arc<HostModelHca>,
     interrupts: Mutex<Vec<crate::platform::pci::HostInterrupt>>,
 }
@@ -730,21 +727,19 @@ impl HostDevice {
         });
         silicon.bus().set_dpc(dpc.clone());
         let _ = bus.silicon.set(dpc);
-        let bar = SiliconBar::new(Arc::clone(&silicon));
-        platform.install_bar(0, irpverbs_model::protocol::BAR_LEN, bar.clone())?;
+        platform.install_bar(0, irpverbs_model::protocol::BAR_LEN, silicon.clone())?;
         platform.grant_msix(silicon.messages());
         let side = silicon.sideband().clone();
         let hca = platform.driver_code(|| irpverbs_model::ModelHca::start(platform.clone(), side));
         let hca = match hca {
             Ok(h) => Arc::new(h),
             Err(status) => {
-                bar.detach();
+                platform.remove_bar(0);
                 return Err(status);
             }
         };
         Ok(ModelParts {
             silicon,
-            bar,
             hca,
             interrupts: Mutex::new(Vec::new()),
         })
@@ -808,7 +803,7 @@ impl HostDevice {
             );
             drop(interrupts);
             self.platform.driver_code(|| parts.hca.release());
-            parts.bar.detach();
+            self.platform.remove_bar(0);
         }
     }
 

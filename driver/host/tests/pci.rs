@@ -410,6 +410,14 @@ fn a_bar_the_device_model_owns_takes_32_and_64_bit_accesses() {
     assert_eq!(model.log.lock().unwrap().len(), seen);
     // Registers are read from an ISR, at DIRQL.
     assert_eq!(p.interrupt(|| bar.read64(8)), Ok(0x1122_3344_5566_7788));
+    // The function goes away: the BAR cannot be mapped again, and the
+    // platform lets the model go once the mapped view is dropped.
+    assert!(p.remove_bar(0));
+    assert!(!p.remove_bar(0), "gone already");
+    assert_eq!(p.map_bar(0).err(), Some(STATUS_INVALID_PARAMETER));
+    assert_eq!(bar.read64(8), Ok(0x1122_3344_5566_7788), "a mapped view");
+    drop(bar);
+    assert_eq!(Arc::strong_count(&model), 1);
 }
 
 /// Counts ISR and DPC calls per message, checking their IRQLs.

@@ -69,7 +69,16 @@ fn timed(f: impl FnOnce()) -> (Duration, Option<Duration>) {
 }
 
 fn device(verifier: bool, engine: Engine) -> std::sync::Arc<HostDevice> {
+    device_on(irpverbs_host::Backend::Soft, verifier, engine)
+}
+
+fn device_on(
+    backend: irpverbs_host::Backend,
+    verifier: bool,
+    engine: Engine,
+) -> std::sync::Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         platform: HostConfig {
             verifier: VerifierConfig {
                 enabled: verifier,
@@ -91,7 +100,18 @@ fn check<T>(r: Result<T, NtStatus>, what: &str) -> T {
 /// Creates and destroys a CQ `rounds` times (2 IOCTLs a round).
 #[must_use]
 pub fn cq_create_destroy(rounds: u64, verifier: bool, engine: Engine) -> ControlRate {
-    let dev = device(verifier, engine);
+    cq_create_destroy_on(irpverbs_host::Backend::Soft, rounds, verifier, engine)
+}
+
+/// [`cq_create_destroy`] over `backend`.
+#[must_use]
+pub fn cq_create_destroy_on(
+    backend: irpverbs_host::Backend,
+    rounds: u64,
+    verifier: bool,
+    engine: Engine,
+) -> ControlRate {
+    let dev = device_on(backend, verifier, engine);
     let c = Client::new(Box::new(
         dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
             .expect("open"),
@@ -499,6 +519,69 @@ pub fn datapath_suite(scale: u64) -> Result<String, String> {
                 b / m
             );
         }
+    }
+    Ok(s)
+}
+
+/// `cargo bench -p irpverbs-tools --bench backends`: the soft HCA and the
+/// model HCA (a mini-driver over the PCI seam, the soft HCA as its
+/// device's engine) side by side in one run, the two taking turns, each
+/// row the best of 3: control commands per second (create + destroy CQ,
+/// verifier off, firmware inline), RC SEND one-way latency on one thread,
+/// and the RC WRITE message rate of 8-byte messages. `scale` multiplies
+/// the iteration counts.
+///
+/// # Errors
+/// A run that failed.
+pub fn backends_suite(scale: u64) -> Result<String, String> {
+    use crate::perf::{PerfConfig, Report, Test, run};
+    use irpverbs_host::Backend;
+    use std::fmt::Write as _;
+    const BACKENDS: [Backend; 2] = [Backend::Soft, Backend::Model];
+    let (mut ioctls, mut lat, mut rate) = ([0f64; 2], [f64::MAX; 2], [0f64; 2]);
+    for _ in 0..3 {
+        for (i, &backend) in BACKENDS.iter().enumerate() {
+            let c = cq_create_destroy_on(backend, 100_000 * scale, false, Engine::Inline);
+            ioctls[i] = ioctls[i].max(c.per_second());
+            let cfg = PerfConfig {
+                sizes: vec![8],
+                iters: 100_000 * scale,
+                one_thread: true,
+                backend,
+                ..PerfConfig::new(Test::SendLat)
+            };
+            if let Report::Latency(l) = run(&cfg)?.remove(0) {
+                lat[i] = lat[i].min(l.typical);
+            }
+            let cfg = PerfConfig {
+                sizes: vec![8],
+                iters: 1_000_000 * scale,
+                tx_depth: 128,
+                cq_mod: 32,
+                backend,
+                ..PerfConfig::new(Test::WriteBw)
+            };
+            if let Report::Bandwidth(b) = run(&cfg)?.remove(0) {
+                rate[i] = rate[i].max(b.mpps);
+            }
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<52} {:>10} {:>10} {:>8}",
+        "backend (best of 3 alternating runs)", "soft", "model", "ratio"
+    );
+    for (name, [soft, model]) in [
+        ("create+destroy CQ, IOCTLs/s", ioctls),
+        ("RC SEND one-way, one thread, 8 bytes (us)", lat),
+        ("RC WRITE message rate, 8 bytes (Mmsg/s)", rate),
+    ] {
+        let _ = writeln!(
+            s,
+            "{name:<52} {soft:>10.3} {model:>10.3} {:>8.3}",
+            model / soft
+        );
     }
     Ok(s)
 }

@@ -433,6 +433,14 @@ impl HostPlatform {
         })
     }
 
+    /// Takes BAR `index` away (the device model's side, when the function
+    /// is gone): later `map_bar` calls fail; a BAR already mapped keeps
+    /// its registers until it is dropped. Returns whether it was there.
+    pub fn remove_bar(&self, index: u8) -> bool {
+        let model = heap::uncharged(|| lock(&self.pci().bars).remove(&index));
+        model.is_some()
+    }
+
     /// Grants the function `messages` MSI-X messages (the device model's
     /// side: what its MSI-X table holds).
     pub fn grant_msix(&self, messages: u16) {
