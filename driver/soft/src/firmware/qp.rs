@@ -251,21 +251,20 @@ impl QpTable {
     /// RC QP's peer), both mutably, in two lookups; `None` when either is
     /// missing or the QP names itself.
     pub(crate) fn with_dest_mut(&mut self, a: u32) -> Option<(&mut Qp, &mut Qp)> {
-        let i = self.find_live(a)?;
-        let b = self.qps[i].1.as_deref()?.tx.path.dest_qpn;
-        let j = self.find_live(b)?;
-        self.pair_at(i, j)
-    }
-
-    /// The live entries at `i` and `j` (two different ones), both mutably.
-    fn pair_at(&mut self, i: usize, j: usize) -> Option<(&mut Qp, &mut Qp)> {
-        if i == j {
-            return None;
-        }
-        let (lo, hi) = (i.min(j), i.max(j));
-        let (head, tail) = self.qps.split_at_mut(hi);
-        let (vlo, vhi) = (head[lo].1.as_deref_mut()?, tail[0].1.as_deref_mut()?);
-        Some(if i < j { (vlo, vhi) } else { (vhi, vlo) })
+        let i = self.find(a).ok()?;
+        let b = self.qps.get(i)?.1.as_deref()?.tx.path.dest_qpn;
+        let j = self.find(b).ok()?;
+        // Two different live entries, each checked once (this is every
+        // loopback doorbell's lookup).
+        let (lo, hi) = match i.cmp(&j) {
+            core::cmp::Ordering::Less => (i, j),
+            core::cmp::Ordering::Greater => (j, i),
+            core::cmp::Ordering::Equal => return None,
+        };
+        let (head, tail) = self.qps.split_at_mut_checked(hi)?;
+        let lo = head.get_mut(lo)?.1.as_deref_mut()?;
+        let hi = tail.first_mut()?.1.as_deref_mut()?;
+        Some(if i < j { (lo, hi) } else { (hi, lo) })
     }
 
     /// Stores the QP `qp` makes (in its box, once there is room) under the
