@@ -680,14 +680,29 @@ fn completes(status: u32, sig_all: bool, flags: u8) -> bool {
 
 /// After WQEs from `start` were retired: hands their slots back to the
 /// ULP and rearms or stops the retransmission timer, ends a drain, and
-/// schedules the QP if it has new WQEs.
+/// schedules the QP if it has new WQEs. Inlined into its two callers; what
+/// is rarely needed after a retire is in [`retired_rest`].
+#[inline(always)]
 fn retired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, start: u32) {
-    let req = &qp.tx.req;
+    let req = &mut qp.tx.req;
     if req.ci == start {
         return;
     }
     qp.sq.0.consumer().release(req.ci);
-    qp.tx.req.rewound_to = None;
+    req.rewound_to = None;
+    let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
+    if qp.tx.rto_at.is_some()
+        || qp.tx.draining
+        || (qp.state == QpState::Rts && pi != qp.tx.req.next)
+    {
+        retired_rest(qpn, qp, env, pi);
+    }
+}
+
+/// [`retired`]'s work when a timer runs, a drain is on, or new WQEs (up
+/// to producer index `pi`) wait.
+#[inline(never)]
+fn retired_rest(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pi: u32) {
     crate::transport::engine::rearm_rto(qpn, qp, env);
     if qp.tx.draining && !qp.tx.req.in_flight() {
         qp.tx.draining = false;
@@ -695,7 +710,6 @@ fn retired(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, start: u32) {
             env.dp.raise(AsyncEvent::SqDrained(qpn));
         }
     }
-    let pi = qp.sq.0.producer_word().load(Ordering::Acquire);
     if qp.state == QpState::Rts && pi != qp.tx.req.next {
         env.dp.schedule(qpn, &mut qp.tx);
     }

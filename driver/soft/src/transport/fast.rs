@@ -375,13 +375,12 @@ fn out_of_line<'m>(
     let mrs = local.mrs;
     let pdn = qp.pdn;
     let index = qp.tx.req.next;
-    let wqe = qp.tx.req.slot(index).wqe;
-    let shadow = qp.tx.req.sges(index);
-    match wqe.opcode {
+    let opcode = qp.tx.req.slot(index).wqe.opcode;
+    match opcode {
         IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV | IV_WR_RDMA_WRITE_WITH_IMM => {
             let (step, from) = check_message(qp, dest, local, remote, srqs, cqs)?;
             let done = commit_message(qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp);
-            if wqe.opcode == IV_WR_SEND_WITH_INV {
+            if opcode == IV_WR_SEND_WITH_INV {
                 // An MR the caches may hold is invalid now: look keys up
                 // again.
                 local.last = None;
@@ -390,7 +389,15 @@ fn out_of_line<'m>(
             Some(done)
         }
         _ => {
-            let step = check_rd_atomic(&wqe, shadow, pdn, dest, local, remote)?;
+            let req = &qp.tx.req;
+            let step = check_rd_atomic(
+                &req.slot(index).wqe,
+                req.sges(index),
+                pdn,
+                dest,
+                local,
+                remote,
+            )?;
             let (count, last) = commit_rd_atomic(qp, dest, dest_qpn, &step, mrs, dp);
             Some(Done::Response { count, last })
         }
@@ -409,10 +416,9 @@ fn commit_rd_atomic(
     let (index, first, last, count) = issue(qp, step.length);
     qp.tx.req.unacked = 0;
     counted(dest, dest_qpn, count + 1, dp);
-    let wqe = qp.tx.req.slot(index).wqe;
     respond(
         step,
-        &wqe,
+        &qp.tx.req.slot(index).wqe,
         qp.tx.req.sges(index),
         qp.pdn,
         dest,
