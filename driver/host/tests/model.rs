@@ -242,6 +242,126 @@ fn a_page_list_past_its_mapping_is_a_dma_violation() {
     assert_eq!(check.params[0], dma::IOMMU_VIOLATION, "{check:?}");
 }
 
+/// Driver Verifier's low-resources simulation over the model: a scenario
+/// (open, ALLOC_PD, REG_MR, CREATE_QP, QUERY_QP, their destroys) runs once
+/// per charge after the device was added, with exactly that charge
+/// refused. The verb that met it fails with `STATUS_INSUFFICIENT_RESOURCES`
+/// and succeeds when issued again; nothing leaks at removal. A mapping or
+/// a query's output box the mini-driver cannot take sends a no-op in the
+/// command's place, which completes with that status through the event
+/// queue: the sweep reaches it.
+#[test]
+fn every_refused_charge_of_a_scenario_fails_one_verb_cleanly() {
+    use irpverbs_host::platform::{HostConfig, VerifierConfig};
+    fn device(fail_nth: Option<u64>) -> Arc<HostDevice> {
+        HostDevice::new(HostDeviceConfig {
+            backend: Backend::Model,
+            platform: HostConfig {
+                verifier: VerifierConfig {
+                    fail_nth,
+                    ..VerifierConfig::default()
+                },
+                ..HostConfig::default()
+            },
+            soft: SoftConfig {
+                num_comp_vectors: 2,
+                ..SoftConfig::default()
+            },
+            ..HostDeviceConfig::default()
+        })
+        .expect("added before the refused charge")
+    }
+    /// Issues `verb`; a refusal must be `STATUS_INSUFFICIENT_RESOURCES`,
+    /// and the verb issued again must succeed.
+    fn again<T>(refused: &mut u32, what: &str, verb: impl Fn() -> Result<T, NtStatus>) -> T {
+        match verb() {
+            Ok(v) => v,
+            Err(st) => {
+                assert_eq!(
+                    st,
+                    STATUS_INSUFFICIENT_RESOURCES,
+                    "{what}: {}",
+                    status_name(st)
+                );
+                *refused += 1;
+                verb().unwrap_or_else(|st| panic!("{what} again: {}", status_name(st)))
+            }
+        }
+    }
+    fn scenario(dev: &Arc<HostDevice>) -> u32 {
+        let mut refused = 0;
+        let file = again(&mut refused, "open", || {
+            dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+        });
+        let c = Client::with_speed_path(Box::new(file));
+        let pd = again(&mut refused, "alloc_pd", || c.alloc_pd()).pd;
+        let mut buf = vec![0u8; 2 * 4096];
+        let (addr, len) = (buf.as_mut_ptr() as u64, buf.len() as u64);
+        let mr = again(&mut refused, "reg_mr", || {
+            c.reg_mr(pd, addr, len, IV_ACCESS_LOCAL_WRITE)
+        });
+        let cq = again(&mut refused, "create_cq", || c.create_cq(16)).cq;
+        let req = irpverbs_verbs::qp_request(pd, cq, 0, IV_QPT_RC);
+        let qp = again(&mut refused, "create_qp", || c.create_qp_with(&req)).qp;
+        again(&mut refused, "query_qp", || c.query_qp(qp));
+        again(&mut refused, "destroy_qp", || c.destroy_qp(qp));
+        again(&mut refused, "destroy_cq", || c.destroy_cq(cq));
+        again(&mut refused, "dereg_mr", || c.dereg_mr(mr.mr));
+        again(&mut refused, "dealloc_pd", || c.dealloc_pd(pd));
+        drop(c);
+        drop(buf);
+        refused
+    }
+    // The counting run: the charges the scenario takes after the add.
+    let dev = device(None);
+    let added = dev.platform().pool_stats().attempts;
+    assert_eq!(scenario(&dev), 0);
+    let end = dev.platform().pool_stats().attempts;
+    HostDevice::remove(dev);
+    let (mut refusals, mut nops) = (0, 0);
+    for n in added + 1..=end {
+        let dev = device(Some(n));
+        refusals += scenario(&dev);
+        nops += dev.model().unwrap().1.stats().nops;
+        dev.quiesce(Duration::from_secs(10)).unwrap();
+        HostDevice::remove(dev);
+    }
+    assert!(refusals > 0, "no verb met a refused charge");
+    assert!(nops > 0, "no command was replaced by a no-op");
+}
+
+/// Surprise removal with a registration alive: the device is reset (it
+/// forgets registered memory), the registration's mapping is dropped and
+/// its pages unpinned at once, while the file is still open; destroys
+/// still succeed and the device unloads clean.
+#[test]
+fn removal_resets_the_device_and_unmaps_registered_memory() {
+    let dev = model_device(2);
+    let (hca, _) = dev.model().unwrap();
+    let hca = Arc::clone(hca);
+    let live = dev.platform().iommu_stats().live;
+    let c = Client::with_speed_path(Box::new(
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap(),
+    ));
+    let pd = c.alloc_pd().unwrap().pd;
+    let mut buf = vec![0u8; 4096];
+    let mr = c
+        .reg_mr(pd, buf.as_mut_ptr() as u64, 4096, IV_ACCESS_LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(hca.mapped_registrations(), 1);
+    assert_eq!(dev.platform().iommu_stats().live, live + 1);
+    dev.surprise_remove();
+    assert_eq!(hca.mapped_registrations(), 0);
+    assert_eq!(dev.platform().iommu_stats().live, live);
+    assert_eq!(c.alloc_pd().err(), Some(STATUS_DEVICE_REMOVED));
+    c.dereg_mr(mr.mr).unwrap();
+    c.dealloc_pd(pd).unwrap();
+    drop(c);
+    drop(buf);
+    drop(hca);
+    HostDevice::remove(dev);
+}
+
 /// One open shared by the typed verbs and the test's own requests.
 struct Shared(Arc<HostFile>);
 

@@ -87,6 +87,8 @@ pub struct SiliconStats {
     pub commands: u64,
     /// Commands refused by the device's own checks (before the engine).
     pub commands_refused: u64,
+    /// No-op commands ([`OP_NOP`]: what the driver could not send).
+    pub nops: u64,
     /// Event queue entries written.
     pub eqes: u64,
     /// MSI-X messages raised.
@@ -110,6 +112,7 @@ pub struct Silicon<P: Platform, B: DeviceBus> {
     again: AtomicBool,
     commands: AtomicU64,
     refused: AtomicU64,
+    nops: AtomicU64,
     eqes: AtomicU64,
     messages: AtomicU64,
     faults: AtomicU64,
@@ -153,6 +156,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             again: AtomicBool::new(false),
             commands: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            nops: AtomicU64::new(0),
             eqes: AtomicU64::new(0),
             messages: AtomicU64::new(0),
             faults: AtomicU64::new(0),
@@ -190,6 +194,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         SiliconStats {
             commands: self.commands.load(Ordering::Relaxed),
             commands_refused: self.refused.load(Ordering::Relaxed),
+            nops: self.nops.load(Ordering::Relaxed),
             eqes: self.eqes.load(Ordering::Relaxed),
             messages: self.messages.load(Ordering::Relaxed),
             dma_faults: self.faults.load(Ordering::Relaxed),
@@ -389,6 +394,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             if in_len != 0 {
                 return self.refuse(slot, STATUS_INVALID_PARAMETER);
             }
+            self.nops.fetch_add(1, Ordering::Relaxed);
             self.complete_bytes(slot, STATUS_SUCCESS, &[])?;
             return Ok(true);
         }
