@@ -318,6 +318,36 @@
 #define IOCTL_IV_SIDR_REPLY ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2162 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Propose an alternate path for an established connection (a LAP), as
+ * one request (docs/path-migration.md): the LAP goes (retransmitted as
+ * the CM's timeouts say) and the request waits for the APR; accepted, the
+ * CEP's QP loads the alternate path and arms it (RTS to RTS with
+ * `IV_QP_ALT_PATH` and REARM), then it completes with `STATUS_SUCCESS`;
+ * rejected, `STATUS_CONNECTION_REFUSED`. The APR is queued as
+ * `IV_CEP_EVENT_APR` either way (its status and information).
+ * `STATUS_IO_TIMEOUT` when the LAP's retries ran out, `STATUS_CANCELLED`
+ * when the CEP is destroyed; cancelable. `STATUS_INVALID_DEVICE_STATE` for
+ * a CEP that is not established with a QP or has a LAP in progress,
+ * `STATUS_INVALID_PARAMETER` for a bad value, too much private data or
+ * non-zero reserved fields; each changes nothing. In: [`IvCmLapIn`].
+ * Out: none.
+ */
+#define IOCTL_IV_CM_LAP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2163 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Answer a LAP (`IV_CEP_EVENT_LAP`) with an APR. Accepted: the CEP's QP
+ * loads the alternate path and arms it first, then the APR goes and the
+ * request completes (a modify that fails sends a rejecting APR and is the
+ * request's status); rejected: the APR with the status goes at once.
+ * `STATUS_INVALID_DEVICE_STATE` for a CEP with no LAP to answer,
+ * `STATUS_INVALID_PARAMETER` for a status past `IV_CM_APR_MAX_STATUS`,
+ * information with an acceptance, too much information or private data,
+ * or non-zero reserved fields; each changes nothing. In: [`IvCmAprIn`].
+ * Out: none.
+ */
+#define IOCTL_IV_CM_APR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2164 << 2)) | METHOD_BUFFERED)
+
+/**
  * Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
  * path that reach it, as rdma_cm's address and route resolution do for
  * RoCEv2: the device reads its ports and GID tables from the HCA (one
@@ -1113,6 +1143,28 @@
  * Private data bytes of a SIDR_REP (`IvSidrReplyIn`).
  */
 #define IV_CM_SIDR_REP_PDATA 136
+
+/**
+ * Private data of a LAP, in bytes.
+ */
+#define IV_CM_LAP_PDATA 168
+
+/**
+ * Private data of an APR, in bytes.
+ */
+#define IV_CM_APR_PDATA 148
+
+/**
+ * APR status: the alternate path is accepted (and loaded). Other values
+ * reject it (IBTA table 117: 1 invalid communication ID, 2 alternate
+ * paths not supported, 3 rejected, ..., 13 invalid SL).
+ */
+#define IV_CM_APR_ACCEPTED 0
+
+/**
+ * The largest APR status (IBTA table 117: invalid SL).
+ */
+#define IV_CM_APR_MAX_STATUS 13
 
 /**
  * No address (`IvResolveAddrIn::src_family`: any source).
@@ -2262,7 +2314,8 @@ typedef struct IvCepEventOut {
    */
   uint64_t service_id;
   /**
-   * `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID.
+   * `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID; `LAP`:
+   * the remote port's GID on the proposed alternate path.
    */
   uint8_t remote_gid[16];
   /**
@@ -2316,7 +2369,8 @@ typedef struct IvCepEventOut {
    */
   uint8_t service_timeout;
   /**
-   * `SIDR_REPLY`: the SIDR status (0: valid); `TIMEOUT`: 0.
+   * `SIDR_REPLY`: the SIDR status (0: valid); `APR`: the APR status
+   * (`IV_CM_APR_ACCEPTED` or why the path was rejected); `TIMEOUT`: 0.
    */
   uint8_t status;
   /**
@@ -2332,11 +2386,13 @@ typedef struct IvCepEventOut {
   uint16_t private_data_len;
   /**
    * Bytes of `ari` (`REJECTED`: the additional rejection information;
-   * `SIDR_REPLY`, `APR`: the additional information).
+   * `SIDR_REPLY`, `APR`: the additional information; `LAP`: 16, this
+   * port's GID on the proposed alternate path).
    */
   uint8_t ari_len;
   /**
-   * `CONNECT_REQUEST`: the primary path's local ACK timeout.
+   * `CONNECT_REQUEST`: the primary path's local ACK timeout; `LAP`: the
+   * proposed alternate path's.
    */
   uint8_t local_ack_timeout;
   /**

@@ -334,6 +334,38 @@ pub const IOCTL_IV_SIDR_REPLY: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x872 << 2)
     | METHOD_BUFFERED;
 
+/// Propose an alternate path for an established connection (a LAP), as
+/// one request (docs/path-migration.md): the LAP goes (retransmitted as
+/// the CM's timeouts say) and the request waits for the APR; accepted, the
+/// CEP's QP loads the alternate path and arms it (RTS to RTS with
+/// `IV_QP_ALT_PATH` and REARM), then it completes with `STATUS_SUCCESS`;
+/// rejected, `STATUS_CONNECTION_REFUSED`. The APR is queued as
+/// `IV_CEP_EVENT_APR` either way (its status and information).
+/// `STATUS_IO_TIMEOUT` when the LAP's retries ran out, `STATUS_CANCELLED`
+/// when the CEP is destroyed; cancelable. `STATUS_INVALID_DEVICE_STATE` for
+/// a CEP that is not established with a QP or has a LAP in progress,
+/// `STATUS_INVALID_PARAMETER` for a bad value, too much private data or
+/// non-zero reserved fields; each changes nothing. In: [`IvCmLapIn`].
+/// Out: none.
+pub const IOCTL_IV_CM_LAP: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x873 << 2)
+    | METHOD_BUFFERED;
+
+/// Answer a LAP (`IV_CEP_EVENT_LAP`) with an APR. Accepted: the CEP's QP
+/// loads the alternate path and arms it first, then the APR goes and the
+/// request completes (a modify that fails sends a rejecting APR and is the
+/// request's status); rejected: the APR with the status goes at once.
+/// `STATUS_INVALID_DEVICE_STATE` for a CEP with no LAP to answer,
+/// `STATUS_INVALID_PARAMETER` for a status past `IV_CM_APR_MAX_STATUS`,
+/// information with an acceptance, too much information or private data,
+/// or non-zero reserved fields; each changes nothing. In: [`IvCmAprIn`].
+/// Out: none.
+pub const IOCTL_IV_CM_APR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x874 << 2)
+    | METHOD_BUFFERED;
+
 /// Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
 /// path that reach it, as rdma_cm's address and route resolution do for
 /// RoCEv2: the device reads its ports and GID tables from the HCA (one
@@ -687,6 +719,20 @@ pub const IOCTLS: &[IoctlInfo] = &[
         name: "SIDR_REPLY",
         code: IOCTL_IV_SIDR_REPLY,
         input_len: core::mem::size_of::<IvSidrReplyIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_LAP",
+        code: IOCTL_IV_CM_LAP,
+        input_len: core::mem::size_of::<IvCmLapIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_APR",
+        code: IOCTL_IV_CM_APR,
+        input_len: core::mem::size_of::<IvCmAprIn>(),
         output_len: core::mem::size_of::<()>(),
         kernel_only: false,
     },

@@ -1208,7 +1208,8 @@ pub struct IvCepEventOut {
     pub user_context: u64,
     /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the request's service ID.
     pub service_id: u64,
-    /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID.
+    /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the requester's port GID; `LAP`:
+    /// the remote port's GID on the proposed alternate path.
     pub remote_gid: [u8; 16],
     /// The remote QP: the REQ's (`CONNECT_REQUEST`), the REP's (`REPLY`),
     /// the SIDR_REP's UD QP (`SIDR_REPLY`); else 0.
@@ -1236,7 +1237,8 @@ pub struct IvCepEventOut {
     /// `MRA`: the service timeout (4.096 us * 2^t); `CONNECT_REQUEST`: the
     /// requester's CM response timeout (how long it waits for the REP).
     pub service_timeout: u8,
-    /// `SIDR_REPLY`: the SIDR status (0: valid); `TIMEOUT`: 0.
+    /// `SIDR_REPLY`: the SIDR status (0: valid); `APR`: the APR status
+    /// (`IV_CM_APR_ACCEPTED` or why the path was rejected); `TIMEOUT`: 0.
     pub status: u8,
     /// `CONNECT_REQUEST`, `SIDR_REQUEST`: the partition key.
     pub pkey: u16,
@@ -1246,9 +1248,11 @@ pub struct IvCepEventOut {
     /// event came from no message.
     pub private_data_len: u16,
     /// Bytes of `ari` (`REJECTED`: the additional rejection information;
-    /// `SIDR_REPLY`, `APR`: the additional information).
+    /// `SIDR_REPLY`, `APR`: the additional information; `LAP`: 16, this
+    /// port's GID on the proposed alternate path).
     pub ari_len: u8,
-    /// `CONNECT_REQUEST`: the primary path's local ACK timeout.
+    /// `CONNECT_REQUEST`: the primary path's local ACK timeout; `LAP`: the
+    /// proposed alternate path's.
     pub local_ack_timeout: u8,
     /// Zero.
     pub reserved2: u16,
@@ -1514,6 +1518,100 @@ abi_layout!(IvCmDisconnectIn {
     private_data
 });
 impl Default for IvCmDisconnectIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Private data of a LAP, in bytes.
+pub const IV_CM_LAP_PDATA: u32 = 168;
+/// Private data of an APR, in bytes.
+pub const IV_CM_APR_PDATA: u32 = 148;
+/// APR status: the alternate path is accepted (and loaded). Other values
+/// reject it (IBTA table 117: 1 invalid communication ID, 2 alternate
+/// paths not supported, 3 rejected, ..., 13 invalid SL).
+pub const IV_CM_APR_ACCEPTED: u8 = 0;
+/// The largest APR status (IBTA table 117: invalid SL).
+pub const IV_CM_APR_MAX_STATUS: u8 = 13;
+
+/// Request of `IOCTL_IV_CM_LAP`: propose an alternate path for the
+/// established connection of `cep` (see docs/path-migration.md).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvCmLapIn {
+    /// The CEP (established, no LAP of its own in progress).
+    pub cep: IvHandle,
+    /// This port's GID on the alternate path: entry `alt_sgid_index` of
+    /// port 1's GID table (the QP's packets on that path leave from it).
+    pub alt_local_gid: [u8; 16],
+    /// The remote port's GID on the alternate path.
+    pub alt_remote_gid: [u8; 16],
+    /// `alt_local_gid`'s index in port 1's GID table.
+    pub alt_sgid_index: u8,
+    /// The alternate path's local ACK timeout (4.096 us * 2^t; at most
+    /// 31): the QP's `alt_timeout`.
+    pub alt_local_ack_timeout: u8,
+    /// Bytes of `private_data` (at most `IV_CM_LAP_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: [u8; 5],
+    /// The LAP's private data.
+    pub private_data: [u8; 168],
+}
+abi_layout!(IvCmLapIn {
+    cep,
+    alt_local_gid,
+    alt_remote_gid,
+    alt_sgid_index,
+    alt_local_ack_timeout,
+    private_data_len,
+    reserved,
+    private_data
+});
+impl Default for IvCmLapIn {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+/// Request of `IOCTL_IV_CM_APR`: answer the LAP a CEP received
+/// (`IV_CEP_EVENT_LAP`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IvCmAprIn {
+    /// The CEP (a LAP received, not yet answered).
+    pub cep: IvHandle,
+    /// `IV_CM_APR_ACCEPTED`, or the status that rejects the path (at most
+    /// `IV_CM_APR_MAX_STATUS`).
+    pub status: u8,
+    /// Accepted: the index in port 1's GID table of this port's GID on
+    /// the alternate path (the LAP event's `ari`); else 0.
+    pub alt_sgid_index: u8,
+    /// Bytes of `info` (at most `IV_CM_ARI_LEN`; 0 when accepted).
+    pub info_len: u8,
+    /// Bytes of `private_data` (at most `IV_CM_APR_PDATA`).
+    pub private_data_len: u8,
+    /// Zero.
+    pub reserved: u32,
+    /// The APR's additional information.
+    pub info: [u8; 72],
+    /// The APR's private data.
+    pub private_data: [u8; 148],
+    /// Zero.
+    pub reserved2: u32,
+}
+abi_layout!(IvCmAprIn {
+    cep,
+    status,
+    alt_sgid_index,
+    info_len,
+    private_data_len,
+    reserved,
+    info,
+    private_data,
+    reserved2
+});
+impl Default for IvCmAprIn {
     fn default() -> Self {
         zerocopy::FromZeros::new_zeroed()
     }

@@ -83,9 +83,9 @@ use alloc::vec::Vec;
 use irpverbs_ring::Shared;
 use zerocopy::IntoBytes;
 
-use irpverbs_cm::msg::{Info, RejReason, SidrStatus};
+use irpverbs_cm::msg::{AprStatus, Info, RejReason, SidrStatus};
 use irpverbs_cm::{
-    AcceptParams, Config, ConnectParams, Engine, MadAddr, QpModify, QpTarget, SidrParams,
+    AcceptParams, Config, ConnectParams, Engine, LapState, MadAddr, QpModify, QpTarget, SidrParams,
     SidrReplyParams, State as CmState, Transmit,
 };
 
@@ -802,6 +802,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
             E::StaleConnection => IV_CEP_EVENT_STALE,
             E::TimewaitExit => IV_CEP_EVENT_TIMEWAIT_EXIT,
             E::LapReceived { lap } => {
+                // The proposed alternate path, as this side sees it.
+                out.remote_gid = lap.alternate.local_gid;
+                out.local_ack_timeout = lap.alternate.local_ack_timeout;
+                set_ari(&mut out, &lap.alternate.remote_gid);
                 set_pdata(&mut out, &lap.private_data);
                 IV_CEP_EVENT_LAP
             }
@@ -851,6 +855,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 ev,
                 E::Reply { .. }
                     | E::Rejected { .. }
+                    | E::AprReceived { .. }
                     | E::DisconnectReply {
                         private_data: Some(_)
                     }
@@ -991,6 +996,15 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.cm_walk_to_rts(s, id, key, file, qp, Some(a));
                 return false;
             }
+            (CmKind::Lap, E::AprReceived { apr }) if apr.status == AprStatus::ACCEPTED => {
+                let Some(key) = p.wait.take() else {
+                    return true;
+                };
+                let (file, qp, sgid_index) = (p.file, p.qp, p.alt_sgid_index);
+                self.cm_load_alt(s, id, key, (file, qp, sgid_index));
+                return false;
+            }
+            (CmKind::Lap, E::AprReceived { .. }) => STATUS_CONNECTION_REFUSED,
             (CmKind::Sidr, E::SidrReply { rep }) => {
                 let wait = p.wait.take();
                 self.cm_sidr_replied(s, id, wait, rep);
@@ -1096,6 +1110,35 @@ impl<P: Platform, H: Hca> Device<P, H> {
             None => {
                 s.cm_ops.remove(&id);
             }
+        }
+    }
+
+    /// The APR accepted the `CM_LAP` parked on `key`: its QP loads the
+    /// alternate path (RTS to RTS, from GID index `sgid_index`); the
+    /// request completes when the modify does. Out of line, as
+    /// [`Self::cm_walk_to_rts`].
+    #[inline(never)]
+    fn cm_load_alt(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        key: u64,
+        (file, qp, sgid_index): (FileKey, IvHandle, u8),
+    ) {
+        let Some(r) = take_wait(s, key) else {
+            // Cancelled meanwhile.
+            s.cm_ops.remove(&id);
+            return;
+        };
+        let started = match s.cm.engine.qp_attr(id, QpTarget::LoadAlt) {
+            Ok(mut m) => {
+                m.attr.alt_ah_attr.sgid_index = sgid_index;
+                self.cm_modify(s, file, qp, m, id, Phase::LoadAlt, r)
+            }
+            Err(e) => Err((r, cm_status(e))),
+        };
+        if let Err((r, st)) = started {
+            self.cm_end(s, id, r, st, Response::None);
         }
     }
 
@@ -1310,8 +1353,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 .result
                 .filter(|&st| st != STATUS_SUCCESS)
                 .unwrap_or(status);
-            if matches!(p.kind, CmKind::Connect | CmKind::Accept) && p.result.is_none() {
+            let kind = p.kind;
+            if matches!(kind, CmKind::Connect | CmKind::Accept) && p.result.is_none() {
                 self.cm_reject(s, id);
+            }
+            if kind == CmKind::Apr {
+                // The QP could not load the path: the LAP is refused.
+                let _ = s.cm.engine.apr(id, AprStatus::REJECTED, &[], &[]);
             }
             s.cm_ops.remove(&id);
             return Some((r, st, Response::None));
@@ -1379,6 +1427,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 }
             }
             (CmKind::Disconnect, _) => park(s, id, r),
+            (CmKind::Lap, Phase::LoadAlt) => Err((r, STATUS_SUCCESS)),
+            (CmKind::Apr, Phase::LoadAlt) => {
+                let pd = take_pdata(s);
+                match s.cm.engine.apr(id, AprStatus::ACCEPTED, &[], &pd) {
+                    Ok(()) => Err((r, STATUS_SUCCESS)),
+                    Err(e) => Err((r, cm_status(e))),
+                }
+            }
             (CmKind::PassiveDisconnect, _) => match s.cm.engine.drep(
                 id,
                 &s.cm_ops
@@ -1426,6 +1482,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             CmIn::CmMra(i) => i.cep,
             CmIn::SidrRequest(i) => i.cep,
             CmIn::SidrReply(i) => i.cep,
+            CmIn::CmLap(i) => i.cep,
+            CmIn::CmApr(i) => i.cep,
         };
         let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
             s.file(file).and_then(|f| f.objects.lookup(h, k))
@@ -1485,6 +1543,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             pdata: Vec::new(),
             result: None,
             step_failure: None,
+            alt_sgid_index: 0,
         };
         match verb {
             CmIn::CmConnect(i) => own_frame(|| {
@@ -1707,6 +1766,92 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 };
                 Some((request, st, Response::None))
             }
+            CmIn::CmLap(i) => own_frame(|| {
+                let Some(pd) = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_LAP_PDATA,
+                )
+                .filter(|_| i.reserved == [0; 5] && i.alt_local_ack_timeout <= 31) else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let qp = match (state, self.qp_of_cep(s, file, id)) {
+                    (Some(CmState::Established), Some(qp)) => qp,
+                    _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
+                };
+                let path = irpverbs_cm::msg::Path {
+                    local_gid: i.alt_local_gid,
+                    remote_gid: i.alt_remote_gid,
+                    hop_limit: 64,
+                    local_ack_timeout: i.alt_local_ack_timeout,
+                    ..Default::default()
+                };
+                if let Err(e) = s.cm.engine.load_alternate_path(id, &path, pd, now) {
+                    return Some((request, cm_status(e), Response::None));
+                }
+                let _ = s.cm_ops.insert_reserved(
+                    id,
+                    Parked {
+                        alt_sgid_index: i.alt_sgid_index,
+                        ..parked(CmKind::Lap, qp)
+                    },
+                );
+                let started = park(s, id, request);
+                self.cm_started(s, file, cep, id, started)
+            }),
+            CmIn::CmApr(i) => own_frame(|| {
+                let info = pdata(&i.info, usize::from(i.info_len), IV_CM_ARI_LEN);
+                let pd = pdata(
+                    &i.private_data,
+                    usize::from(i.private_data_len),
+                    IV_CM_APR_PDATA,
+                );
+                let (Some(info), Some(pd)) = (info, pd) else {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                };
+                let accepted = i.status == IV_CM_APR_ACCEPTED;
+                if i.reserved != 0
+                    || i.reserved2 != 0
+                    || i.status > IV_CM_APR_MAX_STATUS
+                    || (accepted && !info.is_empty())
+                {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let answering = matches!(
+                    s.cm.engine.lap_state(id),
+                    Some(LapState::LapRcvd | LapState::MraLapSent)
+                );
+                let qp = self.qp_of_cep(s, file, id);
+                let Some(qp) = qp.filter(|_| answering) else {
+                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
+                };
+                if !accepted {
+                    // A rejection goes at once.
+                    let st =
+                        s.cm.engine
+                            .apr(id, AprStatus(i.status), info, pd)
+                            .map_or_else(cm_status, |()| STATUS_SUCCESS);
+                    return Some((request, st, Response::None));
+                }
+                let mut m = match s.cm.engine.qp_attr(id, QpTarget::LoadAlt) {
+                    Ok(m) => m,
+                    Err(e) => return Some((request, cm_status(e), Response::None)),
+                };
+                m.attr.alt_ah_attr.sgid_index = i.alt_sgid_index;
+                let pd = match try_to_vec(pd) {
+                    Ok(pd) => pd,
+                    Err(st) => return Some((request, st, Response::None)),
+                };
+                let _ = s.cm_ops.insert_reserved(
+                    id,
+                    Parked {
+                        pdata: pd,
+                        ..parked(CmKind::Apr, qp)
+                    },
+                );
+                let started = self.cm_modify(s, file, qp, m, id, Phase::LoadAlt, request);
+                self.cm_started(s, file, cep, id, started)
+            }),
             CmIn::SidrRequest(i) => {
                 let pd = pdata(
                     &i.private_data,
@@ -1866,6 +2011,10 @@ pub(crate) enum CmKind {
     PassiveDisconnect,
     /// `SIDR_REQUEST`: waits for the SIDR_REP.
     Sidr,
+    /// `CM_LAP`: waits for the APR, then loads the alternate path.
+    Lap,
+    /// `CM_APR` accepting: loads the alternate path, then the APR.
+    Apr,
 }
 
 /// The QP state a multi-phase request's modify moves to.
@@ -1875,6 +2024,8 @@ pub(crate) enum Phase {
     Rtr,
     Rts,
     Err,
+    /// RTS to RTS: the alternate path loaded and armed.
+    LoadAlt,
 }
 
 /// A multi-phase request in progress on a CEP.
@@ -1896,6 +2047,9 @@ pub(crate) struct Parked {
     /// The first failure of a chain of modifies in flight
     /// ([`Device::cm_modify_chain`]), which its last step reports.
     step_failure: Option<NtStatus>,
+    /// `CM_LAP`: the GID table index of this port's GID on the
+    /// alternate path (the CM's attributes name the primary's).
+    alt_sgid_index: u8,
 }
 
 /// Modifies a multi-phase request posts at once at most (INIT, RTR, RTS).
@@ -1996,6 +2150,8 @@ pub(crate) enum CmOp {
     Mra,
     SidrRequest,
     SidrReply,
+    Lap,
+    Apr,
 }
 
 /// A connection-manager request's input.
@@ -2007,6 +2163,8 @@ enum CmIn {
     CmMra(IvCmMraIn),
     SidrRequest(IvSidrRequestIn),
     SidrReply(IvSidrReplyIn),
+    CmLap(IvCmLapIn),
+    CmApr(IvCmAprIn),
 }
 
 impl CmIn {
@@ -2024,6 +2182,8 @@ impl CmIn {
             CmOp::Mra => Self::CmMra(read(input)?),
             CmOp::SidrRequest => Self::SidrRequest(read(input)?),
             CmOp::SidrReply => Self::SidrReply(read(input)?),
+            CmOp::Lap => Self::CmLap(read(input)?),
+            CmOp::Apr => Self::CmApr(read(input)?),
         })
     }
 }

@@ -1751,7 +1751,7 @@ impl std::fmt::Debug for CmSubmitter {
 
 impl CmSubmitter {
     /// The IOCTLs it issues: the CEPs' and the CM's requests.
-    pub const ISSUES: [u32; 11] = [
+    pub const ISSUES: [u32; 13] = [
         IOCTL_IV_CREATE_CEP,
         IOCTL_IV_LISTEN,
         IOCTL_IV_GET_CEP_EVENT,
@@ -1761,6 +1761,8 @@ impl CmSubmitter {
         IOCTL_IV_CM_REJECT,
         IOCTL_IV_CM_DISCONNECT,
         IOCTL_IV_CM_MRA,
+        IOCTL_IV_CM_LAP,
+        IOCTL_IV_CM_APR,
         IOCTL_IV_SIDR_REQUEST,
         IOCTL_IV_SIDR_REPLY,
     ];

@@ -576,6 +576,24 @@ impl Payload {
                         }
                         .as_bytes(),
                     ),
+                    IOCTL_IV_CM_LAP => bytes(
+                        IvCmLapIn {
+                            cep,
+                            alt_local_gid: [0xFD; 16],
+                            alt_remote_gid: [0xFE; 16],
+                            alt_local_ack_timeout: 10,
+                            ..IvCmLapIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                    IOCTL_IV_CM_APR => bytes(
+                        IvCmAprIn {
+                            cep,
+                            status: 3,
+                            ..IvCmAprIn::default()
+                        }
+                        .as_bytes(),
+                    ),
                     IOCTL_IV_SIDR_REPLY => bytes(
                         IvSidrReplyIn {
                             cep,
@@ -1260,11 +1278,14 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         IOCTL_IV_GET_CEP_EVENT | IOCTL_IV_DESTROY_CEP => {
             handle(Kind::Cep, mix).prop_map(Payload::Handle).boxed()
         }
-        IOCTL_IV_CM_DISCONNECT | IOCTL_IV_CM_MRA | IOCTL_IV_SIDR_REQUEST | IOCTL_IV_SIDR_REPLY => {
-            handle(Kind::Cep, mix)
-                .prop_map(move |cep| Payload::CmOn(cep, code))
-                .boxed()
-        }
+        IOCTL_IV_CM_DISCONNECT
+        | IOCTL_IV_CM_MRA
+        | IOCTL_IV_CM_LAP
+        | IOCTL_IV_CM_APR
+        | IOCTL_IV_SIDR_REQUEST
+        | IOCTL_IV_SIDR_REPLY => handle(Kind::Cep, mix)
+            .prop_map(move |cep| Payload::CmOn(cep, code))
+            .boxed(),
         // Not a code of this ABI: the struct of some code that is.
         _ => select(IOCTLS.iter().map(|i| i.code).collect::<Vec<_>>())
             .prop_flat_map(move |code| typed_payload(code, mix))
@@ -2071,8 +2092,8 @@ fn random_ioctls_from_two_files() {
 
 /// The codes a default run of random IOCTLs can see succeed. Waits for
 /// events and their acknowledgements succeed only when an event happens,
-/// which random control verbs rarely cause; a REJ, an MRA or a SIDR reply
-/// needs a request from a peer: none here.
+/// which random control verbs rarely cause; a REJ, an MRA, a SIDR reply,
+/// a LAP or an APR needs a peer: none here.
 fn reachable_codes() -> usize {
     IOCTLS
         .iter()
@@ -2081,6 +2102,8 @@ fn reachable_codes() -> usize {
                 && i.code != IOCTL_IV_ACK_CQ_EVENTS
                 && i.code != IOCTL_IV_CM_REJECT
                 && i.code != IOCTL_IV_CM_MRA
+                && i.code != IOCTL_IV_CM_LAP
+                && i.code != IOCTL_IV_CM_APR
                 && i.code != IOCTL_IV_SIDR_REPLY
         })
         .count()

@@ -275,6 +275,21 @@ fn connect_move_data_disconnect(
     assert_eq!(one(&b).status, IV_WC_SUCCESS);
     assert_eq!(one(&a).status, IV_WC_SUCCESS);
     assert_eq!(a.mem.read(100, 4), b"back");
+    // An alternate path (the same addresses again: each side has one
+    // route), proposed by the client and accepted: both QPs armed.
+    let route = *active.route().unwrap();
+    std::thread::scope(|s| {
+        let t =
+            s.spawn(|| active.load_alternate_path(route.sgid, route.sgid_index, route.dgid, 14));
+        assert_eq!(conn.get_event(), Ok(CmEvent::Other(IV_CEP_EVENT_LAP)));
+        // The server's address is its GID 0.
+        assert_eq!(conn.answer_lap(IV_CM_APR_ACCEPTED, 0), Ok(()));
+        assert_eq!(t.join().unwrap(), Ok(()));
+    });
+    assert_eq!(active.get_event(), Ok(CmEvent::Other(IV_CEP_EVENT_APR)));
+    for e in [&a, &b] {
+        assert_eq!(e.qp.query().unwrap().attr.path_mig_state, IV_MIG_ARMED);
+    }
     // The client disconnects; the server answers the DREQ.
     std::thread::scope(|s| {
         let t = s.spawn(|| active.disconnect());

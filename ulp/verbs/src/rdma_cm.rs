@@ -650,6 +650,63 @@ impl<'c> CmId<'c> {
         })
     }
 
+    /// Proposes an alternate path for the connection (IBTA's LAP, as
+    /// ib_cm's `ib_send_cm_lap`; librdmacm has none), as one request: this
+    /// port's GID on the path (`local`, entry `sgid_index` of the GID
+    /// table), the peer's (`remote`), the path's ACK timeout (4.096 us *
+    /// 2^`timeout`). Accepted by the peer, both QPs load and arm the path
+    /// (docs/path-migration.md).
+    ///
+    /// # Errors
+    /// `IOCTL_IV_CM_LAP`'s: `STATUS_CONNECTION_REFUSED` (the peer's APR
+    /// rejected it), `STATUS_IO_TIMEOUT`, `STATUS_INVALID_DEVICE_STATE`
+    /// (not connected, or a LAP in progress), `STATUS_INVALID_PARAMETER`.
+    pub fn load_alternate_path(
+        &mut self,
+        local: [u8; 16],
+        sgid_index: u8,
+        remote: [u8; 16],
+        timeout: u8,
+    ) -> IoctlResult<()> {
+        call_none(
+            self.c,
+            IOCTL_IV_CM_LAP,
+            &IvCmLapIn {
+                cep: self.cep,
+                alt_local_gid: local,
+                alt_remote_gid: remote,
+                alt_sgid_index: sgid_index,
+                alt_local_ack_timeout: timeout,
+                ..IvCmLapIn::default()
+            },
+        )
+    }
+
+    /// Answers the peer's LAP (the event `CmEvent::Other(IV_CEP_EVENT_LAP)`)
+    /// with an APR: `IV_CM_APR_ACCEPTED` loads and arms the path in the
+    /// QP (this port's GID on it is entry `sgid_index`), any other status
+    /// (at most `IV_CM_APR_MAX_STATUS`) rejects it.
+    ///
+    /// # Errors
+    /// `IOCTL_IV_CM_APR`'s: `STATUS_INVALID_DEVICE_STATE` (no LAP to
+    /// answer), `STATUS_INVALID_PARAMETER`, a QP modify's status.
+    pub fn answer_lap(&mut self, status: u8, sgid_index: u8) -> IoctlResult<()> {
+        call_none(
+            self.c,
+            IOCTL_IV_CM_APR,
+            &IvCmAprIn {
+                cep: self.cep,
+                status,
+                alt_sgid_index: if status == IV_CM_APR_ACCEPTED {
+                    sgid_index
+                } else {
+                    0
+                },
+                ..IvCmAprIn::default()
+            },
+        )
+    }
+
     /// Disconnects (`rdma_disconnect`), as one request: established, the
     /// DREQ and the QP to ERR until the DREP; after the peer's
     /// [`CmEvent::DisconnectRequest`], the QP to ERR and the DREP.

@@ -191,6 +191,8 @@ pub(crate) fn parse<R: Request>(request: &R) -> Result<Verb, NtStatus> {
         IOCTL_IV_CM_REJECT => Verb::Cm(CmOp::Reject),
         IOCTL_IV_CM_DISCONNECT => Verb::Cm(CmOp::Disconnect),
         IOCTL_IV_CM_MRA => Verb::Cm(CmOp::Mra),
+        IOCTL_IV_CM_LAP => Verb::Cm(CmOp::Lap),
+        IOCTL_IV_CM_APR => Verb::Cm(CmOp::Apr),
         IOCTL_IV_SIDR_REQUEST => Verb::Cm(CmOp::SidrRequest),
         IOCTL_IV_SIDR_REPLY => Verb::Cm(CmOp::SidrReply),
         IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
