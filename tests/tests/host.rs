@@ -216,3 +216,10 @@ fn conformance_thread_engine_doorbell_page() {
 fn conformance_model_backend() {
     run_suite_on(Backend::Model, Engine::Inline, UserDoorbells::Direct);
 }
+
+/// The suite against the model HCA with user-mode doorbells rung through
+/// each file's doorbell page.
+#[test]
+fn conformance_model_backend_doorbell_page() {
+    run_suite_on(Backend::Model, Engine::Inline, UserDoorbells::Page);
+}

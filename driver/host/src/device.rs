@@ -149,8 +149,7 @@ pub struct HostDeviceConfig {
     /// The HCA the driver runs over. With [`Backend::Model`] the soft HCA
     /// ([`Self::soft`]) is the device model's engine, which executes
     /// commands inline in the device's own DPC whatever [`Self::engine`]
-    /// says, and user-mode files ring their doorbells directly
-    /// ([`UserDoorbells::Direct`]: the model has no doorbell pages).
+    /// says.
     pub backend: Backend,
 }
 
@@ -695,7 +694,7 @@ impl HostDevice {
             model,
         });
         this.start_engine()?;
-        if config.user_doorbells == UserDoorbells::Page && this.model.is_none() {
+        if config.user_doorbells == UserDoorbells::Page {
             this.scanner.start(
                 this.platform.clone(),
                 Arc::clone(&this.soft),

@@ -24,7 +24,9 @@ use irpverbs_abi::{
     STATUS_INVALID_PARAMETER, STATUS_IO_TIMEOUT, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
 };
 use irpverbs_core::Hca;
-use irpverbs_core::hca::{Command, CommandOut, Event, MadIn, MadOut};
+use irpverbs_core::hca::{
+    Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, MadIn, MadOut,
+};
 use irpverbs_core::platform::{
     Bar, CommonBuffer, DMA_PAGE_SIZE, DmaDirection, DmaMapping, EQ_LOCK, HCA_LOCK, LogicalAddress,
     PciPlatform, SpinLock,
@@ -747,6 +749,25 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
         let mrs = self.cmd.lock(|c| core::mem::take(&mut c.mrs));
         drop(mrs);
         self.side.clear();
+    }
+
+    /// Doorbell pages (UAR pages) are the device's memory: the engine's
+    /// pages, which the device scans (around the seam, see
+    /// [`crate::sideband`]).
+    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
+        self.side.soft().alloc_doorbell_page()
+    }
+
+    fn free_doorbell_page(&self, page: u32) {
+        self.side.soft().free_doorbell_page(page);
+    }
+
+    fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
+        self.side.soft().bind_doorbell(page, target)
+    }
+
+    fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
+        self.side.soft().ring_doorbell_pages()
     }
 
     fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {

@@ -16,7 +16,9 @@
 //!   through the pinned region the driver leaves here
 //!   ([`Sideband::put_region`], [`Sideband::take_region`]);
 //! - **the GSI**: MADs are sent and taken ([`Sideband::soft`]) as the soft
-//!   HCA's GSI does; their arrival is announced by an event queue entry.
+//!   HCA's GSI does; their arrival is announced by an event queue entry;
+//! - **doorbell pages** (UAR pages a user-mode ULP rings): the engine's
+//!   pages, which it scans, rather than pages of BAR memory.
 //!
 //! Commands, their inputs and outputs, event queue entries, MSI-X
 //! messages, page tables and doorbells all go through the seam.

@@ -12,6 +12,8 @@
 //! for a kernel ULP's file object and `IRP_MN_QUERY_INTERFACE` are
 //! [`IrpverbsHostCreateKernelFile`] and [`crate::user::IrpverbsHostQueryInterface`]. `IRPVERBS_ENGINE=thread` runs the soft HCA's firmware on
 //! its own thread; `IRPVERBS_VERIFIER=0` turns the verifier off;
+//! `IRPVERBS_BACKEND=model` runs the driver over the model HCA (a
+//! mini-driver over the PCI seam) instead of the soft HCA;
 //! `IRPVERBS_DOORBELLS=page` has user-mode files ring their doorbells
 //! through their doorbell page, as on Windows
 //! ([`irpverbs_host::UserDoorbells::Page`]).
@@ -311,6 +313,10 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             Ok("page") => UserDoorbells::Page,
             _ => UserDoorbells::Direct,
         };
+        let backend = match std::env::var("IRPVERBS_BACKEND").as_deref() {
+            Ok("model") => irpverbs_host::Backend::Model,
+            _ => irpverbs_host::Backend::Soft,
+        };
         HostDevice::new(HostDeviceConfig {
             platform: HostConfig {
                 verifier: VerifierConfig {
@@ -322,6 +328,7 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             },
             engine,
             user_doorbells,
+            backend,
             ..HostDeviceConfig::default()
         })
     })

@@ -103,6 +103,12 @@ fn run(exe: &Path, engine: &str) {
 /// Runs `exe` with the firmware `engine` and user-mode `doorbells`
 /// (`direct`, or `page`: through each file's doorbell page, as on Windows).
 fn run_with(exe: &Path, engine: &str, doorbells: &str) {
+    run_on(exe, engine, doorbells, "soft");
+}
+
+/// [`run_with`] over `backend` (`soft`, or `model`: the model HCA, reached
+/// only through the PCI seam).
+fn run_on(exe: &Path, engine: &str, doorbells: &str, backend: &str) {
     // cargo runs tests with its deps folder on the library path, which may
     // hold a `libirpverbs_host_c.so` from another build (`cargo build`): the
     // loader would prefer it to the rpath (RUNPATH). Name ours first.
@@ -121,13 +127,14 @@ fn run_with(exe: &Path, engine: &str, doorbells: &str) {
         .env("IRPVERBS_ENGINE", engine)
         .env("IRPVERBS_VERIFIER", "1")
         .env("IRPVERBS_DOORBELLS", doorbells)
+        .env("IRPVERBS_BACKEND", backend)
         .output()
         .expect("run the C test");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "{} ({engine}, {doorbells} doorbells) failed:\n{stdout}\n{stderr}",
+        "{} ({backend}, {engine}, {doorbells} doorbells) failed:\n{stdout}\n{stderr}",
         exe.display()
     );
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
@@ -232,5 +239,20 @@ fn c_ulps_compile_for_windows_x64_with_mingw() {
             "{name}.c does not build for Windows x64:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+/// Every C test over the model HCA (a mini-driver over the PCI seam).
+#[test]
+fn c_ulps_over_the_model_backend() {
+    for test in [
+        "ulp_control",
+        "ulp_notify",
+        "ulp_speed",
+        "ulp_data",
+        "kernel_ulp",
+        "kernel_cm",
+    ] {
+        run_on(&build(test), "inline", "direct", "model");
     }
 }
