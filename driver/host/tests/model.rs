@@ -362,6 +362,35 @@ fn removal_resets_the_device_and_unmaps_registered_memory() {
     HostDevice::remove(dev);
 }
 
+/// The device reports the largest registration its page list (in the
+/// command's mailbox) can describe: a region of that size registers, one
+/// byte more is refused by the driver before it reaches the device.
+#[test]
+fn registrations_up_to_the_page_list_limit() {
+    let dev = model_device(2);
+    let c = Client::with_speed_path(Box::new(
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap(),
+    ));
+    let max = c.query_device().unwrap().max_mr_size;
+    assert_eq!(max, (MAX_MTT as u64 - 1) * 4096);
+    let pd = c.alloc_pd().unwrap().pd;
+    let mut buf = vec![0u8; max as usize + 4096];
+    // The worst start: the last byte of a page.
+    let start = buf.as_mut_ptr() as usize;
+    let off = 4095 - start % 4096;
+    let addr = (start + off) as u64;
+    let mr = c.reg_mr(pd, addr, max, IV_ACCESS_LOCAL_WRITE).unwrap();
+    assert_eq!(
+        c.reg_mr(pd, addr, max + 1, IV_ACCESS_LOCAL_WRITE).err(),
+        Some(STATUS_INVALID_PARAMETER)
+    );
+    c.dereg_mr(mr.mr).unwrap();
+    c.dealloc_pd(pd).unwrap();
+    drop(c);
+    drop(buf);
+    HostDevice::remove(dev);
+}
+
 /// One open shared by the typed verbs and the test's own requests.
 struct Shared(Arc<HostFile>);
 

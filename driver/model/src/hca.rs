@@ -170,6 +170,10 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         let mut caps: IvQueryDeviceOut =
             read_exact(&caps_bytes[..n]).map_err(|_| STATUS_DEVICE_HARDWARE_ERROR)?;
         caps.num_comp_vectors = caps.num_comp_vectors.min(eqs as u32 - 1);
+        // A registration's page list travels in its command's mailbox: no
+        // larger region than it can describe, wherever it starts in its
+        // first page.
+        caps.max_mr_size = caps.max_mr_size.min((MAX_MTT as u64 - 1) * DMA_PAGE_SIZE);
         let eq = event_queue(&platform, &bar, 0, ASYNC_EQ_ENTRIES)?;
         let mut comp = Vec::new();
         comp.try_reserve_exact(caps.num_comp_vectors as usize)
