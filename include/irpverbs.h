@@ -121,6 +121,24 @@
 #define IOCTL_IV_REG_PHYS_MR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2074 << 2)) | METHOD_BUFFERED)
 
 /**
+ * Allocate a memory window (docs/memory-windows.md). In: [`IvAllocMwIn`].
+ * Out: [`IvAllocMwOut`].
+ */
+#define IOCTL_IV_ALLOC_MW ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2075 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Deallocate a memory window (a bound one is unbound). In: [`IvHandleIn`].
+ * Out: none.
+ */
+#define IOCTL_IV_DEALLOC_MW ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2076 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Bind (or, with length 0, unbind) a type 1 memory window. In:
+ * [`IvBindMwIn`]. Out: [`IvBindMwOut`].
+ */
+#define IOCTL_IV_BIND_MW ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2077 << 2)) | METHOD_BUFFERED)
+
+/**
  * Create a completion queue. In: [`IvCreateCqIn`]. Out: [`IvCreateCqOut`].
  */
 #define IOCTL_IV_CREATE_CQ ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2080 << 2)) | METHOD_BUFFERED)
@@ -461,6 +479,23 @@
 #define IV_WR_ATOMIC_FETCH_AND_ADD 7
 
 /**
+ * Local invalidate (RC and UC): `imm_or_inv` is the rkey of a type 2
+ * memory window bound on this QP; the window grants nothing afterwards.
+ * No SGEs.
+ */
+#define IV_WR_LOCAL_INV 8
+
+/**
+ * Bind a type 2 memory window (RC and UC), to this QP. No SGEs; fields
+ * of [`IvSendWqe`]: `rkey` is the window's new rkey (its index, as
+ * `IOCTL_IV_ALLOC_MW` gave it, and a new 8-bit key), `imm_or_inv` the
+ * lkey of the MR (of the QP's PD, registered with `IV_ACCESS_MW_BIND`),
+ * `remote_addr` and `compare_add` the window's start and length (not 0),
+ * `swap` the `IV_ACCESS_REMOTE_*` it grants.
+ */
+#define IV_WR_BIND_MW 9
+
+/**
  * Send flag: generate a completion (always, with `sq_sig_all`).
  */
 #define IV_SEND_SIGNALED (1 << 0)
@@ -519,6 +554,11 @@
  * The WQE was flushed: the QP is in ERR.
  */
 #define IV_WC_WR_FLUSH_ERR 5
+
+/**
+ * A memory window bind failed (its rules: docs/memory-windows.md).
+ */
+#define IV_WC_MW_BIND_ERR 6
 
 /**
  * Bad response from the responder.
@@ -589,6 +629,16 @@
  * Completion opcode: fetch and add.
  */
 #define IV_WC_OP_FETCH_ADD 4
+
+/**
+ * Completion opcode: memory window bind.
+ */
+#define IV_WC_OP_BIND_MW 5
+
+/**
+ * Completion opcode: local invalidate.
+ */
+#define IV_WC_OP_LOCAL_INV 6
 
 /**
  * Completion opcode: a receive.
@@ -735,9 +785,32 @@
 #define IV_ACCESS_REMOTE_ATOMIC (1 << 3)
 
 /**
+ * Access (MRs): memory windows may be bound to the MR
+ * (docs/memory-windows.md).
+ */
+#define IV_ACCESS_MW_BIND (1 << 4)
+
+/**
  * Every access flag this ABI version defines.
  */
-#define IV_ACCESS_ALL (((IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE) | IV_ACCESS_REMOTE_READ) | IV_ACCESS_REMOTE_ATOMIC)
+#define IV_ACCESS_ALL ((((IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE) | IV_ACCESS_REMOTE_READ) | IV_ACCESS_REMOTE_ATOMIC) | IV_ACCESS_MW_BIND)
+
+/**
+ * The access flags a memory window may grant: the remote ones.
+ */
+#define IV_ACCESS_MW_ALL ((IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ) | IV_ACCESS_REMOTE_ATOMIC)
+
+/**
+ * Memory window type 1: bound with `IOCTL_IV_BIND_MW`, to no QP.
+ */
+#define IV_MW_TYPE_1 1
+
+/**
+ * Memory window type 2 (2B): bound with an `IV_WR_BIND_MW` work request,
+ * to the QP that posted it; invalidated with `IV_WR_LOCAL_INV` or a SEND
+ * with invalidate.
+ */
+#define IV_MW_TYPE_2 2
 
 /**
  * QP attribute mask: `qp_state`.
@@ -1010,6 +1083,16 @@
  * Device capability: CQ resize.
  */
 #define IV_DEVICE_RESIZE_MAX_WR (1 << 0)
+
+/**
+ * Device capability: memory windows (type 1).
+ */
+#define IV_DEVICE_MEM_WINDOW (1 << 17)
+
+/**
+ * Device capability: memory windows of type 2B.
+ */
+#define IV_DEVICE_MEM_WINDOW_TYPE_2B (1 << 24)
 
 /**
  * CEP event: a REQ arrived for the listened service; `cep` is the new
@@ -1363,9 +1446,9 @@ typedef struct IvQueryDeviceOut {
    */
   uint32_t num_comp_vectors;
   /**
-   * Reserved, zero.
+   * Max memory windows.
    */
-  uint32_t reserved;
+  uint32_t max_mw;
 } IvQueryDeviceOut;
 
 /**
@@ -1555,6 +1638,90 @@ typedef struct IvRegMrOut {
    */
   uint32_t rkey;
 } IvRegMrOut;
+
+/**
+ * Request of `IOCTL_IV_ALLOC_MW`.
+ */
+typedef struct IvAllocMwIn {
+  /**
+   * The PD.
+   */
+  IvHandle pd;
+  /**
+   * [`IV_MW_TYPE_1`] or [`IV_MW_TYPE_2`].
+   */
+  uint32_t mw_type;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvAllocMwIn;
+
+/**
+ * Response of `IOCTL_IV_ALLOC_MW`.
+ */
+typedef struct IvAllocMwOut {
+  /**
+   * The MW's handle.
+   */
+  IvHandle mw;
+  /**
+   * Its rkey (unbound: it grants nothing). A type 2 window's bind work
+   * request names it by this key's index (`rkey >> 8`), with a new
+   * 8-bit key in the low byte.
+   */
+  uint32_t rkey;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvAllocMwOut;
+
+/**
+ * Request of `IOCTL_IV_BIND_MW` (type 1 windows).
+ */
+typedef struct IvBindMwIn {
+  /**
+   * The window (type 1).
+   */
+  IvHandle mw;
+  /**
+   * The MR, of the window's PD, registered with `IV_ACCESS_MW_BIND`.
+   */
+  IvHandle mr;
+  /**
+   * Start of the window, inside the MR.
+   */
+  uint64_t addr;
+  /**
+   * Length in bytes; 0 unbinds the window.
+   */
+  uint64_t length;
+  /**
+   * `IV_ACCESS_REMOTE_*` the window grants; remote write or atomic
+   * requires the MR's local write.
+   */
+  uint32_t access;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvBindMwIn;
+
+/**
+ * Response of `IOCTL_IV_BIND_MW`.
+ */
+typedef struct IvBindMwOut {
+  /**
+   * The window's new rkey (every bind changes its 8-bit key: the old
+   * rkey grants nothing any more).
+   */
+  uint32_t rkey;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvBindMwOut;
 
 /**
  * Request of `IOCTL_IV_CREATE_CQ`.

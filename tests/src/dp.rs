@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_verbs::speed::wc_status_name;
-use irpverbs_verbs::{Client, Cq, PostError, Qp, RecvWr, SendWr, Srq, Wc, rts_steps};
+use irpverbs_verbs::{
+    Client, Cq, PostError, Qp, RecvWr, SendWr, Srq, Wc, bind_mw_wr, next_rkey, rts_steps,
+};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::Dut;
@@ -805,21 +807,39 @@ pub(crate) fn dp_rc_send_with_imm_and_unsignaled(d: &dyn Dut) -> Result<(), Stri
     p.close("teardown")
 }
 
+/// A type 2 memory window bound by the responder QP's `IV_WR_BIND_MW`:
+/// an RDMA WRITE through its rkey lands, a SEND with invalidate of it
+/// completes with the key, and the rkey then grants nothing (REM_ACCESS_ERR,
+/// both QPs in ERR, the responder's access error event). Its MR is busy
+/// while it is bound.
 pub(crate) fn dp_rc_send_with_invalidate(d: &dyn Dut) -> Result<(), String> {
     let (ma, mb, victim) = (Mem::new(BUF), Mem::new(BUF), Mem::new(4096));
     let e = Env::open(d)?;
     let ra = e.reg(&ma, IV_ACCESS_LOCAL_WRITE)?;
     let rb = e.reg(&mb, IV_ACCESS_LOCAL_WRITE)?;
     let rv = e.reg(&victim, IV_ACCESS_ALL)?;
+    let mw = ok("alloc_mw", e.c.alloc_mw(e.pd, IV_MW_TYPE_2))?;
     let p = e.pair(IV_QPT_RC, Conn::default())?;
-    // The rkey works before.
+    let rkey = next_rkey(mw.rkey);
+    post(
+        &p.b,
+        &bind_mw_wr(5, rkey, rv.lkey, rv.at(0), 4096, IV_ACCESS_REMOTE_WRITE),
+        "bind",
+    )?;
+    one(&p.cqb, "BIND_MW", sent(5, IV_WC_OP_BIND_MW, p.b.qpn()))?;
+    expect(
+        "dereg an MR with a bound window",
+        e.c.dereg_mr(rv.handle),
+        STATUS_DEVICE_BUSY,
+    )?;
+    // The window's rkey works.
     ma.write(0, b"live");
     post(
         &p.a,
         &SendWr {
             sges: &[ra.sge(0, 4)],
             remote_addr: rv.at(0),
-            rkey: rv.rkey,
+            rkey,
             ..wr(1, IV_WR_RDMA_WRITE)
         },
         "write",
@@ -833,13 +853,13 @@ pub(crate) fn dp_rc_send_with_invalidate(d: &dyn Dut) -> Result<(), String> {
         &p.a,
         &SendWr {
             sges: &[ra.sge(8, 4)],
-            imm_or_inv: rv.rkey,
+            imm_or_inv: rkey,
             ..wr(2, IV_WR_SEND_WITH_INV)
         },
         "send with invalidate",
     )?;
     one(&p.cqa, "SEND with inv", sent(2, IV_WC_OP_SEND, p.a.qpn()))?;
-    one(&p.cqb, "RECV with inv", recvd(3, 4, p.b.qpn()).inv(rv.rkey))?;
+    one(&p.cqb, "RECV with inv", recvd(3, 4, p.b.qpn()).inv(rkey))?;
     check!(mb.read(0, 4) == b"inv!", "data");
     // The invalidated rkey no longer works: REM_ACCESS_ERR, both QPs in
     // ERR, the responder's access error event.
@@ -849,7 +869,7 @@ pub(crate) fn dp_rc_send_with_invalidate(d: &dyn Dut) -> Result<(), String> {
         &SendWr {
             sges: &[ra.sge(16, 4)],
             remote_addr: rv.at(0),
-            rkey: rv.rkey,
+            rkey,
             ..wr(4, IV_WR_RDMA_WRITE)
         },
         "write after invalidate",
@@ -864,7 +884,150 @@ pub(crate) fn dp_rc_send_with_invalidate(d: &dyn Dut) -> Result<(), String> {
     state(&p.b, IV_QPS_ERR, "responder")?;
     event(&e.c, IV_EVENT_QP_ACCESS_ERR, p.b.handle(), "responder")?;
     p.close("teardown")?;
-    ok("dereg the invalidated MR", e.c.dereg_mr(rv.handle))
+    // Unbound: the MR goes.
+    ok("dereg the window's MR", e.c.dereg_mr(rv.handle))?;
+    ok("dealloc_mw", e.c.dealloc_mw(mw.mw))
+}
+
+/// A SEND with invalidate of an MR's rkey is refused (REM_INV_REQ_ERR at
+/// both ends) and the MR keeps its keys: an RDMA WRITE on a new
+/// connection still lands.
+pub(crate) fn dp_rc_send_with_invalidate_of_an_mr(d: &dyn Dut) -> Result<(), String> {
+    let (ma, mb, victim) = (Mem::new(BUF), Mem::new(BUF), Mem::new(4096));
+    let e = Env::open(d)?;
+    let ra = e.reg(&ma, IV_ACCESS_LOCAL_WRITE)?;
+    let rb = e.reg(&mb, IV_ACCESS_LOCAL_WRITE)?;
+    let rv = e.reg(&victim, IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE)?;
+    let p = e.pair(IV_QPT_RC, Conn::default())?;
+    recv(&p.b, 3, &[rb.sge(0, 64)], "recv")?;
+    post(
+        &p.a,
+        &SendWr {
+            sges: &[ra.sge(8, 4)],
+            imm_or_inv: rv.rkey,
+            ..wr(2, IV_WR_SEND_WITH_INV)
+        },
+        "send with invalidate",
+    )?;
+    one(
+        &p.cqa,
+        "SEND with inv",
+        failed(2, IV_WC_REM_INV_REQ_ERR, p.a.qpn()),
+    )?;
+    one(&p.cqb, "RECV", failed(3, IV_WC_REM_INV_REQ_ERR, p.b.qpn()))?;
+    event(&e.c, IV_EVENT_QP_REQ_ERR, p.b.handle(), "responder")?;
+    p.close("teardown")?;
+    let q = e.pair(IV_QPT_RC, Conn::default())?;
+    ma.write(0, b"survives");
+    post(
+        &q.a,
+        &SendWr {
+            sges: &[ra.sge(0, 8)],
+            remote_addr: rv.at(0),
+            rkey: rv.rkey,
+            ..wr(1, IV_WR_RDMA_WRITE)
+        },
+        "write",
+    )?;
+    one(&q.cqa, "WRITE", sent(1, IV_WC_OP_RDMA_WRITE, q.a.qpn()))?;
+    check!(
+        victim.read(0, 8) == b"survives",
+        "the MR still takes a WRITE"
+    );
+    q.close("teardown")?;
+    ok("dereg", e.c.dereg_mr(rv.handle))
+}
+
+/// A type 1 memory window bound by `IOCTL_IV_BIND_MW`: RDMA WRITE and
+/// READ inside it succeed; one byte past it, the WRITE fails with
+/// REM_ACCESS_ERR; its MR is busy while it is bound; bad binds get their
+/// statuses.
+pub(crate) fn dp_rc_memory_window_type_1(d: &dyn Dut) -> Result<(), String> {
+    let (ma, mw_mem) = (Mem::new(BUF), Mem::new(8192));
+    let e = Env::open(d)?;
+    let ra = e.reg(&ma, IV_ACCESS_LOCAL_WRITE)?;
+    let rm = e.reg(&mw_mem, IV_ACCESS_ALL)?;
+    let plain = e.reg(&mw_mem, IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_READ)?;
+    let mw = ok("alloc_mw", e.c.alloc_mw(e.pd, IV_MW_TYPE_1))?;
+    expect(
+        "bind to an MR without MW_BIND",
+        e.c.bind_mw(mw.mw, plain.handle, plain.at(0), 8, IV_ACCESS_REMOTE_READ),
+        STATUS_ACCESS_DENIED,
+    )?;
+    expect(
+        "bind past the MR",
+        e.c.bind_mw(mw.mw, rm.handle, rm.at(8190), 8, IV_ACCESS_REMOTE_READ),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    expect(
+        "bind with local access",
+        e.c.bind_mw(mw.mw, rm.handle, rm.at(0), 8, IV_ACCESS_LOCAL_WRITE),
+        STATUS_INVALID_PARAMETER,
+    )?;
+    let rkey = ok(
+        "bind",
+        e.c.bind_mw(
+            mw.mw,
+            rm.handle,
+            rm.at(4096),
+            64,
+            IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ,
+        ),
+    )?;
+    check!(rkey != mw.rkey, "a bind gives a new rkey");
+    expect(
+        "dereg a bound MR",
+        e.c.dereg_mr(rm.handle),
+        STATUS_DEVICE_BUSY,
+    )?;
+    let p = e.pair(IV_QPT_RC, Conn::default())?;
+    ma.write(0, b"window 1");
+    post(
+        &p.a,
+        &SendWr {
+            sges: &[ra.sge(0, 8)],
+            remote_addr: rm.at(4096 + 56),
+            rkey,
+            ..wr(1, IV_WR_RDMA_WRITE)
+        },
+        "write",
+    )?;
+    one(&p.cqa, "WRITE", sent(1, IV_WC_OP_RDMA_WRITE, p.a.qpn()))?;
+    check!(mw_mem.read(4096 + 56, 8) == b"window 1", "written");
+    post(
+        &p.a,
+        &SendWr {
+            sges: &[ra.sge(64, 8)],
+            remote_addr: rm.at(4096 + 56),
+            rkey,
+            ..wr(2, IV_WR_RDMA_READ)
+        },
+        "read",
+    )?;
+    one(&p.cqa, "READ", sent(2, IV_WC_OP_RDMA_READ, p.a.qpn()))?;
+    check!(ma.read(64, 8) == b"window 1", "read back");
+    post(
+        &p.a,
+        &SendWr {
+            sges: &[ra.sge(0, 8)],
+            remote_addr: rm.at(4096 + 57),
+            rkey,
+            ..wr(3, IV_WR_RDMA_WRITE)
+        },
+        "write past the window",
+    )?;
+    one(
+        &p.cqa,
+        "WRITE past the window",
+        failed(3, IV_WC_REM_ACCESS_ERR, p.a.qpn()),
+    )?;
+    state(&p.b, IV_QPS_ERR, "responder")?;
+    event(&e.c, IV_EVENT_QP_ACCESS_ERR, p.b.handle(), "responder")?;
+    p.close("teardown")?;
+    ok("unbind", e.c.bind_mw(mw.mw, rm.handle, rm.at(0), 0, 0))?;
+    ok("dereg", e.c.dereg_mr(rm.handle))?;
+    ok("dealloc_mw", e.c.dealloc_mw(mw.mw))?;
+    ok("dereg", e.c.dereg_mr(plain.handle))
 }
 
 pub(crate) fn dp_rc_rdma_write_and_write_with_imm(d: &dyn Dut) -> Result<(), String> {

@@ -53,6 +53,11 @@ pub const SUITE: &[(&str, Test)] = &[
     ),
     ("dp_rc_send_with_invalidate", dp::dp_rc_send_with_invalidate),
     (
+        "dp_rc_send_with_invalidate_of_an_mr",
+        dp::dp_rc_send_with_invalidate_of_an_mr,
+    ),
+    ("dp_rc_memory_window_type_1", dp::dp_rc_memory_window_type_1),
+    (
         "dp_rc_rdma_write_and_write_with_imm",
         dp::dp_rc_rdma_write_and_write_with_imm,
     ),

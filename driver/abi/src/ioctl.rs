@@ -107,6 +107,27 @@ pub const IOCTL_IV_REG_PHYS_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x81A << 2)
     | METHOD_BUFFERED;
 
+/// Allocate a memory window (docs/memory-windows.md). In: [`IvAllocMwIn`].
+/// Out: [`IvAllocMwOut`].
+pub const IOCTL_IV_ALLOC_MW: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x81B << 2)
+    | METHOD_BUFFERED;
+
+/// Deallocate a memory window (a bound one is unbound). In: [`IvHandleIn`].
+/// Out: none.
+pub const IOCTL_IV_DEALLOC_MW: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x81C << 2)
+    | METHOD_BUFFERED;
+
+/// Bind (or, with length 0, unbind) a type 1 memory window. In:
+/// [`IvBindMwIn`]. Out: [`IvBindMwOut`].
+pub const IOCTL_IV_BIND_MW: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x81D << 2)
+    | METHOD_BUFFERED;
+
 /// Create a completion queue. In: [`IvCreateCqIn`]. Out: [`IvCreateCqOut`].
 pub const IOCTL_IV_CREATE_CQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
@@ -483,6 +504,27 @@ pub const IOCTLS: &[IoctlInfo] = &[
         input_len: core::mem::size_of::<IvRegMrIn>(),
         output_len: core::mem::size_of::<IvRegMrOut>(),
         kernel_only: true,
+    },
+    IoctlInfo {
+        name: "ALLOC_MW",
+        code: IOCTL_IV_ALLOC_MW,
+        input_len: core::mem::size_of::<IvAllocMwIn>(),
+        output_len: core::mem::size_of::<IvAllocMwOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "DEALLOC_MW",
+        code: IOCTL_IV_DEALLOC_MW,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "BIND_MW",
+        code: IOCTL_IV_BIND_MW,
+        input_len: core::mem::size_of::<IvBindMwIn>(),
+        output_len: core::mem::size_of::<IvBindMwOut>(),
+        kernel_only: false,
     },
     IoctlInfo {
         name: "CREATE_CQ",

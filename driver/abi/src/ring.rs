@@ -179,6 +179,17 @@ pub const IV_WR_RDMA_READ: u8 = 5;
 pub const IV_WR_ATOMIC_CMP_AND_SWP: u8 = 6;
 /// Atomic fetch and add (8 bytes, 8-byte aligned).
 pub const IV_WR_ATOMIC_FETCH_AND_ADD: u8 = 7;
+/// Local invalidate (RC and UC): `imm_or_inv` is the rkey of a type 2
+/// memory window bound on this QP; the window grants nothing afterwards.
+/// No SGEs.
+pub const IV_WR_LOCAL_INV: u8 = 8;
+/// Bind a type 2 memory window (RC and UC), to this QP. No SGEs; fields
+/// of [`IvSendWqe`]: `rkey` is the window's new rkey (its index, as
+/// `IOCTL_IV_ALLOC_MW` gave it, and a new 8-bit key), `imm_or_inv` the
+/// lkey of the MR (of the QP's PD, registered with `IV_ACCESS_MW_BIND`),
+/// `remote_addr` and `compare_add` the window's start and length (not 0),
+/// `swap` the `IV_ACCESS_REMOTE_*` it grants.
+pub const IV_WR_BIND_MW: u8 = 9;
 
 /// Send flag: generate a completion (always, with `sq_sig_all`).
 pub const IV_SEND_SIGNALED: u8 = 1 << 0;
@@ -320,6 +331,8 @@ pub const IV_WC_LOC_QP_OP_ERR: u32 = 2;
 pub const IV_WC_LOC_PROT_ERR: u32 = 4;
 /// The WQE was flushed: the QP is in ERR.
 pub const IV_WC_WR_FLUSH_ERR: u32 = 5;
+/// A memory window bind failed (its rules: docs/memory-windows.md).
+pub const IV_WC_MW_BIND_ERR: u32 = 6;
 /// Bad response from the responder.
 pub const IV_WC_BAD_RESP_ERR: u32 = 7;
 /// Local access error (responder: invalid rkey access locally).
@@ -349,6 +362,10 @@ pub const IV_WC_OP_RDMA_READ: u32 = 2;
 pub const IV_WC_OP_COMP_SWAP: u32 = 3;
 /// Completion opcode: fetch and add.
 pub const IV_WC_OP_FETCH_ADD: u32 = 4;
+/// Completion opcode: memory window bind.
+pub const IV_WC_OP_BIND_MW: u32 = 5;
+/// Completion opcode: local invalidate.
+pub const IV_WC_OP_LOCAL_INV: u32 = 6;
 /// Completion opcode: a receive.
 pub const IV_WC_OP_RECV: u32 = 128;
 /// Completion opcode: a receive consumed by RDMA WRITE with immediate.

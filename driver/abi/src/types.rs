@@ -86,11 +86,25 @@ pub const IV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const IV_ACCESS_REMOTE_READ: u32 = 1 << 2;
 /// Access: remote atomics.
 pub const IV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// Access (MRs): memory windows may be bound to the MR
+/// (docs/memory-windows.md).
+pub const IV_ACCESS_MW_BIND: u32 = 1 << 4;
 /// Every access flag this ABI version defines.
 pub const IV_ACCESS_ALL: u32 = IV_ACCESS_LOCAL_WRITE
     | IV_ACCESS_REMOTE_WRITE
     | IV_ACCESS_REMOTE_READ
-    | IV_ACCESS_REMOTE_ATOMIC;
+    | IV_ACCESS_REMOTE_ATOMIC
+    | IV_ACCESS_MW_BIND;
+/// The access flags a memory window may grant: the remote ones.
+pub const IV_ACCESS_MW_ALL: u32 =
+    IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC;
+
+/// Memory window type 1: bound with `IOCTL_IV_BIND_MW`, to no QP.
+pub const IV_MW_TYPE_1: u32 = 1;
+/// Memory window type 2 (2B): bound with an `IV_WR_BIND_MW` work request,
+/// to the QP that posted it; invalidated with `IV_WR_LOCAL_INV` or a SEND
+/// with invalidate.
+pub const IV_MW_TYPE_2: u32 = 2;
 
 /// QP attribute mask: `qp_state`.
 pub const IV_QP_STATE: u32 = 1 << 0;
@@ -209,6 +223,10 @@ pub const IV_DEVICE_RC_RNR_NAK_GEN: u64 = 1 << 12;
 pub const IV_DEVICE_PORT_ACTIVE_EVENT: u64 = 1 << 7;
 /// Device capability: CQ resize.
 pub const IV_DEVICE_RESIZE_MAX_WR: u64 = 1 << 0;
+/// Device capability: memory windows (type 1).
+pub const IV_DEVICE_MEM_WINDOW: u64 = 1 << 17;
+/// Device capability: memory windows of type 2B.
+pub const IV_DEVICE_MEM_WINDOW_TYPE_2B: u64 = 1 << 24;
 
 // ---------------------------------------------------------------- structs
 
@@ -308,8 +326,8 @@ pub struct IvQueryDeviceOut {
     pub phys_port_cnt: u8,
     /// Number of completion vectors.
     pub num_comp_vectors: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// Max memory windows.
+    pub max_mw: u32,
 }
 abi_layout!(IvQueryDeviceOut {
     abi_version,
@@ -343,7 +361,7 @@ abi_layout!(IvQueryDeviceOut {
     local_ca_ack_delay,
     phys_port_cnt,
     num_comp_vectors,
-    reserved
+    max_mw
 });
 
 /// Request of `IOCTL_IV_QUERY_PORT`.
@@ -511,6 +529,85 @@ pub struct IvRegMrOut {
     pub rkey: u32,
 }
 abi_layout!(IvRegMrOut { mr, lkey, rkey });
+
+/// Request of `IOCTL_IV_ALLOC_MW`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvAllocMwIn {
+    /// The PD.
+    pub pd: IvHandle,
+    /// [`IV_MW_TYPE_1`] or [`IV_MW_TYPE_2`].
+    pub mw_type: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvAllocMwIn {
+    pd,
+    mw_type,
+    reserved
+});
+
+/// Response of `IOCTL_IV_ALLOC_MW`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvAllocMwOut {
+    /// The MW's handle.
+    pub mw: IvHandle,
+    /// Its rkey (unbound: it grants nothing). A type 2 window's bind work
+    /// request names it by this key's index (`rkey >> 8`), with a new
+    /// 8-bit key in the low byte.
+    pub rkey: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvAllocMwOut { mw, rkey, reserved });
+
+/// Request of `IOCTL_IV_BIND_MW` (type 1 windows).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvBindMwIn {
+    /// The window (type 1).
+    pub mw: IvHandle,
+    /// The MR, of the window's PD, registered with `IV_ACCESS_MW_BIND`.
+    pub mr: IvHandle,
+    /// Start of the window, inside the MR.
+    pub addr: u64,
+    /// Length in bytes; 0 unbinds the window.
+    pub length: u64,
+    /// `IV_ACCESS_REMOTE_*` the window grants; remote write or atomic
+    /// requires the MR's local write.
+    pub access: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvBindMwIn {
+    mw,
+    mr,
+    addr,
+    length,
+    access,
+    reserved
+});
+
+/// Response of `IOCTL_IV_BIND_MW`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvBindMwOut {
+    /// The window's new rkey (every bind changes its 8-bit key: the old
+    /// rkey grants nothing any more).
+    pub rkey: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvBindMwOut { rkey, reserved });
 
 /// Request of `IOCTL_IV_CREATE_CQ`.
 #[repr(C)]
@@ -1931,6 +2028,10 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvAllocPdOut>(),
     layout::<IvRegMrIn>(),
     layout::<IvRegMrOut>(),
+    layout::<IvAllocMwIn>(),
+    layout::<IvAllocMwOut>(),
+    layout::<IvBindMwIn>(),
+    layout::<IvBindMwOut>(),
     layout::<IvCreateCqIn>(),
     layout::<IvCreateCqOut>(),
     layout::<IvResizeCqIn>(),

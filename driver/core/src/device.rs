@@ -150,7 +150,7 @@ pub struct DeviceSnapshot {
     /// Open (or not yet run down) files.
     pub files: usize,
     /// Live objects of each kind, indexed by `Kind as usize - 1`.
-    pub objects: [u32; 8],
+    pub objects: [u32; 9],
     /// Pended (cancelable) requests.
     pub waits: usize,
     /// Commands in flight or backlogged.
@@ -166,7 +166,7 @@ pub(crate) struct State<R> {
     pending_len: usize,
     backlog: VecDeque<(u64, Command)>,
     next_generation: u32,
-    pub counts: [u32; 8],
+    pub counts: [u32; 9],
     /// The per-file limits.
     pub quota: crate::quota::FileQuota,
     pub removed: bool,
@@ -459,7 +459,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 pending_len: 0,
                 backlog: VecDeque::new(),
                 next_generation: 0,
-                counts: [0; 8],
+                counts: [0; 9],
                 quota: config.quota,
                 removed: false,
                 stats: DeviceStats::default(),
@@ -707,12 +707,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
             let mut destroyed = false;
             for idx in 0..slots {
                 let f = s.files.get_mut(&file)?;
+                // A window may be bound to an MR (the HCA refuses to
+                // deregister it then): MRs go after the file's windows.
+                let windows = f.usage.objects[Kind::Mw.index()];
                 // Free, or freed meanwhile (a listener frees its unpolled
                 // requests).
                 let Some(o) = f.objects.try_get_mut(idx) else {
                     continue;
                 };
                 if o.life != Life::Live || o.busy || o.queries != 0 || o.dependents != 0 {
+                    continue;
+                }
+                if windows != 0 && o.kind() == Kind::Mr {
                     continue;
                 }
                 destroyed = true;

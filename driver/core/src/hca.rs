@@ -55,6 +55,24 @@ pub enum Command {
         /// Its lkey.
         lkey: u32,
     },
+    /// Allocate a memory window (unbound).
+    AllocMw {
+        /// PD number.
+        pdn: u32,
+        /// `IV_MW_TYPE_1` or `IV_MW_TYPE_2`.
+        mw_type: u32,
+    },
+    /// Free a memory window (a bound one is unbound first).
+    DeallocMw {
+        /// Its rkey (any key byte: the window is named by its index).
+        rkey: u32,
+    },
+    /// Bind (length 0: unbind) a type 1 memory window. The HCA checks the
+    /// window (type 1, of the MR's PD), the MR (live, with
+    /// `IV_ACCESS_MW_BIND`, and local write when the window grants remote
+    /// write or atomics), the access (`IV_ACCESS_REMOTE_*` only) and the
+    /// range (inside the MR).
+    BindMw(BindMw),
     /// Create a CQ.
     CreateCq(CreateCq),
     /// Resize a CQ.
@@ -104,6 +122,21 @@ pub enum Command {
         /// AH number.
         ahn: u32,
     },
+}
+
+/// [`Command::BindMw`]: bind a type 1 memory window to a range of an MR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindMw {
+    /// The window's rkey (any key byte: the window is named by its index).
+    pub rkey: u32,
+    /// The MR's lkey.
+    pub lkey: u32,
+    /// Start of the window.
+    pub addr: u64,
+    /// Length in bytes (0: unbind).
+    pub length: u64,
+    /// `IV_ACCESS_REMOTE_*` it grants.
+    pub access: u32,
 }
 
 /// [`Command::RegMr`]: register a memory region.
@@ -221,6 +254,11 @@ pub enum CommandOut {
         /// Local key.
         lkey: u32,
         /// Remote key.
+        rkey: u32,
+    },
+    /// [`Command::AllocMw`], [`Command::BindMw`]: the window's rkey.
+    Mw {
+        /// Its rkey.
         rkey: u32,
     },
     /// [`Command::CreateCq`], [`Command::ResizeCq`].

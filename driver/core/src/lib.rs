@@ -41,9 +41,9 @@ pub use verbs::mr::USER_ADDRESS_LIMIT;
 pub use verbs::qp::CONTROLLED_QKEY;
 
 pub use hca::{
-    AsyncEvent, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq, DoorbellPageInfo,
-    DoorbellTarget, Event, GSI_QKEY, GSI_QPN, Hca, MAD_SIZE, MadIn, MadOut, ModifyQp, ModifySrq,
-    RegMr,
+    AsyncEvent, BindMw, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq,
+    DoorbellPageInfo, DoorbellTarget, Event, GSI_QKEY, GSI_QPN, Hca, MAD_SIZE, MadIn, MadOut,
+    ModifyQp, ModifySrq, RegMr,
 };
 pub use platform::{
     APC_LEVEL, Bar, CommonBuffer, DISPATCH_LEVEL, DMA_PAGE_SIZE, DmaDirection, DmaMapping, FileKey,

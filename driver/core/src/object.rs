@@ -27,11 +27,13 @@ pub enum Kind {
     Channel = 7,
     /// Connection endpoint of the connection manager.
     Cep = 8,
+    /// Memory window.
+    Mw = 9,
 }
 
 impl Kind {
     /// All kinds, for statistics.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Pd,
         Kind::Mr,
         Kind::Cq,
@@ -40,6 +42,7 @@ impl Kind {
         Kind::Ah,
         Kind::Channel,
         Kind::Cep,
+        Kind::Mw,
     ];
 
     pub(crate) const fn tag(self) -> PoolTag {
@@ -52,6 +55,7 @@ impl Kind {
             Kind::Ah => pool_tag(b"IvAh"),
             Kind::Channel => pool_tag(b"IvCh"),
             Kind::Cep => pool_tag(b"IvCe"),
+            Kind::Mw => pool_tag(b"IvMw"),
         }
     }
 
@@ -80,6 +84,16 @@ pub(crate) struct Pd {
 pub(crate) struct Mr {
     pub pd: u32,
     pub lkey: u32,
+}
+
+/// A memory window: its PD, its type, and the rkey the HCA gave it (a
+/// type 1 bind changes it; a type 2 window's binds are work requests the
+/// driver does not see).
+#[derive(Debug)]
+pub(crate) struct Mw {
+    pub pd: u32,
+    pub mw_type: u32,
+    pub rkey: u32,
 }
 
 #[derive(Debug)]
@@ -170,6 +184,7 @@ pub(crate) struct Cep {
 pub(crate) enum Body {
     Pd(Pd),
     Mr(Mr),
+    Mw(Mw),
     Cq(Cq),
     Qp(Qp),
     Srq(Srq),
@@ -206,6 +221,7 @@ impl Object {
         match self.body {
             Body::Pd(_) => Kind::Pd,
             Body::Mr(_) => Kind::Mr,
+            Body::Mw(_) => Kind::Mw,
             Body::Cq(_) => Kind::Cq,
             Body::Qp(_) => Kind::Qp,
             Body::Srq(_) => Kind::Srq,
@@ -221,6 +237,7 @@ impl Object {
             Body::Pd(_) | Body::Channel(_) | Body::Cep(_) => [None; 4],
             Body::Cq(c) => [c.channel, None, None, None],
             Body::Mr(m) => [Some(m.pd), None, None, None],
+            Body::Mw(m) => [Some(m.pd), None, None, None],
             Body::Srq(s) => [Some(s.pd), None, None, None],
             Body::Ah(a) => [Some(a.pd), None, None, None],
             Body::Qp(q) => [Some(q.pd), Some(q.send_cq), Some(q.recv_cq), q.srq],
@@ -234,6 +251,7 @@ impl Object {
         Some(match &self.body {
             Body::Pd(p) => Command::DeallocPd { pdn: p.pdn },
             Body::Mr(m) => Command::DeregMr { lkey: m.lkey },
+            Body::Mw(m) => Command::DeallocMw { rkey: m.rkey },
             Body::Cq(c) => Command::DestroyCq { cqn: c.cqn },
             Body::Qp(q) => Command::DestroyQp { qpn: q.qpn },
             Body::Srq(s) => Command::DestroySrq { srqn: s.srqn },

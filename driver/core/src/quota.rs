@@ -166,6 +166,8 @@ impl FileQuota {
             Kind::Ah => self.max_ah,
             Kind::Channel => self.max_channel,
             Kind::Cep => self.max_cep,
+            // Windows are memory keys as MRs are: as many of each.
+            Kind::Mw => self.max_mr,
         }
     }
 }
@@ -174,7 +176,7 @@ impl FileQuota {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
     /// Live (or being created) objects of each kind, by `Kind::index`.
-    pub objects: [u32; 8],
+    pub objects: [u32; 9],
     /// Bytes of ring memory.
     pub ring_bytes: u64,
     /// Bytes of pinned memory.

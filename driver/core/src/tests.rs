@@ -282,6 +282,9 @@ struct FakeHca {
     /// the async event queue), and how many times each was armed.
     comp: Mutex<Vec<VecDeque<Event>>>,
     comp_arms: Mutex<Vec<usize>>,
+    /// Bound memory windows (by rkey index) and the lkey of their MR: an
+    /// MR with windows refuses its dereg, as the soft HCA's does.
+    windows: Mutex<std::collections::HashMap<u32, u32>>,
 }
 
 impl FakeHca {
@@ -295,6 +298,7 @@ impl FakeHca {
                 max_qp_wr: 64,
                 max_sge: 4,
                 max_mr: 8,
+                max_mw: 4,
                 max_mr_size: 1 << 20,
                 max_srq: 4,
                 max_srq_wr: 64,
@@ -322,6 +326,7 @@ impl FakeHca {
             fail_modify_to: AtomicU32::new(0),
             comp: Mutex::new(Vec::new()),
             comp_arms: Mutex::new(Vec::new()),
+            windows: Mutex::default(),
         }
     }
 
@@ -385,7 +390,33 @@ impl FakeHca {
                 });
                 continue;
             }
+            let busy_mr = matches!(&cmd, Command::DeregMr { lkey }
+                if self.windows.lock().unwrap().values().any(|l| l == lkey));
+            if busy_mr {
+                self.eq.lock().unwrap().push_back(Event::CommandDone {
+                    token,
+                    status: STATUS_DEVICE_BUSY,
+                    out: CommandOut::None,
+                });
+                continue;
+            }
             let out = match cmd {
+                Command::AllocMw { .. } => CommandOut::Mw { rkey: n << 8 },
+                Command::BindMw(b) => {
+                    let mut windows = self.windows.lock().unwrap();
+                    if b.length == 0 {
+                        windows.remove(&(b.rkey >> 8));
+                    } else {
+                        windows.insert(b.rkey >> 8, b.lkey);
+                    }
+                    CommandOut::Mw {
+                        rkey: (b.rkey & !0xFF) | (b.rkey.wrapping_add(1) & 0xFF),
+                    }
+                }
+                Command::DeallocMw { rkey } => {
+                    self.windows.lock().unwrap().remove(&(rkey >> 8));
+                    CommandOut::None
+                }
                 // A GID table of one entry: the address the connects of
                 // these tests leave from.
                 Command::QueryGid { index: 0, .. } => CommandOut::Gid(GID_A),
@@ -833,7 +864,7 @@ fn pool_failure_changes_nothing() {
         r.call::<_, IvAllocPdOut>(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default()),
         Err(STATUS_INSUFFICIENT_RESOURCES)
     );
-    assert_eq!(r.dev.snapshot().objects, [0; 8]);
+    assert_eq!(r.dev.snapshot().objects, [0; 9]);
     pd(&r, 1);
 }
 
@@ -3009,4 +3040,131 @@ fn a_connect_waiting_for_its_reply_is_cancelable() {
     shuttle(&b, GID_B, &a);
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
     assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+}
+
+/// A memory window: allocated on a PD, bound by `BIND_MW` (type 1), its
+/// MR refuses deregistration while bound and the window stays live; bad
+/// inputs get their statuses and change nothing; the file's rundown
+/// deallocates windows before the MRs they are bound to.
+#[test]
+fn memory_windows_alloc_bind_busy_and_rundown() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let mr_in = IvRegMrIn {
+        pd: p,
+        addr: 4096,
+        length: 4096,
+        access: IV_ACCESS_LOCAL_WRITE | IV_ACCESS_MW_BIND,
+        reserved: 0,
+    };
+    let mr = r
+        .call::<_, IvRegMrOut>(1, IOCTL_IV_REG_MR, &mr_in)
+        .unwrap()
+        .mr;
+    let alloc = |mw_type| {
+        r.call::<_, IvAllocMwOut>(
+            1,
+            IOCTL_IV_ALLOC_MW,
+            &IvAllocMwIn {
+                pd: p,
+                mw_type,
+                reserved: 0,
+            },
+        )
+    };
+    for bad in [0, 3, u32::MAX] {
+        assert_eq!(alloc(bad), Err(STATUS_INVALID_PARAMETER));
+    }
+    assert_eq!(
+        r.call::<_, IvAllocMwOut>(
+            1,
+            IOCTL_IV_ALLOC_MW,
+            &IvAllocMwIn {
+                pd: mr,
+                mw_type: IV_MW_TYPE_1,
+                reserved: 0
+            }
+        ),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(r.dev.snapshot().objects[Kind::Mw.index()], 0);
+    let mw = alloc(IV_MW_TYPE_1).unwrap();
+    let mw2 = alloc(IV_MW_TYPE_2).unwrap();
+    assert_eq!(r.dev.snapshot().objects[Kind::Mw.index()], 2);
+    let bind = |mw, mr, access, length| {
+        r.call::<_, IvBindMwOut>(
+            1,
+            IOCTL_IV_BIND_MW,
+            &IvBindMwIn {
+                mw,
+                mr,
+                addr: 4096,
+                length,
+                access,
+                reserved: 0,
+            },
+        )
+    };
+    // Bad inputs: a local access flag, a wrapping range, a type 2 window,
+    // handles of the wrong kind, an MR of another PD.
+    assert_eq!(
+        bind(mw.mw, mr, IV_ACCESS_LOCAL_WRITE, 8),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    assert_eq!(
+        bind(mw.mw, mr, IV_ACCESS_REMOTE_READ, u64::MAX),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    assert_eq!(
+        bind(mw2.mw, mr, IV_ACCESS_REMOTE_READ, 8),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    assert_eq!(
+        bind(mr, mr, IV_ACCESS_REMOTE_READ, 8),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        bind(mw.mw, mw.mw, IV_ACCESS_REMOTE_READ, 8),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    let p2 = pd(&r, 1);
+    let other = r
+        .call::<_, IvRegMrOut>(1, IOCTL_IV_REG_MR, &IvRegMrIn { pd: p2, ..mr_in })
+        .unwrap()
+        .mr;
+    assert_eq!(
+        bind(mw.mw, other, IV_ACCESS_REMOTE_READ, 8),
+        Err(STATUS_INVALID_PARAMETER_MIX)
+    );
+    assert!(
+        r.dev.hca().windows.lock().unwrap().is_empty(),
+        "nothing bound"
+    );
+    let bound = bind(mw.mw, mr, IV_ACCESS_REMOTE_READ, 8).unwrap();
+    assert_ne!(bound.rkey, mw.rkey, "a bind changes the key");
+    let dereg = |mr| r.call::<_, ()>(1, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr });
+    assert_eq!(dereg(mr), Err(STATUS_DEVICE_BUSY));
+    // Still live: the window unbinds and the MR goes.
+    assert_eq!(bind(mw.mw, mr, 0, 0).map(|_| ()), Ok(()));
+    assert_eq!(dereg(mr), Ok(()));
+    // A PD with windows is busy too.
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: p }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    // Rundown with a bound window: the window goes first, then its MR,
+    // with no refused destroy.
+    let mr = r
+        .call::<_, IvRegMrOut>(1, IOCTL_IV_REG_MR, &mr_in)
+        .unwrap()
+        .mr;
+    bind(mw.mw, mr, IV_ACCESS_REMOTE_READ, 8).unwrap();
+    r.dev.cleanup_file(1);
+    r.settle();
+    assert!(r.dev.file_rundown_complete(1));
+    assert_eq!(r.dev.stats().rundown_failures, 0);
+    r.dev.close_file(1);
+    r.dev.cleanup_file(2);
+    r.dev.close_file(2);
+    assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
 }

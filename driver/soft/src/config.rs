@@ -76,8 +76,11 @@ pub struct SoftConfig {
     pub max_cq: u32,
     /// Max entries per CQ, 2^k - 1. Default 0x7FFF.
     pub max_cqe: u32,
-    /// Max MRs, at most 0xFF_FFFF (the key's 24-bit index). Default 0x1_0000.
+    /// Max MRs, at most 0x7F_FFFF (the key's 24-bit index, whose top bit
+    /// marks a memory window's). Default 0x1_0000.
     pub max_mr: u32,
+    /// Max memory windows, at most 0x7F_FFFF. Default 0x1_0000.
+    pub max_mw: u32,
     /// Largest MR in bytes. Default 1 TiB (2^40).
     pub max_mr_size: u64,
     /// Max PDs. Default 0x1_0000.
@@ -154,6 +157,7 @@ impl Default for SoftConfig {
             max_cq: 0x4000,
             max_cqe: 0x7FFF,
             max_mr: 0x1_0000,
+            max_mw: 0x1_0000,
             max_mr_size: 1 << 40,
             max_pd: 0x1_0000,
             max_srq: 0x4000,
@@ -174,7 +178,7 @@ pub(crate) const MAX_QPN: u32 = 0xFF_FFFF;
 /// First QP number the firmware hands out (QP0 and QP1 are reserved).
 pub(crate) const FIRST_QPN: u32 = 2;
 /// Largest MR index (the upper 24 bits of a key).
-pub(crate) const MAX_MR_INDEX: u32 = 0xFF_FFFF;
+pub(crate) const MAX_MR_INDEX: u32 = 0x7F_FFFF;
 /// Events one command may produce: its completion and one async event.
 pub(crate) const EVENTS_PER_COMMAND: usize = 2;
 
@@ -192,7 +196,7 @@ impl SoftConfig {
     /// `STATUS_INVALID_PARAMETER` when `cmd_queue_depth` is 0, `eq_depth` is
     /// below 2, `num_comp_vectors` is not 2 to [`MAX_COMP_VECTORS`], `max_qp_wr`, `max_cqe` or
     /// `max_srq_wr` is not 2^k - 1 (k <= 31), `max_qp` exceeds 0xFF_FFFE,
-    /// `max_mr` exceeds 0xFF_FFFF, `max_qp_rd_atom` or `max_qp_init_rd_atom`
+    /// `max_mr` or `max_mw` exceeds 0x7F_FFFF, `max_qp_rd_atom` or `max_qp_init_rd_atom`
     /// exceeds 255, `max_mr_size` is 0, `dpc_budget` is 0, or `aliases`
     /// are too many, unspecified or repeated (`ip` included).
     pub fn validate(&self) -> Result<(), NtStatus> {
@@ -204,6 +208,7 @@ impl SoftConfig {
             && is_ring_limit(self.max_srq_wr)
             && self.max_qp <= MAX_QPN - FIRST_QPN + 1
             && self.max_mr <= MAX_MR_INDEX
+            && self.max_mw <= MAX_MR_INDEX
             && self.max_qp_rd_atom <= u32::from(u8::MAX)
             && self.max_qp_init_rd_atom <= u32::from(u8::MAX)
             && self.max_mr_size >= 1
@@ -241,7 +246,7 @@ mod tests {
 
     #[test]
     fn inconsistent_configs_are_refused() {
-        let bad: [fn(&mut SoftConfig); 12] = [
+        let bad: [fn(&mut SoftConfig); 14] = [
             |c| c.cmd_queue_depth = 0,
             |c| c.eq_depth = 1,
             |c| c.num_comp_vectors = 1,
@@ -251,6 +256,8 @@ mod tests {
             |c| c.max_srq_wr = u32::MAX,
             |c| c.max_qp = 0xFF_FFFF,
             |c| c.max_mr = 0x100_0000,
+            |c| c.max_mr = 0x80_0000,
+            |c| c.max_mw = 0x80_0000,
             |c| c.max_qp_rd_atom = 256,
             |c| c.max_qp_init_rd_atom = 256,
             |c| c.max_mr_size = 0,

@@ -41,7 +41,7 @@ pub use channel::CompChannel;
 pub use objects::{Cq, Qp, Srq};
 pub use speed::{
     AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr, SendWr,
-    SpeedPath, SrqRings, WakeHca, Wc,
+    SpeedPath, SrqRings, WakeHca, Wc, bind_mw_wr, local_inv_wr, next_rkey,
 };
 
 pub use irpverbs_kernel_table::IoctlTransport;
@@ -294,6 +294,51 @@ impl Client {
     /// `IOCTL_IV_DEREG_MR`.
     pub fn dereg_mr(&self, mr: IvHandle) -> IoctlResult<()> {
         call_none(self, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr })
+    }
+
+    /// `IOCTL_IV_ALLOC_MW`: a memory window of `mw_type` (`IV_MW_TYPE_1`
+    /// or `IV_MW_TYPE_2`) on `pd` (docs/memory-windows.md).
+    pub fn alloc_mw(&self, pd: IvHandle, mw_type: u32) -> IoctlResult<IvAllocMwOut> {
+        call(
+            self,
+            IOCTL_IV_ALLOC_MW,
+            &IvAllocMwIn {
+                pd,
+                mw_type,
+                reserved: 0,
+            },
+        )
+    }
+
+    /// `IOCTL_IV_DEALLOC_MW`.
+    pub fn dealloc_mw(&self, mw: IvHandle) -> IoctlResult<()> {
+        call_none(self, IOCTL_IV_DEALLOC_MW, &IvHandleIn { handle: mw })
+    }
+
+    /// `IOCTL_IV_BIND_MW`: binds the type 1 window `mw` to `length` bytes
+    /// at `addr` of `mr` with `access` (`IV_ACCESS_REMOTE_*`); length 0
+    /// unbinds. Returns the window's new rkey.
+    pub fn bind_mw(
+        &self,
+        mw: IvHandle,
+        mr: IvHandle,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> IoctlResult<u32> {
+        let out: IvBindMwOut = call(
+            self,
+            IOCTL_IV_BIND_MW,
+            &IvBindMwIn {
+                mw,
+                mr,
+                addr,
+                length,
+                access,
+                reserved: 0,
+            },
+        )?;
+        Ok(out.rkey)
     }
 
     /// `IOCTL_IV_CREATE_CQ`.

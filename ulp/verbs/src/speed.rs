@@ -27,6 +27,7 @@ pub fn wc_status_name(status: u32) -> &'static str {
         IV_WC_LOC_QP_OP_ERR => "LOC_QP_OP_ERR",
         IV_WC_LOC_PROT_ERR => "LOC_PROT_ERR",
         IV_WC_WR_FLUSH_ERR => "WR_FLUSH_ERR",
+        IV_WC_MW_BIND_ERR => "MW_BIND_ERR",
         IV_WC_BAD_RESP_ERR => "BAD_RESP_ERR",
         IV_WC_LOC_ACCESS_ERR => "LOC_ACCESS_ERR",
         IV_WC_REM_INV_REQ_ERR => "REM_INV_REQ_ERR",
@@ -49,10 +50,59 @@ pub fn wc_opcode_name(opcode: u32) -> &'static str {
         IV_WC_OP_RDMA_READ => "RDMA_READ",
         IV_WC_OP_COMP_SWAP => "COMP_SWAP",
         IV_WC_OP_FETCH_ADD => "FETCH_ADD",
+        IV_WC_OP_BIND_MW => "BIND_MW",
+        IV_WC_OP_LOCAL_INV => "LOCAL_INV",
         IV_WC_OP_RECV => "RECV",
         IV_WC_OP_RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
         _ => "unknown opcode",
     }
+}
+
+/// An `IV_WR_BIND_MW` work request (docs/memory-windows.md): binds the
+/// type 2 window whose rkey's index `rkey` carries, with `rkey`'s 8-bit key
+/// from now on (`next_rkey` gives one), to `length` bytes at `addr` of the
+/// MR `mr_lkey` names, granting `access` (`IV_ACCESS_REMOTE_*`), as
+/// `ibv_post_send` with `IBV_WR_BIND_MW` does. Signaled.
+#[must_use]
+pub fn bind_mw_wr(
+    wr_id: u64,
+    rkey: u32,
+    mr_lkey: u32,
+    addr: u64,
+    length: u64,
+    access: u32,
+) -> SendWr<'static> {
+    SendWr {
+        wr_id,
+        opcode: IV_WR_BIND_MW,
+        flags: IV_SEND_SIGNALED,
+        rkey,
+        imm_or_inv: mr_lkey,
+        remote_addr: addr,
+        compare_add: length,
+        swap: u64::from(access),
+        ..SendWr::default()
+    }
+}
+
+/// An `IV_WR_LOCAL_INV` work request: invalidates the type 2 window
+/// `rkey` names. Signaled.
+#[must_use]
+pub fn local_inv_wr(wr_id: u64, rkey: u32) -> SendWr<'static> {
+    SendWr {
+        wr_id,
+        opcode: IV_WR_LOCAL_INV,
+        flags: IV_SEND_SIGNALED,
+        imm_or_inv: rkey,
+        ..SendWr::default()
+    }
+}
+
+/// `rkey` with the next 8-bit key (`ibv_inc_rkey`): the key a window's
+/// next bind may take.
+#[must_use]
+pub const fn next_rkey(rkey: u32) -> u32 {
+    (rkey & !0xFF) | (rkey.wrapping_add(1) & 0xFF)
 }
 
 /// A work completion: a read-only view of a polled [`IvCqe`] with names.

@@ -11,11 +11,12 @@
 //! | `QUERY_PORT`, `QUERY_GID` | `port.rs` | `query_port`, `query_gid` | `query_port_done`, `query_gid_done` |
 //! | `ALLOC_PD` | `pd.rs` | `alloc_pd` | `alloc_pd_done` |
 //! | `REG_MR`, `REG_PHYS_MR` | `mr.rs` | `reg_mr` | `reg_mr_done` |
+//! | `ALLOC_MW`, `BIND_MW` | `mw.rs` | `alloc_mw`, `bind_mw` | `alloc_mw_done`, `bind_mw_done` |
 //! | `CREATE_CQ`, `RESIZE_CQ` | `cq.rs` | `create_cq`, `resize_cq` | `create_cq_done`, `resize_cq_done` |
 //! | `CREATE_QP`, `MODIFY_QP`, `QUERY_QP` | `qp.rs` | `create_qp`, `modify_qp`, `query_qp` | `create_qp_done`, `modify_qp_done`, `query_qp_done` |
 //! | `CREATE_SRQ`, `MODIFY_SRQ`, `QUERY_SRQ` | `srq.rs` | `create_srq`, `modify_srq`, `query_srq` | `create_srq_done`, `modify_srq_done`, `query_srq_done` |
 //! | `CREATE_AH` | `ah.rs` | `create_ah` | `create_ah_done` |
-//! | `DEALLOC_PD`, `DEREG_MR`, `DESTROY_*` | `destroy.rs` | `destroy` | `destroy_done` |
+//! | `DEALLOC_PD`, `DEREG_MR`, `DEALLOC_MW`, `DESTROY_*` | `destroy.rs` | `destroy` | `destroy_done` |
 //! | `RESOLVE_ADDR` | `crate::resolve` | `Resolve::start` | `Resolve::step` (a GID query per step) |
 //!
 //! What every command verb does when the device is removed while its
@@ -30,6 +31,7 @@ pub(crate) mod ah;
 pub(crate) mod cq;
 pub(crate) mod destroy;
 pub(crate) mod mr;
+pub(crate) mod mw;
 pub(crate) mod pd;
 pub(crate) mod port;
 pub(crate) mod qp;
@@ -62,6 +64,8 @@ pub(crate) enum Verb {
         bool,
         Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
     ),
+    AllocMw(IvAllocMwIn),
+    BindMw(IvBindMwIn),
     CreateCq(IvCreateCqIn),
     ResizeCq(IvResizeCqIn),
     CreateQp(IvCreateQpIn),
@@ -166,6 +170,9 @@ pub(crate) fn parse<R: Request>(request: &R) -> Result<Verb, NtStatus> {
         IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false, None),
         IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true, None),
         IOCTL_IV_DEREG_MR => Verb::Destroy(read(input)?, Kind::Mr),
+        IOCTL_IV_ALLOC_MW => Verb::AllocMw(read(input)?),
+        IOCTL_IV_DEALLOC_MW => Verb::Destroy(read(input)?, Kind::Mw),
+        IOCTL_IV_BIND_MW => Verb::BindMw(read(input)?),
         IOCTL_IV_CREATE_CQ => Verb::CreateCq(read(input)?),
         IOCTL_IV_RESIZE_CQ => Verb::ResizeCq(read(input)?),
         IOCTL_IV_DESTROY_CQ => Verb::Destroy(read(input)?, Kind::Cq),
@@ -218,6 +225,9 @@ pub(crate) enum Op {
     QueryGid,
     AllocPd(u32),
     RegMr(u32),
+    AllocMw(u32),
+    /// A type 1 window's bind (the window, busy until it completes).
+    BindMw(u32),
     CreateCq(u32),
     ResizeCq(u32),
     CreateQp(u32),
@@ -266,6 +276,7 @@ impl Op {
         match *self {
             Op::AllocPd(idx)
             | Op::RegMr(idx)
+            | Op::AllocMw(idx)
             | Op::CreateCq(idx)
             | Op::CreateQp(idx)
             | Op::CreateSrq(idx)
@@ -368,6 +379,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Verb::RegMr(i, physical, pinned) => {
                 mr::reg_mr(self, s, file, mode, &i, physical, pinned)
             }
+            Verb::AllocMw(i) => mw::alloc_mw(self, s, file, &i),
+            Verb::BindMw(i) => mw::bind_mw(s, file, &i),
             Verb::CreateCq(i) => cq::create_cq(self, s, file, &i),
             Verb::ResizeCq(i) => cq::resize_cq(self, s, file, &i),
             Verb::CreateQp(i) => qp::create_qp(self, s, file, &i),
@@ -409,6 +422,13 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Op::RegMr(idx) => self.created(s, file, idx, status, request, |o, h| {
                 mr::reg_mr_done(o, h, out)
             }),
+            Op::AllocMw(idx) => self.created(s, file, idx, status, request, |o, h| {
+                mw::alloc_mw_done(o, h, out)
+            }),
+            Op::BindMw(idx) => {
+                let done = mw::bind_mw_done(s, file, idx, if ok { out } else { CommandOut::None });
+                reply(request, status, done.as_ref())
+            }
             Op::CreateCq(idx) => self.created(s, file, idx, status, request, |o, h| {
                 cq::create_cq_done(o, h, out, &map)
             }),
@@ -512,6 +532,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 self.free_object(s, file, idx);
                 STATUS_SUCCESS
             }
+            Op::BindMw(idx) => {
+                if let Some(f) = s.files.get_mut(&file) {
+                    f.objects.get_mut(idx).busy = false;
+                }
+                STATUS_DEVICE_REMOVED
+            }
             Op::ModifyQp { qp: idx, .. } | Op::ResizeCq(idx) | Op::ModifySrq { srq: idx, .. } => {
                 if let Some(f) = s.files.get_mut(&file) {
                     let o = f.objects.get_mut(idx);
@@ -540,6 +566,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             | Op::Resolve(_)
             | Op::AllocPd(_)
             | Op::RegMr(_)
+            | Op::AllocMw(_)
             | Op::CreateCq(_)
             | Op::CreateQp(_)
             | Op::CreateSrq(_)

@@ -11,6 +11,7 @@ pub(crate) mod datapath;
 pub(crate) mod doorbell;
 pub(crate) mod eq;
 pub(crate) mod mr;
+pub(crate) mod mw;
 pub(crate) mod pd;
 pub(crate) mod port;
 pub(crate) mod qp;
@@ -20,9 +21,10 @@ pub(crate) mod srq;
 pub(crate) mod table;
 
 use irpverbs_abi::{
-    IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN,
-    IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus,
-    STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS,
+    IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_MEM_WINDOW, IV_DEVICE_MEM_WINDOW_TYPE_2B,
+    IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN, IV_DEVICE_RESIZE_MAX_WR,
+    IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES,
+    STATUS_SUCCESS,
 };
 use irpverbs_core::{AsyncEvent, Command, CommandOut};
 
@@ -75,7 +77,9 @@ pub(crate) fn device_caps(config: &SoftConfig) -> IvQueryDeviceOut {
         device_cap_flags: IV_DEVICE_RESIZE_MAX_WR
             | IV_DEVICE_PORT_ACTIVE_EVENT
             | IV_DEVICE_RC_RNR_NAK_GEN
-            | IV_DEVICE_SRQ_RESIZE,
+            | IV_DEVICE_SRQ_RESIZE
+            | IV_DEVICE_MEM_WINDOW
+            | IV_DEVICE_MEM_WINDOW_TYPE_2B,
         max_qp: config.max_qp,
         max_qp_wr: config.max_qp_wr,
         max_sge: config.max_sge,
@@ -98,7 +102,7 @@ pub(crate) fn device_caps(config: &SoftConfig) -> IvQueryDeviceOut {
         local_ca_ack_delay: SOFT_LOCAL_CA_ACK_DELAY,
         phys_port_cnt: 1,
         num_comp_vectors: config.num_comp_vectors,
-        reserved: 0,
+        max_mw: config.max_mw,
     }
 }
 
@@ -114,6 +118,9 @@ pub(crate) struct Firmware {
     pub(crate) pds: Table<Pd>,
     /// Memory regions by key index (key >> 8).
     pub(crate) mrs: Table<Mr>,
+    /// Memory windows by key index without its top bit
+    /// ([`crate::firmware::mw::MW_INDEX`]).
+    pub(crate) mws: Table<crate::firmware::mw::Mw>,
     /// Completion queues by CQN.
     pub(crate) cqs: Table<Cq>,
     /// Shared receive queues by SRQN.
@@ -168,6 +175,7 @@ fn frees(command: &Command) -> bool {
         command,
         Command::DeallocPd { .. }
             | Command::DeregMr { .. }
+            | Command::DeallocMw { .. }
             | Command::DestroyCq { .. }
             | Command::DestroySrq { .. }
             | Command::DestroyQp { .. }
@@ -199,6 +207,7 @@ impl Firmware {
             port,
             pds: Table::new(config.max_pd),
             mrs: Table::new(config.max_mr),
+            mws: Table::new(config.max_mw),
             cqs: Table::new(config.max_cq),
             srqs: Table::new(config.max_srq),
             qps: QpTable::new(config.max_qp),
@@ -216,6 +225,7 @@ impl Firmware {
     pub(crate) fn live_objects(&self) -> usize {
         self.pds.len()
             + self.mrs.len()
+            + self.mws.len()
             + self.cqs.len()
             + self.srqs.len()
             + self.qps.len()
@@ -242,6 +252,9 @@ impl Firmware {
             Command::AllocPd => own_frame(|| self.alloc_pd()),
             Command::DeallocPd { pdn } => own_frame(|| self.dealloc_pd(pdn)),
             Command::RegMr(c) => own_frame(|| self.reg_mr(c)),
+            Command::AllocMw { pdn, mw_type } => own_frame(|| self.alloc_mw(pdn, mw_type)),
+            Command::DeallocMw { rkey } => own_frame(|| self.dealloc_mw(rkey)),
+            Command::BindMw(c) => own_frame(|| self.bind_mw(&c)),
             Command::DeregMr { lkey } => own_frame(|| self.dereg_mr(lkey)),
             Command::CreateCq(c) => own_frame(|| self.create_cq(&c)),
             Command::ResizeCq { cqn, cqe } => own_frame(|| self.resize_cq(cqn, cqe)),
@@ -351,6 +364,6 @@ mod tests {
         assert_eq!(caps.max_cqe, def.max_cqe);
         assert_eq!(caps.max_mr_size, def.max_mr_size);
         assert_eq!(caps.max_inline_data, 400);
-        assert_eq!(caps.reserved, 0);
+        assert_eq!(caps.max_mw, SoftConfig::default().max_mw);
     }
 }

@@ -1,8 +1,10 @@
 //! Memory regions and their keys.
 //!
-//! A key is `(index << 8) | key`: the MR's slot index (24 bits, from 1) and
-//! an 8-bit key that changes every time the slot is reused, so a key kept
-//! after its MR was deregistered no longer matches. The rkey equals the lkey.
+//! A key is `(index << 8) | key`: the MR's slot index (23 bits, from 1:
+//! the index's top bit marks a memory window's key, `crate::firmware::mw`)
+//! and an 8-bit key that changes every time the slot is reused, so a key
+//! kept after its MR was deregistered no longer matches. The rkey equals
+//! the lkey.
 
 use irpverbs_abi::{
     IV_ACCESS_ALL, IV_ACCESS_LOCAL_WRITE, IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_WRITE,
@@ -17,8 +19,11 @@ use crate::firmware::Firmware;
 pub(crate) struct Mr {
     /// Its PD.
     pub(crate) pdn: u32,
-    /// Start address.
+    /// Start address: region offset 0.
     pub(crate) addr: u64,
+    /// The lowest address an access may reach: `addr`, or a memory
+    /// window's start (a window's view of its MR, `crate::firmware::mw`).
+    pub(crate) start: u64,
     /// Length in bytes.
     pub(crate) length: u64,
     /// The end of what the HCA may reach: `addr` plus the length or the
@@ -31,10 +36,9 @@ pub(crate) struct Mr {
     pub(crate) physical: bool,
     /// The pinned memory: the only way the HCA reaches it.
     pub(crate) region: crate::firmware::shared::RegionRef,
-    /// Invalidated by a SEND with invalidate: its keys no longer work. A
-    /// cell: the fast path invalidates while it holds the MR table shared
-    /// (its key caches borrow MRs from it).
-    pub(crate) invalid: core::cell::Cell<bool>,
+    /// Memory windows bound to it: it cannot be deregistered while there
+    /// are any.
+    pub(crate) windows: crate::firmware::Refs,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -86,12 +90,13 @@ impl Firmware {
         let index = self.mrs.insert(Mr {
             pdn,
             addr,
+            start: addr,
             length,
             end,
             access,
             physical,
             region: crate::firmware::shared::RegionRef(region),
-            invalid: core::cell::Cell::new(false),
+            windows: crate::firmware::Refs::default(),
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();
@@ -139,6 +144,7 @@ impl Firmware {
         drop_table!(ahs, destroy_ah);
         drop_table!(srqs, destroy_srq);
         drop_table!(cqs, destroy_cq);
+        drop_table!(mws, dealloc_mw_index);
         let mrs = self.drop_mrs();
         drop_table!(pds, dealloc_pd);
         mrs
@@ -148,12 +154,14 @@ impl Firmware {
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when `lkey` names no live MR (unknown index,
-    /// or a stale key of a reused index).
+    /// or a stale key of a reused index); `STATUS_DEVICE_BUSY` while memory
+    /// windows are bound to it.
     pub(crate) fn dereg_mr(&mut self, lkey: u32) -> Result<CommandOut, NtStatus> {
         let index = lkey >> 8;
         if make_key(index, self.mrs.generation(index)?) != lkey {
             return Err(STATUS_INVALID_HANDLE);
         }
+        self.mrs.get(index)?.windows.check_idle()?;
         let mr = self.mrs.remove(index)?;
         self.pds.get_mut(mr.pdn)?.refs.put();
         Ok(CommandOut::None)
@@ -326,7 +334,7 @@ mod tests {
             IV_ACCESS_REMOTE_WRITE,
             IV_ACCESS_REMOTE_ATOMIC,
             IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_WRITE,
-            1 << 4,
+            1 << 5,
             u32::MAX,
         ] {
             d.fails(reg(pdn, 0, 1, access), STATUS_INVALID_PARAMETER);

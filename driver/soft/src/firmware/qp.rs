@@ -1213,7 +1213,7 @@ mod tests {
             &|a| a.max_dest_rd_atomic = 129,
             inval,
         );
-        case(IV_QP_ACCESS_FLAGS, &|a| a.qp_access_flags = 1 << 4, inval);
+        case(IV_QP_ACCESS_FLAGS, &|a| a.qp_access_flags = 1 << 5, inval);
         case(
             IV_QP_EN_SQD_ASYNC_NOTIFY,
             &|a| a.en_sqd_async_notify = 2,

@@ -558,6 +558,33 @@ impl Pair {
         self.b.recv(&self.qb, wr_id, sges);
         self.settle();
     }
+
+    /// A type 2 memory window on `b`, bound by an unsignaled
+    /// `IV_WR_BIND_MW` of `qb` to `len` bytes at `off` of `mem` (an MR of
+    /// `b`) with `access`. Returns its rkey.
+    pub(crate) fn window(&self, mem: &Mem, off: u64, len: u64, access: u32) -> u32 {
+        let CommandOut::Mw { rkey } = self.b.d.ok(Command::AllocMw {
+            pdn: self.b.pd,
+            mw_type: IV_MW_TYPE_2,
+        }) else {
+            unreachable!()
+        };
+        let rkey = (rkey & !0xFF) | (rkey.wrapping_add(0x11) & 0xFF);
+        self.b.post(
+            &self.qb,
+            &SendWr {
+                opcode: IV_WR_BIND_MW,
+                rkey,
+                imm_or_inv: mem.lkey,
+                remote_addr: mem.addr + off,
+                compare_add: len,
+                swap: u64::from(access),
+                ..SendWr::default()
+            },
+        );
+        self.settle();
+        rkey
+    }
 }
 
 pub(crate) const TOPOS: [Topo; 3] = [Topo::Loopback, Topo::TwoHca, Topo::TwoHcaDeferred];
@@ -703,26 +730,26 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
         before + 6,
         "both with immediate"
     );
-    // A SEND with invalidate, and in the same list a WRITE with the key it
-    // invalidated: the SEND lands in the victim MR itself (so the run's
-    // key cache holds the victim when it is invalidated), the WRITE after
-    // it must not get through on that cached lookup. The SEND on the fast
-    // path, the WRITE refused (REM_ACCESS_ERR, the general path's status),
-    // the QP in ERR.
+    // A SEND with invalidate of a window, and in the same list a WRITE
+    // with the key it invalidated: the SEND lands in the window's MR
+    // itself, the WRITE after it must not get through. Both on the general
+    // path (what changes a window is its alone), the WRITE refused
+    // (REM_ACCESS_ERR), the QP in ERR.
     let victim = p.b.mem(4096, ALL_ACCESS);
+    let rkey = p.window(&victim, 0, 4096, IV_ACCESS_REMOTE_WRITE);
     p.recv(8, &[victim.sge(0, 64)]);
     let after = p.a.d.hca.stats().fast_path_wqes;
     p.qa.sq
         .post_list(&[
             SendWr {
                 inline: Some(b"last"),
-                imm_or_inv: victim.lkey,
+                imm_or_inv: rkey,
                 ..signaled(8, IV_WR_SEND_WITH_INV)
             },
             SendWr {
                 sges: &sges,
                 remote_addr: victim.addr + 64,
-                rkey: victim.lkey,
+                rkey,
                 ..signaled(9, IV_WR_RDMA_WRITE)
             },
         ])
@@ -738,9 +765,9 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
     let r = one(&p.cqb);
     assert_eq!(
         (r.wr_id, r.imm_or_inv, r.wc_flags),
-        (8, victim.lkey, IV_WC_WITH_INV)
+        (8, rkey, IV_WC_WITH_INV)
     );
-    assert_eq!(p.a.d.hca.stats().fast_path_wqes, after + 1);
+    assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
     // Two HCAs never take the fast path.
     let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
     two.recv(1, &[two.mb.sge(0, 64)]);
@@ -917,16 +944,18 @@ fn keys_the_fast_path_took_fail_once_their_mrs_change() {
     write(&p, 4, &src, &p.mb);
     assert_eq!(statuses(&p.cqa), [(4, IV_WC_LOC_PROT_ERR)]);
 
-    // An rkey invalidated by a SEND with invalidate (on the general path)
-    // after a WRITE through it on the fast path.
+    // A window's rkey invalidated by a SEND with invalidate after a
+    // WRITE through it.
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
-    let dst = p.b.mem(4096, access);
+    let mr = p.b.mem(4096, access | IV_ACCESS_MW_BIND);
+    let rkey = p.window(&mr, 0, 4096, IV_ACCESS_REMOTE_WRITE);
+    let dst = Mem { lkey: rkey, ..mr };
     write(&p, 5, &p.ma, &dst);
     assert_eq!(statuses(&p.cqa), [(5, IV_WC_SUCCESS)]);
     p.recv(6, &[p.mb.sge(0, 64)]);
     p.send(&SendWr {
         inline: Some(b"inv"),
-        imm_or_inv: dst.lkey,
+        imm_or_inv: rkey,
         ..signaled(6, IV_WR_SEND_WITH_INV)
     });
     assert_eq!(statuses(&p.cqa), [(6, IV_WC_SUCCESS)]);
@@ -1041,19 +1070,20 @@ fn rc_every_opcode() {
         let c = one(&p.cqa);
         assert_eq!((c.wr_id, c.opcode), (16, IV_WC_OP_FETCH_ADD));
 
-        // SEND with invalidate.
+        // SEND with invalidate, of a type 2 window.
         let victim = p.b.mem(4096, ALL_ACCESS);
+        let rkey = p.window(&victim, 0, 4096, IV_ACCESS_REMOTE_WRITE);
         p.recv(3, &[mb.sge(0, 64)]);
         let s = [ma.sge(0, 4)];
         p.send(&SendWr {
             sges: &s,
-            imm_or_inv: victim.lkey,
+            imm_or_inv: rkey,
             ..signaled(17, IV_WR_SEND_WITH_INV)
         });
         let r = one(&p.cqb);
         assert_eq!(
             (r.wr_id, r.status, r.wc_flags, r.imm_or_inv),
-            (3, IV_WC_SUCCESS, IV_WC_WITH_INV, victim.lkey)
+            (3, IV_WC_SUCCESS, IV_WC_WITH_INV, rkey)
         );
         assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS);
         // The invalidated rkey no longer works.
@@ -1061,7 +1091,7 @@ fn rc_every_opcode() {
         p.send(&SendWr {
             sges: &s,
             remote_addr: victim.addr,
-            rkey: victim.lkey,
+            rkey,
             ..signaled(18, IV_WR_RDMA_WRITE)
         });
         let c = one(&p.cqa);

@@ -6,5 +6,6 @@ pub(crate) mod dp;
 mod fast;
 mod gsi;
 mod hca;
+mod mw;
 mod sim;
 pub(crate) mod util;

@@ -518,8 +518,11 @@ fn rewind(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, i: u32, psn: u32) {
     let mut k = i;
     while k != req.next {
         let s = req.slot_mut(k);
-        s.done = false;
-        s.status = IV_WC_SUCCESS;
+        if !s.local {
+            // A local operation is not executed again.
+            s.done = false;
+            s.status = IV_WC_SUCCESS;
+        }
         k = k.wrapping_add(1);
     }
     // WQE `i` keeps its PSNs; the WQEs after it get theirs again when
@@ -655,6 +658,7 @@ fn retire_head(
             post_cqe(env.cqs, env.dp, send_cqn, &cqe, false);
         }
         ok |= s.status == IV_WC_SUCCESS;
+        s.local = false;
         if is_rd_atomic(s.wqe.opcode) {
             req.rd_atomic = req.rd_atomic.saturating_sub(1);
         }

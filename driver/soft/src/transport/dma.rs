@@ -2,9 +2,10 @@
 //! and copies between regions (one `Region::copy` per contiguous piece: no
 //! bounce buffer).
 //!
-//! Every access is checked: the key names a live, valid MR (its generation
-//! matches, it was not invalidated), of the right PD, with the access
-//! right, and the range is inside both the MR and the memory pinned for it.
+//! Every access is checked: the key names a live MR (its generation
+//! matches) or, for a remote access, a bound memory window, of the right
+//! PD, with the access right, and the range is inside both the MR (or
+//! window) and the memory pinned for it.
 
 use irpverbs_abi::{IV_ACCESS_LOCAL_WRITE, IvSge};
 use irpverbs_ring::Region;
@@ -27,7 +28,24 @@ pub(crate) fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
     let index = key >> 8;
     let mr = mrs.get(index).ok()?;
     let generation = mrs.generation(index).ok()?;
-    (make_key(index, generation) == key && !mr.invalid.get()).then_some(mr)
+    (make_key(index, generation) == key).then_some(mr)
+}
+
+/// The MR or memory window an rkey names for the responder of QP `qpn`
+/// (a window's view of its MR, `crate::firmware::mw`): one table index
+/// either way.
+#[inline(always)]
+pub(crate) fn rkey_mr<'m>(
+    mrs: &'m Table<Mr>,
+    mws: &'m Table<crate::firmware::mw::Mw>,
+    key: u32,
+    qpn: u32,
+) -> Option<&'m Mr> {
+    if key & (crate::firmware::mw::MW_INDEX << 8) == 0 {
+        mr_by_key(mrs, key)
+    } else {
+        crate::firmware::mw::window_by_key(mws, key, qpn)
+    }
 }
 
 impl Mr {
@@ -35,7 +53,7 @@ impl Mr {
     /// lie inside the MR and the region.
     pub(crate) fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
         let end = addr.checked_add(len)?;
-        if addr < self.addr || end > self.end {
+        if addr < self.start || end > self.end {
             return None;
         }
         // Inside the region too: `end` is at most its length past `addr`.

@@ -293,8 +293,10 @@ impl DataPath {
 
 /// What the transport roles may touch besides the QP they work on.
 pub(crate) struct Env<'a> {
-    /// Memory regions (mutable: SEND with invalidate).
+    /// Memory regions (mutable: their counts of bound windows).
     pub(crate) mrs: &'a mut Table<Mr>,
+    /// Memory windows (mutable: binds and invalidations).
+    pub(crate) mws: &'a mut Table<crate::firmware::mw::Mw>,
     /// Completion queues.
     pub(crate) cqs: &'a mut Table<Cq>,
     /// Shared receive queues.
@@ -502,6 +504,7 @@ impl Firmware {
             &mut self.qps,
             Env {
                 mrs: &mut self.mrs,
+                mws: &mut self.mws,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
                 ahs: &self.ahs,

@@ -1,5 +1,5 @@
-//! The send doorbell's fast path: RC SEND (with immediate data, with
-//! invalidate), RDMA WRITE (with immediate data), RDMA READ and the
+//! The send doorbell's fast path: RC SEND (with immediate data), RDMA
+//! WRITE (with immediate data), RDMA READ and the
 //! atomics between two QPs of this HCA (loopback), executed end to end
 //! under the one `HCA_LOCK` hold of the doorbell, without building
 //! packets. The receive WQE a message takes comes from the peer's receive
@@ -25,8 +25,7 @@
 //! ([`requester::atomic_eth`]); the QP's access and responder resources
 //! ([`responder::permitted`]), the rkey and lkey checks
 //! ([`dma::remote_range`], [`dma::local_range`]), an atomic's alignment
-//! and execution, the SEND with invalidate's key
-//! ([`responder::invalidated`]), the SRQ's limit
+//! and execution, the SRQ's limit
 //! ([`responder::srq_taken`]), the receive completion
 //! ([`responder::recv_cqe`]), the expected PSN and MSN
 //! ([`responder::accepted`]), CommEstablished
@@ -38,15 +37,18 @@
 //!
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
-//! WQE, a receive CQ without room, a key to invalidate that is not the
-//! peer's, segmentation state in progress, another HCA, frames waiting)
+//! WQE, a receive CQ without room, segmentation state in progress, another HCA, frames waiting)
 //! stops the fast path there, and the general engine takes the rest of
-//! the send queue from the same state. `tests/fast.rs` runs the same
+//! the send queue from the same state. What changes memory windows is
+//! the general path's alone: a SEND with invalidate, `IV_WR_BIND_MW` and
+//! `IV_WR_LOCAL_INV` stop the fast path, and so does an rkey of a window
+//! (its key cache looks keys up in the MR table only, where a window's key
+//! names nothing), so that a window's rules are checked in one place
+//! (`crate::firmware::mw`). `tests/fast.rs` runs the same
 //! random work through both and compares the completions and the memory.
 //!
 //! [`completer::acked`]: crate::transport::completer::acked
 //! [`responder::permitted`]: crate::transport::responder::permitted
-//! [`responder::invalidated`]: crate::transport::responder::invalidated
 //! [`responder::srq_taken`]: crate::transport::responder::srq_taken
 //! [`responder::recv_cqe`]: crate::transport::responder::recv_cqe
 //! [`responder::accepted`]: crate::transport::responder::accepted
@@ -59,7 +61,7 @@ use irpverbs_abi::{
     IV_ACCESS_REMOTE_ATOMIC, IV_ACCESS_REMOTE_READ, IV_ACCESS_REMOTE_WRITE, IV_QPT_RC,
     IV_SEND_INLINE, IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WR_ATOMIC_CMP_AND_SWP,
     IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM,
-    IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
+    IV_WR_SEND, IV_WR_SEND_WITH_IMM, IvSendWqe, IvSge,
 };
 use irpverbs_ring::Region;
 use irpverbs_ring::wq::read_recv_wqe_into;
@@ -78,8 +80,7 @@ use crate::transport::requester::atomic_eth;
 use crate::transport::requester::data_opcode;
 use crate::transport::requester::{self, packets};
 use crate::transport::responder::{
-    accepted, atomic_aligned, execute_atomic, first_request, invalidated, permitted, recv_cqe,
-    srq_taken,
+    accepted, atomic_aligned, execute_atomic, first_request, permitted, recv_cqe, srq_taken,
 };
 use crate::wire::packet::{m, mask, op};
 
@@ -287,6 +288,7 @@ pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
         }
         let mut env = crate::transport::engine::Env {
             mrs: env.mrs,
+            mws: env.mws,
             cqs,
             srqs: env.srqs,
             ahs: env.ahs,
@@ -340,7 +342,7 @@ fn counted(dest: &mut Qp, dest_qpn: u32, count: u32, dp: &mut crate::firmware::d
 
 /// What a WQE taken out of line did.
 enum Done {
-    /// A message (SEND, with immediate data or invalidate; WRITE with
+    /// A message (SEND, with immediate data; WRITE with
     /// immediate) of `count` packets up to `last`, with an ACK request or
     /// not.
     Message {
@@ -356,10 +358,8 @@ enum Done {
 /// The next WQE of `qp`, read into its shadow by the inner loop's [`check`]
 /// which did not take it:
 /// a READ or an atomic ([`check_rd_atomic`], [`commit_rd_atomic`]), or a
-/// SEND (with immediate data or invalidate) or WRITE with immediate, whose
-/// receive WQE may come from an SRQ ([`check_message`],
-/// [`commit_message`]). A SEND with invalidate empties the key caches: an
-/// MR they hold may be the one it invalidated.
+/// SEND with immediate data or WRITE with immediate, whose receive WQE
+/// may come from an SRQ ([`check_message`], [`commit_message`]).
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn out_of_line<'m>(
@@ -377,16 +377,11 @@ fn out_of_line<'m>(
     let index = qp.tx.req.next;
     let opcode = qp.tx.req.slot(index).wqe.opcode;
     match opcode {
-        IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV | IV_WR_RDMA_WRITE_WITH_IMM => {
+        IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE_WITH_IMM => {
             let (step, from) = check_message(qp, dest, local, remote, srqs, cqs)?;
-            let done = commit_message(qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp);
-            if opcode == IV_WR_SEND_WITH_INV {
-                // An MR the caches may hold is invalid now: look keys up
-                // again.
-                local.last = None;
-                remote.last = None;
-            }
-            Some(done)
+            Some(commit_message(
+                qp, dest, dest_qpn, &step, from, srqs, cqs, mrs, dp,
+            ))
         }
         _ => {
             let req = &qp.tx.req;
@@ -706,10 +701,10 @@ enum RecvFrom {
     Srq { srqn: u32, posted: u32 },
 }
 
-/// [`check`] for a SEND (with immediate data or invalidate) or WRITE with
+/// [`check`] for a SEND (with immediate data) or WRITE with
 /// immediate (read into the shadow): its source, its receive WQE (from the
 /// RQ or an SRQ, read into the responder's receive WQE), the receive
-/// buffers or the WRITE's target, the key to invalidate, room on the
+/// buffers or the WRITE's target, room on the
 /// receive CQ; changes nothing else.
 fn check_message<'m>(
     qp: &mut Qp,
@@ -745,11 +740,6 @@ fn check_message<'m>(
             RecvFrom::Srq { srqn, posted }
         }
     };
-    if wqe.opcode == IV_WR_SEND_WITH_INV {
-        // The key to invalidate names a valid MR of the responder's PD (as
-        // the responder checks it; it invalidates after placing the data).
-        invalidated(local.mrs, dest.pdn, wqe.imm_or_inv)?;
-    }
     let (dst, one_copy) = if wqe.opcode == IV_WR_RDMA_WRITE_WITH_IMM {
         permitted(dest, m::WRITE).ok()?;
         let dst = remote_range(remote, dest, &wqe, length, IV_ACCESS_REMOTE_WRITE)?;
@@ -815,11 +805,6 @@ fn commit_message(
                 dma::scatter(mrs, dest.pdn, rsges, 0, u64::from(len), &mut src)
             }
         };
-    }
-    if wqe.opcode == IV_WR_SEND_WITH_INV {
-        if let Some(mr) = invalidated(mrs, dest.pdn, wqe.imm_or_inv) {
-            mr.invalid.set(true);
-        }
     }
     // The responder's completion of the message the requester's one
     // packet (ONLY) of it would carry.

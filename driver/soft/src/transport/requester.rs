@@ -31,10 +31,11 @@ use core::sync::atomic::Ordering;
 use irpverbs_abi::{
     IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IV_SEND_FENCE, IV_SEND_INLINE, IV_SEND_SIGNALED,
     IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR,
-    IV_WC_LOC_QP_OP_ERR, IV_WC_OP_COMP_SWAP, IV_WC_OP_FETCH_ADD, IV_WC_OP_RDMA_READ,
-    IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD,
-    IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND, IV_WR_SEND_WITH_IMM,
-    IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
+    IV_WC_LOC_QP_OP_ERR, IV_WC_MW_BIND_ERR, IV_WC_OP_BIND_MW, IV_WC_OP_COMP_SWAP,
+    IV_WC_OP_FETCH_ADD, IV_WC_OP_LOCAL_INV, IV_WC_OP_RDMA_READ, IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND,
+    IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_BIND_MW,
+    IV_WR_LOCAL_INV, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND,
+    IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
 use irpverbs_ring::Ring;
@@ -138,7 +139,10 @@ impl ReqState {
         let per = self.sge_per_slot;
         let slot = &mut self.slots[k];
         let shadow = &mut self.sges[k * per..(k + 1) * per];
-        *slot = SendSlot::default();
+        *slot = SendSlot {
+            local: slot.local,
+            ..SendSlot::default()
+        };
         let nsge = read_send_wqe_into(
             ring,
             i,
@@ -177,6 +181,9 @@ impl ReqState {
 
     /// Nothing outstanding from `pi` on: every WQE before it is retired.
     pub(crate) fn resync(&mut self, pi: u32) {
+        for s in &mut self.slots {
+            s.local = false;
+        }
         self.ci = pi;
         self.next = pi;
         self.cur = None;
@@ -199,6 +206,8 @@ pub(crate) const fn wc_opcode(wr: u8) -> u32 {
         IV_WR_RDMA_READ => IV_WC_OP_RDMA_READ,
         IV_WR_ATOMIC_CMP_AND_SWP => IV_WC_OP_COMP_SWAP,
         IV_WR_ATOMIC_FETCH_AND_ADD => IV_WC_OP_FETCH_ADD,
+        IV_WR_BIND_MW => IV_WC_OP_BIND_MW,
+        IV_WR_LOCAL_INV => IV_WC_OP_LOCAL_INV,
         _ => IV_WC_OP_SEND,
     }
 }
@@ -217,7 +226,12 @@ const fn opcode_allowed(qpt: u32, wr: u8) -> bool {
         IV_QPT_RC => true,
         IV_QPT_UC => matches!(
             wr,
-            IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_RDMA_WRITE | IV_WR_RDMA_WRITE_WITH_IMM
+            IV_WR_SEND
+                | IV_WR_SEND_WITH_IMM
+                | IV_WR_RDMA_WRITE
+                | IV_WR_RDMA_WRITE_WITH_IMM
+                | IV_WR_BIND_MW
+                | IV_WR_LOCAL_INV
         ),
         IV_QPT_UD => matches!(wr, IV_WR_SEND | IV_WR_SEND_WITH_IMM),
         _ => false,
@@ -320,6 +334,11 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
 /// (it counts as started).
 fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     let index = qp.tx.req.next;
+    if qp.tx.req.slot(index).local {
+        // Executed before a rewind: done already.
+        qp.tx.req.next = index.wrapping_add(1);
+        return Ok(true);
+    }
     let (wqe, shadow) = match qp.tx.req.read_shadow(&qp.sq.0, index, &qp.cap) {
         Ok((wqe, shadow)) => (*wqe, shadow),
         Err(_) => {
@@ -329,6 +348,9 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     };
     let nsge = shadow.len();
     let inline = wqe.flags & IV_SEND_INLINE != 0;
+    if matches!(wqe.opcode, IV_WR_BIND_MW | IV_WR_LOCAL_INV) {
+        return local_op(qpn, qp, env, index, &wqe, nsge);
+    }
     let rd_atomic = is_rd_atomic(wqe.opcode);
     let check = (|| {
         if !opcode_allowed(qp.qp_type, wqe.opcode) || (inline && rd_atomic) {
@@ -398,6 +420,48 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
             psn: first,
         });
     }
+    Ok(true)
+}
+
+/// A local operation at ring index `index` (read into its shadow), executed
+/// now, in order with the WQEs before it: a type 2 window's bind or a
+/// local invalidate (`crate::firmware::mw`). It sends nothing; its slot is
+/// done, and it completes when the WQEs before it have.
+///
+/// # Errors
+/// `IV_WC_LOC_QP_OP_ERR` for an opcode the QP type does not have, SGEs
+/// or inline data, and a local invalidate `crate::firmware::mw::invalidate`
+/// refuses; `IV_WC_MW_BIND_ERR` for a bind
+/// `crate::firmware::mw::bind_wr` refuses.
+fn local_op(
+    qpn: u32,
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    index: u32,
+    wqe: &IvSendWqe,
+    nsge: usize,
+) -> Result<bool, u32> {
+    let req = &mut qp.tx.req;
+    req.next = index.wrapping_add(1);
+    if !opcode_allowed(qp.qp_type, wqe.opcode) || nsge != 0 || wqe.flags & IV_SEND_INLINE != 0 {
+        return Err(IV_WC_LOC_QP_OP_ERR);
+    }
+    let (mrs, mws) = (&mut *env.mrs, &mut *env.mws);
+    if wqe.opcode == IV_WR_BIND_MW {
+        crate::firmware::mw::bind_wr(mrs, mws, qpn, qp.pdn, wqe).map_err(|()| IV_WC_MW_BIND_ERR)?;
+    } else {
+        crate::firmware::mw::invalidate(mrs, mws, qp.pdn, wqe.imm_or_inv)
+            .map_err(|()| IV_WC_LOC_QP_OP_ERR)?;
+    }
+    let psn = req.psn;
+    let slot = req.slot_mut(index);
+    slot.first_psn = psn;
+    slot.last_psn = psn_add(psn, crate::wire::packet::PSN_MASK);
+    slot.resp_next = psn;
+    slot.done = true;
+    slot.status = IV_WC_SUCCESS;
+    slot.local = true;
+    crate::transport::completer::retire(qpn, qp, env);
     Ok(true)
 }
 

@@ -55,8 +55,7 @@ use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{RecvWqe, Resource, RespState, WriteState};
 use crate::firmware::srq::Srq;
-use crate::firmware::table::Table;
-use crate::transport::dma::{DmaError, Source, mr_by_key, remote_range, scatter};
+use crate::transport::dma::{DmaError, Source, remote_range, rkey_mr, scatter};
 use crate::transport::engine::{Env, enter_error};
 use crate::wire::packet::{
     Aeth, AtomicEth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add,
@@ -350,14 +349,6 @@ pub(crate) fn recv_cqe(
     }
 }
 
-/// SEND with invalidate: the MR its IETH key names, which must be a valid
-/// MR of the responder's PD `pdn` (else the request is invalid). The
-/// responder invalidates it after placing the message.
-#[inline(always)]
-pub(crate) fn invalidated(mrs: &Table<Mr>, pdn: u32, key: u32) -> Option<&Mr> {
-    mr_by_key(mrs, key).filter(|mr| mr.pdn == pdn)
-}
-
 /// A receive WQE was taken from SRQ `srqn`, which held `posted` (it was
 /// read): the slot goes back to the ULP, and a limit above what is left
 /// raises SrqLimitReached, once (the limit is disarmed).
@@ -425,15 +416,18 @@ fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &[Seg], mtu: u32) -> b
 
 /// The MR an rkey names for `access` on `len` bytes at `va`: its region
 /// offset.
+#[allow(clippy::too_many_arguments)]
 fn remote_mr<'m>(
     mrs: &'m crate::firmware::table::Table<Mr>,
+    mws: &'m crate::firmware::table::Table<crate::firmware::mw::Mw>,
+    qpn: u32,
     qp: &Qp,
     rkey: u32,
     access: u32,
     va: u64,
     len: u64,
 ) -> Result<(&'m Mr, usize), Fail> {
-    let mr = mr_by_key(mrs, rkey).ok_or(Fail::Access)?;
+    let mr = rkey_mr(mrs, mws, rkey, qpn).ok_or(Fail::Access)?;
     let off = remote_range(mr, qp.pdn, access, va, len).ok_or(Fail::Access)?;
     Ok((mr, off))
 }
@@ -452,7 +446,7 @@ fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payl
         return;
     }
     if d < 0 {
-        duplicate(qp, env, pkt);
+        duplicate(qpn, qp, env, pkt);
         return;
     }
     resp.nak_sent = false;
@@ -560,10 +554,10 @@ fn execute(
     } else if k & m::WRITE != 0 {
         write(qpn, qp, env, pkt, k, payload)?;
     } else if k & m::READ != 0 {
-        read(qp, env, pkt)?;
+        read(qpn, qp, env, pkt)?;
         return Ok(());
     } else {
-        atomic(qp, env, pkt)?;
+        atomic(qpn, qp, env, pkt)?;
         return Ok(());
     }
     let last = burst.last_psn(pkt.psn);
@@ -609,8 +603,9 @@ fn send(
         return Ok(());
     }
     let imm_or_inv = if k & m::IETH != 0 {
-        let mr = invalidated(env.mrs, pdn, pkt.ieth).ok_or(INVALID)?;
-        mr.invalid.set(true);
+        // A bound type 2 window of the QP's PD; an MR's key is refused
+        // (docs/memory-windows.md).
+        crate::firmware::mw::invalidate(env.mrs, env.mws, pdn, pkt.ieth).map_err(|()| INVALID)?;
         pkt.ieth
     } else {
         pkt.imm
@@ -639,6 +634,8 @@ fn write(
         if r.len != 0 {
             remote_mr(
                 env.mrs,
+                env.mws,
+                qpn,
                 qp,
                 r.rkey,
                 IV_ACCESS_REMOTE_WRITE,
@@ -661,6 +658,8 @@ fn write(
     if len > 0 {
         let (mr, off) = remote_mr(
             env.mrs,
+            env.mws,
+            qpn,
             qp,
             w.rkey,
             IV_ACCESS_REMOTE_WRITE,
@@ -693,11 +692,13 @@ pub(crate) fn new_resource(qp: &mut Qp, r: Resource) {
     resp.res_next = (resp.res_next + 1) % resp.res.len();
 }
 
-fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
+fn read(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
     let r = pkt.reth;
     if r.len != 0 {
         remote_mr(
             env.mrs,
+            env.mws,
+            qpn,
             qp,
             r.rkey,
             IV_ACCESS_REMOTE_READ,
@@ -710,18 +711,30 @@ fn read(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
     new_resource(qp, Resource::read(pkt.psn, last, r.va, r.rkey, r.len));
     send_pending_ack(qp, env);
     accepted(&mut qp.tx.resp, last, m::END);
-    read_responses(qp, env, pkt.psn, r.va, r.rkey, r.len);
+    read_responses(qpn, qp, env, pkt.psn, r.va, r.rkey, r.len);
     Ok(())
 }
 
 /// Sends the responses of a READ of `len` bytes at `va`, from `psn`.
-fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len: u32) {
+fn read_responses(qpn: u32, qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len: u32) {
     let mtu = qp.tx.mtu;
     let npkts = crate::transport::requester::packets(len, mtu);
     let msn = qp.tx.resp.msn;
-    let mrs = &*env.mrs;
+    let (mrs, mws) = (&*env.mrs, &*env.mws);
     let mr = (len != 0)
-        .then(|| remote_mr(mrs, qp, rkey, IV_ACCESS_REMOTE_READ, va, u64::from(len)).ok())
+        .then(|| {
+            remote_mr(
+                mrs,
+                mws,
+                qpn,
+                qp,
+                rkey,
+                IV_ACCESS_REMOTE_READ,
+                va,
+                u64::from(len),
+            )
+            .ok()
+        })
         .flatten();
     if len != 0 && mr.is_none() {
         return;
@@ -753,12 +766,13 @@ fn read_responses(qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey: u32, len:
     });
 }
 
-fn atomic(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
+fn atomic(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), Fail> {
     let a = pkt.atomic;
     if !atomic_aligned(a.va) {
         return Err(INVALID);
     }
-    let (mr, off) = remote_mr(env.mrs, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
+    let (mrs, mws) = (&*env.mrs, &*env.mws);
+    let (mr, off) = remote_mr(mrs, mws, qpn, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
     let word = mr.region().atomic_u64(off).map_err(|_| INVALID)?;
     let orig = execute_atomic(word, pkt.opcode == op::RC_COMPARE_SWAP, &a);
     new_resource(qp, Resource::atomic(pkt.psn, orig));
@@ -828,7 +842,7 @@ fn atomic_ack(qp: &Qp, env: &mut Env<'_>, psn: u32, orig: u64) {
 }
 
 /// A request with a PSN already executed (RC).
-fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
+fn duplicate(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     let k = pkt.mask();
     send_pending_ack(qp, env);
     let resp = &qp.tx.resp;
@@ -857,7 +871,7 @@ fn duplicate(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
             env.dp.stats.packets_dropped += 1;
             return;
         }
-        read_responses(qp, env, pkt.psn, va, r.rkey, len);
+        read_responses(qpn, qp, env, pkt.psn, va, r.rkey, len);
     } else if pkt.psn == r.first_psn {
         atomic_ack(qp, env, pkt.psn, r.orig);
     }
