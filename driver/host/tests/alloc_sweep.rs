@@ -233,6 +233,11 @@ fn create_side<'c>(run: &mut Run, c: &'c Client, peer_gid: [u8; 16]) -> Side<'c>
     let pd = run.verb("alloc_pd", || c.alloc_pd()).pd;
     let mem = Mem::new(4096);
     let mr = run.verb("reg_mr", || c.reg_mr(pd, mem.addr(), 4096, IV_ACCESS_ALL));
+    // A memory window left bound: the rundown deallocates it before the MR.
+    let mw = run.verb("alloc_mw", || c.alloc_mw(pd, IV_MW_TYPE_1)).mw;
+    run.verb("bind_mw", || {
+        c.bind_mw(mw, mr.mr, mem.addr(), 64, IV_ACCESS_REMOTE_READ)
+    });
     let channel = run
         .verb("create_channel", || {
             ok::<IvCreateChannelOut>(c.raw(

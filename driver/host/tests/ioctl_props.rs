@@ -243,6 +243,7 @@ fn creates(code: u32) -> Option<Kind> {
     Some(match code {
         IOCTL_IV_ALLOC_PD => Kind::Pd,
         IOCTL_IV_REG_MR | IOCTL_IV_REG_PHYS_MR => Kind::Mr,
+        IOCTL_IV_ALLOC_MW => Kind::Mw,
         IOCTL_IV_CREATE_CQ => Kind::Cq,
         IOCTL_IV_CREATE_QP => Kind::Qp,
         IOCTL_IV_CREATE_SRQ => Kind::Srq,
@@ -258,6 +259,7 @@ fn destroys(code: u32) -> bool {
         code,
         IOCTL_IV_DEALLOC_PD
             | IOCTL_IV_DEREG_MR
+            | IOCTL_IV_DEALLOC_MW
             | IOCTL_IV_DESTROY_CQ
             | IOCTL_IV_DESTROY_QP
             | IOCTL_IV_DESTROY_SRQ
@@ -422,6 +424,9 @@ enum Payload {
     AllocPd(IvAllocPdIn),
     Handle(H),
     RegMr(H, IvRegMrIn),
+    AllocMw(H, IvAllocMwIn),
+    /// `BIND_MW`: the window, the MR.
+    BindMw(H, H, IvBindMwIn),
     CreateCq(IvCreateCqIn),
     ResizeCq(H, IvResizeCqIn),
     CreateQp([H; 3], Option<H>, IvCreateQpIn),
@@ -473,6 +478,18 @@ impl Payload {
                 }
             }
             Payload::RegMr(pd, i) => bytes(IvRegMrIn { pd: r(*pd), ..*i }.as_bytes()),
+            Payload::AllocMw(pd, i) => bytes(IvAllocMwIn { pd: r(*pd), ..*i }.as_bytes()),
+            Payload::BindMw(mw, mr, i) => {
+                let i = IvBindMwIn {
+                    mw: r(*mw),
+                    mr: r(*mr),
+                    ..*i
+                };
+                Encoded {
+                    handle: i.mw,
+                    ..bytes(i.as_bytes())
+                }
+            }
             Payload::CreateCq(i) => bytes(i.as_bytes()),
             Payload::ResizeCq(cq, i) => bytes(IvResizeCqIn { cq: r(*cq), ..*i }.as_bytes()),
             Payload::CreateQp([pd, scq, rcq], srq, i) => {
@@ -797,7 +814,15 @@ fn reserved32(mix: Mix) -> BoxedStrategy<u32> {
     }
 }
 
-const KINDS: [Kind; 6] = [Kind::Pd, Kind::Mr, Kind::Cq, Kind::Qp, Kind::Srq, Kind::Ah];
+const KINDS: [Kind; 7] = [
+    Kind::Pd,
+    Kind::Mr,
+    Kind::Mw,
+    Kind::Cq,
+    Kind::Qp,
+    Kind::Srq,
+    Kind::Ah,
+];
 
 /// A handle field that should name an object of `kind`: with `Mix::Valid`
 /// a live one of the same file (if there is one when the operation runs).
@@ -1034,6 +1059,52 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
             .boxed(),
         IOCTL_IV_DEALLOC_PD => handle(Kind::Pd, mix).prop_map(Payload::Handle).boxed(),
         IOCTL_IV_DEREG_MR => handle(Kind::Mr, mix).prop_map(Payload::Handle).boxed(),
+        IOCTL_IV_DEALLOC_MW => handle(Kind::Mw, mix).prop_map(Payload::Handle).boxed(),
+        IOCTL_IV_ALLOC_MW => (
+            handle(Kind::Pd, mix),
+            u32_in(mix, 1..=2u32, &[0, 3, u32::MAX]),
+            r32(),
+        )
+            .prop_map(|(pd, mw_type, reserved)| {
+                Payload::AllocMw(
+                    pd,
+                    IvAllocMwIn {
+                        pd: 0,
+                        mw_type,
+                        reserved,
+                    },
+                )
+            })
+            .boxed(),
+        // A valid bind mostly unbinds (length 0: any address of the MR's
+        // window will do); a range of a random MR is rarely inside it.
+        IOCTL_IV_BIND_MW => (
+            handle(Kind::Mw, mix),
+            handle(Kind::Mr, mix),
+            u64_in(mix, 0x1000..0x7FF0_0000_0000u64, &[0, u64::MAX]),
+            u64_in(mix, 0..=0u64, &[1, 4096, u64::MAX]),
+            u32_in(
+                mix,
+                select(vec![0, IV_ACCESS_REMOTE_READ, IV_ACCESS_MW_ALL]),
+                &[IV_ACCESS_LOCAL_WRITE, IV_ACCESS_MW_BIND, u32::MAX],
+            ),
+            r32(),
+        )
+            .prop_map(|(mw, mr, addr, length, access, reserved)| {
+                Payload::BindMw(
+                    mw,
+                    mr,
+                    IvBindMwIn {
+                        mw: 0,
+                        mr: 0,
+                        addr,
+                        length,
+                        access,
+                        reserved,
+                    },
+                )
+            })
+            .boxed(),
         IOCTL_IV_DESTROY_CQ => handle(Kind::Cq, mix).prop_map(Payload::Handle).boxed(),
         IOCTL_IV_QUERY_QP | IOCTL_IV_DESTROY_QP => {
             handle(Kind::Qp, mix).prop_map(Payload::Handle).boxed()
@@ -1432,6 +1503,7 @@ fn setup_op(skew: u32) -> BoxedStrategy<Op> {
         IOCTL_IV_CREATE_QP,
         IOCTL_IV_CREATE_QP,
         IOCTL_IV_REG_MR,
+        IOCTL_IV_ALLOC_MW,
         IOCTL_IV_CREATE_AH,
     ];
     (file(skew), select(codes))
