@@ -50,7 +50,8 @@ use irpverbs_abi::{
     STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
 };
 use irpverbs_core::hca::{
-    AsyncEvent, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq, ModifyQp, ModifySrq,
+    AsyncEvent, BindMw, Command, CommandOut, CreateAh, CreateCq, CreateQp, CreateSrq, ModifyQp,
+    ModifySrq,
 };
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -233,6 +234,12 @@ pub const OP_DESTROY_QP: u32 = 0x110;
 pub const OP_CREATE_AH: u32 = 0x111;
 /// [`Command::DestroyAh`].
 pub const OP_DESTROY_AH: u32 = 0x112;
+/// [`Command::AllocMw`].
+pub const OP_ALLOC_MW: u32 = 0x113;
+/// [`Command::DeallocMw`].
+pub const OP_DEALLOC_MW: u32 = 0x114;
+/// [`Command::BindMw`].
+pub const OP_BIND_MW: u32 = 0x115;
 
 const _: () = assert!(size_of::<IvQueryQpOut>() + 16 <= FIXED_LEN);
 const _: () = assert!(size_of::<IvQpAttr>() + 16 <= FIXED_LEN);
@@ -418,6 +425,9 @@ pub fn opcode(command: &Command) -> u32 {
         Command::DestroyQp { .. } => OP_DESTROY_QP,
         Command::CreateAh(_) => OP_CREATE_AH,
         Command::DestroyAh { .. } => OP_DESTROY_AH,
+        Command::AllocMw { .. } => OP_ALLOC_MW,
+        Command::DeallocMw { .. } => OP_DEALLOC_MW,
+        Command::BindMw(_) => OP_BIND_MW,
     }
 }
 
@@ -492,6 +502,18 @@ pub fn encode_command(command: &Command, mtt: Mtt, out: &mut [u8]) -> Result<usi
             w.obj(&a.attr)?;
         }
         Command::DestroyAh { ahn } => w.u32(*ahn)?,
+        Command::AllocMw { pdn, mw_type } => {
+            w.u32(*pdn)?;
+            w.u32(*mw_type)?;
+        }
+        Command::DeallocMw { rkey } => w.u32(*rkey)?,
+        Command::BindMw(b) => {
+            w.u32(b.rkey)?;
+            w.u32(b.lkey)?;
+            w.u64(b.addr)?;
+            w.u64(b.length)?;
+            w.u32(b.access)?;
+        }
     }
     Ok(w.len())
 }
@@ -611,6 +633,18 @@ pub fn decode_command(opcode: u32, input: &[u8]) -> Result<Parsed, NtStatus> {
             attr: r.obj::<IvAhAttr>()?,
         }),
         OP_DESTROY_AH => Command::DestroyAh { ahn: r.u32()? },
+        OP_ALLOC_MW => Command::AllocMw {
+            pdn: r.u32()?,
+            mw_type: r.u32()?,
+        },
+        OP_DEALLOC_MW => Command::DeallocMw { rkey: r.u32()? },
+        OP_BIND_MW => Command::BindMw(BindMw {
+            rkey: r.u32()?,
+            lkey: r.u32()?,
+            addr: r.u64()?,
+            length: r.u64()?,
+            access: r.u32()?,
+        }),
         _ => return Err(STATUS_NOT_SUPPORTED),
     };
     r.end()?;
@@ -656,6 +690,7 @@ pub fn encode_output(output: &CommandOut, out: &mut [u8]) -> Result<usize, NtSta
         }
         CommandOut::QpAttr(a) => w.obj(&**a)?,
         CommandOut::Ah { ahn } => w.u32(*ahn)?,
+        CommandOut::Mw { rkey } => w.u32(*rkey)?,
     }
     Ok(w.len())
 }

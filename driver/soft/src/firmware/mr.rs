@@ -46,6 +46,16 @@ pub(crate) const fn make_key(index: u32, generation: u8) -> u32 {
     (index << 8) | generation as u32
 }
 
+/// The live MR `key` names (its index, and the key of the index's
+/// current generation).
+#[inline(always)]
+pub(crate) fn mr_by_key(mrs: &crate::firmware::table::Table<Mr>, key: u32) -> Option<&Mr> {
+    let index = key >> 8;
+    let mr = mrs.get(index).ok()?;
+    let generation = mrs.generation(index).ok()?;
+    (make_key(index, generation) == key).then_some(mr)
+}
+
 /// Checks `IV_ACCESS_*` flags: only defined bits, and remote write or
 /// atomic only with local write (IBTA 10.6.3.1 / o10-33).
 ///

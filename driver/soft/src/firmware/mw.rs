@@ -161,7 +161,7 @@ fn bind(mrs: &mut Table<Mr>, mw: &mut Mw, mr_index: u32, view: Mr, qpn: Option<u
 
 /// The window an rkey names for the responder of QP `qpn`: bound, with
 /// that key, and (type 2) bound to that QP. Its view is checked as an MR
-/// ([`crate::transport::dma::remote_range`]).
+/// (the transport's `dma::remote_range`).
 #[inline]
 pub(crate) fn window_by_key(mws: &Table<Mw>, rkey: u32, qpn: u32) -> Option<&Mr> {
     let mw = mws.get(mw_index(rkey)?).ok()?;
@@ -193,7 +193,7 @@ pub(crate) fn bind_wr(
         return Err(());
     }
     let mr_index = wqe.imm_or_inv >> 8;
-    let mr = crate::transport::dma::mr_by_key(mrs, wqe.imm_or_inv).ok_or(())?;
+    let mr = crate::firmware::mr::mr_by_key(mrs, wqe.imm_or_inv).ok_or(())?;
     if mr.pdn != pdn {
         return Err(());
     }
@@ -283,8 +283,7 @@ impl Firmware {
         if mw.mw_type != IV_MW_TYPE_1 {
             return Err(STATUS_INVALID_PARAMETER);
         }
-        let mr =
-            crate::transport::dma::mr_by_key(&self.mrs, c.lkey).ok_or(STATUS_INVALID_HANDLE)?;
+        let mr = crate::firmware::mr::mr_by_key(&self.mrs, c.lkey).ok_or(STATUS_INVALID_HANDLE)?;
         if mr.pdn != mw.pdn {
             return Err(STATUS_INVALID_PARAMETER_MIX);
         }

@@ -10,7 +10,7 @@
 use irpverbs_abi::{IV_ACCESS_LOCAL_WRITE, IvSge};
 use irpverbs_ring::Region;
 
-use crate::firmware::mr::{Mr, make_key};
+use crate::firmware::mr::Mr;
 use crate::firmware::table::Table;
 use crate::wire::packet::Seg;
 
@@ -23,13 +23,7 @@ pub(crate) enum DmaError {
     Prot,
 }
 
-/// The live, valid MR `key` names.
-pub(crate) fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
-    let index = key >> 8;
-    let mr = mrs.get(index).ok()?;
-    let generation = mrs.generation(index).ok()?;
-    (make_key(index, generation) == key).then_some(mr)
-}
+pub(crate) use crate::firmware::mr::mr_by_key;
 
 /// The MR or memory window an rkey names for the responder of QP `qpn`
 /// (a window's view of its MR, `crate::firmware::mw`): one table index
