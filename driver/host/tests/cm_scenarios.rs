@@ -106,6 +106,21 @@ impl Net {
         }
     }
 
+    /// [`Net::run_until`] for exchanges that need no timer: real time
+    /// first (up to 30 s), the virtual clock standing still, so that a
+    /// thread that submits late on a loaded machine, or a device whose DPC
+    /// runs late, does not find a clock moved meanwhile that expired the
+    /// other side's message before it was answered; then the clock moves,
+    /// so that a message left unanswered times out (and fails the test).
+    fn run_untimed_until(&self, steps: u32, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() && Instant::now() < deadline {
+            self.settle();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.run_until(steps, done);
+    }
+
     /// Quiesces, checks for leaks and unloads both devices.
     fn finish(self) {
         for d in [&self.a, &self.b] {
@@ -738,7 +753,7 @@ fn reject_next(
         kfile.ioctl(IOCTL_IV_CM_REJECT, rej.as_bytes(), 0).0,
         STATUS_SUCCESS
     );
-    net.run_until(10_000, || connect.is_finished());
+    net.run_untimed_until(10_000, || connect.is_finished());
     assert_eq!(connect.join().unwrap(), STATUS_CONNECTION_REFUSED);
     destroy_in(kfile, req.cep);
 }
@@ -798,7 +813,7 @@ fn rej_reasons_reach_the_consumer() {
     let bad = connect_in(&net, c2, a2.qp.handle(), 0xBAD);
     let st = std::thread::scope(|s| {
         let t = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &bad));
-        net.run_until(10_000, || t.is_finished());
+        net.run_untimed_until(10_000, || t.is_finished());
         t.join().unwrap()
     });
     assert_eq!(st, STATUS_CONNECTION_REFUSED, "{}", status_name(st));
@@ -852,7 +867,7 @@ fn simultaneous_peer_to_peer_connects_make_one_connection() {
     let (sa, sb) = std::thread::scope(|s| {
         let ta = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &ia));
         let tb = s.spawn(|| status(&cb, IOCTL_IV_CM_CONNECT, &ib));
-        net.run_until(5_000, || ta.is_finished() && tb.is_finished());
+        net.run_untimed_until(5_000, || ta.is_finished() && tb.is_finished());
         (ta.join().unwrap(), tb.join().unwrap())
     });
     // The REQs crossed (each side was connecting when the other's REQ
@@ -919,18 +934,9 @@ fn disconnects_from_both_sides_at_once_both_complete() {
     let (sa, sb) = std::thread::scope(|s| {
         let ta = s.spawn(|| status(&ca, IOCTL_IV_CM_DISCONNECT, &d(xa)));
         let tb = s.spawn(|| status(&cb, IOCTL_IV_CM_DISCONNECT, &d(xb)));
-        // Crossed DREQs need no timer: both requests get real time first,
-        // the virtual clock standing still (on a loaded machine a thread
-        // may submit late, and a clock moved meanwhile would expire the
-        // other side's DREQ before it was answered); then time moves, so
-        // that a DREQ left unanswered times out and fails the test.
-        let both = || ta.is_finished() && tb.is_finished();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !both() && Instant::now() < deadline {
-            net.settle();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        net.run_until(5_000, both);
+        // Crossed DREQs need no timer; a DREQ left unanswered times out
+        // and fails the test.
+        net.run_untimed_until(5_000, || ta.is_finished() && tb.is_finished());
         (ta.join().unwrap(), tb.join().unwrap())
     });
     // Each completes on the other's DREP, or (crossed) on answering the
@@ -1026,7 +1032,9 @@ fn a_listener_destroyed_with_requests_arriving_rejects_them() {
         };
         assert_eq!(status(&cb, IOCTL_IV_CM_REJECT, &rej), STATUS_SUCCESS);
         destroy(&cb, req.cep);
-        net.run_until(10_000, || threads.iter().all(|t| t.is_finished()));
+        // Each REQ is rejected on arrival (the owner's REJ, or no
+        // listener): no timer is needed, so none may expire first.
+        net.run_untimed_until(10_000, || threads.iter().all(|t| t.is_finished()));
         threads
             .into_iter()
             .map(|t| t.join().unwrap())
