@@ -99,6 +99,65 @@ fn apr_in(cep: IvHandle, status: u8) -> IvCmAprIn {
     }
 }
 
+/// Connects `a`'s QP (from `a_gid`) to `b`'s (at `b_gid`) with
+/// `CM_CONNECT` and `CM_ACCEPT`: the two CEPs (the REPLY event taken).
+fn connect(
+    ca: &Client,
+    cb: &Client,
+    (a, a_gid): (&End<'_>, [u8; 16]),
+    (b, b_gid): (&End<'_>, [u8; 16]),
+) -> (IvHandle, IvHandle) {
+    let l = cep(cb, 1);
+    let st = status(
+        cb,
+        IOCTL_IV_LISTEN,
+        &IvListenIn {
+            cep: l,
+            service_id: 0x1A9,
+        },
+    );
+    assert_eq!(st, STATUS_SUCCESS);
+    let c = cep(ca, 2);
+    let input = IvCmConnectIn {
+        cep: c,
+        qp: a.qp.handle(),
+        service_id: 0x1A9,
+        local_gid: a_gid,
+        remote_gid: b_gid,
+        starting_psn: 0x10,
+        path_mtu: IV_MTU_1024 as u8,
+        ..connect_defaults()
+    };
+    let bc = std::thread::scope(|s| {
+        let t = s.spawn(|| status(ca, IOCTL_IV_CM_CONNECT, &input));
+        let req = event(cb, l);
+        assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
+        let acc = IvCmAcceptIn {
+            cep: req.cep,
+            qp: b.qp.handle(),
+            starting_psn: 0x20,
+            responder_resources: 4,
+            initiator_depth: 4,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+            ..IvCmAcceptIn::default()
+        };
+        assert_eq!(status(cb, IOCTL_IV_CM_ACCEPT, &acc), STATUS_SUCCESS);
+        assert_eq!(t.join().unwrap(), STATUS_SUCCESS);
+        req.cep
+    });
+    assert_eq!(event(ca, c).event_type, IV_CEP_EVENT_REPLY);
+    (c, bc)
+}
+
+fn finish(devs: [&Arc<HostDevice>; 2]) {
+    for d in devs {
+        d.quiesce(Duration::from_secs(10)).expect("quiescent");
+        assert_eq!(d.platform().pool_stats().live, 0, "pool leaked");
+        d.unload();
+    }
+}
+
 #[test]
 fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection() {
     let (da, db) = (device(1), device(2));
@@ -123,46 +182,7 @@ fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection() {
     );
 
     // Connected over the first addresses.
-    let l = cep(&cb, 1);
-    let st = status(
-        &cb,
-        IOCTL_IV_LISTEN,
-        &IvListenIn {
-            cep: l,
-            service_id: 0x1A9,
-        },
-    );
-    assert_eq!(st, STATUS_SUCCESS);
-    let c = cep(&ca, 2);
-    let input = IvCmConnectIn {
-        cep: c,
-        qp: a.qp.handle(),
-        service_id: 0x1A9,
-        local_gid: a0,
-        remote_gid: b0,
-        starting_psn: 0x10,
-        path_mtu: IV_MTU_1024 as u8,
-        ..connect_defaults()
-    };
-    let bc = std::thread::scope(|s| {
-        let t = s.spawn(|| status(&ca, IOCTL_IV_CM_CONNECT, &input));
-        let req = event(&cb, l);
-        assert_eq!(req.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
-        let acc = IvCmAcceptIn {
-            cep: req.cep,
-            qp: b.qp.handle(),
-            starting_psn: 0x20,
-            responder_resources: 4,
-            initiator_depth: 4,
-            rnr_retry_count: 7,
-            min_rnr_timer: 12,
-            ..IvCmAcceptIn::default()
-        };
-        assert_eq!(status(&cb, IOCTL_IV_CM_ACCEPT, &acc), STATUS_SUCCESS);
-        assert_eq!(t.join().unwrap(), STATUS_SUCCESS);
-        req.cep
-    });
-    assert_eq!(event(&ca, c).event_type, IV_CEP_EVENT_REPLY);
+    let (c, bc) = connect(&ca, &cb, (&a, a0), (&b, b0));
 
     // Bad LAPs and APRs change nothing.
     let (qa, qb) = (a.qp.query().unwrap(), b.qp.query().unwrap());
@@ -290,9 +310,54 @@ fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection() {
     drop((a, b));
     drop((ca, cb));
     drop(wire);
-    for d in [&da, &db] {
-        d.quiesce(Duration::from_secs(10)).expect("quiescent");
-        assert_eq!(d.platform().pool_stats().live, 0, "pool leaked");
-        d.unload();
-    }
+    finish([&da, &db]);
+}
+
+/// A LAP nobody answers (the peer's address unreachable): its retries run
+/// out on the CM's clock and it fails with `STATUS_IO_TIMEOUT`, the QP
+/// unchanged; the CEP is still established and takes a LAP again.
+#[test]
+fn a_lap_nobody_answers_times_out() {
+    let (da, db) = (device(3), device(4));
+    let wire = LoopWire::start();
+    wire.attach(da.soft()).unwrap();
+    wire.attach(db.soft()).unwrap();
+    let (ca, cb) = (client(&da), client(&db));
+    let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
+    let (a0, a1) = (ca.query_gid(1, 0).unwrap(), ca.query_gid(1, 1).unwrap());
+    let (b0, b1) = (cb.query_gid(1, 0).unwrap(), cb.query_gid(1, 1).unwrap());
+    let (c, bc) = connect(&ca, &cb, (&a, a0), (&b, b0));
+    let before = a.qp.query().unwrap();
+    wire.set_reachable(b0, false);
+    let st = std::thread::scope(|s| {
+        let t = s.spawn(|| status(&ca, IOCTL_IV_CM_LAP, &lap_in(c, a1, b1)));
+        // The connection's CM timeouts (2^16 * 4.096 us both ways, 5
+        // retries) are seconds of the virtual clock: moved in 10 ms
+        // steps, a minute at most.
+        for _ in 0..6000 {
+            if t.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+            da.platform().advance(Duration::from_millis(10));
+        }
+        t.join().unwrap()
+    });
+    assert_eq!(st, STATUS_IO_TIMEOUT, "{}", status_name(st));
+    assert_eq!(a.qp.query().unwrap(), before);
+    // B never saw it; a LAP goes again once the address is back.
+    wire.set_reachable(b0, true);
+    let st = std::thread::scope(|s| {
+        let t = s.spawn(|| status(&ca, IOCTL_IV_CM_LAP, &lap_in(c, a1, b1)));
+        assert_eq!(event(&cb, bc).event_type, IV_CEP_EVENT_LAP);
+        let apr = apr_in(bc, IV_CM_APR_ACCEPTED);
+        assert_eq!(status(&cb, IOCTL_IV_CM_APR, &apr), STATUS_SUCCESS);
+        t.join().unwrap()
+    });
+    assert_eq!(st, STATUS_SUCCESS, "{}", status_name(st));
+    assert_eq!(a.qp.query().unwrap().attr.path_mig_state, IV_MIG_ARMED);
+    drop((a, b));
+    drop((ca, cb));
+    drop(wire);
+    finish([&da, &db]);
 }
