@@ -397,3 +397,80 @@ fn send_with_invalidate_of_an_mr_is_refused_and_the_mr_lives() {
         assert_eq!(victim.read(0, 8), b"survives", "{topo:?}");
     }
 }
+
+/// Two more QPs between the same HCAs as `p`'s, `b`'s on PD `pdb`
+/// (sharing `p`'s CQs): `(requester, responder)`.
+fn second_pair(p: &Pair, pdb: u32) -> (crate::tests::dp::Ep, crate::tests::dp::Ep) {
+    let c = Conn::default();
+    let qa =
+        p.a.qp_full(p.a.pd, IV_QPT_RC, &p.cqa, &p.cqa, None, false, BIG);
+    let qb =
+        p.b.qp_full(pdb, IV_QPT_RC, &p.cqb, &p.cqb, None, false, BIG);
+    p.a.connect(&qa, p.b.gid(), qb.qpn, &c);
+    p.b.connect(&qb, p.a.gid(), qa.qpn, &c);
+    p.settle();
+    p.a.events();
+    p.b.events();
+    (qa, qb)
+}
+
+/// A WRITE of 8 bytes from `p.ma` on `qa` to `addr` through `rkey`.
+fn write_on(p: &Pair, qa: &crate::tests::dp::Ep, wr_id: u64, addr: u64, rkey: u32) -> u32 {
+    let s = [p.ma.sge(0, 8)];
+    p.a.post(
+        qa,
+        &SendWr {
+            sges: &s,
+            remote_addr: addr,
+            rkey,
+            ..signaled(wr_id, IV_WR_RDMA_WRITE)
+        },
+    );
+    p.settle();
+    one(&p.cqa).status
+}
+
+/// A type 2 window is honoured by the responder of the QP that bound it
+/// only: another QP of the same PD gets REM_ACCESS_ERR through its rkey.
+/// A type 1 window is honoured by any QP of its PD, and by no QP of
+/// another PD.
+#[test]
+fn windows_are_honoured_by_their_qp_or_pd_only() {
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        let mr = p.b.mem(8192, ALL_ACCESS);
+        let rkey = p.window(&mr, 0, 64, ALL_REMOTE);
+        let (qa2, _qb2) = second_pair(&p, p.b.pd);
+        assert_eq!(
+            write_on(&p, &qa2, 1, mr.addr, rkey),
+            IV_WC_REM_ACCESS_ERR,
+            "{topo:?}: another QP"
+        );
+        assert_eq!(
+            write(&p, 2, mr.addr, rkey),
+            IV_WC_SUCCESS,
+            "{topo:?}: its QP"
+        );
+    }
+    for topo in TOPOS {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        let mr = p.b.mem(8192, ALL_ACCESS);
+        let mw = alloc(&p, IV_MW_TYPE_1);
+        let CommandOut::Mw { rkey } = p.b.d.ok(bind1(mw, &mr, 0, 64, ALL_REMOTE)) else {
+            unreachable!()
+        };
+        let (same_pd, _q) = second_pair(&p, p.b.pd);
+        assert_eq!(
+            write_on(&p, &same_pd, 1, mr.addr, rkey),
+            IV_WC_SUCCESS,
+            "{topo:?}"
+        );
+        let other_pd = p.b.d.pd();
+        let (other, _q) = second_pair(&p, other_pd);
+        assert_eq!(
+            write_on(&p, &other, 2, mr.addr, rkey),
+            IV_WC_REM_ACCESS_ERR,
+            "{topo:?}: a QP of another PD"
+        );
+    }
+}

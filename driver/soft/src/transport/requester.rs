@@ -24,6 +24,11 @@
 //!   LOCAL_WRITE; a UD AH of another PD.
 //! - `LOC_LEN_ERR`: a message over the port's `max_msg_sz`, a UD message
 //!   over the MTU, an atomic whose local buffer is not 8 bytes.
+//! - `MW_BIND_ERR`: an `IV_WR_BIND_MW` the window rules refuse;
+//!   `LOC_QP_OP_ERR` also for an `IV_WR_LOCAL_INV` of anything but a bound
+//!   type 2 window of the QP's PD (docs/memory-windows.md). These local
+//!   operations send nothing: they run when the requester reaches them and
+//!   complete in order after the WQEs before them.
 
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
