@@ -256,14 +256,14 @@ impl QpTable {
         let j = self.find(b).ok()?;
         // Two different live entries, each checked once (this is every
         // loopback doorbell's lookup).
-        let (lo, hi) = match i.cmp(&j) {
-            core::cmp::Ordering::Less => (i, j),
-            core::cmp::Ordering::Greater => (j, i),
-            core::cmp::Ordering::Equal => return None,
-        };
-        let (head, tail) = self.qps.split_at_mut_checked(hi)?;
-        let lo = head.get_mut(lo)?.1.as_deref_mut()?;
-        let hi = tail.first_mut()?.1.as_deref_mut()?;
+        let (lo, hi) = (i.min(j), i.max(j));
+        if lo == hi || hi >= self.qps.len() {
+            return None;
+        }
+        // In bounds, as just checked: no further checks.
+        let (head, tail) = self.qps.split_at_mut(hi);
+        let lo = head[lo].1.as_deref_mut()?;
+        let hi = tail[0].1.as_deref_mut()?;
         Some(if i < j { (lo, hi) } else { (hi, lo) })
     }
 
