@@ -52,13 +52,17 @@ fn finish(devs: [&Arc<HostDevice>; 2]) {
     }
 }
 
-/// Walks `e`'s QP to RTS towards `peer` at `dgid` (from GID 0), with a
-/// short ACK timeout (4.096 us * 2^10, about 4 ms) and 2 retries.
+/// The ACK timeout of both paths: 4.096 us * 2^14, about 67 ms (long
+/// enough that a loaded machine does not lose a path for a slow thread).
+const TIMEOUT: u8 = 14;
+
+/// Walks `e`'s QP to RTS towards `peer` at `dgid` (from GID 0), with the
+/// ACK timeout [`TIMEOUT`] and 3 retries.
 fn to_rts(e: &End<'_>, peer: u32, dgid: [u8; 16]) {
     for (mask, attr) in rts_steps(IV_QPT_RC, peer, dgid) {
         let attr = IvQpAttr {
-            timeout: 10,
-            retry_cnt: 2,
+            timeout: TIMEOUT,
+            retry_cnt: 3,
             ..attr
         };
         e.qp.modify(mask, &attr).unwrap();
@@ -75,7 +79,7 @@ fn alt_attr(dgid: [u8; 16]) -> IvQpAttr {
         },
         alt_port_num: 1,
         alt_pkey_index: 0,
-        alt_timeout: 10,
+        alt_timeout: TIMEOUT,
         path_mig_state: IV_MIG_REARM,
         ..IvQpAttr::default()
     }
