@@ -18,11 +18,11 @@ use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock, current_irql};
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile};
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, IntoClient, IoctlTransport, SendWr, qp_request};
+use irpverbs_verbs::{Client, IntoClient, SendWr, qp_request};
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
-use common::{End, connect_defaults};
+use common::{End, SharedFile as Shared, connect_defaults};
 
 fn device(last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
@@ -497,16 +497,6 @@ fn sidr_finds_a_ud_qp_that_then_receives_a_datagram() {
     drop((a, b));
     drop((ca, cb));
     net.finish();
-}
-
-/// A file shared by a [`Client`] and the test (which submits requests on
-/// it asynchronously, as a kernel ULP does from a DPC).
-struct Shared(Arc<HostFile>);
-
-impl IoctlTransport for Shared {
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        self.0.ioctl(code, input, output_len)
-    }
 }
 
 /// A kernel ULP listens with a CEP callback: the device calls it at

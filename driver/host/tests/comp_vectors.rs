@@ -3,7 +3,6 @@
 //! host thread) of its own. Two vectors' DPCs run at the same time; a CQ's
 //! events are delivered by its vector's DPC only; `query_device` reports
 //! the vectors there are, and a CQ on a vector past them is refused.
-#![allow(unsafe_code, reason = "a SpeedPath over a shared HostFile")]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,11 +14,12 @@ use irpverbs_host::platform::{
     DpcWatchdog, HostConfig, VerifierConfig, catch_bugcheck, codes, current_irql, dpc_watchdog,
 };
 use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
-use irpverbs_kernel_table::speed::Doorbells;
-use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
+
+mod common;
+use common::SharedFile as Shared;
 
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 
@@ -34,25 +34,6 @@ fn device(engine: Engine, vectors: u32, platform: HostConfig) -> Arc<HostDevice>
         ..HostDeviceConfig::default()
     })
     .expect("host device")
-}
-
-/// One open of the device, shared by the typed verbs (the speed path) and
-/// the test's own asynchronous requests (`HostFile::submit`). The test
-/// destroys objects only through the client.
-struct Shared(Arc<HostFile>);
-
-impl IoctlTransport for Shared {
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        self.0.ioctl(code, input, output_len)
-    }
-}
-
-// SAFETY: the other holder of the file (the test) issues only CQ_NOTIFY
-// requests and queries, never a destroy or a resize.
-unsafe impl SpeedPath for Shared {
-    fn doorbells(&self) -> &dyn Doorbells {
-        self.0.doorbells()
-    }
 }
 
 fn query_device(f: &HostFile) -> IvQueryDeviceOut {

@@ -16,7 +16,6 @@
 //!   connected RC QPs), each registration mapped for the device while it
 //!   lives (the conformance suite runs against the model too:
 //!   `cargo test -p irpverbs-conformance --test host conformance_model_backend`).
-#![allow(unsafe_code, reason = "a SpeedPath over a shared HostFile")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,14 +24,15 @@ use irpverbs_abi::*;
 use irpverbs_core::platform::{Bar, PciPlatform};
 use irpverbs_host::platform::{catch_bugcheck, codes, dma};
 use irpverbs_host::{Backend, HostDevice, HostDeviceConfig, HostFile, Ioctl};
-use irpverbs_kernel_table::speed::Doorbells;
-use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
 use irpverbs_model::SLOTS;
 use irpverbs_model::protocol::*;
 use irpverbs_ring::Region;
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr};
 use zerocopy::IntoBytes;
+
+mod common;
+use common::SharedFile as Shared;
 
 fn model_device(vectors: u32) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
@@ -389,23 +389,6 @@ fn registrations_up_to_the_page_list_limit() {
     drop(c);
     drop(buf);
     HostDevice::remove(dev);
-}
-
-/// One open shared by the typed verbs and the test's own requests.
-struct Shared(Arc<HostFile>);
-
-impl IoctlTransport for Shared {
-    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-        self.0.ioctl(code, input, output_len)
-    }
-}
-
-// SAFETY: the other holder of the file (the test) issues only CQ_NOTIFY
-// requests, never a destroy or a resize.
-unsafe impl SpeedPath for Shared {
-    fn doorbells(&self) -> &dyn Doorbells {
-        self.0.doorbells()
-    }
 }
 
 fn cq_on(c: &Client, comp_vector: u32) -> Cq<'_> {

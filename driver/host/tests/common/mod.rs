@@ -2,7 +2,12 @@
 //! `udp.rs`): memory a ULP registers, and one side of a connection.
 #![allow(dead_code, reason = "each test crate uses its part")]
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+use irpverbs_host::HostFile;
+use irpverbs_kernel_table::speed::Doorbells;
+use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
 
 use irpverbs_abi::*;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr, qp_request};
@@ -153,4 +158,27 @@ pub fn send(end: &End<'_>, wr_id: u64, len: usize) {
             ..SendWr::default()
         })
         .unwrap();
+}
+
+/// One open of a device shared by a [`Client`] (its IOCTLs and, given to
+/// `Client::with_speed_path`, its speed path) and the test's own
+/// asynchronous requests (`HostFile::submit`, as a kernel ULP issues them
+/// from a DPC).
+pub struct SharedFile(pub Arc<HostFile>);
+
+impl IoctlTransport for SharedFile {
+    fn ioctl(&self, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
+        self.0.ioctl(code, input, output_len)
+    }
+}
+
+// SAFETY: the tests that give a `SharedFile` to `Client::with_speed_path`
+// (comp_vectors.rs, model.rs) issue only CQ_NOTIFY requests and queries
+// of their own on the file, never a destroy or a resize: the client alone
+// destroys objects.
+#[allow(unsafe_code, reason = "a SpeedPath over a shared HostFile")]
+unsafe impl SpeedPath for SharedFile {
+    fn doorbells(&self) -> &dyn Doorbells {
+        self.0.doorbells()
+    }
 }
