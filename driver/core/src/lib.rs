@@ -29,6 +29,8 @@ pub mod platform;
 pub mod qp_state;
 pub mod quota;
 mod resolve;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 mod verbs;

@@ -4,567 +4,21 @@
 extern crate std;
 
 use alloc::boxed::Box;
-use alloc::collections::VecDeque;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use irpverbs_abi::*;
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::testing::*;
 use crate::*;
 
 /// Forwards to the system allocator; a test arms it to count or refuse
 /// the allocations of its thread.
 #[global_allocator]
 static ALLOC: irpverbs_failalloc::FailAlloc = irpverbs_failalloc::FailAlloc;
-
-#[derive(Default)]
-struct FakePlatform {
-    /// The clock ([`Platform::now_ns`]).
-    now: AtomicU64,
-    live_charges: AtomicU64,
-    next_id: AtomicU64,
-    fail_pool: AtomicU32,
-    /// User mappings made and not undone: id -> (the ring's memory, the
-    /// address space). The fake "maps" a ring at its own address + 1 GiB.
-    mapped: Mutex<
-        std::collections::BTreeMap<u64, (irpverbs_ring::WeakShared<irpverbs_ring::Region>, u64)>,
-    >,
-    /// Mappings made in all.
-    maps_made: AtomicU64,
-    /// Refuse the next mapping.
-    fail_map: std::sync::atomic::AtomicBool,
-    /// Every pin: the region (to see when it is let go), the mode it was
-    /// asked for, and `write`.
-    pins: Mutex<
-        Vec<(
-            irpverbs_ring::WeakShared<irpverbs_ring::Region>,
-            RequestorMode,
-            bool,
-        )>,
-    >,
-}
-
-impl FakePlatform {
-    fn live_pins(&self) -> usize {
-        self.pins
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(w, _, _)| w.strong_count() > 0)
-            .count()
-    }
-
-    fn live_mappings(&self) -> usize {
-        self.mapped.lock().unwrap().len()
-    }
-
-    /// A user mapping of `region` for `request` (refused once after
-    /// `fail_map` is set): its id.
-    fn record_mapping(
-        &self,
-        request: &FakeRequest,
-        region: &irpverbs_ring::Shared<irpverbs_ring::Region>,
-    ) -> Result<u64, NtStatus> {
-        assert_eq!(
-            request.mode,
-            RequestorMode::User,
-            "only user memory is mapped"
-        );
-        if self.fail_map.swap(false, Ordering::SeqCst) {
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
-        }
-        let id = self.maps_made.fetch_add(1, Ordering::SeqCst);
-        self.mapped.lock().unwrap().insert(
-            id,
-            (irpverbs_ring::Shared::downgrade(region), request.space),
-        );
-        Ok(id)
-    }
-}
-
-/// Where the fake platform maps user rings: their own address + this.
-const USER_OFFSET: u64 = 1 << 30;
-
-struct FakeLock<T>(Mutex<T>);
-
-impl<T: Send> SpinLock<T> for FakeLock<T> {
-    fn lock<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        f(&mut self.0.lock().unwrap())
-    }
-}
-
-type Outcome = Arc<Mutex<Option<(NtStatus, Vec<u8>)>>>;
-
-struct FakeRequest {
-    code: u32,
-    mode: RequestorMode,
-    file: FileKey,
-    space: u64,
-    input: Vec<u64>,
-    input_len: usize,
-    output: Vec<u8>,
-    outcome: Outcome,
-    pin: Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
-    /// Run after the request completed (its completion routine).
-    on_complete: Option<Hook>,
-}
-
-/// A request's completion routine, set by [`Rig::issue_with`].
-type Hook = Box<dyn FnOnce() + Send>;
-
-impl Request for FakeRequest {
-    fn ioctl_code(&self) -> u32 {
-        self.code
-    }
-    fn major_function(&self) -> MajorFunction {
-        MajorFunction::DeviceControl
-    }
-    fn requestor_mode(&self) -> RequestorMode {
-        self.mode
-    }
-    fn file(&self) -> FileKey {
-        self.file
-    }
-    fn input(&self) -> &[u8] {
-        &self.input.as_bytes()[..self.input_len]
-    }
-    fn output(&mut self) -> &mut [u8] {
-        &mut self.output
-    }
-    fn complete(self, status: NtStatus, information: usize) {
-        let mut o = self.outcome.lock().unwrap();
-        assert!(o.is_none(), "completed twice");
-        // The output buffer itself (no allocation: tests count the
-        // driver's).
-        let mut out = self.output;
-        out.truncate(information);
-        *o = Some((status, out));
-        drop(o);
-        if let Some(hook) = self.on_complete {
-            hook();
-        }
-    }
-    fn mark_cancelable(&mut self, _: u64) -> Result<(), NtStatus> {
-        Ok(())
-    }
-    fn unmark_cancelable(&mut self) -> Result<(), NtStatus> {
-        Ok(())
-    }
-    fn address_space(&self) -> u64 {
-        self.space
-    }
-    fn attach_pin(&mut self, region: irpverbs_ring::Shared<irpverbs_ring::Region>) {
-        assert!(self.pin.replace(region).is_none(), "pinned twice");
-    }
-    fn take_pin(&mut self) -> Option<irpverbs_ring::Shared<irpverbs_ring::Region>> {
-        self.pin.take()
-    }
-}
-
-impl Platform for FakePlatform {
-    type Request = FakeRequest;
-    type Lock<T: Send> = FakeLock<T>;
-    fn new_lock<T: Send>(&self, _: &'static LockClass, value: T) -> FakeLock<T> {
-        FakeLock(Mutex::new(value))
-    }
-    fn irql(&self) -> Irql {
-        DISPATCH_LEVEL
-    }
-    fn now_ns(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
-    }
-    fn pool_charge(&self, tag: PoolTag, bytes: usize) -> Result<PoolCharge, NtStatus> {
-        if self.fail_pool.load(Ordering::SeqCst) > 0 {
-            self.fail_pool.fetch_sub(1, Ordering::SeqCst);
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
-        }
-        self.live_charges.fetch_add(1, Ordering::SeqCst);
-        Ok(PoolCharge {
-            tag,
-            bytes,
-            id: self.next_id.fetch_add(1, Ordering::SeqCst),
-        })
-    }
-    fn pool_release(&self, _: PoolCharge) {
-        self.live_charges.fetch_sub(1, Ordering::SeqCst);
-    }
-    type Mapping = u64;
-    fn pin_memory(
-        &self,
-        request: &FakeRequest,
-        _: u64,
-        length: u64,
-        write: bool,
-        _: bool,
-    ) -> Result<irpverbs_ring::Shared<irpverbs_ring::Region>, NtStatus> {
-        // The fake HCA never touches MR memory: back the region with fresh memory.
-        let region = irpverbs_ring::Region::alloc(length as usize)
-            .and_then(|r| irpverbs_ring::Shared::try_new(r).ok())
-            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-        self.pins.lock().unwrap().push((
-            irpverbs_ring::Shared::downgrade(&region),
-            request.mode,
-            write,
-        ));
-        Ok(region)
-    }
-    fn map_ring(
-        &self,
-        request: &FakeRequest,
-        ring: &irpverbs_ring::Ring,
-    ) -> Result<(IvRingMap, u64), NtStatus> {
-        let id = self.record_mapping(request, ring.region())?;
-        let mut map = ring.map();
-        map.control_addr += USER_OFFSET;
-        map.entries_addr += USER_OFFSET;
-        Ok((map, id))
-    }
-    fn map_doorbell_page(
-        &self,
-        request: &FakeRequest,
-        page: &irpverbs_ring::Shared<irpverbs_ring::Region>,
-    ) -> Result<(u64, u64), NtStatus> {
-        let id = self.record_mapping(request, page)?;
-        Ok((page.addr() + USER_OFFSET, id))
-    }
-    fn unmap_ring(&self, mapping: u64) {
-        let (region, _) = self
-            .mapped
-            .lock()
-            .unwrap()
-            .remove(&mapping)
-            .expect("unmapped once");
-        assert!(region.strong_count() > 0, "unmapped after its memory went");
-    }
-}
-
-/// The fake HCA's doorbell pages: page -> (memory, the target of each slot).
-type FakePages = std::collections::BTreeMap<
-    u32,
-    (
-        irpverbs_ring::Shared<irpverbs_ring::Region>,
-        Vec<DoorbellTarget>,
-    ),
->;
-
-/// An HCA that executes commands when the test says so, with a command
-/// queue of `depth` entries.
-struct FakeHca {
-    caps: IvQueryDeviceOut,
-    depth: usize,
-    queued: Mutex<VecDeque<(u64, Command)>>,
-    eq: Mutex<VecDeque<Event>>,
-    next: AtomicU32,
-    /// `device_removed` was called.
-    removed: std::sync::atomic::AtomicBool,
-    /// Doorbell pages: page -> (memory, the target of each slot).
-    pages: Mutex<FakePages>,
-    /// Doorbell pages allocated in all.
-    pages_made: AtomicU32,
-    /// The HCA has no doorbell pages.
-    no_doorbells: std::sync::atomic::AtomicBool,
-    /// `ring_doorbell_pages` calls.
-    page_rings: std::sync::atomic::AtomicUsize,
-    /// MADs the GSI received, and those sent.
-    mads_in: Mutex<VecDeque<MadIn>>,
-    mads_out: Mutex<Vec<MadOut>>,
-    /// QP states by number, as `ModifyQp` left them (absent: RESET). A
-    /// modify whose current state is not the QP's fails, as an HCA's does.
-    qp_states: Mutex<std::collections::HashMap<u32, u32>>,
-    /// The next `ModifyQp` to this state fails with
-    /// `STATUS_INSUFFICIENT_RESOURCES` (0: none).
-    fail_modify_to: AtomicU32,
-    /// Completion vectors' event queues (none: completion events come on
-    /// the async event queue), and how many times each was armed.
-    comp: Mutex<Vec<VecDeque<Event>>>,
-    comp_arms: Mutex<Vec<usize>>,
-    /// Bound memory windows (by rkey index) and the lkey of their MR: an
-    /// MR with windows refuses its dereg, as the soft HCA's does.
-    windows: Mutex<std::collections::HashMap<u32, u32>>,
-}
-
-impl FakeHca {
-    fn new(depth: usize) -> Self {
-        Self {
-            caps: IvQueryDeviceOut {
-                max_pd: 4,
-                max_cq: 8,
-                max_cqe: 1024,
-                max_qp: 8,
-                max_qp_wr: 64,
-                max_sge: 4,
-                max_mr: 8,
-                max_mw: 4,
-                max_mr_size: 1 << 20,
-                max_srq: 4,
-                max_srq_wr: 64,
-                max_srq_sge: 4,
-                max_ah: 4,
-                max_pkeys: 1,
-                phys_port_cnt: 1,
-                num_comp_vectors: 1,
-                max_qp_rd_atom: 4,
-                max_qp_init_rd_atom: 4,
-                ..Default::default()
-            },
-            depth,
-            queued: Mutex::new(VecDeque::new()),
-            eq: Mutex::new(VecDeque::new()),
-            next: AtomicU32::new(2),
-            removed: std::sync::atomic::AtomicBool::new(false),
-            pages: Mutex::default(),
-            pages_made: AtomicU32::new(0),
-            no_doorbells: std::sync::atomic::AtomicBool::new(false),
-            page_rings: std::sync::atomic::AtomicUsize::new(0),
-            mads_in: Mutex::new(VecDeque::new()),
-            mads_out: Mutex::new(Vec::new()),
-            qp_states: Mutex::new(std::collections::HashMap::new()),
-            fail_modify_to: AtomicU32::new(0),
-            comp: Mutex::new(Vec::new()),
-            comp_arms: Mutex::new(Vec::new()),
-            windows: Mutex::default(),
-        }
-    }
-
-    /// A fake HCA with `vectors` completion vectors, each its own event
-    /// queue.
-    fn with_vectors(depth: usize, vectors: u32) -> Self {
-        let mut hca = Self::new(depth);
-        hca.caps.num_comp_vectors = vectors;
-        hca.comp = Mutex::new(vec![VecDeque::new(); vectors as usize]);
-        hca.comp_arms = Mutex::new(vec![0; vectors as usize]);
-        hca
-    }
-
-    /// The targets bound to page `page`, by slot.
-    fn bound(&self, page: u32) -> Vec<DoorbellTarget> {
-        self.pages
-            .lock()
-            .unwrap()
-            .get(&page)
-            .map(|p| p.1.clone())
-            .unwrap_or_default()
-    }
-
-    /// Executes every queued command.
-    fn run(&self) {
-        let cmds: Vec<_> = self.queued.lock().unwrap().drain(..).collect();
-        for (token, cmd) in cmds {
-            let n = self.next.fetch_add(1, Ordering::SeqCst);
-            if let Command::ModifyQp(crate::ModifyQp {
-                qpn,
-                cur_state,
-                mask,
-                attr,
-            }) = &cmd
-            {
-                let mut states = self.qp_states.lock().unwrap();
-                let now = states.get(qpn).copied().unwrap_or(IV_QPS_RESET);
-                let to = if mask & IV_QP_STATE != 0 {
-                    attr.qp_state
-                } else {
-                    now
-                };
-                let status = if *cur_state != now {
-                    STATUS_INVALID_DEVICE_STATE
-                } else if to != 0
-                    && self
-                        .fail_modify_to
-                        .compare_exchange(to, 0, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                {
-                    STATUS_INSUFFICIENT_RESOURCES
-                } else {
-                    states.insert(*qpn, to);
-                    STATUS_SUCCESS
-                };
-                drop(states);
-                self.eq.lock().unwrap().push_back(Event::CommandDone {
-                    token,
-                    status,
-                    out: CommandOut::None,
-                });
-                continue;
-            }
-            let busy_mr = matches!(&cmd, Command::DeregMr { lkey }
-                if self.windows.lock().unwrap().values().any(|l| l == lkey));
-            if busy_mr {
-                self.eq.lock().unwrap().push_back(Event::CommandDone {
-                    token,
-                    status: STATUS_DEVICE_BUSY,
-                    out: CommandOut::None,
-                });
-                continue;
-            }
-            let out = match cmd {
-                Command::AllocMw { .. } => CommandOut::Mw { rkey: n << 8 },
-                Command::BindMw(b) => {
-                    let mut windows = self.windows.lock().unwrap();
-                    if b.length == 0 {
-                        windows.remove(&(b.rkey >> 8));
-                    } else {
-                        windows.insert(b.rkey >> 8, b.lkey);
-                    }
-                    CommandOut::Mw {
-                        rkey: (b.rkey & !0xFF) | (b.rkey.wrapping_add(1) & 0xFF),
-                    }
-                }
-                Command::DeallocMw { rkey } => {
-                    self.windows.lock().unwrap().remove(&(rkey >> 8));
-                    CommandOut::None
-                }
-                // A GID table of one entry: the address the connects of
-                // these tests leave from.
-                Command::QueryGid { index: 0, .. } => CommandOut::Gid(GID_A),
-                Command::QueryGid { .. } => {
-                    self.eq.lock().unwrap().push_back(Event::CommandDone {
-                        token,
-                        status: STATUS_INVALID_PARAMETER,
-                        out: CommandOut::None,
-                    });
-                    continue;
-                }
-                Command::AllocPd => CommandOut::Pd { pdn: n },
-                Command::RegMr(_) => CommandOut::Mr {
-                    lkey: n << 8,
-                    rkey: n << 8,
-                },
-                Command::CreateCq(crate::CreateCq { cqe, .. }) => CommandOut::Cq {
-                    cqn: n,
-                    cqe,
-                    ring: ring(),
-                },
-                Command::ResizeCq { cqn, cqe } => CommandOut::Cq {
-                    cqn,
-                    cqe,
-                    ring: ring(),
-                },
-                Command::CreateQp(crate::CreateQp { cap, .. }) => CommandOut::Qp {
-                    qpn: n,
-                    cap,
-                    sq: ring(),
-                    rq: Some(ring()),
-                },
-                Command::CreateSrq(crate::CreateSrq {
-                    max_wr, max_sge, ..
-                }) => CommandOut::Srq {
-                    srqn: n,
-                    max_wr,
-                    max_sge,
-                    ring: ring(),
-                },
-                Command::CreateAh(_) => CommandOut::Ah { ahn: n },
-                Command::QueryQp { qpn } => {
-                    CommandOut::QpAttr(alloc::boxed::Box::new(IvQueryQpOut {
-                        qpn,
-                        ..Default::default()
-                    }))
-                }
-                _ => CommandOut::None,
-            };
-            self.eq.lock().unwrap().push_back(Event::CommandDone {
-                token,
-                status: STATUS_SUCCESS,
-                out,
-            });
-        }
-    }
-}
-
-impl Hca for FakeHca {
-    fn caps(&self) -> &IvQueryDeviceOut {
-        &self.caps
-    }
-    fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
-        let mut q = self.queued.lock().unwrap();
-        if q.len() >= self.depth {
-            return Err(command);
-        }
-        q.push_back((token, command));
-        Ok(())
-    }
-    fn poll_event(&self) -> Option<Event> {
-        self.eq.lock().unwrap().pop_front()
-    }
-    fn arm_event_queue(&self) {}
-    fn comp_event_queues(&self) -> u32 {
-        self.comp.lock().unwrap().len() as u32
-    }
-    fn poll_comp_events(&self, vector: u32, out: &mut [Option<Event>]) -> usize {
-        let mut comp = self.comp.lock().unwrap();
-        let Some(q) = comp.get_mut(vector as usize) else {
-            return 0;
-        };
-        let mut n = 0;
-        for slot in out.iter_mut() {
-            let Some(e) = q.pop_front() else { break };
-            *slot = Some(e);
-            n += 1;
-        }
-        n
-    }
-    fn arm_comp_event_queue(&self, vector: u32) {
-        if let Some(n) = self.comp_arms.lock().unwrap().get_mut(vector as usize) {
-            *n += 1;
-        }
-    }
-    fn sq_doorbell(&self, _: u32) {}
-    fn rq_doorbell(&self, _: u32) {}
-    fn srq_doorbell(&self, _: u32) {}
-    fn cq_arm_doorbell(&self, _: u32) {}
-    fn device_removed(&self) {
-        self.removed.store(true, Ordering::SeqCst);
-    }
-    fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
-        if self.no_doorbells.load(Ordering::SeqCst) {
-            return Err(STATUS_NOT_SUPPORTED);
-        }
-        let page = self.pages_made.fetch_add(1, Ordering::SeqCst) + 1;
-        let region = irpverbs_ring::Region::alloc(4096)
-            .and_then(|r| irpverbs_ring::Shared::try_new(r).ok())
-            .expect("memory");
-        self.pages
-            .lock()
-            .unwrap()
-            .insert(page, (region.clone(), Vec::new()));
-        Ok(DoorbellPageInfo { page, region })
-    }
-    fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
-        self.page_rings.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn free_doorbell_page(&self, page: u32) {
-        assert!(
-            self.pages.lock().unwrap().remove(&page).is_some(),
-            "page {page} freed once"
-        );
-    }
-    fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
-        let mut pages = self.pages.lock().unwrap();
-        let slots = &mut pages.get_mut(&page).ok_or(STATUS_INVALID_PARAMETER)?.1;
-        assert!(!slots.contains(&target), "{target:?} bound twice");
-        if slots.len() == 3 {
-            return Err(STATUS_INSUFFICIENT_RESOURCES);
-        }
-        slots.push(target);
-        Ok(slots.len() as u32 - 1)
-    }
-    fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
-        self.mads_out.lock().unwrap().push(*mad);
-        Ok(())
-    }
-    fn poll_mad(&self) -> Option<MadIn> {
-        self.mads_in.lock().unwrap().pop_front()
-    }
-}
-
-fn ring() -> irpverbs_ring::Ring {
-    irpverbs_ring::Ring::alloc(4, 64).expect("ring")
-}
 
 struct Rig {
     dev: Arc<Device<FakePlatform, Arc<FakeHca>>>,
@@ -622,25 +76,12 @@ impl Rig {
         via: Via,
         on_complete: Option<Hook>,
     ) -> Outcome {
-        let bytes = input.as_bytes();
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        words.as_mut_bytes()[..bytes.len()].copy_from_slice(bytes);
-        let outcome: Outcome = Arc::default();
         let (mode, space) = match via {
             Via::Caller(mode, space) | Via::QueueOnly(mode, space) => (mode, space),
         };
-        let request = FakeRequest {
-            code,
-            mode,
-            file,
-            space,
-            input: words,
-            input_len: bytes.len(),
-            output: vec![0; out],
-            outcome: outcome.clone(),
-            pin: None,
-            on_complete,
-        };
+        let mut request = FakeRequest::ioctl(code, mode, file, space, input.as_bytes(), out);
+        request.on_complete = on_complete;
+        let outcome = request.outcome.clone();
         let queued = match via {
             Via::Caller(..) => self.dev.in_caller_context(request),
             Via::QueueOnly(..) => Some(request),
@@ -967,10 +408,6 @@ fn cq_on(r: &Rig, file: FileKey, channel: IvHandle) -> IvCreateCqOut {
     .unwrap()
 }
 
-fn outcome(o: &Outcome) -> Option<(NtStatus, Vec<u8>)> {
-    o.lock().unwrap().take()
-}
-
 /// With completion vectors, a CQ's event is delivered by its vector's DPC
 /// (`Device::comp_dpc`), which drains that vector's queue only and re-arms
 /// it; the device arms every vector's queue when it starts.
@@ -1000,12 +437,12 @@ fn a_vector_s_dpc_delivers_its_own_queue_and_re_arms_it() {
     r.dev.dpc();
     r.dev.comp_dpc(0);
     assert!(
-        outcome(&w).is_none(),
+        take_outcome(&w).is_none(),
         "another vector's DPC does not see it"
     );
     assert_eq!(*r.hca.comp_arms.lock().unwrap(), [2, 1]);
     r.dev.comp_dpc(1);
-    let (st, out) = outcome(&w).unwrap();
+    let (st, out) = take_outcome(&w).unwrap();
     assert_eq!(st, STATUS_SUCCESS);
     assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq.cq);
     assert!(r.hca.comp.lock().unwrap()[1].is_empty());
@@ -1077,11 +514,11 @@ fn another_vector_s_dpc_never_completes_a_cq_s_notify() {
         })),
     );
     r.settle();
-    assert!(outcome(&first).is_none() && outcome(&second).is_none());
+    assert!(take_outcome(&first).is_none() && take_outcome(&second).is_none());
     r.hca.comp.lock().unwrap()[0].push_back(Event::Completion { cqn: a.cqn });
     r.dev.comp_dpc(0);
-    assert_eq!(outcome(&first).unwrap().0, STATUS_SUCCESS);
-    assert_eq!(outcome(&second).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(take_outcome(&first).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(take_outcome(&second).unwrap().0, STATUS_SUCCESS);
     assert_eq!(
         *second_in_vector_1.lock().unwrap(),
         Some(false),
@@ -1101,7 +538,7 @@ fn cq_notify_pends_until_the_cq_gets_an_event() {
     };
     let w = r.issue(1, IOCTL_IV_CQ_NOTIFY, &arm, size_of::<IvCqEventOut>());
     r.settle();
-    assert!(outcome(&w).is_none(), "completed without an event");
+    assert!(take_outcome(&w).is_none(), "completed without an event");
     assert_eq!(r.dev.snapshot().waits, 1);
     // The HCA reports a completion on the CQ.
     r.hca
@@ -1110,16 +547,16 @@ fn cq_notify_pends_until_the_cq_gets_an_event() {
         .unwrap()
         .push_back(Event::Completion { cqn: cq.cqn });
     r.dev.dpc();
-    let (st, out) = outcome(&w).unwrap();
+    let (st, out) = take_outcome(&w).unwrap();
     assert_eq!(st, STATUS_SUCCESS);
     let ev = IvCqEventOut::read_from_bytes(&out).unwrap();
     assert_eq!((ev.cq, ev.user_context), (cq.cq, 0));
     assert_eq!(r.dev.snapshot().waits, 0);
     // Bad arm value, bad handle.
     let bad = r.issue(1, IOCTL_IV_CQ_NOTIFY, &IvCqNotifyIn { arm: 3, ..arm }, 16);
-    assert_eq!(outcome(&bad).unwrap().0, STATUS_INVALID_PARAMETER);
+    assert_eq!(take_outcome(&bad).unwrap().0, STATUS_INVALID_PARAMETER);
     let bad = r.issue(1, IOCTL_IV_CQ_NOTIFY, &IvCqNotifyIn { cq: 77, ..arm }, 16);
-    assert_eq!(outcome(&bad).unwrap().0, STATUS_INVALID_HANDLE);
+    assert_eq!(take_outcome(&bad).unwrap().0, STATUS_INVALID_HANDLE);
 }
 
 #[test]
@@ -1147,7 +584,7 @@ fn cq_notify_ends_distinctly_on_destroy_error_and_cancel() {
         r.call::<_, ()>(1, IOCTL_IV_DESTROY_CQ, &IvHandleIn { handle: a.cq }),
         Ok(())
     );
-    assert_eq!(outcome(&wa).unwrap().0, STATUS_DELETE_PENDING);
+    assert_eq!(take_outcome(&wa).unwrap().0, STATUS_DELETE_PENDING);
     // Overrun: STATUS_DATA_OVERRUN, later waits too, and a CQ_ERR async event.
     r.hca
         .eq
@@ -1155,11 +592,11 @@ fn cq_notify_ends_distinctly_on_destroy_error_and_cancel() {
         .unwrap()
         .push_back(Event::Async(AsyncEvent::CqError(b.cqn)));
     r.dev.dpc();
-    assert_eq!(outcome(&wb).unwrap().0, STATUS_DATA_OVERRUN);
-    assert_eq!(outcome(&wait(&b)).unwrap().0, STATUS_DATA_OVERRUN);
+    assert_eq!(take_outcome(&wb).unwrap().0, STATUS_DATA_OVERRUN);
+    assert_eq!(take_outcome(&wait(&b)).unwrap().0, STATUS_DATA_OVERRUN);
     // Cancel: the cancel routine (key 3, the third wait) completes it.
     r.dev.cancel(3);
-    assert_eq!(outcome(&wc).unwrap().0, STATUS_CANCELLED);
+    assert_eq!(take_outcome(&wc).unwrap().0, STATUS_CANCELLED);
     assert_eq!(r.dev.stats().cancelled, 1);
     r.dev.cancel(3);
     assert_eq!(
@@ -1224,14 +661,14 @@ fn completion_channels_deliver_events_and_keep_their_busy_rules() {
         &IvHandleIn { handle: ch.channel },
         16,
     );
-    assert!(outcome(&w).is_none());
+    assert!(take_outcome(&w).is_none());
     r.hca
         .eq
         .lock()
         .unwrap()
         .push_back(Event::Completion { cqn: cq1.cqn });
     r.dev.dpc();
-    let (st, out) = outcome(&w).unwrap();
+    let (st, out) = take_outcome(&w).unwrap();
     assert_eq!(st, STATUS_SUCCESS);
     assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq1.cq);
     // Unacknowledged events make the CQ busy.
@@ -1281,7 +718,7 @@ fn completion_channels_deliver_events_and_keep_their_busy_rules() {
         ),
         Ok(())
     );
-    assert_eq!(outcome(&w).unwrap().0, STATUS_DELETE_PENDING);
+    assert_eq!(take_outcome(&w).unwrap().0, STATUS_DELETE_PENDING);
     // A channel handle from the other file, or a CQ handle, is not a channel.
     let other: IvCreateChannelOut = r
         .call(2, IOCTL_IV_CREATE_CHANNEL, &IvAllocPdIn::default())
@@ -1328,7 +765,7 @@ fn a_channel_event_without_room_is_dropped_and_counted() {
             // No event, and none to acknowledge: the CQ can go.
             let w = r.issue(1, IOCTL_IV_GET_CQ_EVENT, &wait, 16);
             r.settle();
-            assert!(outcome(&w).is_none(), "a dropped event was delivered");
+            assert!(take_outcome(&w).is_none(), "a dropped event was delivered");
             // The next event arrives.
             r.hca
                 .eq
@@ -1336,7 +773,7 @@ fn a_channel_event_without_room_is_dropped_and_counted() {
                 .unwrap()
                 .push_back(Event::Completion { cqn: cq.cqn });
             r.dev.dpc();
-            let (st, out) = outcome(&w).expect("the next event");
+            let (st, out) = take_outcome(&w).expect("the next event");
             assert_eq!(st, STATUS_SUCCESS);
             assert_eq!(IvCqEventOut::read_from_bytes(&out).unwrap().cq, cq.cq);
         } else {
@@ -1377,34 +814,25 @@ fn address_resolution_fails_cleanly_when_its_walk_cannot_be_boxed() {
     let out = size_of::<IvResolveAddrOut>();
     let baseline = r.issue(1, IOCTL_IV_RESOLVE_ADDR, &input, out);
     r.settle();
-    let baseline = outcome(&baseline).expect("resolved");
+    let baseline = take_outcome(&baseline).expect("resolved");
     let before = (
         r.dev.snapshot(),
         r.platform().live_charges.load(Ordering::SeqCst),
     );
     let mut refused = 0;
     for n in 0.. {
-        let request = FakeRequest {
-            code: IOCTL_IV_RESOLVE_ADDR,
-            mode: RequestorMode::User,
-            file: 1,
-            space: 1,
-            input: {
-                let mut words = vec![0u64; size_of::<IvResolveAddrIn>().div_ceil(8)];
-                words.as_mut_bytes()[..size_of::<IvResolveAddrIn>()]
-                    .copy_from_slice(input.as_bytes());
-                words
-            },
-            input_len: size_of::<IvResolveAddrIn>(),
-            output: vec![0; out],
-            outcome: Outcome::default(),
-            pin: None,
-            on_complete: None,
-        };
+        let request = FakeRequest::ioctl(
+            IOCTL_IV_RESOLVE_ADDR,
+            RequestorMode::User,
+            1,
+            1,
+            input.as_bytes(),
+            out,
+        );
         let o = request.outcome.clone();
         let ((), failed) = irpverbs_failalloc::failing_nth(n, || r.dev.dispatch_ioctl(request));
         r.settle();
-        let got = outcome(&o).expect("completed");
+        let got = take_outcome(&o).expect("completed");
         if failed {
             refused += 1;
             assert_eq!(got.0, STATUS_INSUFFICIENT_RESOURCES, "allocation {n}");
@@ -1466,14 +894,14 @@ fn async_events_reach_the_owning_file_and_port_events_reach_all() {
         .unwrap()
         .push_back(Event::Async(AsyncEvent::QpFatal(qp.qpn)));
     r.dev.dpc();
-    let (st, out) = outcome(&w1).unwrap();
+    let (st, out) = take_outcome(&w1).unwrap();
     assert_eq!(st, STATUS_SUCCESS);
     let ev = IvAsyncEventOut::read_from_bytes(&out).unwrap();
     assert_eq!(
         (ev.event_type, ev.handle, ev.user_context),
         (IV_EVENT_QP_FATAL, qp.qp, 0xABCD)
     );
-    assert!(outcome(&w2).is_none(), "file 2 does not own the QP");
+    assert!(take_outcome(&w2).is_none(), "file 2 does not own the QP");
     assert_eq!(
         r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qp.qp }),
         Err(STATUS_DEVICE_BUSY)
@@ -1484,7 +912,7 @@ fn async_events_reach_the_owning_file_and_port_events_reach_all() {
         .unwrap()
         .push_back(Event::Async(AsyncEvent::PortActive(1)));
     r.dev.dpc();
-    let ev = IvAsyncEventOut::read_from_bytes(&outcome(&w2).unwrap().1).unwrap();
+    let ev = IvAsyncEventOut::read_from_bytes(&take_outcome(&w2).unwrap().1).unwrap();
     assert_eq!(
         (ev.event_type, ev.port_num, ev.handle),
         (IV_EVENT_PORT_ACTIVE, 1, 0)
@@ -1524,8 +952,8 @@ fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
         size_of::<IvAsyncEventOut>(),
     );
     r.dev.cleanup_file(1);
-    assert_eq!(outcome(&n).unwrap().0, STATUS_CANCELLED);
-    assert_eq!(outcome(&a).unwrap().0, STATUS_CANCELLED);
+    assert_eq!(take_outcome(&n).unwrap().0, STATUS_CANCELLED);
+    assert_eq!(take_outcome(&a).unwrap().0, STATUS_CANCELLED);
     r.settle();
     r.dev.close_file(1);
     // File 2: removal completes its async wait with DEVICE_FATAL.
@@ -1542,9 +970,9 @@ fn cleanup_cancels_waits_and_removal_delivers_device_fatal() {
         size_of::<IvAsyncEventOut>(),
     );
     r.dev.remove();
-    let ev = IvAsyncEventOut::read_from_bytes(&outcome(&a2).unwrap().1).unwrap();
+    let ev = IvAsyncEventOut::read_from_bytes(&take_outcome(&a2).unwrap().1).unwrap();
     assert_eq!(ev.event_type, IV_EVENT_DEVICE_FATAL);
-    assert_eq!(outcome(&a3).unwrap().0, STATUS_DEVICE_REMOVED);
+    assert_eq!(take_outcome(&a3).unwrap().0, STATUS_DEVICE_REMOVED);
     let after: Result<IvAsyncEventOut, _> = r.call(2, IOCTL_IV_GET_ASYNC_EVENT, &());
     assert_eq!(after.err(), Some(STATUS_DEVICE_REMOVED));
     r.dev.cleanup_file(2);
@@ -1641,7 +1069,7 @@ fn a_user_map_rings_from_the_queue_is_refused() {
         &IvHandleIn { handle: cq.cq },
         size_of::<IvMapRingsOut>() - 1,
     );
-    assert_eq!(outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
+    assert_eq!(take_outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
     r.platform().fail_map.store(true, Ordering::SeqCst);
     let failed: Result<IvMapRingsOut, _> = map(&r, 1, cq.cq);
     assert_eq!(failed, Err(STATUS_INSUFFICIENT_RESOURCES));
@@ -1823,7 +1251,7 @@ fn map_doorbells_is_refused_where_it_cannot_be_served() {
         &(),
         size_of::<IvMapDoorbellsOut>() - 1,
     );
-    assert_eq!(outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
+    assert_eq!(take_outcome(&short).unwrap().0, STATUS_BUFFER_TOO_SMALL);
     // Another process: the file belongs to the first one.
     let _ = map_doorbells(&r, 1).unwrap();
     let denied: Result<IvMapDoorbellsOut, _> = r.call_as(
@@ -1974,7 +1402,7 @@ fn the_openers_exit_runs_its_file_down() {
         other,
     );
     let _ = pd(&r, 2);
-    assert!(outcome(&wait).is_none(), "pending");
+    assert!(take_outcome(&wait).is_none(), "pending");
     assert_eq!(
         r.platform().live_mappings(),
         4,
@@ -1984,7 +1412,7 @@ fn the_openers_exit_runs_its_file_down() {
     r.dev.owner_exited(1);
     r.settle();
     assert_eq!(
-        outcome(&wait).map(|o| o.0),
+        take_outcome(&wait).map(|o| o.0),
         Some(STATUS_PROCESS_IS_TERMINATING)
     );
     assert_eq!(r.platform().live_mappings(), 0, "unmapped in the opener");
@@ -2170,20 +1598,20 @@ fn queries_overlap_and_a_destroy_waits_for_them() {
     };
     let m = r.issue(1, IOCTL_IV_MODIFY_QP, &init, 0);
     assert!(
-        outcome(&q1).is_none() && outcome(&q2).is_none() && outcome(&m).is_none(),
+        take_outcome(&q1).is_none() && take_outcome(&q2).is_none() && take_outcome(&m).is_none(),
         "all pending together"
     );
     let d = r.issue(1, IOCTL_IV_DESTROY_QP, &q, 0);
     assert_eq!(
-        outcome(&d).unwrap().0,
+        take_outcome(&d).unwrap().0,
         STATUS_DEVICE_BUSY,
         "destroy waits for queries in flight"
     );
     r.settle();
     for o in [&q1, &q2] {
-        assert_eq!(outcome(o).unwrap().0, STATUS_SUCCESS);
+        assert_eq!(take_outcome(o).unwrap().0, STATUS_SUCCESS);
     }
-    assert_eq!(outcome(&m).unwrap().0, STATUS_SUCCESS);
+    assert_eq!(take_outcome(&m).unwrap().0, STATUS_SUCCESS);
     assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &q), Ok(()));
 }
 
@@ -2461,7 +1889,7 @@ fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
     );
     let get = IvHandleIn { handle: cep.cep };
     let w = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
-    assert!(outcome(&w).is_none(), "pended");
+    assert!(take_outcome(&w).is_none(), "pended");
     assert_eq!(
         r.call::<_, IvCepEventOut>(1, IOCTL_IV_GET_CEP_EVENT, &get),
         Err(STATUS_DEVICE_BUSY),
@@ -2473,7 +1901,7 @@ fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
     r.hca.mads_in.lock().unwrap().push_back(mad_in(&req));
     r.hca.eq.lock().unwrap().push_back(Event::Mad);
     r.dev.dpc();
-    let (st, out) = outcome(&w).expect("completed");
+    let (st, out) = take_outcome(&w).expect("completed");
     assert_eq!(st, STATUS_SUCCESS);
     let ev = IvCepEventOut::read_from_bytes(&out).unwrap();
     assert_eq!(ev.event_type, IV_CEP_EVENT_CONNECT_REQUEST);
@@ -2483,7 +1911,7 @@ fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
     assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 3);
     // The listener has no more events: its next request pends.
     let w2 = r.issue(1, IOCTL_IV_GET_CEP_EVENT, &get, size_of::<IvCepEventOut>());
-    assert!(outcome(&w2).is_none());
+    assert!(take_outcome(&w2).is_none());
     // Destroying the new CEP rejects the REQ; destroying the listener
     // completes its pended request with STATUS_CANCELLED.
     let conn = IvHandleIn { handle: ev.cep };
@@ -2499,7 +1927,7 @@ fn a_listening_cep_gets_connect_requests_through_its_pended_request() {
         Some(irpverbs_cm::Event::Rejected { .. })
     ));
     assert_eq!(r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get), Ok(()));
-    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(take_outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
     assert_eq!(
         r.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &get),
         Err(STATUS_INVALID_HANDLE)
@@ -2536,13 +1964,13 @@ fn a_cep_event_waiting_completes_the_next_request_at_once_and_cleanup_frees_ceps
         &IvHandleIn { handle: ev.cep },
         size_of::<IvCepEventOut>(),
     );
-    assert!(outcome(&w).is_none());
+    assert!(take_outcome(&w).is_none());
     r.dev.cleanup_file(1);
-    assert_eq!(outcome(&w).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(take_outcome(&w).map(|o| o.0), Some(STATUS_CANCELLED));
     assert_eq!(r.dev.snapshot().objects[Kind::Cep.index()], 0);
 }
 
-const GID_A: [u8; 16] = [0xA; 16];
+const GID_A: [u8; 16] = FAKE_GID;
 const GID_B: [u8; 16] = [0xB; 16];
 
 /// Moves the MADs `from` sent (it has GID `sgid`) to `to`'s GSI, and lets
@@ -2636,7 +2064,7 @@ fn disc(cep: IvHandle) -> IvCmDisconnectIn {
 }
 
 fn cep_event(o: &Outcome) -> IvCepEventOut {
-    let (st, out) = outcome(o).expect("completed");
+    let (st, out) = take_outcome(o).expect("completed");
     assert_eq!(st, STATUS_SUCCESS);
     IvCepEventOut::read_from_bytes(&out).unwrap()
 }
@@ -2669,7 +2097,7 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
     let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42), 1);
     a.settle();
     assert_eq!(qp_state(&a, qa.qp), IV_QPS_INIT);
-    assert!(outcome(&wc).is_none());
+    assert!(take_outcome(&wc).is_none());
     assert_eq!(
         a.call::<_, ()>(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 0x42)),
         Err(STATUS_DEVICE_BUSY),
@@ -2695,20 +2123,20 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
     );
     b.settle();
     assert_eq!(qp_state(&b, qb.qp), IV_QPS_RTS);
-    assert!(outcome(&wa).is_none(), "waits for the RTU");
+    assert!(take_outcome(&wa).is_none(), "waits for the RTU");
     // The REP: A's QP to RTR and RTS, the RTU; the connect completes.
     assert_eq!(shuttle(&b, GID_B, &a), 1, "the REP");
     assert_eq!(qp_state(&a, qa.qp), IV_QPS_RTS);
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(take_outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the RTU");
-    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(take_outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
     // A disconnects: the DREQ, its QP to ERR; B sees the request and
     // disconnects too (its QP to ERR, the DREP); A's request completes.
     let wb = get(&b, req.cep);
     let wd = a.issue(1, IOCTL_IV_CM_DISCONNECT, &disc(ca), 1);
     a.settle();
     assert_eq!(qp_state(&a, qa.qp), IV_QPS_ERR);
-    assert!(outcome(&wd).is_none(), "waits for the DREP");
+    assert!(take_outcome(&wd).is_none(), "waits for the DREP");
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the DREQ");
     assert_eq!(cep_event(&wb).event_type, IV_CEP_EVENT_DISCONNECT_REQUEST);
     assert_eq!(
@@ -2717,7 +2145,7 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
     );
     assert_eq!(qp_state(&b, qb.qp), IV_QPS_ERR);
     assert_eq!(shuttle(&b, GID_B, &a), 1, "the DREP");
-    assert_eq!(outcome(&wd).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(take_outcome(&wd).map(|o| o.0), Some(STATUS_SUCCESS));
 }
 
 #[test]
@@ -2754,17 +2182,20 @@ fn a_rejected_connect_fails_and_a_destroyed_cep_cancels_its_request() {
         Ok(())
     );
     assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        take_outcome(&wc).map(|o| o.0),
+        Some(STATUS_CONNECTION_REFUSED)
+    );
     // A connect to nobody, its CEP destroyed while it waits for the REP.
     let (c2, q2) = (cep(&a), rc_qp(&a));
     let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 9), 1);
     a.settle();
-    assert!(outcome(&w2).is_none());
+    assert!(take_outcome(&w2).is_none());
     assert_eq!(
         a.call::<_, ()>(1, IOCTL_IV_DESTROY_CEP, &IvHandleIn { handle: c2 }),
         Ok(())
     );
-    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(take_outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
     // Requests on the wrong objects.
     let c3 = cep(&a);
     assert_eq!(
@@ -2825,17 +2256,17 @@ fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
     );
     b.settle();
     shuttle(&b, GID_B, &a);
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(take_outcome(&wc).map(|o| o.0), Some(STATUS_SUCCESS));
     // The RTU is lost; B's QP gets its first message.
     a.hca.mads_out.lock().unwrap().clear();
-    assert!(outcome(&wa).is_none());
+    assert!(take_outcome(&wa).is_none());
     b.hca
         .eq
         .lock()
         .unwrap()
         .push_back(Event::Async(AsyncEvent::CommEstablished(qb.qpn)));
     b.settle();
-    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
+    assert_eq!(take_outcome(&wa).map(|o| o.0), Some(STATUS_SUCCESS));
 }
 
 #[test]
@@ -2861,14 +2292,17 @@ fn closing_a_file_ends_its_connections_and_their_requests() {
     b.settle();
     assert_eq!(b.dev.snapshot().objects[Kind::Cep.index()], 0);
     assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        take_outcome(&wc).map(|o| o.0),
+        Some(STATUS_CONNECTION_REFUSED)
+    );
     // A's file goes away with a connect waiting for its REP.
     let (c2, q2) = (cep(&a), rc_qp(&a));
     let w2 = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(c2, q2.qp, 4), 1);
     a.settle();
     a.dev.cleanup_file(1);
     a.settle();
-    assert_eq!(outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(take_outcome(&w2).map(|o| o.0), Some(STATUS_CANCELLED));
     assert_eq!(a.dev.snapshot().objects[Kind::Cep.index()], 0);
 }
 
@@ -2912,10 +2346,13 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
     );
     b.settle();
     shuttle(&b, GID_B, &a);
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_INVALID_HANDLE));
+    assert_eq!(take_outcome(&wc).map(|o| o.0), Some(STATUS_INVALID_HANDLE));
     // A rejected the connection it could not finish: B's accept fails.
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
-    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        take_outcome(&wa).map(|o| o.0),
+        Some(STATUS_CONNECTION_REFUSED)
+    );
     // B's QP goes too: a disconnect then fails, and nothing panics.
     assert_eq!(
         b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
@@ -2968,7 +2405,7 @@ fn an_accept_whose_rtr_fails_reports_that_failure_and_frees_the_qp() {
     assert_eq!(modifies(&b) - before, 3, "INIT, RTR and RTS posted at once");
     b.settle();
     assert_eq!(
-        outcome(&wa).map(|o| o.0),
+        take_outcome(&wa).map(|o| o.0),
         Some(STATUS_INSUFFICIENT_RESOURCES),
         "the RTR's status, not the RTS's"
     );
@@ -2991,7 +2428,10 @@ fn an_accept_whose_rtr_fails_reports_that_failure_and_frees_the_qp() {
     // The requester hears a REJ: its connect fails.
     assert_eq!(shuttle(&b, GID_B, &a), 1, "the REJ");
     a.settle();
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        take_outcome(&wc).map(|o| o.0),
+        Some(STATUS_CONNECTION_REFUSED)
+    );
     assert_eq!(
         b.call::<_, ()>(1, IOCTL_IV_DESTROY_QP, &IvHandleIn { handle: qb.qp }),
         Ok(())
@@ -3014,10 +2454,10 @@ fn a_connect_waiting_for_its_reply_is_cancelable() {
     let (ca, qa) = (cep(&a), rc_qp(&a));
     let wc = a.issue(1, IOCTL_IV_CM_CONNECT, &connect_in(ca, qa.qp, 8), 1);
     a.settle();
-    assert!(outcome(&wc).is_none());
+    assert!(take_outcome(&wc).is_none());
     // The first wait of A's device: the parked connect.
     a.dev.cancel(1);
-    assert_eq!(outcome(&wc).map(|o| o.0), Some(STATUS_CANCELLED));
+    assert_eq!(take_outcome(&wc).map(|o| o.0), Some(STATUS_CANCELLED));
     // The REP comes anyway: the abandoned connection is rejected.
     shuttle(&a, GID_A, &b);
     let req: IvCepEventOut = b
@@ -3039,7 +2479,10 @@ fn a_connect_waiting_for_its_reply_is_cancelable() {
     b.settle();
     shuttle(&b, GID_B, &a);
     assert_eq!(shuttle(&a, GID_A, &b), 1, "the REJ");
-    assert_eq!(outcome(&wa).map(|o| o.0), Some(STATUS_CONNECTION_REFUSED));
+    assert_eq!(
+        take_outcome(&wa).map(|o| o.0),
+        Some(STATUS_CONNECTION_REFUSED)
+    );
 }
 
 /// A memory window: allocated on a PD, bound by `BIND_MW` (type 1), its
