@@ -16,7 +16,10 @@
 //! mini-driver over the PCI seam) instead of the soft HCA;
 //! `IRPVERBS_DOORBELLS=page` has user-mode files ring their doorbells
 //! through their doorbell page, as on Windows
-//! ([`irpverbs_host::UserDoorbells::Page`]).
+//! ([`irpverbs_host::UserDoorbells::Page`]); `IRPVERBS_ADDR=<IPv4 or IPv6>`
+//! gives the soft HCA's port that address (its GID 0) and a UDP wire on it
+//! (RoCEv2, port 4791), so that two processes on one machine are two hosts
+//! (without it the port is 127.0.0.1 and has no wire).
 //!
 //! Semantics kept from Windows: a pended overlapped call returns FALSE with
 //! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
@@ -41,6 +44,7 @@ use irpverbs_abi::*;
 
 use irpverbs_host::device::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells};
 use irpverbs_host::platform::{HostConfig, RequestHandle, VerifierConfig};
+use irpverbs_host::udp::UdpConfig;
 
 /// `HANDLE`.
 pub type HANDLE = *mut c_void;
@@ -317,7 +321,17 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             Ok("model") => irpverbs_host::Backend::Model,
             _ => irpverbs_host::Backend::Soft,
         };
-        HostDevice::new(HostDeviceConfig {
+        let addr = match std::env::var("IRPVERBS_ADDR") {
+            Ok(a) => match a.parse::<std::net::IpAddr>() {
+                Ok(ip) => Some(ip),
+                Err(_) => {
+                    eprintln!("irpverbs: IRPVERBS_ADDR={a} is not an IPv4 or IPv6 address");
+                    return Err(STATUS_INVALID_ADDRESS);
+                }
+            },
+            Err(_) => None,
+        };
+        let mut config = HostDeviceConfig {
             platform: HostConfig {
                 verifier: VerifierConfig {
                     enabled,
@@ -330,7 +344,21 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             user_doorbells,
             backend,
             ..HostDeviceConfig::default()
-        })
+        };
+        if let Some(ip) = addr {
+            config.soft.ip = ip;
+        }
+        let dev = HostDevice::new(config)?;
+        if let Some(ip) = addr {
+            // The port's address is its own: GID 0 and a UDP wire on it
+            // (RoCEv2, port 4791), so that processes are hosts.
+            if let Err(e) = dev.attach_udp(&UdpConfig::default()) {
+                eprintln!("irpverbs: IRPVERBS_ADDR={ip}: UDP wire: {e}");
+                dev.unload();
+                return Err(STATUS_INVALID_ADDRESS);
+            }
+        }
+        Ok(dev)
     })
     .clone()
 }

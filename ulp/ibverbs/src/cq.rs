@@ -1,0 +1,516 @@
+//! CQs and completion channels: `ibv_create_cq`, `ibv_resize_cq`,
+//! `ibv_destroy_cq`, the inline `ibv_poll_cq` / `ibv_req_notify_cq`
+//! (`context->ops`), `ibv_create_comp_channel`, `ibv_get_cq_event`,
+//! `ibv_ack_cq_events`, `ibv_destroy_comp_channel`.
+//!
+//! A completion channel's `fd` is an eventfd (semaphore mode) counting the
+//! events queued for the program: a thread waits on the driver's
+//! `IOCTL_IV_GET_CQ_EVENT` for the channel, queues each event (the CQ's
+//! handle and user context, which is the `ibv_cq` itself) and counts it,
+//! so that the fd works with `poll`, `epoll` and `O_NONBLOCK` as a kernel
+//! channel does; `ibv_get_cq_event` takes one count and one event.
+//! Destroying a CQ drops its events the program has not taken (and
+//! acknowledges them to the driver), as the kernel drops them.
+
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use irpverbs_abi::*;
+use irpverbs_host_c::user::{
+    IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserReqNotifyCq,
+};
+use irpverbs_verbs::Client;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::abi::*;
+use crate::{COND, MUTEX, context, errno_of, leak, null_with, set_errno};
+
+/// A CQ: the `ibv_cq`, the driver's create response and the open speed
+/// path.
+#[repr(C)]
+pub(crate) struct Cq {
+    pub ibv: ibv_cq,
+    pub out: IvCreateCqOut,
+    pub user: *mut IvUserCq,
+}
+
+/// Events the channel's thread took from the driver, not yet taken by the
+/// program.
+type Events = Arc<Mutex<VecDeque<IvCqEventOut>>>;
+
+/// A completion channel: the `ibv_comp_channel` (its `fd` the eventfd),
+/// the driver's channel, the queued events and the thread.
+#[repr(C)]
+pub(crate) struct Channel {
+    pub ibv: ibv_comp_channel,
+    pub handle: IvHandle,
+    events: Events,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Channel {
+    /// Drops the queued events of the CQ `cq` (taking their counts off the
+    /// fd); returns how many.
+    fn drop_events_of(&self, cq: IvHandle) -> u32 {
+        let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = q.len();
+        q.retain(|e| e.cq != cq);
+        let dropped = before - q.len();
+        for _ in 0..dropped {
+            let mut p = libc::pollfd {
+                fd: self.ibv.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let mut count = 0u64;
+            // SAFETY: one pollfd.
+            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
+                // SAFETY: the channel's eventfd, readable (so the read
+                // does not block); 8 bytes.
+                unsafe { libc::read(self.ibv.fd, (&raw mut count).cast(), 8) };
+            }
+        }
+        u32::try_from(dropped).unwrap_or(u32::MAX)
+    }
+}
+
+/// The CQ behind `cq` and its context.
+///
+/// # Safety
+/// `cq` is NULL or from `ibv_create_cq`, not destroyed.
+pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> Option<(&'a Cq, &'a crate::Context)> {
+    // SAFETY: forwarded (C contract).
+    unsafe { crate::object_of(cq) }
+}
+
+impl crate::Object for Cq {
+    fn context_ptr(&self) -> *mut ibv_context {
+        self.ibv.context
+    }
+}
+
+/// The handle of the CQ `cq`, 0 for NULL.
+///
+/// # Safety
+/// As [`cq_of`].
+pub(crate) unsafe fn cq_handle(cq: *mut ibv_cq) -> IvHandle {
+    // SAFETY: forwarded.
+    unsafe { cq.cast::<Cq>().as_ref() }.map_or(0, |q| q.out.cq)
+}
+
+/// `ibv_create_cq`: at least `cqe` entries, on `channel` (or none) and
+/// completion vector `comp_vector`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: a context from `ibv_open_device` (C contract).
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return null_with(libc::EINVAL);
+    };
+    let (Ok(cqe), Ok(comp_vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
+        return null_with(libc::EINVAL);
+    };
+    // SAFETY: a channel's `ibv_comp_channel` is the first field of its
+    // `Channel` (C contract: from `ibv_create_comp_channel`).
+    let channel_handle = unsafe { channel.cast::<Channel>().as_ref() }.map_or(0, |ch| ch.handle);
+    let q = leak(Cq {
+        ibv: ibv_cq {
+            context: ctx,
+            channel,
+            cq_context,
+            handle: 0,
+            cqe: 0,
+            mutex: MUTEX,
+            cond: COND,
+            comp_events_completed: 0,
+            async_events_completed: 0,
+        },
+        out: IvCreateCqOut::default(),
+        user: std::ptr::null_mut(),
+    });
+    let created = c.client.create_cq_with(&IvCreateCqIn {
+        cqe,
+        comp_vector,
+        channel: channel_handle,
+        user_context: q as u64,
+    });
+    let out = match created {
+        Ok(out) => out,
+        Err(s) => {
+            // SAFETY: just leaked, never handed out.
+            drop(unsafe { Box::from_raw(q) });
+            return null_with(errno_of(s));
+        }
+    };
+    // SAFETY: the unmodified create response of a CQ of this file.
+    let user = unsafe { IvUserCqOpen(c.file.handle(), &out) };
+    if user.is_null() {
+        let _ = c.client.destroy_cq(out.cq);
+        // SAFETY: just leaked, never handed out.
+        drop(unsafe { Box::from_raw(q) });
+        return null_with(libc::ENOMEM);
+    }
+    // SAFETY: `q` is ours until returned.
+    let qm = unsafe { &mut *q };
+    qm.ibv.handle = out.cq as u32;
+    qm.ibv.cqe = c_int::try_from(out.cqe).unwrap_or(c_int::MAX);
+    qm.out = out;
+    qm.user = user;
+    // SAFETY: the program's channel (C contract), counted while CQs use it.
+    if let Some(ch) = unsafe { channel.as_mut() } {
+        ch.refcnt += 1;
+    }
+    q.cast()
+}
+
+/// `ibv_resize_cq`: the driver moves the CQ to a ring of at least `cqe`
+/// entries; completions not yet polled move with it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: a CQ from `ibv_create_cq` (C contract).
+    let Some((_, c)) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    let Ok(cqe) = u32::try_from(cqe) else {
+        return libc::EINVAL;
+    };
+    let q = cq.cast::<Cq>();
+    // SAFETY: the speed path's view of the old ring goes first (the driver
+    // refuses to resize a CQ that is open).
+    unsafe { IvUserCqClose((*q).user) };
+    // SAFETY: `q` is a live CQ.
+    let handle = unsafe { (*q).out.cq };
+    let resized = c.client.resize_cq(handle, cqe);
+    let (out, status) = match resized {
+        Ok(r) => (
+            IvCreateCqOut {
+                cqe: r.cqe,
+                ring: r.ring,
+                // SAFETY: `q` is a live CQ.
+                ..unsafe { (*q).out }
+            },
+            0,
+        ),
+        // SAFETY: as above.
+        Err(s) => (unsafe { (*q).out }, errno_of(s)),
+    };
+    // SAFETY: the CQ's current create/resize response.
+    let user = unsafe { IvUserCqOpen(c.file.handle(), &out) };
+    // SAFETY: `q` is a live CQ; the program does not use it during the
+    // resize (as with rdma-core).
+    let qm = unsafe { &mut *q };
+    qm.user = user;
+    qm.out = out;
+    qm.ibv.cqe = c_int::try_from(out.cqe).unwrap_or(c_int::MAX);
+    if user.is_null() {
+        return libc::ENOMEM;
+    }
+    status
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while QPs use it or events of it are not
+/// acknowledged.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: a CQ from `ibv_create_cq` (C contract).
+    let Some((q, c)) = (unsafe { cq_of(cq) }) else {
+        return libc::EINVAL;
+    };
+    // Its events the program has not taken go, acknowledged.
+    // SAFETY: the channel (if any) outlives its CQs.
+    if let Some(ch) = unsafe { q.ibv.channel.cast::<Channel>().as_ref() } {
+        let dropped = ch.drop_events_of(q.out.cq);
+        if dropped > 0 {
+            let _ = c.client.ack_cq_events(q.out.cq, dropped);
+        }
+    }
+    // SAFETY: the speed path lets go of the ring before the destroy.
+    unsafe { IvUserCqClose(q.user) };
+    match c.client.destroy_cq(q.out.cq) {
+        Ok(()) => {
+            // SAFETY: the channel (if any) outlives its CQs.
+            if let Some(ch) = unsafe { q.ibv.channel.as_mut() } {
+                ch.refcnt -= 1;
+            }
+            // SAFETY: from `leak` in `ibv_create_cq`, destroyed once.
+            drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+            0
+        }
+        Err(s) => {
+            // SAFETY: the CQ lives on: the speed path opens it again.
+            let user = unsafe { IvUserCqOpen(c.file.handle(), &q.out) };
+            // SAFETY: a live CQ, ours to update.
+            unsafe { (*cq.cast::<Cq>()).user = user };
+            errno_of(s)
+        }
+    }
+}
+
+fn wc_of(e: &IvCqe) -> ibv_wc {
+    let imm = if e.wc_flags & IV_WC_WITH_IMM != 0 {
+        // Immediate data in network byte order, as the wire carried it.
+        e.imm_or_inv.to_be()
+    } else {
+        e.imm_or_inv
+    };
+    ibv_wc {
+        wr_id: e.wr_id,
+        status: e.status as c_int,
+        opcode: e.opcode as c_int,
+        vendor_err: e.vendor_err,
+        byte_len: e.byte_len,
+        imm_data: imm,
+        qp_num: e.qp_num,
+        src_qp: e.src_qp,
+        wc_flags: e.wc_flags,
+        pkey_index: e.pkey_index,
+        slid: e.slid,
+        sl: e.sl,
+        dlid_path_bits: e.dlid_path_bits,
+    }
+}
+
+/// Completions taken from the ring per step (on the stack).
+const POLL_STEP: usize = 16;
+
+/// `ops.poll_cq` (`ibv_poll_cq`): up to `num_entries` completions, oldest
+/// first; a negative errno if the CQ is broken.
+pub(crate) unsafe extern "C" fn poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    // SAFETY: a CQ from `ibv_create_cq` (C contract).
+    let Some(q) = (unsafe { cq.cast::<Cq>().as_ref() }) else {
+        return -libc::EINVAL;
+    };
+    let want = usize::try_from(num_entries).unwrap_or(0);
+    if want > 0 && wc.is_null() {
+        return -libc::EINVAL;
+    }
+    let mut buf = [IvCqe::default(); POLL_STEP];
+    let mut got = 0usize;
+    while got < want {
+        let step = (want - got).min(POLL_STEP);
+        // SAFETY: an open speed-path CQ; `buf` holds `step` entries.
+        let n = unsafe { IvUserPollCq(q.user, buf.as_mut_ptr(), step as u32) };
+        if n < 0 {
+            return -errno_of(n);
+        }
+        let n = n as usize;
+        for (i, e) in buf[..n].iter().enumerate() {
+            // SAFETY: the caller's array holds `num_entries` entries.
+            unsafe { wc.add(got + i).write(wc_of(e)) };
+        }
+        got += n;
+        if n < step {
+            break;
+        }
+    }
+    got as c_int
+}
+
+/// `ops.req_notify_cq` (`ibv_req_notify_cq`).
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: a CQ from `ibv_create_cq` (C contract).
+    let Some(q) = (unsafe { cq.cast::<Cq>().as_ref() }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: an open speed-path CQ.
+    errno_of(unsafe { IvUserReqNotifyCq(q.user, solicited_only) })
+}
+
+/// `ibv_create_comp_channel`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    // SAFETY: a context from `ibv_open_device` (C contract).
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return null_with(libc::EINVAL);
+    };
+    let (status, out) = c.client.raw(
+        IOCTL_IV_CREATE_CHANNEL,
+        IvAllocPdIn::default().as_bytes(),
+        size_of::<IvCreateChannelOut>(),
+    );
+    if !nt_success(status) {
+        return null_with(errno_of(status));
+    }
+    let Ok(created) = IvCreateChannelOut::read_from_bytes(&out) else {
+        return null_with(libc::EIO);
+    };
+    let handle = created.channel;
+    let destroy = || {
+        let _ = c.client.raw(
+            IOCTL_IV_DESTROY_CHANNEL,
+            IvHandleIn { handle }.as_bytes(),
+            0,
+        );
+    };
+    // SAFETY: no arguments but flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        destroy();
+        return null_with(libc::EMFILE);
+    }
+    let events = Events::default();
+    let (file, queue) = (c.file, Arc::clone(&events));
+    let spawned = std::thread::Builder::new()
+        .name("ibv-comp-channel".into())
+        .spawn(move || forward_events(Client::new(Box::new(file)), handle, &queue, fd));
+    let thread = match spawned {
+        Ok(t) => t,
+        Err(_) => {
+            destroy();
+            // SAFETY: the eventfd, unused.
+            unsafe { libc::close(fd) };
+            return null_with(libc::ENOMEM);
+        }
+    };
+    leak(Channel {
+        ibv: ibv_comp_channel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        handle,
+        events,
+        thread: Some(thread),
+    })
+    .cast()
+}
+
+/// The channel's thread: each CQ event the driver delivers for `channel`
+/// is queued and counted on the eventfd, until the channel is destroyed or
+/// the file closed.
+fn forward_events(
+    client: Client,
+    channel: IvHandle,
+    events: &Mutex<VecDeque<IvCqEventOut>>,
+    fd: c_int,
+) {
+    loop {
+        let (status, out) = client.raw(
+            IOCTL_IV_GET_CQ_EVENT,
+            IvHandleIn { handle: channel }.as_bytes(),
+            size_of::<IvCqEventOut>(),
+        );
+        let Ok(event) = IvCqEventOut::read_from_bytes(&out) else {
+            return;
+        };
+        if !nt_success(status) {
+            return;
+        }
+        events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(event);
+        let one = 1u64;
+        // SAFETY: the eventfd, open until this thread was joined.
+        unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+    }
+}
+
+/// `ibv_get_cq_event`: the next CQ event of `channel` (waits while there
+/// is none, unless its fd is non-blocking: then -1 with `EAGAIN`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: a channel from `ibv_create_comp_channel` (C contract).
+    let (Some(ch), false, false) = (
+        unsafe { channel.as_ref() },
+        cq.is_null(),
+        cq_context.is_null(),
+    ) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    // SAFETY: a channel's `ibv_comp_channel` is the first field of its
+    // `Channel`.
+    let chan = unsafe { &*channel.cast::<Channel>() };
+    let event = loop {
+        let mut count = 0u64;
+        // SAFETY: the channel's eventfd; 8 bytes.
+        if unsafe { libc::read(ch.fd, (&raw mut count).cast(), 8) } != 8 {
+            return -1;
+        }
+        let next = chan
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        // None: the event was dropped with its CQ meanwhile; wait for
+        // the next.
+        if let Some(e) = next {
+            break e;
+        }
+    };
+    let ev_cq = event.user_context as usize as *mut ibv_cq;
+    // SAFETY: the user context of a CQ on this channel is the `ibv_cq`,
+    // alive while it has unacknowledged events (the driver refuses its
+    // destroy).
+    let ctx = unsafe { (*ev_cq).cq_context };
+    // SAFETY: a non-null out pointer (checked).
+    unsafe { cq.write(ev_cq) };
+    // SAFETY: as above.
+    unsafe { cq_context.write(ctx) };
+    0
+}
+
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    // SAFETY: a CQ from `ibv_create_cq` (C contract).
+    let Some((q, c)) = (unsafe { cq_of(cq) }) else {
+        return;
+    };
+    if nevents == 0 {
+        return;
+    }
+    if c.client.ack_cq_events(q.out.cq, nevents).is_ok() {
+        // SAFETY: a live CQ; the counter is the program's to read.
+        unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents) };
+    }
+}
+
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: a channel from `ibv_create_comp_channel` (C contract).
+    let Some(ch) = (unsafe { channel.cast::<Channel>().as_mut() }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: its context is open (C contract).
+    let Some(c) = (unsafe { context(ch.ibv.context) }) else {
+        return libc::EINVAL;
+    };
+    if ch.ibv.refcnt > 0 {
+        return libc::EBUSY;
+    }
+    let (status, _) = c.client.raw(
+        IOCTL_IV_DESTROY_CHANNEL,
+        IvHandleIn { handle: ch.handle }.as_bytes(),
+        0,
+    );
+    if !nt_success(status) {
+        return errno_of(status);
+    }
+    // The destroy ended the thread's wait.
+    if let Some(t) = ch.thread.take() {
+        let _ = t.join();
+    }
+    // SAFETY: the channel's eventfd, closed once.
+    unsafe { libc::close(ch.ibv.fd) };
+    // SAFETY: from `leak`, destroyed once.
+    drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
+    0
+}
