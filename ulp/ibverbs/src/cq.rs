@@ -223,17 +223,28 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some((q, c)) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
-    // Its events the program has not taken go, acknowledged.
-    // SAFETY: the channel (if any) outlives its CQs.
-    if let Some(ch) = unsafe { q.ibv.channel.cast::<Channel>().as_ref() } {
-        let dropped = ch.drop_events_of(q.out.cq);
-        if dropped > 0 {
-            let _ = c.client.ack_cq_events(q.out.cq, dropped);
-        }
-    }
     // SAFETY: the speed path lets go of the ring before the destroy.
     unsafe { IvUserCqClose(q.user) };
-    match c.client.destroy_cq(q.out.cq) {
+    // SAFETY: the channel (if any) outlives its CQs.
+    let channel = unsafe { q.ibv.channel.cast::<Channel>().as_ref() };
+    let mut destroyed = Err(STATUS_DEVICE_BUSY);
+    for _ in 0..DESTROY_TRIES {
+        // Its events the program has not taken go, acknowledged. One the
+        // channel's thread has taken from the driver but not yet queued
+        // still counts there: the destroy is tried again once it is.
+        if let Some(ch) = channel {
+            let dropped = ch.drop_events_of(q.out.cq);
+            if dropped > 0 {
+                let _ = c.client.ack_cq_events(q.out.cq, dropped);
+            }
+        }
+        destroyed = c.client.destroy_cq(q.out.cq);
+        if channel.is_none() || destroyed != Err(STATUS_DEVICE_BUSY) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    match destroyed {
         Ok(()) => {
             // SAFETY: the channel (if any) outlives its CQs.
             if let Some(ch) = unsafe { q.ibv.channel.as_mut() } {
@@ -252,6 +263,12 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
     }
 }
+
+/// How often (a millisecond apart) `ibv_destroy_cq` tries a CQ on a
+/// channel that the driver finds busy: long enough for an event in the
+/// channel thread's hands to be queued (and dropped), short for a CQ that
+/// QPs still use.
+const DESTROY_TRIES: u32 = 200;
 
 fn wc_of(e: &IvCqe) -> ibv_wc {
     let imm = if e.wc_flags & IV_WC_WITH_IMM != 0 {
