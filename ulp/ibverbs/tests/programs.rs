@@ -5,44 +5,13 @@
 //! program exits non-zero, prints to stderr or does not finish in time.
 //! Without the programs it says it skips, except in CI (`CI=true`).
 //!
-//! The library is built by `ulp/ibverbs/link.sh`, with the running cargo,
-//! into its own target directory.
+
+mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repo root")
-}
-
-/// The directory holding `libibverbs.so.1`, built once per test binary.
-fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi");
-        let out = Command::new("bash")
-            .arg(repo().join("ulp/ibverbs/link.sh"))
-            .arg("--target-dir")
-            .arg(&target)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run ulp/ibverbs/link.sh");
-        assert!(out.status.success(), "ulp/ibverbs/link.sh failed");
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(
-            dir.join("libibverbs.so.1").exists(),
-            "no libibverbs.so.1 in {}",
-            dir.display()
-        );
-        dir
-    })
-    .clone()
-}
 
 /// The program's path, or None (the test skips) when `ibverbs-utils` is
 /// not installed; in CI its absence is a failure.
@@ -61,7 +30,7 @@ fn program(name: &str) -> Option<PathBuf> {
 
 fn command(exe: &Path, addr: Option<&str>) -> Command {
     let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", lib_dir())
+    cmd.env("LD_LIBRARY_PATH", common::lib_dir())
         .env_remove("IRPVERBS_ENGINE")
         .env_remove("IRPVERBS_BACKEND")
         .env_remove("IRPVERBS_DOORBELLS")
