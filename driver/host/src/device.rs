@@ -489,11 +489,42 @@ pub struct HostDevice {
     model: Option<ModelParts>,
 }
 
-/// The parts of a host device over the model HCA.
+/// The parts of a host device over the model HCA. Dropping them stops
+/// the model ([`ModelParts::release`]), so that an add failing after the
+/// model started leaves neither its BAR (which holds the device model) nor
+/// its queues behind.
 struct ModelParts {
+    platform: HostPlatform,
     silicon: Arc<HostSilicon>,
     hca: Arc<HostModelHca>,
     interrupts: Mutex<Vec<crate::platform::pci::HostInterrupt>>,
+    released: AtomicBool,
+}
+
+impl ModelParts {
+    /// Stops the model HCA (`EvtDeviceReleaseHardware`), once: disconnects
+    /// its interrupts, resets the device, frees its queues and mappings,
+    /// and removes its BAR.
+    fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let interrupts = std::mem::take(
+            &mut *self
+                .interrupts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        drop(interrupts);
+        self.platform.driver_code(|| self.hca.release());
+        self.platform.remove_bar(0);
+    }
+}
+
+impl Drop for ModelParts {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// The platform's clock and the transport's timer, as the soft HCA sees
@@ -738,9 +769,11 @@ impl HostDevice {
             }
         };
         Ok(ModelParts {
+            platform: platform.clone(),
             silicon,
             hca,
             interrupts: Mutex::new(Vec::new()),
+            released: AtomicBool::new(false),
         })
     }
 
@@ -794,15 +827,7 @@ impl HostDevice {
     /// interrupts, resets the device, frees its queues and mappings.
     fn release_model(&self) {
         if let Some(parts) = &self.model {
-            let interrupts = std::mem::take(
-                &mut *parts
-                    .interrupts
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
-            drop(interrupts);
-            self.platform.driver_code(|| parts.hca.release());
-            self.platform.remove_bar(0);
+            parts.release();
         }
     }
 

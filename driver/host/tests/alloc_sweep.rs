@@ -30,7 +30,7 @@ use std::time::Duration;
 use irpverbs_abi::*;
 use irpverbs_host::platform::{ChargeSite, HostConfig, TimerClock, VerifierConfig};
 use irpverbs_host::simwire::SimHosts;
-use irpverbs_host::{CmSubmitter, Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, CmSubmitter, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_soft::sim::SimConfig;
 use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, av, qp_request};
@@ -38,6 +38,8 @@ use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
 use common::{Mem, connect_defaults};
+
+crate::on_each_backend!(every_allocation_can_fail_cleanly,);
 
 /// Where the scenario must allocate (site prefixes): each crate, and the
 /// places that take the room a create or request needs.
@@ -80,24 +82,31 @@ const SID: u64 = 0x5EE_0001;
 /// with `STATUS_INSUFFICIENT_RESOURCES` and leave nothing behind
 /// (`HostDevice::new` runs the unload and heap leak checks on a failed
 /// add), and a second add (without the fault) must work.
-fn device(last: u8, fail_nth: Option<u64>, record_sites: bool) -> Arc<HostDevice> {
-    match add_device(last, fail_nth, record_sites) {
+fn device(
+    backend: Backend,
+    last: u8,
+    fail_nth: Option<u64>,
+    record_sites: bool,
+) -> Arc<HostDevice> {
+    match add_device(backend, last, fail_nth, record_sites) {
         Ok(d) => d,
         Err(st) => {
             assert!(fail_nth.is_some(), "device {last}: {}", status_name(st));
             assert_eq!(st, STATUS_INSUFFICIENT_RESOURCES, "{}", status_name(st));
-            add_device(last, None, record_sites)
+            add_device(backend, last, None, record_sites)
                 .unwrap_or_else(|st| panic!("device {last} again: {}", status_name(st)))
         }
     }
 }
 
 fn add_device(
+    backend: Backend,
     last: u8,
     fail_nth: Option<u64>,
     record_sites: bool,
 ) -> Result<Arc<HostDevice>, NtStatus> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine: Engine::Inline,
         platform: HostConfig {
             clock: TimerClock::Virtual,
@@ -280,10 +289,14 @@ fn drive(net: &SimHosts, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// The scenario. `record`: record each device's charge sites.
-fn scenario(fault: Option<Fault>, record: bool) -> (Report, [Vec<ChargeSite>; 2]) {
+fn scenario(
+    backend: Backend,
+    fault: Option<Fault>,
+    record: bool,
+) -> (Report, [Vec<ChargeSite>; 2]) {
     let nth = |d| fault.filter(|f| f.device == d).map(|f| f.nth);
-    let da = device(1, nth(0), record);
-    let db = device(2, nth(1), record);
+    let da = device(backend, 1, nth(0), record);
+    let db = device(backend, 2, nth(1), record);
     let mut run = Run {
         devices: [Arc::clone(&da), Arc::clone(&db)],
         report: Report::default(),
@@ -528,15 +541,14 @@ fn site_of(backtrace: &str) -> Option<String> {
     None
 }
 
-#[test]
-fn every_allocation_can_fail_cleanly() {
+fn every_allocation_can_fail_cleanly(backend: Backend) {
     let stride: u64 = std::env::var("IRPVERBS_SWEEP_STRIDE")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1);
     // The counting run: every charge, with its site.
-    let (report, recorded) = scenario(None, true);
+    let (report, recorded) = scenario(backend, None, true);
     assert!(report.failed_step.is_none() && report.absorbed.is_none());
     let mut sites: BTreeMap<String, (usize, Vec<Fault>)> = BTreeMap::new();
     let mut unknown = 0;
@@ -590,7 +602,7 @@ fn every_allocation_can_fail_cleanly() {
     let mut absorbed = 0;
     for (f, site) in &faults {
         eprintln!("refusing charge {} of device {} at {site}", f.nth, f.device);
-        let (report, _) = scenario(Some(*f), false);
+        let (report, _) = scenario(backend, Some(*f), false);
         match (report.failed_step, report.absorbed) {
             (Some(step), _) => *failed_verbs.entry(step).or_default() += 1,
             (None, Some(_)) => absorbed += 1,

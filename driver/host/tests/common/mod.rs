@@ -1,5 +1,5 @@
-//! Helpers shared by the host tests that connect two devices (`cm.rs`,
-//! `udp.rs`): memory a ULP registers, and one side of a connection.
+//! Helpers shared by the host tests: memory a ULP registers, one side of a
+//! connection, and each test run over each backend ([`on_each_backend`]).
 #![allow(dead_code, reason = "each test crate uses its part")]
 
 use std::sync::Arc;
@@ -181,4 +181,24 @@ unsafe impl SpeedPath for SharedFile {
     fn doorbells(&self) -> &dyn Doorbells {
         self.0.doorbells()
     }
+}
+
+/// Runs each named test once per backend: for `fn name(backend: Backend)`
+/// (no `#[test]` of its own), `name::soft` and `name::model`, the soft HCA
+/// and the model HCA (a mini-driver reaching its device only through the
+/// PCI seam). `cargo test name` runs both.
+#[macro_export]
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn soft() {
+                super::$name(irpverbs_host::Backend::Soft);
+            }
+            #[test]
+            fn model() {
+                super::$name(irpverbs_host::Backend::Model);
+            }
+        }
+    )*};
 }
