@@ -14,12 +14,19 @@
 use std::sync::Arc;
 
 use irpverbs_abi::*;
-use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, SendWr, av, qp_request};
 
 mod common;
 use common::Mem;
+
+crate::on_each_backend!(
+    count_limits_are_reached_exactly_and_one_more_is_refused,
+    per_object_limits_are_usable_at_the_limit,
+    read_limits_are_usable_at_the_limit,
+    device_wide_limits_are_usable_at_the_limit,
+);
 
 fn client(dev: &Arc<HostDevice>) -> Client {
     dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
@@ -36,9 +43,9 @@ fn finish(dev: &Arc<HostDevice>) {
 
 /// Every count limit can be reached exactly, and one more is refused with
 /// `STATUS_INSUFFICIENT_RESOURCES`; a freed one can be made again.
-#[test]
-fn count_limits_are_reached_exactly_and_one_more_is_refused() {
+fn count_limits_are_reached_exactly_and_one_more_is_refused(backend: Backend) {
     let dev = HostDevice::new(HostDeviceConfig {
+        backend,
         soft: SoftConfig {
             max_qp: 3,
             max_cq: 3,
@@ -141,9 +148,12 @@ fn count_limits_are_reached_exactly_and_one_more_is_refused() {
 /// a message gathered from `max_sge` pieces into `max_sge` pieces, and an
 /// inline message of `max_inline_data` bytes; each limit + 1 refused with
 /// `STATUS_INVALID_PARAMETER`.
-#[test]
-fn per_object_limits_are_usable_at_the_limit() {
-    let dev = HostDevice::with_defaults();
+fn per_object_limits_are_usable_at_the_limit(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let c = client(&dev);
     let d = c.query_device().unwrap();
     let pd = c.alloc_pd().unwrap().pd;
@@ -359,9 +369,12 @@ fn wait(cq: &irpverbs_verbs::Cq<'_>, count: usize) -> Vec<IvCqe> {
 /// max_qp_init_rd_atom` (each + 1 refused with `STATUS_INVALID_PARAMETER`,
 /// the QP left where it was), then that many READs in flight at once, each
 /// scattering into `max_sge_rd` pieces.
-#[test]
-fn read_limits_are_usable_at_the_limit() {
-    let dev = HostDevice::with_defaults();
+fn read_limits_are_usable_at_the_limit(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let c = client(&dev);
     let d = c.query_device().unwrap();
     let pd = c.alloc_pd().unwrap().pd;
@@ -484,10 +497,10 @@ fn to_rts(q: &irpverbs_verbs::Qp<'_>, peer: u32, gid: [u8; 16], rr: u8, depth: u
 /// that many READs in flight at once against them; a third QP asking for
 /// one more is refused with `STATUS_INSUFFICIENT_RESOURCES` (left in
 /// INIT), and gets them once a holder is destroyed.
-#[test]
-fn device_wide_limits_are_usable_at_the_limit() {
+fn device_wide_limits_are_usable_at_the_limit(backend: Backend) {
     const MR_SIZE: u64 = 64 << 10;
     let dev = HostDevice::new(HostDeviceConfig {
+        backend,
         soft: SoftConfig {
             max_mr_size: MR_SIZE,
             max_qp_rd_atom: 4,

@@ -11,16 +11,22 @@ use std::time::Duration;
 use irpverbs_abi::*;
 use irpverbs_core::{MajorFunction, Platform as _, RequestorMode};
 use irpverbs_host::platform::{RequestParams, catch_bugcheck, codes, locked_pages};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_verbs::IntoClient;
 
 mod common;
 use common::{End, Mem};
 
+crate::on_each_backend!(
+    a_closing_file_releases_its_pins_before_the_close,
+    a_leaked_pin_bounds_the_cleanup_and_is_reported,
+);
+
 const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
 
-fn device(engine: Engine, cleanup_pin_timeout: Duration) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, cleanup_pin_timeout: Duration) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         cleanup_pin_timeout: Some(cleanup_pin_timeout),
         ..HostDeviceConfig::default()
@@ -31,10 +37,9 @@ fn device(engine: Engine, cleanup_pin_timeout: Duration) -> Arc<HostDevice> {
 /// Registrations and a QP, the file closed with all of them alive: the
 /// rundown releases every pin before the close (the verifier would raise
 /// 0x76 for one left), and the cleanup did not give up.
-#[test]
-fn a_closing_file_releases_its_pins_before_the_close() {
+fn a_closing_file_releases_its_pins_before_the_close(backend: Backend) {
     for engine in [Engine::Inline, Engine::Thread] {
-        let dev = device(engine, irpverbs_host::CLEANUP_PIN_TIMEOUT);
+        let dev = device(backend, engine, irpverbs_host::CLEANUP_PIN_TIMEOUT);
         let c = dev.open(RW).unwrap().into_client();
         let end = End::new_rc(&c);
         let extra = Mem::new(8192);
@@ -51,9 +56,8 @@ fn a_closing_file_releases_its_pins_before_the_close() {
 /// A pin the driver never releases (taken here through the platform, as a
 /// driver path that forgot it would): the close returns after the bounded
 /// wait and the verifier raises 0x76 for the locked pages.
-#[test]
-fn a_leaked_pin_bounds_the_cleanup_and_is_reported() {
-    let dev = device(Engine::Inline, Duration::from_millis(50));
+fn a_leaked_pin_bounds_the_cleanup_and_is_reported(backend: Backend) {
+    let dev = device(backend, Engine::Inline, Duration::from_millis(50));
     let file = dev.open(RW).unwrap();
     let key = file.key();
     let platform = dev.platform().clone();

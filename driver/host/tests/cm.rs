@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
@@ -21,12 +21,18 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::End;
 
-fn device(engine: Engine, last: u8) -> Arc<HostDevice> {
-    device_on(engine, last, TimerClock::Real)
+crate::on_each_backend!(
+    an_rc_connection_through_the_cm_firmware_inline,
+    a_connect_nobody_answers_times_out_on_the_cm_timer,
+);
+
+fn device(backend: Backend, engine: Engine, last: u8) -> Arc<HostDevice> {
+    device_on(backend, engine, last, TimerClock::Real)
 }
 
-fn device_on(engine: Engine, last: u8, clock: TimerClock) -> Arc<HostDevice> {
+fn device_on(backend: Backend, engine: Engine, last: u8, clock: TimerClock) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         platform: HostConfig {
             clock,
@@ -84,8 +90,8 @@ impl<'c> End<'c> {
     }
 }
 
-fn connect_and_move_data(engine: Engine) {
-    let (da, db) = (device(engine, 1), device(engine, 2));
+fn connect_and_move_data(backend: Backend, engine: Engine) {
+    let (da, db) = (device(backend, engine, 1), device(backend, engine, 2));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
@@ -239,22 +245,21 @@ fn connect_and_move_data(engine: Engine) {
     drop(wire);
 }
 
-#[test]
-fn an_rc_connection_through_the_cm_firmware_inline() {
-    connect_and_move_data(Engine::Inline);
+fn an_rc_connection_through_the_cm_firmware_inline(backend: Backend) {
+    connect_and_move_data(backend, Engine::Inline);
 }
 
+/// Soft HCA only: the model HCA has no firmware thread.
 #[test]
 fn an_rc_connection_through_the_cm_firmware_on_its_thread() {
-    connect_and_move_data(Engine::Thread);
+    connect_and_move_data(Backend::Soft, Engine::Thread);
 }
 
 /// A connect to a GID nobody has: the CM's timer (a platform timer, here
 /// on the virtual clock) retransmits the REQ, then gives up, and the
 /// request fails with `STATUS_IO_TIMEOUT`.
-#[test]
-fn a_connect_nobody_answers_times_out_on_the_cm_timer() {
-    let d = device_on(Engine::Inline, 1, TimerClock::Virtual);
+fn a_connect_nobody_answers_times_out_on_the_cm_timer(backend: Backend) {
+    let d = device_on(backend, Engine::Inline, 1, TimerClock::Virtual);
     let c = d
         .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
         .expect("open")

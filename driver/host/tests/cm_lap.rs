@@ -16,7 +16,7 @@ use std::time::Duration;
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient};
 use zerocopy::{FromBytes, IntoBytes};
@@ -24,10 +24,16 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::{End, connect_defaults, send};
 
+crate::on_each_backend!(
+    lap_and_apr_load_an_alternate_path_that_then_carries_the_connection,
+    a_lap_nobody_answers_times_out,
+);
+
 /// Device `last`: GID 0 is 10.0.6.`last`, GID 1 10.0.7.`last`; a virtual
 /// CM clock.
-fn device(last: u8) -> Arc<HostDevice> {
+fn device(backend: Backend, last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine: Engine::Inline,
         platform: HostConfig {
             clock: TimerClock::Virtual,
@@ -158,9 +164,8 @@ fn finish(devs: [&Arc<HostDevice>; 2]) {
     }
 }
 
-#[test]
-fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection() {
-    let (da, db) = (device(1), device(2));
+fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection(backend: Backend) {
+    let (da, db) = (device(backend, 1), device(backend, 2));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
@@ -316,9 +321,8 @@ fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection() {
 /// A LAP nobody answers (the peer's address unreachable): its retries run
 /// out on the CM's clock and it fails with `STATUS_IO_TIMEOUT`, the QP
 /// unchanged; the CEP is still established and takes a LAP again.
-#[test]
-fn a_lap_nobody_answers_times_out() {
-    let (da, db) = (device(3), device(4));
+fn a_lap_nobody_answers_times_out(backend: Backend) {
+    let (da, db) = (device(backend, 3), device(backend, 4));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();

@@ -16,7 +16,7 @@ use irpverbs_abi::*;
 use irpverbs_core::platform::DISPATCH_LEVEL;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{HostConfig, TimerClock, current_irql};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, HostFile};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, SendWr, qp_request};
 use zerocopy::{FromBytes, IntoBytes};
@@ -24,8 +24,23 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::{End, SharedFile as Shared, connect_defaults};
 
-fn device(last: u8) -> Arc<HostDevice> {
+crate::on_each_backend!(
+    bad_cm_input_is_refused_and_changes_nothing,
+    mra_extends_the_requesters_wait_past_its_req_timeout,
+    sidr_finds_a_ud_qp_that_then_receives_a_datagram,
+    a_kernel_ulp_accepts_from_its_cep_callback_at_dispatch_level,
+    unregistering_a_cep_callback_waits_for_a_running_call_and_ends_the_calls,
+    rej_reasons_reach_the_consumer,
+    simultaneous_peer_to_peer_connects_make_one_connection,
+    disconnects_from_both_sides_at_once_both_complete,
+    destroying_a_cep_during_connect_cancels_it_and_rejects,
+    a_listener_destroyed_with_requests_arriving_rejects_them,
+    connect_accept_and_listen_check_gid_and_qp_state,
+);
+
+fn device(backend: Backend, last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine: Engine::Inline,
         platform: HostConfig {
             clock: TimerClock::Virtual,
@@ -49,8 +64,8 @@ struct Net {
 }
 
 impl Net {
-    fn new() -> Self {
-        let (a, b) = (device(1), device(2));
+    fn new(backend: Backend) -> Self {
+        let (a, b) = (device(backend, 1), device(backend, 2));
         let wire = LoopWire::start();
         wire.attach(a.soft()).unwrap();
         wire.attach(b.soft()).unwrap();
@@ -204,9 +219,8 @@ fn qp_state(e: &End<'_>) -> u32 {
 
 /// Bad input to every CM request gets its status and changes nothing: the
 /// QP stays in RESET, the CEP idle (a good request afterwards works).
-#[test]
-fn bad_cm_input_is_refused_and_changes_nothing() {
-    let net = Net::new();
+fn bad_cm_input_is_refused_and_changes_nothing(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let l = cep(&cb, 1);
@@ -347,9 +361,8 @@ fn bad_cm_input_is_refused_and_changes_nothing() {
 /// The listener sends an MRA with a long service timeout, then accepts
 /// long after the REQ's own retries would have run out: the connection is
 /// established (the MRA extended the requester's wait).
-#[test]
-fn mra_extends_the_requesters_wait_past_its_req_timeout() {
-    let net = Net::new();
+fn mra_extends_the_requesters_wait_past_its_req_timeout(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let l = cep(&cb, 1);
@@ -397,9 +410,8 @@ fn mra_extends_the_requesters_wait_past_its_req_timeout() {
 /// A UD QP on B and its listener; A resolves the service with SIDR
 /// (private data both ways) and sends a datagram to the QPN and Q_Key it
 /// learnt; B receives it.
-#[test]
-fn sidr_finds_a_ud_qp_that_then_receives_a_datagram() {
-    let net = Net::new();
+fn sidr_finds_a_ud_qp_that_then_receives_a_datagram(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_ud(&ca), End::new_ud(&cb));
     for (e, d) in [(&a, &net.a), (&b, &net.b)] {
@@ -503,9 +515,8 @@ fn sidr_finds_a_ud_qp_that_then_receives_a_datagram() {
 /// DISPATCH_LEVEL (the verifier's IRQL) with no lock held, and the ULP
 /// polls the events and accepts from the callback (an internal device
 /// control request, completing later). The connection is established.
-#[test]
-fn a_kernel_ulp_accepts_from_its_cep_callback_at_dispatch_level() {
-    let net = Net::new();
+fn a_kernel_ulp_accepts_from_its_cep_callback_at_dispatch_level(backend: Backend) {
+    let net = Net::new(backend);
     let ca = Net::client(&net.a);
     let kfile = Arc::new(net.b.open_kernel().expect("open kernel"));
     let kc = Client::new(Box::new(Shared(Arc::clone(&kfile))));
@@ -620,9 +631,8 @@ unsafe extern "C" fn blocking_callback(context: *mut std::ffi::c_void, _cep: IvH
 /// runs, `unregister_cep_callback` from another thread does not return;
 /// once the callback returned it does, and the CEP's later events never
 /// call it again (they go to `GET_CEP_EVENT`).
-#[test]
-fn unregistering_a_cep_callback_waits_for_a_running_call_and_ends_the_calls() {
-    let net = Net::new();
+fn unregistering_a_cep_callback_waits_for_a_running_call_and_ends_the_calls(backend: Backend) {
+    let net = Net::new(backend);
     let ca = Net::client(&net.a);
     let kfile = net.b.open_kernel().expect("open kernel");
     let fo = kfile.file_object();
@@ -764,9 +774,8 @@ fn destroy_in(f: &HostFile, cep: IvHandle) {
 /// requester's CEP reports the REJ with all three. A connect to a service
 /// nobody listens to gets reason 8 (invalid service ID); one to a GID
 /// nobody has times out (`STATUS_IO_TIMEOUT`) after its retries.
-#[test]
-fn rej_reasons_reach_the_consumer() {
-    let net = Net::new();
+fn rej_reasons_reach_the_consumer(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let l = cep(&cb, 1);
@@ -834,9 +843,8 @@ fn rej_reasons_reach_the_consumer() {
 /// service ID: when the REQs cross, one side becomes the passive side
 /// (IBTA 12.9.8.3.2) and both requests complete with one connection
 /// between the two QPs (its connect goes on as an accept).
-#[test]
-fn simultaneous_peer_to_peer_connects_make_one_connection() {
-    let net = Net::new();
+fn simultaneous_peer_to_peer_connects_make_one_connection(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let (xa, xb) = (cep(&ca, 1), cep(&cb, 2));
@@ -909,9 +917,8 @@ fn connected(
 /// Both sides disconnect at once: their DREQs cross, each answers the
 /// other's, both requests complete, both QPs are in ERR with their posted
 /// receives flushed.
-#[test]
-fn disconnects_from_both_sides_at_once_both_complete() {
-    let net = Net::new();
+fn disconnects_from_both_sides_at_once_both_complete(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let (xa, xb, l) = connected(&net, (&ca, &a), (&cb, &b), 0xD1);
@@ -954,9 +961,8 @@ fn disconnects_from_both_sides_at_once_both_complete() {
 /// A CEP destroyed while its connect waits for the REP: the connect
 /// completes with `STATUS_CANCELLED`, the listener's side learns of it (a
 /// REJ), nothing leaks.
-#[test]
-fn destroying_a_cep_during_connect_cancels_it_and_rejects() {
-    let net = Net::new();
+fn destroying_a_cep_during_connect_cancels_it_and_rejects(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let l = cep(&cb, 1);
@@ -990,9 +996,8 @@ fn destroying_a_cep_during_connect_cancels_it_and_rejects() {
 /// A listener destroyed while REQs arrive for it: each connect fails with
 /// a REJ (requests the owner never took) or is rejected as for a service
 /// nobody listens to; no panic, nothing leaks.
-#[test]
-fn a_listener_destroyed_with_requests_arriving_rejects_them() {
-    let net = Net::new();
+fn a_listener_destroyed_with_requests_arriving_rejects_them(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let ends: Vec<End<'_>> = (0..4).map(|_| End::new_rc(&ca)).collect();
     let _b = End::new_rc(&cb);
@@ -1048,9 +1053,8 @@ fn a_listener_destroyed_with_requests_arriving_rejects_them() {
 /// must be in RESET, a listen address must be one of the device's. Each
 /// refusal sends nothing and changes nothing; the good request after it
 /// works.
-#[test]
-fn connect_accept_and_listen_check_gid_and_qp_state() {
-    let net = Net::new();
+fn connect_accept_and_listen_check_gid_and_qp_state(backend: Backend) {
+    let net = Net::new(backend);
     let (ca, cb) = (Net::client(&net.a), Net::client(&net.b));
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
     let sent = |d: &Arc<HostDevice>| d.soft().link_stats().tx_datagrams;

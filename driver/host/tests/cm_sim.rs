@@ -25,7 +25,7 @@ use std::time::Duration;
 use irpverbs_abi::*;
 use irpverbs_host::platform::{HostConfig, TimerClock};
 use irpverbs_host::simwire::SimHosts;
-use irpverbs_host::{CmSubmitter, Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, CmSubmitter, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_soft::sim::SimConfig;
 use irpverbs_verbs::{Client, IntoClient, SendWr};
@@ -33,6 +33,13 @@ use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
 use common::{End, connect_defaults};
+
+crate::on_each_backend!(
+    cm_over_a_faulty_wire_recovers_or_fails_cleanly,
+    a_req_reusing_an_established_remote_qp_is_stale,
+    a_sidr_request_to_a_silent_peer_times_out,
+    reqs_with_values_the_cm_refuses_are_rejected_with_their_reasons,
+);
 
 /// SplitMix64 for the scenario's choices (the wire has its own, from the
 /// same seed).
@@ -58,8 +65,9 @@ const PHASE_LIMIT: u64 = 60_000 * MS;
 /// Virtual time after a phase's requests complete for late MADs to land.
 const SETTLE: u64 = 2_000 * MS;
 
-fn device(last: u8) -> Arc<HostDevice> {
+fn device(backend: Backend, last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine: Engine::Inline,
         platform: HostConfig {
             clock: TimerClock::Virtual,
@@ -382,9 +390,9 @@ fn config(seed: u64) -> (SimConfig, u8) {
     (wire, retries)
 }
 
-fn one_seed(seed: u64) -> Outcome {
+fn one_seed(backend: Backend, seed: u64) -> Outcome {
     let (wire, max_cm_retries) = config(seed);
-    let (da, db) = (device(1), device(2));
+    let (da, db) = (device(backend, 1), device(backend, 2));
     let net = SimHosts::new(wire, &[&da, &db]).expect("sim net");
     let (ca, sa) = open(&da);
     let (cb, sb) = open(&db);
@@ -640,8 +648,7 @@ impl Drop for SeedGuard {
     }
 }
 
-#[test]
-fn cm_over_a_faulty_wire_recovers_or_fails_cleanly() {
+fn cm_over_a_faulty_wire_recovers_or_fails_cleanly(backend: Backend) {
     let seeds: Vec<u64> = match std::env::var("IRPVERBS_SIM_SEED") {
         Ok(s) => vec![s.parse().expect("IRPVERBS_SIM_SEED: a number")],
         Err(_) => {
@@ -656,7 +663,7 @@ fn cm_over_a_faulty_wire_recovers_or_fails_cleanly() {
     let (mut connected, mut failed, mut half_open) = (0, 0, 0);
     for &seed in &seeds {
         let guard = SeedGuard(seed);
-        let o = one_seed(seed);
+        let o = one_seed(backend, seed);
         drop(guard);
         connected += u32::from(o.connected);
         failed += u32::from(o.connect_failed);
@@ -678,8 +685,8 @@ fn cm_over_a_faulty_wire_recovers_or_fails_cleanly() {
 }
 
 /// Two devices on a healthy simulated wire (the same harness, no faults).
-fn healthy() -> (Arc<HostDevice>, Arc<HostDevice>, SimHosts) {
-    let (da, db) = (device(1), device(2));
+fn healthy(backend: Backend) -> (Arc<HostDevice>, Arc<HostDevice>, SimHosts) {
+    let (da, db) = (device(backend, 1), device(backend, 2));
     let net = SimHosts::new(SimConfig::default(), &[&da, &db]).expect("sim net");
     (da, db, net)
 }
@@ -723,9 +730,8 @@ fn connect_in(
 /// connect fails with `STATUS_CONNECTION_REFUSED` and a REJECTED event of
 /// reason 10; B's old CEP reports STALE; A's old CEP gets B's DREQ; B's
 /// listener sees no request.
-#[test]
-fn a_req_reusing_an_established_remote_qp_is_stale() {
-    let (da, db, net) = healthy();
+fn a_req_reusing_an_established_remote_qp_is_stale(backend: Backend) {
+    let (da, db, net) = healthy(backend);
     let (ca, sa) = open(&da);
     let (cb, sb) = open(&db);
     let (a, b) = (End::new_rc(&ca), End::new_rc(&cb));
@@ -816,9 +822,8 @@ fn a_req_reusing_an_established_remote_qp_is_stale() {
 /// A SIDR request to a peer that never answers: the SIDR_REQ is sent
 /// again after each timeout, then the request fails with
 /// `STATUS_IO_TIMEOUT` (on the CM's platform timer, virtual clock).
-#[test]
-fn a_sidr_request_to_a_silent_peer_times_out() {
-    let (da, db, net) = healthy();
+fn a_sidr_request_to_a_silent_peer_times_out(backend: Backend) {
+    let (da, db, net) = healthy(backend);
     let (ca, sa) = open(&da);
     let cep = new_cep(&sa, 1);
     let req = IvSidrRequestIn {
@@ -885,10 +890,9 @@ impl irpverbs_soft::Tap for Received {
 /// transport (reason 9, invalid transport type). Each gets its REJ back,
 /// addressed to the REQ's communication ID; B's listener never sees them;
 /// a good connect afterwards is B's first request.
-#[test]
-fn reqs_with_values_the_cm_refuses_are_rejected_with_their_reasons() {
+fn reqs_with_values_the_cm_refuses_are_rejected_with_their_reasons(backend: Backend) {
     use irpverbs_cm::msg::{CmMsg, Mad, Path, Req, TransportType, parse_header, parse_msg};
-    let (da, db, net) = healthy();
+    let (da, db, net) = healthy(backend);
     let (cb, sb) = open(&db);
     let listener = new_cep(&sb, 1);
     let sid = 0xBAD_0000;

@@ -13,7 +13,7 @@ use irpverbs_core::DISPATCH_LEVEL;
 use irpverbs_host::platform::{
     DpcWatchdog, HostConfig, VerifierConfig, catch_bugcheck, codes, current_irql, dpc_watchdog,
 };
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, Cq, Qp, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
@@ -21,10 +21,13 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::SharedFile as Shared;
 
+crate::on_each_backend!(query_device_reports_the_vectors_and_cq_creation_checks_them,);
+
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 
-fn device(engine: Engine, vectors: u32, platform: HostConfig) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, vectors: u32, platform: HostConfig) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         platform,
         soft: SoftConfig {
@@ -202,10 +205,13 @@ fn send(s: &Setup<'_>, wr_id: u64) {
 /// started. One DPC for every vector would run them one after the other,
 /// and neither would see the other. Every round, each CQ's event comes
 /// from its own vector's processor, never the other's.
+/// Soft HCA only: the host runs an MSI-X message's DPC on the platform's
+/// DPC thread, not on a processor of the message's own, so the model's
+/// vectors' DPCs do not run concurrently.
 #[test]
 fn two_vectors_dpcs_run_concurrently_and_each_cq_signals_on_its_own() {
     for engine in ENGINES {
-        let dev = device(engine, 2, HostConfig::default());
+        let dev = device(Backend::Soft, engine, 2, HostConfig::default());
         let file = Arc::new(dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap());
         let c = Client::with_speed_path(Box::new(Shared(Arc::clone(&file))));
         let mut buf = vec![0u8; 64];
@@ -249,6 +255,7 @@ fn two_vectors_dpcs_run_concurrently_and_each_cq_signals_on_its_own() {
 /// completion routine that keeps vector 1's DPC past the time budget
 /// bugchecks DPC_WATCHDOG_VIOLATION (single DPC) on vector 1's processor,
 /// recorded for unload, while vector 0's DPC, short, passes.
+/// Soft HCA only, as the test above.
 #[test]
 fn the_dpc_watchdog_times_each_vector_s_dpc() {
     let budget = Duration::from_secs(1);
@@ -262,7 +269,7 @@ fn the_dpc_watchdog_times_each_vector_s_dpc() {
         },
         ..HostConfig::default()
     };
-    let dev = device(Engine::Inline, 2, platform);
+    let dev = device(Backend::Soft, Engine::Inline, 2, platform);
     let file = Arc::new(dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap());
     let c = Client::with_speed_path(Box::new(Shared(Arc::clone(&file))));
     let mut buf = vec![0u8; 64];
@@ -315,10 +322,9 @@ fn the_dpc_watchdog_times_each_vector_s_dpc() {
 /// `query_device` reports the vectors the HCA has; a CQ on the last one is
 /// made, one past it is refused with STATUS_INVALID_PARAMETER (and nothing
 /// made), as before vectors were real.
-#[test]
-fn query_device_reports_the_vectors_and_cq_creation_checks_them() {
+fn query_device_reports_the_vectors_and_cq_creation_checks_them(backend: Backend) {
     for n in [2u32, 3, 7] {
-        let dev = device(Engine::Inline, n, HostConfig::default());
+        let dev = device(backend, Engine::Inline, n, HostConfig::default());
         let f = dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap();
         assert_eq!(query_device(&f).num_comp_vectors, n);
         let create = |comp_vector| {
@@ -348,7 +354,11 @@ fn query_device_reports_the_vectors_and_cq_creation_checks_them() {
     }
     // The default: a vector per processor, at least 2.
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let dev = HostDevice::new(HostDeviceConfig::default()).unwrap();
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .unwrap();
     let f = dev.open(FILE_READ_ACCESS).unwrap();
     assert_eq!(
         query_device(&f).num_comp_vectors,

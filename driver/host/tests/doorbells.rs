@@ -10,13 +10,27 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, HostFile, UserDoorbells};
 use irpverbs_verbs::{Client, Cq, Doorbells, IntoClient, PageDoorbells, Qp, SendWr};
+
+mod common;
+
+crate::on_each_backend!(
+    page_mode_user_files_ring_through_their_page_and_kernel_files_directly,
+    receives_ring_their_doorbell_only_when_the_hca_asks,
+    a_files_page_reaches_only_its_own_queues,
+    rings_mapped_before_the_page_have_no_slot_and_ring_nothing_through_it,
+    concurrent_files_ringing_through_their_pages,
+    teardown_with_doorbells_rung_and_pages_mapped,
+    a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl,
+    a_polling_doorbell_thread_needs_no_ioctl,
+);
 
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 
-fn device(engine: Engine, user_doorbells: UserDoorbells) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, user_doorbells: UserDoorbells) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         user_doorbells,
         ..HostDeviceConfig::default()
@@ -163,10 +177,9 @@ fn write(wr_id: u64, m: &Mem, from: usize, to: usize, len: u32) -> SendWr<'_> {
     }
 }
 
-#[test]
-fn page_mode_user_files_ring_through_their_page_and_kernel_files_directly() {
+fn page_mode_user_files_ring_through_their_page_and_kernel_files_directly(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine, UserDoorbells::Page);
+        let dev = device(backend, engine, UserDoorbells::Page);
         let file = open(&dev);
         let page = file.doorbell_page().expect("mapped at open").clone();
         assert_eq!(page.page().region().len(), 4096);
@@ -229,9 +242,8 @@ fn page_mode_user_files_ring_through_their_page_and_kernel_files_directly() {
 /// a receive after an RNR NAK); otherwise the HCA finds the receives when a
 /// message needs one. Doorbells scanned by hand, so every page ring counts
 /// (the page says the HCA polls: no ring IOCTL takes them first).
-#[test]
-fn receives_ring_their_doorbell_only_when_the_hca_asks() {
-    let dev = device(Engine::Inline, UserDoorbells::Direct);
+fn receives_ring_their_doorbell_only_when_the_hca_asks(backend: Backend) {
+    let dev = device(backend, Engine::Inline, UserDoorbells::Direct);
     let file = open(&dev);
     let page = file.map_doorbells().unwrap().clone();
     page.page().set_polling(true);
@@ -296,9 +308,8 @@ fn receives_ring_their_doorbell_only_when_the_hca_asks() {
     finish(&dev);
 }
 
-#[test]
-fn a_files_page_reaches_only_its_own_queues() {
-    let dev = device(Engine::Inline, UserDoorbells::Direct);
+fn a_files_page_reaches_only_its_own_queues(backend: Backend) {
+    let dev = device(backend, Engine::Inline, UserDoorbells::Direct);
     let fa = open(&dev);
     let fb = open(&dev);
     let page_a = fa.map_doorbells().unwrap().clone();
@@ -350,9 +361,8 @@ fn a_files_page_reaches_only_its_own_queues() {
     finish(&dev);
 }
 
-#[test]
-fn rings_mapped_before_the_page_have_no_slot_and_ring_nothing_through_it() {
-    let dev = device(Engine::Inline, UserDoorbells::Direct);
+fn rings_mapped_before_the_page_have_no_slot_and_ring_nothing_through_it(backend: Backend) {
+    let dev = device(backend, Engine::Inline, UserDoorbells::Direct);
     let file = open(&dev);
     let c = file.into_client();
     let pd = c.alloc_pd().unwrap().pd;
@@ -389,12 +399,11 @@ fn rings_mapped_before_the_page_have_no_slot_and_ring_nothing_through_it() {
 /// ring through their pages while the device's doorbell thread scans:
 /// every WQE completes, once, with the verifier watching the scanner at
 /// DISPATCH_LEVEL.
-#[test]
-fn concurrent_files_ringing_through_their_pages() {
+fn concurrent_files_ringing_through_their_pages(backend: Backend) {
     const THREADS: usize = 3;
     const PER_THREAD: u64 = 150;
     for engine in ENGINES {
-        let dev = device(engine, UserDoorbells::Page);
+        let dev = device(backend, engine, UserDoorbells::Page);
         std::thread::scope(|s| {
             for t in 0..THREADS {
                 let dev = &dev;
@@ -432,10 +441,9 @@ fn concurrent_files_ringing_through_their_pages() {
     }
 }
 
-#[test]
-fn teardown_with_doorbells_rung_and_pages_mapped() {
+fn teardown_with_doorbells_rung_and_pages_mapped(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine, UserDoorbells::Direct);
+        let dev = device(backend, engine, UserDoorbells::Direct);
         let file = open(&dev);
         let page: PageDoorbells = file.map_doorbells().unwrap().clone();
         let c = file.into_client();
@@ -487,9 +495,9 @@ fn until_asleep(page: &PageDoorbells) {
 /// there at once, not a tick later), and the thread polls again. Many
 /// sleeps and wake-ups in a row lose nothing, with the verifier watching
 /// the IOCTL and the thread.
-#[test]
-fn a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl() {
+fn a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl(backend: Backend) {
     let dev = HostDevice::new(HostDeviceConfig {
+        backend,
         user_doorbells: UserDoorbells::Page,
         doorbell_poll_window: Some(Duration::ZERO),
         ..HostDeviceConfig::default()
@@ -523,9 +531,9 @@ fn a_sleeping_doorbell_thread_is_woken_by_the_ring_ioctl() {
 
 /// While the doorbell thread polls (its window open), doorbells cost no
 /// system call: the page says "polling" and the HCA finds them.
-#[test]
-fn a_polling_doorbell_thread_needs_no_ioctl() {
+fn a_polling_doorbell_thread_needs_no_ioctl(backend: Backend) {
     let dev = HostDevice::new(HostDeviceConfig {
+        backend,
         user_doorbells: UserDoorbells::Page,
         doorbell_poll_window: Some(Duration::from_secs(3600)),
         ..HostDeviceConfig::default()

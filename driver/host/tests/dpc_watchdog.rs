@@ -18,9 +18,16 @@ use irpverbs_abi::*;
 use irpverbs_host::platform::{
     DpcWatchdog, HostConfig, VerifierConfig, catch_bugcheck, codes, dpc_watchdog,
 };
-use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_soft::{DEFAULT_DPC_BUDGET, SoftConfig};
 use irpverbs_verbs::{Cq, IntoClient, RecvWr, SendWr};
+
+mod common;
+
+crate::on_each_backend!(
+    sixty_four_mib_through_one_qp_stay_within_the_dpc_watchdog,
+    a_budget_past_the_allotment_bugchecks_0x133,
+);
 
 const MIB: usize = 1 << 20;
 /// 64 messages of 1 MiB: 64 MiB.
@@ -29,8 +36,9 @@ const MESSAGES: u64 = 64;
 /// at most one message, 2 × 1024 packets here).
 const ALLOTMENT: u64 = 4 * DEFAULT_DPC_BUDGET as u64;
 
-fn device(budget: u32) -> Arc<HostDevice> {
+fn device(backend: Backend, budget: u32) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         platform: HostConfig {
             verifier: VerifierConfig {
                 dpc_watchdog: Some(DpcWatchdog {
@@ -91,9 +99,8 @@ fn no_bugcheck<R>(dev: &HostDevice, f: impl FnOnce() -> R) -> R {
     }
 }
 
-#[test]
-fn sixty_four_mib_through_one_qp_stay_within_the_dpc_watchdog() {
-    let dev = device(DEFAULT_DPC_BUDGET);
+fn sixty_four_mib_through_one_qp_stay_within_the_dpc_watchdog(backend: Backend) {
+    let dev = device(backend, DEFAULT_DPC_BUDGET);
     let c = dev.open_kernel().unwrap().into_client();
     let pd = c.alloc_pd().unwrap().pd;
     let mut src = vec![0u8; MIB];
@@ -204,9 +211,8 @@ fn sixty_four_mib_through_one_qp_stay_within_the_dpc_watchdog() {
 /// A budget larger than the watchdog's allotment: the same transfer runs
 /// past it in one call, and the verifier stops it with 0x133 (parameter 1:
 /// 1, a dispatch-level callback; parameter 4: 0, counted in work units).
-#[test]
-fn a_budget_past_the_allotment_bugchecks_0x133() {
-    let dev = device(u32::MAX);
+fn a_budget_past_the_allotment_bugchecks_0x133(backend: Backend) {
+    let dev = device(backend, u32::MAX);
     let c = dev.open_kernel().unwrap().into_client();
     let pd = c.alloc_pd().unwrap().pd;
     let mut src = vec![0u8; MIB];

@@ -2,6 +2,11 @@
 //! against the host device with the verifier on. No panic, no bugcheck, no
 //! leak, and every request completes exactly once.
 //!
+//! Soft HCA only: the registrations' addresses are random, and the host
+//! platform's pin does not probe a user range as `MmProbeAndLockPages`
+//! does; the soft HCA never touches a registration that moves no data, but
+//! the model HCA's device reads every registered page at registration.
+//!
 //! Two properties:
 //! - `random_ioctls_from_two_files`: 128 cases of up to 40 operations on two
 //!   files from one thread, firmware inline (deterministic);

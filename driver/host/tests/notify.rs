@@ -7,11 +7,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use irpverbs_abi::*;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl};
 use zerocopy::{FromBytes, IntoBytes};
 
-fn dev(engine: Engine) -> Arc<HostDevice> {
+mod common;
+
+crate::on_each_backend!(
+    cancel_io_completes_a_pended_notify_with_cancelled,
+    closing_a_file_completes_its_waits,
+    cancel_racing_destroy_completes_each_request_exactly_once,
+);
+
+fn dev(backend: Backend, engine: Engine) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         ..HostDeviceConfig::default()
     })
@@ -47,10 +56,9 @@ fn pend(
     })
 }
 
-#[test]
-fn cancel_io_completes_a_pended_notify_with_cancelled() {
+fn cancel_io_completes_a_pended_notify_with_cancelled(backend: Backend) {
     for engine in [Engine::Inline, Engine::Thread] {
-        let d = dev(engine);
+        let d = dev(backend, engine);
         let f = d.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap();
         let cq: IvCreateCqOut = call(
             &f,
@@ -86,9 +94,8 @@ fn cancel_io_completes_a_pended_notify_with_cancelled() {
     }
 }
 
-#[test]
-fn closing_a_file_completes_its_waits() {
-    let d = dev(Engine::Inline);
+fn closing_a_file_completes_its_waits(backend: Backend) {
+    let d = dev(backend, Engine::Inline);
     let f = d.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap();
     let ch: IvCreateChannelOut = call(
         &f,
@@ -139,9 +146,8 @@ fn closing_a_file_completes_its_waits() {
     d.unload();
 }
 
-#[test]
-fn cancel_racing_destroy_completes_each_request_exactly_once() {
-    let d = dev(Engine::Thread);
+fn cancel_racing_destroy_completes_each_request_exactly_once(backend: Backend) {
+    let d = dev(backend, Engine::Thread);
     let f = Arc::new(d.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap());
     let completions = Arc::new(AtomicUsize::new(0));
     let rounds = 300;

@@ -17,16 +17,23 @@ use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
-use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, av, rts_steps};
 
 mod common;
 use common::{End, send};
 
+crate::on_each_backend!(
+    a_live_rc_connection_migrates_to_its_alternate_path,
+    a_down_port_leaves_no_path_to_migrate_to,
+    bad_alternate_paths_are_refused_and_change_nothing,
+);
+
 /// Device `last`: GID 0 is 10.0.4.`last`, GID 1 10.0.5.`last`.
-fn device(last: u8) -> Arc<HostDevice> {
+fn device(backend: Backend, last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         soft: SoftConfig {
             ip: IpAddr::V4(Ipv4Addr::new(10, 0, 4, last)),
             aliases: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 5, last))],
@@ -96,9 +103,8 @@ fn qp_event(c: &Client, e: &End<'_>) -> u32 {
     ev.event_type
 }
 
-#[test]
-fn a_live_rc_connection_migrates_to_its_alternate_path() {
-    let (da, db) = (device(1), device(2));
+fn a_live_rc_connection_migrates_to_its_alternate_path(backend: Backend) {
+    let (da, db) = (device(backend, 1), device(backend, 2));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
@@ -198,9 +204,8 @@ fn a_live_rc_connection_migrates_to_its_alternate_path() {
 /// With the port down there is no path to migrate to: `PATH_MIG_ERR`, and
 /// the send fails with `RETRY_EXC_ERR` as it would without an alternate
 /// path (the QP in ERR, still ARMED).
-#[test]
-fn a_down_port_leaves_no_path_to_migrate_to() {
-    let (da, db) = (device(1), device(2));
+fn a_down_port_leaves_no_path_to_migrate_to(backend: Backend) {
+    let (da, db) = (device(backend, 1), device(backend, 2));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
@@ -235,9 +240,8 @@ fn a_down_port_leaves_no_path_to_migrate_to() {
 /// that is none (`STATUS_INVALID_PARAMETER`), arming with no alternate path
 /// (`STATUS_INVALID_DEVICE_STATE`); each leaves the QP as it was. A good
 /// one then loads, and MIGRATED by hand migrates.
-#[test]
-fn bad_alternate_paths_are_refused_and_change_nothing() {
-    let dev = device(3);
+fn bad_alternate_paths_are_refused_and_change_nothing(backend: Backend) {
+    let dev = device(backend, 3);
     let c = client(&dev);
     let (a, b) = (End::new_rc(&c), End::new_rc(&c));
     let g0 = c.query_gid(1, 0).unwrap();

@@ -12,11 +12,18 @@
 use std::sync::Arc;
 
 use irpverbs_abi::*;
-use irpverbs_host::HostDevice;
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_verbs::{Client, IntoClient};
 
 mod common;
 use common::{End, send};
+
+crate::on_each_backend!(
+    a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up,
+    every_file_sees_the_port_events,
+    a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean,
+    a_ud_send_on_a_down_port_completes_and_nothing_arrives,
+);
 
 fn client(dev: &Arc<HostDevice>) -> Client {
     dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
@@ -47,9 +54,12 @@ fn port(c: &Client) -> (u32, u32) {
     (p.state, p.phys_state)
 }
 
-#[test]
-fn a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up() {
-    let dev = HostDevice::with_defaults();
+fn a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let c = client(&dev);
     let (a, b) = (End::new_rc(&c), End::new_rc(&c));
     connect(&dev, &a, &b);
@@ -100,9 +110,12 @@ fn a_port_taken_down_fails_rc_sends_and_traffic_resumes_after_up() {
 
 /// The port's events reach every open file, user-mode and kernel-mode
 /// (a kernel ULP's internal `IOCTL_IV_GET_ASYNC_EVENT`).
-#[test]
-fn every_file_sees_the_port_events() {
-    let dev = HostDevice::with_defaults();
+fn every_file_sees_the_port_events(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let (c1, c2) = (client(&dev), client(&dev));
     let k = dev.open_kernel().expect("open kernel").into_client();
     assert!(dev.set_port_link(false));
@@ -121,9 +134,12 @@ fn every_file_sees_the_port_events() {
 /// its outstanding work flushed (and later work too), every verb but the
 /// destroys failing with `STATUS_DEVICE_HARDWARE_ERROR`; files close and
 /// the driver unloads with nothing leaked.
-#[test]
-fn a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean() {
-    let dev = HostDevice::with_defaults();
+fn a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let (c, other) = (client(&dev), client(&dev));
     let (a, b) = (End::new_rc(&c), End::new_rc(&c));
     connect(&dev, &a, &b);
@@ -172,9 +188,12 @@ fn a_firmware_error_makes_the_device_fatal_and_it_still_closes_clean() {
 /// A UD send on a down port completes successfully (the datagram is lost
 /// on the wire, as on rxe and mlx5) and nothing arrives; after up the same
 /// QPs talk again (UD QPs do not go to an error state for lost datagrams).
-#[test]
-fn a_ud_send_on_a_down_port_completes_and_nothing_arrives() {
-    let dev = HostDevice::with_defaults();
+fn a_ud_send_on_a_down_port_completes_and_nothing_arrives(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let c = client(&dev);
     let (a, b) = (End::new_ud(&c), End::new_ud(&c));
     let gid = dev.soft().gid();

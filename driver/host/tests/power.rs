@@ -14,17 +14,23 @@ use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_host::platform::{catch_bugcheck, codes, power};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl, UserDoorbells};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, Ioctl, UserDoorbells};
 use irpverbs_verbs::IntoClient;
 use zerocopy::{FromBytes, IntoBytes};
 
 mod common;
 use common::{End, send, wait_for};
 
+crate::on_each_backend!(
+    sleep_and_resume_with_waits_and_traffic_inline,
+    a_wait_held_from_a_power_managed_queue_blocks_sleep,
+);
+
 const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
 
-fn device(engine: Engine, power_managed_queue: bool) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, power_managed_queue: bool) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         user_doorbells: UserDoorbells::Page,
         power_managed_queue,
@@ -35,8 +41,8 @@ fn device(engine: Engine, power_managed_queue: bool) -> Arc<HostDevice> {
 
 type Outcome = Arc<Mutex<Option<NtStatus>>>;
 
-fn sleep_and_resume_with_waits_and_traffic(engine: Engine) {
-    let dev = device(engine, false);
+fn sleep_and_resume_with_waits_and_traffic(backend: Backend, engine: Engine) {
+    let dev = device(backend, engine, false);
     let (ca, cb) = (
         dev.open(RW).unwrap().into_client(),
         dev.open(RW).unwrap().into_client(),
@@ -126,22 +132,22 @@ fn sleep_and_resume_with_waits_and_traffic(engine: Engine) {
     dev.unload();
 }
 
-#[test]
-fn sleep_and_resume_with_waits_and_traffic_inline() {
-    sleep_and_resume_with_waits_and_traffic(Engine::Inline);
+fn sleep_and_resume_with_waits_and_traffic_inline(backend: Backend) {
+    sleep_and_resume_with_waits_and_traffic(backend, Engine::Inline);
 }
 
+/// Soft HCA only: the model HCA has no firmware thread (its engine runs in the
+/// device's DPC whatever the engine says).
 #[test]
 fn sleep_and_resume_with_waits_and_traffic_on_the_firmware_thread() {
-    sleep_and_resume_with_waits_and_traffic(Engine::Thread);
+    sleep_and_resume_with_waits_and_traffic(Backend::Soft, Engine::Thread);
 }
 
 /// With a power-managed queue (KMDF's default) and no `EvtIoStop`, a wait
 /// the driver holds keeps the device from leaving D0: the verifier raises
 /// what Windows raises when the power watchdog fires.
-#[test]
-fn a_wait_held_from_a_power_managed_queue_blocks_sleep() {
-    let dev = device(Engine::Inline, true);
+fn a_wait_held_from_a_power_managed_queue_blocks_sleep(backend: Backend) {
+    let dev = device(backend, Engine::Inline, true);
     let f = dev.open(RW).unwrap();
     // Nothing held: the device sleeps and resumes.
     dev.d0_exit();

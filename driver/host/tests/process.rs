@@ -13,17 +13,27 @@ use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_host::platform::{catch_bugcheck, codes, locked_pages, verifier};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells};
+use irpverbs_host::{
+    Backend, Engine, HostDevice, HostDeviceConfig, HostFile, Ioctl, UserDoorbells,
+};
 use irpverbs_verbs::IntoClient;
 use zerocopy::IntoBytes;
 
 mod common;
 use common::{End, Mem, send, wait_for};
 
+crate::on_each_backend!(
+    opener_exits_first_inline,
+    the_other_process_exits_first_then_the_opener_closes,
+    the_other_process_is_refused_user_memory_and_changes_nothing,
+    without_the_exit_notification_the_verifier_stops_both_errors,
+);
+
 const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
 
-fn device(engine: Engine, no_process_notify: bool) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, no_process_notify: bool) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         user_doorbells: UserDoorbells::Page,
         no_process_notify,
@@ -83,8 +93,8 @@ fn user_memory_requests(file: &HostFile, end: &End<'_>, mem: &Mem) -> [NtStatus;
 /// (else 0x76), B's wait completes and B's requests fail with
 /// `STATUS_PROCESS_IS_TERMINATING`, B's close touches nothing of A (else
 /// 0xC4/0x2002), and the device is removed with nothing leaked.
-fn opener_exits_first(engine: Engine) {
-    let dev = device(engine, false);
+fn opener_exits_first(backend: Backend, engine: Engine) {
+    let dev = device(backend, engine, false);
     let (a, b) = (dev.create_process(), dev.create_process());
     let fa = dev.open_in(a, RW).unwrap();
     let key = fa.key();
@@ -169,23 +179,23 @@ fn opener_exits_first(engine: Engine) {
     HostDevice::remove(dev);
 }
 
-#[test]
-fn opener_exits_first_inline() {
-    opener_exits_first(Engine::Inline);
+fn opener_exits_first_inline(backend: Backend) {
+    opener_exits_first(backend, Engine::Inline);
 }
 
+/// Soft HCA only: the model HCA has no firmware thread (its engine runs in the
+/// device's DPC whatever the engine says).
 #[test]
 fn opener_exits_first_on_the_firmware_thread() {
-    opener_exits_first(Engine::Thread);
+    opener_exits_first(Backend::Soft, Engine::Thread);
 }
 
 /// (b) B exits first (after its memory requests were refused), then A
 /// goes on moving data and closes its file normally; a second file of A's
 /// is still open when A exits, and A's exit runs that one down.
-#[test]
-fn the_other_process_exits_first_then_the_opener_closes() {
+fn the_other_process_exits_first_then_the_opener_closes(backend: Backend) {
     for engine in [Engine::Inline, Engine::Thread] {
-        let dev = device(engine, false);
+        let dev = device(backend, engine, false);
         let (a, b) = (dev.create_process(), dev.create_process());
         let fa = dev.open_in(a, RW).unwrap();
         let fb = fa.duplicate(b);
@@ -230,9 +240,12 @@ fn the_other_process_exits_first_then_the_opener_closes() {
 /// (c) B's user-memory requests are refused with `STATUS_ACCESS_DENIED`
 /// and change nothing: nothing pinned or mapped anywhere, no doorbell page
 /// allocated, no object made; A's own requests go on as before.
-#[test]
-fn the_other_process_is_refused_user_memory_and_changes_nothing() {
-    let dev = HostDevice::new(HostDeviceConfig::default()).expect("host device");
+fn the_other_process_is_refused_user_memory_and_changes_nothing(backend: Backend) {
+    let dev = HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device");
     let (a, b) = (dev.create_process(), dev.create_process());
     let fa = dev.open_in(a, RW).unwrap();
     let key = fa.key();
@@ -283,9 +296,8 @@ fn the_other_process_is_refused_user_memory_and_changes_nothing() {
 /// it) the same exit is what the verifier exists for: A ends with its
 /// pages locked and its rings mapped (0x76, naming A), and B's later close
 /// unmaps them from A's dead address space (0xC4/0x2002).
-#[test]
-fn without_the_exit_notification_the_verifier_stops_both_errors() {
-    let dev = device(Engine::Inline, true);
+fn without_the_exit_notification_the_verifier_stops_both_errors(backend: Backend) {
+    let dev = device(backend, Engine::Inline, true);
     let (a, b) = (dev.create_process(), dev.create_process());
     let fa = dev.open_in(a, RW).unwrap();
     let fb = fa.duplicate(b);

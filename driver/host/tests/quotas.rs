@@ -9,13 +9,23 @@ use std::time::Duration;
 
 use irpverbs_abi::*;
 use irpverbs_core::{DeviceConfig, FileQuota};
-use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, av};
 use zerocopy::{FromBytes, IntoBytes};
 
-fn device(quota: FileQuota, soft: SoftConfig) -> Arc<HostDevice> {
+mod common;
+
+crate::on_each_backend!(
+    each_kind_is_held_to_its_per_file_quota,
+    cleanup_gives_the_quota_back,
+    ring_memory_is_held_to_its_quota,
+    pinned_memory_is_held_to_its_quota,
+);
+
+fn device(backend: Backend, quota: FileQuota, soft: SoftConfig) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         soft,
         device: DeviceConfig { quota },
         ..HostDeviceConfig::default()
@@ -143,8 +153,7 @@ const KINDS: [&str; 8] = ["pd", "mr", "cq", "qp", "srq", "ah", "channel", "cep"]
 /// Each kind: file A creates up to its quota (the maker's own PD and CQ
 /// count), the next create is `STATUS_QUOTA_EXCEEDED` and changes nothing,
 /// file B still creates one, and A creates again once it destroyed one.
-#[test]
-fn each_kind_is_held_to_its_per_file_quota() {
+fn each_kind_is_held_to_its_per_file_quota(backend: Backend) {
     let quota = FileQuota {
         max_pd: 3,
         max_mr: 3,
@@ -156,7 +165,7 @@ fn each_kind_is_held_to_its_per_file_quota() {
         max_cep: 3,
         ..FileQuota::default()
     };
-    let d = device(quota, SoftConfig::default());
+    let d = device(backend, quota, SoftConfig::default());
     let (a, b) = (client(&d), client(&d));
     let buf = vec![0u8; 4096];
     let gid = a.query_gid(1, 0).unwrap();
@@ -211,13 +220,13 @@ fn each_kind_is_held_to_its_per_file_quota() {
 /// A file's cleanup gives its quota back: with the device's own limit
 /// just above one file's quota, the other file gets what is left, and
 /// after the first file closes, a new file gets a whole quota again.
-#[test]
-fn cleanup_gives_the_quota_back() {
+fn cleanup_gives_the_quota_back(backend: Backend) {
     let quota = FileQuota {
         max_pd: 4,
         ..FileQuota::default()
     };
     let d = device(
+        backend,
         quota,
         SoftConfig {
             max_pd: 5,
@@ -257,13 +266,12 @@ fn cleanup_gives_the_quota_back() {
 /// quota of 32.25 MiB a file holds one, not two, nor a CQ (2 MiB) or SRQ
 /// (512 KiB) that would pass the quota, nor a resize that would; the other
 /// file still creates one; destroying it gives the bytes back.
-#[test]
-fn ring_memory_is_held_to_its_quota() {
+fn ring_memory_is_held_to_its_quota(backend: Backend) {
     let quota = FileQuota {
         max_ring_bytes: (32 << 20) + (256 << 10),
         ..FileQuota::default()
     };
-    let d = device(quota, SoftConfig::default());
+    let d = device(backend, quota, SoftConfig::default());
     let (a, b) = (client(&d), client(&d));
     let dev = a.query_device().unwrap();
     let big = |c: &Client| {
@@ -323,13 +331,12 @@ fn ring_memory_is_held_to_its_quota() {
 }
 
 /// Pinned memory: the pages `REG_MR` regions span, per file.
-#[test]
-fn pinned_memory_is_held_to_its_quota() {
+fn pinned_memory_is_held_to_its_quota(backend: Backend) {
     let quota = FileQuota {
         max_pinned_bytes: 64 << 10,
         ..FileQuota::default()
     };
-    let d = device(quota, SoftConfig::default());
+    let d = device(backend, quota, SoftConfig::default());
     let (a, b) = (client(&d), client(&d));
     let buf = vec![0u8; 256 << 10];
     // Page-aligned, so that 64 KiB spans 16 pages.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::udp::UdpConfig;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::rdma_cm::{
     CmEvent, CmId, ConnParam, IpCmHeader, PortSpace, gid_ip, ip_gid, resolve,
@@ -25,12 +25,28 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::End;
 
+crate::on_each_backend!(
+    resolution_answers_from_the_gid_tables_and_refusals_change_nothing,
+    connect_by_address_over_the_loopback_wire_ipv4_and_ipv6,
+    connect_from_an_alias_address_leaves_from_the_alias,
+    connect_by_address_over_udp_on_127_0_0_1,
+    listeners_bound_to_addresses_share_a_port_and_take_their_own_connects,
+    a_malformed_ip_cm_header_is_rejected_not_accepted,
+);
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn device(addr: &str, aliases: &[&str], guid: u64, udp_port: Option<u16>) -> Arc<HostDevice> {
+fn device(
+    backend: Backend,
+    addr: &str,
+    aliases: &[&str],
+    guid: u64,
+    udp_port: Option<u16>,
+) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine: Engine::Inline,
         soft: SoftConfig {
             ip: ip(addr),
@@ -70,9 +86,8 @@ fn one(e: &End<'_>) -> IvCqe {
     panic!("no completion");
 }
 
-#[test]
-fn resolution_answers_from_the_gid_tables_and_refusals_change_nothing() {
-    let d4 = device("10.0.0.1", &["10.0.0.7", "fd00::1"], 1, None);
+fn resolution_answers_from_the_gid_tables_and_refusals_change_nothing(backend: Backend) {
+    let d4 = device(backend, "10.0.0.1", &["10.0.0.7", "fd00::1"], 1, None);
     let c = open(&d4);
     // IPv4: the first IPv4-mapped GID, the destination mapped.
     let r = resolve(&c, None, ip("10.0.0.9")).unwrap();
@@ -102,7 +117,7 @@ fn resolution_answers_from_the_gid_tables_and_refusals_change_nothing() {
         resolve(&c, Some(ip("10.0.0.2")), ip("10.0.0.9")),
         Err(STATUS_INVALID_ADDRESS)
     );
-    let only_v4 = device("10.0.0.2", &[], 2, None);
+    let only_v4 = device(backend, "10.0.0.2", &[], 2, None);
     let c4 = open(&only_v4);
     assert_eq!(
         resolve(&c4, None, ip("fd00::9")),
@@ -304,14 +319,16 @@ fn connect_move_data_disconnect(
     peer
 }
 
-#[test]
-fn connect_by_address_over_the_loopback_wire_ipv4_and_ipv6() {
+fn connect_by_address_over_the_loopback_wire_ipv4_and_ipv6(backend: Backend) {
     for (sa, sb, wildcard) in [
         ("10.0.0.1", "10.0.0.2", "0.0.0.0"),
         ("fd00::1", "fd00::2", "::"),
     ] {
         let wire = LoopWire::start();
-        let (da, db) = (device(sa, &[], 1, None), device(sb, &[], 2, None));
+        let (da, db) = (
+            device(backend, sa, &[], 1, None),
+            device(backend, sb, &[], 2, None),
+        );
         wire.attach(da.soft()).unwrap();
         wire.attach(db.soft()).unwrap();
         let (ca, cb) = (open(&da), open(&db));
@@ -330,14 +347,16 @@ fn connect_by_address_over_the_loopback_wire_ipv4_and_ipv6() {
 /// A client with two addresses connects from its second (an alias, GID
 /// index 1): the REQ, the IP CM header and the connection's packets all
 /// leave from the alias, which the server sees as the peer.
-#[test]
-fn connect_from_an_alias_address_leaves_from_the_alias() {
+fn connect_from_an_alias_address_leaves_from_the_alias(backend: Backend) {
     for (sa, alias, sb) in [
         ("10.0.0.1", "10.0.0.11", "10.0.0.2"),
         ("fd00::1", "fd00::11", "fd00::2"),
     ] {
         let wire = LoopWire::start();
-        let (da, db) = (device(sa, &[alias], 1, None), device(sb, &[], 2, None));
+        let (da, db) = (
+            device(backend, sa, &[alias], 1, None),
+            device(backend, sb, &[], 2, None),
+        );
         wire.attach(da.soft()).unwrap();
         wire.attach(db.soft()).unwrap();
         let (ca, cb) = (open(&da), open(&db));
@@ -374,8 +393,7 @@ fn connect_from_an_alias_address_leaves_from_the_alias() {
     }
 }
 
-#[test]
-fn connect_by_address_over_udp_on_127_0_0_1() {
+fn connect_by_address_over_udp_on_127_0_0_1(backend: Backend) {
     let mut pair = None;
     for _ in 0..20 {
         let port = UdpSocket::bind("127.0.0.1:0")
@@ -383,8 +401,8 @@ fn connect_by_address_over_udp_on_127_0_0_1() {
             .expect("a free port")
             .port();
         let (a, b) = (
-            device("127.0.0.1", &[], 1, Some(port)),
-            device("127.0.0.2", &[], 2, Some(port)),
+            device(backend, "127.0.0.1", &[], 1, Some(port)),
+            device(backend, "127.0.0.2", &[], 2, Some(port)),
         );
         if a.attach_udp(&UdpConfig::default()).is_ok()
             && b.attach_udp(&UdpConfig::default()).is_ok()
@@ -414,11 +432,10 @@ fn connect_by_address_over_udp_on_127_0_0_1() {
 /// addresses share a port, each taking the connects to its own; a listener
 /// on any address shares the port with none; another port space is another
 /// service ID.
-#[test]
-fn listeners_bound_to_addresses_share_a_port_and_take_their_own_connects() {
+fn listeners_bound_to_addresses_share_a_port_and_take_their_own_connects(backend: Backend) {
     let wire = LoopWire::start();
-    let da = device("10.0.0.1", &[], 1, None);
-    let db = device("10.0.0.2", &["10.0.0.3"], 2, None);
+    let da = device(backend, "10.0.0.1", &[], 1, None);
+    let db = device(backend, "10.0.0.2", &["10.0.0.3"], 2, None);
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
     let (ca, cb) = (open(&da), open(&db));
@@ -495,12 +512,11 @@ fn listeners_bound_to_addresses_share_a_port_and_take_their_own_connects() {
 
 /// A REQ whose IP CM header is malformed is rejected by the listener's
 /// `get_request` (REJ consumer reject), which goes on to the next one.
-#[test]
-fn a_malformed_ip_cm_header_is_rejected_not_accepted() {
+fn a_malformed_ip_cm_header_is_rejected_not_accepted(backend: Backend) {
     let wire = LoopWire::start();
     let (da, db) = (
-        device("10.0.0.1", &[], 1, None),
-        device("10.0.0.2", &[], 2, None),
+        device(backend, "10.0.0.1", &[], 1, None),
+        device(backend, "10.0.0.2", &[], 2, None),
     );
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig, Ioctl};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig, Ioctl};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{IntoClient, SendWr};
 use zerocopy::{FromBytes, IntoBytes};
@@ -24,11 +24,17 @@ use zerocopy::{FromBytes, IntoBytes};
 mod common;
 use common::End;
 
+crate::on_each_backend!(
+    surprise_removal_under_traffic_inline,
+    an_outstanding_kernel_interface_defers_the_unload,
+);
+
 const RW: u32 = FILE_READ_ACCESS | FILE_WRITE_ACCESS;
 const SERVICE: u64 = 0x0106_4D2B;
 
-fn device(engine: Engine, last: u8) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, last: u8) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         soft: SoftConfig {
             ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
@@ -120,8 +126,8 @@ fn destroy(c: &irpverbs_verbs::Client, end: End<'_>) {
     c.dealloc_pd(pd).unwrap();
 }
 
-fn surprise_removal_under_traffic(engine: Engine) {
-    let (da, db) = (device(engine, 1), device(engine, 2));
+fn surprise_removal_under_traffic(backend: Backend, engine: Engine) {
+    let (da, db) = (device(backend, engine, 1), device(backend, engine, 2));
     let wire = LoopWire::start();
     wire.attach(da.soft()).unwrap();
     wire.attach(db.soft()).unwrap();
@@ -333,14 +339,15 @@ fn surprise_removal_under_traffic(engine: Engine) {
     drop(wire);
 }
 
-#[test]
-fn surprise_removal_under_traffic_inline() {
-    surprise_removal_under_traffic(Engine::Inline);
+fn surprise_removal_under_traffic_inline(backend: Backend) {
+    surprise_removal_under_traffic(backend, Engine::Inline);
 }
 
+/// Soft HCA only: the model HCA has no firmware thread (its engine runs in the
+/// device's DPC whatever the engine says).
 #[test]
 fn surprise_removal_under_traffic_on_the_firmware_thread() {
-    surprise_removal_under_traffic(Engine::Thread);
+    surprise_removal_under_traffic(Backend::Soft, Engine::Thread);
 }
 
 /// A kernel ULP that still holds the direct-call interface after the
@@ -348,9 +355,8 @@ fn surprise_removal_under_traffic_on_the_firmware_thread() {
 /// last dereference (the interface holds a reference on the device
 /// object), the ULP's calls meanwhile reach live code, and the unload then
 /// finishes with nothing leaked.
-#[test]
-fn an_outstanding_kernel_interface_defers_the_unload() {
-    let dev = device(Engine::Inline, 1);
+fn an_outstanding_kernel_interface_defers_the_unload(backend: Backend) {
+    let dev = device(backend, Engine::Inline, 1);
     let kernel = dev.query_interface().expect("the kernel interface");
     assert_eq!(dev.platform().device_references(), 1);
     dev.surprise_remove();

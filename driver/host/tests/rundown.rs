@@ -5,15 +5,19 @@
 //! seconds of DPC time to close). Verifier on.
 
 use irpverbs_abi::*;
-use irpverbs_host::{HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{IntoClient, qp_request};
 use std::time::Duration;
 
-#[test]
-fn the_rundown_of_many_objects_scans_once_per_level() {
+mod common;
+
+crate::on_each_backend!(the_rundown_of_many_objects_scans_once_per_level);
+
+fn the_rundown_of_many_objects_scans_once_per_level(backend: Backend) {
     const QPS: u32 = 500;
     let dev = HostDevice::new(HostDeviceConfig {
+        backend,
         soft: SoftConfig {
             max_qp: QPS + 8,
             ..SoftConfig::default()

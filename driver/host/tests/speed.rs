@@ -18,17 +18,33 @@ use std::time::{Duration, Instant};
 use irpverbs_abi::*;
 use irpverbs_core::{DISPATCH_LEVEL, PASSIVE_LEVEL, RequestorMode};
 use irpverbs_host::platform::{catch_bugcheck, current_irql, speed_lock_check};
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_ring::wq::{push_cqe, read_recv_wqe, read_send_wqe};
 use irpverbs_verbs::kernel::{
     IvKernelCq, IvKernelInterface, IvKernelQp, IvKernelRecvWr, IvKernelSendWr,
 };
 use irpverbs_verbs::{Client, Cq, CqRings, IntoClient, Qp, SendWr, Wc};
 
+mod common;
+
+crate::on_each_backend!(
+    posts_land_in_the_drivers_rings,
+    poll_and_arm_on_a_driver_cq,
+    dropping_the_client_objects_first_runs_everything_down,
+    a_kernel_file_speaks_internal_ioctls_with_the_same_objects,
+    the_kernel_table_works_at_dispatch_level,
+    the_kernel_table_holds_its_queues_at_dispatch_level_from_passive_callers,
+    the_verifier_bugchecks_a_kernel_ring_lock_taken_below_dispatch_level,
+    loopback_rc_send_write_read_through_the_rust_api,
+    loopback_rc_send_through_the_kernel_table,
+    an_srq_shared_by_four_qps_under_two_threads,
+);
+
 const ENGINES: [Engine; 2] = [Engine::Inline, Engine::Thread];
 
-fn device(engine: Engine) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         ..HostDeviceConfig::default()
     })
@@ -78,10 +94,9 @@ fn sge(addr: u64, length: u32, lkey: u32) -> IvSge {
     IvSge { addr, length, lkey }
 }
 
-#[test]
-fn posts_land_in_the_drivers_rings() {
+fn posts_land_in_the_drivers_rings(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         let cq = c.new_cq(&cq_in(32)).unwrap();
@@ -151,10 +166,9 @@ fn posts_land_in_the_drivers_rings() {
     }
 }
 
-#[test]
-fn poll_and_arm_on_a_driver_cq() {
+fn poll_and_arm_on_a_driver_cq(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let c = client(&dev);
         // No QP uses this CQ: the test writes CQEs as the HCA would.
         let mut cq = c.new_cq(&cq_in(8)).unwrap();
@@ -195,9 +209,8 @@ fn poll_and_arm_on_a_driver_cq() {
     }
 }
 
-#[test]
-fn dropping_the_client_objects_first_runs_everything_down() {
-    let dev = device(Engine::Inline);
+fn dropping_the_client_objects_first_runs_everything_down(backend: Backend) {
+    let dev = device(backend, Engine::Inline);
     {
         let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
@@ -211,9 +224,8 @@ fn dropping_the_client_objects_first_runs_everything_down() {
 
 /// A kernel ULP in Rust: the typed verbs over internal IOCTLs, the same
 /// speed-path objects.
-#[test]
-fn a_kernel_file_speaks_internal_ioctls_with_the_same_objects() {
-    let dev = device(Engine::Inline);
+fn a_kernel_file_speaks_internal_ioctls_with_the_same_objects(backend: Backend) {
+    let dev = device(backend, Engine::Inline);
     let file = dev.open_kernel().unwrap();
     assert_eq!(file.mode(), RequestorMode::Kernel);
     let c = file.into_client();
@@ -288,10 +300,9 @@ impl Drop for Table {
     }
 }
 
-#[test]
-fn the_kernel_table_works_at_dispatch_level() {
+fn the_kernel_table_works_at_dispatch_level(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let table = Table(dev.query_interface().expect("the kernel interface"));
         assert_eq!(table.0.size as usize, size_of::<IvKernelInterface>());
         let c = Client::new(Box::new(dev.open_kernel().unwrap()));
@@ -353,9 +364,8 @@ fn the_kernel_table_works_at_dispatch_level() {
 /// DISPATCH_LEVEL, so the DPC cannot preempt a holder and spin on the same
 /// queue forever. The verifier checks the rings' own locks (0xC4/0x40
 /// below DISPATCH_LEVEL); a table whose lock left IRQL alone fails here.
-#[test]
-fn the_kernel_table_holds_its_queues_at_dispatch_level_from_passive_callers() {
-    let dev = device(Engine::Inline);
+fn the_kernel_table_holds_its_queues_at_dispatch_level_from_passive_callers(backend: Backend) {
+    let dev = device(backend, Engine::Inline);
     let table = Table(dev.query_interface().expect("the kernel interface"));
     let c = Client::new(Box::new(dev.open_kernel().unwrap()));
     let pd = c.alloc_pd().unwrap().pd;
@@ -446,9 +456,8 @@ impl std::ops::Deref for SendTable {
 /// get it): taken below DISPATCH_LEVEL, it is the same-processor deadlock
 /// waiting for a DPC, and bugchecks 0xC4/0x40 (IRQL, lock); at
 /// DISPATCH_LEVEL it passes.
-#[test]
-fn the_verifier_bugchecks_a_kernel_ring_lock_taken_below_dispatch_level() {
-    let dev = device(Engine::Inline);
+fn the_verifier_bugchecks_a_kernel_ring_lock_taken_below_dispatch_level(backend: Backend) {
+    let dev = device(backend, Engine::Inline);
     let c = Client::new(Box::new(dev.open_kernel().unwrap()));
     let cq_out = c.create_cq(8).unwrap();
     // SAFETY: the CQ's ring, alive until the destroy below.
@@ -518,10 +527,9 @@ fn connected_pair(c: &Client, pd: IvHandle) -> Pair<'_> {
     Pair { a, b, cqa, cqb }
 }
 
-#[test]
-fn loopback_rc_send_write_read_through_the_rust_api() {
+fn loopback_rc_send_write_read_through_the_rust_api(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         let mut buf = vec![0u8; BUF];
@@ -631,10 +639,9 @@ fn loopback_rc_send_write_read_through_the_rust_api() {
     }
 }
 
-#[test]
-fn loopback_rc_send_through_the_kernel_table() {
+fn loopback_rc_send_through_the_kernel_table(backend: Backend) {
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let table = Table(dev.query_interface().expect("the kernel interface"));
         let c = Client::new(Box::new(dev.open_kernel().unwrap()));
         let pd = c.alloc_pd().unwrap().pd;
@@ -737,8 +744,7 @@ fn poll_ok(
 /// ULP's flow control: no RNR NAK). Every message arrives once, whole and
 /// in order per QP; the SRQ's limit event comes (armed at creation above
 /// what was posted); the fast path took every message.
-#[test]
-fn an_srq_shared_by_four_qps_under_two_threads() {
+fn an_srq_shared_by_four_qps_under_two_threads(backend: Backend) {
     const QPS: usize = 4;
     const MSGS: u64 = 2000;
     /// Sends in flight per QP (and never more than the receives posted).
@@ -749,7 +755,7 @@ fn an_srq_shared_by_four_qps_under_two_threads() {
     const WRITES: usize = RBUFS * MSG;
     const BYTES: usize = WRITES + QPS * MSGS as usize * MSG;
     for engine in ENGINES {
-        let dev = device(engine);
+        let dev = device(backend, engine);
         let c = client(&dev);
         let pd = c.alloc_pd().unwrap().pd;
         // Sender's messages (source) and the receiver's memory: one MR of

@@ -1,5 +1,9 @@
 //! Multi-threaded data-path stress over the host device, verifier on.
 //!
+//! Soft HCA only: each side registers one region of about 16 MiB, more
+//! than the model HCA's `max_mr_size` (its page list travels in the
+//! command mailbox; docs/hardware-seam.md).
+//!
 //! Sixteen RC pairs, half of them sending each way, on CQs shared by four
 //! QPs each (both directions' QPs: every CQ gets send and receive
 //! completions of pairs owned by every thread). Four threads post — each

@@ -13,19 +13,27 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::udp::UdpConfig;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::SoftConfig;
 use irpverbs_verbs::{Client, IntoClient, SendWr, rts_steps};
 
 mod common;
 use common::End;
 
+crate::on_each_backend!(
+    every_rc_opcode_between_two_devices_firmware_inline,
+    every_rc_opcode_between_two_devices_busy_polled_beside_the_receive_threads,
+    a_silent_peer_exhausts_the_retries,
+    a_device_has_one_wire_and_its_address_must_be_free,
+);
+
 fn ip(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
 }
 
-fn device(engine: Engine, last: u8, port: u16) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, last: u8, port: u16) -> Arc<HostDevice> {
     HostDevice::new(HostDeviceConfig {
+        backend,
         engine,
         soft: SoftConfig {
             ip: ip(last),
@@ -40,13 +48,16 @@ fn device(engine: Engine, last: u8, port: u16) -> Arc<HostDevice> {
 
 /// Two devices on 127.0.0.1 and 127.0.0.2, each on a UDP wire of one port
 /// free on both addresses.
-fn pair(engine: Engine) -> (Arc<HostDevice>, Arc<HostDevice>) {
+fn pair(backend: Backend, engine: Engine) -> (Arc<HostDevice>, Arc<HostDevice>) {
     for _ in 0..20 {
         let port = UdpSocket::bind((ip(1), 0))
             .and_then(|s| s.local_addr())
             .expect("a free port")
             .port();
-        let (a, b) = (device(engine, 1, port), device(engine, 2, port));
+        let (a, b) = (
+            device(backend, engine, 1, port),
+            device(backend, engine, 2, port),
+        );
         if a.attach_udp(&UdpConfig::default()).is_ok()
             && b.attach_udp(&UdpConfig::default()).is_ok()
         {
@@ -129,8 +140,8 @@ fn ok(cqes: &[IvCqe]) {
 /// Every opcode between two devices; with `busy_poll`, a thread also
 /// busy-polls both wires ([`HostDevice::poll_wire`]) throughout, beside
 /// their receive threads.
-fn every_opcode(engine: Engine, busy_poll: bool) {
-    let (da, db) = pair(engine);
+fn every_opcode(backend: Backend, engine: Engine, busy_poll: bool) {
+    let (da, db) = pair(backend, engine);
     let stop = Arc::new(AtomicBool::new(false));
     let poller = busy_poll.then(|| {
         let (da, db, stop) = (Arc::clone(&da), Arc::clone(&db), Arc::clone(&stop));
@@ -254,28 +265,26 @@ fn every_opcode(engine: Engine, busy_poll: bool) {
     finish(&db);
 }
 
-#[test]
-fn every_rc_opcode_between_two_devices_firmware_inline() {
-    every_opcode(Engine::Inline, false);
+fn every_rc_opcode_between_two_devices_firmware_inline(backend: Backend) {
+    every_opcode(backend, Engine::Inline, false);
 }
 
+/// Soft HCA only: the model HCA has no firmware thread.
 #[test]
 fn every_rc_opcode_between_two_devices_firmware_on_its_thread() {
-    every_opcode(Engine::Thread, false);
+    every_opcode(Backend::Soft, Engine::Thread, false);
 }
 
-#[test]
-fn every_rc_opcode_between_two_devices_busy_polled_beside_the_receive_threads() {
-    every_opcode(Engine::Inline, true);
-    every_opcode(Engine::Thread, true);
+fn every_rc_opcode_between_two_devices_busy_polled_beside_the_receive_threads(backend: Backend) {
+    every_opcode(backend, Engine::Inline, true);
+    every_opcode(backend, Engine::Thread, true);
 }
 
 /// The peer's wire is taken away: nothing answers, the requester's ACK
 /// timer (the wire's timer thread) fires until the retries are exhausted,
 /// and the WQE completes with `RETRY_EXC_ERR`.
-#[test]
-fn a_silent_peer_exhausts_the_retries() {
-    let (da, db) = pair(Engine::Inline);
+fn a_silent_peer_exhausts_the_retries(backend: Backend) {
+    let (da, db) = pair(backend, Engine::Inline);
     let (ca, cb) = (client(&da), client(&db));
     let (a, b) = (End::new(&ca), End::new(&cb));
     // 4.096 us * 2^8 = 1 ms per try, two retries.
@@ -312,9 +321,8 @@ fn a_silent_peer_exhausts_the_retries() {
     finish(&db);
 }
 
-#[test]
-fn a_device_has_one_wire_and_its_address_must_be_free() {
-    let (da, db) = pair(Engine::Inline);
+fn a_device_has_one_wire_and_its_address_must_be_free(backend: Backend) {
+    let (da, db) = pair(backend, Engine::Inline);
     let again = da.attach_udp(&UdpConfig::default()).unwrap_err();
     assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
     // A third device on b's address cannot bind it.
