@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds libibverbs.so.1 over irpverbs: the irpverbs-ibverbs staticlib,
 # linked into a shared library with rdma-core's symbol versions
-# (ulp/ibverbs/libibverbs.map) and soname.
+# (ulp/ibverbs/libibverbs.map) and soname; and from the same archive the
+# stand-ins libmlx5.so.1 and libefa.so.1 that perftest's binaries load.
 #
 #   bash ulp/ibverbs/link.sh [--release] [--target-dir DIR]
 #
-# prints the directory holding libibverbs.so.1 (DIR/debug or DIR/release;
+# prints the directory holding the libraries (DIR/debug or DIR/release;
 # DIR defaults to the workspace's target directory). Run a program with
 #   LD_LIBRARY_PATH=<that directory> ibv_devinfo
 # (docs/ibverbs.md). Honours $CARGO and $CC.
@@ -28,10 +29,18 @@ done
     --manifest-path "$root/Cargo.toml" --target-dir "$target_dir" >&2
 out="$target_dir/$profile"
 # The whole archive: every exported function is in it whether or not another
-# object refers to it; the version script keeps all but the ibv_* API local.
-"${CC:-cc}" -shared -o "$out/libibverbs.so.1" \
-    -Wl,--whole-archive "$out/libirpverbs_ibverbs.a" -Wl,--no-whole-archive \
-    -Wl,--version-script="$root/ulp/ibverbs/libibverbs.map" \
-    -Wl,-soname,libibverbs.so.1 -Wl,-z,now -Wl,--gc-sections \
-    -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc >&2
+# object refers to it; a version script keeps all but one library's API
+# local, and --gc-sections drops what that API does not reach.
+link() { # soname map [linker options]
+    "${CC:-cc}" -shared -o "$out/$1" "${@:3}" \
+        -Wl,--whole-archive "$out/libirpverbs_ibverbs.a" -Wl,--no-whole-archive \
+        -Wl,--version-script="$root/ulp/ibverbs/$2" \
+        -Wl,-soname,"$1" -Wl,-z,now -Wl,--gc-sections \
+        -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc >&2
+}
+link libibverbs.so.1 libibverbs.map
+# Stand-ins for the provider libraries perftest is linked with (calls only
+# for mlx5 or EFA devices; src/standin.rs).
+link libmlx5.so.1 mlx5.map -Wl,--strip-debug
+link libefa.so.1 efa.map -Wl,--strip-debug
 echo "$out"

@@ -12,19 +12,16 @@
 //! Destroying a CQ drops its events the program has not taken (and
 //! acknowledges them to the driver), as the kernel drops them.
 
-use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 
 use irpverbs_abi::*;
 use irpverbs_host_c::user::{
     IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserReqNotifyCq,
 };
-use irpverbs_verbs::Client;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::*;
+use crate::events::{Events, destroy_settled};
 use crate::{COND, MUTEX, context, errno_of, leak, null_with, set_errno};
 
 /// A CQ: the `ibv_cq`, the driver's create response and the open speed
@@ -36,44 +33,13 @@ pub(crate) struct Cq {
     pub user: *mut IvUserCq,
 }
 
-/// Events the channel's thread took from the driver, not yet taken by the
-/// program.
-type Events = Arc<Mutex<VecDeque<IvCqEventOut>>>;
-
-/// A completion channel: the `ibv_comp_channel` (its `fd` the eventfd),
-/// the driver's channel, the queued events and the thread.
+/// A completion channel: the `ibv_comp_channel` (its `fd` the events'
+/// eventfd), the driver's channel and its events.
 #[repr(C)]
 pub(crate) struct Channel {
     pub ibv: ibv_comp_channel,
     pub handle: IvHandle,
-    events: Events,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Channel {
-    /// Drops the queued events of the CQ `cq` (taking their counts off the
-    /// fd); returns how many.
-    fn drop_events_of(&self, cq: IvHandle) -> u32 {
-        let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = q.len();
-        q.retain(|e| e.cq != cq);
-        let dropped = before - q.len();
-        for _ in 0..dropped {
-            let mut p = libc::pollfd {
-                fd: self.ibv.fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let mut count = 0u64;
-            // SAFETY: one pollfd.
-            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-                // SAFETY: the channel's eventfd, readable (so the read
-                // does not block); 8 bytes.
-                unsafe { libc::read(self.ibv.fd, (&raw mut count).cast(), 8) };
-            }
-        }
-        u32::try_from(dropped).unwrap_or(u32::MAX)
-    }
+    events: Option<Events<IvCqEventOut>>,
 }
 
 /// The CQ behind `cq` and its context.
@@ -227,23 +193,20 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     unsafe { IvUserCqClose(q.user) };
     // SAFETY: the channel (if any) outlives its CQs.
     let channel = unsafe { q.ibv.channel.cast::<Channel>().as_ref() };
-    let mut destroyed = Err(STATUS_DEVICE_BUSY);
-    for _ in 0..DESTROY_TRIES {
-        // Its events the program has not taken go, acknowledged. One the
-        // channel's thread has taken from the driver but not yet queued
-        // still counts there: the destroy is tried again once it is.
-        if let Some(ch) = channel {
-            let dropped = ch.drop_events_of(q.out.cq);
+    let settle = || {
+        // Its completion events the program has not taken go,
+        // acknowledged; and its asynchronous ones.
+        if let Some(ev) = channel.and_then(|ch| ch.events.as_ref()) {
+            let dropped = ev.drop_where(|e| e.cq == q.out.cq).len();
             if dropped > 0 {
-                let _ = c.client.ack_cq_events(q.out.cq, dropped);
+                let _ = c
+                    .client
+                    .ack_cq_events(q.out.cq, u32::try_from(dropped).unwrap_or(u32::MAX));
             }
         }
-        destroyed = c.client.destroy_cq(q.out.cq);
-        if channel.is_none() || destroyed != Err(STATUS_DEVICE_BUSY) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+        c.drop_async_of(q.out.cq);
+    };
+    let destroyed = destroy_settled(settle, || c.client.destroy_cq(q.out.cq));
     match destroyed {
         Ok(()) => {
             // SAFETY: the channel (if any) outlives its CQs.
@@ -263,12 +226,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
     }
 }
-
-/// How often (a millisecond apart) `ibv_destroy_cq` tries a CQ on a
-/// channel that the driver finds busy: long enough for an event in the
-/// channel thread's hands to be queued (and dropped), short for a CQ that
-/// QPs still use.
-const DESTROY_TRIES: u32 = 200;
 
 fn wc_of(e: &IvCqe) -> ibv_wc {
     let imm = if e.wc_flags & IV_WC_WITH_IMM != 0 {
@@ -370,68 +327,27 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
             0,
         );
     };
-    // SAFETY: no arguments but flags.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        destroy();
-        return null_with(libc::EMFILE);
-    }
-    let events = Events::default();
-    let (file, queue) = (c.file, Arc::clone(&events));
-    let spawned = std::thread::Builder::new()
-        .name("ibv-comp-channel".into())
-        .spawn(move || forward_events(Client::new(Box::new(file)), handle, &queue, fd));
-    let thread = match spawned {
-        Ok(t) => t,
-        Err(_) => {
+    let events = match Events::start(
+        c.file,
+        IOCTL_IV_GET_CQ_EVENT,
+        IvHandleIn { handle }.as_bytes().to_vec(),
+    ) {
+        Ok(e) => e,
+        Err(e) => {
             destroy();
-            // SAFETY: the eventfd, unused.
-            unsafe { libc::close(fd) };
-            return null_with(libc::ENOMEM);
+            return null_with(e);
         }
     };
     leak(Channel {
         ibv: ibv_comp_channel {
             context: ctx,
-            fd,
+            fd: events.fd,
             refcnt: 0,
         },
         handle,
-        events,
-        thread: Some(thread),
+        events: Some(events),
     })
     .cast()
-}
-
-/// The channel's thread: each CQ event the driver delivers for `channel`
-/// is queued and counted on the eventfd, until the channel is destroyed or
-/// the file closed.
-fn forward_events(
-    client: Client,
-    channel: IvHandle,
-    events: &Mutex<VecDeque<IvCqEventOut>>,
-    fd: c_int,
-) {
-    loop {
-        let (status, out) = client.raw(
-            IOCTL_IV_GET_CQ_EVENT,
-            IvHandleIn { handle: channel }.as_bytes(),
-            size_of::<IvCqEventOut>(),
-        );
-        let Ok(event) = IvCqEventOut::read_from_bytes(&out) else {
-            return;
-        };
-        if !nt_success(status) {
-            return;
-        }
-        events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back(event);
-        let one = 1u64;
-        // SAFETY: the eventfd, open until this thread was joined.
-        unsafe { libc::write(fd, (&raw const one).cast(), 8) };
-    }
 }
 
 /// `ibv_get_cq_event`: the next CQ event of `channel` (waits while there
@@ -442,33 +358,22 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    // SAFETY: a channel from `ibv_create_comp_channel` (C contract).
-    let (Some(ch), false, false) = (
-        unsafe { channel.as_ref() },
-        cq.is_null(),
-        cq_context.is_null(),
-    ) else {
+    if channel.is_null() || cq.is_null() || cq_context.is_null() {
         set_errno(libc::EINVAL);
         return -1;
-    };
+    }
     // SAFETY: a channel's `ibv_comp_channel` is the first field of its
     // `Channel`.
     let chan = unsafe { &*channel.cast::<Channel>() };
-    let event = loop {
-        let mut count = 0u64;
-        // SAFETY: the channel's eventfd; 8 bytes.
-        if unsafe { libc::read(ch.fd, (&raw mut count).cast(), 8) } != 8 {
+    let Some(events) = &chan.events else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    let event = match events.take() {
+        Ok(e) => e,
+        Err(e) => {
+            set_errno(e);
             return -1;
-        }
-        let next = chan
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front();
-        // None: the event was dropped with its CQ meanwhile; wait for
-        // the next.
-        if let Some(e) = next {
-            break e;
         }
     };
     let ev_cq = event.user_context as usize as *mut ibv_cq;
@@ -522,11 +427,9 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         return errno_of(status);
     }
     // The destroy ended the thread's wait.
-    if let Some(t) = ch.thread.take() {
-        let _ = t.join();
+    if let Some(ev) = ch.events.take() {
+        ev.finish();
     }
-    // SAFETY: the channel's eventfd, closed once.
-    unsafe { libc::close(ch.ibv.fd) };
     // SAFETY: from `leak`, destroyed once.
     drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
     0

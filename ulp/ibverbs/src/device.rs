@@ -12,6 +12,7 @@ use irpverbs_abi::*;
 use irpverbs_verbs::Client;
 
 use crate::abi::*;
+use crate::events::Events;
 use crate::file::DeviceFile;
 use crate::{Context, MUTEX, context, cq, errno_of, leak, null_with, qp, set_errno};
 
@@ -134,25 +135,26 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             return null_with(errno_of(s));
         }
     };
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: an array of two fds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        file.close();
-        return null_with(libc::EMFILE);
-    }
+    let events = match Events::start(file, IOCTL_IV_GET_ASYNC_EVENT, Vec::new()) {
+        Ok(e) => e,
+        Err(e) => {
+            file.close();
+            return null_with(e);
+        }
+    };
     let ctx = leak(Context {
         ibv: ibv_context {
             device: dev,
             ops: ops(),
             cmd_fd: -1,
-            async_fd: fds[0],
+            async_fd: events.fd,
             num_comp_vectors: c_int::try_from(vectors).unwrap_or(1),
             mutex: MUTEX,
             abi_compat: std::ptr::null_mut(),
         },
         file,
         client,
-        async_write: fds[1],
+        async_events: Some(events),
     });
     ctx.cast()
 }
@@ -202,15 +204,11 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: from `ibv_open_device` (C contract), closed once.
-    let c = unsafe { Box::from_raw(ctx.cast::<Context>()) };
+    let mut c = unsafe { Box::from_raw(ctx.cast::<Context>()) };
     c.file.close();
-    // SAFETY: the context's own fds.
-    unsafe {
-        libc::close(c.ibv.async_fd);
-    }
-    // SAFETY: as above.
-    unsafe {
-        libc::close(c.async_write);
+    // Closing the file ended the async thread's wait.
+    if let Some(ev) = c.async_events.take() {
+        ev.finish();
     }
     0
 }
@@ -544,8 +542,9 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     -1
 }
 
-/// `ibv_get_async_event`: the next asynchronous event of the context's
-/// file (waits while there is none).
+/// `ibv_get_async_event`: the next asynchronous event of the context
+/// (waits while there is none, unless `async_fd` is non-blocking: then -1
+/// with `EAGAIN`). `element` is the QP, CQ or SRQ, or the port number.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_async_event(
     ctx: *mut ibv_context,
@@ -556,12 +555,12 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     };
-    match c.client.get_async_event() {
+    let Some(ev) = &c.async_events else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    match ev.take() {
         Ok(e) => {
-            // rdma-core's destroys wait for the acknowledgment; here the
-            // event is acknowledged to the driver as it is taken, so that no
-            // destroy is refused for it.
-            let _ = c.client.ack_async_event(e.handle, e.event_type);
             let element = if e.user_context != 0 {
                 e.user_context as usize as *mut c_void
             } else {
@@ -576,14 +575,44 @@ pub unsafe extern "C" fn ibv_get_async_event(
             };
             0
         }
-        Err(s) => {
-            set_errno(errno_of(s));
+        Err(e) => {
+            set_errno(e);
             -1
         }
     }
 }
 
-/// `ibv_ack_async_event`: [`ibv_get_async_event`] acknowledged the event
-/// to the driver already; nothing is left to do.
+/// `ibv_ack_async_event`: acknowledges an event of a QP, CQ or SRQ to the
+/// driver (which refuses to destroy the object until then); port and
+/// device events need no acknowledgment.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    // SAFETY: an event from `ibv_get_async_event` (C contract).
+    let Some(e) = (unsafe { event.as_ref() }) else {
+        return;
+    };
+    let Ok(kind) = u32::try_from(e.event_type) else {
+        return;
+    };
+    // SAFETY: the element is the program's live object of the event's
+    // kind (C contract: it is acknowledged before the object is
+    // destroyed).
+    let object = unsafe {
+        match kind {
+            IV_EVENT_CQ_ERR => crate::cq::cq_of(e.element.cast()).map(|(q, c)| (q.out.cq, c)),
+            IV_EVENT_SRQ_ERR | IV_EVENT_SRQ_LIMIT_REACHED => qp::srq_handle(e.element.cast()),
+            IV_EVENT_QP_FATAL
+            | IV_EVENT_QP_REQ_ERR
+            | IV_EVENT_QP_ACCESS_ERR
+            | IV_EVENT_COMM_EST
+            | IV_EVENT_SQ_DRAINED
+            | IV_EVENT_PATH_MIG
+            | IV_EVENT_PATH_MIG_ERR
+            | IV_EVENT_QP_LAST_WQE_REACHED => qp::qp_handle(e.element.cast()),
+            _ => None,
+        }
+    };
+    if let Some((handle, c)) = object {
+        let _ = c.client.ack_async_event(handle, kind);
+    }
+}

@@ -29,10 +29,13 @@
 pub mod abi;
 mod cq;
 mod device;
+mod events;
 pub mod file;
+pub mod kern;
 mod misc;
 mod pd;
 mod qp;
+pub mod standin;
 
 use std::ffi::c_int;
 
@@ -81,8 +84,20 @@ pub(crate) struct Context {
     pub ibv: ibv_context,
     pub file: DeviceFile,
     pub client: Client,
-    /// The write end of `async_fd`'s pipe.
-    pub async_write: c_int,
+    /// The asynchronous events behind `async_fd`.
+    pub async_events: Option<events::Events<IvAsyncEventOut>>,
+}
+
+impl Context {
+    /// Drops the asynchronous events of the object `handle` the program
+    /// has not taken, acknowledging them to the driver (before a destroy).
+    pub fn drop_async_of(&self, handle: IvHandle) {
+        if let Some(ev) = &self.async_events {
+            for e in ev.drop_where(|e| e.handle == handle) {
+                let _ = self.client.ack_async_event(e.handle, e.event_type);
+            }
+        }
+    }
 }
 
 /// The context behind `ctx`.

@@ -16,6 +16,7 @@ use zerocopy::IntoBytes;
 
 use crate::abi::*;
 use crate::cq::cq_handle;
+use crate::events::destroy_settled;
 use crate::pd::{Pd, pd_of};
 use crate::{COND, MUTEX, context, errno_of, leak, null_with, set_errno};
 
@@ -194,6 +195,24 @@ impl crate::Object for Qp {
     }
 }
 
+/// The handle of the QP `qp` and its context.
+///
+/// # Safety
+/// `qp` is NULL or a live QP of this library.
+pub(crate) unsafe fn qp_handle<'a>(qp: *mut ibv_qp) -> Option<(IvHandle, &'a crate::Context)> {
+    // SAFETY: forwarded.
+    unsafe { qp_of(qp) }.map(|(q, c)| (q.out.qp, c))
+}
+
+/// The handle of the SRQ `srq` and its context.
+///
+/// # Safety
+/// `srq` is NULL or a live SRQ of this library.
+pub(crate) unsafe fn srq_handle<'a>(srq: *mut ibv_srq) -> Option<(IvHandle, &'a crate::Context)> {
+    // SAFETY: forwarded.
+    unsafe { srq_of(srq) }.map(|(s, c)| (s.out.srq, c))
+}
+
 /// `ibv_modify_qp`: the attributes `attr_mask` names, checked by the
 /// driver against the IBTA's table; `EINVAL` when they do not fit,
 /// `EOPNOTSUPP` for a rate limit.
@@ -225,7 +244,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
         rq_psn: a.rq_psn,
         sq_psn: a.sq_psn,
         dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags,
+        // The local bits mean nothing for a QP: rdma-core's kernel
+        // ignores them there (perftest sets IBV_ACCESS_LOCAL_WRITE); the
+        // driver takes the remote ones.
+        qp_access_flags: a.qp_access_flags & !(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND),
         pkey_index: a.pkey_index,
         alt_pkey_index: a.alt_pkey_index,
         en_sqd_async_notify: a.en_sqd_async_notify,
@@ -332,7 +354,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     };
     // SAFETY: the speed path lets go of the rings before the destroy.
     unsafe { IvUserQpClose(q.user) };
-    match c.client.destroy_qp(q.out.qp) {
+    let destroyed = destroy_settled(
+        || c.drop_async_of(q.out.qp),
+        || c.client.destroy_qp(q.out.qp),
+    );
+    match destroyed {
         Ok(()) => {
             // SAFETY: from `leak` in `ibv_create_qp`, destroyed once.
             drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
@@ -693,7 +719,11 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     };
     // SAFETY: the speed path lets go of the ring before the destroy.
     unsafe { IvUserSrqClose(s.user) };
-    match c.client.destroy_srq(s.out.srq) {
+    let destroyed = destroy_settled(
+        || c.drop_async_of(s.out.srq),
+        || c.client.destroy_srq(s.out.srq),
+    );
+    match destroyed {
         Ok(()) => {
             // SAFETY: from `leak` in `ibv_create_srq`, destroyed once.
             drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });

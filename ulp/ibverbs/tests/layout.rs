@@ -28,9 +28,15 @@ fn abi_structs_match_infiniband_verbs_h() {
         eprintln!("skipping: <infiniband/verbs.h> is not installed (libibverbs-dev)");
         return;
     }
-    let mut c = String::from("#include <stddef.h>\n#include <infiniband/verbs.h>\n");
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n\
+         #include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n",
+    );
     let mut checks = 0;
-    for (ty, size, fields) in irpverbs_ibverbs::abi::layout() {
+    for (ty, size, fields) in irpverbs_ibverbs::abi::layout()
+        .into_iter()
+        .chain(irpverbs_ibverbs::kern::layout())
+    {
         c += &format!("_Static_assert(sizeof({ty}) == {size}, \"sizeof({ty})\");\n");
         checks += 1;
         for (field, offset) in fields {

@@ -50,9 +50,10 @@ fn verbs_from_c_keep_rdma_core_semantics() {
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
 }
 
-/// (symbol, version) of the defined symbols `objdump -T` lists in `path`,
-/// or of the undefined ones (`undefined`).
-fn dynamic_symbols(path: &Path, undefined: bool) -> BTreeSet<(String, String)> {
+/// (symbol, version) of the defined symbols `objdump -T` lists in `path`
+/// under a version containing `node`, or of the undefined ones
+/// (`undefined`).
+fn dynamic_symbols(path: &Path, undefined: bool, node: &str) -> BTreeSet<(String, String)> {
     let out = Command::new("objdump")
         .arg("-T")
         .arg(path)
@@ -61,7 +62,7 @@ fn dynamic_symbols(path: &Path, undefined: bool) -> BTreeSet<(String, String)> {
     assert!(out.status.success(), "objdump -T {}", path.display());
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.contains("IBVERBS") && l.contains("*UND*") == undefined)
+        .filter(|l| l.contains(node) && l.contains("*UND*") == undefined)
         .filter_map(|l| {
             let mut f = l.split_whitespace().rev();
             let name = f.next()?;
@@ -77,7 +78,7 @@ fn every_symbol_has_rdma_cores_version() {
     if !common::have("objdump", "binutils") {
         return;
     }
-    let exported = dynamic_symbols(&common::lib_dir().join("libibverbs.so.1"), false);
+    let exported = dynamic_symbols(&common::lib_dir().join("libibverbs.so.1"), false, "IBVERBS");
     // Every symbol the version script names, under its node.
     let map = std::fs::read_to_string(common::repo().join("ulp/ibverbs/libibverbs.map"))
         .expect("read libibverbs.map");
@@ -99,7 +100,13 @@ fn every_symbol_has_rdma_cores_version() {
     assert!(named > 60, "only {named} symbols in the map");
     // Nothing else leaks out under a version (the Win32 subset stays local).
     assert_eq!(exported.len(), named, "{exported:?}");
-    // What Debian's programs bind to, when they are installed.
+    // What Debian's programs bind to, when they are installed: from
+    // libibverbs, and (perftest) from the stand-ins for libmlx5 and libefa.
+    let dir = common::lib_dir();
+    let mut provided = exported;
+    for standin in ["libmlx5.so.1", "libefa.so.1"] {
+        provided.extend(dynamic_symbols(&dir.join(standin), false, "_"));
+    }
     for program in [
         "ibv_devices",
         "ibv_devinfo",
@@ -107,13 +114,23 @@ fn every_symbol_has_rdma_cores_version() {
         "ibv_uc_pingpong",
         "ibv_ud_pingpong",
         "ibv_srq_pingpong",
+        "ib_send_bw",
+        "ib_send_lat",
+        "ib_write_bw",
+        "ib_write_lat",
+        "ib_read_bw",
+        "ib_read_lat",
+        "ib_atomic_bw",
+        "ib_atomic_lat",
     ] {
         let path = Path::new("/usr/bin").join(program);
         if !path.exists() {
             continue;
         }
-        for import in dynamic_symbols(&path, true) {
-            assert!(exported.contains(&import), "{program} needs {import:?}");
+        for node in ["IBVERBS", "MLX5_", "EFA_"] {
+            for import in dynamic_symbols(&path, true, node) {
+                assert!(provided.contains(&import), "{program} needs {import:?}");
+            }
         }
     }
 }

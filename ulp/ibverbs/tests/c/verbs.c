@@ -91,6 +91,14 @@ int main(void)
     CHECK(ibv_query_gid(ctx, 1, port.gid_tbl_len, &gid) == -1 && errno == EINVAL);
     CHECK(ibv_query_device(ctx, NULL) == EINVAL);
 
+    /* async_fd is a real fd: nothing to read yet, non-blocking on request. */
+    CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+    struct pollfd ap = {.fd = ctx->async_fd, .events = POLLIN};
+    CHECK(poll(&ap, 1, 0) == 0);
+    struct ibv_async_event aev;
+    errno = 0;
+    CHECK(ibv_get_async_event(ctx, &aev) == -1 && errno == EAGAIN);
+
     /* Bad input rdma-core checks. */
     errno = 0;
     CHECK(ibv_alloc_pd(NULL) == NULL && errno == EINVAL);
