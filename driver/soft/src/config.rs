@@ -115,6 +115,15 @@ pub struct SoftConfig {
     /// deferred, the firmware's own doorbell), as a real driver bounds its
     /// DPC for the watchdog. At least 1. Default [`DEFAULT_DPC_BUDGET`].
     pub dpc_budget: u32,
+    /// Whether RC requests between two QPs of this HCA are short-circuited
+    /// to the peer's responder, and its responses to the requester's
+    /// completer, without frames ([`crate::transport::local`]; the send
+    /// doorbell's fast path, `transport/fast.rs`, in front of it); when
+    /// false every looped-back packet travels as a frame through the
+    /// loopback queue, as it would through a wire. The same requester,
+    /// responder and completer run either way; the frames cost a queue
+    /// and a reference to each payload's memory per packet. Default true.
+    pub short_circuit: bool,
 }
 
 /// Most completion vectors a soft HCA has ([`SoftConfig::num_comp_vectors`]).
@@ -169,6 +178,7 @@ impl Default for SoftConfig {
             max_qp_init_rd_atom: 128,
             max_res_rd_atom: 0x80_0000,
             dpc_budget: DEFAULT_DPC_BUDGET,
+            short_circuit: true,
         }
     }
 }

@@ -316,6 +316,10 @@ pub struct SoftStats {
     /// atomics to a QP of this HCA, nothing unusual in flight); the rest
     /// take the general engine.
     pub fast_path_wqes: u64,
+    /// RC messages (SENDs, WRITEs, READ and atomic requests) the requester
+    /// short-circuited to a QP of this HCA, without frames
+    /// ([`SoftConfig::short_circuit`]).
+    pub short_circuited: u64,
     /// Packets the transport processed.
     pub packets_received: u64,
     /// Packets dropped: no route, no such QP, wrong state or transport,
@@ -968,6 +972,7 @@ impl<P: Platform> SoftHca<P> {
                 commands_queued: st.queue.len(),
                 packets_sent: d.packets_sent,
                 fast_path_wqes: d.fast_path_wqes,
+                short_circuited: d.short_circuited,
                 packets_received: d.packets_received,
                 packets_dropped: d.packets_dropped,
                 rnr_naks: d.rnr_naks,

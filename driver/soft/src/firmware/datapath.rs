@@ -42,6 +42,9 @@ pub(crate) struct DpStats {
     pub(crate) packets_sent: u64,
     /// WQEs the loopback fast path executed end to end.
     pub(crate) fast_path_wqes: u64,
+    /// Messages short-circuited between two QPs of this HCA
+    /// ([`crate::transport::local`]).
+    pub(crate) short_circuited: u64,
     /// Packets processed.
     pub(crate) packets_received: u64,
     /// Packets dropped: no route, no such QP, wrong state or transport,
@@ -82,6 +85,17 @@ pub(crate) struct DataPath {
     pub(crate) loopq: Batch,
     /// The other loopback batch (double buffering).
     pub(crate) loop_spare: Batch,
+    /// Whether RC requests between two QPs of this HCA are short-circuited
+    /// ([`crate::SoftConfig::short_circuit`]).
+    pub(crate) short_circuit: bool,
+    /// While a request is short-circuited to a responder of this HCA
+    /// ([`crate::transport::local`]): the requester QP whose responses
+    /// the responder's packets are, taken into [`Self::replies`] instead
+    /// of `loopq`.
+    pub(crate) capture: Option<u32>,
+    /// The responses of a short-circuited request, for its requester's
+    /// completer.
+    pub(crate) replies: Batch,
     /// Frames from other HCAs, taken from the inbox.
     pub(crate) inbound: Batch,
     /// Frames for other HCAs, by destination.
@@ -175,6 +189,9 @@ impl DataPath {
             ready: VecDeque::new(),
             loopq: Batch::default(),
             loop_spare: Batch::default(),
+            short_circuit: true,
+            capture: None,
+            replies: Batch::default(),
             inbound: Batch::default(),
             outbox: Vec::new(),
             events,

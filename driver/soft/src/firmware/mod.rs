@@ -201,7 +201,9 @@ impl Firmware {
         let port = Port::new(config.ip, &config.aliases);
         let gid = port.gid(0).unwrap_or_default();
         let udp_port = config.udp_port;
-        let dp = crate::firmware::datapath::DataPath::new_boxed(gid, attention, events, udp_port)?;
+        let mut dp =
+            crate::firmware::datapath::DataPath::new_boxed(gid, attention, events, udp_port)?;
+        dp.short_circuit = config.short_circuit;
         irpverbs_ring::try_box_with(|| Self {
             dp,
             port,

@@ -267,6 +267,34 @@ impl QpTable {
         Some(if i < j { (lo, hi) } else { (hi, lo) })
     }
 
+    /// QP `a`, and, when `local` says of it that its peer is on this HCA,
+    /// the QP its path names (`tx.path.dest_qpn`) too, mutably: one lookup
+    /// for a QP whose peer is elsewhere, two for a loopback pair. The peer
+    /// is `None` when `local` says no, or it is missing or `a` itself.
+    pub(crate) fn with_peer_mut(
+        &mut self,
+        a: u32,
+        local: impl FnOnce(&Qp) -> bool,
+    ) -> Option<(&mut Qp, Option<&mut Qp>)> {
+        let i = self.find(a).ok()?;
+        let qp = self.qps.get(i)?.1.as_deref()?;
+        let j = if local(qp) {
+            let b = qp.tx.path.dest_qpn;
+            self.find(b).ok().filter(|&j| j != i)
+        } else {
+            None
+        };
+        let Some(j) = j else {
+            return Some((self.qps.get_mut(i)?.1.as_deref_mut()?, None));
+        };
+        let (lo, hi) = (i.min(j), i.max(j));
+        let (head, tail) = self.qps.split_at_mut(hi);
+        let (x, y) = (head.get_mut(lo)?, tail.first_mut()?);
+        let (x, y) = if i < j { (x, y) } else { (y, x) };
+        let qp = x.1.as_deref_mut()?;
+        Some((qp, y.1.as_deref_mut()))
+    }
+
     /// Stores the QP `qp` makes (in its box, once there is room) under the
     /// next free number.
     ///
@@ -1584,7 +1612,7 @@ mod tests {
     /// either table order; nothing for a missing or destroyed peer, or a
     /// QP that names itself.
     #[test]
-    fn with_dest_mut_finds_the_qp_and_its_peer() {
+    fn with_dest_mut_and_with_peer_mut_find_the_qp_and_its_peer() {
         let d = Dev::with(|_| {});
         let pdn = d.pd();
         let cqn = d.cq(1);
@@ -1608,10 +1636,24 @@ mod tests {
             name(fw, b, 0xAB_CDEF);
             assert!(fw.qps.with_dest_mut(b).is_none(), "no such peer");
             assert!(fw.qps.with_dest_mut(0xAB_CDEE).is_none(), "no such QP");
+            // The requester's lookup: the peer only when asked for.
+            let both = |fw: &mut Firmware, q: u32, local: bool| {
+                let (x, y) = fw.qps.with_peer_mut(q, |_| local).expect("the QP");
+                (x.tx.path.dest_qpn, y.map(|y| y.tx.path.dest_qpn))
+            };
+            assert_eq!(both(fw, b, true), (0xAB_CDEF, None), "no such peer");
+            name(fw, b, b);
+            assert_eq!(both(fw, b, true), (b, None), "names itself");
+            assert_eq!(both(fw, a, true), (c, Some(a)), "a and c");
+            assert_eq!(both(fw, c, true), (a, Some(c)), "c and a");
+            assert_eq!(both(fw, a, false), (c, None), "not asked for");
+            assert!(fw.qps.with_peer_mut(0xAB_CDEE, |_| true).is_none());
         });
         d.ok(Command::DestroyQp { qpn: c });
         d.hca.with_firmware(|fw| {
             assert!(fw.qps.with_dest_mut(a).is_none(), "peer destroyed");
+            let (_, y) = fw.qps.with_peer_mut(a, |_| true).expect("a");
+            assert!(y.is_none(), "peer destroyed");
         });
     }
 

@@ -417,8 +417,12 @@ pub(crate) enum Topo {
     TwoHcaDeferred,
     /// Both QPs on one HCA whose firmware runs on its "hardware thread"
     /// (run by hand here): the engine's turns, not the doorbells, run the
-    /// fast path.
+    /// requester with its peer.
     LoopbackDeferred,
+    /// Both QPs on one HCA that short-circuits nothing
+    /// ([`crate::SoftConfig::short_circuit`] off): every packet travels as
+    /// a frame through the loopback queue.
+    LoopbackFrames,
 }
 
 /// A requester QP on `a` connected to a responder QP on `b` (the same
@@ -446,6 +450,10 @@ pub(crate) fn nodes(topo: Topo) -> (Arc<Node>, Arc<Node>, Option<Arc<Fabric<Test
         }
         Topo::LoopbackDeferred => {
             let a = Arc::new(Node::with(1, |c| c.execution = Execution::Deferred));
+            (a.clone(), a, None)
+        }
+        Topo::LoopbackFrames => {
+            let a = Arc::new(Node::with(1, |c| c.short_circuit = false));
             (a.clone(), a, None)
         }
         Topo::TwoHca | Topo::TwoHcaDeferred => {
@@ -642,7 +650,7 @@ fn rc_send_8_bytes() {
 }
 
 #[test]
-fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_does_not() {
+fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_is_short_circuited() {
     let p = Pair::new(Topo::Loopback, IV_QPT_RC, Conn::default());
     p.ma.write(0, b"fast");
     let before = p.a.d.hca.stats().fast_path_wqes;
@@ -697,7 +705,7 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
         before + 4,
         "the atomic too"
     );
-    // A WRITE with immediate and a SEND with immediate (out of line), with
+    // A WRITE with immediate and a SEND with immediate, with
     // their receive completions' immediate data; the bytes land at `at`
     // (the WRITE's target, the SEND's receive buffer).
     let with_imm = |wr: SendWr<'_>, recv_at: u64, at: usize, opcode: u32| {
@@ -732,13 +740,14 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
     );
     // A SEND with invalidate of a window, and in the same list a WRITE
     // with the key it invalidated: the SEND lands in the window's MR
-    // itself, the WRITE after it must not get through. Both on the general
-    // path (what changes a window is its alone), the WRITE refused
-    // (REM_ACCESS_ERR), the QP in ERR.
+    // itself, the WRITE after it must not get through. Both past the fast
+    // path (what changes a window is the responder's alone), short-
+    // circuited to it, the WRITE refused (REM_ACCESS_ERR), the QP in ERR.
     let victim = p.b.mem(4096, ALL_ACCESS);
     let rkey = p.window(&victim, 0, 4096, IV_ACCESS_REMOTE_WRITE);
     p.recv(8, &[victim.sge(0, 64)]);
     let after = p.a.d.hca.stats().fast_path_wqes;
+    let short = p.a.d.hca.stats().short_circuited;
     p.qa.sq
         .post_list(&[
             SendWr {
@@ -768,16 +777,26 @@ fn loopback_rc_sends_writes_reads_and_atomics_take_the_fast_path_and_the_rest_do
         (8, rkey, IV_WC_WITH_INV)
     );
     assert_eq!(p.a.d.hca.stats().fast_path_wqes, after);
-    // Two HCAs never take the fast path.
-    let two = Pair::new(Topo::TwoHca, IV_QPT_RC, Conn::default());
-    two.recv(1, &[two.mb.sge(0, 64)]);
-    let s2 = [two.ma.sge(0, 4)];
-    two.send(&SendWr {
-        sges: &s2,
-        ..signaled(2, IV_WR_SEND)
-    });
-    assert_eq!(one(&two.cqb).status, IV_WC_SUCCESS);
-    assert_eq!(two.a.d.hca.stats().fast_path_wqes, 0);
+    assert_eq!(p.a.d.hca.stats().short_circuited, short + 2);
+    // Two HCAs never take the fast path nor short-circuit, nor does an
+    // HCA told not to.
+    for topo in [Topo::TwoHca, Topo::LoopbackFrames] {
+        let two = Pair::new(topo, IV_QPT_RC, Conn::default());
+        two.recv(1, &[two.mb.sge(0, 64)]);
+        let s2 = [two.ma.sge(0, 4)];
+        two.send(&SendWr {
+            sges: &s2,
+            ..signaled(2, IV_WR_SEND)
+        });
+        assert_eq!(one(&two.cqb).status, IV_WC_SUCCESS, "{topo:?}");
+        assert_eq!(statuses(&two.cqa), [(2, IV_WC_SUCCESS)], "{topo:?}");
+        let stats = two.a.d.hca.stats();
+        assert_eq!(
+            (stats.fast_path_wqes, stats.short_circuited),
+            (0, 0),
+            "{topo:?}"
+        );
+    }
 }
 
 /// A doorbell for more packets than one fast-path run sends (its budget)

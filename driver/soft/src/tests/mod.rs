@@ -3,9 +3,9 @@
 
 mod doorbell;
 pub(crate) mod dp;
-mod fast;
 mod gsi;
 mod hca;
 mod mw;
+mod short_circuit;
 mod sim;
 pub(crate) mod util;

@@ -50,10 +50,10 @@ use irpverbs_core::AsyncEvent;
 use crate::firmware::cq::post_cqe;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::Progress;
-use crate::transport::dma::{DmaError, Source, scatter};
+use crate::transport::dma::{DmaError, Payload, Source, scatter};
 use crate::transport::engine::{Env, enter_error, send_cqe};
 use crate::transport::requester::is_rd_atomic;
-use crate::wire::packet::{Burst, Packet, Seg, aeth, op, psn_add, psn_diff};
+use crate::wire::packet::{Burst, Packet, aeth, op, psn_add, psn_diff};
 
 /// A response packet (or burst of READ responses) for QP `qpn`'s
 /// requester.
@@ -63,7 +63,7 @@ pub(crate) fn handle(
     env: &mut Env<'_>,
     pkt: &Packet,
     burst: Burst,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) {
     let rc = pkt.opcode & op::TRANSPORT_MASK == op::RC;
     if qp.qp_type != IV_QPT_RC || !rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
@@ -325,7 +325,7 @@ fn read_response(
     env: &mut Env<'_>,
     pkt: &Packet,
     burst: Burst,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) {
     let psn = pkt.psn;
     if let Some((i, missing)) = ack_upto(qp, psn_add(psn, 0xFF_FFFF)) {
@@ -380,7 +380,7 @@ fn read_response(
     let offset = psn_diff(psn, s.first_psn).unsigned_abs() * mtu;
     let room = s.length.saturating_sub(offset);
     let len = if last { room } else { n.saturating_mul(mtu) };
-    let carried: usize = payload.iter().map(|p| p.len).sum();
+    let carried = payload.len();
     let beyond = psn_diff(end_psn, s.last_psn) > 0 || len > room;
     if !ops_ok || beyond || pkt.payload_len != len || carried != len as usize {
         untrusted(env).response_malformed += 1;
@@ -393,7 +393,7 @@ fn read_response(
         sges,
         u64::from(offset),
         u64::from(len),
-        &mut Source::segs(payload),
+        &mut payload.source(env.mrs),
     ) {
         retire(qpn, qp, env);
         fail(qpn, qp, env, i, local_status(e));

@@ -289,6 +289,85 @@ impl<'a> Source<'a> {
     }
 }
 
+/// A packet's (or burst's) payload as its receiver copies from it: the
+/// segments a frame carries, or, for a request short-circuited between
+/// two QPs of this HCA ([`crate::transport::local`]), the sender's memory
+/// where it lies.
+#[derive(Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// A frame's segments.
+    Segs(&'a [Seg]),
+    /// `len` bytes of `region` at `off` (a send queue slot's inline data).
+    Region {
+        /// The region.
+        region: &'a Region,
+        /// Offset of the first byte.
+        off: usize,
+        /// Bytes.
+        len: usize,
+    },
+    /// The message bytes `offset..offset + len` of the gather list `sges`
+    /// of a QP of PD `pdn`, checked by the sender before it sent them.
+    Gather {
+        /// The sender's PD.
+        pdn: u32,
+        /// The gather list.
+        sges: &'a [IvSge],
+        /// First message byte.
+        offset: u64,
+        /// Bytes.
+        len: u32,
+    },
+}
+
+impl<'a> Payload<'a> {
+    /// No payload.
+    pub(crate) const NONE: Payload<'static> = Payload::Segs(&[]);
+
+    /// The bytes it carries.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        match *self {
+            Self::Segs(segs) => segs.iter().map(|s| s.len).sum(),
+            Self::Region { len, .. } => len,
+            Self::Gather { len, .. } => len as usize,
+        }
+    }
+
+    /// A cursor at its first byte (a gather list's keys looked up in
+    /// `mrs` as it is read).
+    #[inline(always)]
+    pub(crate) fn source<'b>(&self, mrs: &'b Table<Mr>) -> Source<'b>
+    where
+        'a: 'b,
+    {
+        match *self {
+            Self::Segs(segs) => Source::segs(segs),
+            Self::Region { region, off, .. } => Source::Region { region, off },
+            Self::Gather {
+                pdn, sges, offset, ..
+            } => {
+                // Positioned at message byte `offset`.
+                let (mut i, mut off) = (0, offset);
+                while let Some(s) = sges.get(i)
+                    && off >= u64::from(s.length)
+                    && off > 0
+                {
+                    off -= u64::from(s.length);
+                    i += 1;
+                }
+                Source::Gather {
+                    mrs,
+                    pdn,
+                    sges,
+                    i,
+                    off: usize::try_from(off).unwrap_or(usize::MAX),
+                }
+            }
+        }
+    }
+}
+
 /// Copies `len` bytes from `src` into the message bytes from `offset` of
 /// a local SGE list (the HCA writes: LOCAL_WRITE required).
 ///

@@ -39,6 +39,7 @@ use crate::firmware::qp_state::{Path, QpTx, RespState};
 use crate::firmware::srq::Srq;
 use crate::firmware::table::Table;
 use crate::net::fabric::Router;
+use crate::transport::dma::Payload;
 use crate::transport::requester::wc_opcode;
 use crate::transport::{completer, requester, responder};
 use crate::wire::packet::{Batch, Burst, Frame, Gid, Packet, m};
@@ -204,9 +205,14 @@ impl DataPath {
         fill: impl FnOnce(&mut Vec<crate::wire::packet::Seg>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.stats.packets_sent += u64::from(burst.count);
-        let batch = self
-            .batch_for(&pkt.dgid)
-            .and_then(|b| b.room_for(1, irpverbs_ring::wq::MAX_SGE).then_some(b));
+        let batch = if self.capture == Some(pkt.dest_qpn) && pkt.dgid == self.gid {
+            // A response to a short-circuited request: to its requester,
+            // in order with anything else the responder answers.
+            Some(&mut self.replies)
+        } else {
+            self.batch_for(&pkt.dgid)
+        }
+        .and_then(|b| b.room_for(1, irpverbs_ring::wq::MAX_SGE).then_some(b));
         match batch {
             Some(b) => {
                 let start = b.segs.len();
@@ -266,8 +272,7 @@ impl DataPath {
         }
     }
 
-    /// Packets sent and received so far (the fast path's counted as the
-    /// packets they stand for): the measure of the data path's work that
+    /// Packets sent and received so far (short-circuited ones too): the measure of the data path's work that
     /// [`crate::SoftConfig::dpc_budget`] bounds per call.
     pub(crate) fn work_done(&self) -> u64 {
         self.stats.packets_sent + self.stats.packets_received
@@ -523,18 +528,14 @@ impl Firmware {
         true
     }
 
-    /// The send queue doorbell, inline: QP `qpn`'s requester runs now (one
-    /// lookup), unless it already waits on the ready list.
+    /// The send queue doorbell, inline: the fast path first, then QP
+    /// `qpn`'s requester for what it left, unless it already waits on the
+    /// ready list.
     pub(crate) fn ring_sq_now(&mut self, qpn: u32) {
         if self.ring_sq_fast(qpn) {
             return;
         }
-        let (qps, mut env) = self.split();
-        if let Ok(qp) = qps.get_mut(qpn) {
-            if !qp.tx.scheduled {
-                requester::run(qpn, qp, &mut env, REQUESTER_BUDGET);
-            }
-        }
+        self.run_requester(qpn, REQUESTER_BUDGET, true);
     }
 
     /// Runs QP `qpn`'s new WQEs on the fast path ([`crate::transport::fast::run`]); a
@@ -550,6 +551,26 @@ impl Firmware {
             }
             crate::transport::fast::Ran::Stopped => false,
         }
+    }
+
+    /// Runs QP `qpn`'s requester for at most `budget` packets: on its
+    /// `doorbell` (not when it waits on the ready list: its turn there
+    /// comes), or its turn on the ready list. An RC QP whose peer is a QP of this HCA runs with the peer
+    /// at hand, its requests short-circuited to it
+    /// ([`crate::transport::local`]). Returns the packets sent.
+    pub(crate) fn run_requester(&mut self, qpn: u32, budget: usize, doorbell: bool) -> usize {
+        let (gid, short) = (self.dp.gid, self.dp.short_circuit);
+        let (qps, mut env) = self.split();
+        let local = |qp: &Qp| short && qp.qp_type == IV_QPT_RC && qp.tx.path.dgid == gid;
+        let Some((qp, peer)) = qps.with_peer_mut(qpn, local) else {
+            return 0;
+        };
+        if !doorbell {
+            qp.tx.scheduled = false;
+        } else if qp.tx.scheduled {
+            return 0;
+        }
+        requester::run(qpn, qp, peer, &mut env, budget)
     }
 
     /// Rings `target`'s doorbell, as a doorbell page's slot bound to it
@@ -661,11 +682,8 @@ impl Firmware {
                             self.ring_sq(qpn);
                         }
                         crate::transport::fast::Ran::Stopped => {
-                            let (qps, mut env) = self.split();
-                            if let Ok(qp) = qps.get_mut(qpn) {
-                                let used = requester::run(qpn, qp, &mut env, budget);
-                                budget = budget.saturating_sub(used);
-                            }
+                            let used = self.run_requester(qpn, budget, false);
+                            budget = budget.saturating_sub(used);
                         }
                     }
                 }
@@ -720,8 +738,7 @@ impl Firmware {
     }
 
     /// One inbound packet (or burst): to its QP's responder (requests) or
-    /// completer (responses). Packets for no QP, of an unknown opcode, or a
-    /// burst whose ends do not belong together, are dropped.
+    /// completer (responses), [`deliver`]. Packets for no QP are dropped.
     pub(crate) fn receive(
         &mut self,
         pkt: &Packet,
@@ -733,32 +750,12 @@ impl Firmware {
             crate::transport::gsi::receive(&mut self.dp, &self.port, pkt, burst, payload);
             return;
         }
-        let k = pkt.mask();
         let (qps, mut env) = self.split();
-        let qp = match qps.get_mut(pkt.dest_qpn) {
-            Ok(qp) if k != 0 && burst_ok(pkt.opcode, burst) => qp,
-            _ => {
-                env.dp.stats.packets_dropped += u64::from(burst.count);
-                return;
-            }
-        };
-        // A connected QP believes only its peer (see `crate::transport::trust`): the
-        // GIDs it cached at RTR, compared as they are.
-        // An armed QP also takes a migration request from its alternate
-        // path (`crate::transport::apm`), and migrates.
-        if qp.qp_type != IV_QPT_UD
-            && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid)
-            && !crate::transport::apm::migration_request(pkt.dest_qpn, qp, &mut env, pkt)
-        {
-            env.dp.stats.trust.foreign_address += u64::from(burst.count);
+        let Ok(qp) = qps.get_mut(pkt.dest_qpn) else {
             env.dp.stats.packets_dropped += u64::from(burst.count);
             return;
-        }
-        if k & m::REQ != 0 {
-            responder::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
-        } else {
-            completer::handle(pkt.dest_qpn, qp, &mut env, pkt, burst, payload);
-        }
+        };
+        deliver(qp, &mut env, pkt, burst, Payload::Segs(payload));
     }
 
     /// Fires the timers due at `now` (the link's clock, ns): local ACK
@@ -1000,6 +997,43 @@ fn configure(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, from: QpState, mask: u32,
             }
         }
         _ => {}
+    }
+}
+
+/// A packet (or burst) for QP `qp` (`pkt.dest_qpn`), received or
+/// short-circuited ([`crate::transport::local`]): to its responder
+/// (requests) or completer (responses). Packets of an unknown opcode, a
+/// burst whose ends do not belong together, or from another than a
+/// connected QP's peer, are dropped.
+#[inline(always)]
+pub(crate) fn deliver(
+    qp: &mut Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    payload: Payload<'_>,
+) {
+    let k = pkt.mask();
+    if k == 0 || !burst_ok(pkt.opcode, burst) {
+        env.dp.stats.packets_dropped += u64::from(burst.count);
+        return;
+    }
+    // A connected QP believes only its peer (see `crate::transport::trust`): the
+    // GIDs it cached at RTR, compared as they are.
+    // An armed QP also takes a migration request from its alternate
+    // path (`crate::transport::apm`), and migrates.
+    if qp.qp_type != IV_QPT_UD
+        && (pkt.sgid != qp.tx.path.dgid || pkt.dgid != qp.tx.path.sgid)
+        && !crate::transport::apm::migration_request(pkt.dest_qpn, qp, env, pkt)
+    {
+        env.dp.stats.trust.foreign_address += u64::from(burst.count);
+        env.dp.stats.packets_dropped += u64::from(burst.count);
+        return;
+    }
+    if k & m::REQ != 0 {
+        responder::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
+    } else {
+        completer::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
     }
 }
 

@@ -38,8 +38,10 @@
 //! Every check the general path makes is made first, before anything
 //! changes; anything unusual (a WQE that would fail or wait, no receive
 //! WQE, a receive CQ without room, segmentation state in progress, another HCA, frames waiting)
-//! stops the fast path there, and the general engine takes the rest of
-//! the send queue from the same state. What changes memory windows is
+//! stops the fast path there, and the requester takes the rest of the
+//! send queue from the same state (short-circuited to the same peer,
+//! [`crate::transport::local`]). With [`crate::SoftConfig::short_circuit`]
+//! off the fast path takes nothing. What changes memory windows is
 //! the general path's alone: a SEND with invalidate, `IV_WR_BIND_MW` and
 //! `IV_WR_LOCAL_INV` stop the fast path, and so does an rkey of a window
 //! (its key cache looks keys up in the MR table only, where a window's key
@@ -101,7 +103,8 @@ pub(crate) enum Ran {
 /// Runs QP `qpn`'s new send WQEs on the fast path, as far as it can.
 pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let dp = &fw.dp;
-    if dp.link_down
+    if !dp.short_circuit
+        || dp.link_down
         || !dp.loopq.is_empty()
         || !dp.inbound.is_empty()
         || !dp.acks.is_empty()

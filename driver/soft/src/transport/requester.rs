@@ -49,7 +49,7 @@ use irpverbs_ring::wq::{WqeError, read_send_wqe_into};
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{Progress, ReqState, SendSlot, Window};
-use crate::transport::dma::{DmaError, check_sges, gather};
+use crate::transport::dma::{DmaError, Payload, check_sges, for_each_piece, gather};
 use crate::transport::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
 use crate::wire::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 
@@ -255,7 +255,16 @@ pub(crate) const fn packets(len: u32, mtu: u32) -> u32 {
 
 /// Runs QP `qpn`'s requester: at most `budget` packets. Returns the
 /// packets emitted; a QP with work left is put back on the ready list.
-pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> usize {
+/// With `peer` (an RC QP whose peer is a QP of this HCA) its requests are
+/// short-circuited to the peer ([`crate::transport::local`]) while the
+/// wire allows it, and the peer's coalesced ACK is taken at the end.
+pub(crate) fn run(
+    qpn: u32,
+    qp: &mut Qp,
+    mut peer: Option<&mut Qp>,
+    env: &mut Env<'_>,
+    budget: usize,
+) -> usize {
     match qp.state {
         QpState::Err | QpState::Sqe => {
             crate::transport::engine::flush_sq(qpn, qp, env);
@@ -264,17 +273,18 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
         QpState::Rts | QpState::Sqd => {}
         QpState::Reset | QpState::Init | QpState::Rtr => return 0,
     }
-    if qp.tx.req.rnr_wait {
-        return 0;
-    }
     let mut sent = 0;
     loop {
+        // (A short-circuited RNR NAK stops it at once.)
+        if qp.tx.req.rnr_wait {
+            break;
+        }
         if let Some(p) = qp.tx.req.cur {
             if sent >= budget {
                 env.dp.schedule(qpn, &mut qp.tx);
                 break;
             }
-            match emit_next(qpn, qp, env, p) {
+            match emit_next(qpn, qp, peer.as_deref_mut(), env, p) {
                 // The window is full: an ACK schedules the requester.
                 Ok(0) => break,
                 Ok(n) => sent += n as usize,
@@ -317,6 +327,9 @@ pub(crate) fn run(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, budget: usize) -> us
             // UD: its one packet went out from `start`.
             sent += 1;
         }
+    }
+    if let Some(dest) = peer {
+        crate::transport::local::ack(qpn, qp, dest, env);
     }
     if sent > 0 {
         crate::transport::engine::arm_rto(qpn, qp, env);
@@ -614,13 +627,20 @@ pub(crate) fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
 /// Emits the rest of the WQE in progress: a READ request, an atomic, or
 /// the remaining packets of a SEND or WRITE as one burst. Returns the
 /// packets emitted.
-fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u32, u32> {
+fn emit_next(
+    qpn: u32,
+    qp: &mut Qp,
+    peer: Option<&mut Qp>,
+    env: &mut Env<'_>,
+    p: Progress,
+) -> Result<u32, u32> {
     let slot = *qp.tx.req.slot(p.index);
     let wqe = slot.wqe;
     let rc = qp.qp_type == IV_QPT_RC;
     let path = &qp.tx.path;
-    let mrs = &*env.mrs;
-    let mut count = 1;
+    // The peer's responder takes the packet now, if the wire would
+    // deliver it now ([`crate::transport::local`]).
+    let peer = peer.filter(|_| crate::transport::local::open(env.dp));
     // RC: no further than the congestion window (a READ's or atomic's
     // request too: its PSNs, a READ's responses, count in it); an ACK
     // schedules the requester when it opens.
@@ -642,7 +662,7 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
                 rkey: wqe.rkey,
                 len: slot.length - p.offset.min(slot.length),
             };
-            env.dp.emit_bare(pkt);
+            Ok(emit_request(qpn, qp, peer, env, &pkt))
         }
         IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD => {
             let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
@@ -656,12 +676,12 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             );
             pkt.ack_req = true;
             pkt.atomic = atomic_eth(&wqe);
-            env.dp.emit_bare(pkt);
+            Ok(emit_request(qpn, qp, peer, env, &pkt))
         }
         _ => {
             let mtu = qp.tx.mtu;
             let mut rest = slot.length - p.offset.min(slot.length);
-            count = packets(rest, mtu);
+            let mut count = packets(rest, mtu);
             // A burst cut at the window ends mid-message and asks for the
             // ACK that opens it again.
             let cut = count > room;
@@ -704,28 +724,119 @@ fn emit_next(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, p: Progress) -> Result<u3
             let burst = Burst { count, last_opcode };
             let notify = (!rc).then_some(qpn);
             let ack_req = pkt.ack_req;
-            let qp_ref: &Qp = qp;
-            env.dp
-                .emit(pkt, burst, notify, |segs| {
-                    fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
-                })
-                .map_err(dma_status)?;
-            let req = &mut qp.tx.req;
-            asked(req, ack_req, count);
-            req.solicit = false;
-            if cut {
-                // The rest of the message when the window opens.
-                req.cur = Some(Progress {
-                    index: p.index,
-                    offset: p.offset + rest,
-                    psn: psn_add(p.psn, count),
-                });
-                return Ok(count);
+            match peer {
+                Some(dest) => {
+                    // The payload where it lies, checked as its segments
+                    // would be.
+                    check_payload(qp, env.mrs, p.index, p.offset, rest).map_err(dma_status)?;
+                    sent_data(qp, p, ack_req, count, rest, cut);
+                    let payload = local_payload(qp, p.index, p.offset, rest);
+                    crate::transport::local::request(qpn, dest, env, &pkt, burst, payload);
+                    crate::transport::local::responses(qp, env);
+                }
+                None => {
+                    let (qp_ref, mrs): (&Qp, _) = (qp, &*env.mrs);
+                    env.dp
+                        .emit(pkt, burst, notify, |segs| {
+                            fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
+                        })
+                        .map_err(dma_status)?;
+                    sent_data(qp, p, ack_req, count, rest, cut);
+                }
             }
+            Ok(count)
         }
     }
+}
+
+/// The requester's state after a SEND's or WRITE's burst of `count`
+/// packets (`rest` bytes, cut at the window or not) from `p` was sent.
+#[inline(always)]
+fn sent_data(qp: &mut Qp, p: Progress, ack_req: bool, count: u32, rest: u32, cut: bool) {
+    let req = &mut qp.tx.req;
+    asked(req, ack_req, count);
+    req.solicit = false;
+    req.cur = cut.then(|| {
+        // The rest of the message when the window opens.
+        Progress {
+            index: p.index,
+            offset: p.offset + rest,
+            psn: psn_add(p.psn, count),
+        }
+    });
+}
+
+/// Sends a READ request or an atomic (`pkt`, no payload): to the peer's
+/// responder when it is at hand, else as a frame. Returns the packets
+/// sent (one).
+#[inline(always)]
+fn emit_request(
+    qpn: u32,
+    qp: &mut Qp,
+    peer: Option<&mut Qp>,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+) -> u32 {
     qp.tx.req.cur = None;
-    Ok(count)
+    match peer {
+        Some(dest) => {
+            let burst = Burst::one(pkt.opcode);
+            crate::transport::local::request(qpn, dest, env, pkt, burst, Payload::NONE);
+            crate::transport::local::responses(qp, env);
+        }
+        None => env.dp.emit_bare(*pkt),
+    }
+    1
+}
+
+/// Checks the message bytes `offset..offset + len` of WQE `index` as
+/// [`fill_payload`] checks them (a gather list's keys and ranges).
+#[inline(always)]
+fn check_payload(
+    qp: &Qp,
+    mrs: &crate::firmware::table::Table<crate::firmware::mr::Mr>,
+    index: u32,
+    offset: u32,
+    len: u32,
+) -> Result<(), DmaError> {
+    if len == 0 || qp.tx.req.slot(index).wqe.flags & IV_SEND_INLINE != 0 {
+        return Ok(());
+    }
+    let sges = qp.tx.req.sges(index);
+    for_each_piece(
+        mrs,
+        qp.pdn,
+        sges,
+        u64::from(offset),
+        u64::from(len),
+        false,
+        |_, _, _| Ok(()),
+    )
+}
+
+/// The message bytes `offset..offset + len` of WQE `index` where they
+/// lie, for a short-circuited packet: the slot's inline data, or the
+/// gather list (checked, [`check_payload`]).
+#[inline(always)]
+fn local_payload(qp: &Qp, index: u32, offset: u32, len: u32) -> Payload<'_> {
+    if len == 0 {
+        return Payload::NONE;
+    }
+    if qp.tx.req.slot(index).wqe.flags & IV_SEND_INLINE != 0 {
+        let ring = &qp.sq.0;
+        Payload::Region {
+            region: ring.region(),
+            off: ring.slot_offset(index) + IV_SEND_WQE_HEADER + offset as usize,
+            len: len as usize,
+        }
+    } else {
+        Payload::Gather {
+            pdn: qp.pdn,
+            sges: qp.tx.req.sges(index),
+            offset: u64::from(offset),
+            len,
+        }
+    }
 }
 
 /// The AtomicETH of an atomic WQE: its target, and its operands as the

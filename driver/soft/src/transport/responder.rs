@@ -55,7 +55,7 @@ use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{RecvWqe, Resource, RespState, WriteState};
 use crate::firmware::srq::Srq;
-use crate::transport::dma::{DmaError, Source, remote_range, rkey_mr, scatter};
+use crate::transport::dma::{DmaError, Payload, Source, remote_range, rkey_mr, scatter};
 use crate::transport::engine::{Env, enter_error};
 use crate::wire::packet::{
     Aeth, AtomicEth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add,
@@ -111,7 +111,7 @@ pub(crate) fn handle(
     env: &mut Env<'_>,
     pkt: &Packet,
     burst: Burst,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) {
     if !matches!(
         qp.state,
@@ -156,7 +156,10 @@ fn send_ack(qp: &Qp, env: &mut Env<'_>, syndrome: u8, psn: u32, msn: u32) {
 fn queue_ack(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32) {
     // Room for every QP was reserved at its create; without it (no
     // memory) the ACK goes now.
+    // A short-circuited request's requester takes it at the end of its
+    // run (`crate::transport::local::ack`).
     if qp.tx.resp.ack.replace(psn).is_none()
+        && env.dp.capture != Some(qp.tx.path.dest_qpn)
         && !crate::firmware::shared::push(&mut env.dp.acks, qpn)
     {
         send_pending_ack(qp, env);
@@ -395,8 +398,8 @@ pub(crate) fn accepted(resp: &mut RespState, last: u32, k: u32) {
 /// Checks the length of a packet (or burst) against the MTU and its
 /// carried bytes (rxe's `check_length`, per packet): FIRST and MIDDLE
 /// packets carry one MTU, LAST 1 to MTU bytes, ONLY at most an MTU.
-fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &[Seg], mtu: u32) -> bool {
-    let carried: usize = payload.iter().map(|s| s.len).sum();
+fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &Payload<'_>, mtu: u32) -> bool {
+    let carried = payload.len();
     if carried != pkt.payload_len as usize {
         return false;
     }
@@ -432,7 +435,7 @@ fn remote_mr<'m>(
     Ok((mr, off))
 }
 
-fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: Payload<'_>) {
     let resp = &mut qp.tx.resp;
     let d = psn_diff(pkt.psn, resp.epsn);
     if d > 0 {
@@ -528,7 +531,7 @@ fn execute(
     env: &mut Env<'_>,
     pkt: &Packet,
     burst: Burst,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) -> Result<(), Fail> {
     let k = pkt.mask() | crate::wire::packet::mask(burst.last_opcode);
     let rc = qp.qp_type == IV_QPT_RC;
@@ -543,7 +546,7 @@ fn execute(
         return Err(INVALID);
     }
     permitted(qp, k)?;
-    if !length_ok(k, pkt, burst, payload, qp.tx.mtu) {
+    if !length_ok(k, pkt, burst, &payload, qp.tx.mtu) {
         return Err(INVALID);
     }
     if k & m::RWR != 0 && !take_recv(qpn, qp, env)? {
@@ -584,7 +587,7 @@ fn send(
     env: &mut Env<'_>,
     pkt: &Packet,
     k: u32,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) -> Result<(), Fail> {
     let pdn = qp.pdn;
     let recv = qp.tx.resp.recv_mut().ok_or(INVALID)?;
@@ -595,7 +598,7 @@ fn send(
         &recv.sges[..recv.nsge],
         u64::from(recv.offset),
         u64::from(len),
-        &mut Source::segs(payload),
+        &mut payload.source(env.mrs),
     )
     .map_err(dma_fail)?;
     recv.offset += len;
@@ -627,7 +630,7 @@ fn write(
     env: &mut Env<'_>,
     pkt: &Packet,
     k: u32,
-    payload: &[Seg],
+    payload: Payload<'_>,
 ) -> Result<(), Fail> {
     if k & m::RETH != 0 {
         let r = pkt.reth;
@@ -666,7 +669,8 @@ fn write(
             w.va,
             u64::from(len),
         )?;
-        Source::segs(payload)
+        payload
+            .source(env.mrs)
             .copy_to(mr.region(), off, len as usize)
             .map_err(|_| Fail::Access)?;
     }
@@ -877,7 +881,7 @@ fn duplicate(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     }
 }
 
-fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: &[Seg]) {
+fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: Payload<'_>) {
     let k = pkt.mask() | crate::wire::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
     let start = k & m::START != 0;
@@ -973,8 +977,8 @@ pub(crate) fn grh(pkt: &Packet) -> [u8; 40] {
 }
 
 #[inline(never)]
-fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
-    let carried: usize = payload.iter().map(|s| s.len).sum();
+fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: Payload<'_>) {
+    let carried = payload.len();
     if pkt.deth.qkey != qp.attr.qkey
         || pkt.payload_len > qp.tx.mtu
         || carried != pkt.payload_len as usize
@@ -1016,7 +1020,7 @@ fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: &[Seg]) {
             sges,
             u64::from(IV_GRH_LEN),
             u64::from(pkt.payload_len),
-            &mut Source::segs(payload),
+            &mut payload.source(env.mrs),
         )
     });
     if let Err(e) = placed {

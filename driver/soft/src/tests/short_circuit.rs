@@ -1,10 +1,18 @@
-//! The fast path against the general path: the same random work on a
-//! loopback pair (one HCA: the doorbells, or with deferred firmware the
-//! engine's turns, take the fast path wherever it applies) and on two
-//! HCAs (every WQE through packets, the requester, the responder and the
-//! completer) must give the same completions, in the same order, and the
-//! same memory. Where IBTA leaves an order open the script asks for one,
-//! as a ULP would: a WRITE to memory an earlier READ reads is fenced.
+//! The short-circuit against the wire: the same random work on a loopback
+//! pair (the send doorbell's fast path, `transport/fast.rs`, and the
+//! requester's requests short-circuited to the peer for what the fast
+//! path leaves, run by the doorbells, or with deferred firmware by the
+//! engine's turns), on a
+//! loopback pair whose packets travel as frames through the loopback queue
+//! ([`crate::SoftConfig::short_circuit`] off), and on two HCAs (every
+//! packet a frame across a fabric) must give the same completions, in the
+//! same order, and the same memory. Short-circuited or framed, the
+//! requester, the responder and the completer are the same code; what
+//! differs is how a packet and its answers travel, and when the coalesced
+//! ACK comes. The fast path is a second implementation of their rules
+//! for the common WQEs, kept equal to them by this test. Where
+//! IBTA leaves an order open the script asks for one, as a ULP would: a
+//! WRITE to memory an earlier READ reads is fenced.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -136,7 +144,10 @@ struct Outcome {
     /// failure prints two numbers, not two megabytes).
     ma: u64,
     mb: u64,
+    /// WQEs the fast path took.
     fast: u64,
+    /// Messages short-circuited by the requester.
+    short: u64,
     /// SRQ limit events (the responder on an SRQ, armed every round).
     limits: usize,
 }
@@ -178,6 +189,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
         ma: 0,
         mb: 0,
         fast: p.a.d.hca.stats().fast_path_wqes,
+        short: p.a.d.hca.stats().short_circuited,
         limits: 0,
     };
     // The keys SENDs with invalidate name, in order: a completion shows a
@@ -335,7 +347,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                 // A WRITE or atomic on memory an earlier READ of the round
                 // reads may pass the READ unless fenced (IBTA: the responder
                 // may run it before the READ's data is fetched, as two HCAs
-                // do; the fast path's READ is done before it starts). Both
+                // do; a short-circuited READ is done before it starts). Both
                 // are right; a ULP that cares fences, and so does this.
                 let overlaps_read = |o: &Op| {
                     ops[..i].iter().any(|r| {
@@ -359,8 +371,8 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
             // are acknowledged before it fails. In one list, whether they
             // complete successfully or are flushed with it depends on
             // whether their ACK came back before the requester reached the
-            // failing one (both are right; the fast path always has the
-            // ACK first, the two HCAs' pipelined requester never does).
+            // failing one (both are right; a short-circuited requester has
+            // its answers at once, the two HCAs' pipelined one never does).
             for wr in &wrs {
                 let _ = p.qa.sq.post(wr);
                 p.a.d.hca.sq_doorbell(p.qa.qpn);
@@ -382,6 +394,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
     out.ma = fnv(&p.ma.read(0, 1 << 20));
     out.mb = fnv(&p.mb.read(0, 1 << 20));
     out.fast = p.a.d.hca.stats().fast_path_wqes - out.fast;
+    out.short = p.a.d.hca.stats().short_circuited - out.short;
     out
 }
 
@@ -396,29 +409,32 @@ proptest! {
     /// with one doorbell, after the receives it needs (on the responder's
     /// RQ, or its SRQ).
     #[test]
-    fn the_fast_path_gives_what_the_general_path_gives(
+    fn short_circuited_and_framed_loopback_give_what_two_hcas_give(
         rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7),
         srq in any::<bool>(),
     ) {
-        let general = run(Topo::TwoHca, &rounds, srq);
-        prop_assert_eq!(general.fast, 0, "two HCAs never take the fast path");
-        // The doorbells' fast path (inline), and the engine's (deferred).
-        for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
-            let fast = run(topo, &rounds, srq);
-            prop_assert_eq!(&fast.cqa, &general.cqa, "{:?}", topo);
-            prop_assert_eq!(&fast.cqb, &general.cqb, "{:?}", topo);
-            prop_assert_eq!(fast.ma, general.ma, "{:?}: the requester's buffer", topo);
-            prop_assert_eq!(fast.mb, general.mb, "{:?}: the responder's buffer", topo);
-            prop_assert_eq!(fast.limits, general.limits, "{:?}: SRQ limit events", topo);
+        let wire = run(Topo::TwoHca, &rounds, srq);
+        prop_assert_eq!((wire.fast, wire.short), (0, 0), "two HCAs never short-circuit");
+        // The fast path and the short-circuit on the doorbells (inline)
+        // and on the engine's turns (deferred); and frames.
+        for topo in [Topo::Loopback, Topo::LoopbackDeferred, Topo::LoopbackFrames] {
+            let local = run(topo, &rounds, srq);
+            prop_assert_eq!(&local.cqa, &wire.cqa, "{:?}", topo);
+            prop_assert_eq!(&local.cqb, &wire.cqb, "{:?}", topo);
+            prop_assert_eq!(local.ma, wire.ma, "{:?}: the requester's buffer", topo);
+            prop_assert_eq!(local.mb, wire.mb, "{:?}: the responder's buffer", topo);
+            prop_assert_eq!(local.limits, wire.limits, "{:?}: SRQ limit events", topo);
         }
     }
 }
 
-/// The script above does reach the fast path, with every kind of WR, on
-/// an RQ and on an SRQ (the property would hold trivially if the loopback
-/// pair never took it), and the SRQ's limit event comes.
+/// The script above takes the fast path, and the requester's
+/// short-circuit for what the fast path leaves (SENDs with invalidate),
+/// every kind of WR of it, on an RQ and on an SRQ (the property would
+/// hold trivially if the loopback pair never did), and neither with the
+/// switch off; the SRQ's limit event comes.
 #[test]
-fn the_differential_script_takes_the_fast_path() {
+fn the_script_is_short_circuited_unless_switched_off() {
     let kinds = [
         Kind::Send,
         Kind::Write,
@@ -445,19 +461,27 @@ fn the_differential_script_takes_the_fast_path() {
         })
         .collect();
     for srq in [false, true] {
-        let general = run(Topo::TwoHca, &[ops.clone(), ops.clone()], srq);
-        assert_eq!(general.limits, usize::from(srq) * 2, "srq {srq}");
-        for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
-            let fast = run(topo, &[ops.clone(), ops.clone()], srq);
-            // All but the SENDs with invalidate (the general path's).
-            assert_eq!(fast.fast, 14, "{topo:?}, srq {srq}");
-            assert_eq!(Outcome { fast: 0, ..fast }, general, "{topo:?}, srq {srq}");
+        let wire = run(Topo::TwoHca, &[ops.clone(), ops.clone()], srq);
+        assert_eq!(wire.limits, usize::from(srq) * 2, "srq {srq}");
+        for (topo, counts) in [
+            (Topo::Loopback, (14, 2)),
+            (Topo::LoopbackDeferred, (14, 2)),
+            (Topo::LoopbackFrames, (0, 0)),
+        ] {
+            let local = run(topo, &[ops.clone(), ops.clone()], srq);
+            assert_eq!((local.fast, local.short), counts, "{topo:?}, srq {srq}");
+            let local = Outcome {
+                fast: 0,
+                short: 0,
+                ..local
+            };
+            assert_eq!(local, wire, "{topo:?}, srq {srq}");
         }
     }
 }
 
 /// Each fault of the script fails its WQE with the status IBTA gives it,
-/// the same on the fast path as between two HCAs (so the property above,
+/// the same short-circuited, as frames and between two HCAs (so the property above,
 /// which draws them, compares failures and not only successes).
 #[test]
 fn each_fault_completes_with_its_status() {
@@ -524,10 +548,14 @@ fn each_fault_completes_with_its_status() {
                     "{kind:?} {fault:?}"
                 );
             }
-            for topo in [Topo::Loopback, Topo::LoopbackDeferred] {
-                let fast = run(topo, &[vec![op.clone()]], srq);
+            for topo in [Topo::Loopback, Topo::LoopbackDeferred, Topo::LoopbackFrames] {
+                let local = run(topo, &[vec![op.clone()]], srq);
                 assert_eq!(
-                    Outcome { fast: 0, ..fast },
+                    Outcome {
+                        fast: 0,
+                        short: 0,
+                        ..local
+                    },
                     general.clone(),
                     "{kind:?} {fault:?} {topo:?}"
                 );
