@@ -1013,10 +1013,25 @@ pub(crate) fn deliver(
     burst: Burst,
     payload: Payload<'_>,
 ) {
-    let k = pkt.mask();
-    if k == 0 || !burst_ok(pkt.opcode, burst) {
-        env.dp.stats.packets_dropped += u64::from(burst.count);
+    if !accepts(qp, env, pkt, burst) {
         return;
+    }
+    if pkt.mask() & m::REQ != 0 {
+        responder::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
+    } else {
+        completer::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
+    }
+}
+
+/// Whether QP `qp` takes packet (or burst) `pkt` at all: a known opcode,
+/// a burst whose ends belong together, from a connected QP's peer (or an
+/// armed QP's alternate path, which migrates it). What it does not take
+/// is counted dropped.
+#[inline(always)]
+pub(crate) fn accepts(qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst) -> bool {
+    if pkt.mask() == 0 || !burst_ok(pkt.opcode, burst) {
+        env.dp.stats.packets_dropped += u64::from(burst.count);
+        return false;
     }
     // A connected QP believes only its peer (see `crate::transport::trust`): the
     // GIDs it cached at RTR, compared as they are.
@@ -1028,13 +1043,9 @@ pub(crate) fn deliver(
     {
         env.dp.stats.trust.foreign_address += u64::from(burst.count);
         env.dp.stats.packets_dropped += u64::from(burst.count);
-        return;
+        return false;
     }
-    if k & m::REQ != 0 {
-        responder::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
-    } else {
-        completer::handle(pkt.dest_qpn, qp, env, pkt, burst, payload);
-    }
+    true
 }
 
 /// Whether a burst from `first` to `burst.last_opcode` is packets of one
