@@ -12,23 +12,32 @@
 //!   0xE6 of the IOMMU model;
 //! - a CQ's completion event arrives on its vector's event queue and MSI-X
 //!   message, and no other's;
+//! - MADs travel through the GSI's send and receive rings in host memory
+//!   (the device reads and writes them by DMA, an `EQE_MAD` announces
+//!   arrivals); a send entry corrupted in host memory is refused by the
+//!   device and given back;
 //! - verbs work end to end (SEND, RDMA WRITE, RDMA READ between two
 //!   connected RC QPs), each registration mapped for the device while it
 //!   lives (the conformance suite runs against the model too:
 //!   `cargo test -p irpverbs-conformance --test host conformance_model_backend`).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
+use irpverbs_core::Hca;
+use irpverbs_core::hca::{GSI_QPN, MAD_SIZE, MadOut};
 use irpverbs_core::platform::{Bar, PciPlatform};
+use irpverbs_host::loopwire::LoopWire;
 use irpverbs_host::platform::{catch_bugcheck, codes, dma};
 use irpverbs_host::{Backend, HostDevice, HostDeviceConfig, HostFile, Ioctl};
 use irpverbs_model::SLOTS;
+use irpverbs_model::gsi::*;
 use irpverbs_model::protocol::*;
 use irpverbs_ring::Region;
 use irpverbs_soft::SoftConfig;
-use irpverbs_verbs::{Client, Cq, Qp, SendWr};
+use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr};
 use zerocopy::IntoBytes;
 
 mod common;
@@ -469,6 +478,94 @@ fn wait(flag: &std::sync::atomic::AtomicBool, what: &str) {
 /// the device (a live IOMMU mapping) while it lives and unmapped when it
 /// is deregistered. A CQ armed on vector `v` gets its event through EQ
 /// `1 + v` and MSI-X message `1 + v`, and no other vector's.
+/// MADs from device A to device B (a loopback wire between their
+/// engines) go out through A's send ring and come in through B's receive
+/// ring: the devices count them sent and received, B's DPC takes each
+/// (the core counts it), and every entry is free again. A send entry corrupted in host memory (port 0) is
+/// refused by the device, counted, and given back unsent.
+#[test]
+fn mads_travel_through_the_dma_rings() {
+    let node = |last: u8| {
+        HostDevice::new(HostDeviceConfig {
+            backend: Backend::Model,
+            soft: SoftConfig {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
+                node_guid: 0x0200_00FF_FE00_0000 | u64::from(last),
+                ..SoftConfig::default()
+            },
+            ..HostDeviceConfig::default()
+        })
+        .expect("a host device over the model HCA")
+    };
+    let (dev, peer) = (node(1), node(2));
+    let wire = LoopWire::start();
+    wire.attach(dev.soft()).unwrap();
+    wire.attach(peer.soft()).unwrap();
+    let (hca, silicon) = dev.model().unwrap();
+    let (hca, silicon) = (Arc::clone(hca), Arc::clone(silicon));
+    let peer_silicon = Arc::clone(peer.model().unwrap().1);
+    let c = peer.open(FILE_READ_ACCESS).unwrap().into_client();
+    let gid = c.query_gid(1, 0).unwrap();
+    let before = peer.device().stats().mads_received;
+    const N: u64 = 3;
+    for i in 0..N {
+        let mut mad = [0u8; MAD_SIZE];
+        // Base version 1, management class 0x2A: not the CM's (it drops
+        // the MAD after the GSI took it).
+        mad[0] = 1;
+        mad[1] = 0x2A;
+        mad[8..16].copy_from_slice(&i.to_be_bytes());
+        let out = MadOut {
+            port: 1,
+            sgid_index: 0,
+            dgid: gid,
+            dest_qpn: GSI_QPN,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            mad,
+        };
+        hca.send_mad(&out).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while peer.device().stats().mads_received < before + N {
+        assert!(Instant::now() < deadline, "{:?}", peer_silicon.stats());
+        std::thread::yield_now();
+    }
+    let (sent, got) = (silicon.stats(), peer_silicon.stats());
+    assert_eq!((sent.mads_sent, sent.mads_refused), (N, 0), "{sent:?}");
+    assert_eq!(got.mads_received, N, "{got:?}");
+    let rings = hca.mad_rings().unwrap();
+    let peer_rings = peer.model().unwrap().0.mad_rings().unwrap();
+    let entries = MAD_RING_ENTRIES as usize;
+    for e in 0..2 * entries {
+        let at = e * MAD_ENTRY_LEN + M_OWNER;
+        assert_eq!(
+            rings.read_obj::<u32>(at).unwrap(),
+            MAD_FREE,
+            "A's entry {e}"
+        );
+        assert_eq!(peer_rings.read_obj::<u32>(at).unwrap(), MAD_FREE, "B's {e}");
+    }
+    // A bad entry where the device reads next.
+    let at = N as usize * MAD_ENTRY_LEN;
+    let mut bad = [0u8; MAD_HEADER_LEN];
+    bad[M_OWNER..].copy_from_slice(&MAD_FULL.to_le_bytes());
+    rings.write(at, &bad).unwrap();
+    let bar = dev.platform().map_bar(0).unwrap();
+    bar.write32(REG_MAD_SQ_DOORBELL, N as u32 + 1).unwrap();
+    let stats = silicon.stats();
+    assert_eq!((stats.mads_sent, stats.mads_refused), (N, 1), "{stats:?}");
+    assert_eq!(rings.read_obj::<u32>(at + M_OWNER).unwrap(), MAD_FREE);
+    assert_eq!(stats.dma_faults, 0);
+    drop(c);
+    for d in [&dev, &peer] {
+        d.quiesce(Duration::from_secs(10)).expect("quiescent");
+        d.unload();
+    }
+    drop(wire);
+}
+
 #[test]
 fn verbs_work_end_to_end_and_each_vector_has_its_message() {
     let dev = model_device(2);

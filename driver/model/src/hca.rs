@@ -21,18 +21,20 @@ use alloc::vec::Vec;
 use irpverbs_abi::{
     IV_ACCESS_LOCAL_WRITE, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
     NtStatus, STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES,
-    STATUS_INVALID_PARAMETER, STATUS_IO_TIMEOUT, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+    STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_PARAMETER, STATUS_IO_TIMEOUT, STATUS_NOT_SUPPORTED,
+    STATUS_SUCCESS,
 };
 use irpverbs_core::Hca;
 use irpverbs_core::hca::{
     Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, MadIn, MadOut,
 };
 use irpverbs_core::platform::{
-    Bar, CommonBuffer, DMA_PAGE_SIZE, DmaDirection, DmaMapping, EQ_LOCK, HCA_LOCK, LogicalAddress,
-    PciPlatform, SpinLock,
+    Bar, CommonBuffer, DMA_PAGE_SIZE, DmaDirection, DmaMapping, EQ_LOCK, HCA_LOCK, LockClass,
+    LogicalAddress, PciPlatform, SpinLock,
 };
 use irpverbs_ring::{Region, Ring, Shared};
 
+use crate::gsi::*;
 use crate::protocol::*;
 use crate::sideband::Sideband;
 
@@ -44,6 +46,26 @@ pub const COMP_EQ_ENTRIES: u32 = 256;
 pub const SLOTS: usize = 16;
 /// Register reads a polled command waits at most.
 const POLL_SPINS: u32 = 1_000_000;
+
+/// The MAD rings' lock: taken by `send_mad` with no lock held and by
+/// `poll_mad` under the device's lock; a leaf.
+pub static MAD_LOCK: LockClass = LockClass {
+    name: "irpverbs.model.mads",
+    rank: 22,
+};
+
+/// The GSI's MAD rings ([`crate::gsi`]) in one common buffer: the send
+/// ring, then the receive ring, and the driver's indices.
+struct MadRings<C> {
+    buf: C,
+    /// The send ring's producer index.
+    sq_pi: u32,
+    /// The receive ring's consumer index.
+    rq_ci: u32,
+}
+
+/// Bytes of one MAD ring.
+const MAD_RING_LEN: usize = MAD_RING_ENTRIES as usize * MAD_ENTRY_LEN;
 
 /// An event queue in a common buffer, and the driver's consumer index.
 struct EventQueue<C> {
@@ -117,6 +139,7 @@ pub struct ModelHca<P: PciPlatform + Clone> {
     comp: Vec<P::Lock<Option<EventQueue<P::CommonBuffer>>>>,
     side: Shared<Sideband<P>>,
     interrupts: Vec<AtomicU64>,
+    mads: P::Lock<Option<MadRings<P::CommonBuffer>>>,
 }
 
 /// Writes `len` bytes of `v` little-endian into `region` at `at`.
@@ -192,6 +215,7 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             .try_reserve_exact(1 + comp.len())
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         interrupts.resize_with(1 + comp.len(), AtomicU64::default);
+        let mad_buf = platform.alloc_common_buffer(2 * MAD_RING_LEN)?;
         let cmd = platform.new_lock(
             &HCA_LOCK,
             Commands {
@@ -202,6 +226,23 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
                 regs_in_flight: 0,
             },
         );
+        // The MAD rings last: once the device has them, a MAD arriving
+        // is written into the receive ring.
+        let mads_la = mad_buf.logical_address();
+        bar.write32(REG_MAD_ENTRIES, MAD_RING_ENTRIES)?;
+        bar.write64(REG_MAD_SQ_BASE, mads_la)?;
+        if let Err(status) = bar.write64(REG_MAD_RQ_BASE, mads_la + MAD_RING_LEN as u64) {
+            let _ = bar.write64(REG_MAD_SQ_BASE, 0);
+            return Err(status);
+        }
+        let mads = platform.new_lock(
+            &MAD_LOCK,
+            Some(MadRings {
+                buf: mad_buf,
+                sq_pi: 0,
+                rq_ci: 0,
+            }),
+        );
         Ok(Self {
             platform,
             caps,
@@ -211,6 +252,7 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             comp,
             side,
             interrupts,
+            mads,
         })
     }
 
@@ -251,6 +293,13 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             .lock(|c| c.cmdq.as_ref().map(|b| b.region().clone()))
     }
 
+    /// The driver's view of the GSI's MAD rings (the send ring, then the
+    /// receive ring; tests look at what the device reads and writes).
+    pub fn mad_rings(&self) -> Option<Shared<Region>> {
+        self.mads
+            .lock(|m| m.as_ref().map(|m| m.buf.region().clone()))
+    }
+
     /// Stops the device (`EvtDeviceReleaseHardware`): resets it, takes its
     /// queues away and frees them, drops every mapping.
     ///
@@ -261,6 +310,9 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             let _ = self.bar.write64(eq_reg(n, EQ_BASE), 0);
         }
         let _ = self.bar.write64(REG_CMDQ_BASE, 0);
+        let _ = self.bar.write64(REG_MAD_SQ_BASE, 0);
+        let _ = self.bar.write64(REG_MAD_RQ_BASE, 0);
+        drop(self.mads.lock(Option::take));
         let (cmdq, eq, mrs, slots) = self.cmd.lock(|c| {
             (
                 c.cmdq.take(),
@@ -777,11 +829,76 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
         self.side.soft().ring_doorbell_pages()
     }
 
+    /// Puts the MAD in the send ring's next entry and rings the MAD
+    /// doorbell ([`crate::gsi`]); the device sends it from QP1.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a port the device does not have, a
+    /// QP number past 24 bits or a flow label past 20 bits (a GID index
+    /// the port does not have is the device's to refuse: it drops the
+    /// MAD); `STATUS_INSUFFICIENT_RESOURCES` when the ring is full;
+    /// `STATUS_INVALID_DEVICE_STATE` after the device was released.
     fn send_mad(&self, mad: &MadOut) -> Result<(), NtStatus> {
-        self.side.soft().send_mad(mad)
+        if mad.port == 0
+            || mad.port > self.caps.phys_port_cnt
+            || mad.dest_qpn > 0xFF_FFFF
+            || mad.flow_label > 0xF_FFFF
+        {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let entry = encode_send(mad);
+        let pi = self.mads.lock(|m| {
+            let m = m.as_mut().ok_or(STATUS_INVALID_DEVICE_STATE)?;
+            let off = (m.sq_pi % MAD_RING_ENTRIES) as usize * MAD_ENTRY_LEN;
+            let region = m.buf.region();
+            let word = region
+                .atomic_u32(off + M_OWNER)
+                .map_err(|_| STATUS_INVALID_PARAMETER)?;
+            if word.load(Ordering::Acquire) != MAD_FREE {
+                return Err(STATUS_INSUFFICIENT_RESOURCES);
+            }
+            // The header and the MAD, then the owner word.
+            put(region, off, &entry[..M_OWNER])?;
+            put(region, off + MAD_HEADER_LEN, &entry[MAD_HEADER_LEN..])?;
+            word.store(MAD_FULL, Ordering::Release);
+            m.sq_pi = m.sq_pi.wrapping_add(1);
+            Ok(m.sq_pi)
+        })?;
+        self.bar.write32(REG_MAD_SQ_DOORBELL, pi)
     }
 
+    /// Takes the receive ring's next full entry, gives it back, and tells
+    /// the device ([`crate::gsi`]). An entry that does not parse is given
+    /// back and skipped.
     fn poll_mad(&self) -> Option<MadIn> {
-        self.side.soft().poll_mad()
+        let (mad, ci) = self.mads.lock(|m| {
+            let Some(m) = m.as_mut() else {
+                return (None, None);
+            };
+            let mut taken = None;
+            for _ in 0..MAD_RING_ENTRIES {
+                let off = MAD_RING_LEN + (m.rq_ci % MAD_RING_ENTRIES) as usize * MAD_ENTRY_LEN;
+                let region = m.buf.region();
+                let Ok(word) = region.atomic_u32(off + M_OWNER) else {
+                    break;
+                };
+                if word.load(Ordering::Acquire) != MAD_FULL {
+                    break;
+                }
+                let mut e = [0u8; MAD_ENTRY_LEN];
+                let read = region.read(off, &mut e);
+                word.store(MAD_FREE, Ordering::Release);
+                m.rq_ci = m.rq_ci.wrapping_add(1);
+                taken = Some(m.rq_ci);
+                if let Some(mad) = read.ok().and_then(|()| decode_receive(&e).ok()) {
+                    return (Some(mad), taken);
+                }
+            }
+            (None, taken)
+        });
+        if let Some(ci) = ci {
+            let _ = self.bar.write32(REG_MAD_RQ_DOORBELL, ci);
+        }
+        mad
     }
 }

@@ -19,9 +19,10 @@
 //!   data with its transport.
 //!
 //! [`protocol`] is the interface between them (registers, command queue,
-//! event queue entries, command encoding); [`sideband`] lists, in code,
-//! what still passes around the seam (the rings the engine allocates, the
-//! pinned memory the transport moves data through, the GSI's MADs).
+//! event queue entries, command encoding), [`gsi`] the GSI's MAD rings;
+//! [`sideband`] lists, in code, what still passes around the seam (the
+//! rings the engine allocates, the pinned memory the transport moves data
+//! through, the doorbell pages).
 //! docs/hardware-seam.md walks through the protocol as a worked example
 //! for a vendor's backend.
 #![no_std]
@@ -30,6 +31,7 @@
 
 extern crate alloc;
 
+pub mod gsi;
 mod hca;
 pub mod protocol;
 pub mod sideband;

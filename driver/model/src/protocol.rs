@@ -18,6 +18,7 @@
 //! | [`REG_CMD_DOORBELL`] | 32 | write | bit `s`: slot `s` is handed to the device |
 //! | [`REG_QUEUE_DOORBELL`] | 64 | write | `kind << 32 \| number` ([`DB_SQ`], ...) |
 //! | [`REG_RESET`] | 32 | write | 1: stop DMA of registered memory and forget it (removal) |
+//! | [`REG_MAD_ENTRIES`], [`REG_MAD_SQ_BASE`], [`REG_MAD_RQ_BASE`], [`REG_MAD_SQ_DOORBELL`], [`REG_MAD_RQ_DOORBELL`] | | write | the GSI's MAD rings ([`crate::gsi`]) |
 //! | [`eq_reg`]`(n, EQ_BASE)` | 64 | write | EQ `n`'s logical address (0: none) |
 //! | [`eq_reg`]`(n, EQ_ENTRIES)` | 32 | write | its entries (a power of two) |
 //! | [`eq_reg`]`(n, EQ_CI)` | 32 | write | the driver's consumer index (frees entries) |
@@ -54,6 +55,11 @@ use irpverbs_core::hca::{
     ModifySrq,
 };
 use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+#[cfg(doc)]
+use crate::gsi::{
+    REG_MAD_ENTRIES, REG_MAD_RQ_BASE, REG_MAD_RQ_DOORBELL, REG_MAD_SQ_BASE, REG_MAD_SQ_DOORBELL,
+};
 
 /// The interface version [`REG_VERSION`] reads.
 pub const VERSION: u32 = 0x0001_0000;

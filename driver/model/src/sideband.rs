@@ -15,13 +15,13 @@
 //!   page list faults there), but the transport then moves the MR's data
 //!   through the pinned region the driver leaves here
 //!   ([`Sideband::put_region`], [`Sideband::take_region`]);
-//! - **the GSI**: MADs are sent and taken ([`Sideband::soft`]) as the soft
-//!   HCA's GSI does; their arrival is announced by an event queue entry;
 //! - **doorbell pages** (UAR pages a user-mode ULP rings): the engine's
-//!   pages, which it scans, rather than pages of BAR memory.
+//!   pages, which it scans, rather than pages of BAR memory
+//!   ([`Sideband::soft`]).
 //!
 //! Commands, their inputs and outputs, event queue entries, MSI-X
-//! messages, page tables and doorbells all go through the seam.
+//! messages, page tables, doorbells and the GSI's MADs (send and receive
+//! rings in a common buffer, [`crate::gsi`]) all go through the seam.
 
 use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
 use irpverbs_core::Platform;
@@ -102,7 +102,7 @@ impl<P: Platform> Sideband<P> {
         }
     }
 
-    /// The device's engine, for the GSI.
+    /// The device's engine, for its doorbell pages.
     pub fn soft(&self) -> &SoftHca<P> {
         &self.soft
     }

@@ -34,6 +34,7 @@ use irpverbs_ring::{Ring, Shared};
 use irpverbs_soft::SoftHca;
 use zerocopy::IntoBytes;
 
+use crate::gsi::*;
 use crate::protocol::*;
 use crate::sideband::Sideband;
 
@@ -95,6 +96,32 @@ pub struct SiliconStats {
     pub messages: u64,
     /// DMA accesses refused (the device then stops: [`STATUS_FATAL`]).
     pub dma_faults: u64,
+    /// MADs taken from the send ring and sent.
+    pub mads_sent: u64,
+    /// Send ring entries refused (malformed, or refused by the port: a
+    /// GID index it does not have); each is given back unsent.
+    pub mads_refused: u64,
+    /// MADs written into the receive ring.
+    pub mads_received: u64,
+}
+
+/// The GSI's MAD rings as the device sees them ([`crate::gsi`]).
+#[derive(Default)]
+struct DevMads {
+    entries: AtomicU32,
+    sq_base: AtomicU64,
+    rq_base: AtomicU64,
+    /// The next send entry the device reads (only [`Silicon::run`]).
+    sq_ci: AtomicU32,
+    /// The next receive entry the device writes (only [`Silicon::run`]).
+    rq_pi: AtomicU32,
+    /// The engine announced MADs the receive ring has not taken yet.
+    waiting: AtomicBool,
+    /// MADs went into the receive ring and no `EQE_MAD` told the driver.
+    announce: AtomicBool,
+    sent: AtomicU64,
+    refused: AtomicU64,
+    received: AtomicU64,
 }
 
 /// The device model. See the module docs.
@@ -116,6 +143,7 @@ pub struct Silicon<P: Platform, B: DeviceBus> {
     eqes: AtomicU64,
     messages: AtomicU64,
     faults: AtomicU64,
+    mads: DevMads,
 }
 
 /// Events taken from the engine per batch (a small frame).
@@ -160,6 +188,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             eqes: AtomicU64::new(0),
             messages: AtomicU64::new(0),
             faults: AtomicU64::new(0),
+            mads: DevMads::default(),
         })
     }
 
@@ -198,6 +227,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             eqes: self.eqes.load(Ordering::Relaxed),
             messages: self.messages.load(Ordering::Relaxed),
             dma_faults: self.faults.load(Ordering::Relaxed),
+            mads_sent: self.mads.sent.load(Ordering::Relaxed),
+            mads_refused: self.mads.refused.load(Ordering::Relaxed),
+            mads_received: self.mads.received.load(Ordering::Relaxed),
         }
     }
 
@@ -243,10 +275,27 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             }
             REG_RESET if value == 1 => {
                 // Registered memory is forgotten: the engine drops its
-                // MRs' regions and queued commands, the sideband its pins.
+                // MRs' regions and queued commands, the sideband its pins;
+                // the MAD rings are no longer the device's.
                 self.soft.device_removed();
                 self.side.clear();
+                self.mads.sq_base.store(0, Ordering::Release);
+                self.mads.rq_base.store(0, Ordering::Release);
             }
+            REG_MAD_ENTRIES => self
+                .mads
+                .entries
+                .store((value as u32).min(MAX_MAD_RING_ENTRIES), Ordering::Release),
+            REG_MAD_SQ_BASE => {
+                self.mads.sq_ci.store(0, Ordering::Release);
+                self.mads.sq_base.store(value, Ordering::Release);
+            }
+            REG_MAD_RQ_BASE => {
+                self.mads.rq_pi.store(0, Ordering::Release);
+                self.mads.rq_base.store(value, Ordering::Release);
+                self.bus.kick();
+            }
+            REG_MAD_SQ_DOORBELL | REG_MAD_RQ_DOORBELL => self.bus.kick(),
             o if o >= EQ_REGS => {
                 let (n, reg) = ((o - EQ_REGS) / EQ_REGS_LEN, (o - EQ_REGS) % EQ_REGS_LEN);
                 let Some(eq) = self.eqs.get(n) else { return };
@@ -303,7 +352,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
 
     fn step(&self) -> Result<(), NtStatus> {
         self.execute_commands()?;
+        self.send_mads()?;
         self.drain(0)?;
+        self.receive_mads()?;
         for v in 1..self.eqs.len() {
             self.drain(v)?;
         }
@@ -621,7 +672,86 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
                 let (sub, arg) = encode_async(a);
                 self.post_eqe(n, EQE_ASYNC, sub, arg)
             }
-            Event::Mad => self.post_eqe(n, EQE_MAD, 0, 0),
+            // The MADs move into the receive ring after the batch
+            // ([`Self::receive_mads`]).
+            Event::Mad => {
+                self.mads.waiting.store(true, Ordering::Release);
+                Ok(())
+            }
         }
+    }
+
+    /// The address of entry `index` of the MAD ring at `base`.
+    fn mad_entry(&self, base: LogicalAddress, index: u32) -> LogicalAddress {
+        let entries = self.mads.entries.load(Ordering::Acquire).max(1);
+        base + u64::from(index % entries) * MAD_ENTRY_LEN as u64
+    }
+
+    /// Sends the send ring's full entries, in order, and gives each back;
+    /// at most one lap per run.
+    fn send_mads(&self) -> Result<(), NtStatus> {
+        let m = &self.mads;
+        for _ in 0..m.entries.load(Ordering::Acquire) {
+            let base = m.sq_base.load(Ordering::Acquire);
+            if base == 0 {
+                return Ok(());
+            }
+            let ci = m.sq_ci.load(Ordering::Acquire);
+            let at = self.mad_entry(base, ci);
+            let mut entry = [0u8; MAD_ENTRY_LEN];
+            self.bus.dma_read(at, &mut entry)?;
+            if owner(&entry) != MAD_FULL {
+                return Ok(());
+            }
+            // Untrusted bytes: a bad entry, or one the port refuses, is
+            // given back unsent.
+            match decode_send(&entry).and_then(|mad| self.soft.send_mad(&mad)) {
+                Ok(()) => m.sent.fetch_add(1, Ordering::Relaxed),
+                Err(_) => m.refused.fetch_add(1, Ordering::Relaxed),
+            };
+            self.bus
+                .dma_write(at + M_OWNER as u64, &MAD_FREE.to_le_bytes())?;
+            m.sq_ci.store(ci.wrapping_add(1), Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Moves the MADs the engine received into the receive ring's free
+    /// entries; what finds no room waits for the driver to give entries
+    /// back. One `EQE_MAD` on EQ 0 announces them.
+    fn receive_mads(&self) -> Result<(), NtStatus> {
+        let m = &self.mads;
+        for _ in 0..m.entries.load(Ordering::Acquire) {
+            let base = m.rq_base.load(Ordering::Acquire);
+            if base == 0 || !m.waiting.load(Ordering::Acquire) {
+                break;
+            }
+            let pi = m.rq_pi.load(Ordering::Acquire);
+            let at = self.mad_entry(base, pi);
+            let mut word = [0u8; 4];
+            self.bus.dma_read(at + M_OWNER as u64, &mut word)?;
+            if u32::from_le_bytes(word) != MAD_FREE {
+                break;
+            }
+            let Some(mad) = self.soft.poll_mad() else {
+                m.waiting.store(false, Ordering::Release);
+                break;
+            };
+            let entry = encode_receive(&mad);
+            // The header and the MAD, then the owner word.
+            self.bus.dma_write(at, &entry[..M_OWNER])?;
+            self.bus
+                .dma_write(at + MAD_HEADER_LEN as u64, &entry[MAD_HEADER_LEN..])?;
+            self.bus
+                .dma_write(at + M_OWNER as u64, &entry[M_OWNER..MAD_HEADER_LEN])?;
+            m.rq_pi.store(pi.wrapping_add(1), Ordering::Release);
+            m.received.fetch_add(1, Ordering::Relaxed);
+            m.announce.store(true, Ordering::Release);
+        }
+        if m.announce.load(Ordering::Acquire) && self.room(0) > 0 {
+            m.announce.store(false, Ordering::Release);
+            self.post_eqe(0, EQE_MAD, 0, 0)?;
+        }
+        Ok(())
     }
 }
