@@ -19,6 +19,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::ffi::c_void;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use irpverbs_abi::*;
@@ -316,7 +317,8 @@ pub unsafe extern "C" fn IvUserPostSrqRecv(
     })
 }
 
-/// `IvUserPollCq`.
+/// `IvUserPollCq`. On a device with a UDP wire (`IRPVERBS_ADDR`), a poll
+/// that finds nothing also busy-polls the wire's receive.
 ///
 /// # Safety
 /// `cq` is NULL or open; `wc` is NULL or valid for `max` entries.
@@ -326,9 +328,18 @@ pub unsafe extern "C" fn IvUserPollCq(cq: *mut IvUserCq, wc: *mut IvCqe, max: u3
     let Some(cq) = (unsafe { cq.cast_const().as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    cq.0.with(STATUS_INVALID_HANDLE, |_, rings| {
+    cq.0.with(STATUS_INVALID_HANDLE, |file, rings| {
         // SAFETY: `wc` holds `max` entries (C contract).
-        unsafe { poll_into_c(rings, wc, max) }
+        let n = unsafe { poll_into_c(rings, wc, max) };
+        if n == 0 && crate::win32::UDP_WIRE.load(Ordering::Relaxed) {
+            // A poller that spins gets its datagrams itself, as a NIC's
+            // poller needs no thread of the host to be woken (irpverbs
+            // perf's busy-poll loops do the same): on 2 processors the
+            // wire's receive thread otherwise waits for a spinning one to
+            // be preempted.
+            file.device().poll_wire();
+        }
+        n
     })
 }
 

@@ -357,11 +357,16 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
                 dev.unload();
                 return Err(STATUS_INVALID_ADDRESS);
             }
+            UDP_WIRE.store(true, Ordering::Release);
         }
         Ok(dev)
     })
     .clone()
 }
+
+/// The device has a UDP wire (`IRPVERBS_ADDR`): a speed-path poll that
+/// finds nothing busy-polls its receive ([`crate::user::IvUserPollCq`]).
+pub(crate) static UDP_WIRE: AtomicBool = AtomicBool::new(false);
 
 /// The device name `CreateFileA` opens.
 pub const DEVICE_NAME: &str = r"\\.\irpverbs0";
