@@ -366,7 +366,9 @@ pub const IOCTL_IV_SIDR_REPLY: u32 = (FILE_DEVICE_INFINIBAND << 16)
 /// when the CEP is destroyed; cancelable. `STATUS_INVALID_DEVICE_STATE` for
 /// a CEP that is not established with a QP or has a LAP in progress,
 /// `STATUS_INVALID_PARAMETER` for a bad value, too much private data or
-/// non-zero reserved fields; each changes nothing. In: [`IvCmLapIn`].
+/// non-zero reserved fields, `STATUS_INVALID_ADDRESS` when the port's GID
+/// table entry `alt_sgid_index` is not `alt_local_gid` (no LAP leaves);
+/// each changes nothing. In: [`IvCmLapIn`].
 /// Out: none.
 pub const IOCTL_IV_CM_LAP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)

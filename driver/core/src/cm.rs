@@ -1281,10 +1281,11 @@ impl<P: Platform, H: Hca> Device<P, H> {
         Ok(())
     }
 
-    /// The GID table entry a `CM_CONNECT` names was read: the connect goes
-    /// on (its QP to INIT) if it is the request's local GID, and fails
-    /// with `STATUS_INVALID_ADDRESS` otherwise (no such entry, or another
-    /// address), its CEP still idle.
+    /// The GID table entry a `CM_CONNECT` or `CM_LAP` names was read: the
+    /// connect goes on (its QP to INIT), the LAP leaves, if it is the
+    /// request's local GID; otherwise the request fails with
+    /// `STATUS_INVALID_ADDRESS` (no such entry, or another address), its
+    /// CEP as it was.
     pub(crate) fn cm_gid_checked(
         &self,
         s: &mut State<P::Request>,
@@ -1300,10 +1301,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, STATUS_CANCELLED, Response::None));
         };
         let found = nt_success(status) && matches!(out, crate::CommandOut::Gid(g) if *g == want);
-        let started = match p.connect {
-            Some(c) if found => {
+        let started = match (p.kind, p.connect, p.lap) {
+            (CmKind::Connect, Some(c), _) if found => {
                 let (qp, m) = (p.qp, c.init_attr());
                 self.cm_modify(s, file, qp, m, id, Phase::Init, r)
+            }
+            (CmKind::Lap, _, Some(path)) if found => {
+                let now = self.platform.now_ns();
+                let pd = s.cm_ops.get_mut(&id).map(|p| core::mem::take(&mut p.pdata));
+                let pd = pd.unwrap_or_default();
+                match s.cm.engine.load_alternate_path(id, &path, &pd, now) {
+                    Ok(()) => park(s, id, r),
+                    Err(e) => Err((r, cm_status(e))),
+                }
             }
             _ => Err((r, STATUS_INVALID_ADDRESS)),
         };
@@ -1544,6 +1554,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             result: None,
             step_failure: None,
             alt_sgid_index: 0,
+            lap: None,
         };
         match verb {
             CmIn::CmConnect(i) => own_frame(|| {
@@ -1775,9 +1786,14 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 .filter(|_| i.reserved == [0; 5] && i.alt_local_ack_timeout <= 31) else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 };
+                let idle = s.cm.engine.lap_state(id) == Some(LapState::Idle);
                 let qp = match (state, self.qp_of_cep(s, file, id)) {
-                    (Some(CmState::Established), Some(qp)) => qp,
+                    (Some(CmState::Established), Some(qp)) if idle => qp,
                     _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
+                };
+                let pd = match try_to_vec(pd) {
+                    Ok(pd) => pd,
+                    Err(st) => return Some((request, st, Response::None)),
                 };
                 let path = irpverbs_cm::msg::Path {
                     local_gid: i.alt_local_gid,
@@ -1786,18 +1802,29 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     local_ack_timeout: i.alt_local_ack_timeout,
                     ..Default::default()
                 };
-                if let Err(e) = s.cm.engine.load_alternate_path(id, &path, pd, now) {
-                    return Some((request, cm_status(e), Response::None));
-                }
                 let _ = s.cm_ops.insert_reserved(
                     id,
                     Parked {
                         alt_sgid_index: i.alt_sgid_index,
+                        lap: Some(path),
+                        pdata: pd,
                         ..parked(CmKind::Lap, qp)
                     },
                 );
-                let started = park(s, id, request);
-                self.cm_started(s, file, cep, id, started)
+                // The LAP carries `alt_local_gid` as this port's GID on
+                // the alternate path: as for a REQ, the GID table entry
+                // `alt_sgid_index` names is read first and must hold it
+                // ([`Device::cm_gid_checked`]) before the LAP leaves.
+                let cmd = crate::Command::QueryGid {
+                    port: 1,
+                    index: u32::from(i.alt_sgid_index),
+                };
+                let op = crate::verbs::Op::CmCheckGid {
+                    cep: id,
+                    gid: i.alt_local_gid,
+                };
+                self.post(s, file, Some(request), op, cmd);
+                self.cm_started(s, file, cep, id, Ok(()))
             }),
             CmIn::CmApr(i) => own_frame(|| {
                 let info = pdata(&i.info, usize::from(i.info_len), IV_CM_ARI_LEN);
@@ -2050,6 +2077,9 @@ pub(crate) struct Parked {
     /// `CM_LAP`: the GID table index of this port's GID on the
     /// alternate path (the CM's attributes name the primary's).
     alt_sgid_index: u8,
+    /// `CM_LAP`: the alternate path its LAP proposes, sent once its GID
+    /// is checked.
+    lap: Option<irpverbs_cm::msg::Path>,
 }
 
 /// Modifies a multi-phase request posts at once at most (INIT, RTR, RTS).

@@ -208,6 +208,27 @@ fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection(backend: 
     for i in bad_laps {
         assert_eq!(status(&ca, IOCTL_IV_CM_LAP, &i), STATUS_INVALID_PARAMETER);
     }
+    // A GID index that names no GID of the port, or another GID than the
+    // LAP's local one: refused before any LAP leaves (B sees none: the
+    // next LAP event it gets is the one answered below).
+    let wrong_gids = [
+        IvCmLapIn {
+            alt_sgid_index: 7,
+            ..lap_in(c, a1, b1)
+        },
+        IvCmLapIn {
+            alt_sgid_index: 0,
+            ..lap_in(c, a1, b1)
+        },
+        IvCmLapIn {
+            alt_sgid_index: 1,
+            ..lap_in(c, b1, a1)
+        },
+    ];
+    for i in wrong_gids {
+        let st = status(&ca, IOCTL_IV_CM_LAP, &i);
+        assert_eq!(st, STATUS_INVALID_ADDRESS, "{}", status_name(st));
+    }
     let bad_aprs = [
         apr_in(bc, IV_CM_APR_MAX_STATUS + 1),
         IvCmAprIn {
@@ -238,6 +259,7 @@ fn lap_and_apr_load_an_alternate_path_that_then_carries_the_connection(backend: 
         let t = s.spawn(|| status(&ca, IOCTL_IV_CM_LAP, &lap_in(c, a1, b1)));
         let ev = event(&cb, bc);
         assert_eq!(ev.event_type, IV_CEP_EVENT_LAP);
+        assert_eq!(ev.remote_gid, a1, "the LAP with the right GID");
         let mut apr = apr_in(bc, 3);
         apr.info_len = 2;
         apr.info[..2].copy_from_slice(b"no");

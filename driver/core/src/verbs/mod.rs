@@ -262,8 +262,9 @@ pub(crate) enum Op {
     /// (`crate::resolve`), or a `LISTEN_ADDR`'s check that its GID is
     /// the device's.
     Resolve(alloc::boxed::Box<crate::resolve::Resolve>),
-    /// A `CM_CONNECT`: the GID table entry its `sgid_index` names is read
-    /// to check it is the request's local GID before the QP moves.
+    /// A `CM_CONNECT` (`CM_LAP`): the GID table entry its `sgid_index`
+    /// (`alt_sgid_index`) names is read to check it is the request's
+    /// local GID before the QP moves (the LAP leaves).
     CmCheckGid {
         cep: irpverbs_cm::CepId,
         gid: [u8; 16],
