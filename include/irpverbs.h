@@ -23,16 +23,16 @@
 #define IV_ABI_VERSION ((IV_ABI_MAJOR << 16) | IV_ABI_MINOR)
 
 /**
- * ABI major version.
+ * ABI major version: it changes when a struct's layout does (2:
+ * `IvQueryDeviceOut` reports `max_fast_reg_page_list_len`).
  */
-#define IV_ABI_MAJOR 1
+#define IV_ABI_MAJOR 2
 
 /**
- * ABI minor version. 1: `IOCTL_IV_MAP_DOORBELLS` and the doorbell slots of
- * `IvMapRingsOut`. 2: `IOCTL_IV_RING_DOORBELLS` and the doorbell page's
- * `polling` word.
+ * ABI minor version: IOCTLs added, or reserved fields given a meaning,
+ * within the major version.
  */
-#define IV_ABI_MINOR 2
+#define IV_ABI_MINOR 0
 
 /**
  * `FILE_DEVICE_INFINIBAND` from `devioctl.h`.
@@ -137,6 +137,17 @@
  * [`IvBindMwIn`]. Out: [`IvBindMwOut`].
  */
 #define IOCTL_IV_BIND_MW ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2077 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Allocate an MR for fast registration (docs/fast-registration.md):
+ * free, with keys whose low 8 bits an `IV_WR_REG_MR` work request
+ * chooses. Kernel callers only (its page lists name physical or logical
+ * addresses, as `IOCTL_IV_REG_PHYS_MR`'s ranges). `STATUS_INVALID_PARAMETER`
+ * for a `max_num_sg` of 0 or above `max_fast_reg_page_list_len`, or a
+ * reserved field set; `STATUS_INVALID_HANDLE` for a bad PD. Deregistered
+ * by `IOCTL_IV_DEREG_MR`. In: [`IvAllocMrIn`]. Out: [`IvRegMrOut`].
+ */
+#define IOCTL_IV_ALLOC_MR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2078 << 2)) | METHOD_BUFFERED)
 
 /**
  * Create a completion queue. In: [`IvCreateCqIn`]. Out: [`IvCreateCqOut`].
@@ -498,6 +509,22 @@
 #define IV_WR_BIND_MW 9
 
 /**
+ * Fast-register an MR (RC and UC; docs/fast-registration.md): maps a
+ * page list under the MR's keys and makes it valid. Fields of
+ * [`IvSendWqe`]: `rkey` is the MR's new key (its index, as
+ * `IOCTL_IV_ALLOC_MR` gave it, and a new 8-bit key; lkey and rkey alike),
+ * `swap` its `IV_ACCESS_*` flags, `remote_addr` and `compare_add` its
+ * start address (iova) and length, `imm_or_inv` the page size (a power of
+ * two the device's `page_size_cap` has). The SGEs are the page list: each
+ * a page's address (aligned to the page size) in the MR its `lkey` names
+ * (an MR of the QP's PD, registered by `IOCTL_IV_REG_MR` or
+ * `IOCTL_IV_REG_PHYS_MR`), `length` the page size; page 0 holds the
+ * iova's offset in a page, and enough pages follow to hold `length`
+ * bytes. Completion opcode [`IV_WC_OP_REG_MR`].
+ */
+#define IV_WR_REG_MR 10
+
+/**
  * Send flag: generate a completion (always, with `sq_sig_all`).
  */
 #define IV_SEND_SIGNALED (1 << 0)
@@ -641,6 +668,11 @@
  * Completion opcode: local invalidate.
  */
 #define IV_WC_OP_LOCAL_INV 6
+
+/**
+ * Completion opcode: fast registration (`IV_WR_REG_MR`).
+ */
+#define IV_WC_OP_REG_MR 7
 
 /**
  * Completion opcode: a receive.
@@ -1097,6 +1129,13 @@
 #define IV_DEVICE_MEM_WINDOW_TYPE_2B (1 << 24)
 
 /**
+ * Device capability: the memory management extensions (fast-register
+ * MRs, `IOCTL_IV_ALLOC_MR` and `IV_WR_REG_MR`; local invalidate and SEND
+ * with invalidate of them).
+ */
+#define IV_DEVICE_MEM_MGT_EXTENSIONS (1 << 21)
+
+/**
  * CEP event: a REQ arrived for the listened service; `cep` is the new
  * connection's CEP (in this file, with the listener's `user_context`).
  */
@@ -1451,6 +1490,15 @@ typedef struct IvQueryDeviceOut {
    * Max memory windows.
    */
   uint32_t max_mw;
+  /**
+   * Max pages in a fast-register MR's page list (`IOCTL_IV_ALLOC_MR`'s
+   * `max_num_sg`); 0 without `IV_DEVICE_MEM_MGT_EXTENSIONS`.
+   */
+  uint32_t max_fast_reg_page_list_len;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
 } IvQueryDeviceOut;
 
 /**
@@ -1640,6 +1688,25 @@ typedef struct IvRegMrOut {
    */
   uint32_t rkey;
 } IvRegMrOut;
+
+/**
+ * Request of `IOCTL_IV_ALLOC_MR`.
+ */
+typedef struct IvAllocMrIn {
+  /**
+   * The PD.
+   */
+  IvHandle pd;
+  /**
+   * The longest page list a registration of it may map, 1 to
+   * `max_fast_reg_page_list_len`.
+   */
+  uint32_t max_num_sg;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+} IvAllocMrIn;
 
 /**
  * Request of `IOCTL_IV_ALLOC_MW`.

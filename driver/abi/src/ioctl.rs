@@ -128,6 +128,18 @@ pub const IOCTL_IV_BIND_MW: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x81D << 2)
     | METHOD_BUFFERED;
 
+/// Allocate an MR for fast registration (docs/fast-registration.md):
+/// free, with keys whose low 8 bits an `IV_WR_REG_MR` work request
+/// chooses. Kernel callers only (its page lists name physical or logical
+/// addresses, as `IOCTL_IV_REG_PHYS_MR`'s ranges). `STATUS_INVALID_PARAMETER`
+/// for a `max_num_sg` of 0 or above `max_fast_reg_page_list_len`, or a
+/// reserved field set; `STATUS_INVALID_HANDLE` for a bad PD. Deregistered
+/// by `IOCTL_IV_DEREG_MR`. In: [`IvAllocMrIn`]. Out: [`IvRegMrOut`].
+pub const IOCTL_IV_ALLOC_MR: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x81E << 2)
+    | METHOD_BUFFERED;
+
 /// Create a completion queue. In: [`IvCreateCqIn`]. Out: [`IvCreateCqOut`].
 pub const IOCTL_IV_CREATE_CQ: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
@@ -527,6 +539,13 @@ pub const IOCTLS: &[IoctlInfo] = &[
         input_len: core::mem::size_of::<IvBindMwIn>(),
         output_len: core::mem::size_of::<IvBindMwOut>(),
         kernel_only: false,
+    },
+    IoctlInfo {
+        name: "ALLOC_MR",
+        code: IOCTL_IV_ALLOC_MR,
+        input_len: core::mem::size_of::<IvAllocMrIn>(),
+        output_len: core::mem::size_of::<IvRegMrOut>(),
+        kernel_only: true,
     },
     IoctlInfo {
         name: "CREATE_CQ",

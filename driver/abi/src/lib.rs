@@ -34,12 +34,12 @@ pub use types::*;
 /// A client must refuse a device whose major differs from the one it was built
 /// against; minor versions only add IOCTLs or give reserved fields a meaning.
 pub const IV_ABI_VERSION: u32 = (IV_ABI_MAJOR << 16) | IV_ABI_MINOR;
-/// ABI major version.
-pub const IV_ABI_MAJOR: u32 = 1;
-/// ABI minor version. 1: `IOCTL_IV_MAP_DOORBELLS` and the doorbell slots of
-/// `IvMapRingsOut`. 2: `IOCTL_IV_RING_DOORBELLS` and the doorbell page's
-/// `polling` word.
-pub const IV_ABI_MINOR: u32 = 2;
+/// ABI major version: it changes when a struct's layout does (2:
+/// `IvQueryDeviceOut` reports `max_fast_reg_page_list_len`).
+pub const IV_ABI_MAJOR: u32 = 2;
+/// ABI minor version: IOCTLs added, or reserved fields given a meaning,
+/// within the major version.
+pub const IV_ABI_MINOR: u32 = 0;
 
 /// A handle to a driver object, valid only on the file (open of the device)
 /// that created it. Zero is never a valid handle.

@@ -190,6 +190,19 @@ pub const IV_WR_LOCAL_INV: u8 = 8;
 /// `remote_addr` and `compare_add` the window's start and length (not 0),
 /// `swap` the `IV_ACCESS_REMOTE_*` it grants.
 pub const IV_WR_BIND_MW: u8 = 9;
+/// Fast-register an MR (RC and UC; docs/fast-registration.md): maps a
+/// page list under the MR's keys and makes it valid. Fields of
+/// [`IvSendWqe`]: `rkey` is the MR's new key (its index, as
+/// `IOCTL_IV_ALLOC_MR` gave it, and a new 8-bit key; lkey and rkey alike),
+/// `swap` its `IV_ACCESS_*` flags, `remote_addr` and `compare_add` its
+/// start address (iova) and length, `imm_or_inv` the page size (a power of
+/// two the device's `page_size_cap` has). The SGEs are the page list: each
+/// a page's address (aligned to the page size) in the MR its `lkey` names
+/// (an MR of the QP's PD, registered by `IOCTL_IV_REG_MR` or
+/// `IOCTL_IV_REG_PHYS_MR`), `length` the page size; page 0 holds the
+/// iova's offset in a page, and enough pages follow to hold `length`
+/// bytes. Completion opcode [`IV_WC_OP_REG_MR`].
+pub const IV_WR_REG_MR: u8 = 10;
 
 /// Send flag: generate a completion (always, with `sq_sig_all`).
 pub const IV_SEND_SIGNALED: u8 = 1 << 0;
@@ -366,6 +379,8 @@ pub const IV_WC_OP_FETCH_ADD: u32 = 4;
 pub const IV_WC_OP_BIND_MW: u32 = 5;
 /// Completion opcode: local invalidate.
 pub const IV_WC_OP_LOCAL_INV: u32 = 6;
+/// Completion opcode: fast registration (`IV_WR_REG_MR`).
+pub const IV_WC_OP_REG_MR: u32 = 7;
 /// Completion opcode: a receive.
 pub const IV_WC_OP_RECV: u32 = 128;
 /// Completion opcode: a receive consumed by RDMA WRITE with immediate.

@@ -227,6 +227,10 @@ pub const IV_DEVICE_RESIZE_MAX_WR: u64 = 1 << 0;
 pub const IV_DEVICE_MEM_WINDOW: u64 = 1 << 17;
 /// Device capability: memory windows of type 2B.
 pub const IV_DEVICE_MEM_WINDOW_TYPE_2B: u64 = 1 << 24;
+/// Device capability: the memory management extensions (fast-register
+/// MRs, `IOCTL_IV_ALLOC_MR` and `IV_WR_REG_MR`; local invalidate and SEND
+/// with invalidate of them).
+pub const IV_DEVICE_MEM_MGT_EXTENSIONS: u64 = 1 << 21;
 
 // ---------------------------------------------------------------- structs
 
@@ -328,6 +332,11 @@ pub struct IvQueryDeviceOut {
     pub num_comp_vectors: u32,
     /// Max memory windows.
     pub max_mw: u32,
+    /// Max pages in a fast-register MR's page list (`IOCTL_IV_ALLOC_MR`'s
+    /// `max_num_sg`); 0 without `IV_DEVICE_MEM_MGT_EXTENSIONS`.
+    pub max_fast_reg_page_list_len: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
 }
 abi_layout!(IvQueryDeviceOut {
     abi_version,
@@ -361,7 +370,9 @@ abi_layout!(IvQueryDeviceOut {
     local_ca_ack_delay,
     phys_port_cnt,
     num_comp_vectors,
-    max_mw
+    max_mw,
+    max_fast_reg_page_list_len,
+    reserved
 });
 
 /// Request of `IOCTL_IV_QUERY_PORT`.
@@ -529,6 +540,26 @@ pub struct IvRegMrOut {
     pub rkey: u32,
 }
 abi_layout!(IvRegMrOut { mr, lkey, rkey });
+
+/// Request of `IOCTL_IV_ALLOC_MR`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvAllocMrIn {
+    /// The PD.
+    pub pd: IvHandle,
+    /// The longest page list a registration of it may map, 1 to
+    /// `max_fast_reg_page_list_len`.
+    pub max_num_sg: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+abi_layout!(IvAllocMrIn {
+    pd,
+    max_num_sg,
+    reserved
+});
 
 /// Request of `IOCTL_IV_ALLOC_MW`.
 #[repr(C)]
@@ -2028,6 +2059,7 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvAllocPdOut>(),
     layout::<IvRegMrIn>(),
     layout::<IvRegMrOut>(),
+    layout::<IvAllocMrIn>(),
     layout::<IvAllocMwIn>(),
     layout::<IvAllocMwOut>(),
     layout::<IvBindMwIn>(),
@@ -2110,7 +2142,7 @@ mod tests {
         assert_eq!(size_of::<IvModifyQpIn>(), 160);
         assert_eq!(size_of::<IvAhAttr>(), 32);
         assert_eq!(size_of::<IvCreateQpIn>(), 72);
-        assert_eq!(size_of::<IvQueryDeviceOut>(), 144);
+        assert_eq!(size_of::<IvQueryDeviceOut>(), 152);
         assert_eq!(size_of::<IvQueryPortOut>(), 64);
         assert_eq!(size_of::<IvMapRingsOut>(), 56);
         assert_eq!(size_of::<IvMapDoorbellsOut>(), 16);

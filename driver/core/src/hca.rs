@@ -55,6 +55,14 @@ pub enum Command {
         /// Its lkey.
         lkey: u32,
     },
+    /// Allocate a fast-register MR, free (docs/fast-registration.md): an
+    /// `IV_WR_REG_MR` work request registers it later.
+    AllocMr {
+        /// PD number.
+        pdn: u32,
+        /// The longest page list a registration may map.
+        max_pages: u32,
+    },
     /// Allocate a memory window (unbound).
     AllocMw {
         /// PD number.
@@ -249,7 +257,7 @@ pub enum CommandOut {
         /// PD number.
         pdn: u32,
     },
-    /// [`Command::RegMr`].
+    /// [`Command::RegMr`], [`Command::AllocMr`].
     Mr {
         /// Local key.
         lkey: u32,

@@ -411,6 +411,7 @@ impl FakeHca {
                 max_sge: 4,
                 max_mr: 8,
                 max_mw: 4,
+                max_fast_reg_page_list_len: 4,
                 max_mr_size: 1 << 20,
                 max_srq: 4,
                 max_srq_wr: 64,
@@ -542,7 +543,7 @@ impl FakeHca {
                     continue;
                 }
                 Command::AllocPd => CommandOut::Pd { pdn: n },
-                Command::RegMr(_) => CommandOut::Mr {
+                Command::RegMr(_) | Command::AllocMr { .. } => CommandOut::Mr {
                     lkey: n << 8,
                     rkey: n << 8,
                 },

@@ -2611,3 +2611,42 @@ fn memory_windows_alloc_bind_busy_and_rundown() {
     r.dev.close_file(2);
     assert_eq!(r.dev.snapshot(), DeviceSnapshot::default());
 }
+
+/// `ALLOC_MR`: kernel callers only (as `REG_PHYS_MR`); `max_num_sg` 1 to
+/// `max_fast_reg_page_list_len`, a PD handle, reserved fields zero, each
+/// refused with its status and nothing changed; the MR holds its PD and
+/// is deregistered by its handle.
+#[test]
+fn alloc_mr_for_fast_registration() {
+    let r = Rig::new(16);
+    let p = pd(&r, 1);
+    let kernel = Via::Caller(RequestorMode::Kernel, 0);
+    let max = r.hca.caps.max_fast_reg_page_list_len;
+    assert!(max >= 1);
+    let input = |pd, max_num_sg, reserved| IvAllocMrIn {
+        pd,
+        max_num_sg,
+        reserved,
+    };
+    let alloc = |i: &IvAllocMrIn| r.call_as::<_, IvRegMrOut>(1, IOCTL_IV_ALLOC_MR, i, kernel);
+    assert_eq!(
+        r.call::<_, IvRegMrOut>(1, IOCTL_IV_ALLOC_MR, &input(p, 1, 0)),
+        Err(STATUS_ACCESS_DENIED),
+        "user mode"
+    );
+    for bad in [input(p, 0, 0), input(p, max + 1, 0), input(p, 1, 1)] {
+        assert_eq!(alloc(&bad), Err(STATUS_INVALID_PARAMETER), "{bad:?}");
+    }
+    assert_eq!(r.dev.snapshot().objects[Kind::Mr.index()], 0);
+    let mr = alloc(&input(p, max, 0)).unwrap();
+    assert_eq!(mr.lkey, mr.rkey);
+    assert_eq!(alloc(&input(mr.mr, 1, 0)), Err(STATUS_INVALID_HANDLE));
+    assert_eq!(r.dev.snapshot().objects[Kind::Mr.index()], 1);
+    assert_eq!(
+        r.call::<_, ()>(1, IOCTL_IV_DEALLOC_PD, &IvHandleIn { handle: p }),
+        Err(STATUS_DEVICE_BUSY)
+    );
+    r.call::<_, ()>(1, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr.mr })
+        .unwrap();
+    assert_eq!(r.dev.snapshot().objects[Kind::Mr.index()], 0);
+}

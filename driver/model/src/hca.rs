@@ -614,7 +614,7 @@ fn decode_output(
         OP_ALLOC_MW | OP_BIND_MW => CommandOut::Mw {
             rkey: r.u32().map_err(bad)?,
         },
-        OP_REG_MR => CommandOut::Mr {
+        OP_REG_MR | OP_ALLOC_MR => CommandOut::Mr {
             lkey: r.u32().map_err(bad)?,
             rkey: r.u32().map_err(bad)?,
         },

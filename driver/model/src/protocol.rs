@@ -246,6 +246,8 @@ pub const OP_ALLOC_MW: u32 = 0x113;
 pub const OP_DEALLOC_MW: u32 = 0x114;
 /// [`Command::BindMw`].
 pub const OP_BIND_MW: u32 = 0x115;
+/// [`Command::AllocMr`].
+pub const OP_ALLOC_MR: u32 = 0x116;
 
 const _: () = assert!(size_of::<IvQueryQpOut>() + 16 <= FIXED_LEN);
 const _: () = assert!(size_of::<IvQpAttr>() + 16 <= FIXED_LEN);
@@ -434,6 +436,7 @@ pub fn opcode(command: &Command) -> u32 {
         Command::AllocMw { .. } => OP_ALLOC_MW,
         Command::DeallocMw { .. } => OP_DEALLOC_MW,
         Command::BindMw(_) => OP_BIND_MW,
+        Command::AllocMr { .. } => OP_ALLOC_MR,
     }
 }
 
@@ -519,6 +522,10 @@ pub fn encode_command(command: &Command, mtt: Mtt, out: &mut [u8]) -> Result<usi
             w.u64(b.addr)?;
             w.u64(b.length)?;
             w.u32(b.access)?;
+        }
+        Command::AllocMr { pdn, max_pages } => {
+            w.u32(*pdn)?;
+            w.u32(*max_pages)?;
         }
     }
     Ok(w.len())
@@ -651,6 +658,10 @@ pub fn decode_command(opcode: u32, input: &[u8]) -> Result<Parsed, NtStatus> {
             length: r.u64()?,
             access: r.u32()?,
         }),
+        OP_ALLOC_MR => Command::AllocMr {
+            pdn: r.u32()?,
+            max_pages: r.u32()?,
+        },
         _ => return Err(STATUS_NOT_SUPPORTED),
     };
     r.end()?;

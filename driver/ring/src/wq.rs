@@ -232,7 +232,7 @@ impl SendQueue {
         index: u32,
         wr: &SendWr<'_>,
     ) -> Result<(), PostError> {
-        if wr.opcode > IV_WR_BIND_MW
+        if wr.opcode > IV_WR_REG_MR
             || wr.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
                 != 0
         {
@@ -681,7 +681,7 @@ pub fn read_send_wqe_into(
     ring.region()
         .read(at, header.as_mut_bytes())
         .map_err(|OutOfBounds| WqeError::Malformed)?;
-    if header.opcode > IV_WR_BIND_MW
+    if header.opcode > IV_WR_REG_MR
         || header.flags & !(IV_SEND_SIGNALED | IV_SEND_SOLICITED | IV_SEND_INLINE | IV_SEND_FENCE)
             != 0
         || header.reserved != 0
@@ -1174,7 +1174,7 @@ mod tests {
             length: 77,
             lkey: 0xabc01,
         }];
-        for opcode in 0..=IV_WR_BIND_MW + 1 {
+        for opcode in 0..=IV_WR_REG_MR + 1 {
             for flags in 0..=0x1fu8 {
                 let wr = SendWr {
                     wr_id: 0x1111_2222_3333_4444 ^ u64::from(opcode) << 8 ^ u64::from(flags),

@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | `QUERY_PORT`, `QUERY_GID` | `port.rs` | `query_port`, `query_gid` | `query_port_done`, `query_gid_done` |
 //! | `ALLOC_PD` | `pd.rs` | `alloc_pd` | `alloc_pd_done` |
-//! | `REG_MR`, `REG_PHYS_MR` | `mr.rs` | `reg_mr` | `reg_mr_done` |
+//! | `REG_MR`, `REG_PHYS_MR`, `ALLOC_MR` | `mr.rs` | `reg_mr`, `alloc_mr` | `reg_mr_done` |
 //! | `ALLOC_MW`, `BIND_MW` | `mw.rs` | `alloc_mw`, `bind_mw` | `alloc_mw_done`, `bind_mw_done` |
 //! | `CREATE_CQ`, `RESIZE_CQ` | `cq.rs` | `create_cq`, `resize_cq` | `create_cq_done`, `resize_cq_done` |
 //! | `CREATE_QP`, `MODIFY_QP`, `QUERY_QP` | `qp.rs` | `create_qp`, `modify_qp`, `query_qp` | `create_qp_done`, `modify_qp_done`, `query_qp_done` |
@@ -64,6 +64,7 @@ pub(crate) enum Verb {
         bool,
         Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
     ),
+    AllocMr(IvAllocMrIn),
     AllocMw(IvAllocMwIn),
     BindMw(IvBindMwIn),
     CreateCq(IvCreateCqIn),
@@ -170,6 +171,7 @@ pub(crate) fn parse<R: Request>(request: &R) -> Result<Verb, NtStatus> {
         IOCTL_IV_REG_MR => Verb::RegMr(read(input)?, false, None),
         IOCTL_IV_REG_PHYS_MR => Verb::RegMr(read(input)?, true, None),
         IOCTL_IV_DEREG_MR => Verb::Destroy(read(input)?, Kind::Mr),
+        IOCTL_IV_ALLOC_MR => Verb::AllocMr(read(input)?),
         IOCTL_IV_ALLOC_MW => Verb::AllocMw(read(input)?),
         IOCTL_IV_DEALLOC_MW => Verb::Destroy(read(input)?, Kind::Mw),
         IOCTL_IV_BIND_MW => Verb::BindMw(read(input)?),
@@ -380,6 +382,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             Verb::RegMr(i, physical, pinned) => {
                 mr::reg_mr(self, s, file, mode, &i, physical, pinned)
             }
+            Verb::AllocMr(i) => mr::alloc_mr(self, s, file, &i),
             Verb::AllocMw(i) => mw::alloc_mw(self, s, file, &i),
             Verb::BindMw(i) => mw::bind_mw(s, file, &i),
             Verb::CreateCq(i) => cq::create_cq(self, s, file, &i),

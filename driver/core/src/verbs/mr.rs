@@ -1,4 +1,5 @@
-//! `REG_MR` and `REG_PHYS_MR`. (`DEREG_MR` is a destroy: `destroy.rs`.)
+//! `REG_MR`, `REG_PHYS_MR` and `ALLOC_MR`. (`DEREG_MR` is a destroy:
+//! `destroy.rs`.)
 //!
 //! A user-mode registration pins the caller's pages in the caller's own
 //! context, before the request reaches the dispatch-level queue
@@ -132,6 +133,39 @@ pub(crate) fn reg_mr<P: Platform, H: Hca>(
         physical,
         region,
     });
+    Ok((Op::RegMr(idx), cmd))
+}
+
+/// `IOCTL_IV_ALLOC_MR` (kernel callers only: `crate::verbs::parse` refuses
+/// a user-mode caller): a free fast-register MR of the PD, which
+/// `IV_WR_REG_MR` work requests register (docs/fast-registration.md). It
+/// completes as a registration ([`reg_mr_done`]); the driver keeps the key
+/// the HCA gave, by which it deregisters the MR whatever key a work
+/// request gave it since.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a reserved field set or a `max_num_sg`
+/// of 0 or above `max_fast_reg_page_list_len`; `STATUS_INVALID_HANDLE`
+/// for a PD handle that names no live PD of the file; those of
+/// [`Device::reserve`] (an MR of the device's `max_mr` and the file's MR
+/// quota).
+pub(crate) fn alloc_mr<P: Platform, H: Hca>(
+    d: &Device<P, H>,
+    s: &mut State<P::Request>,
+    file: FileKey,
+    i: &IvAllocMrIn,
+) -> Result<(Op, Command), NtStatus> {
+    let caps = d.hca.caps();
+    if i.reserved != 0 || i.max_num_sg == 0 || i.max_num_sg > caps.max_fast_reg_page_list_len {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    let pd = s.file(file)?.objects.lookup(i.pd, Kind::Pd)?;
+    let pdn = super::pd::pdn(s, file, pd);
+    let idx = d.reserve(s, file, Body::Mr(Mr { pd, lkey: 0 }), caps.max_mr)?;
+    let cmd = Command::AllocMr {
+        pdn,
+        max_pages: i.max_num_sg,
+    };
     Ok((Op::RegMr(idx), cmd))
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod cq;
 pub(crate) mod datapath;
 pub(crate) mod doorbell;
 pub(crate) mod eq;
+pub(crate) mod fast_reg;
 pub(crate) mod mr;
 pub(crate) mod mw;
 pub(crate) mod pd;
@@ -21,10 +22,10 @@ pub(crate) mod srq;
 pub(crate) mod table;
 
 use irpverbs_abi::{
-    IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_MEM_WINDOW, IV_DEVICE_MEM_WINDOW_TYPE_2B,
-    IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN, IV_DEVICE_RESIZE_MAX_WR,
-    IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus, STATUS_INSUFFICIENT_RESOURCES,
-    STATUS_SUCCESS,
+    IV_ABI_VERSION, IV_ATOMIC_HCA, IV_DEVICE_MEM_MGT_EXTENSIONS, IV_DEVICE_MEM_WINDOW,
+    IV_DEVICE_MEM_WINDOW_TYPE_2B, IV_DEVICE_PORT_ACTIVE_EVENT, IV_DEVICE_RC_RNR_NAK_GEN,
+    IV_DEVICE_RESIZE_MAX_WR, IV_DEVICE_SRQ_RESIZE, IvQueryDeviceOut, NtStatus,
+    STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS,
 };
 use irpverbs_core::{AsyncEvent, Command, CommandOut};
 
@@ -79,7 +80,8 @@ pub(crate) fn device_caps(config: &SoftConfig) -> IvQueryDeviceOut {
             | IV_DEVICE_RC_RNR_NAK_GEN
             | IV_DEVICE_SRQ_RESIZE
             | IV_DEVICE_MEM_WINDOW
-            | IV_DEVICE_MEM_WINDOW_TYPE_2B,
+            | IV_DEVICE_MEM_WINDOW_TYPE_2B
+            | IV_DEVICE_MEM_MGT_EXTENSIONS,
         max_qp: config.max_qp,
         max_qp_wr: config.max_qp_wr,
         max_sge: config.max_sge,
@@ -103,6 +105,9 @@ pub(crate) fn device_caps(config: &SoftConfig) -> IvQueryDeviceOut {
         phys_port_cnt: 1,
         num_comp_vectors: config.num_comp_vectors,
         max_mw: config.max_mw,
+        // An `IV_WR_REG_MR`'s page list rides in its SGEs.
+        max_fast_reg_page_list_len: config.max_sge,
+        reserved: 0,
     }
 }
 
@@ -254,6 +259,7 @@ impl Firmware {
             Command::AllocPd => own_frame(|| self.alloc_pd()),
             Command::DeallocPd { pdn } => own_frame(|| self.dealloc_pd(pdn)),
             Command::RegMr(c) => own_frame(|| self.reg_mr(c)),
+            Command::AllocMr { pdn, max_pages } => own_frame(|| self.alloc_mr(pdn, max_pages)),
             Command::AllocMw { pdn, mw_type } => own_frame(|| self.alloc_mw(pdn, mw_type)),
             Command::DeallocMw { rkey } => own_frame(|| self.dealloc_mw(rkey)),
             Command::BindMw(c) => own_frame(|| self.bind_mw(&c)),

@@ -36,9 +36,12 @@ pub(crate) struct Mr {
     pub(crate) physical: bool,
     /// The pinned memory: the only way the HCA reaches it.
     pub(crate) region: crate::firmware::shared::RegionRef,
-    /// Memory windows bound to it: it cannot be deregistered while there
-    /// are any.
+    /// Memory windows bound to it, and valid fast-register MRs whose pages
+    /// lie in it: it cannot be deregistered while there are any.
     pub(crate) windows: crate::firmware::Refs,
+    /// A fast-register MR's state (`crate::firmware::fast_reg`); `None`
+    /// for an MR that `RegMr` registered, and for a window's view.
+    pub(crate) fast: Option<crate::firmware::fast_reg::FastReg>,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -47,13 +50,20 @@ pub(crate) const fn make_key(index: u32, generation: u8) -> u32 {
 }
 
 /// The live MR `key` names (its index, and the key of the index's
-/// current generation).
+/// current generation: a fast-register MR's key byte is its slot's
+/// generation too).
 #[inline(always)]
 pub(crate) fn mr_by_key(mrs: &crate::firmware::table::Table<Mr>, key: u32) -> Option<&Mr> {
     let index = key >> 8;
     let mr = mrs.get(index).ok()?;
     let generation = mrs.generation(index).ok()?;
     (make_key(index, generation) == key).then_some(mr)
+}
+
+/// Whether an MR with `access` lets the HCA write it (local write, which
+/// remote write and atomics require).
+pub(crate) const fn writable(access: u32) -> bool {
+    access & (IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_ATOMIC) != 0
 }
 
 /// Checks `IV_ACCESS_*` flags: only defined bits, and remote write or
@@ -67,6 +77,27 @@ pub(crate) fn check_access(access: u32) -> Result<(), NtStatus> {
         Err(STATUS_INVALID_PARAMETER)
     } else {
         Ok(())
+    }
+}
+
+/// Invalidates what `rkey` names for a QP of PD `pdn` (an
+/// `IV_WR_LOCAL_INV`, or a SEND with invalidate at the responder): a bound
+/// type 2 window (`crate::firmware::mw::invalidate`) or a valid
+/// fast-register MR (`crate::firmware::fast_reg::invalidate`). An MR that
+/// `RegMr` registered is refused.
+///
+/// # Errors
+/// When neither takes it.
+pub(crate) fn invalidate(
+    mrs: &mut crate::firmware::table::Table<Mr>,
+    mws: &mut crate::firmware::table::Table<crate::firmware::mw::Mw>,
+    pdn: u32,
+    rkey: u32,
+) -> Result<(), ()> {
+    if crate::firmware::mw::mw_index(rkey).is_some() {
+        crate::firmware::mw::invalidate(mrs, mws, pdn, rkey)
+    } else {
+        crate::firmware::fast_reg::invalidate(mrs, pdn, rkey)
     }
 }
 
@@ -107,6 +138,7 @@ impl Firmware {
             physical,
             region: crate::firmware::shared::RegionRef(region),
             windows: crate::firmware::Refs::default(),
+            fast: None,
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();
@@ -160,19 +192,18 @@ impl Firmware {
         mrs
     }
 
-    /// `DeregMr`.
+    /// `DeregMr` (a fast-register MR by the key `AllocMr` gave it too,
+    /// valid or free).
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when `lkey` names no live MR (unknown index,
     /// or a stale key of a reused index); `STATUS_DEVICE_BUSY` while memory
-    /// windows are bound to it.
+    /// windows are bound to it or valid fast-register MRs map its pages.
     pub(crate) fn dereg_mr(&mut self, lkey: u32) -> Result<CommandOut, NtStatus> {
-        let index = lkey >> 8;
-        if make_key(index, self.mrs.generation(index)?) != lkey {
-            return Err(STATUS_INVALID_HANDLE);
-        }
+        let index = self.dereg_index(lkey).ok_or(STATUS_INVALID_HANDLE)?;
         self.mrs.get(index)?.windows.check_idle()?;
         let mr = self.mrs.remove(index)?;
+        self.unmap(&mr);
         self.pds.get_mut(mr.pdn)?.refs.put();
         Ok(CommandOut::None)
     }

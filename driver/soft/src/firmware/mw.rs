@@ -118,7 +118,7 @@ pub(crate) fn bind_view(
         return Err(BindError::Access);
     }
     let end = addr.checked_add(length).ok_or(BindError::Invalid)?;
-    if addr < mr.start || end > mr.addr.saturating_add(mr.length) {
+    if addr < mr.start || end > mr.start.saturating_add(mr.length) {
         return Err(BindError::Invalid);
     }
     Ok(Mr {
@@ -132,6 +132,7 @@ pub(crate) fn bind_view(
         physical: mr.physical,
         region: mr.region.clone(),
         windows: crate::firmware::Refs::default(),
+        fast: None,
     })
 }
 

@@ -136,7 +136,7 @@ pub(crate) struct SendSlot {
     pub(crate) done: bool,
     /// `IV_WC_*` when done.
     pub(crate) status: u32,
-    /// A local operation (`IV_WR_BIND_MW`, `IV_WR_LOCAL_INV`) that was
+    /// A local operation (`IV_WR_BIND_MW`, `IV_WR_LOCAL_INV`, `IV_WR_REG_MR`) that was
     /// executed: a rewind of the WQEs before it does not execute it again.
     /// Kept when the slot is read again, cleared when it retires.
     pub(crate) local: bool,

@@ -127,6 +127,20 @@ impl<T> Table<T> {
         }
     }
 
+    /// Sets live object `n`'s generation (a fast-register MR's key byte,
+    /// which its registration chooses).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` when there is no object `n`.
+    pub(crate) fn set_generation(&mut self, n: u32, generation: u8) -> Result<(), NtStatus> {
+        let slot = Self::index(n)
+            .and_then(|i| self.slots.get_mut(i))
+            .filter(|s| s.value.is_some())
+            .ok_or(STATUS_INVALID_HANDLE)?;
+        slot.generation = generation;
+        Ok(())
+    }
+
     /// The number of the first live object numbered `from` or above.
     pub(crate) fn next_live(&self, from: u32) -> Option<u32> {
         let start = Self::index(from.max(1))?;

@@ -3,6 +3,7 @@
 
 mod doorbell;
 pub(crate) mod dp;
+mod fast_reg;
 mod gsi;
 mod hca;
 mod mw;

@@ -51,7 +51,9 @@ impl Mr {
             return None;
         }
         // Inside the region too: `end` is at most its length past `addr`.
-        usize::try_from(addr - self.addr).ok()
+        // (Wrapping: a fast-register MR's `addr` may lie above its iova,
+        // `crate::firmware::fast_reg`.)
+        usize::try_from(addr.wrapping_sub(self.addr)).ok()
     }
 
     /// The region.

@@ -42,8 +42,9 @@
 //! send queue from the same state (short-circuited to the same peer,
 //! [`crate::transport::local`]). With [`crate::SoftConfig::short_circuit`]
 //! off the fast path takes nothing. What changes memory windows is
-//! the general path's alone: a SEND with invalidate, `IV_WR_BIND_MW` and
-//! `IV_WR_LOCAL_INV` stop the fast path, and so does an rkey of a window
+//! the general path's alone: a SEND with invalidate, `IV_WR_BIND_MW`,
+//! `IV_WR_LOCAL_INV` and `IV_WR_REG_MR` (which changes a fast-register
+//! MR, `crate::firmware::fast_reg`) stop the fast path, and so does an rkey of a window
 //! (its key cache looks keys up in the MR table only, where a window's key
 //! names nothing), so that a window's rules are checked in one place
 //! (`crate::firmware::mw`). `tests/fast.rs` runs the same

@@ -26,9 +26,12 @@
 //!   over the MTU, an atomic whose local buffer is not 8 bytes.
 //! - `MW_BIND_ERR`: an `IV_WR_BIND_MW` the window rules refuse;
 //!   `LOC_QP_OP_ERR` also for an `IV_WR_LOCAL_INV` of anything but a bound
-//!   type 2 window of the QP's PD (docs/memory-windows.md). These local
-//!   operations send nothing: they run when the requester reaches them and
-//!   complete in order after the WQEs before them.
+//!   type 2 window or a valid fast-register MR of the QP's PD
+//!   (docs/memory-windows.md), and for an `IV_WR_REG_MR` the registration
+//!   rules refuse, `LOC_PROT_ERR` for one whose pages its MRs do not hold
+//!   (docs/fast-registration.md). These local operations send nothing:
+//!   they run when the requester reaches them and complete in order after
+//!   the WQEs before them.
 
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
@@ -37,12 +40,15 @@ use irpverbs_abi::{
     IV_QPT_RC, IV_QPT_UC, IV_QPT_UD, IV_SEND_FENCE, IV_SEND_INLINE, IV_SEND_SIGNALED,
     IV_SEND_SOLICITED, IV_SEND_WQE_HEADER, IV_WC_LOC_LEN_ERR, IV_WC_LOC_PROT_ERR,
     IV_WC_LOC_QP_OP_ERR, IV_WC_MW_BIND_ERR, IV_WC_OP_BIND_MW, IV_WC_OP_COMP_SWAP,
-    IV_WC_OP_FETCH_ADD, IV_WC_OP_LOCAL_INV, IV_WC_OP_RDMA_READ, IV_WC_OP_RDMA_WRITE, IV_WC_OP_SEND,
-    IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP, IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_BIND_MW,
-    IV_WR_LOCAL_INV, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE, IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_SEND,
-    IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV, IvSendWqe, IvSge,
+    IV_WC_OP_FETCH_ADD, IV_WC_OP_LOCAL_INV, IV_WC_OP_RDMA_READ, IV_WC_OP_RDMA_WRITE,
+    IV_WC_OP_REG_MR, IV_WC_OP_SEND, IV_WC_SUCCESS, IV_WR_ATOMIC_CMP_AND_SWP,
+    IV_WR_ATOMIC_FETCH_AND_ADD, IV_WR_BIND_MW, IV_WR_LOCAL_INV, IV_WR_RDMA_READ, IV_WR_RDMA_WRITE,
+    IV_WR_RDMA_WRITE_WITH_IMM, IV_WR_REG_MR, IV_WR_SEND, IV_WR_SEND_WITH_IMM, IV_WR_SEND_WITH_INV,
+    IvSendWqe, IvSge,
 };
 use irpverbs_core::AsyncEvent;
+
+use crate::firmware::SOFT_PAGE_SIZE_CAP;
 use irpverbs_ring::Ring;
 use irpverbs_ring::wq::{WqeError, read_send_wqe_into};
 
@@ -213,6 +219,7 @@ pub(crate) const fn wc_opcode(wr: u8) -> u32 {
         IV_WR_ATOMIC_FETCH_AND_ADD => IV_WC_OP_FETCH_ADD,
         IV_WR_BIND_MW => IV_WC_OP_BIND_MW,
         IV_WR_LOCAL_INV => IV_WC_OP_LOCAL_INV,
+        IV_WR_REG_MR => IV_WC_OP_REG_MR,
         _ => IV_WC_OP_SEND,
     }
 }
@@ -237,6 +244,7 @@ const fn opcode_allowed(qpt: u32, wr: u8) -> bool {
                 | IV_WR_RDMA_WRITE_WITH_IMM
                 | IV_WR_BIND_MW
                 | IV_WR_LOCAL_INV
+                | IV_WR_REG_MR
         ),
         IV_QPT_UD => matches!(wr, IV_WR_SEND | IV_WR_SEND_WITH_IMM),
         _ => false,
@@ -366,7 +374,7 @@ fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     };
     let nsge = shadow.len();
     let inline = wqe.flags & IV_SEND_INLINE != 0;
-    if matches!(wqe.opcode, IV_WR_BIND_MW | IV_WR_LOCAL_INV) {
+    if matches!(wqe.opcode, IV_WR_BIND_MW | IV_WR_LOCAL_INV | IV_WR_REG_MR) {
         return local_op(qpn, qp, env, index, &wqe, nsge);
     }
     let rd_atomic = is_rd_atomic(wqe.opcode);
@@ -459,18 +467,24 @@ fn local_op(
     wqe: &IvSendWqe,
     nsge: usize,
 ) -> Result<bool, u32> {
-    let req = &mut qp.tx.req;
-    req.next = index.wrapping_add(1);
-    if !opcode_allowed(qp.qp_type, wqe.opcode) || nsge != 0 || wqe.flags & IV_SEND_INLINE != 0 {
+    qp.tx.req.next = index.wrapping_add(1);
+    // Only a registration has SGEs: its page list.
+    let sges_ok = nsge == 0 || wqe.opcode == IV_WR_REG_MR;
+    if !opcode_allowed(qp.qp_type, wqe.opcode) || !sges_ok || wqe.flags & IV_SEND_INLINE != 0 {
         return Err(IV_WC_LOC_QP_OP_ERR);
     }
     let (mrs, mws) = (&mut *env.mrs, &mut *env.mws);
-    if wqe.opcode == IV_WR_BIND_MW {
-        crate::firmware::mw::bind_wr(mrs, mws, qpn, qp.pdn, wqe).map_err(|()| IV_WC_MW_BIND_ERR)?;
-    } else {
-        crate::firmware::mw::invalidate(mrs, mws, qp.pdn, wqe.imm_or_inv)
-            .map_err(|()| IV_WC_LOC_QP_OP_ERR)?;
+    match wqe.opcode {
+        IV_WR_BIND_MW => crate::firmware::mw::bind_wr(mrs, mws, qpn, qp.pdn, wqe)
+            .map_err(|()| IV_WC_MW_BIND_ERR)?,
+        IV_WR_REG_MR => {
+            let pages = qp.tx.req.sges(index);
+            crate::firmware::fast_reg::reg_wr(mrs, qp.pdn, SOFT_PAGE_SIZE_CAP, wqe, pages)?;
+        }
+        _ => crate::firmware::mr::invalidate(mrs, mws, qp.pdn, wqe.imm_or_inv)
+            .map_err(|()| IV_WC_LOC_QP_OP_ERR)?,
     }
+    let req = &mut qp.tx.req;
     let psn = req.psn;
     let slot = req.slot_mut(index);
     slot.first_psn = psn;

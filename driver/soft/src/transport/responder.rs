@@ -606,9 +606,10 @@ fn send(
         return Ok(());
     }
     let imm_or_inv = if k & m::IETH != 0 {
-        // A bound type 2 window of the QP's PD; an MR's key is refused
-        // (docs/memory-windows.md).
-        crate::firmware::mw::invalidate(env.mrs, env.mws, pdn, pkt.ieth).map_err(|()| INVALID)?;
+        // A bound type 2 window or a valid fast-register MR of the QP's
+        // PD; a registered MR's key is refused (docs/memory-windows.md,
+        // docs/fast-registration.md).
+        crate::firmware::mr::invalidate(env.mrs, env.mws, pdn, pkt.ieth).map_err(|()| INVALID)?;
         pkt.ieth
     } else {
         pkt.imm
