@@ -730,6 +730,20 @@ fn mr_checks(d: &dyn Dut) -> Result<(), String> {
         "REG_PHYS_MR from user: {}",
         status_name(st)
     );
+    // ALLOC_MR (fast registration) is kernel-only too; a device with the
+    // memory management extensions reports how long a page list may be.
+    expect(
+        "ALLOC_MR from user",
+        c.alloc_mr(pd, 1),
+        STATUS_ACCESS_DENIED,
+    )?;
+    let caps = ok("query_device", c.query_device())?;
+    let mgt = caps.device_cap_flags & IV_DEVICE_MEM_MGT_EXTENSIONS != 0;
+    check!(
+        mgt == (caps.max_fast_reg_page_list_len != 0),
+        "max_fast_reg_page_list_len {} with the extensions {mgt}",
+        caps.max_fast_reg_page_list_len
+    );
     ok("dereg", c.dereg_mr(mr.mr))?;
     ok("dereg", c.dereg_mr(mr2.mr))?;
     expect("dereg stale", c.dereg_mr(mr.mr), STATUS_INVALID_HANDLE)?;

@@ -314,6 +314,11 @@ fn scenario(
     let kernel = run.verb("query_interface", || da.query_interface());
     let a = create_side(&mut run, &ca, db.soft().gid());
     let b = create_side(&mut run, &cb, da.soft().gid());
+    // A kernel ULP's fast-register MR (ALLOC_MR is kernel-only), left for
+    // its file's rundown.
+    let kc = run.verb("open_kernel", || da.open_kernel()).into_client();
+    let kpd = run.verb("alloc_pd (kernel)", || kc.alloc_pd()).pd;
+    run.verb("alloc_mr", || kc.alloc_mr(kpd, 4));
 
     // B listens; A connects; B accepts.
     let listener = create_cep(&mut run, &sb, 1);
@@ -486,7 +491,7 @@ fn scenario(
     // Close with objects alive: the QPs and CQs go through their own
     // destroys, the rest through the files' rundown.
     drop((a, b));
-    drop((ca, sa, cb, sb));
+    drop((ca, sa, cb, sb, kc));
     drive(&net, "rundown", || {
         da.quiesce(Duration::ZERO).is_ok() && db.quiesce(Duration::ZERO).is_ok()
     });

@@ -249,6 +249,7 @@ fn creates(code: u32) -> Option<Kind> {
         IOCTL_IV_ALLOC_PD => Kind::Pd,
         IOCTL_IV_REG_MR | IOCTL_IV_REG_PHYS_MR => Kind::Mr,
         IOCTL_IV_ALLOC_MW => Kind::Mw,
+        IOCTL_IV_ALLOC_MR => Kind::Mr,
         IOCTL_IV_CREATE_CQ => Kind::Cq,
         IOCTL_IV_CREATE_QP => Kind::Qp,
         IOCTL_IV_CREATE_SRQ => Kind::Srq,
@@ -430,6 +431,7 @@ enum Payload {
     Handle(H),
     RegMr(H, IvRegMrIn),
     AllocMw(H, IvAllocMwIn),
+    AllocMr(H, IvAllocMrIn),
     /// `BIND_MW`: the window, the MR.
     BindMw(H, H, IvBindMwIn),
     CreateCq(IvCreateCqIn),
@@ -484,6 +486,7 @@ impl Payload {
             }
             Payload::RegMr(pd, i) => bytes(IvRegMrIn { pd: r(*pd), ..*i }.as_bytes()),
             Payload::AllocMw(pd, i) => bytes(IvAllocMwIn { pd: r(*pd), ..*i }.as_bytes()),
+            Payload::AllocMr(pd, i) => bytes(IvAllocMrIn { pd: r(*pd), ..*i }.as_bytes()),
             Payload::BindMw(mw, mr, i) => {
                 let i = IvBindMwIn {
                     mw: r(*mw),
@@ -1065,6 +1068,23 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         IOCTL_IV_DEALLOC_PD => handle(Kind::Pd, mix).prop_map(Payload::Handle).boxed(),
         IOCTL_IV_DEREG_MR => handle(Kind::Mr, mix).prop_map(Payload::Handle).boxed(),
         IOCTL_IV_DEALLOC_MW => handle(Kind::Mw, mix).prop_map(Payload::Handle).boxed(),
+        // Kernel callers only: a page list's length up to the send SGEs.
+        IOCTL_IV_ALLOC_MR => (
+            handle(Kind::Pd, mix),
+            u32_in(mix, 1..=c.max_sge, &[0, c.max_sge + 1, u32::MAX]),
+            r32(),
+        )
+            .prop_map(|(pd, max_num_sg, reserved)| {
+                Payload::AllocMr(
+                    pd,
+                    IvAllocMrIn {
+                        pd: 0,
+                        max_num_sg,
+                        reserved,
+                    },
+                )
+            })
+            .boxed(),
         IOCTL_IV_ALLOC_MW => (
             handle(Kind::Pd, mix),
             u32_in(mix, 1..=2u32, &[0, 3, u32::MAX]),

@@ -41,7 +41,7 @@ pub use channel::CompChannel;
 pub use objects::{Cq, Qp, Srq};
 pub use speed::{
     AsNtStatus, Bell, CqRings, Doorbells, PageDoorbells, PostError, QpRings, RecvWr, SendWr,
-    SpeedPath, SrqRings, WakeHca, Wc, bind_mw_wr, local_inv_wr, next_rkey,
+    SpeedPath, SrqRings, WakeHca, Wc, bind_mw_wr, local_inv_wr, next_rkey, reg_mr_wr,
 };
 
 pub use irpverbs_kernel_table::IoctlTransport;
@@ -294,6 +294,22 @@ impl Client {
     /// `IOCTL_IV_DEREG_MR`.
     pub fn dereg_mr(&self, mr: IvHandle) -> IoctlResult<()> {
         call_none(self, IOCTL_IV_DEREG_MR, &IvHandleIn { handle: mr })
+    }
+
+    /// `IOCTL_IV_ALLOC_MR` (kernel callers only): a free fast-register MR
+    /// of `pd` whose registrations map up to `max_num_sg` pages, as
+    /// `ib_alloc_mr` with `IB_MR_TYPE_MEM_REG` (docs/fast-registration.md).
+    /// [`reg_mr_wr`] registers it; [`Client::dereg_mr`] frees it.
+    pub fn alloc_mr(&self, pd: IvHandle, max_num_sg: u32) -> IoctlResult<IvRegMrOut> {
+        call(
+            self,
+            IOCTL_IV_ALLOC_MR,
+            &IvAllocMrIn {
+                pd,
+                max_num_sg,
+                reserved: 0,
+            },
+        )
     }
 
     /// `IOCTL_IV_ALLOC_MW`: a memory window of `mw_type` (`IV_MW_TYPE_1`

@@ -52,6 +52,7 @@ pub fn wc_opcode_name(opcode: u32) -> &'static str {
         IV_WC_OP_FETCH_ADD => "FETCH_ADD",
         IV_WC_OP_BIND_MW => "BIND_MW",
         IV_WC_OP_LOCAL_INV => "LOCAL_INV",
+        IV_WC_OP_REG_MR => "REG_MR",
         IV_WC_OP_RECV => "RECV",
         IV_WC_OP_RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
         _ => "unknown opcode",
@@ -85,8 +86,38 @@ pub fn bind_mw_wr(
     }
 }
 
-/// An `IV_WR_LOCAL_INV` work request: invalidates the type 2 window
-/// `rkey` names. Signaled.
+/// An `IV_WR_REG_MR` work request (docs/fast-registration.md): registers
+/// the fast-register MR whose key's index `key` carries, with `key`'s
+/// 8-bit key from now on (lkey and rkey; [`next_rkey`] gives one), mapping
+/// `length` bytes from `iova` onto `pages` (each page `page_size` bytes,
+/// aligned to it, in the MR its lkey names; page 0 holds `iova`'s offset in
+/// a page) and granting `access` (`IV_ACCESS_*`), as `ib_post_send` with
+/// `IB_WR_REG_MR` after `ib_map_mr_sg`. Signaled.
+#[must_use]
+pub fn reg_mr_wr<'a>(
+    wr_id: u64,
+    key: u32,
+    (iova, length): (u64, u64),
+    access: u32,
+    page_size: u32,
+    pages: &'a [IvSge],
+) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        opcode: IV_WR_REG_MR,
+        flags: IV_SEND_SIGNALED,
+        sges: pages,
+        rkey: key,
+        imm_or_inv: page_size,
+        remote_addr: iova,
+        compare_add: length,
+        swap: u64::from(access),
+        ..SendWr::default()
+    }
+}
+
+/// An `IV_WR_LOCAL_INV` work request: invalidates the type 2 window or
+/// fast-register MR `rkey` names. Signaled.
 #[must_use]
 pub fn local_inv_wr(wr_id: u64, rkey: u32) -> SendWr<'static> {
     SendWr {

@@ -1,0 +1,228 @@
+//! Fast registration through the Rust verbs library, as a kernel ULP uses
+//! it (docs/fast-registration.md), over both backends (the soft HCA and
+//! the model HCA): `alloc_mr` at the device's `max_fast_reg_page_list_len`
+//! (one more refused, and a user-mode caller refused), a `reg_mr_wr` of
+//! that many pages under a new key, an RDMA WRITE and READ through the key
+//! at the last page, a SEND with invalidate that frees the MR, the old key
+//! refused, a registration again with another key; the verifier on.
+
+use std::sync::Arc;
+
+use irpverbs_abi::*;
+use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
+use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, next_rkey, reg_mr_wr};
+
+mod common;
+use common::Mem;
+
+const PAGE: u64 = 4096;
+
+fn device(backend: Backend) -> Arc<HostDevice> {
+    HostDevice::new(HostDeviceConfig {
+        backend,
+        ..HostDeviceConfig::default()
+    })
+    .expect("host device")
+}
+
+fn one(cq: &Cq<'_>) -> IvCqe {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut wc = [IvCqe::default(); 1];
+    while std::time::Instant::now() < deadline {
+        if cq.poll(&mut wc).unwrap() == 1 {
+            return wc[0];
+        }
+        std::thread::yield_now();
+    }
+    panic!("no completion");
+}
+
+/// Two connected RC QPs of `pd` on this device, each with a CQ of its own
+/// and room for `sges` SGEs per send.
+fn pair(c: &Client, pd: IvHandle, sges: u32) -> (Qp<'_>, Cq<'_>, Qp<'_>, Cq<'_>) {
+    let cq_in = IvCreateCqIn {
+        cqe: 32,
+        ..IvCreateCqIn::default()
+    };
+    let (cqa, cqb) = (c.new_cq(&cq_in).unwrap(), c.new_cq(&cq_in).unwrap());
+    let qp_in = |cq: IvHandle| IvCreateQpIn {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: IV_QPT_RC,
+        cap: IvQpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: sges,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+            ..IvQpCap::default()
+        },
+        ..IvCreateQpIn::default()
+    };
+    let a = c.new_qp(&qp_in(cqa.handle())).unwrap();
+    let b = c.new_qp(&qp_in(cqb.handle())).unwrap();
+    let gid = c.query_gid(1, 0).unwrap();
+    a.connect(b.qpn(), gid).unwrap();
+    b.connect(a.qpn(), gid).unwrap();
+    (a, cqa, b, cqb)
+}
+
+#[test]
+fn fast_registration_at_the_page_list_limit_on_both_backends() {
+    for backend in [Backend::Soft, Backend::Model] {
+        let dev = device(backend);
+        let user = dev
+            .open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+            .unwrap()
+            .into_client();
+        let c = dev.open_kernel().unwrap().into_client();
+        let caps = c.query_device().unwrap();
+        assert_ne!(caps.device_cap_flags & IV_DEVICE_MEM_MGT_EXTENSIONS, 0);
+        let max = caps.max_fast_reg_page_list_len;
+        assert!(max >= 1, "{backend:?}");
+        let pd = c.alloc_pd().unwrap().pd;
+        let upd = user.alloc_pd().unwrap().pd;
+        assert_eq!(
+            user.alloc_mr(upd, 1).err(),
+            Some(STATUS_ACCESS_DENIED),
+            "{backend:?}: kernel callers only"
+        );
+        assert_eq!(
+            c.alloc_mr(pd, max + 1).err(),
+            Some(STATUS_INVALID_PARAMETER),
+            "{backend:?}"
+        );
+        let fmr = c.alloc_mr(pd, max).unwrap();
+
+        // The backing memory: a registered MR whose pages the list names
+        // (page-aligned addresses inside it).
+        let n = u64::from(max);
+        let mem = Mem::new(((n + 2) * PAGE) as usize);
+        let backing = c
+            .reg_mr(pd, mem.addr(), (n + 2) * PAGE, IV_ACCESS_ALL)
+            .unwrap();
+        let first = (mem.addr() + PAGE - 1) & !(PAGE - 1);
+        let off = (first - mem.addr()) as usize;
+        let pages: Vec<IvSge> = (0..n)
+            .map(|i| IvSge {
+                addr: first + i * PAGE,
+                length: PAGE as u32,
+                lkey: backing.lkey,
+            })
+            .collect();
+        let (a, cqa, b, cqb) = pair(&c, pd, max);
+        let key = next_rkey(fmr.lkey);
+        let iova = 0x4000_0000;
+        let len = n * PAGE;
+        let access = IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ;
+        b.post_send(&reg_mr_wr(1, key, (iova, len), access, PAGE as u32, &pages))
+            .unwrap();
+        let wc = one(&cqb);
+        assert_eq!(
+            (wc.status, wc.opcode),
+            (IV_WC_SUCCESS, IV_WC_OP_REG_MR),
+            "{backend:?}"
+        );
+        // A WRITE to the last page and a READ back, through the new key.
+        let src = Mem::new(64);
+        src.fill(0, b"the last page!!!");
+        let src_mr = c.reg_mr(pd, src.addr(), 64, IV_ACCESS_ALL).unwrap();
+        let sge = |at: u64, l: u32| IvSge {
+            addr: src.addr() + at,
+            length: l,
+            lkey: src_mr.lkey,
+        };
+        a.post_send(&SendWr {
+            wr_id: 2,
+            opcode: IV_WR_RDMA_WRITE,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(0, 16)],
+            remote_addr: iova + len - 16,
+            rkey: key,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        let at = off + (len as usize) - 16;
+        assert_eq!(mem.read(at, 16), b"the last page!!!", "{backend:?}");
+        a.post_send(&SendWr {
+            wr_id: 3,
+            opcode: IV_WR_RDMA_READ,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(32, 16)],
+            remote_addr: iova + len - 16,
+            rkey: key,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        assert_eq!(src.read(32, 16), b"the last page!!!");
+        // The backing MR is busy while mapped.
+        assert_eq!(c.dereg_mr(backing.mr).err(), Some(STATUS_DEVICE_BUSY));
+        // A SEND with invalidate frees it.
+        b.post_recv(4, &[sge(48, 16)]).unwrap();
+        a.post_send(&SendWr {
+            wr_id: 5,
+            opcode: IV_WR_SEND_WITH_INV,
+            flags: IV_SEND_SIGNALED,
+            inline: Some(b"inv"),
+            imm_or_inv: key,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        let r = one(&cqb);
+        assert_eq!(
+            (r.status, r.wc_flags & IV_WC_WITH_INV, r.imm_or_inv),
+            (IV_WC_SUCCESS, IV_WC_WITH_INV, key),
+            "{backend:?}"
+        );
+        // Registered again with another key over one page: the new key
+        // writes, the old one is refused (and the connection ends).
+        let key2 = next_rkey(key);
+        b.post_send(&reg_mr_wr(
+            6,
+            key2,
+            (0, PAGE),
+            access,
+            PAGE as u32,
+            &pages[..1],
+        ))
+        .unwrap();
+        assert_eq!(one(&cqb).status, IV_WC_SUCCESS, "{backend:?}");
+        src.fill(0, b"second key");
+        a.post_send(&SendWr {
+            wr_id: 7,
+            opcode: IV_WR_RDMA_WRITE,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(0, 10)],
+            remote_addr: 0,
+            rkey: key2,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        assert_eq!(mem.read(off, 10), b"second key");
+        a.post_send(&SendWr {
+            wr_id: 8,
+            opcode: IV_WR_RDMA_WRITE,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(0, 10)],
+            remote_addr: 0,
+            rkey: key,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_REM_ACCESS_ERR, "{backend:?}");
+        drop((a, b, cqa, cqb));
+        // Deregistered valid: the backing MR may go then.
+        c.dereg_mr(fmr.mr).unwrap();
+        c.dereg_mr(backing.mr).unwrap();
+        drop((c, user));
+        dev.quiesce(std::time::Duration::from_secs(10))
+            .expect("quiescent");
+        assert_eq!(dev.platform().pool_stats().live, 0, "pool leaked");
+        dev.unload();
+    }
+}
