@@ -34,6 +34,8 @@ fn devinfo_prints_the_device_and_port_like_ibv_devinfo() {
     for want in [
         "max_qp:",
         "max_cqe:",
+        "\tmax_mw:\t\t\t\t65536\n",
+        "\tmax_fast_reg_page_list_len:\t32\n",
         "gid_tbl_len:\t\t16",
         "GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2",
     ] {

@@ -70,7 +70,7 @@ pub fn devinfo(client: &Client, name: &str, verbose: bool) -> IoctlResult<String
     );
     let _ = writeln!(w, "\tphys_port_cnt:\t\t\t{}", d.phys_port_cnt);
     if verbose {
-        let limits: [(&str, u64); 22] = [
+        let limits: [(&str, u64); 24] = [
             ("max_mr_size", d.max_mr_size),
             ("page_size_cap", d.page_size_cap),
             ("max_qp", d.max_qp.into()),
@@ -93,6 +93,11 @@ pub fn devinfo(client: &Client, name: &str, verbose: bool) -> IoctlResult<String
             ("max_inline_data", d.max_inline_data.into()),
             ("max_pkeys", d.max_pkeys.into()),
             ("num_comp_vectors", d.num_comp_vectors.into()),
+            ("max_mw", d.max_mw.into()),
+            (
+                "max_fast_reg_page_list_len",
+                d.max_fast_reg_page_list_len.into(),
+            ),
         ];
         for (name, v) in limits {
             // Values start at column 40 (tabs of 8), as ibv_devinfo -v aligns them.

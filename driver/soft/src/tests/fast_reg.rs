@@ -516,3 +516,26 @@ fn alloc_limits() {
     p.b.d
         .fails(Command::DeregMr { lkey: key }, STATUS_INVALID_HANDLE);
 }
+
+/// `IV_WR_REG_MR` with inline data, or on a UD QP (which has no
+/// registration work requests): `LOC_QP_OP_ERR`, the MR stays free.
+#[test]
+fn registration_on_ud_or_inline_is_refused() {
+    for (qpt, inline) in [(IV_QPT_RC, true), (IV_QPT_UD, false)] {
+        let p = Pair::new(Topo::TwoHca, qpt, Conn::default());
+        let mem = p.b.mem(4 * PAGE, ALL_ACCESS);
+        let key = alloc(&p, 2);
+        let list = pages(&mem, 0, 1);
+        let wr = SendWr {
+            sges: if inline { &[] } else { &list },
+            inline: inline.then_some(&b"inline"[..]),
+            ud: (qpt == IV_QPT_UD).then_some((1, p.qa.qpn, 0x1111_1111)),
+            ..reg_wr(key, 1, 0, 64, RW, &list)
+        };
+        let st = post_b(&p, &wr);
+        assert_eq!(st, (IV_WC_LOC_QP_OP_ERR, IV_WC_OP_REG_MR), "type {qpt}");
+        let snapshot = p.b.d.snapshot();
+        let mr = snapshot.mrs.get(key >> 8).unwrap();
+        assert_eq!(mr.fast.as_ref().unwrap().backing, None, "type {qpt}");
+    }
+}
