@@ -215,6 +215,32 @@ fn ibv_devinfo_verbose_describes_the_device_and_its_roce_v2_gid() {
 }
 
 #[test]
+fn irpverbs_addr_is_the_ports_address_and_a_bad_one_fails_the_open() {
+    let Some(exe) = program("ibv_devinfo") else {
+        return;
+    };
+    let child = command(&exe, Some("127.21.20.1"))
+        .arg("-v")
+        .spawn()
+        .expect("spawn");
+    let (ok, out, err) = finish(child, "ibv_devinfo", Duration::from_secs(60));
+    assert!(ok && err.is_empty(), "{out}\n{err}");
+    assert!(
+        out.contains("GID[  0]:\t\t::ffff:127.21.20.1, RoCE v2"),
+        "{out}"
+    );
+    let child = command(&exe, Some("not-an-address"))
+        .spawn()
+        .expect("spawn");
+    let (ok, out, err) = finish(child, "ibv_devinfo", Duration::from_secs(60));
+    assert!(!ok, "{out}\n{err}");
+    assert!(
+        err.contains("IRPVERBS_ADDR=not-an-address is not an IPv4 or IPv6 address"),
+        "{err}"
+    );
+}
+
+#[test]
 fn ibv_rc_pingpong_between_two_processes() {
     pingpong("ibv_rc_pingpong", "127.21.1", 28611, &[]);
 }
