@@ -931,7 +931,8 @@ fn a_version_1_query_interface_is_served_by_the_preprocess_callback() {
 }
 
 /// What the core and the soft HCA hold shared is allocated fallibly too:
-/// at device add the bus, the soft HCA and the two timers' states (the
+/// at device add the bus, the soft HCA (made by the backend,
+/// `backend.rs`) and the two timers' states (the
 /// device owns its platform: nothing to allocate), in D0Entry the CM
 /// timer's arming function, the transport clock and the WSK link. No
 /// `Arc::new` (which aborts when refused) is left in the glue; each part
@@ -951,13 +952,21 @@ fn a_device_add_allocates_its_shared_parts_fallibly() {
     let state = between(&device, "unsafe fn new_state(", "\n}\n");
     for part in [
         "let bus = Shared::try_new(Bus {",
-        "let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;",
+        "let soft = Hw::add(&platform, bus.clone(), processors, wire_config.as_ref())?;",
         "let cm_timer = CmTimer::new()?;",
         "let transport_timer = TransportTimer::new(soft.clone())?;",
         "Device::with_config(platform, soft.clone(), config)",
     ] {
         assert!(state.contains(part), "new_state lacks {part}");
     }
+    // The HCA itself, made by the backend (driver/kmdf/src/backend.rs).
+    let backend = code_of(&read("driver/kmdf/src/backend.rs"));
+    assert!(
+        between(&backend, "impl Backend for Hw {", "\n}").contains(
+            "let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;"
+        ),
+        "the backend's HCA"
+    );
     let cmtimer = code_of(&read("driver/kmdf/src/cmtimer.rs"));
     assert!(
         cmtimer.contains("let shared = Shared::try_new(Arming {")

@@ -3,12 +3,12 @@
 //! kernel timer ([`OneShot`]) that the transport arms for its next
 //! deadline ([`irpverbs_soft::Clock::arm`], called under the HCA's lock at
 //! DISPATCH_LEVEL: `ExSetTimer` may be). Its callback, at DISPATCH_LEVEL,
-//! runs [`SoftHca::advance_clock`], which fires what is due and arms the
+//! runs [`irpverbs_soft::SoftHca::advance_clock`], which fires what is due and arms the
 //! timer again. So ACK timeouts, retries and RNR waits end with or without
 //! a wire.
 //!
 //! Started in D0Entry (the clock attached to the HCA), stopped in D0Exit:
-//! the HCA stops arming it ([`SoftHca::detach_clock`]), then the timer is
+//! the HCA stops arming it ([`irpverbs_soft::SoftHca::detach_clock`]), then the timer is
 //! deleted, waiting for a callback that runs.
 //!
 //! The default timer resolution (up to 15.6 ms late) lengthens short
@@ -19,9 +19,9 @@ use core::ffi::c_void;
 use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
 use irpverbs_core::Platform;
 use irpverbs_ring::Shared;
-use irpverbs_soft::SoftHca;
 use wdk_sys::{NTSTATUS, PEX_TIMER, PVOID};
 
+use crate::backend::{Engine, Hw};
 use crate::cmtimer::{Arming, OneShot};
 use crate::platform::KmdfPlatform;
 
@@ -43,7 +43,7 @@ impl irpverbs_soft::Clock for TransportClock {
 pub(crate) struct TransportTimer {
     /// First: a drop deletes the timer before the HCA reference goes.
     timer: OneShot,
-    soft: Shared<SoftHca<KmdfPlatform>>,
+    soft: Hw,
 }
 
 impl TransportTimer {
@@ -51,7 +51,7 @@ impl TransportTimer {
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` ([`OneShot::new`]).
-    pub(crate) fn new(soft: Shared<SoftHca<KmdfPlatform>>) -> Result<Self, NTSTATUS> {
+    pub(crate) fn new(soft: Hw) -> Result<Self, NTSTATUS> {
         Ok(Self {
             timer: OneShot::new()?,
             soft,
@@ -71,7 +71,7 @@ impl TransportTimer {
         if self.timer.started() {
             return Ok(());
         }
-        let context = core::ptr::from_ref::<SoftHca<KmdfPlatform>>(&self.soft)
+        let context = core::ptr::from_ref::<Engine>(&self.soft)
             .cast_mut()
             .cast::<c_void>();
         // SAFETY: the context is the HCA this timer holds a reference to;
@@ -110,6 +110,6 @@ impl TransportTimer {
 unsafe extern "C" fn fire(_timer: PEX_TIMER, context: PVOID) {
     // SAFETY: the context is the HCA, referenced by the TransportTimer that
     // deletes the timer (waiting for this callback) before letting it go.
-    let soft = unsafe { &*context.cast_const().cast::<SoftHca<KmdfPlatform>>() };
+    let soft = unsafe { &*context.cast_const().cast::<Engine>() };
     let _ = soft.advance_clock(KmdfPlatform.now_ns());
 }

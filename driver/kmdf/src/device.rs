@@ -56,7 +56,7 @@ use irpverbs_abi::{
 };
 use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
 use irpverbs_ring::Shared;
-use irpverbs_soft::{MAX_COMP_VECTORS, SoftBus, SoftConfig, SoftHca, default_comp_vectors};
+use irpverbs_soft::{MAX_COMP_VECTORS, SoftBus};
 use wdk_sys::ntddk::{
     KeGetProcessorNumberFromIndex, KeQueryActiveProcessorCountEx, KeSetTargetProcessorDpcEx,
 };
@@ -70,6 +70,7 @@ use wdk_sys::{
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
+use crate::backend::{Backend, Hw};
 use crate::clock::TransportTimer;
 use crate::cmtimer::CmTimer;
 use crate::context::{context_type, object_attributes, struct_size};
@@ -83,7 +84,7 @@ use crate::wsk::WskWire;
 
 /// The driver over the soft HCA on Windows: the type host mode calls
 /// `SoftDevice`, over [`KmdfPlatform`].
-pub(crate) type SoftDevice = Device<KmdfPlatform, Shared<SoftHca<KmdfPlatform>>>;
+pub(crate) type SoftDevice = Device<KmdfPlatform, Hw>;
 
 /// Everything one device instance holds, owned by its WDFDEVICE's context
 /// from `EvtDriverDeviceAdd` until the device object is destroyed.
@@ -505,15 +506,7 @@ unsafe fn new_state(
     #[allow(clippy::cast_possible_truncation)]
     // SAFETY: no preconditions; callable at any IRQL.
     let processors = unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS as u16) };
-    let mut soft_config = SoftConfig {
-        num_comp_vectors: default_comp_vectors(processors),
-        ..SoftConfig::default()
-    };
-    if let Some(w) = &wire_config {
-        w.apply(&mut soft_config);
-    }
-    let soft = SoftHca::new(&platform, soft_config, bus.clone())?;
-    let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+    let soft = Hw::add(&platform, bus.clone(), processors, wire_config.as_ref())?;
     let poller = Shared::clone(&bus.poller);
     // SAFETY: `device` was just created: its WDM device object is live.
     let device_object =

@@ -5,7 +5,7 @@
 //! A real HCA traps a write to its doorbell (UAR) page in hardware; the soft
 //! HCA's pages are ordinary nonpaged memory, so something must look at
 //! them. Here that is a system thread (`PsCreateSystemThread`) running the
-//! soft HCA's poller ([`SoftHca::poll_doorbells_step`], the logic host mode
+//! soft HCA's poller ([`irpverbs_soft::SoftHca::poll_doorbells_step`], the logic host mode
 //! tests; see `irpverbs_soft`'s `poller` module):
 //!
 //! - while doorbells come, it scans the pages back to back, yielding the
@@ -38,7 +38,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use irpverbs_abi::{STATUS_INSUFFICIENT_RESOURCES, nt_success};
 use irpverbs_core::Platform;
 use irpverbs_ring::Shared;
-use irpverbs_soft::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep, SoftHca};
+use irpverbs_soft::{DEFAULT_POLL_WINDOW_NS, DoorbellPoller, PollerStep};
 use wdk_sys::ntddk::{
     KeDelayExecutionThread, KeInitializeEvent, KeSetEvent, KeWaitForSingleObject,
     ObReferenceObjectByHandle, ObfDereferenceObject, PsCreateSystemThread, PsTerminateSystemThread,
@@ -49,6 +49,7 @@ use wdk_sys::{
     OBJECT_ATTRIBUTES, PVOID, ULONG,
 };
 
+use crate::backend::Hw;
 use crate::platform::KmdfPlatform;
 
 /// `THREAD_ALL_ACCESS` (wdm.h: `STANDARD_RIGHTS_REQUIRED | SYNCHRONIZE |
@@ -131,14 +132,14 @@ impl PollerEvent {
 /// The thread's context: the HCA it polls and the event it sleeps on (one
 /// reference each, given back when the thread ends).
 struct ThreadContext {
-    hca: Shared<SoftHca<KmdfPlatform>>,
+    hca: Hw,
     event: Shared<PollerEvent>,
 }
 
 /// The device's doorbell poller: its soft HCA, its event and, while the
 /// device is in D0, the thread.
 pub(crate) struct DoorbellThread {
-    hca: Shared<SoftHca<KmdfPlatform>>,
+    hca: Hw,
     event: Shared<PollerEvent>,
     /// The running thread's object (referenced), null while stopped.
     thread: AtomicPtr<c_void>,
@@ -146,7 +147,7 @@ pub(crate) struct DoorbellThread {
 
 impl DoorbellThread {
     /// A stopped poller for `hca`, sleeping on `event` (the bus's).
-    pub(crate) fn new(hca: Shared<SoftHca<KmdfPlatform>>, event: Shared<PollerEvent>) -> Self {
+    pub(crate) fn new(hca: Hw, event: Shared<PollerEvent>) -> Self {
         Self {
             hca,
             event,

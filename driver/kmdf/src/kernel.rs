@@ -68,7 +68,6 @@ use irpverbs_kernel_table::kernel::{
 };
 use irpverbs_kernel_table::{Bell, Doorbells};
 use irpverbs_ring::Shared;
-use irpverbs_soft::SoftHca;
 use wdk_sys::ntddk::{
     IofCompleteRequest, KeAcquireSpinLockRaiseToDpc, KeReleaseSpinLock, ObfDereferenceObject,
     ObfReferenceObject,
@@ -78,8 +77,8 @@ use wdk_sys::{
     PDEVICE_OBJECT, PIRP, PWDFDEVICE_INIT, WDFDEVICE, call_unsafe_wdf_function_binding,
 };
 
+use crate::backend::Hw;
 use crate::device::{DeviceState, file_key};
-use crate::platform::KmdfPlatform;
 
 /// The interface type of the table, `{17EE45AE-E023-4F3B-81FC-6784694953D3}`:
 /// `IV_KERNEL_INTERFACE_GUID` of `irpverbs_kernel_table::kernel` (and of
@@ -222,7 +221,7 @@ unsafe fn serve_version_1(device: WDFDEVICE, irp: PIRP) -> Option<NTSTATUS> {
 ///
 /// IRQL: <= DISPATCH_LEVEL, never blocking.
 struct SoftDoorbells {
-    hca: Shared<SoftHca<KmdfPlatform>>,
+    hca: Hw,
     /// Keeps the driver's image loaded while the table can be called.
     _device: DeviceObjectReference,
 }
@@ -463,10 +462,7 @@ impl KernelInterface {
     /// # Safety
     /// `device` must be the live WDM device object of the device whose HCA
     /// `hca` is.
-    pub(crate) unsafe fn new(
-        hca: Shared<SoftHca<KmdfPlatform>>,
-        device: PDEVICE_OBJECT,
-    ) -> Result<Self, NtStatus> {
+    pub(crate) unsafe fn new(hca: Hw, device: PDEVICE_OBJECT) -> Result<Self, NtStatus> {
         // SAFETY: a live device object (caller).
         let device = unsafe { DeviceObjectReference::new(device) };
         let ceps = Shared::try_new(KmdfCeps {

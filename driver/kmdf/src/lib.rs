@@ -81,6 +81,7 @@ extern crate alloc;
 #[cfg(not(test))]
 extern crate wdk_panic;
 
+mod backend;
 pub mod clock;
 pub mod cmtimer;
 mod context;

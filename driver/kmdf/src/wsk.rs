@@ -37,7 +37,6 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use irpverbs_abi::{STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER, nt_success};
 use irpverbs_core::{Platform, SpinLock};
 use irpverbs_ring::Shared;
-use irpverbs_soft::SoftHca;
 use irpverbs_soft::sockwire::{
     DatagramSocket, Outgoing, REG_ADDRESS, REG_ENABLE, REG_PORT, RegValue, SLOT_BYTES,
     SOCKADDR_LEN, SocketLink, WireConfig, decode_sockaddr, encode_sockaddr,
@@ -55,6 +54,7 @@ use wdk_sys::{
     call_unsafe_wdf_function_binding,
 };
 
+use crate::backend::Hw;
 use crate::irp;
 use crate::platform::{KmdfPlatform, KmdfSpinLock};
 use crate::wsk_sys::*;
@@ -418,7 +418,7 @@ unsafe extern "C" fn send_complete(_device: PDEVICE_OBJECT, irp: PIRP, context: 
 /// What the callbacks reach: the HCA, the link, the scratch buffer for
 /// chained receives.
 struct WskWireState {
-    hca: Shared<SoftHca<KmdfPlatform>>,
+    hca: Hw,
     link: Shared<WskLink>,
     /// A chained datagram's bytes, gathered ([`SLOT_BYTES`]).
     scratch: KmdfSpinLock<Vec<u8>>,
@@ -441,7 +441,7 @@ static DATAGRAM_DISPATCH: WSK_CLIENT_DATAGRAM_DISPATCH = WSK_CLIENT_DATAGRAM_DIS
 /// The device's wire: stopped (null) or running (D0).
 pub(crate) struct WskWire {
     config: WireConfig,
-    hca: Shared<SoftHca<KmdfPlatform>>,
+    hca: Hw,
     running: AtomicPtr<WskWireState>,
 }
 
@@ -453,7 +453,7 @@ unsafe impl Sync for WskWire {}
 
 impl WskWire {
     /// A stopped wire at `config` for `hca`.
-    pub(crate) fn new(config: WireConfig, hca: Shared<SoftHca<KmdfPlatform>>) -> Self {
+    pub(crate) fn new(config: WireConfig, hca: Hw) -> Self {
         Self {
             config,
             hca,
