@@ -100,6 +100,10 @@ pub(crate) fn retries_exhausted(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> boo
 /// is armed, the packet carries MigReq and comes from the alternate path's
 /// addresses, its peer migrated and so does it (`PATH_MIG`): true, the
 /// packet is to be taken. False otherwise (the packet is foreign).
+// Cold, out of line: its path is not in the frames of every packet's
+// checks (`engine::accepts`, docs/stack-budget.md).
+#[cold]
+#[inline(never)]
 pub(crate) fn migration_request(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> bool {
     if !pkt.mig_req || !armed(qp) {
         return false;

@@ -358,6 +358,7 @@ fn fail(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, index: u32, status: u32) {
 /// Takes the next WQE from the ring. `Ok(false)`: it must wait (fence, or
 /// too many READs / atomics outstanding); `Err`: it completes in error
 /// (it counts as started).
+#[inline(never)]
 fn start(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) -> Result<bool, u32> {
     let index = qp.tx.req.next;
     if qp.tx.req.slot(index).local {
@@ -641,6 +642,10 @@ pub(crate) fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
 /// Emits the rest of the WQE in progress: a READ request, an atomic, or
 /// the remaining packets of a SEND or WRITE as one burst. Returns the
 /// packets emitted.
+// Out of line, as `start`: the frames of the requester's loop, of the WQE
+// it starts and of the packet it sends are not on the stack together
+// below a short-circuited request's responder (docs/stack-budget.md).
+#[inline(never)]
 fn emit_next(
     qpn: u32,
     qp: &mut Qp,
@@ -648,8 +653,12 @@ fn emit_next(
     env: &mut Env<'_>,
     p: Progress,
 ) -> Result<u32, u32> {
-    let slot = *qp.tx.req.slot(p.index);
-    let wqe = slot.wqe;
+    // The WQE and its length, not a copy of the whole slot (this frame is
+    // under a short-circuited request's responder).
+    let (wqe, length) = {
+        let slot = qp.tx.req.slot(p.index);
+        (slot.wqe, slot.length)
+    };
     let rc = qp.qp_type == IV_QPT_RC;
     let path = &qp.tx.path;
     // The peer's responder takes the packet now, if the wire would
@@ -667,34 +676,32 @@ fn emit_next(
         qp.tx.req.window.waiting = true;
         return Ok(0);
     }
+    // One packet for every case (one slot in this frame).
+    let mut pkt = path.packet(op::RC_READ_REQUEST, p.psn);
     match wqe.opcode {
         IV_WR_RDMA_READ => {
-            let mut pkt = path.packet(op::RC_READ_REQUEST, p.psn);
             pkt.ack_req = true;
             pkt.reth = Reth {
                 va: wqe.remote_addr.wrapping_add(u64::from(p.offset)),
                 rkey: wqe.rkey,
-                len: slot.length - p.offset.min(slot.length),
+                len: length - p.offset.min(length),
             };
             Ok(emit_request(qpn, qp, peer, env, &pkt))
         }
         IV_WR_ATOMIC_CMP_AND_SWP | IV_WR_ATOMIC_FETCH_AND_ADD => {
             let cas = wqe.opcode == IV_WR_ATOMIC_CMP_AND_SWP;
-            let mut pkt = path.packet(
-                if cas {
-                    op::RC_COMPARE_SWAP
-                } else {
-                    op::RC_FETCH_ADD
-                },
-                p.psn,
-            );
+            pkt.opcode = if cas {
+                op::RC_COMPARE_SWAP
+            } else {
+                op::RC_FETCH_ADD
+            };
             pkt.ack_req = true;
             pkt.atomic = atomic_eth(&wqe);
             Ok(emit_request(qpn, qp, peer, env, &pkt))
         }
         _ => {
             let mtu = qp.tx.mtu;
-            let mut rest = slot.length - p.offset.min(slot.length);
+            let mut rest = length - p.offset.min(length);
             let mut count = packets(rest, mtu);
             // A burst cut at the window ends mid-message and asks for the
             // ACK that opens it again.
@@ -710,7 +717,7 @@ fn emit_next(
                 crate::wire::packet::mask(opcode),
                 crate::wire::packet::mask(last_opcode),
             );
-            let mut pkt = path.packet(opcode, p.psn);
+            pkt.opcode = opcode;
             // SQD's solicitation and a burst cut at the window ask too.
             pkt.ack_req = rc && (wants_ack(qp, wqe.flags, count) || qp.tx.req.solicit || cut);
             pkt.solicited = wqe.flags & IV_SEND_SOLICITED != 0
@@ -725,7 +732,7 @@ fn emit_next(
                 pkt.reth = Reth {
                     va: wqe.remote_addr,
                     rkey: wqe.rkey,
-                    len: slot.length,
+                    len: length,
                 };
             }
             if kl & crate::wire::packet::m::IMMDT != 0 {
@@ -749,18 +756,36 @@ fn emit_next(
                     crate::transport::local::responses(qp, env);
                 }
                 None => {
-                    let (qp_ref, mrs): (&Qp, _) = (qp, &*env.mrs);
-                    env.dp
-                        .emit(pkt, burst, notify, |segs| {
-                            fill_payload(qp_ref, mrs, p.index, p.offset, rest, segs)
-                        })
-                        .map_err(dma_status)?;
+                    send_frame(qp, env, &pkt, burst, notify, p, rest)?;
                     sent_data(qp, p, ack_req, count, rest, cut);
                 }
             }
             Ok(count)
         }
     }
+}
+
+/// Sends a SEND's or WRITE's burst `pkt` as a frame, its payload the
+/// message bytes `p.offset..p.offset + rest` of WQE `p.index` (segments of
+/// its memory, checked as they are made).
+// Out of line: the frame's building is not on the stack under a
+// short-circuited request's responder (docs/stack-budget.md).
+#[inline(never)]
+fn send_frame(
+    qp: &Qp,
+    env: &mut Env<'_>,
+    pkt: &Packet,
+    burst: Burst,
+    notify: Option<u32>,
+    p: Progress,
+    rest: u32,
+) -> Result<(), u32> {
+    let mrs = &*env.mrs;
+    env.dp
+        .emit(*pkt, burst, notify, |segs| {
+            fill_payload(qp, mrs, p.index, p.offset, rest, segs)
+        })
+        .map_err(dma_status)
 }
 
 /// The requester's state after a SEND's or WRITE's burst of `count`

@@ -146,6 +146,10 @@ pub(crate) fn send_pending_ack(qp: &mut Qp, env: &mut Env<'_>) {
     }
 }
 
+// Out of line: its packet is not in the frames of the responder's
+// operations that send one before their responses (`read`, `atomic`,
+// docs/stack-budget.md).
+#[inline(never)]
 fn send_ack(qp: &Qp, env: &mut Env<'_>, syndrome: u8, psn: u32, msn: u32) {
     let mut pkt = qp.tx.path.packet(op::RC_ACKNOWLEDGE, psn);
     pkt.aeth = Aeth { syndrome, msn };
@@ -183,6 +187,8 @@ pub(crate) fn receive_posted(qp: &mut Qp, env: &mut Env<'_>) -> bool {
 /// After an RNR NAK: remember to tell the requester when a receive is
 /// posted. A receive posted meanwhile (its doorbell may have seen nothing
 /// to do) is found by the re-read after [`crate::firmware::datapath::DataPath::attend`].
+#[cold]
+#[inline(never)]
 fn wait_for_receive(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
     if !qp.tx.resp.rnr_wait {
         qp.tx.resp.rnr_wait = true;
@@ -469,6 +475,8 @@ fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payl
 
 /// A class C/A error on RC: NAK, the receive WQE in progress completes in
 /// error, the QP goes to ERR with the matching event.
+#[cold]
+#[inline(never)]
 fn rc_error(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, psn: u32, fail: Fail) {
     send_pending_ack(qp, env);
     let (code, status, event) = match fail {
@@ -847,6 +855,8 @@ fn atomic_ack(qp: &Qp, env: &mut Env<'_>, psn: u32, orig: u64) {
 }
 
 /// A request with a PSN already executed (RC).
+#[cold]
+#[inline(never)]
 fn duplicate(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     let k = pkt.mask();
     send_pending_ack(qp, env);
@@ -882,6 +892,9 @@ fn duplicate(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) {
     }
 }
 
+// Out of line, as `ud`: `handle`'s frame is on the RC chains
+// (docs/stack-budget.md).
+#[inline(never)]
 fn uc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: Payload<'_>) {
     let k = pkt.mask() | crate::wire::packet::mask(burst.last_opcode);
     let resp = &mut qp.tx.resp;
