@@ -3442,6 +3442,16 @@ typedef struct IvCqe {
 #endif
 
 /**
+ * A memory registration names user memory the caller cannot access (the
+ * exception `MmProbeAndLockPages` raises for an unmapped page, or a
+ * read-only page pinned for write).
+ * `ntstatus.h`: `0xC0000005`.
+ */
+#ifndef STATUS_ACCESS_VIOLATION
+#define STATUS_ACCESS_VIOLATION -1073741819
+#endif
+
+/**
  * A field is out of range, or a reserved field is not zero.
  * `ntstatus.h`: `0xC000000D`.
  */

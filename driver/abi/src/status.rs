@@ -28,6 +28,11 @@ pub const STATUS_INFO_LENGTH_MISMATCH: NtStatus = -0x3FFF_FFFC;
 /// wrong type.
 /// `ntstatus.h`: `0xC0000008`.
 pub const STATUS_INVALID_HANDLE: NtStatus = -0x3FFF_FFF8;
+/// A memory registration names user memory the caller cannot access (the
+/// exception `MmProbeAndLockPages` raises for an unmapped page, or a
+/// read-only page pinned for write).
+/// `ntstatus.h`: `0xC0000005`.
+pub const STATUS_ACCESS_VIOLATION: NtStatus = -0x3FFF_FFFB;
 /// A field is out of range, or a reserved field is not zero.
 /// `ntstatus.h`: `0xC000000D`.
 pub const STATUS_INVALID_PARAMETER: NtStatus = -0x3FFF_FFF3;
@@ -121,6 +126,7 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_DEVICE_BUSY => "STATUS_DEVICE_BUSY",
         STATUS_INFO_LENGTH_MISMATCH => "STATUS_INFO_LENGTH_MISMATCH",
         STATUS_INVALID_HANDLE => "STATUS_INVALID_HANDLE",
+        STATUS_ACCESS_VIOLATION => "STATUS_ACCESS_VIOLATION",
         STATUS_INVALID_PARAMETER => "STATUS_INVALID_PARAMETER",
         STATUS_INVALID_DEVICE_REQUEST => "STATUS_INVALID_DEVICE_REQUEST",
         STATUS_ACCESS_DENIED => "STATUS_ACCESS_DENIED",
@@ -157,6 +163,7 @@ mod tests {
         (STATUS_DEVICE_BUSY, 0x8000_0011),
         (STATUS_INFO_LENGTH_MISMATCH, 0xC000_0004),
         (STATUS_INVALID_HANDLE, 0xC000_0008),
+        (STATUS_ACCESS_VIOLATION, 0xC000_0005),
         (STATUS_CONNECTION_REFUSED, 0xC000_0236),
         (STATUS_IO_TIMEOUT, 0xC000_00B5),
         (STATUS_INVALID_PARAMETER, 0xC000_000D),

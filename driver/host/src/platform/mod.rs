@@ -99,6 +99,7 @@ pub mod heap;
 mod irql;
 pub mod pci;
 mod pool;
+pub(crate) mod probe;
 mod processor;
 mod request;
 mod spinlock;
@@ -1221,7 +1222,9 @@ impl Platform for HostPlatform {
     /// region is the caller's own memory, and a "physical" address (kernel
     /// callers) is an identity-mapped one. The caller's promise — the
     /// registration contract — is that the memory stays allocated until the
-    /// MR is deregistered. `write` needs nothing here.
+    /// MR is deregistered. The range is probed first, as
+    /// `MmProbeAndLockPages` does ([`probe`]): mapped, readable, and
+    /// writable when `write`.
     ///
     /// IRQL: a user-mode range at <= APC_LEVEL, as `MmProbeAndLockPages`
     /// requires (the verifier bugchecks 0xC4/0xE5 above); a kernel range at
@@ -1229,7 +1232,8 @@ impl Platform for HostPlatform {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` for address 0 or a length the host cannot
-    /// address.
+    /// address; `STATUS_ACCESS_VIOLATION` for a range that is not mapped
+    /// with the access asked for.
     #[allow(unsafe_code)]
     #[track_caller]
     fn pin_memory(
@@ -1237,7 +1241,7 @@ impl Platform for HostPlatform {
         request: &HostRequest,
         addr: u64,
         length: u64,
-        _write: bool,
+        write: bool,
         _physical: bool,
     ) -> Result<irpverbs_ring::Shared<irpverbs_ring::Region>, NtStatus> {
         use irpverbs_core::Request as _;
@@ -1250,6 +1254,11 @@ impl Platform for HostPlatform {
         if addr == 0 {
             return Err(irpverbs_abi::STATUS_INVALID_PARAMETER);
         }
+        // What MmProbeAndLockPages checks: every page mapped, readable, and
+        // writable when the HCA may write. One address space: a kernel
+        // ULP's range (and an identity-mapped "physical" one) is probed the
+        // same way, so that a device that reads the pages cannot fault.
+        probe::probe_range(addr, length, write)?;
         // A user range is locked in its process until the region goes: the
         // verifier counts it against the request's file.
         let owner: Option<Box<dyn std::any::Any + Send + Sync>> = if self.shared.verify

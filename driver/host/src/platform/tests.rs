@@ -1252,3 +1252,32 @@ fn kept_result_is_taken_once_and_notifies_once() {
     assert_eq!(notified.load(Ordering::SeqCst), 2);
     drop(req);
 }
+
+#[test]
+fn the_probe_wants_every_byte_mapped_with_the_access_asked_for() {
+    use super::probe::covered;
+    let maps = "\
+1000-3000 r--p 00000000 00:00 0
+3000-5000 rw-p 00000000 00:00 0 [heap]
+6000-7000 rw-p 00000000 00:00 0
+7000-8000 ---p 00000000 00:00 0
+";
+    assert!(
+        covered(maps, 0x1000, 0x4000, false),
+        "two adjacent mappings"
+    );
+    assert!(
+        !covered(maps, 0x1000, 0x4000, true),
+        "the first is read-only"
+    );
+    assert!(covered(maps, 0x3800, 0x1000, true));
+    assert!(!covered(maps, 0x4800, 0x1000, false), "a gap at 0x5000");
+    assert!(!covered(maps, 0x6800, 0x1000, false), "no access at 0x7000");
+    assert!(!covered(maps, 0x8000, 1, false), "past every mapping");
+    assert!(!covered(maps, 0x800, 0x1000, false), "before the first");
+    assert!(!covered(maps, u64::MAX, 2, false), "wraps");
+    assert!(
+        !covered(maps, 0x2FFF, 2, true),
+        "starts in read-only memory"
+    );
+}
