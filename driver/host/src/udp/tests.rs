@@ -39,14 +39,18 @@ impl Endpoint for Recorder {
         self.cv.notify_all();
     }
 
+    /// Counts the call once it has taken its deadline, so that a test that
+    /// saw the count queues deadlines for the calls after it, not this one.
     fn advance_clock(&self, now_ns: u64) -> Option<u64> {
-        self.clock_calls.fetch_add(1, Ordering::SeqCst);
-        self.cv.notify_all();
-        self.deadlines
+        let next = self
+            .deadlines
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop_front()
-            .map(|d| now_ns + d)
+            .map(|d| now_ns + d);
+        self.clock_calls.fetch_add(1, Ordering::SeqCst);
+        self.cv.notify_all();
+        next
     }
 }
 
