@@ -60,13 +60,13 @@ fn parse_line(line: &str) -> Option<(u64, u64, &str)> {
 /// cover `[addr, addr + len)` without a gap, each readable (and writable
 /// when `write`).
 pub(crate) fn covered(maps: &str, addr: u64, len: u64, write: bool) -> bool {
+    if len == 0 {
+        return true;
+    }
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
     let mut at = addr;
-    if len == 0 {
-        return true;
-    }
     for (start, stop, perms) in maps.lines().filter_map(parse_line) {
         if stop <= at {
             continue;
