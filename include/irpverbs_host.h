@@ -127,6 +127,19 @@ void SetLastError(DWORD dwErrCode);
  * file, object, command or pool allocation). TRUE, or FALSE with ERROR_BUSY. */
 BOOL IrpverbsHostQuiesce(DWORD dwMilliseconds);
 
+/* Host only: the driver unloads as at the device's removal, with the
+ * verifier's unload checks and the leak check of the driver's heap. Close
+ * every handle first. TRUE when nothing leaked; FALSE with ERROR_BUSY while
+ * handles are open (nothing unloads), ERROR_DEV_NOT_EXIST without a device,
+ * ERROR_IO_DEVICE when the verifier found something (printed on stderr).
+ * The device is gone after it.
+ *
+ * IRPVERBS_FAIL_NTH_ALLOC=N (environment) refuses the Nth allocation the
+ * process makes once the device is loaded by the first CreateFileA (0:
+ * none, count only); the refusal and its site are printed on stderr when
+ * made, and IrpverbsHostUnload prints the count. */
+BOOL IrpverbsHostUnload(void);
+
 /* Host only: what a kernel ULP gets from the I/O manager, for C tests of
  * kernel-mode ULP code (include/irpverbs_kernel.h).
  *

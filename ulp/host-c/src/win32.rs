@@ -38,6 +38,8 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+
+use irpverbs_host::platform::{catch_bugcheck, heap};
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
@@ -305,9 +307,53 @@ fn port_of(h: HANDLE) -> Option<Arc<Port>> {
     }
 }
 
+/// The loaded device: none until the first open, and none again after
+/// [`IrpverbsHostUnload`].
+static DEV: Mutex<Option<Arc<HostDevice>>> = Mutex::new(None);
+
+/// [`IrpverbsHostUnload`] ran: the device is gone for good.
+static UNLOADED: AtomicBool = AtomicBool::new(false);
+
+/// `IRPVERBS_FAIL_NTH_ALLOC` armed the process-wide injection.
+static INJECTING: AtomicBool = AtomicBool::new(false);
+
+/// The device, loaded by the first call (a load that fails is tried again
+/// by the next). Once it is loaded, `IRPVERBS_FAIL_NTH_ALLOC=N` arms the
+/// process-wide allocation failure injection
+/// ([`irpverbs_host::platform::heap::arm_process_injection`]): the Nth
+/// allocation the process makes from then on is refused (0: none, count
+/// only). On Windows the driver is loaded before any ULP runs, so the
+/// count starts with the ULP's first call.
 fn device() -> Result<Arc<HostDevice>, NtStatus> {
-    static DEV: OnceLock<Result<Arc<HostDevice>, NtStatus>> = OnceLock::new();
-    DEV.get_or_init(|| {
+    let mut dev = DEV.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(d) = dev.as_ref() {
+        return Ok(Arc::clone(d));
+    }
+    if UNLOADED.load(Ordering::Acquire) {
+        return Err(STATUS_DEVICE_REMOVED);
+    }
+    let inject = match std::env::var("IRPVERBS_FAIL_NTH_ALLOC") {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                eprintln!("irpverbs: IRPVERBS_FAIL_NTH_ALLOC={v} is not a number");
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+        },
+        Err(_) => None,
+    };
+    let d = load()?;
+    *dev = Some(Arc::clone(&d));
+    if let Some(n) = inject {
+        INJECTING.store(true, Ordering::Release);
+        heap::arm_process_injection((n != 0).then_some(n));
+    }
+    Ok(d)
+}
+
+/// Loads the driver over a new host device, as the environment says.
+fn load() -> Result<Arc<HostDevice>, NtStatus> {
+    {
         let engine = match std::env::var("IRPVERBS_ENGINE").as_deref() {
             Ok("thread") => Engine::Thread,
             _ => Engine::Inline,
@@ -360,8 +406,7 @@ fn device() -> Result<Arc<HostDevice>, NtStatus> {
             UDP_WIRE.store(true, Ordering::Release);
         }
         Ok(dev)
-    })
-    .clone()
+    }
 }
 
 /// The device has a UDP wire (`IRPVERBS_ADDR`): a speed-path poll that
@@ -1038,6 +1083,44 @@ pub extern "C" fn CloseHandle(h: HANDLE) -> BOOL {
             TRUE
         }
         None => fail(error::INVALID_HANDLE, FALSE),
+    }
+}
+
+/// Host-only: the driver unloads, as at the device's removal, with every
+/// check of the verifier: its unload checks (requests, timers, work items,
+/// pool charges still live) and, once its device object is gone, the leak
+/// check of its heap ([`HostDevice::remove`]). Every handle must be closed
+/// first. TRUE when nothing was found; FALSE with `ERROR_BUSY` while
+/// handles are open (nothing is unloaded), `ERROR_DEV_NOT_EXIST` when no
+/// device is loaded, `ERROR_IO_DEVICE` when the verifier found something
+/// (the bugcheck is printed on stderr). After it the device is gone:
+/// `CreateFileA` fails with `ERROR_DEV_NOT_EXIST`.
+///
+/// It first stops the process-wide injection `IRPVERBS_FAIL_NTH_ALLOC`
+/// armed and prints on stderr how many allocations it counted
+/// (`irpverbs: N allocations counted`), and which it refused.
+#[unsafe(no_mangle)]
+pub extern "C" fn IrpverbsHostUnload() -> BOOL {
+    if INJECTING.swap(false, Ordering::AcqRel) {
+        let report = heap::disarm_process_injection();
+        eprintln!("irpverbs: {} allocations counted", report.counted);
+    }
+    let mut slot = DEV.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(dev) = slot.take() else {
+        return fail(error::DEV_NOT_EXIST, FALSE);
+    };
+    if Arc::strong_count(&dev) != 1 {
+        *slot = Some(dev);
+        return fail(error::BUSY, FALSE);
+    }
+    UNLOADED.store(true, Ordering::Release);
+    drop(slot);
+    match catch_bugcheck(|| HostDevice::remove(dev)) {
+        Ok(()) => TRUE,
+        Err(check) => {
+            eprintln!("irpverbs: unload: {check}");
+            fail(error::IO_DEVICE, FALSE)
+        }
     }
 }
 

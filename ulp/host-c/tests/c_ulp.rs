@@ -9,7 +9,10 @@
 //! - `ulp_notify.c`: events, `WaitForSingleObject`, and the completion port
 //!   suppression of an `hEvent` with its low bit set;
 //! - `ulp_data.c`: two RC QPs in loopback moving data (needs the transport
-//!   engine), and a completion channel's events.
+//!   engine), and a completion channel's events;
+//! - `ulp_alloc_sweep.c`: a control scenario run once per allocation with
+//!   that allocation refused (`IRPVERBS_FAIL_NTH_ALLOC`), every verb
+//!   failing cleanly and working when issued again.
 //!
 //! The user-mode ones also run with `IRPVERBS_DOORBELLS=page`: the library
 //! rings through the file's doorbell page and the device's doorbell thread
@@ -225,7 +228,13 @@ fn c_ulps_compile_for_windows_x64_with_mingw() {
         return;
     }
     let root = repo();
-    for name in ["ulp_control", "ulp_notify", "ulp_speed", "ulp_data"] {
+    for name in [
+        "ulp_control",
+        "ulp_notify",
+        "ulp_speed",
+        "ulp_data",
+        "ulp_alloc_sweep",
+    ] {
         let out = Command::new(mingw)
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
             .arg(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.obj")))
@@ -256,3 +265,186 @@ fn c_ulps_over_the_model_backend() {
         run_on(&build(test), "inline", "direct", "model");
     }
 }
+
+/// What one run of `ulp_alloc_sweep` did.
+#[derive(Debug)]
+struct SweepRun {
+    nth: u64,
+    /// Exit code (`None`: killed by a signal, an abort).
+    code: Option<i32>,
+    /// Where the refused allocation was made, if it was refused.
+    site: Option<String>,
+    /// Verbs the program issued once more after a refusal.
+    retried: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `exe` with `IRPVERBS_FAIL_NTH_ALLOC=nth` (0: count only).
+fn sweep_run(exe: &Path, nth: u64) -> SweepRun {
+    let lib = lib_dir();
+    let var = if cfg!(target_os = "macos") {
+        "DYLD_LIBRARY_PATH"
+    } else {
+        "LD_LIBRARY_PATH"
+    };
+    let path = std::env::join_paths(
+        std::iter::once(lib).chain(std::env::var_os(var).iter().flat_map(std::env::split_paths)),
+    )
+    .expect("library path");
+    let out = Command::new(exe)
+        .env(var, path)
+        .env("IRPVERBS_ENGINE", "inline")
+        .env("IRPVERBS_VERIFIER", "1")
+        .env("IRPVERBS_DOORBELLS", "direct")
+        .env("IRPVERBS_BACKEND", "soft")
+        .env("IRPVERBS_FAIL_NTH_ALLOC", nth.to_string())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run the C test");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let site = stderr.lines().find_map(|l| {
+        l.strip_prefix("irpverbs: allocation ")
+            .and_then(|r| r.split_once(" at "))
+            .map(|(_, site)| site.to_owned())
+    });
+    SweepRun {
+        nth,
+        code: out.status.code(),
+        site,
+        retried: stdout.contains("retry: "),
+        stdout,
+        stderr,
+    }
+}
+
+/// The allocations the scenario makes once the device is loaded: what
+/// `IrpverbsHostUnload` printed.
+fn counted(run: &SweepRun) -> u64 {
+    run.stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("irpverbs: ")?
+                .strip_suffix(" allocations counted")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no count:\n{}\n{}", run.stdout, run.stderr))
+}
+
+/// Which side of the driver's boundary a site is: the driver crates, or
+/// what stands in for Windows around them (the host platform and device,
+/// the Win32 subset and speed-path library).
+fn side_of(site: &str) -> &'static str {
+    const DRIVER: &[&str] = &[
+        "irpverbs_core::",
+        "irpverbs_cm::",
+        "irpverbs_soft::",
+        "irpverbs_ring::",
+        "irpverbs_kernel_table::",
+        "irpverbs_model::",
+    ];
+    if DRIVER.iter().any(|c| site.starts_with(c)) {
+        "driver crates"
+    } else {
+        "Win32 subset and host"
+    }
+}
+
+/// The black-box allocation sweep of a C ULP (`ulp_alloc_sweep.c`): the
+/// program runs once counting the allocations the process makes once the
+/// device is loaded (T), then once per N in 1..=T with the Nth refused
+/// (`IRPVERBS_FAIL_NTH_ALLOC=N`, two runs at a time). Every run must exit
+/// 0 (no abort, no signal, every verb refused once succeeded when issued
+/// again, every result right, the driver's unload found no leak and no
+/// verifier violation) and must have reached the refused allocation. It
+/// prints T, the runs, and the sites reached, by side.
+#[test]
+fn c_ulp_allocation_sweep() {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let exe = build("ulp_alloc_sweep");
+    let first = sweep_run(&exe, 0);
+    assert_eq!(
+        first.code,
+        Some(0),
+        "the counting run failed:\n{}\n{}",
+        first.stdout,
+        first.stderr
+    );
+    let total = counted(&first);
+    assert!(total > 0, "nothing counted");
+    let next = AtomicU64::new(1);
+    let runs = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let nth = next.fetch_add(1, Ordering::Relaxed);
+                    if nth > total {
+                        break;
+                    }
+                    let run = sweep_run(&exe, nth);
+                    runs.lock().unwrap().push(run);
+                }
+            });
+        }
+    });
+    let mut runs = runs.into_inner().unwrap();
+    runs.sort_by_key(|r| r.nth);
+    let mut sites: BTreeMap<(&str, String), (usize, usize)> = BTreeMap::new();
+    let mut bad = Vec::new();
+    let mut retried = 0;
+    for run in &runs {
+        let ok = run.code == Some(0) && run.site.is_some();
+        retried += usize::from(run.retried);
+        if let Some(site) = &run.site {
+            let entry = sites.entry((side_of(site), site.clone())).or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 += usize::from(!ok);
+        }
+        if !ok {
+            bad.push(run);
+        }
+    }
+    let aborted = runs.iter().filter(|r| r.code.is_none()).count();
+    println!(
+        "ulp_alloc_sweep: {total} allocations after the device loaded, {} runs: {} clean \
+         ({retried} with a verb issued again), {} failed ({aborted} aborted)",
+        runs.len(),
+        runs.len() - bad.len(),
+        bad.len()
+    );
+    for side in ["Win32 subset and host", "driver crates"] {
+        let reached: Vec<_> = sites.iter().filter(|((s, _), _)| *s == side).collect();
+        let failing = reached.iter().filter(|(_, (_, f))| *f > 0).count();
+        println!(
+            "  {side}: {} sites reached, {failing} failing",
+            reached.len()
+        );
+        for ((_, site), (n, f)) in reached {
+            println!("    {n:4} refused, {f:4} failed  {site}");
+        }
+    }
+    if let Some(run) = bad.first() {
+        println!(
+            "first failing run: N={} exit {:?}, site {:?}\n{}\n{}",
+            run.nth, run.code, run.site, run.stdout, run.stderr
+        );
+    }
+    if SWEEP_STRICT {
+        assert!(
+            bad.is_empty(),
+            "{} of {} runs failed",
+            bad.len(),
+            runs.len()
+        );
+    }
+}
+
+/// Whether [`c_ulp_allocation_sweep`] fails on a run that does not end
+/// cleanly (off while the sweep only measures).
+const SWEEP_STRICT: bool = false;

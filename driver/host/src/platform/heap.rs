@@ -25,6 +25,12 @@
 //!   charged to the pool of the context that grows it (uncharged outside
 //!   driver code); a refused charge leaves the old block untouched.
 //!
+//! A black-box injection for the whole process ([`arm_process_injection`])
+//! counts every allocation through the global allocator, on any thread and
+//! in any code but the platform's own bookkeeping ([`uncharged`] scopes),
+//! and refuses the Nth: what a sweep of a C ULP's scenario drives
+//! (`IRPVERBS_FAIL_NTH_ALLOC` in the host C library).
+//!
 //! Allocating above DISPATCH_LEVEL cannot bugcheck from inside the
 //! allocator (unwinding out of it is undefined behaviour): the pool
 //! records it and [`super::HostPlatform::unload`] raises it (0xC4/0x02).
@@ -33,14 +39,28 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ptr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::pool::Pool;
 
-thread_local! {
+/// A thread's allocation context.
+struct Context {
     /// The pool this thread's allocations are charged to (null: none).
-    static CHARGE_TO: Cell<*const Pool> = const { Cell::new(ptr::null()) };
+    charge_to: Cell<*const Pool>,
+    /// The platform's own bookkeeping runs ([`uncharged`]): the
+    /// process-wide injection ([`arm_process_injection`]) neither counts
+    /// nor refuses its allocations.
+    exempt: Cell<bool>,
+}
+
+thread_local! {
+    static CONTEXT: Context = const {
+        Context {
+            charge_to: Cell::new(ptr::null()),
+            exempt: Cell::new(false),
+        }
+    };
 }
 
 /// Allocations and reallocations of the process so far.
@@ -54,22 +74,28 @@ pub fn process_allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
-/// Sets this thread's charge-to pool for its lifetime, then puts back the
+/// Sets this thread's context for its lifetime, then puts back the
 /// previous one.
 struct Scope {
     previous: *const Pool,
+    was_exempt: bool,
 }
 
 impl Scope {
-    fn enter(pool: *const Pool) -> Self {
-        let previous = CHARGE_TO.with(|c| c.replace(pool));
-        Self { previous }
+    fn enter(pool: *const Pool, exempt: bool) -> Self {
+        CONTEXT.with(|c| Self {
+            previous: c.charge_to.replace(pool),
+            was_exempt: c.exempt.replace(exempt),
+        })
     }
 }
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        CHARGE_TO.with(|c| c.set(self.previous));
+        CONTEXT.with(|c| {
+            c.charge_to.set(self.previous);
+            c.exempt.set(self.was_exempt);
+        });
     }
 }
 
@@ -78,22 +104,166 @@ impl Drop for Scope {
 /// simulation). Nests; the previous context comes back when `f` returns or
 /// unwinds.
 pub(crate) fn driver<R>(pool: &Arc<Pool>, f: impl FnOnce() -> R) -> R {
-    let _scope = Scope::enter(Arc::as_ptr(pool));
+    let _scope = Scope::enter(Arc::as_ptr(pool), false);
     f()
 }
 
 /// Runs `f` uncharged: the platform's own bookkeeping (what Windows does
-/// with its own memory) called from driver code.
+/// with its own memory, or without any: timer and DPC queues, request
+/// tracking, the verifier's tables) called from driver code. Exempt from
+/// the process-wide injection ([`arm_process_injection`]): the verifier's
+/// own work never fails.
 #[inline]
 pub(crate) fn uncharged<R>(f: impl FnOnce() -> R) -> R {
-    let _scope = Scope::enter(ptr::null());
+    let _scope = Scope::enter(ptr::null(), true);
+    f()
+}
+
+/// Runs `f` as code that is neither the driver's nor the platform's
+/// bookkeeping (the issuer's completion routine, called by the I/O
+/// manager's completion): uncharged, and subject to the process-wide
+/// injection like any code outside the driver.
+#[inline]
+pub(crate) fn outside<R>(f: impl FnOnce() -> R) -> R {
+    let _scope = Scope::enter(ptr::null(), false);
     f()
 }
 
 /// True while this thread runs driver code.
 #[must_use]
 pub fn in_driver_code() -> bool {
-    !CHARGE_TO.with(Cell::get).is_null()
+    !CONTEXT.with(|c| c.charge_to.get()).is_null()
+}
+
+/// The process-wide injection is counting (armed, with or without an
+/// allocation to refuse).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+/// The allocation to refuse (from 1; 0: none, counting only).
+static REFUSE: AtomicU64 = AtomicU64::new(0);
+/// Allocations counted since the injection was armed.
+static COUNTED: AtomicU64 = AtomicU64::new(0);
+/// The refused allocation, once refused.
+static REFUSED: Mutex<Option<Refusal>> = Mutex::new(None);
+
+/// The allocation the process-wide injection refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Its index among the allocations counted since arming (from 1).
+    pub index: u64,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Where it was made: the first function of irpverbs above the
+    /// allocator and the fallible-allocation helpers (`crate::path::fn
+    /// (file.rs:line)`), or `?` when the backtrace has none.
+    pub site: String,
+}
+
+/// What the process-wide injection saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InjectionReport {
+    /// Allocations counted since it was armed.
+    pub counted: u64,
+    /// The one it refused, if it did.
+    pub refused: Option<Refusal>,
+}
+
+/// Arms a black-box failure injection for the whole process: from now on
+/// every allocation and reallocation through the global allocator, on any
+/// thread, charged to a driver or not (the driver, the host device, the
+/// Win32 subset, a ULP's Rust code), is counted, and the `refuse`-th (from
+/// 1; `None`: count only) returns null — a fallible allocation reports it,
+/// an infallible one aborts the process. The platform's own bookkeeping
+/// ([`uncharged`] scopes: the verifier's and the pool's tables, timer and
+/// DPC queues, request tracking) is exempt: neither counted nor refused.
+///
+/// The refusal is reported on stderr at once (`irpverbs: allocation N
+/// refused (B bytes) at SITE`), so that a run that then aborts still names
+/// its site, and kept for [`disarm_process_injection`]. Re-arming starts
+/// the count again. Without the `global-allocator` feature nothing is
+/// counted.
+pub fn arm_process_injection(refuse: Option<u64>) {
+    COUNTING.store(false, Ordering::SeqCst);
+    *REFUSED.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    COUNTED.store(0, Ordering::SeqCst);
+    REFUSE.store(refuse.unwrap_or(0), Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+}
+
+/// Stops the process-wide injection and reports what it saw.
+pub fn disarm_process_injection() -> InjectionReport {
+    COUNTING.store(false, Ordering::SeqCst);
+    REFUSE.store(0, Ordering::SeqCst);
+    InjectionReport {
+        counted: COUNTED.load(Ordering::SeqCst),
+        refused: REFUSED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone(),
+    }
+}
+
+/// Counts an allocation for the process-wide injection: true if it is the
+/// one to refuse.
+#[inline]
+fn injected(bytes: usize) -> bool {
+    if !COUNTING.load(Ordering::Relaxed) || CONTEXT.with(|c| c.exempt.get()) {
+        return false;
+    }
+    let index = COUNTED.fetch_add(1, Ordering::Relaxed) + 1;
+    if index != REFUSE.load(Ordering::Relaxed) {
+        return false;
+    }
+    // The record's own allocations (the backtrace, its text) are exempt.
+    uncharged(|| record_refusal(index, bytes));
+    true
+}
+
+#[cold]
+fn record_refusal(index: u64, bytes: usize) {
+    let backtrace = std::backtrace::Backtrace::force_capture().to_string();
+    let site = site_of(&backtrace).unwrap_or_else(|| "?".to_owned());
+    eprintln!("irpverbs: allocation {index} refused ({bytes} bytes) at {site}");
+    *REFUSED.lock().unwrap_or_else(PoisonError::into_inner) = Some(Refusal { index, bytes, site });
+}
+
+/// The first frame of a backtrace's text that is irpverbs code and not
+/// the allocator, the reference counts or the fallible-allocation helpers:
+/// `path::fn (file.rs:line)`.
+#[must_use]
+pub fn site_of(backtrace: &str) -> Option<String> {
+    let mut lines = backtrace.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some((_, symbol)) = line.trim_start().split_once(": ") else {
+            continue;
+        };
+        let name = symbol.trim_start_matches('<');
+        let path = lines
+            .peek()
+            .and_then(|l| l.trim_start().strip_prefix("at "))
+            .unwrap_or_default();
+        // The C library's exports have unmangled names: known by their file.
+        let export = !name.contains("::") && path.contains("ulp/host-c/");
+        let ours = name.starts_with("irpverbs") || export;
+        let helper = name.starts_with("irpverbs_host::platform::heap::")
+            || name.starts_with("irpverbs_ring::shared::")
+            || name.contains("::fallible::");
+        if !ours || helper {
+            continue;
+        }
+        let file = path.rsplit('/').next().unwrap_or(path);
+        let mut parts = file.split(':');
+        let at = match (parts.next(), parts.next()) {
+            (Some(f), Some(l)) => format!("{f}:{l}"),
+            _ => String::new(),
+        };
+        let name = if export {
+            format!("irpverbs_host_c::{name}")
+        } else {
+            name.to_owned()
+        };
+        return Some(format!("{name} ({at})"));
+    }
+    None
 }
 
 /// The header in front of every block: the pool it is charged to.
@@ -117,7 +287,7 @@ fn outer(layout: Layout) -> Option<Layout> {
 /// uncharged), `Err(())` when the pool refuses.
 #[inline]
 fn charge(bytes: usize) -> Result<*const Pool, ()> {
-    let pool = CHARGE_TO.with(Cell::get);
+    let pool = CONTEXT.with(|c| c.charge_to.get());
     if pool.is_null() {
         return Ok(pool);
     }
@@ -191,6 +361,9 @@ impl DriverHeap {
         let Some(outer) = outer(layout) else {
             return ptr::null_mut();
         };
+        if injected(layout.size()) {
+            return ptr::null_mut();
+        }
         let Ok(pool) = charge(layout.size()) else {
             return ptr::null_mut();
         };
@@ -243,7 +416,7 @@ unsafe impl GlobalAlloc for DriverHeap {
         let Some(new_outer) = new_size.checked_add(h) else {
             return ptr::null_mut();
         };
-        if Layout::from_size_align(new_outer, h).is_err() {
+        if Layout::from_size_align(new_outer, h).is_err() || injected(new_size) {
             return ptr::null_mut();
         }
         // SAFETY: `block` came from this allocator with `layout`.

@@ -201,9 +201,16 @@ impl RequestShared {
                 if verify {
                     self.platform.untrack_request(self.file, self.id);
                 }
+                // The routine is the issuer's code, not the I/O manager's
+                // bookkeeping: the process-wide injection reaches it.
                 match output {
-                    Some(buffer) => routine(status, information, &buffer[..information]),
-                    None => routine(status, information, &vec![0; information]),
+                    Some(buffer) => super::heap::outside(|| {
+                        routine(status, information, &buffer[..information]);
+                    }),
+                    None => {
+                        let zeros = vec![0; information];
+                        super::heap::outside(|| routine(status, information, &zeros));
+                    }
                 }
                 return;
             }
