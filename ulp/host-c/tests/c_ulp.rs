@@ -103,18 +103,11 @@ fn run(exe: &Path, engine: &str) {
     run_with(exe, engine, "direct");
 }
 
-/// Runs `exe` with the firmware `engine` and user-mode `doorbells`
-/// (`direct`, or `page`: through each file's doorbell page, as on Windows).
-fn run_with(exe: &Path, engine: &str, doorbells: &str) {
-    run_on(exe, engine, doorbells, "soft");
-}
-
-/// [`run_with`] over `backend` (`soft`, or `model`: the model HCA, reached
-/// only through the PCI seam).
-fn run_on(exe: &Path, engine: &str, doorbells: &str, backend: &str) {
-    // cargo runs tests with its deps folder on the library path, which may
-    // hold a `libirpverbs_host_c.so` from another build (`cargo build`): the
-    // loader would prefer it to the rpath (RUNPATH). Name ours first.
+/// The loader's library path variable, with the host cdylib's directory
+/// first: cargo runs tests with its deps folder on the library path, which
+/// may hold a `libirpverbs_host_c.so` from another build (`cargo build`):
+/// the loader would prefer it to the rpath (RUNPATH).
+fn library_path() -> (&'static str, std::ffi::OsString) {
     let lib = lib_dir();
     let var = if cfg!(target_os = "macos") {
         "DYLD_LIBRARY_PATH"
@@ -125,6 +118,19 @@ fn run_on(exe: &Path, engine: &str, doorbells: &str, backend: &str) {
         std::iter::once(lib).chain(std::env::var_os(var).iter().flat_map(std::env::split_paths)),
     )
     .expect("library path");
+    (var, path)
+}
+
+/// Runs `exe` with the firmware `engine` and user-mode `doorbells`
+/// (`direct`, or `page`: through each file's doorbell page, as on Windows).
+fn run_with(exe: &Path, engine: &str, doorbells: &str) {
+    run_on(exe, engine, doorbells, "soft");
+}
+
+/// [`run_with`] over `backend` (`soft`, or `model`: the model HCA, reached
+/// only through the PCI seam).
+fn run_on(exe: &Path, engine: &str, doorbells: &str, backend: &str) {
+    let (var, path) = library_path();
     let out = Command::new(exe)
         .env(var, path)
         .env("IRPVERBS_ENGINE", engine)
@@ -282,16 +288,7 @@ struct SweepRun {
 
 /// Runs `exe` with `IRPVERBS_FAIL_NTH_ALLOC=nth` (0: count only).
 fn sweep_run(exe: &Path, nth: u64) -> SweepRun {
-    let lib = lib_dir();
-    let var = if cfg!(target_os = "macos") {
-        "DYLD_LIBRARY_PATH"
-    } else {
-        "LD_LIBRARY_PATH"
-    };
-    let path = std::env::join_paths(
-        std::iter::once(lib).chain(std::env::var_os(var).iter().flat_map(std::env::split_paths)),
-    )
-    .expect("library path");
+    let (var, path) = library_path();
     let out = Command::new(exe)
         .env(var, path)
         .env("IRPVERBS_ENGINE", "inline")
