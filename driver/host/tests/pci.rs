@@ -330,6 +330,90 @@ fn an_access_against_the_mappings_direction_bugchecks() {
     );
 }
 
+/// A device's view of memory through a page list: translated and checked
+/// page by page when it is made, the same memory as the driver's, counted
+/// while the device holds it; unmapping what the device still views is a
+/// bugcheck naming the mapping.
+#[test]
+fn a_device_view_is_checked_when_made_and_counted_until_let_go() {
+    let p = platform();
+    // A scatter/gather mapping: 3 pages' worth from 100 bytes into a page.
+    let (r, _backing) = region(3 * 4096, 100);
+    let m = p.map_dma(&r, DmaDirection::Bidirectional).unwrap();
+    let mut pages = [0u64; 4];
+    assert_eq!(page_list(m.elements(), &mut pages), Ok(4));
+    let view = p
+        .dma_view(100, r.len(), true, &mut |i| Ok(pages[i]))
+        .expect("a view of the whole region");
+    assert_eq!(view.len(), r.len());
+    view.write(5000, b"device").unwrap();
+    let mut seen = [0u8; 6];
+    r.read(5000, &mut seen).unwrap();
+    assert_eq!(&seen, b"device");
+    assert_eq!(p.iommu_stats().views, 1);
+    // Pages out of order, or of two mappings, are no view.
+    let swapped = [pages[0], pages[2], pages[1], pages[3]];
+    assert_eq!(
+        p.dma_view(100, r.len(), false, &mut |i| Ok(swapped[i]))
+            .map(|_| ()),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    let cb = p.alloc_common_buffer(2 * 4096).unwrap();
+    let mixed = [pages[0], cb.logical_address()];
+    assert_eq!(
+        p.dma_view(100, 4096, false, &mut |i| Ok(mixed[i]))
+            .map(|_| ()),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    // An unaligned page address is refused; an unmapped one faults.
+    assert_eq!(
+        p.dma_view(0, 8, false, &mut |_| Ok(pages[1] + 8))
+            .map(|_| ()),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    let unmapped = pages[3] + 4096;
+    violation(
+        catch_bugcheck(|| {
+            p.dma_view(0, 4096, false, &mut |_| Ok(unmapped))
+                .map(|_| ())
+        }),
+        dma::FAULT_PAST_END,
+        "scatter/gather mapping",
+    );
+    // A common buffer's pages follow each other; a view for writing of
+    // memory the device may only read faults.
+    let at = cb.logical_address();
+    let cb_view = p
+        .dma_view(0, 2 * 4096, true, &mut |i| Ok(at + i as u64 * 4096))
+        .unwrap();
+    assert_eq!(cb_view.addr(), cb.region().addr());
+    let (ro, _ro_backing) = region(4096, 0);
+    let to_device = p.map_dma(&ro, DmaDirection::ToDevice).unwrap();
+    let ro_page = to_device.elements()[0].address;
+    violation(
+        catch_bugcheck(|| p.dma_view(0, 4096, true, &mut |_| Ok(ro_page)).map(|_| ())),
+        dma::FAULT_DIRECTION,
+        "ToDevice",
+    );
+    assert!(p.dma_view(0, 4096, false, &mut |_| Ok(ro_page)).is_ok());
+    assert_eq!(p.iommu_stats().views, 2, "the dropped view let go");
+    // Let go, then freed: fine.
+    drop(cb_view);
+    drop(cb);
+    // Unmapped while viewed: a bugcheck naming the mapping.
+    let check = catch_bugcheck(|| drop(m)).expect_err("the device still views it");
+    assert_eq!(check.code, codes::DRIVER_VERIFIER_DMA_VIOLATION);
+    assert_eq!(check.params[0], dma::IOMMU_VIOLATION);
+    assert_eq!(check.params[3], dma::FAULT_UNMAPPED_WHILE_VIEWED);
+    assert!(
+        check.reason.contains("scatter/gather mapping"),
+        "{}",
+        check.reason
+    );
+    drop(view);
+    assert_eq!(p.iommu_stats().views, 0);
+}
+
 #[test]
 fn without_the_verifier_a_bad_access_is_a_status() {
     let p = HostPlatform::new(HostConfig {

@@ -16,6 +16,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+use crate::Shared;
+
 /// An access outside the region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfBounds;
@@ -95,6 +97,34 @@ impl Region {
             ptr: NonNull::new(ptr)?,
             len,
             owner: Owner::External { keep_alive: owner },
+        })
+    }
+
+    /// `len` bytes of `parent` from `offset`, as a region of their own that
+    /// keeps `parent` (and `guard`, dropped with it) alive: a device's view
+    /// of part of a mapping.
+    ///
+    /// Returns `None` for an empty or out-of-bounds range, or when the
+    /// owner's box cannot be allocated (`guard` and the reference to
+    /// `parent` are dropped then).
+    #[must_use]
+    pub fn sub(
+        parent: Shared<Region>,
+        offset: usize,
+        len: usize,
+        guard: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        let ptr = parent.range(offset, len).ok()?;
+        let owner: Box<dyn Any + Send + Sync> = crate::try_box((parent, guard)).ok()?;
+        Some(Self {
+            ptr: NonNull::new(ptr)?,
+            len,
+            owner: Owner::External {
+                keep_alive: Some(owner),
+            },
         })
     }
 
@@ -427,6 +457,34 @@ mod tests {
         assert_eq!(view.owner().and_then(|o| o.downcast_ref::<u32>()), Some(&7));
         assert!(view.owner().and_then(|o| o.downcast_ref::<u8>()).is_none());
         assert!(backing.owner().is_none());
+    }
+
+    /// A sub-region is the parent's memory, keeps it and its guard alive,
+    /// and drops the guard with it; a range outside the parent is refused.
+    #[test]
+    fn a_sub_region_views_its_parent() {
+        use core::sync::atomic::{AtomicBool, Ordering};
+        static DROPPED: AtomicBool = AtomicBool::new(false);
+        struct Guard;
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                DROPPED.store(true, Ordering::SeqCst);
+            }
+        }
+        let parent = Shared::try_new(Region::alloc(8192).unwrap()).unwrap();
+        assert!(Region::sub(parent.clone(), 4096, 4097, None).is_none());
+        assert!(Region::sub(parent.clone(), 0, 0, None).is_none());
+        let view = Region::sub(parent.clone(), 4096, 4096, Some(Box::new(Guard))).unwrap();
+        view.write(8, &[9; 4]).unwrap();
+        let mut b = [0u8; 4];
+        parent.read(4096 + 8, &mut b).unwrap();
+        assert_eq!(b, [9; 4]);
+        assert_eq!(view.addr(), parent.addr() + 4096);
+        assert!(view.write(4093, &[1; 4]).is_err());
+        drop(parent);
+        assert!(!DROPPED.load(Ordering::SeqCst));
+        drop(view);
+        assert!(DROPPED.load(Ordering::SeqCst));
     }
 
     /// A prefetch anywhere, the region's end and past it included, changes

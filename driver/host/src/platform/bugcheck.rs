@@ -196,6 +196,10 @@ pub mod dma {
     /// Fault type: a read of memory mapped only for the device to write,
     /// or a write of memory mapped only for it to read.
     pub const FAULT_DIRECTION: u64 = 0x4;
+    /// Fault type: the driver unmapped memory (freed a common buffer, put
+    /// back a scatter/gather list) the device still holds a view of (a
+    /// queue or a registration it was given and has not let go of).
+    pub const FAULT_UNMAPPED_WHILE_VIEWED: u64 = 0x5;
 }
 
 /// Parameter 1 (and for [`REQUEST_FATAL_ERROR`](wdf::REQUEST_FATAL_ERROR),

@@ -19,6 +19,15 @@
 //!   the mapping (the most recent [`DEAD_KEPT`] unmapped ones are
 //!   remembered).
 //!
+//! A device that works on host memory in place (its engine reads queues
+//! and registered memory as they are) asks for a view
+//! ([`HostPlatform::dma_view`]): the whole range, given as a page list, is
+//! translated and checked once, and the view is counted against its
+//! mapping until the device drops it. Unmapping a mapping the device still
+//! views (freeing a common buffer, putting back a scatter/gather list
+//! before the device let go of the queue or registration on it) is a
+//! bugcheck 0xE6 ([`dma::FAULT_UNMAPPED_WHILE_VIEWED`]) naming the mapping.
+//!
 //! An access outside a live mapping is a bugcheck 0xE6
 //! DRIVER_VERIFIER_DMA_VIOLATION ([`dma::IOMMU_VIOLATION`]: parameter 2
 //! the mapping's id, 3 the logical address, 4 the fault type), whose
@@ -99,6 +108,8 @@ struct Mapping {
     region: Option<Shared<Region>>,
     /// The logical address of each of its runs.
     spans: Vec<u64>,
+    /// Views the device holds ([`HostPlatform::dma_view`]).
+    views: usize,
 }
 
 impl Mapping {
@@ -146,10 +157,13 @@ impl Iommu {
         at
     }
 
-    fn unmap(&mut self, id: u64) {
+    /// Unmaps mapping `id`; the views the device still holds of it, and
+    /// what it is.
+    fn unmap(&mut self, id: u64) -> (usize, String) {
         let Some(m) = self.mappings.get_mut(&id) else {
-            return;
+            return (0, String::new());
         };
+        let viewed = (m.views, m.describe(id));
         m.region = None;
         self.dead.push_back(id);
         while self.dead.len() > DEAD_KEPT {
@@ -162,6 +176,7 @@ impl Iommu {
                 }
             }
         }
+        viewed
     }
 
     /// The span `[at, at + len)` lies in, checked: its start, the span,
@@ -240,6 +255,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct IommuStats {
     /// Mappings live now (common buffers and scatter/gather mappings).
     pub live: usize,
+    /// Views the device holds ([`HostPlatform::dma_view`]).
+    pub views: usize,
     /// Messages raised that no handler was connected to.
     pub stray_messages: u64,
 }
@@ -309,14 +326,141 @@ impl HostPlatform {
                     bytes: len,
                     region: Some(region.clone()),
                     spans,
+                    views: 0,
                 },
             );
             id
         })
     }
 
+    /// Unmaps mapping `id`: a bugcheck 0xE6 while the device views it.
     fn iommu_unmap(&self, id: u64) {
-        heap::uncharged(|| lock(&self.pci().iommu).unmap(id));
+        let (views, what) = heap::uncharged(|| lock(&self.pci().iommu).unmap(id));
+        if views > 0 && self.shared.verify {
+            stop(
+                codes::DRIVER_VERIFIER_DMA_VIOLATION,
+                [
+                    dma::IOMMU_VIOLATION,
+                    id,
+                    0,
+                    dma::FAULT_UNMAPPED_WHILE_VIEWED,
+                ],
+                format!("{what} unmapped while the device holds {views} view(s) of it"),
+            );
+        }
+    }
+
+    /// The bugcheck (or, verifier off, the status) of a refused access.
+    #[track_caller]
+    fn dma_fault(&self, at: LogicalAddress, len: usize, write: bool, fault: Fault) -> NtStatus {
+        let (fault, mapping, what) = fault;
+        if self.shared.verify {
+            let dir = if write { "write" } else { "read" };
+            stop(
+                codes::DRIVER_VERIFIER_DMA_VIOLATION,
+                [dma::IOMMU_VIOLATION, mapping, at, fault],
+                format!("device DMA {dir} of {len} bytes at {at:#x}: {what}"),
+            );
+        }
+        STATUS_INVALID_ADDRESS
+    }
+
+    /// The device's view of `len` bytes of host memory through a page
+    /// list (its MMU translating a queue's or a registration's page
+    /// table): the first byte `first_offset` bytes into the first page,
+    /// `next_page(i)` the logical address of page `i` (page-aligned; the
+    /// device reads its page table there). Every page is translated and
+    /// checked as a DMA of its bytes in `write`'s direction (and for
+    /// reading), and must be the next page of the same mapping (a view is
+    /// one piece of host memory). The view is counted against the mapping
+    /// until it is dropped: unmapping a mapping the device views is a
+    /// bugcheck 0xE6 ([`dma::FAULT_UNMAPPED_WHILE_VIEWED`]).
+    ///
+    /// Device side; any thread, any IRQL.
+    ///
+    /// # Errors
+    /// An access the IOMMU refuses: a bugcheck 0xE6 with the verifier on,
+    /// `STATUS_INVALID_ADDRESS` with it off; `STATUS_INVALID_PARAMETER`
+    /// for an empty range, an offset past the first page, a page that is
+    /// not page-aligned or does not follow the one before it in the same
+    /// mapping; `next_page`'s error.
+    #[track_caller]
+    pub fn dma_view(
+        &self,
+        first_offset: usize,
+        len: usize,
+        write: bool,
+        next_page: &mut dyn FnMut(usize) -> Result<LogicalAddress, NtStatus>,
+    ) -> Result<Shared<Region>, NtStatus> {
+        let page = DMA_PAGE_SIZE as usize;
+        if len == 0 || first_offset >= page {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let pages = (first_offset + len).div_ceil(page);
+        let mut start: Option<(u64, Shared<Region>, usize)> = None;
+        for i in 0..pages {
+            let base = next_page(i)?;
+            if base % DMA_PAGE_SIZE != 0 {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            let skip = if i == 0 { first_offset } else { 0 };
+            let n = (page - skip).min(first_offset + len - i * page - skip);
+            let at = base + skip as u64;
+            let found = heap::uncharged(|| {
+                let iommu = lock(&self.pci().iommu);
+                let landing = iommu.translate(at, n, write)?;
+                if write {
+                    // A view is read as well.
+                    iommu.translate(at, n, false)?;
+                }
+                Ok(landing)
+            });
+            let (span, run_start, region) =
+                found.map_err(|fault| self.dma_fault(at, n, write, fault))?;
+            let offset = span.offset + (at - run_start) as usize;
+            match &start {
+                None => start = Some((span.mapping, region, offset)),
+                Some((mapping, _, first)) => {
+                    if *mapping != span.mapping || offset != first + i * page - first_offset {
+                        return Err(STATUS_INVALID_PARAMETER);
+                    }
+                }
+            }
+        }
+        let (mapping, region, offset) = start.ok_or(STATUS_INVALID_PARAMETER)?;
+        // Counted before the view exists: its guard uncounts it.
+        let counted = heap::uncharged(|| {
+            let mut iommu = lock(&self.pci().iommu);
+            match iommu.mappings.get_mut(&mapping) {
+                Some(m) if m.region.is_some() => {
+                    m.views += 1;
+                    true
+                }
+                _ => false,
+            }
+        });
+        if !counted {
+            return Err(self.dma_fault(
+                first_offset as u64,
+                len,
+                write,
+                (
+                    dma::FAULT_AFTER_UNMAP,
+                    mapping,
+                    format!("mapping #{mapping}"),
+                ),
+            ));
+        }
+        let guard = ViewGuard {
+            platform: self.clone(),
+            mapping,
+        };
+        let view = heap::uncharged(|| {
+            let guard: Box<dyn std::any::Any + Send + Sync> = Box::new(guard);
+            let view = Region::sub(region, offset, len, Some(guard))?;
+            Shared::try_new(view).ok()
+        });
+        view.ok_or(STATUS_INSUFFICIENT_RESOURCES)
     }
 
     /// Checks a device access and returns where it lands, or bugchecks.
@@ -330,17 +474,7 @@ impl HostPlatform {
         let found = heap::uncharged(|| lock(&self.pci().iommu).translate(at, len, write));
         match found {
             Ok((span, start, region)) => Ok((region, span.offset + (at - start) as usize)),
-            Err((fault, mapping, what)) => {
-                if self.shared.verify {
-                    let dir = if write { "write" } else { "read" };
-                    stop(
-                        codes::DRIVER_VERIFIER_DMA_VIOLATION,
-                        [dma::IOMMU_VIOLATION, mapping, at, fault],
-                        format!("device DMA {dir} of {len} bytes at {at:#x}: {what}"),
-                    );
-                }
-                Err(STATUS_INVALID_ADDRESS)
-            }
+            Err(fault) => Err(self.dma_fault(at, len, write, fault)),
         }
     }
 
@@ -383,6 +517,7 @@ impl HostPlatform {
                     .values()
                     .filter(|m| m.region.is_some())
                     .count(),
+                views: iommu.mappings.values().map(|m| m.views).sum(),
                 stray_messages: self.pci().stray.load(Ordering::Relaxed),
             }
         })
@@ -466,6 +601,24 @@ impl HostPlatform {
             }
         });
         true
+    }
+}
+
+/// What a device's view holds besides the memory: its count on the
+/// mapping, given back when the view is dropped.
+struct ViewGuard {
+    platform: HostPlatform,
+    mapping: u64,
+}
+
+impl Drop for ViewGuard {
+    fn drop(&mut self) {
+        heap::uncharged(|| {
+            let mut iommu = lock(&self.platform.pci().iommu);
+            if let Some(m) = iommu.mappings.get_mut(&self.mapping) {
+                m.views = m.views.saturating_sub(1);
+            }
+        });
     }
 }
 
