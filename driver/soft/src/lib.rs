@@ -713,6 +713,54 @@ impl<P: Platform> SoftHca<P> {
         })
     }
 
+    /// Executes `command` on queue memory the caller gives instead of
+    /// memory the firmware allocates: `rings[0]` for a CQ's ring (create
+    /// or resize), an SRQ's or a QP's send queue, `rings[1]` for a QP's
+    /// receive queue. This is a device whose engine the firmware is,
+    /// running on queues its driver allocated (the model HCA): the memory
+    /// is the device's view of the driver's. A create or resize given no
+    /// memory for a ring it makes, or too little, fails with
+    /// `STATUS_INVALID_PARAMETER` (after the firmware's own checks of the
+    /// command); memory given and not used is dropped before this returns,
+    /// and the firmware lets go of a queue's memory when the queue is
+    /// destroyed or resized away from it, never keeping it for reuse. The
+    /// command's [`Event::CommandDone`] carries `token`.
+    ///
+    /// In [`Execution::Inline`] mode only, and with no command queued
+    /// before it: it executes now or not at all.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// Gives `command` back (and drops `rings`) when it cannot execute
+    /// now: the engine is deferred, a command waits before it, or the event
+    /// queue has no room for its events.
+    pub fn post_command_on_rings(
+        &self,
+        token: u64,
+        command: Command,
+        rings: [Option<Shared<irpverbs_ring::Region>>; 2],
+    ) -> Result<(), Command> {
+        if self.execution != Execution::Inline {
+            return Err(command);
+        }
+        self.run(0, true, |st| {
+            if !st.queue.is_empty() {
+                return (Err(command), false);
+            }
+            st.firmware.rings.given = Some(rings);
+            let executed = self.execute_command(st, token, command);
+            st.firmware.rings.given = None;
+            match executed {
+                Ok(raise) => {
+                    let (_, r) = self.execute_queued(st);
+                    (Ok(()), raise | r)
+                }
+                Err((_, back)) => (Err(back), false),
+            }
+        })
+    }
+
     /// A firmware error, injected: the device becomes fatal, as a real
     /// HCA in internal error. Every QP goes to ERR and its outstanding
     /// work requests complete with `WR_FLUSH_ERR` (later ones too, as on

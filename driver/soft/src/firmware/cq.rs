@@ -206,7 +206,7 @@ impl Firmware {
         }
         // Room for this CQ in the data path's list of overrun CQs.
         crate::firmware::shared::room_for(&mut self.dp.cq_errors, self.cqs.len() + 1)?;
-        let ring = self.rings.alloc(cqe + 1, 64)?;
+        let ring = self.rings.alloc(0, cqe + 1, 64)?;
         let cqn = self.cqs.insert(Cq {
             cqe,
             comp_vector,
@@ -235,7 +235,7 @@ impl Firmware {
         if cqe < used {
             return Err(STATUS_INVALID_PARAMETER);
         }
-        let ring = self.rings.alloc(cqe + 1, 64)?;
+        let ring = self.rings.alloc(0, cqe + 1, 64)?;
         let cq = self.cqs.get_mut(cqn)?;
         cq.move_to(&ring.0, used);
         cq.cqe = cqe;

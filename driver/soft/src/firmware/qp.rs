@@ -426,6 +426,7 @@ impl Firmware {
         }
         let cap = self.qp_cap(&init.cap, init.srqn.is_some())?;
         let sq = self.rings.alloc(
+            0,
             (cap.max_send_wr + 1).next_power_of_two(),
             irpverbs_ring::wq::send_stride(cap.max_send_sge, cap.max_inline_data),
         )?;
@@ -433,6 +434,7 @@ impl Firmware {
             Some(_) => None,
             None => {
                 let rq = self.rings.alloc(
+                    1,
                     (cap.max_recv_wr + 1).next_power_of_two(),
                     irpverbs_ring::wq::recv_stride(cap.max_recv_sge),
                 );

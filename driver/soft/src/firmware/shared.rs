@@ -1,12 +1,14 @@
 //! Handles to memory shared with the driver and the ULP, compared by
 //! identity (so firmware state snapshots can be compared in tests).
 
-use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES};
+use irpverbs_abi::{NtStatus, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER};
 use irpverbs_ring::{Region, Ring, Shared};
 
-/// A queue's ring.
+/// A queue's ring, and whether its memory was given to the firmware
+/// (a device's view of the driver's memory, [`RingPool::given`]) rather
+/// than allocated by it.
 #[derive(Clone, Debug)]
-pub(crate) struct RingRef(pub(crate) Ring);
+pub(crate) struct RingRef(pub(crate) Ring, pub(crate) bool);
 
 impl PartialEq for RingRef {
     fn eq(&self, other: &Self) -> bool {
@@ -20,7 +22,7 @@ impl RingRef {
     /// Allocates a ring of `entries` (a power of two) slots of `stride`.
     pub(crate) fn alloc(entries: u32, stride: u32) -> Result<Self, NtStatus> {
         Ring::alloc(entries, stride)
-            .map(Self)
+            .map(|r| Self(r, false))
             .ok_or(STATUS_INSUFFICIENT_RESOURCES)
     }
 }
@@ -33,9 +35,18 @@ impl RingRef {
 /// (the driver dropped its view of the ring, and any mapping of it holds a
 /// reference until unmapped), and is zeroed before its new ring starts.
 /// A cache, not state: pools always compare equal.
+///
+/// It also holds the memory a device gives the command executing for its
+/// queues ([`RingPool::given`]): a firmware that runs on queues the driver
+/// allocated (the model HCA's device) takes rings from there instead, and
+/// never keeps such memory for reuse.
 #[derive(Debug, Default)]
 pub(crate) struct RingPool {
     retired: alloc::vec::Vec<Shared<Region>>,
+    /// The rings' memory the executing command was given (`None`: the
+    /// firmware allocates its own): its first ring (a CQ's, an SRQ's, a
+    /// QP's send queue) and its second (a QP's receive queue).
+    pub(crate) given: Option<[Option<Shared<Region>>; 2]>,
 }
 
 /// A snapshot of the firmware starts with an empty pool (sharing regions
@@ -66,6 +77,7 @@ impl RingPool {
     pub(crate) fn new() -> Result<Self, NtStatus> {
         Ok(Self {
             retired: vec_with_capacity(Self::MAX)?,
+            given: None,
         })
     }
 
@@ -74,7 +86,24 @@ impl RingPool {
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when the allocation fails.
-    pub(crate) fn alloc(&mut self, entries: u32, stride: u32) -> Result<RingRef, NtStatus> {
+    /// With rings given ([`RingPool::given`]), the command's ring `which`
+    /// (0 or 1) over the memory given for it instead, which must hold the
+    /// ring: `STATUS_INVALID_PARAMETER` when none was given or it is too
+    /// small.
+    pub(crate) fn alloc(
+        &mut self,
+        which: usize,
+        entries: u32,
+        stride: u32,
+    ) -> Result<RingRef, NtStatus> {
+        if let Some(given) = &mut self.given {
+            let region = given
+                .get_mut(which)
+                .and_then(Option::take)
+                .ok_or(STATUS_INVALID_PARAMETER)?;
+            let ring = Ring::new(region, entries, stride).map_err(|_| STATUS_INVALID_PARAMETER)?;
+            return Ok(RingRef(ring, true));
+        }
         let Some(bytes) = Ring::alloc_len(entries, stride) else {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         };
@@ -86,7 +115,7 @@ impl RingPool {
             let region = self.retired.swap_remove(i);
             if region.fill(0, bytes, 0).is_ok() {
                 if let Ok(ring) = Ring::new(region, entries, stride) {
-                    return Ok(RingRef(ring));
+                    return Ok(RingRef(ring, false));
                 }
             }
         }
@@ -94,8 +123,12 @@ impl RingPool {
     }
 
     /// Keeps a destroyed queue's ring memory for reuse (or frees it when
-    /// the pool is full). Never allocates.
+    /// the pool is full). Never allocates. Memory the firmware was given
+    /// is let go of at once.
     pub(crate) fn retire(&mut self, ring: RingRef) {
+        if ring.1 {
+            return;
+        }
         if self.retired.len() < self.retired.capacity().min(Self::MAX) {
             self.retired.push(ring.0.region().clone());
         }

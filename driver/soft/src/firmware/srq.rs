@@ -77,6 +77,7 @@ impl Firmware {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
         let ring = self.rings.alloc(
+            0,
             (depth + 1).next_power_of_two(),
             irpverbs_ring::wq::recv_stride(max_sge),
         )?;

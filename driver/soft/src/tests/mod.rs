@@ -4,6 +4,7 @@
 mod doorbell;
 pub(crate) mod dp;
 mod fast_reg;
+mod given_rings;
 mod gsi;
 mod hca;
 mod mw;
