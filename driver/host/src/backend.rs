@@ -19,6 +19,7 @@ use irpverbs_core::Hca;
 use irpverbs_core::hca::{Command, DoorbellPageInfo, DoorbellTarget, Event, MadIn, MadOut};
 use irpverbs_core::platform::{InterruptHandler, LogicalAddress};
 use irpverbs_model::{DeviceBus, ModelHca, Silicon};
+use irpverbs_ring::{Region, Shared};
 use irpverbs_soft::SoftHca;
 
 use crate::device::SoftDevice;
@@ -149,6 +150,15 @@ impl DeviceBus for SiliconBus {
     }
     fn dma_write(&self, at: LogicalAddress, buf: &[u8]) -> Result<(), NtStatus> {
         self.platform.dma_write(at, buf)
+    }
+    fn dma_view(
+        &self,
+        first_offset: usize,
+        len: usize,
+        write: bool,
+        next_page: &mut dyn FnMut(usize) -> Result<LogicalAddress, NtStatus>,
+    ) -> Result<Shared<Region>, NtStatus> {
+        self.platform.dma_view(first_offset, len, write, next_page)
     }
     fn raise_msix(&self, message: u16) {
         self.platform.raise_msix(message);

@@ -745,7 +745,6 @@ impl HostDevice {
         bus: &Arc<Bus>,
     ) -> Result<ModelParts, NtStatus> {
         let silicon = Arc::new(HostSilicon::new(
-            platform,
             Arc::clone(soft),
             SiliconBus::new(platform.clone()),
         )?);

@@ -587,6 +587,11 @@ fn every_allocation_can_fail_cleanly(backend: Backend) {
     }
     assert_eq!(unknown, 0, "charges without a driver frame");
     for must in MUST_REACH {
+        // The model's rings are the mini-driver's memory (`Region::alloc`,
+        // mapped for the device), not rings the firmware allocates.
+        if backend == Backend::Model && *must == "irpverbs_ring::ring::Ring::alloc " {
+            continue;
+        }
         assert!(
             sites.keys().any(|s| s.starts_with(must)),
             "no allocation site {must}… reached"

@@ -251,6 +251,87 @@ fn a_page_list_past_its_mapping_is_a_dma_violation() {
     assert_eq!(check.params[0], dma::IOMMU_VIOLATION, "{check:?}");
 }
 
+/// Queues live in the driver's memory: each CQ's, SRQ's and work queue's
+/// ring is allocated and mapped by the mini-driver, its page list travels
+/// in the create's mailbox, and the device works on its view of it (one
+/// view per ring, counted by the IOMMU model) until the destroy, after
+/// which the driver unmaps it. A create whose page list is bad is refused
+/// (no memory, a page not on a page boundary) or, naming memory not
+/// mapped for the device, is a bugcheck 0xE6.
+#[test]
+fn queues_are_the_drivers_memory_which_the_device_views() {
+    let dev = model_device(2);
+    let (hca, _) = dev.model().unwrap();
+    let hca = Arc::clone(hca);
+    let before = dev.platform().iommu_stats();
+    let c = Client::with_speed_path(Box::new(
+        dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap(),
+    ));
+    let pd = c.alloc_pd().unwrap().pd;
+    let cq = cq_on(&c, 0);
+    assert_eq!(hca.mapped_rings(), 1);
+    let qp = rc_qp(&c, pd, &cq);
+    let srq = c.create_srq(pd, 8, 0).unwrap();
+    let raw_cq = c.create_cq(8).unwrap();
+    // CQs, send queue, receive queue, SRQ: each mapped, each viewed.
+    assert_eq!(hca.mapped_rings(), 5);
+    let during = dev.platform().iommu_stats();
+    assert_eq!(during.live, before.live + 5);
+    assert_eq!(during.views, before.views + 5);
+    // A resize moves the CQ to a new ring; the old one is let go of.
+    c.resize_cq(raw_cq.cq, 100).unwrap();
+    assert_eq!(hca.mapped_rings(), 5);
+    let during = dev.platform().iommu_stats();
+    assert_eq!(during.live, before.live + 5);
+    assert_eq!(during.views, before.views + 5);
+
+    // Forged creates: a page list with no pages, or a page address off a
+    // page boundary, is refused.
+    let q = hca.command_queue().unwrap();
+    let la = command_queue_la(&dev, &q);
+    let list = FORGED * SLOT_SIZE + INPUT_OFFSET + MTT_OFFSET;
+    let list_at = la + list as u64;
+    let create = |pages: u32| -> Vec<u8> {
+        [7u32, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .chain(list_at.to_le_bytes())
+            .chain(pages.to_le_bytes())
+            .chain(0u32.to_le_bytes())
+            .collect()
+    };
+    assert_eq!(
+        forge(&dev, OP_CREATE_CQ, &create(0), None),
+        STATUS_INVALID_PARAMETER
+    );
+    q.write(list, &(la + 8).to_le_bytes()).unwrap();
+    assert_eq!(
+        forge(&dev, OP_CREATE_CQ, &create(1), None),
+        STATUS_INVALID_PARAMETER
+    );
+    assert_eq!(dev.platform().iommu_stats().views, before.views + 5);
+
+    // Teardown: every ring unmapped once its queue is gone.
+    c.destroy_srq(srq.srq).unwrap();
+    c.destroy_cq(raw_cq.cq).unwrap();
+    drop(qp);
+    drop(cq);
+    assert_eq!(hca.mapped_rings(), 0);
+    let after = dev.platform().iommu_stats();
+    assert_eq!((after.live, after.views), (before.live, before.views));
+
+    // A page past the command queue (its guard page): the IOMMU stops it.
+    q.write(list, &(la + q.len() as u64).to_le_bytes()).unwrap();
+    let check = catch_bugcheck(|| forge(&dev, OP_CREATE_CQ, &create(1), None))
+        .expect_err("the device viewed memory not mapped for it");
+    assert_eq!(
+        check.code,
+        codes::DRIVER_VERIFIER_DMA_VIOLATION,
+        "{check:?}"
+    );
+    assert_eq!(check.params[0], dma::IOMMU_VIOLATION, "{check:?}");
+}
+
 /// Driver Verifier's low-resources simulation over the model: a scenario
 /// (open, ALLOC_PD, REG_MR, CREATE_QP, QUERY_QP, their destroys) runs once
 /// per charge after the device was added, with exactly that charge

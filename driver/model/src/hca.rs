@@ -1,14 +1,18 @@
 //! The model HCA's mini-driver: an [`Hca`] that reaches its device only
 //! through [`PciPlatform`] — BAR 0's registers, common buffers for the
 //! command queue and the event queues, scatter/gather mappings for
-//! registered memory (their page lists go to the device in the
-//! registration's input mailbox), and one MSI-X message per event queue.
+//! registered memory and for the work queues' and CQs' rings (their page
+//! lists go to the device in the command's input mailbox), and one MSI-X
+//! message per event queue.
 //! The protocol is [`crate::protocol`]'s; docs/hardware-seam.md walks
 //! through it.
 //!
 //! Kernel rules: everything is allocated at [`ModelHca::start`]
 //! (PASSIVE_LEVEL) but what a command needs for its object (a mapping, a
-//! query's output box), taken fallibly when it is posted; a failure there
+//! queue's ring, a query's output box), taken fallibly when it is posted
+//! (at DISPATCH_LEVEL: a ring is pool memory mapped for the device, as a
+//! registration's is, since a common buffer is allocated at PASSIVE_LEVEL
+//! only); a failure there
 //! completes the command with the status through the device (a no-op
 //! command in its slot), like any other completion. Event processing
 //! allocates nothing; each call takes at most what its caller's batch
@@ -19,19 +23,20 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use irpverbs_abi::{
-    IV_ACCESS_LOCAL_WRITE, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut, IvQuerySrqOut,
-    NtStatus, STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES,
+    IV_ACCESS_LOCAL_WRITE, IvCqe, IvQpCap, IvQueryDeviceOut, IvQueryPortOut, IvQueryQpOut,
+    IvQuerySrqOut, NtStatus, STATUS_DEVICE_HARDWARE_ERROR, STATUS_INSUFFICIENT_RESOURCES,
     STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_PARAMETER, STATUS_IO_TIMEOUT, STATUS_NOT_SUPPORTED,
     STATUS_SUCCESS,
 };
 use irpverbs_core::Hca;
 use irpverbs_core::hca::{
-    Command, CommandOut, DoorbellPageInfo, DoorbellTarget, Event, MadIn, MadOut,
+    Command, CommandOut, CreateCq, DoorbellPageInfo, DoorbellTarget, Event, MadIn, MadOut,
 };
 use irpverbs_core::platform::{
     Bar, CommonBuffer, DMA_PAGE_SIZE, DmaDirection, DmaMapping, EQ_LOCK, HCA_LOCK, LockClass,
-    LogicalAddress, PciPlatform, SpinLock,
+    LogicalAddress, PciPlatform, SgElement, SpinLock,
 };
+use irpverbs_ring::wq::{recv_stride, send_stride};
 use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::gsi::*;
@@ -100,6 +105,13 @@ impl<C: CommonBuffer> EventQueue<C> {
     }
 }
 
+/// A ring the driver allocated for a queue and its mapping for the device.
+type QueueMemory<M> = (Shared<Region>, M);
+
+/// The rings of one create: the first (a CQ's, an SRQ's, a QP's send
+/// queue), the second (a QP's receive queue).
+type QueueRings<M> = [Option<QueueMemory<M>>; 2];
+
 /// A command slot.
 enum Slot<M> {
     Free,
@@ -111,11 +123,30 @@ enum Slot<M> {
         failed: Option<NtStatus>,
         /// A registration's mapping, until its completion.
         mapping: Option<M>,
-        /// A deregistration's key.
-        lkey: u32,
+        /// A create's rings, until its completion.
+        queues: QueueRings<M>,
+        /// A deregistration's key, a destroyed queue's or a resized CQ's
+        /// number.
+        number: u32,
         /// A QP query's output, allocated when posted.
         attr: Option<Box<IvQueryQpOut>>,
     },
+}
+
+/// The kinds of object whose rings the driver keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QueueKind {
+    Cq,
+    Srq,
+    Qp,
+}
+
+/// A live queue's rings' mappings, until the device let go of them (its
+/// destroy, or the resize that moves a CQ, completed).
+struct LiveQueue<M> {
+    kind: QueueKind,
+    number: u32,
+    mappings: [Option<M>; 2],
 }
 
 /// The command queue, EQ 0 and the registrations' mappings (under
@@ -127,6 +158,9 @@ struct Commands<P: PciPlatform> {
     /// Live registrations' mappings by lkey (room reserved when posted).
     mrs: Vec<(u32, P::DmaMapping)>,
     regs_in_flight: usize,
+    /// Live queues' rings' mappings (room reserved when posted).
+    queues: Vec<LiveQueue<P::DmaMapping>>,
+    creates_in_flight: usize,
 }
 
 /// The model HCA's mini-driver. See the module docs.
@@ -224,6 +258,8 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
                 slots: slot_vec,
                 mrs: Vec::new(),
                 regs_in_flight: 0,
+                queues: Vec::new(),
+                creates_in_flight: 0,
             },
         );
         // The MAD rings last: once the device has them, a MAD arriving
@@ -286,6 +322,16 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         self.cmd.lock(|c| c.mrs.len())
     }
 
+    /// Rings (of live CQs, SRQs and QPs) mapped for the device now.
+    pub fn mapped_rings(&self) -> usize {
+        self.cmd.lock(|c| {
+            c.queues
+                .iter()
+                .map(|q| q.mappings.iter().flatten().count())
+                .sum()
+        })
+    }
+
     /// The driver's view of the command queue (tests look at what the
     /// device reads).
     pub fn command_queue(&self) -> Option<Shared<Region>> {
@@ -313,19 +359,19 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         let _ = self.bar.write64(REG_MAD_SQ_BASE, 0);
         let _ = self.bar.write64(REG_MAD_RQ_BASE, 0);
         drop(self.mads.lock(Option::take));
-        let (cmdq, eq, mrs, slots) = self.cmd.lock(|c| {
+        let (cmdq, eq, mrs, queues, slots) = self.cmd.lock(|c| {
             (
                 c.cmdq.take(),
                 c.eq.take(),
                 core::mem::take(&mut c.mrs),
+                core::mem::take(&mut c.queues),
                 core::mem::take(&mut c.slots),
             )
         });
-        drop((cmdq, eq, mrs, slots));
+        drop((cmdq, eq, mrs, queues, slots));
         for q in &self.comp {
             drop(q.lock(Option::take));
         }
-        self.side.clear();
     }
 
     /// Fills slot `slot` with `command` (or, if it cannot be sent, a no-op
@@ -349,13 +395,28 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         let mut opcode = decode_as;
         let mut failed = None;
         let mut mapping = None;
-        let mut lkey = 0;
+        let mut queues: QueueRings<P::DmaMapping> = [None, None];
+        let mut number = 0;
         let mut attr = None;
+        let list = base_la + (INPUT_OFFSET + MTT_OFFSET) as u64;
         let mut mtt = Mtt {
-            address: base_la + (INPUT_OFFSET + MTT_OFFSET) as u64,
+            address: list,
             entries: 0,
             first_offset: 0,
         };
+        let mut queue_mtt = QueueMtt {
+            address: list,
+            pages: [0, 0],
+        };
+        if makes_rings(command) {
+            match self.map_rings(c, &region, base, command) {
+                Ok((pages, rings)) => {
+                    queue_mtt.pages = pages;
+                    queues = rings;
+                }
+                Err(status) => failed = Some(status),
+            }
+        }
         match command {
             Command::RegMr(r) => match self.map_registration(c, &region, base, &r.region, r.access)
             {
@@ -363,11 +424,14 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
                     mtt.entries = entries;
                     mtt.first_offset = first;
                     mapping = Some(m);
-                    self.side.put_region(slot, r.region.clone());
                 }
                 Err(status) => failed = Some(status),
             },
-            Command::DeregMr { lkey: k } => lkey = *k,
+            Command::DeregMr { lkey: k } => number = *k,
+            Command::ResizeCq { cqn: n, .. }
+            | Command::DestroyCq { cqn: n }
+            | Command::DestroySrq { srqn: n }
+            | Command::DestroyQp { qpn: n } => number = *n,
             Command::QueryQp { .. } => match irpverbs_ring::try_box(IvQueryQpOut::default()) {
                 Ok(b) => attr = Some(b),
                 Err(_) => failed = Some(STATUS_INSUFFICIENT_RESOURCES),
@@ -379,21 +443,62 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             opcode = OP_NOP;
             0
         } else {
-            encode_command(command, mtt, &mut input)?
+            encode_command(command, mtt, queue_mtt, &mut input)?
         };
         put(&region, base + INPUT_OFFSET, &input[..len])?;
         header(&region, base, base_la, opcode, len, 0)?;
         if mapping.is_some() {
             c.regs_in_flight += 1;
         }
+        if queues[0].is_some() {
+            c.creates_in_flight += 1;
+        }
         Ok(Slot::Posted {
             token,
             opcode: decode_as,
             failed,
             mapping,
-            lkey,
+            queues,
+            number,
             attr,
         })
+    }
+
+    /// Allocates the rings a create makes, maps each for the device and
+    /// writes their page lists into the slot's input mailbox; reserves
+    /// room in the table of live queues. A command whose sizes the device
+    /// would refuse gets no rings (the device then says why). Returns each
+    /// ring's pages and its memory and mapping.
+    fn map_rings(
+        &self,
+        c: &mut Commands<P>,
+        cmdq: &Region,
+        base: usize,
+        command: &Command,
+    ) -> Result<([u32; 2], QueueRings<P::DmaMapping>), NtStatus> {
+        let mut rings: QueueRings<P::DmaMapping> = [None, None];
+        let mut pages = [0u32; 2];
+        let Some(bytes) = ring_bytes(&self.caps, command) else {
+            return Ok((pages, rings));
+        };
+        c.queues
+            .try_reserve(c.creates_in_flight + 1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let mut used = 0usize;
+        for ((ring, n), len) in rings.iter_mut().zip(pages.iter_mut()).zip(bytes) {
+            let Some(len) = len else { continue };
+            let memory = Region::alloc(len).ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            let memory = Shared::try_new(memory).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            let mapping = self
+                .platform
+                .map_dma(&memory, DmaDirection::Bidirectional)?;
+            let at = base + INPUT_OFFSET + MTT_OFFSET + used * 8;
+            let listed = write_page_list(cmdq, at, mapping.elements(), MAX_MTT - used)?;
+            used += listed;
+            *n = listed as u32;
+            *ring = Some((memory, mapping));
+        }
+        Ok((pages, rings))
     }
 
     /// Maps a registration's memory for the device and writes its page
@@ -417,32 +522,14 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             DmaDirection::ToDevice
         };
         let mapping = self.platform.map_dma(memory, direction)?;
-        let elements = mapping.elements();
-        let first = elements.first().ok_or(STATUS_INVALID_PARAMETER)?.address;
-        let mask = DMA_PAGE_SIZE - 1;
-        let last = elements.len() - 1;
-        let mut n = 0usize;
-        for (i, e) in elements.iter().enumerate() {
-            let end = e.address + u64::from(e.length);
-            // A page list: runs start and end on pages but at its ends.
-            if (i > 0 && e.address & mask != 0) || (i < last && end & mask != 0) {
-                return Err(STATUS_INVALID_PARAMETER);
-            }
-            let mut page = e.address & !mask;
-            while page < end {
-                if n >= MAX_MTT {
-                    return Err(STATUS_INSUFFICIENT_RESOURCES);
-                }
-                put(
-                    cmdq,
-                    base + INPUT_OFFSET + MTT_OFFSET + n * 8,
-                    &page.to_le_bytes(),
-                )?;
-                n += 1;
-                page += DMA_PAGE_SIZE;
-            }
-        }
-        Ok((mapping, n as u32, (first & mask) as u32))
+        let first = mapping
+            .elements()
+            .first()
+            .ok_or(STATUS_INVALID_PARAMETER)?
+            .address;
+        let at = base + INPUT_OFFSET + MTT_OFFSET;
+        let n = write_page_list(cmdq, at, mapping.elements(), MAX_MTT)?;
+        Ok((mapping, n as u32, (first & (DMA_PAGE_SIZE - 1)) as u32))
     }
 
     /// The completion of slot `slot` as the device wrote it.
@@ -453,7 +540,8 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             opcode,
             failed,
             mapping,
-            lkey,
+            queues,
+            number,
             attr,
         } = posted
         else {
@@ -461,6 +549,9 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         };
         if mapping.is_some() {
             c.regs_in_flight -= 1;
+        }
+        if queues[0].is_some() {
+            c.creates_in_flight -= 1;
         }
         let region = c.cmdq.as_ref()?.region().clone();
         let base = slot * SLOT_SIZE;
@@ -470,7 +561,6 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         }
         let written = get_u32(&region, base + H_OUT_WRITTEN) as usize;
         let mut out = [0u8; FIXED_LEN];
-        let rings = self.side.take_rings(slot);
         if let Some(f) = failed {
             status = f;
         }
@@ -483,15 +573,21 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             status = STATUS_DEVICE_HARDWARE_ERROR;
         }
         if status != STATUS_SUCCESS {
-            // A refused registration's memory may still be in the sideband.
-            drop(self.side.take_region(slot));
+            // The device let go of a refused create's rings and
+            // registration's memory: they are unmapped and freed here.
             return Some(Event::CommandDone {
                 token,
                 status,
                 out: CommandOut::None,
             });
         }
-        let result = decode_output(opcode, &out[..written], rings, attr);
+        let memory = [
+            queues[0].as_ref().map(|(m, _)| m.clone()),
+            queues[1].as_ref().map(|(m, _)| m.clone()),
+        ];
+        let result = decode_output(opcode, &out[..written], memory, attr);
+        let [first, second] = queues;
+        let mappings = [first.map(|(_, m)| m), second.map(|(_, m)| m)];
         match (&result, opcode) {
             (Ok(CommandOut::Mr { lkey, .. }), OP_REG_MR) => {
                 if let Some(m) = mapping {
@@ -500,10 +596,24 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
                 }
             }
             (Ok(_), OP_DEREG_MR) => {
-                if let Some(i) = c.mrs.iter().position(|(k, _)| *k == lkey) {
+                if let Some(i) = c.mrs.iter().position(|(k, _)| *k == number) {
                     drop(c.mrs.swap_remove(i));
                 }
             }
+            (Ok(CommandOut::Cq { cqn, .. }), OP_CREATE_CQ | OP_RESIZE_CQ) => {
+                // A resize moved the CQ: the device let go of its old ring.
+                forget_queue(c, QueueKind::Cq, *cqn);
+                keep_queue(c, QueueKind::Cq, *cqn, mappings);
+            }
+            (Ok(CommandOut::Srq { srqn, .. }), OP_CREATE_SRQ) => {
+                keep_queue(c, QueueKind::Srq, *srqn, mappings);
+            }
+            (Ok(CommandOut::Qp { qpn, .. }), OP_CREATE_QP) => {
+                keep_queue(c, QueueKind::Qp, *qpn, mappings);
+            }
+            (Ok(_), OP_DESTROY_CQ) => forget_queue(c, QueueKind::Cq, number),
+            (Ok(_), OP_DESTROY_SRQ) => forget_queue(c, QueueKind::Srq, number),
+            (Ok(_), OP_DESTROY_QP) => forget_queue(c, QueueKind::Qp, number),
             _ => {}
         }
         Some(match result {
@@ -591,16 +701,144 @@ fn event_queue<P: PciPlatform>(
     })
 }
 
-fn ring(rings: &mut [Option<Ring>; 2], i: usize) -> Result<Ring, NtStatus> {
-    rings[i].take().ok_or(STATUS_DEVICE_HARDWARE_ERROR)
+/// Keeps a created queue's rings' mappings (room was reserved when it was
+/// posted).
+fn keep_queue<P: PciPlatform>(
+    c: &mut Commands<P>,
+    kind: QueueKind,
+    number: u32,
+    mappings: [Option<P::DmaMapping>; 2],
+) {
+    if mappings.iter().any(Option::is_some) {
+        c.queues.push(LiveQueue {
+            kind,
+            number,
+            mappings,
+        });
+    }
+}
+
+/// Unmaps a destroyed queue's rings (the device let go of them).
+fn forget_queue<P: PciPlatform>(c: &mut Commands<P>, kind: QueueKind, number: u32) {
+    if let Some(i) = c
+        .queues
+        .iter()
+        .position(|q| q.kind == kind && q.number == number)
+    {
+        drop(c.queues.swap_remove(i));
+    }
+}
+
+/// Bytes of each ring `command` makes, as the device sizes them (a CQ's
+/// `cqe + 1` slots of a CQE, an SRQ's or a work queue's `max_wr + 1` slots
+/// of its WQE size, each rounded up to a power of two), in whole pages;
+/// `None` for sizes past the device's limits (it refuses them).
+fn ring_bytes(caps: &IvQueryDeviceOut, command: &Command) -> Option<[Option<usize>; 2]> {
+    let ring = |wr: u32, stride: u32| {
+        Ring::alloc_len(wr.checked_add(1)?.checked_next_power_of_two()?, stride)
+    };
+    let cqe_stride = size_of::<IvCqe>() as u32;
+    match command {
+        Command::CreateCq(CreateCq { cqe, .. }) | Command::ResizeCq { cqe, .. } => {
+            if *cqe == 0 || *cqe > caps.max_cqe {
+                return None;
+            }
+            Some([Some(ring(*cqe, cqe_stride)?), None])
+        }
+        Command::CreateSrq(s) => {
+            if s.max_wr == 0
+                || s.max_wr > caps.max_srq_wr
+                || s.max_sge == 0
+                || s.max_sge > caps.max_srq_sge
+            {
+                return None;
+            }
+            Some([Some(ring(s.max_wr, recv_stride(s.max_sge))?), None])
+        }
+        Command::CreateQp(q) => {
+            let cap = &q.cap;
+            let has_rq = q.srqn.is_none();
+            if cap.reserved != 0
+                || cap.max_send_wr > caps.max_qp_wr
+                || cap.max_send_sge > caps.max_sge
+                || cap.max_inline_data > caps.max_inline_data
+                || (has_rq && (cap.max_recv_wr > caps.max_qp_wr || cap.max_recv_sge > caps.max_sge))
+            {
+                return None;
+            }
+            let sq = ring(
+                cap.max_send_wr,
+                send_stride(cap.max_send_sge, cap.max_inline_data),
+            )?;
+            let rq = if has_rq {
+                Some(ring(cap.max_recv_wr, recv_stride(cap.max_recv_sge))?)
+            } else {
+                None
+            };
+            Some([Some(sq), rq])
+        }
+        _ => None,
+    }
+}
+
+/// Writes the pages of a mapping's list (`elements`, one run of memory)
+/// as MTT entries at `at` in the command queue, at most `room`; returns
+/// how many.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for a list that is not a page list;
+/// `STATUS_INSUFFICIENT_RESOURCES` past `room`.
+fn write_page_list(
+    cmdq: &Region,
+    at: usize,
+    elements: &[SgElement],
+    room: usize,
+) -> Result<usize, NtStatus> {
+    let mask = DMA_PAGE_SIZE - 1;
+    let last = elements
+        .len()
+        .checked_sub(1)
+        .ok_or(STATUS_INVALID_PARAMETER)?;
+    let mut n = 0usize;
+    for (i, e) in elements.iter().enumerate() {
+        let end = e.address + u64::from(e.length);
+        // A page list: runs start and end on pages but at its ends.
+        if (i > 0 && e.address & mask != 0) || (i < last && end & mask != 0) {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        let mut page = e.address & !mask;
+        while page < end {
+            if n >= room {
+                return Err(STATUS_INSUFFICIENT_RESOURCES);
+            }
+            put(cmdq, at + n * 8, &page.to_le_bytes())?;
+            n += 1;
+            page += DMA_PAGE_SIZE;
+        }
+    }
+    Ok(n)
+}
+
+/// The ring the device describes (slots, slot size) over `memory`, the
+/// driver's: a ring that does not fit it is a hardware error.
+fn ring(
+    r: &mut Reader<'_>,
+    memory: &mut [Option<Shared<Region>>; 2],
+    i: usize,
+) -> Result<Ring, NtStatus> {
+    let bad = |_| STATUS_DEVICE_HARDWARE_ERROR;
+    let (entries, stride) = (r.u32().map_err(bad)?, r.u32().map_err(bad)?);
+    let memory = memory[i].take().ok_or(STATUS_DEVICE_HARDWARE_ERROR)?;
+    Ring::new(memory, entries, stride).map_err(|_| STATUS_DEVICE_HARDWARE_ERROR)
 }
 
 /// A command's output as the device wrote it (checked: a device that
-/// writes the wrong length is a hardware error).
+/// writes the wrong length is a hardware error). `memory`: the rings the
+/// driver allocated for a create.
 fn decode_output(
     opcode: u32,
     bytes: &[u8],
-    mut rings: [Option<Ring>; 2],
+    mut memory: [Option<Shared<Region>>; 2],
     attr: Option<Box<IvQueryQpOut>>,
 ) -> Result<CommandOut, NtStatus> {
     let bad = |_| STATUS_DEVICE_HARDWARE_ERROR;
@@ -621,29 +859,30 @@ fn decode_output(
         OP_CREATE_CQ | OP_RESIZE_CQ => CommandOut::Cq {
             cqn: r.u32().map_err(bad)?,
             cqe: r.u32().map_err(bad)?,
-            ring: ring(&mut rings, 0)?,
+            ring: ring(&mut r, &mut memory, 0)?,
         },
         OP_CREATE_SRQ => CommandOut::Srq {
             srqn: r.u32().map_err(bad)?,
             max_wr: r.u32().map_err(bad)?,
             max_sge: r.u32().map_err(bad)?,
-            ring: ring(&mut rings, 0)?,
+            ring: ring(&mut r, &mut memory, 0)?,
         },
         OP_QUERY_SRQ => CommandOut::SrqAttr(r.obj::<IvQuerySrqOut>().map_err(bad)?),
         OP_CREATE_QP => {
             let qpn = r.u32().map_err(bad)?;
             let has_rq = r.flag().map_err(bad)?;
             let cap = r.obj::<IvQpCap>().map_err(bad)?;
-            CommandOut::Qp {
-                qpn,
-                cap,
-                sq: ring(&mut rings, 0)?,
-                rq: if has_rq {
-                    Some(ring(&mut rings, 1)?)
-                } else {
-                    None
-                },
-            }
+            let sq = ring(&mut r, &mut memory, 0)?;
+            let rq = if has_rq {
+                Some(ring(&mut r, &mut memory, 1)?)
+            } else {
+                // No receive queue: its geometry is (0, 0).
+                if (r.u32().map_err(bad)?, r.u32().map_err(bad)?) != (0, 0) {
+                    return Err(STATUS_DEVICE_HARDWARE_ERROR);
+                }
+                None
+            };
+            CommandOut::Qp { qpn, cap, sq, rq }
         }
         OP_QUERY_QP => {
             let mut b = attr.ok_or(STATUS_DEVICE_HARDWARE_ERROR)?;
@@ -802,12 +1041,13 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
     }
 
     /// The device forgets registered memory (a reset), then every
-    /// registration's mapping is dropped: the pins end now.
+    /// registration's mapping is dropped: the pins end now. The queues'
+    /// rings are the driver's own memory: they stay mapped until each
+    /// queue's destroy.
     fn device_removed(&self) {
         let _ = self.bar.write32(REG_RESET, 1);
         let mrs = self.cmd.lock(|c| core::mem::take(&mut c.mrs));
         drop(mrs);
-        self.side.clear();
     }
 
     /// Doorbell pages (UAR pages) are the device's memory: the engine's

@@ -6,23 +6,23 @@
 //!   [`irpverbs_core::platform::PciPlatform`]. It maps BAR 0, keeps an
 //!   mlx5-like command queue (slots with input and output mailboxes) and
 //!   event queues in common buffers, formats every command into host
-//!   memory and rings the command doorbell, maps registered memory with
-//!   `map_dma` and hands its page list (MTT) to the device in the
-//!   registration's mailbox, and takes command completions, completion
+//!   memory and rings the command doorbell, maps registered memory and
+//!   the queues' rings (its own memory) with `map_dma` and hands their
+//!   page lists (MTTs) to the device in the command's mailbox, and takes command completions, completion
 //!   events and async events from its event queues, one MSI-X message per
 //!   queue (ISR, then the device's DPCs).
 //! - [`Silicon`], the **device model**: it owns BAR 0's registers and
 //!   reaches host memory only by DMA at logical addresses
 //!   ([`DeviceBus`]: in host mode through the IOMMU model, which bugchecks
-//!   0xE6 on any access outside a live mapping), and signals MSI-X
-//!   messages. It executes commands with the soft HCA's firmware and moves
-//!   data with its transport.
+//!   0xE6 on any access outside a live mapping, and grants views of
+//!   queues and registered memory through their page lists), and signals
+//!   MSI-X messages. It executes commands with the soft HCA's firmware
+//!   and moves data with its transport, both working on those views.
 //!
 //! [`protocol`] is the interface between them (registers, command queue,
 //! event queue entries, command encoding), [`gsi`] the GSI's MAD rings;
 //! [`sideband`] lists, in code, what still passes around the seam (the
-//! rings the engine allocates, the pinned memory the transport moves data
-//! through, the doorbell pages).
+//! doorbell pages).
 //! docs/hardware-seam.md walks through the protocol as a worked example
 //! for a vendor's backend.
 #![no_std]

@@ -37,6 +37,21 @@
 //! owner word ([`OWNER_DRIVER`]) by DMA, and posts an [`EQE_COMMAND`] on
 //! EQ 0 (unless the header asked for polling, [`FLAG_POLLED`]).
 //!
+//! # Queues in host memory
+//!
+//! The driver allocates every work queue's and CQ's ring and maps it for
+//! the device (a scatter/gather mapping, both directions). A create (or a
+//! CQ resize) carries the rings' page lists, as a registration does its
+//! MTT: [`QueueMtt`] after the command's fields, the pages in the input
+//! mailbox at [`MTT_OFFSET`], the first ring's (a CQ's, an SRQ's, a QP's
+//! send queue) then the second's (a QP's receive queue). Each ring starts
+//! on a page and is whole pages. The device translates and checks the
+//! whole list at the create and works on the rings in place for as long
+//! as the queue lives; its output gives each ring's geometry (slots and
+//! slot size), which the driver checks against what it allocated. A
+//! destroy (or the resize that moves a CQ) completes after the device let
+//! go of the memory: the driver unmaps and frees it then.
+//!
 //! # Event queues
 //!
 //! EQ 0 takes command completions, async events and MAD arrivals; EQ
@@ -122,8 +137,9 @@ pub const DB_CQ_ARM: u64 = 4;
 
 /// Most command slots (the doorbell's mask is 32 bits).
 pub const MAX_SLOTS: usize = 32;
-/// Bytes of a command slot.
-pub const SLOT_SIZE: usize = 32 * 1024;
+/// Bytes of a command slot: room in the input mailbox for the page lists
+/// of the largest QP's two rings (32 MiB with the soft HCA's limits).
+pub const SLOT_SIZE: usize = 128 * 1024;
 /// Bytes of a slot's header.
 pub const HEADER_LEN: usize = 64;
 /// Where a slot's input mailbox starts.
@@ -133,14 +149,15 @@ pub const OUTPUT_OFFSET: usize = SLOT_SIZE - OUTPUT_LEN;
 /// Bytes of the output mailbox.
 pub const OUTPUT_LEN: usize = 4096;
 /// Bytes of the input mailbox (the fixed part of a command, then a
-/// registration's page list).
+/// registration's or a create's page lists).
 pub const INPUT_LEN: usize = OUTPUT_OFFSET - INPUT_OFFSET;
 /// Bytes of the fixed part of any command's input, and of any output: what
 /// either side holds on its stack.
 pub const FIXED_LEN: usize = 512;
-/// Where a registration's page list starts in the input mailbox.
+/// Where a registration's or a create's page lists start in the input
+/// mailbox.
 pub const MTT_OFFSET: usize = FIXED_LEN;
-/// Pages one registration's page list (in the input mailbox) holds.
+/// Pages one command's page lists (in the input mailbox) hold.
 pub const MAX_MTT: usize = (INPUT_LEN - MTT_OFFSET) / 8;
 
 /// Header field: opcode (u32).
@@ -403,6 +420,30 @@ pub struct Mtt {
     pub first_offset: u32,
 }
 
+/// The page lists of a create's rings ([`Command::CreateCq`],
+/// [`Command::ResizeCq`], [`Command::CreateSrq`], [`Command::CreateQp`]):
+/// `pages[0]` page addresses at `address` for the first ring, then
+/// `pages[1]` for the second (0: no such ring given).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueMtt {
+    /// Logical address of the first entry (in the slot's input mailbox).
+    pub address: u64,
+    /// Pages of each ring.
+    pub pages: [u32; 2],
+}
+
+/// Whether `command` makes rings: it carries a [`QueueMtt`].
+#[must_use]
+pub fn makes_rings(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::CreateCq(_)
+            | Command::ResizeCq { .. }
+            | Command::CreateSrq(_)
+            | Command::CreateQp(_)
+    )
+}
+
 /// Pages a region of `length` bytes starting `first_offset` bytes into its
 /// first page touches.
 #[must_use]
@@ -441,13 +482,29 @@ pub fn opcode(command: &Command) -> u32 {
 }
 
 /// Writes the fixed part of `command`'s input (its page table, for a
-/// registration, is `mtt`); returns its length.
+/// registration, is `mtt`; its rings', for a create, `queues`); returns
+/// its length.
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` when `out` is too small (never for
 /// [`FIXED_LEN`] bytes).
-pub fn encode_command(command: &Command, mtt: Mtt, out: &mut [u8]) -> Result<usize, NtStatus> {
+pub fn encode_command(
+    command: &Command,
+    mtt: Mtt,
+    queues: QueueMtt,
+    out: &mut [u8],
+) -> Result<usize, NtStatus> {
     let mut w = Writer::new(out);
+    encode_fields(command, mtt, &mut w)?;
+    if makes_rings(command) {
+        w.u64(queues.address)?;
+        w.u32(queues.pages[0])?;
+        w.u32(queues.pages[1])?;
+    }
+    Ok(w.len())
+}
+
+fn encode_fields(command: &Command, mtt: Mtt, w: &mut Writer<'_>) -> Result<(), NtStatus> {
     match command {
         Command::QueryPort { port } => w.u32(u32::from(*port))?,
         Command::QueryGid { port, index } => {
@@ -528,15 +585,17 @@ pub fn encode_command(command: &Command, mtt: Mtt, out: &mut [u8]) -> Result<usi
             w.u32(*max_pages)?;
         }
     }
-    Ok(w.len())
+    Ok(())
 }
 
 /// A command as the device parsed it: a [`Command`], or a registration
 /// whose memory the device still has to find ([`Parsed::RegMr`]).
 #[derive(Debug)]
 pub enum Parsed {
-    /// Any command but a registration.
+    /// Any command but a registration or a create of rings.
     Command(Command),
+    /// A command that makes rings ([`makes_rings`]) and their page lists.
+    OnQueues(Command, QueueMtt),
     /// [`Command::RegMr`]'s fields and its page table.
     RegMr {
         /// PD number.
@@ -664,12 +723,20 @@ pub fn decode_command(opcode: u32, input: &[u8]) -> Result<Parsed, NtStatus> {
         },
         _ => return Err(STATUS_NOT_SUPPORTED),
     };
+    if makes_rings(&command) {
+        let queues = QueueMtt {
+            address: r.u64()?,
+            pages: [r.u32()?, r.u32()?],
+        };
+        r.end()?;
+        return Ok(Parsed::OnQueues(command, queues));
+    }
     r.end()?;
     Ok(Parsed::Command(command))
 }
 
-/// Writes a command's output (what goes by DMA: rings travel apart);
-/// returns its length.
+/// Writes a command's output (a ring by its geometry: slots, then slot
+/// size); returns its length.
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` when `out` is too small (never for
@@ -685,31 +752,41 @@ pub fn encode_output(output: &CommandOut, out: &mut [u8]) -> Result<usize, NtSta
             w.u32(*lkey)?;
             w.u32(*rkey)?;
         }
-        CommandOut::Cq { cqn, cqe, .. } => {
+        CommandOut::Cq { cqn, cqe, ring } => {
             w.u32(*cqn)?;
             w.u32(*cqe)?;
+            geometry(&mut w, Some(ring))?;
         }
         CommandOut::Srq {
             srqn,
             max_wr,
             max_sge,
-            ..
+            ring,
         } => {
             w.u32(*srqn)?;
             w.u32(*max_wr)?;
             w.u32(*max_sge)?;
+            geometry(&mut w, Some(ring))?;
         }
         CommandOut::SrqAttr(a) => w.obj(a)?,
-        CommandOut::Qp { qpn, cap, rq, .. } => {
+        CommandOut::Qp { qpn, cap, sq, rq } => {
             w.u32(*qpn)?;
             w.u32(u32::from(rq.is_some()))?;
             w.obj(cap)?;
+            geometry(&mut w, Some(sq))?;
+            geometry(&mut w, rq.as_ref())?;
         }
         CommandOut::QpAttr(a) => w.obj(&**a)?,
         CommandOut::Ah { ahn } => w.u32(*ahn)?,
         CommandOut::Mw { rkey } => w.u32(*rkey)?,
     }
     Ok(w.len())
+}
+
+/// A ring's geometry in an output: its slots and slot size (0, 0: none).
+fn geometry(w: &mut Writer<'_>, ring: Option<&irpverbs_ring::Ring>) -> Result<(), NtStatus> {
+    w.u32(ring.map_or(0, irpverbs_ring::Ring::entries))?;
+    w.u32(ring.map_or(0, irpverbs_ring::Ring::stride))
 }
 
 /// The async event an [`EQE_ASYNC`] entry carries: its type and object.
@@ -786,9 +863,17 @@ mod tests {
 
     fn round_trip(command: Command) {
         let mut buf = [0u8; FIXED_LEN];
-        let n = encode_command(&command, Mtt::default_for_tests(), &mut buf).unwrap();
+        let queues = QueueMtt {
+            address: 0x1000,
+            pages: [3, 1],
+        };
+        let n = encode_command(&command, Mtt::default_for_tests(), queues, &mut buf).unwrap();
         match decode_command(opcode(&command), &buf[..n]).unwrap() {
             Parsed::Command(c) => assert_eq!(c, command),
+            Parsed::OnQueues(c, q) => {
+                assert!(makes_rings(&c));
+                assert_eq!((c, q), (command.clone(), queues));
+            }
             Parsed::RegMr { .. } => panic!("not a registration"),
         }
         // One byte more or less is refused.
@@ -867,7 +952,8 @@ mod tests {
             sq_sig_all: false,
             cap: IvQpCap::default(),
         });
-        let n = encode_command(&q, Mtt::default_for_tests(), &mut buf).unwrap();
+        let n =
+            encode_command(&q, Mtt::default_for_tests(), QueueMtt::default(), &mut buf).unwrap();
         buf[16] = 2;
         assert_eq!(
             decode_command(OP_CREATE_QP, &buf[..n]).unwrap_err(),

@@ -9,7 +9,9 @@
 //! with the soft HCA's firmware and transport (a [`SoftHca`] it owns, its
 //! engine): it reads each command from the command queue in host memory,
 //! checks it (untrusted bytes: a bad command gets a status, never a
-//! panic), hands it to the engine, and writes the output, the status and
+//! panic), takes views of the queues and registered memory it names
+//! through their page lists ([`DeviceBus::dma_view`]), hands it to the
+//! engine on them, and writes the output, the status and
 //! an event queue entry back by DMA, raising the event queue's MSI-X
 //! message when it is armed. What still goes around the seam is listed in
 //! [`crate::sideband`].
@@ -23,14 +25,15 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use irpverbs_abi::IV_ACCESS_LOCAL_WRITE;
 use irpverbs_abi::{
     IvQueryDeviceOut, NtStatus, STATUS_BUFFER_TOO_SMALL, STATUS_INSUFFICIENT_RESOURCES,
     STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
 };
-use irpverbs_core::hca::{Command, CommandOut, Event, RegMr};
+use irpverbs_core::hca::{Command, Event, RegMr};
 use irpverbs_core::platform::{DMA_PAGE_SIZE, LogicalAddress};
 use irpverbs_core::{Hca, Platform};
-use irpverbs_ring::{Ring, Shared};
+use irpverbs_ring::{Region, Shared};
 use irpverbs_soft::SoftHca;
 use zerocopy::IntoBytes;
 
@@ -52,6 +55,24 @@ pub trait DeviceBus: Send + Sync + 'static {
     /// # Errors
     /// As [`DeviceBus::dma_read`].
     fn dma_write(&self, at: LogicalAddress, buf: &[u8]) -> Result<(), NtStatus>;
+    /// The device's view of `len` bytes of host memory through a page
+    /// list, to work on in place for as long as it holds it (its engine's
+    /// queues and registered memory): the first byte `first_offset` bytes
+    /// into the first page, `next_page(i)` the logical address of page `i`.
+    /// The platform translates and checks every page (for writing too if
+    /// `write`) and counts the view against its mapping until it is
+    /// dropped (host mode: `HostPlatform::dma_view`).
+    ///
+    /// # Errors
+    /// As [`DeviceBus::dma_read`]; `STATUS_INVALID_PARAMETER` for a page
+    /// list that is not one piece of mapped memory; `next_page`'s error.
+    fn dma_view(
+        &self,
+        first_offset: usize,
+        len: usize,
+        write: bool,
+        next_page: &mut dyn FnMut(usize) -> Result<LogicalAddress, NtStatus>,
+    ) -> Result<Shared<Region>, NtStatus>;
     /// Signals MSI-X message `message`.
     fn raise_msix(&self, message: u16);
     /// Schedules [`Silicon::run`] soon (never on the caller's stack while
@@ -157,8 +178,8 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
     ///
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES`.
-    pub fn new(platform: &P, soft: Arc<SoftHca<P>>, bus: B) -> Result<Self, NtStatus> {
-        let side = Sideband::new(platform, MAX_SLOTS, soft.clone())?;
+    pub fn new(soft: Arc<SoftHca<P>>, bus: B) -> Result<Self, NtStatus> {
+        let side = Sideband::new(soft.clone());
         let side = Shared::try_new(side).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let n = (1 + soft.comp_event_queues() as usize).min(MAX_EQS);
         let mut eqs = Vec::new();
@@ -275,10 +296,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             }
             REG_RESET if value == 1 => {
                 // Registered memory is forgotten: the engine drops its
-                // MRs' regions and queued commands, the sideband its pins;
-                // the MAD rings are no longer the device's.
+                // MRs' views and queued commands; the MAD rings are no
+                // longer the device's.
                 self.soft.device_removed();
-                self.side.clear();
                 self.mads.sq_base.store(0, Ordering::Release);
                 self.mads.rq_base.store(0, Ordering::Release);
             }
@@ -451,6 +471,21 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         }
         let command = match decode_command(opcode, &input[..in_len]) {
             Ok(Parsed::Command(c)) => c,
+            Ok(Parsed::OnQueues(command, queues)) => {
+                let rings = match self.queue_views(queues)? {
+                    Ok(rings) => rings,
+                    Err(status) => return self.refuse(slot, status),
+                };
+                return match self.soft.post_command_on_rings(slot as u64, command, rings) {
+                    Ok(()) => Ok(true),
+                    Err(_) => {
+                        // The engine had no room: the views are let go of,
+                        // and the command is read again later.
+                        state.busy.store(false, Ordering::Release);
+                        Ok(false)
+                    }
+                };
+            }
             Ok(Parsed::RegMr {
                 pdn,
                 access,
@@ -458,7 +493,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
                 length,
                 physical,
                 mtt,
-            }) => match self.registration(slot, mtt, length)? {
+            }) => match self.registration(mtt, length, access)? {
                 Ok(region) => Command::RegMr(RegMr {
                     pdn,
                     addr,
@@ -473,10 +508,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         };
         match self.soft.post_command(slot as u64, command) {
             Ok(()) => Ok(true),
-            Err(back) => {
-                if let Command::RegMr(r) = back {
-                    self.side.put_region(slot, r.region);
-                }
+            Err(_) => {
+                // A registration's view is let go of with the command,
+                // which is read again later.
                 state.busy.store(false, Ordering::Release);
                 Ok(false)
             }
@@ -489,58 +523,91 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         Ok(true)
     }
 
-    /// A registration's page table: `mtt.entries` page addresses at
-    /// `mtt.address`, read by DMA, each page-aligned, as many as the pages
-    /// `length` bytes from `mtt.first_offset` touch; the device reads a
-    /// byte of each page once through the IOMMU (a page list naming memory
-    /// not mapped for it faults here). Then the pinned memory the driver
-    /// left for the slot, which must be `length` bytes.
+    /// A registration's memory: the device's view of `length` bytes from
+    /// `mtt.first_offset` into the first of the `mtt.entries` pages its
+    /// page table lists (read by DMA at `mtt.address`), which must be as
+    /// many as those bytes touch, for writing too when `access` grants
+    /// local write. The platform checks every page (a page list naming
+    /// memory not mapped for the device faults) and counts the view until
+    /// the engine lets go of the MR.
     ///
     /// `Ok(Err(status))`: the command is refused; `Err`: a DMA fault.
     fn registration(
         &self,
-        slot: usize,
         mtt: Mtt,
         length: u64,
-    ) -> Result<Result<Shared<irpverbs_ring::Region>, NtStatus>, NtStatus> {
+        access: u32,
+    ) -> Result<Result<Shared<Region>, NtStatus>, NtStatus> {
         if length == 0
             || u64::from(mtt.first_offset) >= DMA_PAGE_SIZE
             || u64::from(mtt.entries) != pages_spanned(u64::from(mtt.first_offset), length)
         {
             return Ok(Err(STATUS_INVALID_PARAMETER));
         }
-        let mut chunk = [0u8; 8 * 32];
-        let mut done = 0u32;
-        while done < mtt.entries {
-            let n = (mtt.entries - done).min(32) as usize;
-            self.bus
-                .dma_read(mtt.address + u64::from(done) * 8, &mut chunk[..n * 8])?;
-            for (i, e) in chunk[..n * 8].chunks_exact(8).enumerate() {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(e);
-                let page = u64::from_le_bytes(b);
-                if page % DMA_PAGE_SIZE != 0 {
-                    return Ok(Err(STATUS_INVALID_PARAMETER));
-                }
-                let first = done == 0 && i == 0;
-                let at = page
-                    + if first {
-                        u64::from(mtt.first_offset)
-                    } else {
-                        0
-                    };
-                let mut probe = [0u8; 1];
-                self.bus.dma_read(at, &mut probe)?;
-            }
-            done += n as u32;
-        }
-        let Some(region) = self.side.take_region(slot) else {
+        let Ok(len) = usize::try_from(length) else {
             return Ok(Err(STATUS_INVALID_PARAMETER));
         };
-        if region.len() as u64 != length {
+        let write = access & IV_ACCESS_LOCAL_WRITE != 0;
+        self.view(mtt.address, mtt.first_offset as usize, len, write)
+    }
+
+    /// The views of a create's rings ([`QueueMtt`]): each ring's pages,
+    /// read by DMA from the page list, for reading and writing. A ring of
+    /// no pages is not given.
+    ///
+    /// `Ok(Err(status))`: the command is refused; `Err`: a DMA fault.
+    #[allow(clippy::type_complexity, reason = "a refusal inside a fault")]
+    fn queue_views(
+        &self,
+        queues: QueueMtt,
+    ) -> Result<Result<[Option<Shared<Region>>; 2], NtStatus>, NtStatus> {
+        let [first, second] = queues.pages;
+        if first as usize + second as usize > MAX_MTT {
             return Ok(Err(STATUS_INVALID_PARAMETER));
         }
-        Ok(Ok(region))
+        let mut rings: [Option<Shared<Region>>; 2] = [None, None];
+        let mut at = queues.address;
+        for (ring, pages) in rings.iter_mut().zip([first, second]) {
+            if pages == 0 {
+                continue;
+            }
+            let len = pages as usize * DMA_PAGE_SIZE as usize;
+            match self.view(at, 0, len, true)? {
+                Ok(view) => *ring = Some(view),
+                Err(status) => return Ok(Err(status)),
+            }
+            at += u64::from(pages) * 8;
+        }
+        Ok(Ok(rings))
+    }
+
+    /// The view of `len` bytes from `first_offset` into the pages listed
+    /// at `list` (each entry read by DMA).
+    ///
+    /// `Ok(Err(status))`: refused; `Err`: a DMA fault.
+    fn view(
+        &self,
+        list: LogicalAddress,
+        first_offset: usize,
+        len: usize,
+        write: bool,
+    ) -> Result<Result<Shared<Region>, NtStatus>, NtStatus> {
+        let mut fault = None;
+        let mut next_page = |i: usize| {
+            let mut entry = [0u8; 8];
+            self.bus
+                .dma_read(list + i as u64 * 8, &mut entry)
+                .inspect_err(|&e| fault = Some(e))?;
+            Ok(u64::from_le_bytes(entry))
+        };
+        let view = self.bus.dma_view(first_offset, len, write, &mut next_page);
+        match (view, fault) {
+            (_, Some(e)) => Err(e),
+            (Ok(view), None) => Ok(Ok(view)),
+            // A list that is not one piece of mapped memory.
+            (Err(STATUS_INVALID_PARAMETER), None) => Ok(Err(STATUS_INVALID_PARAMETER)),
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Writes slot `slot`'s output (if it fits its mailbox), status and
@@ -655,16 +722,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
                 } else {
                     0
                 };
-                let rings: [Option<Ring>; 2] = match out {
-                    CommandOut::Cq { ring, .. } | CommandOut::Srq { ring, .. } => {
-                        [Some(ring), None]
-                    }
-                    CommandOut::Qp { sq, rq, .. } => [Some(sq), rq],
-                    _ => [None, None],
-                };
-                if rings[0].is_some() {
-                    self.side.put_rings(slot, rings);
-                }
+                // The engine's rings are views of the driver's memory:
+                // let go of before the driver learns the command is done.
+                drop(out);
                 self.complete_bytes(slot, status, &buf[..len])
             }
             Event::Completion { cqn } => self.post_eqe(n, EQE_COMPLETION, 0, cqn),
