@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds libibverbs.so.1 over irpverbs: the irpverbs-ibverbs staticlib,
 # linked into a shared library with rdma-core's symbol versions
-# (ulp/ibverbs/libibverbs.map) and soname; and from the same archive the
-# stand-ins libmlx5.so.1 and libefa.so.1 that perftest's binaries load.
+# (ulp/ibverbs/libibverbs.map) and soname; from the same archive the
+# stand-ins libmlx5.so.1 and libefa.so.1 that perftest's binaries load;
+# and librdmacm.so.1 from the irpverbs-rdmacm staticlib
+# (ulp/rdmacm/librdmacm.map), linked against that libibverbs.so.1.
 #
 #   bash ulp/ibverbs/link.sh [--release] [--target-dir DIR]
 #
 # prints the directory holding the libraries (DIR/debug or DIR/release;
 # DIR defaults to the workspace's target directory). Run a program with
 #   LD_LIBRARY_PATH=<that directory> ibv_devinfo
-# (docs/ibverbs.md). Honours $CARGO and $CC.
+# (docs/ibverbs.md, docs/rdmacm.md). Honours $CARGO and $CC.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -25,22 +27,27 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-"${CARGO:-cargo}" build --quiet -p irpverbs-ibverbs --lib "${cargo_args[@]}" \
+"${CARGO:-cargo}" build --quiet -p irpverbs-ibverbs -p irpverbs-rdmacm --lib "${cargo_args[@]}" \
     --manifest-path "$root/Cargo.toml" --target-dir "$target_dir" >&2
 out="$target_dir/$profile"
 # The whole archive: every exported function is in it whether or not another
 # object refers to it; a version script keeps all but one library's API
 # local, and --gc-sections drops what that API does not reach.
-link() { # soname map [linker options]
-    "${CC:-cc}" -shared -o "$out/$1" "${@:3}" \
-        -Wl,--whole-archive "$out/libirpverbs_ibverbs.a" -Wl,--no-whole-archive \
-        -Wl,--version-script="$root/ulp/ibverbs/$2" \
+link() { # soname map [linker options] (archive: $archive)
+    "${CC:-cc}" -shared -o "$out/$1" \
+        -Wl,--whole-archive "$out/$archive" -Wl,--no-whole-archive "${@:3}" \
+        -Wl,--version-script="$root/$2" \
         -Wl,-soname,"$1" -Wl,-z,now -Wl,--gc-sections \
         -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc >&2
 }
-link libibverbs.so.1 libibverbs.map
+archive=libirpverbs_ibverbs.a
+link libibverbs.so.1 ulp/ibverbs/libibverbs.map
 # Stand-ins for the provider libraries perftest is linked with (calls only
 # for mlx5 or EFA devices; src/standin.rs).
-link libmlx5.so.1 mlx5.map -Wl,--strip-debug
-link libefa.so.1 efa.map -Wl,--strip-debug
+link libmlx5.so.1 ulp/ibverbs/mlx5.map -Wl,--strip-debug
+link libefa.so.1 ulp/ibverbs/efa.map -Wl,--strip-debug
+# librdmacm.so.1 calls the libibverbs.so.1 just linked (DT_NEEDED, as
+# rdma-core's does): one device, one libibverbs per process.
+archive=libirpverbs_rdmacm.a
+link librdmacm.so.1 ulp/rdmacm/librdmacm.map -Wl,--no-undefined "$out/libibverbs.so.1"
 echo "$out"

@@ -34,6 +34,7 @@ pub mod file;
 pub mod kern;
 mod misc;
 mod pd;
+pub mod private;
 mod qp;
 pub mod standin;
 
