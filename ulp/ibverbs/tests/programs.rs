@@ -10,70 +10,10 @@
 
 mod common;
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The program's path, or None (the test skips) when it is not installed
-/// (`ibverbs-utils`, `perftest`); in CI its absence is a failure.
-fn program(name: &str) -> Option<PathBuf> {
-    let path = PathBuf::from("/usr/bin").join(name);
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name} is missing (apt-get install ibverbs-utils perftest)"
-    );
-    eprintln!("skipping: {name} is not installed (ibverbs-utils, perftest)");
-    None
-}
-
-fn command(exe: &Path, addr: Option<&str>) -> Command {
-    let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", common::lib_dir())
-        .env_remove("IRPVERBS_ENGINE")
-        .env_remove("IRPVERBS_BACKEND")
-        .env_remove("IRPVERBS_DOORBELLS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    match addr {
-        Some(a) => cmd.env("IRPVERBS_ADDR", a),
-        None => cmd.env_remove("IRPVERBS_ADDR"),
-    };
-    cmd
-}
-
-/// Waits for `child` at most `limit` (killing it then): (success, stdout,
-/// stderr).
-fn finish(mut child: Child, what: &str, limit: Duration) -> (bool, String, String) {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    if status.is_none() {
-        err += &format!("\n{what}: no exit within {limit:?} (killed)");
-    }
-    (status.is_some_and(|s| s.success()), out, err)
-}
+use common::{command, finish, program};
 
 /// Runs a program to its end; asserts it succeeded silently on stderr.
 fn run_ok(exe: &Path, args: &[&str]) -> String {

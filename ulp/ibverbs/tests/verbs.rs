@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -50,35 +49,13 @@ fn verbs_from_c_keep_rdma_core_semantics() {
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
 }
 
-/// (symbol, version) of the defined symbols `objdump -T` lists in `path`
-/// under a version containing `node`, or of the undefined ones
-/// (`undefined`).
-fn dynamic_symbols(path: &Path, undefined: bool, node: &str) -> BTreeSet<(String, String)> {
-    let out = Command::new("objdump")
-        .arg("-T")
-        .arg(path)
-        .output()
-        .expect("run objdump");
-    assert!(out.status.success(), "objdump -T {}", path.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(node) && l.contains("*UND*") == undefined)
-        .filter_map(|l| {
-            let mut f = l.split_whitespace().rev();
-            let name = f.next()?;
-            let version = f.next()?.trim_start_matches('(').trim_end_matches(')');
-            // The version nodes themselves are listed as symbols too.
-            (name != version).then(|| (name.to_owned(), version.to_owned()))
-        })
-        .collect()
-}
-
 #[test]
 fn every_symbol_has_rdma_cores_version() {
     if !common::have("objdump", "binutils") {
         return;
     }
-    let exported = dynamic_symbols(&common::lib_dir().join("libibverbs.so.1"), false, "IBVERBS");
+    let exported =
+        common::dynamic_symbols(&common::lib_dir().join("libibverbs.so.1"), false, "VERBS");
     // Every symbol the version script names, under its node.
     let map = std::fs::read_to_string(common::repo().join("ulp/ibverbs/libibverbs.map"))
         .expect("read libibverbs.map");
@@ -105,7 +82,7 @@ fn every_symbol_has_rdma_cores_version() {
     let dir = common::lib_dir();
     let mut provided = exported;
     for standin in ["libmlx5.so.1", "libefa.so.1"] {
-        provided.extend(dynamic_symbols(&dir.join(standin), false, "_"));
+        provided.extend(common::dynamic_symbols(&dir.join(standin), false, "_"));
     }
     for program in [
         "ibv_devices",
@@ -128,7 +105,7 @@ fn every_symbol_has_rdma_cores_version() {
             continue;
         }
         for node in ["IBVERBS", "MLX5_", "EFA_"] {
-            for import in dynamic_symbols(&path, true, node) {
+            for import in common::dynamic_symbols(&path, true, node) {
                 assert!(provided.contains(&import), "{program} needs {import:?}");
             }
         }

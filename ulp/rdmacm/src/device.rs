@@ -102,8 +102,8 @@ fn open() -> Result<Device, c_int> {
     if list.is_null() {
         return Err(libc::ENODEV);
     }
-    // SAFETY: a NULL-terminated list of `n` devices.
     let first = if n > 0 {
+        // SAFETY: a NULL-terminated list of `n` devices.
         unsafe { *list }
     } else {
         std::ptr::null_mut()

@@ -37,6 +37,18 @@ use crate::{err, ret};
 const FLOW_CONTROL: u8 = IV_CM_FLOW_CONTROL as u8;
 const CM_SRQ: u8 = IV_CM_SRQ as u8;
 
+/// The CM response timeout of a connection's messages (4.096 us * 2^16,
+/// about 268 ms; 15 retries, about 4 s in all). A host here is a process:
+/// when a program's peer exits, no one answers its DREQ any more, and
+/// programs wait for `DISCONNECTED` after `rdma_disconnect` (rdma_cm's
+/// 2^20, 4 s per try, would keep them a minute).
+const CM_RESPONSE_TIMEOUT: u8 = 16;
+
+/// How long a listener's program may take to accept or reject a connect
+/// request: the MRA the listener sends at once asks the requester for
+/// 4.096 us * 2^23, about 34 s.
+const MRA_SERVICE_TIMEOUT: u8 = 23;
+
 /// Where an id is in rdma_cm's sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -113,11 +125,13 @@ impl Id {
         unsafe { &*ch }.push(ev);
     }
 
-    /// Starts a worker running `f`.
-    fn spawn(&self, f: impl FnOnce(&Id) + Send + 'static) -> Result<(), c_int> {
+    /// Starts a worker running `f`, its thread named `name` (a
+    /// listener's is `rdma-cm-listen`: a test sees from outside when a
+    /// program listens).
+    fn spawn(&self, name: &str, f: impl FnOnce(&Id) + Send + 'static) -> Result<(), c_int> {
         let me = IdRef(std::ptr::from_ref(self).cast_mut());
         let t = std::thread::Builder::new()
-            .name("rdma-cm".into())
+            .name(name.into())
             .spawn(move || f(me.get()))
             .map_err(|_| libc::ENOMEM)?;
         self.workers
@@ -667,7 +681,7 @@ fn listen(i: &mut Id) -> Result<(), c_int> {
     )
     .map_err(errno_of)?;
     i.state().phase = Phase::Listening;
-    i.spawn(move |l| listener(l, local.port()))
+    i.spawn("rdma-cm-listen", move |l| listener(l, local.port()))
 }
 
 /// A listener's worker: each connect request (or SIDR request) a new id
@@ -688,6 +702,18 @@ fn listener(l: &Id, port: u16) {
         };
         if let Err(()) = request(l, d, &ev, h, port, sidr) {
             refuse(d, ev.cep, sidr);
+        } else if !sidr {
+            // The program answers when it gets to it: the MRA keeps the
+            // requester waiting that long (its own timeout is short).
+            let _ = call_none(
+                d,
+                IOCTL_IV_CM_MRA,
+                &IvCmMraIn {
+                    cep: ev.cep,
+                    service_timeout: MRA_SERVICE_TIMEOUT,
+                    ..IvCmMraIn::default()
+                },
+            );
         }
     }
 }
@@ -883,7 +909,7 @@ fn depth(asked: Option<u8>, max: u8) -> Result<u8, c_int> {
 ///
 /// # Safety
 /// `p` is NULL or valid parameters whose data holds their length.
-unsafe fn pdata<'a>(p: Option<&'a rdma_conn_param>, max: usize) -> Result<&'a [u8], c_int> {
+unsafe fn pdata(p: Option<&rdma_conn_param>, max: usize) -> Result<&[u8], c_int> {
     let Some(p) = p else { return Ok(&[]) };
     let n = usize::from(p.private_data_len);
     if n == 0 {
@@ -950,7 +976,7 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         input.private_data[..IP_CM_HEADER_LEN].copy_from_slice(&header);
         input.private_data[IP_CM_HEADER_LEN..][..user.len()].copy_from_slice(user);
         i.state().phase = Phase::Connecting;
-        i.spawn(move |i| sidr(i, &input, &route))?;
+        i.spawn("rdma-cm", move |i| sidr(i, &input, &route))?;
         return i.complete();
     }
     if i.cm.qp.is_null() {
@@ -971,7 +997,7 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         sgid_index: route.sgid_index,
         remote_gid: route.dgid,
         starting_psn: (random(qp) as u32) & 0xFF_FFFF,
-        cm_response_timeout: 20,
+        cm_response_timeout: CM_RESPONSE_TIMEOUT,
         max_cm_retries: 15,
         local_ack_timeout: ack.unwrap_or(14),
         path_mtu: route.path_mtu,
@@ -991,7 +1017,7 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     input.private_data[..IP_CM_HEADER_LEN].copy_from_slice(&header);
     input.private_data[IP_CM_HEADER_LEN..][..user.len()].copy_from_slice(user);
     i.state().phase = Phase::Connecting;
-    i.spawn(move |i| connect_rc(i, &input))?;
+    i.spawn("rdma-cm", move |i| connect_rc(i, &input))?;
     i.complete()
 }
 
@@ -1187,7 +1213,7 @@ fn accept(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     };
     input.private_data[..user.len()].copy_from_slice(user);
     i.state().phase = Phase::Accepting;
-    i.spawn(move |i| {
+    i.spawn("rdma-cm", move |i| {
         let Ok(d) = device() else { return };
         match call_none(d, IOCTL_IV_CM_ACCEPT, &input) {
             Ok(()) => {
@@ -1304,7 +1330,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     match phase {
         Phase::Connected if i.cm.qp_type == IBV_QPT_UD => 0,
         Phase::Connected => {
-            let spawned = i.spawn(|i| {
+            let spawned = i.spawn("rdma-cm", |i| {
                 let Ok(d) = device() else { return };
                 let r = call_none(
                     d,

@@ -1,8 +1,11 @@
 //! What the library's tests share: the repository and the built library.
 #![allow(dead_code, reason = "each test binary uses a part of it")]
 
+use std::collections::BTreeSet;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
@@ -51,4 +54,87 @@ pub fn have(tool: &str, package: &str) -> bool {
     );
     eprintln!("skipping: {tool} is not installed ({package})");
     false
+}
+
+/// The program's path, or None (the test skips) when it is not installed
+/// (`ibverbs-utils`, `perftest`, `rdmacm-utils`); in CI its absence is a failure.
+pub fn program(name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin").join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{name} is missing (apt-get install ibverbs-utils perftest rdmacm-utils)"
+    );
+    eprintln!("skipping: {name} is not installed (ibverbs-utils, perftest, rdmacm-utils)");
+    None
+}
+
+pub fn command(exe: &Path, addr: Option<&str>) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", lib_dir())
+        .env_remove("IRPVERBS_ENGINE")
+        .env_remove("IRPVERBS_BACKEND")
+        .env_remove("IRPVERBS_DOORBELLS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match addr {
+        Some(a) => cmd.env("IRPVERBS_ADDR", a),
+        None => cmd.env_remove("IRPVERBS_ADDR"),
+    };
+    cmd
+}
+
+/// Waits for `child` at most `limit` (killing it then): (success, stdout,
+/// stderr).
+pub fn finish(mut child: Child, what: &str, limit: Duration) -> (bool, String, String) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    if status.is_none() {
+        err += &format!("\n{what}: no exit within {limit:?} (killed)");
+    }
+    (status.is_some_and(|s| s.success()), out, err)
+}
+
+/// (symbol, version) of the defined symbols `objdump -T` lists in `path`
+/// under a version containing `node`, or of the undefined ones
+/// (`undefined`).
+pub fn dynamic_symbols(path: &Path, undefined: bool, node: &str) -> BTreeSet<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(path)
+        .output()
+        .expect("run objdump");
+    assert!(out.status.success(), "objdump -T {}", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(node) && l.contains("*UND*") == undefined)
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().rev();
+            let name = f.next()?;
+            let version = f.next()?.trim_start_matches('(').trim_end_matches(')');
+            // The version nodes themselves are listed as symbols too.
+            (name != version).then(|| (name.to_owned(), version.to_owned()))
+        })
+        .collect()
 }
