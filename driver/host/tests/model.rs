@@ -440,9 +440,13 @@ fn removal_resets_the_device_and_unmaps_registered_memory() {
         .unwrap();
     assert_eq!(hca.mapped_registrations(), 1);
     assert_eq!(dev.platform().iommu_stats().live, live + 1);
+    assert_eq!(dev.platform().iommu_stats().views, 1, "the MR's view");
     dev.surprise_remove();
+    // The device let go of the MR's view (its reset) before the driver
+    // unmapped it.
     assert_eq!(hca.mapped_registrations(), 0);
     assert_eq!(dev.platform().iommu_stats().live, live);
+    assert_eq!(dev.platform().iommu_stats().views, 0);
     assert_eq!(c.alloc_pd().err(), Some(STATUS_DEVICE_REMOVED));
     c.dereg_mr(mr.mr).unwrap();
     c.dealloc_pd(pd).unwrap();
@@ -653,6 +657,7 @@ fn verbs_work_end_to_end_and_each_vector_has_its_message() {
     let (hca, _) = dev.model().unwrap();
     let hca = Arc::clone(hca);
     let live = dev.platform().iommu_stats().live;
+    let views = dev.platform().iommu_stats().views;
     let file = Arc::new(dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS).unwrap());
     let c = Client::with_speed_path(Box::new(Shared(Arc::clone(&file))));
     let pd = c.alloc_pd().unwrap().pd;
@@ -667,6 +672,8 @@ fn verbs_work_end_to_end_and_each_vector_has_its_message() {
         .unwrap();
     assert_eq!(hca.mapped_registrations(), 2);
     assert_eq!(dev.platform().iommu_stats().live, live + 2);
+    // The device moves each MR's data through its view of the MR's pages.
+    assert_eq!(dev.platform().iommu_stats().views, views + 2);
     let (cqa, cqb) = (cq_on(&c, 0), cq_on(&c, 1));
     let (a, b) = (rc_qp(&c, pd, &cqa), rc_qp(&c, pd, &cqb));
     let gid = c.query_gid(1, 0).unwrap();
@@ -737,6 +744,7 @@ fn verbs_work_end_to_end_and_each_vector_has_its_message() {
     c.dereg_mr(mb.mr).unwrap();
     assert_eq!(hca.mapped_registrations(), 0);
     assert_eq!(dev.platform().iommu_stats().live, live);
+    assert_eq!(dev.platform().iommu_stats().views, views);
     c.dealloc_pd(pd).unwrap();
     drop(c);
     drop(file);

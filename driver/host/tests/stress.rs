@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
 use irpverbs_host::loopwire::LoopWire;
-use irpverbs_host::{Engine, HostDevice, HostDeviceConfig};
+use irpverbs_host::{Backend, Engine, HostDevice, HostDeviceConfig};
 use irpverbs_soft::Fabric;
 use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, Wc, rts_steps};
 use zerocopy::{FromBytes, IntoBytes};
@@ -901,8 +901,9 @@ enum Topo {
     TwoHcaWire,
 }
 
-fn device(engine: Engine, n: u8) -> Arc<HostDevice> {
+fn device(backend: Backend, engine: Engine, n: u8) -> Arc<HostDevice> {
     let mut config = HostDeviceConfig {
+        backend,
         engine,
         ..HostDeviceConfig::default()
     };
@@ -918,21 +919,21 @@ fn finish(dev: &HostDevice) {
     dev.unload();
 }
 
-fn stress(engine: Engine, topo: Topo) {
+fn stress(backend: Backend, engine: Engine, topo: Topo) {
     let start = Instant::now();
     let deadline = start + HANG;
-    let dev_a = device(engine, 1);
+    let dev_a = device(backend, engine, 1);
     let (dev_b, fabric, wire) = match topo {
         Topo::Loopback => (Arc::clone(&dev_a), None, None),
         Topo::TwoHca => {
-            let dev_b = device(engine, 2);
+            let dev_b = device(backend, engine, 2);
             let fabric = Fabric::new(dev_a.platform());
             fabric.attach(dev_a.soft()).expect("attach");
             fabric.attach(dev_b.soft()).expect("attach");
             (dev_b, Some(fabric), None)
         }
         Topo::TwoHcaWire => {
-            let dev_b = device(engine, 2);
+            let dev_b = device(backend, engine, 2);
             let wire = LoopWire::start();
             wire.attach(dev_a.soft()).expect("attach");
             wire.attach(dev_b.soft()).expect("attach");
@@ -1014,30 +1015,48 @@ fn stress(engine: Engine, topo: Topo) {
 
 #[test]
 fn stress_loopback_firmware_inline() {
-    stress(Engine::Inline, Topo::Loopback);
+    stress(Backend::Soft, Engine::Inline, Topo::Loopback);
 }
 
 #[test]
 fn stress_loopback_firmware_thread() {
-    stress(Engine::Thread, Topo::Loopback);
+    stress(Backend::Soft, Engine::Thread, Topo::Loopback);
 }
 
 #[test]
 fn stress_two_hcas_firmware_inline() {
-    stress(Engine::Inline, Topo::TwoHca);
+    stress(Backend::Soft, Engine::Inline, Topo::TwoHca);
 }
 
 #[test]
 fn stress_two_hcas_firmware_thread() {
-    stress(Engine::Thread, Topo::TwoHca);
+    stress(Backend::Soft, Engine::Thread, Topo::TwoHca);
 }
 
 #[test]
 fn stress_two_hcas_loopback_wire_firmware_inline() {
-    stress(Engine::Inline, Topo::TwoHcaWire);
+    stress(Backend::Soft, Engine::Inline, Topo::TwoHcaWire);
 }
 
 #[test]
 fn stress_two_hcas_loopback_wire_firmware_thread() {
-    stress(Engine::Thread, Topo::TwoHcaWire);
+    stress(Backend::Soft, Engine::Thread, Topo::TwoHcaWire);
+}
+
+/// The model HCA: every registration (about 16 MiB a side) and every
+/// queue's ring is the driver's memory the device views through the IOMMU
+/// model. Its engine runs in the device's DPC (no firmware thread).
+#[test]
+fn stress_loopback_model() {
+    stress(Backend::Model, Engine::Inline, Topo::Loopback);
+}
+
+#[test]
+fn stress_two_hcas_model() {
+    stress(Backend::Model, Engine::Inline, Topo::TwoHca);
+}
+
+#[test]
+fn stress_two_hcas_loopback_wire_model() {
+    stress(Backend::Model, Engine::Inline, Topo::TwoHcaWire);
 }
