@@ -474,6 +474,17 @@ pub trait Bar: Send + Sync + 'static {
     /// Writes the 64-bit register at `offset` (one access: a doorbell that
     /// carries a queue number and an index together).
     fn write64(&self, offset: usize, value: u64) -> Result<(), NtStatus>;
+    /// The BAR's memory as a region, for a BAR of pages the driver maps
+    /// into processes (UAR pages: doorbells a user-mode ULP writes with no
+    /// system call); `None` for a BAR of registers only. Host mode: the
+    /// device model's memory (`HostPlatform::install_bar_pages`). KMDF:
+    /// `None` (mapping I/O space into a process, an MDL over the BAR's
+    /// physical pages, is not built).
+    ///
+    /// IRQL: any.
+    fn pages(&self) -> Option<&Shared<Region>> {
+        None
+    }
 }
 
 /// What runs when an MSI-X message arrives: the ISR

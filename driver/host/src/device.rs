@@ -518,6 +518,7 @@ impl ModelParts {
         drop(interrupts);
         self.platform.driver_code(|| self.hca.release());
         self.platform.remove_bar(0);
+        self.platform.remove_bar(irpverbs_model::uar::UAR_BAR);
     }
 }
 
@@ -757,13 +758,19 @@ impl HostDevice {
         silicon.bus().set_dpc(dpc.clone());
         let _ = bus.silicon.set(dpc);
         platform.install_bar(0, irpverbs_model::protocol::BAR_LEN, silicon.clone())?;
+        if let Err(status) =
+            platform.install_bar_pages(irpverbs_model::uar::UAR_BAR, silicon.uar_memory().clone())
+        {
+            platform.remove_bar(0);
+            return Err(status);
+        }
         platform.grant_msix(silicon.messages());
-        let side = silicon.sideband().clone();
-        let hca = platform.driver_code(|| irpverbs_model::ModelHca::start(platform.clone(), side));
+        let hca = platform.driver_code(|| irpverbs_model::ModelHca::start(platform.clone()));
         let hca = match hca {
             Ok(h) => Arc::new(h),
             Err(status) => {
                 platform.remove_bar(0);
+                platform.remove_bar(irpverbs_model::uar::UAR_BAR);
                 return Err(status);
             }
         };

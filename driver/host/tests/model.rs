@@ -332,6 +332,55 @@ fn queues_are_the_drivers_memory_which_the_device_views() {
     assert_eq!(check.params[0], dma::IOMMU_VIOLATION, "{check:?}");
 }
 
+/// Doorbell (UAR) pages are pages of the device's BAR 2, its own memory,
+/// which its engine scans: the mini-driver hands out a free page of the
+/// BAR, the device opens it (its number comes back in the page's result
+/// register), binds queues on it (a queue it does not have is refused
+/// with the engine's status), and closes it when it is freed. Every page
+/// taken, the next allocation is refused.
+#[test]
+fn doorbell_pages_are_pages_of_the_devices_bar() {
+    let dev = model_device(2);
+    let (hca, silicon) = dev.model().unwrap();
+    let bar = silicon.uar_memory();
+    let info = hca.alloc_doorbell_page().expect("a doorbell page");
+    let offset = info.region.addr() - bar.addr();
+    assert!(offset < bar.len() as u64, "the page is BAR 2's memory");
+    assert_eq!(offset % 4096, 0);
+    assert_eq!(info.region.len(), 4096);
+    let index = (offset / 4096) as usize;
+    assert_eq!(silicon.uar_page(index), info.page, "the device opened it");
+    assert_eq!(
+        hca.bind_doorbell(info.page, irpverbs_core::DoorbellTarget::Sq(0x77)),
+        Err(STATUS_INVALID_HANDLE)
+    );
+    assert_eq!(
+        hca.bind_doorbell(info.page + 1000, irpverbs_core::DoorbellTarget::Sq(1)),
+        Err(STATUS_INVALID_PARAMETER)
+    );
+    hca.free_doorbell_page(info.page);
+    assert_eq!(silicon.uar_page(index), 0, "the device closed it");
+    // Every page of the BAR, then none.
+    let all: Vec<_> = (0..irpverbs_model::uar::UAR_PAGES)
+        .map(|i| {
+            hca.alloc_doorbell_page()
+                .unwrap_or_else(|s| panic!("page {i}: {s:#x}"))
+        })
+        .collect();
+    assert_eq!(
+        hca.alloc_doorbell_page().err(),
+        Some(STATUS_INSUFFICIENT_RESOURCES)
+    );
+    for p in &all {
+        hca.free_doorbell_page(p.page);
+    }
+    drop(all);
+    hca.alloc_doorbell_page()
+        .map(|p| hca.free_doorbell_page(p.page))
+        .expect("a page again");
+    HostDevice::remove(dev);
+}
+
 /// Driver Verifier's low-resources simulation over the model: a scenario
 /// (open, ALLOC_PD, REG_MR, CREATE_QP, QUERY_QP, their destroys) runs once
 /// per charge after the device was added, with exactly that charge

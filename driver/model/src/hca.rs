@@ -41,7 +41,7 @@ use irpverbs_ring::{Region, Ring, Shared};
 
 use crate::gsi::*;
 use crate::protocol::*;
-use crate::sideband::Sideband;
+use crate::uar::*;
 
 /// Entries of the async event queue (EQ 0).
 pub const ASYNC_EQ_ENTRIES: u32 = 256;
@@ -58,6 +58,17 @@ pub static MAD_LOCK: LockClass = LockClass {
     name: "irpverbs.model.mads",
     rank: 22,
 };
+
+/// The doorbell pages' index table's lock: taken with no lock held or
+/// under the device's lock (`bind_doorbell`), never across a register
+/// access; a leaf.
+pub static UAR_LOCK: LockClass = LockClass {
+    name: "irpverbs.model.uar",
+    rank: 25,
+};
+
+/// An index of BAR 2 being opened or closed.
+const UAR_OPENING: u32 = u32::MAX;
 
 /// The GSI's MAD rings ([`crate::gsi`]) in one common buffer: the send
 /// ring, then the receive ring, and the driver's indices.
@@ -171,7 +182,11 @@ pub struct ModelHca<P: PciPlatform + Clone> {
     cmdq_la: LogicalAddress,
     cmd: P::Lock<Commands<P>>,
     comp: Vec<P::Lock<Option<EventQueue<P::CommonBuffer>>>>,
-    side: Shared<Sideband<P>>,
+    /// BAR 2, the doorbell pages ([`crate::uar`]), if the device has it.
+    uar: Option<P::Bar>,
+    /// The engine's page number at each index of BAR 2 (0: free,
+    /// [`UAR_OPENING`]: being opened or closed).
+    uars: P::Lock<Vec<u32>>,
     interrupts: Vec<AtomicU64>,
     mads: P::Lock<Option<MadRings<P::CommonBuffer>>>,
 }
@@ -196,9 +211,6 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
     /// interrupt per event queue (message `n` for EQ `n`, [`Self::isr`]
     /// and the device's DPCs) and arms them.
     ///
-    /// `side`: what the device model passes around the seam
-    /// ([`crate::sideband`]).
-    ///
     /// IRQL: PASSIVE_LEVEL.
     ///
     /// # Errors
@@ -206,7 +218,7 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
     /// message; `STATUS_IO_TIMEOUT` when the device does not answer;
     /// the platform's errors (`STATUS_INSUFFICIENT_RESOURCES`). Nothing is
     /// left allocated.
-    pub fn start(platform: P, side: Shared<Sideband<P>>) -> Result<Self, NtStatus> {
+    pub fn start(platform: P) -> Result<Self, NtStatus> {
         let bar = platform.map_bar(0)?;
         if bar.read32(REG_VERSION)? != VERSION || platform.msix_messages() == 0 {
             return Err(STATUS_NOT_SUPPORTED);
@@ -249,6 +261,22 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             .try_reserve_exact(1 + comp.len())
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         interrupts.resize_with(1 + comp.len(), AtomicU64::default);
+        // BAR 2: the doorbell pages, if the device has them (and the
+        // platform can map them into processes).
+        let uar = platform
+            .map_bar(UAR_BAR)
+            .ok()
+            .filter(|b| b.pages().is_some_and(|p| p.len() >= DMA_PAGE_SIZE as usize));
+        let count = uar
+            .as_ref()
+            .and_then(Bar::pages)
+            .map_or(0, |p| (p.len() / DMA_PAGE_SIZE as usize).min(UAR_PAGES));
+        let mut indices = Vec::new();
+        indices
+            .try_reserve_exact(count)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        indices.resize(count, 0u32);
+        let uars = platform.new_lock(&UAR_LOCK, indices);
         let mad_buf = platform.alloc_common_buffer(2 * MAD_RING_LEN)?;
         let cmd = platform.new_lock(
             &HCA_LOCK,
@@ -286,7 +314,8 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             cmdq_la,
             cmd,
             comp,
-            side,
+            uar,
+            uars,
             interrupts,
             mads,
         })
@@ -372,6 +401,26 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         for q in &self.comp {
             drop(q.lock(Option::take));
         }
+    }
+
+    /// One operation of the device on doorbell page `index` (the caller
+    /// holds the index): the register write, then its result register.
+    fn uar_op(
+        &self,
+        index: usize,
+        register: usize,
+        target: Option<DoorbellTarget>,
+    ) -> Result<u32, NtStatus> {
+        match target {
+            Some(t) => self.bar.write64(register, encode_bind(index, t))?,
+            None => self.bar.write32(register, index as u32)?,
+        }
+        let r = self.bar.read64(uar_result(index))?;
+        let status = (r >> 32) as u32 as NtStatus;
+        if status != STATUS_SUCCESS {
+            return Err(status);
+        }
+        Ok(r as u32)
     }
 
     /// Fills slot `slot` with `command` (or, if it cannot be sent, a no-op
@@ -1050,23 +1099,70 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
         drop(mrs);
     }
 
-    /// Doorbell pages (UAR pages) are the device's memory: the engine's
-    /// pages, which the device scans (around the seam, see
-    /// [`crate::sideband`]).
+    /// A doorbell (UAR) page: a free page of BAR 2, which the device opens
+    /// ([`crate::uar`]); its memory is the BAR's, mapped into the process.
+    ///
+    /// # Errors
+    /// `STATUS_NOT_SUPPORTED` without BAR 2; `STATUS_INSUFFICIENT_RESOURCES`
+    /// when every page is taken or memory is short; the device's status.
     fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
-        self.side.soft().alloc_doorbell_page()
+        let bar = self.uar.as_ref().ok_or(STATUS_NOT_SUPPORTED)?;
+        let pages = bar.pages().ok_or(STATUS_NOT_SUPPORTED)?;
+        let index = self
+            .uars
+            .lock(|u| {
+                let i = u.iter().position(|&p| p == 0)?;
+                u[i] = UAR_OPENING;
+                Some(i)
+            })
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        let page_len = DMA_PAGE_SIZE as usize;
+        let region = Region::sub(pages.clone(), index * page_len, page_len, None)
+            .and_then(|r| Shared::try_new(r).ok());
+        let opened = match region {
+            None => Err(STATUS_INSUFFICIENT_RESOURCES),
+            Some(region) => self.uar_op(index, REG_UAR_OPEN, None).and_then(|page| {
+                if page == 0 || page == UAR_OPENING {
+                    let _ = self.uar_op(index, REG_UAR_CLOSE, None);
+                    Err(STATUS_DEVICE_HARDWARE_ERROR)
+                } else {
+                    Ok(DoorbellPageInfo { page, region })
+                }
+            }),
+        };
+        let number = opened.as_ref().map_or(0, |info| info.page);
+        self.uars.lock(|u| u[index] = number);
+        opened
     }
 
+    /// The device closes the page; its index is free again.
     fn free_doorbell_page(&self, page: u32) {
-        self.side.soft().free_doorbell_page(page);
+        let Some(index) = self.uars.lock(|u| {
+            let i = u.iter().position(|&p| p == page && p != UAR_OPENING)?;
+            u[i] = UAR_OPENING;
+            Some(i)
+        }) else {
+            return;
+        };
+        let _ = self.uar_op(index, REG_UAR_CLOSE, None);
+        self.uars.lock(|u| u[index] = 0);
     }
 
+    /// The device binds the queue to a free slot of the page.
     fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
-        self.side.soft().bind_doorbell(page, target)
+        let index = self
+            .uars
+            .lock(|u| u.iter().position(|&p| p == page && p != UAR_OPENING))
+            .ok_or(STATUS_INVALID_PARAMETER)?;
+        self.uar_op(index, REG_UAR_BIND, Some(target))
     }
 
+    /// The device scans its doorbell pages now.
     fn ring_doorbell_pages(&self) -> Result<(), NtStatus> {
-        self.side.soft().ring_doorbell_pages()
+        if self.uar.is_none() {
+            return Err(STATUS_NOT_SUPPORTED);
+        }
+        self.bar.write32(REG_UAR_RUNG, 1)
     }
 
     /// Puts the MAD in the send ring's next entry and rings the MAD

@@ -21,8 +21,9 @@
 //!
 //! [`protocol`] is the interface between them (registers, command queue,
 //! event queue entries, command encoding), [`gsi`] the GSI's MAD rings;
-//! [`sideband`] lists, in code, what still passes around the seam (the
-//! doorbell pages).
+//! [`uar`] the doorbell pages in BAR 2. Nothing passes around the seam:
+//! the device model's engine works on its views of the driver's memory
+//! and on its own BAR memory.
 //! docs/hardware-seam.md walks through the protocol as a worked example
 //! for a vendor's backend.
 #![no_std]
@@ -34,9 +35,8 @@ extern crate alloc;
 pub mod gsi;
 mod hca;
 pub mod protocol;
-pub mod sideband;
 mod silicon;
+pub mod uar;
 
 pub use hca::{ASYNC_EQ_ENTRIES, COMP_EQ_ENTRIES, ModelHca, SLOTS};
-pub use sideband::Sideband;
 pub use silicon::{DeviceBus, Silicon, SiliconStats};

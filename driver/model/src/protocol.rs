@@ -19,6 +19,7 @@
 //! | [`REG_QUEUE_DOORBELL`] | 64 | write | `kind << 32 \| number` ([`DB_SQ`], ...) |
 //! | [`REG_RESET`] | 32 | write | 1: stop DMA of registered memory and forget it (removal) |
 //! | [`REG_MAD_ENTRIES`], [`REG_MAD_SQ_BASE`], [`REG_MAD_RQ_BASE`], [`REG_MAD_SQ_DOORBELL`], [`REG_MAD_RQ_DOORBELL`] | | write | the GSI's MAD rings ([`crate::gsi`]) |
+//! | `REG_UAR_OPEN`, `REG_UAR_CLOSE`, `REG_UAR_BIND`, `REG_UAR_RUNG`, `uar_result(i)` | | | the doorbell pages of BAR 2 ([`crate::uar`]) |
 //! | [`eq_reg`]`(n, EQ_BASE)` | 64 | write | EQ `n`'s logical address (0: none) |
 //! | [`eq_reg`]`(n, EQ_ENTRIES)` | 32 | write | its entries (a power of two) |
 //! | [`eq_reg`]`(n, EQ_CI)` | 32 | write | the driver's consumer index (frees entries) |
@@ -78,8 +79,9 @@ use crate::gsi::{
 
 /// The interface version [`REG_VERSION`] reads.
 pub const VERSION: u32 = 0x0001_0000;
-/// Bytes of BAR 0.
-pub const BAR_LEN: usize = 0x2000;
+/// Bytes of BAR 0: the registers, the event queues' and the doorbell
+/// pages' ([`crate::uar`]).
+pub const BAR_LEN: usize = 0x4000;
 
 /// Interface version (read).
 pub const REG_VERSION: usize = 0x000;
@@ -118,7 +120,7 @@ pub const EQ_CI: usize = 0x0C;
 /// EQ register: arm (with the consumer index).
 pub const EQ_ARM: usize = 0x10;
 /// Event queues the register file has room for.
-pub const MAX_EQS: usize = (BAR_LEN - EQ_REGS) / EQ_REGS_LEN;
+pub const MAX_EQS: usize = (crate::uar::UAR_RESULTS - EQ_REGS) / EQ_REGS_LEN;
 
 /// The offset of register `reg` of event queue `eq`.
 #[must_use]

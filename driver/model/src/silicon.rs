@@ -13,8 +13,8 @@
 //! through their page lists ([`DeviceBus::dma_view`]), hands it to the
 //! engine on them, and writes the output, the status and
 //! an event queue entry back by DMA, raising the event queue's MSI-X
-//! message when it is armed. What still goes around the seam is listed in
-//! [`crate::sideband`].
+//! message when it is armed. Its BAR 2 is doorbell (UAR) pages of its own
+//! memory, which its engine scans ([`crate::uar`]).
 //!
 //! The device does its work in [`Silicon::run`], which its bus schedules
 //! ([`DeviceBus::kick`]) when a register asks for work and when the engine
@@ -39,7 +39,7 @@ use zerocopy::IntoBytes;
 
 use crate::gsi::*;
 use crate::protocol::*;
-use crate::sideband::Sideband;
+use crate::uar::*;
 
 /// What the device reaches the host through: DMA at logical addresses,
 /// MSI-X messages, and its own scheduling.
@@ -126,6 +126,15 @@ pub struct SiliconStats {
     pub mads_received: u64,
 }
 
+/// A doorbell page of BAR 2 as the device keeps it ([`crate::uar`]).
+#[derive(Default)]
+struct UarPage {
+    /// The engine's number for it (0: not open).
+    page: AtomicU32,
+    /// The last operation's result register.
+    result: AtomicU64,
+}
+
 /// The GSI's MAD rings as the device sees them ([`crate::gsi`]).
 #[derive(Default)]
 struct DevMads {
@@ -148,7 +157,9 @@ struct DevMads {
 /// The device model. See the module docs.
 pub struct Silicon<P: Platform, B: DeviceBus> {
     soft: Arc<SoftHca<P>>,
-    side: Shared<Sideband<P>>,
+    /// BAR 2: the doorbell pages ([`crate::uar`]).
+    uar: Shared<Region>,
+    uar_pages: Vec<UarPage>,
     bus: B,
     cmdq_base: AtomicU64,
     cmdq_slots: AtomicU32,
@@ -179,8 +190,14 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES`.
     pub fn new(soft: Arc<SoftHca<P>>, bus: B) -> Result<Self, NtStatus> {
-        let side = Sideband::new(soft.clone());
-        let side = Shared::try_new(side).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let uar = Region::alloc(UAR_PAGES * DMA_PAGE_SIZE as usize)
+            .and_then(|r| Shared::try_new(r).ok())
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        let mut uar_pages = Vec::new();
+        uar_pages
+            .try_reserve_exact(UAR_PAGES)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        uar_pages.resize_with(UAR_PAGES, UarPage::default);
         let n = (1 + soft.comp_event_queues() as usize).min(MAX_EQS);
         let mut eqs = Vec::new();
         eqs.try_reserve_exact(n)
@@ -193,7 +210,8 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         slots.resize_with(MAX_SLOTS, DevSlot::default);
         Ok(Self {
             soft,
-            side,
+            uar,
+            uar_pages,
             bus,
             cmdq_base: AtomicU64::new(0),
             cmdq_slots: AtomicU32::new(0),
@@ -218,10 +236,77 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         &self.soft
     }
 
-    /// What goes around the seam ([`crate::sideband`]): the mini-driver
-    /// is given it at start.
-    pub fn sideband(&self) -> &Shared<Sideband<P>> {
-        &self.side
+    /// BAR 2's memory: the doorbell pages ([`crate::uar`]), which the
+    /// platform maps for the driver.
+    pub fn uar_memory(&self) -> &Shared<Region> {
+        &self.uar
+    }
+
+    /// The engine's number of the doorbell page at index `index` of
+    /// BAR 2 (0: not open).
+    pub fn uar_page(&self, index: usize) -> u32 {
+        self.uar_pages
+            .get(index)
+            .map_or(0, |p| p.page.load(Ordering::Acquire))
+    }
+
+    /// [`REG_UAR_OPEN`]: zeroes page `index` and has the engine scan it.
+    fn uar_open(&self, index: usize) {
+        let Some(state) = self.uar_pages.get(index) else {
+            return;
+        };
+        let page = DMA_PAGE_SIZE as usize;
+        let opened = if state.page.load(Ordering::Acquire) != 0 {
+            Err(STATUS_INVALID_PARAMETER)
+        } else {
+            Region::sub(self.uar.clone(), index * page, page, None)
+                .and_then(|r| Shared::try_new(r).ok())
+                .ok_or(STATUS_INSUFFICIENT_RESOURCES)
+                .and_then(|memory| self.soft.alloc_doorbell_page_on(memory))
+        };
+        let value = match opened {
+            Ok(info) => {
+                state.page.store(info.page, Ordering::Release);
+                result(info.page, STATUS_SUCCESS)
+            }
+            Err(status) => result(0, status),
+        };
+        state.result.store(value, Ordering::Release);
+    }
+
+    /// [`REG_UAR_CLOSE`]: the engine stops scanning page `index`.
+    fn uar_close(&self, index: usize) {
+        let Some(state) = self.uar_pages.get(index) else {
+            return;
+        };
+        let page = state.page.swap(0, Ordering::AcqRel);
+        if page != 0 {
+            self.soft.free_doorbell_page(page);
+        }
+        state
+            .result
+            .store(result(0, STATUS_SUCCESS), Ordering::Release);
+    }
+
+    /// [`REG_UAR_BIND`]: binds a queue to a slot of an open page.
+    fn uar_bind(&self, value: u64) {
+        let Some((index, target)) = decode_bind(value) else {
+            return;
+        };
+        let Some(state) = self.uar_pages.get(index) else {
+            return;
+        };
+        let page = state.page.load(Ordering::Acquire);
+        let bound = if page == 0 {
+            Err(STATUS_INVALID_PARAMETER)
+        } else {
+            self.soft.bind_doorbell(page, target)
+        };
+        let value = match bound {
+            Ok(slot) => result(slot, STATUS_SUCCESS),
+            Err(status) => result(0, status),
+        };
+        state.result.store(value, Ordering::Release);
     }
 
     /// The MSI-X messages the device needs (one per event queue).
@@ -265,6 +350,10 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             REG_STATUS => u64::from(self.status.load(Ordering::Acquire)),
             REG_CMD_SLOTS => MAX_SLOTS as u64,
             REG_EQS => self.eqs.len() as u64,
+            o if o >= UAR_RESULTS => self
+                .uar_pages
+                .get((o - UAR_RESULTS) / 8)
+                .map_or(0, |p| p.result.load(Ordering::Acquire)),
             _ => 0,
         }
     }
@@ -316,6 +405,13 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
                 self.bus.kick();
             }
             REG_MAD_SQ_DOORBELL | REG_MAD_RQ_DOORBELL => self.bus.kick(),
+            REG_UAR_OPEN => self.uar_open(value as usize),
+            REG_UAR_CLOSE => self.uar_close(value as usize),
+            REG_UAR_BIND => self.uar_bind(value),
+            REG_UAR_RUNG => {
+                let _ = self.soft.ring_doorbell_pages();
+            }
+            o if o >= UAR_RESULTS => {}
             o if o >= EQ_REGS => {
                 let (n, reg) = ((o - EQ_REGS) / EQ_REGS_LEN, (o - EQ_REGS) % EQ_REGS_LEN);
                 let Some(eq) = self.eqs.get(n) else { return };

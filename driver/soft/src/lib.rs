@@ -713,6 +713,49 @@ impl<P: Platform> SoftHca<P> {
         })
     }
 
+    /// A doorbell page on `memory`, a page of the device's own (the model
+    /// HCA's BAR 2: its UAR pages), which the firmware zeroes and then
+    /// scans like a page of its own; the driver maps the same memory into
+    /// the process. Freed with `Hca::free_doorbell_page`; the memory is the
+    /// caller's again once the page is freed and every view of it let go.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for memory smaller than a doorbell page
+    /// or not 8-byte aligned; `STATUS_INSUFFICIENT_RESOURCES`.
+    pub fn alloc_doorbell_page_on(
+        &self,
+        memory: Shared<irpverbs_ring::Region>,
+    ) -> Result<DoorbellPageInfo, NtStatus> {
+        self.open_doorbell_page(Some(memory))
+    }
+
+    /// A doorbell page, on `memory` when given; watched by the poller.
+    fn open_doorbell_page(
+        &self,
+        memory: Option<Shared<irpverbs_ring::Region>>,
+    ) -> Result<DoorbellPageInfo, NtStatus> {
+        self.state.lock(|st| {
+            let (page, memory) = st.firmware.doorbells.alloc_on(memory)?;
+            let watched = self.doorbell_pages.lock(|pages| {
+                memory.set_polling(self.pages_polled.load(Ordering::Relaxed));
+                pages
+                    .try_reserve(1)
+                    .map(|()| pages.push(memory.clone()))
+                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+            });
+            if let Err(status) = watched {
+                st.firmware.doorbells.free(page);
+                return Err(status);
+            }
+            Ok(DoorbellPageInfo {
+                page,
+                region: memory.region().clone(),
+            })
+        })
+    }
+
     /// Executes `command` on queue memory the caller gives instead of
     /// memory the firmware allocates: `rings[0]` for a CQ's ring (create
     /// or resize), an SRQ's or a QP's send queue, `rings[1]` for a QP's
@@ -1353,24 +1396,7 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short.
     fn alloc_doorbell_page(&self) -> Result<DoorbellPageInfo, NtStatus> {
-        self.state.lock(|st| {
-            let (page, memory) = st.firmware.doorbells.alloc()?;
-            let watched = self.doorbell_pages.lock(|pages| {
-                memory.set_polling(self.pages_polled.load(Ordering::Relaxed));
-                pages
-                    .try_reserve(1)
-                    .map(|()| pages.push(memory.clone()))
-                    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
-            });
-            if let Err(status) = watched {
-                st.firmware.doorbells.free(page);
-                return Err(status);
-            }
-            Ok(DoorbellPageInfo {
-                page,
-                region: memory.region().clone(),
-            })
-        })
+        self.open_doorbell_page(None)
     }
 
     /// Scans the doorbell pages now and wakes the doorbell poller (see

@@ -134,8 +134,35 @@ type Landing = (Span, LogicalAddress, Shared<Region>);
 /// and what it was, for people.
 type Fault = (u64, u64, String);
 
-/// A BAR the device model installed: its length and registers.
-type BarEntry = (usize, Arc<dyn BarModel>);
+/// A BAR the device model installed: its length, its registers, and its
+/// memory for a BAR of pages.
+type BarEntry = (usize, Arc<dyn BarModel>, Option<Shared<Region>>);
+
+/// A BAR of pages: its registers are its memory's words.
+struct PagesBar(Shared<Region>);
+
+impl BarModel for PagesBar {
+    fn read(&self, offset: usize, width: usize) -> u64 {
+        if width == 8 {
+            self.0
+                .atomic_u64(offset)
+                .map_or(u64::MAX, |w| w.load(Ordering::Acquire))
+        } else {
+            self.0.atomic_u32(offset).map_or(u64::from(u32::MAX), |w| {
+                u64::from(w.load(Ordering::Acquire))
+            })
+        }
+    }
+    fn write(&self, offset: usize, width: usize, value: u64) {
+        if width == 8 {
+            if let Ok(w) = self.0.atomic_u64(offset) {
+                w.store(value, Ordering::Release);
+            }
+        } else if let Ok(w) = self.0.atomic_u32(offset) {
+            w.store(value as u32, Ordering::Release);
+        }
+    }
+}
 
 #[derive(Default)]
 struct Iommu {
@@ -563,7 +590,31 @@ impl HostPlatform {
             if bars.contains_key(&index) {
                 return Err(STATUS_INVALID_PARAMETER);
             }
-            bars.insert(index, (len, model));
+            bars.insert(index, (len, model, None));
+            Ok(())
+        })
+    }
+
+    /// Gives the function memory BAR `index` of pages: `memory`, the
+    /// device model's own (UAR pages a driver maps into processes and the
+    /// device scans). The driver reaches it as registers (32/64-bit
+    /// accesses of its words) and as memory (`Bar::pages`).
+    ///
+    /// # Errors
+    /// As [`Self::install_bar`]; `STATUS_INVALID_PARAMETER` for memory
+    /// that is not whole pages.
+    pub fn install_bar_pages(&self, index: u8, memory: Shared<Region>) -> Result<(), NtStatus> {
+        let len = memory.len();
+        if len == 0 || len % DMA_PAGE_SIZE as usize != 0 || index >= BARS {
+            return Err(STATUS_INVALID_PARAMETER);
+        }
+        heap::uncharged(|| {
+            let mut bars = lock(&self.pci().bars);
+            if bars.contains_key(&index) {
+                return Err(STATUS_INVALID_PARAMETER);
+            }
+            let model: Arc<dyn BarModel> = Arc::new(PagesBar(memory.clone()));
+            bars.insert(index, (len, model, Some(memory)));
             Ok(())
         })
     }
@@ -703,6 +754,7 @@ pub struct HostBar {
     index: u8,
     len: usize,
     model: Arc<dyn BarModel>,
+    pages: Option<Shared<Region>>,
 }
 
 impl std::fmt::Debug for HostBar {
@@ -744,6 +796,9 @@ impl Bar for HostBar {
         self.check(offset, 8)?;
         self.model.write(offset, 8, value);
         Ok(())
+    }
+    fn pages(&self) -> Option<&Shared<Region>> {
+        self.pages.as_ref()
     }
 }
 
@@ -855,8 +910,13 @@ impl PciPlatform for HostPlatform {
     fn map_bar(&self, index: u8) -> Result<HostBar, NtStatus> {
         irql::check_irql_at_most(self.shared.verify, PASSIVE_LEVEL, "MmMapIoSpaceEx");
         let bar = heap::uncharged(|| lock(&self.pci().bars).get(&index).cloned());
-        let (len, model) = bar.ok_or(STATUS_INVALID_PARAMETER)?;
-        Ok(HostBar { index, len, model })
+        let (len, model, pages) = bar.ok_or(STATUS_INVALID_PARAMETER)?;
+        Ok(HostBar {
+            index,
+            len,
+            model,
+            pages,
+        })
     }
 
     fn msix_messages(&self) -> u16 {

@@ -86,7 +86,13 @@ impl Doorbells {
     /// # Errors
     /// `STATUS_INSUFFICIENT_RESOURCES` when memory is short (or, after
     /// 2^32 pages, every number is taken).
-    pub(crate) fn alloc(&mut self) -> Result<(u32, DoorbellPage), NtStatus> {
+    /// On `memory` when given (a device's own page, zeroed here) instead
+    /// of a page of its own: `STATUS_INVALID_PARAMETER` for memory smaller
+    /// than a doorbell page.
+    pub(crate) fn alloc_on(
+        &mut self,
+        memory: Option<irpverbs_ring::Shared<irpverbs_ring::Region>>,
+    ) -> Result<(u32, DoorbellPage), NtStatus> {
         self.pages
             .try_reserve(1)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
@@ -103,7 +109,15 @@ impl Doorbells {
         self.pages
             .try_reserve(1)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-        let page = DoorbellPage::alloc().ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+        let page = match memory {
+            Some(memory) => {
+                memory
+                    .fill(0, memory.len(), 0)
+                    .map_err(|_| STATUS_INVALID_PARAMETER)?;
+                DoorbellPage::new(memory).map_err(|_| STATUS_INVALID_PARAMETER)?
+            }
+            None => DoorbellPage::alloc().ok_or(STATUS_INSUFFICIENT_RESOURCES)?,
+        };
         self.last_id = id;
         let at = self.pages.partition_point(|p| p.id < id);
         self.pages.insert(
