@@ -70,8 +70,9 @@ static NTSTATUS issue(DWORD code, const void *in, DWORD in_len, void *out, DWORD
     DWORD n = 0;
     BOOL ok = DeviceIoControl(dev, code, (LPVOID)in, in_len, out, out_len, &n, &ov);
     DWORD err = ok ? ERROR_SUCCESS : GetLastError();
-    if (!ok && err == ERROR_NO_SYSTEM_RESOURCES && ov.Internal == 0 && ov.InternalHigh == 0) {
-        /* Refused before the driver (no IRP): no packet, no event. */
+    if (!ok && err == ERROR_NO_SYSTEM_RESOURCES && ov.Internal == (ULONG_PTR)STATUS_PENDING) {
+        /* Refused before the driver (no IRP): the OVERLAPPED stays as
+         * DeviceIoControl set it, no packet, no event. */
         if (!via_event) {
             DWORD got;
             ULONG_PTR key;
@@ -368,7 +369,8 @@ int main(void) {
         if (attempt == 0 && !ok && err == ERROR_NO_SYSTEM_RESOURCES) {
             retries++;
             printf("retry: cq notify\n");
-            if (nov.Internal != 0) reap(&nov, 0);
+            /* Completed by the driver: its packet. Refused before: none. */
+            if (nov.Internal != (ULONG_PTR)STATUS_PENDING) reap(&nov, 0);
             continue;
         }
         CHECK(0, "cq notify: ok %d error %u", (int)ok, (unsigned)err);

@@ -65,6 +65,7 @@ use irpverbs_kernel_table::kernel::{
 };
 use irpverbs_kernel_table::speed::{Bell, Doorbells, PageDoorbells};
 use irpverbs_kernel_table::{IoctlTransport, SpeedPath};
+use irpverbs_ring::Shared;
 use irpverbs_ring::wq::LockCheck;
 use irpverbs_soft::{Datagram, Execution, SoftBus, SoftConfig, SoftHca};
 use zerocopy::FromBytes;
@@ -72,7 +73,7 @@ use zerocopy::FromBytes;
 use crate::backend::{Backend, HostHca, HostModelHca, HostSilicon, MsixHandler, SiliconBus};
 use crate::platform::{
     CancelRoutine, Completion, Dpc, HOST_PROCESS, HostConfig, HostPlatform, KeptNotify,
-    RawSpinLock, RequestHandle, RequestParams, TargetedDpc, check_callback_irql,
+    RawSpinLock, RequestHandle, RequestParams, TargetedDpc, check_callback_irql, kept_notify,
 };
 use crate::udp::{Endpoint, UdpConfig, UdpStats, UdpWire};
 
@@ -1057,6 +1058,27 @@ impl HostDevice {
         // A user-mode open belongs to its process; a kernel-mode one (a
         // kernel ULP's, in whatever process it runs) to none.
         let owner = (mode == RequestorMode::User).then_some(process);
+        // The file object's memory (IoCreateFile's), taken before the
+        // driver sees the create: refused, the open fails with
+        // STATUS_INSUFFICIENT_RESOURCES and the driver never knows.
+        let no_memory = |_| STATUS_INSUFFICIENT_RESOURCES;
+        let outstanding = Shared::try_new(AtomicUsize::new(0)).map_err(no_memory)?;
+        let handles = Shared::try_new(AtomicUsize::new(1)).map_err(no_memory)?;
+        let kept_notify: KeptNotify = {
+            let outstanding = outstanding.clone();
+            let completions = Arc::clone(&self.completions);
+            kept_notify(move || {
+                outstanding.fetch_sub(1, Ordering::AcqRel);
+                completions.notify();
+            })
+            .ok_or(STATUS_INSUFFICIENT_RESOURCES)?
+        };
+        lock(&self.owners)
+            .try_reserve(1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        lock(&self.handles)
+            .try_reserve(1)
+            .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         self.platform
             .driver_code(|| self.device.create_file(key, owner))?;
         self.platform.file_opened(key);
@@ -1064,15 +1086,6 @@ impl HostDevice {
             lock(&self.owners).insert(key, owner);
         }
         *lock(&self.handles).entry(process).or_default() += 1;
-        let outstanding = Arc::new(AtomicUsize::new(0));
-        let kept_notify: KeptNotify = {
-            let outstanding = Arc::clone(&outstanding);
-            let completions = Arc::clone(&self.completions);
-            Arc::new(move || {
-                outstanding.fetch_sub(1, Ordering::AcqRel);
-                completions.notify();
-            })
-        };
         Ok(HostFile {
             dev: Arc::clone(self),
             key,
@@ -1082,7 +1095,7 @@ impl HostDevice {
             kept_notify,
             page: OnceLock::new(),
             process,
-            handles: Arc::new(AtomicUsize::new(1)),
+            handles,
         })
     }
 
@@ -1304,6 +1317,11 @@ impl HostDevice {
         {
             let _ = h.join();
         }
+        // KeFlushQueuedDpcs: a completion vector's DPC still running holds
+        // the device, which must be gone when the leak check runs.
+        for dpc in self.bus.comp.get().into_iter().flatten() {
+            dpc.stop();
+        }
         self.release_model();
         self.platform.unload();
     }
@@ -1452,7 +1470,7 @@ pub struct HostFile {
     pub(crate) key: FileKey,
     pub(crate) access: GrantedAccess,
     pub(crate) mode: RequestorMode,
-    pub(crate) outstanding: Arc<AtomicUsize>,
+    pub(crate) outstanding: Shared<AtomicUsize>,
     /// What a synchronous call's completion runs ([`Completion::Keep`]):
     /// the request stops counting as outstanding and waiters wake.
     pub(crate) kept_notify: KeptNotify,
@@ -1463,7 +1481,7 @@ pub struct HostFile {
     pub(crate) process: ProcessKey,
     /// The file object's handles (this one and its duplicates): the last
     /// one's close is the file's cleanup and close.
-    pub(crate) handles: Arc<AtomicUsize>,
+    pub(crate) handles: Shared<AtomicUsize>,
 }
 
 impl std::fmt::Debug for HostFile {
@@ -1494,7 +1512,10 @@ impl HostFile {
 
     /// Issues an IOCTL. `on_complete(status, information, output)` runs
     /// exactly once, at completion (possibly before this returns, possibly
-    /// on another thread at DISPATCH_LEVEL).
+    /// on another thread at DISPATCH_LEVEL); with
+    /// `STATUS_INSUFFICIENT_RESOURCES` before this returns when the I/O
+    /// manager's memory for the request is refused (the driver never sees
+    /// it, and [`Submitted::handle`] is `None`).
     ///
     /// IRQL: PASSIVE_LEVEL (the caller's thread).
     pub fn submit(
@@ -1502,23 +1523,82 @@ impl HostFile {
         io: Ioctl<'_>,
         on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
     ) -> Submitted {
+        self.submit_or(io, on_complete, true).unwrap_or(Submitted {
+            pended: false,
+            handle: None,
+        })
+    }
+
+    /// [`Self::submit`], except that when the I/O manager's memory for the
+    /// request (the IRP, the system buffer, the completion routine's) is
+    /// refused it fails with `STATUS_INSUFFICIENT_RESOURCES` and
+    /// `on_complete` is dropped without running, as `DeviceIoControl`
+    /// fails when `IoAllocateIrp` does: no completion, nothing queued.
+    ///
+    /// IRQL: PASSIVE_LEVEL (the caller's thread).
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES`, before the driver sees anything.
+    pub fn try_submit(
+        &self,
+        io: Ioctl<'_>,
+        on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
+    ) -> Result<Submitted, NtStatus> {
+        self.submit_or(io, on_complete, false)
+    }
+
+    /// [`Self::submit`]; a request refused before the driver runs
+    /// `on_complete` with the status (`run_refused`) or drops it.
+    fn submit_or(
+        &self,
+        io: Ioctl<'_>,
+        on_complete: impl FnOnce(NtStatus, usize, &[u8]) + Send + 'static,
+        run_refused: bool,
+    ) -> Result<Submitted, NtStatus> {
         if !self.may_issue(io.code) {
             on_complete(STATUS_ACCESS_DENIED, 0, &[]);
-            return Submitted {
+            return Ok(Submitted {
                 pended: false,
                 handle: None,
-            };
+            });
         }
-        let outstanding = Arc::clone(&self.outstanding);
+        let outstanding = self.outstanding.clone();
         let completions = Arc::clone(&self.dev.completions);
-        self.dispatch(
-            io,
-            Completion::Routine(Box::new(move |status, info, out: &[u8]| {
-                on_complete(status, info, out);
-                outstanding.fetch_sub(1, Ordering::AcqRel);
-                completions.notify();
-            })),
-        )
+        let routine = move |status, info, out: &[u8]| {
+            on_complete(status, info, out);
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+            completions.notify();
+        };
+        // Refused: counted outstanding until its completion runs, as any
+        // request, if it runs.
+        let refused = |run: &mut dyn FnMut()| {
+            if run_refused {
+                self.outstanding.fetch_add(1, Ordering::AcqRel);
+                run();
+            }
+            Err(STATUS_INSUFFICIENT_RESOURCES)
+        };
+        match irpverbs_ring::try_box(routine) {
+            Ok(routine) => match self.dispatch(io, Completion::Routine(routine)) {
+                Ok(submitted) => Ok(submitted),
+                Err(completion) => {
+                    let mut completion = Some(completion);
+                    refused(&mut || match completion.take() {
+                        Some(Completion::Routine(r)) => r(STATUS_INSUFFICIENT_RESOURCES, 0, &[]),
+                        Some(Completion::Keep(notify)) => (*notify)(),
+                        None => {}
+                    })
+                }
+            },
+            Err(routine) => {
+                let mut routine = Some(routine);
+                refused(&mut || {
+                    if let Some(r) = routine.take() {
+                        r(STATUS_INSUFFICIENT_RESOURCES, 0, &[]);
+                    }
+                })
+            }
+        }
     }
 
     /// Whether the file's granted access allows `code`.
@@ -1529,61 +1609,61 @@ impl HostFile {
 
     /// Builds the request (counted outstanding until `on_complete` ends),
     /// runs EvtIoInCallerContext, and dispatches it at DISPATCH_LEVEL.
-    fn dispatch(&self, io: Ioctl<'_>, on_complete: Completion) -> Submitted {
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
+    /// `Err` with the completion, not run, when the I/O manager's memory
+    /// for the request (the IRP and the system buffer) is refused: the
+    /// driver never sees it.
+    fn dispatch(&self, io: Ioctl<'_>, on_complete: Completion) -> Result<Submitted, Completion> {
         // IoAllocateIrp and the system buffer: the I/O manager's pool,
         // which can be refused; the call then fails with
         // STATUS_INSUFFICIENT_RESOURCES (`ERROR_NO_SYSTEM_RESOURCES` from
         // `DeviceIoControl`) before the driver sees it.
-        if let Err(status) = self.dev.platform.io_manager_allocate() {
-            match on_complete {
-                Completion::Routine(routine) => routine(status, 0, &[]),
-                Completion::Keep(notify) => notify(),
-            }
-            return Submitted {
-                pended: false,
-                handle: None,
-            };
+        if self.dev.platform.io_manager_allocate().is_err() {
+            return Err(on_complete);
         }
+        // The system buffer: input and output share it, sized for the
+        // larger (one allocation, no regrowth).
+        let mut input = Vec::new();
+        if input
+            .try_reserve_exact(io.input.len().max(io.output_len))
+            .is_err()
+        {
+            return Err(on_complete);
+        }
+        input.extend_from_slice(io.input);
         let params = RequestParams {
             ioctl_code: io.code,
             major_function: io.major,
             requestor_mode: io.mode,
             file: self.key,
             process: self.process,
-            input: {
-                // The system buffer: input and output share it, sized for
-                // the larger (one allocation, no regrowth).
-                let mut buf = Vec::with_capacity(io.input.len().max(io.output_len));
-                buf.extend_from_slice(io.input);
-                buf
-            },
+            input,
             output_len: io.output_len,
         };
-        let request = self.dev.platform.new_request_with(
+        let request = self.dev.platform.try_new_request_with(
             params,
             on_complete,
             Some(Arc::clone(&self.dev.cancel)),
-        );
+        )?;
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
         let handle = request.handle();
         // EvtIoInCallerContext: on the caller's thread, at its IRQL
         // (PASSIVE_LEVEL), before the request is queued.
         let platform = &self.dev.platform;
         let Some(request) = platform.driver_code(|| self.dev.device.in_caller_context(request))
         else {
-            return Submitted {
+            return Ok(Submitted {
                 pended: !handle.is_completed(),
                 handle: Some(handle),
-            };
+            });
         };
         let old = self.dev.platform.raise_irql(DISPATCH_LEVEL);
         platform.driver_code(|| self.dev.device.dispatch_ioctl(request));
         let pended = !handle.is_completed();
         self.dev.platform.lower_irql(old);
-        Submitted {
+        Ok(Submitted {
             pended,
             handle: Some(handle),
-        }
+        })
     }
 
     /// Issues an IOCTL and waits for its completion (a synchronous
@@ -1594,8 +1674,10 @@ impl HostFile {
         if !self.may_issue(io.code) {
             return (STATUS_ACCESS_DENIED, Vec::new());
         }
-        let submitted = self.dispatch(io, Completion::Keep(Arc::clone(&self.kept_notify)));
         // No request: the I/O manager refused its memory.
+        let Ok(submitted) = self.dispatch(io, Completion::Keep(self.kept_notify.clone())) else {
+            return (STATUS_INSUFFICIENT_RESOURCES, Vec::new());
+        };
         let Some(handle) = submitted.handle else {
             return (STATUS_INSUFFICIENT_RESOURCES, Vec::new());
         };
@@ -1729,7 +1811,7 @@ impl Drop for HostFile {
             .driver_code(|| dev.device.cleanup_file(self.key));
         // EvtFileCleanup: a bounded wait for the file's pins.
         dev.wait_file_pins(self.key, "file cleanup");
-        let outstanding = Arc::clone(&self.outstanding);
+        let outstanding = self.outstanding.clone();
         dev.completions
             .wait_until(Instant::now() + CLOSE_TIMEOUT, || {
                 outstanding.load(Ordering::Acquire) == 0

@@ -107,11 +107,11 @@ impl HostFile {
             key: self.key,
             access: self.access,
             mode: self.mode,
-            outstanding: Arc::clone(&self.outstanding),
-            kept_notify: Arc::clone(&self.kept_notify),
+            outstanding: self.outstanding.clone(),
+            kept_notify: self.kept_notify.clone(),
             page: std::sync::OnceLock::new(),
             process,
-            handles: Arc::clone(&self.handles),
+            handles: self.handles.clone(),
         }
     }
 }

@@ -19,8 +19,8 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::ffi::c_void;
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 
 use irpverbs_abi::*;
 use irpverbs_verbs::kernel::{
@@ -32,6 +32,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::win32::{HANDLE, Win32File, error, fail, file_of};
 use irpverbs_host::device::HostFile;
+use irpverbs_ring::Shared;
 
 /// `IvUserSendWr`: the layout of `IvKernelSendWr`.
 pub type IvUserSendWr = IvKernelSendWr;
@@ -40,7 +41,7 @@ pub type IvUserRecvWr = IvKernelRecvWr;
 
 /// An opened object: the rings, the file it lives on, and its hold.
 struct Opened<R> {
-    file: Arc<Win32File>,
+    file: Shared<Win32File>,
     held: (u32, IvHandle),
     rings: R,
 }
@@ -103,19 +104,31 @@ fn open<R, T>(
     if guard.is_none() {
         return fail(error::INVALID_HANDLE, std::ptr::null_mut());
     }
-    file.hold(held);
+    if !file.hold(held) {
+        return fail(error::NO_SYSTEM_RESOURCES, std::ptr::null_mut());
+    }
     let mapped = guard
         .as_ref()
         .map_or(Err(STATUS_INVALID_HANDLE), |f| map_rings(f, held.1));
     let rings = match mapped.and_then(map) {
         Ok(r) => r,
-        Err(_) => {
+        Err(status) => {
             file.release(held);
-            return fail(error::INVALID_PARAMETER, std::ptr::null_mut());
+            // A refused allocation says so; anything else is a bad object.
+            let err = if status == STATUS_INSUFFICIENT_RESOURCES {
+                error::NO_SYSTEM_RESOURCES
+            } else {
+                error::INVALID_PARAMETER
+            };
+            return fail(err, std::ptr::null_mut());
         }
     };
     drop(guard);
-    Box::into_raw(Box::new(wrap(Opened { file, held, rings })))
+    // Refused, the opened object is dropped: its hold is released.
+    match irpverbs_ring::try_box(wrap(Opened { file, held, rings })) {
+        Ok(opened) => Box::into_raw(opened),
+        Err(_) => fail(error::NO_SYSTEM_RESOURCES, std::ptr::null_mut()),
+    }
 }
 
 /// `IvUserQpOpen`.

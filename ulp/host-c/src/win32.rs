@@ -25,7 +25,14 @@
 //! `GetLastError() == ERROR_IO_PENDING`; `OVERLAPPED.Internal` holds
 //! `STATUS_PENDING` until completion, then the NTSTATUS, and `InternalHigh`
 //! the byte count; every completion of a file associated with a port is
-//! queued to the port (unless `hEvent`'s low bit is set); an overlapped
+//! queued to the port (unless `hEvent`'s low bit is set), into room taken
+//! when the request was issued (a completion allocates nothing; a request
+//! issued before its file was associated with a port is not queued to
+//! it); a request refused before the driver sees it for lack of memory
+//! returns FALSE with `ERROR_NO_SYSTEM_RESOURCES`, leaves its OVERLAPPED
+//! pending and queues nothing, as `DeviceIoControl` does when the I/O
+//! manager cannot allocate an IRP (every call of this subset takes its
+//! memory fallibly, see `docs/kernel-resources.md`); an overlapped
 //! call resets its `hEvent` (low bits masked off, as the kernel ignores a
 //! handle's two tag bits) when issued and sets it at completion, port or
 //! not; a synchronous call on a file opened without `FILE_FLAG_OVERLAPPED`
@@ -36,10 +43,11 @@
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use irpverbs_host::platform::{catch_bugcheck, heap};
+use irpverbs_ring::Shared;
 use std::time::{Duration, Instant};
 
 use irpverbs_abi::*;
@@ -188,24 +196,80 @@ struct Packet {
     status: NtStatus,
 }
 
+/// A completion port's queue: its packets, and the room taken for the
+/// packets of requests in flight.
+#[derive(Default)]
+struct Queue {
+    packets: VecDeque<Packet>,
+    /// Packets the queue has room for beyond `packets`: one per request in
+    /// flight on a file associated with the port, taken when the request
+    /// is issued (the IRP is the packet on Windows), so that a completion
+    /// never allocates.
+    reserved: usize,
+}
+
 #[derive(Default)]
 struct Port {
-    queue: Mutex<VecDeque<Packet>>,
+    queue: Mutex<Queue>,
     cv: Condvar,
     closed: AtomicBool,
 }
 
 impl Port {
-    fn post(&self, p: Packet) {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back(p);
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes room for one packet, fallibly.
+    fn reserve(&self) -> Result<(), u32> {
+        let mut q = self.queue();
+        let more = q.reserved + 1;
+        q.packets
+            .try_reserve(more)
+            .map_err(|_| error::NO_SYSTEM_RESOURCES)?;
+        q.reserved = more;
+        Ok(())
+    }
+
+    /// Gives back room [`Self::reserve`] took.
+    fn unreserve(&self) {
+        let mut q = self.queue();
+        q.reserved = q.reserved.saturating_sub(1);
+    }
+
+    /// Queues a packet into room [`Self::reserve`] took: allocates nothing.
+    fn post_reserved(&self, p: Packet) {
+        let mut q = self.queue();
+        q.reserved = q.reserved.saturating_sub(1);
+        q.packets.push_back(p);
+        drop(q);
         self.cv.notify_one();
+    }
+
+    /// Queues a packet, fallibly.
+    fn post(&self, p: Packet) -> Result<(), u32> {
+        self.reserve()?;
+        self.post_reserved(p);
+        Ok(())
     }
 }
 
-type CancelCell = Arc<Mutex<Option<RequestHandle>>>;
+/// An overlapped request in flight, for `CancelIoEx`.
+#[derive(Default)]
+struct Cancel {
+    /// The request, once the I/O manager has made it.
+    handle: Mutex<Option<RequestHandle>>,
+    /// The last `CancelIoEx` call that visited it.
+    pass: AtomicU64,
+}
+
+type CancelCell = Shared<Cancel>;
+
+/// A port a file is associated with, and its completion key.
+type PortKey = (Shared<Port>, usize);
+
+/// Numbers `CancelIoEx` calls.
+static CANCEL_PASS: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Win32File {
     /// Taken out (and dropped: cleanup, close) by `CloseHandle`. The
@@ -215,7 +279,7 @@ pub(crate) struct Win32File {
     /// destroying (or resizing) one of them is refused with busy.
     pub(crate) held: Mutex<Vec<(u32, IvHandle)>>,
     overlapped: bool,
-    port: Mutex<Option<(Arc<Port>, usize)>>,
+    port: Mutex<Option<PortKey>>,
     /// In-flight overlapped requests by OVERLAPPED address, for CancelIoEx.
     inflight: Mutex<HashMap<usize, CancelCell>>,
     done: Condvar,
@@ -223,8 +287,8 @@ pub(crate) struct Win32File {
 }
 
 enum Object {
-    File(Arc<Win32File>),
-    Port(Arc<Port>),
+    File(Shared<Win32File>),
+    Port(Shared<Port>),
     Event(Event),
 }
 
@@ -293,16 +357,16 @@ fn insert(o: Object) -> Result<HANDLE, u32> {
     Ok(v as HANDLE)
 }
 
-pub(crate) fn file_of(h: HANDLE) -> Option<Arc<Win32File>> {
+pub(crate) fn file_of(h: HANDLE) -> Option<Shared<Win32File>> {
     match handles().map.get(&(h as usize)) {
-        Some(Object::File(f)) => Some(Arc::clone(f)),
+        Some(Object::File(f)) => Some(f.clone()),
         _ => None,
     }
 }
 
-fn port_of(h: HANDLE) -> Option<Arc<Port>> {
+fn port_of(h: HANDLE) -> Option<Shared<Port>> {
     match handles().map.get(&(h as usize)) {
-        Some(Object::Port(p)) => Some(Arc::clone(p)),
+        Some(Object::Port(p)) => Some(p.clone()),
         _ => None,
     }
 }
@@ -453,24 +517,36 @@ pub unsafe extern "C" fn CreateFileA(
         Ok(d) => d,
         Err(s) => return fail(nt_status_to_win32(s), invalid),
     };
-    match dev.open(granted) {
-        Ok(file) => insert_file(file, flags),
-        Err(s) => fail(nt_status_to_win32(s), invalid),
-    }
+    open_file(flags, || dev.open(granted))
 }
 
-fn insert_file(file: HostFile, flags: DWORD) -> HANDLE {
-    let f = Object::File(Arc::new(Win32File {
-        file: std::sync::RwLock::new(Some(file)),
+/// Opens a file with `open` and enters it in the handle table. The
+/// handle's memory (its object and table slot) is taken first: refused, the
+/// call fails with `ERROR_NO_SYSTEM_RESOURCES` before the driver sees a
+/// create.
+fn open_file(flags: DWORD, open: impl FnOnce() -> Result<HostFile, NtStatus>) -> HANDLE {
+    let invalid = INVALID_HANDLE_VALUE as HANDLE;
+    let Ok(f) = Shared::try_new(Win32File {
+        file: std::sync::RwLock::new(None),
         held: Mutex::new(Vec::new()),
         overlapped: flags & FILE_FLAG_OVERLAPPED != 0,
         port: Mutex::new(None),
         inflight: Mutex::new(HashMap::new()),
         done: Condvar::new(),
         done_lock: Mutex::new(()),
-    }));
-    // A refused slot drops the file: the driver runs it down (close).
-    insert(f).unwrap_or_else(|e| fail(e, INVALID_HANDLE_VALUE as HANDLE))
+    }) else {
+        return fail(error::NO_SYSTEM_RESOURCES, invalid);
+    };
+    if let Err(e) = reserve_slot(&mut handles()) {
+        return fail(e, invalid);
+    }
+    match open() {
+        Ok(file) => *f.file.write().unwrap_or_else(PoisonError::into_inner) = Some(file),
+        Err(s) => return fail(nt_status_to_win32(s), invalid),
+    }
+    // A slot taken meanwhile by another thread, and none left: the file
+    // is dropped, and the driver runs it down (close).
+    insert(Object::File(f)).unwrap_or_else(|e| fail(e, invalid))
 }
 
 /// Host only: the stand-in for a kernel ULP's file object (what
@@ -486,19 +562,19 @@ pub extern "C" fn IrpverbsHostCreateKernelFile(flags: DWORD) -> HANDLE {
         Ok(d) => d,
         Err(s) => return fail(nt_status_to_win32(s), invalid),
     };
-    match dev.open_kernel() {
-        Ok(file) => insert_file(file, flags),
-        Err(s) => fail(nt_status_to_win32(s), invalid),
-    }
+    open_file(flags, || dev.open_kernel())
 }
 
 impl Win32File {
-    /// The speed-path library opened `object`.
-    pub(crate) fn hold(&self, object: (u32, IvHandle)) {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(object);
+    /// The speed-path library opens `object`: false when the list of held
+    /// objects cannot grow (nothing is held).
+    pub(crate) fn hold(&self, object: (u32, IvHandle)) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.try_reserve(1).is_err() {
+            return false;
+        }
+        held.push(object);
+        true
     }
 
     /// The speed-path library closed `object`.
@@ -606,18 +682,22 @@ pub unsafe extern "C" fn DeviceIoControl(
     if !reset_for_io(event) {
         return fail(error::INVALID_HANDLE, FALSE);
     }
+    // As kernel32 does before the system call: a request refused before
+    // the driver sees it leaves it pending, with no completion.
     // SAFETY: as above.
     unsafe { internal(ov.0) }.store(STATUS_PENDING as usize, Ordering::Release);
     // SAFETY: as above.
     unsafe { (*overlapped).InternalHigh = 0 };
-    let cell: CancelCell = Arc::default();
-    f.inflight
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(ov.0, Arc::clone(&cell));
-    let fc = Arc::clone(&f);
-    let cell2 = Arc::clone(&cell);
-    let submitted = file.submit(io, move |status, info, bytes| {
+    // What the request's completion needs, taken now (the IRP is the
+    // completion packet on Windows): its cancel cell, its entry among the
+    // requests in flight, room for its packet on the port.
+    let Some((cell, port)) = take_request_room(&f, ov.0, event) else {
+        return fail(error::NO_SYSTEM_RESOURCES, FALSE);
+    };
+    let fc = f.clone();
+    let cell2 = cell.clone();
+    let port2 = port.clone();
+    let submitted = file.try_submit(io, move |status, info, bytes| {
         let n = bytes.len().min(info);
         if n > 0 {
             // SAFETY: the output buffer stays valid until completion and
@@ -628,33 +708,31 @@ pub unsafe extern "C" fn DeviceIoControl(
         unsafe { (*(ov.0 as *mut OVERLAPPED)).InternalHigh = n };
         // SAFETY: as above; the status is published last.
         unsafe { internal(ov.0) }.store(status as u32 as usize, Ordering::Release);
-        {
-            let mut inflight = fc.inflight.lock().unwrap_or_else(PoisonError::into_inner);
-            if inflight.get(&ov.0).is_some_and(|c| Arc::ptr_eq(c, &cell2)) {
-                inflight.remove(&ov.0);
-            }
-        }
-        let port = fc
-            .port
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some((port, key)) = port {
-            if event & 1 == 0 {
-                port.post(Packet {
-                    bytes: n as u32,
-                    key,
-                    overlapped: ov.0,
-                    status,
-                });
-            }
+        fc.forget_request(ov.0, &cell2);
+        if let Some((port, key)) = port2 {
+            port.post_reserved(Packet {
+                bytes: n as u32,
+                key,
+                overlapped: ov.0,
+                status,
+            });
         }
         signal_event(event);
         let _g = fc.done_lock.lock().unwrap_or_else(PoisonError::into_inner);
         fc.done.notify_all();
     });
+    let submitted = match submitted {
+        Ok(s) => s,
+        Err(status) => {
+            f.forget_request(ov.0, &cell);
+            if let Some((port, _)) = port {
+                port.unreserve();
+            }
+            return fail(nt_status_to_win32(status), FALSE);
+        }
+    };
     if let Some(handle) = submitted.handle {
-        *cell.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        *cell.handle.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     }
     if submitted.pended {
         return fail(error::IO_PENDING, FALSE);
@@ -674,6 +752,55 @@ pub unsafe extern "C" fn DeviceIoControl(
     }
 }
 
+/// Takes what an overlapped request at `ov` on `f` needs before it is
+/// issued: its cancel cell, entered among the file's requests in flight,
+/// and room for its packet on the file's port (`None` when the file has no
+/// port or `event`'s low bit keeps the completion off it). `None` when the
+/// memory is refused; nothing is then kept.
+fn take_request_room(
+    f: &Win32File,
+    ov: usize,
+    event: usize,
+) -> Option<(CancelCell, Option<PortKey>)> {
+    let cell = Shared::try_new(Cancel::default()).ok()?;
+    let port = port_for(f, event).map_or(Ok(None), |(port, key)| {
+        port.reserve().map(|()| Some((port, key)))
+    });
+    let port = port.ok()?;
+    let mut inflight = f.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+    if inflight.try_reserve(1).is_err() {
+        drop(inflight);
+        if let Some((port, _)) = port {
+            port.unreserve();
+        }
+        return None;
+    }
+    inflight.insert(ov, cell.clone());
+    Some((cell, port))
+}
+
+/// The port a completion of `f` is queued to: its port, unless `event`'s
+/// low bit is set.
+fn port_for(f: &Win32File, event: usize) -> Option<PortKey> {
+    if event & 1 != 0 {
+        return None;
+    }
+    f.port
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+impl Win32File {
+    /// The request at `ov` with `cell` is no longer in flight.
+    fn forget_request(&self, ov: usize, cell: &CancelCell) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+        if inflight.get(&ov).is_some_and(|c| Shared::ptr_eq(c, cell)) {
+            inflight.remove(&ov);
+        }
+    }
+}
+
 /// Completes a request without the driver, as a request the driver
 /// completed inside its dispatch routine: the status in the OVERLAPPED, a
 /// packet to the file's completion port, FALSE with the Win32 error.
@@ -686,36 +813,36 @@ unsafe fn complete_at_once(
     returned: *mut DWORD,
     status: NtStatus,
 ) -> BOOL {
-    if !returned.is_null() {
-        // SAFETY: a valid DWORD pointer.
-        unsafe { returned.write(0) };
-    }
     if f.overlapped && !overlapped.is_null() {
         // SAFETY: the caller's OVERLAPPED is valid.
         let event = unsafe { (*overlapped).hEvent } as usize;
         if !reset_for_io(event) {
             return fail(error::INVALID_HANDLE, FALSE);
         }
+        // The packet's room first: refused, the request is not issued.
+        let port = port_for(f, event);
+        if let Some((port, _)) = &port {
+            if let Err(e) = port.reserve() {
+                return fail(e, FALSE);
+            }
+        }
         // SAFETY: as above.
         unsafe { (*overlapped).InternalHigh = 0 };
         // SAFETY: as above.
         unsafe { internal(overlapped as usize) }.store(status as u32 as usize, Ordering::Release);
-        let port = f
-            .port
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
         if let Some((port, key)) = port {
-            if event & 1 == 0 {
-                port.post(Packet {
-                    bytes: 0,
-                    key,
-                    overlapped: overlapped as usize,
-                    status,
-                });
-            }
+            port.post_reserved(Packet {
+                bytes: 0,
+                key,
+                overlapped: overlapped as usize,
+                status,
+            });
         }
         signal_event(event);
+    }
+    if !returned.is_null() {
+        // SAFETY: a valid DWORD pointer.
+        unsafe { returned.write(0) };
     }
     fail(nt_status_to_win32(status), FALSE)
 }
@@ -777,7 +904,10 @@ pub extern "C" fn CreateIoCompletionPort(
     _threads: DWORD,
 ) -> HANDLE {
     let port_handle = if existing.is_null() {
-        match insert(Object::Port(Arc::default())) {
+        let Ok(port) = Shared::try_new(Port::default()) else {
+            return fail(error::NO_SYSTEM_RESOURCES, std::ptr::null_mut());
+        };
+        match insert(Object::Port(port)) {
             Ok(h) => h,
             Err(e) => return fail(e, std::ptr::null_mut()),
         }
@@ -821,9 +951,9 @@ pub unsafe extern "C" fn GetQueuedCompletionStatus(
     };
     let deadline =
         (millis != INFINITE).then(|| Instant::now() + Duration::from_millis(millis.into()));
-    let mut q = p.queue.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut q = p.queue();
     let packet = loop {
-        if let Some(pk) = q.pop_front() {
+        if let Some(pk) = q.packets.pop_front() {
             break Some(pk);
         }
         if p.closed.load(Ordering::Acquire) {
@@ -894,13 +1024,15 @@ pub extern "C" fn PostQueuedCompletionStatus(
     let Some(p) = port_of(port) else {
         return fail(error::INVALID_HANDLE, FALSE);
     };
-    p.post(Packet {
+    match p.post(Packet {
         bytes,
         key,
         overlapped: overlapped as usize,
         status: STATUS_SUCCESS,
-    });
-    TRUE
+    }) {
+        Ok(()) => TRUE,
+        Err(e) => fail(e, FALSE),
+    }
 }
 
 /// `CancelIoEx`: cancels the request issued with `overlapped` on `h`, or
@@ -910,21 +1042,32 @@ pub extern "C" fn CancelIoEx(h: HANDLE, overlapped: *mut OVERLAPPED) -> BOOL {
     let Some(f) = file_of(h) else {
         return fail(error::INVALID_HANDLE, FALSE);
     };
-    let cells: Vec<CancelCell> = {
-        let inflight = f.inflight.lock().unwrap_or_else(PoisonError::into_inner);
-        if overlapped.is_null() {
-            inflight.values().cloned().collect()
-        } else {
-            inflight
-                .get(&(overlapped as usize))
-                .cloned()
-                .into_iter()
-                .collect()
-        }
-    };
+    // One request at a time, taken under the lock and cancelled outside
+    // it (a cancel may complete the request, whose completion takes the
+    // lock): a list of them would allocate.
+    let pass = CANCEL_PASS.fetch_add(1, Ordering::Relaxed);
     let mut any = false;
-    for c in cells {
-        let handle = c.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    loop {
+        let next = {
+            let inflight = f.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+            let visit = |c: &CancelCell| c.pass.swap(pass, Ordering::AcqRel) != pass;
+            if overlapped.is_null() {
+                inflight.values().find(|c| visit(c)).cloned()
+            } else {
+                inflight
+                    .get(&(overlapped as usize))
+                    .filter(|c| visit(c))
+                    .cloned()
+            }
+        };
+        let Some(c) = next else {
+            break;
+        };
+        let handle = c
+            .handle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if let Some(h) = handle {
             if !h.is_completed() {
                 h.cancel();

@@ -444,4 +444,4 @@ fn c_ulp_allocation_sweep() {
 
 /// Whether [`c_ulp_allocation_sweep`] fails on a run that does not end
 /// cleanly (off while the sweep only measures).
-const SWEEP_STRICT: bool = false;
+const SWEEP_STRICT: bool = true;

@@ -38,6 +38,17 @@ pub(crate) fn create_cq<P: Platform, H: Hca>(
     } else {
         Some(s.file(file)?.objects.lookup(i.channel, Kind::Channel)?)
     };
+    if let Some(ch) = channel {
+        // Room in the channel's queue for an event of every CQ on it, this
+        // one too: an event is queued at DISPATCH_LEVEL into that room.
+        let o = s.file(file)?.objects.get_mut(ch);
+        let cqs = o.dependents as usize + 1;
+        if let Body::Channel(c) = &mut o.body {
+            c.events
+                .try_reserve_exact(cqs.saturating_sub(c.events.len()))
+                .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        }
+    }
     let body = Body::Cq(Cq {
         cqn: 0,
         cqe: 0,

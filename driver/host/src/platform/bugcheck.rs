@@ -306,6 +306,11 @@ static HOOK: Once = Once::new();
 /// line and stays quiet for ones a [`catch_bugcheck`] will return; other
 /// panics go to the previous hook.
 fn install_hook() {
+    // The verifier's own: never refused by the process-wide injection.
+    super::heap::uncharged(install_hook_once);
+}
+
+fn install_hook_once() {
     HOOK.call_once(|| {
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {

@@ -226,9 +226,9 @@ fn record_refusal(index: u64, bytes: usize) {
     *REFUSED.lock().unwrap_or_else(PoisonError::into_inner) = Some(Refusal { index, bytes, site });
 }
 
-/// The first frame of a backtrace's text that is irpverbs code and not
-/// the allocator, the reference counts or the fallible-allocation helpers:
-/// `path::fn (file.rs:line)`.
+/// The first frame of a backtrace's text that is irpverbs code (a crate of
+/// it, or a file of the workspace) and not the allocator, the reference
+/// counts or the fallible-allocation helpers: `path::fn (file.rs:line)`.
 #[must_use]
 pub fn site_of(backtrace: &str) -> Option<String> {
     let mut lines = backtrace.lines().peekable();
@@ -243,7 +243,10 @@ pub fn site_of(backtrace: &str) -> Option<String> {
             .unwrap_or_default();
         // The C library's exports have unmangled names: known by their file.
         let export = !name.contains("::") && path.contains("ulp/host-c/");
-        let ours = name.starts_with("irpverbs") || export;
+        // A frame of the workspace (its files are named relative to it).
+        let file = path.split(':').next().unwrap_or_default();
+        let ours =
+            name.starts_with("irpverbs") || (file.starts_with("./") && file.ends_with(".rs"));
         let helper = name.starts_with("irpverbs_host::platform::heap::")
             || name.starts_with("irpverbs_ring::shared::")
             || name.contains("::fallible::");

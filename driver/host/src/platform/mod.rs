@@ -130,7 +130,7 @@ pub use pool::{ChargeSite, NON_PAGED_POOL_NX, PoolStats, TagUsage, tag_str};
 pub use processor::TargetedDpc;
 pub use request::{
     CancelRoutine, Completion, CompletionRoutine, HOST_PROCESS, HostRequest, KeptNotify,
-    RequestHandle, RequestParams,
+    RequestHandle, RequestParams, kept_notify,
 };
 pub use spinlock::{HostSpinLock, RawSpinLock, speed_lock_check};
 pub use timer::{HostTimer, TimerClock};
@@ -701,23 +701,45 @@ impl HostPlatform {
     /// [`new_request`](Self::new_request) with any [`Completion`]: a
     /// [`Completion::Keep`] request keeps its result for
     /// [`RequestHandle::take_result`].
+    ///
+    /// # Panics
+    /// Aborts the process, as an infallible allocation does, when the
+    /// request's memory is refused ([`Self::try_new_request_with`] fails
+    /// instead).
     pub fn new_request_with(
         &self,
         params: RequestParams,
         on_complete: Completion,
         cancel_routine: Option<CancelRoutine>,
     ) -> HostRequest {
+        self.try_new_request_with(params, on_complete, cancel_routine)
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(request::request_layout()))
+    }
+
+    /// [`new_request_with`](Self::new_request_with), fallibly, as
+    /// `IoAllocateIrp`: `Err` with the completion, not run, when the
+    /// request's memory is refused (nothing is tracked). The system buffer
+    /// is `params.input`: give it room for `output_len` bytes, so that
+    /// nothing else allocates.
+    pub fn try_new_request_with(
+        &self,
+        params: RequestParams,
+        on_complete: Completion,
+        cancel_routine: Option<CancelRoutine>,
+    ) -> Result<HostRequest, Completion> {
         let id = self.shared.next_id();
-        if self.shared.verify {
-            self.shared.track_request(params.file, id);
-        }
-        HostRequest::new(
+        let file = params.file;
+        let request = HostRequest::try_new(
             id,
             Arc::clone(&self.shared),
             params,
             on_complete,
             cancel_routine,
-        )
+        )?;
+        if self.shared.verify {
+            self.shared.track_request(file, id);
+        }
+        Ok(request)
     }
 
     /// A file (open of the device) was created.
@@ -725,7 +747,7 @@ impl HostPlatform {
     /// IRQL: PASSIVE_LEVEL (the host's create path; not checked).
     pub fn file_opened(&self, file: FileKey) {
         if self.shared.verify {
-            self.shared.files().open.insert(file);
+            heap::uncharged(|| self.shared.files().open.insert(file));
         }
     }
 

@@ -35,7 +35,7 @@ struct Inner {
 pub struct TargetedDpc {
     inner: Arc<Inner>,
     processor: u32,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
 }
 
@@ -85,7 +85,7 @@ impl HostPlatform {
             inner,
             processor,
             thread_id: thread.thread().id(),
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
         })
     }
 }
@@ -147,8 +147,14 @@ impl TargetedDpc {
     }
 }
 
-impl Drop for TargetedDpc {
-    fn drop(&mut self) {
+impl TargetedDpc {
+    /// Takes its processor away: waits for the DPC it is running, if any,
+    /// and ends its thread (a DPC queued but not started is not run), as a
+    /// driver's unload flushes its DPCs (`KeFlushQueuedDpcs`) before its
+    /// memory goes. Later calls, and `insert`s, do nothing.
+    ///
+    /// IRQL: PASSIVE_LEVEL (it waits).
+    pub fn stop(&self) {
         {
             let _g = self
                 .inner
@@ -158,13 +164,24 @@ impl Drop for TargetedDpc {
             self.inner.stop.store(true, Ordering::Release);
             self.inner.wake.notify_one();
         }
-        if let Some(t) = self.thread.take() {
-            // Dropped from its own routine (the last reference to the
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            // Stopped from its own routine (the last reference to the
             // device went there): it ends when the routine returns.
             if thread::current().id() != self.thread_id {
                 let _ = t.join();
             }
         }
+    }
+}
+
+impl Drop for TargetedDpc {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

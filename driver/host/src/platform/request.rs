@@ -33,8 +33,16 @@ use super::irql;
 /// the output buffer.
 pub type CompletionRoutine = Box<dyn FnOnce(NtStatus, usize, &[u8]) + Send>;
 
-/// Runs after a kept result ([`Completion::Keep`]) is stored.
-pub type KeptNotify = Arc<dyn Fn() + Send + Sync>;
+/// Runs after a kept result ([`Completion::Keep`]) is stored. Shared by
+/// every synchronous call of a file, taken fallibly when the file is opened
+/// ([`kept_notify`]).
+pub type KeptNotify = irpverbs_ring::Shared<Box<dyn Fn() + Send + Sync>>;
+
+/// A [`KeptNotify`] running `f`, or `None` when its memory is refused.
+pub fn kept_notify(f: impl Fn() + Send + Sync + 'static) -> Option<KeptNotify> {
+    let f: Box<dyn Fn() + Send + Sync> = irpverbs_ring::try_box(f).ok()?;
+    irpverbs_ring::Shared::try_new(f).ok()
+}
 
 /// What happens when a request completes.
 pub enum Completion {
@@ -254,13 +262,18 @@ impl RequestShared {
     }
 }
 
+/// The layout of a request's own memory (what refusing it reports).
+pub(crate) fn request_layout() -> std::alloc::Layout {
+    std::alloc::Layout::new::<RequestShared>()
+}
+
 /// A request the driver owns (the [`Request`] the core sees).
 ///
 /// The system buffer is `max(input, output)` bytes (METHOD_BUFFERED):
 /// [`input`](Request::input) is its first `input.len()` bytes,
 /// [`output`](Request::output) its first `output_len` bytes.
 pub struct HostRequest {
-    shared: Arc<RequestShared>,
+    shared: irpverbs_ring::Shared<RequestShared>,
     ioctl_code: u32,
     major_function: MajorFunction,
     requestor_mode: RequestorMode,
@@ -285,13 +298,16 @@ impl std::fmt::Debug for HostRequest {
 }
 
 impl HostRequest {
-    pub(crate) fn new(
+    /// The request, or its completion back (not run) when its memory (the
+    /// IRP's) is refused. The system buffer is `params.input`, which must
+    /// have room for `output_len` bytes already (nothing else allocates).
+    pub(crate) fn try_new(
         id: u64,
         platform: Arc<Shared>,
         params: RequestParams,
         on_complete: Completion,
         cancel_routine: Option<CancelRoutine>,
-    ) -> Self {
+    ) -> Result<Self, Completion> {
         let RequestParams {
             ioctl_code,
             major_function,
@@ -303,20 +319,25 @@ impl HostRequest {
         } = params;
         let input_len = input.len();
         input.resize(input_len.max(output_len), 0);
-        Self {
-            shared: Arc::new(RequestShared {
-                id,
-                file,
-                output_len,
-                platform,
-                cancel_routine,
-                state: Mutex::new(State {
-                    phase: Phase::Owned,
-                    cancel_requested: false,
-                    on_complete: Some(on_complete),
-                    result: None,
-                }),
+        let shared = irpverbs_ring::Shared::try_new(RequestShared {
+            id,
+            file,
+            output_len,
+            platform,
+            cancel_routine,
+            state: Mutex::new(State {
+                phase: Phase::Owned,
+                cancel_requested: false,
+                on_complete: None,
+                result: None,
             }),
+        });
+        let Ok(shared) = shared else {
+            return Err(on_complete);
+        };
+        shared.state().on_complete = Some(on_complete);
+        Ok(Self {
+            shared,
             ioctl_code,
             major_function,
             requestor_mode,
@@ -324,14 +345,14 @@ impl HostRequest {
             input_len,
             buffer: input,
             pin: None,
-        }
+        })
     }
 
     /// A handle to this request (like the WDFREQUEST handle value).
     #[must_use]
     pub fn handle(&self) -> RequestHandle {
         RequestHandle {
-            shared: Arc::clone(&self.shared),
+            shared: self.shared.clone(),
         }
     }
 
@@ -489,7 +510,7 @@ pub const HOST_PROCESS: ProcessKey = 1;
 /// and tests: cancel it, or complete it behind the driver's back.
 #[derive(Clone)]
 pub struct RequestHandle {
-    shared: Arc<RequestShared>,
+    shared: irpverbs_ring::Shared<RequestShared>,
 }
 
 impl std::fmt::Debug for RequestHandle {

@@ -1218,13 +1218,14 @@ fn kept_result_is_taken_once_and_notifies_once() {
     let notified = Arc::new(AtomicUsize::new(0));
     let notify: KeptNotify = {
         let notified = Arc::clone(&notified);
-        Arc::new(move || {
+        kept_notify(move || {
             notified.fetch_add(1, Ordering::SeqCst);
         })
+        .expect("memory")
     };
     let mut req = p.new_request_with(
         params(3, b"abcdef", 8),
-        Completion::Keep(Arc::clone(&notify)),
+        Completion::Keep(notify.clone()),
         None,
     );
     let handle = req.handle();
