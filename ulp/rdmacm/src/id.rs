@@ -20,6 +20,7 @@
 //! private channel, and each call that produces an event waits for it
 //! (and fails with its status).
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -88,10 +89,11 @@ pub(crate) struct State {
     pub own_cqs: bool,
 }
 
-/// An id: the `rdma_cm_id` programs see first.
+/// An id: the `rdma_cm_id` programs see first (shared with the
+/// program, which may write it: in a cell).
 #[repr(C)]
 pub(crate) struct Id {
-    pub cm: rdma_cm_id,
+    cm: UnsafeCell<rdma_cm_id>,
     pub cep: IvHandle,
     pub ps: PortSpace,
     st: Mutex<State>,
@@ -114,6 +116,15 @@ impl IdRef {
 }
 
 impl Id {
+    /// The C struct. Only the program's calls on the id touch it (one at a
+    /// time, as rdma-core requires of a program); the workers never do.
+    #[allow(clippy::mut_from_ref, reason = "the program's struct, in a cell")]
+    pub fn cm(&self) -> &mut rdma_cm_id {
+        // SAFETY: the cell's contents; no other reference to them lives
+        // across this one's use (see above).
+        unsafe { &mut *self.cm.get() }
+    }
+
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -149,16 +160,16 @@ impl Id {
     /// A synchronous id's wait for the event its call produced, as
     /// rdma-core's `ucma_complete`: the previous one acknowledged, the
     /// new one kept in `cm.event`; its status is the call's error.
-    fn complete(&mut self) -> Result<(), c_int> {
+    fn complete(&self) -> Result<(), c_int> {
         let ch = self.state().channel;
         // SAFETY: the id's channel.
         if !unsafe { &*ch }.sync {
             return Ok(());
         }
-        if !self.cm.event.is_null() {
+        if !self.cm().event.is_null() {
             // SAFETY: an event of this library, not yet acknowledged.
-            unsafe { rdma_ack_cm_event(self.cm.event) };
-            self.cm.event = std::ptr::null_mut();
+            unsafe { rdma_ack_cm_event(self.cm().event) };
+            self.cm().event = std::ptr::null_mut();
         }
         let mut ev = std::ptr::null_mut();
         // SAFETY: the id's channel; a place for the event.
@@ -166,7 +177,7 @@ impl Id {
             // SAFETY: the calling thread's errno.
             return Err(unsafe { *libc::__errno_location() });
         }
-        self.cm.event = ev;
+        self.cm().event = ev;
         // SAFETY: the event just taken.
         let e = unsafe { &*ev };
         match (e.event, e.status) {
@@ -182,9 +193,9 @@ impl Id {
 ///
 /// # Safety
 /// `id` is NULL or a live id of this library.
-pub(crate) unsafe fn id_of<'a>(id: *mut rdma_cm_id) -> Option<&'a mut Id> {
+pub(crate) unsafe fn id_of<'a>(id: *mut rdma_cm_id) -> Option<&'a Id> {
     // SAFETY: the `rdma_cm_id` is the first field of its `Id` (caller).
-    unsafe { id.cast::<Id>().as_mut() }
+    unsafe { id.cast::<Id>().as_ref() }
 }
 
 /// A random value (the process's hasher keys are random).
@@ -312,7 +323,7 @@ fn new_id(
     // path).
     let route: rdma_route = unsafe { std::mem::zeroed() };
     let id = Box::new(Id {
-        cm: rdma_cm_id {
+        cm: UnsafeCell::new(rdma_cm_id {
             verbs: std::ptr::null_mut(),
             channel: channel.cast(),
             context,
@@ -328,7 +339,7 @@ fn new_id(
             srq: std::ptr::null_mut(),
             pd: std::ptr::null_mut(),
             qp_type: ps.1,
-        },
+        }),
         cep,
         ps: ps.0,
         st: Mutex::new(State {
@@ -405,10 +416,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let Ok(d) = device() else {
         return err(libc::ENODEV);
     };
-    if !i.cm.event.is_null() {
+    if !i.cm().event.is_null() {
         // SAFETY: the synchronous id's kept event.
-        unsafe { rdma_ack_cm_event(i.cm.event) };
-        i.cm.event = std::ptr::null_mut();
+        unsafe { rdma_ack_cm_event(i.cm().event) };
+        i.cm().event = std::ptr::null_mut();
     }
     let _ = call_none(d, IOCTL_IV_DESTROY_CEP, &IvHandleIn { handle: i.cep });
     let workers = std::mem::take(&mut *i.workers.lock().unwrap_or_else(PoisonError::into_inner));
@@ -416,7 +427,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         let _ = w.join();
     }
     let ch = i.state().channel;
-    let me = std::ptr::from_mut(i);
+    let me = std::ptr::from_ref(i).cast_mut();
     // SAFETY: the id's channel.
     let dropped = unsafe { &*ch }.drop_where(|e| e.owner == me);
     for e in dropped {
@@ -432,12 +443,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             st = i.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
     }
-    if !i.cm.route.path_rec.is_null() {
+    if !i.cm().route.path_rec.is_null() {
         // SAFETY: the path record resolve_route boxed.
-        drop(unsafe { Box::from_raw(i.cm.route.path_rec) });
+        drop(unsafe { Box::from_raw(i.cm().route.path_rec) });
     }
     // SAFETY: the id, boxed by new_id, no longer used by any thread.
-    let b = unsafe { Box::from_raw(std::ptr::from_mut(i)) };
+    let b = unsafe { Box::from_raw(std::ptr::from_ref(i).cast_mut()) };
     // SAFETY: the id's channel.
     if unsafe { &*ch }.sync {
         // SAFETY: its private channel, used by no other id.
@@ -448,12 +459,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// Fills the route's source address and what comes with it.
-fn set_src(i: &mut Id, a: SocketAddr) {
-    i.cm.route.addr.src_storage = sockaddr_of(a).0;
+fn set_src(i: &Id, a: SocketAddr) {
+    i.cm().route.addr.src_storage = sockaddr_of(a).0;
 }
 
-fn set_dst(i: &mut Id, a: SocketAddr) {
-    i.cm.route.addr.dst_storage = sockaddr_of(a).0;
+fn set_dst(i: &Id, a: SocketAddr) {
+    i.cm().route.addr.dst_storage = sockaddr_of(a).0;
 }
 
 /// `rdma_bind_addr`: one of the device's addresses, or the unspecified
@@ -475,7 +486,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
     ret(bind(i, a))
 }
 
-pub(crate) fn bind(i: &mut Id, a: SocketAddr) -> Result<(), c_int> {
+pub(crate) fn bind(i: &Id, a: SocketAddr) -> Result<(), c_int> {
     let d = device()?;
     if i.state().phase != Phase::Idle {
         return Err(libc::EINVAL);
@@ -484,8 +495,8 @@ pub(crate) fn bind(i: &mut Id, a: SocketAddr) -> Result<(), c_int> {
     if !ip.is_unspecified() {
         let ip = ip.to_canonical();
         resolve(&d.client, Some(ip), ip).map_err(|_| libc::EADDRNOTAVAIL)?;
-        i.cm.verbs = d.ctx;
-        i.cm.port_num = 1;
+        i.cm().verbs = d.ctx;
+        i.cm().port_num = 1;
     }
     let port = if a.port() == 0 {
         ephemeral(i.cep)
@@ -532,11 +543,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     ret(resolve_addr(i, src, dst))
 }
 
-pub(crate) fn resolve_addr(
-    i: &mut Id,
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-) -> Result<(), c_int> {
+pub(crate) fn resolve_addr(i: &Id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), c_int> {
     let d = device()?;
     let phase = i.state().phase;
     if let Some(s) = src {
@@ -551,7 +558,7 @@ pub(crate) fn resolve_addr(
     if dst.ip().is_unspecified() {
         return Err(libc::EINVAL);
     }
-    let bound = storage_addr(&i.cm.route.addr.src_storage);
+    let bound = storage_addr(&i.cm().route.addr.src_storage);
     let src_ip = bound.map(|b| b.ip()).filter(|ip| !ip.is_unspecified());
     let route = match resolve(
         &d.client,
@@ -560,7 +567,7 @@ pub(crate) fn resolve_addr(
     ) {
         Ok(r) => r,
         Err(STATUS_NETWORK_UNREACHABLE) => {
-            let me = std::ptr::from_mut(i);
+            let me = std::ptr::from_ref(i).cast_mut();
             i.queue(Event::new(me, RDMA_CM_EVENT_ADDR_ERROR, -libc::ENETUNREACH));
             return i.complete();
         }
@@ -575,19 +582,19 @@ pub(crate) fn resolve_addr(
         SocketAddr::new(family_as(gid_ip(&route.sgid), dst.ip()), port),
     );
     set_dst(i, dst);
-    i.cm.route.addr.ibaddr = rdma_ib_addr {
+    i.cm().route.addr.ibaddr = rdma_ib_addr {
         sgid: ibv_gid { raw: route.sgid },
         dgid: ibv_gid { raw: route.dgid },
         pkey: route.pkey.to_be(),
     };
-    i.cm.verbs = d.ctx;
-    i.cm.port_num = route.port_num;
+    i.cm().verbs = d.ctx;
+    i.cm().port_num = route.port_num;
     {
         let mut st = i.state();
         st.route = Some(route);
         st.phase = Phase::AddrResolved;
     }
-    let me = std::ptr::from_mut(i);
+    let me = std::ptr::from_ref(i).cast_mut();
     i.queue(Event::new(me, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
     i.complete()
 }
@@ -629,13 +636,13 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
         packet_life_time_selector: 2,
         ..ibv_sa_path_rec::default()
     };
-    if !i.cm.route.path_rec.is_null() {
+    if !i.cm().route.path_rec.is_null() {
         // SAFETY: the record this function boxed before.
-        drop(unsafe { Box::from_raw(i.cm.route.path_rec) });
+        drop(unsafe { Box::from_raw(i.cm().route.path_rec) });
     }
-    i.cm.route.path_rec = Box::into_raw(Box::new(path));
-    i.cm.route.num_paths = 1;
-    let me = std::ptr::from_mut(i);
+    i.cm().route.path_rec = Box::into_raw(Box::new(path));
+    i.cm().route.num_paths = 1;
+    let me = std::ptr::from_ref(i).cast_mut();
     i.queue(Event::new(me, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
     ret(i.complete())
 }
@@ -656,7 +663,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
     ret(listen(i))
 }
 
-fn listen(i: &mut Id) -> Result<(), c_int> {
+fn listen(i: &Id) -> Result<(), c_int> {
     let d = device()?;
     if i.state().phase == Phase::Idle {
         bind(i, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
@@ -664,7 +671,7 @@ fn listen(i: &mut Id) -> Result<(), c_int> {
     if i.state().phase != Phase::Bound {
         return Err(libc::EINVAL);
     }
-    let local = storage_addr(&i.cm.route.addr.src_storage).ok_or(libc::EINVAL)?;
+    let local = storage_addr(&i.cm().route.addr.src_storage).ok_or(libc::EINVAL)?;
     let gid = if local.ip().is_unspecified() {
         [0; 16]
     } else {
@@ -681,12 +688,30 @@ fn listen(i: &mut Id) -> Result<(), c_int> {
     )
     .map_err(errno_of)?;
     i.state().phase = Phase::Listening;
-    i.spawn("rdma-cm-listen", move |l| listener(l, local.port()))
+    // What the requests' ids inherit, copied: workers never read the
+    // program's struct.
+    let inherit = Inherit {
+        context: i.cm().context as usize,
+        ps: i.cm().ps,
+        port: local.port(),
+    };
+    i.spawn("rdma-cm-listen", move |l| listener(l, inherit))
+}
+
+/// What a listener's requests' ids inherit from it.
+#[derive(Clone, Copy)]
+struct Inherit {
+    /// `id->context`.
+    context: usize,
+    /// `id->ps`.
+    ps: c_int,
+    /// The port it listens on.
+    port: u16,
 }
 
 /// A listener's worker: each connect request (or SIDR request) a new id
 /// and a `CONNECT_REQUEST` on the listener's channel, until the CEP goes.
-fn listener(l: &Id, port: u16) {
+fn listener(l: &Id, inherit: Inherit) {
     let Ok(d) = device() else { return };
     while let Ok(ev) = l.cep_event(d) {
         let sidr = match ev.event_type {
@@ -700,7 +725,7 @@ fn listener(l: &Id, port: u16) {
             refuse(d, ev.cep, sidr);
             continue;
         };
-        if let Err(()) = request(l, d, &ev, h, port, sidr) {
+        if let Err(()) = request(l, d, &ev, h, inherit, sidr) {
             refuse(d, ev.cep, sidr);
         } else if !sidr {
             // The program answers when it gets to it: the MRA keeps the
@@ -751,7 +776,7 @@ fn request(
     d: &Device,
     ev: &IvCepEventOut,
     h: IpCmHeader,
-    port: u16,
+    inherit: Inherit,
     sidr: bool,
 ) -> Result<(), ()> {
     let lch = l.state().channel;
@@ -763,19 +788,26 @@ fn request(
         (l.ps, IBV_QPT_RC)
     };
     let channel = if sync { std::ptr::null_mut() } else { lch };
-    let nid = new_id(channel, l.cm.context, ps, l.cm.ps, ev.cep).map_err(|_| ())?;
+    let nid = new_id(
+        channel,
+        inherit.context as *mut c_void,
+        ps,
+        inherit.ps,
+        ev.cep,
+    )
+    .map_err(|_| ())?;
     // SAFETY: just made, not yet seen by any other thread.
-    let n = unsafe { &mut *nid };
-    let local = SocketAddr::new(family_as(h.dst, h.src.ip()), port);
+    let n = unsafe { &*nid };
+    let local = SocketAddr::new(family_as(h.dst, h.src.ip()), inherit.port);
     set_src(n, local);
     set_dst(n, h.src);
-    n.cm.route.addr.ibaddr = rdma_ib_addr {
+    n.cm().route.addr.ibaddr = rdma_ib_addr {
         sgid: ibv_gid { raw: ip_gid(h.dst) },
         dgid: ibv_gid { raw: ev.remote_gid },
         pkey: ev.pkey.to_be(),
     };
-    n.cm.verbs = d.ctx;
-    n.cm.port_num = 1;
+    n.cm().verbs = d.ctx;
+    n.cm().port_num = 1;
     {
         let mut st = n.state();
         st.phase = Phase::Request;
@@ -847,10 +879,10 @@ pub unsafe extern "C" fn rdma_get_request(
     if id.is_null() || !unsafe { &*ch }.sync {
         return err(libc::EINVAL);
     }
-    if !l.cm.event.is_null() {
+    if !l.cm().event.is_null() {
         // SAFETY: the listener's kept event.
-        unsafe { rdma_ack_cm_event(l.cm.event) };
-        l.cm.event = std::ptr::null_mut();
+        unsafe { rdma_ack_cm_event(l.cm().event) };
+        l.cm().event = std::ptr::null_mut();
     }
     let mut ev = std::ptr::null_mut();
     // SAFETY: the listener's channel; a place for the event.
@@ -888,7 +920,7 @@ pub unsafe extern "C" fn rdma_get_request(
             return fail(code);
         }
     }
-    n.cm.event = ev;
+    n.cm().event = ev;
     // SAFETY: writable (caller).
     unsafe { *id = e.id };
     0
@@ -943,7 +975,7 @@ pub unsafe extern "C" fn rdma_connect(
     ret(connect(i, p))
 }
 
-fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
+fn connect(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     let d = device()?;
     let (route, phase, ack) = {
         let st = i.state();
@@ -952,15 +984,15 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     let Some(route) = route.filter(|_| phase == Phase::RouteResolved) else {
         return Err(libc::EINVAL);
     };
-    let local = storage_addr(&i.cm.route.addr.src_storage).ok_or(libc::EINVAL)?;
-    let peer = storage_addr(&i.cm.route.addr.dst_storage).ok_or(libc::EINVAL)?;
+    let local = storage_addr(&i.cm().route.addr.src_storage).ok_or(libc::EINVAL)?;
+    let peer = storage_addr(&i.cm().route.addr.dst_storage).ok_or(libc::EINVAL)?;
     let header = IpCmHeader {
         src: local,
         dst: peer.ip(),
     }
     .to_bytes();
     let service_id = i.ps.service_id(peer.port());
-    if i.cm.qp_type == IBV_QPT_UD {
+    if i.cm().qp_type == IBV_QPT_UD {
         // SAFETY: forwarded (caller).
         let user = unsafe { pdata(p, IV_CM_SIDR_REQ_PDATA as usize - IP_CM_HEADER_LEN) }?;
         let mut input = IvSidrRequestIn {
@@ -979,7 +1011,7 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         i.spawn("rdma-cm", move |i| sidr(i, &input, &route))?;
         return i.complete();
     }
-    if i.cm.qp.is_null() {
+    if i.cm().qp.is_null() {
         // The driver's CM moves a QP it knows by handle: an id without
         // one (a program's own QP, `qp_num` in the parameters) cannot
         // connect.
@@ -988,7 +1020,7 @@ fn connect(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     // SAFETY: forwarded (caller).
     let user = unsafe { pdata(p, IV_CM_REQ_PDATA as usize - IP_CM_HEADER_LEN) }?;
     // SAFETY: the id's QP, of libibverbs.
-    let qp = unsafe { irpverbs_qp_handle(i.cm.qp) };
+    let qp = unsafe { irpverbs_qp_handle(i.cm().qp) };
     let mut input = IvCmConnectIn {
         cep: i.cep,
         qp,
@@ -1161,19 +1193,19 @@ pub unsafe extern "C" fn rdma_accept(
     ret(accept(i, p))
 }
 
-fn accept(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
+fn accept(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
     let d = device()?;
     if i.state().phase != Phase::Request {
         return Err(libc::EINVAL);
     }
-    if i.cm.qp_type == IBV_QPT_UD {
+    if i.cm().qp_type == IBV_QPT_UD {
         // SAFETY: forwarded (caller).
         let user = unsafe { pdata(p, IV_CM_SIDR_REP_PDATA as usize) }?;
-        let qpn = if i.cm.qp.is_null() {
+        let qpn = if i.cm().qp.is_null() {
             p.map_or(0, |p| p.qp_num)
         } else {
             // SAFETY: the id's QP (an `ibv_qp` of libibverbs).
-            unsafe { &*i.cm.qp.cast::<ibv_qp_head>() }.qp_num
+            unsafe { &*i.cm().qp.cast::<ibv_qp_head>() }.qp_num
         };
         let mut input = IvSidrReplyIn {
             cep: i.cep,
@@ -1188,13 +1220,13 @@ fn accept(i: &mut Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         i.state().phase = Phase::Connected;
         return Ok(());
     }
-    if i.cm.qp.is_null() {
+    if i.cm().qp.is_null() {
         return Err(libc::EINVAL);
     }
     // SAFETY: forwarded (caller).
     let user = unsafe { pdata(p, IV_CM_REP_PDATA as usize) }?;
     // SAFETY: the id's QP, of libibverbs.
-    let qp = unsafe { irpverbs_qp_handle(i.cm.qp) };
+    let qp = unsafe { irpverbs_qp_handle(i.cm().qp) };
     let mut input = IvCmAcceptIn {
         cep: i.cep,
         qp,
@@ -1268,7 +1300,7 @@ pub unsafe extern "C" fn rdma_reject(
     if i.state().phase != Phase::Request {
         return err(libc::EINVAL);
     }
-    let r = if i.cm.qp_type == IBV_QPT_UD {
+    let r = if i.cm().qp_type == IBV_QPT_UD {
         // SAFETY: forwarded (caller).
         let user = match unsafe { pdata(Some(&p), IV_CM_SIDR_REP_PDATA as usize) } {
             Ok(u) => u,
@@ -1321,14 +1353,14 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     let (phase, pending) = {
         let mut st = i.state();
         let was = (st.phase, st.disc_pending);
-        if st.phase == Phase::Connected && i.cm.qp_type != IBV_QPT_UD {
+        if st.phase == Phase::Connected && i.cm().qp_type != IBV_QPT_UD {
             st.phase = Phase::Disconnected;
             st.disc_pending = true;
         }
         was
     };
     match phase {
-        Phase::Connected if i.cm.qp_type == IBV_QPT_UD => 0,
+        Phase::Connected if i.cm().qp_type == IBV_QPT_UD => 0,
         Phase::Connected => {
             let spawned = i.spawn("rdma-cm", |i| {
                 let Ok(d) = device() else { return };
@@ -1428,7 +1460,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     } else {
         channel.cast::<Channel>()
     };
-    let me = std::ptr::from_mut(i);
+    let me = std::ptr::from_ref(i).cast_mut();
     let mut st = i.state();
     while st.acked < st.reported {
         st = i.cond.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -1441,7 +1473,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     }
     st.channel = new;
     drop(st);
-    i.cm.channel = new.cast();
+    i.cm().channel = new.cast();
     // SAFETY: the old channel.
     if unsafe { &*old }.sync {
         // SAFETY: the id's private channel, used by no other id.
@@ -1504,7 +1536,7 @@ fn port_of(st: &libc::sockaddr_storage) -> u16 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: forwarded (caller).
-    unsafe { id_of(id) }.map_or(0, |i| port_of(&i.cm.route.addr.src_storage))
+    unsafe { id_of(id) }.map_or(0, |i| port_of(&i.cm().route.addr.src_storage))
 }
 
 /// `rdma_get_dst_port`: the peer's port, big-endian (0 without one).
@@ -1514,7 +1546,7 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: forwarded (caller).
-    unsafe { id_of(id) }.map_or(0, |i| port_of(&i.cm.route.addr.dst_storage))
+    unsafe { id_of(id) }.map_or(0, |i| port_of(&i.cm().route.addr.dst_storage))
 }
 
 /// `rdma_event_str`.

@@ -25,13 +25,14 @@ fn errno() -> c_int {
 
 /// Destroys the CQs and completion channels `rdma_create_qp` made for
 /// the id.
-fn destroy_cqs(i: &mut Id) {
+fn destroy_cqs(i: &Id) {
     if !std::mem::take(&mut i.state().own_cqs) {
         return;
     }
+    let cm = i.cm();
     for (cq, ch) in [
-        (&mut i.cm.send_cq, &mut i.cm.send_cq_channel),
-        (&mut i.cm.recv_cq, &mut i.cm.recv_cq_channel),
+        (&mut cm.send_cq, &mut cm.send_cq_channel),
+        (&mut cm.recv_cq, &mut cm.recv_cq_channel),
     ] {
         if !cq.is_null() {
             // SAFETY: a CQ this library created, its QP destroyed.
@@ -47,15 +48,15 @@ fn destroy_cqs(i: &mut Id) {
 }
 
 /// A CQ of `cqe` entries on a new completion channel, for the id.
-fn new_cq(i: &mut Id, cqe: u32) -> Result<(*mut c_void, *mut c_void), c_int> {
+fn new_cq(i: &Id, cqe: u32) -> Result<(*mut c_void, *mut c_void), c_int> {
     // SAFETY: the id's open context.
-    let ch = unsafe { ibv_create_comp_channel(i.cm.verbs) };
+    let ch = unsafe { ibv_create_comp_channel(i.cm().verbs) };
     if ch.is_null() {
         return Err(errno());
     }
-    let me = std::ptr::from_mut(i).cast::<c_void>();
+    let me = std::ptr::from_ref(i).cast_mut().cast::<c_void>();
     // SAFETY: the context, the channel just made.
-    let cq = unsafe { ibv_create_cq(i.cm.verbs, cqe.max(1) as c_int, me, ch, 0) };
+    let cq = unsafe { ibv_create_cq(i.cm().verbs, cqe.max(1) as c_int, me, ch, 0) };
     if cq.is_null() {
         let e = errno();
         // SAFETY: the channel just made, without CQs.
@@ -116,36 +117,36 @@ pub unsafe extern "C" fn rdma_create_qp(
     ret(create_qp(i, pd, attr))
 }
 
-fn create_qp(i: &mut Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
+fn create_qp(i: &Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
     let d = device()?;
-    if i.cm.verbs.is_null() || !i.cm.qp.is_null() {
+    if i.cm().verbs.is_null() || !i.cm().qp.is_null() {
         return Err(libc::EINVAL);
     }
     let pd = if pd.is_null() { d.pd } else { pd };
     // SAFETY: a PD of libibverbs (caller).
-    if unsafe { &*pd.cast::<ibv_pd_head>() }.context != i.cm.verbs {
+    if unsafe { &*pd.cast::<ibv_pd_head>() }.context != i.cm().verbs {
         return Err(libc::EINVAL);
     }
     // rdma-core's examples leave the type 0 (no type): the id's.
     if attr.qp_type == 0 {
-        attr.qp_type = i.cm.qp_type;
+        attr.qp_type = i.cm().qp_type;
     }
-    if attr.qp_type != i.cm.qp_type {
+    if attr.qp_type != i.cm().qp_type {
         return Err(libc::EINVAL);
     }
     let made = attr.send_cq.is_null() || attr.recv_cq.is_null();
     if attr.recv_cq.is_null() {
         let (cq, ch) = new_cq(i, attr.cap.max_recv_wr)?;
-        i.cm.recv_cq = cq;
-        i.cm.recv_cq_channel = ch;
+        i.cm().recv_cq = cq;
+        i.cm().recv_cq_channel = ch;
         i.state().own_cqs = true;
         attr.recv_cq = cq;
     }
     if attr.send_cq.is_null() {
         match new_cq(i, attr.cap.max_send_wr) {
             Ok((cq, ch)) => {
-                i.cm.send_cq = cq;
-                i.cm.send_cq_channel = ch;
+                i.cm().send_cq = cq;
+                i.cm().send_cq_channel = ch;
                 i.state().own_cqs = true;
                 attr.send_cq = cq;
             }
@@ -165,7 +166,7 @@ fn create_qp(i: &mut Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result
         return Err(e);
     }
     if attr.qp_type == IBV_QPT_UD {
-        if let Err(e) = ud_to_rts(qp, i.cm.port_num) {
+        if let Err(e) = ud_to_rts(qp, i.cm().port_num) {
             // SAFETY: the QP just made.
             unsafe { ibv_destroy_qp(qp) };
             if made {
@@ -174,8 +175,8 @@ fn create_qp(i: &mut Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result
             return Err(e);
         }
     }
-    i.cm.qp = qp;
-    i.cm.pd = pd;
+    i.cm().qp = qp;
+    i.cm().pd = pd;
     Ok(())
 }
 
@@ -229,12 +230,12 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     let Some(i) = (unsafe { id_of(id) }) else {
         return;
     };
-    if !i.cm.qp.is_null() {
+    if !i.cm().qp.is_null() {
         // SAFETY: the id's QP.
-        if unsafe { ibv_destroy_qp(i.cm.qp) } != 0 {
+        if unsafe { ibv_destroy_qp(i.cm().qp) } != 0 {
             return;
         }
-        i.cm.qp = std::ptr::null_mut();
+        i.cm().qp = std::ptr::null_mut();
     }
     destroy_cqs(i);
 }
