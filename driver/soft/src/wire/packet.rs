@@ -116,9 +116,29 @@ pub mod m {
 }
 
 /// The header mask of `opcode`; 0 for an opcode this HCA does not know
-/// (reserved, RD, XRC, CNP, ...).
+/// (reserved, RD, XRC, CNP, ...). One load from the opcode table (rxe's
+/// `rxe_opcode`): every packet asks several times.
 #[must_use]
+#[inline(always)]
 pub const fn mask(opcode: u8) -> u32 {
+    MASKS[opcode as usize]
+}
+
+/// [`mask`] of every opcode, built at compile time from [`mask_of`].
+const MASKS: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        // In range: `i` < 256.
+        t[i] = mask_of(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// The header mask of `opcode`, by its transport and code (IBTA 9.2,
+/// table 38).
+const fn mask_of(opcode: u8) -> u32 {
     use m::*;
     let transport = opcode & op::TRANSPORT_MASK;
     let code = opcode & 0x1F;
@@ -512,6 +532,9 @@ mod tests {
         assert_eq!(op::RC_SEND_ONLY, 0x04);
         let known: Vec<u8> = (0..=255u8).filter(|&o| mask(o) != 0).collect();
         assert_eq!(known.len(), 23 + 12 + 2, "RC 23, UC 12, UD 2");
+        for o in 0..=255u8 {
+            assert_eq!(mask(o), mask_of(o), "the table of {o:#x}");
+        }
         for o in known {
             let k = mask(o);
             assert!(
