@@ -513,16 +513,31 @@ fn fail_recv(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, status: u32) {
     }
 }
 
+/// How far an operation's header mask bit ([`m::WRITE`], [`m::READ`],
+/// [`m::ATOMIC`]) lies above the remote access right it needs.
+const RIGHT_SHIFT: u32 = m::WRITE.trailing_zeros() - IV_ACCESS_REMOTE_WRITE.trailing_zeros();
+const _: () = assert!(
+    m::WRITE >> RIGHT_SHIFT == IV_ACCESS_REMOTE_WRITE
+        && m::READ >> RIGHT_SHIFT == IV_ACCESS_REMOTE_READ
+        && m::ATOMIC >> RIGHT_SHIFT == IV_ACCESS_REMOTE_ATOMIC
+        // No other mask bit lands on a right.
+        && (m::SEND | m::RWR | m::COMP | m::START | m::MIDDLE | m::END | m::REQ | m::RESP
+            | m::PAYLOAD | m::DETH | m::IETH | m::IMMDT | m::ATMACK | m::ATMETH | m::AETH | m::RETH)
+            >> RIGHT_SHIFT
+            & (IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC)
+            == 0
+);
+
 /// Whether QP `qp` takes requests of header mask `k` at all: its own
 /// access flags grant the remote right a WRITE, READ or atomic needs
 /// (else remote access error), and a READ or atomic has responder
 /// resources (`max_dest_rd_atomic`; else invalid request).
 #[inline(always)]
 pub(crate) fn permitted(qp: &Qp, k: u32) -> Result<(), Fail> {
-    let bit = |op: u32, right: u32| if k & op != 0 { right } else { 0 };
-    let need = bit(m::WRITE, IV_ACCESS_REMOTE_WRITE)
-        | bit(m::READ, IV_ACCESS_REMOTE_READ)
-        | bit(m::ATOMIC, IV_ACCESS_REMOTE_ATOMIC);
+    // The operation bits line up with the rights they need, one shift
+    // apart (checked at compile time above).
+    let need = (k >> RIGHT_SHIFT)
+        & (IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC);
     if qp.attr.qp_access_flags & need != need {
         return Err(Fail::Access);
     }
