@@ -21,8 +21,8 @@ use irpverbs_host_c::user::{
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::*;
-use crate::events::{Events, destroy_settled};
-use crate::{COND, MUTEX, context, errno_of, leak, null_with, set_errno};
+use crate::events::{Events, Mapped, destroy_mapped};
+use crate::{COND, Context, MUTEX, context, errno_of, leak, null_with, set_errno};
 
 /// A CQ: the `ibv_cq`, the driver's create response and the open speed
 /// path.
@@ -186,43 +186,48 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: a CQ from `ibv_create_cq` (C contract).
-    let Some((q, c)) = (unsafe { cq_of(cq) }) else {
+    let Some((_, c)) = (unsafe { cq_of(cq) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the speed path lets go of the ring before the destroy.
-    unsafe { IvUserCqClose(q.user) };
-    // SAFETY: the channel (if any) outlives its CQs.
-    let channel = unsafe { q.ibv.channel.cast::<Channel>().as_ref() };
-    let settle = || {
+    // SAFETY: a CQ of `leak`, not in use (C contract).
+    unsafe { destroy_mapped(cq.cast::<Cq>(), c) }
+}
+
+impl Mapped for Cq {
+    fn settle(&self, c: &Context) {
         // Its completion events the program has not taken go,
         // acknowledged; and its asynchronous ones.
+        // SAFETY: the channel (if any) outlives its CQs.
+        let channel = unsafe { self.ibv.channel.cast::<Channel>().as_ref() };
         if let Some(ev) = channel.and_then(|ch| ch.events.as_ref()) {
-            let dropped = ev.drop_where(|e| e.cq == q.out.cq).len();
+            let dropped = ev.drop_where(|e| e.cq == self.out.cq).len();
             if dropped > 0 {
                 let _ = c
                     .client
-                    .ack_cq_events(q.out.cq, u32::try_from(dropped).unwrap_or(u32::MAX));
+                    .ack_cq_events(self.out.cq, u32::try_from(dropped).unwrap_or(u32::MAX));
             }
         }
-        c.drop_async_of(q.out.cq);
-    };
-    let destroyed = destroy_settled(settle, || c.client.destroy_cq(q.out.cq));
-    match destroyed {
-        Ok(()) => {
-            // SAFETY: the channel (if any) outlives its CQs.
-            if let Some(ch) = unsafe { q.ibv.channel.as_mut() } {
-                ch.refcnt -= 1;
-            }
-            // SAFETY: from `leak` in `ibv_create_cq`, destroyed once.
-            drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
-            0
-        }
-        Err(s) => {
-            // SAFETY: the CQ lives on: the speed path opens it again.
-            let user = unsafe { IvUserCqOpen(c.file.handle(), &q.out) };
-            // SAFETY: a live CQ, ours to update.
-            unsafe { (*cq.cast::<Cq>()).user = user };
-            errno_of(s)
+        c.drop_async_of(self.out.cq);
+    }
+
+    fn destroy(&self, c: &Context) -> Result<(), NtStatus> {
+        c.client.destroy_cq(self.out.cq)
+    }
+
+    unsafe fn close(&mut self) {
+        // SAFETY: the ring the speed path opened (caller: once).
+        unsafe { IvUserCqClose(self.user) };
+    }
+
+    unsafe fn reopen(&mut self, c: &Context) {
+        // SAFETY: the CQ the driver kept (caller).
+        self.user = unsafe { IvUserCqOpen(c.file.handle(), &self.out) };
+    }
+
+    fn destroyed(&mut self) {
+        // SAFETY: the channel (if any) outlives its CQs.
+        if let Some(ch) = unsafe { self.ibv.channel.as_mut() } {
+            ch.refcnt -= 1;
         }
     }
 }

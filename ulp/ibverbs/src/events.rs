@@ -18,6 +18,7 @@ use irpverbs_verbs::IoctlTransport;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::file::DeviceFile;
+use crate::{Context, errno_of};
 
 /// Events of type `T` from one driver request, repeated.
 pub(crate) struct Events<T> {
@@ -162,4 +163,53 @@ pub(crate) fn destroy_settled(
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     r
+}
+
+/// An object whose rings the speed path maps (a QP, SRQ or CQ): what
+/// its destroy does around the driver's.
+pub(crate) trait Mapped {
+    /// Drops the object's events not taken (see [`destroy_settled`]).
+    fn settle(&self, c: &Context);
+    /// The driver's destroy.
+    fn destroy(&self, c: &Context) -> Result<(), NtStatus>;
+    /// The speed path lets go of the rings.
+    ///
+    /// # Safety
+    /// Once, before the destroy; nothing posts or polls on the object meanwhile.
+    unsafe fn close(&mut self);
+    /// The speed path opens the rings again (the destroy failed).
+    ///
+    /// # Safety
+    /// After [`Mapped::close`], on the object the driver kept.
+    unsafe fn reopen(&mut self, c: &Context);
+    /// The driver destroyed the object: what else it held goes.
+    fn destroyed(&mut self) {}
+}
+
+/// The destroy of a mapped object at `obj` (from `leak`, a `Box`): the
+/// speed path lets go, the driver destroys it (settled), the memory goes;
+/// if the driver keeps it (`EBUSY` while in use, ...), the speed path
+/// opens it again and nothing changed. 0 or the errno.
+///
+/// # Safety
+/// `obj` is a live object of this library, made with `leak`, that the
+/// program does not use meanwhile.
+pub(crate) unsafe fn destroy_mapped<T: Mapped>(obj: *mut T, c: &Context) -> c_int {
+    // SAFETY: live and not in use (caller).
+    let o = unsafe { &mut *obj };
+    // SAFETY: before the destroy (the caller's object is not in use).
+    unsafe { o.close() };
+    match destroy_settled(|| o.settle(c), || o.destroy(c)) {
+        Ok(()) => {
+            o.destroyed();
+            // SAFETY: from `leak` (caller), destroyed once.
+            drop(unsafe { Box::from_raw(obj) });
+            0
+        }
+        Err(s) => {
+            // SAFETY: the object lives on, closed above.
+            unsafe { o.reopen(c) };
+            errno_of(s)
+        }
+    }
 }

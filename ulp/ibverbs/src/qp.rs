@@ -16,9 +16,9 @@ use zerocopy::IntoBytes;
 
 use crate::abi::*;
 use crate::cq::cq_handle;
-use crate::events::destroy_settled;
+use crate::events::{Mapped, destroy_mapped};
 use crate::pd::{Pd, pd_of};
-use crate::{COND, MUTEX, context, errno_of, leak, null_with, set_errno};
+use crate::{COND, Context, MUTEX, context, errno_of, leak, null_with, set_errno};
 
 /// A QP: the `ibv_qp`, the driver's create response and the open speed
 /// path.
@@ -349,28 +349,30 @@ pub unsafe extern "C" fn ibv_query_qp(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: a QP from `ibv_create_qp` (C contract).
-    let Some((q, c)) = (unsafe { qp_of(qp) }) else {
+    let Some((_, c)) = (unsafe { qp_of(qp) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the speed path lets go of the rings before the destroy.
-    unsafe { IvUserQpClose(q.user) };
-    let destroyed = destroy_settled(
-        || c.drop_async_of(q.out.qp),
-        || c.client.destroy_qp(q.out.qp),
-    );
-    match destroyed {
-        Ok(()) => {
-            // SAFETY: from `leak` in `ibv_create_qp`, destroyed once.
-            drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
-            0
-        }
-        Err(s) => {
-            // SAFETY: the QP lives on: the speed path opens it again.
-            let user = unsafe { IvUserQpOpen(c.file.handle(), &q.out) };
-            // SAFETY: a live QP, ours to update.
-            unsafe { (*qp.cast::<Qp>()).user = user };
-            errno_of(s)
-        }
+    // SAFETY: a QP of `leak`, not in use (C contract).
+    unsafe { destroy_mapped(qp.cast::<Qp>(), c) }
+}
+
+impl Mapped for Qp {
+    fn settle(&self, c: &Context) {
+        c.drop_async_of(self.out.qp);
+    }
+
+    fn destroy(&self, c: &Context) -> Result<(), NtStatus> {
+        c.client.destroy_qp(self.out.qp)
+    }
+
+    unsafe fn close(&mut self) {
+        // SAFETY: the rings the speed path opened (caller: once).
+        unsafe { IvUserQpClose(self.user) };
+    }
+
+    unsafe fn reopen(&mut self, c: &Context) {
+        // SAFETY: the QP the driver kept (caller).
+        self.user = unsafe { IvUserQpOpen(c.file.handle(), &self.out) };
     }
 }
 
@@ -714,28 +716,30 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     // SAFETY: an SRQ from `ibv_create_srq` (C contract).
-    let Some((s, c)) = (unsafe { srq_of(srq) }) else {
+    let Some((_, c)) = (unsafe { srq_of(srq) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the speed path lets go of the ring before the destroy.
-    unsafe { IvUserSrqClose(s.user) };
-    let destroyed = destroy_settled(
-        || c.drop_async_of(s.out.srq),
-        || c.client.destroy_srq(s.out.srq),
-    );
-    match destroyed {
-        Ok(()) => {
-            // SAFETY: from `leak` in `ibv_create_srq`, destroyed once.
-            drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
-            0
-        }
-        Err(st) => {
-            // SAFETY: the SRQ lives on: the speed path opens it again.
-            let user = unsafe { IvUserSrqOpen(c.file.handle(), &s.out) };
-            // SAFETY: a live SRQ, ours to update.
-            unsafe { (*srq.cast::<Srq>()).user = user };
-            errno_of(st)
-        }
+    // SAFETY: an SRQ of `leak`, not in use (C contract).
+    unsafe { destroy_mapped(srq.cast::<Srq>(), c) }
+}
+
+impl Mapped for Srq {
+    fn settle(&self, c: &Context) {
+        c.drop_async_of(self.out.srq);
+    }
+
+    fn destroy(&self, c: &Context) -> Result<(), NtStatus> {
+        c.client.destroy_srq(self.out.srq)
+    }
+
+    unsafe fn close(&mut self) {
+        // SAFETY: the ring the speed path opened (caller: once).
+        unsafe { IvUserSrqClose(self.user) };
+    }
+
+    unsafe fn reopen(&mut self, c: &Context) {
+        // SAFETY: the SRQ the driver kept (caller).
+        self.user = unsafe { IvUserSrqOpen(c.file.handle(), &self.out) };
     }
 }
 
