@@ -97,31 +97,6 @@ pub struct ib_user_path_rec {
     pub preference: u8,
 }
 
-/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct ibv_sa_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: c_int,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: c_int,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-}
-
 fn ah_from_kern(s: &ib_uverbs_ah_attr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
@@ -268,7 +243,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
 /// (against `<rdma/ib_user_verbs.h>`, `<rdma/ib_user_sa.h>` and
 /// `<infiniband/sa.h>`).
 #[must_use]
-pub fn layout() -> Vec<Layout> {
+pub fn layout() -> Vec<irpverbs_rdma_abi::Layout> {
     use std::mem::{offset_of, size_of};
     macro_rules! l {
         ($c:literal, $t:ty { $($f:ident),* $(,)? }) => {
@@ -353,30 +328,6 @@ pub fn layout() -> Vec<Layout> {
                 numb_path,
                 sl,
                 mtu_selector,
-                rate_selector,
-                rate,
-                packet_life_time_selector,
-                packet_life_time,
-                preference
-            }
-        ),
-        l!(
-            "struct ibv_sa_path_rec",
-            ibv_sa_path_rec {
-                dgid,
-                sgid,
-                dlid,
-                slid,
-                raw_traffic,
-                flow_label,
-                hop_limit,
-                traffic_class,
-                reversible,
-                numb_path,
-                pkey,
-                sl,
-                mtu_selector,
-                mtu,
                 rate_selector,
                 rate,
                 packet_life_time_selector,

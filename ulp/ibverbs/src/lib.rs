@@ -26,7 +26,8 @@
 //! `EINVAL`, destroying an object in use `EBUSY`.
 #![allow(unsafe_code, clippy::missing_safety_doc)]
 
-pub mod abi;
+/// rdma-core's verbs structures (`irpverbs-rdma-abi`, shared with librdmacm).
+pub use irpverbs_rdma_abi::verbs as abi;
 mod cq;
 mod device;
 mod events;

@@ -1,4 +1,4 @@
-//! The ABI structs of `irpverbs_ibverbs::abi` against rdma-core's
+//! The ABI structs of `irpverbs_rdma_abi::verbs` (the library's `abi`) against rdma-core's
 //! `<infiniband/verbs.h>` (Debian's libibverbs-dev): a C file of
 //! `_Static_assert`s on every size and member offset, compiled with the
 //! system C compiler. Without the header the test says it skips, except in
@@ -33,7 +33,7 @@ fn abi_structs_match_infiniband_verbs_h() {
          #include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n",
     );
     let mut checks = 0;
-    for (ty, size, fields) in irpverbs_ibverbs::abi::layout()
+    for (ty, size, fields) in irpverbs_rdma_abi::layout::verbs()
         .into_iter()
         .chain(irpverbs_ibverbs::kern::layout())
     {

@@ -1205,7 +1205,7 @@ fn accept(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
             p.map_or(0, |p| p.qp_num)
         } else {
             // SAFETY: the id's QP (an `ibv_qp` of libibverbs).
-            unsafe { &*i.cm().qp.cast::<ibv_qp_head>() }.qp_num
+            unsafe { &*i.cm().qp.cast::<ibv_qp>() }.qp_num
         };
         let mut input = IvSidrReplyIn {
             cep: i.cep,

@@ -31,7 +31,12 @@
 //! with a listener, ...); none crashes on a NULL it is given.
 #![allow(unsafe_code, clippy::missing_safety_doc)]
 
-pub mod abi;
+/// rdma-core's structures of `<rdma/rdma_cma.h>` and the verbs ones they
+/// embed (`irpverbs-rdma-abi`, shared with libibverbs).
+pub mod abi {
+    pub use irpverbs_rdma_abi::cma::*;
+    pub use irpverbs_rdma_abi::verbs::*;
+}
 mod addrinfo;
 mod channel;
 mod device;

@@ -124,7 +124,7 @@ fn create_qp(i: &Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result<(),
     }
     let pd = if pd.is_null() { d.pd } else { pd };
     // SAFETY: a PD of libibverbs (caller).
-    if unsafe { &*pd.cast::<ibv_pd_head>() }.context != i.cm().verbs {
+    if unsafe { &*pd.cast::<ibv_pd>() }.context.cast() != i.cm().verbs {
         return Err(libc::EINVAL);
     }
     // rdma-core's examples leave the type 0 (no type): the id's.
@@ -140,7 +140,7 @@ fn create_qp(i: &Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result<(),
         i.cm().recv_cq = cq;
         i.cm().recv_cq_channel = ch;
         i.state().own_cqs = true;
-        attr.recv_cq = cq;
+        attr.recv_cq = cq.cast();
     }
     if attr.send_cq.is_null() {
         match new_cq(i, attr.cap.max_send_wr) {
@@ -148,7 +148,7 @@ fn create_qp(i: &Id, pd: *mut c_void, attr: &mut ibv_qp_init_attr) -> Result<(),
                 i.cm().send_cq = cq;
                 i.cm().send_cq_channel = ch;
                 i.state().own_cqs = true;
-                attr.send_cq = cq;
+                attr.send_cq = cq.cast();
             }
             Err(e) => {
                 destroy_cqs(i);
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
     };
-    let r = create_qp(i, pd, &mut attr);
+    let r = create_qp(i, pd.cast(), &mut attr);
     a.cap = attr.cap;
     a.send_cq = attr.send_cq;
     a.recv_cq = attr.recv_cq;

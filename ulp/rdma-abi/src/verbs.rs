@@ -1,24 +1,25 @@
-//! The structures and constants of rdma-core's `<infiniband/verbs.h>` that
-//! programs share with libibverbs, laid out as the C header lays them out
-//! on the same target (`tests/layout.rs` compiles a check of every size and
-//! offset against the system's header). Names are the C names.
-#![allow(non_camel_case_types, missing_docs)]
+//! `<infiniband/verbs.h>` (and `<infiniband/sa.h>`'s path record):
+//! the structures and constants programs share with libibverbs, laid out
+//! as the C header lays them out on the same target. Names are the C
+//! names.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use zerocopy::{FromBytes, Immutable, KnownLayout};
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use libc::{pthread_cond_t, pthread_mutex_t};
 
 /// `union ibv_gid`, as its raw bytes (the `global` view is the same 16
 /// bytes as two big-endian `__be64`, which give the union its alignment).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_gid {
     pub raw: [u8; 16],
 }
 
 /// `struct ibv_gid_entry`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_gid_entry {
     pub gid: ibv_gid,
     pub gid_index: u32,
@@ -62,7 +63,7 @@ pub struct ibv_device {
 
 /// `struct ibv_device_attr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_device_attr {
     pub fw_ver: [c_char; 64],
     pub node_guid: u64,
@@ -116,7 +117,7 @@ pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
 
 /// `struct ibv_port_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_port_attr {
     pub state: c_int,
     pub max_mtu: c_int,
@@ -152,7 +153,7 @@ pub struct ibv_async_event {
 
 /// `struct ibv_wc`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_wc {
     pub wr_id: u64,
     pub status: c_int,
@@ -206,7 +207,7 @@ pub struct ibv_mr {
 
 /// `struct ibv_global_route`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_global_route {
     pub dgid: ibv_gid,
     pub flow_label: u32,
@@ -217,7 +218,7 @@ pub struct ibv_global_route {
 
 /// `struct ibv_grh`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_grh {
     pub version_tclass_flow: u32,
     pub paylen: u16,
@@ -229,7 +230,7 @@ pub struct ibv_grh {
 
 /// `struct ibv_ah_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_ah_attr {
     pub grh: ibv_global_route,
     pub dlid: u16,
@@ -242,7 +243,7 @@ pub struct ibv_ah_attr {
 
 /// `struct ibv_srq_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_srq_attr {
     pub max_wr: u32,
     pub max_sge: u32,
@@ -261,7 +262,7 @@ pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
 
 /// `struct ibv_qp_cap`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_qp_cap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
@@ -272,6 +273,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -288,12 +290,91 @@ pub const IBV_QPT_UD: c_int = 4;
 
 // `enum ibv_qp_attr_mask` (bits 0 to 20 are irpverbs' `IV_QP_*`).
 pub const IBV_QP_STATE: c_int = 1;
+pub const IBV_QPS_RESET: c_int = 0;
+pub const IBV_QPS_INIT: c_int = 1;
+pub const IBV_QPS_RTR: c_int = 2;
+pub const IBV_QPS_RTS: c_int = 3;
+pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
+pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
+pub const IBV_QP_PORT: c_int = 1 << 5;
+pub const IBV_QP_QKEY: c_int = 1 << 6;
+pub const IBV_QP_AV: c_int = 1 << 7;
+pub const IBV_QP_PATH_MTU: c_int = 1 << 8;
+pub const IBV_QP_TIMEOUT: c_int = 1 << 9;
+pub const IBV_QP_RETRY_CNT: c_int = 1 << 10;
+pub const IBV_QP_RNR_RETRY: c_int = 1 << 11;
+pub const IBV_QP_RQ_PSN: c_int = 1 << 12;
+pub const IBV_QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+pub const IBV_QP_MIN_RNR_TIMER: c_int = 1 << 15;
+pub const IBV_QP_SQ_PSN: c_int = 1 << 16;
+pub const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+pub const IBV_QP_DEST_QPN: c_int = 1 << 20;
 pub const IBV_QP_CAP: c_int = 1 << 19;
 pub const IBV_QP_RATE_LIMIT: c_int = 1 << 25;
 
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+
+/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
+pub struct ibv_sa_path_rec {
+    pub dgid: ibv_gid,
+    pub sgid: ibv_gid,
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: c_int,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reversible: c_int,
+    pub numb_path: u8,
+    pub pkey: u16,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub mtu: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
 /// `struct ibv_qp_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_qp_attr {
     pub qp_state: c_int,
     pub cur_qp_state: c_int,
@@ -342,7 +423,7 @@ pub const IBV_SEND_INLINE: c_uint = 1 << 3;
 
 /// `struct ibv_sge` (the layout of irpverbs' `IvSge`).
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_sge {
     pub addr: u64,
     pub length: u32,
@@ -351,7 +432,7 @@ pub struct ibv_sge {
 
 /// `wr.rdma` of `struct ibv_send_wr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_send_wr_rdma {
     pub remote_addr: u64,
     pub rkey: u32,
@@ -359,7 +440,7 @@ pub struct ibv_send_wr_rdma {
 
 /// `wr.atomic` of `struct ibv_send_wr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
 pub struct ibv_send_wr_atomic {
     pub remote_addr: u64,
     pub compare_add: u64,
@@ -532,351 +613,4 @@ pub struct ibv_context {
     pub num_comp_vectors: c_int,
     pub mutex: pthread_mutex_t,
     pub abi_compat: *mut c_void,
-}
-
-/// A C type's layout: (the type, its size, [(member designator, offset)]).
-pub type Layout = (&'static str, usize, Vec<(&'static str, usize)>);
-
-/// The layout facts `tests/layout.rs` checks against `<infiniband/verbs.h>`.
-#[must_use]
-pub fn layout() -> Vec<Layout> {
-    use std::mem::{offset_of, size_of};
-    macro_rules! l {
-        ($c:literal, $t:ty { $($f:ident $(. $g:ident)*),* $(,)? }) => {
-            ($c, size_of::<$t>(), vec![$((concat!(stringify!($f) $(, ".", stringify!($g))*), offset_of!($t, $f $(. $g)*))),*])
-        };
-    }
-    vec![
-        l!("union ibv_gid", ibv_gid { raw }),
-        l!(
-            "struct ibv_gid_entry",
-            ibv_gid_entry {
-                gid,
-                gid_index,
-                port_num,
-                gid_type,
-                ndev_ifindex
-            }
-        ),
-        l!(
-            "struct ibv_device",
-            ibv_device {
-                _ops,
-                node_type,
-                transport_type,
-                name,
-                dev_name,
-                dev_path,
-                ibdev_path
-            }
-        ),
-        l!(
-            "struct ibv_device_attr",
-            ibv_device_attr {
-                fw_ver,
-                node_guid,
-                sys_image_guid,
-                max_mr_size,
-                page_size_cap,
-                vendor_id,
-                vendor_part_id,
-                hw_ver,
-                max_qp,
-                max_qp_wr,
-                device_cap_flags,
-                max_sge,
-                max_sge_rd,
-                max_cq,
-                max_cqe,
-                max_mr,
-                max_pd,
-                max_qp_rd_atom,
-                max_ee_rd_atom,
-                max_res_rd_atom,
-                max_qp_init_rd_atom,
-                max_ee_init_rd_atom,
-                atomic_cap,
-                max_ee,
-                max_rdd,
-                max_mw,
-                max_raw_ipv6_qp,
-                max_raw_ethy_qp,
-                max_mcast_grp,
-                max_mcast_qp_attach,
-                max_total_mcast_qp_attach,
-                max_ah,
-                max_fmr,
-                max_map_per_fmr,
-                max_srq,
-                max_srq_wr,
-                max_srq_sge,
-                max_pkeys,
-                local_ca_ack_delay,
-                phys_port_cnt
-            }
-        ),
-        l!(
-            "struct ibv_port_attr",
-            ibv_port_attr {
-                state,
-                max_mtu,
-                active_mtu,
-                gid_tbl_len,
-                port_cap_flags,
-                max_msg_sz,
-                bad_pkey_cntr,
-                qkey_viol_cntr,
-                pkey_tbl_len,
-                lid,
-                sm_lid,
-                lmc,
-                max_vl_num,
-                sm_sl,
-                subnet_timeout,
-                init_type_reply,
-                active_width,
-                active_speed,
-                phys_state,
-                link_layer,
-                flags,
-                port_cap_flags2
-            }
-        ),
-        l!(
-            "struct ibv_async_event",
-            ibv_async_event {
-                element,
-                event_type
-            }
-        ),
-        l!(
-            "struct ibv_wc",
-            ibv_wc {
-                wr_id,
-                status,
-                opcode,
-                vendor_err,
-                byte_len,
-                imm_data,
-                qp_num,
-                src_qp,
-                wc_flags,
-                pkey_index,
-                slid,
-                sl,
-                dlid_path_bits
-            }
-        ),
-        l!("struct ibv_pd", ibv_pd { context, handle }),
-        l!(
-            "struct ibv_mr",
-            ibv_mr {
-                context,
-                pd,
-                addr,
-                length,
-                handle,
-                lkey,
-                rkey
-            }
-        ),
-        l!(
-            "struct ibv_global_route",
-            ibv_global_route {
-                dgid,
-                flow_label,
-                sgid_index,
-                hop_limit,
-                traffic_class
-            }
-        ),
-        l!(
-            "struct ibv_grh",
-            ibv_grh {
-                version_tclass_flow,
-                paylen,
-                next_hdr,
-                hop_limit,
-                sgid,
-                dgid
-            }
-        ),
-        l!(
-            "struct ibv_ah_attr",
-            ibv_ah_attr {
-                grh,
-                dlid,
-                sl,
-                src_path_bits,
-                static_rate,
-                is_global,
-                port_num
-            }
-        ),
-        l!(
-            "struct ibv_srq_attr",
-            ibv_srq_attr {
-                max_wr,
-                max_sge,
-                srq_limit
-            }
-        ),
-        l!(
-            "struct ibv_srq_init_attr",
-            ibv_srq_init_attr { srq_context, attr }
-        ),
-        l!(
-            "struct ibv_qp_cap",
-            ibv_qp_cap {
-                max_send_wr,
-                max_recv_wr,
-                max_send_sge,
-                max_recv_sge,
-                max_inline_data
-            }
-        ),
-        l!(
-            "struct ibv_qp_init_attr",
-            ibv_qp_init_attr {
-                qp_context,
-                send_cq,
-                recv_cq,
-                srq,
-                cap,
-                qp_type,
-                sq_sig_all
-            }
-        ),
-        l!(
-            "struct ibv_qp_attr",
-            ibv_qp_attr {
-                qp_state,
-                cur_qp_state,
-                path_mtu,
-                path_mig_state,
-                qkey,
-                rq_psn,
-                sq_psn,
-                dest_qp_num,
-                qp_access_flags,
-                cap,
-                ah_attr,
-                alt_ah_attr,
-                pkey_index,
-                alt_pkey_index,
-                en_sqd_async_notify,
-                sq_draining,
-                max_rd_atomic,
-                max_dest_rd_atomic,
-                min_rnr_timer,
-                port_num,
-                timeout,
-                retry_cnt,
-                rnr_retry,
-                alt_port_num,
-                alt_timeout,
-                rate_limit
-            }
-        ),
-        l!("struct ibv_sge", ibv_sge { addr, length, lkey }),
-        l!("struct ibv_send_wr", ibv_send_wr { wr_id, next, sg_list, num_sge, opcode, send_flags,
-            imm_data, wr, wr.rdma, wr.atomic, wr.ud, qp_type, bind_mw }),
-        l!(
-            "struct ibv_recv_wr",
-            ibv_recv_wr {
-                wr_id,
-                next,
-                sg_list,
-                num_sge
-            }
-        ),
-        l!(
-            "struct ibv_srq",
-            ibv_srq {
-                context,
-                srq_context,
-                pd,
-                handle,
-                mutex,
-                cond,
-                events_completed
-            }
-        ),
-        l!(
-            "struct ibv_qp",
-            ibv_qp {
-                context,
-                qp_context,
-                pd,
-                send_cq,
-                recv_cq,
-                srq,
-                handle,
-                qp_num,
-                state,
-                qp_type,
-                mutex,
-                cond,
-                events_completed
-            }
-        ),
-        l!(
-            "struct ibv_comp_channel",
-            ibv_comp_channel {
-                context,
-                fd,
-                refcnt
-            }
-        ),
-        l!(
-            "struct ibv_cq",
-            ibv_cq {
-                context,
-                channel,
-                cq_context,
-                handle,
-                cqe,
-                mutex,
-                cond,
-                comp_events_completed,
-                async_events_completed
-            }
-        ),
-        l!(
-            "struct ibv_ah",
-            ibv_ah {
-                context,
-                pd,
-                handle
-            }
-        ),
-        l!(
-            "struct ibv_context_ops",
-            ibv_context_ops {
-                _compat_query_device,
-                _compat_query_port,
-                alloc_mw,
-                bind_mw,
-                dealloc_mw,
-                poll_cq,
-                req_notify_cq,
-                post_srq_recv,
-                post_send,
-                post_recv,
-                _compat_async_event
-            }
-        ),
-        l!(
-            "struct ibv_context",
-            ibv_context {
-                device,
-                ops,
-                cmd_fd,
-                async_fd,
-                num_comp_vectors,
-                mutex,
-                abi_compat
-            }
-        ),
-    ]
 }
