@@ -4,7 +4,8 @@
 #
 #  0. driver/kmdf's formatting (rustfmt; the root workspace's `cargo fmt`
 #     does not reach it).
-#  1. driver/kmdf (irpverbs.sys) against mocks/, a hand transcription of the
+#  1. driver/kmdf (irpverbs.sys), once per backend (the `soft` feature, the
+#     default, and `model`), against mocks/, a hand transcription of the
 #     wdk-sys 0.5 bindings it uses (bindgen's rendering of the KMDF and WDM
 #     headers: ModuleConsts enums, Option<unsafe extern "C" fn> callbacks,
 #     the same struct fields and function signatures) plus stand-ins for
@@ -36,19 +37,22 @@ repo="$scratch/repo"
 echo "== driver/kmdf formatting"
 (cd "$root/driver/kmdf" && rustfmt --edition 2024 --check src/lib.rs build.rs)
 
-echo "== driver/kmdf against the wdk-sys mocks"
 mocks="$repo/driver/kmdf/linux-check/mocks"
 # crt-static is for the Windows target; on Linux it forbids proc-macros.
 rm "$repo/driver/kmdf/.cargo/config.toml"
-(
-    cd "$repo/driver/kmdf"
-    cargo clippy \
-        --config "patch.crates-io.wdk-sys.path=\"$mocks/wdk-sys\"" \
-        --config "patch.crates-io.wdk.path=\"$mocks/wdk\"" \
-        --config "patch.crates-io.wdk-panic.path=\"$mocks/wdk-panic\"" \
-        --config "patch.crates-io.wdk-build.path=\"$mocks/wdk-build\"" \
-        -- -D warnings
-)
+for features in "--features soft" "--no-default-features --features model"; do
+    echo "== driver/kmdf ($features) against the wdk-sys mocks"
+    (
+        cd "$repo/driver/kmdf"
+        # shellcheck disable=SC2086 # two words: the feature flags
+        cargo clippy $features \
+            --config "patch.crates-io.wdk-sys.path=\"$mocks/wdk-sys\"" \
+            --config "patch.crates-io.wdk.path=\"$mocks/wdk\"" \
+            --config "patch.crates-io.wdk-panic.path=\"$mocks/wdk-panic\"" \
+            --config "patch.crates-io.wdk-build.path=\"$mocks/wdk-build\"" \
+            -- -D warnings
+    )
+done
 
 echo "== tests/windows-runner's Windows module against windows-sys"
 runner="$repo/tests/windows-runner"

@@ -17,7 +17,7 @@
 //! (4.096 us * 2^t, usually t >= 14, 67 ms) absorb.
 //!
 //! [`OneShot`] is that timer without the CM: the transport's timer
-//! (`crate::clock`) is one too.
+//! (`backend/soft/clock.rs`) is one too.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -28,7 +28,7 @@ use irpverbs_ring::Shared;
 use wdk_sys::ntddk::{ExAllocateTimer, ExDeleteTimer, ExSetTimer};
 use wdk_sys::{_EX_TIMER, BOOLEAN, LONGLONG, NTSTATUS, PEX_TIMER, PVOID};
 
-use crate::device::SoftDevice;
+use crate::device::KmdfDevice;
 use crate::platform::KmdfPlatform;
 
 /// `TRUE` as a `BOOLEAN`.
@@ -196,7 +196,7 @@ impl CmTimer {
     }
 
     /// D0Entry: allocates the timer, its callback running
-    /// [`SoftDevice::cm_timer`] on `device`, and gives the core its arming
+    /// [`KmdfDevice::cm_timer`] on `device`, and gives the core its arming
     /// function. Started already: nothing to do.
     ///
     /// IRQL: PASSIVE_LEVEL.
@@ -208,7 +208,7 @@ impl CmTimer {
     /// # Safety
     /// `device` must outlive the timer: [`CmTimer::stop`] (or the drop of
     /// the state holding both) runs before it goes.
-    pub(crate) unsafe fn start(&self, device: &SoftDevice) -> Result<(), NTSTATUS> {
+    pub(crate) unsafe fn start(&self, device: &KmdfDevice) -> Result<(), NTSTATUS> {
         if self.timer.started() {
             return Ok(());
         }
@@ -232,7 +232,7 @@ impl CmTimer {
     /// ([`OneShot::stop`]). Stopped already: nothing to do.
     ///
     /// IRQL: PASSIVE_LEVEL (the wait needs <= APC_LEVEL).
-    pub(crate) fn stop(&self, device: &SoftDevice) {
+    pub(crate) fn stop(&self, device: &KmdfDevice) {
         if !self.timer.started() {
             return;
         }
@@ -251,6 +251,6 @@ impl CmTimer {
 unsafe extern "C" fn fire(_timer: PEX_TIMER, context: PVOID) {
     // SAFETY: the context is the device, which outlives the timer (the
     // timer is deleted with Wait before the device goes).
-    let device = unsafe { &*context.cast_const().cast::<SoftDevice>() };
+    let device = unsafe { &*context.cast_const().cast::<KmdfDevice>() };
     device.cm_timer();
 }

@@ -1,11 +1,13 @@
 //! The device: `EvtDriverDeviceAdd` and every callback that reaches the
 //! core, wired as the host device wires them (`driver/host/src/device.rs`).
 //!
-//! - The soft HCA is root-enumerated (hardware ID `Root\irpverbs`): it has no
-//!   interrupt line. Its [`SoftBus::interrupt`] is what an ISR does: queue
-//!   the device's DPC ([`Bus`]); the DPC runs [`Device::dpc`] at
-//!   DISPATCH_LEVEL. The firmware runs inline (`Execution::Inline`), inside
-//!   `post_command`, so the doorbell is never rung.
+//! - The HCA is the backend's ([`crate::backend`]): a software HCA is made
+//!   at device add and its interrupts queue the [`Bus`]'s DPCs, which run
+//!   [`Device::dpc`] and `Device::comp_dpc` at DISPATCH_LEVEL; a PCI HCA
+//!   is started in `EvtDevicePrepareHardware` from its resources (the
+//!   state is made then: until it is, files and requests are refused with
+//!   `STATUS_INVALID_DEVICE_STATE`), its MSI-X messages' DPCs run the same,
+//!   and it is reset in `EvtDeviceReleaseHardware`.
 //! - Files: a per-device counter gives each file object its [`FileKey`], kept
 //!   in the file object's context (as host mode numbers its opens). Handle
 //!   values are not used as keys: a file's state outlives `EvtFileClose`
@@ -25,10 +27,10 @@
 //!   refuse) is answered by the device's `IRP_MN_QUERY_INTERFACE`
 //!   preprocess callback (see [`crate::kernel`]'s versions).
 //! - PnP/power: surprise removal and D0Exit to D3Final (the device is going
-//!   away) run [`Device::remove`]; D0Entry queues the DPC, which drains the
-//!   event queue and re-arms it. D0Entry starts the doorbell poller (a
-//!   system thread, [`crate::doorbell`]) and the CM timer
-//!   ([`crate::cmtimer`]), and D0Exit stops them.
+//!   away) run [`Device::remove`]. D0Entry starts the CM timer
+//!   ([`crate::cmtimer`]) and the backend's services (a software HCA's
+//!   doorbell poller, transport timer and wire), and delivers what the
+//!   event queues hold; D0Exit stops them.
 //! - Caller context: `EvtIoInCallerContext` runs every request through
 //!   [`Device::in_caller_context`] in the requestor's thread and process
 //!   (PASSIVE_LEVEL for user mode) before queueing what it returns: the one
@@ -54,9 +56,8 @@ use irpverbs_abi::{
     FILE_DEVICE_INFINIBAND, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_DEVICE_STATE,
     STATUS_SUCCESS, nt_success,
 };
-use irpverbs_core::{Device, DeviceConfig, FileKey, MajorFunction};
+use irpverbs_core::{Device, DeviceConfig, FileKey, Hca, MajorFunction};
 use irpverbs_ring::Shared;
-use irpverbs_soft::{MAX_COMP_VECTORS, SoftBus};
 use wdk_sys::ntddk::{
     KeGetProcessorNumberFromIndex, KeQueryActiveProcessorCountEx, KeSetTargetProcessorDpcEx,
 };
@@ -65,58 +66,61 @@ use wdk_sys::{
     _WDF_POWER_DEVICE_STATE, _WDF_TRI_STATE, ALL_PROCESSOR_GROUPS, FILE_DEVICE_SECURE_OPEN,
     NTSTATUS, PROCESSOR_NUMBER, PWDFDEVICE_INIT, ULONG, WDF_DPC_CONFIG, WDF_FILEOBJECT_CONFIG,
     WDF_IO_QUEUE_CONFIG, WDF_PNPPOWER_EVENT_CALLBACKS, WDF_POWER_DEVICE_STATE,
-    WDF_QUERY_INTERFACE_CONFIG, WDFDEVICE, WDFDPC, WDFDRIVER, WDFFILEOBJECT, WDFOBJECT, WDFQUEUE,
-    WDFREQUEST, call_unsafe_wdf_function_binding,
+    WDF_QUERY_INTERFACE_CONFIG, WDFCMRESLIST, WDFDEVICE, WDFDPC, WDFDRIVER, WDFFILEOBJECT,
+    WDFOBJECT, WDFQUEUE, WDFREQUEST, call_unsafe_wdf_function_binding,
 };
 
 use crate::GUID_DEVINTERFACE_IRPVERBS;
-use crate::backend::{Backend, Hw};
-use crate::clock::TransportTimer;
+use crate::backend::{Backend, Hw, Made};
 use crate::cmtimer::CmTimer;
 use crate::context::{context_type, object_attributes, struct_size};
-use crate::doorbell::{DoorbellThread, PollerEvent};
 use crate::kernel::{GUID_IV_KERNEL_INTERFACE, KernelInterface};
 use crate::mdl::FilePins;
 use crate::platform::KmdfPlatform;
 use crate::process::Opener;
 use crate::request::{KmdfRequest, REQUEST_CONTEXT_TYPE, complete_raw, evt_request_cleanup};
-use crate::wsk::WskWire;
 
-/// The driver over the soft HCA on Windows: the type host mode calls
-/// `SoftDevice`, over [`KmdfPlatform`].
-pub(crate) type SoftDevice = Device<KmdfPlatform, Hw>;
+/// The driver on Windows: the core's device over the backend's HCA
+/// ([`crate::backend`]), over [`KmdfPlatform`].
+pub(crate) type KmdfDevice = Device<KmdfPlatform, Hw>;
 
-/// Everything one device instance holds, owned by its WDFDEVICE's context
-/// from `EvtDriverDeviceAdd` until the device object is destroyed.
+/// Completion vectors the bus has a DPC slot for (a software HCA's
+/// vectors; a PCI HCA's are its MSI-X messages).
+pub(crate) const MAX_BUS_VECTORS: usize = 64;
+
+/// Everything one device instance holds once its HCA is made (at
+/// `EvtDriverDeviceAdd` for a software HCA, at `EvtDevicePrepareHardware`
+/// for a PCI one), owned by its WDFDEVICE's context until the device
+/// object is destroyed.
 pub(crate) struct DeviceState {
     /// The connection manager's timer (first, so that a drop cancels it
     /// before the device it calls goes): armed by the core in D0.
     cm_timer: CmTimer,
-    /// The transport's timer (ACK timeouts, RNR waits): running in D0.
-    transport_timer: TransportTimer,
     /// The driver.
-    pub(crate) device: SoftDevice,
-    /// The soft HCA's bus: its interrupt queues the DPC.
+    pub(crate) device: KmdfDevice,
+    /// The backend's services, running in D0 (after the device: they hold
+    /// references to the HCA, not to the device).
+    services: <Hw as Backend>::Services,
+    /// The bus whose DPCs stand for a software HCA's interrupts.
     bus: Shared<Bus>,
     /// The next file key (host mode numbers its opens the same way).
     next_file: AtomicU64,
-    /// `N` of `\DosDevices\irpverbsN`.
-    instance: u32,
     /// The kernel ULPs' table, holding the device's reference to its
     /// context (dropped with the state, after the device is gone).
     pub(crate) kernel: KernelInterface,
-    /// The poller of the user-mode doorbell pages: a system thread in D0.
-    scanner: DoorbellThread,
-    /// The RoCEv2 wire over a WSK socket, when the registry enables it:
-    /// open in D0.
-    wire: Option<WskWire>,
 }
 
-/// The device's context: the state, set right after `WdfDeviceCreate` and
-/// taken back in the destroy callback. Null before (the framework zero-fills
-/// contexts).
+/// The device's context: its instance number (`N` of
+/// `\DosDevices\irpverbsN`, claimed at device add, released in the
+/// destroy callback) and its state, published (release) once the HCA is
+/// made and taken back in the destroy callback. Null before (the
+/// framework zero-fills contexts).
 struct DeviceContext {
-    state: *mut DeviceState,
+    /// `u32::MAX` until device add claimed a number.
+    instance: u32,
+    /// The registry's configuration, read at device add.
+    config: DeviceConfig,
+    state: AtomicPtr<DeviceState>,
 }
 context_type!(DEVICE_CONTEXT_TYPE, DeviceContext, c"IrpverbsDeviceContext");
 
@@ -134,20 +138,20 @@ struct FileContext {
 }
 context_type!(FILE_CONTEXT_TYPE, FileContext, c"IrpverbsFileContext");
 
-/// The soft HCA's bus on Windows.
+/// The DPCs that stand for a software HCA's interrupts
+/// ([`Backend::SOFTWARE_INTERRUPTS`]): the device's and one per completion
+/// vector. A PCI HCA's interrupts are its MSI-X messages' own DPCs.
 pub(crate) struct Bus {
     /// The device's WDFDPC; null before it exists and once it is being
     /// deleted.
     dpc: AtomicPtr<c_void>,
-    /// The event the doorbell poller's thread sleeps on.
-    poller: Shared<PollerEvent>,
     /// The data path left work after a call used its budget: the DPC runs
-    /// `SoftHca::resume` first.
+    /// [`Backend::resume`] first.
     resume: AtomicBool,
     /// The completion vectors' WDFDPCs (vector `v` at `v`, targeted to
     /// processor `v` modulo the active processors); null before each
     /// exists and once it is being deleted.
-    comp: [AtomicPtr<c_void>; MAX_COMP_VECTORS as usize],
+    comp: [AtomicPtr<c_void>; MAX_BUS_VECTORS],
 }
 
 /// A completion vector's DPC's context: its vector.
@@ -156,20 +160,30 @@ struct VectorContext {
 }
 context_type!(VECTOR_CONTEXT_TYPE, VectorContext, c"IrpverbsVectorContext");
 
-impl SoftBus for Bus {
-    /// The "ISR": queues the DPC (`WdfDpcEnqueue`; a DPC already queued
-    /// stays queued once).
+impl Bus {
+    /// The HCA's "ISR": queues the device's DPC (`WdfDpcEnqueue`; a DPC
+    /// already queued stays queued once).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn interrupt(&self) {
-        self.enqueue();
+    pub(crate) fn interrupt(&self) {
+        let dpc: WDFDPC = self.dpc.load(Ordering::Acquire).cast();
+        if dpc.is_null() {
+            return;
+        }
+        // SAFETY: a non-null pointer here is the device's live WDFDPC: it is
+        // stored after WdfDpcCreate succeeded and cleared by the DPC's own
+        // cleanup callback before the framework deletes it (after which only
+        // Device::remove'd devices remain, which post no commands and so
+        // raise no interrupts). WdfDpcEnqueue may be called at any IRQL up
+        // to HIGH_LEVEL.
+        let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
     }
 
     /// Completion vector `vector`'s "ISR": queues that vector's DPC on its
     /// processor (`WdfDpcEnqueue`).
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn comp_interrupt(&self, vector: u32) {
+    pub(crate) fn comp_interrupt(&self, vector: u32) {
         let Some(slot) = self.comp.get(vector as usize) else {
             return;
         };
@@ -184,44 +198,16 @@ impl SoftBus for Bus {
         let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
     }
 
-    /// Never rung: the firmware runs inline (`Execution::Inline`).
-    fn doorbell(&self) {}
-
-    /// The rest of a bounded data-path call: the same DPC, flagged to run
-    /// `SoftHca::resume` (one budget, requeueing what is still left), as a
-    /// driver requeues the rest of its DPC's work for the DPC watchdog.
+    /// The rest of a bounded data-path call: the device's DPC, flagged to
+    /// run [`Backend::resume`] (one budget, requeueing what is still left),
+    /// as a driver requeues the rest of its DPC's work for the DPC
+    /// watchdog.
     ///
     /// IRQL: <= DISPATCH_LEVEL.
-    fn resume(&self) {
+    #[allow(dead_code, reason = "asked for by a software HCA's data path only")]
+    pub(crate) fn resume(&self) {
         self.resume.store(true, Ordering::Release);
-        self.enqueue();
-    }
-
-    /// `IOCTL_IV_RING_DOORBELLS` ran: sets the doorbell thread's event.
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    fn wake_doorbell_poller(&self) {
-        self.poller.set();
-    }
-}
-
-impl Bus {
-    /// `WdfDpcEnqueue` of the device's DPC (a DPC already queued stays
-    /// queued once).
-    ///
-    /// IRQL: <= DISPATCH_LEVEL.
-    fn enqueue(&self) {
-        let dpc: WDFDPC = self.dpc.load(Ordering::Acquire).cast();
-        if dpc.is_null() {
-            return;
-        }
-        // SAFETY: a non-null pointer here is the device's live WDFDPC: it is
-        // stored after WdfDpcCreate succeeded and cleared by the DPC's own
-        // cleanup callback before the framework deletes it (after which only
-        // Device::remove'd devices remain, which post no commands and so
-        // raise no interrupts). WdfDpcEnqueue may be called at any IRQL up
-        // to HIGH_LEVEL.
-        let _queued = unsafe { call_unsafe_wdf_function_binding!(WdfDpcEnqueue, dpc) };
+        self.interrupt();
     }
 }
 
@@ -238,10 +224,10 @@ pub(crate) unsafe fn state<'a>(device: WDFDEVICE) -> Option<&'a DeviceState> {
     if context.is_null() {
         return None;
     }
-    // SAFETY: the context is live with the device; the pointer field is
-    // written once during EvtDriverDeviceAdd, before any callback that reads
-    // it can run, and cleared only in the destroy callback, after all.
-    let state = unsafe { (*context).state };
+    // SAFETY: the context is live with the device; the pointer is
+    // published once (release) when the HCA is made, and cleared only in
+    // the destroy callback, after every other callback.
+    let state = unsafe { &(*context).state }.load(Ordering::Acquire);
     // SAFETY: non-null means Box::into_raw of a DeviceState, freed only in
     // the destroy callback; shared access only.
     unsafe { state.as_ref() }
@@ -295,8 +281,9 @@ pub(crate) unsafe fn file_pins(file: WDFFILEOBJECT) -> Option<Shared<FilePins>> 
 
 // ------------------------------------------------------------- device add
 
-/// `EvtDriverDeviceAdd`: creates the device, its soft HCA and driver state,
-/// its DPC, symbolic link, device interface and default queue.
+/// `EvtDriverDeviceAdd`: creates the device, its symbolic link, device
+/// interface and default queue, and (a software HCA) the HCA and the
+/// driver state with its DPCs.
 ///
 /// IRQL: PASSIVE_LEVEL.
 pub(crate) extern "C" fn evt_driver_device_add(
@@ -319,19 +306,20 @@ fn add_device(driver: WDFDRIVER, device_init: PWDFDEVICE_INIT) -> Result<(), NTS
     // SAFETY: as above.
     unsafe { crate::kernel::assign_query_interface_preprocess(device_init)? };
     // SAFETY: as above; configured.
-    let device = unsafe { create_device(device_init, config)? };
+    let (device, instance) = unsafe { create_device(device_init, config)? };
     // From here on a failure deletes the device, and its destroy callback
     // frees whatever its context holds.
-    // SAFETY: just created by create_device, which set its state.
-    let state = unsafe { self::state(device) }.ok_or(STATUS_INVALID_DEVICE_STATE)?;
     // SAFETY: `device` is our live device.
-    unsafe { create_dpc(device, state)? };
-    // SAFETY: as above.
-    unsafe { create_names(device, state.instance)? };
+    unsafe { create_names(device, instance)? };
     // SAFETY: as above.
     unsafe { create_queue(device)? };
-    // SAFETY: as above.
-    unsafe { add_kernel_interface(device, state) }
+    let bus = new_bus()?;
+    // SAFETY: as above, just created.
+    if let Some(made) = unsafe { Hw::add(device, &KmdfPlatform, &bus) }? {
+        // SAFETY: as above; no state yet.
+        unsafe { publish(device, config, bus, made)? };
+    }
+    Ok(())
 }
 
 /// Registers the device's callbacks and object attributes on its init
@@ -345,6 +333,8 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
         Size: struct_size::<WDF_PNPPOWER_EVENT_CALLBACKS>(),
         EvtDeviceD0Entry: Some(evt_device_d0_entry),
         EvtDeviceD0Exit: Some(evt_device_d0_exit),
+        EvtDevicePrepareHardware: Some(evt_device_prepare_hardware),
+        EvtDeviceReleaseHardware: Some(evt_device_release_hardware),
         EvtDeviceSurpriseRemoval: Some(evt_device_surprise_removal),
         ..WDF_PNPPOWER_EVENT_CALLBACKS::default()
     };
@@ -417,13 +407,13 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
     }
 }
 
-/// `WdfDeviceCreate` with a device context and destroy callback, then the
-/// state: an instance number, the soft HCA on its bus, the core's device.
+/// `WdfDeviceCreate` with a device context and destroy callback; an
+/// instance number and the registry's configuration in the context.
 ///
 /// # Errors
 /// `WdfDeviceCreate`'s failure; `STATUS_INVALID_DEVICE_STATE` when all 64
-/// instance numbers are taken; the soft HCA's refusal of its configuration;
-/// `STATUS_INSUFFICIENT_RESOURCES` ([`new_state`]).
+/// instance numbers are taken (the device is deleted by the framework when
+/// device add fails).
 ///
 /// # Safety
 /// `device_init` must be the framework's, configured, before
@@ -431,7 +421,7 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
 unsafe fn create_device(
     mut device_init: PWDFDEVICE_INIT,
     config: DeviceConfig,
-) -> Result<WDFDEVICE, NTSTATUS> {
+) -> Result<(WDFDEVICE, u32), NTSTATUS> {
     let mut device_attributes = DEVICE_CONTEXT_TYPE.attributes();
     device_attributes.EvtDestroyCallback = Some(evt_device_destroy);
     let mut device: WDFDEVICE = core::ptr::null_mut();
@@ -446,88 +436,97 @@ unsafe fn create_device(
         )
     };
     check(status)?;
-
-    let instance = claim_instance().ok_or(STATUS_INVALID_DEVICE_STATE)?;
-    // SAFETY: `device` was just created.
-    let state = match unsafe { new_state(device, instance, config) } {
-        Ok(state) => state,
-        Err(status) => {
-            release_instance(instance);
-            return Err(status);
-        }
-    };
     // SAFETY: `device` was just created with a DeviceContext.
     let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
     if context.is_null() {
-        release_instance(instance);
+        return Err(STATUS_INVALID_DEVICE_STATE);
+    }
+    // SAFETY: the context is the framework's zero-filled one; no callback
+    // reads it yet (none runs before EvtDriverDeviceAdd returns).
+    let context = unsafe { &mut *context };
+    context.instance = u32::MAX;
+    context.config = config;
+    let instance = claim_instance().ok_or(STATUS_INVALID_DEVICE_STATE)?;
+    // Released by the destroy callback.
+    context.instance = instance;
+    Ok((device, instance))
+}
+
+/// A bus with no DPC yet.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES`.
+fn new_bus() -> Result<Shared<Bus>, NTSTATUS> {
+    Shared::try_new(Bus {
+        dpc: AtomicPtr::new(core::ptr::null_mut()),
+        resume: AtomicBool::new(false),
+        comp: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_BUS_VECTORS],
+    })
+    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
+
+/// The state of `device` over the HCA the backend made: the core's device
+/// (which arms the HCA's event queues), the CM timer, the kernel ULPs'
+/// table; then the bus's DPCs (a software HCA's interrupts) and the
+/// table's query interface, and the state is published in the context.
+/// Each part the driver allocates itself is taken fallibly; a refusal
+/// drops what was made (the backend's services stopped: they start in
+/// D0Entry).
+///
+/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd, EvtDevicePrepareHardware).
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES`; `WdfDpcCreate`'s and
+/// `WdfDeviceAddQueryInterface`'s failures.
+///
+/// # Safety
+/// `device` must be our live device, with no state yet.
+unsafe fn publish(
+    device: WDFDEVICE,
+    config: DeviceConfig,
+    bus: Shared<Bus>,
+    made: Made<Hw>,
+) -> Result<(), NTSTATUS> {
+    let Made { hca, services } = made;
+    // SAFETY: `device` is live (caller): its WDM device object too.
+    let device_object =
+        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
+    // SAFETY: the live device object of the device whose HCA `hca` is.
+    let kernel = unsafe { KernelInterface::new(hca.clone(), device_object) }?;
+    let cm_timer = CmTimer::new()?;
+    // Built in the box, not on the stack and moved (it is large).
+    let state = irpverbs_ring::try_box_with(move || DeviceState {
+        cm_timer,
+        device: Device::with_config(KmdfPlatform, hca, config),
+        services,
+        bus,
+        next_file: AtomicU64::new(1),
+        kernel,
+    })
+    .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+    // SAFETY: `device` is our live device (caller), with a DeviceContext.
+    let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
+    if context.is_null() {
         return Err(STATUS_INVALID_DEVICE_STATE);
     }
     let state = Box::into_raw(state);
-    // SAFETY: the context is valid for writes and no callback reads it yet
-    // (no file, request or DPC exists before EvtDriverDeviceAdd returns).
-    unsafe { (*context).state = state };
-    // SAFETY: just made by Box::into_raw: live, shared access only.
-    let ceps = unsafe { &(*state).kernel.ceps };
+    // SAFETY: the context is valid; no state was published (caller), so
+    // this is the only writer; readers see it from now on (release).
+    unsafe { &(*context).state }.store(state, Ordering::Release);
+    // SAFETY: just made by Box::into_raw: live until the destroy callback,
+    // which takes it back from the context; shared access only.
+    let state_ref = unsafe { &*state };
     // SAFETY: `state` is `device`'s, freed only in its destroy callback,
     // which detaches it first.
-    unsafe { ceps.attach(device, state) };
-    Ok(device)
-}
-
-/// The state of a device just created, instance `instance`: the soft HCA
-/// on its bus, the core's device, the timers, the kernel ULPs' table, the
-/// doorbell poller and the wire (stopped until D0Entry). Each part the
-/// driver allocates itself is taken fallibly; a refusal drops what was made.
-///
-/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd).
-///
-/// # Errors
-/// `STATUS_INSUFFICIENT_RESOURCES`; the registry's or the soft HCA's
-/// refusal of its configuration.
-///
-/// # Safety
-/// `device` must be our live device, just created.
-unsafe fn new_state(
-    device: WDFDEVICE,
-    instance: u32,
-    config: DeviceConfig,
-) -> Result<Box<DeviceState>, NTSTATUS> {
-    let bus = Shared::try_new(Bus {
-        dpc: AtomicPtr::new(core::ptr::null_mut()),
-        poller: PollerEvent::new()?,
-        resume: AtomicBool::new(false),
-        comp: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_COMP_VECTORS as usize],
-    })
-    .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
-    let platform = KmdfPlatform;
-    // SAFETY: `device` was just created (caller).
-    let wire_config = unsafe { crate::wsk::read_config(device) }?;
-    // A completion vector per active processor (at least 2).
-    #[allow(clippy::cast_possible_truncation)]
-    // SAFETY: no preconditions; callable at any IRQL.
-    let processors = unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS as u16) };
-    let soft = Hw::add(&platform, bus.clone(), processors, wire_config.as_ref())?;
-    let poller = Shared::clone(&bus.poller);
-    // SAFETY: `device` was just created: its WDM device object is live.
-    let device_object =
-        unsafe { call_unsafe_wdf_function_binding!(WdfDeviceWdmGetDeviceObject, device) };
-    // SAFETY: the live device object of the device whose HCA `soft` is.
-    let kernel = unsafe { KernelInterface::new(soft.clone(), device_object) }?;
-    let cm_timer = CmTimer::new()?;
-    let transport_timer = TransportTimer::new(soft.clone())?;
-    // Built in the box, not on the stack and moved (it is large).
-    irpverbs_ring::try_box_with(move || DeviceState {
-        cm_timer,
-        transport_timer,
-        device: Device::with_config(platform, soft.clone(), config),
-        bus,
-        next_file: AtomicU64::new(1),
-        instance,
-        kernel,
-        scanner: DoorbellThread::new(soft.clone(), poller),
-        wire: wire_config.map(|w| WskWire::new(w, soft.clone())),
-    })
-    .ok_or(STATUS_INSUFFICIENT_RESOURCES)
+    unsafe { state_ref.kernel.ceps.attach(device, state) };
+    let state = state_ref;
+    // From here on a failure leaves the state to the destroy callback.
+    if <Hw as Backend>::SOFTWARE_INTERRUPTS {
+        // SAFETY: `device` is our live device.
+        unsafe { create_dpc(device, state)? };
+    }
+    // SAFETY: as above.
+    unsafe { add_kernel_interface(device, state) }
 }
 
 /// The DPC that stands for the HCA's interrupt, a child of the device; the
@@ -539,7 +538,12 @@ unsafe fn create_dpc(device: WDFDEVICE, state: &DeviceState) -> Result<(), NTSTA
     // SAFETY: our live device (caller).
     let dpc = unsafe { new_dpc(device, evt_dpc, evt_dpc_cleanup, object_attributes()) }?;
     state.bus.dpc.store(dpc.cast(), Ordering::Release);
-    for vector in 0..irpverbs_core::Hca::comp_event_queues(state.device.hca()) {
+    let vectors = state
+        .device
+        .hca()
+        .comp_event_queues()
+        .min(MAX_BUS_VECTORS as u32);
+    for vector in 0..vectors {
         // SAFETY: as above.
         unsafe { create_comp_dpc(device, state, vector)? };
     }
@@ -707,8 +711,8 @@ unsafe fn create_names(device: WDFDEVICE, instance: u32) -> Result<(), NTSTATUS>
 /// and async event waits, CEP waits, CM requests waiting for the peer).
 /// From a power-managed queue without `EvtIoStop`, KMDF would wait for
 /// every one of them before D0Exit, and a sleep or hibernate with an
-/// application waiting on events would end in bugcheck 0x9F. The soft HCA
-/// needs no power for a request to be presented (its commands are
+/// application waiting on events would end in bugcheck 0x9F. A software
+/// HCA needs no power for a request to be presented (its commands are
 /// software), and its own work stops in D0Exit ([`evt_device_d0_exit`]):
 /// held requests wait across the sleep and complete as their events come
 /// after D0Entry. Host mode models both queue kinds and raises 0x9F for a
@@ -754,9 +758,10 @@ static KERNEL_INTERFACE_GUID: wdk_sys::GUID = GUID_IV_KERNEL_INTERFACE;
 /// table, &GUID_IV_KERNEL_INTERFACE, NULL)`): KMDF copies the table now,
 /// and for each query for the GUID copies it into the requester's buffer
 /// and calls `InterfaceReference`; the query is not sent down the stack
-/// (the soft HCA is the bottom of it), no import, no per-query callback.
+/// (the HCA's driver is the bottom of it), no import, no per-query
+/// callback.
 ///
-/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd).
+/// IRQL: PASSIVE_LEVEL (EvtDriverDeviceAdd or EvtDevicePrepareHardware).
 ///
 /// # Errors
 /// `WdfDeviceAddQueryInterface`'s failure (`STATUS_INSUFFICIENT_RESOURCES`,
@@ -858,19 +863,21 @@ extern "C" fn evt_device_destroy(object: WDFOBJECT) {
     }
     // SAFETY: the context is valid, and no other callback of the device
     // runs any more: this is the only reference to it.
-    let slot = unsafe { &mut (*context).state };
-    let state = core::mem::replace(slot, core::ptr::null_mut());
+    let context = unsafe { &mut *context };
+    if context.instance != u32::MAX {
+        release_instance(context.instance);
+        context.instance = u32::MAX;
+    }
+    let state = context.state.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if state.is_null() {
         return;
     }
-    // SAFETY: the pointer came from Box::into_raw in add_device and is
-    // still live: the table's CEP functions stop using it here.
+    // SAFETY: the pointer came from Box::into_raw in publish and is still
+    // live: the table's CEP functions stop using it here.
     unsafe { (*state).kernel.ceps.detach() };
-    // SAFETY: the pointer came from Box::into_raw in add_device and was
-    // taken out of the context just now, so it is freed once.
-    let state = unsafe { Box::from_raw(state) };
-    release_instance(state.instance);
-    drop(state);
+    // SAFETY: the pointer came from Box::into_raw in publish and was taken
+    // out of the context just now, so it is freed once.
+    drop(unsafe { Box::from_raw(state) });
 }
 
 /// The DPC object's `EvtCleanupCallback`: the framework is deleting it, so
@@ -892,62 +899,128 @@ extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
 
 // ------------------------------------------------------------- PnP, power
 
-/// `EvtDeviceD0Entry`: starts the doorbell poller's thread (user-mode
-/// doorbells are seen from now on) and the CM timer ([`crate::cmtimer`]), and queues
-/// the DPC, which drains whatever the
-/// event queue holds and re-arms it (the host's "interrupt on power-up").
+/// `EvtDevicePrepareHardware`: a PCI backend starts its device from the
+/// resources ([`Backend::prepare_hardware`]) and the state is made over
+/// it ([`publish`]); a software HCA's state exists since device add.
+///
+/// A device whose state exists already and whose backend is a PCI HCA is
+/// being restarted after a stop (a resource rebalance): its core device
+/// was removed in D0Exit, so the restart is refused
+/// (`STATUS_INVALID_DEVICE_STATE`); disabling and enabling the device
+/// makes a new one.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_prepare_hardware(
+    device: WDFDEVICE,
+    raw: WDFCMRESLIST,
+    translated: WDFCMRESLIST,
+) -> NTSTATUS {
+    // SAFETY: the framework passes our live device.
+    if unsafe { state(device) }.is_some() {
+        return if <Hw as Backend>::SOFTWARE_INTERRUPTS {
+            STATUS_SUCCESS
+        } else {
+            STATUS_INVALID_DEVICE_STATE
+        };
+    }
+    // SAFETY: our live device; the lists are the framework's, valid for
+    // this callback.
+    let made = match unsafe { Hw::prepare_hardware(device, raw, translated) } {
+        Ok(Some(made)) => made,
+        Ok(None) => return STATUS_SUCCESS,
+        Err(status) => {
+            wdk::println!("irpverbs: the HCA did not start: {status:#010x}");
+            return status;
+        }
+    };
+    // SAFETY: our live device, with a context.
+    let context = unsafe { DEVICE_CONTEXT_TYPE.get::<DeviceContext>(device.cast()) };
+    if context.is_null() {
+        made.hca.release_hardware();
+        return STATUS_INVALID_DEVICE_STATE;
+    }
+    // SAFETY: written at device add, read only since.
+    let config = unsafe { (*context).config };
+    let published = new_bus().and_then(|bus| {
+        let hca = made.hca.clone();
+        // SAFETY: our live device, with no state (checked above; PnP
+        // callbacks of a device do not run concurrently).
+        unsafe { publish(device, config, bus, made) }.inspect_err(|_| hca.release_hardware())
+    });
+    match published {
+        Ok(()) => STATUS_SUCCESS,
+        Err(status) => status,
+    }
+}
+
+/// `EvtDeviceReleaseHardware` (after D0Exit, which removed the core's
+/// device): a PCI backend resets its device and drops its DMA mappings
+/// ([`Backend::release_hardware`]). The state stays until the device
+/// object is destroyed (files may still be open after a surprise
+/// removal).
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_release_hardware(
+    device: WDFDEVICE,
+    _translated: WDFCMRESLIST,
+) -> NTSTATUS {
+    // SAFETY: the framework passes our live device.
+    if let Some(state) = unsafe { state(device) } {
+        state.device.remove();
+        state.device.hca().release_hardware();
+    }
+    STATUS_SUCCESS
+}
+
+/// `EvtDeviceD0Entry`: starts the CM timer ([`crate::cmtimer`]) and the
+/// backend's services ([`Backend::start`]: a software HCA's doorbell
+/// poller, transport timer and wire; a PCI HCA re-arms its event queues),
+/// then queues the bus's DPCs of a software HCA, which drain whatever its
+/// event queues hold and re-arm them (the host's "interrupt on power-up").
 ///
 /// IRQL: PASSIVE_LEVEL.
 ///
 /// # Errors
-/// The doorbell thread's creation failure: the device does not start.
+/// The CM timer's or a service's failure to start: the device does not
+/// enter D0.
 extern "C" fn evt_device_d0_entry(
     device: WDFDEVICE,
     _previous_state: WDF_POWER_DEVICE_STATE,
 ) -> NTSTATUS {
     // SAFETY: the framework passes our live device.
     if let Some(state) = unsafe { state(device) } {
-        if let Err(status) = state.scanner.start() {
-            return status;
-        }
         // SAFETY: the device lives in the state with the timer, which D0Exit
         // stops (or the state's drop cancels, first) before the device goes.
         if let Err(status) = unsafe { state.cm_timer.start(&state.device) } {
-            state.scanner.stop();
             return status;
         }
-        if let Err(status) = state.transport_timer.start() {
+        let hca = state.device.hca();
+        if let Err(status) = hca.start(&state.services) {
             state.cm_timer.stop(&state.device);
-            state.scanner.stop();
             return status;
         }
-        if let Some(Err(status)) = state.wire.as_ref().map(WskWire::start) {
-            wdk::println!("irpverbs: the WSK wire did not start: {status:#010x}");
-            state.transport_timer.stop();
-            state.cm_timer.stop(&state.device);
-            state.scanner.stop();
-            return status;
-        }
-        state.bus.interrupt();
-        // Each vector's DPC too: what its event queue got before the DPC
-        // existed is drained, and the queue re-armed.
-        for vector in 0..irpverbs_core::Hca::comp_event_queues(state.device.hca()) {
-            state.bus.comp_interrupt(vector);
+        if <Hw as Backend>::SOFTWARE_INTERRUPTS {
+            state.bus.interrupt();
+            // Each vector's DPC too: what its event queue got before the
+            // DPC existed is drained, and the queue re-armed.
+            for vector in 0..hca.comp_event_queues() {
+                state.bus.comp_interrupt(vector);
+            }
         }
     }
     STATUS_SUCCESS
 }
 
-/// `EvtDeviceD0Exit`: stops the soft HCA's own work, the doorbell poller's
-/// thread and the CM timer (waiting for the thread to end and for a CM
-/// timer callback in progress); leaving D0 for good (D3Final: removal,
-/// disable, shutdown) is also the core's device removal, while a sleep
-/// transition keeps the soft HCA's state in memory (D0Entry starts the
-/// poller and the timer again).
+/// `EvtDeviceD0Exit`: stops the backend's services ([`Backend::stop`]) and
+/// the CM timer (waiting for a thread to end and for a timer callback in
+/// progress); leaving D0 for good (D3Final: removal, disable, shutdown,
+/// stop) is also the core's device removal, while a sleep transition
+/// keeps the HCA's state in memory (D0Entry starts the services and the
+/// timer again).
 /// The default queue is not power-managed ([`create_queue`]): the requests
 /// the driver holds stay held across the sleep, and requests keep being
-/// presented (their commands run inline, as does a doorbell rung through
-/// `IOCTL_IV_RING_DOORBELLS`).
+/// presented (a software HCA's commands run inline, as does a doorbell
+/// rung through `IOCTL_IV_RING_DOORBELLS`).
 ///
 /// IRQL: PASSIVE_LEVEL.
 extern "C" fn evt_device_d0_exit(
@@ -956,12 +1029,8 @@ extern "C" fn evt_device_d0_exit(
 ) -> NTSTATUS {
     // SAFETY: the framework passes our live device.
     if let Some(state) = unsafe { state(device) } {
-        if let Some(wire) = &state.wire {
-            wire.stop();
-        }
-        state.scanner.stop();
+        state.device.hca().stop(&state.services);
         state.cm_timer.stop(&state.device);
-        state.transport_timer.stop();
         if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
             state.device.remove();
         }
@@ -1267,8 +1336,7 @@ fn dispatch(
 }
 
 /// The DPC (`EvtDpcFunc`): first the rest of a bounded data-path call when
-/// the soft HCA asked for it (`SoftBus::resume`: one more budget of
-/// packets), then [`Device::dpc`] drains the HCA's event queue, completes
+/// the HCA asked for it ([`Bus::resume`]: one more budget of packets), then [`Device::dpc`] drains the HCA's event queue, completes
 /// requests and re-arms the event queue.
 ///
 /// IRQL: DISPATCH_LEVEL.
@@ -1278,7 +1346,7 @@ extern "C" fn evt_dpc(dpc: WDFDPC) {
     // SAFETY: its parent is our live device.
     if let Some(state) = unsafe { state(parent.cast()) } {
         if state.bus.resume.swap(false, Ordering::AcqRel) {
-            state.device.hca().resume();
+            Backend::resume(state.device.hca());
         }
         state.device.dpc();
     }

@@ -3,18 +3,18 @@
 //! [`GUID_IV_KERNEL_INTERFACE`] (`{17EE45AE-E023-4F3B-81FC-6784694953D3}`).
 //!
 //! The table is `irpverbs_kernel_table::kernel` (`no_std`, tested on Linux,
-//! the same code host mode hands out): this module only gives it the soft
-//! HCA's doorbells and keeps the device's reference to it.
+//! the same code host mode hands out): this module only gives it the
+//! HCA's doorbells (the `Hca` trait's) and keeps the device's reference to it.
 //!
 //! # Lifetime
-//! [`KernelInterface::new`] builds the table over the device's soft HCA with
+//! [`KernelInterface::new`] builds the table over the device's HCA with
 //! one reference, the device's own. KMDF (`WdfDeviceAddQueryInterface`)
 //! copies the table when it is added and, for every `IRP_MN_QUERY_INTERFACE`
 //! for the GUID, copies it into the requester's `INTERFACE` and calls
 //! `InterfaceReference(Context)`; the ULP calls `InterfaceDereference(Context)`
 //! when done. The device drops its reference in its destroy callback. The
 //! context (counted and allocated fallibly: a device add that cannot get it
-//! fails with `STATUS_INSUFFICIENT_RESOURCES`) holds a reference (`Shared`) to the soft HCA, so a ULP that still holds a
+//! fails with `STATUS_INSUFFICIENT_RESOURCES`) holds a reference (`Shared`) to the HCA, so a ULP that still holds a
 //! reference after removal calls into live memory (a removed HCA ignores
 //! doorbells for queues it no longer has), and a reference on the WDM
 //! device object (`ObReferenceObject`), so that the I/O manager does not
@@ -215,18 +215,18 @@ unsafe fn serve_version_1(device: WDFDEVICE, irp: PIRP) -> Option<NTSTATUS> {
     )
 }
 
-/// The soft HCA's doorbells, as the table rings them: direct calls of its
+/// The HCA's doorbells, as the table rings them: direct calls of its
 /// [`Hca`] doorbell methods, by queue number (a kernel ULP's queues have no
 /// doorbell page slot).
 ///
 /// IRQL: <= DISPATCH_LEVEL, never blocking.
-struct SoftDoorbells {
+struct HcaDoorbells {
     hca: Hw,
     /// Keeps the driver's image loaded while the table can be called.
     _device: DeviceObjectReference,
 }
 
-impl Doorbells for SoftDoorbells {
+impl Doorbells for HcaDoorbells {
     fn sq(&self, qp: Bell) {
         self.hca.sq_doorbell(qp.number);
     }
@@ -472,7 +472,7 @@ impl KernelInterface {
         })
         .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let table = interface_with_cm(
-            SoftDoorbells {
+            HcaDoorbells {
                 hca,
                 _device: device,
             },

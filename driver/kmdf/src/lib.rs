@@ -2,19 +2,25 @@
 //!
 //! The KMDF layer of irpverbs: it does on Windows exactly what the host
 //! device (`irpverbs-host`, `driver/host/src/device.rs`) does in host mode,
-//! and nothing more. Every decision lives in `irpverbs-core` and
-//! `irpverbs-soft`, where it is tested; this crate only maps:
+//! and nothing more. Every decision lives in `irpverbs-core` and the
+//! backend's crate (`irpverbs-soft`, `irpverbs-model`), where it is tested;
+//! this crate only maps. It drives one backend, chosen by a cargo feature
+//! ([`backend`]): `soft` (the default: the soft HCA, root-enumerated) or
+//! `model` (the model's mini-driver over a PCI device that speaks its
+//! protocol, started from its bus resources).
+//!
 //!
 //! | Windows (KMDF)                                  | irpverbs-core                     |
 //! |-------------------------------------------------|-----------------------------------|
-//! | `EvtDriverDeviceAdd`                            | [`irpverbs_core::Device::with_config`] over a root-enumerated [`irpverbs_soft::SoftHca`], with the per-file quotas of the driver's `Parameters` registry key ([`registry`]) |
+//! | `EvtDriverDeviceAdd` (a software HCA) or `EvtDevicePrepareHardware` (a PCI HCA, from its translated resources) | [`irpverbs_core::Device::with_config`] over the backend's HCA ([`backend`]), with the per-file quotas of the driver's `Parameters` registry key ([`registry`]) |
+//! | `EvtDeviceReleaseHardware`                      | the backend's `release_hardware` (a PCI HCA: device reset, DMA mappings dropped) |
 //! | `EvtDeviceFileCreate` / `EvtFileCleanup` / `EvtFileClose` | `Device::create_file` (with the opener of a user-mode open, referenced) / `cleanup_file` / `close_file` |
 //! | the process-notify routine (`PsSetCreateProcessNotifyRoutineEx`, registered in `DriverEntry`, removed in `EvtDriverUnload`): a process exits | `Device::owner_exited` for each file it opened ([`process`]) |
 //! | `EvtIoInCallerContext` (the requestor's thread and process)     | `Device::in_caller_context` |
 //! | `EvtIoDeviceControl`, `EvtIoInternalDeviceControl` (dispatch-level parallel queue) | `Device::dispatch_ioctl` |
 //! | `WDFREQUEST`                                    | [`irpverbs_core::Request`] ([`request::KmdfRequest`]) |
 //! | `EvtRequestCancel`                              | `Device::cancel`                  |
-//! | the HCA's interrupt: a `WDFDPC`                 | `Device::dpc`                     |
+//! | the HCA's interrupt: a `WDFDPC` (a software HCA), an MSI-X message's `EvtInterruptDpc` (a PCI HCA) | `Device::dpc`, `Device::comp_dpc` |
 //! | `EvtDeviceSurpriseRemoval`, `EvtDeviceD0Exit` to D3Final | `Device::remove`         |
 //! | the global allocator: `ExAllocatePool2` nonpaged pool, every alignment honoured | `irpverbs_kalloc::Aligned` ([`heap`]) |
 //! | `KSPIN_LOCK` (in-stack queued), `KeGetCurrentIrql`, `ExAllocatePool2`; MDLs for user pins and ring mappings | [`irpverbs_core::Platform`] ([`platform::KmdfPlatform`], [`mdl`]) |
@@ -24,8 +30,8 @@
 //! host mode uses) and through the device interface
 //! [`GUID_DEVINTERFACE_IRPVERBS`].
 //!
-//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`; version 1 queries by `WdfDeviceInitAssignWdmIrpPreprocessCallback`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the soft HCA's doorbells |
-//! | a system thread (`PsCreateSystemThread`) started in D0Entry, ended in D0Exit, sleeping on a `KEVENT` that `IOCTL_IV_RING_DOORBELLS` sets | `SoftHca::poll_doorbells_step`: the doorbells user-mode ULPs ring in their doorbell pages ([`doorbell`]) |
+//! | `IRP_MN_QUERY_INTERFACE` for `GUID_IV_KERNEL_INTERFACE` (`WdfDeviceAddQueryInterface`; version 1 queries by `WdfDeviceInitAssignWdmIrpPreprocessCallback`) | the kernel ULPs' direct-call table (`irpverbs_kernel_table::kernel`, see [`kernel`]) over the HCA's doorbells |
+//! | the soft backend: a system thread (`PsCreateSystemThread`) started in D0Entry, ended in D0Exit, sleeping on a `KEVENT` that `IOCTL_IV_RING_DOORBELLS` sets | `SoftHca::poll_doorbells_step`: the doorbells user-mode ULPs ring in their doorbell pages (`backend/soft/doorbell.rs`) |
 //!
 //! # User memory
 //! A user-mode ULP's rings and memory registrations need the requestor's
@@ -52,16 +58,18 @@
 //! doorbell costs no system call and is seen within microseconds; while it
 //! sleeps, the ULP follows the doorbell with `IOCTL_IV_RING_DOORBELLS`,
 //! which runs the doorbell in that call and wakes the thread
-//! ([`doorbell`]; the logic is `irpverbs_soft`'s poller, tested in host
-//! mode). No timer, no raised clock rate. Kernel ULPs keep the direct-call
-//! doorbells.
+//! (`backend/soft/doorbell.rs`; the logic is `irpverbs_soft`'s poller,
+//! tested in host mode). No timer, no raised clock rate. Kernel ULPs keep
+//! the direct-call doorbells. The model's doorbell pages are pages of its
+//! device's BAR 2, whose writes the device sees itself.
 //!
 //! # The wire
 //! With `RoceEnable` set in the device's hardware key (the INF's default is
 //! off), the soft HCA's RoCEv2 datagrams leave over a Winsock Kernel
-//! datagram socket bound to `RoceAddress` on `RocePort` ([`wsk`]), opened in
-//! D0Entry and closed in D0Exit; the logic is `irpverbs_soft::sockwire`,
-//! tested in host mode.
+//! datagram socket bound to `RoceAddress` on `RocePort`
+//! (`backend/soft/wsk.rs`), opened in D0Entry and closed in D0Exit; the
+//! logic is `irpverbs_soft::sockwire`, tested in host mode. A PCI HCA's
+//! wire is its own port.
 //!
 //! # The connection manager's timer
 //! A one-shot kernel timer ([`cmtimer`]) the core arms at the CM's next
@@ -82,13 +90,10 @@ extern crate alloc;
 extern crate wdk_panic;
 
 mod backend;
-pub mod clock;
 pub mod cmtimer;
 mod context;
 mod device;
-pub mod doorbell;
 mod heap;
-mod irp;
 pub mod kernel;
 pub mod mdl;
 pub mod pci;
@@ -96,8 +101,6 @@ pub mod platform;
 mod process;
 mod registry;
 pub mod request;
-pub mod wsk;
-mod wsk_sys;
 
 use wdk_sys::{
     GUID, NTSTATUS, PCUNICODE_STRING, PDRIVER_OBJECT, ULONG, WDF_DRIVER_CONFIG, WDF_NO_HANDLE,

@@ -15,10 +15,14 @@
 //! built with `MmBuildMdlForNonPagedPool`, kept with the mapping.
 //!
 //! The bus resources (memory BARs, MSI-X messages) are the translated
-//! resources `EvtDevicePrepareHardware` receives, which the backend's glue
-//! gives [`KmdfPci::new`] as [`PciResources`]. The framework assigns a
-//! device's messages to its interrupt objects in the order they are
-//! created: a backend connects messages 0, 1, ... in order at device add.
+//! resources `EvtDevicePrepareHardware` receives ([`PciResources::from_lists`]),
+//! which the backend's glue gives [`KmdfPci::new`]. A backend connects its
+//! messages there too ([`KmdfPci::prepare_hardware`]): an interrupt object
+//! created in `EvtDevicePrepareHardware` names its message's raw and
+//! translated descriptors (`WDF_INTERRUPT_CONFIG`'s `InterruptRaw`,
+//! `InterruptTranslated`), found by the message's place among the
+//! message-signalled interrupt descriptors; one created at device add
+//! names none, and the framework assigns messages in creation order.
 //! KMDF deletes a device's interrupts with the device: dropping an
 //! [`KmdfInterrupt`] disconnects its handler (the ISR then claims nothing),
 //! and the handler is freed with the interrupt object.
@@ -26,7 +30,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use irpverbs_abi::{
     IvRingMap, NtStatus, STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES,
@@ -38,12 +42,16 @@ use irpverbs_core::platform::{
 };
 use irpverbs_core::{Irql, LockClass, Platform, PoolCharge, PoolTag};
 use irpverbs_ring::{Region, Ring, Shared};
-use wdk_sys::ntddk::{MmBuildMdlForNonPagedPool, MmMapIoSpaceEx, MmUnmapIoSpace};
+use wdk_sys::ntddk::{
+    MmBuildMdlForNonPagedPool, MmMapIoSpaceEx, MmUnmapIoSpace, RtlCMDecodeMemIoResource,
+};
 use wdk_sys::{
-    _WDF_DMA_DIRECTION, _WDF_DMA_PROFILE, _WDF_TRI_STATE, BOOLEAN, LARGE_INTEGER, NTSTATUS,
-    PAGE_NOCACHE, PAGE_READWRITE, PMDL, PSCATTER_GATHER_LIST, ULONG, WDF_DMA_DIRECTION,
-    WDF_DMA_ENABLER_CONFIG, WDF_INTERRUPT_CONFIG, WDFCOMMONBUFFER, WDFCONTEXT, WDFDEVICE,
-    WDFDMAENABLER, WDFDMATRANSACTION, WDFINTERRUPT, WDFOBJECT, call_unsafe_wdf_function_binding,
+    _WDF_DMA_DIRECTION, _WDF_DMA_PROFILE, _WDF_TRI_STATE, BOOLEAN, CM_RESOURCE_INTERRUPT_MESSAGE,
+    CmResourceTypeInterrupt, CmResourceTypeMemory, CmResourceTypeMemoryLarge, LARGE_INTEGER,
+    NTSTATUS, PAGE_NOCACHE, PAGE_READWRITE, PCM_PARTIAL_RESOURCE_DESCRIPTOR, PMDL,
+    PSCATTER_GATHER_LIST, ULONG, WDF_DMA_DIRECTION, WDF_DMA_ENABLER_CONFIG, WDF_INTERRUPT_CONFIG,
+    WDFCMRESLIST, WDFCOMMONBUFFER, WDFCONTEXT, WDFDEVICE, WDFDMAENABLER, WDFDMATRANSACTION,
+    WDFINTERRUPT, WDFOBJECT, call_unsafe_wdf_function_binding,
 };
 
 use crate::context::{context_type, object_attributes, struct_size};
@@ -65,25 +73,115 @@ const BARS: usize = 6;
 /// `EvtDevicePrepareHardware`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PciResources {
-    /// Each memory BAR's physical address and length (0: none), in the
-    /// order of the memory resources.
+    /// Each memory BAR's physical address and length (0: none), by BAR
+    /// number.
     pub bars: [(i64, usize); BARS],
-    /// The MSI-X messages granted (the message-interrupt resource's count).
+    /// The MSI-X messages granted (the message-signalled interrupt
+    /// descriptors: one per MSI-X message).
     pub messages: u16,
 }
 
+/// Whether `d` is a message-signalled interrupt descriptor.
+///
+/// # Safety
+/// `d` is null or a live descriptor of a resource list.
+unsafe fn is_message(d: PCM_PARTIAL_RESOURCE_DESCRIPTOR) -> bool {
+    // SAFETY: null or live (caller).
+    let Some(d) = (unsafe { d.as_ref() }) else {
+        return false;
+    };
+    u32::from(d.Type) == CmResourceTypeInterrupt
+        && u32::from(d.Flags) & CM_RESOURCE_INTERRUPT_MESSAGE != 0
+}
+
+impl PciResources {
+    /// The memory BARs and MSI-X messages of `translated`: the `n`th
+    /// memory resource (`CmResourceTypeMemory` or
+    /// `CmResourceTypeMemoryLarge`, decoded by `RtlCMDecodeMemIoResource`)
+    /// is BAR `bar_numbers[n]` (the device's layout says which: a 64-bit
+    /// BAR takes two numbers, and the list does not carry them); further
+    /// memory resources are ignored. Each message-signalled interrupt
+    /// descriptor is a message.
+    ///
+    /// IRQL: PASSIVE_LEVEL (`EvtDevicePrepareHardware`).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_PARAMETER` for a BAR number past 5 or a BAR longer
+    /// than the address space.
+    ///
+    /// # Safety
+    /// `translated` must be the framework's translated resource list of
+    /// the current `EvtDevicePrepareHardware`.
+    pub unsafe fn from_lists(
+        translated: WDFCMRESLIST,
+        bar_numbers: &[u8],
+    ) -> Result<Self, NtStatus> {
+        let mut resources = Self::default();
+        let mut memory = 0;
+        // SAFETY: the live list (caller).
+        let count =
+            unsafe { call_unsafe_wdf_function_binding!(WdfCmResourceListGetCount, translated) };
+        for i in 0..count {
+            // SAFETY: as above; `i` is below its count.
+            let d = unsafe {
+                call_unsafe_wdf_function_binding!(WdfCmResourceListGetDescriptor, translated, i)
+            };
+            // SAFETY: null or a live descriptor of the list.
+            if unsafe { is_message(d) } {
+                resources.messages = resources.messages.saturating_add(1);
+                continue;
+            }
+            // SAFETY: as above.
+            let Some(kind) = (unsafe { d.as_ref() }).map(|d| u32::from(d.Type)) else {
+                continue;
+            };
+            if kind != CmResourceTypeMemory && kind != CmResourceTypeMemoryLarge {
+                continue;
+            }
+            let Some(&bar) = bar_numbers.get(memory) else {
+                continue;
+            };
+            memory += 1;
+            let mut start = 0u64;
+            // SAFETY: a live memory descriptor; `start` is ours to fill.
+            let len = unsafe { RtlCMDecodeMemIoResource(d, &raw mut start) };
+            let slot = resources
+                .bars
+                .get_mut(usize::from(bar))
+                .ok_or(STATUS_INVALID_PARAMETER)?;
+            *slot = (
+                i64::try_from(start).map_err(|_| STATUS_INVALID_PARAMETER)?,
+                usize::try_from(len).map_err(|_| STATUS_INVALID_PARAMETER)?,
+            );
+        }
+        Ok(resources)
+    }
+}
+
+/// What the seam's clones share: the connected messages and, during
+/// `EvtDevicePrepareHardware`, its resource lists.
+struct PciShared {
+    /// Connected messages, one bit each.
+    connected: AtomicU64,
+    /// The raw and translated lists (`WDFCMRESLIST`) while
+    /// `EvtDevicePrepareHardware` runs; null otherwise.
+    raw: AtomicPtr<c_void>,
+    translated: AtomicPtr<c_void>,
+}
+
 /// The seam for one device: its DMA enabler and resources. The rest of
-/// [`Platform`] is [`KmdfPlatform`]'s.
+/// [`Platform`] is [`KmdfPlatform`]'s. Clones are the same device's seam
+/// (a backend keeps one in its HCA).
+#[derive(Clone)]
 pub struct KmdfPci {
     device: WDFDEVICE,
     enabler: WDFDMAENABLER,
     resources: PciResources,
-    /// Connected messages, one bit each.
-    connected: AtomicU64,
+    shared: Shared<PciShared>,
 }
 
 // SAFETY: the handles are framework objects, usable from any thread at the
-// IRQL each call allows; the bit set is atomic.
+// IRQL each call allows; the shared state is atomic.
 unsafe impl Send for KmdfPci {}
 // SAFETY: as above.
 unsafe impl Sync for KmdfPci {}
@@ -114,6 +212,12 @@ impl KmdfPci {
         if resources.messages > MAX_MESSAGES {
             return Err(STATUS_INVALID_PARAMETER);
         }
+        let shared = Shared::try_new(PciShared {
+            connected: AtomicU64::new(0),
+            raw: AtomicPtr::new(core::ptr::null_mut()),
+            translated: AtomicPtr::new(core::ptr::null_mut()),
+        })
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         let mut config = WDF_DMA_ENABLER_CONFIG {
             Size: struct_size::<WDF_DMA_ENABLER_CONFIG>(),
             Profile: _WDF_DMA_PROFILE::WdfDmaProfileScatterGather64,
@@ -138,8 +242,81 @@ impl KmdfPci {
             device,
             enabler,
             resources,
-            connected: AtomicU64::new(0),
+            shared,
         })
+    }
+
+    /// Runs `start` (a backend's start: it connects its messages) with the
+    /// resource lists of the current `EvtDevicePrepareHardware` known to
+    /// [`PciPlatform::connect_interrupt`], and forgets them afterwards.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    ///
+    /// # Safety
+    /// `raw` and `translated` must be the framework's lists of the current
+    /// `EvtDevicePrepareHardware` of this seam's device, valid for the
+    /// call.
+    pub unsafe fn prepare_hardware<T>(
+        &self,
+        raw: WDFCMRESLIST,
+        translated: WDFCMRESLIST,
+        start: impl FnOnce() -> T,
+    ) -> T {
+        self.shared.raw.store(raw.cast(), Ordering::Release);
+        self.shared
+            .translated
+            .store(translated.cast(), Ordering::Release);
+        let result = start();
+        self.shared
+            .translated
+            .store(core::ptr::null_mut(), Ordering::Release);
+        self.shared
+            .raw
+            .store(core::ptr::null_mut(), Ordering::Release);
+        result
+    }
+
+    /// The raw and translated descriptors of message `message` (its place
+    /// among the translated list's message-signalled interrupt
+    /// descriptors; the raw list has the same entries in the same order),
+    /// while [`Self::prepare_hardware`] runs; nulls otherwise.
+    fn message_descriptors(
+        &self,
+        message: u16,
+    ) -> (
+        PCM_PARTIAL_RESOURCE_DESCRIPTOR,
+        PCM_PARTIAL_RESOURCE_DESCRIPTOR,
+    ) {
+        let none = (core::ptr::null_mut(), core::ptr::null_mut());
+        let raw: WDFCMRESLIST = self.shared.raw.load(Ordering::Acquire).cast();
+        let translated: WDFCMRESLIST = self.shared.translated.load(Ordering::Acquire).cast();
+        if raw.is_null() || translated.is_null() {
+            return none;
+        }
+        // SAFETY: lists of the running EvtDevicePrepareHardware
+        // (prepare_hardware's contract).
+        let count =
+            unsafe { call_unsafe_wdf_function_binding!(WdfCmResourceListGetCount, translated) };
+        let mut seen = 0u16;
+        for i in 0..count {
+            // SAFETY: as above; `i` below the count.
+            let d = unsafe {
+                call_unsafe_wdf_function_binding!(WdfCmResourceListGetDescriptor, translated, i)
+            };
+            // SAFETY: null or a live descriptor of the list.
+            if !unsafe { is_message(d) } {
+                continue;
+            }
+            if seen == message {
+                // SAFETY: as above; the raw list has the same entries.
+                let r = unsafe {
+                    call_unsafe_wdf_function_binding!(WdfCmResourceListGetDescriptor, raw, i)
+                };
+                return (r, d);
+            }
+            seen += 1;
+        }
+        none
     }
 }
 
@@ -766,12 +943,12 @@ impl PciPlatform for KmdfPci {
             return Err(STATUS_INVALID_PARAMETER);
         }
         let bit = 1u64 << message;
-        if self.connected.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+        if self.shared.connected.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
             return Err(STATUS_DEVICE_BUSY);
         }
         let result = self.create_interrupt(message, handler);
         if result.is_err() {
-            self.connected.fetch_and(!bit, Ordering::AcqRel);
+            self.shared.connected.fetch_and(!bit, Ordering::AcqRel);
         }
         result
     }
@@ -792,11 +969,14 @@ impl KmdfPci {
             connected: AtomicBool::new(true),
         })
         .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+        let (raw, translated) = self.message_descriptors(message);
         let mut config = WDF_INTERRUPT_CONFIG {
             Size: struct_size::<WDF_INTERRUPT_CONFIG>(),
             ShareVector: _WDF_TRI_STATE::WdfUseDefault,
             EvtInterruptIsr: Some(evt_interrupt_isr),
             EvtInterruptDpc: Some(evt_interrupt_dpc),
+            InterruptRaw: raw,
+            InterruptTranslated: translated,
             ReportInactiveOnPowerDown: _WDF_TRI_STATE::WdfUseDefault,
             ..WDF_INTERRUPT_CONFIG::default()
         };
@@ -804,9 +984,10 @@ impl KmdfPci {
         attributes.EvtCleanupCallback = Some(evt_interrupt_cleanup);
         let mut interrupt: WDFINTERRUPT = core::ptr::null_mut();
         // SAFETY: our live device; the configuration is initialized as
-        // WDF_INTERRUPT_CONFIG_INIT does, with no resource descriptors (the
-        // framework assigns messages in creation order); PASSIVE_LEVEL at
-        // device add; the interrupt is the device's child.
+        // WDF_INTERRUPT_CONFIG_INIT does, with the message's descriptors in
+        // EvtDevicePrepareHardware (live for the call) or none at device
+        // add (the framework assigns messages in creation order);
+        // PASSIVE_LEVEL; the interrupt is the device's child.
         check(unsafe {
             call_unsafe_wdf_function_binding!(
                 WdfInterruptCreate,
@@ -819,7 +1000,7 @@ impl KmdfPci {
         // SAFETY: just created with the context type.
         let context = unsafe { INTERRUPT_CONTEXT_TYPE.get::<InterruptContext>(interrupt.cast()) };
         // SAFETY: the framework zero-filled context; no ISR runs before the
-        // device's D0Entry, after device add.
+        // framework enables the interrupt, after D0Entry.
         if let Some(context) = unsafe { context.as_mut() } {
             context.slot = Shared::into_raw(slot.clone());
         }

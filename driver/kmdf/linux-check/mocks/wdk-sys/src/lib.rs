@@ -28,6 +28,9 @@ pub type POOL_FLAGS = ULONG64;
 pub type DEVICE_TYPE = ULONG;
 pub type LONG = i32;
 pub type LONGLONG = i64;
+pub type ULONGLONG = u64;
+pub type PULONGLONG = *mut ULONGLONG;
+pub type KAFFINITY = ULONG_PTR;
 pub type LONG_PTR = i64;
 pub type CSHORT = i16;
 pub type KPRIORITY = LONG;
@@ -229,7 +232,7 @@ macro_rules! handles { ($($h:ident $s:ident),*) => { $( #[repr(C)] #[derive(Debu
 handles!(WDFDRIVER WDFDRIVER__, WDFDEVICE WDFDEVICE__, WDFQUEUE WDFQUEUE__, WDFREQUEST WDFREQUEST__,
          WDFFILEOBJECT WDFFILEOBJECT__, WDFDPC WDFDPC__, WDFSPINLOCK WDFSPINLOCK__, WDFKEY WDFKEY__,
          WDFDMAENABLER WDFDMAENABLER__, WDFCOMMONBUFFER WDFCOMMONBUFFER__, WDFDMATRANSACTION WDFDMATRANSACTION__,
-         WDFINTERRUPT WDFINTERRUPT__, WDFWAITLOCK WDFWAITLOCK__);
+         WDFINTERRUPT WDFINTERRUPT__, WDFWAITLOCK WDFWAITLOCK__, WDFCMRESLIST WDFCMRESLIST__);
 pub type WDFOBJECT = HANDLE;
 #[repr(C)] pub struct WDFDEVICE_INIT { _p: [u8; 0] }
 pub type PWDFDEVICE_INIT = *mut WDFDEVICE_INIT;
@@ -261,6 +264,14 @@ pub type PFN_GET_UNIQUE_CONTEXT_TYPE = Option<unsafe extern "C" fn() -> PCWDF_OB
 pub type PFN_WDF_DEVICE_D0_ENTRY = Option<unsafe extern "C" fn(Device: WDFDEVICE, PreviousState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
 pub type PFN_WDF_DEVICE_D0_EXIT = Option<unsafe extern "C" fn(Device: WDFDEVICE, TargetState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
 pub type PFN_WDF_DEVICE_SURPRISE_REMOVAL = Option<unsafe extern "C" fn(Device: WDFDEVICE)>;
+// wdfdevice.h: `NTSTATUS EVT_WDF_DEVICE_PREPARE_HARDWARE(_In_ WDFDEVICE
+// Device, _In_ WDFCMRESLIST ResourcesRaw, _In_ WDFCMRESLIST
+// ResourcesTranslated);` and `NTSTATUS EVT_WDF_DEVICE_RELEASE_HARDWARE(
+// _In_ WDFDEVICE Device, _In_ WDFCMRESLIST ResourcesTranslated);`
+// (learn.microsoft.com, nc-wdfdevice-evt_wdf_device_prepare_hardware,
+// nc-wdfdevice-evt_wdf_device_release_hardware).
+pub type PFN_WDF_DEVICE_PREPARE_HARDWARE = Option<unsafe extern "C" fn(Device: WDFDEVICE, ResourcesRaw: WDFCMRESLIST, ResourcesTranslated: WDFCMRESLIST) -> NTSTATUS>;
+pub type PFN_WDF_DEVICE_RELEASE_HARDWARE = Option<unsafe extern "C" fn(Device: WDFDEVICE, ResourcesTranslated: WDFCMRESLIST) -> NTSTATUS>;
 pub type PFN_WDF_DEVICE_FILE_CREATE = Option<unsafe extern "C" fn(Device: WDFDEVICE, Request: WDFREQUEST, FileObject: WDFFILEOBJECT)>;
 pub type PFN_WDF_FILE_CLOSE = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
 pub type PFN_WDF_FILE_CLEANUP = Option<unsafe extern "C" fn(FileObject: WDFFILEOBJECT)>;
@@ -303,7 +314,7 @@ pub type PWDF_OBJECT_ATTRIBUTES = *mut WDF_OBJECT_ATTRIBUTES;
 pub struct WDF_DRIVER_CONFIG { pub Size: ULONG, pub EvtDriverDeviceAdd: PFN_WDF_DRIVER_DEVICE_ADD, pub EvtDriverUnload: PFN_WDF_DRIVER_UNLOAD, pub DriverInitFlags: ULONG, pub DriverPoolTag: ULONG }
 pub type PWDF_DRIVER_CONFIG = *mut WDF_DRIVER_CONFIG;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
-pub struct WDF_PNPPOWER_EVENT_CALLBACKS { pub Size: ULONG, pub EvtDeviceD0Entry: PFN_WDF_DEVICE_D0_ENTRY, pub EvtDeviceD0EntryPostInterruptsEnabled: PFN_OTHER, pub EvtDeviceD0Exit: PFN_WDF_DEVICE_D0_EXIT, pub EvtDeviceD0ExitPreInterruptsDisabled: PFN_OTHER, pub EvtDevicePrepareHardware: PFN_OTHER, pub EvtDeviceReleaseHardware: PFN_OTHER, pub EvtDeviceSelfManagedIoCleanup: PFN_OTHER, pub EvtDeviceSelfManagedIoFlush: PFN_OTHER, pub EvtDeviceSelfManagedIoInit: PFN_OTHER, pub EvtDeviceSelfManagedIoSuspend: PFN_OTHER, pub EvtDeviceSelfManagedIoRestart: PFN_OTHER, pub EvtDeviceSurpriseRemoval: PFN_WDF_DEVICE_SURPRISE_REMOVAL, pub EvtDeviceQueryRemove: PFN_OTHER, pub EvtDeviceQueryStop: PFN_OTHER, pub EvtDeviceUsageNotification: PFN_OTHER, pub EvtDeviceRelationsQuery: PFN_OTHER, pub EvtDeviceUsageNotificationEx: PFN_OTHER }
+pub struct WDF_PNPPOWER_EVENT_CALLBACKS { pub Size: ULONG, pub EvtDeviceD0Entry: PFN_WDF_DEVICE_D0_ENTRY, pub EvtDeviceD0EntryPostInterruptsEnabled: PFN_OTHER, pub EvtDeviceD0Exit: PFN_WDF_DEVICE_D0_EXIT, pub EvtDeviceD0ExitPreInterruptsDisabled: PFN_OTHER, pub EvtDevicePrepareHardware: PFN_WDF_DEVICE_PREPARE_HARDWARE, pub EvtDeviceReleaseHardware: PFN_WDF_DEVICE_RELEASE_HARDWARE, pub EvtDeviceSelfManagedIoCleanup: PFN_OTHER, pub EvtDeviceSelfManagedIoFlush: PFN_OTHER, pub EvtDeviceSelfManagedIoInit: PFN_OTHER, pub EvtDeviceSelfManagedIoSuspend: PFN_OTHER, pub EvtDeviceSelfManagedIoRestart: PFN_OTHER, pub EvtDeviceSurpriseRemoval: PFN_WDF_DEVICE_SURPRISE_REMOVAL, pub EvtDeviceQueryRemove: PFN_OTHER, pub EvtDeviceQueryStop: PFN_OTHER, pub EvtDeviceUsageNotification: PFN_OTHER, pub EvtDeviceRelationsQuery: PFN_OTHER, pub EvtDeviceUsageNotificationEx: PFN_OTHER }
 pub type PWDF_PNPPOWER_EVENT_CALLBACKS = *mut WDF_PNPPOWER_EVENT_CALLBACKS;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct WDF_FILEOBJECT_CONFIG { pub Size: ULONG, pub EvtDeviceFileCreate: PFN_WDF_DEVICE_FILE_CREATE, pub EvtFileClose: PFN_WDF_FILE_CLOSE, pub EvtFileCleanup: PFN_WDF_FILE_CLEANUP, pub AutoForwardCleanupClose: WDF_TRI_STATE, pub FileObjectClass: WDF_FILEOBJECT_CLASS }
@@ -394,10 +405,29 @@ pub type PFN_WDF_INTERRUPT_DPC = Option<unsafe extern "C" fn(Interrupt: WDFINTER
 pub type PFN_WDF_INTERRUPT_ENABLE = Option<unsafe extern "C" fn(Interrupt: WDFINTERRUPT, AssociatedDevice: WDFDEVICE) -> NTSTATUS>;
 pub type PFN_WDF_INTERRUPT_DISABLE = PFN_WDF_INTERRUPT_ENABLE;
 pub type PFN_WDF_INTERRUPT_WORKITEM = PFN_WDF_INTERRUPT_DPC;
-// wdm.h's CM_PARTIAL_RESOURCE_DESCRIPTOR, used here only by pointer (the
-// glue passes NULL: the framework assigns the device's messages in the
-// order their interrupts are created), so opaque.
-#[repr(C)] pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR { _p: [u8; 0] }
+// wdm.h's CM_PARTIAL_RESOURCE_DESCRIPTOR (`#include <pshpack4.h>`: packed
+// to 4): Type, ShareDisposition, Flags and the union `u`. The glue reads
+// Type and Flags and hands the descriptor to RtlCMDecodeMemIoResource and
+// to WdfInterruptCreate; of `u` only the members it could name are
+// transcribed (bindgen numbers the anonymous structs in declaration
+// order: Generic is the first, Memory the fifth), the union's size being
+// its largest member's (16 bytes: a PHYSICAL_ADDRESS and a ULONG, or the
+// interrupt members' ULONG, ULONG and KAFFINITY).
+#[repr(C, packed(4))] #[derive(Copy, Clone)]
+pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR { pub Type: UCHAR, pub ShareDisposition: UCHAR, pub Flags: USHORT, pub u: _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1 }
+#[repr(C, packed(4))] #[derive(Copy, Clone)]
+pub union _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1 { pub Generic: _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1__bindgen_ty_1, pub Memory: _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1__bindgen_ty_5 }
+#[repr(C, packed(4))] #[derive(Copy, Clone)]
+pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1__bindgen_ty_1 { pub Start: PHYSICAL_ADDRESS, pub Length: ULONG }
+#[repr(C, packed(4))] #[derive(Copy, Clone)]
+pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR__bindgen_ty_1__bindgen_ty_5 { pub Start: PHYSICAL_ADDRESS, pub Length: ULONG }
+pub type CM_PARTIAL_RESOURCE_DESCRIPTOR = _CM_PARTIAL_RESOURCE_DESCRIPTOR;
+// wdm.h: resource types (`#define CmResourceTypeInterrupt 2`, ...) and the
+// message-signalled interrupt flag of an interrupt descriptor.
+pub const CmResourceTypeInterrupt: u32 = 2;
+pub const CmResourceTypeMemory: u32 = 3;
+pub const CmResourceTypeMemoryLarge: u32 = 7;
+pub const CM_RESOURCE_INTERRUPT_MESSAGE: u32 = 2;
 pub type PCM_PARTIAL_RESOURCE_DESCRIPTOR = *mut _CM_PARTIAL_RESOURCE_DESCRIPTOR;
 // wdfinterrupt.h (KMDF 1.11 and later fields through CanWakeDevice).
 #[repr(C)] #[derive(Debug, Copy, Clone)]
@@ -479,6 +509,10 @@ pub mod ntddk {
         // MmUnmapIoSpace(PVOID BaseAddress, SIZE_T NumberOfBytes);`.
         pub fn MmMapIoSpaceEx(PhysicalAddress: PHYSICAL_ADDRESS, NumberOfBytes: SIZE_T, Protect: ULONG) -> PVOID;
         pub fn MmUnmapIoSpace(BaseAddress: PVOID, NumberOfBytes: SIZE_T);
+        // wdm.h: `ULONGLONG RtlCMDecodeMemIoResource(_In_ struct
+        // _CM_PARTIAL_RESOURCE_DESCRIPTOR *Descriptor, _Out_opt_ PULONGLONG
+        // Start);` (a memory or large memory resource's length and start).
+        pub fn RtlCMDecodeMemIoResource(Descriptor: *mut _CM_PARTIAL_RESOURCE_DESCRIPTOR, Start: PULONGLONG) -> ULONGLONG;
     }
 }
 
@@ -552,6 +586,12 @@ pub mod wdf_fns {
         // wdfinterrupt.h
         WdfInterruptCreate(Device: WDFDEVICE, Configuration: PWDF_INTERRUPT_CONFIG, Attributes: PWDF_OBJECT_ATTRIBUTES, Interrupt: *mut WDFINTERRUPT) -> NTSTATUS;
         WdfInterruptQueueDpcForIsr(Interrupt: WDFINTERRUPT) -> BOOLEAN;
+        // wdfresource.h: `ULONG WdfCmResourceListGetCount(_In_ WDFCMRESLIST
+        // List);` and `PCM_PARTIAL_RESOURCE_DESCRIPTOR
+        // WdfCmResourceListGetDescriptor(_In_ WDFCMRESLIST List, _In_ ULONG
+        // Index);`.
+        WdfCmResourceListGetCount(List: WDFCMRESLIST) -> ULONG;
+        WdfCmResourceListGetDescriptor(List: WDFCMRESLIST, Index: ULONG) -> PCM_PARTIAL_RESOURCE_DESCRIPTOR;
     }
 }
 

@@ -21,7 +21,7 @@ use irpverbs_core::Platform;
 use irpverbs_ring::Shared;
 use wdk_sys::{NTSTATUS, PEX_TIMER, PVOID};
 
-use crate::backend::{Engine, Hw};
+use super::{Engine, Hw};
 use crate::cmtimer::{Arming, OneShot};
 use crate::platform::KmdfPlatform;
 

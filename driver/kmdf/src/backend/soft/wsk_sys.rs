@@ -1,5 +1,5 @@
 //! Winsock Kernel: the part of `wsk.h` (and the `ws2def.h` values it
-//! needs) that [`crate::wsk`] uses, transcribed by hand. wdk-sys 0.5 binds
+//! needs) that [`super::wsk`] uses, transcribed by hand. wdk-sys 0.5 binds
 //! no WSK header (its API subsets are gpio, hid, parallel-ports, spb,
 //! storage and usb), so the declarations live here, in bindgen's rendering
 //! (`Option<unsafe extern "C" fn>` callbacks, the structs' field names and

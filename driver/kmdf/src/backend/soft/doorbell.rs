@@ -49,7 +49,7 @@ use wdk_sys::{
     OBJECT_ATTRIBUTES, PVOID, ULONG,
 };
 
-use crate::backend::Hw;
+use super::Hw;
 use crate::platform::KmdfPlatform;
 
 /// `THREAD_ALL_ACCESS` (wdm.h: `STANDARD_RIGHTS_REQUIRED | SYNCHRONIZE |

@@ -54,10 +54,10 @@ use wdk_sys::{
     call_unsafe_wdf_function_binding,
 };
 
-use crate::backend::Hw;
-use crate::irp;
+use super::Hw;
+use super::irp;
+use super::wsk_sys::*;
 use crate::platform::{KmdfPlatform, KmdfSpinLock};
-use crate::wsk_sys::*;
 
 /// Send buffers (and IRPs) per wire.
 const SEND_SLOTS: usize = 256;
