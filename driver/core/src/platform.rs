@@ -291,10 +291,19 @@ pub trait Platform: Send + Sync + 'static {
     ) -> Result<(IvRingMap, Self::Mapping), NtStatus>;
 
     /// Maps a doorbell page (`page`: one whole page of nonpaged memory the
-    /// HCA allocated) into the address space of `request`'s requestor, a
-    /// user-mode caller, writable, and returns its address there and the
-    /// mapping ([`Platform::unmap_ring`] undoes it). The core keeps the
-    /// page's memory allocated until it has unmapped it.
+    /// HCA allocated, or a page of the device's memory, a BAR of pages'
+    /// [`Bar::pages`], as a UAR page is) into the address space of
+    /// `request`'s requestor, a user-mode caller, writable, and returns its
+    /// address there and the mapping ([`Platform::unmap_ring`] undoes it,
+    /// at the latest when the file is cleaned up). The core keeps the
+    /// page (and so the memory, or the BAR's mapping) until it has
+    /// unmapped it.
+    ///
+    /// Device memory is mapped uncached, as the driver's own mapping of
+    /// the BAR is: KMDF builds an MDL over the BAR's physical page
+    /// (`MmBuildMdlForNonPagedPool` on its `MmMapIoSpaceEx` mapping) and
+    /// maps it with `MmMapLockedPagesSpecifyCache(UserMode, MmNonCached)`;
+    /// host mode hands out the device model's memory.
     ///
     /// IRQL: <= APC_LEVEL, in the requestor's process: the core calls this
     /// only from [`crate::Device::in_caller_context`].
@@ -478,8 +487,9 @@ pub trait Bar: Send + Sync + 'static {
     /// into processes (UAR pages: doorbells a user-mode ULP writes with no
     /// system call); `None` for a BAR of registers only. Host mode: the
     /// device model's memory (`HostPlatform::install_bar_pages`). KMDF:
-    /// `None` (mapping I/O space into a process, an MDL over the BAR's
-    /// physical pages, is not built).
+    /// the BAR's `MmMapIoSpaceEx` mapping, for a BAR the backend named as
+    /// pages; a page of it is mapped into a process uncached
+    /// ([`Platform::map_doorbell_page`]).
     ///
     /// IRQL: any.
     fn pages(&self) -> Option<&Shared<Region>> {

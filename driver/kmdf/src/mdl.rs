@@ -13,9 +13,13 @@
 //! - [`UserMapping`]: a ring (or a file's doorbell page) mapped into the
 //!   requestor's process. `IoAllocateMdl` + `MmBuildMdlForNonPagedPool`
 //!   over its memory (whole pages of nonpaged pool, `Ring::alloc`,
-//!   `DoorbellPage::alloc`), then
+//!   `DoorbellPage::alloc`; or a page of a device's BAR, I/O space the
+//!   driver mapped with `MmMapIoSpaceEx`, for which the MDL describes the
+//!   BAR's physical page), then
 //!   `MmMapLockedPagesSpecifyCache(UserMode, MmCached, NULL, FALSE,
-//!   NormalPagePriority | MdlMappingNoExecute)` through the SEH shim.
+//!   NormalPagePriority | MdlMappingNoExecute)` through the SEH shim
+//!   (`MmNonCached` for a BAR's page, as the driver's own mapping of it:
+//!   a UAR page as mlx5 maps one).
 //!   [`UserMapping::unmap`] undoes it in the process it was made in
 //!   (`KeStackAttachProcess` when called from another one), which holds a
 //!   reference on that process meanwhile.
@@ -48,8 +52,8 @@ use wdk_sys::ntddk::{
 };
 use wdk_sys::{
     _EVENT_TYPE, _KWAIT_REASON, _LOCK_OPERATION, _MEMORY_CACHING_TYPE, _MM_PAGE_PRIORITY, _MODE,
-    KAPC_STATE, KEVENT, KPROCESSOR_MODE, LARGE_INTEGER, LOCK_OPERATION, MdlMappingNoExecute,
-    PEPROCESS, PMDL, PVOID, ULONG,
+    KAPC_STATE, KEVENT, KPROCESSOR_MODE, LARGE_INTEGER, LOCK_OPERATION, MEMORY_CACHING_TYPE,
+    MdlMappingNoExecute, PEPROCESS, PMDL, PVOID, ULONG,
 };
 
 // The SEH shim, src/seh.c (compiled and linked by build.rs).
@@ -59,12 +63,16 @@ unsafe extern "C" {
     ///
     /// IRQL <= APC_LEVEL, in the context of the process the range is in.
     fn IvProbeAndLockPages(mdl: PMDL, operation: LOCK_OPERATION) -> NtStatus;
-    /// `MmMapLockedPagesSpecifyCache(mdl, UserMode, MmCached, NULL, FALSE,
+    /// `MmMapLockedPagesSpecifyCache(mdl, UserMode, cache, NULL, FALSE,
     /// NormalPagePriority | MdlMappingNoExecute)` in `__try`: the user
     /// address in `*user_address` on success, else the failure's status.
     ///
     /// IRQL <= APC_LEVEL, in the context of the process to map into.
-    fn IvMapLockedPagesUser(mdl: PMDL, user_address: *mut PVOID) -> NtStatus;
+    fn IvMapLockedPagesUser(
+        mdl: PMDL,
+        cache: MEMORY_CACHING_TYPE,
+        user_address: *mut PVOID,
+    ) -> NtStatus;
 }
 
 /// The priority argument of every mapping: normal priority, not executable.
@@ -376,27 +384,37 @@ impl UserMapping {
     }
 
     /// Maps all of `region` (whole pages of nonpaged pool: a ring, or a
-    /// doorbell page) into the current process, writable, and returns its
-    /// user address.
+    /// doorbell page; or whole pages of a device's BAR,
+    /// [`crate::pci::is_io_space`], mapped uncached) into the current
+    /// process, writable, and returns its user address.
     ///
     /// IRQL: <= APC_LEVEL, in the context of the process to map into.
     ///
     /// # Errors
     /// The mapping's exception status, or `STATUS_INSUFFICIENT_RESOURCES`.
     pub(crate) fn map_region(region: &Region) -> Result<(u64, Self), NtStatus> {
+        // Device memory keeps the attribute of the driver's own mapping
+        // (MmMapIoSpaceEx, PAGE_NOCACHE): two mappings of a page with
+        // different attributes are not allowed.
+        let cache = if crate::pci::is_io_space(region) {
+            _MEMORY_CACHING_TYPE::MmNonCached
+        } else {
+            _MEMORY_CACHING_TYPE::MmCached
+        };
         let base = core::ptr::with_exposed_provenance_mut::<c_void>(
             usize::try_from(region.addr()).map_err(|_| STATUS_INVALID_PARAMETER)?,
         );
         let mdl = Mdl::new(base, region.len())?;
-        // SAFETY: the MDL describes the region, nonpaged pool that stays
-        // allocated while the core keeps the mapping (it holds the region
-        // until after `unmap`); IRQL <= DISPATCH_LEVEL.
+        // SAFETY: the MDL describes the region, nonpaged pool (or a BAR's
+        // I/O space mapping, for which the MDL is flagged as I/O space)
+        // that stays mapped while the core keeps the mapping (it holds
+        // the region until after `unmap`); IRQL <= DISPATCH_LEVEL.
         unsafe { MmBuildMdlForNonPagedPool(mdl.0) };
         let mut user: PVOID = core::ptr::null_mut();
-        // SAFETY: the MDL describes resident nonpaged pages (built just
-        // above); the caller is at IRQL <= APC_LEVEL in the target
-        // process's context; the shim catches the mapping's exception.
-        let status = unsafe { IvMapLockedPagesUser(mdl.0, &raw mut user) };
+        // SAFETY: the MDL describes resident pages (built just above); the
+        // caller is at IRQL <= APC_LEVEL in the target process's context;
+        // the shim catches the mapping's exception.
+        let status = unsafe { IvMapLockedPagesUser(mdl.0, cache, &raw mut user) };
         if !nt_success(status) {
             return Err(status);
         }

@@ -79,6 +79,10 @@ pub struct PciResources {
     /// The MSI-X messages granted (the message-signalled interrupt
     /// descriptors: one per MSI-X message).
     pub messages: u16,
+    /// The BARs of pages the driver maps into processes (bit `n`: BAR
+    /// `n`; a device's doorbell (UAR) pages): [`Bar::pages`] gives their
+    /// memory, and a page of it is mapped into a process uncached.
+    pub pages: u8,
 }
 
 /// Whether `d` is a message-signalled interrupt descriptor.
@@ -618,10 +622,57 @@ impl KmdfPci {
 
 // ------------------------------------------------------------ BARs
 
-/// A memory BAR mapped uncached.
+/// A BAR's mapping of I/O space (`MmMapIoSpaceEx`), unmapped
+/// (`MmUnmapIoSpace`) when the last holder lets it go: the [`KmdfBar`]
+/// and, for a BAR of pages, the region over it and every page of it the
+/// core keeps (a doorbell page mapped into a process holds it until the
+/// file's cleanup unmaps the page).
+pub(crate) struct IoSpace {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a range of the system address space mapped over device memory,
+// accessed only by volatile reads and writes (or through regions), which
+// any thread may make; unmapped once, by its last holder.
+unsafe impl Send for IoSpace {}
+// SAFETY: as above.
+unsafe impl Sync for IoSpace {}
+
+impl Drop for IoSpace {
+    /// `MmUnmapIoSpace`. IRQL: <= DISPATCH_LEVEL.
+    fn drop(&mut self) {
+        // SAFETY: the mapping MmMapIoSpaceEx made, of `len` bytes, unmapped
+        // once, by its last holder: no access outlives it.
+        unsafe { MmUnmapIoSpace(self.base.cast(), self.len as _) };
+    }
+}
+
+/// Whether `region` is device memory (a BAR's pages, or a part of them):
+/// a mapping of it into a process is made uncached over the BAR's
+/// physical pages ([`crate::mdl::UserMapping::map_region`]).
+///
+/// IRQL: any.
+pub(crate) fn is_io_space(region: &Region) -> bool {
+    let Some(owner) = region.owner() else {
+        return false;
+    };
+    if owner.is::<Shared<IoSpace>>() {
+        return true;
+    }
+    // A part of another region (`Region::sub`): its parent decides.
+    region.parent().is_some_and(|parent| is_io_space(parent))
+}
+
+/// A memory BAR mapped uncached; for a BAR of pages
+/// ([`PciResources::pages`]) also a region over its memory
+/// ([`Bar::pages`]).
 pub struct KmdfBar {
     base: *mut u8,
     len: usize,
+    /// Keeps the mapping while the BAR (or its pages) are used.
+    _io: Shared<IoSpace>,
+    pages: Option<Shared<Region>>,
 }
 
 // SAFETY: device registers, accessed only by single volatile reads and
@@ -668,14 +719,10 @@ impl Bar for KmdfBar {
         unsafe { at.write_volatile(value) };
         Ok(())
     }
-}
-
-impl Drop for KmdfBar {
-    /// `MmUnmapIoSpace`. IRQL: <= DISPATCH_LEVEL.
-    fn drop(&mut self) {
-        // SAFETY: the mapping MmMapIoSpaceEx made, of `len` bytes, unmapped
-        // once; no access outlives the BAR.
-        unsafe { MmUnmapIoSpace(self.base.cast(), self.len as _) };
+    /// A BAR of pages' memory: the region the model's mini-driver takes
+    /// doorbell pages from, each mapped into a process uncached.
+    fn pages(&self) -> Option<&Shared<Region>> {
+        self.pages.as_ref()
     }
 }
 
@@ -924,9 +971,29 @@ impl PciPlatform for KmdfPci {
         if base.is_null() {
             return Err(STATUS_INSUFFICIENT_RESOURCES);
         }
+        let base = base.cast::<u8>();
+        // Unmapped by its drop from here on.
+        let io = Shared::try_new(IoSpace { base, len }).map_err(|io| {
+            drop(io);
+            STATUS_INSUFFICIENT_RESOURCES
+        })?;
+        let pages = if self.resources.pages & (1 << index) != 0 {
+            let owner: Box<dyn core::any::Any + Send + Sync> =
+                irpverbs_ring::try_box(io.clone()).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
+            // SAFETY: the mapping, `len` bytes of device memory, valid for
+            // volatile reads and writes by any thread while the IoSpace the
+            // region holds keeps it; nothing references it.
+            let region = unsafe { Region::from_raw_parts(base, len, Some(owner)) }
+                .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
+            Some(Shared::try_new(region).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?)
+        } else {
+            None
+        };
         Ok(KmdfBar {
-            base: base.cast(),
+            base,
             len,
+            _io: io,
+            pages,
         })
     }
 

@@ -176,8 +176,11 @@ impl Platform for KmdfPlatform {
         UserMapping::map(ring)
     }
 
-    /// An MDL over the doorbell page's nonpaged memory mapped into the
-    /// requestor's process, as a ring is (see [`UserMapping::map_region`]).
+    /// An MDL over the doorbell page mapped into the requestor's process,
+    /// as a ring is (see [`UserMapping::map_region`]): the page's nonpaged
+    /// memory, cached, or (a page of a device's BAR of pages, the model's
+    /// UAR pages) the BAR's physical page, uncached. Unmapped by
+    /// [`Platform::unmap_ring`], at the latest at the file's cleanup.
     ///
     /// IRQL: <= APC_LEVEL, in the requestor's process.
     ///

@@ -31,23 +31,24 @@ NTSTATUS IvProbeAndLockPages(PMDL Mdl, LOCK_OPERATION Operation)
 }
 
 /*
- * MmMapLockedPagesSpecifyCache(Mdl, UserMode, MmCached, NULL, FALSE,
+ * MmMapLockedPagesSpecifyCache(Mdl, UserMode, CacheType, NULL, FALSE,
  * NormalPagePriority | MdlMappingNoExecute): maps the (nonpaged, locked)
- * pages the MDL describes into the current process, cached, not executable,
- * at an address the memory manager chooses. On success stores the user
- * address in *UserAddress and returns STATUS_SUCCESS; otherwise stores NULL
- * and returns the status of the exception the call raised
+ * pages the MDL describes into the current process, with CacheType
+ * (MmCached for memory, MmNonCached for a device BAR's page), not
+ * executable, at an address the memory manager chooses. On success stores
+ * the user address in *UserAddress and returns STATUS_SUCCESS; otherwise
+ * stores NULL and returns the status of the exception the call raised
  * (STATUS_INSUFFICIENT_RESOURCES if it returned NULL without one).
  *
  * IRQL <= APC_LEVEL, in the context of the process to map into.
  */
-NTSTATUS IvMapLockedPagesUser(PMDL Mdl, PVOID *UserAddress)
+NTSTATUS IvMapLockedPagesUser(PMDL Mdl, MEMORY_CACHING_TYPE CacheType, PVOID *UserAddress)
 {
     PVOID address = NULL;
 
     *UserAddress = NULL;
     __try {
-        address = MmMapLockedPagesSpecifyCache(Mdl, UserMode, MmCached, NULL, FALSE,
+        address = MmMapLockedPagesSpecifyCache(Mdl, UserMode, CacheType, NULL, FALSE,
                                                NormalPagePriority | MdlMappingNoExecute);
     } __except (EXCEPTION_EXECUTE_HANDLER) {
         return GetExceptionCode();

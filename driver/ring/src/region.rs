@@ -128,6 +128,16 @@ impl Region {
         })
     }
 
+    /// The region a [`Region::sub`] was cut from (the platform that made
+    /// the parent finds its owner there: a page of a device's BAR is
+    /// device memory); `None` for any other region.
+    #[must_use]
+    pub fn parent(&self) -> Option<&Shared<Region>> {
+        self.owner()?
+            .downcast_ref::<(Shared<Region>, Option<Box<dyn Any + Send + Sync>>)>()
+            .map(|(parent, _)| parent)
+    }
+
     /// What keeps memory owned elsewhere alive (the `owner` given to
     /// [`Region::from_raw_parts`]), for the platform that made the region
     /// to find its own by downcasting (the MDL of a user pin, which a DMA
@@ -457,6 +467,24 @@ mod tests {
         assert_eq!(view.owner().and_then(|o| o.downcast_ref::<u32>()), Some(&7));
         assert!(view.owner().and_then(|o| o.downcast_ref::<u8>()).is_none());
         assert!(backing.owner().is_none());
+    }
+
+    /// A sub-region names the region it was cut from, whatever its guard;
+    /// other regions name none.
+    #[test]
+    fn a_sub_region_names_its_parent() {
+        let parent = Shared::try_new(Region::alloc(8192).unwrap()).unwrap();
+        let page = Region::sub(parent.clone(), 4096, 4096, None).unwrap();
+        assert_eq!(page.parent().map(|p| p.addr()), Some(parent.addr()));
+        let guarded = Region::sub(parent.clone(), 0, 16, Some(Box::new(1u8))).unwrap();
+        assert_eq!(guarded.parent().map(|p| p.addr()), Some(parent.addr()));
+        assert!(parent.parent().is_none());
+        // SAFETY: inside `parent`, which outlives the view.
+        let view = unsafe {
+            Region::from_raw_parts(parent.range(0, 64).unwrap(), 64, Some(Box::new(7u32)))
+        }
+        .unwrap();
+        assert!(view.parent().is_none());
     }
 
     /// A sub-region is the parent's memory, keeps it and its guard alive,

@@ -6,7 +6,8 @@
 //!
 //! - `EvtDevicePrepareHardware`: the translated resources give the BARs
 //!   (the first memory resource is BAR 0, the registers; the second BAR 2,
-//!   the doorbell (UAR) pages: both are 64-bit BARs) and the MSI-X
+//!   the doorbell (UAR) pages, mapped into processes uncached by
+//!   `IOCTL_IV_MAP_DOORBELLS`: both are 64-bit BARs) and the MSI-X
 //!   messages; the DMA enabler is made, the device started
 //!   ([`ModelHca::start`]: its command queue, a polled QUERY_DEVICE, its
 //!   event queues and MAD rings), and one interrupt connected per event
@@ -104,9 +105,13 @@ impl Backend for Hw {
         raw: WDFCMRESLIST,
         translated: WDFCMRESLIST,
     ) -> Result<Option<Made<Self>>, NTSTATUS> {
-        // SAFETY: the framework's list of this EvtDevicePrepareHardware
-        // (caller).
-        let resources = unsafe { PciResources::from_lists(translated, &BAR_NUMBERS) }?;
+        let resources = PciResources {
+            // BAR 2's pages are mapped into processes, uncached.
+            pages: 1 << UAR_BAR,
+            // SAFETY: the framework's list of this EvtDevicePrepareHardware
+            // (caller).
+            ..unsafe { PciResources::from_lists(translated, &BAR_NUMBERS) }?
+        };
         if resources.bars[0].1 == 0 {
             return Err(STATUS_DEVICE_CONFIGURATION_ERROR);
         }
