@@ -640,14 +640,7 @@ fn kmdf_glue_is_the_host_devices_mapping() {
         "host builds the core device with its configuration"
     );
 
-    let mut kmdf = String::new();
-    for entry in fs::read_dir(repo().join("driver/kmdf/src")).expect("driver/kmdf/src") {
-        let path = entry.expect("dir entry").path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            kmdf.push_str(&code_of(&fs::read_to_string(&path).expect("source")));
-            kmdf.push('\n');
-        }
-    }
+    let kmdf = code_in("driver/kmdf/src");
     // The KMDF glue reaches its Device as `state.device`.
     let kmdf_calls = calls(&kmdf, &["device"]);
     let missing: Vec<&&str> = host_calls.difference(&kmdf_calls).collect();
@@ -662,8 +655,16 @@ fn kmdf_glue_is_the_host_devices_mapping() {
         "the KMDF glue builds the core device with the registry's configuration"
     );
     assert!(
-        kmdf.contains("impl SoftBus for Bus") && kmdf.contains("WdfDpcEnqueue"),
+        kmdf.contains("impl SoftBus for KmdfSoftBus")
+            && kmdf.contains("self.bus.interrupt();")
+            && kmdf.contains("WdfDpcEnqueue"),
         "the soft HCA's interrupt queues the DPC"
+    );
+    assert!(
+        kmdf.contains("impl InterruptHandler for Message")
+            && kmdf.contains("0 => state.device.dpc(),")
+            && kmdf.contains("m => state.device.comp_dpc(u32::from(m) - 1),"),
+        "the model's MSI-X messages run the device's DPCs"
     );
 }
 
@@ -727,15 +728,28 @@ fn kernel_interface_guid_agrees() {
     assert!(device.contains("GUID_IV_KERNEL_INTERFACE"));
 }
 
-/// Every `.rs` file under `dir`, concatenated, comments removed.
+/// The `.rs` files under `dir` and its folders.
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Every `.rs` file under `dir` (and its folders), concatenated, comments
+/// removed.
 fn code_in(dir: &str) -> String {
     let mut code = String::new();
-    for entry in fs::read_dir(repo().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")) {
-        let path = entry.expect("dir entry").path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            code.push_str(&code_of(&fs::read_to_string(&path).expect("source")));
-            code.push('\n');
-        }
+    for path in rust_files(&repo().join(dir)) {
+        code.push_str(&code_of(&fs::read_to_string(&path).expect("source")));
+        code.push('\n');
     }
     code
 }
@@ -758,7 +772,7 @@ fn there_is_one_kernel_table_and_the_driver_uses_it() {
         );
     }
     assert!(kmdf.contains("irpverbs_kernel_table::kernel::{"));
-    assert!(kmdf.contains("let table = interface_with_cm(") && kmdf.contains("SoftDoorbells {"));
+    assert!(kmdf.contains("let table = interface_with_cm(") && kmdf.contains("HcaDoorbells {"));
     assert!(verbs.contains("pub use irpverbs_kernel_table::kernel;"));
     let manifest = read("driver/kmdf/Cargo.toml");
     assert!(manifest.contains("irpverbs-kernel-table = { path = \"../kernel-table\" }"));
@@ -779,7 +793,7 @@ fn user_memory_goes_through_the_seh_shim() {
         2
     );
     assert!(shim.contains("MmProbeAndLockPages(Mdl, UserMode, Operation)"));
-    assert!(shim.contains("MmMapLockedPagesSpecifyCache(Mdl, UserMode, MmCached, NULL, FALSE,"));
+    assert!(shim.contains("MmMapLockedPagesSpecifyCache(Mdl, UserMode, CacheType, NULL, FALSE,"));
     assert!(shim.contains("NormalPagePriority | MdlMappingNoExecute"));
     let build = read("driver/kmdf/build.rs");
     assert!(build.contains(".file(\"src/seh.c\")") && build.contains("config.include_paths()"));
@@ -794,6 +808,16 @@ fn user_memory_goes_through_the_seh_shim() {
     assert!(
         mdl.contains("KeStackAttachProcess"),
         "unmapped in its process"
+    );
+    // Memory is mapped cached; a device's BAR page (a UAR page) uncached,
+    // as the driver's own mapping of the BAR.
+    let map = between(&mdl, "pub(crate) fn map_region(", "\n    }\n");
+    assert!(
+        map.contains("crate::pci::is_io_space(region)")
+            && map.contains("_MEMORY_CACHING_TYPE::MmNonCached")
+            && map.contains("_MEMORY_CACHING_TYPE::MmCached")
+            && map.contains("IvMapLockedPagesUser(mdl.0, cache, &raw mut user)"),
+        "{map}"
     );
     // Rings are mapped in the caller's context and the cleanup waits for pins.
     let device = code_of(&read("driver/kmdf/src/device.rs"));
@@ -836,7 +860,7 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
             && kernel.contains("Shared::try_new(KmdfCeps {"),
         "the table's context and its CM's"
     );
-    let doorbell = code_of(&read("driver/kmdf/src/doorbell.rs"));
+    let doorbell = code_of(&read("driver/kmdf/src/backend/soft/doorbell.rs"));
     assert!(
         doorbell.contains("fn new() -> Result<Shared<Self>, NTSTATUS>")
             && doorbell.contains("Shared::try_new(Self {")
@@ -845,16 +869,17 @@ fn a_device_add_allocates_its_own_parts_fallibly() {
         "the poller's event and the thread's context"
     );
     let device = code_of(&read("driver/kmdf/src/device.rs"));
-    let state = between(&device, "unsafe fn new_state(", "\n}\n");
+    let state = between(&device, "unsafe fn publish(", "\n}\n");
     for part in [
-        "poller: PollerEvent::new()?,",
-        "KernelInterface::new(soft.clone(), device_object) }?;",
+        "KernelInterface::new(hca.clone(), device_object) }?;",
         "irpverbs_ring::try_box_with(move || DeviceState {",
     ] {
-        assert!(state.contains(part), "new_state lacks {part}");
+        assert!(state.contains(part), "publish lacks {part}");
     }
     assert!(!device.contains("Box::new("), "the device state");
-    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    let soft = code_of(&read("driver/kmdf/src/backend/soft.rs"));
+    assert!(soft.contains("let poller = PollerEvent::new()?;"));
+    let wsk = code_of(&read("driver/kmdf/src/backend/soft/wsk.rs"));
     assert!(!wsk.contains("Box::new("), "the wire's state and waiters");
     assert!(wsk.contains("let waiter = Waiter::new()?;"));
 }
@@ -940,33 +965,35 @@ fn a_version_1_query_interface_is_served_by_the_preprocess_callback() {
 /// the start with STATUS_INSUFFICIENT_RESOURCES.
 #[test]
 fn a_device_add_allocates_its_shared_parts_fallibly() {
-    let dir = repo().join("driver/kmdf/src");
-    for entry in fs::read_dir(&dir).expect("driver/kmdf/src") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            let code = code_of(&fs::read_to_string(&path).expect("source"));
-            assert!(!code.contains("Arc::new("), "{}: Arc::new", path.display());
-        }
+    for path in rust_files(&repo().join("driver/kmdf/src")) {
+        let code = code_of(&fs::read_to_string(&path).expect("source"));
+        assert!(!code.contains("Arc::new("), "{}: Arc::new", path.display());
     }
     let device = code_of(&read("driver/kmdf/src/device.rs"));
-    let state = between(&device, "unsafe fn new_state(", "\n}\n");
+    assert!(between(&device, "fn new_bus(", "\n}\n").contains("Shared::try_new(Bus {"));
+    let add = between(&device, "fn add_device(", "\n}\n");
+    assert!(add.contains("let bus = new_bus()?;"));
+    assert!(add.contains("Hw::add(device, &KmdfPlatform, &bus) }?"));
+    let state = between(&device, "unsafe fn publish(", "\n}\n");
     for part in [
-        "let bus = Shared::try_new(Bus {",
-        "let soft = Hw::add(&platform, bus.clone(), processors, wire_config.as_ref())?;",
         "let cm_timer = CmTimer::new()?;",
-        "let transport_timer = TransportTimer::new(soft.clone())?;",
-        "Device::with_config(platform, soft.clone(), config)",
+        "Device::with_config(KmdfPlatform, hca, config)",
     ] {
-        assert!(state.contains(part), "new_state lacks {part}");
+        assert!(state.contains(part), "publish lacks {part}");
     }
-    // The HCA itself, made by the backend (driver/kmdf/src/backend.rs).
-    let backend = code_of(&read("driver/kmdf/src/backend.rs"));
-    assert!(
-        between(&backend, "impl Backend for Hw {", "\n}").contains(
-            "let soft = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;"
-        ),
-        "the backend's HCA"
-    );
+    // The HCA itself and its services, made by the backend
+    // (driver/kmdf/src/backend/soft.rs; the model's in
+    // driver/kmdf/src/backend/model.rs).
+    let backend = code_of(&read("driver/kmdf/src/backend/soft.rs"));
+    let add = between(&backend, "impl Backend for Hw {", "\n}");
+    for part in [
+        "let hca = Shared::try_new(soft).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;",
+        "transport_timer: TransportTimer::new(hca.clone())?,",
+    ] {
+        assert!(add.contains(part), "the soft backend lacks {part}");
+    }
+    let model = code_of(&read("driver/kmdf/src/backend/model.rs"));
+    assert!(model.contains("let hca = Shared::try_new(hca).map_err(|hca| {"));
     let cmtimer = code_of(&read("driver/kmdf/src/cmtimer.rs"));
     assert!(
         cmtimer.contains("let shared = Shared::try_new(Arming {")
@@ -974,12 +1001,12 @@ fn a_device_add_allocates_its_shared_parts_fallibly() {
                 .contains("irpverbs_core::cm::cm_timer_arm(move |deadline| shared.arm(deadline))"),
         "the timers' states and the CM timer's arming function"
     );
-    let clock = code_of(&read("driver/kmdf/src/clock.rs"));
+    let clock = code_of(&read("driver/kmdf/src/backend/soft/clock.rs"));
     assert!(
         clock.contains("irpverbs_ring::try_box(TransportClock(shared))"),
         "the transport clock"
     );
-    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    let wsk = code_of(&read("driver/kmdf/src/backend/soft/wsk.rs"));
     assert!(
         wsk.contains(
             "let link = Shared::try_new(link).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;"
@@ -1041,6 +1068,80 @@ fn the_kmdf_glue_implements_the_hardware_seam() {
     }
 }
 
+/// irpverbs.sys names its HCA in `backend.rs` and the backends' modules
+/// only: the rest of the glue builds with either backend (`soft`, `model`;
+/// `linux-check/check.sh` type-checks both), and a PCI backend is started
+/// from `EvtDevicePrepareHardware`'s resources.
+#[test]
+fn only_the_backend_names_the_hca() {
+    let src = repo().join("driver/kmdf/src");
+    for path in rust_files(&src) {
+        let rel = path.strip_prefix(&src).expect("under src");
+        if rel.starts_with("backend") || rel == std::path::Path::new("backend.rs") {
+            continue;
+        }
+        let code = code_of(&fs::read_to_string(&path).expect("source"));
+        for name in ["irpverbs_soft", "irpverbs_model", "SoftHca", "ModelHca"] {
+            assert!(!code.contains(name), "{} names {name}", rel.display());
+        }
+    }
+    let backend = code_of(&read("driver/kmdf/src/backend.rs"));
+    for part in [
+        "pub(crate) trait Backend:",
+        "type Services",
+        "const SOFTWARE_INTERRUPTS: bool;",
+        "unsafe fn add(",
+        "unsafe fn prepare_hardware(",
+        "fn release_hardware(&self);",
+        "fn start(&self, services: &Self::Services)",
+        "fn stop(&self, services: &Self::Services);",
+        "#[cfg(feature = \"model\")]",
+        "compile_error!(",
+    ] {
+        assert!(backend.contains(part), "backend.rs lacks {part}");
+    }
+    let manifest = read("driver/kmdf/Cargo.toml");
+    for part in [
+        "default = [\"soft\"]",
+        "soft = [\"dep:irpverbs-soft\"]",
+        "model = [\"dep:irpverbs-model\"]",
+    ] {
+        assert!(manifest.contains(part), "Cargo.toml lacks {part}");
+    }
+    let check = read("driver/kmdf/linux-check/check.sh");
+    assert!(check.contains("\"--features soft\" \"--no-default-features --features model\""));
+    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    for part in [
+        "EvtDevicePrepareHardware: Some(evt_device_prepare_hardware),",
+        "EvtDeviceReleaseHardware: Some(evt_device_release_hardware),",
+        "Hw::prepare_hardware(device, raw, translated)",
+        "state.device.hca().release_hardware();",
+    ] {
+        assert!(device.contains(part), "device.rs lacks {part}");
+    }
+    let pci = code_of(&read("driver/kmdf/src/pci.rs"));
+    for part in [
+        "WdfCmResourceListGetCount,",
+        "WdfCmResourceListGetDescriptor,",
+        "RtlCMDecodeMemIoResource(d, &raw mut start)",
+        "InterruptRaw: raw,",
+        "InterruptTranslated: translated,",
+    ] {
+        assert!(pci.contains(part), "pci.rs lacks {part}");
+    }
+    let mocks = read("driver/kmdf/linux-check/mocks/wdk-sys/src/lib.rs");
+    for binding in [
+        "pub type PFN_WDF_DEVICE_PREPARE_HARDWARE = Option<unsafe extern \"C\" fn(Device: WDFDEVICE, ResourcesRaw: WDFCMRESLIST, ResourcesTranslated: WDFCMRESLIST) -> NTSTATUS>;",
+        "pub type PFN_WDF_DEVICE_RELEASE_HARDWARE = Option<unsafe extern \"C\" fn(Device: WDFDEVICE, ResourcesTranslated: WDFCMRESLIST) -> NTSTATUS>;",
+        "WdfCmResourceListGetCount(List: WDFCMRESLIST) -> ULONG;",
+        "WdfCmResourceListGetDescriptor(List: WDFCMRESLIST, Index: ULONG) -> PCM_PARTIAL_RESOURCE_DESCRIPTOR;",
+        "pub fn RtlCMDecodeMemIoResource(Descriptor: *mut _CM_PARTIAL_RESOURCE_DESCRIPTOR, Start: PULONGLONG) -> ULONGLONG;",
+        "pub struct _CM_PARTIAL_RESOURCE_DESCRIPTOR { pub Type: UCHAR, pub ShareDisposition: UCHAR, pub Flags: USHORT,",
+    ] {
+        assert!(mocks.contains(binding), "the mocks lack {binding}");
+    }
+}
+
 // ------------------------------------------------------------------ doorbells
 
 #[test]
@@ -1052,7 +1153,7 @@ fn user_doorbells_are_scanned_by_both_layers() {
     let host = code_of(&(read("driver/host/src/device.rs") + &read("driver/host/src/process.rs")));
     assert!(host.contains("soft.poll_doorbells_step(&mut poller, now)"));
     assert!(host.contains("fn wake_doorbell_poller(&self)"));
-    let thread = code_of(&read("driver/kmdf/src/doorbell.rs"));
+    let thread = code_of(&read("driver/kmdf/src/backend/soft/doorbell.rs"));
     assert!(
         thread.contains("hca.poll_doorbells_step(&mut poller, now)"),
         "the thread runs the poller"
@@ -1066,17 +1167,32 @@ fn user_doorbells_are_scanned_by_both_layers() {
         "no high-resolution timer pinning the clock rate"
     );
     assert!(thread.contains("PsTerminateSystemThread("));
-    let device = code_of(&read("driver/kmdf/src/device.rs"));
+    let backend = code_of(&read("driver/kmdf/src/backend/soft.rs"));
     assert!(
-        device.contains("fn wake_doorbell_poller(&self)") && device.contains("self.poller.set()"),
+        backend.contains("fn wake_doorbell_poller(&self)") && backend.contains("self.poller.set()"),
         "the ring IOCTL sets the thread's event"
     );
-    // Started in D0Entry, stopped in D0Exit.
+    // Started in D0Entry, stopped in D0Exit: the backend's services.
     let device = code_of(&read("driver/kmdf/src/device.rs"));
     let d0_entry = between(&device, "fn evt_device_d0_entry(", "\n}\n");
     let d0_exit = between(&device, "fn evt_device_d0_exit(", "\n}\n");
-    assert!(d0_entry.contains("state.scanner.start()"), "{d0_entry}");
-    assert!(d0_exit.contains("state.scanner.stop()"), "{d0_exit}");
+    assert!(
+        d0_entry.contains("hca.start(&state.services)"),
+        "{d0_entry}"
+    );
+    assert!(d0_exit.contains(".stop(&state.services)"), "{d0_exit}");
+    let start = between(
+        &backend,
+        "fn start(&self, services: &SoftServices)",
+        "\n    }\n",
+    );
+    let stop = between(
+        &backend,
+        "fn stop(&self, services: &SoftServices)",
+        "\n    }\n",
+    );
+    assert!(start.contains("services.scanner.start()?;"), "{start}");
+    assert!(stop.contains("services.scanner.stop();"), "{stop}");
     // The page is mapped with the rings' MDL machinery.
     let platform = code_of(&read("driver/kmdf/src/platform.rs"));
     assert!(
@@ -1093,7 +1209,7 @@ fn user_doorbells_are_scanned_by_both_layers() {
 #[test]
 fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
     // The glue only moves bytes between WSK and irpverbs_soft::sockwire.
-    let wsk = code_of(&read("driver/kmdf/src/wsk.rs"));
+    let wsk = code_of(&read("driver/kmdf/src/backend/soft/wsk.rs"));
     for call in [
         "WireConfig::from_registry(",
         "link.received(&st.hca, from,",
@@ -1111,12 +1227,20 @@ fn the_wsk_wire_is_the_sans_io_socket_link_configured_from_the_inf() {
     }
     // Configured when the device is added, opened in D0Entry, closed in
     // D0Exit.
-    let device = code_of(&read("driver/kmdf/src/device.rs"));
-    assert!(device.contains("crate::wsk::read_config(device)"));
-    let d0_entry = between(&device, "fn evt_device_d0_entry(", "\n}\n");
-    let d0_exit = between(&device, "fn evt_device_d0_exit(", "\n}\n");
-    assert!(d0_entry.contains("WskWire::start"), "{d0_entry}");
-    assert!(d0_exit.contains("wire.stop()"), "{d0_exit}");
+    let backend = code_of(&read("driver/kmdf/src/backend/soft.rs"));
+    assert!(backend.contains("wsk::read_config(device)"));
+    let start = between(
+        &backend,
+        "fn start(&self, services: &SoftServices)",
+        "\n    }\n",
+    );
+    let stop = between(
+        &backend,
+        "fn stop(&self, services: &SoftServices)",
+        "\n    }\n",
+    );
+    assert!(start.contains("WskWire::start"), "{start}");
+    assert!(stop.contains("wire.stop()"), "{stop}");
     // The INF's defaults name the values the glue reads.
     let inx = read("inf/irpverbs.inx");
     let soft = code_of(&read("driver/soft/src/net/sockwire/mod.rs"));

@@ -1,5 +1,5 @@
 //! The soft HCA's RoCEv2 wire over one kernel datagram socket, sans-IO:
-//! what irpverbs.sys's WSK glue (`driver/kmdf/src/wsk.rs`) drives, tested
+//! what irpverbs.sys's WSK glue (`driver/kmdf/src/backend/soft/wsk.rs`) drives, tested
 //! in host mode through the same calls.
 //!
 //! The platform owns the socket (on Windows a WSK datagram socket bound to
