@@ -15,7 +15,7 @@
 use std::ffi::{c_int, c_void};
 
 use irpverbs_abi::*;
-use irpverbs_host_c::user::{
+use crate::os::{
     IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserReqNotifyCq,
 };
 use zerocopy::{FromBytes, IntoBytes};
@@ -346,7 +346,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
     leak(Channel {
         ibv: ibv_comp_channel {
             context: ctx,
-            fd: events.fd,
+            fd: events.fd(),
             refcnt: 0,
         },
         handle,

@@ -146,8 +146,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         ibv: ibv_context {
             device: dev,
             ops: ops(),
-            cmd_fd: -1,
-            async_fd: events.fd,
+            cmd_fd: crate::os::cmd_fd(file.handle()),
+            async_fd: events.fd(),
             num_comp_vectors: c_int::try_from(vectors).unwrap_or(1),
             mutex: MUTEX,
             abi_compat: std::ptr::null_mut(),

@@ -2,8 +2,10 @@
 //! are: a thread waits on a driver request that completes with one event
 //! (`IOCTL_IV_GET_CQ_EVENT` for a completion channel,
 //! `IOCTL_IV_GET_ASYNC_EVENT` for a context's `async_fd`), queues the
-//! event and counts it on an eventfd (semaphore mode), so the fd works
-//! with `poll`, `epoll` and `O_NONBLOCK`; taking an event takes one count.
+//! event and signals it on the platform's event source ([`Signal`]: an
+//! eventfd in semaphore mode, so the fd works with `poll`, `epoll` and
+//! `O_NONBLOCK`; on Windows an event HANDLE, signaled while events are
+//! queued); taking an event takes it off the source.
 //! Events of an object being destroyed that the program has not taken are
 //! dropped (the kernel drops them too), and acknowledged to the driver by
 //! the caller.
@@ -18,12 +20,12 @@ use irpverbs_verbs::IoctlTransport;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::file::DeviceFile;
+use crate::os::{Fd, Signal};
 use crate::{Context, errno_of};
 
 /// Events of type `T` from one driver request, repeated.
 pub(crate) struct Events<T> {
-    /// The eventfd the program polls.
-    pub fd: c_int,
+    signal: Arc<Signal>,
     queue: Arc<Mutex<VecDeque<T>>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -32,30 +34,33 @@ impl<T: FromBytes + IntoBytes + Copy + Send + 'static> Events<T> {
     /// Starts the thread that waits on `code` with `input` on `file`.
     ///
     /// # Errors
-    /// `EMFILE` without an eventfd, `ENOMEM` without a thread.
+    /// The errno of making the event source, `ENOMEM` without a thread.
     pub fn start(file: DeviceFile, code: u32, input: Vec<u8>) -> Result<Self, c_int> {
-        // SAFETY: no arguments but flags.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(libc::EMFILE);
-        }
+        let signal = Arc::new(Signal::new()?);
         let queue = Arc::new(Mutex::new(VecDeque::new()));
         let q = Arc::clone(&queue);
+        let s = Arc::clone(&signal);
         let spawned = std::thread::Builder::new()
             .name("ibv-events".into())
-            .spawn(move || forward::<T>(&file, code, &input, &q, fd));
+            .spawn(move || forward::<T>(&file, code, &input, &q, &s));
         match spawned {
             Ok(t) => Ok(Self {
-                fd,
+                signal,
                 queue,
                 thread: Some(t),
             }),
             Err(_) => {
-                // SAFETY: the eventfd, unused.
-                unsafe { libc::close(fd) };
+                if let Ok(s) = Arc::try_unwrap(signal) {
+                    s.close();
+                }
                 Err(libc::ENOMEM)
             }
         }
+    }
+
+    /// The event source the program waits on (`fd`, `async_fd`).
+    pub fn fd(&self) -> Fd {
+        self.signal.raw()
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<T>> {
@@ -66,66 +71,53 @@ impl<T: FromBytes + IntoBytes + Copy + Send + 'static> Events<T> {
     /// non-blocking (then `EAGAIN`).
     ///
     /// # Errors
-    /// The errno of reading the fd.
+    /// The errno of waiting on the event source.
     pub fn take(&self) -> Result<T, c_int> {
         loop {
-            let mut count = 0u64;
-            // SAFETY: the eventfd; 8 bytes.
-            if unsafe { libc::read(self.fd, (&raw mut count).cast(), 8) } != 8 {
-                // SAFETY: the calling thread's errno.
-                return Err(unsafe { *libc::__errno_location() });
-            }
+            self.signal.wait()?;
             // None: the event was dropped with its object meanwhile; wait
             // for the next.
-            if let Some(e) = self.queue().pop_front() {
+            let mut q = self.queue();
+            if let Some(e) = q.pop_front() {
+                self.signal.taken(q.is_empty());
                 return Ok(e);
             }
         }
     }
 
-    /// Drops the queued events `of` picks (taking their counts off the
-    /// fd) and returns them.
+    /// Drops the queued events `of` picks (taking them off the event
+    /// source) and returns them.
     pub fn drop_where(&self, of: impl Fn(&T) -> bool) -> Vec<T> {
         let mut q = self.queue();
         let dropped: Vec<T> = q.iter().filter(|e| of(e)).copied().collect();
         q.retain(|e| !of(e));
         for _ in &dropped {
-            let mut p = libc::pollfd {
-                fd: self.fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let mut count = 0u64;
-            // SAFETY: one pollfd.
-            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-                // SAFETY: the eventfd, readable (so the read does not
-                // block); 8 bytes.
-                unsafe { libc::read(self.fd, (&raw mut count).cast(), 8) };
-            }
+            self.signal.dropped(q.is_empty());
         }
         dropped
     }
 
     /// Waits for the thread, once the driver ended its wait (the channel
-    /// destroyed, the file closed), and closes the fd.
+    /// destroyed, the file closed), and closes the event source.
     pub fn finish(mut self) {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // SAFETY: the eventfd, closed once.
-        unsafe { libc::close(self.fd) };
+        if let Ok(s) = Arc::try_unwrap(self.signal) {
+            s.close();
+        }
     }
 }
 
 /// The thread: each event the driver completes `code` with is queued and
-/// counted, until the request fails (its object destroyed, the file
+/// signaled, until the request fails (its object destroyed, the file
 /// closed).
 fn forward<T: FromBytes + Copy>(
     file: &DeviceFile,
     code: u32,
     input: &[u8],
     queue: &Mutex<VecDeque<T>>,
-    fd: c_int,
+    signal: &Signal,
 ) {
     loop {
         let (status, out) = file.ioctl(code, input, size_of::<T>());
@@ -135,13 +127,9 @@ fn forward<T: FromBytes + Copy>(
         if !nt_success(status) {
             return;
         }
-        queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back(event);
-        let one = 1u64;
-        // SAFETY: the eventfd, open until this thread was joined.
-        unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+        let mut q = queue.lock().unwrap_or_else(PoisonError::into_inner);
+        q.push_back(event);
+        signal.post();
     }
 }
 

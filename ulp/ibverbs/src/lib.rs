@@ -34,6 +34,7 @@ mod events;
 pub mod file;
 pub mod kern;
 mod misc;
+pub mod os;
 mod pd;
 pub mod private;
 mod qp;
@@ -69,11 +70,7 @@ pub fn errno_of(status: NtStatus) -> c_int {
     }
 }
 
-/// Sets `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = e };
-}
+pub(crate) use os::set_errno;
 
 /// NULL with `errno` = `e`.
 pub(crate) fn null_with<T>(e: c_int) -> *mut T {
@@ -140,5 +137,4 @@ pub(crate) fn leak<T>(object: T) -> *mut T {
     Box::into_raw(Box::new(object))
 }
 
-const MUTEX: libc::pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
-const COND: libc::pthread_cond_t = libc::PTHREAD_COND_INITIALIZER;
+use os::{COND, MUTEX};

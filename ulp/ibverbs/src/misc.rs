@@ -212,8 +212,11 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         set_errno(libc::ENOENT);
         return -1;
     }
-    let path = std::path::Path::new(std::ffi::OsStr::from_encoded_bytes_checked(d))
-        .join(std::ffi::OsStr::from_encoded_bytes_checked(f));
+    let (Some(d), Some(f)) = (crate::os::os_str(d), crate::os::os_str(f)) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    let path = std::path::Path::new(d).join(f);
     let Ok(mut text) = std::fs::read(path) else {
         set_errno(libc::ENOENT);
         return -1;
@@ -227,17 +230,6 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     to[..n].copy_from_slice(&text[..n]);
     to[n] = 0;
     c_int::try_from(n).unwrap_or(c_int::MAX)
-}
-
-trait Checked {
-    fn from_encoded_bytes_checked(s: &std::ffi::CStr) -> &std::ffi::OsStr;
-}
-
-impl Checked for std::ffi::OsStr {
-    fn from_encoded_bytes_checked(s: &std::ffi::CStr) -> &std::ffi::OsStr {
-        use std::os::unix::ffi::OsStrExt;
-        std::ffi::OsStr::from_bytes(s.to_bytes())
-    }
 }
 
 /// `ibv_attach_mcast`: multicast is not offered (`EOPNOTSUPP`).

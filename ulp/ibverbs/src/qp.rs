@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_void};
 
 use irpverbs_abi::*;
-use irpverbs_host_c::user::{
+use crate::os::{
     IvUserPostRecv, IvUserPostSend, IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen,
     IvUserRecvWr, IvUserSendWr, IvUserSrq, IvUserSrqClose, IvUserSrqOpen,
 };
