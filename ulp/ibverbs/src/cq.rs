@@ -14,10 +14,8 @@
 
 use std::ffi::{c_int, c_void};
 
+use crate::os::{IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserReqNotifyCq};
 use irpverbs_abi::*;
-use crate::os::{
-    IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserReqNotifyCq,
-};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::*;

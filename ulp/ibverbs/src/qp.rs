@@ -6,11 +6,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use irpverbs_abi::*;
 use crate::os::{
     IvUserPostRecv, IvUserPostSend, IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen,
     IvUserRecvWr, IvUserSendWr, IvUserSrq, IvUserSrqClose, IvUserSrqOpen,
 };
+use irpverbs_abi::*;
 use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 

@@ -9,31 +9,13 @@ use std::ffi::{c_char, c_int};
 
 use crate::abi::*;
 use crate::id::{sockaddr_get, sockaddr_of};
-use crate::set_errno;
-
-/// The errno of a `getaddrinfo` failure, as rdma-core converts it.
-fn gai_errno(e: c_int) -> c_int {
-    match e {
-        libc::EAI_NODATA | libc::EAI_NONAME => libc::EADDRNOTAVAIL,
-        libc::EAI_AGAIN => libc::EAGAIN,
-        libc::EAI_BADFLAGS | libc::EAI_SERVICE | libc::EAI_SOCKTYPE => libc::EINVAL,
-        libc::EAI_FAMILY => libc::EAFNOSUPPORT,
-        libc::EAI_MEMORY => libc::ENOMEM,
-        libc::EAI_SYSTEM => {
-            // SAFETY: the calling thread's errno.
-            unsafe { *libc::__errno_location() }
-        }
-        _ => libc::EINVAL,
-    }
-}
+use crate::{os, set_errno};
 
 /// A boxed copy of the socket address at `sa` and its length.
 ///
 /// # Safety
 /// `sa` is a socket address of its family's size.
-unsafe fn boxed(
-    sa: *const libc::sockaddr,
-) -> Result<(*mut libc::sockaddr, libc::socklen_t), c_int> {
+unsafe fn boxed(sa: *const os::sockaddr) -> Result<(*mut os::sockaddr, os::socklen_t), c_int> {
     // SAFETY: forwarded (caller).
     let a = unsafe { sockaddr_get(sa) }?;
     let (st, len) = sockaddr_of(a);
@@ -79,21 +61,21 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         };
     }
     // SAFETY: all-zero bytes are a valid addrinfo (no pointers).
-    let mut gh: libc::addrinfo = unsafe { std::mem::zeroed() };
+    let mut gh: os::addrinfo = unsafe { std::mem::zeroed() };
     gh.ai_family = h.map_or(0, |h| h.ai_family);
-    gh.ai_socktype = libc::SOCK_STREAM;
+    gh.ai_socktype = os::SOCK_STREAM;
     if flags & RAI_NUMERICHOST != 0 {
-        gh.ai_flags |= libc::AI_NUMERICHOST;
+        gh.ai_flags |= os::AI_NUMERICHOST;
     }
     if passive {
-        gh.ai_flags |= libc::AI_PASSIVE;
+        gh.ai_flags |= os::AI_PASSIVE;
     }
-    let mut found: *mut libc::addrinfo = std::ptr::null_mut();
+    let mut found: *mut os::addrinfo = std::ptr::null_mut();
     // SAFETY: C strings or NULL (caller); hints on the stack; a place for
     // the result.
-    let r = unsafe { libc::getaddrinfo(node, service, &gh, &mut found) };
+    let r = unsafe { os::getaddrinfo(node, service, &gh, &mut found) };
     if r != 0 {
-        set_errno(gai_errno(r));
+        set_errno(os::gai_errno(r));
         return -1;
     }
     // SAFETY: getaddrinfo's first result (it succeeded: there is one).
@@ -102,7 +84,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let addr = unsafe { boxed(first.ai_addr) };
     let family = first.ai_family;
     // SAFETY: getaddrinfo's result, freed once.
-    unsafe { libc::freeaddrinfo(found) };
+    unsafe { os::freeaddrinfo(found) };
     let (addr, len) = match addr {
         Ok(a) => a,
         Err(e) => {
@@ -142,7 +124,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 }
                 Err(e) => {
                     // SAFETY: the destination boxed above.
-                    drop(unsafe { Box::from_raw(addr.cast::<libc::sockaddr_storage>()) });
+                    drop(unsafe { Box::from_raw(addr.cast::<os::sockaddr_storage>()) });
                     set_errno(e);
                     return -1;
                 }
@@ -167,7 +149,7 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
         for a in [ai.ai_src_addr, ai.ai_dst_addr] {
             if !a.is_null() {
                 // SAFETY: boxed as a sockaddr_storage by rdma_getaddrinfo.
-                drop(unsafe { Box::from_raw(a.cast::<libc::sockaddr_storage>()) });
+                drop(unsafe { Box::from_raw(a.cast::<os::sockaddr_storage>()) });
             }
         }
         p = ai.ai_next;

@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::*;
 use crate::id::Id;
+use crate::os::Signal;
 use crate::set_errno;
 
 /// An event as the library allocates it: the `rdma_cm_event` programs
@@ -79,6 +80,7 @@ unsafe impl Send for Queued {}
 #[repr(C)]
 pub(crate) struct Channel {
     pub ch: rdma_event_channel,
+    signal: Signal,
     queue: Mutex<VecDeque<Queued>>,
     /// The private channel of a synchronous id (one made without a
     /// channel): destroyed with it.
@@ -86,18 +88,16 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    /// A new channel with its eventfd.
+    /// A new channel with its event source (an eventfd; on Windows an
+    /// event HANDLE).
     ///
     /// # Errors
-    /// `EMFILE` without an eventfd.
+    /// The errno of making the event source.
     pub fn new(sync: bool) -> Result<*mut Channel, c_int> {
-        // SAFETY: no arguments but flags.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(libc::EMFILE);
-        }
+        let signal = Signal::new()?;
         Ok(Box::into_raw(Box::new(Channel {
-            ch: rdma_event_channel { fd },
+            ch: rdma_event_channel { fd: signal.raw() },
+            signal,
             queue: Mutex::new(VecDeque::new()),
             sync,
         })))
@@ -107,12 +107,11 @@ impl Channel {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `ev` and counts it on the fd.
+    /// Queues `ev` and signals it.
     pub fn push(&self, ev: Box<Event>) {
-        self.queue().push_back(Queued(ev));
-        let one = 1u64;
-        // SAFETY: the eventfd (open while ids use the channel); 8 bytes.
-        unsafe { libc::write(self.ch.fd, (&raw const one).cast(), 8) };
+        let mut q = self.queue();
+        q.push_back(Queued(ev));
+        self.signal.post();
     }
 
     /// The next event: waits while there is none, unless the fd is
@@ -122,13 +121,10 @@ impl Channel {
     /// The errno of reading the fd.
     pub fn take(&self) -> Result<Box<Event>, c_int> {
         loop {
-            let mut count = 0u64;
-            // SAFETY: the eventfd; 8 bytes.
-            if unsafe { libc::read(self.ch.fd, (&raw mut count).cast(), 8) } != 8 {
-                // SAFETY: the calling thread's errno.
-                return Err(unsafe { *libc::__errno_location() });
-            }
-            if let Some(Queued(e)) = self.queue().pop_front() {
+            self.signal.wait()?;
+            let mut q = self.queue();
+            if let Some(Queued(e)) = q.pop_front() {
+                self.signal.taken(q.is_empty());
                 return Ok(e);
             }
         }
@@ -152,17 +148,7 @@ impl Channel {
         }
         *q = kept;
         for _ in &dropped {
-            let mut p = libc::pollfd {
-                fd: self.ch.fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let mut count = 0u64;
-            // SAFETY: one pollfd.
-            if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-                // SAFETY: the eventfd, readable (the read does not block).
-                unsafe { libc::read(self.ch.fd, (&raw mut count).cast(), 8) };
-            }
+            self.signal.dropped(q.is_empty());
         }
         dropped
     }
@@ -174,8 +160,7 @@ impl Channel {
     pub unsafe fn destroy(ch: *mut Channel) {
         // SAFETY: from Channel::new, not used any more (caller).
         let c = unsafe { Box::from_raw(ch) };
-        // SAFETY: the eventfd, closed once.
-        unsafe { libc::close(c.ch.fd) };
+        c.signal.close();
     }
 }
 

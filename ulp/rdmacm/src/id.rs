@@ -32,7 +32,7 @@ use irpverbs_verbs::rdma_cm::{IP_CM_HEADER_LEN, IpCmHeader, PortSpace, gid_ip, i
 use crate::abi::*;
 use crate::channel::{Channel, Event};
 use crate::device::{Device, call, call_none, device, errno_of, irpverbs_qp_handle};
-use crate::{err, ret};
+use crate::{err, os, ret};
 
 /// The CM's flags as the messages carry them.
 const FLOW_CONTROL: u8 = IV_CM_FLOW_CONTROL as u8;
@@ -175,7 +175,7 @@ impl Id {
         // SAFETY: the id's channel; a place for the event.
         if unsafe { rdma_get_cm_event(ch.cast(), &mut ev) } != 0 {
             // SAFETY: the calling thread's errno.
-            return Err(unsafe { *libc::__errno_location() });
+            return Err(crate::os::errno());
         }
         self.cm().event = ev;
         // SAFETY: the event just taken.
@@ -219,23 +219,23 @@ fn ephemeral(salt: u64) -> u16 {
 ///
 /// # Safety
 /// `sa` is NULL or a `sockaddr` of its family's size.
-pub(crate) unsafe fn sockaddr_get(sa: *const libc::sockaddr) -> Result<SocketAddr, c_int> {
+pub(crate) unsafe fn sockaddr_get(sa: *const os::sockaddr) -> Result<SocketAddr, c_int> {
     // SAFETY: readable (caller).
     let Some(family) = (unsafe { sa.as_ref() }).map(|s| c_int::from(s.sa_family)) else {
         return Err(libc::EINVAL);
     };
     match family {
-        libc::AF_INET => {
+        os::AF_INET => {
             // SAFETY: an IPv4 socket address (its family).
-            let s = unsafe { &*sa.cast::<libc::sockaddr_in>() };
+            let s = unsafe { &*sa.cast::<os::sockaddr_in>() };
             Ok(SocketAddr::new(
                 IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
                 u16::from_be(s.sin_port),
             ))
         }
-        libc::AF_INET6 => {
+        os::AF_INET6 => {
             // SAFETY: an IPv6 socket address (its family).
-            let s = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
+            let s = unsafe { &*sa.cast::<os::sockaddr_in6>() };
             Ok(SocketAddr::new(
                 IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
                 u16::from_be(s.sin6_port),
@@ -246,43 +246,43 @@ pub(crate) unsafe fn sockaddr_get(sa: *const libc::sockaddr) -> Result<SocketAdd
 }
 
 /// `a` as a `sockaddr_storage` (IPv4 as `sockaddr_in`), and its length.
-pub(crate) fn sockaddr_of(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(crate) fn sockaddr_of(a: SocketAddr) -> (os::sockaddr_storage, os::socklen_t) {
     // SAFETY: all-zero bytes are a valid sockaddr_storage.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut st: os::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match a {
         SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
+            let sin = os::sockaddr_in {
+                sin_family: os::AF_INET as os::sa_family_t,
                 sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
+                sin_addr: os::in_addr {
                     s_addr: u32::from(*v4.ip()).to_be(),
                 },
                 sin_zero: [0; 8],
             };
             // SAFETY: a sockaddr_in fits a sockaddr_storage.
             unsafe { std::ptr::write((&raw mut st).cast(), sin) };
-            size_of::<libc::sockaddr_in>()
+            size_of::<os::sockaddr_in>()
         }
         SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+            let sin6 = os::sockaddr_in6 {
+                sin6_family: os::AF_INET6 as os::sa_family_t,
                 sin6_port: v6.port().to_be(),
                 sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
+                sin6_addr: os::in6_addr {
                     s6_addr: v6.ip().octets(),
                 },
                 sin6_scope_id: 0,
             };
             // SAFETY: a sockaddr_in6 fits a sockaddr_storage.
             unsafe { std::ptr::write((&raw mut st).cast(), sin6) };
-            size_of::<libc::sockaddr_in6>()
+            size_of::<os::sockaddr_in6>()
         }
     };
-    (st, len as libc::socklen_t)
+    (st, len as os::socklen_t)
 }
 
 /// The address in `st` (None if it holds none).
-fn storage_addr(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
+fn storage_addr(st: &os::sockaddr_storage) -> Option<SocketAddr> {
     // SAFETY: a sockaddr_storage holds a sockaddr of its family.
     unsafe { sockaddr_get(std::ptr::from_ref(st).cast()) }.ok()
 }
@@ -473,7 +473,7 @@ fn set_dst(i: &Id, a: SocketAddr) {
 /// # Safety
 /// `id` is NULL or a live id; `addr` is NULL or a socket address.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut os::sockaddr) -> c_int {
     // SAFETY: forwarded (caller).
     let Some(i) = (unsafe { id_of(id) }) else {
         return err(libc::EINVAL);
@@ -518,8 +518,8 @@ pub(crate) fn bind(i: &Id, a: SocketAddr) -> Result<(), c_int> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut rdma_cm_id,
-    src_addr: *mut libc::sockaddr,
-    dst_addr: *mut libc::sockaddr,
+    src_addr: *mut os::sockaddr,
+    dst_addr: *mut os::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
     // SAFETY: forwarded (caller).
@@ -914,7 +914,7 @@ pub unsafe extern "C" fn rdma_get_request(
         // SAFETY: the new id; attributes copied from rdma_create_ep's.
         if unsafe { crate::qp::rdma_create_qp(e.id, pd, &mut attr) } != 0 {
             // SAFETY: the calling thread's errno.
-            let code = unsafe { *libc::__errno_location() };
+            let code = crate::os::errno();
             // SAFETY: the request's id, not handed out.
             unsafe { rdma_destroy_id(e.id) };
             return fail(code);
@@ -1525,7 +1525,7 @@ pub unsafe extern "C" fn rdma_set_option(
     }
 }
 
-fn port_of(st: &libc::sockaddr_storage) -> u16 {
+fn port_of(st: &os::sockaddr_storage) -> u16 {
     storage_addr(st).map_or(0, |a| a.port().to_be())
 }
 

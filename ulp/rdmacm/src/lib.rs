@@ -41,15 +41,12 @@ mod addrinfo;
 mod channel;
 mod device;
 mod id;
+mod os;
 mod qp;
 
 use std::ffi::c_int;
 
-/// Sets `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = e };
-}
+pub(crate) use os::set_errno;
 
 /// -1 with `errno` = `e`, as rdma-core's `ERR(e)`.
 pub(crate) fn err(e: c_int) -> c_int {

@@ -17,11 +17,7 @@ use crate::device::*;
 use crate::id::{Id, bind, id_of, rdma_create_id, rdma_destroy_id, resolve_addr, sockaddr_get};
 use crate::{err, ret};
 
-/// The calling thread's errno.
-fn errno() -> c_int {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() }
-}
+use crate::os::{self, errno};
 
 /// Destroys the CQs and completion channels `rdma_create_qp` made for
 /// the id.
@@ -368,11 +364,7 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 /// # Safety
 /// As `poll`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
+pub unsafe extern "C" fn rpoll(fds: *mut os::pollfd, nfds: os::nfds_t, timeout: c_int) -> c_int {
     // SAFETY: forwarded (caller).
-    unsafe { libc::poll(fds, nfds, timeout) }
+    unsafe { os::poll(fds, nfds, timeout) }
 }

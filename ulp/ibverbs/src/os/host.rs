@@ -1,11 +1,17 @@
 //! A non-Windows host: the Win32 subset and the speed path of
 //! `irpverbs-host-c` (over the host-mode driver it loads in-process),
-//! eventfds, glibc's `errno` and pthread types.
+//! and glibc's pthread types.
 
-use std::ffi::{c_int, c_void};
+// A HANDLE is a pointer type that names an object and is never
+// dereferenced: passing a bad one to the Win32 subset is an error return.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use irpverbs_abi::*;
+
+use super::Fd;
 pub use irpverbs_host_c::user::{
     IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserPostRecv, IvUserPostSend,
     IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen, IvUserRecvWr, IvUserReqNotifyCq,
@@ -23,9 +29,6 @@ pub const MUTEX: pthread_mutex_t = libc::PTHREAD_MUTEX_INITIALIZER;
 /// `PTHREAD_COND_INITIALIZER`.
 pub const COND: pthread_cond_t = libc::PTHREAD_COND_INITIALIZER;
 
-/// What rdma-core's structures call a file descriptor: one.
-pub type Fd = c_int;
-
 /// The `cmd_fd` of a context: none (the device file is not a descriptor).
 #[must_use]
 pub fn cmd_fd(_device: HANDLE) -> Fd {
@@ -37,19 +40,6 @@ pub fn cmd_fd(_device: HANDLE) -> Fd {
 pub fn os_str(s: &std::ffi::CStr) -> Option<&std::ffi::OsStr> {
     use std::os::unix::ffi::OsStrExt;
     Some(std::ffi::OsStr::from_bytes(s.to_bytes()))
-}
-
-/// Sets `errno`.
-pub fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// `errno`.
-#[must_use]
-pub fn errno() -> c_int {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() }
 }
 
 const GENERIC_READ: u32 = 0x8000_0000;
@@ -102,8 +92,7 @@ pub fn ioctl(device: HANDLE, code: u32, input: &[u8], output_len: usize) -> (NtS
         OffsetHigh: 0,
         hEvent: std::ptr::null_mut(),
     };
-    let (Ok(in_len), Ok(out_len)) = (u32::try_from(input.len()), u32::try_from(output_len))
-    else {
+    let (Ok(in_len), Ok(out_len)) = (u32::try_from(input.len()), u32::try_from(output_len)) else {
         return (STATUS_INVALID_PARAMETER, Vec::new());
     };
     let mut bytes = 0u32;
@@ -156,77 +145,3 @@ pub fn open_speed_path(_device: HANDLE) -> Result<(), NtStatus> {
 
 /// Nothing to let go of (see [`open_speed_path`]).
 pub fn close_speed_path(_device: HANDLE) {}
-
-/// An event source programs wait on: an eventfd in semaphore mode, one
-/// count per queued event, so that it works with `poll`, `epoll` and
-/// `O_NONBLOCK` as the kernel's uverbs event files do.
-pub struct Signal(c_int);
-
-impl Signal {
-    /// A new source with nothing signaled.
-    ///
-    /// # Errors
-    /// `EMFILE` without an eventfd.
-    pub fn new() -> Result<Self, c_int> {
-        // SAFETY: no arguments but flags.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(libc::EMFILE);
-        }
-        Ok(Self(fd))
-    }
-
-    /// What the C structure shows the program.
-    #[must_use]
-    pub fn raw(&self) -> Fd {
-        self.0
-    }
-
-    /// One event more was queued (called under the queue's lock).
-    pub fn post(&self) {
-        let one = 1u64;
-        // SAFETY: the eventfd, open while `self` lives; 8 bytes.
-        unsafe { libc::write(self.0, (&raw const one).cast(), 8) };
-    }
-
-    /// Waits for an event and takes its count (or `EAGAIN` at once when
-    /// the program made the fd non-blocking).
-    ///
-    /// # Errors
-    /// The errno of reading the fd.
-    pub fn wait(&self) -> Result<(), c_int> {
-        let mut count = 0u64;
-        // SAFETY: the eventfd; 8 bytes.
-        if unsafe { libc::read(self.0, (&raw mut count).cast(), 8) } != 8 {
-            return Err(errno());
-        }
-        Ok(())
-    }
-
-    /// An event was taken off the queue (under its lock) after
-    /// [`Signal::wait`]: its count is gone already.
-    pub fn taken(&self, _now_empty: bool) {}
-
-    /// A queued event was dropped (under the queue's lock): takes its
-    /// count, without blocking.
-    pub fn dropped(&self, _now_empty: bool) {
-        let mut p = libc::pollfd {
-            fd: self.0,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let mut count = 0u64;
-        // SAFETY: one pollfd.
-        if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-            // SAFETY: the eventfd, readable (so the read does not block);
-            // 8 bytes.
-            unsafe { libc::read(self.0, (&raw mut count).cast(), 8) };
-        }
-    }
-
-    /// Closes the fd.
-    pub fn close(self) {
-        // SAFETY: the eventfd, closed once.
-        unsafe { libc::close(self.0) };
-    }
-}

@@ -13,6 +13,9 @@
 
 use irpverbs_abi::*;
 
+mod event;
+pub use event::*;
+
 #[cfg(not(windows))]
 mod host;
 #[cfg(not(windows))]
@@ -128,7 +131,10 @@ mod tests {
                 "status {status:#x} (Win32 error {error})"
             );
         }
-        assert_eq!(nt_status_of_win32(win32_error::NOACCESS), STATUS_ACCESS_VIOLATION);
+        assert_eq!(
+            nt_status_of_win32(win32_error::NOACCESS),
+            STATUS_ACCESS_VIOLATION
+        );
         assert_eq!(nt_status_of_win32(win32_error::BUSY), STATUS_DEVICE_BUSY);
         assert_eq!(errno_of(nt_status_of_win32(0xdead)), libc::EIO);
     }

@@ -17,7 +17,7 @@
 // dereferenced: passing a bad one to kernel32 is an error return.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::{Mutex, PoisonError};
 
 use irpverbs_abi::*;
@@ -27,7 +27,7 @@ use irpverbs_verbs::kernel::{
 use irpverbs_verbs::{AsNtStatus, CqRings, Doorbells, PageDoorbells, QpRings, SrqRings, WakeHca};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{nt_status_of_win32, win32_error};
+use super::{Fd, nt_status_of_win32, win32_error};
 
 /// `HANDLE`.
 pub type HANDLE = *mut c_void;
@@ -83,14 +83,6 @@ unsafe extern "system" {
         bInitialState: BOOL,
         lpName: *const u16,
     ) -> HANDLE;
-    fn SetEvent(hEvent: HANDLE) -> BOOL;
-    fn ResetEvent(hEvent: HANDLE) -> BOOL;
-    fn WaitForSingleObject(hHandle: HANDLE, dwMilliseconds: u32) -> u32;
-}
-
-unsafe extern "C" {
-    /// The C runtime's `errno` of the calling thread (`<errno.h>`).
-    fn _errno() -> *mut c_int;
 }
 
 const GENERIC_READ: u32 = 0x8000_0000;
@@ -98,8 +90,6 @@ const GENERIC_WRITE: u32 = 0x4000_0000;
 const OPEN_EXISTING: u32 = 3;
 const FILE_FLAG_OVERLAPPED: u32 = 0x4000_0000;
 const INVALID_HANDLE_VALUE: HANDLE = usize::MAX as HANDLE;
-const INFINITE: u32 = u32::MAX;
-const WAIT_OBJECT_0: u32 = 0;
 
 /// winpthreads' `pthread_mutex_t` (`intptr_t`).
 pub type pthread_mutex_t = isize;
@@ -109,11 +99,6 @@ pub type pthread_cond_t = isize;
 pub const MUTEX: pthread_mutex_t = -1;
 /// winpthreads' `PTHREAD_COND_INITIALIZER` (-1).
 pub const COND: pthread_cond_t = -1;
-
-/// What rdma-core's structures call a file descriptor: a HANDLE on
-/// Windows (a completion channel's and a context's events: manual-reset
-/// events; a context's `cmd_fd`: its device file).
-pub type Fd = HANDLE;
 
 /// The `cmd_fd` of a context: its device file.
 #[must_use]
@@ -125,19 +110,6 @@ pub fn cmd_fd(device: HANDLE) -> Fd {
 #[must_use]
 pub fn os_str(s: &std::ffi::CStr) -> Option<&std::ffi::OsStr> {
     s.to_str().ok().map(std::ffi::OsStr::new)
-}
-
-/// Sets `errno`.
-pub fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno, which the CRT keeps per thread.
-    unsafe { *_errno() = e };
-}
-
-/// `errno`.
-#[must_use]
-pub fn errno() -> c_int {
-    // SAFETY: as in `set_errno`.
-    unsafe { *_errno() }
 }
 
 /// `GetLastError`.
@@ -205,8 +177,7 @@ thread_local! {
 /// driver failed at once reports only a Win32 error, turned back into the
 /// NTSTATUS ([`nt_status_of_win32`]).
 pub fn ioctl(device: HANDLE, code: u32, input: &[u8], output_len: usize) -> (NtStatus, Vec<u8>) {
-    let (Ok(in_len), Ok(out_len)) = (u32::try_from(input.len()), u32::try_from(output_len))
-    else {
+    let (Ok(in_len), Ok(out_len)) = (u32::try_from(input.len()), u32::try_from(output_len)) else {
         return (STATUS_INVALID_PARAMETER, Vec::new());
     };
     let event = EVENT.with(|e| e.0);
@@ -465,8 +436,7 @@ fn status(r: Result<(), impl AsNtStatus>) -> NtStatus {
 /// or inline data is valid.
 pub unsafe fn IvUserPostSend(qp: *mut IvUserQp, wr: *const IvUserSendWr) -> NtStatus {
     // SAFETY: NULL or open, and NULL or a request (caller).
-    let (Some(qp), Some(wr)) = (unsafe { qp.cast_const().as_ref() }, unsafe { wr.as_ref() })
-    else {
+    let (Some(qp), Some(wr)) = (unsafe { qp.cast_const().as_ref() }, unsafe { wr.as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: its list or data is valid (caller).
@@ -483,8 +453,7 @@ pub unsafe fn IvUserPostSend(qp: *mut IvUserQp, wr: *const IvUserSendWr) -> NtSt
 /// is valid.
 pub unsafe fn IvUserPostRecv(qp: *mut IvUserQp, wr: *const IvUserRecvWr) -> NtStatus {
     // SAFETY: as for `IvUserPostSend`.
-    let (Some(qp), Some(wr)) = (unsafe { qp.cast_const().as_ref() }, unsafe { wr.as_ref() })
-    else {
+    let (Some(qp), Some(wr)) = (unsafe { qp.cast_const().as_ref() }, unsafe { wr.as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: its scatter list is valid (caller).
@@ -536,74 +505,4 @@ pub unsafe fn IvUserReqNotifyCq(cq: *mut IvUserCq, solicited_only: i32) -> NtSta
     };
     cq.rings.req_notify(&cq.bells, solicited_only != 0);
     STATUS_SUCCESS
-}
-
-/// An event source programs wait on: a manual-reset event, signaled while
-/// events are queued (`WaitForSingleObject` on it does not take one;
-/// taking the last one resets it).
-pub struct Signal(HANDLE);
-
-// SAFETY: an event HANDLE is usable from any thread.
-unsafe impl Send for Signal {}
-// SAFETY: as above; every operation on it is a kernel32 call.
-unsafe impl Sync for Signal {}
-
-impl Signal {
-    /// A new source with nothing signaled.
-    ///
-    /// # Errors
-    /// `ENOMEM` without an event.
-    pub fn new() -> Result<Self, c_int> {
-        // SAFETY: no name, no security attributes.
-        let h = unsafe { CreateEventW(std::ptr::null_mut(), 1, 0, std::ptr::null()) };
-        if h.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        Ok(Self(h))
-    }
-
-    /// What the C structure shows the program.
-    #[must_use]
-    pub fn raw(&self) -> Fd {
-        self.0
-    }
-
-    /// One event more was queued (called under the queue's lock).
-    pub fn post(&self) {
-        // SAFETY: the event, open while `self` lives.
-        unsafe { SetEvent(self.0) };
-    }
-
-    /// Waits until an event is queued (taking none: the caller takes it
-    /// off the queue, then calls [`Signal::taken`]).
-    ///
-    /// # Errors
-    /// `EIO` when the wait fails.
-    pub fn wait(&self) -> Result<(), c_int> {
-        // SAFETY: the event, open while `self` lives.
-        if unsafe { WaitForSingleObject(self.0, INFINITE) } != WAIT_OBJECT_0 {
-            return Err(libc::EIO);
-        }
-        Ok(())
-    }
-
-    /// An event was taken off the queue (under its lock): with none left
-    /// the event is reset.
-    pub fn taken(&self, now_empty: bool) {
-        if now_empty {
-            // SAFETY: the event, open while `self` lives.
-            unsafe { ResetEvent(self.0) };
-        }
-    }
-
-    /// A queued event was dropped (under the queue's lock): as taken.
-    pub fn dropped(&self, now_empty: bool) {
-        self.taken(now_empty);
-    }
-
-    /// Closes the event.
-    pub fn close(self) {
-        // SAFETY: the event, closed once.
-        unsafe { CloseHandle(self.0) };
-    }
 }
