@@ -2,12 +2,16 @@
 //! `ulp/rdmacm` each include this file in their platform module (`os`).
 //!
 //! A [`Signal`] is what rdma-core's structures call an event file
-//! descriptor ([`Fd`]): off Windows an eventfd in semaphore mode, one
-//! count per queued event, so that it works with `poll`, `epoll` and
-//! `O_NONBLOCK` as the kernel's event files do; on Windows a manual-reset
-//! event HANDLE, signaled while events are queued, for
+//! descriptor ([`Fd`], an `int`): off Windows an eventfd in semaphore
+//! mode, one count per queued event, so that it works with `poll`, `epoll`
+//! and `O_NONBLOCK` as the kernel's event files do; on Windows a
+//! manual-reset event HANDLE, signaled while events are queued, for
 //! `WaitForSingleObject` / `WaitForMultipleObjects` (waiting on it takes
-//! no event; taking the last one resets it).
+//! no event; taking the last one resets it). The `int` holds the HANDLE
+//! ([`handle_fd`]): 64-bit Windows keeps handles to 32 significant bits
+//! so that they can be truncated and sign-extended (as between 32- and
+//! 64-bit processes), and a program gets it back with
+//! `(HANDLE)(intptr_t)fd`. rdma-core's structures keep their layout.
 //!
 //! The queue's owner calls [`Signal::post`] after queueing an event,
 //! [`Signal::wait`] before taking one and [`Signal::taken`] after (or
@@ -117,9 +121,20 @@ mod imp {
 
     use std::ffi::{c_int, c_void};
 
-    /// What rdma-core's structures call a file descriptor: a HANDLE on
-    /// Windows.
-    pub type Fd = *mut c_void;
+    /// What rdma-core's structures call a file descriptor: an `int`
+    /// holding a HANDLE on Windows ([`handle_fd`]).
+    pub type Fd = c_int;
+
+    /// A HANDLE.
+    type Handle = *mut c_void;
+
+    /// The `int` rdma-core's structures hold for the HANDLE `h`: its low
+    /// 32 bits, all that 64-bit Windows gives a handle (a program
+    /// sign-extends it back: `(HANDLE)(intptr_t)fd`).
+    #[must_use]
+    pub fn handle_fd(h: Handle) -> Fd {
+        h as isize as Fd
+    }
 
     #[link(name = "kernel32")]
     unsafe extern "system" {
@@ -128,11 +143,11 @@ mod imp {
             bManualReset: i32,
             bInitialState: i32,
             lpName: *const u16,
-        ) -> Fd;
-        fn SetEvent(hEvent: Fd) -> i32;
-        fn ResetEvent(hEvent: Fd) -> i32;
-        fn WaitForSingleObject(hHandle: Fd, dwMilliseconds: u32) -> u32;
-        fn CloseHandle(hObject: Fd) -> i32;
+        ) -> Handle;
+        fn SetEvent(hEvent: Handle) -> i32;
+        fn ResetEvent(hEvent: Handle) -> i32;
+        fn WaitForSingleObject(hHandle: Handle, dwMilliseconds: u32) -> u32;
+        fn CloseHandle(hObject: Handle) -> i32;
     }
 
     unsafe extern "C" {
@@ -159,7 +174,7 @@ mod imp {
     /// An event source programs wait on: a manual-reset event, signaled while
     /// events are queued (`WaitForSingleObject` on it does not take one;
     /// taking the last one resets it).
-    pub struct Signal(Fd);
+    pub struct Signal(Handle);
 
     // SAFETY: an event HANDLE is usable from any thread.
     unsafe impl Send for Signal {}
@@ -183,7 +198,7 @@ mod imp {
         /// What the C structure shows the program.
         #[must_use]
         pub fn raw(&self) -> Fd {
-            self.0
+            handle_fd(self.0)
         }
 
         /// One event more was queued (called under the queue's lock).

@@ -5,8 +5,9 @@
 //! |--------------------------|-------------------------------------------------|--------------------------------------------------------------|
 //! | the device file          | `irpverbs-host-c`'s Win32 subset over the host-mode driver loaded in-process | `CreateFileW(\\.\irpverbs0)`, `DeviceIoControl` with an `OVERLAPPED` and an event (kernel32) |
 //! | the speed path           | `irpverbs-host-c`'s `IvUser*` functions         | the rings `IOCTL_IV_MAP_RINGS` mapped and the file's doorbell page (`IOCTL_IV_MAP_DOORBELLS`), woken by `IOCTL_IV_RING_DOORBELLS` |
-//! | an event source ([`Fd`]) | an eventfd (semaphore mode): `poll`, `epoll`, `O_NONBLOCK` | a manual-reset event HANDLE, signaled while events are queued (`WaitForSingleObject`, `WaitForMultipleObjects`) |
-//! | `errno`                  | `__errno_location`                              | the CRT's `_errno`                                           |
+//! | an event source ([`Fd`]) | an eventfd (semaphore mode): `poll`, `epoll`, `O_NONBLOCK` | a manual-reset event HANDLE, signaled while events are queued (`WaitForSingleObject`, `WaitForMultipleObjects`), in the `int` (`(HANDLE)(intptr_t)fd`) |
+//! | `errno`                  | `__errno_location`                              | the CRT's (msvcrt) `_errno`                                  |
+//! | `cmd_fd`                 | -1                                              | the device file's HANDLE, in the `int`                       |
 //! | `pthread_mutex_t` / `pthread_cond_t` in the C structs | glibc's                 | winpthreads' (MinGW-w64): one pointer-sized word each        |
 //!
 //! `docs/ibverbs.md` (Windows) states the resulting C layout.

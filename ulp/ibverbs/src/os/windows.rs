@@ -100,10 +100,11 @@ pub const MUTEX: pthread_mutex_t = -1;
 /// winpthreads' `PTHREAD_COND_INITIALIZER` (-1).
 pub const COND: pthread_cond_t = -1;
 
-/// The `cmd_fd` of a context: its device file.
+/// The `cmd_fd` of a context: its device file (as an `int`, see
+/// [`super::handle_fd`]).
 #[must_use]
 pub fn cmd_fd(device: HANDLE) -> Fd {
-    device
+    super::handle_fd(device)
 }
 
 /// A C string as a path component: UTF-8, or none.
