@@ -217,6 +217,14 @@ pub fn ioctl(device: HANDLE, code: u32, input: &[u8], output_len: usize) -> (NtS
         // SAFETY: `ov` is the OVERLAPPED of the pended request; waiting
         // for its event.
         unsafe { GetOverlappedResult(device, &mut ov, &mut bytes, 1) };
+        // A wait that failed must still not let `ov` and `out` go before
+        // the request completed (closing the file completes it).
+        // SAFETY: `Internal` is an aligned word the I/O manager writes.
+        while unsafe { std::ptr::read_volatile(&raw const ov.Internal) }
+            == STATUS_PENDING as u32 as usize
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
     let status = ov.Internal as u32 as NtStatus;
     out.truncate(ov.InternalHigh.min(output_len));

@@ -138,3 +138,4 @@ pub fn dynamic_symbols(path: &Path, undefined: bool, node: &str) -> BTreeSet<(St
         })
         .collect()
 }
+pub mod windows;
