@@ -62,8 +62,8 @@ pub struct rdma_ib_addr {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct rdma_addr {
-    pub src_storage: libc::sockaddr_storage,
-    pub dst_storage: libc::sockaddr_storage,
+    pub src_storage: crate::sys::sockaddr_storage,
+    pub dst_storage: crate::sys::sockaddr_storage,
     pub ibaddr: rdma_ib_addr,
 }
 
@@ -157,10 +157,10 @@ pub struct rdma_addrinfo {
     pub ai_family: c_int,
     pub ai_qp_type: c_int,
     pub ai_port_space: c_int,
-    pub ai_src_len: libc::socklen_t,
-    pub ai_dst_len: libc::socklen_t,
-    pub ai_src_addr: *mut libc::sockaddr,
-    pub ai_dst_addr: *mut libc::sockaddr,
+    pub ai_src_len: crate::sys::socklen_t,
+    pub ai_dst_len: crate::sys::socklen_t,
+    pub ai_src_addr: *mut crate::sys::sockaddr,
+    pub ai_dst_addr: *mut crate::sys::sockaddr,
     pub ai_src_canonname: *mut c_char,
     pub ai_dst_canonname: *mut c_char,
     pub ai_route_len: usize,

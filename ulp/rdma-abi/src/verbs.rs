@@ -7,7 +7,7 @@ use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
-use libc::{pthread_cond_t, pthread_mutex_t};
+use crate::sys::{pthread_cond_t, pthread_mutex_t};
 
 /// `union ibv_gid`, as its raw bytes (the `global` view is the same 16
 /// bytes as two big-endian `__be64`, which give the union its alignment).

@@ -126,7 +126,7 @@ pub fn assertions(
          //! `ulp/ibverbs/tests/common/windows.rs` (`IRPVERBS_BLESS=1 cargo test\n\
          //! --test windows_layout` in the library's directory writes it anew).\n\
          \n\
-         use std::mem::{{offset_of, size_of}};\n"
+         use core::mem::{{offset_of, size_of}};\n"
     );
     let mut next = facts.iter();
     for (module, layouts) in parts {

@@ -8,10 +8,10 @@
 use std::ffi::{c_char, c_int};
 use std::sync::Once;
 
-/// `ADDRESS_FAMILY`.
-pub type sa_family_t = u16;
-/// `socklen_t` (`int` in `ws2tcpip.h`).
-pub type socklen_t = c_int;
+pub use irpverbs_rdma_abi::sys::{
+    in_addr, in6_addr, sa_family_t, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage,
+    socklen_t,
+};
 /// `nfds_t` of `rpoll`: `WSAPoll`'s `ULONG` count.
 pub type nfds_t = u32;
 
@@ -25,59 +25,6 @@ pub const SOCK_STREAM: c_int = 1;
 pub const AI_PASSIVE: c_int = 0x01;
 /// `AI_NUMERICHOST`.
 pub const AI_NUMERICHOST: c_int = 0x04;
-
-/// `SOCKADDR`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct sockaddr {
-    pub sa_family: sa_family_t,
-    pub sa_data: [c_char; 14],
-}
-
-/// `IN_ADDR` (as its `S_addr` view).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct in_addr {
-    pub s_addr: u32,
-}
-
-/// `IN6_ADDR` (as its `Byte` view).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct in6_addr {
-    pub s6_addr: [u8; 16],
-}
-
-/// `SOCKADDR_IN`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct sockaddr_in {
-    pub sin_family: sa_family_t,
-    pub sin_port: u16,
-    pub sin_addr: in_addr,
-    pub sin_zero: [c_char; 8],
-}
-
-/// `SOCKADDR_IN6` (its `sin6_scope_id` view of the scope union).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct sockaddr_in6 {
-    pub sin6_family: sa_family_t,
-    pub sin6_port: u16,
-    pub sin6_flowinfo: u32,
-    pub sin6_addr: in6_addr,
-    pub sin6_scope_id: u32,
-}
-
-/// `SOCKADDR_STORAGE`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct sockaddr_storage {
-    pub ss_family: sa_family_t,
-    __ss_pad1: [c_char; 6],
-    __ss_align: i64,
-    __ss_pad2: [c_char; 112],
-}
 
 /// `ADDRINFOA` (`ai_addrlen` is a `size_t`, and `ai_canonname` comes
 /// before `ai_addr`, unlike glibc's).
@@ -101,9 +48,6 @@ pub struct pollfd {
     pub revents: i16,
 }
 
-const _: () = assert!(size_of::<sockaddr_in>() == 16);
-const _: () = assert!(size_of::<sockaddr_in6>() == 28);
-const _: () = assert!(size_of::<sockaddr_storage>() == 128);
 const _: () = assert!(size_of::<addrinfo>() == 48);
 const _: () = assert!(std::mem::offset_of!(addrinfo, ai_addr) == 32);
 const _: () = assert!(size_of::<pollfd>() == 16);
