@@ -21,7 +21,7 @@
 //! interrupts: in host mode a DPC of its own. A run is bounded by the
 //! command slots and the room in the event queues.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -90,6 +90,30 @@ struct DevEq {
     /// The device's producer index (only [`Silicon::run`] moves it).
     pi: AtomicU32,
     armed: AtomicBool,
+    /// The device has work waiting for room in this queue (a command whose
+    /// completion, or engine events, found it full): the driver's next
+    /// consumer index runs the device again. Otherwise a consumer index or
+    /// an arm is a register write and nothing more, as on hardware.
+    waiting: AtomicBool,
+}
+
+impl DevEq {
+    /// Records that work waits for room, then looks again (the driver may
+    /// have freed room meanwhile without seeing the flag): the room there
+    /// is now. Paired with [`DevEq::freed`]'s fence, so that either the
+    /// device sees the new consumer index or the driver sees the flag.
+    fn wait_for_room(&self, room: impl Fn() -> usize) -> usize {
+        self.waiting.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        room()
+    }
+
+    /// The driver moved the consumer index: whether the device has work
+    /// that waited for the room.
+    fn freed(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.waiting.swap(false, Ordering::AcqRel)
+    }
 }
 
 /// A command slot as the device executes it.
@@ -422,14 +446,24 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
                         eq.base.store(value, Ordering::Release);
                     }
                     EQ_ENTRIES => eq.entries.store(value as u32, Ordering::Release),
+                    // The consumer index runs the device only when work
+                    // waited for the room it frees.
                     EQ_CI => {
-                        eq.ci.store(value as u32, Ordering::Release);
-                        self.bus.kick();
+                        eq.ci.store(value as u32, Ordering::SeqCst);
+                        if eq.freed() {
+                            self.bus.kick();
+                        }
                     }
+                    // Armed: the next entry raises the message. Entries
+                    // the driver has not taken yet (or work waiting for
+                    // room) run the device, which raises it now.
                     EQ_ARM => {
-                        eq.ci.store(value as u32, Ordering::Release);
-                        eq.armed.store(true, Ordering::Release);
-                        self.bus.kick();
+                        eq.ci.store(value as u32, Ordering::SeqCst);
+                        eq.armed.store(true, Ordering::SeqCst);
+                        let waiting = eq.freed();
+                        if waiting || eq.pi.load(Ordering::SeqCst) != value as u32 {
+                            self.bus.kick();
+                        }
                     }
                     _ => {}
                 }
@@ -474,6 +508,9 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         for v in 1..self.eqs.len() {
             self.drain(v)?;
         }
+        // Paired with an arm's: either this run sees the queue armed, or
+        // the arm sees the entries written.
+        fence(Ordering::SeqCst);
         for (n, eq) in self.eqs.iter().enumerate() {
             if eq.armed.load(Ordering::Acquire)
                 && eq.pi.load(Ordering::Acquire) != eq.ci.load(Ordering::Acquire)
@@ -532,7 +569,10 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             // A doorbell for a slot not handed over, or one executing.
             return Ok(true);
         }
-        if flags & FLAG_POLLED == 0 && self.room(0) == 0 {
+        if flags & FLAG_POLLED == 0
+            && self.room(0) == 0
+            && self.eqs[0].wait_for_room(|| self.room(0)) == 0
+        {
             // No room for its completion: the driver's consumer index
             // kicks the device again.
             return Ok(false);
@@ -777,9 +817,14 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         loop {
             // A command completion needs its slot's entry: keep room for
             // every slot that may complete on EQ 0.
-            let room = self.room(n);
+            let mut room = self.room(n);
             if room == 0 {
-                return Ok(());
+                // The engine's events wait in the engine until the driver
+                // frees entries.
+                room = self.eqs[n].wait_for_room(|| self.room(n));
+                if room == 0 {
+                    return Ok(());
+                }
             }
             let want = room.min(BATCH);
             let mut events: [Option<Event>; BATCH] = Default::default();

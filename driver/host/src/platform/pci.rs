@@ -217,25 +217,30 @@ impl Iommu {
             return Err((dma::FAULT_UNMAPPED, 0, "no mapping".into()));
         };
         let end = start + span.len;
-        let name = m.describe(span.mapping);
+        // Described only for a fault: every DMA access translates.
+        let name = || m.describe(span.mapping);
         if at >= end {
             // Past a run: its guard page, or beyond anything mapped.
             let (fault, what) = if at < end + DMA_PAGE_SIZE {
-                (dma::FAULT_PAST_END, format!("the guard page after {name}"))
+                (
+                    dma::FAULT_PAST_END,
+                    format!("the guard page after {}", name()),
+                )
             } else {
                 (dma::FAULT_UNMAPPED, "no mapping".into())
             };
             return Err((fault, span.mapping, what));
         }
         let Some(region) = m.region.clone() else {
-            return Err((dma::FAULT_AFTER_UNMAP, span.mapping, name));
+            return Err((dma::FAULT_AFTER_UNMAP, span.mapping, name()));
         };
         if at + len as u64 > end {
             return Err((
                 dma::FAULT_PAST_END,
                 span.mapping,
                 format!(
-                    "{name}: {len} bytes at offset {} of a {}-byte run",
+                    "{}: {len} bytes at offset {} of a {}-byte run",
+                    name(),
                     at - start,
                     span.len
                 ),
@@ -247,7 +252,7 @@ impl Iommu {
             m.direction.device_reads()
         };
         if !allowed {
-            return Err((dma::FAULT_DIRECTION, span.mapping, name));
+            return Err((dma::FAULT_DIRECTION, span.mapping, name()));
         }
         Ok((span, start, region))
     }
