@@ -8,7 +8,8 @@
 //! (read and validate a WQE, append a CQE) — and the [`doorbell`] page a
 //! user-mode ULP rings its queues through.
 //!
-//! `no_std` + `alloc`; the `unsafe` blocks are in [`region`], [`shared`]
+//! `no_std` + `alloc`; the `unsafe` blocks are in [`region`], `copy` (the
+//! byte mover behind [`Region::copy`]), [`shared`]
 //! (a reference count whose allocation can fail) and in the
 //! constructors that view a mapping (`Ring::from_map`,
 //! `DoorbellPage::from_map`), each with its `// SAFETY:` argument.
@@ -17,6 +18,7 @@
 
 extern crate alloc;
 
+mod copy;
 pub mod doorbell;
 pub mod fallible;
 pub mod region;

@@ -240,7 +240,8 @@ impl Region {
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at
     /// `dst_offset` (the HCA's DMA between two registered regions): one
     /// memory copy, no bounce buffer. Overlapping ranges (the same memory
-    /// registered twice) are handled.
+    /// registered twice) are handled. The copy is [`crate::copy`]'s, whose
+    /// speed does not depend on how the two ranges are placed.
     ///
     /// # Errors
     /// [`OutOfBounds`] if either range is outside its region; nothing is copied.
@@ -253,24 +254,9 @@ impl Region {
     ) -> Result<(), OutOfBounds> {
         let d = dst.range(dst_offset, len)?;
         let s = src.range(src_offset, len)?;
-        if (8..=16).contains(&len) {
-            // Small messages (8-byte SENDs and WRITEs, atomics' operands)
-            // without a `memmove` call: the first and the last 8 bytes, both
-            // read before either is written (so overlap is handled), and
-            // overlapping each other for lengths under 16.
-            // SAFETY: `s` is valid for `len` >= 8 bytes (checked); unaligned read.
-            let head = unsafe { s.cast::<u64>().read_unaligned() };
-            // SAFETY: `s + len - 8 .. s + len` is inside the checked range.
-            let tail = unsafe { s.add(len - 8).cast::<u64>().read_unaligned() };
-            // SAFETY: `d` is valid for `len` >= 8 bytes (checked); unaligned write.
-            unsafe { d.cast::<u64>().write_unaligned(head) };
-            // SAFETY: `d + len - 8 .. d + len` is inside the checked range.
-            unsafe { d.add(len - 8).cast::<u64>().write_unaligned(tail) };
-            return Ok(());
-        }
-        // SAFETY: both ranges are valid for `len` bytes (checked); `copy`
-        // (memmove) is correct even if they overlap.
-        unsafe { core::ptr::copy(s, d, len) };
+        // SAFETY: both ranges are valid for `len` bytes (checked);
+        // `move_bytes` is correct even if they overlap.
+        unsafe { crate::copy::move_bytes(d, s, len) };
         Ok(())
     }
 

@@ -1,0 +1,550 @@
+//! The HCA's byte mover: every payload copy of the soft HCA goes through
+//! [`move_bytes`] (by way of [`Region::copy`](crate::Region::copy) and the
+//! region's `read`/`write`).
+//!
+//! It does not call the C library's `memmove` for anything but overlapping
+//! ranges, because that routine's choice of strategy can be ambushed by
+//! the relative placement of the two buffers: with `rep movsb` or a
+//! forward vector loop, a destination a few bytes past a multiple of 4096
+//! from its source makes every load wait on an unrelated recent store to
+//! the same low twelve address bits ("4K aliasing"), and a misaligned
+//! destination splits every store across two cache lines. So:
+//!
+//! - up to 16 bytes: a pair of (possibly overlapping) scalar moves;
+//! - 17 to 128 bytes: up to eight 16-byte loads from both ends, then the
+//!   stores (no loop, no branch on alignment);
+//! - above: the destination is aligned to a cache line, and a loop of
+//!   16-byte unaligned loads and 64-byte aligned store groups runs forward,
+//!   or backward when the destination lies just past the source modulo
+//!   4096 (where a forward loop's loads would alias its recent stores).
+//!
+//! Only 16-byte (SSE2) registers are used: they are in the x86_64
+//! baseline and a Windows x64 kernel may use them at any IRQL without
+//! saving state, which is not true of AVX's. On other architectures the
+//! large case is `core::ptr::copy`.
+//!
+//! IRQL: any. Allocates nothing; the stack frame is a few registers.
+
+/// Below this many bytes no loop runs.
+const SMALL: usize = 128;
+
+/// From this many bytes up, `rep movsb` with an aligned destination where
+/// it is known to be fast ([`x86::fast_strings`]).
+#[cfg(target_arch = "x86_64")]
+const REP_MIN: usize = 2048;
+
+/// A destination less than this far past its source (modulo 4096, and
+/// not 0) is copied backward: a forward loop would load from addresses
+/// whose low twelve bits match those of stores it made a few bytes ago
+/// and still holds in its store buffer, and each such load waits for them.
+/// (Backward, the same happens just *below* a multiple of 4096, which this
+/// window keeps far from.) Measured on Intel: forward loses a quarter of
+/// its speed for distances 1 to 63, backward nine tenths of it for 4081
+/// to 4095.
+#[cfg(target_arch = "x86_64")]
+const ALIAS_WINDOW: usize = 256;
+
+/// Copies `len` bytes from `src` to `dst`, which may overlap (`memmove`'s
+/// contract), without the C library's choice of strategy.
+///
+/// # Safety
+/// `src` is valid for reads and `dst` for writes of `len` bytes. Other
+/// threads may write either range meanwhile (shared memory): the bytes
+/// copied are then unspecified, nothing else is affected.
+#[inline]
+pub(crate) unsafe fn move_bytes(dst: *mut u8, src: *const u8, len: usize) {
+    if len <= 16 {
+        // SAFETY: the caller's contract, with `len <= 16`.
+        unsafe { move_small(dst, src, len) };
+    } else if len <= SMALL {
+        // SAFETY: the caller's contract, with `16 < len <= 128`.
+        unsafe { move_medium(dst, src, len) };
+    } else {
+        // SAFETY: the caller's contract, with `len > 128`.
+        unsafe { move_large(dst, src, len) };
+    }
+}
+
+/// `len <= 16`: every load before any store, so overlap is handled.
+///
+/// # Safety
+/// As [`move_bytes`], with `len <= 16`.
+#[inline(always)]
+unsafe fn move_small(dst: *mut u8, src: *const u8, len: usize) {
+    if len >= 8 {
+        // SAFETY: `src` is valid for `len >= 8` bytes; unaligned read.
+        let head = unsafe { src.cast::<u64>().read_unaligned() };
+        // SAFETY: `src + len - 8 .. src + len` is inside the range.
+        let tail = unsafe { src.add(len - 8).cast::<u64>().read_unaligned() };
+        // SAFETY: `dst` is valid for `len >= 8` bytes; unaligned write.
+        unsafe { dst.cast::<u64>().write_unaligned(head) };
+        // SAFETY: `dst + len - 8 .. dst + len` is inside the range.
+        unsafe { dst.add(len - 8).cast::<u64>().write_unaligned(tail) };
+    } else if len >= 4 {
+        // SAFETY: as above, with 4-byte words and `len >= 4`.
+        let head = unsafe { src.cast::<u32>().read_unaligned() };
+        // SAFETY: `src + len - 4 .. src + len` is inside the range.
+        let tail = unsafe { src.add(len - 4).cast::<u32>().read_unaligned() };
+        // SAFETY: `dst` is valid for `len >= 4` bytes.
+        unsafe { dst.cast::<u32>().write_unaligned(head) };
+        // SAFETY: `dst + len - 4 .. dst + len` is inside the range.
+        unsafe { dst.add(len - 4).cast::<u32>().write_unaligned(tail) };
+    } else if len >= 2 {
+        // SAFETY: as above, with 2-byte words and `len >= 2`.
+        let head = unsafe { src.cast::<u16>().read_unaligned() };
+        // SAFETY: `src + len - 2 .. src + len` is inside the range.
+        let tail = unsafe { src.add(len - 2).cast::<u16>().read_unaligned() };
+        // SAFETY: `dst` is valid for `len >= 2` bytes.
+        unsafe { dst.cast::<u16>().write_unaligned(head) };
+        // SAFETY: `dst + len - 2 .. dst + len` is inside the range.
+        unsafe { dst.add(len - 2).cast::<u16>().write_unaligned(tail) };
+    } else if len == 1 {
+        // SAFETY: one byte, valid on both sides.
+        let b = unsafe { src.read() };
+        // SAFETY: as above.
+        unsafe { dst.write(b) };
+    }
+}
+
+/// A 16-byte value, loaded and stored unaligned (one SSE2 register on
+/// x86_64).
+type Chunk = u128;
+
+/// Loads the 16 bytes at `p`.
+///
+/// # Safety
+/// `p` is valid for 16 bytes of reads.
+#[inline(always)]
+unsafe fn load16(p: *const u8) -> Chunk {
+    // SAFETY: the caller's contract; unaligned read.
+    unsafe { p.cast::<Chunk>().read_unaligned() }
+}
+
+/// Stores 16 bytes at `p`.
+///
+/// # Safety
+/// `p` is valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn store16(p: *mut u8, v: Chunk) {
+    // SAFETY: the caller's contract; unaligned write.
+    unsafe { p.cast::<Chunk>().write_unaligned(v) };
+}
+
+/// `16 < len <= 128`: 16-byte pieces from both ends, overlapping in the
+/// middle, all loaded before any is stored (so overlap is handled).
+///
+/// # Safety
+/// As [`move_bytes`], with `16 < len <= 128`.
+#[inline(always)]
+unsafe fn move_medium(dst: *mut u8, src: *const u8, len: usize) {
+    // Every load and store below: the offsets are 0, 16, 32, 48
+    // from the start and from `len - 64`, `len - 32`, `len - 16`, each
+    // used only when `len` covers it, so every piece is inside the range.
+    if len <= 32 {
+        // SAFETY: in the range (see above) (`16 < len`).
+        let a = unsafe { load16(src) };
+        // SAFETY: in the range (see above) (`16 < len`).
+        let z = unsafe { load16(src.add(len - 16)) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst, a) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 16), z) };
+    } else if len <= 64 {
+        // SAFETY: in the range (see above) (`32 < len`).
+        let a = unsafe { load16(src) };
+        // SAFETY: in the range (see above) (`32 < len`).
+        let b = unsafe { load16(src.add(16)) };
+        // SAFETY: in the range (see above).
+        let y = unsafe { load16(src.add(len - 32)) };
+        // SAFETY: in the range (see above).
+        let z = unsafe { load16(src.add(len - 16)) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst, a) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(16), b) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 32), y) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 16), z) };
+    } else {
+        // SAFETY: in the range (see above) (`64 < len`).
+        let a = unsafe { load16(src) };
+        // SAFETY: in the range (see above) (`64 < len`).
+        let b = unsafe { load16(src.add(16)) };
+        // SAFETY: in the range (see above).
+        let c = unsafe { load16(src.add(32)) };
+        // SAFETY: in the range (see above).
+        let d = unsafe { load16(src.add(48)) };
+        // SAFETY: in the range (see above).
+        let w = unsafe { load16(src.add(len - 64)) };
+        // SAFETY: in the range (see above).
+        let x = unsafe { load16(src.add(len - 48)) };
+        // SAFETY: in the range (see above).
+        let y = unsafe { load16(src.add(len - 32)) };
+        // SAFETY: in the range (see above).
+        let z = unsafe { load16(src.add(len - 16)) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst, a) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(16), b) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(32), c) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(48), d) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 64), w) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 48), x) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 32), y) };
+        // SAFETY: in the range (see above).
+        unsafe { store16(dst.add(len - 16), z) };
+    }
+}
+
+/// Whether the ranges of `len` bytes at `a` and `b` overlap.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn overlap(a: usize, b: usize, len: usize) -> bool {
+    a.wrapping_sub(b) < len || b.wrapping_sub(a) < len
+}
+
+/// `len > 128`.
+///
+/// # Safety
+/// As [`move_bytes`], with `len > 128`.
+#[inline(never)]
+unsafe fn move_large(dst: *mut u8, src: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (d, s) = (dst as usize, src as usize);
+        if !overlap(d, s, len) {
+            if len >= REP_MIN && x86::fast_strings() {
+                // SAFETY: as below.
+                unsafe { x86::rep_movsb(dst, src, len) };
+            } else if (1..ALIAS_WINDOW).contains(&(d.wrapping_sub(s) % 4096)) {
+                // SAFETY: the caller's contract, `len > 128`, no overlap.
+                unsafe { x86::backward(dst, src, len) };
+            } else {
+                // SAFETY: as above.
+                unsafe { x86::forward(dst, src, len) };
+            }
+            return;
+        }
+    }
+    // SAFETY: the caller's contract; `copy` is `memmove`, correct for
+    // overlapping ranges (the same memory registered twice).
+    unsafe { core::ptr::copy(src, dst, len) };
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use core::arch::asm;
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    use super::{Chunk, load16, store16};
+
+    /// Loads the 64 bytes at `p` as four 16-byte pieces.
+    ///
+    /// # Safety
+    /// `p` is valid for 64 bytes of reads.
+    #[inline(always)]
+    unsafe fn load64(p: *const u8) -> [Chunk; 4] {
+        // SAFETY: the caller's contract; each piece lies in the 64 bytes.
+        let a = unsafe { load16(p) };
+        // SAFETY: as above.
+        let b = unsafe { load16(p.add(16)) };
+        // SAFETY: as above.
+        let c = unsafe { load16(p.add(32)) };
+        // SAFETY: as above.
+        let d = unsafe { load16(p.add(48)) };
+        [a, b, c, d]
+    }
+
+    /// Stores four 16-byte pieces at `p`.
+    ///
+    /// # Safety
+    /// `p` is valid for 64 bytes of writes.
+    #[inline(always)]
+    unsafe fn store64(p: *mut u8, v: [Chunk; 4]) {
+        let [a, b, c, d] = v;
+        // SAFETY: the caller's contract; each piece lies in the 64 bytes.
+        unsafe { store16(p, a) };
+        // SAFETY: as above.
+        unsafe { store16(p.add(16), b) };
+        // SAFETY: as above.
+        unsafe { store16(p.add(32), c) };
+        // SAFETY: as above.
+        unsafe { store16(p.add(48), d) };
+    }
+
+    /// Whether `rep movsb` is the processor's fast copy at every relative
+    /// placement of source and destination: an Intel processor with
+    /// enhanced `rep movsb` (ERMS). (AMD's, even with FSRM, falls to a
+    /// few GB/s when the destination is just past the source modulo 4096.)
+    /// Asked of `cpuid` once.
+    #[inline(always)]
+    pub(crate) fn fast_strings() -> bool {
+        static KNOWN: AtomicU8 = AtomicU8::new(0);
+        match KNOWN.load(Ordering::Relaxed) {
+            1 => false,
+            2 => true,
+            _ => {
+                let yes = detect();
+                KNOWN.store(1 + u8::from(yes), Ordering::Relaxed);
+                yes
+            }
+        }
+    }
+
+    /// An Intel processor (vendor "GenuineIntel" in EBX, EDX, ECX of
+    /// leaf 0) with ERMS (leaf 7, EBX bit 9).
+    #[cold]
+    fn detect() -> bool {
+        use core::arch::x86_64::{__cpuid, __cpuid_count};
+        let v = __cpuid(0);
+        let intel = v.ebx == 0x756e_6547 && v.edx == 0x4965_6e69 && v.ecx == 0x6c65_746e;
+        intel && v.eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 9) != 0
+    }
+
+    /// The first 64 bytes unaligned, then `rep movsb` from the
+    /// destination's first cache-line boundary.
+    ///
+    /// # Safety
+    /// `src` valid for reads and `dst` for writes of `len > 64` bytes, not
+    /// overlapping.
+    #[inline(always)]
+    pub(crate) unsafe fn rep_movsb(dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: `len > 64`: the first 64 bytes are inside.
+        let head = unsafe { load64(src) };
+        let skew = 64 - (dst as usize & 63); // 1..=64
+        // SAFETY: `len - skew` bytes from `src + skew` and `dst + skew` are
+        // inside both ranges; the direction flag is clear (the ABI's rule
+        // at every call); the registers it changes are declared.
+        unsafe {
+            asm!(
+                "rep movsb",
+                inout("rcx") len - skew => _,
+                inout("rdi") dst.add(skew) => _,
+                inout("rsi") src.add(skew) => _,
+                options(nostack, preserves_flags),
+            );
+        }
+        // SAFETY: the first 64 bytes of `dst` are inside.
+        unsafe { store64(dst, head) };
+    }
+
+    /// Forward: the first 64 bytes unaligned, then whole cache lines of
+    /// the destination from its first line boundary, then the last 64
+    /// bytes unaligned (the head and tail overlap the loop's lines).
+    ///
+    /// # Safety
+    /// `src` valid for reads and `dst` for writes of `len > 128` bytes,
+    /// not overlapping.
+    #[inline(always)]
+    pub(crate) unsafe fn forward(dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: `len > 128`: the first and last 64 bytes are inside.
+        let head = unsafe { load64(src) };
+        // SAFETY: `len > 128`: the first and last 64 bytes are inside.
+        let tail = unsafe { load64(src.add(len - 64)) };
+        let skew = 64 - (dst as usize & 63); // 1..=64
+        let lines = (len - skew) / 64; // >= 1: len - skew > 64
+        // SAFETY: `lines` cache lines from `dst + skew` (64-byte aligned)
+        // and as many 64-byte blocks from `src + skew` end at or before
+        // `len`; the loop touches nothing else, and the registers it
+        // names are declared clobbered.
+        unsafe {
+            asm!(
+                "2:",
+                "vmovdqu xmm0, [{s}]",
+                "vmovdqu xmm1, [{s} + 16]",
+                "vmovdqu xmm2, [{s} + 32]",
+                "vmovdqu xmm3, [{s} + 48]",
+                "vmovdqa [{d}], xmm0",
+                "vmovdqa [{d} + 16], xmm1",
+                "vmovdqa [{d} + 32], xmm2",
+                "vmovdqa [{d} + 48], xmm3",
+                "add {s}, 64",
+                "add {d}, 64",
+                "dec {n}",
+                "jnz 2b",
+                s = inout(reg) src.add(skew) => _,
+                d = inout(reg) dst.add(skew) => _,
+                n = inout(reg) lines => _,
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                options(nostack),
+            );
+        }
+        // SAFETY: the first and last 64 bytes of `dst` are inside.
+        unsafe { store64(dst, head) };
+        // SAFETY: as above.
+        unsafe { store64(dst.add(len - 64), tail) };
+    }
+
+    /// Backward: the mirror of [`forward`], from the destination's last
+    /// line boundary down.
+    ///
+    /// # Safety
+    /// As [`forward`].
+    #[inline(always)]
+    pub(crate) unsafe fn backward(dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: `len > 128`: the first and last 64 bytes are inside.
+        let head = unsafe { load64(src) };
+        // SAFETY: `len > 128`: the first and last 64 bytes are inside.
+        let tail = unsafe { load64(src.add(len - 64)) };
+        let end = dst as usize + len;
+        let skew = (end & 63) + 64 * usize::from(end & 63 == 0); // 1..=64
+        let lines = (len - skew) / 64; // >= 1: len - skew > 64
+        // SAFETY: `lines` cache lines ending at `dst + len - skew` (64-byte
+        // aligned) and as many 64-byte blocks ending at `src + len - skew`
+        // start at or after 0; the loop touches nothing else, and the
+        // registers it names are declared clobbered.
+        unsafe {
+            asm!(
+                "2:",
+                "sub {s}, 64",
+                "sub {d}, 64",
+                "vmovdqu xmm0, [{s} + 48]",
+                "vmovdqu xmm1, [{s} + 32]",
+                "vmovdqu xmm2, [{s} + 16]",
+                "vmovdqu xmm3, [{s}]",
+                "vmovdqa [{d} + 48], xmm0",
+                "vmovdqa [{d} + 32], xmm1",
+                "vmovdqa [{d} + 16], xmm2",
+                "vmovdqa [{d}], xmm3",
+                "dec {n}",
+                "jnz 2b",
+                s = inout(reg) src.add(len - skew) => _,
+                d = inout(reg) dst.add(len - skew) => _,
+                n = inout(reg) lines => _,
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                options(nostack),
+            );
+        }
+        // SAFETY: the first and last 64 bytes of `dst` are inside.
+        unsafe { store64(dst.add(len - 64), tail) };
+        // SAFETY: as above.
+        unsafe { store64(dst, head) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::vec;
+    use std::vec::Vec;
+
+    use proptest::prelude::*;
+
+    use super::move_bytes;
+
+    /// A pattern no two nearby bytes share.
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                (i as u8)
+                    .wrapping_mul(31)
+                    .wrapping_add(seed ^ (i >> 8) as u8)
+            })
+            .collect()
+    }
+
+    /// Copies `len` bytes between two buffers with `move_bytes` and with
+    /// `copy_from_slice`, and compares the whole destinations (so bytes
+    /// outside the range are checked untouched too).
+    fn check_between(len: usize, src_off: usize, dst_off: usize) {
+        let src = pattern(src_off + len + 64, 7);
+        let mut ours = pattern(dst_off + len + 64, 200);
+        let mut want = ours.clone();
+        want[dst_off..dst_off + len].copy_from_slice(&src[src_off..src_off + len]);
+        // SAFETY: both ranges are inside their vectors, which are distinct.
+        unsafe {
+            move_bytes(
+                ours.as_mut_ptr().add(dst_off),
+                src.as_ptr().add(src_off),
+                len,
+            )
+        };
+        assert_eq!(ours, want, "len {len} src+{src_off} dst+{dst_off}");
+    }
+
+    /// The same, within one buffer (overlapping when the offsets are
+    /// closer than `len`), against `copy_within`.
+    fn check_within(len: usize, src_off: usize, dst_off: usize) {
+        let mut ours = pattern(src_off.max(dst_off) + len + 64, 3);
+        let mut want = ours.clone();
+        want.copy_within(src_off..src_off + len, dst_off);
+        let p = ours.as_mut_ptr();
+        // SAFETY: both ranges are inside the vector; `move_bytes` allows
+        // overlap.
+        unsafe { move_bytes(p.add(dst_off), p.add(src_off), len) };
+        assert_eq!(
+            ours, want,
+            "len {len} src+{src_off} dst+{dst_off} (one buffer)"
+        );
+    }
+
+    #[test]
+    fn every_length_to_600_at_every_alignment_matches_copy_from_slice() {
+        for len in 0..=600 {
+            for (s, d) in [(0, 0), (1, 0), (0, 1), (3, 61), (63, 2), (17, 48), (64, 0)] {
+                check_between(len, s, d);
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_ranges_are_moved_as_memmove_does() {
+        for len in (0..300).chain([1000, 4096, 5000]) {
+            for delta in [0usize, 1, 7, 15, 16, 17, 63, 64, 65, 200, 4095, 4097] {
+                check_within(len, 0, delta);
+                check_within(len, delta, 0);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn each_large_strategy_copies_exactly_its_range() {
+        type Strategy = unsafe fn(*mut u8, *const u8, usize);
+        let all: [(&str, Strategy); 3] = [
+            ("forward", super::x86::forward),
+            ("backward", super::x86::backward),
+            ("rep movsb", super::x86::rep_movsb),
+        ];
+        for (name, f) in all {
+            for len in [129, 130, 191, 192, 193, 255, 256, 1000, 4096, 4099, 70_000] {
+                for (s_off, d_off) in [(0, 0), (0, 1), (5, 0), (13, 77), (64, 63), (1, 4095)] {
+                    let src = pattern(s_off + len, 9);
+                    let mut ours = vec![0xEEu8; d_off + len + 64];
+                    let mut want = ours.clone();
+                    want[d_off..d_off + len].copy_from_slice(&src[s_off..]);
+                    // SAFETY: in bounds of two distinct vectors, `len > 128`.
+                    unsafe { f(ours.as_mut_ptr().add(d_off), src.as_ptr().add(s_off), len) };
+                    assert_eq!(ours, want, "{name}: len {len} src+{s_off} dst+{d_off}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_length_and_offsets_match_copy_from_slice(
+            len in prop_oneof![0usize..300, 0usize..20_000],
+            src_off in 0usize..4200,
+            dst_off in 0usize..4200,
+        ) {
+            check_between(len, src_off, dst_off);
+        }
+
+        #[test]
+        fn any_move_within_one_buffer_matches_copy_within(
+            len in 0usize..10_000,
+            src_off in 0usize..5000,
+            dst_off in 0usize..5000,
+        ) {
+            check_within(len, src_off, dst_off);
+        }
+    }
+}
