@@ -17,3 +17,4 @@ pub mod demo;
 pub mod pcap;
 pub mod perf;
 pub mod port;
+pub mod ucx;
