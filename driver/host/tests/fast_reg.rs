@@ -4,13 +4,15 @@
 //! (one more refused, and a user-mode caller refused), a `reg_mr_wr` of
 //! that many pages under a new key, an RDMA WRITE and READ through the key
 //! at the last page, a SEND with invalidate that frees the MR, the old key
-//! refused, a registration again with another key; the verifier on.
+//! refused, a registration again with another key, and one over the pages
+//! in reverse order (mapped page by page) written and read across a seam;
+//! the verifier on.
 
 use std::sync::Arc;
 
 use irpverbs_abi::*;
 use irpverbs_host::{Backend, HostDevice, HostDeviceConfig};
-use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, next_rkey, reg_mr_wr};
+use irpverbs_verbs::{Client, Cq, IntoClient, Qp, SendWr, local_inv_wr, next_rkey, reg_mr_wr};
 
 mod common;
 use common::Mem;
@@ -215,6 +217,55 @@ fn fast_registration_at_the_page_list_limit_on_both_backends() {
         })
         .unwrap();
         assert_eq!(one(&cqa).status, IV_WC_REM_ACCESS_ERR, "{backend:?}");
+        drop((a, b, cqa, cqb));
+        // On a new connection: invalidated, then registered over the pages
+        // in reverse order (page by page); a WRITE across the first seam
+        // lands at the end of the list's first page and the start of its
+        // second, and reads back across it.
+        let (a, cqa, b, cqb) = pair(&c, pd, max);
+        b.post_send(&local_inv_wr(9, key2)).unwrap();
+        assert_eq!(one(&cqb).status, IV_WC_SUCCESS, "{backend:?}");
+        let reversed: Vec<IvSge> = pages.iter().rev().copied().collect();
+        let key3 = next_rkey(key2);
+        b.post_send(&reg_mr_wr(
+            10,
+            key3,
+            (iova, len),
+            access,
+            PAGE as u32,
+            &reversed,
+        ))
+        .unwrap();
+        assert_eq!(one(&cqb).status, IV_WC_SUCCESS, "{backend:?}");
+        src.fill(0, b"before the seam, after the seam!");
+        a.post_send(&SendWr {
+            wr_id: 11,
+            opcode: IV_WR_RDMA_WRITE,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(0, 32)],
+            remote_addr: iova + PAGE - 16,
+            rkey: key3,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        assert!(n >= 2, "{backend:?}: a list of two pages at least");
+        let last = off + ((n - 1) * PAGE) as usize;
+        let second = off + ((n - 2) * PAGE) as usize;
+        assert_eq!(mem.read(last + PAGE as usize - 16, 16), b"before the seam,");
+        assert_eq!(mem.read(second, 16), b" after the seam!");
+        a.post_send(&SendWr {
+            wr_id: 12,
+            opcode: IV_WR_RDMA_READ,
+            flags: IV_SEND_SIGNALED,
+            sges: &[sge(32, 32)],
+            remote_addr: iova + PAGE - 16,
+            rkey: key3,
+            ..SendWr::default()
+        })
+        .unwrap();
+        assert_eq!(one(&cqa).status, IV_WC_SUCCESS, "{backend:?}");
+        assert_eq!(src.read(32, 32), b"before the seam, after the seam!");
         drop((a, b, cqa, cqb));
         // Deregistered valid: the backing MR may go then.
         c.dereg_mr(fmr.mr).unwrap();

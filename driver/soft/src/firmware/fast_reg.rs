@@ -12,15 +12,20 @@
 //! regions the platform pinned or wrapped, as `IOCTL_IV_REG_MR` and
 //! `IOCTL_IV_REG_PHYS_MR` made them), onto `iova..iova + length`; the
 //! backing MR counts it as a dependent (no deregistration while mapped).
-//! The pages must follow each other in their backing MR: the soft HCA
-//! reaches a registered range as one piece of one region, and a page list
-//! with gaps completes with `IV_WC_LOC_PROT_ERR`.
+//! The pages lie in one backing MR, in any order: a list whose pages
+//! follow each other maps one piece of the backing region (the MR is then
+//! reached as any registered MR), and any other list maps page by page
+//! through the page table the MR took at `AllocMr` ([`Pages`]; the data
+//! path splits each access at the pages' seams).
 
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use irpverbs_abi::{
     IV_ACCESS_LOCAL_WRITE, IV_WC_LOC_PROT_ERR, IV_WC_LOC_QP_OP_ERR, IvSendWqe, IvSge, NtStatus,
     STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_PARAMETER,
 };
+
 use irpverbs_core::CommandOut;
+use irpverbs_ring::Shared;
 
 use crate::firmware::Firmware;
 use crate::firmware::mr::{Mr, make_key, mr_by_key};
@@ -40,6 +45,101 @@ pub(crate) struct FastReg {
     /// A region of its own, which a free MR holds in place of its backing
     /// MR's (so that a free MR keeps no registered memory alive).
     pub(crate) idle: RegionRef,
+    /// Its page table: `max_pages` entries, taken at `AllocMr` so that a
+    /// registration allocates nothing.
+    pub(crate) table: Pages,
+}
+
+/// A fast-register MR's page table: how a registration whose pages do not
+/// follow each other maps its range (page `i` covers `base + i * 2^shift`
+/// and lies at `entries[i]` in the backing region). Written by a
+/// registration, while the MR is free (so no access and no window reads
+/// it), and read by the data path under the same lock; atomics, so that
+/// the MR and its windows' views share the table without a copy.
+#[derive(Debug)]
+pub(crate) struct PageTable {
+    /// log2 of the page size.
+    shift: AtomicU32,
+    /// Pages mapped.
+    count: AtomicU32,
+    /// The iova of page 0's first byte.
+    base: AtomicU64,
+    /// The region offset of each page (`max_pages` of them).
+    entries: alloc::vec::Vec<AtomicUsize>,
+}
+
+/// A shared page table, compared by identity.
+#[derive(Clone, Debug)]
+pub(crate) struct Pages(Shared<PageTable>);
+
+impl PartialEq for Pages {
+    fn eq(&self, other: &Self) -> bool {
+        Shared::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Pages {}
+
+impl Pages {
+    /// A table of `entries` pages, or `STATUS_INSUFFICIENT_RESOURCES`.
+    fn alloc(entries: u32) -> Result<Self, NtStatus> {
+        let mut v = crate::firmware::shared::vec_with_capacity(entries as usize)?;
+        v.extend((0..entries).map(|_| AtomicUsize::new(0)));
+        Shared::try_new(PageTable {
+            shift: AtomicU32::new(0),
+            count: AtomicU32::new(0),
+            base: AtomicU64::new(0),
+            entries: v,
+        })
+        .map(Self)
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+    }
+
+    /// Maps pages of `2^shift` bytes from `base` (page 0's first byte) to
+    /// the region offsets `offsets`. The MR is free: nothing reads the
+    /// table meanwhile.
+    fn map(&self, shift: u32, base: u64, offsets: impl Iterator<Item = usize>) {
+        let t = &self.0;
+        let mut count = 0u32;
+        for (entry, at) in t.entries.iter().zip(offsets) {
+            entry.store(at, Ordering::Relaxed);
+            count += 1;
+        }
+        t.shift.store(shift, Ordering::Relaxed);
+        t.base.store(base, Ordering::Relaxed);
+        t.count.store(count, Ordering::Relaxed);
+    }
+
+    /// The region offset of `addr` (inside the mapped range, checked by
+    /// the caller) and the bytes from there, up to `len`, that lie in one
+    /// piece of the region (the following pages joined while each lies
+    /// right after the one before).
+    #[inline]
+    pub(crate) fn piece(&self, addr: u64, len: u64) -> Option<(usize, u64)> {
+        let t = &self.0;
+        let entries = &t.entries;
+        let shift = t.shift.load(Ordering::Relaxed);
+        let count = t.count.load(Ordering::Relaxed) as usize;
+        let page = 1u64.checked_shl(shift)?;
+        let rel = addr.checked_sub(t.base.load(Ordering::Relaxed))?;
+        let mut i = usize::try_from(rel >> shift).ok()?;
+        let within = rel & (page - 1);
+        if i >= count {
+            return None;
+        }
+        let first = entries.get(i)?.load(Ordering::Relaxed);
+        let offset = first.checked_add(usize::try_from(within).ok()?)?;
+        let mut run = page - within;
+        let mut at = first;
+        while run < len && i + 1 < count {
+            let next = entries.get(i + 1)?.load(Ordering::Relaxed);
+            if Some(next) != at.checked_add(usize::try_from(page).ok()?) {
+                break;
+            }
+            (i, at, run) = (i + 1, next, run + page);
+        }
+        Some((offset, run.min(len)))
+    }
 }
 
 /// A free MR's range: empty, so that every access fails its range check.
@@ -51,6 +151,15 @@ fn set_free(mr: &mut Mr, idle: RegionRef) {
     mr.access = 0;
     mr.physical = false;
     mr.region = idle;
+    mr.pages = None;
+}
+
+/// Where a registration's range lies in its backing region.
+enum Mapped {
+    /// One piece: region offset `va - addr` (the value is `addr`).
+    Piece(u64),
+    /// Page by page, through the MR's table (mapped).
+    Pages(Pages),
 }
 
 /// An `IV_WR_REG_MR` of a QP of PD `pdn` with page list `pages`: the MR
@@ -66,7 +175,7 @@ fn set_free(mr: &mut Mr, idle: RegionRef) {
 /// page of another size or not aligned to it; `IV_WC_LOC_PROT_ERR` for a
 /// page its lkey's MR does not hold (no such MR, another PD, a
 /// fast-register MR, without local write when the registration grants a
-/// write) or pages that do not follow each other in one MR.
+/// write) or pages of more than one MR.
 pub(crate) fn reg_wr(
     mrs: &mut Table<Mr>,
     pdn: u32,
@@ -99,7 +208,9 @@ pub(crate) fn reg_wr(
     if !ok {
         return Err(IV_WC_LOC_QP_OP_ERR);
     }
-    // Every page in the backing MR, one after the other.
+    // Every page in the backing MR; one piece of its region if they
+    // follow each other there, else mapped page by page.
+    let table = fast.table.clone();
     let first = &pages[0];
     let backing_index = first.lkey >> 8;
     let backing = mr_by_key(mrs, first.lkey).ok_or(IV_WC_LOC_PROT_ERR)?;
@@ -110,17 +221,33 @@ pub(crate) fn reg_wr(
     {
         return Err(IV_WC_LOC_PROT_ERR);
     }
-    let base = backing
-        .offset_of(first.addr, page)
-        .ok_or(IV_WC_LOC_PROT_ERR)?;
+    let mut contiguous = true;
     let mut next = first.addr;
     for p in pages {
-        if p.lkey != first.lkey || p.addr != next || backing.offset_of(p.addr, page).is_none() {
+        if p.lkey != first.lkey || backing.offset_of(p.addr, page).is_none() {
             return Err(IV_WC_LOC_PROT_ERR);
         }
-        next = next.wrapping_add(page);
+        contiguous &= p.addr == next;
+        next = p.addr.wrapping_add(page);
     }
-    let view_base = u64::try_from(base).map_err(|_| IV_WC_LOC_PROT_ERR)? + offset;
+    let mapped = if contiguous {
+        let base = backing
+            .offset_of(first.addr, page)
+            .ok_or(IV_WC_LOC_PROT_ERR)?;
+        let view_base = u64::try_from(base).map_err(|_| IV_WC_LOC_PROT_ERR)? + offset;
+        // Region offsets: `va - addr` (wrapping: the iova may lie below
+        // the backing region's offset), inside the range checked above.
+        Mapped::Piece(iova.wrapping_sub(view_base))
+    } else {
+        // Each page's offset, checked above; the list is at most
+        // `max_pages` long (checked above), as the table is.
+        table.map(
+            page.trailing_zeros(),
+            iova - offset,
+            pages.iter().filter_map(|p| backing.offset_of(p.addr, page)),
+        );
+        Mapped::Pages(table)
+    };
     let (region, physical) = (backing.region.clone(), backing.physical);
     mrs.set_generation(index, wqe.rkey as u8)
         .map_err(|_| IV_WC_LOC_QP_OP_ERR)?;
@@ -128,12 +255,17 @@ pub(crate) fn reg_wr(
         b.windows.get();
     }
     let mr = mrs.get_mut(index).map_err(|_| IV_WC_LOC_QP_OP_ERR)?;
-    // Region offsets: `va - addr` (wrapping: the iova may lie below the
-    // backing region's offset), inside the range checked above.
-    mr.addr = iova.wrapping_sub(view_base);
+    match mapped {
+        Mapped::Piece(addr) => mr.addr = addr,
+        Mapped::Pages(p) => {
+            mr.addr = 0;
+            mr.pages = Some(p);
+        }
+    }
     mr.start = iova;
     mr.length = length;
-    mr.end = iova + length;
+    // Page by page: no range is one piece (`Mr::offset_of`).
+    mr.end = if mr.pages.is_some() { 0 } else { iova + length };
     mr.access = access;
     mr.physical = physical;
     mr.region = region;
@@ -197,6 +329,7 @@ impl Firmware {
         let idle = RegionRef(
             irpverbs_ring::Shared::try_new(idle).map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?,
         );
+        let table = Pages::alloc(max_pages)?;
         let mut mr = Mr {
             pdn,
             addr: 0,
@@ -208,6 +341,7 @@ impl Firmware {
             region: idle.clone(),
             windows: crate::firmware::Refs::default(),
             fast: None,
+            pages: None,
         };
         set_free(&mut mr, idle.clone());
         let index = self.mrs.insert(mr)?;
@@ -217,6 +351,7 @@ impl Firmware {
             alloc_key: key,
             backing: None,
             idle,
+            table,
         });
         self.pds.get_mut(pdn)?.refs.get();
         Ok(CommandOut::Mr {

@@ -28,7 +28,9 @@ pub(crate) struct Mr {
     pub(crate) length: u64,
     /// The end of what the HCA may reach: `addr` plus the length or the
     /// pinned region's, whichever is less (computed at registration, so
-    /// that checking an access reads neither the region nor a sum).
+    /// that checking an access reads neither the region nor a sum); 0 for
+    /// an MR mapped page by page (`pages`), whose pages were checked
+    /// against the region at registration.
     pub(crate) end: u64,
     /// `IV_ACCESS_*`.
     pub(crate) access: u32,
@@ -42,6 +44,10 @@ pub(crate) struct Mr {
     /// A fast-register MR's state (`crate::firmware::fast_reg`); `None`
     /// for an MR that `RegMr` registered, and for a window's view.
     pub(crate) fast: Option<crate::firmware::fast_reg::FastReg>,
+    /// The page table of a fast registration whose pages do not follow
+    /// each other in the region (and of a window's view of one): `None`
+    /// when the range is one piece of the region at `addr`.
+    pub(crate) pages: Option<crate::firmware::fast_reg::Pages>,
 }
 
 /// The key of slot `index` filled for the `generation`th time.
@@ -139,6 +145,7 @@ impl Firmware {
             region: crate::firmware::shared::RegionRef(region),
             windows: crate::firmware::Refs::default(),
             fast: None,
+            pages: None,
         })?;
         let key = make_key(index, self.mrs.generation(index)?);
         self.pds.get_mut(pdn)?.refs.get();

@@ -133,6 +133,7 @@ pub(crate) fn bind_view(
         region: mr.region.clone(),
         windows: crate::firmware::Refs::default(),
         fast: None,
+        pages: mr.pages.clone(),
     })
 }
 

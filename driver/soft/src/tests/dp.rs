@@ -3988,7 +3988,7 @@ fn a_bounded_call_requeues_the_rest_and_the_qps_take_turns() {
 /// A platform clock under the test's hand: time moves only to the deadline
 /// the transport armed the timer for.
 #[derive(Default)]
-struct ManualClock {
+pub(crate) struct ManualClock {
     now: core::sync::atomic::AtomicU64,
     armed: std::sync::Mutex<Option<u64>>,
 }
@@ -4004,7 +4004,7 @@ impl crate::net::link::Clock for ManualClock {
 }
 
 impl ManualClock {
-    fn attach(node: &Node) -> Arc<Self> {
+    pub(crate) fn attach(node: &Node) -> Arc<Self> {
         let clock = Arc::new(Self::default());
         node.d
             .hca
@@ -4027,7 +4027,7 @@ impl ManualClock {
 
     /// Fires timers until `cq` has a completion (at most `max` times):
     /// the completions and the time they took.
-    fn until_completion(&self, node: &Node, cq: &Cq, max: usize) -> (Vec<IvCqe>, u64) {
+    pub(crate) fn until_completion(&self, node: &Node, cq: &Cq, max: usize) -> (Vec<IvCqe>, u64) {
         let start = self.now_ns_();
         for _ in 0..max {
             let got = cq.poll();

@@ -10,7 +10,7 @@ use irpverbs_abi::*;
 use irpverbs_core::{Command, CommandOut};
 use irpverbs_ring::wq::SendWr;
 
-use crate::tests::dp::{ALL_ACCESS, Conn, Mem, Pair, TOPOS, Topo, one, signaled};
+use crate::tests::dp::{ALL_ACCESS, BIG, Conn, Mem, Pair, TOPOS, Topo, one, pattern, signaled};
 
 const PAGE: u64 = 4096;
 
@@ -292,10 +292,11 @@ fn registration_rules() {
             IV_WC_LOC_QP_OP_ERR,
         ),
         (
-            "pages with a gap",
-            |_, m, k| {
-                let mut l = pages(m, 0, 2);
-                l[1].addr += PAGE;
+            "pages of two MRs",
+            |p, m, k| {
+                let other = p.b.mem(2 * PAGE, ALL_ACCESS);
+                let mut l = pages(m, 0, 1);
+                l.extend(pages(&other, 0, 1));
                 (k, 1, 0, 2 * PAGE, RW, l, PAGE as u32)
             },
             IV_WC_LOC_PROT_ERR,
@@ -537,5 +538,240 @@ fn registration_on_ud_or_inline_is_refused() {
         let snapshot = p.b.d.snapshot();
         let mr = snapshot.mrs.get(key >> 8).unwrap();
         assert_eq!(mr.fast.as_ref().unwrap().backing, None, "type {qpt}");
+    }
+}
+
+/// The backing memory's offset of byte `x` of a registration at an iova
+/// `offset` bytes into its first page, over the backing pages `list`.
+fn backing_offset(list: &[u64], offset: u64, x: u64) -> usize {
+    let at = offset + x;
+    (list[(at / PAGE) as usize] * PAGE + at % PAGE) as usize
+}
+
+/// The bytes `x..x + len` of such a registration, read from the backing
+/// memory page by page.
+fn mapped(mem: &Mem, list: &[u64], offset: u64, x: u64, len: u64) -> Vec<u8> {
+    (x..x + len)
+        .map(|y| mem.read(backing_offset(list, offset, y), 1)[0])
+        .collect()
+}
+
+/// A page list whose pages do not follow each other (backing pages 5, 2,
+/// 3, 0: one seam joined, two not), at an iova 0x100 into its first page,
+/// maps page by page on every path: remote WRITE, READ and atomic through
+/// its rkey; a SEND received into it and an RDMA WRITE gathered from it
+/// through its lkey; a window bound across a seam. Every access that crosses a seam lands on the right
+/// backing page, and nothing else of the backing memory changes.
+#[test]
+fn a_page_list_with_gaps_maps_page_by_page() {
+    let topos = [
+        Topo::Loopback,
+        Topo::LoopbackFrames,
+        Topo::LoopbackDeferred,
+        Topo::TwoHca,
+        Topo::TwoHcaDeferred,
+    ];
+    let backing = [5u64, 2, 3, 0];
+    let offset = 0x100u64;
+    let length = 4 * PAGE - offset;
+    for topo in topos {
+        let p = Pair::new(topo, IV_QPT_RC, Conn::default());
+        let mem = p.b.mem(8 * PAGE, ALL_ACCESS);
+        let key = alloc(&p, 4);
+        let iova = 0x40_0000 + offset;
+        let list: Vec<IvSge> = backing.iter().map(|&i| pages(&mem, i, 1)[0]).collect();
+        let access = RW | IV_ACCESS_REMOTE_ATOMIC | IV_ACCESS_MW_BIND;
+        let st = post_b(&p, &reg_wr(key, 0x77, iova, length, access, &list));
+        assert_eq!(st, (IV_WC_SUCCESS, IV_WC_OP_REG_MR), "{topo:?}");
+        let k = rekey(key, 0x77);
+        let untouched = mem.read(PAGE as usize, PAGE as usize);
+
+        // Remote WRITE of the whole range, READ back.
+        let data = pattern(length as usize, 3);
+        assert_eq!(write(&p, 1, iova, k, &data), IV_WC_SUCCESS, "{topo:?}");
+        assert_eq!(mapped(&mem, &backing, offset, 0, length), data, "{topo:?}");
+        let (st, back) = read(&p, 2, iova + 0x10, k, (length - 0x20) as u32);
+        assert_eq!(st, IV_WC_SUCCESS, "{topo:?}");
+        assert_eq!(back, &data[0x10..(length - 0x10) as usize], "{topo:?}");
+
+        // An atomic in the second page (backing page 2).
+        let at = PAGE - offset + 8;
+        let before = mem.u64_at(backing_offset(&backing, offset, at));
+        p.ma.write(512, &[0; 8]);
+        let s = [p.ma.sge(512, 8)];
+        p.send(&SendWr {
+            sges: &s,
+            remote_addr: iova + at,
+            rkey: k,
+            compare_add: 5,
+            ..signaled(3, IV_WR_ATOMIC_FETCH_AND_ADD)
+        });
+        assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS, "{topo:?}");
+        assert_eq!(p.ma.u64_at(512), before, "{topo:?}");
+        assert_eq!(
+            mem.u64_at(backing_offset(&backing, offset, at)),
+            before.wrapping_add(5),
+            "{topo:?}"
+        );
+
+        // A SEND received into it through its lkey.
+        let sent = pattern(3 * PAGE as usize, 9);
+        p.recv(
+            4,
+            &[IvSge {
+                addr: iova + 0x80,
+                length: 3 * PAGE as u32,
+                lkey: k,
+            }],
+        );
+        p.ma.write(0, &sent);
+        let s = [p.ma.sge(0, sent.len() as u32)];
+        p.send(&SendWr {
+            sges: &s,
+            ..signaled(5, IV_WR_SEND)
+        });
+        assert_eq!(one(&p.cqa).status, IV_WC_SUCCESS, "{topo:?}");
+        let c = one(&p.cqb);
+        assert_eq!((c.status, c.byte_len), (IV_WC_SUCCESS, 3 * PAGE as u32));
+        assert_eq!(
+            mapped(&mem, &backing, offset, 0x80, 3 * PAGE),
+            sent,
+            "{topo:?}"
+        );
+
+        // An RDMA WRITE gathered from it (two SGEs, each across seams).
+        let whole = mapped(&mem, &backing, offset, 0, length);
+        let sges = [
+            IvSge {
+                addr: iova + 0x40,
+                length: 2 * PAGE as u32,
+                lkey: k,
+            },
+            IvSge {
+                addr: iova + 2 * PAGE,
+                length: (PAGE + 0x10) as u32,
+                lkey: k,
+            },
+        ];
+        let wr = SendWr {
+            sges: &sges,
+            remote_addr: p.ma.addr + 0x10_000,
+            rkey: p.ma.lkey,
+            ..signaled(6, IV_WR_RDMA_WRITE)
+        };
+        assert_eq!(post_b(&p, &wr), (IV_WC_SUCCESS, IV_WC_OP_RDMA_WRITE));
+        let mut expect = whole[0x40..0x40 + 2 * PAGE as usize].to_vec();
+        expect.extend_from_slice(&whole[2 * PAGE as usize..(3 * PAGE + 0x10) as usize]);
+        assert_eq!(p.ma.read(0x10_000, expect.len()), expect, "{topo:?}");
+
+        // Backing page 1 is not mapped: untouched.
+        assert_eq!(mem.read(PAGE as usize, PAGE as usize), untouched);
+        // A window bound across the first seam, written through.
+        let view = Mem {
+            lkey: k,
+            addr: iova,
+            len: length,
+            region: mem.region.clone(),
+        };
+        let at = PAGE - offset - 16;
+        let w = p.window(&view, at, 32, IV_ACCESS_REMOTE_WRITE);
+        let bytes = b"through a window, across a seam!";
+        assert_eq!(write(&p, 8, iova + at, w, bytes), IV_WC_SUCCESS, "{topo:?}");
+        assert_eq!(mapped(&mem, &backing, offset, at, 32), bytes, "{topo:?}");
+
+        // Beyond the registration: refused.
+        assert_eq!(
+            write(&p, 7, iova + length - 4, k, b"12345678"),
+            IV_WC_REM_ACCESS_ERR,
+            "{topo:?}"
+        );
+    }
+}
+
+/// An RDMA WRITE gathered from a registration whose 32 pages are mapped
+/// in reverse order, 32 SGEs each across a seam: its frame has 64
+/// payload pieces, more than the room a frame reserves (32), and its
+/// segment list grows past that room, fallibly. With that growth refused
+/// the frame is lost, as a frame whose batch cannot grow is: nothing
+/// aborts, the retransmission timer sends it again, and the bytes arrive.
+#[test]
+fn a_frame_of_many_pieces_grows_its_segments_or_is_lost_and_sent_again() {
+    const N: u64 = 32;
+    let cap = IvQpCap {
+        max_send_sge: N as u32,
+        ..BIG
+    };
+    // The pair, its clock, the gather list and the bytes it names.
+    let setup = || {
+        let p = Pair::with_caps(Topo::LoopbackFrames, IV_QPT_RC, Conn::default(), cap, false);
+        let clock = crate::tests::dp::ManualClock::attach(&p.b);
+        let mem = p.b.mem(N * PAGE, ALL_ACCESS);
+        let backing: Vec<u64> = (0..N).rev().collect();
+        mem.write(0, &pattern((N * PAGE) as usize, 11));
+        let key = alloc(&p, N as u32);
+        let list: Vec<IvSge> = backing.iter().map(|&i| pages(&mem, i, 1)[0]).collect();
+        let st = post_b(&p, &reg_wr(key, 9, 0, N * PAGE, RW, &list));
+        assert_eq!(st, (IV_WC_SUCCESS, IV_WC_OP_REG_MR));
+        let k = rekey(key, 9);
+        let sges: Vec<IvSge> = (1..=N)
+            .map(|i| IvSge {
+                addr: i * PAGE - 0x40,
+                length: if i == N { 0x40 } else { 0x80 },
+                lkey: k,
+            })
+            .collect();
+        let expect: Vec<u8> = sges
+            .iter()
+            .flat_map(|s| mapped(&mem, &backing, 0, s.addr, u64::from(s.length)))
+            .collect();
+        // A write of one piece first: the frame batch has its usual room.
+        let one_piece = [IvSge {
+            addr: 0,
+            length: 64,
+            lkey: k,
+        }];
+        let wr = SendWr {
+            sges: &one_piece,
+            remote_addr: p.ma.addr + 0x10_000,
+            rkey: p.ma.lkey,
+            ..signaled(0, IV_WR_RDMA_WRITE)
+        };
+        assert_eq!(post_b(&p, &wr).0, IV_WC_SUCCESS);
+        (p, clock, sges, expect)
+    };
+    let write = |p: &Pair, sges: &[IvSge]| {
+        p.b.post(
+            &p.qb,
+            &SendWr {
+                sges,
+                remote_addr: p.ma.addr,
+                rkey: p.ma.lkey,
+                ..signaled(1, IV_WR_RDMA_WRITE)
+            },
+        );
+    };
+    // Grown (the frame's segment list first, then the queues the frame
+    // passes through, each past its room), and the write completes at once.
+    let (p, _clock, sges, expect) = setup();
+    let ((), n) = irpverbs_failalloc::counting(|| write(&p, &sges));
+    assert!(n >= 1, "the segment list grows");
+    let c = one(&p.cqb);
+    assert_eq!((c.status, c.opcode), (IV_WC_SUCCESS, IV_WC_OP_RDMA_WRITE));
+    assert_eq!(p.ma.read(0, expect.len()), expect);
+    // Each of those refused in turn: the frame is lost (where its
+    // segments or a queue could not grow), then sent again by the timer.
+    for i in 0..n {
+        let (p, clock, sges, expect) = setup();
+        let dropped = p.b.d.hca.stats().packets_dropped;
+        let ((), failed) = irpverbs_failalloc::failing_nth(i, || write(&p, &sges));
+        assert!(failed, "allocation {i} refused");
+        assert!(
+            p.b.d.hca.stats().packets_dropped > dropped,
+            "{i}: counted lost"
+        );
+        let (got, _) = clock.until_completion(&p.b, &p.cqb, 8);
+        assert_eq!(got.len(), 1, "{i}");
+        assert_eq!(got[0].status, IV_WC_SUCCESS, "{i}");
+        assert_eq!(p.ma.read(0, expect.len()), expect, "{i}");
     }
 }

@@ -415,7 +415,8 @@ fn is_atomic(wr: u8) -> bool {
 fn local_status(e: DmaError) -> u32 {
     match e {
         DmaError::Len => IV_WC_LOC_LEN_ERR,
-        DmaError::Prot => IV_WC_LOC_PROT_ERR,
+        // (A copy never grows a segment list: no `NoMemory` here.)
+        DmaError::Prot | DmaError::NoMemory => IV_WC_LOC_PROT_ERR,
     }
 }
 

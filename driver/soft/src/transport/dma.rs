@@ -21,6 +21,10 @@ pub(crate) enum DmaError {
     Len,
     /// A key, PD, access right or bound is wrong.
     Prot,
+    /// A list of payload segments could not grow (a registration mapped
+    /// page by page splits a range into more pieces than the room a
+    /// frame reserves): the frame is lost, as when its batch cannot grow.
+    NoMemory,
 }
 
 pub(crate) use crate::firmware::mr::mr_by_key;
@@ -43,16 +47,48 @@ pub(crate) fn rkey_mr<'m>(
 }
 
 impl Mr {
+    /// Whether the `len` bytes at `addr` lie inside the MR and the memory
+    /// pinned for it (`end` is at most the region's length past `addr`;
+    /// an MR mapped page by page has `end` 0 and checked pages up to
+    /// `start + length`).
+    #[inline(always)]
+    pub(crate) fn holds(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        addr >= self.start
+            && (end <= self.end
+                || (self.pages.is_some() && end <= self.start.saturating_add(self.length)))
+    }
+
+    /// The region offset of `addr` and how many of the `len` bytes from
+    /// there lie in one piece of the region, if all `len` lie inside the
+    /// MR and the region: all of them unless the MR maps page by page
+    /// (`crate::firmware::fast_reg::Pages`).
+    #[inline(always)]
+    pub(crate) fn piece(&self, addr: u64, len: u64) -> Option<(usize, u64)> {
+        if !self.holds(addr, len) {
+            return None;
+        }
+        match &self.pages {
+            // (Wrapping: a fast-register MR's `addr` may lie above its
+            // iova, `crate::firmware::fast_reg`.)
+            None => Some((usize::try_from(addr.wrapping_sub(self.addr)).ok()?, len)),
+            Some(pages) => paged(pages, addr, len),
+        }
+    }
+
     /// The offset in the pinned region of `len` bytes at `addr`, if they
-    /// lie inside the MR and the region.
+    /// lie inside the MR and the region, in one piece. An MR mapped page
+    /// by page has none (its `end` is 0): the fast path leaves its
+    /// accesses to the general path, which copies them piece by piece.
+    #[inline(always)]
     pub(crate) fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
         let end = addr.checked_add(len)?;
         if addr < self.start || end > self.end {
             return None;
         }
         // Inside the region too: `end` is at most its length past `addr`.
-        // (Wrapping: a fast-register MR's `addr` may lie above its iova,
-        // `crate::firmware::fast_reg`.)
         usize::try_from(addr.wrapping_sub(self.addr)).ok()
     }
 
@@ -60,6 +96,86 @@ impl Mr {
     pub(crate) fn region(&self) -> &irpverbs_ring::Shared<Region> {
         &self.region.0
     }
+
+    /// Visits the `len` bytes at `addr` (inside the MR: checked by the
+    /// caller) piece by piece, as (region offset, length).
+    ///
+    /// # Errors
+    /// [`DmaError::Prot`] when they are not inside; `f`'s error.
+    #[inline(always)]
+    pub(crate) fn for_each_run(
+        &self,
+        mut addr: u64,
+        mut len: u64,
+        mut f: impl FnMut(usize, usize) -> Result<(), DmaError>,
+    ) -> Result<(), DmaError> {
+        while len > 0 {
+            let (offset, n) = self.piece(addr, len).ok_or(DmaError::Prot)?;
+            if n == 0 {
+                return Err(DmaError::Prot);
+            }
+            f(offset, usize::try_from(n).map_err(|_| DmaError::Prot)?)?;
+            addr += n;
+            len -= n;
+        }
+        Ok(())
+    }
+}
+
+/// [`Mr::piece`] of a registration mapped page by page (off the hot path:
+/// ordinary MRs are one piece).
+#[cold]
+#[inline(never)]
+fn paged(pages: &crate::firmware::fast_reg::Pages, addr: u64, len: u64) -> Option<(usize, u64)> {
+    if len == 0 {
+        return Some((0, 0));
+    }
+    pages.piece(addr, len)
+}
+
+/// Appends `seg` to a frame's payload segments: in the room the frame
+/// reserved, or grown fallibly past it.
+///
+/// # Errors
+/// [`DmaError::NoMemory`].
+pub(crate) fn push_seg(out: &mut alloc::vec::Vec<Seg>, seg: Seg) -> Result<(), DmaError> {
+    if out.len() == out.capacity() && out.try_reserve(1).is_err() {
+        return Err(DmaError::NoMemory);
+    }
+    out.push(seg);
+    Ok(())
+}
+
+/// The `len` bytes at `va` of `mr` (inside it: checked by the caller) as
+/// payload segments.
+///
+/// # Errors
+/// [`DmaError::Prot`], [`DmaError::NoMemory`].
+pub(crate) fn mr_segs(
+    mr: &Mr,
+    va: u64,
+    len: u64,
+    out: &mut alloc::vec::Vec<Seg>,
+) -> Result<(), DmaError> {
+    mr.for_each_run(va, len, |offset, n| {
+        push_seg(
+            out,
+            Seg {
+                region: mr.region().clone(),
+                offset,
+                len: n,
+            },
+        )
+    })
+}
+
+/// Copies the next `len` bytes of `src` into `mr` at `va` (inside it:
+/// checked by the caller), piece by piece.
+///
+/// # Errors
+/// [`DmaError::Prot`].
+pub(crate) fn write_mr(src: &mut Source<'_>, mr: &Mr, va: u64, len: u64) -> Result<(), DmaError> {
+    mr.for_each_run(va, len, |offset, n| src.copy_to(mr.region(), offset, n))
 }
 
 /// The rule of a local SGE, for the MR its key names: the MR is of the
@@ -85,17 +201,26 @@ pub(crate) fn remote_range(mr: &Mr, pdn: u32, need: u32, va: u64, len: u64) -> O
     mr.offset_of(va, len)
 }
 
-/// The MR a local SGE names, checked ([`local_range`]). Returns the MR
-/// and the SGE's region offset.
+/// [`remote_range`]'s rule, for bytes that may lie in more than one piece
+/// of the region.
+#[inline(always)]
+pub(crate) fn remote_ok(mr: &Mr, pdn: u32, need: u32, va: u64, len: u64) -> bool {
+    mr.pdn == pdn && mr.access & need != 0 && mr.holds(va, len)
+}
+
+/// The MR a local SGE names, checked as [`local_range`] checks it (its
+/// bytes may lie in more than one piece of the region).
 fn local_sge<'m>(
     mrs: &'m Table<Mr>,
     pdn: u32,
     sge: &IvSge,
     write: bool,
-) -> Result<(&'m Mr, usize), DmaError> {
+) -> Result<&'m Mr, DmaError> {
     let mr = mr_by_key(mrs, sge.lkey).ok_or(DmaError::Prot)?;
-    let off = local_range(mr, pdn, sge, write).ok_or(DmaError::Prot)?;
-    Ok((mr, off))
+    let ok = mr.pdn == pdn
+        && (!write || mr.access & IV_ACCESS_LOCAL_WRITE != 0)
+        && mr.holds(sge.addr, u64::from(sge.length));
+    if ok { Ok(mr) } else { Err(DmaError::Prot) }
 }
 
 /// Checks every SGE of a list (zero-length ones are ignored) and returns
@@ -141,14 +266,10 @@ pub(crate) fn for_each_piece<'m>(
             offset -= sl;
             continue;
         }
-        let (mr, base) = local_sge(mrs, pdn, sge, write)?;
+        let mr = local_sge(mrs, pdn, sge, write)?;
         let n = (sl - offset).min(len);
-        // Both fit: inside one SGE of at most 4 GiB, checked in the region.
-        let (o, n_us) = (
-            usize::try_from(offset).map_err(|_| DmaError::Prot)?,
-            usize::try_from(n).map_err(|_| DmaError::Prot)?,
-        );
-        f(mr, base + o, n_us)?;
+        // Inside one SGE of at most 4 GiB, checked in the region.
+        mr.for_each_run(sge.addr + offset, n, |off, n| f(mr, off, n))?;
         len -= n;
         offset = 0;
     }
@@ -261,10 +382,16 @@ impl<'a> Source<'a> {
                         *off = 0;
                         continue;
                     }
-                    let (mr, base) = local_sge(mrs, *pdn, sge, false)?;
-                    let n = (sl - *off).min(len);
-                    Region::copy(dst, dst_off, mr.region(), base + *off, n)
-                        .map_err(|_| DmaError::Prot)?;
+                    let mr = local_sge(mrs, *pdn, sge, false)?;
+                    let want = u64::try_from((sl - *off).min(len)).map_err(|_| DmaError::Prot)?;
+                    let (base, n) = mr
+                        .piece(sge.addr + *off as u64, want)
+                        .ok_or(DmaError::Prot)?;
+                    let n = usize::try_from(n).map_err(|_| DmaError::Prot)?;
+                    if n == 0 {
+                        return Err(DmaError::Prot);
+                    }
+                    Region::copy(dst, dst_off, mr.region(), base, n).map_err(|_| DmaError::Prot)?;
                     len -= n;
                     dst_off += n;
                     *off += n;
@@ -403,11 +530,13 @@ pub(crate) fn gather(
     out: &mut alloc::vec::Vec<Seg>,
 ) -> Result<(), DmaError> {
     for_each_piece(mrs, pdn, sges, offset, len, false, |mr, off, n| {
-        out.push(Seg {
-            region: mr.region().clone(),
-            offset: off,
-            len: n,
-        });
-        Ok(())
+        push_seg(
+            out,
+            Seg {
+                region: mr.region().clone(),
+                offset: off,
+                len: n,
+            },
+        )
     })
 }

@@ -230,17 +230,21 @@ impl DataPath {
                     notify,
                 });
             }
-            None => {
-                self.stats.packets_dropped += u64::from(burst.count);
-                if let Some(qpn) = notify {
-                    let _ = self.loopq.push_signal(Frame::Sent {
-                        qpn,
-                        psn: burst.last_psn(pkt.psn),
-                    });
-                }
-            }
+            None => self.lost(&pkt, burst, notify),
         }
         Ok(())
+    }
+
+    /// Counts a burst that could not be sent as lost (as the wire may lose
+    /// it); a sender that asked to be told when it left (`notify`) is told.
+    pub(crate) fn lost(&mut self, pkt: &Packet, burst: Burst, notify: Option<u32>) {
+        self.stats.packets_dropped += u64::from(burst.count);
+        if let Some(qpn) = notify {
+            let _ = self.loopq.push_signal(Frame::Sent {
+                qpn,
+                psn: burst.last_psn(pkt.psn),
+            });
+        }
     }
 
     /// Sends a packet without payload.

@@ -573,6 +573,8 @@ fn dma_status(e: DmaError) -> u32 {
     match e {
         DmaError::Len => IV_WC_LOC_LEN_ERR,
         DmaError::Prot => IV_WC_LOC_PROT_ERR,
+        // Not an error of the WQE's (a frame is lost, `send_frame`).
+        DmaError::NoMemory => IV_WC_LOC_QP_OP_ERR,
     }
 }
 
@@ -781,11 +783,18 @@ fn send_frame(
     rest: u32,
 ) -> Result<(), u32> {
     let mrs = &*env.mrs;
-    env.dp
-        .emit(*pkt, burst, notify, |segs| {
-            fill_payload(qp, mrs, p.index, p.offset, rest, segs)
-        })
-        .map_err(dma_status)
+    let sent = env.dp.emit(*pkt, burst, notify, |segs| {
+        fill_payload(qp, mrs, p.index, p.offset, rest, segs)
+    });
+    match sent {
+        // More pieces than the frame's room, and no memory to grow it:
+        // lost, as a frame whose batch cannot grow is.
+        Err(DmaError::NoMemory) => {
+            env.dp.lost(pkt, burst, notify);
+            Ok(())
+        }
+        sent => sent.map_err(dma_status),
+    }
 }
 
 /// The requester's state after a SEND's or WRITE's burst of `count`

@@ -55,10 +55,12 @@ use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{RecvWqe, Resource, RespState, WriteState};
 use crate::firmware::srq::Srq;
-use crate::transport::dma::{DmaError, Payload, Source, remote_range, rkey_mr, scatter};
+use crate::transport::dma::{
+    DmaError, Payload, Source, mr_segs, remote_ok, rkey_mr, scatter, write_mr,
+};
 use crate::transport::engine::{Env, enter_error};
 use crate::wire::packet::{
-    Aeth, AtomicEth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, Seg, aeth, m, op, psn_add,
+    Aeth, AtomicEth, BTH_LEN, Burst, DETH_LEN, Frame, IMMDT_LEN, Packet, aeth, m, op, psn_add,
     psn_diff,
 };
 
@@ -423,8 +425,8 @@ fn length_ok(k: u32, pkt: &Packet, burst: Burst, payload: &Payload<'_>, mtu: u32
     ok && (k & m::RETH == 0 || pkt.reth.len <= MAX_MSG_SZ)
 }
 
-/// The MR an rkey names for `access` on `len` bytes at `va`: its region
-/// offset.
+/// The MR an rkey names for `access` on `len` bytes at `va` (which may
+/// lie in more than one piece of its region).
 #[allow(clippy::too_many_arguments)]
 fn remote_mr<'m>(
     mrs: &'m crate::firmware::table::Table<Mr>,
@@ -435,10 +437,13 @@ fn remote_mr<'m>(
     access: u32,
     va: u64,
     len: u64,
-) -> Result<(&'m Mr, usize), Fail> {
+) -> Result<&'m Mr, Fail> {
     let mr = rkey_mr(mrs, mws, rkey, qpn).ok_or(Fail::Access)?;
-    let off = remote_range(mr, qp.pdn, access, va, len).ok_or(Fail::Access)?;
-    Ok((mr, off))
+    if remote_ok(mr, qp.pdn, access, va, len) {
+        Ok(mr)
+    } else {
+        Err(Fail::Access)
+    }
 }
 
 fn rc(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, burst: Burst, payload: Payload<'_>) {
@@ -597,7 +602,8 @@ fn execute(
 fn dma_fail(e: DmaError) -> Fail {
     match e {
         DmaError::Len => Fail::Invalid(IV_WC_LOC_LEN_ERR),
-        DmaError::Prot => Fail::Local(IV_WC_LOC_PROT_ERR),
+        // (A copy never grows a segment list: no `NoMemory` here.)
+        DmaError::Prot | DmaError::NoMemory => Fail::Local(IV_WC_LOC_PROT_ERR),
     }
 }
 
@@ -683,7 +689,7 @@ fn write(
         return Err(INVALID);
     }
     if len > 0 {
-        let (mr, off) = remote_mr(
+        let mr = remote_mr(
             env.mrs,
             env.mws,
             qpn,
@@ -693,9 +699,7 @@ fn write(
             w.va,
             u64::from(len),
         )?;
-        payload
-            .source(env.mrs)
-            .copy_to(mr.region(), off, len as usize)
+        write_mr(&mut payload.source(env.mrs), mr, w.va, u64::from(len))
             .map_err(|_| Fail::Access)?;
     }
     let w = &mut qp.tx.resp.write;
@@ -782,15 +786,11 @@ fn read_responses(qpn: u32, qp: &Qp, env: &mut Env<'_>, psn: u32, va: u64, rkey:
         count: npkts,
         last_opcode: last,
     };
-    let _ = env.dp.emit::<()>(pkt, burst, None, |segs| {
-        if let Some((mr, base)) = mr {
-            segs.push(Seg {
-                region: mr.region().clone(),
-                offset: base,
-                len: len as usize,
-            });
-        }
-        Ok(())
+    // Not sent when its segments find no memory: lost, as on the wire (the
+    // requester asks again).
+    let _ = env.dp.emit(pkt, burst, None, |segs| match mr {
+        Some(mr) => mr_segs(mr, va, u64::from(len), segs),
+        None => Ok(()),
     });
 }
 
@@ -800,7 +800,12 @@ fn atomic(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet) -> Result<(), 
         return Err(INVALID);
     }
     let (mrs, mws) = (&*env.mrs, &*env.mws);
-    let (mr, off) = remote_mr(mrs, mws, qpn, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
+    let mr = remote_mr(mrs, mws, qpn, qp, a.rkey, IV_ACCESS_REMOTE_ATOMIC, a.va, 8)?;
+    // Eight aligned bytes lie in one page: one piece.
+    let off = match mr.piece(a.va, 8) {
+        Some((off, 8)) => off,
+        _ => return Err(Fail::Access),
+    };
     let word = mr.region().atomic_u64(off).map_err(|_| INVALID)?;
     let orig = execute_atomic(word, pkt.opcode == op::RC_COMPARE_SWAP, &a);
     new_resource(qp, Resource::atomic(pkt.psn, orig));
@@ -1055,7 +1060,9 @@ fn ud(qpn: u32, qp: &mut Qp, env: &mut Env<'_>, pkt: &Packet, payload: Payload<'
     if let Err(e) = placed {
         let (status, event) = match e {
             DmaError::Len => (IV_WC_LOC_LEN_ERR, None),
-            DmaError::Prot => (IV_WC_LOC_PROT_ERR, Some(AsyncEvent::QpFatal(qpn))),
+            DmaError::Prot | DmaError::NoMemory => {
+                (IV_WC_LOC_PROT_ERR, Some(AsyncEvent::QpFatal(qpn)))
+            }
         };
         fail_recv(qpn, qp, env, status);
         enter_error(qpn, qp, env, event);
