@@ -58,6 +58,44 @@ impl Kind {
     }
 }
 
+/// What a round's remote accesses (WRITE, READ, atomics) name: the same
+/// bytes of the responder's memory under three keys, so that each key's
+/// checks and translation are compared between the paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// The responder's MR.
+    Mr,
+    /// A type 2 window bound over the MR's first [`SPAN`] bytes.
+    Window,
+    /// A fast-register MR over the MR's first [`SPAN`] bytes, its pages
+    /// out of order ([`PAGED`]): mapped page by page, so that every access
+    /// across a seam leaves the fast path for the general one.
+    Paged,
+}
+
+/// The bytes a window or a fast-register MR covers (an access reaches at
+/// most 16 KiB + 4 KiB into them).
+const SPAN: u64 = 32 * 1024;
+
+/// The fast-register MR's page size and its pages, in list order, as
+/// page numbers in the responder's MR.
+const PAGE: u64 = 8 * 1024;
+const PAGED: [u64; 4] = [2, 0, 3, 1];
+
+/// The fast-register MR's iova.
+const IOVA: u64 = 0x7700_0000;
+
+impl Target {
+    /// Where the byte at `off` past the target's start lies in the
+    /// responder's MR.
+    fn offset(self, off: u64) -> usize {
+        match self {
+            Target::Mr | Target::Window => off as usize,
+            Target::Paged => (PAGED[(off / PAGE) as usize] * PAGE + off % PAGE) as usize,
+        }
+    }
+}
+
 /// One work request of a round.
 #[derive(Clone, Debug)]
 struct Op {
@@ -133,6 +171,22 @@ fn op() -> impl Strategy<Value = Op> {
         })
 }
 
+/// A round: its target and its work requests (one target a round, so that
+/// the fences the script asks for, which compare the targets' addresses,
+/// see every overlap).
+type Round = (Target, Vec<Op>);
+
+fn round() -> impl Strategy<Value = Round> {
+    (
+        prop_oneof![
+            2 => Just(Target::Mr),
+            1 => Just(Target::Window),
+            1 => Just(Target::Paged),
+        ],
+        prop::collection::vec(op(), 1..9),
+    )
+}
+
 /// What one run of a script produced: each CQ's completions (what a
 /// verbs user reads, less the QP numbers, which differ between the
 /// topologies) and both buffers.
@@ -175,7 +229,7 @@ fn sges(mem: &crate::tests::dp::Mem, off: u64, len: u32, split: bool) -> Vec<IvS
 }
 
 /// Runs the script in `topo`, the responder QP on an SRQ when `srq`.
-fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
+fn run(topo: Topo, rounds: &[Round], srq: bool) -> Outcome {
     let p = if srq {
         Pair::on_srq(topo)
     } else {
@@ -183,6 +237,9 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
     };
     p.ma.write(0, &pattern(1 << 20, 1));
     p.mb.write(0, &pattern(1 << 20, 2));
+    let remote = IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC;
+    let window = p.window(&p.mb, 0, SPAN, remote);
+    let paged = paged(&p, remote);
     let mut out = Outcome {
         cqa: Vec::new(),
         cqb: Vec::new(),
@@ -210,7 +267,14 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
     };
     let mut wr_id = 0u64;
     let mut recv_id = 1000u64;
-    for (r, ops) in rounds.iter().enumerate() {
+    for (r, (target, ops)) in rounds.iter().enumerate() {
+        let target = *target;
+        // The round's remote key, its range's start and end.
+        let (rkey, start, end) = match target {
+            Target::Mr => (p.mb.lkey, p.mb.addr, p.mb.addr + p.mb.len),
+            Target::Window => (window, p.mb.addr, p.mb.addr + SPAN),
+            Target::Paged => (paged, IOVA, IOVA + SPAN),
+        };
         // A receive for every message that consumes one, posted as a list.
         let recv_sges: Vec<Vec<IvSge>> = ops
             .iter()
@@ -309,7 +373,7 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                 // time (whether it still does when the swap runs depends on
                 // the WQEs before it: the same in every topology).
                 let compare = if o.signaled {
-                    p.mb.u64_at(o.off as usize)
+                    p.mb.u64_at(target.offset(u64::from(o.off)))
                 } else {
                     0x1234
                 };
@@ -329,15 +393,15 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
                     swap: wr_id << 32 | 0xABCD,
                     remote_addr: match o.fault {
                         // (An atomic's 8 aligned bytes: just past the end.)
-                        Fault::RemoteRange if o.kind.atomic() => p.mb.addr + p.mb.len,
-                        Fault::RemoteRange => p.mb.addr + p.mb.len - 4,
-                        Fault::Misaligned => p.mb.addr + u64::from(o.off) + 4,
-                        _ => p.mb.addr + u64::from(o.off),
+                        Fault::RemoteRange if o.kind.atomic() => end,
+                        Fault::RemoteRange => end - 4,
+                        Fault::Misaligned => start + u64::from(o.off) + 4,
+                        _ => start + u64::from(o.off),
                     },
                     rkey: if o.fault == Fault::Key {
-                        p.mb.lkey ^ 0x5a00
+                        rkey ^ 0x5a00
                     } else {
-                        p.mb.lkey
+                        rkey
                     },
                     ..signaled(wr_id, opcode)
                 };
@@ -398,19 +462,60 @@ fn run(topo: Topo, rounds: &[Vec<Op>], srq: bool) -> Outcome {
     out
 }
 
+/// The responder's fast-register MR over the first [`SPAN`] bytes of its
+/// MR, pages in [`PAGED`]'s order, registered by its QP's `IV_WR_REG_MR`
+/// (unsignaled) with `access`: its key.
+fn paged(p: &Pair, access: u32) -> u32 {
+    let irpverbs_core::CommandOut::Mr { lkey, .. } = p.b.d.ok(Command::AllocMr {
+        pdn: p.b.pd,
+        max_pages: PAGED.len() as u32,
+    }) else {
+        unreachable!()
+    };
+    let key = (lkey & !0xFF) | (lkey.wrapping_add(0x22) & 0xFF);
+    let list: Vec<IvSge> = PAGED
+        .iter()
+        .map(|&i| IvSge {
+            addr: p.mb.addr + i * PAGE,
+            length: PAGE as u32,
+            lkey: p.mb.lkey,
+        })
+        .collect();
+    p.b.post(
+        &p.qb,
+        &SendWr {
+            opcode: IV_WR_REG_MR,
+            sges: &list,
+            rkey: key,
+            remote_addr: IOVA,
+            compare_add: SPAN,
+            swap: u64::from(access | IV_ACCESS_LOCAL_WRITE),
+            imm_or_inv: PAGE as u32,
+            ..SendWr::default()
+        },
+    );
+    p.settle();
+    // Unsignaled (as the window's bind before it): a failure alone
+    // would complete.
+    assert_eq!(p.cqb.poll(), [], "the registration failed");
+    key
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Rounds of up to eight WRs (SEND, SEND with immediate, WRITE, WRITE
     /// with immediate, READ, compare-and-swap, fetch-and-add; 0 to 4096
     /// bytes; one or two SGEs; inline or not; signaled or not; now and then
-    /// a fault: a bad key, a local or remote range past its MR, a
-    /// misaligned atomic, a receive too short), each posted as one list
+    /// a fault: a bad key, a local or remote range past its MR or window,
+    /// a misaligned atomic, a receive too short; the remote accesses
+    /// through the responder's MR, a window on it or a fast-register MR
+    /// mapping its pages out of order), each posted as one list
     /// with one doorbell, after the receives it needs (on the responder's
     /// RQ, or its SRQ).
     #[test]
     fn short_circuited_and_framed_loopback_give_what_two_hcas_give(
-        rounds in prop::collection::vec(prop::collection::vec(op(), 1..9), 1..7),
+        rounds in prop::collection::vec(round(), 1..7),
         srq in any::<bool>(),
     ) {
         let wire = run(Topo::TwoHca, &rounds, srq);
@@ -461,14 +566,22 @@ fn the_script_is_short_circuited_unless_switched_off() {
         })
         .collect();
     for srq in [false, true] {
-        let wire = run(Topo::TwoHca, &[ops.clone(), ops.clone()], srq);
+        let wire = run(
+            Topo::TwoHca,
+            &[(Target::Mr, ops.clone()), (Target::Mr, ops.clone())],
+            srq,
+        );
         assert_eq!(wire.limits, usize::from(srq) * 2, "srq {srq}");
         for (topo, counts) in [
             (Topo::Loopback, (14, 2)),
             (Topo::LoopbackDeferred, (14, 2)),
             (Topo::LoopbackFrames, (0, 0)),
         ] {
-            let local = run(topo, &[ops.clone(), ops.clone()], srq);
+            let local = run(
+                topo,
+                &[(Target::Mr, ops.clone()), (Target::Mr, ops.clone())],
+                srq,
+            );
             assert_eq!((local.fast, local.short), counts, "{topo:?}, srq {srq}");
             let local = Outcome {
                 fast: 0,
@@ -481,8 +594,10 @@ fn the_script_is_short_circuited_unless_switched_off() {
 }
 
 /// Each fault of the script fails its WQE with the status IBTA gives it,
-/// the same short-circuited, as frames and between two HCAs (so the property above,
-/// which draws them, compares failures and not only successes).
+/// the same short-circuited, as frames and between two HCAs, whether the
+/// remote key is the MR's, a window's or a paged fast-register MR's (so
+/// the property above, which draws them, compares failures and not only
+/// successes).
 #[test]
 fn each_fault_completes_with_its_status() {
     let cases = [
@@ -534,22 +649,28 @@ fn each_fault_completes_with_its_status() {
             off: 64,
             fault,
         };
-        for srq in [false, true] {
-            let general = run(Topo::TwoHca, &[vec![op.clone()]], srq);
+        // Each through the MR, a window and a fast-register MR mapped
+        // page by page (the remote faults at each one's own bound).
+        for (target, srq) in [Target::Mr, Target::Window, Target::Paged]
+            .into_iter()
+            .flat_map(|t| [(t, false), (t, true)])
+        {
+            let script = [(target, vec![op.clone()])];
+            let general = run(Topo::TwoHca, &script, srq);
             assert_eq!(
                 general.cqa.iter().map(|c| c.1).collect::<Vec<_>>(),
                 [status],
-                "{kind:?} {fault:?}"
+                "{kind:?} {fault:?} {target:?}"
             );
             if let Some(r) = recv_status {
                 assert_eq!(
                     general.cqb.first().map(|c| c.1),
                     Some(r),
-                    "{kind:?} {fault:?}"
+                    "{kind:?} {fault:?} {target:?}"
                 );
             }
             for topo in [Topo::Loopback, Topo::LoopbackDeferred, Topo::LoopbackFrames] {
-                let local = run(topo, &[vec![op.clone()]], srq);
+                let local = run(topo, &script, srq);
                 assert_eq!(
                     Outcome {
                         fast: 0,
@@ -557,7 +678,7 @@ fn each_fault_completes_with_its_status() {
                         ..local
                     },
                     general.clone(),
-                    "{kind:?} {fault:?} {topo:?}"
+                    "{kind:?} {fault:?} {target:?} {topo:?}"
                 );
             }
         }
