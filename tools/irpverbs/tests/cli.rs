@@ -66,6 +66,34 @@ fn devinfo_reports_the_completion_vectors() {
     assert!(err.contains("STATUS_INVALID_PARAMETER"), "{err}");
 }
 
+/// `irpverbs port down|up`: the link taken down raises PORT_ERR and the
+/// port reads down; brought up again, PORT_ACTIVE and an active port.
+#[test]
+fn port_down_and_up_report_the_events_and_the_state() {
+    let d = run(&["port", "down"]);
+    for want in [
+        "port 1 link down: changed; async event PORT_ERR (10) on port 1",
+        "PORT_DOWN (1)",
+        "DISABLED (3)",
+    ] {
+        assert!(d.contains(want), "missing {want:?} in\n{d}");
+    }
+    let u = run(&["port", "up", "--engine", "thread"]);
+    for want in [
+        "async event PORT_ERR (10)",
+        "port 1 link up: changed; async event PORT_ACTIVE (9) on port 1",
+        "PORT_ACTIVE (4)",
+        "LINK_UP (5)",
+    ] {
+        assert!(u.contains(want), "missing {want:?} in\n{u}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_irpverbs"))
+        .args(["port", "sideways"])
+        .output()
+        .expect("run irpverbs");
+    assert!(!out.status.success(), "an unknown action is refused");
+}
+
 #[test]
 fn demo_runs_the_control_path_and_unloads_clean() {
     let s = run(&["demo", "--pairs", "3"]);
