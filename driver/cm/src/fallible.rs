@@ -12,6 +12,10 @@
 //!   ([`VecMap::insert_reserved`], for paths that cannot fail, after
 //!   [`VecMap::reserve_total`] took the room when the object that will be
 //!   inserted was created). Removal never allocates.
+//! - [`SlabMap`]: the same ordered map for large values: the sorted vector
+//!   holds keys and slot numbers, the values stay in a slab of slots, so
+//!   an insert or a removal moves a few bytes per entry whatever the
+//!   value's size.
 //!
 //! `alloc`'s `BTreeMap` has no fallible insert (its nodes are allocated
 //! inside `insert`) and the `no_std` crates that fork it
@@ -226,6 +230,198 @@ impl<K: Ord, V> VecMap<K, V> {
     }
 }
 
+/// A slot of a [`SlabMap`]: a value, or the next free slot's number
+/// (`NO_SLOT` ends the free list).
+#[derive(Debug)]
+enum Slot<V> {
+    Used(V),
+    Free(u32),
+}
+
+/// The end of a [`SlabMap`]'s free list.
+const NO_SLOT: u32 = u32::MAX;
+
+/// An ordered map for large values (see the module docs): a sorted vector
+/// of (key, slot) and the values in slots that never move while they are
+/// in the map. Freed slots are reused (a free list through the slots
+/// themselves), so removal never allocates and inserts up to the reserved
+/// room never do.
+#[derive(Debug)]
+pub struct SlabMap<K, V> {
+    index: Vec<(K, u32)>,
+    slots: Vec<Slot<V>>,
+    free: u32,
+}
+
+impl<K, V> Default for SlabMap<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, V> SlabMap<K, V> {
+    /// An empty map (no allocation).
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            index: Vec::new(),
+            slots: Vec::new(),
+            free: NO_SLOT,
+        }
+    }
+
+    fn value(&self, slot: u32) -> Option<&V> {
+        match self.slots.get(slot as usize) {
+            Some(Slot::Used(v)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl<K: Ord, V> SlabMap<K, V> {
+    /// Entries in the map.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        self.index.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    /// The value under `key`.
+    #[must_use]
+    pub fn get(&self, key: &K) -> Option<&V> {
+        let i = self.find(key).ok()?;
+        self.value(self.index[i].1)
+    }
+
+    /// The value under `key`, mutably.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let i = self.find(key).ok()?;
+        match self.slots.get_mut(self.index[i].1 as usize) {
+            Some(Slot::Used(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// True if `key` has a value.
+    #[must_use]
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.find(key).is_ok()
+    }
+
+    /// Makes room for `total` entries in all, so that inserts up to that
+    /// many never allocate.
+    ///
+    /// # Errors
+    /// `STATUS_INSUFFICIENT_RESOURCES` when refused (the entries are
+    /// unchanged).
+    pub fn reserve_total(&mut self, total: usize) -> Result<(), NtStatus> {
+        reserve_total(&mut self.index, total)?;
+        // Slots free or unused: capacity minus the entries.
+        reserve_total(&mut self.slots, total)
+    }
+
+    /// Puts `value` in a free slot (there is room: the caller checked).
+    fn place(&mut self, value: V) -> u32 {
+        if let Some(Slot::Free(next)) = self.slots.get(self.free as usize) {
+            let slot = self.free;
+            self.free = *next;
+            self.slots[slot as usize] = Slot::Used(value);
+            slot
+        } else {
+            // Slot numbers fit in u32: the map is indexed by them, and a
+            // table of 2^32 values does not fit a driver's pool.
+            let slot = u32::try_from(self.slots.len()).unwrap_or(NO_SLOT);
+            self.slots.push(Slot::Used(value));
+            slot
+        }
+    }
+
+    /// Room for one more entry without allocating.
+    fn has_room(&self) -> bool {
+        self.index.len() < self.index.capacity()
+            && (self.free != NO_SLOT || self.slots.len() < self.slots.capacity())
+    }
+
+    fn replace_or_insert(&mut self, at: Result<usize, usize>, key: K, value: V) -> Option<V> {
+        match at {
+            Ok(i) => match &mut self.slots[self.index[i].1 as usize] {
+                Slot::Used(v) => Some(core::mem::replace(v, value)),
+                Slot::Free(_) => None,
+            },
+            Err(i) => {
+                let slot = self.place(value);
+                self.index.insert(i, (key, slot));
+                None
+            }
+        }
+    }
+
+    /// Inserts `value` under `key`, returning the value it replaced.
+    ///
+    /// # Errors
+    /// The pair back when room for a new entry is refused (the map is
+    /// unchanged).
+    pub fn try_insert(&mut self, key: K, value: V) -> Result<Option<V>, (K, V)> {
+        let at = self.find(&key);
+        if at.is_err() && !self.has_room() && self.reserve_total(self.len() + 1).is_err() {
+            return Err((key, value));
+        }
+        Ok(self.replace_or_insert(at, key, value))
+    }
+
+    /// Inserts without allocating: the room must have been reserved
+    /// ([`reserve_total`](Self::reserve_total)).
+    ///
+    /// # Errors
+    /// The pair back if the map is full (a reservation was missed; the
+    /// map is unchanged).
+    pub fn insert_reserved(&mut self, key: K, value: V) -> Result<Option<V>, (K, V)> {
+        let at = self.find(&key);
+        if at.is_err() && !self.has_room() {
+            return Err((key, value));
+        }
+        Ok(self.replace_or_insert(at, key, value))
+    }
+
+    /// Removes `key`'s entry (never allocates; the room stays).
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let i = self.find(key).ok()?;
+        let (_, slot) = self.index.remove(i);
+        let freed = core::mem::replace(self.slots.get_mut(slot as usize)?, Slot::Free(self.free));
+        self.free = slot;
+        match freed {
+            Slot::Used(v) => Some(v),
+            Slot::Free(_) => None,
+        }
+    }
+
+    /// The entries, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
+        self.index
+            .iter()
+            .filter_map(|(k, slot)| self.value(*slot).map(|v| (k, v)))
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &K> + '_ {
+        self.index.iter().map(|(k, _)| k)
+    }
+
+    /// The values, in key order.
+    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.iter().map(|(_, v)| v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +460,53 @@ mod tests {
         let mut v: Vec<u8> = Vec::new();
         assert!(try_push(&mut v, 1).is_ok());
         assert_eq!(v, [1]);
+    }
+    #[test]
+    fn slab_map_orders_replaces_and_reuses_slots() {
+        let mut m = SlabMap::new();
+        for k in [5, 1, 3, 9, 7] {
+            assert_eq!(m.try_insert(k, [k; 64]).ok(), Some(None));
+        }
+        assert_eq!(m.keys().copied().collect::<Vec<_>>(), [1, 3, 5, 7, 9]);
+        assert_eq!(m.try_insert(3, [33; 64]).ok(), Some(Some([3; 64])));
+        assert_eq!(m.get(&3), Some(&[33; 64]));
+        assert_eq!(m.remove(&5), Some([5; 64]));
+        assert_eq!(m.remove(&5), None);
+        assert!(!m.contains_key(&5) && m.get(&5).is_none());
+        assert_eq!(m.len(), 4);
+        // The freed slot is taken again before the slab grows.
+        let slots = m.slots.len();
+        assert_eq!(m.try_insert(4, [4; 64]).ok(), Some(None));
+        assert_eq!(m.slots.len(), slots);
+        if let Some(v) = m.get_mut(&4) {
+            v[0] = 44;
+        }
+        assert_eq!(
+            m.values().map(|v| v[0]).collect::<Vec<_>>(),
+            [1, 33, 44, 7, 9]
+        );
+        assert_eq!(
+            m.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            [1, 3, 4, 7, 9]
+        );
+    }
+
+    #[test]
+    fn slab_map_reserved_inserts_never_allocate_and_refuse_past_the_room() {
+        let mut m = SlabMap::new();
+        m.reserve_total(3).unwrap();
+        let (icap, scap) = (m.index.capacity(), m.slots.capacity());
+        let room = icap.min(scap);
+        for k in 0..room {
+            assert!(m.insert_reserved(k, k).is_ok());
+        }
+        assert_eq!(m.insert_reserved(room, room), Err((room, room)));
+        // Replacing needs no room; a removal makes room without growing.
+        assert_eq!(m.insert_reserved(0, 10), Ok(Some(0)));
+        assert_eq!(m.remove(&1), Some(1));
+        assert_eq!(m.insert_reserved(room, room), Ok(None));
+        assert_eq!((m.index.capacity(), m.slots.capacity()), (icap, scap));
+        assert_eq!(m.get(&room), Some(&room));
+        assert_eq!(m.len(), room);
     }
 }

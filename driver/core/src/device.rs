@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use irpverbs_abi::*;
 use zerocopy::IntoBytes;
 
-use crate::fallible::{VecMap, reserve_total};
+use crate::fallible::{SlabMap, VecMap, reserve_total};
 use crate::handle::HandleTable;
 use crate::hca::{Command, CommandOut, Event, Hca};
 use crate::maps::Maps;
@@ -172,7 +172,7 @@ pub(crate) struct State<R> {
     pub removed: bool,
     pub stats: DeviceStats,
     /// Pended requests by cancel key.
-    pub waits: VecMap<u64, crate::notify::Wait<R>>,
+    pub waits: SlabMap<u64, crate::notify::Wait<R>>,
     pub next_wait: u64,
     /// Requests to complete once the lock is released.
     /// Room for every request the device holds (taken as each is
@@ -188,7 +188,7 @@ pub(crate) struct State<R> {
     /// CEP objects by their engine ID.
     pub(crate) ceps: VecMap<irpverbs_cm::CepId, (FileKey, u32)>,
     /// Multi-phase CM requests in progress, by CEP.
-    pub(crate) cm_ops: VecMap<irpverbs_cm::CepId, crate::cm::Parked>,
+    pub(crate) cm_ops: SlabMap<irpverbs_cm::CepId, crate::cm::Parked>,
     /// CEP callbacks to call once the lock is released.
     pub(crate) cep_calls: VecDeque<crate::cm::CepReady>,
     /// The CEP whose callback is running, if one is.
@@ -463,12 +463,12 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 quota: config.quota,
                 removed: false,
                 stats: DeviceStats::default(),
-                waits: VecMap::new(),
+                waits: SlabMap::new(),
                 next_wait: 0,
                 deferred: VecDeque::new(),
                 by_number: VecMap::new(),
                 ceps: VecMap::new(),
-                cm_ops: VecMap::new(),
+                cm_ops: SlabMap::new(),
                 cep_calls: VecDeque::new(),
                 cep_running: None,
                 cm: crate::cm::Cm::new(hca.caps().node_guid, cm_seed(platform)),
