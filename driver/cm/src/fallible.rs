@@ -11,11 +11,13 @@
 //!   fallibly ([`VecMap::try_insert`]), or not at all
 //!   ([`VecMap::insert_reserved`], for paths that cannot fail, after
 //!   [`VecMap::reserve_total`] took the room when the object that will be
-//!   inserted was created). Removal never allocates.
-//! - [`SlabMap`]: the same ordered map for large values: the sorted vector
-//!   holds keys and slot numbers, the values stay in a slab of slots, so
-//!   an insert or a removal moves a few bytes per entry whatever the
-//!   value's size.
+//!   inserted was created). Removal never allocates. For small maps
+//!   looked up often (files, object numbers).
+//! - [`SlabMap`]: the same ordered map for large values or many entries:
+//!   the keys and slot numbers in a sorted ring (`VecDeque`), the values
+//!   in a slab of slots that never move. An insert or a removal moves a
+//!   few bytes per entry, and only on its shorter side, so keys that come
+//!   and go in order (wait keys, deadlines) move nothing at all.
 //!
 //! `alloc`'s `BTreeMap` has no fallible insert (its nodes are allocated
 //! inside `insert`) and the `no_std` crates that fork it
@@ -28,6 +30,7 @@
 //! IRQL: any (no locks; the caller's). Shared by the CM's engine and the
 //! driver core (`irpverbs_core::fallible`).
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use core::ops::RangeInclusive;
@@ -77,6 +80,28 @@ pub fn reserve_total<T>(v: &mut Vec<T>, total: usize) -> Result<(), NtStatus> {
     let more = total.saturating_sub(v.len());
     v.try_reserve(more)
         .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
+
+/// [`reserve_total`] for a map's sorted entries.
+fn reserve_total_deque<T>(v: &mut VecDeque<T>, total: usize) -> Result<(), NtStatus> {
+    let more = total.saturating_sub(v.len());
+    v.try_reserve(more)
+        .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)
+}
+
+/// Where `key` is in the sorted ring `entries` (`Ok`), or where it would
+/// go (`Err`): a binary search of the one contiguous part that can hold
+/// it, inlined into the map's operations.
+#[inline]
+fn find_in<K: Ord, V>(entries: &VecDeque<(K, V)>, key: &K) -> Result<usize, usize> {
+    let (front, back) = entries.as_slices();
+    match back.first() {
+        Some((first, _)) if first <= key => back
+            .binary_search_by(|(k, _)| k.cmp(key))
+            .map(|i| i + front.len())
+            .map_err(|i| i + front.len()),
+        _ => front.binary_search_by(|(k, _)| k.cmp(key)),
+    }
 }
 
 /// An ordered map over a sorted vector (see the module docs).
@@ -248,7 +273,7 @@ const NO_SLOT: u32 = u32::MAX;
 /// room never do.
 #[derive(Debug)]
 pub struct SlabMap<K, V> {
-    index: Vec<(K, u32)>,
+    index: VecDeque<(K, u32)>,
     slots: Vec<Slot<V>>,
     free: u32,
 }
@@ -264,7 +289,7 @@ impl<K, V> SlabMap<K, V> {
     #[must_use]
     pub const fn new() -> Self {
         Self {
-            index: Vec::new(),
+            index: VecDeque::new(),
             slots: Vec::new(),
             free: NO_SLOT,
         }
@@ -292,7 +317,7 @@ impl<K: Ord, V> SlabMap<K, V> {
     }
 
     fn find(&self, key: &K) -> Result<usize, usize> {
-        self.index.binary_search_by(|(k, _)| k.cmp(key))
+        find_in(&self.index, key)
     }
 
     /// The value under `key`.
@@ -324,7 +349,7 @@ impl<K: Ord, V> SlabMap<K, V> {
     /// `STATUS_INSUFFICIENT_RESOURCES` when refused (the entries are
     /// unchanged).
     pub fn reserve_total(&mut self, total: usize) -> Result<(), NtStatus> {
-        reserve_total(&mut self.index, total)?;
+        reserve_total_deque(&mut self.index, total)?;
         // Slots free or unused: capacity minus the entries.
         reserve_total(&mut self.slots, total)
     }
@@ -395,7 +420,12 @@ impl<K: Ord, V> SlabMap<K, V> {
     /// Removes `key`'s entry (never allocates; the room stays).
     pub fn remove(&mut self, key: &K) -> Option<V> {
         let i = self.find(key).ok()?;
-        let (_, slot) = self.index.remove(i);
+        let (_, slot) = self.index.remove(i)?;
+        self.free_slot(slot)
+    }
+
+    /// Takes the value out of `slot` and puts the slot on the free list.
+    fn free_slot(&mut self, slot: u32) -> Option<V> {
         let freed = core::mem::replace(self.slots.get_mut(slot as usize)?, Slot::Free(self.free));
         self.free = slot;
         match freed {
@@ -419,6 +449,26 @@ impl<K: Ord, V> SlabMap<K, V> {
     /// The values, in key order.
     pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
         self.iter().map(|(_, v)| v)
+    }
+
+    /// The first entry (the least key).
+    #[must_use]
+    pub fn first(&self) -> Option<(&K, &V)> {
+        let (k, slot) = self.index.front()?;
+        self.value(*slot).map(|v| (k, v))
+    }
+
+    /// Takes the first entry (never allocates).
+    pub fn pop_first(&mut self) -> Option<(K, V)> {
+        let (k, slot) = self.index.pop_front()?;
+        self.free_slot(slot).map(|v| (k, v))
+    }
+
+    /// Removes every entry, keeping the memory (never allocates).
+    pub fn clear(&mut self) {
+        self.index.clear();
+        self.slots.clear();
+        self.free = NO_SLOT;
     }
 }
 
@@ -453,6 +503,49 @@ mod tests {
         assert_eq!(m.insert_reserved(cap, ()), Err((cap, ())));
         // Replacing needs no room.
         assert_eq!(m.insert_reserved(0, ()), Ok(Some(())));
+    }
+
+    /// Keys taken from the front and added at the back wrap the ring
+    /// around: lookups, inserts and removals still find their place.
+    #[test]
+    fn a_wrapped_ring_stays_ordered() {
+        let mut m = SlabMap::new();
+        m.reserve_total(8).unwrap();
+        let cap = m.index.capacity().min(m.slots.capacity());
+        for k in 0..cap {
+            assert!(m.insert_reserved(2 * k, k).is_ok());
+        }
+        for k in 0..cap / 2 {
+            assert_eq!(m.pop_first(), Some((2 * k, k)));
+        }
+        for k in cap..cap + cap / 2 {
+            assert!(m.insert_reserved(2 * k, k).is_ok());
+        }
+        let (front, back) = m.index.as_slices();
+        assert!(!front.is_empty() && !back.is_empty(), "the ring wraps");
+        for k in cap / 2..cap + cap / 2 {
+            assert_eq!(m.get(&(2 * k)), Some(&k));
+            assert!(!m.contains_key(&(2 * k + 1)));
+        }
+        // An odd key goes between its neighbours, on either side of the wrap.
+        let (low, high) = (2 * (cap / 2) + 1, 2 * (cap + 1) + 1);
+        assert_eq!(m.remove(&(2 * (cap / 2))), Some(cap / 2));
+        assert!(m.insert_reserved(low, 0).is_ok());
+        assert_eq!(m.remove(&(2 * cap)), Some(cap));
+        assert!(m.insert_reserved(high, 0).is_ok());
+        let keys: Vec<usize> = m.keys().copied().collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        let inside = keys.iter().filter(|k| (low..=high).contains(*k));
+        assert!(
+            m.iter()
+                .map(|(k, _)| k)
+                .filter(|k| (low..=high).contains(*k))
+                .eq(inside)
+        );
+        assert_eq!(m.pop_first(), Some((low, 0)));
+        assert_eq!(m.first().map(|(k, _)| *k), keys.get(1).copied());
+        m.clear();
+        assert!(m.is_empty() && m.first().is_none());
     }
 
     #[test]

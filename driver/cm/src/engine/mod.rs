@@ -14,7 +14,7 @@ mod timer;
 
 use alloc::collections::VecDeque;
 
-use crate::fallible::VecMap;
+use crate::fallible::{SlabMap, VecMap};
 
 /// Transmits one CEP may have queued at once (its MAD and an answer to
 /// a duplicate), reserved when it is made.
@@ -185,7 +185,7 @@ pub struct Engine {
     /// (remote port GID, request ID) -> CEP answering a SIDR_REQ.
     sidr: VecMap<(Gid, u32), u32>,
     /// (deadline, CEP).
-    timers: VecMap<(Nanos, u32), ()>,
+    timers: SlabMap<(Nanos, u32), ()>,
     events: Events,
     ready: VecDeque<CepId>,
     tx: VecDeque<Transmit>,
@@ -236,7 +236,7 @@ impl Engine {
             listens: VecMap::new(),
             peers: VecMap::new(),
             sidr: VecMap::new(),
-            timers: VecMap::new(),
+            timers: SlabMap::new(),
             events: Events::default(),
             ready: VecDeque::new(),
             tx: shared_tx(),
