@@ -1326,38 +1326,29 @@ impl<P: Platform> Hca for SoftHca<P> {
     /// IRQL: <= DISPATCH_LEVEL.
     fn sq_doorbell(&self, qpn: u32) {
         match self.execution {
-            // One lock hold runs the QP's WQEs on the fast path (and
-            // queues their events) when it can take them all and leaves
-            // the engine nothing to do; otherwise the engine runs (a QP
-            // that used up the fast path's budget waits on the ready list,
-            // and the engine's turn runs the fast path again).
+            // One lock hold runs the QP's WQEs (the fast path, then the
+            // requester for what it leaves: with a peer of this HCA its
+            // responder and completer too, short-circuited) and queues
+            // their events; the engine runs only for what they leave
+            // (frames, a QP that used up its budget on the ready list).
             Execution::Inline => {
                 let quick = self.state.lock(|st| {
                     if self.inbox_pending.load(Ordering::Acquire) {
                         return None;
                     }
                     let before = st.firmware.dp.work_done();
-                    if !st.firmware.ring_sq_fast(qpn) {
-                        // Stopped before the WQE the requester must take:
-                        // nothing it ran counted yet (the engine's turn
-                        // counts it with its own).
-                        return Some(Err(st.firmware.dp.work_done() - before));
-                    }
+                    st.firmware.ring_sq_now(qpn);
                     let more = st.firmware.dp.left_for_engine();
                     let raise = self.push_events(&mut st.firmware, &mut st.stats);
-                    Some(Ok((raise, more, st.firmware.dp.work_done() - before)))
+                    Some((raise, more, st.firmware.dp.work_done() - before))
                 });
                 match quick {
-                    Some(Ok((raise, more, work))) => {
+                    Some((raise, more, work)) => {
                         self.bus.work(work);
                         self.raise(raise);
                         if more {
                             self.run_after(work);
                         }
-                    }
-                    Some(Err(work)) => {
-                        self.bus.work(work);
-                        self.run(work, true, |st| (st.firmware.ring_sq_now(qpn), false));
                     }
                     None => self.run(0, true, |st| (st.firmware.ring_sq_now(qpn), false)),
                 }

@@ -282,10 +282,15 @@ impl DataPath {
         self.stats.packets_sent + self.stats.packets_received
     }
 
-    /// What a fast-path run can leave for the engine: a requester on the
-    /// ready list, frames, an overrun CQ.
+    /// What a send queue's run on its doorbell can leave for the engine:
+    /// a requester on the ready list, frames (looped back, or for the link
+    /// or another HCA), an overrun CQ.
     pub(crate) fn left_for_engine(&self) -> bool {
-        !self.ready.is_empty() || !self.loopq.is_empty() || !self.cq_errors.is_empty()
+        !self.ready.is_empty()
+            || !self.loopq.is_empty()
+            || !self.cq_errors.is_empty()
+            || !self.wireq.is_empty()
+            || self.outbox.iter().any(|q| !q.batch.is_empty())
     }
 
     /// True when frames or requesters wait.
@@ -586,14 +591,17 @@ impl Firmware {
     }
 
     /// Rings `target`'s doorbell, as a doorbell page's slot bound to it
-    /// rings it ([`Firmware::scan_doorbells`]): a send queue on the fast
-    /// path first with `fast` (an inline HCA whose inbox is empty), as the
-    /// direct-call doorbell runs it ([`Firmware::ring_sq_fast`]), and
-    /// scheduled only for what that leaves. True when the data path has
-    /// work.
+    /// rings it ([`Firmware::scan_doorbells`]): with `fast` (an inline HCA
+    /// whose inbox is empty) a send queue runs at once, as the direct-call
+    /// doorbell runs it ([`Firmware::ring_sq_now`]); else it is
+    /// scheduled. True when the data path has work.
     pub(crate) fn ring_target(&mut self, target: DoorbellTarget, fast: bool) -> bool {
         match target {
-            DoorbellTarget::Sq(qpn) => !(fast && self.ring_sq_fast(qpn)) && self.ring_sq(qpn),
+            DoorbellTarget::Sq(qpn) if fast => {
+                self.ring_sq_now(qpn);
+                self.dp.left_for_engine()
+            }
+            DoorbellTarget::Sq(qpn) => self.ring_sq(qpn),
             DoorbellTarget::Rq(qpn) => self.ring_rq(qpn),
             DoorbellTarget::Srq(srqn) => self.ring_srq(srqn),
             DoorbellTarget::CqArm(cqn) => {
