@@ -1,6 +1,6 @@
 //! Capabilities stay honest: every limit `query_device` reports is used at
 //! the limit, and the limit + 1 is refused with its status. Counts
-//! (`max_qp`, `max_cq`, `max_mr`, `max_pd`, `max_srq`, `max_ah`) on a
+//! (`max_qp`, `max_cq`, `max_mr`, `max_mw`, `max_pd`, `max_srq`, `max_ah`) on a
 //! device configured small, so that reaching them is cheap; per-object
 //! limits (`max_qp_wr`, `max_sge`, `max_inline_data`, `max_cqe`,
 //! `max_srq_wr`, `max_srq_sge`, `num_comp_vectors`) at the defaults, with
@@ -53,6 +53,7 @@ fn count_limits_are_reached_exactly_and_one_more_is_refused(backend: Backend) {
             max_pd: 3,
             max_srq: 2,
             max_ah: 2,
+            max_mw: 3,
             ..SoftConfig::default()
         },
         ..HostDeviceConfig::default()
@@ -61,8 +62,10 @@ fn count_limits_are_reached_exactly_and_one_more_is_refused(backend: Backend) {
     let c = client(&dev);
     let d = c.query_device().unwrap();
     assert_eq!(
-        (d.max_qp, d.max_cq, d.max_mr, d.max_pd, d.max_srq, d.max_ah),
-        (3, 3, 3, 3, 2, 2)
+        (
+            d.max_qp, d.max_cq, d.max_mr, d.max_mw, d.max_pd, d.max_srq, d.max_ah
+        ),
+        (3, 3, 3, 3, 3, 2, 2)
     );
     let full = STATUS_INSUFFICIENT_RESOURCES;
 
@@ -83,6 +86,19 @@ fn count_limits_are_reached_exactly_and_one_more_is_refused(backend: Backend) {
         full,
         "max_mr + 1"
     );
+
+    // Windows of both types count together against max_mw.
+    let mws: Vec<_> = (0..d.max_mw)
+        .map(|i| {
+            let ty = [IV_MW_TYPE_1, IV_MW_TYPE_2][i as usize % 2];
+            c.alloc_mw(pd, ty).unwrap().mw
+        })
+        .collect();
+    for ty in [IV_MW_TYPE_1, IV_MW_TYPE_2] {
+        assert_eq!(c.alloc_mw(pd, ty).unwrap_err(), full, "max_mw + 1");
+    }
+    c.dealloc_mw(mws[0]).unwrap();
+    let mw_again = c.alloc_mw(pd, IV_MW_TYPE_2).unwrap().mw;
 
     let cqs: Vec<_> = (0..d.max_cq).map(|_| c.create_cq(4).unwrap().cq).collect();
     assert_eq!(c.create_cq(4).unwrap_err(), full, "max_cq + 1");
@@ -131,6 +147,9 @@ fn count_limits_are_reached_exactly_and_one_more_is_refused(backend: Backend) {
     }
     for cq in cqs {
         c.destroy_cq(cq).unwrap();
+    }
+    for mw in mws.into_iter().skip(1).chain([mw_again]) {
+        c.dealloc_mw(mw).unwrap();
     }
     for mr in mrs {
         c.dereg_mr(mr.mr).unwrap();
