@@ -27,15 +27,23 @@ fn unreachable_ranges_are_refused_and_reachable_ones_pinned(backend: Backend) {
     let write = IV_ACCESS_LOCAL_WRITE | IV_ACCESS_REMOTE_WRITE;
 
     // Page 1 is never mapped; nor is a range that runs off a buffer's end
-    // into an unmapped page far away.
+    // into a page nobody may touch (reserved with no access, so that no
+    // other mapping of the process can land there while the test runs).
     assert_eq!(
         client.reg_mr(pd, 0x1000, 4096, 0).err(),
         Some(STATUS_ACCESS_VIOLATION)
     );
+    let guarded = GuardedPages::new(16);
     assert_eq!(
-        client.reg_mr(pd, 0x7FF0_0000_0000, 1 << 16, 0).err(),
+        client
+            .reg_mr(pd, guarded.addr(), guarded.open + 4096, 0)
+            .err(),
         Some(STATUS_ACCESS_VIOLATION)
     );
+    let mr = client
+        .reg_mr(pd, guarded.addr(), guarded.open, 0)
+        .expect("the pages before the guard");
+    client.dereg_mr(mr.mr).expect("dereg");
     // Read-only memory: readable, not writable.
     let ro = READ_ONLY.as_ptr() as u64;
     let len = READ_ONLY.len() as u64;
@@ -61,3 +69,55 @@ fn unreachable_ranges_are_refused_and_reachable_ones_pinned(backend: Backend) {
 }
 
 on_each_backend!(unreachable_ranges_are_refused_and_reachable_ones_pinned);
+
+/// `pages` readable and writable pages followed by one with no access
+/// (`PROT_NONE`): a range that runs past them is unreachable, whatever else
+/// the process maps meanwhile.
+struct GuardedPages {
+    base: *mut libc::c_void,
+    len: usize,
+    /// Bytes before the guard page.
+    open: u64,
+}
+
+impl GuardedPages {
+    fn new(pages: usize) -> Self {
+        // SAFETY: sysconf reads a constant of the system.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = (pages + 1) * page;
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // chooses; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "mmap");
+        // SAFETY: the last page of the mapping made above.
+        let guard = unsafe { base.cast::<u8>().add(pages * page) };
+        // SAFETY: the page lies within the mapping, which this value owns.
+        let rc = unsafe { libc::mprotect(guard.cast(), page, libc::PROT_NONE) };
+        assert_eq!(rc, 0, "mprotect");
+        Self {
+            base,
+            len,
+            open: (pages * page) as u64,
+        }
+    }
+
+    fn addr(&self) -> u64 {
+        self.base as u64
+    }
+}
+
+impl Drop for GuardedPages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made; no MR refers to it any more.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
