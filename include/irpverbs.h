@@ -3425,6 +3425,15 @@ typedef struct IvCqe {
 #endif
 
 /**
+ * An error the driver does not complete with: what a client reports for a
+ * failure it cannot name (an unknown Win32 error turned back, for one).
+ * `ntstatus.h`: `0xC0000001`.
+ */
+#ifndef STATUS_UNSUCCESSFUL
+#define STATUS_UNSUCCESSFUL -1073741823
+#endif
+
+/**
  * Input buffer length does not match the request struct's size.
  * `ntstatus.h`: `0xC0000004`.
  */

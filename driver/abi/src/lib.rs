@@ -23,6 +23,10 @@ pub mod ioctl;
 pub mod ring;
 pub mod status;
 mod types;
+/// Not part of the C header (Win32 clients have `winerror.h`).
+///
+/// cbindgen:ignore
+pub mod win32;
 
 pub use ioctl::*;
 pub use ring::*;

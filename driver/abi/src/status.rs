@@ -21,6 +21,10 @@ pub const STATUS_PENDING: NtStatus = 0x0000_0103;
 /// events; nothing was changed. Also: one request already outstanding.
 /// `ntstatus.h`: `0x80000011`.
 pub const STATUS_DEVICE_BUSY: NtStatus = -0x7FFF_FFEF;
+/// An error the driver does not complete with: what a client reports for a
+/// failure it cannot name (an unknown Win32 error turned back, for one).
+/// `ntstatus.h`: `0xC0000001`.
+pub const STATUS_UNSUCCESSFUL: NtStatus = -0x3FFF_FFFF;
 /// Input buffer length does not match the request struct's size.
 /// `ntstatus.h`: `0xC0000004`.
 pub const STATUS_INFO_LENGTH_MISMATCH: NtStatus = -0x3FFF_FFFC;
@@ -124,6 +128,7 @@ pub const fn status_name(status: NtStatus) -> &'static str {
         STATUS_SUCCESS => "STATUS_SUCCESS",
         STATUS_PENDING => "STATUS_PENDING",
         STATUS_DEVICE_BUSY => "STATUS_DEVICE_BUSY",
+        STATUS_UNSUCCESSFUL => "STATUS_UNSUCCESSFUL",
         STATUS_INFO_LENGTH_MISMATCH => "STATUS_INFO_LENGTH_MISMATCH",
         STATUS_INVALID_HANDLE => "STATUS_INVALID_HANDLE",
         STATUS_ACCESS_VIOLATION => "STATUS_ACCESS_VIOLATION",
@@ -161,6 +166,7 @@ mod tests {
         (STATUS_SUCCESS, 0x0000_0000),
         (STATUS_PENDING, 0x0000_0103),
         (STATUS_DEVICE_BUSY, 0x8000_0011),
+        (STATUS_UNSUCCESSFUL, 0xC000_0001),
         (STATUS_INFO_LENGTH_MISMATCH, 0xC000_0004),
         (STATUS_INVALID_HANDLE, 0xC000_0008),
         (STATUS_ACCESS_VIOLATION, 0xC000_0005),

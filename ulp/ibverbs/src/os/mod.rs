@@ -12,8 +12,6 @@
 //!
 //! `docs/ibverbs.md` (Windows) states the resulting C layout.
 
-use irpverbs_abi::*;
-
 mod event;
 pub use event::*;
 
@@ -33,80 +31,16 @@ mod windows_layout;
 #[cfg(windows)]
 pub use windows::*;
 
-/// Win32 error codes the driver's NTSTATUSes become (`RtlNtStatusToDosError`).
-pub mod win32_error {
-    /// `ERROR_INVALID_FUNCTION`.
-    pub const INVALID_FUNCTION: u32 = 1;
-    /// `ERROR_FILE_NOT_FOUND`.
-    pub const FILE_NOT_FOUND: u32 = 2;
-    /// `ERROR_ACCESS_DENIED`.
-    pub const ACCESS_DENIED: u32 = 5;
-    /// `ERROR_INVALID_HANDLE`.
-    pub const INVALID_HANDLE: u32 = 6;
-    /// `ERROR_NOT_ENOUGH_MEMORY`.
-    pub const NOT_ENOUGH_MEMORY: u32 = 8;
-    /// `ERROR_BAD_COMMAND`.
-    pub const BAD_COMMAND: u32 = 22;
-    /// `ERROR_BAD_LENGTH`.
-    pub const BAD_LENGTH: u32 = 24;
-    /// `ERROR_NOT_SUPPORTED`.
-    pub const NOT_SUPPORTED: u32 = 50;
-    /// `ERROR_DEV_NOT_EXIST`.
-    pub const DEV_NOT_EXIST: u32 = 55;
-    /// `ERROR_INVALID_PARAMETER`.
-    pub const INVALID_PARAMETER: u32 = 87;
-    /// `ERROR_INSUFFICIENT_BUFFER`.
-    pub const INSUFFICIENT_BUFFER: u32 = 122;
-    /// `ERROR_BUSY`.
-    pub const BUSY: u32 = 170;
-    /// `ERROR_OPERATION_ABORTED`.
-    pub const OPERATION_ABORTED: u32 = 995;
-    /// `ERROR_IO_PENDING`.
-    pub const IO_PENDING: u32 = 997;
-    /// `ERROR_NOACCESS`.
-    pub const NOACCESS: u32 = 998;
-    /// `ERROR_DEVICE_REMOVED`.
-    pub const DEVICE_REMOVED: u32 = 1617;
-    /// `ERROR_NO_SYSTEM_RESOURCES`.
-    pub const NO_SYSTEM_RESOURCES: u32 = 1450;
-}
-
-/// `STATUS_UNSUCCESSFUL`.
-pub const STATUS_UNSUCCESSFUL: NtStatus = 0xC000_0001_u32 as NtStatus;
-
-/// The NTSTATUS behind the Win32 error `DeviceIoControl` failed with at
-/// once: a request the driver completed with an error without pending it
-/// does not write its status into the `OVERLAPPED` (the I/O manager only
-/// reports it, converted, through `GetLastError`). Inverts the conversion
-/// for every status whose errno differs ([`crate::errno_of`]); any other
-/// error is `STATUS_UNSUCCESSFUL` (`EIO`).
-#[must_use]
-pub fn nt_status_of_win32(error: u32) -> NtStatus {
-    use win32_error as e;
-    match error {
-        0 => STATUS_SUCCESS,
-        e::INVALID_FUNCTION => STATUS_INVALID_DEVICE_REQUEST,
-        e::FILE_NOT_FOUND | e::DEV_NOT_EXIST | e::DEVICE_REMOVED => STATUS_DEVICE_REMOVED,
-        e::ACCESS_DENIED => STATUS_ACCESS_DENIED,
-        e::INVALID_HANDLE => STATUS_INVALID_HANDLE,
-        e::NOT_ENOUGH_MEMORY | e::NO_SYSTEM_RESOURCES => STATUS_INSUFFICIENT_RESOURCES,
-        e::BAD_COMMAND => STATUS_INVALID_DEVICE_STATE,
-        e::BAD_LENGTH => STATUS_INFO_LENGTH_MISMATCH,
-        e::NOT_SUPPORTED => STATUS_NOT_SUPPORTED,
-        e::INVALID_PARAMETER => STATUS_INVALID_PARAMETER,
-        e::INSUFFICIENT_BUFFER => STATUS_BUFFER_TOO_SMALL,
-        e::BUSY => STATUS_DEVICE_BUSY,
-        e::OPERATION_ABORTED => STATUS_CANCELLED,
-        e::NOACCESS => STATUS_ACCESS_VIOLATION,
-        _ => STATUS_UNSUCCESSFUL,
-    }
-}
+/// The Win32 errors the driver's NTSTATUSes become, and the way back
+/// (shared with the host Win32 subset, which makes them).
+pub use irpverbs_abi::win32::{error as win32_error, nt_status_of_win32};
 
 #[cfg(all(test, not(windows)))]
 mod tests {
     use super::*;
     use crate::errno_of;
-    use irpverbs_host_c::win32::nt_status_to_win32;
+    use irpverbs_abi::*;
+    use irpverbs_abi::win32::nt_status_to_win32;
 
     /// A request the driver fails at once on Windows reports only the Win32
     /// error the I/O manager made of its status: turned back, it gives the
