@@ -39,8 +39,8 @@ pub use irpverbs_abi::win32::{error as win32_error, nt_status_of_win32};
 mod tests {
     use super::*;
     use crate::errno_of;
-    use irpverbs_abi::*;
     use irpverbs_abi::win32::nt_status_to_win32;
+    use irpverbs_abi::*;
 
     /// A request the driver fails at once on Windows reports only the Win32
     /// error the I/O manager made of its status: turned back, it gives the
