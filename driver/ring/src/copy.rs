@@ -13,15 +13,27 @@
 //! - up to 16 bytes: a pair of (possibly overlapping) scalar moves;
 //! - 17 to 128 bytes: up to eight 16-byte loads from both ends, then the
 //!   stores (no loop, no branch on alignment);
-//! - above: the destination is aligned to a cache line, and a loop of
-//!   16-byte unaligned loads and 64-byte aligned store groups runs forward,
-//!   or backward when the destination lies just past the source modulo
-//!   4096 (where a forward loop's loads would alias its recent stores).
+//! - above: the destination is aligned to a cache line, then either
+//!   `rep movsb` (from 2 KiB, on processors where it is fast at every
+//!   placement) or a loop of 16-byte unaligned loads and 64-byte aligned
+//!   store groups; the loop runs backward when the destination lies just
+//!   past the source modulo 4096 (where a forward loop's loads would alias
+//!   its recent stores), and from 32 KiB it replaces `rep movsb` there
+//!   too, whose microcode suffers the same aliasing once the buffers no
+//!   longer fit the L1 cache ([`choose`]).
 //!
-//! Only 16-byte (SSE2) registers are used: they are in the x86_64
-//! baseline and a Windows x64 kernel may use them at any IRQL without
-//! saving state, which is not true of AVX's. On other architectures the
-//! large case is `core::ptr::copy`.
+//! Only 16-byte registers, with their legacy (SSE2) encodings, are used:
+//! they are in the x86_64 baseline, and Windows x64 kernel code may use
+//! them at any IRQL (interrupt service routines included) without saving
+//! state, provided it preserves XMM6–XMM15 as the calling convention
+//! requires (the compiler does for registers an `asm!` block declares).
+//! AVX's are a different matter: the kernel does not save them for its
+//! own code, so a driver must wrap their use in
+//! `KeSaveExtendedProcessorState`/`KeRestoreExtendedProcessorState` and may
+//! not use them in an ISR at all; and a VEX-encoded instruction, even on a
+//! 16-byte register, clears the upper half of the 256-bit register it
+//! writes, the state of whichever thread the processor was running.
+//! On other architectures the large case is `core::ptr::copy`.
 //!
 //! IRQL: any. Allocates nothing; the stack frame is a few registers.
 
@@ -43,6 +55,46 @@ const REP_MIN: usize = 2048;
 /// to 4095.
 #[cfg(target_arch = "x86_64")]
 const ALIAS_WINDOW: usize = 256;
+
+/// From this many bytes up, a copy in [`ALIAS_WINDOW`] takes the backward
+/// loop even where `rep movsb` is fast: source and destination together
+/// no longer fit a 32–48 KiB L1 data cache, the loop keeps pace with
+/// `rep movsb` at L2 speed and does not suffer the aliasing it does.
+/// (Below, in L1, `rep movsb` is faster than any 16-byte loop.)
+#[cfg(target_arch = "x86_64")]
+const ALIAS_L2_MIN: usize = 32 << 10;
+
+/// How [`move_large`] copies.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    /// Overlapping ranges: `memmove`.
+    Memmove,
+    /// [`x86::rep_movsb`].
+    RepMovsb,
+    /// [`x86::forward`].
+    Forward,
+    /// [`x86::backward`].
+    Backward,
+}
+
+/// The strategy for `len > 128` bytes from `src` to `dst` (addresses),
+/// where `fast_strings` is [`x86::fast_strings`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn choose(dst: usize, src: usize, len: usize, fast_strings: bool) -> Strategy {
+    if overlap(dst, src, len) {
+        return Strategy::Memmove;
+    }
+    let aliasing = (1..ALIAS_WINDOW).contains(&(dst.wrapping_sub(src) % 4096));
+    if len >= REP_MIN && fast_strings && !(aliasing && len >= ALIAS_L2_MIN) {
+        Strategy::RepMovsb
+    } else if aliasing {
+        Strategy::Backward
+    } else {
+        Strategy::Forward
+    }
+}
 
 /// Copies `len` bytes from `src` to `dst`, which may overlap (`memmove`'s
 /// contract), without the C library's choice of strategy.
@@ -217,24 +269,26 @@ fn overlap(a: usize, b: usize, len: usize) -> bool {
 unsafe fn move_large(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        let (d, s) = (dst as usize, src as usize);
-        if !overlap(d, s, len) {
-            if len >= REP_MIN && x86::fast_strings() {
-                // SAFETY: as below.
-                unsafe { x86::rep_movsb(dst, src, len) };
-            } else if (1..ALIAS_WINDOW).contains(&(d.wrapping_sub(s) % 4096)) {
-                // SAFETY: the caller's contract, `len > 128`, no overlap.
-                unsafe { x86::backward(dst, src, len) };
-            } else {
-                // SAFETY: as above.
-                unsafe { x86::forward(dst, src, len) };
+        match choose(dst as usize, src as usize, len, x86::fast_strings()) {
+            // SAFETY: the caller's contract, `len > 128`, no overlap.
+            Strategy::RepMovsb => unsafe { x86::rep_movsb(dst, src, len) },
+            // SAFETY: as above.
+            Strategy::Backward => unsafe { x86::backward(dst, src, len) },
+            // SAFETY: as above.
+            Strategy::Forward => unsafe { x86::forward(dst, src, len) },
+            Strategy::Memmove => {
+                // SAFETY: the caller's contract; `copy` is `memmove`,
+                // correct for overlapping ranges (the same memory
+                // registered twice).
+                unsafe { core::ptr::copy(src, dst, len) };
             }
-            return;
         }
     }
-    // SAFETY: the caller's contract; `copy` is `memmove`, correct for
-    // overlapping ranges (the same memory registered twice).
-    unsafe { core::ptr::copy(src, dst, len) };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: the caller's contract; `copy` is `memmove`.
+        unsafe { core::ptr::copy(src, dst, len) };
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -356,14 +410,14 @@ pub(crate) mod x86 {
         unsafe {
             asm!(
                 "2:",
-                "vmovdqu xmm0, [{s}]",
-                "vmovdqu xmm1, [{s} + 16]",
-                "vmovdqu xmm2, [{s} + 32]",
-                "vmovdqu xmm3, [{s} + 48]",
-                "vmovdqa [{d}], xmm0",
-                "vmovdqa [{d} + 16], xmm1",
-                "vmovdqa [{d} + 32], xmm2",
-                "vmovdqa [{d} + 48], xmm3",
+                "movdqu xmm0, [{s}]",
+                "movdqu xmm1, [{s} + 16]",
+                "movdqu xmm2, [{s} + 32]",
+                "movdqu xmm3, [{s} + 48]",
+                "movdqa [{d}], xmm0",
+                "movdqa [{d} + 16], xmm1",
+                "movdqa [{d} + 32], xmm2",
+                "movdqa [{d} + 48], xmm3",
                 "add {s}, 64",
                 "add {d}, 64",
                 "dec {n}",
@@ -404,14 +458,14 @@ pub(crate) mod x86 {
                 "2:",
                 "sub {s}, 64",
                 "sub {d}, 64",
-                "vmovdqu xmm0, [{s} + 48]",
-                "vmovdqu xmm1, [{s} + 32]",
-                "vmovdqu xmm2, [{s} + 16]",
-                "vmovdqu xmm3, [{s}]",
-                "vmovdqa [{d} + 48], xmm0",
-                "vmovdqa [{d} + 32], xmm1",
-                "vmovdqa [{d} + 16], xmm2",
-                "vmovdqa [{d}], xmm3",
+                "movdqu xmm0, [{s} + 48]",
+                "movdqu xmm1, [{s} + 32]",
+                "movdqu xmm2, [{s} + 16]",
+                "movdqu xmm3, [{s}]",
+                "movdqa [{d} + 48], xmm0",
+                "movdqa [{d} + 32], xmm1",
+                "movdqa [{d} + 16], xmm2",
+                "movdqa [{d}], xmm3",
                 "dec {n}",
                 "jnz 2b",
                 s = inout(reg) src.add(len - skew) => _,
@@ -525,6 +579,122 @@ mod tests {
                     assert_eq!(ours, want, "{name}: len {len} src+{s_off} dst+{d_off}");
                 }
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_strategy_follows_size_placement_and_processor() {
+        use super::Strategy::{Backward, Forward, Memmove, RepMovsb};
+        use super::choose;
+        let base = 0x10_0000usize;
+        // (destination minus source, length, fast strings, expected)
+        let cases = [
+            (8192, 4096, true, RepMovsb),
+            (8192, 4096, false, Forward),
+            (1 << 20 | 4000, 64 << 10, true, RepMovsb),
+            (1, 129, false, Memmove),
+            (4096 * 16 + 1, 4096, false, Backward),
+            (4096 * 16 + 1, 4096, true, RepMovsb),
+            (4096 * 16 + 1, 2047, true, Backward),
+            (4096 * 16 + 255, 200, false, Backward),
+            (4096 * 16 + 256, 200, false, Forward),
+            (4096 * 16 + 4095, 200, false, Forward),
+            // From 32 KiB, out of L1, `rep movsb` aliases too.
+            (1 << 20 | 1, 32 << 10, true, Backward),
+            (1 << 20 | 255, 1 << 20, true, Backward),
+            (1 << 20 | 256, 1 << 20, true, RepMovsb),
+            (1 << 20 | 1, (32 << 10) - 1, true, RepMovsb),
+        ];
+        for (delta, len, fast, want) in cases {
+            assert_eq!(
+                choose(base + delta, base, len, fast),
+                want,
+                "+{delta} len {len}"
+            );
+        }
+        // A destination below its source is never "just past" it modulo
+        // 4096 unless it wraps so.
+        assert_eq!(choose(base, base + 8191, 200, false), Backward);
+        assert_eq!(choose(base, base + 8193, 200, false), Forward);
+    }
+
+    /// The 16-byte loops must not be VEX-encoded: on a processor with
+    /// AVX, a VEX instruction writing `xmmN` clears the upper half of
+    /// `ymmN`, which in a kernel belongs to whatever thread was
+    /// interrupted. Sets the upper halves of YMM0–YMM7, calls each large
+    /// strategy, and checks the halves are intact. (Skipped, passing,
+    /// where the processor has no AVX: nothing there can clear them.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_large_strategies_leave_the_upper_halves_of_ymm_registers_alone() {
+        use core::arch::asm;
+        if !std::is_x86_feature_detected!("avx") {
+            return;
+        }
+        type Entry = unsafe extern "sysv64" fn(*mut u8, *const u8, usize);
+        unsafe extern "sysv64" fn forward(d: *mut u8, s: *const u8, n: usize) {
+            // SAFETY: as the callers below guarantee.
+            unsafe { super::x86::forward(d, s, n) }
+        }
+        unsafe extern "sysv64" fn backward(d: *mut u8, s: *const u8, n: usize) {
+            // SAFETY: as the callers below guarantee.
+            unsafe { super::x86::backward(d, s, n) }
+        }
+        unsafe extern "sysv64" fn rep_movsb(d: *mut u8, s: *const u8, n: usize) {
+            // SAFETY: as the callers below guarantee.
+            unsafe { super::x86::rep_movsb(d, s, n) }
+        }
+        let all: [(&str, Entry); 3] = [
+            ("forward", forward),
+            ("backward", backward),
+            ("rep movsb", rep_movsb),
+        ];
+        for (name, f) in all {
+            let len = 4096 + 77;
+            let src = pattern(len, 5);
+            let mut dst = vec![0u8; len + 3];
+            let mut upper = [0u8; 8 * 16];
+            // SAFETY: AVX is present (checked above); the call passes
+            // two distinct vectors' in-bounds ranges of `len > 128` bytes
+            // with the System V convention the entry points use, and the
+            // asm declares that convention's clobbers; `upper` has room
+            // for the eight 16-byte halves stored through r12, which the
+            // callee preserves. The stack is aligned for a call (no
+            // `nostack`).
+            unsafe {
+                asm!(
+                    "vcmpps ymm0, ymm0, ymm0, 15",
+                    "vcmpps ymm1, ymm1, ymm1, 15",
+                    "vcmpps ymm2, ymm2, ymm2, 15",
+                    "vcmpps ymm3, ymm3, ymm3, 15",
+                    "vcmpps ymm4, ymm4, ymm4, 15",
+                    "vcmpps ymm5, ymm5, ymm5, 15",
+                    "vcmpps ymm6, ymm6, ymm6, 15",
+                    "vcmpps ymm7, ymm7, ymm7, 15",
+                    "call rax",
+                    "vextractf128 [r12], ymm0, 1",
+                    "vextractf128 [r12 + 16], ymm1, 1",
+                    "vextractf128 [r12 + 32], ymm2, 1",
+                    "vextractf128 [r12 + 48], ymm3, 1",
+                    "vextractf128 [r12 + 64], ymm4, 1",
+                    "vextractf128 [r12 + 80], ymm5, 1",
+                    "vextractf128 [r12 + 96], ymm6, 1",
+                    "vextractf128 [r12 + 112], ymm7, 1",
+                    "vzeroupper",
+                    in("rax") f,
+                    in("rdi") dst.as_mut_ptr().add(3),
+                    in("rsi") src.as_ptr(),
+                    in("rdx") len,
+                    in("r12") upper.as_mut_ptr(),
+                    clobber_abi("sysv64"),
+                );
+            }
+            assert_eq!(&dst[3..], &src[..], "{name} copied");
+            assert!(
+                upper.iter().all(|&b| b == 0xFF),
+                "{name} cleared upper YMM halves: {upper:02x?}"
+            );
         }
     }
 
