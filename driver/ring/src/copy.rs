@@ -361,8 +361,10 @@ pub(crate) mod x86 {
         intel && v.eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 9) != 0
     }
 
-    /// The first 64 bytes unaligned, then `rep movsb` from the
-    /// destination's first cache-line boundary.
+    /// `rep movsb` from the destination's first cache-line boundary, and
+    /// the bytes before it (when the destination is not aligned) as the
+    /// first 64 unaligned. (Copying a head of 64 when none is needed costs
+    /// an aligned 4 KiB copy a sixth of its speed.)
     ///
     /// # Safety
     /// `src` valid for reads and `dst` for writes of `len > 64` bytes, not
@@ -371,7 +373,7 @@ pub(crate) mod x86 {
     pub(crate) unsafe fn rep_movsb(dst: *mut u8, src: *const u8, len: usize) {
         // SAFETY: `len > 64`: the first 64 bytes are inside.
         let head = unsafe { load64(src) };
-        let skew = 64 - (dst as usize & 63); // 1..=64
+        let skew = (dst as usize).wrapping_neg() & 63; // 0..=63
         // SAFETY: `len - skew` bytes from `src + skew` and `dst + skew` are
         // inside both ranges; the direction flag is clear (the ABI's rule
         // at every call); the registers it changes are declared.
@@ -384,8 +386,10 @@ pub(crate) mod x86 {
                 options(nostack, preserves_flags),
             );
         }
-        // SAFETY: the first 64 bytes of `dst` are inside.
-        unsafe { store64(dst, head) };
+        if skew != 0 {
+            // SAFETY: the first 64 bytes of `dst` are inside.
+            unsafe { store64(dst, head) };
+        }
     }
 
     /// Forward: the first 64 bytes unaligned, then whole cache lines of
@@ -569,9 +573,12 @@ mod tests {
         ];
         for (name, f) in all {
             for len in [129, 130, 191, 192, 193, 255, 256, 1000, 4096, 4099, 70_000] {
+                // The destination offsets count from the vector's first
+                // cache-line boundary: 0 is aligned, 1 and 63 the extremes.
                 for (s_off, d_off) in [(0, 0), (0, 1), (5, 0), (13, 77), (64, 63), (1, 4095)] {
                     let src = pattern(s_off + len, 9);
-                    let mut ours = vec![0xEEu8; d_off + len + 64];
+                    let mut ours = vec![0xEEu8; d_off + len + 128];
+                    let d_off = d_off + ours.as_ptr().align_offset(64);
                     let mut want = ours.clone();
                     want[d_off..d_off + len].copy_from_slice(&src[s_off..]);
                     // SAFETY: in bounds of two distinct vectors, `len > 128`.
