@@ -42,6 +42,12 @@ mod soft;
 #[cfg(all(feature = "soft", not(feature = "model")))]
 pub(crate) use soft::Hw;
 
+/// ntstatus.h's `STATUS_DEVICE_CONFIGURATION_ERROR`: the device's
+/// resources are not the backend's (a PCI HCA without its register BAR, a
+/// software HCA given bus resources: the other build's device).
+#[allow(clippy::cast_possible_wrap)]
+pub(crate) const STATUS_DEVICE_CONFIGURATION_ERROR: NTSTATUS = 0xC000_0182_u32 as NTSTATUS;
+
 /// The HCA a backend made, and its services.
 pub(crate) struct Made<H: Backend> {
     /// The HCA the core's device drives (and the kernel ULPs' doorbells

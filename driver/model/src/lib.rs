@@ -21,7 +21,8 @@
 //!
 //! [`protocol`] is the interface between them (registers, command queue,
 //! event queue entries, command encoding), [`gsi`] the GSI's MAD rings;
-//! [`uar`] the doorbell pages in BAR 2. Nothing passes around the seam:
+//! [`uar`] the doorbell pages in BAR 2; [`config`] the PCI configuration
+//! space (the hardware ID the INF matches, the MSI-X table). Nothing passes around the seam:
 //! the device model's engine works on its views of the driver's memory
 //! and on its own BAR memory.
 //! docs/hardware-seam.md walks through the protocol as a worked example
@@ -32,6 +33,7 @@
 
 extern crate alloc;
 
+pub mod config;
 pub mod gsi;
 mod hca;
 pub mod protocol;

@@ -37,6 +37,7 @@ use irpverbs_ring::{Region, Shared};
 use irpverbs_soft::SoftHca;
 use zerocopy::IntoBytes;
 
+use crate::config::MSIX_TABLE_SIZE;
 use crate::gsi::*;
 use crate::protocol::*;
 use crate::uar::*;
@@ -222,7 +223,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             .try_reserve_exact(UAR_PAGES)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
         uar_pages.resize_with(UAR_PAGES, UarPage::default);
-        let n = (1 + soft.comp_event_queues() as usize).min(MAX_EQS);
+        let n = (1 + soft.comp_event_queues() as usize).min(usize::from(MSIX_TABLE_SIZE));
         let mut eqs = Vec::new();
         eqs.try_reserve_exact(n)
             .map_err(|_| STATUS_INSUFFICIENT_RESOURCES)?;
@@ -331,6 +332,11 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             Err(status) => result(0, status),
         };
         state.result.store(value, Ordering::Release);
+    }
+
+    /// A read of its PCI configuration space ([`crate::config`]).
+    pub fn read_config(&self, offset: usize, width: usize) -> u32 {
+        crate::config::read_config(offset, width)
     }
 
     /// The MSI-X messages the device needs (one per event queue).

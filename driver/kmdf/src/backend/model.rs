@@ -31,16 +31,11 @@ use irpverbs_model::uar::UAR_BAR;
 use irpverbs_ring::Shared;
 use wdk_sys::{NTSTATUS, WDFCMRESLIST, WDFDEVICE};
 
-use super::{Backend, Made};
+use super::{Backend, Made, STATUS_DEVICE_CONFIGURATION_ERROR};
 use crate::device::{Bus, state};
 use crate::pci::{KmdfInterrupt, KmdfPci, PciResources};
 use crate::platform::KmdfPlatform;
 use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
-
-/// ntstatus.h's `STATUS_DEVICE_CONFIGURATION_ERROR`: the device's
-/// resources lack its register BAR.
-#[allow(clippy::cast_possible_wrap)]
-const STATUS_DEVICE_CONFIGURATION_ERROR: NTSTATUS = 0xC000_0182_u32 as NTSTATUS;
 
 /// The HCA the core's device holds: the mini-driver over the seam.
 pub(crate) type Hw = Shared<ModelHca<KmdfPci>>;

@@ -23,9 +23,11 @@ use irpverbs_abi::STATUS_INSUFFICIENT_RESOURCES;
 use irpverbs_ring::Shared;
 use irpverbs_soft::{SoftBus, SoftConfig, SoftHca, default_comp_vectors};
 use wdk_sys::ntddk::KeQueryActiveProcessorCountEx;
-use wdk_sys::{ALL_PROCESSOR_GROUPS, NTSTATUS, WDFCMRESLIST, WDFDEVICE};
+use wdk_sys::{
+    ALL_PROCESSOR_GROUPS, NTSTATUS, WDFCMRESLIST, WDFDEVICE, call_unsafe_wdf_function_binding,
+};
 
-use super::{Backend, Made};
+use super::{Backend, Made, STATUS_DEVICE_CONFIGURATION_ERROR};
 use crate::device::Bus;
 use crate::platform::KmdfPlatform;
 use clock::TransportTimer;
@@ -127,11 +129,21 @@ impl Backend for Hw {
         Ok(Some(Made { hca, services }))
     }
 
+    /// A root-enumerated device has no bus resources: resources mean the
+    /// INF bound this build to a PCI function (the model build's device),
+    /// which it refuses with `STATUS_DEVICE_CONFIGURATION_ERROR`.
     unsafe fn prepare_hardware(
         _device: WDFDEVICE,
         _raw: WDFCMRESLIST,
-        _translated: WDFCMRESLIST,
+        translated: WDFCMRESLIST,
     ) -> Result<Option<Made<Self>>, NTSTATUS> {
+        // SAFETY: the framework's list of this EvtDevicePrepareHardware
+        // (caller).
+        let count =
+            unsafe { call_unsafe_wdf_function_binding!(WdfCmResourceListGetCount, translated) };
+        if count != 0 {
+            return Err(STATUS_DEVICE_CONFIGURATION_ERROR);
+        }
         Ok(None)
     }
 
