@@ -1028,6 +1028,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
+    /// Posts the commands the HCA gave back (its command queue full, or
+    /// its device out of D0) now, in order, as the DPC does after a
+    /// completion; the rest stays in the backlog. A backend whose device
+    /// comes back to D0 calls it (D0Entry), since no completion is due to
+    /// post them.
+    ///
+    /// IRQL: <= DISPATCH_LEVEL.
+    pub fn post_backlog(&self) {
+        self.state.lock(|s| self.flush_backlog(s));
+    }
+
     // ------------------------------------------------------------- DPC
 
     /// The HCA interrupt's DPC: drains the event queue, applies every

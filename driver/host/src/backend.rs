@@ -184,6 +184,9 @@ impl BarModel for HostSilicon {
     fn write(&self, offset: usize, width: usize, value: u64) {
         Silicon::write(self, offset, width, value);
     }
+    fn power(&self, d0: bool) {
+        Silicon::power(self, d0);
+    }
 }
 
 /// The driver's MSI-X handler: the mini-driver's ISR, then the device's

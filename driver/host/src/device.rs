@@ -834,6 +834,13 @@ impl HostDevice {
     /// interrupts, resets the device, frees its queues and mappings.
     fn release_model(&self) {
         if let Some(parts) = &self.model {
+            // Removed while asleep: the function is reset to D0 for its
+            // release (the driver's reset and unmapping need the device
+            // to listen), as a bus driver's removal of a function in D3
+            // does.
+            if !self.platform.device_in_d0() {
+                self.platform.set_device_power(true);
+            }
             parts.release();
         }
     }
@@ -918,6 +925,13 @@ impl HostDevice {
         self.device.stop_cm_timer();
         self.cm_timer.cancel();
         self.stop_engine();
+        // The model HCA: the mini-driver stops touching its device
+        // (`EvtDeviceD0Exit`), then the bus driver puts the function in
+        // D3hot: from now on a register access or a DMA is a bugcheck.
+        if let Some(parts) = &self.model {
+            self.platform.driver_code(|| parts.hca.suspend());
+            self.platform.set_device_power(false);
+        }
         *in_d0 = false;
     }
 
@@ -935,6 +949,21 @@ impl HostDevice {
         let mut in_d0 = self.in_d0.lock().unwrap_or_else(PoisonError::into_inner);
         if *in_d0 {
             return Ok(());
+        }
+        // The model HCA: the bus driver puts the function back in D0
+        // (its state kept), then `EvtDeviceD0Entry` rings what was rung
+        // meanwhile, re-arms the event queues and posts the commands that
+        // waited.
+        if let Some(parts) = &self.model {
+            self.platform.set_device_power(true);
+            self.platform.driver_code(|| {
+                parts.hca.resume();
+                parts.hca.arm_event_queue();
+                for v in 0..parts.hca.comp_event_queues() {
+                    parts.hca.arm_comp_event_queue(v);
+                }
+                self.device.post_backlog();
+            });
         }
         self.start_engine()?;
         if self.user_doorbells == UserDoorbells::Page {

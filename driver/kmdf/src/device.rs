@@ -999,6 +999,9 @@ extern "C" fn evt_device_d0_entry(
             state.cm_timer.stop(&state.device);
             return status;
         }
+        // Commands the HCA gave back while out of D0 (a PCI HCA's device
+        // asleep) are posted now: no completion is due to post them.
+        state.device.post_backlog();
         if <Hw as Backend>::SOFTWARE_INTERRUPTS {
             state.bus.interrupt();
             // Each vector's DPC too: what its event queue got before the
@@ -1033,6 +1036,10 @@ extern "C" fn evt_device_d0_exit(
         state.cm_timer.stop(&state.device);
         if target_state == _WDF_POWER_DEVICE_STATE::WdfPowerDeviceD3Final {
             state.device.remove();
+            // The device leaves D0 for good: a PCI HCA is reset and its
+            // mappings dropped now, while it still listens
+            // (EvtDeviceReleaseHardware runs after the power-down).
+            state.device.hca().release_hardware();
         }
     }
     STATUS_SUCCESS

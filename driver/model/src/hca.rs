@@ -18,7 +18,7 @@
 //! allocates nothing; each call takes at most what its caller's batch
 //! holds.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -69,6 +69,16 @@ pub static UAR_LOCK: LockClass = LockClass {
 
 /// An index of BAR 2 being opened or closed.
 const UAR_OPENING: u32 = u32::MAX;
+/// An index of BAR 2 freed while the device was out of D0: the device
+/// closes it at [`ModelHca::resume`].
+const UAR_CLOSE_AT_D0: u32 = u32::MAX - 1;
+
+/// A doorbell of a queue rung while the device was out of D0
+/// ([`LiveQueue::missed`]), rung at [`ModelHca::resume`].
+const MISSED_SQ: u8 = 1;
+const MISSED_RQ: u8 = 2;
+const MISSED_SRQ: u8 = 4;
+const MISSED_CQ_ARM: u8 = 8;
 
 /// The GSI's MAD rings ([`crate::gsi`]) in one common buffer: the send
 /// ring, then the receive ring, and the driver's indices.
@@ -158,6 +168,8 @@ struct LiveQueue<M> {
     kind: QueueKind,
     number: u32,
     mappings: [Option<M>; 2],
+    /// Its doorbells rung out of D0 (`MISSED_*` bits).
+    missed: u8,
 }
 
 /// The command queue, EQ 0 and the registrations' mappings (under
@@ -172,6 +184,8 @@ struct Commands<P: PciPlatform> {
     /// Live queues' rings' mappings (room reserved when posted).
     queues: Vec<LiveQueue<P::DmaMapping>>,
     creates_in_flight: usize,
+    /// In D0 ([`ModelHca::suspend`], [`ModelHca::resume`]).
+    powered: bool,
 }
 
 /// The model HCA's mini-driver. See the module docs.
@@ -189,6 +203,18 @@ pub struct ModelHca<P: PciPlatform + Clone> {
     uars: P::Lock<Vec<u32>>,
     interrupts: Vec<AtomicU64>,
     mads: P::Lock<Option<MadRings<P::CommonBuffer>>>,
+    /// Out of D0 ([`Self::suspend`] until [`Self::resume`]): no register
+    /// access.
+    asleep: AtomicBool,
+    /// Register accesses in progress that checked [`Self::asleep`]
+    /// ([`Self::awake`]): `suspend` waits for them.
+    accessing: AtomicU32,
+    /// `ring_doorbell_pages` asked for out of D0.
+    missed_pages: AtomicBool,
+    /// A MAD queued on the send ring out of D0 (its doorbell waits).
+    missed_mad: AtomicBool,
+    /// [`Self::release`] ran.
+    released: AtomicBool,
 }
 
 /// Writes `len` bytes of `v` little-endian into `region` at `at`.
@@ -288,6 +314,7 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
                 regs_in_flight: 0,
                 queues: Vec::new(),
                 creates_in_flight: 0,
+                powered: true,
             },
         );
         // The MAD rings last: once the device has them, a MAD arriving
@@ -318,7 +345,220 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
             uars,
             interrupts,
             mads,
+            asleep: AtomicBool::new(false),
+            accessing: AtomicU32::new(0),
+            missed_pages: AtomicBool::new(false),
+            missed_mad: AtomicBool::new(false),
+            released: AtomicBool::new(false),
         })
+    }
+
+    /// Runs `access` (register accesses) if the device is in D0; `None`
+    /// out of D0. [`Self::suspend`] waits for the accesses that found it
+    /// in D0.
+    ///
+    /// IRQL: any (no lock of its own).
+    #[inline]
+    fn awake<R>(&self, access: impl FnOnce() -> R) -> Option<R> {
+        self.awake_with((), |()| access()).ok()
+    }
+
+    /// [`Self::awake`] with `value` handed to `access`, or given back out
+    /// of D0.
+    #[inline]
+    fn awake_with<T, R>(&self, value: T, access: impl FnOnce(T) -> R) -> Result<R, T> {
+        self.accessing.fetch_add(1, Ordering::SeqCst);
+        let r = if self.asleep.load(Ordering::SeqCst) {
+            Err(value)
+        } else {
+            Ok(access(value))
+        };
+        self.accessing.fetch_sub(1, Ordering::Release);
+        r
+    }
+
+    /// A queue doorbell: a register write in D0; out of D0 it is
+    /// remembered on the queue and rung at [`Self::resume`].
+    #[inline]
+    fn queue_doorbell(&self, kind: u64, number: u32) {
+        let value = (kind << 32) | u64::from(number);
+        if self
+            .awake(|| self.bar.write64(REG_QUEUE_DOORBELL, value))
+            .is_none()
+        {
+            self.doorbell_out_of_d0(kind, number);
+        }
+    }
+
+    #[cold]
+    fn doorbell_out_of_d0(&self, kind: u64, number: u32) {
+        let (queue, bit) = match kind {
+            DB_SQ => (QueueKind::Qp, MISSED_SQ),
+            DB_RQ => (QueueKind::Qp, MISSED_RQ),
+            DB_SRQ => (QueueKind::Srq, MISSED_SRQ),
+            _ => (QueueKind::Cq, MISSED_CQ_ARM),
+        };
+        let in_d0 = self.cmd.lock(|c| {
+            if c.powered {
+                return true;
+            }
+            if let Some(q) = c
+                .queues
+                .iter_mut()
+                .find(|q| q.kind == queue && q.number == number)
+            {
+                q.missed |= bit;
+            }
+            false
+        });
+        // Back in D0 meanwhile: rung now.
+        if in_d0 {
+            let _ = self.awake(|| {
+                self.bar
+                    .write64(REG_QUEUE_DOORBELL, (kind << 32) | u64::from(number))
+            });
+        }
+    }
+
+    /// `EvtDeviceD0Exit` (the device is about to leave D0 for a sleep
+    /// state): the mini-driver stops touching the device. From now on:
+    ///
+    /// - a command is not posted: `post_command` gives it back, as when
+    ///   the queue is full, and the core keeps it in its backlog until
+    ///   [`Self::resume`] (`Device::post_backlog`): commands wait, as
+    ///   mlx5's command interface holds commands while the device is
+    ///   suspended, rather than fail;
+    /// - a queue's doorbell is remembered on the queue, a doorbell-page
+    ///   scan and a MAD's doorbell are remembered; all are rung at
+    ///   [`Self::resume`];
+    /// - the event queues are not polled or re-armed (their interrupts
+    ///   are disabled: the framework disconnects the messages before
+    ///   D0Exit);
+    /// - a doorbell page is not opened or bound
+    ///   (`STATUS_INVALID_DEVICE_STATE`); one freed is closed at
+    ///   [`Self::resume`].
+    ///
+    /// Commands the device holds already complete after D0Entry: the
+    /// device keeps its state across D3hot. Returns once no register
+    /// access is in progress. Asleep already: nothing.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn suspend(&self) {
+        self.cmd.lock(|c| c.powered = false);
+        self.asleep.store(true, Ordering::SeqCst);
+        while self.accessing.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
+        }
+    }
+
+    /// `EvtDeviceD0Entry` after a sleep (the device is in D0 again, with
+    /// its state): rings what was rung out of D0 (each queue's doorbells,
+    /// the doorbell pages' scan, the MAD rings' indices) and closes the
+    /// doorbell pages freed meanwhile. The caller then re-arms the event
+    /// queues (their entries written before the sleep raise their
+    /// messages) and posts the core's backlog. In D0 already: nothing
+    /// but the re-ringing of nothing.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn resume(&self) {
+        self.cmd.lock(|c| c.powered = true);
+        self.asleep.store(false, Ordering::SeqCst);
+        // Each queue's doorbells, one queue per lock hold (a doorbell
+        // runs the device: no driver lock is held across it). A queue
+        // whose doorbell rings from now on is rung at once.
+        let mut from = 0;
+        loop {
+            let found = self.cmd.lock(|c| {
+                let i = from + c.queues.get(from..)?.iter().position(|q| q.missed != 0)?;
+                let q = &mut c.queues[i];
+                let missed = core::mem::take(&mut q.missed);
+                Some((i, q.number, missed))
+            });
+            let Some((i, number, missed)) = found else {
+                if from == 0 {
+                    break;
+                }
+                // The list may have moved: once more from its start.
+                from = 0;
+                continue;
+            };
+            from = i;
+            for (bit, kind) in [
+                (MISSED_SQ, DB_SQ),
+                (MISSED_RQ, DB_RQ),
+                (MISSED_SRQ, DB_SRQ),
+                (MISSED_CQ_ARM, DB_CQ_ARM),
+            ] {
+                if missed & bit != 0 {
+                    self.queue_doorbell(kind, number);
+                }
+            }
+        }
+        self.close_deferred_pages();
+        if self.missed_pages.swap(false, Ordering::AcqRel) {
+            let _ = self.ring_doorbell_pages();
+        }
+        let indices = self.mads.lock(|m| m.as_ref().map(|m| (m.sq_pi, m.rq_ci)));
+        if let Some((pi, ci)) = indices {
+            let _ = self.awake(|| {
+                if self.missed_mad.swap(false, Ordering::AcqRel) {
+                    let _ = self.bar.write32(REG_MAD_SQ_DOORBELL, pi);
+                }
+                let _ = self.bar.write32(REG_MAD_RQ_DOORBELL, ci);
+            });
+        }
+    }
+
+    /// `post_command` in D0 (the caller counts as a register access).
+    fn post_in_d0(&self, token: u64, command: Command) -> Result<(), Command> {
+        let posted = self.cmd.lock(|c| {
+            let Some(slot) = c.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+                return Err(());
+            };
+            match self.fill(c, slot, token, &command) {
+                Ok(s) => {
+                    c.slots[slot] = s;
+                    Ok(Some(slot))
+                }
+                // The queue is gone (released): refused like a full one.
+                Err(_) => Err(()),
+            }
+        });
+        match posted {
+            Ok(Some(slot)) => {
+                let _ = self.bar.write32(REG_CMD_DOORBELL, 1 << slot);
+                Ok(())
+            }
+            _ => Err(command),
+        }
+    }
+
+    /// Closes the doorbell pages freed out of D0.
+    fn close_deferred_pages(&self) {
+        for index in 0..self.uars.lock(|u| u.len()) {
+            let closing = self.uars.lock(|u| {
+                let closing = u[index] == UAR_CLOSE_AT_D0;
+                if closing {
+                    u[index] = UAR_OPENING;
+                }
+                closing
+            });
+            if closing {
+                let closed = self.uar_op(index, REG_UAR_CLOSE, None);
+                let left = if closed == Err(STATUS_INVALID_DEVICE_STATE) {
+                    UAR_CLOSE_AT_D0
+                } else {
+                    0
+                };
+                self.uars.lock(|u| u[index] = left);
+            }
+        }
+    }
+
+    /// Whether the mini-driver treats the device as in D0 (not between
+    /// [`Self::suspend`] and [`Self::resume`]).
+    pub fn in_d0(&self) -> bool {
+        !self.asleep.load(Ordering::SeqCst)
     }
 
     /// The ISR of MSI-X message `message` (EQ `message`): counts it and
@@ -380,6 +620,9 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
     ///
     /// IRQL: PASSIVE_LEVEL.
     pub fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let _ = self.bar.write32(REG_RESET, 1);
         for n in 0..self.interrupts.len() {
             let _ = self.bar.write64(eq_reg(n, EQ_BASE), 0);
@@ -411,11 +654,15 @@ impl<P: PciPlatform + Clone> ModelHca<P> {
         register: usize,
         target: Option<DoorbellTarget>,
     ) -> Result<u32, NtStatus> {
-        match target {
-            Some(t) => self.bar.write64(register, encode_bind(index, t))?,
-            None => self.bar.write32(register, index as u32)?,
-        }
-        let r = self.bar.read64(uar_result(index))?;
+        let r = self
+            .awake(|| {
+                match target {
+                    Some(t) => self.bar.write64(register, encode_bind(index, t))?,
+                    None => self.bar.write32(register, index as u32)?,
+                }
+                self.bar.read64(uar_result(index))
+            })
+            .ok_or(STATUS_INVALID_DEVICE_STATE)??;
         let status = (r >> 32) as u32 as NtStatus;
         if status != STATUS_SUCCESS {
             return Err(status);
@@ -763,6 +1010,7 @@ fn keep_queue<P: PciPlatform>(
             kind,
             number,
             mappings,
+            missed: 0,
         });
     }
 }
@@ -958,26 +1206,9 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
     ///
     /// IRQL: <= DISPATCH_LEVEL.
     fn post_command(&self, token: u64, command: Command) -> Result<(), Command> {
-        let posted = self.cmd.lock(|c| {
-            let Some(slot) = c.slots.iter().position(|s| matches!(s, Slot::Free)) else {
-                return Err(());
-            };
-            match self.fill(c, slot, token, &command) {
-                Ok(s) => {
-                    c.slots[slot] = s;
-                    Ok(Some(slot))
-                }
-                // The queue is gone (released): refused like a full one.
-                Err(_) => Err(()),
-            }
-        });
-        match posted {
-            Ok(Some(slot)) => {
-                let _ = self.bar.write32(REG_CMD_DOORBELL, 1 << slot);
-                Ok(())
-            }
-            _ => Err(command),
-        }
+        // Out of D0 the command waits in the core's backlog.
+        self.awake_with(command, |command| self.post_in_d0(token, command))
+            .unwrap_or_else(Err)
     }
 
     fn poll_event(&self) -> Option<Event> {
@@ -1012,7 +1243,9 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
                 }
             }
             if took && let Some(eq) = &c.eq {
-                let _ = self.bar.write32(eq_reg(0, EQ_CI), eq.ci);
+                // Out of D0 the consumer index reaches the device with
+                // the re-arm after D0Entry.
+                let _ = self.awake(|| self.bar.write32(eq_reg(0, EQ_CI), eq.ci));
             }
             n
         })
@@ -1021,7 +1254,7 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
     fn arm_event_queue(&self) {
         self.cmd.lock(|c| {
             if let Some(eq) = &c.eq {
-                let _ = self.bar.write32(eq_reg(0, EQ_ARM), eq.ci);
+                let _ = self.awake(|| self.bar.write32(eq_reg(0, EQ_ARM), eq.ci));
             }
         });
     }
@@ -1049,7 +1282,7 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
                 }
             }
             if took {
-                let _ = self.bar.write32(eq_reg(vector as usize + 1, EQ_CI), q.ci);
+                let _ = self.awake(|| self.bar.write32(eq_reg(vector as usize + 1, EQ_CI), q.ci));
             }
             n
         })
@@ -1059,34 +1292,27 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
         if let Some(q) = self.comp.get(vector as usize) {
             q.lock(|q| {
                 if let Some(q) = q {
-                    let _ = self.bar.write32(eq_reg(vector as usize + 1, EQ_ARM), q.ci);
+                    let _ =
+                        self.awake(|| self.bar.write32(eq_reg(vector as usize + 1, EQ_ARM), q.ci));
                 }
             });
         }
     }
 
     fn sq_doorbell(&self, qpn: u32) {
-        let _ = self
-            .bar
-            .write64(REG_QUEUE_DOORBELL, (DB_SQ << 32) | u64::from(qpn));
+        self.queue_doorbell(DB_SQ, qpn);
     }
 
     fn rq_doorbell(&self, qpn: u32) {
-        let _ = self
-            .bar
-            .write64(REG_QUEUE_DOORBELL, (DB_RQ << 32) | u64::from(qpn));
+        self.queue_doorbell(DB_RQ, qpn);
     }
 
     fn srq_doorbell(&self, srqn: u32) {
-        let _ = self
-            .bar
-            .write64(REG_QUEUE_DOORBELL, (DB_SRQ << 32) | u64::from(srqn));
+        self.queue_doorbell(DB_SRQ, srqn);
     }
 
     fn cq_arm_doorbell(&self, cqn: u32) {
-        let _ = self
-            .bar
-            .write64(REG_QUEUE_DOORBELL, (DB_CQ_ARM << 32) | u64::from(cqn));
+        self.queue_doorbell(DB_CQ_ARM, cqn);
     }
 
     /// The device forgets registered memory (a reset), then every
@@ -1094,7 +1320,11 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
     /// rings are the driver's own memory: they stay mapped until each
     /// queue's destroy.
     fn device_removed(&self) {
-        let _ = self.bar.write32(REG_RESET, 1);
+        // Out of D0 the device cannot be reset: the mappings stay until
+        // the release (which resets it first).
+        if self.awake(|| self.bar.write32(REG_RESET, 1)).is_none() {
+            return;
+        }
         let mrs = self.cmd.lock(|c| core::mem::take(&mut c.mrs));
         drop(mrs);
     }
@@ -1136,23 +1366,38 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
     }
 
     /// The device closes the page; its index is free again.
+    /// Out of D0 the index is closed at [`ModelHca::resume`].
     fn free_doorbell_page(&self, page: u32) {
         let Some(index) = self.uars.lock(|u| {
-            let i = u.iter().position(|&p| p == page && p != UAR_OPENING)?;
+            let i = u
+                .iter()
+                .position(|&p| p == page && p != UAR_OPENING && p != UAR_CLOSE_AT_D0)?;
             u[i] = UAR_OPENING;
             Some(i)
         }) else {
             return;
         };
-        let _ = self.uar_op(index, REG_UAR_CLOSE, None);
-        self.uars.lock(|u| u[index] = 0);
+        let closed = self.uar_op(index, REG_UAR_CLOSE, None);
+        let left = if closed == Err(STATUS_INVALID_DEVICE_STATE) {
+            UAR_CLOSE_AT_D0
+        } else {
+            0
+        };
+        self.uars.lock(|u| u[index] = left);
+        // Back in D0 meanwhile: closed now.
+        if left != 0 && self.in_d0() {
+            self.close_deferred_pages();
+        }
     }
 
     /// The device binds the queue to a free slot of the page.
     fn bind_doorbell(&self, page: u32, target: DoorbellTarget) -> Result<u32, NtStatus> {
         let index = self
             .uars
-            .lock(|u| u.iter().position(|&p| p == page && p != UAR_OPENING))
+            .lock(|u| {
+                u.iter()
+                    .position(|&p| p == page && p != UAR_OPENING && p != UAR_CLOSE_AT_D0)
+            })
             .ok_or(STATUS_INVALID_PARAMETER)?;
         self.uar_op(index, REG_UAR_BIND, Some(target))
     }
@@ -1162,7 +1407,17 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
         if self.uar.is_none() {
             return Err(STATUS_NOT_SUPPORTED);
         }
-        self.bar.write32(REG_UAR_RUNG, 1)
+        // Out of D0 the device scans its pages at D0Entry.
+        match self.awake(|| self.bar.write32(REG_UAR_RUNG, 1)) {
+            Some(r) => r,
+            None => {
+                self.missed_pages.store(true, Ordering::SeqCst);
+                if self.in_d0() && self.missed_pages.swap(false, Ordering::AcqRel) {
+                    return self.ring_doorbell_pages();
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Puts the MAD in the send ring's next entry and rings the MAD
@@ -1200,7 +1455,19 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
             m.sq_pi = m.sq_pi.wrapping_add(1);
             Ok(m.sq_pi)
         })?;
-        self.bar.write32(REG_MAD_SQ_DOORBELL, pi)
+        // Out of D0 the doorbell is rung at D0Entry (the MAD waits in the
+        // ring).
+        match self.awake(|| self.bar.write32(REG_MAD_SQ_DOORBELL, pi)) {
+            Some(r) => r,
+            None => {
+                self.missed_mad.store(true, Ordering::SeqCst);
+                // Back in D0 meanwhile: rung now.
+                if self.in_d0() && self.missed_mad.swap(false, Ordering::AcqRel) {
+                    let _ = self.awake(|| self.bar.write32(REG_MAD_SQ_DOORBELL, pi));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Takes the receive ring's next full entry, gives it back, and tells
@@ -1233,7 +1500,7 @@ impl<P: PciPlatform + Clone> Hca for ModelHca<P> {
             (None, taken)
         });
         if let Some(ci) = ci {
-            let _ = self.bar.write32(REG_MAD_RQ_DOORBELL, ci);
+            let _ = self.awake(|| self.bar.write32(REG_MAD_RQ_DOORBELL, ci));
         }
         mad
     }

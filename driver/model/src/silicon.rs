@@ -193,6 +193,8 @@ pub struct Silicon<P: Platform, B: DeviceBus> {
     eqs: Vec<DevEq>,
     slots: Vec<DevSlot>,
     running: AtomicBool,
+    /// Out of D0 ([`Self::power`]): no DMA, no message.
+    asleep: AtomicBool,
     again: AtomicBool,
     commands: AtomicU64,
     refused: AtomicU64,
@@ -245,6 +247,7 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             eqs,
             slots,
             running: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
             again: AtomicBool::new(false),
             commands: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -332,6 +335,40 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
             Err(status) => result(0, status),
         };
         state.result.store(value, Ordering::Release);
+    }
+
+    /// The function's power state changes (the PCI bus driver's write of
+    /// its power management register; host mode:
+    /// `HostPlatform::set_device_power`). Leaving D0 (`false`): the device
+    /// finishes the work it is doing, then does none (no DMA, no MSI-X
+    /// message) until it is back in D0; it keeps its state across D3hot
+    /// (its power management capability's No_Soft_Reset), so commands
+    /// rung before, events its engine queues meanwhile and MADs that
+    /// arrive wait in the device. Back in D0 (`true`): it runs what
+    /// waited.
+    ///
+    /// The engine's own clock and port keep running (the port stays up,
+    /// as a device armed for wake keeps its link); what it moves through
+    /// the views it holds of queues and registered memory is the one
+    /// device access out of D0 the IOMMU model does not see.
+    ///
+    /// IRQL: PASSIVE_LEVEL.
+    pub fn power(&self, d0: bool) {
+        if d0 {
+            self.asleep.store(false, Ordering::SeqCst);
+            self.bus.kick();
+        } else {
+            self.asleep.store(true, Ordering::SeqCst);
+            // A run in progress ends (it checks between steps).
+            while self.running.load(Ordering::SeqCst) {
+                core::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Whether the device is in D0 ([`Self::power`]).
+    pub fn in_d0(&self) -> bool {
+        !self.asleep.load(Ordering::SeqCst)
     }
 
     /// A read of its PCI configuration space ([`crate::config`]).
@@ -493,6 +530,12 @@ impl<P: Platform, B: DeviceBus> Silicon<P, B> {
         }
         loop {
             self.again.store(false, Ordering::Release);
+            if self.asleep.load(Ordering::SeqCst) {
+                // Out of D0: the work waits for D0 ([`Self::power`] runs
+                // the device again).
+                self.running.store(false, Ordering::SeqCst);
+                break;
+            }
             if self.status.load(Ordering::Acquire) & STATUS_FATAL == 0
                 && let Err(_status) = self.step()
             {

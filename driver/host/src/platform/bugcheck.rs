@@ -139,6 +139,11 @@ pub mod verifier {
     /// mapped into it), which on Windows is gone by then: a fault in
     /// whatever the attach finds. (process, mapping or 0, 0)
     pub const HOST_EXITED_PROCESS_TOUCHED: u64 = 0x2002;
+    /// Host-defined: the driver read or wrote a register of its device
+    /// while the function was out of D0 (between D0Exit and D0Entry):
+    /// on hardware the write is lost and the read gives all ones.
+    /// (BAR, offset, width)
+    pub const HOST_REGISTER_ACCESS_OUT_OF_D0: u64 = 0x2003;
 }
 
 /// Parameter 1 values of 0x133 DPC_WATCHDOG_VIOLATION, and the host's
@@ -200,6 +205,11 @@ pub mod dma {
     /// back a scatter/gather list) the device still holds a view of (a
     /// queue or a registration it was given and has not let go of).
     pub const FAULT_UNMAPPED_WHILE_VIEWED: u64 = 0x5;
+    /// Fault type, host-defined: the device did DMA (or raised an MSI-X
+    /// message, a DMA write) while the function was in D3, which a
+    /// device does only if its driver did not quiesce it before D0Exit
+    /// returned. (0x26, 0, logical address or message, 0x6)
+    pub const FAULT_POWERED_DOWN: u64 = 0x6;
 }
 
 /// Parameter 1 (and for [`REQUEST_FATAL_ERROR`](wdf::REQUEST_FATAL_ERROR),

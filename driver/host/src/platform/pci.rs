@@ -53,12 +53,12 @@
 //! is the driver's, charged and fallible.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use irpverbs_abi::{
     NtStatus, STATUS_DEVICE_BUSY, STATUS_INSUFFICIENT_RESOURCES, STATUS_INVALID_ADDRESS,
-    STATUS_INVALID_PARAMETER,
+    STATUS_INVALID_DEVICE_STATE, STATUS_INVALID_PARAMETER,
 };
 use irpverbs_core::platform::{
     Bar, CommonBuffer, DISPATCH_LEVEL, DMA_PAGE_SIZE, DmaDirection, DmaMapping, Interrupt,
@@ -66,7 +66,7 @@ use irpverbs_core::platform::{
 };
 use irpverbs_ring::{Region, Shared};
 
-use super::bugcheck::{codes, dma, stop};
+use super::bugcheck::{codes, dma, stop, verifier};
 use super::{HostPlatform, heap, irql};
 
 /// Where logical addresses start: far from any host address, so that a
@@ -88,6 +88,13 @@ pub trait BarModel: Send + Sync + 'static {
     fn read(&self, offset: usize, width: usize) -> u64;
     /// A write of `width` bytes (4 or 8) at `offset`.
     fn write(&self, offset: usize, width: usize, value: u64);
+    /// The function's power state changes ([`HostPlatform::set_device_power`]):
+    /// `false` before it leaves D0 (from then on the device does no DMA
+    /// and raises no message; it returns once work in progress is done),
+    /// `true` once it is back in D0. Nothing by default.
+    fn power(&self, d0: bool) {
+        let _ = d0;
+    }
 }
 
 /// One run of logical pages of a mapping.
@@ -276,6 +283,9 @@ pub(crate) struct Pci {
     /// Messages raised while not connected (dropped).
     stray: AtomicU64,
     next_vector: AtomicU64,
+    /// Out of D0 ([`HostPlatform::set_device_power`]); shared with every
+    /// mapped BAR.
+    asleep: Arc<AtomicBool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -428,6 +438,7 @@ impl HostPlatform {
         if len == 0 || first_offset >= page {
             return Err(STATUS_INVALID_PARAMETER);
         }
+        self.check_powered(0, len, write)?;
         let pages = (first_offset + len).div_ceil(page);
         let mut start: Option<(u64, Shared<Region>, usize)> = None;
         for i in 0..pages {
@@ -503,6 +514,7 @@ impl HostPlatform {
         len: usize,
         write: bool,
     ) -> Result<(Shared<Region>, usize), NtStatus> {
+        self.check_powered(at, len, write)?;
         let found = heap::uncharged(|| lock(&self.pci().iommu).translate(at, len, write));
         match found {
             Ok((span, start, region)) => Ok((region, span.offset + (at - start) as usize)),
@@ -632,6 +644,70 @@ impl HostPlatform {
         model.is_some()
     }
 
+    /// The function's power state, as the PCI bus driver sets it (its
+    /// power management control register) after the driver's D0Exit and
+    /// before its D0Entry: `false` puts it in D3hot, `true` back in D0.
+    /// Each BAR's model is told ([`BarModel::power`]: before the change
+    /// going down, after it coming up). Out of D0:
+    ///
+    /// - a register access of the driver (a mapped BAR's read or write)
+    ///   is a bugcheck 0xC4 ([`verifier::HOST_REGISTER_ACCESS_OUT_OF_D0`]):
+    ///   a device in D3hot answers configuration cycles only, so the
+    ///   write is lost and the read is all ones;
+    /// - a DMA of the device ([`Self::dma_read`], [`Self::dma_write`],
+    ///   [`Self::dma_view`]) or an MSI-X message is a bugcheck 0xE6
+    ///   ([`dma::FAULT_POWERED_DOWN`]): a device in D3hot does not master
+    ///   the bus.
+    ///
+    /// With the verifier off the access fails instead
+    /// (`STATUS_INVALID_DEVICE_STATE`, a message is dropped).
+    ///
+    /// IRQL: PASSIVE_LEVEL (a power IRP's completion).
+    pub fn set_device_power(&self, d0: bool) {
+        let models: Vec<Arc<dyn BarModel>> = heap::uncharged(|| {
+            lock(&self.pci().bars)
+                .values()
+                .map(|b| b.1.clone())
+                .collect()
+        });
+        if d0 {
+            self.pci().asleep.store(false, Ordering::SeqCst);
+            for m in &models {
+                m.power(true);
+            }
+        } else {
+            for m in &models {
+                m.power(false);
+            }
+            self.pci().asleep.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the function is in D0 ([`Self::set_device_power`]).
+    #[must_use]
+    pub fn device_in_d0(&self) -> bool {
+        !self.pci().asleep.load(Ordering::SeqCst)
+    }
+
+    /// A DMA (or a message) of the device: refused out of D0.
+    fn check_powered(&self, at: LogicalAddress, len: usize, write: bool) -> Result<(), NtStatus> {
+        if !self.pci().asleep.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.shared.verify {
+            let dir = if write { "write" } else { "read" };
+            stop(
+                codes::DRIVER_VERIFIER_DMA_VIOLATION,
+                [dma::IOMMU_VIOLATION, 0, at, dma::FAULT_POWERED_DOWN],
+                format!(
+                    "device DMA {dir} of {len} bytes at {at:#x} while the function is in D3 \
+                     (a device out of D0 does not master the bus: it was not quiesced)"
+                ),
+            );
+        }
+        Err(STATUS_INVALID_DEVICE_STATE)
+    }
+
     /// Grants the function `messages` MSI-X messages (the device model's
     /// side: what its MSI-X table holds).
     pub fn grant_msix(&self, messages: u16) {
@@ -642,10 +718,14 @@ impl HostPlatform {
     /// DEVICE_LEVEL on this thread and, if it asks, its DPC at
     /// DISPATCH_LEVEL once the interrupt returns. A message no handler is
     /// connected to is dropped (counted in [`IommuStats::stray_messages`]).
-    /// Returns whether a handler ran.
+    /// Returns whether a handler ran. A message is a DMA write: out of D0
+    /// it is a bugcheck 0xE6 ([`dma::FAULT_POWERED_DOWN`]).
     ///
     /// Device side; IRQL: <= DEVICE_LEVEL.
     pub fn raise_msix(&self, message: u16) -> bool {
+        if self.check_powered(u64::from(message), 0, true).is_err() {
+            return false;
+        }
         let vector = heap::uncharged(|| lock(&self.pci().vectors).get(&message).cloned());
         let Some(vector) = vector else {
             self.pci().stray.fetch_add(1, Ordering::Relaxed);
@@ -760,6 +840,9 @@ pub struct HostBar {
     len: usize,
     model: Arc<dyn BarModel>,
     pages: Option<Shared<Region>>,
+    /// The function's power state (the platform's).
+    asleep: Arc<AtomicBool>,
+    verify: bool,
 }
 
 impl std::fmt::Debug for HostBar {
@@ -772,9 +855,31 @@ impl std::fmt::Debug for HostBar {
 }
 
 impl HostBar {
+    /// An access of `width` bytes at `offset`: inside the BAR, aligned,
+    /// and to a function in D0 ([`HostPlatform::set_device_power`]).
+    #[track_caller]
     fn check(&self, offset: usize, width: usize) -> Result<(), NtStatus> {
         if offset % width != 0 || offset.checked_add(width).is_none_or(|end| end > self.len) {
             return Err(STATUS_INVALID_PARAMETER);
+        }
+        if self.asleep.load(Ordering::SeqCst) {
+            if self.verify {
+                stop(
+                    codes::DRIVER_VERIFIER_DETECTED_VIOLATION,
+                    [
+                        verifier::HOST_REGISTER_ACCESS_OUT_OF_D0,
+                        u64::from(self.index),
+                        offset as u64,
+                        width as u64,
+                    ],
+                    format!(
+                        "register access of {width} bytes at {offset:#x} of BAR {} while the \
+                         function is in D3 (after D0Exit, before D0Entry)",
+                        self.index
+                    ),
+                );
+            }
+            return Err(STATUS_INVALID_DEVICE_STATE);
         }
         Ok(())
     }
@@ -921,6 +1026,8 @@ impl PciPlatform for HostPlatform {
             len,
             model,
             pages,
+            asleep: Arc::clone(&self.pci().asleep),
+            verify: self.shared.verify,
         })
     }
 

@@ -15,11 +15,18 @@
 //! - Interrupts: the ISR is [`ModelHca::isr`]; the DPC of message 0 runs
 //!   `Device::dpc`, that of message `1 + v` `Device::comp_dpc(v)`, through
 //!   the device's state (none yet: nothing to deliver, and D0Entry re-arms).
-//! - D0Entry re-arms every event queue, so what arrived before the
-//!   interrupts were enabled raises its message; D0Exit has nothing of the
-//!   driver's to stop (the device's timers and ports are its own).
-//! - `EvtDeviceReleaseHardware`: [`ModelHca::release`] resets the device
-//!   and frees its queues and mappings.
+//! - D0Exit ([`ModelHca::suspend`]): the mini-driver stops touching the
+//!   device (its interrupts are disabled already): commands wait in the
+//!   core's backlog, doorbells are remembered. D0Entry
+//!   ([`ModelHca::resume`]) rings what was rung meanwhile and re-arms
+//!   every event queue, so what arrived before the interrupts were
+//!   enabled raises its message; the glue then posts the backlog. The
+//!   device's timers and ports are its own.
+//! - D0Exit to D3Final (removal, disable, stop) and
+//!   `EvtDeviceReleaseHardware`: [`ModelHca::release`] resets the device
+//!   and frees its queues and mappings, in D0Exit while the device still
+//!   listens (the release of `EvtDeviceReleaseHardware` then finds
+//!   nothing to do).
 //!
 //! The services a software HCA runs (a transport timer, a doorbell
 //! poller, a wire) are the device's own work here.
@@ -153,7 +160,11 @@ impl Backend for Hw {
         self.release();
     }
 
+    /// D0Entry: what was rung out of D0 is rung ([`ModelHca::resume`]),
+    /// then every event queue is re-armed (the glue posts the core's
+    /// backlog next).
     fn start(&self, _services: &ModelServices) -> Result<(), NTSTATUS> {
+        self.resume();
         self.arm_event_queue();
         for v in 0..self.comp_event_queues() {
             self.arm_comp_event_queue(v);
@@ -161,7 +172,12 @@ impl Backend for Hw {
         Ok(())
     }
 
-    fn stop(&self, _services: &ModelServices) {}
+    /// D0Exit: the mini-driver stops touching the device
+    /// ([`ModelHca::suspend`]); commands wait in the core's backlog,
+    /// doorbells are remembered, until D0Entry.
+    fn stop(&self, _services: &ModelServices) {
+        self.suspend();
+    }
 
     /// Never asked for: the model's data path is the device's.
     fn resume(&self) {}
