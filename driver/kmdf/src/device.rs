@@ -336,6 +336,7 @@ unsafe fn configure_init(device_init: PWDFDEVICE_INIT) {
         EvtDevicePrepareHardware: Some(evt_device_prepare_hardware),
         EvtDeviceReleaseHardware: Some(evt_device_release_hardware),
         EvtDeviceSurpriseRemoval: Some(evt_device_surprise_removal),
+        EvtDeviceQueryStop: Some(evt_device_query_stop),
         ..WDF_PNPPOWER_EVENT_CALLBACKS::default()
     };
     // SAFETY: `device_init` is valid (caller); the callbacks structure is
@@ -904,8 +905,9 @@ extern "C" fn evt_dpc_cleanup(object: WDFOBJECT) {
 /// it ([`publish`]); a software HCA's state exists since device add.
 ///
 /// A device whose state exists already and whose backend is a PCI HCA is
-/// being restarted after a stop (a resource rebalance): its core device
-/// was removed in D0Exit, so the restart is refused
+/// being restarted after a stop (a resource rebalance, which
+/// [`evt_device_query_stop`] vetoes; a stop without a query): its core
+/// device was removed in D0Exit, so the restart is refused
 /// (`STATUS_INVALID_DEVICE_STATE`); disabling and enabling the device
 /// makes a new one.
 ///
@@ -950,6 +952,27 @@ extern "C" fn evt_device_prepare_hardware(
     match published {
         Ok(()) => STATUS_SUCCESS,
         Err(status) => status,
+    }
+}
+
+/// `EvtDeviceQueryStop`: may the device stop so that the PnP manager
+/// rebalances its resources (new BARs, other MSI-X messages) and restarts
+/// it? A software HCA: yes (it has no resources; its restart keeps its
+/// state). A PCI HCA: no (`STATUS_UNSUCCESSFUL`), and the PnP manager
+/// leaves the device running on its resources. Its restart would need
+/// the device's state re-created on the new resources, which a live
+/// process cannot follow: its doorbell pages are mapped at the old BAR's
+/// physical address, and its queues and registrations are pinned and
+/// mapped through the old DMA adapter. A restart after a stop is refused
+/// anyway ([`evt_device_prepare_hardware`]), so a stop would leave the
+/// device stopped.
+///
+/// IRQL: PASSIVE_LEVEL.
+extern "C" fn evt_device_query_stop(_device: WDFDEVICE) -> NTSTATUS {
+    if <Hw as Backend>::SOFTWARE_INTERRUPTS {
+        STATUS_SUCCESS
+    } else {
+        irpverbs_abi::STATUS_UNSUCCESSFUL
     }
 }
 

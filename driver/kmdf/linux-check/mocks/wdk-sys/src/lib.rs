@@ -264,6 +264,7 @@ pub type PFN_GET_UNIQUE_CONTEXT_TYPE = Option<unsafe extern "C" fn() -> PCWDF_OB
 pub type PFN_WDF_DEVICE_D0_ENTRY = Option<unsafe extern "C" fn(Device: WDFDEVICE, PreviousState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
 pub type PFN_WDF_DEVICE_D0_EXIT = Option<unsafe extern "C" fn(Device: WDFDEVICE, TargetState: WDF_POWER_DEVICE_STATE) -> NTSTATUS>;
 pub type PFN_WDF_DEVICE_SURPRISE_REMOVAL = Option<unsafe extern "C" fn(Device: WDFDEVICE)>;
+pub type PFN_WDF_DEVICE_QUERY_STOP = Option<unsafe extern "C" fn(Device: WDFDEVICE) -> NTSTATUS>;
 // wdfdevice.h: `NTSTATUS EVT_WDF_DEVICE_PREPARE_HARDWARE(_In_ WDFDEVICE
 // Device, _In_ WDFCMRESLIST ResourcesRaw, _In_ WDFCMRESLIST
 // ResourcesTranslated);` and `NTSTATUS EVT_WDF_DEVICE_RELEASE_HARDWARE(
@@ -314,7 +315,7 @@ pub type PWDF_OBJECT_ATTRIBUTES = *mut WDF_OBJECT_ATTRIBUTES;
 pub struct WDF_DRIVER_CONFIG { pub Size: ULONG, pub EvtDriverDeviceAdd: PFN_WDF_DRIVER_DEVICE_ADD, pub EvtDriverUnload: PFN_WDF_DRIVER_UNLOAD, pub DriverInitFlags: ULONG, pub DriverPoolTag: ULONG }
 pub type PWDF_DRIVER_CONFIG = *mut WDF_DRIVER_CONFIG;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
-pub struct WDF_PNPPOWER_EVENT_CALLBACKS { pub Size: ULONG, pub EvtDeviceD0Entry: PFN_WDF_DEVICE_D0_ENTRY, pub EvtDeviceD0EntryPostInterruptsEnabled: PFN_OTHER, pub EvtDeviceD0Exit: PFN_WDF_DEVICE_D0_EXIT, pub EvtDeviceD0ExitPreInterruptsDisabled: PFN_OTHER, pub EvtDevicePrepareHardware: PFN_WDF_DEVICE_PREPARE_HARDWARE, pub EvtDeviceReleaseHardware: PFN_WDF_DEVICE_RELEASE_HARDWARE, pub EvtDeviceSelfManagedIoCleanup: PFN_OTHER, pub EvtDeviceSelfManagedIoFlush: PFN_OTHER, pub EvtDeviceSelfManagedIoInit: PFN_OTHER, pub EvtDeviceSelfManagedIoSuspend: PFN_OTHER, pub EvtDeviceSelfManagedIoRestart: PFN_OTHER, pub EvtDeviceSurpriseRemoval: PFN_WDF_DEVICE_SURPRISE_REMOVAL, pub EvtDeviceQueryRemove: PFN_OTHER, pub EvtDeviceQueryStop: PFN_OTHER, pub EvtDeviceUsageNotification: PFN_OTHER, pub EvtDeviceRelationsQuery: PFN_OTHER, pub EvtDeviceUsageNotificationEx: PFN_OTHER }
+pub struct WDF_PNPPOWER_EVENT_CALLBACKS { pub Size: ULONG, pub EvtDeviceD0Entry: PFN_WDF_DEVICE_D0_ENTRY, pub EvtDeviceD0EntryPostInterruptsEnabled: PFN_OTHER, pub EvtDeviceD0Exit: PFN_WDF_DEVICE_D0_EXIT, pub EvtDeviceD0ExitPreInterruptsDisabled: PFN_OTHER, pub EvtDevicePrepareHardware: PFN_WDF_DEVICE_PREPARE_HARDWARE, pub EvtDeviceReleaseHardware: PFN_WDF_DEVICE_RELEASE_HARDWARE, pub EvtDeviceSelfManagedIoCleanup: PFN_OTHER, pub EvtDeviceSelfManagedIoFlush: PFN_OTHER, pub EvtDeviceSelfManagedIoInit: PFN_OTHER, pub EvtDeviceSelfManagedIoSuspend: PFN_OTHER, pub EvtDeviceSelfManagedIoRestart: PFN_OTHER, pub EvtDeviceSurpriseRemoval: PFN_WDF_DEVICE_SURPRISE_REMOVAL, pub EvtDeviceQueryRemove: PFN_OTHER, pub EvtDeviceQueryStop: PFN_WDF_DEVICE_QUERY_STOP, pub EvtDeviceUsageNotification: PFN_OTHER, pub EvtDeviceRelationsQuery: PFN_OTHER, pub EvtDeviceUsageNotificationEx: PFN_OTHER }
 pub type PWDF_PNPPOWER_EVENT_CALLBACKS = *mut WDF_PNPPOWER_EVENT_CALLBACKS;
 #[repr(C)] #[derive(Debug, Copy, Clone)]
 pub struct WDF_FILEOBJECT_CONFIG { pub Size: ULONG, pub EvtDeviceFileCreate: PFN_WDF_DEVICE_FILE_CREATE, pub EvtFileClose: PFN_WDF_FILE_CLOSE, pub EvtFileCleanup: PFN_WDF_FILE_CLEANUP, pub AutoForwardCleanupClose: WDF_TRI_STATE, pub FileObjectClass: WDF_FILEOBJECT_CLASS }
