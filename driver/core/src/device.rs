@@ -153,7 +153,8 @@ pub struct DeviceSnapshot {
     pub objects: [u32; 9],
     /// Pended (cancelable) requests.
     pub waits: usize,
-    /// Commands in flight or backlogged.
+    /// Commands in flight or backlogged (a backlogged command is pending
+    /// too, so it counts once).
     pub pending_commands: usize,
     /// Rings mapped into user processes.
     pub user_mappings: usize,
@@ -497,7 +498,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
         self.state.lock(|s| DeviceSnapshot {
             files: s.files.len(),
             objects: s.counts,
-            pending_commands: s.pending_len + s.backlog.len(),
+            pending_commands: s.pending_len,
             waits: s.waits.len(),
             user_mappings,
         })

@@ -178,7 +178,10 @@ fn a_full_command_queue_backlogs_in_order() {
         .map(|_| r.issue(1, IOCTL_IV_ALLOC_PD, &IvAllocPdIn::default(), 16))
         .collect();
     assert_eq!(r.dev.stats().commands_backlogged, 3);
+    // One in flight and three backlogged are four commands, each once.
+    assert_eq!(r.dev.snapshot().pending_commands, 4);
     r.settle();
+    assert_eq!(r.dev.snapshot().pending_commands, 0);
     let pdns: Vec<u32> = outs
         .iter()
         .map(|o| {
