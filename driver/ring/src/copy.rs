@@ -158,8 +158,14 @@ unsafe fn move_small(dst: *mut u8, src: *const u8, len: usize) {
     }
 }
 
-/// A 16-byte value, loaded and stored unaligned (one SSE2 register on
-/// x86_64).
+/// A 16-byte value, loaded and stored unaligned: on x86_64 an SSE2
+/// register (`__m128i`; a `u128` would be kept in two general registers,
+/// twice the loads and stores and, in [`move_large`], five registers to
+/// save around `rep movsb`).
+#[cfg(target_arch = "x86_64")]
+type Chunk = core::arch::x86_64::__m128i;
+/// A 16-byte value, loaded and stored unaligned.
+#[cfg(not(target_arch = "x86_64"))]
 type Chunk = u128;
 
 /// Loads the 16 bytes at `p`.
