@@ -187,6 +187,11 @@ enum Cmd {
         /// between hosts, the largest that fits the IP path MTU.
         #[arg(short = 'm', long)]
         mtu: Option<u32>,
+        /// The RC QPs' local ACK timeout, 4.096 us x 2^N (perftest's -u /
+        /// --qp-timeout; 0 to 31). A server keeps its own.
+        #[arg(short = 'u', long = "qp-timeout", visible_alias = "qp_timeout", default_value_t = 14,
+              value_parser = clap::value_parser!(u8).range(0..=31))]
+        qp_timeout: u8,
         /// Run the verifier.
         #[arg(long)]
         verifier: bool,
@@ -268,6 +273,7 @@ fn main() -> std::process::ExitCode {
             recv_post_list,
             cq_mod,
             mtu,
+            qp_timeout,
             verifier,
             one_thread,
             use_srq,
@@ -295,7 +301,7 @@ fn main() -> std::process::ExitCode {
             inline_size,
             (events, use_channel),
             (tx_depth, post_list, recv_post_list, cq_mod),
-            mtu,
+            (mtu, qp_timeout),
             verifier,
             (one_thread, use_srq, write_with_imm),
         ),
@@ -364,7 +370,7 @@ fn perf(
     inline: Option<u32>,
     (events, use_channel): (bool, bool),
     (tx_depth, post_list, recv_post_list, cq_mod): (u32, u32, u32, u32),
-    mtu: Option<u32>,
+    (mtu, qp_timeout): (Option<u32>, u8),
     verifier: bool,
     (one_thread, use_srq, write_with_imm): (bool, bool, bool),
 ) -> Result<(), String> {
@@ -407,6 +413,7 @@ fn perf(
     cfg.post_list = post_list;
     cfg.recv_post_list = recv_post_list;
     cfg.cq_mod = cq_mod;
+    cfg.qp_timeout = qp_timeout;
     cfg.engine = engine;
     cfg.doorbells = doorbells;
     cfg.doorbell_poll_window = doorbell_poll_window;

@@ -138,6 +138,10 @@ pub struct PerfConfig {
     pub recv_post_list: u32,
     /// Path MTU (`IV_MTU_*`).
     pub mtu: u32,
+    /// The RC QPs' local ACK timeout, as the QP attribute takes it
+    /// (4.096 µs × 2^`qp_timeout`; perftest's `-u`, default 14, 67 ms).
+    /// Each endpoint uses its own: a server does not adopt its client's.
+    pub qp_timeout: u8,
     /// Where the soft HCA's firmware runs.
     pub engine: Engine,
     /// The HCA the driver runs over: the soft HCA, or the model HCA (a
@@ -188,6 +192,7 @@ impl PerfConfig {
             post_list: 1,
             recv_post_list: 1,
             mtu: IV_MTU_4096,
+            qp_timeout: 14,
             engine: Engine::Inline,
             backend: Backend::Soft,
             doorbells: UserDoorbells::Direct,
@@ -317,6 +322,8 @@ struct Side<'c> {
     /// Busy-poll loops yield the processor when their CQ has nothing
     /// ([`yields_when_idle`]).
     yield_idle: bool,
+    /// The QPs' local ACK timeout ([`PerfConfig::qp_timeout`]).
+    qp_timeout: u8,
 }
 
 /// Whether a busy-poll loop of a test configured as `cfg` yields the
@@ -418,6 +425,7 @@ impl<'c> Side<'c> {
                 cfg,
                 std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             ),
+            qp_timeout: cfg.qp_timeout,
         })
     }
 
@@ -467,7 +475,7 @@ impl<'c> Side<'c> {
     }
 
     /// Connects QP `i` to QP `dest.qpn` on `dest.gid` with the configured
-    /// MTU and read depth; it sends from PSN `psn` and expects `dest.psn`.
+    /// MTU, read depth and ACK timeout; it sends from PSN `psn` and expects `dest.psn`.
     fn connect(&self, i: usize, psn: u32, dest: &QpInfo, mtu: u32) -> Result<(), String> {
         for (mask, mut attr) in rts_steps(IV_QPT_RC, dest.qpn, dest.gid) {
             if attr.qp_state == IV_QPS_INIT {
@@ -482,6 +490,7 @@ impl<'c> Side<'c> {
             if attr.qp_state == IV_QPS_RTS {
                 attr.max_rd_atomic = 16;
                 attr.sq_psn = psn;
+                attr.timeout = self.qp_timeout;
             }
             ok("modify_qp", self.qps[i].modify(mask, &attr))?;
         }
@@ -546,6 +555,7 @@ impl<'c> Side<'c> {
             pd,
             wire: _,
             yield_idle: _,
+            qp_timeout: _,
         } = self;
         drop(qps);
         drop(srq);
@@ -1628,6 +1638,34 @@ mod tests {
             sizes: vec![if test.is_atomic() { 8 } else { 64 }],
             ..PerfConfig::new(test)
         }
+    }
+
+    #[test]
+    fn qp_timeout_reaches_the_connected_qps() {
+        let dev = HostDevice::new(HostDeviceConfig::default()).unwrap();
+        let open = || {
+            dev.open(FILE_READ_ACCESS | FILE_WRITE_ACCESS)
+                .unwrap()
+                .into_client()
+        };
+        let (cc, sc) = (open(), open());
+        let timeouts = [(20, 9), (14, 31)];
+        for (client_timeout, server_timeout) in timeouts {
+            let with = |qp_timeout| PerfConfig {
+                qp_timeout,
+                ..PerfConfig::new(Test::WriteBw)
+            };
+            let client = Side::new(&cc, &with(client_timeout), 64).unwrap();
+            let server = Side::new(&sc, &with(server_timeout), 64).unwrap();
+            let gid = cc.query_gid(1, 0).unwrap();
+            connect_pair(&client, &server, gid, IV_MTU_1024, false).unwrap();
+            assert_eq!(client.qps[0].query().unwrap().attr.timeout, client_timeout);
+            assert_eq!(server.qps[0].query().unwrap().attr.timeout, server_timeout);
+            client.teardown();
+            server.teardown();
+        }
+        drop((cc, sc));
+        dev.unload();
     }
 
     #[test]
