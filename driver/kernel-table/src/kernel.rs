@@ -866,7 +866,14 @@ pub unsafe fn send_wr_from_c(wr: &IvKernelSendWr) -> Result<SendWr<'_>, NtStatus
         rkey: wr.rkey,
         compare_add: wr.compare_add,
         swap: wr.swap,
-        ud: Some((wr.ahn, wr.remote_qpn, wr.remote_qkey)),
+        // An all-zero UD triple is what a connected QP's request carries:
+        // none, so that the ring writes it on its fast path (the WQE's
+        // bytes are the same).
+        ud: (wr.ahn | wr.remote_qpn | wr.remote_qkey != 0).then_some((
+            wr.ahn,
+            wr.remote_qpn,
+            wr.remote_qkey,
+        )),
         ..SendWr::default()
     };
     if wr.flags & IV_SEND_INLINE != 0 {

@@ -693,3 +693,31 @@ fn a_query_gets_the_layout_its_version_and_size_name() {
         (v2, IV_KERNEL_INTERFACE_VERSION)
     );
 }
+
+/// A connected QP's request (all-zero UD triple) carries no UD address, so
+/// the ring writes it on its single-SGE fast path; a UD request keeps its
+/// own.
+#[test]
+fn c_send_wr_carries_a_ud_address_only_when_set() {
+    let sge = IvSge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    };
+    let mut wr = IvKernelSendWr {
+        opcode: IV_WR_SEND,
+        num_sge: 1,
+        sg_list: &sge,
+        ..IvKernelSendWr::default()
+    };
+    // SAFETY: the gather list is `sge`, alive for the call.
+    let send = unsafe { irpverbs_kernel_table::kernel::send_wr_from_c(&wr) }.unwrap();
+    assert_eq!(send.ud, None);
+    assert_eq!(send.sges, &[sge]);
+    for (ahn, qpn, qkey) in [(3, 0, 0), (0, 9, 0), (0, 0, 0x1111_1111), (3, 9, 7)] {
+        (wr.ahn, wr.remote_qpn, wr.remote_qkey) = (ahn, qpn, qkey);
+        // SAFETY: as above.
+        let send = unsafe { irpverbs_kernel_table::kernel::send_wr_from_c(&wr) }.unwrap();
+        assert_eq!(send.ud, Some((ahn, qpn, qkey)));
+    }
+}

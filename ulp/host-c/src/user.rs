@@ -27,7 +27,7 @@ use irpverbs_verbs::kernel::{
     IV_KERNEL_INTERFACE_GUID, IvKernelInterface, IvKernelRecvWr, IvKernelSendWr, poll_into_c,
     recv_sges_from_c, send_wr_from_c, serve_query,
 };
-use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SrqRings};
+use irpverbs_verbs::{AsNtStatus, CqRings, QpRings, SendWr, SrqRings};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::win32::{HANDLE, Win32File, error, fail, file_of};
@@ -269,12 +269,19 @@ pub unsafe extern "C" fn IvUserPostSend(qp: *mut IvUserQp, wr: *const IvUserSend
         return STATUS_INVALID_PARAMETER;
     };
     // SAFETY: its list or data is valid (C contract).
-    let send = match unsafe { send_wr_from_c(wr) } {
-        Ok(s) => s,
-        Err(s) => return s,
-    };
+    match unsafe { send_wr_from_c(wr) } {
+        Ok(send) => post_send_wr(qp, &send),
+        Err(s) => s,
+    }
+}
+
+/// [`IvUserPostSend`] for a library built on this one that builds the
+/// speed path's work request itself (libibverbs' `ibv_post_send`): no C
+/// work request between the two.
+#[must_use]
+pub fn post_send_wr(qp: &IvUserQp, send: &SendWr<'_>) -> NtStatus {
     qp.0.with(STATUS_INVALID_HANDLE, |file, rings| {
-        status(rings.post_send(file, &send))
+        status(rings.post_send(file, send))
     })
 }
 
