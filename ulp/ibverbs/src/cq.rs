@@ -272,10 +272,27 @@ pub(crate) unsafe extern "C" fn poll_cq(
     if want > 0 && wc.is_null() {
         return -libc::EINVAL;
     }
-    let mut buf = [IvCqe::default(); POLL_STEP];
+    // A poll for one completion (what latency loops do) takes it through
+    // a buffer of one, not one of POLL_STEP the compiler must zero.
+    if want == 1 {
+        // SAFETY: forwarded; `wc` holds one entry.
+        unsafe { poll_steps::<1>(q, want, wc) }
+    } else {
+        // SAFETY: forwarded; `wc` holds `want` entries.
+        unsafe { poll_steps::<POLL_STEP>(q, want, wc) }
+    }
+}
+
+/// Polls `want` completions in steps of `N` through a buffer of `N`.
+///
+/// # Safety
+/// `q` is open; `wc` holds `want` entries.
+#[inline(always)]
+unsafe fn poll_steps<const N: usize>(q: &Cq, want: usize, wc: *mut ibv_wc) -> c_int {
+    let mut buf = [IvCqe::default(); N];
     let mut got = 0usize;
     while got < want {
-        let step = (want - got).min(POLL_STEP);
+        let step = (want - got).min(N);
         // SAFETY: an open speed-path CQ; `buf` holds `step` entries.
         let n = unsafe { IvUserPollCq(q.user, buf.as_mut_ptr(), step as u32) };
         if n < 0 {
@@ -283,7 +300,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
         }
         let n = n as usize;
         for (i, e) in buf[..n].iter().enumerate() {
-            // SAFETY: the caller's array holds `num_entries` entries.
+            // SAFETY: the caller's array holds `want` entries.
             unsafe { wc.add(got + i).write(wc_of(e)) };
         }
         got += n;

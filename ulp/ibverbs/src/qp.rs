@@ -7,10 +7,11 @@
 use std::ffi::{c_int, c_void};
 
 use crate::os::{
-    IvUserPostRecv, IvUserPostSend, IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen,
-    IvUserRecvWr, IvUserSendWr, IvUserSrq, IvUserSrqClose, IvUserSrqOpen,
+    IvUserPostRecv, IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen, IvUserRecvWr,
+    IvUserSrq, IvUserSrqClose, IvUserSrqOpen, post_send_wr,
 };
 use irpverbs_abi::*;
+use irpverbs_verbs::SendWr;
 use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
@@ -395,16 +396,12 @@ fn flags_of(f: u32) -> Option<u8> {
     if f & !(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE) != 0 {
         return None;
     }
-    let map = [
-        (IBV_SEND_FENCE, IV_SEND_FENCE),
-        (IBV_SEND_SIGNALED, IV_SEND_SIGNALED),
-        (IBV_SEND_SOLICITED, IV_SEND_SOLICITED),
-        (IBV_SEND_INLINE, IV_SEND_INLINE),
-    ];
+    let bit = |ibv: u32, iv: u8| if f & ibv != 0 { iv } else { 0 };
     Some(
-        map.iter()
-            .filter(|(b, _)| f & b != 0)
-            .fold(0, |acc, (_, i)| acc | i),
+        bit(IBV_SEND_FENCE, IV_SEND_FENCE)
+            | bit(IBV_SEND_SIGNALED, IV_SEND_SIGNALED)
+            | bit(IBV_SEND_SOLICITED, IV_SEND_SOLICITED)
+            | bit(IBV_SEND_INLINE, IV_SEND_INLINE),
     )
 }
 
@@ -412,34 +409,48 @@ fn flags_of(f: u32) -> Option<u8> {
 /// sent from its own buffer): more than any irpverbs HCA inlines.
 const INLINE_MAX: usize = 1024;
 
-/// One `ibv_send_wr` posted: 0 or the errno.
+/// The most SGEs a work request names (the rings' limit; a QP's own is
+/// at most this).
+const MAX_SGE: usize = 32;
+
+/// One `ibv_send_wr` posted: 0 or the errno. The speed path's work request
+/// is built here, from the program's, and written into the mapped ring
+/// by the post (no C work request between them).
 ///
 /// # Safety
 /// `w` is a valid work request of a QP of `q`'s type.
-unsafe fn post_one(q: &Qp, w: &ibv_send_wr, gather: &mut [u8; INLINE_MAX]) -> c_int {
+unsafe fn post_one(q: &Qp, w: &ibv_send_wr) -> c_int {
     let (Some(opcode), Some(flags)) = (opcode_of(w.opcode), flags_of(w.send_flags)) else {
         return libc::EINVAL;
     };
-    let Ok(num_sge) = u16::try_from(w.num_sge) else {
-        return libc::EINVAL;
+    let num_sge = match usize::try_from(w.num_sge) {
+        Ok(n) if n <= MAX_SGE => n,
+        _ => return libc::EINVAL,
     };
-    let mut wr = IvUserSendWr {
+    let sges: &[ibv_sge] = if num_sge == 0 {
+        &[]
+    } else if w.sg_list.is_null() {
+        return libc::EINVAL;
+    } else {
+        // SAFETY: the program's gather list of `num_sge` entries (C
+        // contract), at most MAX_SGE.
+        unsafe { std::slice::from_raw_parts(w.sg_list, num_sge) }
+    };
+    let mut send = SendWr {
         wr_id: w.wr_id,
         opcode,
         flags,
-        num_sge,
         imm_or_inv: match w.opcode {
             IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => u32::from_be(w.imm_data),
             _ => w.imm_data,
         },
-        sg_list: w.sg_list.cast_const().cast::<IvSge>(),
-        ..IvUserSendWr::default()
+        ..SendWr::default()
     };
     match w.opcode {
         IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
             // SAFETY: the atomic member for atomic opcodes.
             let a = unsafe { w.wr.atomic };
-            (wr.remote_addr, wr.rkey, wr.compare_add, wr.swap) =
+            (send.remote_addr, send.rkey, send.compare_add, send.swap) =
                 (a.remote_addr, a.rkey, a.compare_add, a.swap);
         }
         _ if q.ibv.qp_type == IBV_QPT_UD => {
@@ -449,47 +460,72 @@ unsafe fn post_one(q: &Qp, w: &ibv_send_wr, gather: &mut [u8; INLINE_MAX]) -> c_
             let Some(ah) = (unsafe { ud.ah.cast::<Ah>().as_ref() }) else {
                 return libc::EINVAL;
             };
-            (wr.ahn, wr.remote_qpn, wr.remote_qkey) = (ah.ahn, ud.remote_qpn, ud.remote_qkey);
+            send.ud = Some((ah.ahn, ud.remote_qpn, ud.remote_qkey));
         }
         _ => {
             // SAFETY: the rdma member otherwise.
             let r = unsafe { w.wr.rdma };
-            (wr.remote_addr, wr.rkey) = (r.remote_addr, r.rkey);
+            (send.remote_addr, send.rkey) = (r.remote_addr, r.rkey);
         }
     }
-    if w.send_flags & IBV_SEND_INLINE != 0 {
-        let sges: &[ibv_sge] = if num_sge == 0 {
-            &[]
-        } else if w.sg_list.is_null() {
+    if w.send_flags & IBV_SEND_INLINE == 0 {
+        // `ibv_sge` is laid out as `IvSge`.
+        // SAFETY: the same entries, as the speed path's type.
+        send.sges = unsafe { std::slice::from_raw_parts(sges.as_ptr().cast::<IvSge>(), num_sge) };
+    } else if let [one] = sges {
+        let len = one.length as usize;
+        if len > 0 && one.addr == 0 {
             return libc::EINVAL;
-        } else {
-            // SAFETY: the program's gather list of `num_sge` entries.
-            unsafe { std::slice::from_raw_parts(w.sg_list, usize::from(num_sge)) }
-        };
-        if let [one] = sges {
-            (wr.inline_data, wr.inline_len) = (one.addr as usize as *const c_void, one.length);
-        } else {
-            let mut len = 0usize;
-            for s in sges {
-                let n = s.length as usize;
-                let Some(to) = gather.get_mut(len..len + n) else {
-                    return libc::EINVAL;
-                };
-                // SAFETY: inline data is read from the program's buffers
-                // now (as rdma-core's providers copy it at post time).
-                to.copy_from_slice(unsafe {
-                    std::slice::from_raw_parts(s.addr as usize as *const u8, n)
-                });
-                len += n;
-            }
-            (wr.inline_data, wr.inline_len) = (gather.as_ptr().cast(), len as u32);
         }
-        wr.num_sge = 0;
-        wr.sg_list = std::ptr::null();
+        send.inline = Some(if len == 0 {
+            &[]
+        } else {
+            // SAFETY: inline data is read from the program's buffer during
+            // the post (as rdma-core's providers copy it at post time).
+            unsafe { std::slice::from_raw_parts(one.addr as usize as *const u8, len) }
+        });
+    } else {
+        // SAFETY: forwarded (caller; the list is the program's).
+        return unsafe { post_gathered(q, send, sges) };
     }
-    // SAFETY: an open speed-path QP; the work request's list or data is
-    // valid for the call.
-    errno_of(unsafe { IvUserPostSend(q.user, &wr) })
+    // SAFETY: an open speed-path QP; the request's list or data is valid
+    // for the call.
+    errno_of(unsafe { post_send_wr(q.user, &send) })
+}
+
+/// An inline send gathered from several SGEs (or none) into one buffer
+/// first: 0 or the errno.
+///
+/// # Safety
+/// As for [`post_one`]; `sges` is the request's gather list.
+#[cold]
+unsafe fn post_gathered(q: &Qp, send: SendWr<'_>, sges: &[ibv_sge]) -> c_int {
+    let mut gather = [0u8; INLINE_MAX];
+    let mut len = 0usize;
+    for s in sges {
+        let n = s.length as usize;
+        let Some(to) = gather.get_mut(len..len + n) else {
+            return libc::EINVAL;
+        };
+        if n > 0 && s.addr == 0 {
+            return libc::EINVAL;
+        }
+        if n > 0 {
+            // SAFETY: inline data is read from the program's buffers now
+            // (as rdma-core's providers copy it at post time).
+            to.copy_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as usize as *const u8, n)
+            });
+        }
+        len += n;
+    }
+    let send = SendWr {
+        inline: Some(&gather[..len]),
+        ..send
+    };
+    // SAFETY: an open speed-path QP; the data is `gather`, alive for the
+    // call.
+    errno_of(unsafe { post_send_wr(q.user, &send) })
 }
 
 /// `ops.post_send` (`ibv_post_send`): posts the chain in order; on a
@@ -503,12 +539,11 @@ pub(crate) unsafe extern "C" fn post_send(
     let Some(q) = (unsafe { qp.cast::<Qp>().as_ref() }) else {
         return libc::EINVAL;
     };
-    let mut gather = [0u8; INLINE_MAX];
     let mut cur = wr;
     // SAFETY: a chain of valid work requests (C contract).
     while let Some(w) = unsafe { cur.as_ref() } {
         // SAFETY: as above.
-        let e = unsafe { post_one(q, w, &mut gather) };
+        let e = unsafe { post_one(q, w) };
         if e != 0 {
             if !bad_wr.is_null() {
                 // SAFETY: a valid out pointer (C contract).

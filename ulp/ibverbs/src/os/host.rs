@@ -13,11 +13,25 @@ use irpverbs_abi::*;
 
 use super::Fd;
 pub use irpverbs_host_c::user::{
-    IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserPostRecv, IvUserPostSend,
-    IvUserPostSrqRecv, IvUserQp, IvUserQpClose, IvUserQpOpen, IvUserRecvWr, IvUserReqNotifyCq,
-    IvUserSendWr, IvUserSrq, IvUserSrqClose, IvUserSrqOpen,
+    IvUserCq, IvUserCqClose, IvUserCqOpen, IvUserPollCq, IvUserPostRecv, IvUserPostSrqRecv,
+    IvUserQp, IvUserQpClose, IvUserQpOpen, IvUserRecvWr, IvUserReqNotifyCq, IvUserSrq,
+    IvUserSrqClose, IvUserSrqOpen,
 };
 pub use irpverbs_host_c::win32::HANDLE;
+use irpverbs_verbs::SendWr;
+
+/// Posts a send work request: the speed path's own, built by the caller
+/// (`ibv_post_send` builds it from the program's `ibv_send_wr`).
+///
+/// # Safety
+/// `qp` is NULL or open; the request's list or data is valid.
+pub unsafe fn post_send_wr(qp: *mut IvUserQp, send: &SendWr<'_>) -> NtStatus {
+    // SAFETY: NULL or open (caller).
+    match unsafe { qp.cast_const().as_ref() } {
+        Some(qp) => irpverbs_host_c::user::post_send_wr(qp, send),
+        None => STATUS_INVALID_PARAMETER,
+    }
+}
 use irpverbs_host_c::win32::{
     CloseHandle, CreateFileA, DeviceIoControl, GetLastError, GetOverlappedResult, OVERLAPPED,
 };

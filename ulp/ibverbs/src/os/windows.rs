@@ -21,10 +21,10 @@ use std::ffi::c_void;
 use std::sync::{Mutex, PoisonError};
 
 use irpverbs_abi::*;
-use irpverbs_verbs::kernel::{
-    IvKernelRecvWr, IvKernelSendWr, poll_into_c, recv_sges_from_c, send_wr_from_c,
+use irpverbs_verbs::kernel::{IvKernelRecvWr, poll_into_c, recv_sges_from_c};
+use irpverbs_verbs::{
+    AsNtStatus, CqRings, Doorbells, PageDoorbells, QpRings, SendWr, SrqRings, WakeHca,
 };
-use irpverbs_verbs::{AsNtStatus, CqRings, Doorbells, PageDoorbells, QpRings, SrqRings, WakeHca};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::{Fd, nt_status_of_win32, win32_error};
@@ -311,8 +311,6 @@ pub type IvUserQp = Opened<QpRings>;
 pub type IvUserCq = Opened<CqRings>;
 /// An SRQ's speed path.
 pub type IvUserSrq = Opened<SrqRings>;
-/// A send work request in the speed path's C form.
-pub type IvUserSendWr = IvKernelSendWr;
 /// A receive work request in the speed path's C form.
 pub type IvUserRecvWr = IvKernelRecvWr;
 
@@ -438,21 +436,17 @@ fn status(r: Result<(), impl AsNtStatus>) -> NtStatus {
     }
 }
 
-/// Posts a send work request.
+/// Posts a send work request: the speed path's own, built by the caller
+/// (`ibv_post_send` builds it from the program's `ibv_send_wr`).
 ///
 /// # Safety
-/// `qp` is NULL or open; `wr` is NULL or a work request whose gather list
-/// or inline data is valid.
-pub unsafe fn IvUserPostSend(qp: *mut IvUserQp, wr: *const IvUserSendWr) -> NtStatus {
-    // SAFETY: NULL or open, and NULL or a request (caller).
-    let (Some(qp), Some(wr)) = (unsafe { qp.cast_const().as_ref() }, unsafe { wr.as_ref() }) else {
+/// `qp` is NULL or open; the request's list or data is valid.
+pub unsafe fn post_send_wr(qp: *mut IvUserQp, send: &SendWr<'_>) -> NtStatus {
+    // SAFETY: NULL or open (caller).
+    let Some(qp) = (unsafe { qp.cast_const().as_ref() }) else {
         return STATUS_INVALID_PARAMETER;
     };
-    // SAFETY: its list or data is valid (caller).
-    match unsafe { send_wr_from_c(wr) } {
-        Ok(send) => status(qp.rings.post_send(&qp.bells as &dyn Doorbells, &send)),
-        Err(s) => s,
-    }
+    status(qp.rings.post_send(&qp.bells as &dyn Doorbells, send))
 }
 
 /// Posts a receive work request on a QP.

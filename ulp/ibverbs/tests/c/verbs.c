@@ -138,6 +138,7 @@ int main(void)
     ia.cap.max_recv_wr = 4;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
+    ia.cap.max_inline_data = 32;
     ia.qp_type = IBV_QPT_RC;
     struct ibv_qp *a = ibv_create_qp(pd, &ia);
     struct ibv_qp *b = ibv_create_qp(pd, &ia);
@@ -190,7 +191,7 @@ int main(void)
     struct ibv_wc wc[4];
     int got = 0, sends = 0, recvs = 0;
     for (int spins = 0; got < 2 && spins < 1000000; spins++) {
-        int k = ibv_poll_cq(cq, 4, wc);
+        int k = ibv_poll_cq(cq, 1, wc); /* one at a time, as latency loops poll */
         CHECK(k >= 0);
         for (int i = 0; i < k; i++) {
             CHECK(wc[i].status == IBV_WC_SUCCESS);
@@ -204,6 +205,91 @@ int main(void)
     }
     CHECK(sends == 1 && recvs == 1);
     CHECK(strcmp(buf + 4096, "hello over irpverbs") == 0);
+
+    /* Inline sends in one chain: gathered from three SGEs (one empty), and
+     * from one; the program's buffers are free again when the post returns. */
+    char part1[8] = "inline ", part2[9] = "gathered";
+    struct ibv_sge gs[3] = {{.addr = (uintptr_t)part1, .length = 7},
+                            {.addr = 0, .length = 0},
+                            {.addr = (uintptr_t)part2, .length = 9}};
+    char one[6] = "one!!";
+    struct ibv_sge os = {.addr = (uintptr_t)one, .length = 6};
+    struct ibv_send_wr iw[2];
+    memset(iw, 0, sizeof iw);
+    iw[0].wr_id = 10;
+    iw[0].sg_list = gs;
+    iw[0].num_sge = 3;
+    iw[0].opcode = IBV_WR_SEND;
+    iw[0].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    iw[0].next = &iw[1];
+    iw[1].wr_id = 11;
+    iw[1].sg_list = &os;
+    iw[1].num_sge = 1;
+    iw[1].opcode = IBV_WR_SEND;
+    iw[1].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    struct ibv_sge rs2[2] = {{.addr = (uintptr_t)(buf + 4096), .length = 64, .lkey = mr->lkey},
+                             {.addr = (uintptr_t)(buf + 4160), .length = 64, .lkey = mr->lkey}};
+    struct ibv_recv_wr rw2[2] = {{.wr_id = 20, .sg_list = &rs2[0], .num_sge = 1, .next = &rw2[1]},
+                                 {.wr_id = 21, .sg_list = &rs2[1], .num_sge = 1}};
+    CHECK(ibv_post_recv(b, rw2, &bad_rw) == 0);
+    CHECK(ibv_post_send(a, iw, &bad_sw) == 0);
+    memset(part1, 'x', sizeof part1);
+    memset(part2, 'x', sizeof part2);
+    memset(one, 'x', sizeof one);
+    /* Polled 32 at a time: more than the library takes from the ring at once. */
+    struct ibv_wc wc32[32];
+    got = 0, sends = 0, recvs = 0;
+    for (int spins = 0; got < 4 && spins < 1000000; spins++) {
+        int k = ibv_poll_cq(cq, 32, wc32);
+        CHECK(k >= 0);
+        for (int i = 0; i < k; i++) {
+            CHECK(wc32[i].status == IBV_WC_SUCCESS);
+            if (wc32[i].opcode == IBV_WC_SEND && (wc32[i].wr_id == 10 || wc32[i].wr_id == 11))
+                sends++;
+            if (wc32[i].opcode == IBV_WC_RECV && wc32[i].wr_id == 20 && wc32[i].byte_len == 16)
+                recvs++;
+            if (wc32[i].opcode == IBV_WC_RECV && wc32[i].wr_id == 21 && wc32[i].byte_len == 6)
+                recvs++;
+        }
+        got += k;
+    }
+    CHECK(sends == 2 && recvs == 2);
+    CHECK(strcmp(buf + 4096, "inline gathered") == 0 && strcmp(buf + 4160, "one!!") == 0);
+
+    /* Bad requests are refused with EINVAL, post nothing and name the first
+     * not posted: more SGEs than the QP takes, a NULL list, inline data at
+     * NULL, more inline data than the QP takes. */
+    struct ibv_sge two[2] = {ss, ss};
+    struct ibv_send_wr bw;
+    memset(&bw, 0, sizeof bw);
+    bw.opcode = IBV_WR_SEND;
+    bw.sg_list = two;
+    bw.num_sge = 2;
+    bad_sw = NULL;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL && bad_sw == &bw);
+    bw.sg_list = NULL;
+    bw.num_sge = 1;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    bw.send_flags = IBV_SEND_INLINE;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    struct ibv_sge at_null = {.addr = 0, .length = 4};
+    bw.sg_list = &at_null;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    struct ibv_sge gathered_null[2] = {{.addr = (uintptr_t)buf, .length = 4}, at_null};
+    bw.sg_list = gathered_null;
+    bw.num_sge = 2;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    struct ibv_sge big = {.addr = (uintptr_t)buf, .length = 2048};
+    bw.sg_list = &big;
+    bw.num_sge = 1;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    struct ibv_sge bigs[2] = {big, big};
+    bw.sg_list = bigs;
+    bw.num_sge = 2;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    bw.num_sge = -1;
+    CHECK(ibv_post_send(a, &bw, &bad_sw) == EINVAL);
+    CHECK(ibv_poll_cq(cq, 32, wc32) == 0);
 
     /* An unknown opcode is refused and names the request. */
     sw.opcode = 77;
