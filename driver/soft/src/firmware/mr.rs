@@ -55,12 +55,18 @@ pub(crate) const fn make_key(index: u32, generation: u8) -> u32 {
     (index << 8) | generation as u32
 }
 
+/// The MR table slot of `key` (whose generation it names or not).
+#[inline(always)]
+pub(crate) const fn mr_index(key: u32) -> u32 {
+    key >> 8
+}
+
 /// The live MR `key` names (its index, and the key of the index's
 /// current generation: a fast-register MR's key byte is its slot's
 /// generation too).
 #[inline(always)]
 pub(crate) fn mr_by_key(mrs: &crate::firmware::table::Table<Mr>, key: u32) -> Option<&Mr> {
-    let index = key >> 8;
+    let index = mr_index(key);
     let mr = mrs.get(index).ok()?;
     let generation = mrs.generation(index).ok()?;
     (make_key(index, generation) == key).then_some(mr)

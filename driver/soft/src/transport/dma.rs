@@ -27,7 +27,7 @@ pub(crate) enum DmaError {
     NoMemory,
 }
 
-pub(crate) use crate::firmware::mr::mr_by_key;
+pub(crate) use crate::firmware::mr::{mr_by_key, mr_index};
 
 /// The MR or memory window an rkey names for the responder of QP `qpn`
 /// (a window's view of its MR, `crate::firmware::mw`): one table index
@@ -223,6 +223,30 @@ fn local_sge<'m>(
     if ok { Ok(mr) } else { Err(DmaError::Prot) }
 }
 
+/// The SGE bytes `offset..offset + len` (some, inside the SGE) where they
+/// lie in one piece of the region of the MR its key names, checked as
+/// [`local_sge`] checks the SGE (`write`: the HCA writes them): the MR
+/// (its index in the table is the key's, [`mr_index`]) and the region
+/// offset. `None` when they do not lie in one piece or a check fails:
+/// the caller walks the list with [`for_each_piece`], which tells which.
+#[inline(always)]
+pub(crate) fn resolve_sge<'m>(
+    mrs: &'m Table<Mr>,
+    pdn: u32,
+    sge: &IvSge,
+    offset: u64,
+    len: u64,
+    write: bool,
+) -> Option<(&'m Mr, usize)> {
+    let end = offset.checked_add(len)?;
+    if len == 0 || end > u64::from(sge.length) {
+        return None;
+    }
+    let mr = local_sge(mrs, pdn, sge, write).ok()?;
+    let off = mr.offset_of(sge.addr.checked_add(offset)?, len)?;
+    Some((mr, off))
+}
+
 /// Checks every SGE of a list (zero-length ones are ignored) and returns
 /// the total length.
 ///
@@ -348,18 +372,31 @@ impl<'a> Source<'a> {
     /// # Errors
     /// [`DmaError::Prot`] when a range falls outside its region, or the
     /// source is shorter than `len`.
+    #[inline(always)]
     pub(crate) fn copy_to(
+        &mut self,
+        dst: &Region,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), DmaError> {
+        // One range (a short-circuited payload in one piece, inline data):
+        // one copy, without the walk's frame.
+        if let Self::Region { region, off } = self {
+            return copy_range(dst, dst_off, region, off, len);
+        }
+        self.copy_walk(dst, dst_off, len)
+    }
+
+    /// [`Self::copy_to`] from segments, a gather list or bytes.
+    #[inline(never)]
+    fn copy_walk(
         &mut self,
         dst: &Region,
         mut dst_off: usize,
         mut len: usize,
     ) -> Result<(), DmaError> {
         match self {
-            Self::Region { region, off } => {
-                Region::copy(dst, dst_off, region, *off, len).map_err(|_| DmaError::Prot)?;
-                *off += len;
-                Ok(())
-            }
+            Self::Region { region, off } => copy_range(dst, dst_off, region, off, len),
             Self::Bytes { bytes, pos } => {
                 let end = pos.checked_add(len).ok_or(DmaError::Prot)?;
                 let chunk = bytes.get(*pos..end).ok_or(DmaError::Prot)?;
@@ -418,6 +455,21 @@ impl<'a> Source<'a> {
     }
 }
 
+/// Copies `len` bytes of `region` from `*off` to `dst` at `dst_off`, and
+/// moves `*off` past them.
+#[inline(always)]
+fn copy_range(
+    dst: &Region,
+    dst_off: usize,
+    region: &Region,
+    off: &mut usize,
+    len: usize,
+) -> Result<(), DmaError> {
+    Region::copy(dst, dst_off, region, *off, len).map_err(|_| DmaError::Prot)?;
+    *off += len;
+    Ok(())
+}
+
 /// A packet's (or burst's) payload as its receiver copies from it: the
 /// segments a frame carries, or, for a request short-circuited between
 /// two QPs of this HCA ([`crate::transport::local`]), the sender's memory
@@ -431,6 +483,19 @@ pub(crate) enum Payload<'a> {
         /// The region.
         region: &'a Region,
         /// Offset of the first byte.
+        off: usize,
+        /// Bytes.
+        len: usize,
+    },
+    /// `len` bytes of the region of MR `index` at region offset `off`:
+    /// a gather list's bytes in one piece of one MR, which the sender
+    /// resolved and checked (key, PD, range) as it sent them
+    /// ([`resolve_sge`], [`mr_index`]); the receiver copies from there without looking
+    /// the key up again.
+    Mr {
+        /// The MR's index in the MR table.
+        index: u32,
+        /// Region offset of the first byte.
         off: usize,
         /// Bytes.
         len: usize,
@@ -458,7 +523,7 @@ impl<'a> Payload<'a> {
     pub(crate) fn len(&self) -> usize {
         match *self {
             Self::Segs(segs) => segs.iter().map(|s| s.len).sum(),
-            Self::Region { len, .. } => len,
+            Self::Region { len, .. } | Self::Mr { len, .. } => len,
             Self::Gather { len, .. } => len as usize,
         }
     }
@@ -473,6 +538,15 @@ impl<'a> Payload<'a> {
         match *self {
             Self::Segs(segs) => Source::segs(segs),
             Self::Region { region, off, .. } => Source::Region { region, off },
+            // The MR cannot go while the run that resolved it holds the
+            // HCA; were it gone, nothing is copied (a protection error).
+            Self::Mr { index, off, .. } => match mrs.get(index) {
+                Ok(mr) => Source::Region {
+                    region: mr.region(),
+                    off,
+                },
+                Err(_) => Source::bytes(&[]),
+            },
             Self::Gather {
                 pdn, sges, offset, ..
             } => {
@@ -510,6 +584,27 @@ pub(crate) fn scatter(
     len: u64,
     src: &mut Source<'_>,
 ) -> Result<(), DmaError> {
+    // The common case (the bytes land in one piece of the only SGE): one
+    // copy, the SGE checked as `for_each_piece` checks it.
+    if let [sge] = sges
+        && let Some((mr, off)) = resolve_sge(mrs, pdn, sge, offset, len, true)
+    {
+        // At most an SGE's 4 GiB.
+        return src.copy_to(mr.region(), off, len as usize);
+    }
+    scatter_walk(src, mrs, pdn, sges, (offset, len))
+}
+
+/// [`scatter`] piece by piece: the message bytes `at` (offset, length).
+#[inline(never)]
+fn scatter_walk(
+    src: &mut Source<'_>,
+    mrs: &Table<Mr>,
+    pdn: u32,
+    sges: &[IvSge],
+    at: (u64, u64),
+) -> Result<(), DmaError> {
+    let (offset, len) = at;
     for_each_piece(mrs, pdn, sges, offset, len, true, |mr, off, n| {
         src.copy_to(mr.region(), off, n)
     })

@@ -55,7 +55,9 @@ use irpverbs_ring::wq::{WqeError, read_send_wqe_into};
 use crate::firmware::port::MAX_MSG_SZ;
 use crate::firmware::qp::{Qp, QpState};
 use crate::firmware::qp_state::{Progress, ReqState, SendSlot, Window};
-use crate::transport::dma::{DmaError, Payload, check_sges, for_each_piece, gather};
+use crate::transport::dma::{
+    DmaError, Payload, check_sges, for_each_piece, gather, mr_index, resolve_sge,
+};
 use crate::transport::engine::{DEFAULT_PKEY, Env, enter_error, send_error};
 use crate::wire::packet::{AtomicEth, Burst, Deth, Packet, Reth, Seg, op, psn_add};
 
@@ -619,10 +621,39 @@ fn send_ud(qpn: u32, qp: &Qp, env: &mut Env<'_>, index: u32) -> Result<(), u32> 
         .map_err(dma_status)
 }
 
-/// The opcode of a SEND or WRITE packet.
+/// The opcode of a SEND or WRITE packet: an RC opcode of
+/// [`DATA_OPCODES`] (UC's has the UC transport bits).
+#[inline(always)]
 pub(crate) fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
+    // A table, not a match: this is on every message's path.
+    let row = DATA_OPCODES
+        .get(usize::from(wr))
+        .unwrap_or(&DATA_OPCODES[usize::from(IV_WR_RDMA_WRITE)]);
+    let rc = row[usize::from(first) << 1 | usize::from(last)];
+    if qpt == IV_QPT_UC { rc | op::UC } else { rc }
+}
+
+/// The RC opcode of a SEND or WRITE packet of each send opcode, by
+/// `first << 1 | last` ([`rc_data_opcode`]).
+const DATA_OPCODES: [[u8; 4]; 8] = {
+    let mut t = [[0u8; 4]; 8];
+    let mut wr = 0;
+    while wr < t.len() {
+        let mut k = 0;
+        while k < 4 {
+            t[wr][k] = rc_data_opcode(wr as u8, k & 2 != 0, k & 1 != 0);
+            k += 1;
+        }
+        wr += 1;
+    }
+    t
+};
+
+/// The RC opcode of a SEND or WRITE packet (anything but a SEND is a
+/// WRITE's).
+const fn rc_data_opcode(wr: u8, first: bool, last: bool) -> u8 {
     use op::*;
-    let rc = match (wr, first, last) {
+    match (wr, first, last) {
         (IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV, true, false) => RC_SEND_FIRST,
         (IV_WR_SEND | IV_WR_SEND_WITH_IMM | IV_WR_SEND_WITH_INV, false, false) => RC_SEND_MIDDLE,
         (IV_WR_SEND, true, true) => RC_SEND_ONLY,
@@ -637,8 +668,7 @@ pub(crate) fn data_opcode(qpt: u32, wr: u8, first: bool, last: bool) -> u8 {
         (IV_WR_RDMA_WRITE_WITH_IMM, false, true) => RC_WRITE_LAST_IMM,
         (_, true, true) => RC_WRITE_ONLY,
         (_, false, true) => RC_WRITE_LAST,
-    };
-    if qpt == IV_QPT_UC { rc | UC } else { rc }
+    }
 }
 
 /// Emits the rest of the WQE in progress: a READ request, an atomic, or
@@ -751,9 +781,10 @@ fn emit_next(
                 Some(dest) => {
                     // The payload where it lies, checked as its segments
                     // would be.
-                    check_payload(qp, env.mrs, p.index, p.offset, rest).map_err(dma_status)?;
+                    let piece =
+                        check_payload(qp, env.mrs, p.index, p.offset, rest).map_err(dma_status)?;
                     sent_data(qp, p, ack_req, count, rest, cut);
-                    let payload = local_payload(qp, p.index, p.offset, rest);
+                    let payload = local_payload(qp, p.index, p.offset, rest, piece);
                     crate::transport::local::request(qpn, dest, env, &pkt, burst, payload);
                     crate::transport::local::responses(qp, env);
                 }
@@ -839,6 +870,11 @@ fn emit_request(
 
 /// Checks the message bytes `offset..offset + len` of WQE `index` as
 /// [`fill_payload`] checks them (a gather list's keys and ranges).
+/// Returns, when they lie in one piece of one MR, its index and the
+/// region offset (resolved once, for [`local_payload`]).
+///
+/// # Errors
+/// As [`for_each_piece`].
 #[inline(always)]
 fn check_payload(
     qp: &Qp,
@@ -846,29 +882,42 @@ fn check_payload(
     index: u32,
     offset: u32,
     len: u32,
-) -> Result<(), DmaError> {
+) -> Result<Option<(u32, usize)>, DmaError> {
     if len == 0 || qp.tx.req.slot(index).wqe.flags & IV_SEND_INLINE != 0 {
-        return Ok(());
+        return Ok(None);
     }
     let sges = qp.tx.req.sges(index);
-    for_each_piece(
-        mrs,
-        qp.pdn,
-        sges,
-        u64::from(offset),
-        u64::from(len),
-        false,
-        |_, _, _| Ok(()),
-    )
+    let (offset, len) = (u64::from(offset), u64::from(len));
+    if let [one] = sges
+        && let Some((_, off)) = resolve_sge(mrs, qp.pdn, one, offset, len, false)
+    {
+        return Ok(Some((mr_index(one.lkey), off)));
+    }
+    for_each_piece(mrs, qp.pdn, sges, offset, len, false, |_, _, _| Ok(()))?;
+    Ok(None)
 }
 
 /// The message bytes `offset..offset + len` of WQE `index` where they
-/// lie, for a short-circuited packet: the slot's inline data, or the
-/// gather list (checked, [`check_payload`]).
+/// lie, for a short-circuited packet: the slot's inline data, the one
+/// piece of an MR [`check_payload`] found them in (`piece`), or the
+/// gather list (checked).
 #[inline(always)]
-fn local_payload(qp: &Qp, index: u32, offset: u32, len: u32) -> Payload<'_> {
+fn local_payload(
+    qp: &Qp,
+    index: u32,
+    offset: u32,
+    len: u32,
+    piece: Option<(u32, usize)>,
+) -> Payload<'_> {
     if len == 0 {
         return Payload::NONE;
+    }
+    if let Some((mr, off)) = piece {
+        return Payload::Mr {
+            index: mr,
+            off,
+            len: len as usize,
+        };
     }
     if qp.tx.req.slot(index).wqe.flags & IV_SEND_INLINE != 0 {
         let ring = &qp.sq.0;
@@ -925,6 +974,27 @@ pub(crate) fn solicit_ack(qp: &mut Qp) {
 
 fn psn_sub(a: u32, b: u32) -> u32 {
     u32::try_from(crate::wire::packet::psn_diff(a, b).max(0)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod opcode_tests {
+    use super::{data_opcode, rc_data_opcode};
+    use crate::wire::packet::op;
+    use irpverbs_abi::{IV_QPT_RC, IV_QPT_UC};
+
+    #[test]
+    fn data_opcode_table_matches_the_rule_for_every_send_opcode() {
+        for wr in 0..=u8::MAX {
+            for k in 0..4 {
+                let (first, last) = (k & 2 != 0, k & 1 != 0);
+                let rc = rc_data_opcode(wr, first, last);
+                assert_eq!(data_opcode(IV_QPT_RC, wr, first, last), rc, "{wr} {k}");
+                assert_eq!(data_opcode(IV_QPT_UC, wr, first, last), rc | op::UC);
+            }
+        }
+        assert_eq!(rc_data_opcode(0, true, true), op::RC_SEND_ONLY);
+        assert_eq!(rc_data_opcode(200, false, true), op::RC_WRITE_LAST);
+    }
 }
 
 #[cfg(test)]
