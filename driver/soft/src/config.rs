@@ -124,6 +124,13 @@ pub struct SoftConfig {
     /// responder and completer run either way; the frames cost a queue
     /// and a reference to each payload's memory per packet. Default true.
     pub short_circuit: bool,
+    /// Whether the send doorbell's fast path (`transport/fast.rs`) runs
+    /// in front of the requester between two QPs of this HCA (with
+    /// [`Self::short_circuit`]); when false the requester takes every
+    /// WQE, short-circuited: the same completions and memory, in more
+    /// instructions. For measuring and testing the short-circuit alone.
+    /// Default true.
+    pub fast_path: bool,
 }
 
 /// Most completion vectors a soft HCA has ([`SoftConfig::num_comp_vectors`]).
@@ -179,6 +186,7 @@ impl Default for SoftConfig {
             max_res_rd_atom: 0x80_0000,
             dpc_budget: DEFAULT_DPC_BUDGET,
             short_circuit: true,
+            fast_path: true,
         }
     }
 }

@@ -88,6 +88,9 @@ pub(crate) struct DataPath {
     /// Whether RC requests between two QPs of this HCA are short-circuited
     /// ([`crate::SoftConfig::short_circuit`]).
     pub(crate) short_circuit: bool,
+    /// Whether the send doorbell's fast path runs
+    /// ([`crate::SoftConfig::fast_path`]).
+    pub(crate) fast_path: bool,
     /// While a request is short-circuited to a responder of this HCA
     /// ([`crate::transport::local`]): the requester QP whose responses
     /// the responder's packets are, taken into [`Self::replies`] instead
@@ -190,6 +193,7 @@ impl DataPath {
             loopq: Batch::default(),
             loop_spare: Batch::default(),
             short_circuit: true,
+            fast_path: true,
             capture: None,
             replies: Batch::default(),
             inbound: Batch::default(),

@@ -209,6 +209,7 @@ impl Firmware {
         let mut dp =
             crate::firmware::datapath::DataPath::new_boxed(gid, attention, events, udp_port)?;
         dp.short_circuit = config.short_circuit;
+        dp.fast_path = config.fast_path;
         irpverbs_ring::try_box_with(|| Self {
             dp,
             port,

@@ -423,6 +423,10 @@ pub(crate) enum Topo {
     /// ([`crate::SoftConfig::short_circuit`] off): every packet travels as
     /// a frame through the loopback queue.
     LoopbackFrames,
+    /// Both QPs on one HCA without the send doorbell's fast path
+    /// ([`crate::SoftConfig::fast_path`] off): the requester takes every
+    /// WQE, short-circuited to the peer.
+    LoopbackShortCircuit,
 }
 
 /// A requester QP on `a` connected to a responder QP on `b` (the same
@@ -454,6 +458,10 @@ pub(crate) fn nodes(topo: Topo) -> (Arc<Node>, Arc<Node>, Option<Arc<Fabric<Test
         }
         Topo::LoopbackFrames => {
             let a = Arc::new(Node::with(1, |c| c.short_circuit = false));
+            (a.clone(), a, None)
+        }
+        Topo::LoopbackShortCircuit => {
+            let a = Arc::new(Node::with(1, |c| c.fast_path = false));
             (a.clone(), a, None)
         }
         Topo::TwoHca | Topo::TwoHcaDeferred => {

@@ -2,7 +2,8 @@
 //! pair (the send doorbell's fast path, `transport/fast.rs`, and the
 //! requester's requests short-circuited to the peer for what the fast
 //! path leaves, run by the doorbells, or with deferred firmware by the
-//! engine's turns), on a
+//! engine's turns), on a loopback pair without the fast path (the
+//! short-circuit alone, [`crate::SoftConfig::fast_path`] off), on a
 //! loopback pair whose packets travel as frames through the loopback queue
 //! ([`crate::SoftConfig::short_circuit`] off), and on two HCAs (every
 //! packet a frame across a fabric) must give the same completions, in the
@@ -522,7 +523,12 @@ proptest! {
         prop_assert_eq!((wire.fast, wire.short), (0, 0), "two HCAs never short-circuit");
         // The fast path and the short-circuit on the doorbells (inline)
         // and on the engine's turns (deferred); and frames.
-        for topo in [Topo::Loopback, Topo::LoopbackDeferred, Topo::LoopbackFrames] {
+        for topo in [
+                Topo::Loopback,
+                Topo::LoopbackDeferred,
+                Topo::LoopbackShortCircuit,
+                Topo::LoopbackFrames,
+            ] {
             let local = run(topo, &rounds, srq);
             prop_assert_eq!(&local.cqa, &wire.cqa, "{:?}", topo);
             prop_assert_eq!(&local.cqb, &wire.cqb, "{:?}", topo);
@@ -575,6 +581,7 @@ fn the_script_is_short_circuited_unless_switched_off() {
         for (topo, counts) in [
             (Topo::Loopback, (14, 2)),
             (Topo::LoopbackDeferred, (14, 2)),
+            (Topo::LoopbackShortCircuit, (0, 16)),
             (Topo::LoopbackFrames, (0, 0)),
         ] {
             let local = run(
@@ -669,7 +676,12 @@ fn each_fault_completes_with_its_status() {
                     "{kind:?} {fault:?} {target:?}"
                 );
             }
-            for topo in [Topo::Loopback, Topo::LoopbackDeferred, Topo::LoopbackFrames] {
+            for topo in [
+                Topo::Loopback,
+                Topo::LoopbackDeferred,
+                Topo::LoopbackShortCircuit,
+                Topo::LoopbackFrames,
+            ] {
                 let local = run(topo, &script, srq);
                 assert_eq!(
                     Outcome {

@@ -41,7 +41,7 @@
 //! stops the fast path there, and the requester takes the rest of the
 //! send queue from the same state (short-circuited to the same peer,
 //! [`crate::transport::local`]). With [`crate::SoftConfig::short_circuit`]
-//! off the fast path takes nothing. What changes memory windows is
+//! or [`crate::SoftConfig::fast_path`] off the fast path takes nothing. What changes memory windows is
 //! the general path's alone: a SEND with invalidate, `IV_WR_BIND_MW`,
 //! `IV_WR_LOCAL_INV` and `IV_WR_REG_MR` (which changes a fast-register
 //! MR, `crate::firmware::fast_reg`) stop the fast path, and so does an rkey of a window
@@ -105,6 +105,7 @@ pub(crate) enum Ran {
 pub(crate) fn run(fw: &mut Firmware, qpn: u32) -> Ran {
     let dp = &fw.dp;
     if !dp.short_circuit
+        || !dp.fast_path
         || dp.link_down
         || !dp.loopq.is_empty()
         || !dp.inbound.is_empty()
