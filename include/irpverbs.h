@@ -312,12 +312,12 @@
 #define IOCTL_IV_DESTROY_CEP ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2147 << 2)) | METHOD_BUFFERED)
 
 /**
- * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+ * Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. Without a QP handle (`qp` zero, the QP's number in `qpn`), the caller moves its QP itself (`IOCTL_IV_CM_INIT_QP_ATTR`): no QP is touched, the request completes on the REP (queued as `IV_CEP_EVENT_REPLY`), and `IOCTL_IV_CM_ESTABLISH` sends the RTU once the caller's QP is in RTS. In: [`IvCmConnectIn`]. Out: none.
  */
 #define IOCTL_IV_CM_CONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2148 << 2)) | METHOD_BUFFERED)
 
 /**
- * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). In: [`IvCmAcceptIn`]. Out: none.
+ * Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). Without a QP handle (`qp` zero, the QP's number in `qpn`), the caller moves its QP itself (`IOCTL_IV_CM_INIT_QP_ATTR`, before or after this request): the REP goes at once and the request completes on the RTU; no QP is touched. In: [`IvCmAcceptIn`]. Out: none.
  */
 #define IOCTL_IV_CM_ACCEPT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2149 << 2)) | METHOD_BUFFERED)
 
@@ -327,7 +327,7 @@
 #define IOCTL_IV_CM_REJECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2150 << 2)) | METHOD_BUFFERED)
 
 /**
- * Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
+ * Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. A connection whose QP the caller moves itself: the same without the QP (the caller moves it to ERR). `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
  */
 #define IOCTL_IV_CM_DISCONNECT ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2151 << 2)) | METHOD_BUFFERED)
 
@@ -377,6 +377,36 @@
  * Out: none.
  */
 #define IOCTL_IV_CM_APR ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2164 << 2)) | METHOD_BUFFERED)
+
+/**
+ * The attributes and mask that move the QP of a CEP's connection to
+ * INIT, RTR or RTS, for a caller that moves its QP itself (a
+ * `CM_CONNECT` or `CM_ACCEPT` without a QP handle), as the IB CM's
+ * `ib_cm_init_qp_attr` gives them: INIT once the CEP sent or received a
+ * REQ; RTR and RTS once the REP arrived (active side) or from the REQ
+ * received (passive side; RTS's send PSN is the request's
+ * `starting_psn` until the CEP accepted, then its accept's), until the
+ * CEP leaves the connection. Answered at once, also while a request is
+ * in progress on the CEP; changes nothing. `STATUS_INVALID_PARAMETER` for
+ * another state or a PSN above 24 bits, `STATUS_INVALID_DEVICE_STATE`
+ * when the CEP's state does not give the attributes (idle, listening,
+ * disconnected). IRQL: <= DISPATCH_LEVEL. In: [`IvCmInitQpAttrIn`].
+ * Out: [`IvCmInitQpAttrOut`].
+ */
+#define IOCTL_IV_CM_INIT_QP_ATTR ((((FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14)) | (2165 << 2)) | METHOD_BUFFERED)
+
+/**
+ * Completes an active connection whose QP the caller moves itself: after
+ * its `CM_CONNECT` (without a QP handle) completed on the REP and the
+ * caller moved its QP to RTS, sends the RTU (the connection is
+ * established; the remote's accept completes on it). Completes at once.
+ * `STATUS_INVALID_DEVICE_STATE` for a CEP that did not receive a REP it
+ * has not answered, or whose connect moves a QP of its own (that one
+ * sends the RTU itself); `STATUS_DEVICE_BUSY` while a request is in
+ * progress on the CEP; each changes nothing. IRQL: <= DISPATCH_LEVEL.
+ * In: [`IvHandleIn`] (the CEP). Out: none.
+ */
+#define IOCTL_IV_CM_ESTABLISH ((((FILE_DEVICE_INFINIBAND << 16) | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)) | (2166 << 2)) | METHOD_BUFFERED)
 
 /**
  * Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
@@ -2647,7 +2677,8 @@ typedef struct IvCepEventOut {
 
 /**
  * Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
- * RESET) to the listener of `service_id` at `remote_gid`.
+ * RESET) to the listener of `service_id` at `remote_gid`; or, with `qp`
+ * zero, from the QP numbered `qpn` that the caller moves itself.
  */
 typedef struct IvCmConnectIn {
   /**
@@ -2655,7 +2686,7 @@ typedef struct IvCmConnectIn {
    */
   IvHandle cep;
   /**
-   * The RC QP (RESET).
+   * The RC QP (RESET); zero: the caller moves its QP (`qpn`).
    */
   IvHandle qp;
   /**
@@ -2731,14 +2762,17 @@ typedef struct IvCmConnectIn {
    */
   uint8_t private_data[92];
   /**
-   * Zero.
+   * `qp` zero (the caller moves its QP itself, see
+   * `IOCTL_IV_CM_INIT_QP_ATTR`): the QP's number (24 bits), which the
+   * REQ carries. Zero when `qp` is given.
    */
-  uint32_t reserved2;
+  uint32_t qpn;
 } IvCmConnectIn;
 
 /**
  * Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
- * with `qp` (in RESET).
+ * with `qp` (in RESET); or, with `qp` zero, with the QP numbered `qpn`
+ * that the caller moves itself.
  */
 typedef struct IvCmAcceptIn {
   /**
@@ -2746,7 +2780,7 @@ typedef struct IvCmAcceptIn {
    */
   IvHandle cep;
   /**
-   * The RC QP (RESET).
+   * The RC QP (RESET); zero: the caller moves its QP (`qpn`).
    */
   IvHandle qp;
   /**
@@ -2754,9 +2788,10 @@ typedef struct IvCmAcceptIn {
    */
   uint32_t starting_psn;
   /**
-   * Zero.
+   * `qp` zero: the QP's number (24 bits), which the REP carries. Zero
+   * when `qp` is given.
    */
-  uint32_t reserved;
+  uint32_t qpn;
   /**
    * Responder resources offered (cut to the REQ's initiator depth).
    */
@@ -3124,6 +3159,46 @@ typedef struct IvSidrReplyIn {
    */
   uint8_t private_data[136];
 } IvSidrReplyIn;
+
+/**
+ * Request of `IOCTL_IV_CM_INIT_QP_ATTR`: the attributes that move the QP
+ * of a CEP's connection to `qp_state`, for a caller that moves its QP
+ * itself.
+ */
+typedef struct IvCmInitQpAttrIn {
+  /**
+   * The CEP.
+   */
+  IvHandle cep;
+  /**
+   * `IV_QPS_INIT`, `IV_QPS_RTR` or `IV_QPS_RTS`.
+   */
+  uint32_t qp_state;
+  /**
+   * A CEP with a connect request it has not answered yet: the send PSN
+   * its `IOCTL_IV_CM_ACCEPT` will carry (24 bits; RTS's `sq_psn`).
+   * Otherwise ignored (the connection's own).
+   */
+  uint32_t starting_psn;
+} IvCmInitQpAttrIn;
+
+/**
+ * Response of `IOCTL_IV_CM_INIT_QP_ATTR`: what `IOCTL_IV_MODIFY_QP` takes.
+ */
+typedef struct IvCmInitQpAttrOut {
+  /**
+   * `IV_QP_*` mask bits: the attributes that apply.
+   */
+  uint32_t attr_mask;
+  /**
+   * Zero.
+   */
+  uint32_t reserved;
+  /**
+   * The attributes (`qp_state` is the state asked for).
+   */
+  struct IvQpAttr attr;
+} IvCmInitQpAttrOut;
 
 /**
  * One ring index, alone on its cache line (64 bytes; the ring memory is

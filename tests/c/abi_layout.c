@@ -475,7 +475,7 @@ IV_STATIC_ASSERT(offsetof(IvCmConnectIn, flags) == 69, "offsetof(IvCmConnectIn, 
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data_len) == 70, "offsetof(IvCmConnectIn, private_data_len)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, sgid_index) == 71, "offsetof(IvCmConnectIn, sgid_index)");
 IV_STATIC_ASSERT(offsetof(IvCmConnectIn, private_data) == 72, "offsetof(IvCmConnectIn, private_data)");
-IV_STATIC_ASSERT(offsetof(IvCmConnectIn, reserved2) == 164, "offsetof(IvCmConnectIn, reserved2)");
+IV_STATIC_ASSERT(offsetof(IvCmConnectIn, qpn) == 164, "offsetof(IvCmConnectIn, qpn)");
 
 IV_STATIC_ASSERT(sizeof(IvCmAcceptIn) == 232, "sizeof(IvCmAcceptIn)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvCmAcceptIn) == 8, "alignof(IvCmAcceptIn)");
@@ -483,7 +483,7 @@ IV_STATIC_ASSERT(sizeof(struct IvCmAcceptIn) == sizeof(IvCmAcceptIn), "struct Iv
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, cep) == 0, "offsetof(IvCmAcceptIn, cep)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, qp) == 8, "offsetof(IvCmAcceptIn, qp)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, starting_psn) == 16, "offsetof(IvCmAcceptIn, starting_psn)");
-IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, reserved) == 20, "offsetof(IvCmAcceptIn, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, qpn) == 20, "offsetof(IvCmAcceptIn, qpn)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, responder_resources) == 24, "offsetof(IvCmAcceptIn, responder_resources)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, initiator_depth) == 25, "offsetof(IvCmAcceptIn, initiator_depth)");
 IV_STATIC_ASSERT(offsetof(IvCmAcceptIn, rnr_retry_count) == 26, "offsetof(IvCmAcceptIn, rnr_retry_count)");
@@ -595,6 +595,20 @@ IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, private_data_len) == 21, "offsetof(IvSi
 IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, reserved) == 22, "offsetof(IvSidrReplyIn, reserved)");
 IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, info) == 24, "offsetof(IvSidrReplyIn, info)");
 IV_STATIC_ASSERT(offsetof(IvSidrReplyIn, private_data) == 96, "offsetof(IvSidrReplyIn, private_data)");
+
+IV_STATIC_ASSERT(sizeof(IvCmInitQpAttrIn) == 16, "sizeof(IvCmInitQpAttrIn)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmInitQpAttrIn) == 8, "alignof(IvCmInitQpAttrIn)");
+IV_STATIC_ASSERT(sizeof(struct IvCmInitQpAttrIn) == sizeof(IvCmInitQpAttrIn), "struct IvCmInitQpAttrIn");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrIn, cep) == 0, "offsetof(IvCmInitQpAttrIn, cep)");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrIn, qp_state) == 8, "offsetof(IvCmInitQpAttrIn, qp_state)");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrIn, starting_psn) == 12, "offsetof(IvCmInitQpAttrIn, starting_psn)");
+
+IV_STATIC_ASSERT(sizeof(IvCmInitQpAttrOut) == 152, "sizeof(IvCmInitQpAttrOut)");
+IV_STATIC_ASSERT(IV_ALIGNOF(IvCmInitQpAttrOut) == 4, "alignof(IvCmInitQpAttrOut)");
+IV_STATIC_ASSERT(sizeof(struct IvCmInitQpAttrOut) == sizeof(IvCmInitQpAttrOut), "struct IvCmInitQpAttrOut");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrOut, attr_mask) == 0, "offsetof(IvCmInitQpAttrOut, attr_mask)");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrOut, reserved) == 4, "offsetof(IvCmInitQpAttrOut, reserved)");
+IV_STATIC_ASSERT(offsetof(IvCmInitQpAttrOut, attr) == 8, "offsetof(IvCmInitQpAttrOut, attr)");
 
 IV_STATIC_ASSERT(sizeof(IvRingIndex) == 64, "sizeof(IvRingIndex)");
 IV_STATIC_ASSERT(IV_ALIGNOF(IvRingIndex) == 4, "alignof(IvRingIndex)");
@@ -730,6 +744,8 @@ IV_STATIC_ASSERT(IOCTL_IV_SIDR_REQUEST == 0x003BE1C4u, "IOCTL_IV_SIDR_REQUEST");
 IV_STATIC_ASSERT(IOCTL_IV_SIDR_REPLY == 0x003BE1C8u, "IOCTL_IV_SIDR_REPLY");
 IV_STATIC_ASSERT(IOCTL_IV_CM_LAP == 0x003BE1CCu, "IOCTL_IV_CM_LAP");
 IV_STATIC_ASSERT(IOCTL_IV_CM_APR == 0x003BE1D0u, "IOCTL_IV_CM_APR");
+IV_STATIC_ASSERT(IOCTL_IV_CM_INIT_QP_ATTR == 0x003B61D4u, "IOCTL_IV_CM_INIT_QP_ATTR");
+IV_STATIC_ASSERT(IOCTL_IV_CM_ESTABLISH == 0x003BE1D8u, "IOCTL_IV_CM_ESTABLISH");
 IV_STATIC_ASSERT(IOCTL_IV_RESOLVE_ADDR == 0x003B6200u, "IOCTL_IV_RESOLVE_ADDR");
 IV_STATIC_ASSERT(IOCTL_IV_LISTEN_ADDR == 0x003BE204u, "IOCTL_IV_LISTEN_ADDR");
 

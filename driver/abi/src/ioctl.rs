@@ -325,13 +325,13 @@ pub const IOCTL_IV_DESTROY_CEP: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x863 << 2)
     | METHOD_BUFFERED;
 
-/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. In: [`IvCmConnectIn`]. Out: none.
+/// Connect an RC QP through the CM, as one request: the QP to INIT, the REQ; on the REP the QP to RTR and RTS, the RTU; then it completes (the REP is also queued as `IV_CEP_EVENT_REPLY`, a REJ as `IV_CEP_EVENT_REJECTED`, with their private data). The REQ carries the request's private data and parameters; bad values, non-zero reserved fields or a QP that is not RC: `STATUS_INVALID_PARAMETER`; a CEP that is not idle or a QP that is not in RESET: `STATUS_INVALID_DEVICE_STATE` (a QP with a modify in flight: `STATUS_DEVICE_BUSY`); a `local_gid` that is not entry `sgid_index` of port 1's GID table (whatever the index): `STATUS_INVALID_ADDRESS`; each changes nothing. `STATUS_CONNECTION_REFUSED` on a REJ, `STATUS_IO_TIMEOUT` when the CM gave up, `STATUS_CANCELLED` when the CEP is destroyed, a QP modify's status if one fails. Without a QP handle (`qp` zero, the QP's number in `qpn`), the caller moves its QP itself (`IOCTL_IV_CM_INIT_QP_ATTR`): no QP is touched, the request completes on the REP (queued as `IV_CEP_EVENT_REPLY`), and `IOCTL_IV_CM_ESTABLISH` sends the RTU once the caller's QP is in RTS. In: [`IvCmConnectIn`]. Out: none.
 pub const IOCTL_IV_CM_CONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x864 << 2)
     | METHOD_BUFFERED;
 
-/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). In: [`IvCmAcceptIn`]. Out: none.
+/// Accept a connect request, as one request: the QP to INIT, RTR and RTS with the REQ's attributes, the REP (with the request's private data and parameters); completes on the RTU. Fails as `IOCTL_IV_CM_CONNECT` (the QP must be an RC QP in RESET; a CEP without an unanswered connect request: `STATUS_INVALID_DEVICE_STATE`). Without a QP handle (`qp` zero, the QP's number in `qpn`), the caller moves its QP itself (`IOCTL_IV_CM_INIT_QP_ATTR`, before or after this request): the REP goes at once and the request completes on the RTU; no QP is touched. In: [`IvCmAcceptIn`]. Out: none.
 pub const IOCTL_IV_CM_ACCEPT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x865 << 2)
@@ -343,7 +343,7 @@ pub const IOCTL_IV_CM_REJECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | (0x866 << 2)
     | METHOD_BUFFERED;
 
-/// Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
+/// Disconnect, as one request. Established: the DREQ (with the private data), the QP to ERR (flushing it); completes on the DREP (`STATUS_IO_TIMEOUT` when the DREQ's retries ran out). After `IV_CEP_EVENT_DISCONNECT_REQUEST`: the QP to ERR, the DREP (with the private data); then it completes. A connection whose QP the caller moves itself: the same without the QP (the caller moves it to ERR). `STATUS_INVALID_PARAMETER` for too much private data or non-zero reserved fields. In: [`IvCmDisconnectIn`]. Out: none.
 pub const IOCTL_IV_CM_DISCONNECT: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x867 << 2)
@@ -399,6 +399,36 @@ pub const IOCTL_IV_CM_LAP: u32 = (FILE_DEVICE_INFINIBAND << 16)
 pub const IOCTL_IV_CM_APR: u32 = (FILE_DEVICE_INFINIBAND << 16)
     | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
     | (0x874 << 2)
+    | METHOD_BUFFERED;
+
+/// The attributes and mask that move the QP of a CEP's connection to
+/// INIT, RTR or RTS, for a caller that moves its QP itself (a
+/// `CM_CONNECT` or `CM_ACCEPT` without a QP handle), as the IB CM's
+/// `ib_cm_init_qp_attr` gives them: INIT once the CEP sent or received a
+/// REQ; RTR and RTS once the REP arrived (active side) or from the REQ
+/// received (passive side; RTS's send PSN is the request's
+/// `starting_psn` until the CEP accepted, then its accept's), until the
+/// CEP leaves the connection. Answered at once, also while a request is
+/// in progress on the CEP; changes nothing. `STATUS_INVALID_PARAMETER` for
+/// another state or a PSN above 24 bits, `STATUS_INVALID_DEVICE_STATE`
+/// when the CEP's state does not give the attributes (idle, listening,
+/// disconnected). IRQL: <= DISPATCH_LEVEL. In: [`IvCmInitQpAttrIn`].
+/// Out: [`IvCmInitQpAttrOut`].
+pub const IOCTL_IV_CM_INIT_QP_ATTR: u32 =
+    (FILE_DEVICE_INFINIBAND << 16) | (FILE_READ_ACCESS << 14) | (0x875 << 2) | METHOD_BUFFERED;
+
+/// Completes an active connection whose QP the caller moves itself: after
+/// its `CM_CONNECT` (without a QP handle) completed on the REP and the
+/// caller moved its QP to RTS, sends the RTU (the connection is
+/// established; the remote's accept completes on it). Completes at once.
+/// `STATUS_INVALID_DEVICE_STATE` for a CEP that did not receive a REP it
+/// has not answered, or whose connect moves a QP of its own (that one
+/// sends the RTU itself); `STATUS_DEVICE_BUSY` while a request is in
+/// progress on the CEP; each changes nothing. IRQL: <= DISPATCH_LEVEL.
+/// In: [`IvHandleIn`] (the CEP). Out: none.
+pub const IOCTL_IV_CM_ESTABLISH: u32 = (FILE_DEVICE_INFINIBAND << 16)
+    | ((FILE_READ_ACCESS | FILE_WRITE_ACCESS) << 14)
+    | (0x876 << 2)
     | METHOD_BUFFERED;
 
 /// Resolve an IP address (IPv4 or IPv6) to the local port, source GID and
@@ -800,6 +830,20 @@ pub const IOCTLS: &[IoctlInfo] = &[
         kernel_only: false,
     },
     IoctlInfo {
+        name: "CM_INIT_QP_ATTR",
+        code: IOCTL_IV_CM_INIT_QP_ATTR,
+        input_len: core::mem::size_of::<IvCmInitQpAttrIn>(),
+        output_len: core::mem::size_of::<IvCmInitQpAttrOut>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
+        name: "CM_ESTABLISH",
+        code: IOCTL_IV_CM_ESTABLISH,
+        input_len: core::mem::size_of::<IvHandleIn>(),
+        output_len: core::mem::size_of::<()>(),
+        kernel_only: false,
+    },
+    IoctlInfo {
         name: "RESOLVE_ADDR",
         code: IOCTL_IV_RESOLVE_ADDR,
         input_len: core::mem::size_of::<IvResolveAddrIn>(),
@@ -903,7 +947,8 @@ mod tests {
             }
             let writes = !(a.name.starts_with("QUERY")
                 || a.name == "GET_VERSION"
-                || a.name == "RESOLVE_ADDR");
+                || a.name == "RESOLVE_ADDR"
+                || a.name == "CM_INIT_QP_ATTR");
             let want = if a.name == "GET_VERSION" {
                 FILE_ANY_ACCESS
             } else if writes {

@@ -1451,13 +1451,14 @@ pub const IV_CM_SIDR_REQ_PDATA: u32 = 216;
 pub const IV_CM_SIDR_REP_PDATA: u32 = 136;
 
 /// Request of `IOCTL_IV_CM_CONNECT`: an RC connection from `qp` (in
-/// RESET) to the listener of `service_id` at `remote_gid`.
+/// RESET) to the listener of `service_id` at `remote_gid`; or, with `qp`
+/// zero, from the QP numbered `qpn` that the caller moves itself.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCmConnectIn {
     /// The CEP (idle).
     pub cep: IvHandle,
-    /// The RC QP (RESET).
+    /// The RC QP (RESET); zero: the caller moves its QP (`qpn`).
     pub qp: IvHandle,
     /// The remote listener's service ID.
     pub service_id: u64,
@@ -1497,8 +1498,10 @@ pub struct IvCmConnectIn {
     pub sgid_index: u8,
     /// The REQ's private data.
     pub private_data: [u8; 92],
-    /// Zero.
-    pub reserved2: u32,
+    /// `qp` zero (the caller moves its QP itself, see
+    /// `IOCTL_IV_CM_INIT_QP_ATTR`): the QP's number (24 bits), which the
+    /// REQ carries. Zero when `qp` is given.
+    pub qpn: u32,
 }
 abi_layout!(IvCmConnectIn {
     cep,
@@ -1520,7 +1523,7 @@ abi_layout!(IvCmConnectIn {
     private_data_len,
     sgid_index,
     private_data,
-    reserved2
+    qpn
 });
 impl Default for IvCmConnectIn {
     fn default() -> Self {
@@ -1529,18 +1532,20 @@ impl Default for IvCmConnectIn {
 }
 
 /// Request of `IOCTL_IV_CM_ACCEPT`: accept the connect request on `cep`
-/// with `qp` (in RESET).
+/// with `qp` (in RESET); or, with `qp` zero, with the QP numbered `qpn`
+/// that the caller moves itself.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct IvCmAcceptIn {
     /// The connection's CEP (from `IV_CEP_EVENT_CONNECT_REQUEST`).
     pub cep: IvHandle,
-    /// The RC QP (RESET).
+    /// The RC QP (RESET); zero: the caller moves its QP (`qpn`).
     pub qp: IvHandle,
     /// The QP's starting send PSN (24 bits).
     pub starting_psn: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// `qp` zero: the QP's number (24 bits), which the REP carries. Zero
+    /// when `qp` is given.
+    pub qpn: u32,
     /// Responder resources offered (cut to the REQ's initiator depth).
     pub responder_resources: u8,
     /// Initiator depth wanted (cut to the REQ's responder resources).
@@ -1566,7 +1571,7 @@ abi_layout!(IvCmAcceptIn {
     cep,
     qp,
     starting_psn,
-    reserved,
+    qpn,
     responder_resources,
     initiator_depth,
     rnr_retry_count,
@@ -1744,6 +1749,48 @@ impl Default for IvCmAprIn {
         zerocopy::FromZeros::new_zeroed()
     }
 }
+
+/// Request of `IOCTL_IV_CM_INIT_QP_ATTR`: the attributes that move the QP
+/// of a CEP's connection to `qp_state`, for a caller that moves its QP
+/// itself.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmInitQpAttrIn {
+    /// The CEP.
+    pub cep: IvHandle,
+    /// `IV_QPS_INIT`, `IV_QPS_RTR` or `IV_QPS_RTS`.
+    pub qp_state: u32,
+    /// A CEP with a connect request it has not answered yet: the send PSN
+    /// its `IOCTL_IV_CM_ACCEPT` will carry (24 bits; RTS's `sq_psn`).
+    /// Otherwise ignored (the connection's own).
+    pub starting_psn: u32,
+}
+abi_layout!(IvCmInitQpAttrIn {
+    cep,
+    qp_state,
+    starting_psn
+});
+
+/// Response of `IOCTL_IV_CM_INIT_QP_ATTR`: what `IOCTL_IV_MODIFY_QP` takes.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct IvCmInitQpAttrOut {
+    /// `IV_QP_*` mask bits: the attributes that apply.
+    pub attr_mask: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The attributes (`qp_state` is the state asked for).
+    pub attr: IvQpAttr,
+}
+abi_layout!(IvCmInitQpAttrOut {
+    attr_mask,
+    reserved,
+    attr
+});
 
 /// Request of `IOCTL_IV_CM_MRA`: the answer to a REQ takes longer.
 #[repr(C)]
@@ -2103,6 +2150,8 @@ pub const LAYOUTS: &[Layout] = &[
     layout::<IvSidrRequestIn>(),
     layout::<IvSidrRequestOut>(),
     layout::<IvSidrReplyIn>(),
+    layout::<IvCmInitQpAttrIn>(),
+    layout::<IvCmInitQpAttrOut>(),
     layout::<crate::ring::IvRingIndex>(),
     layout::<crate::ring::IvRingControl>(),
     layout::<crate::ring::IvRingMap>(),

@@ -961,6 +961,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return true;
         };
         let status = match (p.kind, ev) {
+            // The caller moves its QP itself: the connect is done (the REP
+            // is queued for it; `CM_ESTABLISH` sends the RTU).
+            (CmKind::Connect, E::Reply { .. }) if p.qp == 0 => STATUS_SUCCESS,
             (CmKind::Connect, E::Reply { .. }) => {
                 let Some(key) = p.wait.take() else {
                     return true;
@@ -1022,7 +1025,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             // so that a connection its owner was told failed does not
             // carry traffic (a REJ or timeout the remote never learns of
             // would leave it half-open otherwise).
-            Some(key) if status != STATUS_SUCCESS && p.kind == CmKind::Accept => {
+            Some(key) if status != STATUS_SUCCESS && p.kind == CmKind::Accept && p.qp != 0 => {
                 let (file, qp) = (p.file, p.qp);
                 p.result = Some(status);
                 if let Some(r) = take_wait(s, key) {
@@ -1302,6 +1305,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
         };
         let found = nt_success(status) && matches!(out, crate::CommandOut::Gid(g) if *g == want);
         let started = match (p.kind, p.connect, p.lap) {
+            // The caller moves its QP itself: the REQ goes now.
+            (CmKind::Connect, Some(_), _) if found && p.qp == 0 => self.cm_send_req(s, id, r),
             (CmKind::Connect, Some(c), _) if found => {
                 let (qp, m) = (p.qp, c.init_attr());
                 self.cm_modify(s, file, qp, m, id, Phase::Init, r)
@@ -1395,7 +1400,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((r, st, Response::None));
         }
         let now = self.platform.now_ns();
-        let (kind, connect, accept) = (p.kind, p.connect, p.accept);
+        let (kind, accept) = (p.kind, p.accept);
         // The private data the request brought, for its REQ or REP.
         let take_pdata = |s: &mut State<P::Request>| {
             s.cm_ops
@@ -1404,20 +1409,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 .unwrap_or_default()
         };
         let ended = match (kind, phase) {
-            (CmKind::Connect, Phase::Init) => {
-                let pd = take_pdata(s);
-                let res = connect.map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
-                    let c = ConnectParams {
-                        private_data: &pd,
-                        ..c
-                    };
-                    s.cm.engine.connect(id, &c, now)
-                });
-                match res {
-                    Ok(()) => park(s, id, r),
-                    Err(e) => Err((r, cm_status(e))),
-                }
-            }
+            (CmKind::Connect, Phase::Init) => self.cm_send_req(s, id, r),
             (CmKind::Connect, Phase::Rts) => match s.cm.engine.rtu(id, &[]) {
                 Ok(()) => Err((r, STATUS_SUCCESS)),
                 Err(e) => Err((r, cm_status(e))),
@@ -1470,6 +1462,34 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
+    /// A connect's REQ (with the private data the request brought), then
+    /// the request waits for the answer.
+    fn cm_send_req(
+        &self,
+        s: &mut State<P::Request>,
+        id: irpverbs_cm::CepId,
+        r: P::Request,
+    ) -> Result<(), (P::Request, NtStatus)> {
+        let now = self.platform.now_ns();
+        let Some(p) = s.cm_ops.get_mut(&id) else {
+            return Err((r, STATUS_CANCELLED));
+        };
+        let pd = core::mem::take(&mut p.pdata);
+        let res = p
+            .connect
+            .map_or(Err(irpverbs_cm::CmError::UnknownCep), |c| {
+                let c = ConnectParams {
+                    private_data: &pd,
+                    ..c
+                };
+                s.cm.engine.connect(id, &c, now)
+            });
+        match res {
+            Ok(()) => park(s, id, r),
+            Err(e) => Err((r, cm_status(e))),
+        }
+    }
+
     /// Starts a multi-phase request (`CM_CONNECT`, `CM_ACCEPT`,
     /// `CM_DISCONNECT`) or a `CM_REJECT`.
     pub(crate) fn cm_request(
@@ -1494,6 +1514,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
             CmIn::SidrReply(i) => i.cep,
             CmIn::CmLap(i) => i.cep,
             CmIn::CmApr(i) => i.cep,
+            CmIn::InitQpAttr(i) => i.cep,
+            CmIn::Establish(i) => i.handle,
         };
         let lookup = |s: &mut State<P::Request>, h: IvHandle, k: Kind| {
             s.file(file).and_then(|f| f.objects.lookup(h, k))
@@ -1505,6 +1527,17 @@ impl<P: Platform, H: Hca> Device<P, H> {
         let Some(id) = cep_mut(s, file, cep).map(|c| c.id) else {
             return Some((request, STATUS_INVALID_HANDLE, Response::None));
         };
+        if let CmIn::InitQpAttr(i) = &verb {
+            // Answered at once, whatever the CEP has in progress.
+            let mut request = request;
+            return Some(match init_qp_attr(&s.cm.engine, id, i) {
+                Ok(out) => {
+                    let response = Response::write(&mut request, out.as_bytes());
+                    (request, STATUS_SUCCESS, response)
+                }
+                Err(st) => (request, st, Response::None),
+            });
+        }
         if let Some(p) = s.cm_ops.get(&id) {
             // A parked request that was cancelled is over: its
             // connection (if any) is abandoned.
@@ -1543,29 +1576,29 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 _ => Err(STATUS_INVALID_PARAMETER),
             }
         };
-        let parked = |kind, qp| Parked {
-            kind,
-            file,
-            qp,
-            wait: None,
-            connect: None,
-            accept: None,
-            pdata: Vec::new(),
-            result: None,
-            step_failure: None,
-            alt_sgid_index: 0,
-            lap: None,
-        };
+        let parked = |kind, qp| Parked::new(kind, file, qp);
         match verb {
             CmIn::CmConnect(i) => own_frame(|| {
                 if state != Some(CmState::Idle) {
                     return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
                 }
-                let (qp, qpn) = match qp_of(s, i.qp) {
-                    Ok(q) => q,
-                    Err(st) => return Some((request, st, Response::None)),
-                };
                 let flags = u32::from(i.flags);
+                // No QP handle: the caller moves its QP (numbered `qpn`)
+                // itself; a peer-to-peer connect, which would go on as an
+                // accept moving the QP, needs one.
+                let consumer = i.qp == 0;
+                if (consumer && (i.qpn > 0xFF_FFFF || flags & IV_CM_PEER_TO_PEER != 0))
+                    || (!consumer && i.qpn != 0)
+                {
+                    return Some((request, STATUS_INVALID_PARAMETER, Response::None));
+                }
+                let (qp, qpn) = match consumer {
+                    true => (0, i.qpn),
+                    false => match qp_of(s, i.qp) {
+                        Ok(q) => q,
+                        Err(st) => return Some((request, st, Response::None)),
+                    },
+                };
                 let pd = pdata(
                     &i.private_data,
                     usize::from(i.private_data_len),
@@ -1580,7 +1613,6 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     || i.rnr_retry_count > 7
                     || i.min_rnr_timer > 31
                     || flags & !(IV_CM_FLOW_CONTROL | IV_CM_SRQ | IV_CM_PEER_TO_PEER) != 0
-                    || i.reserved2 != 0
                 {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 }
@@ -1630,6 +1662,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Parked {
                         connect: Some(c),
                         pdata: pd,
+                        qpn,
                         ..parked(CmKind::Connect, qp)
                     },
                 );
@@ -1656,7 +1689,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     usize::from(i.private_data_len),
                     IV_CM_REP_PDATA,
                 );
-                if i.reserved != 0
+                let consumer = i.qp == 0;
+                if (consumer && i.qpn > 0xFF_FFFF)
+                    || (!consumer && i.qpn != 0)
                     || i.reserved2 != 0
                     || i.reserved3 != 0
                     || i.starting_psn > 0xFF_FFFF
@@ -1670,6 +1705,9 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let Some(pd) = pd else {
                     return Some((request, STATUS_INVALID_PARAMETER, Response::None));
                 };
+                if consumer {
+                    return self.cm_accept_consumer(s, (file, cep, id), &i, pd, request);
+                }
                 let pd = match try_to_vec(pd) {
                     Ok(pd) => pd,
                     Err(st) => return Some((request, st, Response::None)),
@@ -1678,18 +1716,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(q) => q,
                     Err(st) => return Some((request, st, Response::None)),
                 };
-                let a = AcceptParams {
-                    qpn,
-                    starting_psn: i.starting_psn,
-                    responder_resources: i.responder_resources,
-                    initiator_depth: i.initiator_depth,
-                    target_ack_delay: i.target_ack_delay,
-                    flow_control: flags & IV_CM_FLOW_CONTROL != 0,
-                    rnr_retry_count: i.rnr_retry_count,
-                    srq: flags & IV_CM_SRQ != 0,
-                    min_rnr_timer: i.min_rnr_timer,
-                    ..AcceptParams::default()
-                };
+                let a = accept_params(&i, qpn);
                 // INIT, RTR and RTS posted at once (the REP goes when the
                 // last completes).
                 let to_rts = [
@@ -1879,6 +1906,22 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let started = self.cm_modify(s, file, qp, m, id, Phase::LoadAlt, request);
                 self.cm_started(s, file, cep, id, started)
             }),
+            CmIn::Establish(_) => {
+                // A connect whose caller moves its QP, answered by a REP:
+                // the RTU. A connect that moved a QP sent its own.
+                let moved_qp = cep_mut(s, file, cep).is_some_and(|c| c.qp.is_some());
+                let replied = matches!(state, Some(CmState::RepRcvd | CmState::MraRepSent));
+                let st = if moved_qp || !replied {
+                    STATUS_INVALID_DEVICE_STATE
+                } else {
+                    s.cm.engine
+                        .rtu(id, &[])
+                        .map_or_else(cm_status, |()| STATUS_SUCCESS)
+                };
+                Some((request, st, Response::None))
+            }
+            // Answered before any request in progress is looked at.
+            CmIn::InitQpAttr(_) => Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
             CmIn::SidrRequest(i) => {
                 let pd = pdata(
                     &i.private_data,
@@ -1918,9 +1961,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     Ok(pd) => pd,
                     Err(st) => return Some((request, st, Response::None)),
                 };
-                let Some(qp) = self.qp_of_cep(s, file, id) else {
-                    return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None));
-                };
+                // None: the caller moves its QP itself (to ERR too).
+                let qp = self.qp_of_cep(s, file, id);
                 let m = match s.cm.engine.qp_attr(id, QpTarget::Error) {
                     Ok(m) => m,
                     Err(e) => return Some((request, cm_status(e), Response::None)),
@@ -1937,6 +1979,19 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     }
                     Some(CmState::DreqRcvd) => CmKind::PassiveDisconnect,
                     _ => return Some((request, STATUS_INVALID_DEVICE_STATE, Response::None)),
+                };
+                let Some(qp) = qp else {
+                    if kind == CmKind::PassiveDisconnect {
+                        let st =
+                            s.cm.engine
+                                .drep(id, &pd, now)
+                                .map_or_else(cm_status, |()| STATUS_SUCCESS);
+                        return Some((request, st, Response::None));
+                    }
+                    // The DREQ left: the request waits for the DREP.
+                    let _ = s.cm_ops.insert_reserved(id, parked(kind, 0));
+                    let started = park(s, id, request);
+                    return self.cm_started(s, file, cep, id, started);
                 };
                 let _ = s.cm_ops.insert_reserved(
                     id,
@@ -1976,17 +2031,57 @@ impl<P: Platform, H: Hca> Device<P, H> {
         }
     }
 
+    /// A `CM_ACCEPT` without a QP handle (checked; `pd` its private data):
+    /// the caller moves its QP itself, so the REP goes at once and the
+    /// request waits for the RTU (or the QP's first receive).
+    fn cm_accept_consumer(
+        &self,
+        s: &mut State<P::Request>,
+        (file, cep, id): (FileKey, u32, irpverbs_cm::CepId),
+        i: &IvCmAcceptIn,
+        pd: &[u8],
+        request: P::Request,
+    ) -> Option<Done<P::Request>> {
+        let a = AcceptParams {
+            private_data: pd,
+            ..accept_params(i, i.qpn)
+        };
+        if let Err(e) = s.cm.engine.accept(id, &a, self.platform.now_ns()) {
+            return Some((request, cm_status(e), Response::None));
+        }
+        let parked = Parked {
+            qpn: i.qpn,
+            ..Parked::new(CmKind::Accept, file, 0)
+        };
+        let _ = s.cm_ops.insert_reserved(id, parked);
+        let started = park(s, id, request);
+        self.cm_started(s, file, cep, id, started)
+    }
+
     /// The QP at `qp` of `file` received its first message (COMM_EST): an
     /// accept waiting for the RTU on it completes now (the RTU may be
     /// lost or late; IBTA 12.9.6).
     pub(crate) fn cm_comm_established(&self, s: &mut State<P::Request>, file: FileKey, qp: u32) {
-        let Some(qp) = s.files.get(&file).map(|f| f.objects.handle_of(qp)) else {
+        let Some(o) = s
+            .files
+            .get(&file)
+            .map(|f| (f.objects.handle_of(qp), f.objects.get(qp)))
+        else {
             return;
         };
+        let (qp, qpn) = match &o.1.body {
+            Body::Qp(q) => (o.0, q.qpn),
+            _ => (o.0, u32::MAX),
+        };
+        // An accept of this QP, or one whose caller moves this QP itself.
         let id = s
             .cm_ops
             .iter()
-            .find(|(_, p)| p.kind == CmKind::Accept && p.file == file && p.qp == qp)
+            .find(|(_, p)| {
+                p.kind == CmKind::Accept
+                    && p.file == file
+                    && (p.qp == qp || (p.qp == 0 && p.qpn == qpn))
+            })
             .map(|(id, _)| *id);
         if let Some(id) = id {
             if s.cm.engine.notify_established(id).is_ok() {
@@ -2059,8 +2154,11 @@ pub(crate) enum Phase {
 pub(crate) struct Parked {
     kind: CmKind,
     file: FileKey,
-    /// The QP's handle in `file`.
+    /// The QP's handle in `file`; 0 when the caller moves its QP itself
+    /// (a connect or accept without a QP handle: no modify is posted).
     qp: IvHandle,
+    /// Such a caller's QP number (COMM_EST finds its accept by it).
+    qpn: u32,
     /// The request's wait key, while it waits for a CM event (a QP modify
     /// in flight carries it otherwise).
     wait: Option<u64>,
@@ -2082,11 +2180,121 @@ pub(crate) struct Parked {
     lap: Option<irpverbs_cm::msg::Path>,
 }
 
+impl Parked {
+    /// A request of `kind` from `file` on the QP at `qp` (0: none).
+    fn new(kind: CmKind, file: FileKey, qp: IvHandle) -> Self {
+        Self {
+            kind,
+            file,
+            qp,
+            qpn: 0,
+            wait: None,
+            connect: None,
+            accept: None,
+            pdata: Vec::new(),
+            result: None,
+            step_failure: None,
+            alt_sgid_index: 0,
+            lap: None,
+        }
+    }
+}
+
 /// Modifies a multi-phase request posts at once at most (INIT, RTR, RTS).
 const MAX_CHAIN: usize = 3;
 
 /// The modifies of a chain: room for [`MAX_CHAIN`].
 type Steps = [(QpModify, Phase); MAX_CHAIN];
+
+/// The engine's accept parameters of a `CM_ACCEPT` (checked) for the QP
+/// numbered `qpn`.
+fn accept_params(i: &IvCmAcceptIn, qpn: u32) -> AcceptParams<'static> {
+    let flags = u32::from(i.flags);
+    AcceptParams {
+        qpn,
+        starting_psn: i.starting_psn,
+        responder_resources: i.responder_resources,
+        initiator_depth: i.initiator_depth,
+        target_ack_delay: i.target_ack_delay,
+        flow_control: flags & IV_CM_FLOW_CONTROL != 0,
+        rnr_retry_count: i.rnr_retry_count,
+        srq: flags & IV_CM_SRQ != 0,
+        min_rnr_timer: i.min_rnr_timer,
+        ..AcceptParams::default()
+    }
+}
+
+/// `CM_INIT_QP_ATTR`: the attributes that move the QP of `id`'s
+/// connection to the state `i` asks for, as the IB CM's
+/// `ib_cm_init_qp_attr`: a passive CEP that has not accepted yet gets them
+/// from the REQ (responder resources and initiator depth as the REQ
+/// allows, the send PSN from `i`); otherwise the connection's own
+/// ([`Engine::qp_attr`]). Out of line: the attribute temporaries stay off
+/// the request path's stack (docs/stack-budget.md).
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` (a state other than INIT, RTR, RTS; a PSN
+/// above 24 bits), `STATUS_INVALID_DEVICE_STATE` (the CEP's state does not
+/// give them).
+#[inline(never)]
+fn init_qp_attr(
+    engine: &Engine,
+    id: irpverbs_cm::CepId,
+    i: &IvCmInitQpAttrIn,
+) -> Result<IvCmInitQpAttrOut, NtStatus> {
+    let target = match i.qp_state {
+        IV_QPS_INIT => QpTarget::Init,
+        IV_QPS_RTR => QpTarget::Rtr,
+        IV_QPS_RTS => QpTarget::Rts,
+        _ => return Err(STATUS_INVALID_PARAMETER),
+    };
+    if i.starting_psn > 0xFF_FFFF {
+        return Err(STATUS_INVALID_PARAMETER);
+    }
+    // The states the IB CM gives them in: from the REQ (INIT also on the
+    // active side before the REP) to established; not once a disconnect
+    // began.
+    let state = engine.state(id);
+    let answering = matches!(state, Some(CmState::ReqRcvd | CmState::MraReqSent));
+    let connected = matches!(
+        state,
+        Some(
+            CmState::RepRcvd
+                | CmState::MraRepSent
+                | CmState::RepSent
+                | CmState::MraRepRcvd
+                | CmState::Established
+        )
+    );
+    let requested = matches!(state, Some(CmState::ReqSent | CmState::MraReqRcvd));
+    if !(answering || connected || (requested && target == QpTarget::Init)) {
+        return Err(STATUS_INVALID_DEVICE_STATE);
+    }
+    let m = if answering && target != QpTarget::Init {
+        // Not accepted yet: the most the REQ allows (each side's depth is
+        // cut to the other's when the accept comes).
+        let a = AcceptParams {
+            starting_psn: i.starting_psn,
+            responder_resources: u8::MAX,
+            initiator_depth: u8::MAX,
+            ..AcceptParams::default()
+        };
+        engine.accept_qp_attr(id, &a, target)
+    } else {
+        engine.qp_attr(id, target)
+    }
+    .map_err(cm_status)?;
+    // The QP's access flags as `MODIFY_QP` takes them (the remote ones,
+    // as the IB CM gives them; local write is every QP's).
+    let mut attr = m.attr;
+    attr.qp_access_flags &=
+        IV_ACCESS_REMOTE_WRITE | IV_ACCESS_REMOTE_READ | IV_ACCESS_REMOTE_ATOMIC;
+    Ok(IvCmInitQpAttrOut {
+        attr_mask: m.mask,
+        reserved: 0,
+        attr,
+    })
+}
 
 /// The modifies that move a connect's QP (`accept` is `None`) or an
 /// accept's to each of `targets` in turn, from the CM's attributes, written
@@ -2182,6 +2390,8 @@ pub(crate) enum CmOp {
     SidrReply,
     Lap,
     Apr,
+    InitQpAttr,
+    Establish,
 }
 
 /// A connection-manager request's input.
@@ -2195,6 +2405,8 @@ enum CmIn {
     SidrReply(IvSidrReplyIn),
     CmLap(IvCmLapIn),
     CmApr(IvCmAprIn),
+    InitQpAttr(IvCmInitQpAttrIn),
+    Establish(IvHandleIn),
 }
 
 impl CmIn {
@@ -2214,6 +2426,8 @@ impl CmIn {
             CmOp::SidrReply => Self::SidrReply(read(input)?),
             CmOp::Lap => Self::CmLap(read(input)?),
             CmOp::Apr => Self::CmApr(read(input)?),
+            CmOp::InitQpAttr => Self::InitQpAttr(read(input)?),
+            CmOp::Establish => Self::Establish(read(input)?),
         })
     }
 }

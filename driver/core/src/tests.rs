@@ -2112,7 +2112,7 @@ fn connect_accept_and_disconnect_are_each_one_request_moving_the_qps() {
             cep: req.cep,
             qp: qb.qp,
             starting_psn: 200,
-            reserved: 0,
+            qpn: 0,
             ..IvCmAcceptIn::default()
         },
         1,
@@ -2245,7 +2245,7 @@ fn an_accept_completes_on_the_first_receive_when_the_rtu_is_lost() {
             cep: req.cep,
             qp: qb.qp,
             starting_psn: 1,
-            reserved: 0,
+            qpn: 0,
             ..IvCmAcceptIn::default()
         },
         1,
@@ -2335,7 +2335,7 @@ fn a_qp_destroyed_under_a_connection_fails_its_requests_cleanly() {
             cep: req.cep,
             qp: qb.qp,
             starting_psn: 1,
-            reserved: 0,
+            qpn: 0,
             ..IvCmAcceptIn::default()
         },
         1,
@@ -2467,7 +2467,7 @@ fn a_connect_waiting_for_its_reply_is_cancelable() {
             cep: req.cep,
             qp: qb.qp,
             starting_psn: 1,
-            reserved: 0,
+            qpn: 0,
             ..IvCmAcceptIn::default()
         },
         1,

@@ -233,7 +233,7 @@ fn bad_cm_input_is_refused_and_changes_nothing(backend: Backend) {
             ..good
         },
         IvCmConnectIn {
-            reserved2: 1,
+            qpn: 1,
             ..good
         },
         IvCmConnectIn {

@@ -616,6 +616,15 @@ impl Payload {
                         }
                         .as_bytes(),
                     ),
+                    IOCTL_IV_CM_INIT_QP_ATTR => bytes(
+                        IvCmInitQpAttrIn {
+                            cep,
+                            qp_state: IV_QPS_INIT,
+                            ..IvCmInitQpAttrIn::default()
+                        }
+                        .as_bytes(),
+                    ),
+                    IOCTL_IV_CM_ESTABLISH => bytes(IvHandleIn { handle: cep }.as_bytes()),
                     IOCTL_IV_SIDR_REPLY => bytes(
                         IvSidrReplyIn {
                             cep,
@@ -1391,6 +1400,8 @@ fn typed_payload(code: u32, mix: Mix) -> BoxedStrategy<Payload> {
         | IOCTL_IV_CM_MRA
         | IOCTL_IV_CM_LAP
         | IOCTL_IV_CM_APR
+        | IOCTL_IV_CM_INIT_QP_ATTR
+        | IOCTL_IV_CM_ESTABLISH
         | IOCTL_IV_SIDR_REQUEST
         | IOCTL_IV_SIDR_REPLY => handle(Kind::Cep, mix)
             .prop_map(move |cep| Payload::CmOn(cep, code))
@@ -2217,7 +2228,8 @@ fn random_ioctls_from_two_files() {
 /// The codes a default run of random IOCTLs can see succeed. Waits for
 /// events and their acknowledgements succeed only when an event happens,
 /// which random control verbs rarely cause; a REJ, an MRA, a SIDR reply,
-/// a LAP or an APR needs a peer: none here.
+/// a LAP, an APR, a connection's QP attributes or its RTU need a peer:
+/// none here.
 fn reachable_codes() -> usize {
     IOCTLS
         .iter()
@@ -2228,6 +2240,8 @@ fn reachable_codes() -> usize {
                 && i.code != IOCTL_IV_CM_MRA
                 && i.code != IOCTL_IV_CM_LAP
                 && i.code != IOCTL_IV_CM_APR
+                && i.code != IOCTL_IV_CM_INIT_QP_ATTR
+                && i.code != IOCTL_IV_CM_ESTABLISH
                 && i.code != IOCTL_IV_SIDR_REPLY
         })
         .count()

@@ -204,6 +204,8 @@ pub(crate) fn parse<R: Request>(request: &R) -> Result<Verb, NtStatus> {
         IOCTL_IV_CM_APR => Verb::Cm(CmOp::Apr),
         IOCTL_IV_SIDR_REQUEST => Verb::Cm(CmOp::SidrRequest),
         IOCTL_IV_SIDR_REPLY => Verb::Cm(CmOp::SidrReply),
+        IOCTL_IV_CM_INIT_QP_ATTR => Verb::Cm(CmOp::InitQpAttr),
+        IOCTL_IV_CM_ESTABLISH => Verb::Cm(CmOp::Establish),
         IOCTL_IV_GET_CQ_EVENT => Verb::GetCqEvent(read(input)?),
         IOCTL_IV_ACK_CQ_EVENTS => Verb::AckCqEvents(read(input)?),
         IOCTL_IV_GET_ASYNC_EVENT => Verb::GetAsyncEvent,
