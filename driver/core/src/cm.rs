@@ -53,6 +53,15 @@
 //! | `CM_MRA` | MRA (`mra`) | at once |
 //! | `SIDR_REQUEST` | SIDR_REQ (`sidr_request`) | on the SIDR_REP (its values as output) |
 //! | `SIDR_REPLY` | SIDR_REP (`sidr_reply`) | at once |
+//! | `CM_CONNECT` without a QP | REQ (`connect`) | on the REP |
+//! | `CM_ACCEPT` without a QP | REP (`accept`) | on the RTU, or the first receive of the QP numbered in it |
+//! | `CM_DISCONNECT` without a QP | DREQ (`disconnect`) or DREP (`drep`) | on the DREP, or at once |
+//! | `CM_ESTABLISH` | RTU (`rtu`) | at once |
+//! | `CM_INIT_QP_ATTR` | the attributes (`qp_attr`, `accept_qp_attr`) | at once, whatever is in progress |
+//!
+//! Without a QP handle the caller moves its QP itself, with the
+//! attributes `CM_INIT_QP_ATTR` gives (rdma_cm's ids without a QP); the
+//! CEP then holds no QP.
 //!
 //! Private data (up to each message's size) and the connection's
 //! parameters travel in the requests; the events carry the received

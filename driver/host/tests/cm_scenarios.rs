@@ -232,10 +232,7 @@ fn bad_cm_input_is_refused_and_changes_nothing(backend: Backend) {
             private_data_len: IV_CM_REQ_PDATA as u8 + 1,
             ..good
         },
-        IvCmConnectIn {
-            qpn: 1,
-            ..good
-        },
+        IvCmConnectIn { qpn: 1, ..good },
         IvCmConnectIn {
             retry_count: 8,
             ..good

@@ -20,6 +20,7 @@ use crate::cq::cq_handle;
 use crate::events::{Mapped, destroy_mapped};
 use crate::pd::{Pd, pd_of};
 use crate::{COND, Context, MUTEX, context, errno_of, leak, null_with, set_errno};
+use irpverbs_rdma_abi::iv::{qp_attr_from_iv, qp_cap_from_iv};
 
 /// A QP: the `ibv_qp`, the driver's create response and the open speed
 /// path.
@@ -57,16 +58,6 @@ fn cap_of(c: &ibv_qp_cap) -> IvQpCap {
     }
 }
 
-fn cap_to(c: &IvQpCap) -> ibv_qp_cap {
-    ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
 fn ah_of(a: &ibv_ah_attr) -> IvAhAttr {
     IvAhAttr {
         dgid: a.grh.dgid.raw,
@@ -81,24 +72,6 @@ fn ah_of(a: &ibv_ah_attr) -> IvAhAttr {
         is_global: a.is_global,
         port_num: a.port_num,
         reserved: [0; 2],
-    }
-}
-
-fn ah_to(a: &IvAhAttr) -> ibv_ah_attr {
-    ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: a.dgid },
-            flow_label: a.flow_label,
-            sgid_index: a.sgid_index,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global,
-        port_num: a.port_num,
     }
 }
 
@@ -180,7 +153,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     qm.ibv.qp_num = out.qpn;
     qm.out = out;
     qm.user = user;
-    a.cap = cap_to(&out.cap);
+    a.cap = qp_cap_from_iv(&out.cap);
     q.cast()
 }
 
@@ -300,34 +273,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         Err(s) => return errno_of(s),
     };
     let a = &out.attr;
-    let qa = ibv_qp_attr {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.cur_qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
-        path_mig_state: a.path_mig_state as c_int,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags,
-        cap: cap_to(&a.cap),
-        ah_attr: ah_to(&a.ah_attr),
-        alt_ah_attr: ah_to(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
-        en_sqd_async_notify: a.en_sqd_async_notify,
-        sq_draining: a.sq_draining,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: 0,
-    };
+    let qa = qp_attr_from_iv(a);
     // SAFETY: a non-null out pointer (checked).
     unsafe { attr.write(qa) };
     // SAFETY: a live QP; `state` is the library's to keep.
@@ -337,7 +283,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         send_cq: q.ibv.send_cq,
         recv_cq: q.ibv.recv_cq,
         srq: q.ibv.srq,
-        cap: cap_to(&a.cap),
+        cap: qp_cap_from_iv(&a.cap),
         qp_type: q.ibv.qp_type,
         sq_sig_all: out.sq_sig_all as c_int,
     };

@@ -4,7 +4,8 @@
 //! structures, unions and constants of `<infiniband/verbs.h>` ([`verbs`])
 //! and `<rdma/rdma_cma.h>` ([`cma`]) that programs share with
 //! `libibverbs.so.1` (`ulp/ibverbs`) and `librdmacm.so.1` (`ulp/rdmacm`),
-//! defined once for both. Nothing here exports a symbol or calls anything.
+//! defined once for both, and ([`iv`]) their conversions from the
+//! driver's ABI. Nothing here exports a symbol or calls anything.
 //!
 //! [`layout`] lists the modules' layout facts (every size and member
 //! offset); the libraries' `tests/layout.rs` compile them as
@@ -29,6 +30,7 @@ macro_rules! l {
 }
 
 pub mod cma;
+pub mod iv;
 pub mod layout;
 pub mod sys;
 pub mod verbs;

@@ -59,6 +59,9 @@ pub(crate) enum Phase {
     AddrResolved,
     RouteResolved,
     Connecting,
+    /// Connected without a QP of the id: the REP came (`CONNECT_RESPONSE`),
+    /// `rdma_establish` sends the RTU.
+    ConnectResponse,
     /// A connect request received, not yet answered.
     Request,
     Accepting,
@@ -87,6 +90,9 @@ pub(crate) struct State {
     pub ep_qp: Option<(ibv_qp_init_attr, *mut c_void)>,
     /// The CQs and channels `rdma_create_qp` made (destroyed with the QP).
     pub own_cqs: bool,
+    /// The send PSN of a connection without a QP of the id (its REQ's or
+    /// REP's, and `rdma_init_qp_attr`'s RTS before the accept).
+    pub psn: u32,
 }
 
 /// An id: the `rdma_cm_id` programs see first (shared with the
@@ -353,6 +359,7 @@ fn new_id(
             ack_timeout: None,
             ep_qp: None,
             own_cqs: false,
+            psn: (random(cep) as u32) & 0xFF_FFFF,
         }),
         cond: Condvar::new(),
         workers: Mutex::new(Vec::new()),
@@ -1011,24 +1018,18 @@ fn connect(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         i.spawn("rdma-cm", move |i| sidr(i, &input, &route))?;
         return i.complete();
     }
-    if i.cm().qp.is_null() {
-        // The driver's CM moves a QP it knows by handle: an id without
-        // one (a program's own QP, `qp_num` in the parameters) cannot
-        // connect.
-        return Err(libc::EINVAL);
-    }
     // SAFETY: forwarded (caller).
     let user = unsafe { pdata(p, IV_CM_REQ_PDATA as usize - IP_CM_HEADER_LEN) }?;
-    // SAFETY: the id's QP, of libibverbs.
-    let qp = unsafe { irpverbs_qp_handle(i.cm().qp) };
+    let own = own_qp(i, p)?;
     let mut input = IvCmConnectIn {
         cep: i.cep,
-        qp,
+        qp: own.qp,
+        qpn: own.qpn,
         service_id,
         local_gid: route.sgid,
         sgid_index: route.sgid_index,
         remote_gid: route.dgid,
-        starting_psn: (random(qp) as u32) & 0xFF_FFFF,
+        starting_psn: own.psn,
         cm_response_timeout: CM_RESPONSE_TIMEOUT,
         max_cm_retries: 15,
         local_ack_timeout: ack.unwrap_or(14),
@@ -1038,11 +1039,12 @@ fn connect(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         retry_count: p.map_or(7, |p| p.retry_count.min(7)),
         rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
         min_rnr_timer: 12,
-        flags: if p.is_some_and(|p| p.flow_control != 0) {
-            FLOW_CONTROL
-        } else {
-            0
-        },
+        flags: own.srq
+            | if p.is_some_and(|p| p.flow_control != 0) {
+                FLOW_CONTROL
+            } else {
+                0
+            },
         private_data_len: (IP_CM_HEADER_LEN + user.len()) as u8,
         ..IvCmConnectIn::default()
     };
@@ -1067,10 +1069,16 @@ fn connect_rc(i: &Id, input: &IvCmConnectIn) {
                     Err(_) => return,
                 }
             };
-            i.state().phase = Phase::Connected;
+            // Without a QP of the id, the program moves its QP and
+            // answers with `rdma_establish`.
+            let (phase, event) = if input.qp == 0 {
+                (Phase::ConnectResponse, RDMA_CM_EVENT_CONNECT_RESPONSE)
+            } else {
+                (Phase::Connected, RDMA_CM_EVENT_ESTABLISHED)
+            };
+            i.state().phase = phase;
             let n = usize::from(rep.private_data_len).min(rep.private_data.len());
-            let mut e =
-                Event::new(me, RDMA_CM_EVENT_ESTABLISHED, 0).with_pdata(&rep.private_data[..n]);
+            let mut e = Event::new(me, event, 0).with_pdata(&rep.private_data[..n]);
             // SAFETY: the connection form of the parameters.
             let c = unsafe { &mut e.ev.param.conn };
             c.responder_resources = rep.responder_resources;
@@ -1100,6 +1108,42 @@ fn connect_rc(i: &Id, input: &IvCmConnectIn) {
         Err(STATUS_CANCELLED | STATUS_INVALID_HANDLE) => {}
         Err(s) => failed(i, s),
     }
+}
+
+/// The QP an RC connect or accept names: the id's (the driver's CM moves
+/// it), or without one the program's (`qp_num` and `srq` of the
+/// parameters; the program moves it with `rdma_init_qp_attr`).
+struct OwnQp {
+    /// The id's QP's handle; 0 without one.
+    qp: IvHandle,
+    /// Without a QP of the id: the program's QP number.
+    qpn: u32,
+    /// The request's send PSN.
+    psn: u32,
+    /// `CM_SRQ` when the program's QP has an SRQ.
+    srq: u8,
+}
+
+/// The [`OwnQp`] of `i` with the parameters `p`. `EINVAL` without a QP
+/// and without parameters (as rdma-core), or for a QP number past 24 bits.
+fn own_qp(i: &Id, p: Option<&rdma_conn_param>) -> Result<OwnQp, c_int> {
+    if i.cm().qp.is_null() {
+        let p = p.filter(|p| p.qp_num <= 0xFF_FFFF).ok_or(libc::EINVAL)?;
+        return Ok(OwnQp {
+            qp: 0,
+            qpn: p.qp_num,
+            psn: i.state().psn,
+            srq: if p.srq != 0 { CM_SRQ } else { 0 },
+        });
+    }
+    // SAFETY: the id's QP, of libibverbs.
+    let qp = unsafe { irpverbs_qp_handle(i.cm().qp) };
+    Ok(OwnQp {
+        qp,
+        qpn: 0,
+        psn: (random(qp) as u32) & 0xFF_FFFF,
+        srq: 0,
+    })
 }
 
 /// A connect or accept that failed for another reason than a REJ.
@@ -1220,26 +1264,24 @@ fn accept(i: &Id, p: Option<&rdma_conn_param>) -> Result<(), c_int> {
         i.state().phase = Phase::Connected;
         return Ok(());
     }
-    if i.cm().qp.is_null() {
-        return Err(libc::EINVAL);
-    }
     // SAFETY: forwarded (caller).
     let user = unsafe { pdata(p, IV_CM_REP_PDATA as usize) }?;
-    // SAFETY: the id's QP, of libibverbs.
-    let qp = unsafe { irpverbs_qp_handle(i.cm().qp) };
+    let own = own_qp(i, p)?;
     let mut input = IvCmAcceptIn {
         cep: i.cep,
-        qp,
-        starting_psn: (random(qp.rotate_left(7)) as u32) & 0xFF_FFFF,
+        qp: own.qp,
+        qpn: own.qpn,
+        starting_psn: own.psn,
         responder_resources: depth(p.map(|p| p.responder_resources), d.max_rd_atom)?,
         initiator_depth: depth(p.map(|p| p.initiator_depth), d.max_init_rd_atom)?,
         rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
         min_rnr_timer: 12,
-        flags: if p.is_some_and(|p| p.flow_control != 0) {
-            FLOW_CONTROL
-        } else {
-            0
-        },
+        flags: own.srq
+            | if p.is_some_and(|p| p.flow_control != 0) {
+                FLOW_CONTROL
+            } else {
+                0
+            },
         private_data_len: user.len() as u8,
         ..IvCmAcceptIn::default()
     };

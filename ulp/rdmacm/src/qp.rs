@@ -1,21 +1,31 @@
 //! QPs of ids and endpoints: `rdma_create_qp`, `rdma_create_qp_ex`,
-//! `rdma_destroy_qp`, `rdma_create_ep`, `rdma_destroy_ep`, and what the
-//! library does not offer (`rdma_init_qp_attr`, `rdma_establish`: the
-//! driver's CM moves the QPs it connects itself), plus `rpoll`.
+//! `rdma_destroy_qp`, `rdma_create_ep`, `rdma_destroy_ep`; for a QP the
+//! program moves itself, `rdma_init_qp_attr` and `rdma_establish`; plus
+//! `rpoll`.
 //!
 //! A QP is created with libibverbs' `ibv_create_qp` on the id's device.
 //! An RC QP stays in RESET: `rdma_connect` and `rdma_accept` hand it to
 //! the driver's CM, whose one request moves it to INIT, RTR and RTS
 //! (receives posted before that are kept). A UD QP is moved to RTS at
-//! once with `RDMA_UDP_QKEY`, as librdmacm does.
+//! once with `RDMA_UDP_QKEY`, as librdmacm does. An id without a QP
+//! connects the program's (`qp_num` in the connection parameters): the
+//! driver's CM then moves no QP, `rdma_init_qp_attr` gives the attributes
+//! of each state (`IOCTL_IV_CM_INIT_QP_ATTR`), and the active side answers
+//! `CONNECT_RESPONSE` with `rdma_establish` (`IOCTL_IV_CM_ESTABLISH`).
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 
 use crate::abi::*;
 use crate::device::*;
-use crate::id::{Id, bind, id_of, rdma_create_id, rdma_destroy_id, resolve_addr, sockaddr_get};
+use crate::id::{
+    Id, Phase, bind, id_of, rdma_create_id, rdma_destroy_id, resolve_addr, sockaddr_get,
+};
 use crate::{err, ret};
+use irpverbs_abi::{
+    IOCTL_IV_CM_ESTABLISH, IOCTL_IV_CM_INIT_QP_ATTR, IvCmInitQpAttrIn, IvCmInitQpAttrOut,
+    IvHandleIn,
+};
 
 use crate::os::{self, errno};
 
@@ -328,34 +338,120 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     unsafe { rdma_destroy_id(id) };
 }
 
-/// `rdma_init_qp_attr`: not offered (`ENOSYS`): the driver's CM moves the
-/// QPs it connects; a QP the program moves itself cannot be connected
-/// through it. `EINVAL` for NULL arguments.
+/// `rdma_init_qp_attr`: the attributes and mask that move a QP the
+/// program owns to `qp_attr->qp_state` (INIT, RTR or RTS) for the id's
+/// connection, as rdma-core's: before a connect (address or route
+/// resolved) INIT from the id's port (P_Key index 0, no remote access);
+/// then the driver's CM's (`IOCTL_IV_CM_INIT_QP_ATTR`: INIT once the REQ
+/// left or came, RTR and RTS once the REP came or from the connect
+/// request); a UD id's from its port and `RDMA_UDP_QKEY`. The whole of
+/// `*qp_attr` is written. `EINVAL` for NULL arguments, another state, or
+/// a state the connection does not give yet (or any more).
 ///
 /// # Safety
-/// Any pointers.
+/// `id` is NULL or a live id; `qp_attr` and `qp_attr_mask` NULL or
+/// writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_init_qp_attr(
     id: *mut rdma_cm_id,
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    if id.is_null() || qp_attr.is_null() || qp_attr_mask.is_null() {
+    // SAFETY: forwarded (caller).
+    let (Some(i), Some(attr)) = (unsafe { id_of(id) }, unsafe { qp_attr.as_mut() }) else {
+        return err(libc::EINVAL);
+    };
+    if qp_attr_mask.is_null() {
         return err(libc::EINVAL);
     }
-    err(libc::ENOSYS)
+    match init_qp_attr(i, attr.qp_state) {
+        Ok((a, mask)) => {
+            *attr = a;
+            // SAFETY: non-null (checked), writable (caller).
+            unsafe { qp_attr_mask.write(mask) };
+            0
+        }
+        Err(e) => err(e),
+    }
 }
 
-/// `rdma_establish`: not offered (`ENOSYS`), as `rdma_init_qp_attr`.
+fn init_qp_attr(i: &Id, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int> {
+    if i.cm().verbs.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let port = i.cm().port_num.max(1);
+    let phase = i.state().phase;
+    let local = |mask: c_int| {
+        let a = ibv_qp_attr {
+            qp_state: state,
+            port_num: port,
+            ..ibv_qp_attr::default()
+        };
+        (a, mask)
+    };
+    if i.cm().qp_type == IBV_QPT_UD {
+        // As `rdma_create_qp` moves a UD QP (librdmacm's).
+        let (mut a, mask) = match state {
+            IBV_QPS_INIT => local(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+            IBV_QPS_RTR => local(IBV_QP_STATE),
+            IBV_QPS_RTS => local(IBV_QP_STATE | IBV_QP_SQ_PSN),
+            _ => return Err(libc::EINVAL),
+        };
+        a.qkey = RDMA_UDP_QKEY;
+        return Ok((a, mask));
+    }
+    if state == IBV_QPS_INIT && matches!(phase, Phase::AddrResolved | Phase::RouteResolved) {
+        // No connection yet: rdma_cm's own (no CM to ask).
+        return Ok(local(
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+        ));
+    }
+    let qp_state = u32::try_from(state).map_err(|_| libc::EINVAL)?;
+    let d = device()?;
+    let input = IvCmInitQpAttrIn {
+        cep: i.cep,
+        qp_state,
+        starting_psn: i.state().psn,
+    };
+    let out: IvCmInitQpAttrOut = call(d, IOCTL_IV_CM_INIT_QP_ATTR, &input).map_err(errno_of)?;
+    Ok((
+        irpverbs_rdma_abi::iv::qp_attr_from_iv(&out.attr),
+        out.attr_mask as c_int,
+    ))
+}
+
+/// `rdma_establish`: the active side of a connection without a QP of the
+/// id, after `CONNECT_RESPONSE` and the program's QP moved to RTS: the
+/// RTU (`IOCTL_IV_CM_ESTABLISH`); the connection is established (the
+/// passive side gets `ESTABLISHED`; this side no event, as rdma-core's).
+/// `EINVAL` for NULL, an id with a QP, or an id not in that state.
 ///
 /// # Safety
-/// Any pointer.
+/// `id` is NULL or a live id.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
+    // SAFETY: forwarded (caller).
+    let Some(i) = (unsafe { id_of(id) }) else {
+        return err(libc::EINVAL);
+    };
+    if !i.cm().qp.is_null() || i.state().phase != Phase::ConnectResponse {
         return err(libc::EINVAL);
     }
-    err(libc::ENOSYS)
+    let d = match device() {
+        Ok(d) => d,
+        Err(e) => return err(e),
+    };
+    let input = IvHandleIn { handle: i.cep };
+    match call_none(d, IOCTL_IV_CM_ESTABLISH, &input) {
+        Ok(()) => {
+            let mut st = i.state();
+            if st.phase == Phase::ConnectResponse {
+                st.phase = Phase::Connected;
+            }
+            0
+        }
+        Err(s) => err(errno_of(s)),
+    }
 }
 
 /// `rpoll`: every descriptor here is an ordinary one (no rsockets), so it

@@ -1,4 +1,5 @@
-//! The library from C: `tests/c/cm.c`, built against rdma-core's
+//! The library from C: `tests/c/cm.c` and `tests/c/own_qp.c`, built
+//! against rdma-core's
 //! `<rdma/rdma_cma.h>` and linked with `librdmacm.so.1` and
 //! `libibverbs.so.1`, in one process (rdma-core's errno for bad arguments
 //! and calls out of sequence, a connection's events in order with private
@@ -27,29 +28,44 @@ fn header_present() -> bool {
 
 #[test]
 fn rdma_cm_from_c_keeps_rdma_core_semantics() {
+    run_c("cm");
+}
+
+/// `tests/c/own_qp.c`: QPs the program creates with `ibv_create_qp` and
+/// moves with `rdma_init_qp_attr` and `ibv_modify_qp`, connected by ids
+/// without a QP (`rdma_establish` on the active side), data both ways, a
+/// disconnect, and the errno of both calls out of sequence.
+#[test]
+fn rdma_cm_connects_qps_the_program_moves() {
+    run_c("own_qp");
+}
+
+/// Builds `tests/c/<name>.c` against rdma-core's header and this
+/// repository's libraries, runs it, and checks its summary.
+fn run_c(name: &str) {
     if !header_present() {
         return;
     }
     let lib = common::lib_dir();
-    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdmacm_cm_c");
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rdmacm_{name}_c"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
         .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
         .arg(&exe)
-        .arg(common::repo().join("ulp/rdmacm/tests/c/cm.c"))
+        .arg(common::repo().join(format!("ulp/rdmacm/tests/c/{name}.c")))
         .arg(lib.join("librdmacm.so.1"))
         .arg(lib.join("libibverbs.so.1"))
         .status()
         .expect("run the C compiler");
-    assert!(status.success(), "{cc} failed to build cm.c");
+    assert!(status.success(), "{cc} failed to build {name}.c");
     let out = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &lib)
         .env_remove("IRPVERBS_ADDR")
         .output()
-        .expect("run cm.c");
+        .expect("run the C program");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "cm.c failed:\n{stdout}\n{stderr}");
+    assert!(out.status.success(), "{name}.c failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains(" passed, 0 failed"), "no summary: {stdout}");
 }
 
