@@ -1537,14 +1537,18 @@ impl<P: Platform, H: Hca> Device<P, H> {
             return Some((request, STATUS_INVALID_HANDLE, Response::None));
         };
         if let CmIn::InitQpAttr(i) = &verb {
-            // Answered at once, whatever the CEP has in progress.
+            // Answered at once, whatever the CEP has in progress; the
+            // attributes are built in a frame of their own, not on the
+            // connect's and accept's chain.
             let mut request = request;
-            return Some(match init_qp_attr(&s.cm.engine, id, i) {
-                Ok(out) => {
-                    let response = Response::write(&mut request, out.as_bytes());
-                    (request, STATUS_SUCCESS, response)
-                }
-                Err(st) => (request, st, Response::None),
+            return own_frame(|| {
+                Some(match init_qp_attr(&s.cm.engine, id, i) {
+                    Ok(out) => {
+                        let response = Response::write(&mut request, out.as_bytes());
+                        (request, STATUS_SUCCESS, response)
+                    }
+                    Err(st) => (request, st, Response::None),
+                })
             });
         }
         if let Some(p) = s.cm_ops.get(&id) {
@@ -1749,7 +1753,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let started = self.cm_modify_chain(s, file, qp, &steps[..n], id, request);
                 self.cm_started(s, file, cep, id, started)
             }),
-            CmIn::CmReject(i) => {
+            CmIn::CmReject(i) => own_frame(|| {
                 let ari = pdata(&i.ari, usize::from(i.ari_len), IV_CM_ARI_LEN);
                 let pd = pdata(
                     &i.private_data,
@@ -1767,8 +1771,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     _ => STATUS_INVALID_PARAMETER,
                 };
                 Some((request, st, Response::None))
-            }
-            CmIn::CmMra(i) => {
+            }),
+            CmIn::CmMra(i) => own_frame(|| {
                 let pd = pdata(
                     &i.private_data,
                     usize::from(i.private_data_len),
@@ -1787,8 +1791,8 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     _ => STATUS_INVALID_PARAMETER,
                 };
                 Some((request, st, Response::None))
-            }
-            CmIn::SidrReply(i) => {
+            }),
+            CmIn::SidrReply(i) => own_frame(|| {
                 let info =
                     pdata(&i.info, usize::from(i.info_len), IV_CM_ARI_LEN).and_then(Info::new);
                 let pd = pdata(
@@ -1812,7 +1816,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                     _ => STATUS_INVALID_PARAMETER,
                 };
                 Some((request, st, Response::None))
-            }
+            }),
             CmIn::CmLap(i) => own_frame(|| {
                 let Some(pd) = pdata(
                     &i.private_data,
@@ -1915,7 +1919,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let started = self.cm_modify(s, file, qp, m, id, Phase::LoadAlt, request);
                 self.cm_started(s, file, cep, id, started)
             }),
-            CmIn::Establish(_) => {
+            CmIn::Establish(_) => own_frame(|| {
                 // A connect whose caller moves its QP, answered by a REP:
                 // the RTU. A connect that moved a QP sent its own.
                 let moved_qp = cep_mut(s, file, cep).is_some_and(|c| c.qp.is_some());
@@ -1928,10 +1932,10 @@ impl<P: Platform, H: Hca> Device<P, H> {
                         .map_or_else(cm_status, |()| STATUS_SUCCESS)
                 };
                 Some((request, st, Response::None))
-            }
+            }),
             // Answered before any request in progress is looked at.
             CmIn::InitQpAttr(_) => Some((request, STATUS_INVALID_DEVICE_REQUEST, Response::None)),
-            CmIn::SidrRequest(i) => {
+            CmIn::SidrRequest(i) => own_frame(|| {
                 let pd = pdata(
                     &i.private_data,
                     usize::from(i.private_data_len),
@@ -1956,7 +1960,7 @@ impl<P: Platform, H: Hca> Device<P, H> {
                 let _ = s.cm_ops.insert_reserved(id, parked(CmKind::Sidr, 0));
                 let started = park(s, id, request);
                 self.cm_started(s, file, cep, id, started)
-            }
+            }),
             CmIn::CmDisconnect(i) => own_frame(|| {
                 let Some(pd) = pdata(
                     &i.private_data,
