@@ -632,6 +632,7 @@ fn retire_head(
     acked: Option<u32>,
 ) -> (Option<(u32, u32)>, bool) {
     let (sig_all, send_cqn) = (qp.sq_sig_all, qp.send_cqn);
+    let sq = &qp.sq.0;
     let req = &mut qp.tx.req;
     let cur = req.cur.map(|c| c.index);
     let mask = req.slots.len().max(1) - 1;
@@ -654,6 +655,12 @@ fn retire_head(
             }
         }
         if completes(s.status, sig_all, s.wqe.flags) {
+            // The slots up to this WQE go back to the ULP before its
+            // completion is seen: a ULP that polls the CQE on another
+            // processor may post again at once into a queue it filled
+            // (the completion is built from the HCA's own copy of the
+            // WQE, not from the ring).
+            sq.consumer().release(ci.wrapping_add(1));
             let cqe = send_cqe(qpn, &s.wqe, s.status, s.length);
             post_cqe(env.cqs, env.dp, send_cqn, &cqe, false);
         }
