@@ -465,6 +465,9 @@ pub(crate) fn flush_sq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
                 .unwrap_or_default();
             (wqe, IV_WC_WR_FLUSH_ERR, 0)
         };
+        // Its slot goes back before its completion is seen (as a retire
+        // does): the WQE was copied out of the ring.
+        ring.consumer().release(i.wrapping_add(1));
         let cqe = send_cqe(qpn, &wqe, status, len);
         post_cqe(env.cqs, env.dp, qp.send_cqn, &cqe, false);
     }
@@ -501,6 +504,7 @@ pub(crate) fn flush_rq(qpn: u32, qp: &mut Qp, env: &mut Env<'_>) {
                 .region()
                 .read_obj(ring.slot_offset(i))
                 .unwrap_or_default();
+            ring.consumer().release(i.wrapping_add(1));
             let cqe = recv_flush_cqe(qpn, wqe.wr_id);
             post_cqe(env.cqs, env.dp, qp.recv_cqn, &cqe, false);
         }
